@@ -1,0 +1,148 @@
+// Package domain holds the driver-neutral domain spec (package v1, generated from domain.proto)
+// and the rules every hypervisor driver applies to it before use.
+package domain
+
+import (
+	"fmt"
+	"net"
+	"path/filepath"
+	"regexp"
+	"strings"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	domainv1 "github.com/kubevisor/kubevisor/core/domain/v1"
+)
+
+// MaxVCPUs is the largest vCPU count a domain may ask for.
+const MaxVCPUs = 512
+
+// FieldError is one rule a domain spec breaks, with the path of the field that breaks it.
+type FieldError struct {
+	Field  string
+	Detail string
+}
+
+func (e FieldError) Error() string { return e.Field + ": " + e.Detail }
+
+// ValidationError is every rule a domain spec breaks.
+type ValidationError []FieldError
+
+func (e ValidationError) Error() string {
+	parts := make([]string, len(e))
+	for i, fe := range e {
+		parts[i] = fe.Error()
+	}
+	return "invalid domain spec: " + strings.Join(parts, "; ")
+}
+
+// GRPCStatus makes a ValidationError reach the host as InvalidArgument.
+func (e ValidationError) GRPCStatus() *status.Status {
+	return status.New(codes.InvalidArgument, e.Error())
+}
+
+var pciAddress = regexp.MustCompile(`^[0-9a-f]{4}:[0-9a-f]{2}:[0-9a-f]{2}\.[0-7]$`)
+
+// Validate checks what holds for every hypervisor: an id, guest memory, a sane CPU topology,
+// absolute paths, unique disk and NIC names, distinct boot orders, valid MACs. It returns nil or
+// a ValidationError (InvalidArgument over gRPC). A driver adds its own checks for what it cannot
+// honour.
+func Validate(spec *domainv1.DomainSpec) error {
+	var errs ValidationError
+	add := func(field, format string, args ...any) {
+		errs = append(errs, FieldError{Field: field, Detail: fmt.Sprintf(format, args...)})
+	}
+	if spec == nil {
+		return ValidationError{{Field: "domain", Detail: "required"}}
+	}
+	if spec.GetId() == "" {
+		add("id", "required")
+	}
+	if spec.GetMemory().GetGuestBytes() == 0 {
+		add("memory.guestBytes", "required and > 0")
+	}
+	if cpu := spec.GetCpu(); cpu != nil {
+		n := uint64(max(cpu.GetSockets(), 1)) * uint64(max(cpu.GetCores(), 1)) * uint64(max(cpu.GetThreads(), 1))
+		if n > MaxVCPUs {
+			add("cpu", "%d vCPUs exceed the maximum of %d", n, MaxVCPUs)
+		}
+	}
+	if k := spec.GetFirmware().GetKernel(); k != nil {
+		if k.GetKernelPath() == "" {
+			add("firmware.kernel.kernelPath", "required")
+		} else if !filepath.IsAbs(k.GetKernelPath()) {
+			add("firmware.kernel.kernelPath", "must be an absolute path, not %q", k.GetKernelPath())
+		}
+		if k.GetInitrdPath() != "" && !filepath.IsAbs(k.GetInitrdPath()) {
+			add("firmware.kernel.initrdPath", "must be an absolute path, not %q", k.GetInitrdPath())
+		}
+	}
+	boot := map[uint32]string{}
+	checkBoot := func(field, name string, order uint32) {
+		if order == 0 {
+			return
+		}
+		if other, ok := boot[order]; ok {
+			add(field, "boot order %d is also used by %s", order, other)
+			return
+		}
+		boot[order] = name
+	}
+	disks := map[string]bool{}
+	for i, d := range spec.GetDisks() {
+		f := fmt.Sprintf("disks[%d]", i)
+		switch {
+		case d.GetName() == "":
+			add(f+".name", "required")
+		case disks[d.GetName()]:
+			add(f+".name", "duplicate disk name %q", d.GetName())
+		}
+		disks[d.GetName()] = true
+		if !filepath.IsAbs(d.GetPath()) {
+			add(f+".path", "must be an absolute path, not %q", d.GetPath())
+		}
+		checkBoot(f+".bootOrder", "disk "+d.GetName(), d.GetBootOrder())
+	}
+	nics := map[string]bool{}
+	for i, n := range spec.GetNics() {
+		f := fmt.Sprintf("nics[%d]", i)
+		switch {
+		case n.GetName() == "":
+			add(f+".name", "required")
+		case nics[n.GetName()]:
+			add(f+".name", "duplicate interface name %q", n.GetName())
+		}
+		nics[n.GetName()] = true
+		if (n.GetTapName() == "") == (n.GetTapFdPath() == "") {
+			add(f, "exactly one of tapName and tapFdPath must be set")
+		}
+		if hw, err := net.ParseMAC(n.GetMac()); err != nil || len(hw) != 6 {
+			add(f+".mac", "%q is not a MAC address", n.GetMac())
+		} else if hw[0]&1 == 1 {
+			add(f+".mac", "%q is a multicast address", n.GetMac())
+		}
+		checkBoot(f+".bootOrder", "interface "+n.GetName(), n.GetBootOrder())
+	}
+	if s := spec.GetSerial(); s != nil && !filepath.IsAbs(s.GetSocketPath()) {
+		add("serial.socketPath", "must be an absolute path, not %q", s.GetSocketPath())
+	}
+	if v := spec.GetVnc(); v != nil && !filepath.IsAbs(v.GetSocketPath()) {
+		add("vnc.socketPath", "must be an absolute path, not %q", v.GetSocketPath())
+	}
+	for i, h := range spec.GetHostDevices() {
+		if !pciAddress.MatchString(h.GetPciAddress()) {
+			add(fmt.Sprintf("hostDevices[%d].pciAddress", i), "%q is not a PCI address (dddd:bb:ss.f)", h.GetPciAddress())
+		}
+	}
+	if len(errs) > 0 {
+		return errs
+	}
+	return nil
+}
+
+// VCPUs is the number of vCPUs the spec asks for (1 when the CPU is not given).
+func VCPUs(spec *domainv1.DomainSpec) uint32 {
+	cpu := spec.GetCpu()
+	return max(cpu.GetSockets(), 1) * max(cpu.GetCores(), 1) * max(cpu.GetThreads(), 1)
+}

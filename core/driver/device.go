@@ -1,0 +1,76 @@
+package driver
+
+import (
+	"context"
+
+	"google.golang.org/grpc"
+
+	basev1 "github.com/kubevisor/kubevisor/core/driver/base/v1"
+	devicev1 "github.com/kubevisor/kubevisor/core/driver/device/v1"
+)
+
+type deviceServer struct {
+	devicev1.UnimplementedDeviceServer
+	impl Device
+}
+
+func (s *deviceServer) List(ctx context.Context, req *devicev1.ListRequest) (*devicev1.ListResponse, error) {
+	devs, err := s.impl.List(ctx, req.GetResource())
+	if err != nil {
+		return nil, err
+	}
+	return &devicev1.ListResponse{Devices: devs}, nil
+}
+
+func (s *deviceServer) Watch(req *devicev1.WatchRequest, stream grpc.ServerStreamingServer[devicev1.ListResponse]) error {
+	w, ok := s.impl.(DeviceWatcher)
+	if !ok {
+		return unimplemented("watch")
+	}
+	return w.Watch(stream.Context(), req.GetResource(), func(devs []*devicev1.HostDevice) error {
+		return stream.Send(&devicev1.ListResponse{Devices: devs})
+	})
+}
+
+func (s *deviceServer) Allocate(ctx context.Context, req *devicev1.AllocateRequest) (*devicev1.AllocateResponse, error) {
+	return s.impl.Allocate(ctx, req)
+}
+
+// DeviceClient is the host's Device: it calls a device plugin over gRPC.
+type DeviceClient struct {
+	baseClient
+	dev devicev1.DeviceClient
+}
+
+var (
+	_ Device        = (*DeviceClient)(nil)
+	_ DeviceWatcher = (*DeviceClient)(nil)
+)
+
+// NewDeviceClient returns a client for the device plugin served on conn.
+func NewDeviceClient(conn grpc.ClientConnInterface) *DeviceClient {
+	return &DeviceClient{baseClient: baseClient{base: basev1.NewDriverClient(conn)}, dev: devicev1.NewDeviceClient(conn)}
+}
+
+// List implements Device.
+func (c *DeviceClient) List(ctx context.Context, resource string) ([]*devicev1.HostDevice, error) {
+	resp, err := c.dev.List(ctx, &devicev1.ListRequest{Resource: resource})
+	return resp.GetDevices(), err
+}
+
+// Allocate implements Device.
+func (c *DeviceClient) Allocate(ctx context.Context, req *devicev1.AllocateRequest) (*devicev1.AllocateResponse, error) {
+	return c.dev.Allocate(ctx, req)
+}
+
+// Watch implements DeviceWatcher.
+func (c *DeviceClient) Watch(ctx context.Context, resource string, send func([]*devicev1.HostDevice) error) error {
+	if err := c.require(ctx, basev1.Feature_FEATURE_DEVICE_WATCH); err != nil {
+		return err
+	}
+	stream, err := c.dev.Watch(ctx, &devicev1.WatchRequest{Resource: resource})
+	if err != nil {
+		return err
+	}
+	return recvAll(ctx, stream.Recv, func(m *devicev1.ListResponse) error { return send(m.GetDevices()) })
+}

@@ -1,0 +1,322 @@
+package driver
+
+import (
+	"context"
+	"errors"
+	"io"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/types/known/durationpb"
+
+	domainv1 "github.com/kubevisor/kubevisor/core/domain/v1"
+	basev1 "github.com/kubevisor/kubevisor/core/driver/base/v1"
+	hypervisorv1 "github.com/kubevisor/kubevisor/core/driver/hypervisor/v1"
+)
+
+// hypervisorServer serves the Hypervisor service from a Hypervisor implementation. Optional
+// operations the implementation does not offer answer Unimplemented.
+type hypervisorServer struct {
+	hypervisorv1.UnimplementedHypervisorServer
+	impl Hypervisor
+}
+
+func (s *hypervisorServer) Create(ctx context.Context, req *hypervisorv1.CreateRequest) (*hypervisorv1.CreateResponse, error) {
+	if req.GetDomain() == nil {
+		return nil, status.Error(codes.InvalidArgument, "domain: required")
+	}
+	h, err := s.impl.Create(ctx, req.GetDomain())
+	if err != nil {
+		return nil, err
+	}
+	return &hypervisorv1.CreateResponse{Handle: h}, nil
+}
+
+func (s *hypervisorServer) Start(ctx context.Context, req *hypervisorv1.StartRequest) (*hypervisorv1.StartResponse, error) {
+	return &hypervisorv1.StartResponse{}, s.impl.Start(ctx, req.GetId())
+}
+
+func (s *hypervisorServer) Shutdown(ctx context.Context, req *hypervisorv1.ShutdownRequest) (*hypervisorv1.ShutdownResponse, error) {
+	graceful, err := s.impl.Shutdown(ctx, req.GetId(), req.GetTimeout().AsDuration())
+	if err != nil {
+		return nil, err
+	}
+	return &hypervisorv1.ShutdownResponse{Graceful: graceful}, nil
+}
+
+func (s *hypervisorServer) Kill(ctx context.Context, req *hypervisorv1.KillRequest) (*hypervisorv1.KillResponse, error) {
+	return &hypervisorv1.KillResponse{}, s.impl.Kill(ctx, req.GetId())
+}
+
+func (s *hypervisorServer) Delete(ctx context.Context, req *hypervisorv1.DeleteRequest) (*hypervisorv1.DeleteResponse, error) {
+	return &hypervisorv1.DeleteResponse{}, s.impl.Delete(ctx, req.GetId())
+}
+
+func (s *hypervisorServer) Status(ctx context.Context, req *hypervisorv1.StatusRequest) (*hypervisorv1.StatusResponse, error) {
+	st, err := s.impl.Status(ctx, req.GetId())
+	if err != nil {
+		return nil, err
+	}
+	return &hypervisorv1.StatusResponse{Status: st}, nil
+}
+
+func (s *hypervisorServer) Events(req *hypervisorv1.EventsRequest, stream grpc.ServerStreamingServer[hypervisorv1.Event]) error {
+	return s.impl.Events(stream.Context(), req.GetId(), stream.Send)
+}
+
+func (s *hypervisorServer) Pause(ctx context.Context, req *hypervisorv1.PauseRequest) (*hypervisorv1.PauseResponse, error) {
+	p, ok := s.impl.(Pauser)
+	if !ok {
+		return nil, unimplemented("pause")
+	}
+	return &hypervisorv1.PauseResponse{}, p.Pause(ctx, req.GetId())
+}
+
+func (s *hypervisorServer) Resume(ctx context.Context, req *hypervisorv1.ResumeRequest) (*hypervisorv1.ResumeResponse, error) {
+	p, ok := s.impl.(Pauser)
+	if !ok {
+		return nil, unimplemented("resume")
+	}
+	return &hypervisorv1.ResumeResponse{}, p.Resume(ctx, req.GetId())
+}
+
+func (s *hypervisorServer) Reboot(ctx context.Context, req *hypervisorv1.RebootRequest) (*hypervisorv1.RebootResponse, error) {
+	r, ok := s.impl.(Rebooter)
+	if !ok {
+		return nil, unimplemented("reboot")
+	}
+	return &hypervisorv1.RebootResponse{}, r.Reboot(ctx, req.GetId())
+}
+
+func (s *hypervisorServer) Recover(ctx context.Context, req *hypervisorv1.RecoverRequest) (*hypervisorv1.RecoverResponse, error) {
+	r, ok := s.impl.(Recoverer)
+	if !ok {
+		return nil, unimplemented("recover")
+	}
+	if req.GetHandle() == nil {
+		return nil, status.Error(codes.InvalidArgument, "handle: required")
+	}
+	st, err := r.Recover(ctx, req.GetHandle())
+	if err != nil {
+		return nil, err
+	}
+	return &hypervisorv1.RecoverResponse{Status: st}, nil
+}
+
+func (s *hypervisorServer) Migrate(ctx context.Context, req *hypervisorv1.MigrateRequest) (*hypervisorv1.MigrateResponse, error) {
+	m, ok := s.impl.(Migrator)
+	if !ok {
+		return nil, unimplemented("migrate")
+	}
+	return &hypervisorv1.MigrateResponse{}, m.Migrate(ctx, req)
+}
+
+func (s *hypervisorServer) Console(stream grpc.BidiStreamingServer[hypervisorv1.ConsoleInput, hypervisorv1.ConsoleOutput]) error {
+	c, ok := s.impl.(Consoler)
+	if !ok {
+		return unimplemented("console")
+	}
+	first, err := stream.Recv()
+	if err != nil {
+		return err
+	}
+	if first.GetId() == "" {
+		return status.Error(codes.InvalidArgument, "id: required in the first console message")
+	}
+	in, inW := io.Pipe()
+	go func() {
+		if len(first.GetData()) > 0 {
+			if _, err := inW.Write(first.GetData()); err != nil {
+				return
+			}
+		}
+		for {
+			msg, err := stream.Recv()
+			if err != nil {
+				inW.CloseWithError(io.EOF)
+				return
+			}
+			if _, err := inW.Write(msg.GetData()); err != nil {
+				return
+			}
+		}
+	}()
+	defer in.Close()
+	return c.Console(stream.Context(), first.GetId(), in, writerFunc(func(p []byte) (int, error) {
+		// The stream keeps a reference to what it sends until it is sent; copy.
+		if err := stream.Send(&hypervisorv1.ConsoleOutput{Data: append([]byte(nil), p...)}); err != nil {
+			return 0, err
+		}
+		return len(p), nil
+	}))
+}
+
+// HypervisorClient is the host's Hypervisor: it calls a hypervisor plugin over gRPC. It
+// implements every optional interface; an operation the driver did not declare returns
+// Unimplemented without reaching the plugin.
+type HypervisorClient struct {
+	baseClient
+	hv hypervisorv1.HypervisorClient
+}
+
+var (
+	_ Hypervisor = (*HypervisorClient)(nil)
+	_ Pauser     = (*HypervisorClient)(nil)
+	_ Rebooter   = (*HypervisorClient)(nil)
+	_ Consoler   = (*HypervisorClient)(nil)
+	_ Recoverer  = (*HypervisorClient)(nil)
+	_ Migrator   = (*HypervisorClient)(nil)
+)
+
+// NewHypervisorClient returns a client for the hypervisor plugin served on conn.
+func NewHypervisorClient(conn grpc.ClientConnInterface) *HypervisorClient {
+	return &HypervisorClient{baseClient: baseClient{base: basev1.NewDriverClient(conn)}, hv: hypervisorv1.NewHypervisorClient(conn)}
+}
+
+// Create implements Hypervisor.
+func (c *HypervisorClient) Create(ctx context.Context, spec *domainv1.DomainSpec) (*hypervisorv1.Handle, error) {
+	resp, err := c.hv.Create(ctx, &hypervisorv1.CreateRequest{Domain: spec})
+	return resp.GetHandle(), err
+}
+
+// Start implements Hypervisor.
+func (c *HypervisorClient) Start(ctx context.Context, id string) error {
+	_, err := c.hv.Start(ctx, &hypervisorv1.StartRequest{Id: id})
+	return err
+}
+
+// Shutdown implements Hypervisor.
+func (c *HypervisorClient) Shutdown(ctx context.Context, id string, timeout time.Duration) (bool, error) {
+	resp, err := c.hv.Shutdown(ctx, &hypervisorv1.ShutdownRequest{Id: id, Timeout: durationpb.New(timeout)})
+	return resp.GetGraceful(), err
+}
+
+// Kill implements Hypervisor.
+func (c *HypervisorClient) Kill(ctx context.Context, id string) error {
+	_, err := c.hv.Kill(ctx, &hypervisorv1.KillRequest{Id: id})
+	return err
+}
+
+// Delete implements Hypervisor.
+func (c *HypervisorClient) Delete(ctx context.Context, id string) error {
+	_, err := c.hv.Delete(ctx, &hypervisorv1.DeleteRequest{Id: id})
+	return err
+}
+
+// Status implements Hypervisor.
+func (c *HypervisorClient) Status(ctx context.Context, id string) (*hypervisorv1.VMStatus, error) {
+	resp, err := c.hv.Status(ctx, &hypervisorv1.StatusRequest{Id: id})
+	return resp.GetStatus(), err
+}
+
+// Events implements Hypervisor.
+func (c *HypervisorClient) Events(ctx context.Context, id string, send func(*hypervisorv1.Event) error) error {
+	stream, err := c.hv.Events(ctx, &hypervisorv1.EventsRequest{Id: id})
+	if err != nil {
+		return err
+	}
+	return recvAll(ctx, stream.Recv, send)
+}
+
+// Pause implements Pauser.
+func (c *HypervisorClient) Pause(ctx context.Context, id string) error {
+	if err := c.require(ctx, basev1.Feature_FEATURE_HYPERVISOR_PAUSE); err != nil {
+		return err
+	}
+	_, err := c.hv.Pause(ctx, &hypervisorv1.PauseRequest{Id: id})
+	return err
+}
+
+// Resume implements Pauser.
+func (c *HypervisorClient) Resume(ctx context.Context, id string) error {
+	if err := c.require(ctx, basev1.Feature_FEATURE_HYPERVISOR_PAUSE); err != nil {
+		return err
+	}
+	_, err := c.hv.Resume(ctx, &hypervisorv1.ResumeRequest{Id: id})
+	return err
+}
+
+// Reboot implements Rebooter.
+func (c *HypervisorClient) Reboot(ctx context.Context, id string) error {
+	if err := c.require(ctx, basev1.Feature_FEATURE_HYPERVISOR_REBOOT); err != nil {
+		return err
+	}
+	_, err := c.hv.Reboot(ctx, &hypervisorv1.RebootRequest{Id: id})
+	return err
+}
+
+// Recover implements Recoverer.
+func (c *HypervisorClient) Recover(ctx context.Context, handle *hypervisorv1.Handle) (*hypervisorv1.VMStatus, error) {
+	if err := c.require(ctx, basev1.Feature_FEATURE_HYPERVISOR_RECOVER); err != nil {
+		return nil, err
+	}
+	resp, err := c.hv.Recover(ctx, &hypervisorv1.RecoverRequest{Handle: handle})
+	return resp.GetStatus(), err
+}
+
+// Migrate implements Migrator.
+func (c *HypervisorClient) Migrate(ctx context.Context, req *hypervisorv1.MigrateRequest) error {
+	if err := c.require(ctx, basev1.Feature_FEATURE_HYPERVISOR_MIGRATE); err != nil {
+		return err
+	}
+	_, err := c.hv.Migrate(ctx, req)
+	return err
+}
+
+// Console implements Consoler. It returns when ctx is done, the VM's console closes, or in
+// ends (after which output still in flight is dropped).
+func (c *HypervisorClient) Console(ctx context.Context, id string, in io.Reader, out io.Writer) error {
+	if err := c.require(ctx, basev1.Feature_FEATURE_HYPERVISOR_CONSOLE); err != nil {
+		return err
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	stream, err := c.hv.Console(ctx)
+	if err != nil {
+		return err
+	}
+	if err := stream.Send(&hypervisorv1.ConsoleInput{Id: id}); err != nil {
+		return err
+	}
+	if in != nil {
+		go func() {
+			buf := make([]byte, 4096)
+			for {
+				n, err := in.Read(buf)
+				if n > 0 {
+					if stream.Send(&hypervisorv1.ConsoleInput{Data: append([]byte(nil), buf[:n]...)}) != nil {
+						return
+					}
+				}
+				if err != nil {
+					_ = stream.CloseSend()
+					return
+				}
+			}
+		}()
+	}
+	for {
+		msg, err := stream.Recv()
+		if err != nil {
+			if ctx.Err() != nil || isEOF(err) || status.Code(err) == codes.Canceled {
+				return nil
+			}
+			return err
+		}
+		if _, err := out.Write(msg.GetData()); err != nil {
+			return err
+		}
+	}
+}
+
+func unimplemented(op string) error {
+	return status.Errorf(codes.Unimplemented, "%s is not offered by this driver", op)
+}
+
+func isEOF(err error) bool { return errors.Is(err, io.EOF) }
+
+type writerFunc func([]byte) (int, error)
+
+func (f writerFunc) Write(p []byte) (int, error) { return f(p) }

@@ -1,0 +1,66 @@
+package driver
+
+import (
+	"context"
+
+	"google.golang.org/grpc"
+
+	basev1 "github.com/kubevisor/kubevisor/core/driver/base/v1"
+	networkv1 "github.com/kubevisor/kubevisor/core/driver/network/v1"
+)
+
+type networkServer struct {
+	networkv1.UnimplementedNetworkServer
+	impl Network
+}
+
+func (s *networkServer) Setup(ctx context.Context, req *networkv1.SetupRequest) (*networkv1.SetupResponse, error) {
+	return s.impl.Setup(ctx, req)
+}
+
+func (s *networkServer) Check(ctx context.Context, req *networkv1.CheckRequest) (*networkv1.CheckResponse, error) {
+	c, ok := s.impl.(NetworkChecker)
+	if !ok {
+		return nil, unimplemented("check")
+	}
+	return c.Check(ctx, req)
+}
+
+func (s *networkServer) Teardown(ctx context.Context, req *networkv1.TeardownRequest) (*networkv1.TeardownResponse, error) {
+	return &networkv1.TeardownResponse{}, s.impl.Teardown(ctx, req)
+}
+
+// NetworkClient is the host's Network: it calls a network plugin over gRPC.
+type NetworkClient struct {
+	baseClient
+	net networkv1.NetworkClient
+}
+
+var (
+	_ Network        = (*NetworkClient)(nil)
+	_ NetworkChecker = (*NetworkClient)(nil)
+)
+
+// NewNetworkClient returns a client for the network plugin served on conn.
+func NewNetworkClient(conn grpc.ClientConnInterface) *NetworkClient {
+	return &NetworkClient{baseClient: baseClient{base: basev1.NewDriverClient(conn)}, net: networkv1.NewNetworkClient(conn)}
+}
+
+// Setup implements Network.
+func (c *NetworkClient) Setup(ctx context.Context, req *networkv1.SetupRequest) (*networkv1.SetupResponse, error) {
+	return c.net.Setup(ctx, req)
+}
+
+// Check implements NetworkChecker.
+func (c *NetworkClient) Check(ctx context.Context, req *networkv1.CheckRequest) (*networkv1.CheckResponse, error) {
+	if err := c.require(ctx, basev1.Feature_FEATURE_NETWORK_CHECK); err != nil {
+		return nil, err
+	}
+	return c.net.Check(ctx, req)
+}
+
+// Teardown implements Network.
+func (c *NetworkClient) Teardown(ctx context.Context, req *networkv1.TeardownRequest) error {
+	_, err := c.net.Teardown(ctx, req)
+	return err
+}
