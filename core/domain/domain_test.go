@@ -1,0 +1,96 @@
+package domain_test
+
+import (
+	"strings"
+	"testing"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/kubevisor/kubevisor/core/domain"
+	domainv1 "github.com/kubevisor/kubevisor/core/domain/v1"
+)
+
+func validSpec() *domainv1.DomainSpec {
+	return &domainv1.DomainSpec{
+		Id:     "6a1f0c1e-0000-4000-8000-000000000001",
+		Name:   "default/demo",
+		Memory: &domainv1.Memory{GuestBytes: 128 << 20},
+		Cpu:    &domainv1.CPU{Sockets: 1, Cores: 2, Threads: 1},
+		Firmware: &domainv1.Firmware{Boot: &domainv1.Firmware_Kernel{Kernel: &domainv1.KernelBoot{
+			KernelPath: "/var/lib/kubevisor/guest/vmlinuz", InitrdPath: "/var/lib/kubevisor/guest/initrd"}}},
+		Disks: []*domainv1.Disk{
+			{Name: "root", Path: "/run/kubevisor/vm/root.qcow2", Format: domainv1.DiskFormat_DISK_FORMAT_QCOW2, BootOrder: 1},
+			{Name: "cloudinit", Path: "/run/kubevisor/vm/cidata.iso", Device: domainv1.DiskDevice_DISK_DEVICE_CDROM, ReadOnly: true},
+		},
+		Nics:   []*domainv1.NIC{{Name: "default", TapName: "tap0", Mac: "02:00:00:00:00:01", BootOrder: 2}},
+		Serial: &domainv1.Serial{SocketPath: "/run/kubevisor/vm/serial.sock"},
+	}
+}
+
+func TestValidateAcceptsValidSpec(t *testing.T) {
+	if err := domain.Validate(validSpec()); err != nil {
+		t.Fatalf("Validate = %v", err)
+	}
+	if n := domain.VCPUs(validSpec()); n != 2 {
+		t.Fatalf("VCPUs = %d, want 2", n)
+	}
+}
+
+func TestValidateRejects(t *testing.T) {
+	tests := []struct {
+		name   string
+		mutate func(*domainv1.DomainSpec)
+		field  string
+	}{
+		{"no id", func(s *domainv1.DomainSpec) { s.Id = "" }, "id"},
+		{"no memory", func(s *domainv1.DomainSpec) { s.Memory = nil }, "memory.guestBytes"},
+		{"too many vcpus", func(s *domainv1.DomainSpec) { s.Cpu = &domainv1.CPU{Sockets: 4, Cores: 64, Threads: 4} }, "cpu"},
+		{"relative kernel", func(s *domainv1.DomainSpec) { s.GetFirmware().GetKernel().KernelPath = "vmlinuz" }, "firmware.kernel.kernelPath"},
+		{"missing kernel", func(s *domainv1.DomainSpec) { s.GetFirmware().GetKernel().KernelPath = "" }, "firmware.kernel.kernelPath"},
+		{"relative disk", func(s *domainv1.DomainSpec) { s.Disks[0].Path = "root.qcow2" }, "disks[0].path"},
+		{"unnamed disk", func(s *domainv1.DomainSpec) { s.Disks[1].Name = "" }, "disks[1].name"},
+		{"duplicate disk", func(s *domainv1.DomainSpec) { s.Disks[1].Name = "root" }, "disks[1].name"},
+		{"duplicate boot order", func(s *domainv1.DomainSpec) { s.Nics[0].BootOrder = 1 }, "nics[0].bootOrder"},
+		{"bad mac", func(s *domainv1.DomainSpec) { s.Nics[0].Mac = "02:00:00:00:00" }, "nics[0].mac"},
+		{"multicast mac", func(s *domainv1.DomainSpec) { s.Nics[0].Mac = "01:00:5e:00:00:01" }, "nics[0].mac"},
+		{"no tap", func(s *domainv1.DomainSpec) { s.Nics[0].TapName = "" }, "nics[0]"},
+		{"tap twice", func(s *domainv1.DomainSpec) { s.Nics[0].TapFdPath = "/proc/self/fd/3" }, "nics[0]"},
+		{"relative serial", func(s *domainv1.DomainSpec) { s.Serial.SocketPath = "serial.sock" }, "serial.socketPath"},
+		{"bad pci", func(s *domainv1.DomainSpec) { s.HostDevices = []*domainv1.HostDevice{{PciAddress: "01:00.0"}} }, "hostDevices[0].pciAddress"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			spec := proto.Clone(validSpec()).(*domainv1.DomainSpec)
+			tt.mutate(spec)
+			err := domain.Validate(spec)
+			if err == nil {
+				t.Fatal("Validate accepted an invalid spec")
+			}
+			if status.Code(err) != codes.InvalidArgument {
+				t.Errorf("code = %v, want InvalidArgument", status.Code(err))
+			}
+			if !strings.Contains(err.Error(), tt.field+": ") {
+				t.Errorf("error %q does not name field %q", err, tt.field)
+			}
+		})
+	}
+}
+
+func TestValidateNil(t *testing.T) {
+	if err := domain.Validate(nil); err == nil || !strings.Contains(err.Error(), "domain: required") {
+		t.Fatalf("Validate(nil) = %v", err)
+	}
+}
+
+func TestValidateReportsEveryError(t *testing.T) {
+	spec := validSpec()
+	spec.Id = ""
+	spec.Memory = nil
+	err := domain.Validate(spec)
+	verr, ok := err.(domain.ValidationError)
+	if !ok || len(verr) != 2 {
+		t.Fatalf("Validate = %#v, want two field errors", err)
+	}
+}

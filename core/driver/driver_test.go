@@ -1,0 +1,244 @@
+package driver_test
+
+import (
+	"bytes"
+	"context"
+	"io"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	domainv1 "github.com/kubevisor/kubevisor/core/domain/v1"
+	"github.com/kubevisor/kubevisor/core/driver"
+	basev1 "github.com/kubevisor/kubevisor/core/driver/base/v1"
+	hypervisorv1 "github.com/kubevisor/kubevisor/core/driver/hypervisor/v1"
+)
+
+// echoHypervisor is the least a hypervisor must be, plus a console that echoes input upper-cased;
+// it counts calls so tests can tell whether a call reached the driver.
+type echoHypervisor struct {
+	features []basev1.Feature
+	calls    atomic.Int32
+}
+
+func (h *echoHypervisor) Info(context.Context) (*basev1.InfoResponse, error) {
+	return &basev1.InfoResponse{Name: "echo", Version: "0.1.0"}, nil
+}
+func (h *echoHypervisor) Capabilities(context.Context) (*basev1.Capabilities, error) {
+	return &basev1.Capabilities{Features: h.features}, nil
+}
+func (h *echoHypervisor) Fingerprint(ctx context.Context, send func(*basev1.FingerprintResponse) error) error {
+	if err := send(&basev1.FingerprintResponse{Health: basev1.Health_HEALTH_HEALTHY}); err != nil {
+		return err
+	}
+	<-ctx.Done()
+	return nil
+}
+func (h *echoHypervisor) Configure(context.Context, *basev1.ConfigureRequest) error { return nil }
+func (h *echoHypervisor) Create(_ context.Context, s *domainv1.DomainSpec) (*hypervisorv1.Handle, error) {
+	h.calls.Add(1)
+	return &hypervisorv1.Handle{Id: s.GetId()}, nil
+}
+func (h *echoHypervisor) Start(context.Context, string) error { h.calls.Add(1); return nil }
+func (h *echoHypervisor) Shutdown(context.Context, string, time.Duration) (bool, error) {
+	return true, nil
+}
+func (h *echoHypervisor) Kill(context.Context, string) error   { return nil }
+func (h *echoHypervisor) Delete(context.Context, string) error { return nil }
+func (h *echoHypervisor) Status(_ context.Context, id string) (*hypervisorv1.VMStatus, error) {
+	return nil, status.Errorf(codes.NotFound, "vm %q not found", id)
+}
+func (h *echoHypervisor) Events(ctx context.Context, id string, send func(*hypervisorv1.Event) error) error {
+	for _, t := range []hypervisorv1.EventType{hypervisorv1.EventType_EVENT_TYPE_STARTED, hypervisorv1.EventType_EVENT_TYPE_STOPPED} {
+		if err := send(&hypervisorv1.Event{Id: id, Type: t}); err != nil {
+			return err
+		}
+	}
+	<-ctx.Done()
+	return nil
+}
+
+// pausingHypervisor adds Pauser; consoleHypervisor adds Consoler.
+type pausingHypervisor struct{ echoHypervisor }
+
+func (h *pausingHypervisor) Pause(context.Context, string) error  { h.calls.Add(1); return nil }
+func (h *pausingHypervisor) Resume(context.Context, string) error { h.calls.Add(1); return nil }
+
+type consoleHypervisor struct{ pausingHypervisor }
+
+func (h *consoleHypervisor) Console(_ context.Context, _ string, in io.Reader, out io.Writer) error {
+	buf := make([]byte, 64)
+	for {
+		n, err := in.Read(buf)
+		if n > 0 {
+			if _, werr := out.Write(bytes.ToUpper(buf[:n])); werr != nil {
+				return werr
+			}
+		}
+		if err != nil {
+			return nil
+		}
+	}
+}
+
+func inProcess(t *testing.T, impl driver.Driver) *driver.HypervisorClient {
+	t.Helper()
+	c, stop, err := driver.InProcess(basev1.Kind_KIND_HYPERVISOR, impl)
+	if err != nil {
+		t.Fatalf("InProcess: %v", err)
+	}
+	t.Cleanup(stop)
+	return c.(*driver.HypervisorClient)
+}
+
+func TestServableRejectsDeclaredButMissingFeature(t *testing.T) {
+	impl := &echoHypervisor{features: []basev1.Feature{basev1.Feature_FEATURE_HYPERVISOR_PAUSE}}
+	err := driver.Servable(basev1.Kind_KIND_HYPERVISOR, impl)
+	if err == nil || !strings.Contains(err.Error(), "driver.Pauser") {
+		t.Fatalf("Servable = %v, want an error naming driver.Pauser", err)
+	}
+	if _, _, err := driver.InProcess(basev1.Kind_KIND_HYPERVISOR, impl); err == nil {
+		t.Fatal("InProcess served a driver that declares a feature it does not implement")
+	}
+}
+
+func TestServableRejectsFeatureOfAnotherKind(t *testing.T) {
+	impl := &echoHypervisor{features: []basev1.Feature{basev1.Feature_FEATURE_NETWORK_CHECK}}
+	if err := driver.Servable(basev1.Kind_KIND_HYPERVISOR, impl); err == nil || !strings.Contains(err.Error(), "not a feature of a hypervisor driver") {
+		t.Fatalf("Servable = %v, want a kind mismatch error", err)
+	}
+}
+
+func TestServableRejectsWrongKind(t *testing.T) {
+	if err := driver.Servable(basev1.Kind_KIND_NETWORK, &echoHypervisor{}); err == nil || !strings.Contains(err.Error(), "driver.Network") {
+		t.Fatalf("Servable = %v, want an error naming driver.Network", err)
+	}
+}
+
+func TestInfoCarriesKindAndProtocolVersion(t *testing.T) {
+	c := inProcess(t, &echoHypervisor{})
+	info, err := c.Info(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if info.GetName() != "echo" || info.GetKind() != basev1.Kind_KIND_HYPERVISOR {
+		t.Errorf("Info = %v, want name echo, kind hypervisor", info)
+	}
+	if got := info.GetProtocolVersions(); len(got) != 1 || got[0] != driver.ProtocolVersion {
+		t.Errorf("protocol versions = %v, want [%d]", got, driver.ProtocolVersion)
+	}
+}
+
+func TestUndeclaredFeatureNeverReachesDriver(t *testing.T) {
+	// The driver implements Pauser but does not declare it: the host must not call it.
+	impl := &pausingHypervisor{}
+	c := inProcess(t, impl)
+	err := c.Pause(context.Background(), "vm")
+	if status.Code(err) != codes.Unimplemented {
+		t.Fatalf("Pause = %v, want Unimplemented", err)
+	}
+	if n := impl.calls.Load(); n != 0 {
+		t.Fatalf("driver saw %d calls, want 0", n)
+	}
+}
+
+func TestDeclaredFeatureReachesDriver(t *testing.T) {
+	impl := &pausingHypervisor{echoHypervisor{features: []basev1.Feature{basev1.Feature_FEATURE_HYPERVISOR_PAUSE}}}
+	c := inProcess(t, impl)
+	if err := c.Pause(context.Background(), "vm"); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Resume(context.Background(), "vm"); err != nil {
+		t.Fatal(err)
+	}
+	if n := impl.calls.Load(); n != 2 {
+		t.Fatalf("driver saw %d calls, want 2", n)
+	}
+}
+
+func TestStatusCodesCrossTheBoundary(t *testing.T) {
+	c := inProcess(t, &echoHypervisor{})
+	_, err := c.Status(context.Background(), "missing")
+	if status.Code(err) != codes.NotFound || !strings.Contains(err.Error(), `"missing"`) {
+		t.Fatalf("Status = %v, want NotFound naming the vm", err)
+	}
+	if _, err := (c.Create(context.Background(), nil)); status.Code(err) != codes.InvalidArgument {
+		t.Fatalf("Create(nil) = %v, want InvalidArgument", err)
+	}
+}
+
+func TestEventsStreamEndsWithContext(t *testing.T) {
+	c := inProcess(t, &echoHypervisor{})
+	ctx, cancel := context.WithCancel(context.Background())
+	var got []hypervisorv1.EventType
+	err := c.Events(ctx, "vm", func(e *hypervisorv1.Event) error {
+		got = append(got, e.GetType())
+		if len(got) == 2 {
+			cancel()
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatalf("Events = %v, want nil after cancel", err)
+	}
+	if len(got) != 2 || got[1] != hypervisorv1.EventType_EVENT_TYPE_STOPPED {
+		t.Fatalf("events = %v", got)
+	}
+}
+
+func TestConsoleCarriesInputAndOutput(t *testing.T) {
+	impl := &consoleHypervisor{}
+	impl.features = []basev1.Feature{basev1.Feature_FEATURE_HYPERVISOR_PAUSE, basev1.Feature_FEATURE_HYPERVISOR_CONSOLE}
+	c := inProcess(t, impl)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	var out bytes.Buffer
+	// The driver's console returns when input ends, which ends the output stream.
+	if err := c.Console(ctx, "vm", strings.NewReader("hello console"), &out); err != nil {
+		t.Fatalf("Console = %v", err)
+	}
+	if out.String() != "HELLO CONSOLE" {
+		t.Fatalf("console output = %q, want %q", out.String(), "HELLO CONSOLE")
+	}
+}
+
+func TestFingerprintStopsOnCancel(t *testing.T) {
+	c := inProcess(t, &echoHypervisor{})
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	var health basev1.Health
+	go func() {
+		done <- c.Fingerprint(ctx, func(f *basev1.FingerprintResponse) error {
+			health = f.GetHealth()
+			cancel()
+			return nil
+		})
+	}()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatalf("Fingerprint = %v", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("Fingerprint did not return after cancel")
+	}
+	if health != basev1.Health_HEALTH_HEALTHY {
+		t.Fatalf("health = %v", health)
+	}
+}
+
+func TestKindNames(t *testing.T) {
+	for _, name := range []string{driver.KindHypervisor, driver.KindNetwork, driver.KindStorage, driver.KindDevice} {
+		k, err := driver.ParseKind(name)
+		if err != nil || driver.KindName(k) != name {
+			t.Errorf("ParseKind(%q) = %v, %v", name, k, err)
+		}
+	}
+	if _, err := driver.ParseKind("gpu"); err == nil {
+		t.Error("ParseKind(gpu) succeeded")
+	}
+}
