@@ -1,0 +1,131 @@
+/*
+Copyright 2026 The Kubevisor Authors.
+
+Licensed under the Apache License, Version 2.0 (the "License");
+you may not use this file except in compliance with the License.
+You may obtain a copy of the License at
+
+    http://www.apache.org/licenses/LICENSE-2.0
+
+Unless required by applicable law or agreed to in writing, software
+distributed under the License is distributed on an "AS IS" BASIS,
+WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+See the License for the specific language governing permissions and
+limitations under the License.
+*/
+
+package v1alpha1
+
+// Prefixes of the labels, annotations and resource names Kubevisor owns.
+const (
+	// LabelPrefix starts every label and annotation key that Kubevisor sets on objects.
+	LabelPrefix = GroupName + "/"
+	// CapabilityLabelPrefix starts the node labels a handler publishes from its drivers'
+	// fingerprints (capability.kubevisor.io/<attribute>); launcher pods get node affinity on them.
+	CapabilityLabelPrefix = "capability." + GroupName + "/"
+	// DeviceResourcePrefix starts the extended resource names of Kubevisor's kubelet device plugins.
+	DeviceResourcePrefix = "devices." + GroupName + "/"
+)
+
+// Labels Kubevisor sets.
+const (
+	// CreatedByLabel is set on a launcher pod to the UID of the VirtualMachineInstance it runs.
+	CreatedByLabel = LabelPrefix + "created-by"
+	// VirtualMachineInstanceNameLabel is set on a launcher pod to the name of the VirtualMachineInstance it runs.
+	VirtualMachineInstanceNameLabel = LabelPrefix + "vmi-name"
+	// VirtualMachineNameLabel is set on a VirtualMachineInstance to the name of the VirtualMachine that owns it.
+	VirtualMachineNameLabel = LabelPrefix + "vm-name"
+	// NodeNameLabel is set on a VirtualMachineInstance to the node that runs it, since CRDs have no field
+	// selector on status.nodeName.
+	NodeNameLabel = LabelPrefix + "node-name"
+	// MigrationUIDLabel is set on the target launcher pod of a migration to the VirtualMachineInstanceMigration UID.
+	MigrationUIDLabel = LabelPrefix + "migration-uid"
+	// HypervisorClassLabel is set on a launcher pod to the name of the HypervisorClass it was built for.
+	HypervisorClassLabel = LabelPrefix + "hypervisor-class"
+	// SchedulableNodeLabel is set to "true" by a handler on a node that can run VirtualMachineInstances.
+	SchedulableNodeLabel = LabelPrefix + "schedulable"
+)
+
+// Annotations Kubevisor reads or sets.
+const (
+	// IsDefaultHypervisorClassAnnotation marks, with the value "true", the HypervisorClass used by
+	// VirtualMachineInstances that name none (as storageclass.kubernetes.io/is-default-class does).
+	IsDefaultHypervisorClassAnnotation = "hypervisorclass." + GroupName + "/is-default-class"
+)
+
+// TeardownFinalizer keeps a VirtualMachineInstance (or its launcher pod) until the node handler has
+// released everything the drivers set up for it.
+const TeardownFinalizer = LabelPrefix + "teardown"
+
+// Extended resources served by Kubevisor's kubelet device plugins and requested by launcher pods.
+const (
+	// KVMDeviceResource grants /dev/kvm.
+	KVMDeviceResource = DeviceResourcePrefix + "kvm"
+	// TunDeviceResource grants /dev/net/tun.
+	TunDeviceResource = DeviceResourcePrefix + "tun"
+	// VhostNetDeviceResource grants /dev/vhost-net.
+	VhostNetDeviceResource = DeviceResourcePrefix + "vhost-net"
+)
+
+// CapabilityLabel returns the node label key a handler publishes for a capability attribute.
+func CapabilityLabel(attribute string) string {
+	return CapabilityLabelPrefix + attribute
+}
+
+// Reasons used in condition reasons and event reasons alike, so that a Warning event and the
+// condition it explains carry the same string.
+const (
+	// ReasonPodTerminating says the launcher pod is terminating (Ready=False).
+	ReasonPodTerminating = "PodTerminating"
+	// ReasonPodNotExists says the launcher pod does not exist (Ready=False).
+	ReasonPodNotExists = "PodNotExists"
+	// ReasonPodConditionMissing says the launcher pod reports no Ready condition (Ready=False).
+	ReasonPodConditionMissing = "PodConditionMissing"
+	// ReasonGuestNotRunning says the guest is not running (Ready=False).
+	ReasonGuestNotRunning = "GuestNotRunning"
+	// ReasonHypervisorClassNotFound says the named HypervisorClass does not exist, or none is default.
+	ReasonHypervisorClassNotFound = "HypervisorClassNotFound"
+	// ReasonMultipleDefaultHypervisorClasses says more than one HypervisorClass is marked default.
+	ReasonMultipleDefaultHypervisorClasses = "MultipleDefaultHypervisorClasses"
+	// ReasonDriverNotFound says the class's driver is not loaded on the node.
+	ReasonDriverNotFound = "DriverNotFound"
+	// ReasonDriverError says a driver call failed.
+	ReasonDriverError = "DriverError"
+	// ReasonUnschedulable says the launcher pod cannot be scheduled.
+	ReasonUnschedulable = "Unschedulable"
+	// ReasonSuccessfulCreate says an owned object (VMI, launcher pod) was created.
+	ReasonSuccessfulCreate = "SuccessfulCreate"
+	// ReasonFailedCreate says creating an owned object failed.
+	ReasonFailedCreate = "FailedCreate"
+	// ReasonSuccessfulDelete says an owned object was deleted.
+	ReasonSuccessfulDelete = "SuccessfulDelete"
+	// ReasonFailedDelete says deleting an owned object failed.
+	ReasonFailedDelete = "FailedDelete"
+	// ReasonStarted says the guest was started.
+	ReasonStarted = "Started"
+	// ReasonShuttingDown says a graceful guest shutdown was requested.
+	ReasonShuttingDown = "ShuttingDown"
+	// ReasonStopped says the guest stopped.
+	ReasonStopped = "Stopped"
+	// ReasonPaused says the guest was paused by a user.
+	ReasonPaused = "PausedByUser"
+	// ReasonResumed says the guest was resumed.
+	ReasonResumed = "Resumed"
+	// ReasonSyncFailed says the handler could not bring the guest to the VMI's spec (Synchronized=False).
+	ReasonSyncFailed = "SyncFailed"
+	// ReasonMigrating says a live migration started.
+	ReasonMigrating = "Migrating"
+	// ReasonMigrated says a live migration succeeded.
+	ReasonMigrated = "Migrated"
+	// ReasonMigrationFailed says a live migration failed.
+	ReasonMigrationFailed = "MigrationFailed"
+	// ReasonDisksNotLiveMigratable says a disk prevents live migration (LiveMigratable=False).
+	ReasonDisksNotLiveMigratable = "DisksNotLiveMigratable"
+	// ReasonInterfaceNotLiveMigratable says a network interface prevents live migration (LiveMigratable=False).
+	ReasonInterfaceNotLiveMigratable = "InterfaceNotLiveMigratable"
+	// ReasonDriverNotLiveMigratable says the hypervisor driver does not declare the migrate capability
+	// (LiveMigratable=False).
+	ReasonDriverNotLiveMigratable = "DriverNotLiveMigratable"
+	// ReasonCrashLoopBackOff says the VM controller waits before starting a VMI that failed repeatedly.
+	ReasonCrashLoopBackOff = "CrashLoopBackOff"
+)

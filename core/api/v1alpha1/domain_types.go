@@ -1,0 +1,328 @@
+/*
+Copyright 2026 The Kubevisor Authors.
+
+Licensed under the Apache License, Version 2.0 (the "License");
+you may not use this file except in compliance with the License.
+You may obtain a copy of the License at
+
+    http://www.apache.org/licenses/LICENSE-2.0
+
+Unless required by applicable law or agreed to in writing, software
+distributed under the License is distributed on an "AS IS" BASIS,
+WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+See the License for the specific language governing permissions and
+limitations under the License.
+*/
+
+package v1alpha1
+
+import (
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	"k8s.io/apimachinery/pkg/types"
+)
+
+// DomainSpec describes the virtual hardware of a VirtualMachineInstance (KubeVirt's DomainSpec subset).
+type DomainSpec struct {
+	// Resources describes the compute resources required by this VMI.
+	// +optional
+	Resources ResourceRequirements `json:"resources,omitempty"`
+	// CPU specifies the CPU topology and model inside the VMI.
+	// +optional
+	CPU *CPU `json:"cpu,omitempty"`
+	// Memory specifies the memory visible inside the VMI.
+	// +optional
+	Memory *Memory `json:"memory,omitempty"`
+	// Machine selects the machine type (chipset) of the VMI.
+	// +optional
+	Machine *Machine `json:"machine,omitempty"`
+	// Firmware selects the firmware, bootloader and SMBIOS identity of the VMI.
+	// +optional
+	Firmware *Firmware `json:"firmware,omitempty"`
+	// Devices lists the disks, network interfaces and other devices of the VMI.
+	Devices Devices `json:"devices"`
+}
+
+// ResourceRequirements describes the compute resources of a VMI.
+type ResourceRequirements struct {
+	// Requests is a description of the initial VMI resources.
+	// Valid resource keys are "memory" and "cpu".
+	// +optional
+	Requests corev1.ResourceList `json:"requests,omitempty"`
+	// Limits describes the maximum amount of compute resources allowed.
+	// Valid resource keys are "memory" and "cpu".
+	// +optional
+	Limits corev1.ResourceList `json:"limits,omitempty"`
+}
+
+// CPU specifies the CPU topology and model of a VMI.
+type CPU struct {
+	// Cores specifies the number of cores inside the VMI.
+	// +kubebuilder:validation:Minimum=1
+	// +optional
+	Cores uint32 `json:"cores,omitempty"`
+	// Sockets specifies the number of sockets inside the VMI.
+	// +kubebuilder:validation:Minimum=1
+	// +optional
+	Sockets uint32 `json:"sockets,omitempty"`
+	// Threads specifies the number of threads inside the VMI.
+	// +kubebuilder:validation:Minimum=1
+	// +optional
+	Threads uint32 `json:"threads,omitempty"`
+	// Model specifies the CPU model inside the VMI, for example "host-passthrough" or "host-model".
+	// The hypervisor driver decides which models it supports.
+	// +optional
+	Model string `json:"model,omitempty"`
+}
+
+// Memory specifies the memory of a VMI.
+type Memory struct {
+	// Guest is the amount of memory visible inside the guest OS.
+	// Defaults to the requested memory of the resources section.
+	// +optional
+	Guest *resource.Quantity `json:"guest,omitempty"`
+}
+
+// Machine selects the machine type of a VMI.
+type Machine struct {
+	// Type is the machine type (chipset) of the VMI, for example "q35". Empty lets the driver choose.
+	// +optional
+	Type string `json:"type"`
+}
+
+// Firmware selects the firmware of a VMI.
+type Firmware struct {
+	// UUID reported by the VMI's firmware. Defaults to a random UUID.
+	// +optional
+	UUID types.UID `json:"uuid,omitempty"`
+	// Bootloader selects BIOS or EFI.
+	// +optional
+	Bootloader *Bootloader `json:"bootloader,omitempty"`
+	// Serial is the system serial number in SMBIOS.
+	// +optional
+	Serial string `json:"serial,omitempty"`
+	// KernelBoot boots the VMI from a kernel and initrd instead of a disk.
+	// +optional
+	KernelBoot *KernelBoot `json:"kernelBoot,omitempty"`
+}
+
+// Bootloader selects the bootloader of a VMI. At most one of its members may be set; BIOS is the default.
+// +kubebuilder:validation:XValidation:rule="!(has(self.bios) && has(self.efi))",message="bios and efi are mutually exclusive"
+type Bootloader struct {
+	// BIOS selects BIOS firmware (the default).
+	// +optional
+	BIOS *BIOS `json:"bios,omitempty"`
+	// EFI selects EFI firmware.
+	// +optional
+	EFI *EFI `json:"efi,omitempty"`
+}
+
+// BIOS selects BIOS firmware.
+type BIOS struct{}
+
+// EFI selects EFI firmware.
+type EFI struct {
+	// SecureBoot enables Secure Boot. Defaults to true.
+	// +optional
+	SecureBoot *bool `json:"secureBoot,omitempty"`
+}
+
+// KernelBoot boots a VMI from a kernel and initrd.
+type KernelBoot struct {
+	// KernelArgs are passed to the kernel at boot time.
+	// +optional
+	KernelArgs string `json:"kernelArgs,omitempty"`
+	// Container is the image that holds the kernel and initrd.
+	// +optional
+	Container *KernelBootContainer `json:"container,omitempty"`
+}
+
+// KernelBootContainer is an image that holds a kernel and an initrd.
+type KernelBootContainer struct {
+	// Image that contains the initrd and kernel files.
+	// +kubebuilder:validation:MinLength=1
+	Image string `json:"image"`
+	// ImagePullPolicy is one of Always, Never, IfNotPresent.
+	// +kubebuilder:validation:Enum=Always;Never;IfNotPresent
+	// +optional
+	ImagePullPolicy corev1.PullPolicy `json:"imagePullPolicy,omitempty"`
+	// KernelPath is the fully-qualified path of the kernel image in the container.
+	// +optional
+	KernelPath string `json:"kernelPath,omitempty"`
+	// InitrdPath is the fully-qualified path of the ramdisk image in the container.
+	// +optional
+	InitrdPath string `json:"initrdPath,omitempty"`
+}
+
+// Devices lists the devices of a VMI.
+type Devices struct {
+	// Disks are the disks and cdroms connected to the VMI. Each names a volume.
+	// +listType=map
+	// +listMapKey=name
+	// +kubebuilder:validation:MaxItems=256
+	// +optional
+	Disks []Disk `json:"disks,omitempty"`
+	// Interfaces are the network interfaces of the VMI. Each names a network.
+	// +listType=map
+	// +listMapKey=name
+	// +kubebuilder:validation:MaxItems=256
+	// +optional
+	Interfaces []Interface `json:"interfaces,omitempty"`
+	// AutoattachGraphicsDevice attaches the default graphics device. Defaults to true.
+	// +optional
+	AutoattachGraphicsDevice *bool `json:"autoattachGraphicsDevice,omitempty"`
+	// AutoattachSerialConsole attaches the default serial console. Defaults to true.
+	// +optional
+	AutoattachSerialConsole *bool `json:"autoattachSerialConsole,omitempty"`
+}
+
+// Disk connects a volume to the VMI as a disk or a cdrom.
+type Disk struct {
+	// Name is the device name; it must match the name of a volume.
+	// +kubebuilder:validation:MinLength=1
+	Name string `json:"name"`
+	// DiskDevice selects how the volume is presented to the guest. Defaults to a disk.
+	DiskDevice `json:",inline"`
+	// BootOrder is an integer > 0 that orders boot devices; lower values boot first.
+	// Each disk or interface with a boot order must have a unique value.
+	// +kubebuilder:validation:Minimum=1
+	// +optional
+	BootOrder *uint `json:"bootOrder,omitempty"`
+	// Serial is the serial number of the disk device.
+	// +optional
+	Serial string `json:"serial,omitempty"`
+	// Cache is the disk cache mode.
+	// +optional
+	Cache DriverCache `json:"cache,omitempty"`
+}
+
+// DiskDevice selects how a volume is presented to the guest. At most one of its members may be set.
+// +kubebuilder:validation:XValidation:rule="!(has(self.disk) && has(self.cdrom))",message="disk and cdrom are mutually exclusive"
+type DiskDevice struct {
+	// Disk attaches the volume as a disk.
+	// +optional
+	Disk *DiskTarget `json:"disk,omitempty"`
+	// CDRom attaches the volume as a cdrom.
+	// +optional
+	CDRom *CDRomTarget `json:"cdrom,omitempty"`
+}
+
+// DiskBus is the bus a disk device is emulated on.
+// +kubebuilder:validation:Enum=virtio;sata;scsi;usb
+type DiskBus string
+
+// Disk buses.
+const (
+	// DiskBusVirtio is a virtio-blk device.
+	DiskBusVirtio DiskBus = "virtio"
+	// DiskBusSATA is a SATA device.
+	DiskBusSATA DiskBus = "sata"
+	// DiskBusSCSI is a SCSI device.
+	DiskBusSCSI DiskBus = "scsi"
+	// DiskBusUSB is a USB device.
+	DiskBusUSB DiskBus = "usb"
+)
+
+// DiskTarget attaches a volume as a disk.
+type DiskTarget struct {
+	// Bus is the type of disk device to emulate: virtio, sata, scsi or usb.
+	// +optional
+	Bus DiskBus `json:"bus,omitempty"`
+	// ReadOnly makes the disk read-only. Defaults to false.
+	// +optional
+	ReadOnly bool `json:"readonly,omitempty"`
+}
+
+// TrayState is whether the tray of a cdrom is open or closed.
+// +kubebuilder:validation:Enum=open;closed
+type TrayState string
+
+// Tray states.
+const (
+	// TrayStateOpen is an open tray.
+	TrayStateOpen TrayState = "open"
+	// TrayStateClosed is a closed tray.
+	TrayStateClosed TrayState = "closed"
+)
+
+// CDRomTarget attaches a volume as a cdrom.
+type CDRomTarget struct {
+	// Bus is the type of device to emulate: virtio, sata, scsi or usb.
+	// +optional
+	Bus DiskBus `json:"bus,omitempty"`
+	// ReadOnly makes the cdrom read-only. Defaults to true.
+	// +optional
+	ReadOnly *bool `json:"readonly,omitempty"`
+	// Tray is "open" or "closed". Defaults to closed.
+	// +optional
+	Tray TrayState `json:"tray,omitempty"`
+}
+
+// DriverCache is the cache mode of a disk.
+// +kubebuilder:validation:Enum=none;writethrough;writeback
+type DriverCache string
+
+// Disk cache modes.
+const (
+	// CacheNone bypasses the host page cache.
+	CacheNone DriverCache = "none"
+	// CacheWriteThrough uses the host page cache for reads only.
+	CacheWriteThrough DriverCache = "writethrough"
+	// CacheWriteBack uses the host page cache for reads and writes.
+	CacheWriteBack DriverCache = "writeback"
+)
+
+// Interface connects a network to the VMI.
+type Interface struct {
+	// Name is the logical name of the interface; it must match the name of a network.
+	// +kubebuilder:validation:MinLength=1
+	Name string `json:"name"`
+	// Model is the interface model, for example virtio or e1000. Defaults to virtio.
+	// +optional
+	Model string `json:"model,omitempty"`
+	// InterfaceBindingMethod selects how the interface is connected to the guest.
+	InterfaceBindingMethod `json:",inline"`
+	// Ports lists the ports forwarded to the VMI (masquerade binding). Empty forwards all.
+	// +listType=atomic
+	// +optional
+	Ports []Port `json:"ports,omitempty"`
+	// MacAddress is the interface MAC address, for example de:ad:00:00:be:af.
+	// +optional
+	MacAddress string `json:"macAddress,omitempty"`
+	// BootOrder is an integer > 0 that orders boot devices; lower values boot first.
+	// +kubebuilder:validation:Minimum=1
+	// +optional
+	BootOrder *uint `json:"bootOrder,omitempty"`
+}
+
+// InterfaceBindingMethod selects how an interface is connected to the guest. At most one of its members may be set.
+// +kubebuilder:validation:XValidation:rule="!(has(self.bridge) && has(self.masquerade))",message="bridge and masquerade are mutually exclusive"
+type InterfaceBindingMethod struct {
+	// Bridge connects the interface to the network through a linux bridge.
+	// +optional
+	Bridge *InterfaceBridge `json:"bridge,omitempty"`
+	// Masquerade connects the interface to the network through NAT.
+	// +optional
+	Masquerade *InterfaceMasquerade `json:"masquerade,omitempty"`
+}
+
+// InterfaceBridge connects an interface through a linux bridge.
+type InterfaceBridge struct{}
+
+// InterfaceMasquerade connects an interface through NAT.
+type InterfaceMasquerade struct{}
+
+// Port is a port forwarded to the VMI.
+type Port struct {
+	// Name of the port; if set it must be an IANA_SVC_NAME unique within the VMI.
+	// +optional
+	Name string `json:"name,omitempty"`
+	// Protocol is TCP or UDP. Defaults to TCP.
+	// +kubebuilder:validation:Enum=TCP;UDP
+	// +optional
+	Protocol string `json:"protocol,omitempty"`
+	// Port is the port number, 0 < port < 65536.
+	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=65535
+	Port int32 `json:"port"`
+}
