@@ -49,6 +49,7 @@ type Driver interface {
 // | Kill      | stop the VM at once; succeed on a stopped VM                                    |
 // | Delete    | remove a stopped VM and all it made; succeed on an unknown id; FailedPrecondition on a running VM |
 // | Status    | return NotFound for an unknown id                                               |
+// | (all)     | return NotFound for an unknown id, except Create and Delete                      |
 // | Events    | stream state changes (all VMs, or the one named) until ctx is done              |
 type Hypervisor interface {
 	Driver
@@ -114,7 +115,7 @@ type NetworkChecker interface {
 // | operation | an implementation MUST                                                          |
 // |-----------|---------------------------------------------------------------------------------|
 // | Prepare   | be idempotent; InvalidArgument naming the volume for a source that is not a usable image; undo a failed half-prepare |
-// | Release   | remove only what Prepare made; succeed twice                                    |
+// | Release   | remove only what Prepare made; succeed twice and for a VMI never prepared       |
 type Storage interface {
 	Driver
 	Prepare(ctx context.Context, req *storagev1.PrepareRequest) (*storagev1.PrepareResponse, error)
