@@ -47,6 +47,16 @@ build: ## Build every binary into bin/ (the example driver too).
 bench: ## Run the benchmarks and print their figures.
 	$(GO) test -run '^$$' -bench . -benchtime 3000x ./core/plugin/...
 
+##@ Test guest
+
+.PHONY: guest
+guest: ## Build the test guest (kernel, initramfs, bootable disk) into _output/guest/.
+	hack/guest/build.sh
+
+.PHONY: guest-smoke
+guest-smoke: guest ## Boot the test guest under QEMU/TCG with raw qemu-system-x86_64 and check it.
+	hack/guest/smoke.sh
+
 ##@ Code generation and checks
 
 .PHONY: tools
