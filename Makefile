@@ -21,7 +21,7 @@ demo: build ## Run the driver conformance kit against the simulated drivers and 
 	@mkdir -p $(OUT)
 	@for kind in $(FAKE_KINDS); do \
 	  echo "==> conformance: fake $$kind driver (plugin process bin/kubevisor-driver-fake $$kind)"; \
-	  $(BIN)/kubevisor-conformance driver --plugin $(BIN)/kubevisor-driver-fake --kind $$kind --name fake-$$kind \
+	  $(BIN)/kubevisor-conformance driver --plugin $(BIN)/kubevisor-driver-fake --kind $$kind --arg $$kind \
 	    --junit $(OUT)/conformance-fake-$$kind.xml; \
 	done
 	@echo "==> conformance: out-of-tree example driver ($(EXAMPLES))"

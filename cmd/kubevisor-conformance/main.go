@@ -1,0 +1,17 @@
+// Command kubevisor-conformance runs the Kubevisor conformance checks:
+//
+//	kubevisor-conformance driver --plugin PATH --kind KIND [flags]
+//
+// runs the driver conformance kit against a driver plugin binary. See package
+// conformance/driver/cli.
+package main
+
+import (
+	"os"
+
+	"github.com/kubevisor/kubevisor/conformance/driver/cli"
+)
+
+func main() {
+	os.Exit(cli.Run(os.Args[1:], os.Stdout, os.Stderr))
+}

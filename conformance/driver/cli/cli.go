@@ -1,0 +1,301 @@
+// Package cli is the kubevisor-conformance command: it runs the checks of the driver
+// conformance kit (package conformance, conformance/driver) against a driver plugin binary,
+// started and reached through the plugin host of core/plugin as a node's handler would.
+//
+// It lives apart from the kit so that the kit, a library driver authors import into their own
+// tests, does not depend on the plugin host.
+package cli
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+
+	conformance "github.com/kubevisor/kubevisor/conformance/driver"
+	"github.com/kubevisor/kubevisor/core/driver"
+	basev1 "github.com/kubevisor/kubevisor/core/driver/base/v1"
+	"github.com/kubevisor/kubevisor/core/plugin"
+)
+
+// Exit codes of Run.
+const (
+	ExitOK    = 0
+	ExitFail  = 1
+	ExitUsage = 2
+)
+
+const usage = `usage: kubevisor-conformance driver --plugin PATH --kind KIND [flags]
+
+Runs the driver conformance checks against a driver plugin binary, started through the
+Kubevisor plugin host. Prints a line per check, then "N passed, N failed, N skipped";
+exits 1 when a check fails.
+
+Flags:
+`
+
+// DriverConfig is the configuration of `kubevisor-conformance driver`, one field per flag.
+type DriverConfig struct {
+	// Plugin is the driver plugin binary.
+	Plugin string
+	// Kind is hypervisor, network, storage or device.
+	Kind string
+	// Name is the driver's name; empty means the binary's file name without a
+	// "kubevisor-driver-" prefix.
+	Name string
+	// Args are passed to the plugin binary.
+	Args []string
+	// ConfigFile holds the driver's configuration (JSON), passed to Configure.
+	ConfigFile string
+	// JUnit, when set, is where the JUnit XML report is written.
+	JUnit string
+	// Run selects checks as `go test -run` does ("Lifecycle", "Setup/StableMAC").
+	Run string
+	// StateDir is the plugin host's state directory; empty means a temporary one.
+	StateDir string
+	// Timeout bounds each check.
+	Timeout time.Duration
+	// ShutdownTimeout is the timeout the hypervisor checks pass to Shutdown.
+	ShutdownTimeout time.Duration
+	// ConsoleMarker is text the serial console of a started VM must show.
+	ConsoleMarker string
+	// LogLevel is the level of the host's and the plugin's log lines on stderr.
+	LogLevel string
+}
+
+// Run runs the kubevisor-conformance command with args (without the program name), writing
+// the progress and summary to stdout and diagnostics to stderr, and returns the exit code.
+func Run(args []string, stdout, stderr io.Writer) int {
+	if len(args) == 0 || args[0] != "driver" {
+		fmt.Fprint(stderr, usage)
+		newDriverFlags(&DriverConfig{}, stderr).PrintDefaults()
+		return ExitUsage
+	}
+	cfg := DriverConfig{}
+	fs := newDriverFlags(&cfg, stderr)
+	if err := fs.Parse(args[1:]); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return ExitOK
+		}
+		return ExitUsage
+	}
+	if err := cfg.validate(fs.Args()); err != nil {
+		fmt.Fprintf(stderr, "kubevisor-conformance driver: %v\n", err)
+		return ExitUsage
+	}
+	return RunDriver(cfg, stdout, stderr)
+}
+
+// stringsFlag is a flag that may be given more than once.
+type stringsFlag []string
+
+func (s *stringsFlag) String() string     { return strings.Join(*s, " ") }
+func (s *stringsFlag) Set(v string) error { *s = append(*s, v); return nil }
+
+func newDriverFlags(cfg *DriverConfig, stderr io.Writer) *flag.FlagSet {
+	fs := flag.NewFlagSet("kubevisor-conformance driver", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.Usage = func() {
+		fmt.Fprint(stderr, usage)
+		fs.PrintDefaults()
+	}
+	fs.StringVar(&cfg.Plugin, "plugin", "", "driver plugin `binary` (required)")
+	fs.StringVar(&cfg.Kind, "kind", "", "driver `kind`: hypervisor, network, storage or device (required)")
+	fs.StringVar(&cfg.Name, "name", "", "driver `name` (default: the binary's name without \"kubevisor-driver-\")")
+	fs.Var((*stringsFlag)(&cfg.Args), "arg", "`argument` for the plugin binary (repeatable)")
+	fs.StringVar(&cfg.ConfigFile, "config", "", "`file` with the driver's configuration (JSON)")
+	fs.StringVar(&cfg.JUnit, "junit", "", "write a JUnit XML report to `file`")
+	fs.StringVar(&cfg.Run, "run", "", "run only the checks matching `regexp`, as go test -run")
+	fs.StringVar(&cfg.StateDir, "state-dir", "", "plugin host state `directory` (default: a temporary one)")
+	fs.DurationVar(&cfg.Timeout, "timeout", conformance.DefaultTimeout, "how long each check may take")
+	fs.DurationVar(&cfg.ShutdownTimeout, "shutdown-timeout", conformance.DefaultShutdownTimeout, "the timeout hypervisor checks give Shutdown")
+	fs.StringVar(&cfg.ConsoleMarker, "console-marker", "", "`text` the serial console of a started VM must show")
+	fs.StringVar(&cfg.LogLevel, "log-level", "warn", "`level` of the host's and the plugin's logs on stderr (trace, debug, info, warn, error, off)")
+	return fs
+}
+
+func (cfg *DriverConfig) validate(rest []string) error {
+	switch {
+	case len(rest) > 0:
+		return fmt.Errorf("unexpected arguments %q (pass arguments of the plugin with --arg)", rest)
+	case cfg.Plugin == "":
+		return errors.New("--plugin is required")
+	case cfg.Kind == "":
+		return errors.New("--kind is required")
+	}
+	if _, err := driver.ParseKind(cfg.Kind); err != nil {
+		return fmt.Errorf("--kind: %w", err)
+	}
+	if hclog.LevelFromString(cfg.LogLevel) == hclog.NoLevel {
+		return fmt.Errorf("--log-level: unknown level %q", cfg.LogLevel)
+	}
+	if _, err := conformance.NewRecorder(conformance.RecorderConfig{Run: cfg.Run}); err != nil {
+		return fmt.Errorf("--run: %w", err)
+	}
+	return nil
+}
+
+// RunDriver runs the checks of cfg.Kind against the plugin and returns the exit code. Setting
+// up the plugin is part of the run: a plugin that does not start is a failed check named after
+// the kind.
+func RunDriver(cfg DriverConfig, stdout, stderr io.Writer) int {
+	kind, err := driver.ParseKind(cfg.Kind)
+	if err != nil {
+		fmt.Fprintf(stderr, "kubevisor-conformance driver: %v\n", err)
+		return ExitUsage
+	}
+	rec, err := conformance.NewRecorder(conformance.RecorderConfig{Progress: stdout, Run: cfg.Run})
+	if err != nil {
+		fmt.Fprintf(stderr, "kubevisor-conformance driver: --run: %v\n", err)
+		return ExitUsage
+	}
+	logger := hclog.New(&hclog.LoggerOptions{
+		Name:   "kubevisor-conformance",
+		Level:  hclog.LevelFromString(cfg.LogLevel),
+		Output: stderr,
+	})
+
+	rec.Run(cfg.Kind, func(t conformance.T) { runPlugin(t, cfg, kind, logger, stdout) })
+
+	fmt.Fprintln(stdout, rec.Summary())
+	passed, failed, skipped := rec.Counts()
+	code := ExitOK
+	if failed > 0 {
+		code = ExitFail
+	}
+	if passed+failed+skipped == 0 {
+		fmt.Fprintf(stderr, "kubevisor-conformance driver: warning: no check matches --run %q\n", cfg.Run)
+	}
+	if cfg.JUnit != "" {
+		if err := writeJUnit(cfg.JUnit, rec.Results()); err != nil {
+			fmt.Fprintf(stderr, "kubevisor-conformance driver: %v\n", err)
+			code = ExitFail
+		}
+	}
+	return code
+}
+
+func writeJUnit(path string, results []conformance.Result) error {
+	f, err := os.Create(path)
+	if err != nil {
+		return fmt.Errorf("write JUnit report: %w", err)
+	}
+	if err := conformance.WriteJUnit(f, results); err != nil {
+		_ = f.Close()
+		return fmt.Errorf("write JUnit report %s: %w", path, err)
+	}
+	if err := f.Close(); err != nil {
+		return fmt.Errorf("write JUnit report: %w", err)
+	}
+	return nil
+}
+
+// runPlugin starts the plugin and runs the kit of its kind against it, as the suite t.
+func runPlugin(t conformance.T, cfg DriverConfig, kind basev1.Kind, logger hclog.Logger, stdout io.Writer) {
+	m, err := plugin.ManifestFor(cfg.Plugin, cfg.Kind, cfg.Name)
+	if err != nil {
+		t.Fatalf("%v", err)
+	}
+	m.Args = cfg.Args
+	if cfg.ConfigFile != "" {
+		config, err := os.ReadFile(cfg.ConfigFile)
+		if err != nil {
+			t.Fatalf("read the driver configuration: %v", err)
+		}
+		m.Config = config
+	}
+
+	stateDir := cfg.StateDir
+	if stateDir != "" {
+		// The driver, whose working directory is not ours, gets a path under it.
+		if stateDir, err = filepath.Abs(stateDir); err != nil {
+			t.Fatalf("--state-dir: %v", err)
+		}
+	} else {
+		stateDir, err = os.MkdirTemp("", "kubevisor-conformance-")
+		if err != nil {
+			t.Fatalf("make a state directory: %v", err)
+		}
+		t.Cleanup(func() { _ = os.RemoveAll(stateDir) })
+	}
+	host, err := plugin.NewHost(plugin.HostConfig{StateDir: stateDir, Logger: logger})
+	if err != nil {
+		t.Fatalf("%v", err)
+	}
+	t.Cleanup(func() {
+		if err := host.Close(); err != nil {
+			t.Errorf("close the plugin host: %v", err)
+		}
+	})
+	start := func(t conformance.T) {
+		ctx, cancel := context.WithTimeout(t.Context(), cfg.Timeout)
+		defer cancel()
+		if err := host.Start(ctx, m); err != nil {
+			t.Fatalf("start the plugin: %v", err)
+		}
+	}
+	start(t)
+	fmt.Fprintf(stdout, "=== driver %s (%s): %s %s\n", m.Name, cfg.Kind, m.Binary, strings.Join(m.Args, " "))
+
+	opts := []conformance.Option{
+		conformance.WithName(m.Name),
+		conformance.WithConfig(m.Config),
+		// The directory the host gives the driver (HostConfig.StateDir): the kit's Configure
+		// must not move it.
+		conformance.WithStateDir(filepath.Join(stateDir, "drivers", m.Name)),
+		conformance.WithTimeout(cfg.Timeout),
+		conformance.WithShutdownTimeout(cfg.ShutdownTimeout),
+		conformance.WithConsoleMarker(cfg.ConsoleMarker),
+	}
+	switch kind {
+	case basev1.Kind_KIND_HYPERVISOR:
+		get := func(t conformance.T) driver.Hypervisor {
+			d, err := host.Hypervisor(m.Name)
+			if err != nil {
+				t.Fatalf("%v", err)
+			}
+			return d
+		}
+		// A restart for the Recover checks is what the handler sees when a driver process
+		// dies: the host stops the plugin and starts a new process of the same binary.
+		restart := func(t conformance.T) driver.Hypervisor {
+			if err := host.Stop(m.Name); err != nil {
+				t.Fatalf("restart the plugin: %v", err)
+			}
+			start(t)
+			return get(t)
+		}
+		conformance.Hypervisor(t, get, append(opts, conformance.WithRestart(restart))...)
+	case basev1.Kind_KIND_NETWORK:
+		conformance.Network(t, func(t conformance.T) driver.Network {
+			d, err := host.Network(m.Name)
+			if err != nil {
+				t.Fatalf("%v", err)
+			}
+			return d
+		}, opts...)
+	case basev1.Kind_KIND_STORAGE:
+		conformance.Storage(t, func(t conformance.T) driver.Storage {
+			d, err := host.Storage(m.Name)
+			if err != nil {
+				t.Fatalf("%v", err)
+			}
+			return d
+		}, opts...)
+	case basev1.Kind_KIND_DEVICE:
+		conformance.Device(t, func(t conformance.T) driver.Device {
+			d, err := host.Device(m.Name)
+			if err != nil {
+				t.Fatalf("%v", err)
+			}
+			return d
+		}, opts...)
+	}
+}

@@ -1,0 +1,770 @@
+package fake
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"slices"
+	"sync"
+	"time"
+
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	"github.com/kubevisor/kubevisor/core/domain"
+	domainv1 "github.com/kubevisor/kubevisor/core/domain/v1"
+	"github.com/kubevisor/kubevisor/core/driver"
+	basev1 "github.com/kubevisor/kubevisor/core/driver/base/v1"
+	hypervisorv1 "github.com/kubevisor/kubevisor/core/driver/hypervisor/v1"
+)
+
+// ConsoleMarker is the last line of the simulated boot log the fake hypervisor writes to a VM's
+// serial console on every boot: a login prompt, as a real guest would print.
+const ConsoleMarker = "kubevisor-fake login:"
+
+// RecordFile is the file the fake hypervisor keeps in a VM's run directory (DomainSpec.RunDir)
+// while the VM exists: the simulated VM process's own record, which lets a new driver process
+// re-adopt the VM (Recover). A VM without a run directory does not survive a driver restart.
+const RecordFile = "kubevisor-fake-vm.json"
+
+// Reasons the fake hypervisor reports in VMStatus.Reason and Event.Reason.
+const (
+	ReasonCreated         = "Created"
+	ReasonStarted         = "Started"
+	ReasonPaused          = "Paused"
+	ReasonResumed         = "Resumed"
+	ReasonReset           = "Reset"
+	ReasonPowerdown       = "PowerdownRequested"
+	ReasonGuestShutdown   = "GuestShutdown"
+	ReasonShutdownTimeout = "ShutdownTimeout"
+	ReasonKilled          = "Killed"
+	ReasonMigrated        = "Migrated"
+	ReasonRecovered       = "Recovered"
+	ReasonProcessGone     = "ProcessGone"
+)
+
+// consoleHistory is how much console output a VM keeps for consoles that attach later.
+const consoleHistory = 64 << 10
+
+// HypervisorConfig is the JSON configuration of the fake hypervisor. The zero value (an empty
+// configuration) boots and stops instantly.
+type HypervisorConfig struct {
+	// IgnoreShutdown simulates guests that ignore ACPI power-down: Shutdown then stops the VM
+	// forcibly at its timeout and reports graceful=false.
+	IgnoreShutdown bool `json:"ignoreShutdown,omitempty"`
+	// BootDelay is how long every boot (Start, Reboot) takes.
+	BootDelay Duration `json:"bootDelay,omitempty"`
+	// ShutdownDelay is how long a guest takes to power off once asked. A guest slower than the
+	// Shutdown timeout is stopped forcibly.
+	ShutdownDelay Duration `json:"shutdownDelay,omitempty"`
+}
+
+// Hypervisor is the fake hypervisor driver. VMs are in-memory records that go through the
+// states a real VM does; their serial console prints a simulated boot log ending in
+// ConsoleMarker and echoes its input. It offers every optional hypervisor feature.
+type Hypervisor struct {
+	base
+
+	// mu guards everything below, and base.mu is never held with it.
+	mu   sync.Mutex
+	cfg  HypervisorConfig
+	vms  map[string]*vm
+	subs map[*subscriber]struct{}
+}
+
+var (
+	_ driver.Hypervisor = (*Hypervisor)(nil)
+	_ driver.Pauser     = (*Hypervisor)(nil)
+	_ driver.Rebooter   = (*Hypervisor)(nil)
+	_ driver.Consoler   = (*Hypervisor)(nil)
+	_ driver.Recoverer  = (*Hypervisor)(nil)
+	_ driver.Migrator   = (*Hypervisor)(nil)
+)
+
+// NewHypervisor returns a fake hypervisor with the default configuration.
+func NewHypervisor() *Hypervisor {
+	return &Hypervisor{
+		base: newBase(basev1.Kind_KIND_HYPERVISOR, "simulated hypervisor: VMs are in-memory records, no guest runs"),
+		vms:  map[string]*vm{},
+		subs: map[*subscriber]struct{}{},
+	}
+}
+
+// vmRecord is what the fake hypervisor knows of a VM. It is the opaque state of the VM's
+// Handle and the content of its RecordFile.
+type vmRecord struct {
+	ID          string    `json:"id"`
+	Name        string    `json:"name,omitempty"`
+	RunDir      string    `json:"runDir,omitempty"`
+	MemoryBytes uint64    `json:"memoryBytes"`
+	VCPUs       uint32    `json:"vcpus"`
+	State       string    `json:"state"`
+	Reason      string    `json:"reason,omitempty"`
+	Message     string    `json:"message,omitempty"`
+	Boots       uint32    `json:"boots"`
+	StartedAt   time.Time `json:"startedAt,omitzero"`
+}
+
+// vm is one VM with its runtime bookkeeping.
+type vm struct {
+	rec   vmRecord
+	state hypervisorv1.State
+	// run is the current run of the VM process; nil before the first boot.
+	run *run
+	// gen changes on every boot and stop, so that delayed work (a guest powering off, a boot
+	// delay) can tell whether the VM it started on is still the same.
+	gen      uint64
+	history  []byte
+	consoles map[*queue[[]byte]]struct{}
+}
+
+// run is one run of a VM process, from boot to stop.
+type run struct {
+	stopped chan struct{}
+	reason  string
+}
+
+func (v *vm) running() bool {
+	switch v.state {
+	case hypervisorv1.State_STATE_RUNNING, hypervisorv1.State_STATE_PAUSED, hypervisorv1.State_STATE_SHUTTING_DOWN:
+		return true
+	}
+	return false
+}
+
+// subscriber is one Events stream.
+type subscriber struct {
+	id string
+	q  *queue[*hypervisorv1.Event]
+}
+
+// Capabilities implements driver.Driver: every optional feature, every firmware, disk bus and
+// NIC model of the domain spec.
+func (h *Hypervisor) Capabilities(context.Context) (*basev1.Capabilities, error) {
+	return &basev1.Capabilities{
+		Features: []basev1.Feature{
+			basev1.Feature_FEATURE_HYPERVISOR_PAUSE,
+			basev1.Feature_FEATURE_HYPERVISOR_REBOOT,
+			basev1.Feature_FEATURE_HYPERVISOR_CONSOLE,
+			basev1.Feature_FEATURE_HYPERVISOR_RECOVER,
+			basev1.Feature_FEATURE_HYPERVISOR_MIGRATE,
+		},
+		Firmware:  []string{"bios", "efi", "kernel"},
+		DiskBuses: []string{"virtio", "sata", "scsi", "usb"},
+		NicModels: nicModels,
+	}, nil
+}
+
+var nicModels = []string{"virtio", "e1000", "e1000e", "rtl8139"}
+
+// Fingerprint implements driver.Driver.
+func (h *Hypervisor) Fingerprint(ctx context.Context, send func(*basev1.FingerprintResponse) error) error {
+	return h.fingerprint(ctx, send, func() *basev1.FingerprintResponse {
+		return healthy("simulated hypervisor: no guest runs")
+	})
+}
+
+// Configure implements driver.Driver. The configuration is a HypervisorConfig.
+func (h *Hypervisor) Configure(_ context.Context, req *basev1.ConfigureRequest) error {
+	var cfg HypervisorConfig
+	if err := decodeConfig(req.GetConfig(), &cfg); err != nil {
+		return err
+	}
+	h.mu.Lock()
+	h.cfg = cfg
+	h.mu.Unlock()
+	return nil
+}
+
+// Create implements driver.Hypervisor. It validates spec with domain.Validate and with what the
+// fake cannot honour: hardware acceleration and unknown NIC models.
+func (h *Hypervisor) Create(_ context.Context, spec *domainv1.DomainSpec) (*hypervisorv1.Handle, error) {
+	if err := validateSpec(spec); err != nil {
+		return nil, err
+	}
+	rec := vmRecord{
+		ID:          spec.GetId(),
+		Name:        spec.GetName(),
+		RunDir:      spec.GetRunDir(),
+		MemoryBytes: spec.GetMemory().GetGuestBytes(),
+		VCPUs:       domain.VCPUs(spec),
+		State:       hypervisorv1.State_STATE_CREATED.String(),
+		Reason:      ReasonCreated,
+	}
+	state, err := json.Marshal(rec)
+	if err != nil {
+		return nil, fmt.Errorf("encode VM record: %w", err)
+	}
+
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if _, ok := h.vms[rec.ID]; ok {
+		return nil, alreadyExists("VM %q already exists", rec.ID)
+	}
+	v := &vm{rec: rec, state: hypervisorv1.State_STATE_CREATED, consoles: map[*queue[[]byte]]struct{}{}}
+	if err := v.persist(); err != nil {
+		return nil, invalid("runDir: %v", err)
+	}
+	h.vms[rec.ID] = v
+	return &hypervisorv1.Handle{Id: rec.ID, Driver: Name, State: state}, nil
+}
+
+func validateSpec(spec *domainv1.DomainSpec) error {
+	err := domain.Validate(spec)
+	var errs domain.ValidationError
+	if err != nil && !errors.As(err, &errs) {
+		return err
+	}
+	if spec.GetAcceleration() == domainv1.Acceleration_ACCELERATION_REQUIRED {
+		errs = append(errs, domain.FieldError{Field: "acceleration", Detail: "hardware acceleration is required but the fake hypervisor only simulates"})
+	}
+	for i, n := range spec.GetNics() {
+		if n.GetModel() != "" && !slices.Contains(nicModels, n.GetModel()) {
+			errs = append(errs, domain.FieldError{Field: fmt.Sprintf("nics[%d].model", i), Detail: fmt.Sprintf("model %q is not supported (want one of %v)", n.GetModel(), nicModels)})
+		}
+	}
+	if len(errs) > 0 {
+		return errs
+	}
+	return nil
+}
+
+// Start implements driver.Hypervisor. A boot takes HypervisorConfig.BootDelay.
+func (h *Hypervisor) Start(ctx context.Context, id string) error {
+	h.mu.Lock()
+	v, err := h.getLocked(id)
+	if err != nil {
+		h.mu.Unlock()
+		return err
+	}
+	if v.running() {
+		err := v.startableLocked()
+		h.mu.Unlock()
+		return err
+	}
+	delay := time.Duration(h.cfg.BootDelay)
+	h.mu.Unlock()
+
+	if err := sleep(ctx, delay); err != nil {
+		return err
+	}
+
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	v, err = h.getLocked(id)
+	if err != nil {
+		return err
+	}
+	if v.running() {
+		// A concurrent Start won the race, or the VM is shutting down.
+		return v.startableLocked()
+	}
+	h.bootLocked(v)
+	return nil
+}
+
+// startableLocked is what Start answers for a VM whose process runs.
+func (v *vm) startableLocked() error {
+	if v.state == hypervisorv1.State_STATE_SHUTTING_DOWN {
+		return precondition("VM %q is shutting down", v.rec.ID)
+	}
+	return nil
+}
+
+// Shutdown implements driver.Hypervisor. The guest powers off after
+// HypervisorConfig.ShutdownDelay, unless HypervisorConfig.IgnoreShutdown is set or the VM is
+// paused; a guest that has not powered off at the timeout is stopped forcibly.
+func (h *Hypervisor) Shutdown(ctx context.Context, id string, timeout time.Duration) (bool, error) {
+	h.mu.Lock()
+	v, err := h.getLocked(id)
+	if err != nil {
+		h.mu.Unlock()
+		return false, err
+	}
+	switch v.state {
+	case hypervisorv1.State_STATE_RUNNING, hypervisorv1.State_STATE_PAUSED:
+		paused := v.state == hypervisorv1.State_STATE_PAUSED
+		h.setStateLocked(v, hypervisorv1.State_STATE_SHUTTING_DOWN, hypervisorv1.EventType_EVENT_TYPE_POWERDOWN_REQUESTED, ReasonPowerdown, "")
+		if !h.cfg.IgnoreShutdown && !paused {
+			gen := v.gen
+			if delay := time.Duration(h.cfg.ShutdownDelay); delay > 0 {
+				time.AfterFunc(delay, func() { h.guestPoweredOff(id, gen) })
+			} else {
+				h.stopLocked(v, hypervisorv1.EventType_EVENT_TYPE_SHUTDOWN, ReasonGuestShutdown, "the guest powered off")
+			}
+		}
+	case hypervisorv1.State_STATE_SHUTTING_DOWN:
+		// Another Shutdown is waiting for the guest: wait along.
+	default:
+		h.mu.Unlock()
+		return true, nil
+	}
+	r, gen := v.run, v.gen
+	h.mu.Unlock()
+
+	timer := time.NewTimer(timeout)
+	defer timer.Stop()
+	select {
+	case <-r.stopped:
+	case <-timer.C:
+		h.mu.Lock()
+		if cur, ok := h.vms[id]; ok && cur == v && v.gen == gen && v.state == hypervisorv1.State_STATE_SHUTTING_DOWN {
+			h.stopLocked(v, hypervisorv1.EventType_EVENT_TYPE_STOPPED, ReasonShutdownTimeout,
+				fmt.Sprintf("the guest did not power off within %s and was stopped forcibly", timeout))
+		}
+		h.mu.Unlock()
+		<-r.stopped
+	case <-ctx.Done():
+		return false, ctxErr(ctx)
+	}
+	return r.reason == ReasonGuestShutdown, nil
+}
+
+// guestPoweredOff is the simulated guest finishing its power-off.
+func (h *Hypervisor) guestPoweredOff(id string, gen uint64) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if v, ok := h.vms[id]; ok && v.gen == gen && v.state == hypervisorv1.State_STATE_SHUTTING_DOWN {
+		h.stopLocked(v, hypervisorv1.EventType_EVENT_TYPE_SHUTDOWN, ReasonGuestShutdown, "the guest powered off")
+	}
+}
+
+// Kill implements driver.Hypervisor.
+func (h *Hypervisor) Kill(_ context.Context, id string) error {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	v, err := h.getLocked(id)
+	if err != nil {
+		return err
+	}
+	if v.running() {
+		h.stopLocked(v, hypervisorv1.EventType_EVENT_TYPE_STOPPED, ReasonKilled, "the VM was stopped at once")
+	}
+	return nil
+}
+
+// Delete implements driver.Hypervisor. It removes the VM's RecordFile.
+func (h *Hypervisor) Delete(_ context.Context, id string) error {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	v, ok := h.vms[id]
+	if !ok {
+		return nil
+	}
+	if v.running() {
+		return precondition("VM %q is %s: stop it before deleting it", id, stateName(v.state))
+	}
+	if v.rec.RunDir != "" {
+		if err := os.Remove(filepath.Join(v.rec.RunDir, RecordFile)); err != nil && !errors.Is(err, fs.ErrNotExist) {
+			return fmt.Errorf("remove VM record: %w", err)
+		}
+	}
+	delete(h.vms, id)
+	return nil
+}
+
+// Status implements driver.Hypervisor.
+func (h *Hypervisor) Status(_ context.Context, id string) (*hypervisorv1.VMStatus, error) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	v, err := h.getLocked(id)
+	if err != nil {
+		return nil, err
+	}
+	return v.status(), nil
+}
+
+func (v *vm) status() *hypervisorv1.VMStatus {
+	st := &hypervisorv1.VMStatus{
+		Id:      v.rec.ID,
+		State:   v.state,
+		Reason:  v.rec.Reason,
+		Message: v.rec.Message,
+		Boots:   v.rec.Boots,
+	}
+	if !v.rec.StartedAt.IsZero() {
+		st.StartedAt = timestamppb.New(v.rec.StartedAt)
+	}
+	return st
+}
+
+// Events implements driver.Hypervisor. Every stream gets every event (of the VM named by id,
+// if set); a slow stream never holds up the driver.
+func (h *Hypervisor) Events(ctx context.Context, id string, send func(*hypervisorv1.Event) error) error {
+	s := &subscriber{id: id, q: newQueue[*hypervisorv1.Event]()}
+	h.mu.Lock()
+	h.subs[s] = struct{}{}
+	h.mu.Unlock()
+	defer func() {
+		h.mu.Lock()
+		delete(h.subs, s)
+		h.mu.Unlock()
+	}()
+	for {
+		events, open := s.q.next(ctx, nil)
+		for _, e := range events {
+			if err := send(e); err != nil {
+				return err
+			}
+		}
+		if !open {
+			return nil
+		}
+	}
+}
+
+// Pause implements driver.Pauser.
+func (h *Hypervisor) Pause(_ context.Context, id string) error {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	v, err := h.getLocked(id)
+	if err != nil {
+		return err
+	}
+	switch v.state {
+	case hypervisorv1.State_STATE_PAUSED:
+		return nil
+	case hypervisorv1.State_STATE_RUNNING:
+		h.setStateLocked(v, hypervisorv1.State_STATE_PAUSED, hypervisorv1.EventType_EVENT_TYPE_PAUSED, ReasonPaused, "")
+		return nil
+	}
+	return precondition("VM %q is %s, not running", id, stateName(v.state))
+}
+
+// Resume implements driver.Pauser.
+func (h *Hypervisor) Resume(_ context.Context, id string) error {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	v, err := h.getLocked(id)
+	if err != nil {
+		return err
+	}
+	switch v.state {
+	case hypervisorv1.State_STATE_RUNNING:
+		return nil
+	case hypervisorv1.State_STATE_PAUSED:
+		h.setStateLocked(v, hypervisorv1.State_STATE_RUNNING, hypervisorv1.EventType_EVENT_TYPE_RESUMED, ReasonResumed, "")
+		return nil
+	}
+	return precondition("VM %q is %s, not paused", id, stateName(v.state))
+}
+
+// Reboot implements driver.Rebooter. The new boot takes HypervisorConfig.BootDelay, during
+// which the VM is reported running.
+func (h *Hypervisor) Reboot(ctx context.Context, id string) error {
+	h.mu.Lock()
+	v, err := h.getLocked(id)
+	if err != nil {
+		h.mu.Unlock()
+		return err
+	}
+	if v.state != hypervisorv1.State_STATE_RUNNING {
+		h.mu.Unlock()
+		return precondition("VM %q is %s, not running", id, stateName(v.state))
+	}
+	gen, delay := v.gen, time.Duration(h.cfg.BootDelay)
+	h.mu.Unlock()
+
+	if err := sleep(ctx, delay); err != nil {
+		return err
+	}
+
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if cur, ok := h.vms[id]; !ok || cur != v || v.gen != gen || v.state != hypervisorv1.State_STATE_RUNNING {
+		return precondition("VM %q stopped while it rebooted", id)
+	}
+	v.rec.Boots++
+	v.rec.Reason, v.rec.Message = ReasonReset, ""
+	h.emitLocked(v, hypervisorv1.EventType_EVENT_TYPE_RESET)
+	h.consoleWriteLocked(v, bootLog(v))
+	_ = v.persist()
+	return nil
+}
+
+// Migrate implements driver.Migrator. The simulated migration completes at once: the VM stops
+// with reason Migrated.
+func (h *Hypervisor) Migrate(_ context.Context, req *hypervisorv1.MigrateRequest) error {
+	if req.GetTargetUri() == "" {
+		return invalid("target_uri: required")
+	}
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	v, err := h.getLocked(req.GetId())
+	if err != nil {
+		return err
+	}
+	if v.state != hypervisorv1.State_STATE_RUNNING && v.state != hypervisorv1.State_STATE_PAUSED {
+		return precondition("VM %q is %s, not running", req.GetId(), stateName(v.state))
+	}
+	h.stopLocked(v, hypervisorv1.EventType_EVENT_TYPE_STOPPED, ReasonMigrated, "migrated to "+req.GetTargetUri())
+	return nil
+}
+
+// Recover implements driver.Recoverer. The handle's state is the VM's record from Create; the
+// VM's current state comes from its RecordFile. A VM whose RecordFile is gone (deleted, or
+// never made because the VM had no run directory) is reported as stopped.
+func (h *Hypervisor) Recover(_ context.Context, handle *hypervisorv1.Handle) (*hypervisorv1.VMStatus, error) {
+	var rec vmRecord
+	if err := json.Unmarshal(handle.GetState(), &rec); err != nil {
+		return nil, invalid("handle.state: not a fake hypervisor VM record: %v", err)
+	}
+	if rec.ID == "" || (handle.GetId() != "" && handle.GetId() != rec.ID) {
+		return nil, invalid("handle.state: the record is of VM %q, the handle of %q", rec.ID, handle.GetId())
+	}
+
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if v, ok := h.vms[rec.ID]; ok {
+		return v.status(), nil
+	}
+	v := &vm{rec: rec, consoles: map[*queue[[]byte]]struct{}{}}
+	live, err := readRecord(rec.RunDir)
+	switch {
+	case err != nil:
+		return nil, fmt.Errorf("read VM record: %w", err)
+	case live == nil:
+		// The simulated VM process is gone: adopt the VM as stopped, without a record file.
+		v.rec.RunDir = ""
+		v.state = hypervisorv1.State_STATE_STOPPED
+		v.rec.State = v.state.String()
+		v.rec.Reason, v.rec.Message = ReasonProcessGone, "the VM was gone when the driver recovered it"
+	default:
+		v.rec = *live
+		v.state = hypervisorv1.State(hypervisorv1.State_value[live.State])
+		if v.state == hypervisorv1.State_STATE_UNSPECIFIED {
+			return nil, fmt.Errorf("read VM record: unknown state %q", live.State)
+		}
+	}
+	v.run = &run{stopped: make(chan struct{})}
+	if !v.running() {
+		close(v.run.stopped)
+	}
+	if v.state == hypervisorv1.State_STATE_SHUTTING_DOWN && !h.cfg.IgnoreShutdown {
+		// The guest was powering off while no driver watched: it has finished by now.
+		h.stopLocked(v, hypervisorv1.EventType_EVENT_TYPE_SHUTDOWN, ReasonGuestShutdown, "the guest powered off")
+	}
+	h.vms[rec.ID] = v
+	return v.status(), nil
+}
+
+// readRecord reads the RecordFile in runDir; nil when there is none.
+func readRecord(runDir string) (*vmRecord, error) {
+	if runDir == "" {
+		return nil, nil
+	}
+	b, err := os.ReadFile(filepath.Join(runDir, RecordFile))
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	var rec vmRecord
+	if err := json.Unmarshal(b, &rec); err != nil {
+		return nil, fmt.Errorf("%s: %w", RecordFile, err)
+	}
+	return &rec, nil
+}
+
+// Console implements driver.Consoler. A console that attaches gets the output of the VM's
+// boots so far (the last 64 KiB), then what follows; input is echoed to every console of the
+// VM. It returns when ctx is done, in ends, or the VM stops.
+func (h *Hypervisor) Console(ctx context.Context, id string, in io.Reader, out io.Writer) error {
+	h.mu.Lock()
+	v, err := h.getLocked(id)
+	if err != nil {
+		h.mu.Unlock()
+		return err
+	}
+	if !v.running() {
+		h.mu.Unlock()
+		return precondition("VM %q is %s, not running", id, stateName(v.state))
+	}
+	q := newQueue[[]byte]()
+	if len(v.history) > 0 {
+		q.push(slices.Clone(v.history))
+	}
+	v.consoles[q] = struct{}{}
+	h.mu.Unlock()
+	defer func() {
+		h.mu.Lock()
+		delete(v.consoles, q)
+		h.mu.Unlock()
+	}()
+
+	inDone := make(chan struct{})
+	if in != nil {
+		go func() {
+			defer close(inDone)
+			buf := make([]byte, 4096)
+			for {
+				n, err := in.Read(buf)
+				if n > 0 {
+					h.consoleInput(v, buf[:n])
+				}
+				if err != nil {
+					return
+				}
+			}
+		}()
+	}
+	for {
+		chunks, open := q.next(ctx, inDone)
+		for _, c := range chunks {
+			if _, err := out.Write(c); err != nil {
+				return fmt.Errorf("write console output: %w", err)
+			}
+		}
+		if !open {
+			return nil
+		}
+	}
+}
+
+// consoleInput is what the guest's serial port receives: the simulated guest echoes it.
+func (h *Hypervisor) consoleInput(v *vm, p []byte) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if v.running() {
+		h.consoleWriteLocked(v, slices.Clone(p))
+	}
+}
+
+// consoleWriteLocked is the guest writing p to its serial port.
+func (h *Hypervisor) consoleWriteLocked(v *vm, p []byte) {
+	v.history = append(v.history, p...)
+	if over := len(v.history) - consoleHistory; over > 0 {
+		v.history = slices.Clone(v.history[over:])
+	}
+	for q := range v.consoles {
+		q.push(p)
+	}
+}
+
+// bootLog is what the simulated guest prints on its serial console while it boots.
+func bootLog(v *vm) []byte {
+	return fmt.Appendf(nil, "\r\n"+
+		"SeaBIOS (simulated by the Kubevisor fake hypervisor)\r\n"+
+		"[    0.000000] Linux version 6.1.0-kubevisor-fake (simulated)\r\n"+
+		"[    0.000000] Memory: %dK available\r\n"+
+		"[    0.010000] smp: Brought up 1 node, %d CPU(s)\r\n"+
+		"[    0.250000] Run /sbin/init as init process\r\n"+
+		"\r\n"+
+		"Kubevisor fake guest %s, boot %d\r\n"+
+		"\r\n"+
+		"%s ",
+		v.rec.MemoryBytes>>10, max(v.rec.VCPUs, 1), v.rec.ID, v.rec.Boots, ConsoleMarker)
+}
+
+func (h *Hypervisor) getLocked(id string) (*vm, error) {
+	v, ok := h.vms[id]
+	if !ok {
+		return nil, notFound("no VM %q", id)
+	}
+	return v, nil
+}
+
+// bootLocked starts a new run of v.
+func (h *Hypervisor) bootLocked(v *vm) {
+	v.gen++
+	v.run = &run{stopped: make(chan struct{})}
+	v.rec.Boots++
+	v.rec.StartedAt = time.Now().UTC()
+	h.setStateLocked(v, hypervisorv1.State_STATE_RUNNING, hypervisorv1.EventType_EVENT_TYPE_STARTED, ReasonStarted, "")
+	h.consoleWriteLocked(v, bootLog(v))
+}
+
+// stopLocked ends the current run of v: consoles close and waiting Shutdowns return.
+func (h *Hypervisor) stopLocked(v *vm, typ hypervisorv1.EventType, reason, message string) {
+	v.gen++
+	h.setStateLocked(v, hypervisorv1.State_STATE_STOPPED, typ, reason, message)
+	for q := range v.consoles {
+		q.close()
+	}
+	clear(v.consoles)
+	if v.run != nil {
+		v.run.reason = reason
+		close(v.run.stopped)
+	}
+}
+
+func (h *Hypervisor) setStateLocked(v *vm, state hypervisorv1.State, typ hypervisorv1.EventType, reason, message string) {
+	v.state = state
+	v.rec.State = state.String()
+	v.rec.Reason, v.rec.Message = reason, message
+	// The record file is best effort once the VM exists, as a real VM's would be: the run
+	// directory may be removed under a stopped VM.
+	_ = v.persist()
+	h.emitLocked(v, typ)
+}
+
+func (h *Hypervisor) emitLocked(v *vm, typ hypervisorv1.EventType) {
+	e := &hypervisorv1.Event{
+		Id:      v.rec.ID,
+		Type:    typ,
+		Time:    timestamppb.Now(),
+		State:   v.state,
+		Reason:  v.rec.Reason,
+		Message: v.rec.Message,
+	}
+	for s := range h.subs {
+		if s.id == "" || s.id == v.rec.ID {
+			s.q.push(e)
+		}
+	}
+}
+
+// persist writes v's RecordFile, when v has a run directory.
+func (v *vm) persist() error {
+	if v.rec.RunDir == "" {
+		return nil
+	}
+	b, err := json.Marshal(v.rec)
+	if err != nil {
+		return err
+	}
+	path := filepath.Join(v.rec.RunDir, RecordFile)
+	tmp := path + ".tmp"
+	if err := os.WriteFile(tmp, b, 0o600); err != nil {
+		return err
+	}
+	return os.Rename(tmp, path)
+}
+
+func stateName(s hypervisorv1.State) string {
+	switch s {
+	case hypervisorv1.State_STATE_CREATED:
+		return "created"
+	case hypervisorv1.State_STATE_RUNNING:
+		return "running"
+	case hypervisorv1.State_STATE_PAUSED:
+		return "paused"
+	case hypervisorv1.State_STATE_SHUTTING_DOWN:
+		return "shutting down"
+	case hypervisorv1.State_STATE_STOPPED:
+		return "stopped"
+	case hypervisorv1.State_STATE_CRASHED:
+		return "crashed"
+	}
+	return s.String()
+}
+
+// sleep waits for d or until ctx is done.
+func sleep(ctx context.Context, d time.Duration) error {
+	if d <= 0 {
+		return nil
+	}
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return nil
+	case <-ctx.Done():
+		return ctxErr(ctx)
+	}
+}
