@@ -9,6 +9,11 @@ TOOLS_MOD := hack/tools/go.mod
 GOTOOL    := $(GO) tool -modfile=$(TOOLS_MOD)
 EXAMPLES  := examples/hostpath-storage
 FAKE_KINDS := hypervisor network storage device
+# Debian packages: protoc for code generation; QEMU, qemu-img and OVMF for the drivers and their
+# tests; ISO tools with which the storage tests read cloud-init images back.
+DEBIAN_PACKAGES := protobuf-compiler libprotobuf-dev qemu-system-x86 qemu-utils ovmf genisoimage xorriso
+# What make generate writes: verify fails when it differs from what is committed.
+GENERATED := ':(glob)core/**/*.pb.go' ':(glob)core/**/zz_generated.*.go' manifests/crd
 
 .PHONY: help
 help: ## List the targets.
@@ -17,20 +22,24 @@ help: ## List the targets.
 ##@ Main commands
 
 .PHONY: demo
-demo: build ## Run the driver conformance kit against the simulated drivers and the example driver, through real plugin processes.
+demo: deps build ## Run the driver conformance kit through real plugin processes: simulated drivers, the local storage driver, the example driver.
 	@mkdir -p $(OUT)
 	@for kind in $(FAKE_KINDS); do \
-	  echo "==> conformance: fake $$kind driver (plugin process bin/kubevisor-driver-fake $$kind)"; \
+	  config=hack/demo/fake-$$kind.json; \
+	  echo "==> conformance: simulated $$kind driver (bin/kubevisor-driver-fake $$kind)"; \
 	  $(BIN)/kubevisor-conformance driver --plugin $(BIN)/kubevisor-driver-fake --kind $$kind --arg $$kind \
-	    --junit $(OUT)/conformance-fake-$$kind.xml; \
+	    $$( [ -f $$config ] && echo --config $$config ) --junit $(OUT)/conformance-fake-$$kind.xml; \
 	done
+	@echo "==> conformance: local storage driver (bin/kubevisor-driver-local)"
+	@$(BIN)/kubevisor-conformance driver --plugin $(BIN)/kubevisor-driver-local --kind storage \
+	    --junit $(OUT)/conformance-local.xml
 	@echo "==> conformance: out-of-tree example driver ($(EXAMPLES))"
 	@$(BIN)/kubevisor-conformance driver --plugin $(BIN)/hostpath-storage --kind storage --name hostpath \
 	    --junit $(OUT)/conformance-hostpath.xml
 	@echo "JUnit reports: $(OUT)/conformance-*.xml"
 
 .PHONY: test
-test: ## Run every test: unit and conformance tiers, the example module's tests, the conformance CLI.
+test: deps ## Run every test: unit and conformance tiers, the example module's tests, the conformance CLI.
 	$(GO) test -race -count=1 ./...
 	cd $(EXAMPLES) && $(GO) test -count=1 ./...
 	$(MAKE) --no-print-directory demo
@@ -59,21 +68,23 @@ guest-smoke: guest ## Boot the test guest under QEMU/TCG with raw qemu-system-x8
 
 ##@ Code generation and checks
 
-.PHONY: tools
-tools: ## Install the non-Go tools code generation needs (protoc from Debian).
-	@command -v protoc >/dev/null || { \
-	  echo "==> installing protobuf-compiler (protoc) with apt-get"; \
-	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq protobuf-compiler libprotobuf-dev >/dev/null; }
+.PHONY: deps
+deps: ## Install the Debian packages that building, generating and testing need (only those missing).
+	@missing=$$(for p in $(DEBIAN_PACKAGES); do dpkg-query -W -f='$${Status}\n' $$p 2>/dev/null | grep -q '^install ok installed' || echo $$p; done); \
+	if [ -n "$$missing" ]; then \
+	  echo "==> installing Debian packages:" $$missing; \
+	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $$missing >/dev/null; \
+	fi
 
 .PHONY: generate
-generate: tools ## Regenerate protobuf code, deepcopy functions and CRD manifests.
+generate: deps ## Regenerate protobuf code, deepcopy functions and CRD manifests.
 	hack/generate-proto.sh
 	hack/generate-api.sh
 
 .PHONY: verify
 verify: generate ## Fail when generated files are stale, code is not gofmt'ed, or go vet / staticcheck complain.
-	@git diff --exit-code --stat -- core manifests || { echo "generated files differ from what is committed: run 'make generate' and commit"; exit 1; }
-	@test -z "$$(git status --porcelain -- core manifests)" || { echo "make generate created untracked files:"; git status --porcelain -- core manifests; exit 1; }
+	@git diff --exit-code --stat -- $(GENERATED) || { echo "generated files differ from what is committed: run 'make generate' and commit"; exit 1; }
+	@test -z "$$(git status --porcelain -- $(GENERATED))" || { echo "make generate created untracked files:"; git status --porcelain -- $(GENERATED); exit 1; }
 	@bad=$$(gofmt -l $$(git ls-files '*.go')); test -z "$$bad" || { echo "not gofmt'ed: $$bad"; exit 1; }
 	$(GO) vet ./...
 	cd $(EXAMPLES) && $(GO) vet ./...

@@ -9,7 +9,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"runtime"
 	"strconv"
 	"strings"
 	"sync"
@@ -59,11 +58,13 @@ func TestMain(m *testing.M) {
 	os.Exit(code)
 }
 
+// goTool is the go command that runs this test: the one on PATH, else the one go test sets
+// GOROOT for.
 func goTool() string {
 	if p, err := exec.LookPath("go"); err == nil {
 		return p
 	}
-	return filepath.Join(runtime.GOROOT(), "bin", "go")
+	return filepath.Join(os.Getenv("GOROOT"), "bin", "go")
 }
 
 // runHelperHost starts the plugin of the manifest in $envHelperManifest on a Host, creates VM

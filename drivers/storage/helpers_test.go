@@ -10,7 +10,6 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"errors"
-	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -346,10 +345,3 @@ func inode(t *testing.T, p string) uint64 {
 
 // blocks is how many 512-byte blocks a file takes on disk.
 func blocks(fi os.FileInfo) int64 { return fi.Sys().(*syscall.Stat_t).Blocks }
-
-func must[T any](v T, err error) T {
-	if err != nil {
-		panic(fmt.Sprintf("must: %v", err))
-	}
-	return v
-}
