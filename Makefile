@@ -54,7 +54,8 @@ build: ## Build every binary into bin/ (the example driver too).
 
 .PHONY: bench
 bench: ## Run the benchmarks and print their figures.
-	$(GO) test -run '^$$' -bench . -benchtime 3000x ./core/plugin/...
+	$(GO) test -run '^$$' -bench PluginRoundTrip -benchtime 5000x ./core/plugin/...
+	$(GO) test -run '^$$' -bench PluginStart -benchtime 100x ./core/plugin/...
 
 ##@ Test guest
 
