@@ -64,10 +64,14 @@ func (l *Local) Prepare(ctx context.Context, req *storagev1.PrepareRequest) (*st
 	return &storagev1.PrepareResponse{Disks: disks}, nil
 }
 
-// Release implements driver.Storage. It removes the files the record lists (never a base
-// image, never a hostDisk that existed before Prepare), then the record, then the work
-// directory if Prepare made it and it is empty. Without a record there is nothing to release.
-// The volumes of the request are not needed: the record says what was made.
+// Release implements driver.Storage. It removes the files the record lists in the work
+// directory (never a base image), then the record, then the work directory if Prepare made it
+// and it is empty. Without a record there is nothing to release. The volumes of the request
+// are not needed: the record says what was made.
+//
+// A hostDisk is the user's persistent disk, as in KubeVirt: one that DiskOrCreate created is
+// kept, so its data outlives the VMI (a failed Prepare call still removes what it created, as
+// no guest has used it yet).
 func (l *Local) Release(_ context.Context, req *storagev1.ReleaseRequest) error {
 	dir, err := workDirOf(req.GetVmiId(), req.GetWorkDir())
 	if err != nil {
@@ -86,6 +90,10 @@ func (l *Local) Release(_ context.Context, req *storagev1.ReleaseRequest) error 
 		var left []string
 		// Last made first: an overlay before its base.
 		for _, f := range slices.Backward(v.Files) {
+			if !inDir(dir, f) {
+				l.log.Info("hostDisk kept", "vmi", req.GetVmiId(), "volume", v.Name, "path", f)
+				continue
+			}
 			if err := removeMade(dir, f); err != nil {
 				left = append([]string{f}, left...)
 				errs = append(errs, err)

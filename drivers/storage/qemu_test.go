@@ -1,6 +1,7 @@
 package storage
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -333,8 +334,14 @@ func TestRealHostDisk(t *testing.T) {
 	}
 	release(t, d, "v", work)
 	release(t, d, "v", work)
-	if _, err := os.Stat(created); !os.IsNotExist(err) {
-		t.Errorf("hostDisk created by Prepare is left after Release: %v", err)
+	// A hostDisk is persistent: the data the guest wrote survives Release, and the next VMI
+	// that names it uses it in place.
+	if got := readAt(t, created, 0, 4); !bytes.Equal(got, []byte{0x33, 0x33, 0x33, 0x33}) {
+		t.Errorf("hostDisk created by Prepare lost its data on Release: first bytes %x", got)
+	}
+	next := prepare(t, d, "w", t.TempDir(), hostDiskVol("c", created, "DiskOrCreate", 3<<30))
+	if next[0].GetPath() != created || next[0].GetFormat() != domainv1.DiskFormat_DISK_FORMAT_RAW {
+		t.Errorf("next VMI's disk = %v, want %s in place", next[0], created)
 	}
 	if stateOf(t, existing) != before || !exists(existingQcow2) {
 		t.Error("hostDisks that existed before Prepare were changed or removed")
@@ -494,13 +501,11 @@ func TestRealAllTypesIdempotentAndRelease(t *testing.T) {
 	if got := listDir(t, work); !slices.Equal(got, []string{"launcher.sock"}) {
 		t.Errorf("work dir after Release = %v, want only the stranger file", got)
 	}
-	for _, p := range []string{base, preexisting, pvc, filepath.Join(layout, "index.json")} {
+	// Bases, PVCs and hostDisks (even one Prepare created) are not the work directory's.
+	for _, p := range []string{base, preexisting, pvc, filepath.Join(layout, "index.json"), filepath.Join(node, "new.img")} {
 		if !exists(p) {
 			t.Errorf("Release removed %s", p)
 		}
-	}
-	if exists(filepath.Join(node, "new.img")) {
-		t.Error("the hostDisk Prepare created is left")
 	}
 }
 
@@ -708,4 +713,19 @@ func TestConfigure(t *testing.T) {
 		err := d.Configure(context.Background(), &basev1.ConfigureRequest{Config: []byte(c)})
 		wantCode(t, err, codes.InvalidArgument, "config")
 	}
+}
+
+// readAt reads n bytes of file p at offset off.
+func readAt(t *testing.T, p string, off int64, n int) []byte {
+	t.Helper()
+	f, err := os.Open(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	buf := make([]byte, n)
+	if _, err := f.ReadAt(buf, off); err != nil {
+		t.Fatal(err)
+	}
+	return buf
 }
