@@ -1,0 +1,470 @@
+package qmp
+
+import (
+	"fmt"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"strconv"
+	"strings"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/kubevisor/kubevisor/core/domain"
+	domainv1 "github.com/kubevisor/kubevisor/core/domain/v1"
+)
+
+// Accel is a QEMU accelerator.
+type Accel string
+
+// The accelerators the driver uses.
+const (
+	AccelKVM Accel = "kvm"
+	AccelTCG Accel = "tcg"
+)
+
+// OVMF names the UEFI firmware files: code (read-only) and the template of the variable store
+// each VM gets a copy of, plain and with Secure Boot (Microsoft keys enrolled, SMM required).
+type OVMF struct {
+	Code       string `json:"code,omitempty"`
+	Vars       string `json:"vars,omitempty"`
+	SecureCode string `json:"secureCode,omitempty"`
+	SecureVars string `json:"secureVars,omitempty"`
+}
+
+// DefaultOVMF is where Debian's ovmf package installs the 4 MiB firmware.
+var DefaultOVMF = OVMF{
+	Code:       "/usr/share/OVMF/OVMF_CODE_4M.fd",
+	Vars:       "/usr/share/OVMF/OVMF_VARS_4M.fd",
+	SecureCode: "/usr/share/OVMF/OVMF_CODE_4M.ms.fd",
+	SecureVars: "/usr/share/OVMF/OVMF_VARS_4M.ms.fd",
+}
+
+// HostEnv is what BuildArgs needs to know about the node.
+type HostEnv struct {
+	// Accel is the accelerator the VM runs with.
+	Accel Accel
+	// RunDir is the VM's directory for sockets, the pidfile, the log and the EFI variables.
+	RunDir string
+	// OVMF is the UEFI firmware; an empty Code (or SecureCode) means it is not installed.
+	OVMF OVMF
+	// VhostNet says /dev/vhost-net is usable: virtio NICs then get vhost=on.
+	VhostNet bool
+	// CPUModels and MachineTypes are what this QEMU offers (`-cpu help`, `-machine help`);
+	// nil skips the check.
+	CPUModels    []string
+	MachineTypes []string
+	// BlockDevices are the disk paths that are block devices rather than files.
+	BlockDevices map[string]bool
+}
+
+// Cmdline is one QEMU invocation.
+type Cmdline struct {
+	// Args are QEMU's arguments, without the binary.
+	Args []string
+	// ExtraFiles are paths the launcher opens and passes to QEMU: the i-th becomes fd 3+i.
+	ExtraFiles []string
+	// VarsTemplate, when set, is copied to Paths.Vars before the first start.
+	VarsTemplate string
+}
+
+// Paths are the files the driver keeps in a VM's run dir.
+type Paths struct {
+	QMP    string
+	Serial string
+	PID    string
+	Log    string
+	Vars   string
+}
+
+// RunPaths returns the paths of a VM's files in runDir. The serial socket is the spec's when it
+// names one.
+func RunPaths(spec *domainv1.DomainSpec, runDir string) Paths {
+	p := Paths{
+		QMP:    filepath.Join(runDir, "qmp.sock"),
+		Serial: filepath.Join(runDir, "serial.sock"),
+		PID:    filepath.Join(runDir, "qemu.pid"),
+		Log:    filepath.Join(runDir, "qemu.log"),
+		Vars:   filepath.Join(runDir, "OVMF_VARS.fd"),
+	}
+	if s := spec.GetSerial().GetSocketPath(); s != "" {
+		p.Serial = s
+	}
+	return p
+}
+
+// Supported inputs, as Capabilities lists them.
+var (
+	supportedFirmware  = []string{"bios", "efi", "kernel"}
+	supportedDiskBuses = []string{"virtio", "sata", "scsi", "usb"}
+	nicDevices         = map[string]string{"virtio": "virtio-net-pci", "e1000": "e1000", "e1000e": "e1000e", "rtl8139": "rtl8139"}
+	supportedNICModels = []string{"virtio", "e1000", "e1000e", "rtl8139"}
+)
+
+var (
+	uuidRE     = regexp.MustCompile(`^[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}$`)
+	cpuModelRE = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]*$`)
+	machineRE  = regexp.MustCompile(`^(q35|pc|pc-q35-[0-9.]+|pc-i440fx-[0-9.]+)$`)
+)
+
+const (
+	// maxSocketPath is the longest path a unix socket can bind to (sun_path less the NUL).
+	maxSocketPath = 107
+	// sataPorts is the number of ports of an ICH9 AHCI controller.
+	sataPorts = 6
+	// maxSerial is the longest disk serial the IDE and virtio-blk devices keep.
+	maxSerial = 20
+)
+
+// esc escapes a value for QEMU's comma-separated option syntax.
+func esc(s string) string { return strings.ReplaceAll(s, ",", ",,") }
+
+// BuildArgs turns a domain spec into a QEMU command line for the node described by env. The
+// spec must have passed domain.Validate. What QEMU (or this driver) cannot honour is a
+// domain.ValidationError (InvalidArgument) naming the field; firmware the node lacks is
+// FailedPrecondition. QEMU starts with its vCPUs stopped (-S): the caller continues them once
+// it is attached to QMP and the serial console, so no early output is lost.
+func BuildArgs(spec *domainv1.DomainSpec, env HostEnv) (*Cmdline, error) {
+	b := &argBuilder{spec: spec, env: env, paths: RunPaths(spec, env.RunDir)}
+	b.build()
+	if len(b.errs) > 0 {
+		return nil, b.errs
+	}
+	if b.missing != "" {
+		return nil, status.Error(codes.FailedPrecondition, b.missing)
+	}
+	return &Cmdline{Args: b.args, ExtraFiles: b.files, VarsTemplate: b.varsTemplate}, nil
+}
+
+type argBuilder struct {
+	spec         *domainv1.DomainSpec
+	env          HostEnv
+	paths        Paths
+	args         []string
+	files        []string
+	varsTemplate string
+	errs         domain.ValidationError
+	missing      string // a host precondition that does not hold
+	q35          bool
+}
+
+func (b *argBuilder) add(args ...string) { b.args = append(b.args, args...) }
+
+func (b *argBuilder) fail(field, format string, a ...any) {
+	b.errs = append(b.errs, domain.FieldError{Field: field, Detail: fmt.Sprintf(format, a...)})
+}
+
+func (b *argBuilder) build() {
+	spec := b.spec
+	switch b.env.Accel {
+	case AccelKVM, AccelTCG:
+	default:
+		b.fail("acceleration", "no usable accelerator %q", b.env.Accel)
+	}
+	if spec.GetSandbox().GetLauncherSocket() != "" {
+		b.fail("sandbox.launcherSocket", "not supported by the qmp driver yet (it starts QEMU itself)")
+	}
+	if spec.GetSandbox().GetNetnsPath() != "" && !filepath.IsAbs(spec.GetSandbox().GetNetnsPath()) {
+		b.fail("sandbox.netnsPath", "must be an absolute path, not %q", spec.GetSandbox().GetNetnsPath())
+	}
+	if !filepath.IsAbs(b.env.RunDir) {
+		b.fail("runDir", "must be an absolute path, not %q", b.env.RunDir)
+	}
+	for field, p := range map[string]string{"runDir": b.paths.QMP, "serial.socketPath": b.paths.Serial, "vnc.socketPath": spec.GetVnc().GetSocketPath()} {
+		if len(p) > maxSocketPath {
+			b.fail(field, "socket path %q is longer than %d bytes", p, maxSocketPath)
+		}
+	}
+
+	name := spec.GetName()
+	if name == "" {
+		name = spec.GetId()
+	}
+	b.add("-name", "guest="+esc(name)+",debug-threads=on")
+	if u := spec.GetUuid(); u != "" {
+		if !uuidRE.MatchString(u) {
+			b.fail("uuid", "%q is not a UUID", u)
+		}
+		b.add("-uuid", u)
+	}
+	b.machine()
+	b.add("-accel", string(b.env.Accel))
+	b.cpu()
+	b.memory()
+	if s := spec.GetFirmware().GetSerial(); s != "" {
+		b.add("-smbios", "type=1,serial="+esc(s))
+	}
+	b.add("-nodefaults", "-no-user-config", "-display", "none", "-S", "-msg", "timestamp=on")
+	// A panicking guest (pvpanic) ends QEMU, as a guest powering off does: the VM is CRASHED.
+	b.add("-action", "panic=shutdown")
+	// seccomp, as libvirt sets it: QEMU needs none of what this forbids.
+	b.add("-sandbox", "on,obsolete=deny,elevateprivileges=deny,spawn=deny,resourcecontrol=deny")
+	b.add("-pidfile", b.paths.PID)
+	b.add("-chardev", "socket,id=qmp,path="+esc(b.paths.QMP)+",server=on,wait=off", "-mon", "chardev=qmp,mode=control")
+	b.add("-chardev", "socket,id=serial0,path="+esc(b.paths.Serial)+",server=on,wait=off", "-serial", "chardev:serial0")
+	if v := spec.GetVnc(); v != nil {
+		b.add("-device", "VGA,id=video0", "-vnc", "unix:"+esc(v.GetSocketPath()))
+	}
+	b.firmware()
+	b.add("-device", "pvpanic")
+	b.disks()
+	b.nics()
+	for i, h := range spec.GetHostDevices() {
+		b.add("-device", fmt.Sprintf("vfio-pci,host=%s,id=hostdev%d", h.GetPciAddress(), i))
+	}
+}
+
+func (b *argBuilder) machine() {
+	t := b.spec.GetMachine().GetType()
+	if t == "" {
+		t = "q35"
+	}
+	switch {
+	case !machineRE.MatchString(t):
+		b.fail("machine.type", "%q is not supported (q35, pc, pc-q35-X.Y or pc-i440fx-X.Y)", t)
+	case b.env.MachineTypes != nil && !slices.Contains(b.env.MachineTypes, t):
+		b.fail("machine.type", "%q is not offered by this QEMU", t)
+	}
+	b.q35 = t == "q35" || strings.HasPrefix(t, "pc-q35-")
+	opts := []string{t}
+	if efi := b.spec.GetFirmware().GetEfi(); efi != nil {
+		if efi.GetSecureBoot() {
+			opts = append(opts, "smm=on")
+		}
+		opts = append(opts, "pflash0=pflash0", "pflash1=pflash1")
+	}
+	b.add("-machine", strings.Join(opts, ","))
+}
+
+func (b *argBuilder) cpu() {
+	cpu := b.spec.GetCpu()
+	model := cpu.GetModel()
+	kvm := b.env.Accel == AccelKVM
+	switch {
+	case model == "" || model == "host-model":
+		// host-model is "like the host, but migratable": the nearest QEMU offers is host under
+		// KVM and max (every feature TCG emulates) under TCG.
+		model = map[bool]string{true: "host", false: "max"}[kvm]
+	case model == "host-passthrough":
+		if !kvm {
+			b.fail("cpu.model", "host-passthrough needs hardware acceleration, but this VM is emulated (%s)", b.env.Accel)
+		}
+		model = "host"
+	case !cpuModelRE.MatchString(model):
+		b.fail("cpu.model", "%q is not a CPU model name", model)
+	case b.env.CPUModels != nil && !slices.Contains(b.env.CPUModels, model):
+		b.fail("cpu.model", "%q is not offered by this QEMU", model)
+	}
+	b.add("-cpu", model)
+	s, c, t := max(cpu.GetSockets(), 1), max(cpu.GetCores(), 1), max(cpu.GetThreads(), 1)
+	b.add("-smp", fmt.Sprintf("%d,sockets=%d,cores=%d,threads=%d", s*c*t, s, c, t))
+}
+
+func (b *argBuilder) memory() {
+	const mib = 1 << 20
+	n := b.spec.GetMemory().GetGuestBytes()
+	if n%mib == 0 {
+		b.add("-m", strconv.FormatUint(n/mib, 10)+"M")
+	} else {
+		b.add("-m", strconv.FormatUint(n, 10)+"B")
+	}
+}
+
+func (b *argBuilder) firmware() {
+	fw := b.spec.GetFirmware()
+	switch {
+	case fw.GetEfi() != nil:
+		code, vars := b.env.OVMF.Code, b.env.OVMF.Vars
+		if fw.GetEfi().GetSecureBoot() {
+			if !b.q35 {
+				b.fail("firmware.efi.secureBoot", "needs a q35 machine type (SMM)")
+			}
+			code, vars = b.env.OVMF.SecureCode, b.env.OVMF.SecureVars
+		}
+		if code == "" || vars == "" {
+			b.missing = "firmware.efi: UEFI firmware (OVMF) is not installed on this node"
+		}
+		b.varsTemplate = vars
+		b.add("-blockdev", "driver=file,node-name=pflash0,read-only=on,filename="+esc(code))
+		b.add("-blockdev", "driver=file,node-name=pflash1,filename="+esc(b.paths.Vars))
+		if fw.GetEfi().GetSecureBoot() {
+			b.add("-global", "driver=cfi.pflash01,property=secure,value=on")
+		}
+	case fw.GetKernel() != nil:
+		k := fw.GetKernel()
+		b.add("-kernel", k.GetKernelPath())
+		if k.GetInitrdPath() != "" {
+			b.add("-initrd", k.GetInitrdPath())
+		}
+		if k.GetCmdline() != "" {
+			b.add("-append", k.GetCmdline())
+		}
+	}
+	// BIOS (or nothing) is QEMU's default firmware, SeaBIOS.
+}
+
+// diskBus is the bus a disk is on: virtio for a disk and sata for a cdrom when unnamed (as
+// KubeVirt defaults them).
+func diskBus(d *domainv1.Disk) domainv1.DiskBus {
+	if bus := d.GetBus(); bus != domainv1.DiskBus_DISK_BUS_UNSPECIFIED {
+		return bus
+	}
+	if d.GetDevice() == domainv1.DiskDevice_DISK_DEVICE_CDROM {
+		return domainv1.DiskBus_DISK_BUS_SATA
+	}
+	return domainv1.DiskBus_DISK_BUS_VIRTIO
+}
+
+func (b *argBuilder) disks() {
+	// Controllers first: QEMU creates devices in command-line order.
+	need := map[domainv1.DiskBus]bool{}
+	for _, d := range b.spec.GetDisks() {
+		need[diskBus(d)] = true
+	}
+	if need[domainv1.DiskBus_DISK_BUS_SATA] && !b.q35 {
+		b.add("-device", "ich9-ahci,id=sata0")
+	}
+	if need[domainv1.DiskBus_DISK_BUS_SCSI] {
+		b.add("-device", "virtio-scsi-pci,id=scsi0")
+	}
+	if need[domainv1.DiskBus_DISK_BUS_USB] {
+		b.add("-device", "qemu-xhci,id=usb0")
+	}
+	sataPort, lun := 0, 0
+	for i, d := range b.spec.GetDisks() {
+		f := fmt.Sprintf("disks[%d]", i)
+		cdrom := d.GetDevice() == domainv1.DiskDevice_DISK_DEVICE_CDROM
+		bus := diskBus(d)
+		var format string
+		switch d.GetFormat() {
+		case domainv1.DiskFormat_DISK_FORMAT_UNSPECIFIED, domainv1.DiskFormat_DISK_FORMAT_RAW:
+			// Like libvirt, an unnamed format is raw: the driver never probes, as probing a
+			// guest-writable raw image is unsafe.
+			format = "raw"
+		case domainv1.DiskFormat_DISK_FORMAT_QCOW2:
+			format = "qcow2"
+		default:
+			b.fail(f+".format", "%s is not supported (raw or qcow2)", d.GetFormat())
+		}
+		readOnly := d.GetReadOnly() || cdrom
+		fileOpts := []string{"driver=file"}
+		if b.env.BlockDevices[d.GetPath()] {
+			fileOpts[0] = "driver=host_device"
+		}
+		fileOpts = append(fileOpts, fmt.Sprintf("node-name=file-disk%d", i), "filename="+esc(d.GetPath()))
+		if readOnly {
+			fileOpts = append(fileOpts, "read-only=on")
+		}
+		var writeCache string
+		switch d.GetCache() {
+		case "":
+		case "none":
+			fileOpts = append(fileOpts, "cache.direct=on")
+			writeCache = "on"
+		case "writeback":
+			writeCache = "on"
+		case "writethrough":
+			writeCache = "off"
+		default:
+			b.fail(f+".cache", "%q is not supported (none, writethrough or writeback)", d.GetCache())
+		}
+		fmtOpts := []string{"driver=" + format, fmt.Sprintf("node-name=disk%d", i), fmt.Sprintf("file=file-disk%d", i)}
+		if readOnly {
+			fmtOpts = append(fmtOpts, "read-only=on")
+		}
+
+		var dev []string
+		switch bus {
+		case domainv1.DiskBus_DISK_BUS_VIRTIO:
+			if cdrom {
+				b.fail(f+".bus", "a cdrom cannot be on virtio (use sata or scsi)")
+			}
+			dev = []string{"virtio-blk-pci"}
+		case domainv1.DiskBus_DISK_BUS_SATA:
+			if d.GetReadOnly() && !cdrom {
+				b.fail(f+".readOnly", "a read-only disk cannot be on sata (use virtio or scsi)")
+			}
+			if sataPort >= sataPorts {
+				b.fail(f+".bus", "more than %d sata disks", sataPorts)
+			}
+			ctl := "ide" // the AHCI controller built into q35
+			if !b.q35 {
+				ctl = "sata0"
+			}
+			dev = []string{map[bool]string{false: "ide-hd", true: "ide-cd"}[cdrom], fmt.Sprintf("bus=%s.%d", ctl, sataPort)}
+			sataPort++
+		case domainv1.DiskBus_DISK_BUS_SCSI:
+			dev = []string{map[bool]string{false: "scsi-hd", true: "scsi-cd"}[cdrom], "bus=scsi0.0", "channel=0", "scsi-id=0", fmt.Sprintf("lun=%d", lun)}
+			lun++
+		case domainv1.DiskBus_DISK_BUS_USB:
+			if cdrom {
+				b.fail(f+".bus", "a cdrom cannot be on usb (use sata or scsi)")
+			}
+			dev = []string{"usb-storage", "bus=usb0.0"}
+		default:
+			b.fail(f+".bus", "%s is not supported", bus)
+			continue
+		}
+		dev = append(dev, fmt.Sprintf("drive=disk%d", i), fmt.Sprintf("id=ua-disk%d", i))
+		if writeCache != "" {
+			dev = append(dev, "write-cache="+writeCache)
+		}
+		if s := d.GetSerial(); s != "" {
+			if len(s) > maxSerial {
+				b.fail(f+".serial", "%q is longer than %d characters", s, maxSerial)
+			}
+			dev = append(dev, "serial="+esc(s))
+		}
+		if o := d.GetBootOrder(); o > 0 {
+			dev = append(dev, fmt.Sprintf("bootindex=%d", o))
+		}
+		b.add("-blockdev", strings.Join(fileOpts, ","), "-blockdev", strings.Join(fmtOpts, ","), "-device", strings.Join(dev, ","))
+	}
+}
+
+func (b *argBuilder) nics() {
+	for i, n := range b.spec.GetNics() {
+		f := fmt.Sprintf("nics[%d]", i)
+		model := n.GetModel()
+		if model == "" {
+			model = "virtio"
+		}
+		devName, ok := nicDevices[model]
+		if !ok {
+			b.fail(f+".model", "%q is not supported (%s)", model, strings.Join(supportedNICModels, ", "))
+		}
+		netdev := []string{"tap", fmt.Sprintf("id=net%d", i)}
+		switch {
+		case n.GetTapName() != "":
+			if len(n.GetTapName()) > 15 || strings.ContainsAny(n.GetTapName(), ",/ ") {
+				b.fail(f+".tapName", "%q is not an interface name", n.GetTapName())
+			}
+			netdev = append(netdev, "ifname="+n.GetTapName(), "script=no", "downscript=no")
+		case n.GetTapFdPath() != "":
+			if !filepath.IsAbs(n.GetTapFdPath()) {
+				b.fail(f+".tapFdPath", "must be an absolute path, not %q", n.GetTapFdPath())
+			}
+			netdev = append(netdev, fmt.Sprintf("fd=%d", 3+len(b.files)))
+			b.files = append(b.files, n.GetTapFdPath())
+		}
+		if model == "virtio" && b.env.VhostNet {
+			netdev = append(netdev, "vhost=on")
+		}
+		dev := []string{devName, fmt.Sprintf("id=ua-net%d", i), fmt.Sprintf("netdev=net%d", i), "mac=" + strings.ToLower(n.GetMac())}
+		if mtu := n.GetMtu(); mtu > 0 {
+			// The tap carries the MTU for every model (the network driver set it); virtio
+			// also tells the guest.
+			if mtu < 68 || mtu > 65535 {
+				b.fail(f+".mtu", "%d is out of range (68-65535)", mtu)
+			}
+			if model == "virtio" {
+				dev = append(dev, fmt.Sprintf("host_mtu=%d", mtu))
+			}
+		}
+		if o := n.GetBootOrder(); o > 0 {
+			dev = append(dev, fmt.Sprintf("bootindex=%d", o))
+		}
+		b.add("-netdev", strings.Join(netdev, ","), "-device", strings.Join(dev, ","))
+	}
+}

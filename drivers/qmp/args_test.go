@@ -1,0 +1,482 @@
+package qmp
+
+import (
+	"slices"
+	"strings"
+	"testing"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	domainv1 "github.com/kubevisor/kubevisor/core/domain/v1"
+)
+
+func baseSpec() *domainv1.DomainSpec {
+	return &domainv1.DomainSpec{Id: "vm1", Name: "ns/vm1", Memory: &domainv1.Memory{GuestBytes: 64 << 20}}
+}
+
+func baseEnv() HostEnv {
+	return HostEnv{Accel: AccelTCG, RunDir: "/run/vm1", OVMF: DefaultOVMF}
+}
+
+// hasArgs reports whether want appears in args as a contiguous run.
+func hasArgs(args []string, want ...string) bool {
+	for i := 0; i+len(want) <= len(args); i++ {
+		if slices.Equal(args[i:i+len(want)], want) {
+			return true
+		}
+	}
+	return false
+}
+
+func TestBuildArgs(t *testing.T) {
+	type tc struct {
+		name  string
+		spec  func(*domainv1.DomainSpec)
+		env   func(*HostEnv)
+		want  [][]string // each a contiguous run of arguments
+		not   []string   // arguments that must not appear
+		files []string
+		vars  string
+		// errors: the code and the field paths the message names
+		code   codes.Code
+		fields []string
+	}
+	disk := func(d *domainv1.Disk) func(*domainv1.DomainSpec) {
+		return func(s *domainv1.DomainSpec) { s.Disks = append(s.Disks, d) }
+	}
+	nic := func(n *domainv1.NIC) func(*domainv1.DomainSpec) {
+		return func(s *domainv1.DomainSpec) { s.Nics = append(s.Nics, n) }
+	}
+	const mac = "52:54:00:12:34:56"
+	cases := []tc{
+		{
+			name: "defaults",
+			want: [][]string{
+				{"-name", "guest=ns/vm1,debug-threads=on"},
+				{"-machine", "q35"}, {"-accel", "tcg"}, {"-cpu", "max"},
+				{"-smp", "1,sockets=1,cores=1,threads=1"}, {"-m", "64M"},
+				{"-nodefaults", "-no-user-config", "-display", "none", "-S"},
+				{"-pidfile", "/run/vm1/qemu.pid"},
+				{"-chardev", "socket,id=qmp,path=/run/vm1/qmp.sock,server=on,wait=off", "-mon", "chardev=qmp,mode=control"},
+				{"-chardev", "socket,id=serial0,path=/run/vm1/serial.sock,server=on,wait=off", "-serial", "chardev:serial0"},
+				{"-device", "pvpanic"}, {"-action", "panic=shutdown"},
+				{"-sandbox", "on,obsolete=deny,elevateprivileges=deny,spawn=deny,resourcecontrol=deny"},
+			},
+			not: []string{"-uuid", "-smbios", "-vnc", "-kernel", "-netdev", "-blockdev"},
+		},
+		{
+			name: "name defaults to id, commas escaped",
+			spec: func(s *domainv1.DomainSpec) { s.Name = ""; s.Id = "a,b" },
+			want: [][]string{{"-name", "guest=a,,b,debug-threads=on"}},
+		},
+		{
+			name: "kvm default cpu is host",
+			env:  func(e *HostEnv) { e.Accel = AccelKVM },
+			want: [][]string{{"-accel", "kvm"}, {"-cpu", "host"}},
+		},
+		{
+			name: "kvm host-passthrough",
+			spec: func(s *domainv1.DomainSpec) { s.Cpu = &domainv1.CPU{Model: "host-passthrough"} },
+			env:  func(e *HostEnv) { e.Accel = AccelKVM },
+			want: [][]string{{"-cpu", "host"}},
+		},
+		{
+			name: "tcg host-model is max",
+			spec: func(s *domainv1.DomainSpec) { s.Cpu = &domainv1.CPU{Model: "host-model"} },
+			want: [][]string{{"-cpu", "max"}},
+		},
+		{
+			name:   "tcg rejects host-passthrough",
+			spec:   func(s *domainv1.DomainSpec) { s.Cpu = &domainv1.CPU{Model: "host-passthrough"} },
+			code:   codes.InvalidArgument,
+			fields: []string{"cpu.model"},
+		},
+		{
+			name: "named model offered",
+			spec: func(s *domainv1.DomainSpec) { s.Cpu = &domainv1.CPU{Model: "Skylake-Client"} },
+			env:  func(e *HostEnv) { e.CPUModels = []string{"max", "Skylake-Client"} },
+			want: [][]string{{"-cpu", "Skylake-Client"}},
+		},
+		{
+			name:   "named model not offered",
+			spec:   func(s *domainv1.DomainSpec) { s.Cpu = &domainv1.CPU{Model: "Nehalem-9000"} },
+			env:    func(e *HostEnv) { e.CPUModels = []string{"max"} },
+			code:   codes.InvalidArgument,
+			fields: []string{"cpu.model"},
+		},
+		{
+			name:   "model with option syntax",
+			spec:   func(s *domainv1.DomainSpec) { s.Cpu = &domainv1.CPU{Model: "max,+vmx"} },
+			code:   codes.InvalidArgument,
+			fields: []string{"cpu.model"},
+		},
+		{
+			name: "topology",
+			spec: func(s *domainv1.DomainSpec) { s.Cpu = &domainv1.CPU{Sockets: 2, Cores: 3, Threads: 2} },
+			want: [][]string{{"-smp", "12,sockets=2,cores=3,threads=2"}},
+		},
+		{
+			name: "memory not a MiB multiple",
+			spec: func(s *domainv1.DomainSpec) { s.Memory.GuestBytes = 1000000000 },
+			want: [][]string{{"-m", "1000000000B"}},
+		},
+		{
+			name: "uuid and smbios serial",
+			spec: func(s *domainv1.DomainSpec) {
+				s.Uuid = "6a1f2b3c-1111-4222-8333-444455556666"
+				s.Firmware = &domainv1.Firmware{Serial: "abc,def"}
+			},
+			want: [][]string{{"-uuid", "6a1f2b3c-1111-4222-8333-444455556666"}, {"-smbios", "type=1,serial=abc,,def"}},
+		},
+		{
+			name:   "bad uuid",
+			spec:   func(s *domainv1.DomainSpec) { s.Uuid = "not-a-uuid" },
+			code:   codes.InvalidArgument,
+			fields: []string{"uuid"},
+		},
+		{
+			name: "machine pc",
+			spec: func(s *domainv1.DomainSpec) { s.Machine = &domainv1.Machine{Type: "pc-i440fx-7.2"} },
+			want: [][]string{{"-machine", "pc-i440fx-7.2"}},
+		},
+		{
+			name:   "unknown machine",
+			spec:   func(s *domainv1.DomainSpec) { s.Machine = &domainv1.Machine{Type: "virt"} },
+			code:   codes.InvalidArgument,
+			fields: []string{"machine.type"},
+		},
+		{
+			name:   "machine not offered by this qemu",
+			spec:   func(s *domainv1.DomainSpec) { s.Machine = &domainv1.Machine{Type: "pc-q35-99.0"} },
+			env:    func(e *HostEnv) { e.MachineTypes = []string{"q35", "pc-q35-7.2"} },
+			code:   codes.InvalidArgument,
+			fields: []string{"machine.type"},
+		},
+		{
+			name: "virtio qcow2 cache none boot order",
+			spec: disk(&domainv1.Disk{Name: "root", Path: "/img/root,1.qcow2", Format: domainv1.DiskFormat_DISK_FORMAT_QCOW2, Cache: "none", BootOrder: 1, Serial: "root-1"}),
+			want: [][]string{
+				{"-blockdev", "driver=file,node-name=file-disk0,filename=/img/root,,1.qcow2,cache.direct=on"},
+				{"-blockdev", "driver=qcow2,node-name=disk0,file=file-disk0"},
+				{"-device", "virtio-blk-pci,drive=disk0,id=ua-disk0,write-cache=on,serial=root-1,bootindex=1"},
+			},
+		},
+		{
+			name: "raw is the default format, read-only virtio",
+			spec: disk(&domainv1.Disk{Name: "d", Path: "/img/d.raw", ReadOnly: true}),
+			want: [][]string{
+				{"-blockdev", "driver=file,node-name=file-disk0,filename=/img/d.raw,read-only=on"},
+				{"-blockdev", "driver=raw,node-name=disk0,file=file-disk0,read-only=on"},
+				{"-device", "virtio-blk-pci,drive=disk0,id=ua-disk0"},
+			},
+		},
+		{
+			name: "block device",
+			spec: disk(&domainv1.Disk{Name: "d", Path: "/dev/sdb", Cache: "writethrough"}),
+			env:  func(e *HostEnv) { e.BlockDevices = map[string]bool{"/dev/sdb": true} },
+			want: [][]string{
+				{"-blockdev", "driver=host_device,node-name=file-disk0,filename=/dev/sdb"},
+				{"-device", "virtio-blk-pci,drive=disk0,id=ua-disk0,write-cache=off"},
+			},
+		},
+		{
+			name: "sata disk and cdrom on q35",
+			spec: func(s *domainv1.DomainSpec) {
+				s.Disks = []*domainv1.Disk{
+					{Name: "a", Path: "/img/a", Bus: domainv1.DiskBus_DISK_BUS_SATA, Cache: "writeback"},
+					{Name: "cd", Path: "/img/cd.iso", Device: domainv1.DiskDevice_DISK_DEVICE_CDROM, BootOrder: 2},
+				}
+			},
+			want: [][]string{
+				{"-device", "ide-hd,bus=ide.0,drive=disk0,id=ua-disk0,write-cache=on"},
+				{"-blockdev", "driver=file,node-name=file-disk1,filename=/img/cd.iso,read-only=on"},
+				{"-blockdev", "driver=raw,node-name=disk1,file=file-disk1,read-only=on"},
+				{"-device", "ide-cd,bus=ide.1,drive=disk1,id=ua-disk1,bootindex=2"},
+			},
+			not: []string{"ich9-ahci,id=sata0"},
+		},
+		{
+			name: "sata on pc gets an AHCI controller first",
+			spec: func(s *domainv1.DomainSpec) {
+				s.Machine = &domainv1.Machine{Type: "pc"}
+				s.Disks = []*domainv1.Disk{{Name: "a", Path: "/img/a", Bus: domainv1.DiskBus_DISK_BUS_SATA}}
+			},
+			want: [][]string{{"-device", "ich9-ahci,id=sata0", "-blockdev"}, {"-device", "ide-hd,bus=sata0.0,drive=disk0,id=ua-disk0"}},
+		},
+		{
+			name: "scsi disk and cdrom",
+			spec: func(s *domainv1.DomainSpec) {
+				s.Disks = []*domainv1.Disk{
+					{Name: "a", Path: "/img/a", Bus: domainv1.DiskBus_DISK_BUS_SCSI},
+					{Name: "b", Path: "/img/b", Bus: domainv1.DiskBus_DISK_BUS_SCSI, Device: domainv1.DiskDevice_DISK_DEVICE_CDROM},
+				}
+			},
+			want: [][]string{
+				{"-device", "virtio-scsi-pci,id=scsi0", "-blockdev"},
+				{"-device", "scsi-hd,bus=scsi0.0,channel=0,scsi-id=0,lun=0,drive=disk0,id=ua-disk0"},
+				{"-device", "scsi-cd,bus=scsi0.0,channel=0,scsi-id=0,lun=1,drive=disk1,id=ua-disk1"},
+			},
+		},
+		{
+			name: "usb",
+			spec: disk(&domainv1.Disk{Name: "a", Path: "/img/a", Bus: domainv1.DiskBus_DISK_BUS_USB, BootOrder: 1}),
+			want: [][]string{{"-device", "qemu-xhci,id=usb0", "-blockdev"}, {"-device", "usb-storage,bus=usb0.0,drive=disk0,id=ua-disk0,bootindex=1"}},
+		},
+		{
+			name:   "virtio cdrom",
+			spec:   disk(&domainv1.Disk{Name: "a", Path: "/img/a", Bus: domainv1.DiskBus_DISK_BUS_VIRTIO, Device: domainv1.DiskDevice_DISK_DEVICE_CDROM}),
+			code:   codes.InvalidArgument,
+			fields: []string{"disks[0].bus"},
+		},
+		{
+			name:   "usb cdrom",
+			spec:   disk(&domainv1.Disk{Name: "a", Path: "/img/a", Bus: domainv1.DiskBus_DISK_BUS_USB, Device: domainv1.DiskDevice_DISK_DEVICE_CDROM}),
+			code:   codes.InvalidArgument,
+			fields: []string{"disks[0].bus"},
+		},
+		{
+			name:   "read-only sata disk",
+			spec:   disk(&domainv1.Disk{Name: "a", Path: "/img/a", Bus: domainv1.DiskBus_DISK_BUS_SATA, ReadOnly: true}),
+			code:   codes.InvalidArgument,
+			fields: []string{"disks[0].readOnly"},
+		},
+		{
+			name:   "unknown cache mode",
+			spec:   disk(&domainv1.Disk{Name: "a", Path: "/img/a", Cache: "unsafe"}),
+			code:   codes.InvalidArgument,
+			fields: []string{"disks[0].cache"},
+		},
+		{
+			name:   "serial too long",
+			spec:   disk(&domainv1.Disk{Name: "a", Path: "/img/a", Serial: strings.Repeat("x", 21)}),
+			code:   codes.InvalidArgument,
+			fields: []string{"disks[0].serial"},
+		},
+		{
+			name: "too many sata disks",
+			spec: func(s *domainv1.DomainSpec) {
+				for i := range 7 {
+					s.Disks = append(s.Disks, &domainv1.Disk{Name: string(rune('a' + i)), Path: "/img/x", Bus: domainv1.DiskBus_DISK_BUS_SATA})
+				}
+			},
+			code:   codes.InvalidArgument,
+			fields: []string{"disks[6].bus"},
+		},
+		{
+			name: "virtio tap by name with vhost, mtu and boot order",
+			spec: nic(&domainv1.NIC{Name: "default", TapName: "tap0", Mac: "52:54:00:AB:CD:EF", Mtu: 1400, BootOrder: 2}),
+			env:  func(e *HostEnv) { e.VhostNet = true },
+			want: [][]string{
+				{"-netdev", "tap,id=net0,ifname=tap0,script=no,downscript=no,vhost=on"},
+				{"-device", "virtio-net-pci,id=ua-net0,netdev=net0,mac=52:54:00:ab:cd:ef,host_mtu=1400,bootindex=2"},
+			},
+		},
+		{
+			name: "no vhost without /dev/vhost-net",
+			spec: nic(&domainv1.NIC{Name: "default", TapName: "tap0", Mac: mac}),
+			want: [][]string{{"-netdev", "tap,id=net0,ifname=tap0,script=no,downscript=no"}},
+		},
+		{
+			name: "e1000 e1000e rtl8139 take no host_mtu or vhost",
+			spec: func(s *domainv1.DomainSpec) {
+				s.Nics = []*domainv1.NIC{
+					{Name: "a", TapName: "tap0", Mac: mac, Model: "e1000", Mtu: 1400},
+					{Name: "b", TapName: "tap1", Mac: "52:54:00:12:34:57", Model: "e1000e"},
+					{Name: "c", TapName: "tap2", Mac: "52:54:00:12:34:58", Model: "rtl8139"},
+				}
+			},
+			env: func(e *HostEnv) { e.VhostNet = true },
+			want: [][]string{
+				{"-netdev", "tap,id=net0,ifname=tap0,script=no,downscript=no", "-device", "e1000,id=ua-net0,netdev=net0,mac=" + mac},
+				{"-device", "e1000e,id=ua-net1,netdev=net1,mac=52:54:00:12:34:57"},
+				{"-device", "rtl8139,id=ua-net2,netdev=net2,mac=52:54:00:12:34:58"},
+			},
+		},
+		{
+			name: "taps by fd are passed in order",
+			spec: func(s *domainv1.DomainSpec) {
+				s.Nics = []*domainv1.NIC{
+					{Name: "a", TapFdPath: "/proc/self/fd/7", Mac: mac},
+					{Name: "b", TapName: "tap1", Mac: "52:54:00:12:34:57"},
+					{Name: "c", TapFdPath: "/proc/self/fd/9", Mac: "52:54:00:12:34:58"},
+				}
+			},
+			want:  [][]string{{"-netdev", "tap,id=net0,fd=3"}, {"-netdev", "tap,id=net2,fd=4"}},
+			files: []string{"/proc/self/fd/7", "/proc/self/fd/9"},
+		},
+		{
+			name:   "unknown nic model",
+			spec:   nic(&domainv1.NIC{Name: "a", TapName: "tap0", Mac: mac, Model: "ne2k_pci"}),
+			code:   codes.InvalidArgument,
+			fields: []string{"nics[0].model"},
+		},
+		{
+			name:   "bad tap name and mtu",
+			spec:   nic(&domainv1.NIC{Name: "a", TapName: "tap0,vhost=on", Mac: mac, Mtu: 20}),
+			code:   codes.InvalidArgument,
+			fields: []string{"nics[0].tapName", "nics[0].mtu"},
+		},
+		{
+			name: "serial socket and vnc from the spec",
+			spec: func(s *domainv1.DomainSpec) {
+				s.Serial = &domainv1.Serial{SocketPath: "/var/run/vmi/console.sock"}
+				s.Vnc = &domainv1.VNC{SocketPath: "/var/run/vmi/vnc.sock"}
+			},
+			want: [][]string{
+				{"-chardev", "socket,id=serial0,path=/var/run/vmi/console.sock,server=on,wait=off"},
+				{"-device", "VGA,id=video0", "-vnc", "unix:/var/run/vmi/vnc.sock"},
+			},
+		},
+		{
+			name: "efi",
+			spec: func(s *domainv1.DomainSpec) {
+				s.Firmware = &domainv1.Firmware{Boot: &domainv1.Firmware_Efi{Efi: &domainv1.EFI{}}}
+			},
+			want: [][]string{
+				{"-machine", "q35,pflash0=pflash0,pflash1=pflash1"},
+				{"-blockdev", "driver=file,node-name=pflash0,read-only=on,filename=/usr/share/OVMF/OVMF_CODE_4M.fd"},
+				{"-blockdev", "driver=file,node-name=pflash1,filename=/run/vm1/OVMF_VARS.fd"},
+			},
+			not:  []string{"-global"},
+			vars: "/usr/share/OVMF/OVMF_VARS_4M.fd",
+		},
+		{
+			name: "efi secure boot",
+			spec: func(s *domainv1.DomainSpec) {
+				s.Firmware = &domainv1.Firmware{Boot: &domainv1.Firmware_Efi{Efi: &domainv1.EFI{SecureBoot: true}}}
+			},
+			want: [][]string{
+				{"-machine", "q35,smm=on,pflash0=pflash0,pflash1=pflash1"},
+				{"-blockdev", "driver=file,node-name=pflash0,read-only=on,filename=/usr/share/OVMF/OVMF_CODE_4M.ms.fd"},
+				{"-global", "driver=cfi.pflash01,property=secure,value=on"},
+			},
+			vars: "/usr/share/OVMF/OVMF_VARS_4M.ms.fd",
+		},
+		{
+			name: "secure boot needs q35",
+			spec: func(s *domainv1.DomainSpec) {
+				s.Machine = &domainv1.Machine{Type: "pc"}
+				s.Firmware = &domainv1.Firmware{Boot: &domainv1.Firmware_Efi{Efi: &domainv1.EFI{SecureBoot: true}}}
+			},
+			code:   codes.InvalidArgument,
+			fields: []string{"firmware.efi.secureBoot"},
+		},
+		{
+			name: "efi without OVMF",
+			spec: func(s *domainv1.DomainSpec) {
+				s.Firmware = &domainv1.Firmware{Boot: &domainv1.Firmware_Efi{Efi: &domainv1.EFI{}}}
+			},
+			env:    func(e *HostEnv) { e.OVMF = OVMF{} },
+			code:   codes.FailedPrecondition,
+			fields: []string{"firmware.efi"},
+		},
+		{
+			name: "kernel boot",
+			spec: func(s *domainv1.DomainSpec) {
+				s.Firmware = &domainv1.Firmware{Boot: &domainv1.Firmware_Kernel{Kernel: &domainv1.KernelBoot{
+					KernelPath: "/boot/vmlinuz", InitrdPath: "/boot/initrd", Cmdline: "console=ttyS0 quiet",
+				}}}
+			},
+			want: [][]string{{"-kernel", "/boot/vmlinuz", "-initrd", "/boot/initrd", "-append", "console=ttyS0 quiet"}},
+			not:  []string{"pflash0"},
+		},
+		{
+			name: "kernel without initrd or cmdline",
+			spec: func(s *domainv1.DomainSpec) {
+				s.Firmware = &domainv1.Firmware{Boot: &domainv1.Firmware_Kernel{Kernel: &domainv1.KernelBoot{KernelPath: "/boot/vmlinuz"}}}
+			},
+			want: [][]string{{"-kernel", "/boot/vmlinuz"}},
+			not:  []string{"-initrd", "-append"},
+		},
+		{
+			name: "host devices",
+			spec: func(s *domainv1.DomainSpec) {
+				s.HostDevices = []*domainv1.HostDevice{{Name: "gpu", PciAddress: "0000:01:00.0"}}
+			},
+			want: [][]string{{"-device", "vfio-pci,host=0000:01:00.0,id=hostdev0"}},
+		},
+		{
+			name:   "launcher socket not supported yet",
+			spec:   func(s *domainv1.DomainSpec) { s.Sandbox = &domainv1.Sandbox{LauncherSocket: "/run/launcher.sock"} },
+			code:   codes.InvalidArgument,
+			fields: []string{"sandbox.launcherSocket"},
+		},
+		{
+			name:   "socket path too long",
+			env:    func(e *HostEnv) { e.RunDir = "/" + strings.Repeat("d", 110) },
+			code:   codes.InvalidArgument,
+			fields: []string{"runDir"},
+		},
+		{
+			name: "every error is reported",
+			spec: func(s *domainv1.DomainSpec) {
+				s.Uuid = "x"
+				s.Machine = &domainv1.Machine{Type: "isapc"}
+				s.Disks = []*domainv1.Disk{{Name: "a", Path: "/a", Cache: "bad"}}
+			},
+			code:   codes.InvalidArgument,
+			fields: []string{"uuid", "machine.type", "disks[0].cache"},
+		},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			spec, env := baseSpec(), baseEnv()
+			if c.spec != nil {
+				c.spec(spec)
+			}
+			if c.env != nil {
+				c.env(&env)
+			}
+			cl, err := BuildArgs(spec, env)
+			if c.code != codes.OK {
+				if status.Code(err) != c.code {
+					t.Fatalf("err = %v (%s), want %s", err, status.Code(err), c.code)
+				}
+				for _, f := range c.fields {
+					if !strings.Contains(err.Error(), f+":") {
+						t.Errorf("error %q does not name %s", err, f)
+					}
+				}
+				return
+			}
+			if err != nil {
+				t.Fatalf("BuildArgs: %v", err)
+			}
+			for _, w := range c.want {
+				if !hasArgs(cl.Args, w...) {
+					t.Errorf("args lack %q:\n%s", w, strings.Join(cl.Args, " "))
+				}
+			}
+			for _, n := range c.not {
+				for _, a := range cl.Args {
+					if strings.Contains(a, n) {
+						t.Errorf("args have %q (in %q)", n, a)
+					}
+				}
+			}
+			if !slices.Equal(cl.ExtraFiles, c.files) {
+				t.Errorf("ExtraFiles = %q, want %q", cl.ExtraFiles, c.files)
+			}
+			if cl.VarsTemplate != c.vars {
+				t.Errorf("VarsTemplate = %q, want %q", cl.VarsTemplate, c.vars)
+			}
+		})
+	}
+}
+
+func TestRunPaths(t *testing.T) {
+	p := RunPaths(baseSpec(), "/r")
+	want := Paths{QMP: "/r/qmp.sock", Serial: "/r/serial.sock", PID: "/r/qemu.pid", Log: "/r/qemu.log", Vars: "/r/OVMF_VARS.fd"}
+	if p != want {
+		t.Fatalf("RunPaths = %+v, want %+v", p, want)
+	}
+}
+
+func TestBootSectors(t *testing.T) {
+	for name, b := range map[string][]byte{"probe": ProbeBootSector(), "echo": EchoBootSector(false), "acpi": EchoBootSector(true)} {
+		if len(b) != 512 || b[510] != 0x55 || b[511] != 0xAA {
+			t.Errorf("%s: not a 512-byte boot sector with the 0x55AA signature", name)
+		}
+	}
+}

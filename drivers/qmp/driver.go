@@ -1,0 +1,250 @@
+// Package qmp is Kubevisor's QEMU hypervisor driver: it runs each VM as a qemu-system-x86_64
+// process, controls it over QMP (github.com/digitalocean/go-qemu) and serves the serial console.
+//
+// Process model: QEMU runs in its own session with its output in <run dir>/qemu.log, so it
+// outlives the driver; a new driver process re-adopts it with Recover. QEMU exits when the guest
+// powers off (no -no-shutdown), which makes the VM STOPPED; Start launches a new process.
+package qmp
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sync"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/kubevisor/kubevisor/core/driver"
+	basev1 "github.com/kubevisor/kubevisor/core/driver/base/v1"
+)
+
+// Name is the driver's name, as in its plugin manifest.
+const Name = "qmp"
+
+// Version is the driver's release version.
+var Version = "0.1.0"
+
+// Config is the driver's configuration (ConfigureRequest.config, JSON). The zero value is the
+// default.
+type Config struct {
+	// QEMU is the qemu-system-x86_64 binary; empty searches PATH.
+	QEMU string `json:"qemu,omitempty"`
+	// OVMF overrides the UEFI firmware files (DefaultOVMF: Debian's ovmf package).
+	OVMF *OVMF `json:"ovmf,omitempty"`
+	// KVMDevice is the KVM device node (/dev/kvm).
+	KVMDevice string `json:"kvmDevice,omitempty"`
+	// DisableKVM makes the node emulation only, without probing KVM.
+	DisableKVM bool `json:"disableKVM,omitempty"`
+	// ProbeTimeout bounds each test boot of the accelerator probe, as a Go duration ("5s").
+	ProbeTimeout string `json:"probeTimeout,omitempty"`
+}
+
+func (c Config) probeOptions() (ProbeOptions, error) {
+	o := ProbeOptions{QEMU: c.QEMU, KVMDevice: c.KVMDevice, DisableKVM: c.DisableKVM}
+	if c.ProbeTimeout != "" {
+		d, err := time.ParseDuration(c.ProbeTimeout)
+		if err != nil || d <= 0 {
+			return o, fmt.Errorf("probeTimeout: %q is not a positive duration", c.ProbeTimeout)
+		}
+		o.Timeout = d
+	}
+	return o, nil
+}
+
+// Driver is the QEMU hypervisor driver. It implements driver.Hypervisor and the optional
+// Pauser, Rebooter, Consoler and Recoverer.
+type Driver struct {
+	log      hclog.Logger
+	launcher Launcher
+	prober   *Prober
+	dial     DialFunc
+
+	mu         sync.Mutex
+	configured bool
+	rawConfig  []byte
+	cfg        Config
+	stateDir   string
+	probe      *probeRun
+	vms        map[string]*vm
+
+	events broadcaster
+}
+
+var (
+	_ driver.Hypervisor = (*Driver)(nil)
+	_ driver.Pauser     = (*Driver)(nil)
+	_ driver.Rebooter   = (*Driver)(nil)
+	_ driver.Consoler   = (*Driver)(nil)
+	_ driver.Recoverer  = (*Driver)(nil)
+)
+
+// Option changes a Driver made by New.
+type Option func(*Driver)
+
+// WithLogger sets the logger (none by default).
+func WithLogger(l hclog.Logger) Option { return func(d *Driver) { d.log = l } }
+
+// WithLauncher sets how QEMU processes are started (LocalLauncher by default).
+func WithLauncher(l Launcher) Option { return func(d *Driver) { d.launcher = l } }
+
+// WithProber sets the accelerator prober (by default one shared by the process, which probes
+// once per configuration).
+func WithProber(p *Prober) Option { return func(d *Driver) { d.prober = p } }
+
+// WithDialer sets how QMP sockets are connected (DialQMP by default).
+func WithDialer(f DialFunc) Option { return func(d *Driver) { d.dial = f } }
+
+// New returns a driver. It probes QEMU at Configure (or at the first call that needs it).
+func New(opts ...Option) *Driver {
+	d := &Driver{
+		log:      hclog.NewNullLogger(),
+		launcher: LocalLauncher{},
+		prober:   defaultProber,
+		dial:     DialQMP,
+		vms:      map[string]*vm{},
+	}
+	for _, o := range opts {
+		o(d)
+	}
+	return d
+}
+
+// Info implements driver.Driver.
+func (d *Driver) Info(context.Context) (*basev1.InfoResponse, error) {
+	return &basev1.InfoResponse{Name: Name, Version: Version, Description: "QEMU (qemu-system-x86_64) controlled over QMP"}, nil
+}
+
+// Capabilities implements driver.Driver.
+func (d *Driver) Capabilities(context.Context) (*basev1.Capabilities, error) {
+	return &basev1.Capabilities{
+		Features: []basev1.Feature{
+			basev1.Feature_FEATURE_HYPERVISOR_PAUSE,
+			basev1.Feature_FEATURE_HYPERVISOR_REBOOT,
+			basev1.Feature_FEATURE_HYPERVISOR_CONSOLE,
+			basev1.Feature_FEATURE_HYPERVISOR_RECOVER,
+		},
+		Firmware:  supportedFirmware,
+		DiskBuses: supportedDiskBuses,
+		NicModels: supportedNICModels,
+	}, nil
+}
+
+// Configure implements driver.Driver. It starts the accelerator probe in the background.
+func (d *Driver) Configure(_ context.Context, req *basev1.ConfigureRequest) error {
+	var cfg Config
+	if len(bytes.TrimSpace(req.GetConfig())) > 0 {
+		dec := json.NewDecoder(bytes.NewReader(req.GetConfig()))
+		dec.DisallowUnknownFields()
+		if err := dec.Decode(&cfg); err != nil {
+			return status.Errorf(codes.InvalidArgument, "config: %v", err)
+		}
+	}
+	opts, err := cfg.probeOptions()
+	if err != nil {
+		return status.Errorf(codes.InvalidArgument, "config: %v", err)
+	}
+	if sd := req.GetStateDir(); sd != "" {
+		if !filepath.IsAbs(sd) {
+			return status.Errorf(codes.InvalidArgument, "stateDir: must be an absolute path, not %q", sd)
+		}
+		if err := os.MkdirAll(filepath.Join(sd, "vms"), 0o700); err != nil {
+			return status.Errorf(codes.FailedPrecondition, "state dir: %v", err)
+		}
+	}
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.configured {
+		if bytes.Equal(d.rawConfig, req.GetConfig()) && d.stateDir == req.GetStateDir() {
+			return nil
+		}
+		return status.Error(codes.FailedPrecondition, "already configured with another configuration")
+	}
+	d.configured = true
+	d.rawConfig = append([]byte(nil), req.GetConfig()...)
+	d.cfg = cfg
+	d.stateDir = req.GetStateDir()
+	d.startProbeLocked(opts)
+	d.log.Info("configured", "state_dir", d.stateDir, "qemu", cfg.QEMU, "disable_kvm", cfg.DisableKVM)
+	return nil
+}
+
+// probeRun is one run of the accelerator probe.
+type probeRun struct {
+	opts ProbeOptions
+	done chan struct{}
+	info *HostInfo
+}
+
+func (d *Driver) startProbeLocked(opts ProbeOptions) {
+	if d.probe != nil && d.probe.opts == opts {
+		return
+	}
+	p := &probeRun{opts: opts, done: make(chan struct{})}
+	d.probe = p
+	go func() {
+		start := time.Now()
+		p.info = d.prober.Probe(context.Background(), opts)
+		d.log.Info("probed qemu", "qemu", p.info.QEMU, "version", p.info.Version, "kvm", p.info.KVM,
+			"kvm_reason", p.info.KVMReason, "tcg", p.info.TCG, "problem", p.info.Problem, "took", time.Since(start).String())
+		close(p.done)
+	}()
+}
+
+// hostInfo waits for the probe (starting it with the defaults when Configure has not).
+func (d *Driver) hostInfo(ctx context.Context) (*HostInfo, error) {
+	d.mu.Lock()
+	if d.probe == nil {
+		opts, _ := d.cfg.probeOptions()
+		d.startProbeLocked(opts)
+	}
+	p := d.probe
+	d.mu.Unlock()
+	select {
+	case <-p.done:
+		return p.info, nil
+	case <-ctx.Done():
+		return nil, status.FromContextError(ctx.Err()).Err()
+	}
+}
+
+// Fingerprint implements driver.Driver: health and attributes once the probe is done (which
+// takes up to the probe timeout when KVM hangs), then nothing more until ctx is done.
+func (d *Driver) Fingerprint(ctx context.Context, send func(*basev1.FingerprintResponse) error) error {
+	h, err := d.hostInfo(ctx)
+	if err != nil {
+		return nil // ctx done
+	}
+	if err := send(h.Fingerprint()); err != nil {
+		return err
+	}
+	<-ctx.Done()
+	return nil
+}
+
+// Close lets go of every VM without stopping it: QMP and console connections are closed, the
+// VMs' processes go on running for a later driver to Recover, and this driver forgets them (it
+// stays usable for new VMs). It is what the death of the driver process does, done in-process.
+func (d *Driver) Close() error {
+	d.mu.Lock()
+	vms := make([]*vm, 0, len(d.vms))
+	for _, v := range d.vms {
+		vms = append(vms, v)
+	}
+	d.vms = map[string]*vm{}
+	d.mu.Unlock()
+	for _, v := range vms {
+		v.mu.Lock()
+		s := v.sess
+		v.mu.Unlock()
+		if s != nil {
+			s.detachAndWait()
+		}
+	}
+	return nil
+}

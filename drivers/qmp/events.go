@@ -1,0 +1,157 @@
+package qmp
+
+import (
+	"strings"
+	"sync"
+
+	"github.com/digitalocean/go-qemu/qmp"
+
+	hypervisorv1 "github.com/kubevisor/kubevisor/core/driver/hypervisor/v1"
+)
+
+// Reasons of VM transitions (VMStatus.reason, Event.reason).
+const (
+	ReasonCreated            = "Created"
+	ReasonStarted            = "Started"
+	ReasonPaused             = "Paused"
+	ReasonResumed            = "Resumed"
+	ReasonGuestReset         = "GuestReset"
+	ReasonHostReset          = "HostReset"
+	ReasonPowerdownRequested = "PowerdownRequested"
+	ReasonGuestShutdown      = "GuestShutdown"
+	ReasonGuestPanicked      = "GuestPanicked"
+	ReasonKilled             = "Killed"
+	ReasonForcedShutdown     = "ForcedShutdown"
+	ReasonProcessExited      = "ProcessExited"
+	ReasonProcessGone        = "ProcessGone"
+	ReasonRecovered          = "Recovered"
+	ReasonStartFailed        = "StartFailed"
+)
+
+// qemuShutdownReasons maps QEMU's SHUTDOWN reasons to ours.
+var qemuShutdownReasons = map[string]string{
+	"guest-shutdown":        ReasonGuestShutdown,
+	"guest-panic":           ReasonGuestPanicked,
+	"guest-reset":           ReasonGuestReset,
+	"host-qmp-quit":         "HostQuit",
+	"host-qmp-system-reset": ReasonHostReset,
+	"host-signal":           "HostSignal",
+	"host-ui":               "HostUI",
+	"host-error":            "HostError",
+	"subsystem-reset":       "SubsystemReset",
+	"snapshot-load":         "SnapshotLoad",
+}
+
+// shutdownReason is the CamelCase reason of a QEMU SHUTDOWN reason.
+func shutdownReason(qemu string) string {
+	if r, ok := qemuShutdownReasons[qemu]; ok {
+		return r
+	}
+	var b strings.Builder
+	for _, part := range strings.Split(qemu, "-") {
+		if part != "" {
+			b.WriteString(strings.ToUpper(part[:1]) + part[1:])
+		}
+	}
+	if b.Len() == 0 {
+		return "Shutdown"
+	}
+	return b.String()
+}
+
+// transition is what a QMP event does to a VM in state st: the state after it and the event to
+// report (EVENT_TYPE_UNSPECIFIED for none), with its reason.
+func transition(st hypervisorv1.State, e qmp.Event) (hypervisorv1.State, hypervisorv1.EventType, string) {
+	const none = hypervisorv1.EventType_EVENT_TYPE_UNSPECIFIED
+	guest, _ := e.Data["guest"].(bool)
+	switch e.Event {
+	case "STOP":
+		if st == hypervisorv1.State_STATE_RUNNING {
+			return hypervisorv1.State_STATE_PAUSED, hypervisorv1.EventType_EVENT_TYPE_PAUSED, ReasonPaused
+		}
+	case "RESUME":
+		if st == hypervisorv1.State_STATE_PAUSED {
+			return hypervisorv1.State_STATE_RUNNING, hypervisorv1.EventType_EVENT_TYPE_RESUMED, ReasonResumed
+		}
+	case "RESET":
+		reason := ReasonHostReset
+		if guest {
+			reason = ReasonGuestReset
+		}
+		return st, hypervisorv1.EventType_EVENT_TYPE_RESET, reason
+	case "POWERDOWN":
+		return st, hypervisorv1.EventType_EVENT_TYPE_POWERDOWN_REQUESTED, ReasonPowerdownRequested
+	case "SHUTDOWN":
+		r, _ := e.Data["reason"].(string)
+		next := hypervisorv1.State_STATE_SHUTTING_DOWN
+		if st == hypervisorv1.State_STATE_CRASHED {
+			next = st
+		}
+		return next, hypervisorv1.EventType_EVENT_TYPE_SHUTDOWN, shutdownReason(r)
+	case "GUEST_PANICKED":
+		return hypervisorv1.State_STATE_CRASHED, hypervisorv1.EventType_EVENT_TYPE_GUEST_PANICKED, ReasonGuestPanicked
+	}
+	return st, none, ""
+}
+
+// broadcaster fans VM events out to Events subscribers. Publishing never blocks: each
+// subscriber has its own queue.
+type broadcaster struct {
+	mu   sync.Mutex
+	subs map[*eventSub]struct{}
+}
+
+type eventSub struct {
+	id     string // "" for all VMs
+	mu     sync.Mutex
+	queue  []*hypervisorv1.Event
+	notify chan struct{}
+}
+
+// maxEventQueue bounds a subscriber that stopped reading; the oldest events go first.
+const maxEventQueue = 4096
+
+func (b *broadcaster) subscribe(id string) *eventSub {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.subs == nil {
+		b.subs = map[*eventSub]struct{}{}
+	}
+	s := &eventSub{id: id, notify: make(chan struct{}, 1)}
+	b.subs[s] = struct{}{}
+	return s
+}
+
+func (b *broadcaster) unsubscribe(s *eventSub) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	delete(b.subs, s)
+}
+
+func (b *broadcaster) publish(ev *hypervisorv1.Event) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	for s := range b.subs {
+		if s.id != "" && s.id != ev.GetId() {
+			continue
+		}
+		s.mu.Lock()
+		s.queue = append(s.queue, ev)
+		if len(s.queue) > maxEventQueue {
+			s.queue = s.queue[len(s.queue)-maxEventQueue:]
+		}
+		s.mu.Unlock()
+		select {
+		case s.notify <- struct{}{}:
+		default:
+		}
+	}
+}
+
+func (s *eventSub) take() []*hypervisorv1.Event {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	q := s.queue
+	s.queue = nil
+	return q
+}

@@ -1,0 +1,107 @@
+package qmp
+
+import (
+	"bytes"
+	"net"
+	"testing"
+	"time"
+
+	"github.com/digitalocean/go-qemu/qmp"
+
+	hypervisorv1 "github.com/kubevisor/kubevisor/core/driver/hypervisor/v1"
+)
+
+func TestTransition(t *testing.T) {
+	const (
+		running  = hypervisorv1.State_STATE_RUNNING
+		paused   = hypervisorv1.State_STATE_PAUSED
+		shutting = hypervisorv1.State_STATE_SHUTTING_DOWN
+		crashed  = hypervisorv1.State_STATE_CRASHED
+		none     = hypervisorv1.EventType_EVENT_TYPE_UNSPECIFIED
+	)
+	ev := func(name string, data map[string]any) qmp.Event { return qmp.Event{Event: name, Data: data} }
+	cases := []struct {
+		from   hypervisorv1.State
+		event  qmp.Event
+		to     hypervisorv1.State
+		typ    hypervisorv1.EventType
+		reason string
+	}{
+		{running, ev("STOP", nil), paused, hypervisorv1.EventType_EVENT_TYPE_PAUSED, ReasonPaused},
+		{paused, ev("STOP", nil), paused, none, ""},
+		{shutting, ev("STOP", nil), shutting, none, ""},
+		{paused, ev("RESUME", nil), running, hypervisorv1.EventType_EVENT_TYPE_RESUMED, ReasonResumed},
+		{running, ev("RESUME", nil), running, none, ""},
+		{running, ev("RESET", map[string]any{"guest": true, "reason": "guest-reset"}), running, hypervisorv1.EventType_EVENT_TYPE_RESET, ReasonGuestReset},
+		{running, ev("RESET", map[string]any{"guest": false, "reason": "host-qmp-system-reset"}), running, hypervisorv1.EventType_EVENT_TYPE_RESET, ReasonHostReset},
+		{running, ev("POWERDOWN", nil), running, hypervisorv1.EventType_EVENT_TYPE_POWERDOWN_REQUESTED, ReasonPowerdownRequested},
+		{running, ev("SHUTDOWN", map[string]any{"guest": true, "reason": "guest-shutdown"}), shutting, hypervisorv1.EventType_EVENT_TYPE_SHUTDOWN, ReasonGuestShutdown},
+		{running, ev("SHUTDOWN", map[string]any{"guest": false, "reason": "host-qmp-quit"}), shutting, hypervisorv1.EventType_EVENT_TYPE_SHUTDOWN, "HostQuit"},
+		{running, ev("SHUTDOWN", map[string]any{"guest": false, "reason": "some-new-reason"}), shutting, hypervisorv1.EventType_EVENT_TYPE_SHUTDOWN, "SomeNewReason"},
+		{running, ev("GUEST_PANICKED", map[string]any{"action": "pause"}), crashed, hypervisorv1.EventType_EVENT_TYPE_GUEST_PANICKED, ReasonGuestPanicked},
+		{crashed, ev("SHUTDOWN", map[string]any{"guest": true, "reason": "guest-panic"}), crashed, hypervisorv1.EventType_EVENT_TYPE_SHUTDOWN, ReasonGuestPanicked},
+		{running, ev("RTC_CHANGE", nil), running, none, ""},
+	}
+	for _, c := range cases {
+		to, typ, reason := transition(c.from, c.event)
+		if to != c.to || typ != c.typ || reason != c.reason {
+			t.Errorf("%s + %s %v = %s %s %q, want %s %s %q", c.from, c.event.Event, c.event.Data, to, typ, reason, c.to, c.typ, c.reason)
+		}
+	}
+}
+
+func TestConsoleFanOut(t *testing.T) {
+	a, b := net.Pipe()
+	c := newConsole(a)
+	defer c.Close()
+	early, backlog := c.subscribe()
+	if len(backlog) != 0 {
+		t.Fatalf("backlog = %q before any output", backlog)
+	}
+	if _, err := b.Write([]byte("hello ")); err != nil {
+		t.Fatal(err)
+	}
+	waitPending := func(s *subscriber, want string) {
+		t.Helper()
+		var got []byte
+		deadline := time.After(5 * time.Second)
+		for !bytes.Contains(got, []byte(want)) {
+			select {
+			case <-s.notify:
+				got = append(got, s.take()...)
+			case <-deadline:
+				t.Fatalf("subscriber got %q, want %q", got, want)
+			}
+		}
+	}
+	waitPending(early, "hello ")
+	late, backlog := c.subscribe()
+	if string(backlog) != "hello " {
+		t.Fatalf("late subscriber backlog = %q", backlog)
+	}
+	if _, err := b.Write([]byte("world")); err != nil {
+		t.Fatal(err)
+	}
+	waitPending(early, "world")
+	waitPending(late, "world")
+
+	go func() { _, _ = c.Write([]byte("input")) }()
+	buf := make([]byte, 5)
+	if _, err := b.Read(buf); err != nil || string(buf) != "input" {
+		t.Fatalf("input reached the socket as %q, %v", buf, err)
+	}
+
+	// The backlog keeps only the last consoleBacklog bytes.
+	big := bytes.Repeat([]byte("x"), consoleBacklog+1000)
+	c.publish(big)
+	if _, backlog := c.subscribe(); len(backlog) != consoleBacklog {
+		t.Fatalf("backlog is %d bytes, want %d", len(backlog), consoleBacklog)
+	}
+
+	_ = b.Close()
+	select {
+	case <-early.closed:
+	case <-time.After(5 * time.Second):
+		t.Fatal("subscriber not closed when the socket closed")
+	}
+}

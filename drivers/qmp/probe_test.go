@@ -1,0 +1,193 @@
+package qmp
+
+import (
+	"context"
+	"errors"
+	"os/exec"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	basev1 "github.com/kubevisor/kubevisor/core/driver/base/v1"
+)
+
+// fakeQEMU answers the probe's commands the way a QEMU with the given behaviours would.
+type fakeQEMU struct {
+	kvm, tcg string // "ok", "slow" (boots, never finishes), "silent" (hangs), "abort"
+	version  string
+
+	mu    sync.Mutex
+	calls [][]string
+}
+
+func (f *fakeQEMU) Run(ctx context.Context, name string, args ...string) ([]byte, error) {
+	f.mu.Lock()
+	f.calls = append(f.calls, args)
+	f.mu.Unlock()
+	switch {
+	case slices.Equal(args, []string{"-version"}):
+		if f.version == "" {
+			return []byte("qemu: error while loading shared libraries"), errors.New("exit status 127")
+		}
+		return []byte("QEMU emulator version " + f.version + " (Debian 1:7.2+dfsg-7+deb12u18+b3)\nCopyright (c) 2003-2022 Fabrice Bellard\n"), nil
+	case slices.Equal(args, []string{"-machine", "help"}):
+		return []byte("Supported machines are:\nmicrovm              microvm (i386)\npc                   Standard PC (alias of pc-i440fx-7.2)\nq35                  Standard PC (Q35 + ICH9, 2009) (alias of pc-q35-7.2)\npc-q35-7.2           Standard PC (Q35 + ICH9, 2009)\n"), nil
+	case slices.Equal(args, []string{"-cpu", "help"}):
+		return []byte("Available CPUs:\nx86 486                   (alias configured by machine type)\nx86 max                   Enables all features\n\nRecognized CPUID flags:\n  3dnow 3dnowext\n"), nil
+	}
+	i := slices.Index(args, "-accel")
+	if i < 0 {
+		return nil, errors.New("unexpected command " + strings.Join(args, " "))
+	}
+	behaviour := map[string]string{"kvm": f.kvm, "tcg": f.tcg}[args[i+1]]
+	switch behaviour {
+	case "ok":
+		return []byte(ProbeBootedMarker + "\r\n" + ProbeMarker + "\r\n"), errors.New("exit status 1")
+	case "slow":
+		<-ctx.Done()
+		return []byte(ProbeBootedMarker + "\r\n"), errors.New("signal: killed")
+	case "silent":
+		<-ctx.Done()
+		return nil, errors.New("signal: killed")
+	case "abort":
+		return []byte("qemu-system-x86_64: ../../target/i386/kvm/kvm.c:3183: kvm_buf_set_msrs: Assertion `ret == cpu->kvm_msr_buf->nmsrs' failed.\n"), errors.New("signal: aborted")
+	}
+	return nil, errors.New("no behaviour for " + args[i+1])
+}
+
+func (f *fakeQEMU) booted(accel string) bool {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	for _, c := range f.calls {
+		if hasArgs(c, "-accel", accel) {
+			return true
+		}
+	}
+	return false
+}
+
+func TestProbe(t *testing.T) {
+	found := func(string) (string, error) { return "/usr/bin/qemu-system-x86_64", nil }
+	cases := []struct {
+		name       string
+		fake       *fakeQEMU
+		lookPath   func(string) (string, error)
+		noKVMDev   bool
+		disableKVM bool
+
+		health     basev1.Health
+		accel      string
+		descHas    string
+		kvmBooted  bool
+		wantModels bool
+	}{
+		{
+			name: "kvm works", fake: &fakeQEMU{kvm: "ok", tcg: "ok", version: "7.2.22"},
+			health: basev1.Health_HEALTH_HEALTHY, accel: "kvm", kvmBooted: true, wantModels: true,
+		},
+		{
+			name: "kvm runs guest code too slowly", fake: &fakeQEMU{kvm: "slow", tcg: "ok", version: "7.2.22"},
+			health: basev1.Health_HEALTH_DEGRADED, accel: "tcg", kvmBooted: true,
+			descHas: "KVM not usable (a test guest booted but did not finish a short computation within 200ms",
+		},
+		{
+			name: "kvm hangs", fake: &fakeQEMU{kvm: "silent", tcg: "ok", version: "7.2.22"},
+			health: basev1.Health_HEALTH_DEGRADED, accel: "tcg", kvmBooted: true,
+			descHas: "KVM not usable (a test guest printed nothing within 200ms); emulation only",
+		},
+		{
+			name: "kvm aborts", fake: &fakeQEMU{kvm: "abort", tcg: "ok", version: "7.2.22"},
+			health: basev1.Health_HEALTH_DEGRADED, accel: "tcg", kvmBooted: true,
+			descHas: "KVM not usable (qemu: qemu-system-x86_64: ../../target/i386/kvm/kvm.c:3183: kvm_buf_set_msrs: Assertion",
+		},
+		{
+			name: "no kvm device", fake: &fakeQEMU{tcg: "ok", version: "7.2.22"}, noKVMDev: true,
+			health: basev1.Health_HEALTH_DEGRADED, accel: "tcg", descHas: "KVM not usable (open /dev/kvm: no such file or directory)",
+		},
+		{
+			name: "kvm disabled", fake: &fakeQEMU{kvm: "ok", tcg: "ok", version: "7.2.22"}, disableKVM: true,
+			health: basev1.Health_HEALTH_DEGRADED, accel: "tcg", descHas: "disabled by the driver's configuration",
+		},
+		{
+			name: "qemu missing", fake: &fakeQEMU{},
+			lookPath: func(string) (string, error) { return "", exec.ErrNotFound },
+			health:   basev1.Health_HEALTH_UNHEALTHY, descHas: "qemu-system-x86_64 not found (install qemu-system-x86)",
+		},
+		{
+			name: "qemu broken", fake: &fakeQEMU{},
+			health: basev1.Health_HEALTH_UNHEALTHY, descHas: "-version: qemu: error while loading shared libraries (exit status 127)",
+		},
+		{
+			name: "nothing boots", fake: &fakeQEMU{kvm: "abort", tcg: "silent", version: "7.2.22"},
+			health: basev1.Health_HEALTH_UNHEALTHY, kvmBooted: true, descHas: "no accelerator runs a test guest: tcg: a test guest printed nothing",
+		},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			p := &Prober{
+				Runner:   c.fake,
+				LookPath: c.lookPath,
+				OpenDevice: func(path string) error {
+					if path == "/dev/kvm" && !c.noKVMDev {
+						return nil
+					}
+					return errors.New("open " + path + ": no such file or directory")
+				},
+				TempDir: t.TempDir(),
+			}
+			if p.LookPath == nil {
+				p.LookPath = found
+			}
+			h := p.Probe(context.Background(), ProbeOptions{DisableKVM: c.disableKVM, Timeout: 200 * time.Millisecond})
+			fp := h.Fingerprint()
+			if fp.GetHealth() != c.health {
+				t.Errorf("health = %s (%s), want %s", fp.GetHealth(), fp.GetHealthDescription(), c.health)
+			}
+			if got := fp.GetAttributes()["accel"]; got != c.accel {
+				t.Errorf("accel attribute = %q, want %q", got, c.accel)
+			}
+			if c.fake.version != "" && fp.GetAttributes()["qemu-version"] != c.fake.version {
+				t.Errorf("qemu-version attribute = %q", fp.GetAttributes()["qemu-version"])
+			}
+			if !strings.Contains(fp.GetHealthDescription(), c.descHas) {
+				t.Errorf("description %q lacks %q", fp.GetHealthDescription(), c.descHas)
+			}
+			if got := c.fake.booted("kvm"); got != c.kvmBooted {
+				t.Errorf("booted under kvm = %v, want %v", got, c.kvmBooted)
+			}
+			if c.wantModels {
+				if !slices.Equal(h.MachineTypes, []string{"microvm", "pc", "q35", "pc-q35-7.2"}) {
+					t.Errorf("MachineTypes = %q", h.MachineTypes)
+				}
+				if !slices.Equal(h.CPUModels, []string{"486", "max"}) {
+					t.Errorf("CPUModels = %q", h.CPUModels)
+				}
+			}
+		})
+	}
+}
+
+func TestProbeRemembers(t *testing.T) {
+	fake := &fakeQEMU{kvm: "ok", tcg: "ok", version: "7.2.22"}
+	p := &Prober{Runner: fake, LookPath: func(string) (string, error) { return "/q", nil }, OpenDevice: func(string) error { return nil }, TempDir: t.TempDir()}
+	a := p.Probe(context.Background(), ProbeOptions{})
+	n := len(fake.calls)
+	b := p.Probe(context.Background(), ProbeOptions{})
+	if a != b || len(fake.calls) != n {
+		t.Fatalf("second probe with the same options ran commands again")
+	}
+	p.Probe(context.Background(), ProbeOptions{DisableKVM: true})
+	if len(fake.calls) == n {
+		t.Fatalf("probe with other options was not run")
+	}
+}
+
+func TestLabelValue(t *testing.T) {
+	for in, want := range map[string]string{"7.2.22": "7.2.22", "7.2.0 (Debian)": "7.2.0-Debian", "": "", "-x-": "x"} {
+		if got := labelValue(in); got != want {
+			t.Errorf("labelValue(%q) = %q, want %q", in, got, want)
+		}
+	}
+}
