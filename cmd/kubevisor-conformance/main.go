@@ -2,8 +2,12 @@
 //
 //	kubevisor-conformance driver --plugin PATH --kind KIND [flags]
 //
-// runs the driver conformance kit against a driver plugin binary. See package
-// conformance/driver/cli.
+// runs the driver conformance kit against a driver plugin binary, and
+//
+//	kubevisor-conformance vm --hypervisor PATH --storage PATH --guest-dir DIR [flags]
+//
+// boots the project's test guest (make guest) with a hypervisor and a storage driver plugin
+// together. See package conformance/driver/cli.
 package main
 
 import (

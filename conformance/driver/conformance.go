@@ -27,6 +27,10 @@
 // type, binding or resource the driver does not declare in its Capabilities is skipped, and the
 // skip message names what is missing ("driver does not declare FEATURE_HYPERVISOR_PAUSE").
 //
+// VM (and VMTesting) runs a hypervisor and a storage driver together with a real guest (a
+// Guest; GuestFromDir finds the project's test guest, `make guest`): it boots VMs from the
+// volumes the storage driver prepares and checks what the guest prints on its serial console.
+//
 // Each check asks the factory for the driver and calls Configure with Options.Config before
 // anything kind-specific. A factory may return the same driver every time (a plugin process) or
 // a new one; checks clean up what they made, through the T's Cleanup.
@@ -123,6 +127,24 @@ type Options struct {
 	// Implementation is the Go implementation behind the driver under test, when the kit can
 	// reach it; Capabilities/ImplementsDeclared needs it. The *Testing functions set it.
 	Implementation driver.Driver
+
+	// The VM checks (VM) run a hypervisor and a storage driver together. Config, StateDir and
+	// Timeout above are the hypervisor's there; these are the rest.
+
+	// StorageConfig is the storage driver's configuration (JSON) the VM checks pass to its
+	// Configure.
+	StorageConfig []byte
+	// StorageStateDir is the state directory the VM checks pass to the storage driver's
+	// Configure. Default: a temporary directory shared by every check of one run.
+	StorageStateDir string
+	// DiskBus is the bus of the disks of the VMs the VM checks boot. Default: virtio.
+	DiskBus domainv1.DiskBus
+	// CDROMBus is the bus of their CD-ROMs (the cloud-init seed). Default: scsi (virtio-scsi).
+	CDROMBus domainv1.DiskBus
+	// DriverKill, when set, kills the hypervisor driver process as a crash would and returns
+	// the driver of the process that replaced it; Recover/AfterDriverKilled needs it. See
+	// WithDriverKill.
+	DriverKill HypervisorFactory
 }
 
 // Option changes Options.
@@ -172,6 +194,29 @@ func WithNetNS(f func(t T) string) Option { return func(o *Options) { o.NetNS = 
 func WithImplementation(impl driver.Driver) Option {
 	return func(o *Options) { o.Implementation = impl }
 }
+
+// WithStorageConfig sets the configuration (JSON) the VM checks pass to the storage driver's
+// Configure; WithConfig sets the hypervisor's.
+func WithStorageConfig(config []byte) Option { return func(o *Options) { o.StorageConfig = config } }
+
+// WithStorageStateDir sets the state directory the VM checks pass to the storage driver's
+// Configure; WithStateDir sets the hypervisor's.
+func WithStorageStateDir(dir string) Option { return func(o *Options) { o.StorageStateDir = dir } }
+
+// WithDiskBus sets the bus of the disks of the VMs the VM checks boot (default virtio). The
+// hypervisor must declare it in Capabilities.disk_buses and the guest must have a driver for it.
+func WithDiskBus(bus domainv1.DiskBus) Option { return func(o *Options) { o.DiskBus = bus } }
+
+// WithCDROMBus sets the bus of the CD-ROMs of the VMs the VM checks boot (default scsi: a
+// virtio-scsi CD-ROM, which every machine type has and the test guest reads).
+func WithCDROMBus(bus domainv1.DiskBus) Option { return func(o *Options) { o.CDROMBus = bus } }
+
+// WithDriverKill enables Recover/AfterDriverKilled. kill must end the hypervisor driver process
+// abruptly, as a crash does (SIGKILL), leaving its VMs running, and return the driver of the
+// process that replaced it; the kit configures it. With VMTesting, kill returns a new
+// implementation (after making the old one let go of its VMs as a dead process would), which
+// the kit serves in-process.
+func WithDriverKill(kill HypervisorFactory) Option { return func(o *Options) { o.DriverKill = kill } }
 
 // DefaultDomain is the domain spec of the hypervisor checks unless WithDomain replaces it: the
 // smallest spec domain.Validate accepts (DefaultMemory of memory, no disk, no NIC) with dir as

@@ -1,10 +1,8 @@
 package conformance
 
 import (
-	"bytes"
 	"context"
 	"fmt"
-	"io"
 	"strings"
 	"sync"
 	"time"
@@ -547,67 +545,6 @@ func (s *hvSuite) checkRebootSecondBoot(t T) {
 	}
 }
 
-// syncBuffer is a bytes.Buffer safe for a writer and a reader in two goroutines.
-type syncBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
-}
-
-// consoleSession is a Console call running in the background.
-type consoleSession struct {
-	out    syncBuffer
-	in     *io.PipeWriter
-	cancel context.CancelFunc
-	done   chan error
-}
-
-func (s *hvSuite) attachConsole(t T, c driver.Consoler, id string) *consoleSession {
-	ctx, cancel := context.WithCancel(t.Context())
-	inR, inW := io.Pipe()
-	cs := &consoleSession{in: inW, cancel: cancel, done: make(chan error, 1)}
-	go func() { cs.done <- c.Console(ctx, id, inR, &cs.out) }()
-	t.Cleanup(func() {
-		cancel()
-		_ = inW.Close()
-	})
-	return cs
-}
-
-// wait waits up to timeout for the Console call to return, and reports whether it did and
-// with what.
-func (cs *consoleSession) wait(timeout time.Duration) (ended bool, err error) {
-	if timeout <= 0 {
-		select {
-		case err := <-cs.done:
-			cs.done <- err
-			return true, err
-		default:
-			return false, nil
-		}
-	}
-	timer := time.NewTimer(timeout)
-	defer timer.Stop()
-	select {
-	case err := <-cs.done:
-		cs.done <- err
-		return true, err
-	case <-timer.C:
-		return false, nil
-	}
-}
-
 // tail returns the end of s for an error message.
 func tail(s string) string {
 	const n = 400
@@ -624,7 +561,7 @@ func (s *hvSuite) checkConsoleOutput(t T) {
 	requireFeature(t, s.capabilities(t, d), basev1.Feature_FEATURE_HYPERVISOR_CONSOLE)
 	c := optional[driver.Consoler](t, d, basev1.Feature_FEATURE_HYPERVISOR_CONSOLE)
 	vm := s.createStarted(t, d)
-	cs := s.attachConsole(t, c, vm.id)
+	cs := attachConsole(t, c, vm.id)
 	if marker := s.opts.ConsoleMarker; marker != "" {
 		found := poll(s.ctx(t), func() bool {
 			select {
@@ -663,7 +600,7 @@ func (s *hvSuite) checkConsoleEndsOnStop(t T) {
 	requireFeature(t, s.capabilities(t, d), basev1.Feature_FEATURE_HYPERVISOR_CONSOLE)
 	c := optional[driver.Consoler](t, d, basev1.Feature_FEATURE_HYPERVISOR_CONSOLE)
 	vm := s.createStarted(t, d)
-	cs := s.attachConsole(t, c, vm.id)
+	cs := attachConsole(t, c, vm.id)
 	if ended, err := cs.wait(100 * time.Millisecond); ended {
 		t.Fatalf("Console of a running VM returned at once: %s", describe(err))
 	}

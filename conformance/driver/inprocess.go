@@ -1,6 +1,7 @@
 package conformance
 
 import (
+	"sync"
 	"testing"
 
 	"github.com/kubevisor/kubevisor/core/driver"
@@ -29,6 +30,48 @@ func HypervisorTesting(t *testing.T, impl driver.Hypervisor, opts ...Option) {
 		}
 	})
 	Hypervisor(tt, func(T) driver.Hypervisor { return client }, opts...)
+}
+
+// VMTesting runs VM against hv and st, each served through driver.InProcess. With
+// WithDriverKill, the hook returns a new hypervisor implementation (having made the old one let
+// go of its VMs, as the death of its process would), which is served the same way until t
+// ends, and is the hypervisor of the checks that follow.
+func VMTesting(t *testing.T, hv driver.Hypervisor, st driver.Storage, g Guest, opts ...Option) {
+	t.Helper()
+	tt := FromTesting(t)
+	var (
+		mu      sync.Mutex
+		current = ServeInProcess(tt, basev1.Kind_KIND_HYPERVISOR, hv).(driver.Hypervisor)
+	)
+	stClient := ServeInProcess(tt, basev1.Kind_KIND_STORAGE, st).(driver.Storage)
+	opts = append(opts, func(o *Options) {
+		kill := o.DriverKill
+		if kill == nil {
+			return
+		}
+		o.DriverKill = func(ct T) driver.Hypervisor {
+			impl := kill(ct)
+			if impl == nil {
+				return nil
+			}
+			// Served until the end of t, not of the check: the check's own cleanup still
+			// needs it to remove the VM.
+			client, stop, err := driver.InProcess(basev1.Kind_KIND_HYPERVISOR, impl)
+			if err != nil {
+				ct.Fatalf("serve the driver in-process: %v", err)
+			}
+			t.Cleanup(stop)
+			mu.Lock()
+			current = client.(driver.Hypervisor)
+			mu.Unlock()
+			return client.(driver.Hypervisor)
+		}
+	})
+	VM(tt, func(T) driver.Hypervisor {
+		mu.Lock()
+		defer mu.Unlock()
+		return current
+	}, func(T) driver.Storage { return stClient }, g, opts...)
 }
 
 // NetworkTesting runs Network against impl served through driver.InProcess.

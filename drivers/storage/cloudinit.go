@@ -30,6 +30,12 @@ const (
 // isoBlockSize is the ISO 9660 logical block size.
 const isoBlockSize = 2048
 
+// minISOSize is the least size of a cloud-init ISO. Some guests' probes take a smaller device
+// for an empty drive and never read its label: busybox's volume_id (findfs/blkid in CirrOS and
+// in the project's test guest) ignores devices under 0x11000 bytes. genisoimage's smallest
+// images are about 360 KiB; the padding is zeros past the file system's end.
+const minISOSize = 384 << 10
+
 // seedFile is one file of a cloud-init seed ISO, by its path in the ISO.
 type seedFile struct {
 	name string
@@ -161,8 +167,9 @@ func writeISO(s *seed, dst, workspace string) (err error) {
 	if err := iso.Finalize(iso9660.FinalizeOptions{RockRidge: true, Joliet: true, VolumeIdentifier: s.label}); err != nil {
 		return fmt.Errorf("write ISO 9660 file system: %w", err)
 	}
-	// As long as go-diskfs wrote, in whole blocks, as readers of ISO images expect.
-	if err := f.Truncate((w.end + isoBlockSize - 1) / isoBlockSize * isoBlockSize); err != nil {
+	// As long as go-diskfs wrote, in whole blocks, as readers of ISO images expect, and no
+	// smaller than minISOSize.
+	if err := f.Truncate(max((w.end+isoBlockSize-1)/isoBlockSize*isoBlockSize, minISOSize)); err != nil {
 		return err
 	}
 	joliet, err := fixISO(f, s.label)

@@ -121,6 +121,9 @@ func TestCloudInitNoCloud(t *testing.T) {
 	if uint64(fi.Size()) != d0.GetSizeBytes() {
 		t.Errorf("size_bytes %d, file is %d", d0.GetSizeBytes(), fi.Size())
 	}
+	if fi.Size() < minISOSize {
+		t.Errorf("ISO is %d bytes: guests whose probe skips small devices (busybox) would not see it", fi.Size())
+	}
 	label, files := readISO(t, d0.GetPath(), "user-data", "meta-data", "network-config")
 	if label != "cidata" {
 		t.Errorf("label %q, want cidata", label)

@@ -1,6 +1,8 @@
 // Package cli is the kubevisor-conformance command: it runs the checks of the driver
-// conformance kit (package conformance, conformance/driver) against a driver plugin binary,
-// started and reached through the plugin host of core/plugin as a node's handler would.
+// conformance kit (package conformance, conformance/driver) against driver plugin binaries,
+// started and reached through the plugin host of core/plugin as a node's handler would:
+// `driver` runs the checks of one driver's kind, `vm` boots a real guest with a hypervisor and
+// a storage driver together.
 //
 // It lives apart from the kit so that the kit, a library driver authors import into their own
 // tests, does not depend on the plugin host.
@@ -33,6 +35,16 @@ const (
 )
 
 const usage = `usage: kubevisor-conformance driver --plugin PATH --kind KIND [flags]
+       kubevisor-conformance vm --hypervisor PATH --storage PATH --guest-dir DIR [flags]
+
+driver runs the conformance checks of a driver's kind against its plugin binary; vm boots a
+real guest with a hypervisor and a storage driver plugin together. Both start the plugins
+through the Kubevisor plugin host, print a line per check, then "N passed, N failed,
+N skipped", and exit 1 when a check fails. "kubevisor-conformance driver -h" and
+"kubevisor-conformance vm -h" list their flags.
+`
+
+const driverUsage = `usage: kubevisor-conformance driver --plugin PATH --kind KIND [flags]
 
 Runs the driver conformance checks against a driver plugin binary, started through the
 Kubevisor plugin host. Prints a line per check, then "N passed, N failed, N skipped";
@@ -73,9 +85,11 @@ type DriverConfig struct {
 // Run runs the kubevisor-conformance command with args (without the program name), writing
 // the progress and summary to stdout and diagnostics to stderr, and returns the exit code.
 func Run(args []string, stdout, stderr io.Writer) int {
+	if len(args) > 0 && args[0] == "vm" {
+		return runVMCommand(args[1:], stdout, stderr)
+	}
 	if len(args) == 0 || args[0] != "driver" {
 		fmt.Fprint(stderr, usage)
-		newDriverFlags(&DriverConfig{}, stderr).PrintDefaults()
 		return ExitUsage
 	}
 	cfg := DriverConfig{}
@@ -103,7 +117,7 @@ func newDriverFlags(cfg *DriverConfig, stderr io.Writer) *flag.FlagSet {
 	fs := flag.NewFlagSet("kubevisor-conformance driver", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	fs.Usage = func() {
-		fmt.Fprint(stderr, usage)
+		fmt.Fprint(stderr, driverUsage)
 		fs.PrintDefaults()
 	}
 	fs.StringVar(&cfg.Plugin, "plugin", "", "driver plugin `binary` (required)")
@@ -163,7 +177,12 @@ func RunDriver(cfg DriverConfig, stdout, stderr io.Writer) int {
 	})
 
 	rec.Run(cfg.Kind, func(t conformance.T) { runPlugin(t, cfg, kind, logger, stdout) })
+	return finish(rec, "driver", cfg.Run, cfg.JUnit, stdout, stderr)
+}
 
+// finish prints the summary of a run of the command cmd, writes its JUnit report when asked,
+// and returns the exit code.
+func finish(rec *conformance.Recorder, cmd, run, junit string, stdout, stderr io.Writer) int {
 	fmt.Fprintln(stdout, rec.Summary())
 	passed, failed, skipped := rec.Counts()
 	code := ExitOK
@@ -171,11 +190,11 @@ func RunDriver(cfg DriverConfig, stdout, stderr io.Writer) int {
 		code = ExitFail
 	}
 	if passed+failed+skipped == 0 {
-		fmt.Fprintf(stderr, "kubevisor-conformance driver: warning: no check matches --run %q\n", cfg.Run)
+		fmt.Fprintf(stderr, "kubevisor-conformance %s: warning: no check matches --run %q\n", cmd, run)
 	}
-	if cfg.JUnit != "" {
-		if err := writeJUnit(cfg.JUnit, rec.Results()); err != nil {
-			fmt.Fprintf(stderr, "kubevisor-conformance driver: %v\n", err)
+	if junit != "" {
+		if err := writeJUnit(junit, rec.Results()); err != nil {
+			fmt.Fprintf(stderr, "kubevisor-conformance %s: %v\n", cmd, err)
 			code = ExitFail
 		}
 	}
@@ -199,20 +218,75 @@ func writeJUnit(path string, results []conformance.Result) error {
 
 // runPlugin starts the plugin and runs the kit of its kind against it, as the suite t.
 func runPlugin(t conformance.T, cfg DriverConfig, kind basev1.Kind, logger hclog.Logger, stdout io.Writer) {
-	m, err := plugin.ManifestFor(cfg.Plugin, cfg.Kind, cfg.Name)
+	m := manifest(t, cfg.Plugin, cfg.Kind, cfg.Name, cfg.Args, cfg.ConfigFile)
+	host, stateDir := newHost(t, cfg.StateDir, logger)
+	startPlugin(t, host, m, cfg.Timeout)
+	fmt.Fprintf(stdout, "=== driver %s (%s): %s %s\n", m.Name, cfg.Kind, m.Binary, strings.Join(m.Args, " "))
+
+	opts := []conformance.Option{
+		conformance.WithName(m.Name),
+		conformance.WithConfig(m.Config),
+		// The directory the host gives the driver (HostConfig.StateDir): the kit's Configure
+		// must not move it.
+		conformance.WithStateDir(driverStateDir(stateDir, m)),
+		conformance.WithTimeout(cfg.Timeout),
+		conformance.WithShutdownTimeout(cfg.ShutdownTimeout),
+		conformance.WithConsoleMarker(cfg.ConsoleMarker),
+	}
+	switch kind {
+	case basev1.Kind_KIND_HYPERVISOR:
+		get := hypervisorOf(host, m.Name)
+		// The Recover checks need a new driver process, as the handler sees after a crash:
+		// the plugin is killed with SIGKILL, and the host's supervision starts it again.
+		restart := func(t conformance.T) driver.Hypervisor {
+			crash(t, host, m.Name, cfg.Timeout)
+			return get(t)
+		}
+		conformance.Hypervisor(t, get, append(opts, conformance.WithRestart(restart))...)
+	case basev1.Kind_KIND_NETWORK:
+		conformance.Network(t, func(t conformance.T) driver.Network {
+			d, err := host.Network(m.Name)
+			if err != nil {
+				t.Fatalf("%v", err)
+			}
+			return d
+		}, opts...)
+	case basev1.Kind_KIND_STORAGE:
+		conformance.Storage(t, storageOf(host, m.Name), opts...)
+	case basev1.Kind_KIND_DEVICE:
+		conformance.Device(t, func(t conformance.T) driver.Device {
+			d, err := host.Device(m.Name)
+			if err != nil {
+				t.Fatalf("%v", err)
+			}
+			return d
+		}, opts...)
+	}
+}
+
+// manifest makes the manifest of a plugin binary given on the command line, failing t.
+func manifest(t conformance.T, binary, kind, name string, args []string, configFile string) plugin.Manifest {
+	t.Helper()
+	m, err := plugin.ManifestFor(binary, kind, name)
 	if err != nil {
 		t.Fatalf("%v", err)
 	}
-	m.Args = cfg.Args
-	if cfg.ConfigFile != "" {
-		config, err := os.ReadFile(cfg.ConfigFile)
+	m.Args = args
+	if configFile != "" {
+		config, err := os.ReadFile(configFile)
 		if err != nil {
-			t.Fatalf("read the driver configuration: %v", err)
+			t.Fatalf("read the configuration of driver %q: %v", m.Name, err)
 		}
 		m.Config = config
 	}
+	return m
+}
 
-	stateDir := cfg.StateDir
+// newHost makes a plugin host on stateDir (a temporary directory when empty), closed when t
+// ends, and returns it with its absolute state directory.
+func newHost(t conformance.T, stateDir string, logger hclog.Logger) (*plugin.Host, string) {
+	t.Helper()
+	var err error
 	if stateDir != "" {
 		// The driver, whose working directory is not ours, gets a path under it.
 		if stateDir, err = filepath.Abs(stateDir); err != nil {
@@ -234,68 +308,74 @@ func runPlugin(t conformance.T, cfg DriverConfig, kind basev1.Kind, logger hclog
 			t.Errorf("close the plugin host: %v", err)
 		}
 	})
-	start := func(t conformance.T) {
-		ctx, cancel := context.WithTimeout(t.Context(), cfg.Timeout)
-		defer cancel()
-		if err := host.Start(ctx, m); err != nil {
-			t.Fatalf("start the plugin: %v", err)
-		}
-	}
-	start(t)
-	fmt.Fprintf(stdout, "=== driver %s (%s): %s %s\n", m.Name, cfg.Kind, m.Binary, strings.Join(m.Args, " "))
+	return host, stateDir
+}
 
-	opts := []conformance.Option{
-		conformance.WithName(m.Name),
-		conformance.WithConfig(m.Config),
-		// The directory the host gives the driver (HostConfig.StateDir): the kit's Configure
-		// must not move it.
-		conformance.WithStateDir(filepath.Join(stateDir, "drivers", m.Name)),
-		conformance.WithTimeout(cfg.Timeout),
-		conformance.WithShutdownTimeout(cfg.ShutdownTimeout),
-		conformance.WithConsoleMarker(cfg.ConsoleMarker),
+// driverStateDir is the state directory the host gives driver m (HostConfig.StateDir).
+func driverStateDir(hostStateDir string, m plugin.Manifest) string {
+	return filepath.Join(hostStateDir, "drivers", m.Name)
+}
+
+// startPlugin starts m on host, failing t.
+func startPlugin(t conformance.T, host *plugin.Host, m plugin.Manifest, timeout time.Duration) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(t.Context(), timeout)
+	defer cancel()
+	if err := host.Start(ctx, m); err != nil {
+		t.Fatalf("start the plugin: %v", err)
 	}
-	switch kind {
-	case basev1.Kind_KIND_HYPERVISOR:
-		get := func(t conformance.T) driver.Hypervisor {
-			d, err := host.Hypervisor(m.Name)
-			if err != nil {
-				t.Fatalf("%v", err)
-			}
-			return d
+}
+
+// hypervisorOf is the factory of the host's client of a hypervisor driver, which follows the
+// driver across restarts of its plugin process.
+func hypervisorOf(host *plugin.Host, name string) conformance.HypervisorFactory {
+	return func(t conformance.T) driver.Hypervisor {
+		d, err := host.Hypervisor(name)
+		if err != nil {
+			t.Fatalf("%v", err)
 		}
-		// A restart for the Recover checks is what the handler sees when a driver process
-		// dies: the host stops the plugin and starts a new process of the same binary.
-		restart := func(t conformance.T) driver.Hypervisor {
-			if err := host.Stop(m.Name); err != nil {
-				t.Fatalf("restart the plugin: %v", err)
-			}
-			start(t)
-			return get(t)
+		return d
+	}
+}
+
+// storageOf is the factory of the host's client of a storage driver.
+func storageOf(host *plugin.Host, name string) conformance.StorageFactory {
+	return func(t conformance.T) driver.Storage {
+		d, err := host.Storage(name)
+		if err != nil {
+			t.Fatalf("%v", err)
 		}
-		conformance.Hypervisor(t, get, append(opts, conformance.WithRestart(restart))...)
-	case basev1.Kind_KIND_NETWORK:
-		conformance.Network(t, func(t conformance.T) driver.Network {
-			d, err := host.Network(m.Name)
-			if err != nil {
-				t.Fatalf("%v", err)
-			}
-			return d
-		}, opts...)
-	case basev1.Kind_KIND_STORAGE:
-		conformance.Storage(t, func(t conformance.T) driver.Storage {
-			d, err := host.Storage(m.Name)
-			if err != nil {
-				t.Fatalf("%v", err)
-			}
-			return d
-		}, opts...)
-	case basev1.Kind_KIND_DEVICE:
-		conformance.Device(t, func(t conformance.T) driver.Device {
-			d, err := host.Device(m.Name)
-			if err != nil {
-				t.Fatalf("%v", err)
-			}
-			return d
-		}, opts...)
+		return d
+	}
+}
+
+// crash kills the plugin process of a driver with SIGKILL, as a crash would, and waits until
+// the host's supervision has started a new one (running, with another pid).
+func crash(t conformance.T, host *plugin.Host, name string, timeout time.Duration) {
+	t.Helper()
+	before := host.Status(name)
+	if !before.Running || before.Pid <= 0 {
+		t.Fatalf("driver %q has no running plugin process to kill (last error: %q)", name, before.LastError)
+	}
+	// os.Process.Kill is SIGKILL on Unix.
+	p, err := os.FindProcess(before.Pid)
+	if err == nil {
+		err = p.Kill()
+	}
+	if err != nil {
+		t.Fatalf("kill the plugin process of driver %q (pid %d): %v", name, before.Pid, err)
+	}
+	deadline := time.Now().Add(timeout)
+	for {
+		st := host.Status(name)
+		if st.Running && st.Pid > 0 && st.Pid != before.Pid {
+			t.Logf("killed the plugin process of driver %q (pid %d) with SIGKILL; the host started it again (pid %d): the host's errors about its exit are expected", name, before.Pid, st.Pid)
+			return
+		}
+		if time.Now().After(deadline) || t.Context().Err() != nil {
+			t.Fatalf("the plugin host did not start driver %q again within %s of its process (pid %d) being killed: running=%v pid=%d restarts=%d last error %q",
+				name, timeout, before.Pid, st.Running, st.Pid, st.Restarts, st.LastError)
+		}
+		time.Sleep(20 * time.Millisecond)
 	}
 }

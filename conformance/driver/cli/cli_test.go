@@ -17,10 +17,9 @@ import (
 )
 
 var (
-	buildOnce sync.Once
-	buildDir  string
-	fakeBin   string
-	buildErr  error
+	buildMu  sync.Mutex
+	buildDir string
+	built    = map[string]string{} // command name → binary
 )
 
 func TestMain(m *testing.M) {
@@ -31,28 +30,33 @@ func TestMain(m *testing.M) {
 	os.Exit(code)
 }
 
-// buildFake builds cmd/kubevisor-driver-fake, once for all tests, and returns the binary.
-func buildFake(t *testing.T) string {
+// build builds the command cmd/<name>, once for all tests, and returns the binary.
+func build(t *testing.T, name string) string {
 	t.Helper()
 	goTool, err := exec.LookPath("go")
 	if err != nil {
-		t.Skipf("the go tool is not on PATH to build kubevisor-driver-fake: %v", err)
+		t.Skipf("the go tool is not on PATH to build %s: %v", name, err)
 	}
-	buildOnce.Do(func() {
-		if buildDir, buildErr = os.MkdirTemp("", "kvc-cli-test-"); buildErr != nil {
-			return
-		}
-		fakeBin = filepath.Join(buildDir, "kubevisor-driver-fake")
-		out, err := exec.Command(goTool, "build", "-o", fakeBin, "github.com/kubevisor/kubevisor/cmd/kubevisor-driver-fake").CombinedOutput()
-		if err != nil {
-			buildErr = fmt.Errorf("%w\n%s", err, out)
-		}
-	})
-	if buildErr != nil {
-		t.Fatalf("build kubevisor-driver-fake: %v", buildErr)
+	buildMu.Lock()
+	defer buildMu.Unlock()
+	if bin, ok := built[name]; ok {
+		return bin
 	}
-	return fakeBin
+	if buildDir == "" {
+		if buildDir, err = os.MkdirTemp("", "kvc-cli-test-"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	bin := filepath.Join(buildDir, name)
+	if out, err := exec.Command(goTool, "build", "-o", bin, "github.com/kubevisor/kubevisor/cmd/"+name).CombinedOutput(); err != nil {
+		t.Fatalf("build %s: %v\n%s", name, err, out)
+	}
+	built[name] = bin
+	return bin
 }
+
+// buildFake builds cmd/kubevisor-driver-fake and returns the binary.
+func buildFake(t *testing.T) string { return build(t, "kubevisor-driver-fake") }
 
 func run(t *testing.T, args ...string) (code int, stdout, stderr string) {
 	t.Helper()
