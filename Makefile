@@ -5,13 +5,14 @@ SHELL := /usr/bin/env bash
 GO        ?= go
 BIN       := $(CURDIR)/bin
 OUT       := $(CURDIR)/_output
+GUEST     := $(OUT)/guest
 TOOLS_MOD := hack/tools/go.mod
 GOTOOL    := $(GO) tool -modfile=$(TOOLS_MOD)
 EXAMPLES  := examples/hostpath-storage
 FAKE_KINDS := hypervisor network storage device
 # Debian packages: protoc for code generation; QEMU, qemu-img and OVMF for the drivers and their
 # tests; ISO tools with which the storage tests read cloud-init images back.
-DEBIAN_PACKAGES := protobuf-compiler libprotobuf-dev qemu-system-x86 qemu-utils ovmf genisoimage xorriso
+DEBIAN_PACKAGES := protobuf-compiler libprotobuf-dev qemu-system-x86 qemu-utils ovmf genisoimage xorriso iproute2
 # What make generate writes: verify fails when it differs from what is committed.
 GENERATED := ':(glob)core/**/*.pb.go' ':(glob)core/**/zz_generated.*.go' manifests/crd
 
@@ -22,24 +23,30 @@ help: ## List the targets.
 ##@ Main commands
 
 .PHONY: demo
-demo: deps build ## Run the driver conformance kit through real plugin processes: simulated drivers, the local storage driver, the example driver.
+demo: deps build guest ## Boot the test guest through the qmp and local driver plugins and run the conformance kit against every in-tree driver.
 	@mkdir -p $(OUT)
+	@echo "==> a real VM: test guest booted under QEMU by the qmp and local driver plugins (kubevisor-conformance vm)"
+	@$(BIN)/kubevisor-conformance vm --hypervisor $(BIN)/kubevisor-driver-qmp --storage $(BIN)/kubevisor-driver-local \
+	    --guest-dir $(GUEST) --junit $(OUT)/conformance-vm.xml
+	@echo "==> conformance: qmp hypervisor driver (bin/kubevisor-driver-qmp)"
+	@$(BIN)/kubevisor-conformance driver --plugin $(BIN)/kubevisor-driver-qmp --kind hypervisor \
+	    --junit $(OUT)/conformance-qmp.xml
+	@echo "==> conformance: local storage driver (bin/kubevisor-driver-local)"
+	@$(BIN)/kubevisor-conformance driver --plugin $(BIN)/kubevisor-driver-local --kind storage \
+	    --junit $(OUT)/conformance-local.xml
 	@for kind in $(FAKE_KINDS); do \
 	  config=hack/demo/fake-$$kind.json; \
 	  echo "==> conformance: simulated $$kind driver (bin/kubevisor-driver-fake $$kind)"; \
 	  $(BIN)/kubevisor-conformance driver --plugin $(BIN)/kubevisor-driver-fake --kind $$kind --arg $$kind \
 	    $$( [ -f $$config ] && echo --config $$config ) --junit $(OUT)/conformance-fake-$$kind.xml; \
 	done
-	@echo "==> conformance: local storage driver (bin/kubevisor-driver-local)"
-	@$(BIN)/kubevisor-conformance driver --plugin $(BIN)/kubevisor-driver-local --kind storage \
-	    --junit $(OUT)/conformance-local.xml
 	@echo "==> conformance: out-of-tree example driver ($(EXAMPLES))"
 	@$(BIN)/kubevisor-conformance driver --plugin $(BIN)/hostpath-storage --kind storage --name hostpath \
 	    --junit $(OUT)/conformance-hostpath.xml
 	@echo "JUnit reports: $(OUT)/conformance-*.xml"
 
 .PHONY: test
-test: deps ## Run every test: unit and conformance tiers, the example module's tests, the conformance CLI.
+test: deps guest ## Run every test: unit and conformance tiers, the example module's tests, the conformance CLI.
 	$(GO) test -race -count=1 ./...
 	cd $(EXAMPLES) && $(GO) test -count=1 ./...
 	$(MAKE) --no-print-directory demo
