@@ -826,7 +826,8 @@ type Disk struct {
 	// name is the VMI disk name; unique within the domain.
 	Name string `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
 	// path is an absolute path to the image file or block device on the node.
-	Path   string     `protobuf:"bytes,2,opt,name=path,proto3" json:"path,omitempty"`
+	Path string `protobuf:"bytes,2,opt,name=path,proto3" json:"path,omitempty"`
+	// format is the image format; DISK_FORMAT_UNSPECIFIED means raw. Drivers never probe it.
 	Format DiskFormat `protobuf:"varint,3,opt,name=format,proto3,enum=kubevisor.domain.v1.DiskFormat" json:"format,omitempty"`
 	Bus    DiskBus    `protobuf:"varint,4,opt,name=bus,proto3,enum=kubevisor.domain.v1.DiskBus" json:"bus,omitempty"`
 	Device DiskDevice `protobuf:"varint,5,opt,name=device,proto3,enum=kubevisor.domain.v1.DiskDevice" json:"device,omitempty"`
@@ -941,8 +942,10 @@ type NIC struct {
 	// tap_name is the tap device in the sandbox's network namespace. Exactly one of tap_name and
 	// tap_fd_path is set.
 	TapName string `protobuf:"bytes,2,opt,name=tap_name,json=tapName,proto3" json:"tap_name,omitempty"`
-	// tap_fd_path names an already opened tap passed by the sandbox (e.g. "/proc/self/fd/3" of
-	// the launcher). Drivers that cannot take a descriptor reject it.
+	// tap_fd_path names an already opened tap passed by the sandbox ("/proc/PID/fd/N" of the
+	// launcher). The driver duplicates that descriptor (pidfd_getfd); opening the path again
+	// would give a new, unattached /dev/net/tun file. Drivers that cannot take a descriptor
+	// reject it.
 	TapFdPath string `protobuf:"bytes,3,opt,name=tap_fd_path,json=tapFdPath,proto3" json:"tap_fd_path,omitempty"`
 	// mac is the guest MAC address, "aa:bb:cc:dd:ee:ff". Required.
 	Mac string `protobuf:"bytes,4,opt,name=mac,proto3" json:"mac,omitempty"`

@@ -447,7 +447,8 @@ func (x *ShutdownRequest) GetTimeout() *durationpb.Duration {
 
 type ShutdownResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
-	// graceful is true when the guest powered off by itself within the timeout.
+	// graceful is true when the guest powered off by itself within the timeout; false when it
+	// was forced, and when the VM was already stopped.
 	Graceful      bool `protobuf:"varint,1,opt,name=graceful,proto3" json:"graceful,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
