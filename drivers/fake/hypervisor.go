@@ -31,22 +31,6 @@ const ConsoleMarker = "kubevisor-fake login:"
 // re-adopt the VM (Recover). A VM without a run directory does not survive a driver restart.
 const RecordFile = "kubevisor-fake-vm.json"
 
-// Reasons the fake hypervisor reports in VMStatus.Reason and Event.Reason.
-const (
-	ReasonCreated         = "Created"
-	ReasonStarted         = "Started"
-	ReasonPaused          = "Paused"
-	ReasonResumed         = "Resumed"
-	ReasonReset           = "Reset"
-	ReasonPowerdown       = "PowerdownRequested"
-	ReasonGuestShutdown   = "GuestShutdown"
-	ReasonShutdownTimeout = "ShutdownTimeout"
-	ReasonKilled          = "Killed"
-	ReasonMigrated        = "Migrated"
-	ReasonRecovered       = "Recovered"
-	ReasonProcessGone     = "ProcessGone"
-)
-
 // consoleHistory is how much console output a VM keeps for consoles that attach later.
 const consoleHistory = 64 << 10
 
@@ -193,7 +177,7 @@ func (h *Hypervisor) Create(_ context.Context, spec *domainv1.DomainSpec) (*hype
 		MemoryBytes: spec.GetMemory().GetGuestBytes(),
 		VCPUs:       domain.VCPUs(spec),
 		State:       hypervisorv1.State_STATE_CREATED.String(),
-		Reason:      ReasonCreated,
+		Reason:      driver.ReasonCreated,
 	}
 	state, err := json.Marshal(rec)
 	if err != nil {
@@ -288,13 +272,13 @@ func (h *Hypervisor) Shutdown(ctx context.Context, id string, timeout time.Durat
 	switch v.state {
 	case hypervisorv1.State_STATE_RUNNING, hypervisorv1.State_STATE_PAUSED:
 		paused := v.state == hypervisorv1.State_STATE_PAUSED
-		h.setStateLocked(v, hypervisorv1.State_STATE_SHUTTING_DOWN, hypervisorv1.EventType_EVENT_TYPE_POWERDOWN_REQUESTED, ReasonPowerdown, "")
+		h.setStateLocked(v, hypervisorv1.State_STATE_SHUTTING_DOWN, hypervisorv1.EventType_EVENT_TYPE_POWERDOWN_REQUESTED, driver.ReasonPowerdownRequested, "")
 		if !h.cfg.IgnoreShutdown && !paused {
 			gen := v.gen
 			if delay := time.Duration(h.cfg.ShutdownDelay); delay > 0 {
 				time.AfterFunc(delay, func() { h.guestPoweredOff(id, gen) })
 			} else {
-				h.stopLocked(v, hypervisorv1.EventType_EVENT_TYPE_SHUTDOWN, ReasonGuestShutdown, "the guest powered off")
+				h.stopLocked(v, hypervisorv1.EventType_EVENT_TYPE_SHUTDOWN, driver.ReasonGuestShutdown, "the guest powered off")
 			}
 		}
 	case hypervisorv1.State_STATE_SHUTTING_DOWN:
@@ -313,7 +297,7 @@ func (h *Hypervisor) Shutdown(ctx context.Context, id string, timeout time.Durat
 	case <-timer.C:
 		h.mu.Lock()
 		if cur, ok := h.vms[id]; ok && cur == v && v.gen == gen && v.state == hypervisorv1.State_STATE_SHUTTING_DOWN {
-			h.stopLocked(v, hypervisorv1.EventType_EVENT_TYPE_STOPPED, ReasonShutdownTimeout,
+			h.stopLocked(v, hypervisorv1.EventType_EVENT_TYPE_STOPPED, driver.ReasonForcedShutdown,
 				fmt.Sprintf("the guest did not power off within %s and was stopped forcibly", timeout))
 		}
 		h.mu.Unlock()
@@ -321,7 +305,7 @@ func (h *Hypervisor) Shutdown(ctx context.Context, id string, timeout time.Durat
 	case <-ctx.Done():
 		return false, ctxErr(ctx)
 	}
-	return r.reason == ReasonGuestShutdown, nil
+	return r.reason == driver.ReasonGuestShutdown, nil
 }
 
 // guestPoweredOff is the simulated guest finishing its power-off.
@@ -329,7 +313,7 @@ func (h *Hypervisor) guestPoweredOff(id string, gen uint64) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	if v, ok := h.vms[id]; ok && v.gen == gen && v.state == hypervisorv1.State_STATE_SHUTTING_DOWN {
-		h.stopLocked(v, hypervisorv1.EventType_EVENT_TYPE_SHUTDOWN, ReasonGuestShutdown, "the guest powered off")
+		h.stopLocked(v, hypervisorv1.EventType_EVENT_TYPE_SHUTDOWN, driver.ReasonGuestShutdown, "the guest powered off")
 	}
 }
 
@@ -342,7 +326,7 @@ func (h *Hypervisor) Kill(_ context.Context, id string) error {
 		return err
 	}
 	if v.running() {
-		h.stopLocked(v, hypervisorv1.EventType_EVENT_TYPE_STOPPED, ReasonKilled, "the VM was stopped at once")
+		h.stopLocked(v, hypervisorv1.EventType_EVENT_TYPE_STOPPED, driver.ReasonKilled, "the VM was stopped at once")
 	}
 	return nil
 }
@@ -429,7 +413,7 @@ func (h *Hypervisor) Pause(_ context.Context, id string) error {
 	case hypervisorv1.State_STATE_PAUSED:
 		return nil
 	case hypervisorv1.State_STATE_RUNNING:
-		h.setStateLocked(v, hypervisorv1.State_STATE_PAUSED, hypervisorv1.EventType_EVENT_TYPE_PAUSED, ReasonPaused, "")
+		h.setStateLocked(v, hypervisorv1.State_STATE_PAUSED, hypervisorv1.EventType_EVENT_TYPE_PAUSED, driver.ReasonPaused, "")
 		return nil
 	}
 	return precondition("VM %q is %s, not running", id, stateName(v.state))
@@ -447,7 +431,7 @@ func (h *Hypervisor) Resume(_ context.Context, id string) error {
 	case hypervisorv1.State_STATE_RUNNING:
 		return nil
 	case hypervisorv1.State_STATE_PAUSED:
-		h.setStateLocked(v, hypervisorv1.State_STATE_RUNNING, hypervisorv1.EventType_EVENT_TYPE_RESUMED, ReasonResumed, "")
+		h.setStateLocked(v, hypervisorv1.State_STATE_RUNNING, hypervisorv1.EventType_EVENT_TYPE_RESUMED, driver.ReasonResumed, "")
 		return nil
 	}
 	return precondition("VM %q is %s, not paused", id, stateName(v.state))
@@ -479,7 +463,7 @@ func (h *Hypervisor) Reboot(ctx context.Context, id string) error {
 		return precondition("VM %q stopped while it rebooted", id)
 	}
 	v.rec.Boots++
-	v.rec.Reason, v.rec.Message = ReasonReset, ""
+	v.rec.Reason, v.rec.Message = driver.ReasonHostReset, ""
 	h.emitLocked(v, hypervisorv1.EventType_EVENT_TYPE_RESET)
 	h.consoleWriteLocked(v, bootLog(v))
 	_ = v.persist()
@@ -501,7 +485,7 @@ func (h *Hypervisor) Migrate(_ context.Context, req *hypervisorv1.MigrateRequest
 	if v.state != hypervisorv1.State_STATE_RUNNING && v.state != hypervisorv1.State_STATE_PAUSED {
 		return precondition("VM %q is %s, not running", req.GetId(), stateName(v.state))
 	}
-	h.stopLocked(v, hypervisorv1.EventType_EVENT_TYPE_STOPPED, ReasonMigrated, "migrated to "+req.GetTargetUri())
+	h.stopLocked(v, hypervisorv1.EventType_EVENT_TYPE_STOPPED, driver.ReasonMigrated, "migrated to "+req.GetTargetUri())
 	return nil
 }
 
@@ -532,7 +516,7 @@ func (h *Hypervisor) Recover(_ context.Context, handle *hypervisorv1.Handle) (*h
 		v.rec.RunDir = ""
 		v.state = hypervisorv1.State_STATE_STOPPED
 		v.rec.State = v.state.String()
-		v.rec.Reason, v.rec.Message = ReasonProcessGone, "the VM was gone when the driver recovered it"
+		v.rec.Reason, v.rec.Message = driver.ReasonProcessGone, "the VM was gone when the driver recovered it"
 	default:
 		v.rec = *live
 		v.state = hypervisorv1.State(hypervisorv1.State_value[live.State])
@@ -546,7 +530,7 @@ func (h *Hypervisor) Recover(_ context.Context, handle *hypervisorv1.Handle) (*h
 	}
 	if v.state == hypervisorv1.State_STATE_SHUTTING_DOWN && !h.cfg.IgnoreShutdown {
 		// The guest was powering off while no driver watched: it has finished by now.
-		h.stopLocked(v, hypervisorv1.EventType_EVENT_TYPE_SHUTDOWN, ReasonGuestShutdown, "the guest powered off")
+		h.stopLocked(v, hypervisorv1.EventType_EVENT_TYPE_SHUTDOWN, driver.ReasonGuestShutdown, "the guest powered off")
 	}
 	h.vms[rec.ID] = v
 	return v.status(), nil
@@ -675,7 +659,7 @@ func (h *Hypervisor) bootLocked(v *vm) {
 	v.run = &run{stopped: make(chan struct{})}
 	v.rec.Boots++
 	v.rec.StartedAt = time.Now().UTC()
-	h.setStateLocked(v, hypervisorv1.State_STATE_RUNNING, hypervisorv1.EventType_EVENT_TYPE_STARTED, ReasonStarted, "")
+	h.setStateLocked(v, hypervisorv1.State_STATE_RUNNING, hypervisorv1.EventType_EVENT_TYPE_STARTED, driver.ReasonStarted, "")
 	h.consoleWriteLocked(v, bootLog(v))
 }
 

@@ -3,6 +3,7 @@ package fake_test
 import (
 	"context"
 	"fmt"
+	"github.com/kubevisor/kubevisor/core/driver"
 	"io"
 	"strings"
 	"sync"
@@ -72,11 +73,11 @@ func TestShutdownKnobs(t *testing.T) {
 		wantReason   string
 		minElapsed   time.Duration
 	}{
-		{"Default", ``, false, time.Second, true, fake.ReasonGuestShutdown, 0},
-		{"IgnoreShutdown", `{"ignoreShutdown": true}`, false, 50 * time.Millisecond, false, fake.ReasonShutdownTimeout, 50 * time.Millisecond},
-		{"SlowGuestInTime", `{"shutdownDelay": "30ms"}`, false, time.Second, true, fake.ReasonGuestShutdown, 30 * time.Millisecond},
-		{"SlowGuestTooSlow", `{"shutdownDelay": "1s"}`, false, 30 * time.Millisecond, false, fake.ReasonShutdownTimeout, 30 * time.Millisecond},
-		{"PausedGuest", ``, true, 30 * time.Millisecond, false, fake.ReasonShutdownTimeout, 30 * time.Millisecond},
+		{"Default", ``, false, time.Second, true, driver.ReasonGuestShutdown, 0},
+		{"IgnoreShutdown", `{"ignoreShutdown": true}`, false, 50 * time.Millisecond, false, driver.ReasonForcedShutdown, 50 * time.Millisecond},
+		{"SlowGuestInTime", `{"shutdownDelay": "30ms"}`, false, time.Second, true, driver.ReasonGuestShutdown, 30 * time.Millisecond},
+		{"SlowGuestTooSlow", `{"shutdownDelay": "1s"}`, false, 30 * time.Millisecond, false, driver.ReasonForcedShutdown, 30 * time.Millisecond},
+		{"PausedGuest", ``, true, 30 * time.Millisecond, false, driver.ReasonForcedShutdown, 30 * time.Millisecond},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			h, _ := started(t, c.config)
@@ -271,8 +272,8 @@ func TestRecover(t *testing.T) {
 		}
 		h2 := fake.NewHypervisor()
 		st, err := h2.Recover(t.Context(), handle)
-		if err != nil || st.GetState() != hypervisorv1.State_STATE_STOPPED || st.GetReason() != fake.ReasonProcessGone {
-			t.Errorf("Recover = %v, %v; want STOPPED %s", st, err, fake.ReasonProcessGone)
+		if err != nil || st.GetState() != hypervisorv1.State_STATE_STOPPED || st.GetReason() != driver.ReasonProcessGone {
+			t.Errorf("Recover = %v, %v; want STOPPED %s", st, err, driver.ReasonProcessGone)
 		}
 		if err := h2.Delete(t.Context(), "vm"); err != nil {
 			t.Errorf("Delete of a VM recovered as gone: %v", err)
@@ -300,7 +301,7 @@ func TestMigrate(t *testing.T) {
 	if err := h.Migrate(t.Context(), &hypervisorv1.MigrateRequest{Id: "vm", TargetUri: "tcp:x:1"}); err != nil {
 		t.Fatal(err)
 	}
-	if st := vmState(t, h, "vm"); st.GetState() != hypervisorv1.State_STATE_STOPPED || st.GetReason() != fake.ReasonMigrated {
+	if st := vmState(t, h, "vm"); st.GetState() != hypervisorv1.State_STATE_STOPPED || st.GetReason() != driver.ReasonMigrated {
 		t.Errorf("after Migrate: %v", st)
 	}
 	expectCode(t, h.Migrate(t.Context(), &hypervisorv1.MigrateRequest{Id: "vm", TargetUri: "tcp:x:1"}), codes.FailedPrecondition, "not running")

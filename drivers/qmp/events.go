@@ -6,35 +6,17 @@ import (
 
 	"github.com/digitalocean/go-qemu/qmp"
 
+	"github.com/kubevisor/kubevisor/core/driver"
 	hypervisorv1 "github.com/kubevisor/kubevisor/core/driver/hypervisor/v1"
-)
-
-// Reasons of VM transitions (VMStatus.reason, Event.reason).
-const (
-	ReasonCreated            = "Created"
-	ReasonStarted            = "Started"
-	ReasonPaused             = "Paused"
-	ReasonResumed            = "Resumed"
-	ReasonGuestReset         = "GuestReset"
-	ReasonHostReset          = "HostReset"
-	ReasonPowerdownRequested = "PowerdownRequested"
-	ReasonGuestShutdown      = "GuestShutdown"
-	ReasonGuestPanicked      = "GuestPanicked"
-	ReasonKilled             = "Killed"
-	ReasonForcedShutdown     = "ForcedShutdown"
-	ReasonProcessExited      = "ProcessExited"
-	ReasonProcessGone        = "ProcessGone"
-	ReasonRecovered          = "Recovered"
-	ReasonStartFailed        = "StartFailed"
 )
 
 // qemuShutdownReasons maps QEMU's SHUTDOWN reasons to ours.
 var qemuShutdownReasons = map[string]string{
-	"guest-shutdown":        ReasonGuestShutdown,
-	"guest-panic":           ReasonGuestPanicked,
-	"guest-reset":           ReasonGuestReset,
+	"guest-shutdown":        driver.ReasonGuestShutdown,
+	"guest-panic":           driver.ReasonGuestPanicked,
+	"guest-reset":           driver.ReasonGuestReset,
 	"host-qmp-quit":         "HostQuit",
-	"host-qmp-system-reset": ReasonHostReset,
+	"host-qmp-system-reset": driver.ReasonHostReset,
 	"host-signal":           "HostSignal",
 	"host-ui":               "HostUI",
 	"host-error":            "HostError",
@@ -67,20 +49,20 @@ func transition(st hypervisorv1.State, e qmp.Event) (hypervisorv1.State, hypervi
 	switch e.Event {
 	case "STOP":
 		if st == hypervisorv1.State_STATE_RUNNING {
-			return hypervisorv1.State_STATE_PAUSED, hypervisorv1.EventType_EVENT_TYPE_PAUSED, ReasonPaused
+			return hypervisorv1.State_STATE_PAUSED, hypervisorv1.EventType_EVENT_TYPE_PAUSED, driver.ReasonPaused
 		}
 	case "RESUME":
 		if st == hypervisorv1.State_STATE_PAUSED {
-			return hypervisorv1.State_STATE_RUNNING, hypervisorv1.EventType_EVENT_TYPE_RESUMED, ReasonResumed
+			return hypervisorv1.State_STATE_RUNNING, hypervisorv1.EventType_EVENT_TYPE_RESUMED, driver.ReasonResumed
 		}
 	case "RESET":
-		reason := ReasonHostReset
+		reason := driver.ReasonHostReset
 		if guest {
-			reason = ReasonGuestReset
+			reason = driver.ReasonGuestReset
 		}
 		return st, hypervisorv1.EventType_EVENT_TYPE_RESET, reason
 	case "POWERDOWN":
-		return st, hypervisorv1.EventType_EVENT_TYPE_POWERDOWN_REQUESTED, ReasonPowerdownRequested
+		return st, hypervisorv1.EventType_EVENT_TYPE_POWERDOWN_REQUESTED, driver.ReasonPowerdownRequested
 	case "SHUTDOWN":
 		r, _ := e.Data["reason"].(string)
 		next := hypervisorv1.State_STATE_SHUTTING_DOWN
@@ -89,7 +71,7 @@ func transition(st hypervisorv1.State, e qmp.Event) (hypervisorv1.State, hypervi
 		}
 		return next, hypervisorv1.EventType_EVENT_TYPE_SHUTDOWN, shutdownReason(r)
 	case "GUEST_PANICKED":
-		return hypervisorv1.State_STATE_CRASHED, hypervisorv1.EventType_EVENT_TYPE_GUEST_PANICKED, ReasonGuestPanicked
+		return hypervisorv1.State_STATE_CRASHED, hypervisorv1.EventType_EVENT_TYPE_GUEST_PANICKED, driver.ReasonGuestPanicked
 	}
 	return st, none, ""
 }

@@ -2,6 +2,7 @@ package qmp
 
 import (
 	"bytes"
+	"github.com/kubevisor/kubevisor/core/driver"
 	"net"
 	"testing"
 	"time"
@@ -27,19 +28,19 @@ func TestTransition(t *testing.T) {
 		typ    hypervisorv1.EventType
 		reason string
 	}{
-		{running, ev("STOP", nil), paused, hypervisorv1.EventType_EVENT_TYPE_PAUSED, ReasonPaused},
+		{running, ev("STOP", nil), paused, hypervisorv1.EventType_EVENT_TYPE_PAUSED, driver.ReasonPaused},
 		{paused, ev("STOP", nil), paused, none, ""},
 		{shutting, ev("STOP", nil), shutting, none, ""},
-		{paused, ev("RESUME", nil), running, hypervisorv1.EventType_EVENT_TYPE_RESUMED, ReasonResumed},
+		{paused, ev("RESUME", nil), running, hypervisorv1.EventType_EVENT_TYPE_RESUMED, driver.ReasonResumed},
 		{running, ev("RESUME", nil), running, none, ""},
-		{running, ev("RESET", map[string]any{"guest": true, "reason": "guest-reset"}), running, hypervisorv1.EventType_EVENT_TYPE_RESET, ReasonGuestReset},
-		{running, ev("RESET", map[string]any{"guest": false, "reason": "host-qmp-system-reset"}), running, hypervisorv1.EventType_EVENT_TYPE_RESET, ReasonHostReset},
-		{running, ev("POWERDOWN", nil), running, hypervisorv1.EventType_EVENT_TYPE_POWERDOWN_REQUESTED, ReasonPowerdownRequested},
-		{running, ev("SHUTDOWN", map[string]any{"guest": true, "reason": "guest-shutdown"}), shutting, hypervisorv1.EventType_EVENT_TYPE_SHUTDOWN, ReasonGuestShutdown},
+		{running, ev("RESET", map[string]any{"guest": true, "reason": "guest-reset"}), running, hypervisorv1.EventType_EVENT_TYPE_RESET, driver.ReasonGuestReset},
+		{running, ev("RESET", map[string]any{"guest": false, "reason": "host-qmp-system-reset"}), running, hypervisorv1.EventType_EVENT_TYPE_RESET, driver.ReasonHostReset},
+		{running, ev("POWERDOWN", nil), running, hypervisorv1.EventType_EVENT_TYPE_POWERDOWN_REQUESTED, driver.ReasonPowerdownRequested},
+		{running, ev("SHUTDOWN", map[string]any{"guest": true, "reason": "guest-shutdown"}), shutting, hypervisorv1.EventType_EVENT_TYPE_SHUTDOWN, driver.ReasonGuestShutdown},
 		{running, ev("SHUTDOWN", map[string]any{"guest": false, "reason": "host-qmp-quit"}), shutting, hypervisorv1.EventType_EVENT_TYPE_SHUTDOWN, "HostQuit"},
 		{running, ev("SHUTDOWN", map[string]any{"guest": false, "reason": "some-new-reason"}), shutting, hypervisorv1.EventType_EVENT_TYPE_SHUTDOWN, "SomeNewReason"},
-		{running, ev("GUEST_PANICKED", map[string]any{"action": "pause"}), crashed, hypervisorv1.EventType_EVENT_TYPE_GUEST_PANICKED, ReasonGuestPanicked},
-		{crashed, ev("SHUTDOWN", map[string]any{"guest": true, "reason": "guest-panic"}), crashed, hypervisorv1.EventType_EVENT_TYPE_SHUTDOWN, ReasonGuestPanicked},
+		{running, ev("GUEST_PANICKED", map[string]any{"action": "pause"}), crashed, hypervisorv1.EventType_EVENT_TYPE_GUEST_PANICKED, driver.ReasonGuestPanicked},
+		{crashed, ev("SHUTDOWN", map[string]any{"guest": true, "reason": "guest-panic"}), crashed, hypervisorv1.EventType_EVENT_TYPE_SHUTDOWN, driver.ReasonGuestPanicked},
 		{running, ev("RTC_CHANGE", nil), running, none, ""},
 	}
 	for _, c := range cases {

@@ -376,7 +376,7 @@ func TestLifecycle(t *testing.T) {
 		t.Fatalf("Shutdown = %v, %v; want graceful; console: %q", graceful, err, out.String())
 	}
 	st = mustStatus(t, h, spec.GetId(), hypervisorv1.State_STATE_STOPPED)
-	if st.GetReason() != ReasonGuestShutdown || st.GetPid() != 0 {
+	if st.GetReason() != driver.ReasonGuestShutdown || st.GetPid() != 0 {
 		t.Fatalf("status after shutdown = %v", st)
 	}
 	events.waitTypes(t, 5*time.Second,
@@ -406,7 +406,7 @@ func TestLifecycle(t *testing.T) {
 	if err := h.Kill(ctx, spec.GetId()); err != nil {
 		t.Fatalf("Kill: %v", err)
 	}
-	if st := mustStatus(t, h, spec.GetId(), hypervisorv1.State_STATE_STOPPED); st.GetReason() != ReasonKilled {
+	if st := mustStatus(t, h, spec.GetId(), hypervisorv1.State_STATE_STOPPED); st.GetReason() != driver.ReasonKilled {
 		t.Fatalf("reason after Kill = %q", st.GetReason())
 	}
 
@@ -448,8 +448,8 @@ func TestShutdownForced(t *testing.T) {
 	if took < 2*time.Second || took > 10*time.Second {
 		t.Fatalf("Shutdown took %s with a 2s timeout", took)
 	}
-	if st := mustStatus(t, d, spec.GetId(), hypervisorv1.State_STATE_STOPPED); st.GetReason() != ReasonForcedShutdown {
-		t.Fatalf("reason = %q, want %s", st.GetReason(), ReasonForcedShutdown)
+	if st := mustStatus(t, d, spec.GetId(), hypervisorv1.State_STATE_STOPPED); st.GetReason() != driver.ReasonForcedShutdown {
+		t.Fatalf("reason = %q, want %s", st.GetReason(), driver.ReasonForcedShutdown)
 	}
 
 	// Kill cuts short a Shutdown waiting for the guest.
@@ -477,8 +477,8 @@ func TestShutdownForced(t *testing.T) {
 	case <-time.After(10 * time.Second):
 		t.Fatal("Shutdown did not return after Kill")
 	}
-	if st := mustStatus(t, d, spec.GetId(), hypervisorv1.State_STATE_STOPPED); st.GetReason() != ReasonKilled {
-		t.Fatalf("reason = %q, want %s", st.GetReason(), ReasonKilled)
+	if st := mustStatus(t, d, spec.GetId(), hypervisorv1.State_STATE_STOPPED); st.GetReason() != driver.ReasonKilled {
+		t.Fatalf("reason = %q, want %s", st.GetReason(), driver.ReasonKilled)
 	}
 }
 
@@ -505,13 +505,13 @@ func TestGuestEnds(t *testing.T) {
 
 	in := boot()
 	_, _ = io.WriteString(in, "S")
-	if st := waitState(t, d, spec.GetId(), hypervisorv1.State_STATE_STOPPED, 10*time.Second); st.GetReason() != ReasonGuestShutdown {
+	if st := waitState(t, d, spec.GetId(), hypervisorv1.State_STATE_STOPPED, 10*time.Second); st.GetReason() != driver.ReasonGuestShutdown {
 		t.Fatalf("reason after the guest powered off = %q", st.GetReason())
 	}
 
 	in = boot()
 	_, _ = io.WriteString(in, "P")
-	if st := waitState(t, d, spec.GetId(), hypervisorv1.State_STATE_CRASHED, 10*time.Second); st.GetReason() != ReasonGuestPanicked {
+	if st := waitState(t, d, spec.GetId(), hypervisorv1.State_STATE_CRASHED, 10*time.Second); st.GetReason() != driver.ReasonGuestPanicked {
 		t.Fatalf("reason after a guest panic = %q", st.GetReason())
 	}
 	events.waitTypes(t, 5*time.Second, hypervisorv1.EventType_EVENT_TYPE_GUEST_PANICKED, hypervisorv1.EventType_EVENT_TYPE_CRASHED)
@@ -522,7 +522,7 @@ func TestGuestEnds(t *testing.T) {
 		t.Fatal(err)
 	}
 	st = waitState(t, d, spec.GetId(), hypervisorv1.State_STATE_CRASHED, 10*time.Second)
-	if st.GetReason() != ReasonProcessExited || !strings.Contains(st.GetMessage(), "exited unexpectedly") {
+	if st.GetReason() != driver.ReasonProcessExited || !strings.Contains(st.GetMessage(), "exited unexpectedly") {
 		t.Fatalf("status after SIGKILL = %v", st)
 	}
 	t.Logf("crash message: %s", st.GetMessage())
@@ -600,7 +600,7 @@ func TestRecover(t *testing.T) {
 	if err != nil {
 		t.Fatalf("Recover of a stopped VM: %v", err)
 	}
-	if st.GetState() != hypervisorv1.State_STATE_STOPPED || st.GetReason() != ReasonProcessGone || st.GetPid() != 0 {
+	if st.GetState() != hypervisorv1.State_STATE_STOPPED || st.GetReason() != driver.ReasonProcessGone || st.GetPid() != 0 {
 		t.Fatalf("recovered stopped VM = %v", st)
 	}
 	// ... and it can start it again.
@@ -865,7 +865,7 @@ func TestRealGuest(t *testing.T) {
 		t.Fatalf("Shutdown = %v, %v; want graceful. Console:\n%s", graceful, err, out.String())
 	}
 	t.Logf("graceful shutdown took %s", time.Since(begin))
-	if st := mustStatus(t, h, spec.GetId(), hypervisorv1.State_STATE_STOPPED); st.GetReason() != ReasonGuestShutdown {
+	if st := mustStatus(t, h, spec.GetId(), hypervisorv1.State_STATE_STOPPED); st.GetReason() != driver.ReasonGuestShutdown {
 		t.Fatalf("reason = %q", st.GetReason())
 	}
 	if err := h.Delete(ctx, spec.GetId()); err != nil {

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/kubevisor/kubevisor/core/driver"
 	"io"
 	"net"
 	"os"
@@ -252,7 +253,7 @@ func (d *Driver) Create(ctx context.Context, spec *domainv1.DomainSpec) (*hyperv
 	paths := RunPaths(spec, runDir)
 	v := &vm{
 		id: spec.GetId(), spec: spec, paths: paths, changed: make(chan struct{}),
-		state: hypervisorv1.State_STATE_CREATED, reason: ReasonCreated,
+		state: hypervisorv1.State_STATE_CREATED, reason: driver.ReasonCreated,
 		rec: record{
 			ID: spec.GetId(), Name: spec.GetName(), RunDir: runDir, OwnRunDir: own,
 			QMPSocket: paths.QMP, SerialSocket: paths.Serial, Accel: accel, Spec: specJSON,
@@ -291,7 +292,7 @@ func (d *Driver) Start(ctx context.Context, id string) error {
 		return nil
 	case s != nil:
 		// CRASHED by a guest panic, with QEMU not gone yet: end it before a new one.
-		if err := d.stop(ctx, v, s, ReasonKilled); err != nil {
+		if err := d.stop(ctx, v, s, driver.ReasonKilled); err != nil {
 			return err
 		}
 	}
@@ -364,7 +365,7 @@ func (d *Driver) launch(ctx context.Context, v *vm, host *HostInfo) error {
 	}
 	s := d.adopt(v, proc, mon, con, logFrom)
 	if _, err := mon.Run(ctx, "cont", nil); err != nil {
-		_ = d.stop(ctx, v, s, ReasonStartFailed)
+		_ = d.stop(ctx, v, s, driver.ReasonStartFailed)
 		return status.Errorf(codes.Internal, "qemu (pid %d): %v: %s", pid, err, tailLog(v.paths.Log, logFrom))
 	}
 	v.mu.Lock()
@@ -374,7 +375,7 @@ func (d *Driver) launch(ctx context.Context, v *vm, host *HostInfo) error {
 		return status.Errorf(codes.Internal, "qemu (pid %d) exited: %s", pid, v.message)
 	default:
 	}
-	v.state, v.reason, v.message = hypervisorv1.State_STATE_RUNNING, ReasonStarted, ""
+	v.state, v.reason, v.message = hypervisorv1.State_STATE_RUNNING, driver.ReasonStarted, ""
 	v.rec.Boots++
 	v.rec.PID = pid
 	v.rec.StartedAt = time.Now()
@@ -519,15 +520,15 @@ func (d *Driver) finishLocked(v *vm, s *session) {
 	var reason, msg string
 	switch {
 	case s.panicked:
-		state, typ, reason, msg = hypervisorv1.State_STATE_CRASHED, hypervisorv1.EventType_EVENT_TYPE_CRASHED, ReasonGuestPanicked, "the guest panicked"
+		state, typ, reason, msg = hypervisorv1.State_STATE_CRASHED, hypervisorv1.EventType_EVENT_TYPE_CRASHED, driver.ReasonGuestPanicked, "the guest panicked"
 	case s.guestShutdown:
-		reason, msg = ReasonGuestShutdown, "the guest powered off"
+		reason, msg = driver.ReasonGuestShutdown, "the guest powered off"
 	case s.hostStop != "":
 		reason = s.hostStop
 	case s.shutdownSeen:
 		reason, msg = s.shutdownReason, "QEMU shut down"
 	default:
-		state, typ, reason = hypervisorv1.State_STATE_CRASHED, hypervisorv1.EventType_EVENT_TYPE_CRASHED, ReasonProcessExited
+		state, typ, reason = hypervisorv1.State_STATE_CRASHED, hypervisorv1.EventType_EVENT_TYPE_CRASHED, driver.ReasonProcessExited
 		msg = fmt.Sprintf("QEMU (pid %d) exited unexpectedly; end of qemu.log: %s", s.proc.pid, tailLog(v.paths.Log, s.logFrom))
 	}
 	d.log.Info("qemu exited", "id", v.id, "pid", s.proc.pid, "state", state.String(), "reason", reason)
@@ -642,7 +643,7 @@ presses:
 	}
 	if !waitClosed(s.done, 0) {
 		d.log.Info("guest did not power off in time, stopping it", "id", id, "timeout", timeout)
-		if err := d.stop(ctx, v, s, ReasonForcedShutdown); err != nil {
+		if err := d.stop(ctx, v, s, driver.ReasonForcedShutdown); err != nil {
 			return false, err
 		}
 	}
@@ -663,7 +664,7 @@ func (d *Driver) Kill(ctx context.Context, id string) error {
 	}
 	if !v.op.TryLock() {
 		if s, _, err := v.running(); err == nil {
-			return d.stop(ctx, v, s, ReasonKilled)
+			return d.stop(ctx, v, s, driver.ReasonKilled)
 		}
 		v.op.Lock()
 	}
@@ -672,7 +673,7 @@ func (d *Driver) Kill(ctx context.Context, id string) error {
 	if err != nil {
 		return nil
 	}
-	return d.stop(ctx, v, s, ReasonKilled)
+	return d.stop(ctx, v, s, driver.ReasonKilled)
 }
 
 // Pause implements driver.Pauser.
@@ -922,7 +923,7 @@ func (d *Driver) Recover(ctx context.Context, h *hypervisorv1.Handle) (*hypervis
 	}
 	if proc == nil {
 		v.rec.PID = 0
-		v.state, v.reason = hypervisorv1.State_STATE_STOPPED, ReasonProcessGone
+		v.state, v.reason = hypervisorv1.State_STATE_STOPPED, driver.ReasonProcessGone
 		v.message = "QEMU is not running"
 		if pid != 0 {
 			v.message = fmt.Sprintf("QEMU (pid %d) is no longer running", pid)
@@ -956,7 +957,7 @@ func (d *Driver) Recover(ctx context.Context, h *hypervisorv1.Handle) (*hypervis
 	if v.rec.Boots == 0 {
 		v.rec.Boots = 1
 	}
-	v.reason = ReasonRecovered
+	v.reason = driver.ReasonRecovered
 	switch {
 	case qs.Status == "prelaunch":
 		// The previous driver died between launch and cont: finish the start.

@@ -1,0 +1,27 @@
+package driver
+
+// Reasons a hypervisor driver gives for a VM's transitions (VMStatus.reason, Event.reason). The
+// node handler turns them into VMI conditions, so drivers share these words; a driver may add
+// its own CamelCase reason for a cause none of these names.
+const (
+	ReasonCreated            = "Created"
+	ReasonStarted            = "Started"
+	ReasonPaused             = "Paused"
+	ReasonResumed            = "Resumed"
+	ReasonGuestReset         = "GuestReset"
+	ReasonHostReset          = "HostReset"
+	ReasonPowerdownRequested = "PowerdownRequested"
+	// ReasonGuestShutdown: the guest powered off by itself.
+	ReasonGuestShutdown = "GuestShutdown"
+	ReasonGuestPanicked = "GuestPanicked"
+	ReasonKilled        = "Killed"
+	// ReasonForcedShutdown: the guest did not power off within the Shutdown timeout.
+	ReasonForcedShutdown = "ForcedShutdown"
+	// ReasonProcessExited: the VM process ended without being asked to.
+	ReasonProcessExited = "ProcessExited"
+	// ReasonProcessGone: Recover found no VM process.
+	ReasonProcessGone = "ProcessGone"
+	ReasonRecovered   = "Recovered"
+	ReasonStartFailed = "StartFailed"
+	ReasonMigrated    = "Migrated"
+)
