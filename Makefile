@@ -46,7 +46,7 @@ demo: deps build guest ## Boot the test guest through the qmp and local driver p
 	@echo "JUnit reports: $(OUT)/conformance-*.xml"
 
 .PHONY: test
-test: deps guest ## Run every test: unit and conformance tiers, the example module's tests, the conformance CLI.
+test: deps guest cni-plugins ## Run every test: unit and conformance tiers, the example module's tests, the conformance CLI.
 	$(GO) test -race -count=1 ./...
 	cd $(EXAMPLES) && $(GO) test -count=1 ./...
 	$(MAKE) --no-print-directory demo
@@ -73,6 +73,12 @@ guest: ## Build the test guest (kernel, initramfs, bootable disk) into _output/g
 .PHONY: guest-smoke
 guest-smoke: guest ## Boot the test guest under QEMU/TCG with raw qemu-system-x86_64 and check it.
 	hack/guest/smoke.sh
+
+##@ CNI plugins
+
+.PHONY: cni-plugins
+cni-plugins: ## Build the reference CNI plugins (bridge, host-local, ptp, loopback, ...) into _output/cni/bin, once.
+	hack/cni/build.sh
 
 ##@ Code generation and checks
 

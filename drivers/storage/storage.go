@@ -18,6 +18,7 @@ import (
 
 	"github.com/kubevisor/kubevisor/core/driver"
 	basev1 "github.com/kubevisor/kubevisor/core/driver/base/v1"
+	"github.com/kubevisor/kubevisor/core/keyedmutex"
 )
 
 // DriverName is the driver's name, as in its plugin manifest and in Info.
@@ -74,7 +75,7 @@ func WithImageTool(newTool func(path string) ImageTool) Option {
 type Local struct {
 	log     Logger
 	newTool func(string) ImageTool
-	locks   keyedMutex
+	locks   keyedmutex.Mutex
 
 	mu   sync.RWMutex
 	cfg  Config
@@ -186,41 +187,6 @@ func (l *Local) imageTool() ImageTool {
 	l.mu.RLock()
 	defer l.mu.RUnlock()
 	return l.tool
-}
-
-// keyedMutex is a mutex per key (a work directory), dropped when nobody holds or waits for it.
-type keyedMutex struct {
-	mu    sync.Mutex
-	locks map[string]*keyedLock
-}
-
-type keyedLock struct {
-	mu   sync.Mutex
-	refs int
-}
-
-func (k *keyedMutex) lock(key string) (unlock func()) {
-	k.mu.Lock()
-	if k.locks == nil {
-		k.locks = map[string]*keyedLock{}
-	}
-	l := k.locks[key]
-	if l == nil {
-		l = &keyedLock{}
-		k.locks[key] = l
-	}
-	l.refs++
-	k.mu.Unlock()
-
-	l.mu.Lock()
-	return func() {
-		l.mu.Unlock()
-		k.mu.Lock()
-		if l.refs--; l.refs == 0 {
-			delete(k.locks, key)
-		}
-		k.mu.Unlock()
-	}
 }
 
 type nopLogger struct{}
