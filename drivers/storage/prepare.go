@@ -40,7 +40,7 @@ func (l *Local) Prepare(ctx context.Context, req *storagev1.PrepareRequest) (*st
 	if err != nil {
 		return nil, err
 	}
-	unlock := l.locks.lock(dir)
+	unlock := l.locks.Lock(dir)
 	defer unlock()
 
 	tool := l.imageTool()
@@ -77,7 +77,7 @@ func (l *Local) Release(_ context.Context, req *storagev1.ReleaseRequest) error 
 	if err != nil {
 		return err
 	}
-	unlock := l.locks.lock(dir)
+	unlock := l.locks.Lock(dir)
 	defer unlock()
 
 	st, err := loadState(dir, req.GetVmiId())
