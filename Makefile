@@ -59,6 +59,10 @@ build: ## Build every binary into bin/ (the example driver too).
 	$(GO) build -o $(BIN)/ ./cmd/...
 	cd $(EXAMPLES) && $(GO) build -o $(BIN)/hostpath-storage .
 
+.PHONY: bench-boot
+bench-boot: deps build guest ## Boot the test guest with raw QEMU and through the qmp driver plugin: medians, their ratio (aim <= 1.10), driver RSS per running VM.
+	$(BIN)/kubevisor-bench boot --guest-dir $(GUEST) --driver $(BIN)/kubevisor-driver-qmp
+
 .PHONY: bench
 bench: ## Run the benchmarks and print their figures.
 	$(GO) test -run '^$$' -bench PluginRoundTrip -benchtime 5000x ./core/plugin/...
@@ -67,8 +71,8 @@ bench: ## Run the benchmarks and print their figures.
 ##@ Test guest
 
 .PHONY: guest
-guest: ## Build the test guest (kernel, initramfs, bootable disk) into _output/guest/.
-	hack/guest/build.sh
+guest: ## Build the test guest (kernel, initramfs, bootable disk, containerDisk image) into _output/guest/.
+	GO=$(GO) hack/guest/build.sh
 
 .PHONY: guest-smoke
 guest-smoke: guest ## Boot the test guest under QEMU/TCG with raw qemu-system-x86_64 and check it.

@@ -9,6 +9,10 @@
 #   $OUT/disk.raw           the same guest as an MBR disk that boots with SeaBIOS (syslinux on
 #   $OUT/disk.qcow2         a FAT partition; built on image files, no mounts or loop devices)
 #   $OUT/BUILD-INFO         package versions and sha256 sums of the above
+#   $OUT/containerdisk/     disk.qcow2 as a containerDisk image, kubevisor/test-guest:latest
+#   $OUT/containerdisk.tar  (/disk/disk.qcow2, owner 107:107, mode 0444): an OCI image layout,
+#                           and a `docker save` tarball for `ctr images import` (written by
+#                           hack/guest/containerdisk, with go run: $GO, default go)
 #
 # The kernel and busybox .debs are fetched with `apt-get download` into $CACHE and unpacked
 # in a temporary directory: nothing is installed on the host for the guest's contents. The
@@ -173,5 +177,9 @@ for f in vmlinuz initramfs.cpio.gz cmdline disk.raw disk.qcow2 BUILD-INFO; do
   mv -f "$work/$f" "$OUT/$f"
 done
 
+step "containerDisk image of disk.qcow2 (go run ./hack/guest/containerdisk)"
+"${GO:-go}" run ./hack/guest/containerdisk --disk "$OUT/disk.qcow2" --ref kubevisor/test-guest:latest \
+  --layout "$OUT/containerdisk" --tarball "$OUT/containerdisk.tar"
+
 step "done in $((SECONDS - start)) s: $OUT"
-(cd "$OUT" && du -h --apparent-size vmlinuz initramfs.cpio.gz disk.raw disk.qcow2 | sed 's/^/    /')
+(cd "$OUT" && du -h --apparent-size vmlinuz initramfs.cpio.gz disk.raw disk.qcow2 containerdisk.tar | sed 's/^/    /')

@@ -1,0 +1,17 @@
+// Command kubevisor-bench measures Kubevisor against plain QEMU:
+//
+//	kubevisor-bench boot [--runs N] [--guest-dir DIR] [--vms N,M]
+//
+// times the test guest's boot to its console marker with raw qemu-system-x86_64 and through the
+// qmp driver plugin, and reads the driver's RSS per running VM. See package hack/bench.
+package main
+
+import (
+	"os"
+
+	"github.com/kubevisor/kubevisor/hack/bench"
+)
+
+func main() {
+	os.Exit(bench.Run(os.Args[1:], os.Stdout, os.Stderr))
+}

@@ -1,0 +1,164 @@
+package bench
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"time"
+)
+
+// rssRow is the memory of the driver with a number of VMs running through it.
+type rssRow struct {
+	vms     int
+	driver  uint64 // the driver process's VmRSS, bytes (median of rssSamples readings)
+	qemuAvg uint64 // the VMs' QEMU processes' mean VmRSS, bytes
+}
+
+// readRSS returns the VmRSS of a process in bytes.
+func readRSS(pid int) (uint64, error) {
+	raw, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		return 0, err
+	}
+	n, err := ParseVmRSS(raw)
+	if err != nil {
+		return 0, fmt.Errorf("/proc/%d/status: %w", pid, err)
+	}
+	return n, nil
+}
+
+// driverRSS reads the driver's RSS rssSamples times, rssInterval apart, and returns the median.
+func (b *bencher) driverRSS(ctx context.Context) (uint64, error) {
+	pid := b.host.Status(driverName).Pid
+	if pid <= 0 {
+		return 0, errors.New("the driver's plugin process is not running")
+	}
+	var samples []uint64
+	for i := range rssSamples {
+		if i > 0 {
+			select {
+			case <-time.After(rssInterval):
+			case <-ctx.Done():
+				return 0, ctx.Err()
+			}
+		}
+		n, err := readRSS(pid)
+		if err != nil {
+			return 0, fmt.Errorf("driver RSS: %w", err)
+		}
+		samples = append(samples, n)
+	}
+	return Median(samples), nil
+}
+
+// rss reads the driver's RSS with no VM, then with each of cfg.VMs VMs booted through it at
+// once and left running for rssSettle.
+func (b *bencher) rss(ctx context.Context) ([]rssRow, error) {
+	if len(b.cfg.VMs) == 0 {
+		return nil, nil
+	}
+	fmt.Fprintf(b.out, "\ndriver memory: VMs booted through the plugin at once, read %s after the last reached %s (console streams closed), median of %d readings of VmRSS\n",
+		rssSettle, b.guest.ReadyMarker, rssSamples)
+	idle, err := b.driverRSS(ctx)
+	if err != nil {
+		return nil, err
+	}
+	rows := []rssRow{{vms: 0, driver: idle}}
+	for _, n := range b.cfg.VMs {
+		row, err := b.rssWith(ctx, n)
+		if err != nil {
+			return nil, err
+		}
+		rows = append(rows, row)
+	}
+
+	tab := table{w: b.out, widths: []int{4, 10, 10, 14, 19, 15}}
+	tab.row("VMs", "driver RSS", "over 0 VMs", "per running VM", "growth per added VM", "QEMU RSS per VM")
+	for i, r := range rows {
+		if r.vms == 0 {
+			tab.row("0", mib(float64(r.driver)), "-", "-", "-", "-")
+			continue
+		}
+		prev := rows[i-1]
+		over := float64(r.driver) - float64(idle)
+		growth := (float64(r.driver) - float64(prev.driver)) / float64(r.vms-prev.vms)
+		tab.row(fmt.Sprint(r.vms), mib(float64(r.driver)), signedMiB(over), mib(float64(r.driver)/float64(r.vms)),
+			fmt.Sprintf("%s (%d→%d)", signedMiB(growth), prev.vms, r.vms), mib(float64(r.qemuAvg)))
+	}
+	return rows, nil
+}
+
+func signedMiB(b float64) string {
+	if b >= 0 {
+		return "+" + mib(b)
+	}
+	return mib(b)
+}
+
+// rssWith boots n VMs at once through the plugin and reads the driver's and their QEMUs' RSS.
+func (b *bencher) rssWith(ctx context.Context, n int) (rssRow, error) {
+	slots := make([]slot, n)
+	defer b.cleanup()
+	bctx, cancel := context.WithTimeout(ctx, b.cfg.BootTimeout)
+	defer cancel()
+	watchers := make([]*MarkerWatcher, n)
+	consoleCtx, closeConsoles := context.WithCancel(bctx)
+	defer closeConsoles()
+	start := time.Now()
+	for i := range slots {
+		s := newSlot(b.work, i)
+		slots[i] = s
+		spec, _, err := b.spec(s)
+		if err != nil {
+			return rssRow{}, err
+		}
+		if err := b.prepare(ctx, s); err != nil {
+			return rssRow{}, err
+		}
+		if _, err := b.hv.Create(bctx, spec); err != nil {
+			return rssRow{}, fmt.Errorf("create VM %d of %d: %w", i+1, n, err)
+		}
+		b.track(s.id)
+		if err := b.hv.Start(bctx, s.id); err != nil {
+			return rssRow{}, fmt.Errorf("start VM %d of %d: %w", i+1, n, err)
+		}
+		w := NewMarkerWatcher(b.guest.ReadyMarker)
+		watchers[i] = w
+		go func() { _ = b.con.Console(consoleCtx, s.id, nil, w) }()
+	}
+	for i, w := range watchers {
+		select {
+		case <-w.Found():
+		case <-bctx.Done():
+			return rssRow{}, fmt.Errorf("%d VMs: VM %d did not reach %s: %w; console: %q", n, i+1, b.guest.ReadyMarker, bctx.Err(), w.Tail())
+		}
+	}
+	booted := time.Since(start)
+	closeConsoles()
+	select {
+	case <-time.After(rssSettle):
+	case <-ctx.Done():
+		return rssRow{}, ctx.Err()
+	}
+	row := rssRow{vms: n}
+	var err error
+	if row.driver, err = b.driverRSS(ctx); err != nil {
+		return rssRow{}, err
+	}
+	var total uint64
+	for _, s := range slots {
+		st, err := b.hv.Status(ctx, s.id)
+		if err != nil {
+			return rssRow{}, fmt.Errorf("status of %s: %w", s.id, err)
+		}
+		q, err := readRSS(int(st.GetPid()))
+		if err != nil {
+			return rssRow{}, fmt.Errorf("QEMU RSS of %s: %w", s.id, err)
+		}
+		total += q
+	}
+	row.qemuAvg = total / uint64(n)
+	fmt.Fprintf(b.out, "  %d VM(s) running (all booted in %s)\n", n, secs(booted))
+	return row, nil
+}
