@@ -162,9 +162,6 @@ func (b *argBuilder) build() {
 	default:
 		b.fail("acceleration", "no usable accelerator %q", b.env.Accel)
 	}
-	if spec.GetSandbox().GetLauncherSocket() != "" {
-		b.fail("sandbox.launcherSocket", "not supported by the qmp driver yet (it starts QEMU itself)")
-	}
 	if spec.GetSandbox().GetNetnsPath() != "" && !filepath.IsAbs(spec.GetSandbox().GetNetnsPath()) {
 		b.fail("sandbox.netnsPath", "must be an absolute path, not %q", spec.GetSandbox().GetNetnsPath())
 	}

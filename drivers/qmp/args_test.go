@@ -397,12 +397,6 @@ func TestBuildArgs(t *testing.T) {
 			want: [][]string{{"-device", "vfio-pci,host=0000:01:00.0,id=hostdev0"}},
 		},
 		{
-			name:   "launcher socket not supported yet",
-			spec:   func(s *domainv1.DomainSpec) { s.Sandbox = &domainv1.Sandbox{LauncherSocket: "/run/launcher.sock"} },
-			code:   codes.InvalidArgument,
-			fields: []string{"sandbox.launcherSocket"},
-		},
-		{
 			name:   "socket path too long",
 			env:    func(e *HostEnv) { e.RunDir = "/" + strings.Repeat("d", 110) },
 			code:   codes.InvalidArgument,

@@ -15,21 +15,13 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/kubevisor/kubevisor/core/launcher"
 )
 
-// Command is a VM process to start.
-type Command struct {
-	// Path is the binary and Args its arguments (without the binary).
-	Path string
-	Args []string
-	// LogPath receives the process's stdout and stderr, appended.
-	LogPath string
-	// NetNS, when set, is the network namespace the process runs in (a path such as
-	// /proc/PID/ns/net or /run/netns/NAME).
-	NetNS string
-	// ExtraFiles are passed to the process as fds 3, 4, ...
-	ExtraFiles []*os.File
-}
+// Command is a VM process to start. It is core/launcher's, so that launcher.Starter, which starts
+// it through the VMI's kubevisor-launcher, is a Launcher.
+type Command = launcher.Command
 
 // Launcher starts VM processes.
 //
@@ -39,8 +31,9 @@ type Command struct {
 // | start it in its own session, so that it outlives the driver process and its process group  |
 // | reap it when it exits, if it is the launcher's child                                         |
 //
-// The local implementation execs QEMU from the driver; a later one asks the in-pod launcher
-// over its unix socket, so that the VM runs in the pod's cgroups, namespaces and volumes.
+// LocalLauncher execs QEMU from the driver; launcher.Starter asks the VMI's launcher over its unix
+// socket (DomainSpec.sandbox.launcher_socket), so that the VM runs in the launcher's cgroups,
+// namespaces and volumes.
 type Launcher interface {
 	Start(ctx context.Context, cmd *Command) (pid int, err error)
 }

@@ -25,6 +25,7 @@ import (
 	"github.com/kubevisor/kubevisor/core/domain"
 	domainv1 "github.com/kubevisor/kubevisor/core/domain/v1"
 	hypervisorv1 "github.com/kubevisor/kubevisor/core/driver/hypervisor/v1"
+	"github.com/kubevisor/kubevisor/core/launcher"
 )
 
 // Timeouts of the driver's own waits.
@@ -344,7 +345,11 @@ func (d *Driver) launch(ctx context.Context, v *vm, host *HostInfo) error {
 	if fi, err := os.Stat(v.paths.Log); err == nil {
 		logFrom = fi.Size()
 	}
-	pid, err := d.launcher.Start(ctx, &Command{
+	starter := d.launcher
+	if sock := v.spec.GetSandbox().GetLauncherSocket(); sock != "" {
+		starter = launcher.NewStarter(sock)
+	}
+	pid, err := starter.Start(ctx, &Command{
 		Path: host.QEMU, Args: cl.Args, LogPath: v.paths.Log,
 		NetNS: v.spec.GetSandbox().GetNetnsPath(), ExtraFiles: files,
 	})

@@ -1,0 +1,46 @@
+package launcher
+
+import (
+	"testing"
+	"time"
+)
+
+func TestConfigDefaults(t *testing.T) {
+	for _, tc := range []struct {
+		grace, margin, wantMargin time.Duration
+	}{
+		{30 * time.Second, 0, 5 * time.Second},
+		{10 * time.Second, 0, 2 * time.Second},
+		{0, 0, 0},
+		{2 * time.Second, 3 * time.Second, 2 * time.Second}, // never more than the grace period
+		{30 * time.Second, time.Second, time.Second},
+	} {
+		c, err := Config{Dir: "vmi", GracePeriod: tc.grace, KillMargin: tc.margin}.withDefaults()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if c.KillMargin != tc.wantMargin || c.GracePeriod != tc.grace || c.Logger == nil || c.Dir[0] != '/' {
+			t.Errorf("grace %s margin %s: got %+v, want margin %s", tc.grace, tc.margin, c, tc.wantMargin)
+		}
+	}
+	for _, bad := range []Config{{}, {Dir: "d", GracePeriod: -time.Second}, {Dir: "d", KillMargin: -time.Second}} {
+		if _, err := bad.withDefaults(); err == nil {
+			t.Errorf("%+v: no error", bad)
+		}
+	}
+}
+
+func TestStatFields(t *testing.T) {
+	// A command name with spaces and parentheses.
+	raw := []byte("42 (q (e) mu) S 1 42 42 0 -1 4194560 100 0 0 0 1 2 0 0 20 0 3 0 987654 1000 10")
+	f, err := statFields(raw)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if f[0] != "S" || f[4-3] != "1" || f[22-3] != "987654" {
+		t.Errorf("fields = %q", f)
+	}
+	if _, err := statFields([]byte("42 (x) S 1")); err == nil {
+		t.Error("short stat: no error")
+	}
+}

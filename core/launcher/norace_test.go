@@ -1,0 +1,5 @@
+//go:build !race
+
+package launcher_test
+
+const raceEnabled = false

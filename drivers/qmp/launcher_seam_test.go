@@ -1,0 +1,132 @@
+package qmp
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	domainv1 "github.com/kubevisor/kubevisor/core/domain/v1"
+	"github.com/kubevisor/kubevisor/core/driver"
+	hypervisorv1 "github.com/kubevisor/kubevisor/core/driver/hypervisor/v1"
+	"github.com/kubevisor/kubevisor/core/launcher"
+	launcherv1 "github.com/kubevisor/kubevisor/core/launcher/v1"
+)
+
+// TestThroughLauncher: QEMU started through a kubevisor-launcher in its own pid and network
+// namespaces; SIGTERM to the launcher makes the driver shut the VM down gracefully.
+func TestThroughLauncher(t *testing.T) {
+	t.Parallel()
+	bin := filepath.Join(t.TempDir(), "kubevisor-launcher")
+	if out, err := exec.Command("go", "build", "-o", bin, "github.com/kubevisor/kubevisor/cmd/kubevisor-launcher").CombinedOutput(); err != nil {
+		t.Fatalf("build: %v\n%s", err, out)
+	}
+	dir := filepath.Join(t.TempDir(), "vmi")
+	cmd := exec.Command("unshare", "--net", "--pid", "--fork", "--kill-child", "--mount-proc", "--", bin, "--dir", dir, "--grace-period", "20s")
+	cmd.Stderr = os.Stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	exited := make(chan int, 1)
+	go func() { _ = cmd.Wait(); exited <- cmd.ProcessState.ExitCode() }()
+	t.Cleanup(func() { _ = cmd.Process.Kill() })
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	sock := filepath.Join(dir, launcher.SocketName)
+	lc, err := launcher.Dial(ctx, sock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer lc.Close()
+	lpid := lc.LauncherPid()
+
+	d := newTestDriver(t, t.TempDir())
+	h := inProcess(t, d)
+	spec := echoSpec(t, "seam", true, 0)
+	spec.Sandbox = &domainv1.Sandbox{LauncherSocket: sock, NetnsPath: "/proc/" + strconv.Itoa(lpid) + "/ns/net"}
+	if _, err := h.Create(ctx, spec); err != nil {
+		t.Fatal(err)
+	}
+	if err := h.Start(ctx, spec.GetId()); err != nil {
+		t.Fatalf("Start: %v", err)
+	}
+	st := mustStatus(t, h, spec.GetId(), hypervisorv1.State_STATE_RUNNING)
+	out, _, _ := attachConsole(t, h, spec.GetId())
+	out.waitCount(t, BootSectorMarker, 1, 30*time.Second)
+	qpid := int(st.GetPid())
+	raw, _ := os.ReadFile("/proc/" + strconv.Itoa(qpid) + "/stat")
+	t.Logf("qemu pid %d (here), launcher pid %d (here); stat: %.80s", qpid, lpid, raw)
+	if pp, _ := parentOf(qpid); pp != lpid {
+		t.Errorf("qemu's parent %d, want the launcher %d", pp, lpid)
+	}
+	qns, _ := os.Readlink("/proc/" + strconv.Itoa(qpid) + "/ns/net")
+	lns, _ := os.Readlink("/proc/" + strconv.Itoa(lpid) + "/ns/net")
+	if qns != lns {
+		t.Errorf("qemu in %s, launcher in %s", qns, lns)
+	}
+	info, _ := lc.Info(ctx)
+	t.Logf("launcher info: %v", info)
+
+	events, err := lc.Events(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	shut := make(chan error, 1)
+	go func() {
+		for {
+			ev, err := events.Recv()
+			if err != nil {
+				shut <- err
+				return
+			}
+			if ev.GetType() == launcherv1.EventType_EVENT_TYPE_TERMINATING {
+				_, err := h.Shutdown(ctx, spec.GetId(), time.Until(ev.GetDeadline().AsTime()))
+				shut <- err
+				return
+			}
+		}
+	}()
+	if err := unix.Kill(lpid, unix.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-shut; err != nil {
+		t.Fatalf("shutdown on TERMINATING: %v", err)
+	}
+	select {
+	case code := <-exited:
+		if code != 0 {
+			t.Errorf("launcher exit code %d", code)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("launcher did not exit")
+	}
+	ls, err := launcher.ReadStatus(dir)
+	if err != nil || ls.Reason != launcher.ReasonVMExited {
+		t.Errorf("launcher status %+v, %v", ls, err)
+	}
+	t.Logf("launcher status: %+v %+v", ls, ls.Process.Exit)
+	if st := mustStatus(t, h, spec.GetId(), hypervisorv1.State_STATE_STOPPED); st.GetReason() != driver.ReasonGuestShutdown {
+		t.Errorf("reason %q", st.GetReason())
+	}
+}
+
+func parentOf(pid int) (int, error) {
+	raw, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		return 0, err
+	}
+	i := len(raw) - 1
+	for raw[i] != ')' {
+		i--
+	}
+	var state string
+	var ppid int
+	_, err = fmt.Sscan(string(raw[i+2:]), &state, &ppid)
+	return ppid, err
+}
