@@ -346,6 +346,7 @@ func (n *node) secondaryIPAM() string { return filepath.Join(n.dir, "sec-ipam") 
 // secSubnet) into the driver's configuration directory; extra plugins are chained after it.
 func (n *node) addSecondary(t tb, name string, extra ...map[string]any) {
 	t.Helper()
+	n.secondaryBridge(t)
 	plugins := []any{map[string]any{
 		"type": "bridge", "bridge": "kvsec0",
 		"ipam": map[string]any{
@@ -358,6 +359,26 @@ func (n *node) addSecondary(t tb, name string, extra ...map[string]any) {
 		plugins = append(plugins, e)
 	}
 	n.writeConf(t, name+".conflist", mustJSON(map[string]any{"cniVersion": "1.0.0", "name": name, "plugins": plugins}))
+}
+
+// secondaryBridge makes the node's bridge kvsec0 with a fixed MAC, once. The bridge plugin gives
+// a bridge without a gateway address no MAC of its own, so it takes the lowest MAC of its ports,
+// which changes as pods come and go; the plugin's CHECK (which Setup runs after ADD) then
+// fails for every pod on it. A node's network setup pins it, as this does.
+func (n *node) secondaryBridge(t tb) {
+	t.Helper()
+	err := inNS(n.ns, func() error {
+		if _, err := netlink.LinkByName("kvsec0"); err == nil {
+			return nil
+		}
+		attrs := netlink.NewLinkAttrs()
+		attrs.Name = "kvsec0"
+		attrs.HardwareAddr = net.HardwareAddr{0x02, 0x6b, 0x76, 0x73, 0x65, 0x63}
+		return netlink.LinkAdd(&netlink.Bridge{LinkAttrs: attrs})
+	})
+	if err != nil {
+		t.Fatalf("node bridge kvsec0: %v", err)
+	}
 }
 
 func (n *node) writeConf(t tb, file string, b []byte) {
