@@ -7,7 +7,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -197,13 +196,4 @@ func waitFor(t *testing.T, timeout time.Duration, what string, cond func() bool)
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
-}
-
-func alive(pid int) bool {
-	raw, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
-	if err != nil {
-		return false
-	}
-	f := strings.Fields(string(raw[bytes.LastIndexByte(raw, ')')+1:]))
-	return len(f) > 0 && f[0] != "Z"
 }
