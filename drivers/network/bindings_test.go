@@ -6,14 +6,17 @@ import (
 	"fmt"
 	"net"
 	"net/netip"
+	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/insomniacslk/dhcp/dhcpv4"
+	"github.com/insomniacslk/dhcp/dhcpv6"
+	"github.com/mdlayher/ndp"
 	"github.com/vishvananda/netlink"
-	"golang.org/x/sys/unix"
 	"google.golang.org/protobuf/proto"
 
 	networkv1 "github.com/kubevisor/kubevisor/core/driver/network/v1"
@@ -184,6 +187,9 @@ func TestMasqueradeBinding(t *testing.T) {
 			d := n.newDriver(t, "")
 			vmi := newVMIID()
 			beforeLinks, beforeAddrs := links(t, p.ns), addrs(t, p.ns, "eth0")
+			// A new namespace takes ip_forward from the host's (net.core.devconf_inherit_init_net
+			// = 0, the default): 1 on a host that forwards.
+			beforeForward := sysctl(t, p.ns, sysctlForward4)
 			req := setupReq(vmi, p.ns, iface("default", BindingMasquerade, "", tc.ports...))
 			resp, err := d.Setup(ctx, req)
 			if err != nil {
@@ -294,8 +300,8 @@ func TestMasqueradeBinding(t *testing.T) {
 			if tables, rules := nftRuleset(t, p.ns); len(tables) != 0 || rules != 0 {
 				t.Errorf("nftables after Teardown: %v, %d rules", tables, rules)
 			}
-			if v := sysctl(t, p.ns, sysctlForward4); v != "0" {
-				t.Errorf("ip_forward after Teardown is %q, want 0 (as it was)", v)
+			if v := sysctl(t, p.ns, sysctlForward4); v != beforeForward {
+				t.Errorf("ip_forward after Teardown is %q, want %q (as it was)", v, beforeForward)
 			}
 			if n := d.dhcp.count(); n != 0 {
 				t.Errorf("%d DHCP servers run after Teardown", n)
@@ -305,8 +311,9 @@ func TestMasqueradeBinding(t *testing.T) {
 }
 
 // TestMasqueradeIPv6: on a dual-stack pod, the masquerade binding adds fd10:0:2::1/120 to its
-// bridge and NAT66 (table ip6 kubevisor_eth0). The guest's IPv6 is configured statically here:
-// the driver serves no router advertisement nor DHCPv6.
+// bridge and NAT66 (table ip6 kubevisor_eth0), and configures the guest's IPv6 as
+// virt-launcher does: router advertisements (M flag, default route, on-link fd10:0:2::/120)
+// and DHCPv6 (fd10:0:2::2, the pod's IPv6 name servers). The guest takes what they give.
 func TestMasqueradeIPv6(t *testing.T) {
 	requireRoot(t)
 	ctx := context.Background()
@@ -315,12 +322,25 @@ func TestMasqueradeIPv6(t *testing.T) {
 	if !p.ip6.IsValid() {
 		t.Fatalf("the dual-stack pod has no IPv6 address")
 	}
+	// An IPv6 name server too, for DHCPv6 to hand out.
+	const dns6 = "fd00:88::53"
+	resolv := filepath.Join(etcNetNS, p.name, "resolv.conf")
+	if err := os.WriteFile(resolv, []byte("nameserver "+clusterDNS+"\nnameserver "+dns6+"\nsearch "+clusterSearch+"\n"), 0o644); err != nil {
+		t.Fatalf("%v", err)
+	}
 	d := n.newDriver(t, "")
 	vmi := newVMIID()
 	req := setupReq(vmi, p.ns, iface("default", BindingMasquerade, "", &networkv1.Port{Protocol: "TCP", Port: 80}))
 	resp, err := d.Setup(ctx, req)
 	if err != nil {
 		t.Fatalf("Setup: %v", err)
+	}
+	// DHCPv4, and for IPv6 the DHCPv6 server and the RA sender.
+	if c := d.dhcp.count(); c != 1+serversPerIPv6 {
+		t.Errorf("%d servers after a dual-stack Setup, want %d", c, 1+serversPerIPv6)
+	}
+	if socks := ipv6ServerSockets(t, p.ns); len(socks) != 2 {
+		t.Errorf("IPv6 configuration sockets in the pod namespace %v, want DHCPv6 and ICMPv6", socks)
 	}
 	if got := resp.GetInterfaces()[0].GetIpAddresses(); !slices.Equal(got, []string{"10.0.2.2/24", "fd10:0:2::2/120"}) {
 		t.Errorf("guest addresses %v, want [10.0.2.2/24 fd10:0:2::2/120]", got)
@@ -340,20 +360,49 @@ func TestMasqueradeIPv6(t *testing.T) {
 	}
 
 	g := attachGuest(t, p.ns, "k6t-eth0", resp.GetInterfaces()[0].GetMac(), clusterMTU)
-	if err := nsDo(t, g.ns, func() error {
-		l, err := netlink.LinkByName(g.iface)
-		if err != nil {
-			return err
-		}
-		addr, _ := netlink.ParseAddr("fd10:0:2::2/120")
-		addr.Flags = unix.IFA_F_NODAD
-		if err := netlink.AddrAdd(l, addr); err != nil {
-			return err
-		}
-		return netlink.RouteAdd(&netlink.Route{LinkIndex: l.Attrs().Index, Gw: net.ParseIP("fd10:0:2::1")})
-	}); err != nil {
-		t.Fatalf("configure the guest's IPv6: %v", err)
+	g.waitLinkLocal(t)
+	ra, router, err := g.routerAdvertisement(t, 15*time.Second)
+	if err != nil {
+		t.Fatalf("router advertisement: %v", err)
 	}
+	if !router.IsLinkLocalUnicast() {
+		t.Errorf("router advertisement from %s, want a link-local address", router)
+	}
+	if !ra.ManagedConfiguration || ra.RouterLifetime <= 0 {
+		t.Errorf("router advertisement: managed %v, router lifetime %s; want managed, a lifetime", ra.ManagedConfiguration, ra.RouterLifetime)
+	}
+	var prefixes []string
+	var mtu uint32
+	for _, o := range ra.Options {
+		switch o := o.(type) {
+		case *ndp.PrefixInformation:
+			prefixes = append(prefixes, fmt.Sprintf("%s/%d on-link=%v autonomous=%v", o.Prefix, o.PrefixLength, o.OnLink, o.AutonomousAddressConfiguration))
+		case *ndp.MTU:
+			mtu = o.MTU
+		}
+	}
+	if want := []string{"fd10:0:2::/120 on-link=true autonomous=false"}; !slices.Equal(prefixes, want) {
+		t.Errorf("router advertisement prefixes %v, want %v", prefixes, want)
+	}
+	if mtu != clusterMTU {
+		t.Errorf("router advertisement MTU %d, want %d", mtu, clusterMTU)
+	}
+	reply, err := g.dhcp6(t)
+	if err != nil {
+		t.Fatalf("DHCPv6: %v", err)
+	}
+	ia := reply.Options.OneIANA()
+	if reply.Type() != dhcpv6.MessageTypeReply || ia == nil || ia.Options.OneAddress() == nil {
+		t.Fatalf("DHCPv6 answer %s, want a REPLY with an address", reply.Summary())
+	}
+	addr, _ := netip.AddrFromSlice(ia.Options.OneAddress().IPv6Addr)
+	if addr.String() != "fd10:0:2::2" {
+		t.Errorf("DHCPv6 address %s, want fd10:0:2::2", addr)
+	}
+	if dns := reply.Options.DNS(); len(dns) != 1 || dns[0].String() != dns6 {
+		t.Errorf("DHCPv6 DNS %v, want %s (the pod's resolv.conf)", dns, dns6)
+	}
+	g.configure6(t, addr, router)
 	serveHTTP(t, g.ns)
 	url := "http://[" + p.ip6.Addr().String() + "]/"
 	var body string
@@ -392,5 +441,11 @@ func TestMasqueradeIPv6(t *testing.T) {
 	}
 	if v := sysctl(t, p.ns, sysctlForward6); v != "0" {
 		t.Errorf("IPv6 forwarding after Teardown %q, want 0", v)
+	}
+	if c := d.dhcp.count(); c != 0 {
+		t.Errorf("%d servers after Teardown", c)
+	}
+	if socks := ipv6ServerSockets(t, p.ns); len(socks) != 0 {
+		t.Errorf("sockets left in the pod namespace after Teardown: %v", socks)
 	}
 }

@@ -183,10 +183,13 @@ type dhcpServers struct {
 
 	mu      sync.Mutex
 	servers map[string]*dhcpServer
+	// v6 are the IPv6 configuration services (RA and DHCPv6) of the masquerade binding's
+	// dual-stack interfaces, by the same keys.
+	v6 map[string]*ipv6Server
 }
 
 func newDHCPServers(log Logger) *dhcpServers {
-	return &dhcpServers{log: log, servers: map[string]*dhcpServer{}}
+	return &dhcpServers{log: log, servers: map[string]*dhcpServer{}, v6: map[string]*ipv6Server{}}
 }
 
 // ensure runs the server of key with lease l on the bridge (of index ifindex) in the
@@ -239,11 +242,20 @@ func (s *dhcpServers) ensure(key, nsPath string, id nsID, bridge string, ifindex
 	return nil
 }
 
-// stop stops the server of key, if there is one, and waits for it to end.
+// stop stops the servers of key (DHCPv4, and RA and DHCPv6), if there are any, and waits for
+// them to end.
 func (s *dhcpServers) stop(key string) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.stopLocked(key)
+	s.stop6Locked(key)
+}
+
+// stop6 stops the IPv6 configuration service of key, if there is one.
+func (s *dhcpServers) stop6(key string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.stop6Locked(key)
 }
 
 func (s *dhcpServers) stopLocked(key string) {
@@ -266,6 +278,11 @@ func (s *dhcpServers) stopVMI(vmiID string) {
 			s.stopLocked(key)
 		}
 	}
+	for key := range s.v6 {
+		if strings.HasPrefix(key, vmiID+"/") {
+			s.stop6Locked(key)
+		}
+	}
 }
 
 // stopAll stops every server.
@@ -275,11 +292,14 @@ func (s *dhcpServers) stopAll() {
 	for key := range s.servers {
 		s.stopLocked(key)
 	}
+	for key := range s.v6 {
+		s.stop6Locked(key)
+	}
 }
 
-// count is the number of running servers.
+// count is the number of running servers: DHCPv4 servers, DHCPv6 servers and RA senders.
 func (s *dhcpServers) count() int {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return len(s.servers)
+	return len(s.servers) + serversPerIPv6*len(s.v6)
 }

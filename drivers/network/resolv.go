@@ -31,18 +31,39 @@ func resolvConfPath(netnsPath string) string {
 // etcNetNS is the directory of `ip netns`' per-namespace configuration files.
 var etcNetNS = "/etc/netns"
 
-// readResolvConf returns the IPv4 name servers and the search domains of the sandbox's
-// resolv.conf; none when it cannot be read.
-func readResolvConf(netnsPath string) (dns, search []string) {
+// readResolvConf returns the IPv4 and IPv6 name servers and the search domains of the
+// sandbox's resolv.conf; none when it cannot be read.
+func readResolvConf(netnsPath string) (dns, dns6, search []string) {
 	path := resolvConfPath(netnsPath)
 	if path == "" {
-		return nil, nil
+		return nil, nil, nil
 	}
 	b, err := os.ReadFile(path)
 	if err != nil {
-		return nil, nil
+		return nil, nil, nil
 	}
-	return parseResolvConf(b)
+	dns, search = parseResolvConf(b)
+	return dns, parseResolvConf6(b), search
+}
+
+// parseResolvConf6 returns the IPv6 name servers of a resolv.conf, without zone (a
+// link-local name server of the pod is no use to the guest).
+func parseResolvConf6(b []byte) (dns6 []string) {
+	sc := bufio.NewScanner(bytes.NewReader(b))
+	for sc.Scan() {
+		line := sc.Text()
+		if i := strings.IndexAny(line, "#;"); i >= 0 {
+			line = line[:i]
+		}
+		f := strings.Fields(line)
+		if len(f) < 2 || f[0] != "nameserver" {
+			continue
+		}
+		if a, err := netip.ParseAddr(f[1]); err == nil && a.Is6() && !a.Is4In6() && a.Zone() == "" && !a.IsLinkLocalUnicast() {
+			dns6 = append(dns6, a.String())
+		}
+	}
+	return dns6
 }
 
 // parseResolvConf returns the IPv4 name servers and search domains of a resolv.conf.

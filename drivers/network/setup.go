@@ -210,7 +210,7 @@ func (s *session) setupInterface(p *ifacePlan, is *ifaceState) error {
 		if is.CNI != nil {
 			info.DNS, info.Search = is.CNI.DNS, is.CNI.Search
 		} else {
-			info.DNS, info.Search = readResolvConf(s.st.NetNS)
+			info.DNS, info.DNS6, info.Search = readResolvConf(s.st.NetNS)
 		}
 		is.Pod = info
 		switch {
@@ -284,7 +284,17 @@ func (s *session) ensureDHCP(p *ifacePlan, is *ifaceState, ifindex int) error {
 	if err != nil || l == nil {
 		return err
 	}
-	return s.d.dhcp.ensure(p.key(s.st.VMIID), s.st.NetNS, s.st.NSID, p.bridge, ifindex, l)
+	key := p.key(s.st.VMIID)
+	if err := s.d.dhcp.ensure(key, s.st.NetNS, s.st.NSID, p.bridge, ifindex, l); err != nil {
+		return err
+	}
+	if p.binding != BindingMasquerade || len(is.Pod.Addrs6) == 0 {
+		s.d.dhcp.stop6(key)
+		return nil
+	}
+	// The dual-stack guest's IPv6: router advertisements (M flag, default route) and DHCPv6.
+	l6 := masqueradeLease6(l.MAC, derivedMAC(s.st.VMIID, p.name, "bridge"), is.Pod)
+	return s.d.dhcp.ensure6(key, s.st.NetNS, s.st.NSID, p.bridge, ifindex, l6)
 }
 
 func (s *session) lease(p *ifacePlan, is *ifaceState) (*lease, error) {

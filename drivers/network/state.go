@@ -55,8 +55,9 @@ type podInfo struct {
 	Addrs6 []string `json:"addrs6,omitempty"`
 	// Routes are its IPv4 routes in the main table, but those the kernel adds for an address.
 	Routes []routeInfo `json:"routes,omitempty"`
-	// DNS and Search come from the sandbox's resolv.conf.
+	// DNS (IPv4), DNS6 (IPv6) and Search come from the sandbox's resolv.conf.
 	DNS    []string `json:"dns,omitempty"`
+	DNS6   []string `json:"dns6,omitempty"`
 	Search []string `json:"search,omitempty"`
 }
 
