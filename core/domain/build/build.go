@@ -1,0 +1,486 @@
+// Package build assembles the driver-neutral domain spec of a VMI from the VMI and the results of
+// the storage, network and device drivers. It is a package of its own, apart from core/domain,
+// so that hypervisor drivers, which import core/domain for Validate, do not link the Kubernetes
+// API types.
+package build
+
+import (
+	"fmt"
+	"path/filepath"
+	"strings"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	corev1 "k8s.io/api/core/v1"
+
+	"github.com/kubevisor/kubevisor/core/api/v1alpha1"
+	"github.com/kubevisor/kubevisor/core/domain"
+	domainv1 "github.com/kubevisor/kubevisor/core/domain/v1"
+	networkv1 "github.com/kubevisor/kubevisor/core/driver/network/v1"
+	storagev1 "github.com/kubevisor/kubevisor/core/driver/storage/v1"
+)
+
+// Names of the files Domain places in the run directory.
+const (
+	// SerialSocketName is the serial console's socket, when the VMI autoattaches it.
+	SerialSocketName = "serial.sock"
+	// VNCSocketName is the VNC server's socket, when the VMI autoattaches a graphics device.
+	VNCSocketName = "vnc.sock"
+)
+
+// Interface bindings, as in networkv1.Interface.binding and basev1.Capabilities.bindings.
+const (
+	BindingBridge     = "bridge"
+	BindingMasquerade = "masquerade"
+)
+
+// Defaults Domain applies where the VMI says nothing, as KubeVirt does.
+const (
+	// DefaultNICModel is the model of an interface that names none.
+	DefaultNICModel = "virtio"
+	// DefaultDiskBus is the bus of a disk that names none.
+	DefaultDiskBus = domainv1.DiskBus_DISK_BUS_VIRTIO
+	// DefaultCDROMBus is the bus of a cdrom that names none.
+	DefaultCDROMBus = domainv1.DiskBus_DISK_BUS_SATA
+)
+
+// Inputs is what Domain needs besides the VMI: the results of the storage, network and
+// device drivers, and where the VM lives on the node.
+type Inputs struct {
+	// Disks are the storage driver's prepared disks, by volume name.
+	Disks map[string]*storagev1.PreparedDisk
+	// Interfaces are the network driver's results, by interface name.
+	Interfaces map[string]*networkv1.InterfaceResult
+	// HostDevices are the devices allocated to the VM (PCI functions), in order.
+	HostDevices []*domainv1.HostDevice
+	// RunDir is the VM's run directory (absolute); the serial console and VNC sockets go there.
+	RunDir string
+	// Sandbox is where the VM process must live.
+	Sandbox *domainv1.Sandbox
+	// Acceleration is the node's (or the HypervisorClass's) acceleration policy; the zero value
+	// is ACCELERATION_AUTO.
+	Acceleration domainv1.Acceleration
+	// Kernel holds the node paths of the kernel and initrd of spec.domain.firmware.kernelBoot,
+	// resolved by the caller from its container. Required when the VMI boots a kernel.
+	Kernel *KernelArtifacts
+	// DiskBus and CDROMBus replace DefaultDiskBus and DefaultCDROMBus for disks and cdroms whose
+	// VMI names no bus (a guest without AHCI needs its cdroms on scsi, for one).
+	DiskBus, CDROMBus domainv1.DiskBus
+}
+
+// KernelArtifacts are the node paths of a kernel boot's files.
+type KernelArtifacts struct {
+	KernelPath string
+	InitrdPath string
+}
+
+// Error is every problem Domain found, each naming the field of the VMI it is about
+// ("spec.domain.devices.disks[1]: volume "x" not prepared"). It reaches a gRPC peer as
+// InvalidArgument.
+type Error []domain.FieldError
+
+func (e Error) Error() string {
+	parts := make([]string, len(e))
+	for i, fe := range e {
+		parts[i] = fe.Error()
+	}
+	return strings.Join(parts, "; ")
+}
+
+// GRPCStatus makes an Error reach a gRPC peer as InvalidArgument.
+func (e Error) GRPCStatus() *status.Status {
+	return status.New(codes.InvalidArgument, e.Error())
+}
+
+// Paths of the VMI's fields, as Domain's errors name them.
+const (
+	fieldDomain     = "spec.domain"
+	fieldDisks      = "spec.domain.devices.disks"
+	fieldInterfaces = "spec.domain.devices.interfaces"
+)
+
+// Domain assembles the domain spec of vmi from the drivers' results. It is a pure function: it
+// reads no file and calls nothing. It maps, with KubeVirt's defaults:
+//
+//   - cpu: sockets/cores/threads/model (a topology field left 0 is 1); without a topology the
+//     vCPUs are the CPU limit, else request, rounded up, as sockets; else 1 vCPU;
+//   - memory: memory.guest, else resources.requests.memory, else resources.limits.memory;
+//   - machine.type; firmware: bios (default), efi (secureBoot defaults to true), kernelBoot
+//     (in.Kernel's paths, kernelArgs as the command line), serial; uuid: firmware.uuid, else the
+//     VMI's UID;
+//   - disks: a disk (bus virtio) or cdrom (bus sata, read-only unless it says otherwise) per
+//     spec disk, with the prepared disk's path and format, bootOrder, cache and serial; a
+//     volume no disk names gets a disk of its own, as KubeVirt's defaulting adds;
+//   - interfaces: model (virtio), the network driver's MAC, tap and MTU, bootOrder;
+//   - the serial console and the VNC server on sockets in the run directory, unless
+//     autoattachSerialConsole / autoattachGraphicsDevice is false.
+//
+// What the VMI asks for that the domain spec cannot say is an error with the word "not
+// supported". Every error is in the returned Error.
+func Domain(vmi *v1alpha1.VirtualMachineInstance, in Inputs) (*domainv1.DomainSpec, error) {
+	if vmi == nil {
+		return nil, Error{{Field: "vmi", Detail: "required"}}
+	}
+	b := &builder{vmi: vmi, in: in}
+	spec := b.build()
+	if len(b.errs) > 0 {
+		return nil, b.errs
+	}
+	// A failure here is a problem of the inputs (a relative path from a driver, say) that the
+	// checks above do not see.
+	if err := domain.Validate(spec); err != nil {
+		return nil, Error{{Field: "domain spec", Detail: err.Error()}}
+	}
+	return spec, nil
+}
+
+type builder struct {
+	vmi  *v1alpha1.VirtualMachineInstance
+	in   Inputs
+	errs Error
+	// boot maps boot orders to the field that took them.
+	boot map[uint]string
+}
+
+func (b *builder) fail(field, format string, args ...any) {
+	b.errs = append(b.errs, domain.FieldError{Field: field, Detail: fmt.Sprintf(format, args...)})
+}
+
+func (b *builder) build() *domainv1.DomainSpec {
+	vmi, d := b.vmi, &b.vmi.Spec.Domain
+	spec := &domainv1.DomainSpec{
+		Id:           string(vmi.UID),
+		Name:         vmi.Name,
+		Acceleration: b.in.Acceleration,
+		RunDir:       b.in.RunDir,
+		Sandbox:      b.in.Sandbox,
+		HostDevices:  b.in.HostDevices,
+	}
+	if vmi.UID == "" {
+		b.fail("metadata.uid", "required")
+	}
+	if vmi.Namespace != "" {
+		spec.Name = vmi.Namespace + "/" + vmi.Name
+	}
+	if len(vmi.Labels) > 0 {
+		spec.Labels = make(map[string]string, len(vmi.Labels))
+		for k, v := range vmi.Labels {
+			spec.Labels[k] = v
+		}
+	}
+	if b.in.RunDir == "" || !filepath.IsAbs(b.in.RunDir) {
+		b.fail("runDir", "an absolute run directory is required, not %q", b.in.RunDir)
+	}
+	if d.Machine != nil && d.Machine.Type != "" {
+		spec.Machine = &domainv1.Machine{Type: d.Machine.Type}
+	}
+	spec.Cpu = b.cpu()
+	spec.Memory = b.memory()
+	spec.Firmware, spec.Uuid = b.firmware()
+	b.boot = map[uint]string{}
+	spec.Disks = b.disks()
+	spec.Nics = b.nics()
+	if !isFalse(d.Devices.AutoattachSerialConsole) {
+		spec.Serial = &domainv1.Serial{SocketPath: filepath.Join(b.in.RunDir, SerialSocketName)}
+	}
+	if !isFalse(d.Devices.AutoattachGraphicsDevice) {
+		spec.Vnc = &domainv1.VNC{SocketPath: filepath.Join(b.in.RunDir, VNCSocketName)}
+	}
+	return spec
+}
+
+func isFalse(b *bool) bool { return b != nil && !*b }
+
+func (b *builder) cpu() *domainv1.CPU {
+	d := &b.vmi.Spec.Domain
+	cpu := &domainv1.CPU{Sockets: 1, Cores: 1, Threads: 1}
+	if c := d.CPU; c != nil {
+		cpu.Model = c.Model
+		if c.Sockets != 0 || c.Cores != 0 || c.Threads != 0 {
+			cpu.Sockets, cpu.Cores, cpu.Threads = max(c.Sockets, 1), max(c.Cores, 1), max(c.Threads, 1)
+			if n := uint64(cpu.Sockets) * uint64(cpu.Cores) * uint64(cpu.Threads); n > domain.MaxVCPUs {
+				b.fail(fieldDomain+".cpu", "%d vCPUs (sockets*cores*threads) exceed the maximum of %d", n, domain.MaxVCPUs)
+			}
+			return cpu
+		}
+	}
+	q, field := d.Resources.Limits[corev1.ResourceCPU], fieldDomain+".resources.limits.cpu"
+	if q.IsZero() {
+		q, field = d.Resources.Requests[corev1.ResourceCPU], fieldDomain+".resources.requests.cpu"
+	}
+	if !q.IsZero() {
+		milli := q.MilliValue()
+		n := (milli + 999) / 1000
+		switch {
+		case milli < 0:
+			b.fail(field, "%s is negative", q.String())
+		case n > domain.MaxVCPUs:
+			b.fail(field, "%s vCPUs exceed the maximum of %d", q.String(), domain.MaxVCPUs)
+		default:
+			cpu.Sockets = uint32(n)
+		}
+	}
+	return cpu
+}
+
+func (b *builder) memory() *domainv1.Memory {
+	d := &b.vmi.Spec.Domain
+	field := fieldDomain + ".memory.guest"
+	var guest int64
+	switch {
+	case d.Memory != nil && d.Memory.Guest != nil:
+		guest = d.Memory.Guest.Value()
+	case !d.Resources.Requests.Memory().IsZero():
+		guest, field = d.Resources.Requests.Memory().Value(), fieldDomain+".resources.requests.memory"
+	case !d.Resources.Limits.Memory().IsZero():
+		guest, field = d.Resources.Limits.Memory().Value(), fieldDomain+".resources.limits.memory"
+	default:
+		b.fail(field, "required (or resources.requests.memory)")
+		return nil
+	}
+	if guest <= 0 {
+		b.fail(field, "must be > 0")
+		return nil
+	}
+	return &domainv1.Memory{GuestBytes: uint64(guest)}
+}
+
+func (b *builder) firmware() (*domainv1.Firmware, string) {
+	fw := &domainv1.Firmware{Boot: &domainv1.Firmware_Bios{Bios: &domainv1.BIOS{}}}
+	uuid := string(b.vmi.UID)
+	f := b.vmi.Spec.Domain.Firmware
+	if f == nil {
+		return fw, uuid
+	}
+	const field = fieldDomain + ".firmware"
+	if f.UUID != "" {
+		uuid = string(f.UUID)
+	}
+	fw.Serial = f.Serial
+	efi := f.Bootloader != nil && f.Bootloader.EFI != nil
+	if efi {
+		secure := f.Bootloader.EFI.SecureBoot == nil || *f.Bootloader.EFI.SecureBoot
+		fw.Boot = &domainv1.Firmware_Efi{Efi: &domainv1.EFI{SecureBoot: secure}}
+	}
+	if kb := f.KernelBoot; kb != nil {
+		switch {
+		case efi:
+			b.fail(field+".kernelBoot", "not supported together with bootloader.efi (a kernel boots without firmware looking at disks)")
+		case b.in.Kernel == nil || b.in.Kernel.KernelPath == "":
+			b.fail(field+".kernelBoot", "the kernel of the kernel boot container is not resolved on the node")
+		default:
+			fw.Boot = &domainv1.Firmware_Kernel{Kernel: &domainv1.KernelBoot{
+				KernelPath: b.in.Kernel.KernelPath,
+				InitrdPath: b.in.Kernel.InitrdPath,
+				Cmdline:    kb.KernelArgs,
+			}}
+		}
+	}
+	return fw, uuid
+}
+
+// takeBoot records a boot order, failing when another device took it.
+func (b *builder) takeBoot(field string, order *uint) uint32 {
+	if order == nil {
+		return 0
+	}
+	if *order == 0 {
+		b.fail(field+".bootOrder", "must be > 0")
+		return 0
+	}
+	if other, ok := b.boot[*order]; ok {
+		b.fail(field+".bootOrder", "boot order %d is also used by %s", *order, other)
+		return 0
+	}
+	b.boot[*order] = field
+	return uint32(*order)
+}
+
+func busOf(bus v1alpha1.DiskBus, def domainv1.DiskBus) (domainv1.DiskBus, bool) {
+	switch bus {
+	case "":
+		return def, true
+	case v1alpha1.DiskBusVirtio:
+		return domainv1.DiskBus_DISK_BUS_VIRTIO, true
+	case v1alpha1.DiskBusSATA:
+		return domainv1.DiskBus_DISK_BUS_SATA, true
+	case v1alpha1.DiskBusSCSI:
+		return domainv1.DiskBus_DISK_BUS_SCSI, true
+	case v1alpha1.DiskBusUSB:
+		return domainv1.DiskBus_DISK_BUS_USB, true
+	}
+	return domainv1.DiskBus_DISK_BUS_UNSPECIFIED, false
+}
+
+func (b *builder) disks() []*domainv1.Disk {
+	vmi := b.vmi
+	diskBus, cdromBus := DefaultDiskBus, DefaultCDROMBus
+	if b.in.DiskBus != domainv1.DiskBus_DISK_BUS_UNSPECIFIED {
+		diskBus = b.in.DiskBus
+	}
+	if b.in.CDROMBus != domainv1.DiskBus_DISK_BUS_UNSPECIFIED {
+		cdromBus = b.in.CDROMBus
+	}
+	volumes := map[string]bool{}
+	for _, v := range vmi.Spec.Volumes {
+		volumes[v.Name] = true
+	}
+	var out []*domainv1.Disk
+	named := map[string]bool{}
+	for i, disk := range vmi.Spec.Domain.Devices.Disks {
+		field := fmt.Sprintf("%s[%d]", fieldDisks, i)
+		switch {
+		case disk.Name == "":
+			b.fail(field+".name", "required")
+			continue
+		case named[disk.Name]:
+			b.fail(field+".name", "duplicate disk name %q", disk.Name)
+			continue
+		case !volumes[disk.Name]:
+			b.fail(field+".name", "no volume %q in spec.volumes", disk.Name)
+			continue
+		}
+		named[disk.Name] = true
+		d := b.disk(field, disk, diskBus, cdromBus)
+		if d != nil {
+			out = append(out, d)
+		}
+	}
+	// KubeVirt's defaulting gives a volume that no disk names a disk of its own.
+	for i, v := range vmi.Spec.Volumes {
+		if named[v.Name] || v.Name == "" {
+			continue
+		}
+		named[v.Name] = true
+		field := fmt.Sprintf("spec.volumes[%d]", i)
+		if d := b.disk(field, v1alpha1.Disk{Name: v.Name}, diskBus, cdromBus); d != nil {
+			out = append(out, d)
+		}
+	}
+	return out
+}
+
+func (b *builder) disk(field string, disk v1alpha1.Disk, diskBus, cdromBus domainv1.DiskBus) *domainv1.Disk {
+	p := b.in.Disks[disk.Name]
+	if p == nil || p.GetPath() == "" {
+		b.fail(field, "volume %q not prepared", disk.Name)
+		return nil
+	}
+	d := &domainv1.Disk{
+		Name:      disk.Name,
+		Path:      p.GetPath(),
+		Format:    p.GetFormat(),
+		BootOrder: b.takeBoot(field, disk.BootOrder),
+		Cache:     string(disk.Cache),
+		Serial:    disk.Serial,
+		ReadOnly:  p.GetReadOnly(),
+	}
+	var ok bool
+	switch {
+	case disk.CDRom != nil:
+		c := disk.CDRom
+		d.Device = domainv1.DiskDevice_DISK_DEVICE_CDROM
+		if d.Bus, ok = busOf(c.Bus, cdromBus); !ok {
+			b.fail(field+".cdrom.bus", "%q is not supported", c.Bus)
+		}
+		d.ReadOnly = d.ReadOnly || c.ReadOnly == nil || *c.ReadOnly
+		if c.Tray == v1alpha1.TrayStateOpen {
+			b.fail(field+".cdrom.tray", "open is not supported")
+		}
+	default:
+		var bus v1alpha1.DiskBus
+		if disk.Disk != nil {
+			bus = disk.Disk.Bus
+			d.ReadOnly = d.ReadOnly || disk.Disk.ReadOnly
+		}
+		if d.Bus, ok = busOf(bus, diskBus); !ok {
+			b.fail(field+".disk.bus", "%q is not supported", bus)
+		}
+	}
+	return d
+}
+
+// Binding returns the binding of an interface ("bridge", "masquerade"), or "" when it names
+// none of those.
+func Binding(iface *v1alpha1.Interface) string {
+	switch {
+	case iface.Bridge != nil && iface.Masquerade == nil:
+		return BindingBridge
+	case iface.Masquerade != nil && iface.Bridge == nil:
+		return BindingMasquerade
+	}
+	return ""
+}
+
+// CheckInterface reports what makes interface i of vmi unusable, as a domain.FieldError: an unknown
+// network, no (or more than one) binding, masquerade on a network that is not the pod network.
+// The handler checks every interface with it before it sets anything up; Domain does too.
+func CheckInterface(vmi *v1alpha1.VirtualMachineInstance, i int) *domain.FieldError {
+	iface := &vmi.Spec.Domain.Devices.Interfaces[i]
+	field := fmt.Sprintf("%s[%d]", fieldInterfaces, i)
+	var network *v1alpha1.Network
+	for j := range vmi.Spec.Networks {
+		if vmi.Spec.Networks[j].Name == iface.Name {
+			network = &vmi.Spec.Networks[j]
+		}
+	}
+	switch {
+	case iface.Name == "":
+		return &domain.FieldError{Field: field + ".name", Detail: "required"}
+	case network == nil:
+		return &domain.FieldError{Field: field + ".name", Detail: fmt.Sprintf("no network %q in spec.networks", iface.Name)}
+	case iface.Bridge != nil && iface.Masquerade != nil:
+		return &domain.FieldError{Field: field, Detail: "bridge and masquerade are mutually exclusive"}
+	case Binding(iface) == "":
+		return &domain.FieldError{Field: field, Detail: "a binding is required; bindings other than bridge and masquerade are not supported"}
+	case network.Pod != nil && network.Multus != nil:
+		return &domain.FieldError{Field: fmt.Sprintf("spec.networks[%s]", network.Name), Detail: "pod and multus are mutually exclusive"}
+	case iface.Masquerade != nil && network.Multus != nil:
+		return &domain.FieldError{Field: field + ".masquerade", Detail: "not supported on a multus network (only on the pod network)"}
+	}
+	return nil
+}
+
+func (b *builder) nics() []*domainv1.NIC {
+	var out []*domainv1.NIC
+	named := map[string]bool{}
+	for i := range b.vmi.Spec.Domain.Devices.Interfaces {
+		iface := &b.vmi.Spec.Domain.Devices.Interfaces[i]
+		field := fmt.Sprintf("%s[%d]", fieldInterfaces, i)
+		if fe := CheckInterface(b.vmi, i); fe != nil {
+			b.errs = append(b.errs, *fe)
+			continue
+		}
+		if named[iface.Name] {
+			b.fail(field+".name", "duplicate interface name %q", iface.Name)
+			continue
+		}
+		named[iface.Name] = true
+		r := b.in.Interfaces[iface.Name]
+		if r == nil || (r.GetTapName() == "") {
+			b.fail(field, "interface %q not set up", iface.Name)
+			continue
+		}
+		mac := r.GetMac()
+		if mac == "" {
+			mac = iface.MacAddress
+		}
+		if mac == "" {
+			b.fail(field, "interface %q has no MAC address (the network driver returned none)", iface.Name)
+			continue
+		}
+		model := iface.Model
+		if model == "" {
+			model = DefaultNICModel
+		}
+		out = append(out, &domainv1.NIC{
+			Name:      iface.Name,
+			TapName:   r.GetTapName(),
+			Mac:       mac,
+			Model:     model,
+			Mtu:       r.GetMtu(),
+			BootOrder: b.takeBoot(field, iface.BootOrder),
+		})
+	}
+	return out
+}

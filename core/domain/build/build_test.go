@@ -1,0 +1,468 @@
+package build_test
+
+import (
+	"strings"
+	"testing"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/encoding/prototext"
+	"google.golang.org/protobuf/proto"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/kubevisor/kubevisor/core/api/v1alpha1"
+	"github.com/kubevisor/kubevisor/core/domain/build"
+	domainv1 "github.com/kubevisor/kubevisor/core/domain/v1"
+	networkv1 "github.com/kubevisor/kubevisor/core/driver/network/v1"
+	storagev1 "github.com/kubevisor/kubevisor/core/driver/storage/v1"
+)
+
+const (
+	uid    = "6a1f0c1e-0000-4000-8000-000000000001"
+	runDir = "/run/kubevisor/vmis/" + uid
+)
+
+func ptr[T any](v T) *T { return &v }
+
+// testVMI is a VMI with a containerDisk, a cloud-init cdrom and a masquerade interface on the
+// pod network.
+func testVMI() *v1alpha1.VirtualMachineInstance {
+	mem := resource.MustParse("256Mi")
+	return &v1alpha1.VirtualMachineInstance{
+		ObjectMeta: metav1.ObjectMeta{Name: "demo", Namespace: "default", UID: uid, Labels: map[string]string{"app": "demo"}},
+		Spec: v1alpha1.VirtualMachineInstanceSpec{
+			Domain: v1alpha1.DomainSpec{
+				Memory: &v1alpha1.Memory{Guest: &mem},
+				Devices: v1alpha1.Devices{
+					Disks: []v1alpha1.Disk{
+						{Name: "root", DiskDevice: v1alpha1.DiskDevice{Disk: &v1alpha1.DiskTarget{}}, BootOrder: ptr(uint(1))},
+						{Name: "cloudinit", DiskDevice: v1alpha1.DiskDevice{CDRom: &v1alpha1.CDRomTarget{}}},
+					},
+					Interfaces: []v1alpha1.Interface{
+						{Name: "default", InterfaceBindingMethod: v1alpha1.InterfaceBindingMethod{Masquerade: &v1alpha1.InterfaceMasquerade{}}},
+					},
+				},
+			},
+			Volumes: []v1alpha1.Volume{
+				{Name: "root", VolumeSource: v1alpha1.VolumeSource{ContainerDisk: &v1alpha1.ContainerDiskSource{Image: "kubevisor/test-guest"}}},
+				{Name: "cloudinit", VolumeSource: v1alpha1.VolumeSource{CloudInitNoCloud: &v1alpha1.CloudInitNoCloudSource{UserData: "#cloud-config"}}},
+			},
+			Networks: []v1alpha1.Network{{Name: "default", NetworkSource: v1alpha1.NetworkSource{Pod: &v1alpha1.PodNetwork{}}}},
+		},
+	}
+}
+
+func testInputs() build.Inputs {
+	return build.Inputs{
+		Disks: map[string]*storagev1.PreparedDisk{
+			"root":      {VolumeName: "root", Path: "/var/lib/kubevisor/volumes/" + uid + "/root.qcow2", Format: domainv1.DiskFormat_DISK_FORMAT_QCOW2},
+			"cloudinit": {VolumeName: "cloudinit", Path: "/var/lib/kubevisor/volumes/" + uid + "/cloudinit.iso", Format: domainv1.DiskFormat_DISK_FORMAT_RAW, ReadOnly: true, Cdrom: true},
+		},
+		Interfaces: map[string]*networkv1.InterfaceResult{
+			"default": {Name: "default", TapName: "tapeth0", Mac: "02:00:00:00:00:01", IpAddresses: []string{"10.0.2.2/24"}, Mtu: 1450, PodInterface: "eth0"},
+		},
+		RunDir:  runDir,
+		Sandbox: &domainv1.Sandbox{NetnsPath: "/run/netns/kv-6a1f0c1e"},
+	}
+}
+
+// wantSpec is Domain's answer for testVMI and testInputs.
+func wantSpec() *domainv1.DomainSpec {
+	return &domainv1.DomainSpec{
+		Id:       uid,
+		Name:     "default/demo",
+		Uuid:     uid,
+		Cpu:      &domainv1.CPU{Sockets: 1, Cores: 1, Threads: 1},
+		Memory:   &domainv1.Memory{GuestBytes: 256 << 20},
+		Firmware: &domainv1.Firmware{Boot: &domainv1.Firmware_Bios{Bios: &domainv1.BIOS{}}},
+		Disks: []*domainv1.Disk{
+			{Name: "root", Path: "/var/lib/kubevisor/volumes/" + uid + "/root.qcow2", Format: domainv1.DiskFormat_DISK_FORMAT_QCOW2, Bus: domainv1.DiskBus_DISK_BUS_VIRTIO, BootOrder: 1},
+			{Name: "cloudinit", Path: "/var/lib/kubevisor/volumes/" + uid + "/cloudinit.iso", Format: domainv1.DiskFormat_DISK_FORMAT_RAW, Bus: domainv1.DiskBus_DISK_BUS_SATA, Device: domainv1.DiskDevice_DISK_DEVICE_CDROM, ReadOnly: true},
+		},
+		Nics:    []*domainv1.NIC{{Name: "default", TapName: "tapeth0", Mac: "02:00:00:00:00:01", Model: "virtio", Mtu: 1450}},
+		Serial:  &domainv1.Serial{SocketPath: runDir + "/serial.sock"},
+		Vnc:     &domainv1.VNC{SocketPath: runDir + "/vnc.sock"},
+		Sandbox: &domainv1.Sandbox{NetnsPath: "/run/netns/kv-6a1f0c1e"},
+		RunDir:  runDir,
+		Labels:  map[string]string{"app": "demo"},
+	}
+}
+
+func TestDomain(t *testing.T) {
+	tests := []struct {
+		name   string
+		vmi    func(*v1alpha1.VirtualMachineInstance)
+		inputs func(*build.Inputs)
+		want   func(*domainv1.DomainSpec)
+	}{
+		{name: "defaults"},
+		{
+			name: "cpu topology and model",
+			vmi: func(v *v1alpha1.VirtualMachineInstance) {
+				v.Spec.Domain.CPU = &v1alpha1.CPU{Cores: 2, Threads: 2, Model: "host-model"}
+			},
+			want: func(s *domainv1.DomainSpec) {
+				s.Cpu = &domainv1.CPU{Sockets: 1, Cores: 2, Threads: 2, Model: "host-model"}
+			},
+		},
+		{
+			name: "vcpus from the cpu limit, rounded up",
+			vmi: func(v *v1alpha1.VirtualMachineInstance) {
+				v.Spec.Domain.Resources.Limits = corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("1500m")}
+				v.Spec.Domain.Resources.Requests = corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("4")}
+			},
+			want: func(s *domainv1.DomainSpec) { s.Cpu.Sockets = 2 },
+		},
+		{
+			name: "vcpus from the cpu request",
+			vmi: func(v *v1alpha1.VirtualMachineInstance) {
+				v.Spec.Domain.Resources.Requests = corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("3")}
+			},
+			want: func(s *domainv1.DomainSpec) { s.Cpu.Sockets = 3 },
+		},
+		{
+			name: "memory from the request",
+			vmi: func(v *v1alpha1.VirtualMachineInstance) {
+				v.Spec.Domain.Memory = nil
+				v.Spec.Domain.Resources.Requests = corev1.ResourceList{corev1.ResourceMemory: resource.MustParse("1Gi")}
+			},
+			want: func(s *domainv1.DomainSpec) { s.Memory.GuestBytes = 1 << 30 },
+		},
+		{
+			name: "memory.guest wins over the request",
+			vmi: func(v *v1alpha1.VirtualMachineInstance) {
+				v.Spec.Domain.Resources.Requests = corev1.ResourceList{corev1.ResourceMemory: resource.MustParse("1Gi")}
+			},
+		},
+		{
+			name: "machine, uuid, serial",
+			vmi: func(v *v1alpha1.VirtualMachineInstance) {
+				v.Spec.Domain.Machine = &v1alpha1.Machine{Type: "q35"}
+				v.Spec.Domain.Firmware = &v1alpha1.Firmware{UUID: "5d307ca9-b3ef-428c-8861-06e72d69f223", Serial: "KV0001"}
+			},
+			want: func(s *domainv1.DomainSpec) {
+				s.Machine = &domainv1.Machine{Type: "q35"}
+				s.Uuid = "5d307ca9-b3ef-428c-8861-06e72d69f223"
+				s.Firmware.Serial = "KV0001"
+			},
+		},
+		{
+			name: "efi, secure boot by default",
+			vmi: func(v *v1alpha1.VirtualMachineInstance) {
+				v.Spec.Domain.Firmware = &v1alpha1.Firmware{Bootloader: &v1alpha1.Bootloader{EFI: &v1alpha1.EFI{}}}
+			},
+			want: func(s *domainv1.DomainSpec) {
+				s.Firmware.Boot = &domainv1.Firmware_Efi{Efi: &domainv1.EFI{SecureBoot: true}}
+			},
+		},
+		{
+			name: "efi without secure boot",
+			vmi: func(v *v1alpha1.VirtualMachineInstance) {
+				v.Spec.Domain.Firmware = &v1alpha1.Firmware{Bootloader: &v1alpha1.Bootloader{EFI: &v1alpha1.EFI{SecureBoot: ptr(false)}}}
+			},
+			want: func(s *domainv1.DomainSpec) {
+				s.Firmware.Boot = &domainv1.Firmware_Efi{Efi: &domainv1.EFI{}}
+			},
+		},
+		{
+			name: "kernel boot",
+			vmi: func(v *v1alpha1.VirtualMachineInstance) {
+				v.Spec.Domain.Firmware = &v1alpha1.Firmware{KernelBoot: &v1alpha1.KernelBoot{
+					KernelArgs: "console=ttyS0 panic=-1",
+					Container:  &v1alpha1.KernelBootContainer{Image: "kubevisor/test-guest-kernel", KernelPath: "/boot/vmlinuz"},
+				}}
+			},
+			inputs: func(in *build.Inputs) {
+				in.Kernel = &build.KernelArtifacts{KernelPath: "/var/lib/kubevisor/kernel/vmlinuz", InitrdPath: "/var/lib/kubevisor/kernel/initrd"}
+			},
+			want: func(s *domainv1.DomainSpec) {
+				s.Firmware.Boot = &domainv1.Firmware_Kernel{Kernel: &domainv1.KernelBoot{
+					KernelPath: "/var/lib/kubevisor/kernel/vmlinuz", InitrdPath: "/var/lib/kubevisor/kernel/initrd", Cmdline: "console=ttyS0 panic=-1",
+				}}
+			},
+		},
+		{
+			name: "disk and cdrom buses, cache, serial, readonly",
+			vmi: func(v *v1alpha1.VirtualMachineInstance) {
+				d := v.Spec.Domain.Devices.Disks
+				d[0].Disk = &v1alpha1.DiskTarget{Bus: v1alpha1.DiskBusSCSI, ReadOnly: true}
+				d[0].Cache, d[0].Serial = v1alpha1.CacheNone, "D1"
+				d[1].CDRom = &v1alpha1.CDRomTarget{Bus: v1alpha1.DiskBusSCSI}
+			},
+			want: func(s *domainv1.DomainSpec) {
+				s.Disks[0].Bus, s.Disks[0].ReadOnly, s.Disks[0].Cache, s.Disks[0].Serial = domainv1.DiskBus_DISK_BUS_SCSI, true, "none", "D1"
+				s.Disks[1].Bus = domainv1.DiskBus_DISK_BUS_SCSI
+			},
+		},
+		{
+			name: "the caller's default buses",
+			inputs: func(in *build.Inputs) {
+				in.DiskBus, in.CDROMBus = domainv1.DiskBus_DISK_BUS_SATA, domainv1.DiskBus_DISK_BUS_SCSI
+			},
+			want: func(s *domainv1.DomainSpec) {
+				s.Disks[0].Bus = domainv1.DiskBus_DISK_BUS_SATA
+				s.Disks[1].Bus = domainv1.DiskBus_DISK_BUS_SCSI
+			},
+		},
+		{
+			name: "a cdrom the VMI makes writable stays read-only when the storage driver says so",
+			vmi: func(v *v1alpha1.VirtualMachineInstance) {
+				v.Spec.Domain.Devices.Disks[1].CDRom.ReadOnly = ptr(false)
+			},
+		},
+		{
+			name: "a disk the storage driver prepared as a cdrom is what the VMI says",
+			vmi: func(v *v1alpha1.VirtualMachineInstance) {
+				v.Spec.Domain.Devices.Disks[1].CDRom = nil
+				v.Spec.Domain.Devices.Disks[1].Disk = &v1alpha1.DiskTarget{Bus: v1alpha1.DiskBusVirtio}
+			},
+			want: func(s *domainv1.DomainSpec) {
+				s.Disks[1].Device, s.Disks[1].Bus = domainv1.DiskDevice_DISK_DEVICE_DISK, domainv1.DiskBus_DISK_BUS_VIRTIO
+			},
+		},
+		{
+			name: "a volume without a disk gets one",
+			vmi: func(v *v1alpha1.VirtualMachineInstance) {
+				v.Spec.Domain.Devices.Disks = v.Spec.Domain.Devices.Disks[1:]
+			},
+			want: func(s *domainv1.DomainSpec) {
+				root := s.Disks[0]
+				root.BootOrder = 0
+				s.Disks = []*domainv1.Disk{s.Disks[1], root}
+			},
+		},
+		{
+			name: "interface model, boot order, bridge",
+			vmi: func(v *v1alpha1.VirtualMachineInstance) {
+				i := &v.Spec.Domain.Devices.Interfaces[0]
+				i.Model, i.BootOrder = "e1000", ptr(uint(2))
+				i.InterfaceBindingMethod = v1alpha1.InterfaceBindingMethod{Bridge: &v1alpha1.InterfaceBridge{}}
+			},
+			want: func(s *domainv1.DomainSpec) { s.Nics[0].Model, s.Nics[0].BootOrder = "e1000", 2 },
+		},
+		{
+			name: "no serial console, no graphics",
+			vmi: func(v *v1alpha1.VirtualMachineInstance) {
+				v.Spec.Domain.Devices.AutoattachSerialConsole = ptr(false)
+				v.Spec.Domain.Devices.AutoattachGraphicsDevice = ptr(false)
+			},
+			want: func(s *domainv1.DomainSpec) { s.Serial, s.Vnc = nil, nil },
+		},
+		{
+			name: "host devices, acceleration, launcher",
+			inputs: func(in *build.Inputs) {
+				in.HostDevices = []*domainv1.HostDevice{{Name: "gpu", PciAddress: "0000:01:00.0"}}
+				in.Acceleration = domainv1.Acceleration_ACCELERATION_EMULATED
+				in.Sandbox.LauncherSocket = runDir + "/launcher.sock"
+			},
+			want: func(s *domainv1.DomainSpec) {
+				s.HostDevices = []*domainv1.HostDevice{{Name: "gpu", PciAddress: "0000:01:00.0"}}
+				s.Acceleration = domainv1.Acceleration_ACCELERATION_EMULATED
+				s.Sandbox.LauncherSocket = runDir + "/launcher.sock"
+			},
+		},
+		{
+			name: "no namespace",
+			vmi:  func(v *v1alpha1.VirtualMachineInstance) { v.Namespace = "" },
+			want: func(s *domainv1.DomainSpec) { s.Name = "demo" },
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			vmi, in, want := testVMI(), testInputs(), wantSpec()
+			if tt.vmi != nil {
+				tt.vmi(vmi)
+			}
+			if tt.inputs != nil {
+				tt.inputs(&in)
+			}
+			if tt.want != nil {
+				tt.want(want)
+			}
+			got, err := build.Domain(vmi, in)
+			if err != nil {
+				t.Fatalf("Domain: %v", err)
+			}
+			if !proto.Equal(want, got) {
+				t.Errorf("Domain =\n%s\nwant\n%s", prototext.Format(got), prototext.Format(want))
+			}
+		})
+	}
+}
+
+func TestDomainRejects(t *testing.T) {
+	tests := []struct {
+		name   string
+		vmi    func(*v1alpha1.VirtualMachineInstance)
+		inputs func(*build.Inputs)
+		// want are the "field: detail" parts the error must hold.
+		want []string
+	}{
+		{
+			name: "volume not prepared",
+			inputs: func(in *build.Inputs) {
+				delete(in.Disks, "cloudinit")
+			},
+			want: []string{`spec.domain.devices.disks[1]: volume "cloudinit" not prepared`},
+		},
+		{
+			name: "disk without a volume",
+			vmi: func(v *v1alpha1.VirtualMachineInstance) {
+				v.Spec.Domain.Devices.Disks[1].Name = "missing"
+			},
+			want: []string{`spec.domain.devices.disks[1].name: no volume "missing" in spec.volumes`},
+		},
+		{
+			name: "interface not set up",
+			inputs: func(in *build.Inputs) {
+				in.Interfaces = nil
+			},
+			want: []string{`spec.domain.devices.interfaces[0]: interface "default" not set up`},
+		},
+		{
+			name: "interface without a network",
+			vmi: func(v *v1alpha1.VirtualMachineInstance) {
+				v.Spec.Networks = nil
+			},
+			want: []string{`spec.domain.devices.interfaces[0].name: no network "default" in spec.networks`},
+		},
+		{
+			name: "interface without a binding",
+			vmi: func(v *v1alpha1.VirtualMachineInstance) {
+				v.Spec.Domain.Devices.Interfaces[0].Masquerade = nil
+			},
+			want: []string{`spec.domain.devices.interfaces[0]: a binding is required; bindings other than bridge and masquerade are not supported`},
+		},
+		{
+			name: "masquerade on multus",
+			vmi: func(v *v1alpha1.VirtualMachineInstance) {
+				v.Spec.Networks[0].NetworkSource = v1alpha1.NetworkSource{Multus: &v1alpha1.MultusNetwork{NetworkName: "net-a"}}
+			},
+			want: []string{`spec.domain.devices.interfaces[0].masquerade: not supported on a multus network`},
+		},
+		{
+			name: "no memory",
+			vmi: func(v *v1alpha1.VirtualMachineInstance) {
+				v.Spec.Domain.Memory = nil
+			},
+			want: []string{`spec.domain.memory.guest: required`},
+		},
+		{
+			name: "too many vcpus",
+			vmi: func(v *v1alpha1.VirtualMachineInstance) {
+				v.Spec.Domain.CPU = &v1alpha1.CPU{Sockets: 64, Cores: 64}
+			},
+			want: []string{`spec.domain.cpu: 4096 vCPUs`},
+		},
+		{
+			name: "duplicate boot order",
+			vmi: func(v *v1alpha1.VirtualMachineInstance) {
+				v.Spec.Domain.Devices.Interfaces[0].BootOrder = ptr(uint(1))
+			},
+			want: []string{`spec.domain.devices.interfaces[0].bootOrder: boot order 1 is also used by spec.domain.devices.disks[0]`},
+		},
+		{
+			name: "kernel boot not resolved",
+			vmi: func(v *v1alpha1.VirtualMachineInstance) {
+				v.Spec.Domain.Firmware = &v1alpha1.Firmware{KernelBoot: &v1alpha1.KernelBoot{Container: &v1alpha1.KernelBootContainer{Image: "k"}}}
+			},
+			want: []string{`spec.domain.firmware.kernelBoot: the kernel of the kernel boot container is not resolved`},
+		},
+		{
+			name: "kernel boot with efi",
+			vmi: func(v *v1alpha1.VirtualMachineInstance) {
+				v.Spec.Domain.Firmware = &v1alpha1.Firmware{
+					Bootloader: &v1alpha1.Bootloader{EFI: &v1alpha1.EFI{}},
+					KernelBoot: &v1alpha1.KernelBoot{Container: &v1alpha1.KernelBootContainer{Image: "k"}},
+				}
+			},
+			inputs: func(in *build.Inputs) { in.Kernel = &build.KernelArtifacts{KernelPath: "/k"} },
+			want:   []string{`spec.domain.firmware.kernelBoot: not supported together with bootloader.efi`},
+		},
+		{
+			name: "open tray",
+			vmi: func(v *v1alpha1.VirtualMachineInstance) {
+				v.Spec.Domain.Devices.Disks[1].CDRom.Tray = v1alpha1.TrayStateOpen
+			},
+			want: []string{`spec.domain.devices.disks[1].cdrom.tray: open is not supported`},
+		},
+		{
+			name: "no uid, no run dir",
+			vmi:  func(v *v1alpha1.VirtualMachineInstance) { v.UID = "" },
+			inputs: func(in *build.Inputs) {
+				in.RunDir = ""
+			},
+			want: []string{`metadata.uid: required`, `runDir: an absolute run directory is required`},
+		},
+		{
+			name: "a relative path from the storage driver",
+			inputs: func(in *build.Inputs) {
+				in.Disks["root"].Path = "root.qcow2"
+			},
+			want: []string{`domain spec: invalid domain spec: disks[0].path: must be an absolute path`},
+		},
+		{
+			name: "every problem at once",
+			vmi: func(v *v1alpha1.VirtualMachineInstance) {
+				v.Spec.Domain.Memory = nil
+				v.Spec.Networks = nil
+			},
+			inputs: func(in *build.Inputs) { delete(in.Disks, "root") },
+			want: []string{
+				`spec.domain.memory.guest: required`,
+				`spec.domain.devices.disks[0]: volume "root" not prepared`,
+				`spec.domain.devices.interfaces[0].name: no network "default"`,
+			},
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			vmi, in := testVMI(), testInputs()
+			if tt.vmi != nil {
+				tt.vmi(vmi)
+			}
+			if tt.inputs != nil {
+				tt.inputs(&in)
+			}
+			spec, err := build.Domain(vmi, in)
+			if err == nil {
+				t.Fatalf("Domain accepted the VMI: %v", spec)
+			}
+			if status.Code(err) != codes.InvalidArgument {
+				t.Errorf("code = %v, want InvalidArgument", status.Code(err))
+			}
+			for _, w := range tt.want {
+				if !strings.Contains(err.Error(), w) {
+					t.Errorf("error %q does not say %q", err, w)
+				}
+			}
+		})
+	}
+}
+
+func TestDomainDoesNotShareInputs(t *testing.T) {
+	vmi, in := testVMI(), testInputs()
+	spec, err := build.Domain(vmi, in)
+	if err != nil {
+		t.Fatal(err)
+	}
+	spec.Labels["app"] = "changed"
+	if vmi.Labels["app"] != "demo" {
+		t.Errorf("the spec's labels are the VMI's map")
+	}
+	if !proto.Equal(in.Sandbox, &domainv1.Sandbox{NetnsPath: "/run/netns/kv-6a1f0c1e"}) {
+		t.Errorf("inputs changed: %v", in.Sandbox)
+	}
+}
+
+func TestCheckInterface(t *testing.T) {
+	vmi := testVMI()
+	if fe := build.CheckInterface(vmi, 0); fe != nil {
+		t.Fatalf("CheckInterface = %v", fe)
+	}
+	if got := build.Binding(&vmi.Spec.Domain.Devices.Interfaces[0]); got != build.BindingMasquerade {
+		t.Errorf("Binding = %q", got)
+	}
+}

@@ -1,0 +1,239 @@
+package handler
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	domainv1 "github.com/kubevisor/kubevisor/core/domain/v1"
+	"github.com/kubevisor/kubevisor/core/driver"
+)
+
+// Defaults of Config.
+const (
+	DefaultStateDir     = "/var/lib/kubevisor"
+	DefaultRunDir       = "/run/kubevisor/vmis"
+	DefaultPluginDir    = "/etc/kubevisor/plugins"
+	DefaultResyncPeriod = 30 * time.Second
+	// DefaultGracePeriod is the graceful shutdown time of a VMI that sets no
+	// terminationGracePeriodSeconds, as a pod's.
+	DefaultGracePeriod = 30 * time.Second
+)
+
+// Config is the handler's configuration file (YAML or JSON):
+//
+//	pluginDir: /etc/kubevisor/plugins      # driver manifests (plugin.Discover)
+//	stateDir: /var/lib/kubevisor           # root-only: plugin reattach records, per-VMI state
+//	runDir: /run/kubevisor/vmis            # per-VMI run directories (sockets, logs)
+//	nodeName: node-1
+//	drivers: {hypervisor: qmp, network: cni, storage: local, device: ""}
+//	driverConfig:                          # replaces a manifest's config, by driver name
+//	  qmp: {disableKVM: true}
+//	acceleration: auto                     # auto | required | emulated
+//
+// Relative paths are taken from the directory of the file.
+type Config struct {
+	// PluginDir holds the manifests of the installed drivers. Default: DefaultPluginDir.
+	PluginDir string `json:"pluginDir,omitempty"`
+	// StateDir is the handler's root-only state directory (0700): the plugin host's reattach
+	// records and sockets, and vmis/<uid>.json per VMI. Default: DefaultStateDir.
+	StateDir string `json:"stateDir,omitempty"`
+	// RunDir holds a run directory per VMI (<RunDir>/<uid>, 0700), the domain spec's run_dir.
+	// Default: DefaultRunDir.
+	RunDir string `json:"runDir,omitempty"`
+	// VolumeDir holds the storage driver's work directory per VMI (<VolumeDir>/<uid>).
+	// Default: <StateDir>/volumes.
+	VolumeDir string `json:"volumeDir,omitempty"`
+	// NodeName is the node's name: the VMIs' status.nodeName, and passed to every driver.
+	NodeName string `json:"nodeName,omitempty"`
+	// Drivers names the installed driver this node uses for each kind (a manifest's name).
+	// Device is optional; the others are required to run a VMI.
+	Drivers DriverSet `json:"drivers"`
+	// DriverConfig replaces the configuration of a driver's manifest, by driver name.
+	DriverConfig map[string]json.RawMessage `json:"driverConfig,omitempty"`
+	// Acceleration is the acceleration policy of the VMs: auto (default), required or emulated.
+	Acceleration string `json:"acceleration,omitempty"`
+	// DiskBus and CDROMBus are the buses of disks and cdroms whose VMI names none (default
+	// virtio and sata, as KubeVirt's).
+	DiskBus  string `json:"diskBus,omitempty"`
+	CDROMBus string `json:"cdromBus,omitempty"`
+	// Images maps container image references (containerDisk, kernelBoot) to their content on
+	// this node: a disk image file, or a directory (an unpacked image or an OCI image layout).
+	// Without a cluster nothing pulls images; a reference that is itself a path (absolute, or
+	// starting with ./ or ../) is used as it is.
+	Images map[string]string `json:"images,omitempty"`
+	// Claims maps PersistentVolumeClaim names ("name" or "namespace/name") to their disk image
+	// or block device on this node.
+	Claims map[string]string `json:"claims,omitempty"`
+	// ResyncPeriod is how often the handler asks the hypervisor driver for the status of every
+	// VM, besides following its events. Default: DefaultResyncPeriod.
+	ResyncPeriod metav1.Duration `json:"resyncPeriod,omitzero"`
+	// Standalone configures `kubevisor-handler run` (package core/handler/standalone).
+	Standalone *StandaloneConfig `json:"standalone,omitempty"`
+}
+
+// DriverSet names one driver per kind.
+type DriverSet struct {
+	Hypervisor string `json:"hypervisor,omitempty"`
+	Network    string `json:"network,omitempty"`
+	Storage    string `json:"storage,omitempty"`
+	Device     string `json:"device,omitempty"`
+}
+
+// byKind returns the configured (non-empty) drivers as kind → name.
+func (s DriverSet) byKind() map[string]string {
+	out := map[string]string{}
+	for kind, name := range map[string]string{
+		driver.KindHypervisor: s.Hypervisor, driver.KindNetwork: s.Network,
+		driver.KindStorage: s.Storage, driver.KindDevice: s.Device,
+	} {
+		if name != "" {
+			out[kind] = name
+		}
+	}
+	return out
+}
+
+// StandaloneConfig is how `kubevisor-handler run` makes a VMI's sandbox without a cluster: a
+// network namespace whose eth0 is on a host bridge (the reference CNI bridge and host-local
+// plugins), with a kubevisor-launcher in it.
+type StandaloneConfig struct {
+	// SandboxDir holds each VMI's launcher directory (<SandboxDir>/<uid>, 0700). Default:
+	// /run/kubevisor/sandboxes.
+	SandboxDir string `json:"sandboxDir,omitempty"`
+	// Launcher is the kubevisor-launcher binary. Default: next to kubevisor-handler, else PATH.
+	Launcher string `json:"launcher,omitempty"`
+	// CNIBinDir are the directories searched for the CNI plugins bridge and host-local.
+	// Default: _output/cni/bin of the repository kubevisor-handler was built in (../_output/cni/bin
+	// from its directory), /opt/cni/bin, /usr/lib/cni.
+	CNIBinDir []string `json:"cniBinDir,omitempty"`
+	// Bridge is the host bridge of the "pod network". Default: kv-standalone0.
+	Bridge string `json:"bridge,omitempty"`
+	// Subnet is the pod network's IPv4 subnet; the bridge takes its first address. Default:
+	// 10.244.255.0/24.
+	Subnet string `json:"subnet,omitempty"`
+	// BypassLauncher leaves the launcher's socket out of the domain spec, so that the hypervisor
+	// driver starts the VM process itself, in the sandbox's network namespace, for a driver
+	// that takes no launcher socket. By default the VM process is the launcher's child, as in a
+	// cluster: it dies with the launcher.
+	BypassLauncher bool `json:"bypassLauncher,omitempty"`
+}
+
+// LoadConfig reads a configuration file strictly (an unknown field is an error) and resolves
+// its relative paths against the file's directory. Defaults are not filled in.
+func LoadConfig(path string) (Config, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return Config{}, fmt.Errorf("handler config: %w", err)
+	}
+	var c Config
+	if err := DecodeStrict(data, &c); err != nil {
+		return Config{}, fmt.Errorf("handler config %s: %w", path, err)
+	}
+	abs, err := filepath.Abs(path)
+	if err != nil {
+		return Config{}, fmt.Errorf("handler config: %w", err)
+	}
+	c.resolve(filepath.Dir(abs))
+	return c, nil
+}
+
+// resolve makes the configuration's relative paths absolute against dir.
+func (c *Config) resolve(dir string) {
+	abs := func(p *string) {
+		if *p != "" && !filepath.IsAbs(*p) {
+			*p = filepath.Join(dir, *p)
+		}
+	}
+	abs(&c.PluginDir)
+	abs(&c.StateDir)
+	abs(&c.RunDir)
+	abs(&c.VolumeDir)
+	for k, v := range c.Images {
+		abs(&v)
+		c.Images[k] = v
+	}
+	for k, v := range c.Claims {
+		abs(&v)
+		c.Claims[k] = v
+	}
+	if s := c.Standalone; s != nil {
+		abs(&s.SandboxDir)
+		if strings.ContainsRune(s.Launcher, '/') {
+			abs(&s.Launcher)
+		}
+		for i := range s.CNIBinDir {
+			abs(&s.CNIBinDir[i])
+		}
+	}
+}
+
+// withDefaults fills in the defaults and checks c.
+func (c Config) withDefaults() (Config, error) {
+	if c.StateDir == "" {
+		c.StateDir = DefaultStateDir
+	}
+	if c.RunDir == "" {
+		c.RunDir = DefaultRunDir
+	}
+	if c.VolumeDir == "" {
+		c.VolumeDir = filepath.Join(c.StateDir, "volumes")
+	}
+	if c.ResyncPeriod.Duration <= 0 {
+		c.ResyncPeriod.Duration = DefaultResyncPeriod
+	}
+	var errs []error
+	for field, p := range map[string]string{"stateDir": c.StateDir, "runDir": c.RunDir, "volumeDir": c.VolumeDir} {
+		if !filepath.IsAbs(p) {
+			errs = append(errs, fmt.Errorf("%s: must be an absolute path, not %q", field, p))
+		}
+	}
+	if _, err := c.acceleration(); err != nil {
+		errs = append(errs, err)
+	}
+	for field, bus := range map[string]string{"diskBus": c.DiskBus, "cdromBus": c.CDROMBus} {
+		if _, err := parseBus(bus); err != nil {
+			errs = append(errs, fmt.Errorf("%s: %w", field, err))
+		}
+	}
+	for name, raw := range c.DriverConfig {
+		if !json.Valid(raw) {
+			errs = append(errs, fmt.Errorf("driverConfig.%s: not valid JSON", name))
+		}
+	}
+	return c, errors.Join(errs...)
+}
+
+func (c Config) acceleration() (domainv1.Acceleration, error) {
+	switch c.Acceleration {
+	case "", "auto":
+		return domainv1.Acceleration_ACCELERATION_AUTO, nil
+	case "required":
+		return domainv1.Acceleration_ACCELERATION_REQUIRED, nil
+	case "emulated":
+		return domainv1.Acceleration_ACCELERATION_EMULATED, nil
+	}
+	return 0, fmt.Errorf("acceleration: %q is not auto, required or emulated", c.Acceleration)
+}
+
+func parseBus(bus string) (domainv1.DiskBus, error) {
+	switch bus {
+	case "":
+		return domainv1.DiskBus_DISK_BUS_UNSPECIFIED, nil
+	case "virtio":
+		return domainv1.DiskBus_DISK_BUS_VIRTIO, nil
+	case "sata":
+		return domainv1.DiskBus_DISK_BUS_SATA, nil
+	case "scsi":
+		return domainv1.DiskBus_DISK_BUS_SCSI, nil
+	case "usb":
+		return domainv1.DiskBus_DISK_BUS_USB, nil
+	}
+	return 0, fmt.Errorf("%q is not virtio, sata, scsi or usb", bus)
+}

@@ -1,0 +1,461 @@
+package handler
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"sort"
+	"sync"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+	"k8s.io/apimachinery/pkg/api/equality"
+	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/kubevisor/kubevisor/core/api/v1alpha1"
+	"github.com/kubevisor/kubevisor/core/driver"
+	basev1 "github.com/kubevisor/kubevisor/core/driver/base/v1"
+	hypervisorv1 "github.com/kubevisor/kubevisor/core/driver/hypervisor/v1"
+	"github.com/kubevisor/kubevisor/core/keyedmutex"
+	"github.com/kubevisor/kubevisor/core/plugin"
+)
+
+// Sandbox is where a VMI's VM process lives: in a cluster the launcher pod, without one a
+// local kubevisor-launcher in a network namespace of its own.
+type Sandbox struct {
+	// LauncherSocket is the launcher's unix socket; empty lets the hypervisor driver start the
+	// VM process itself.
+	LauncherSocket string `json:"launcherSocket,omitempty"`
+	// NetNSPath is the sandbox's network namespace (/proc/PID/ns/net, /run/netns/NAME).
+	NetNSPath string `json:"netnsPath,omitempty"`
+	// Devices are the host devices allocated to the sandbox (kubelet device plugins), as
+	// resource → device ids; the device driver's Allocate turns them into the VM's host
+	// devices.
+	Devices map[string][]string `json:"devices,omitempty"`
+}
+
+// Options are what a program gives a Handler besides its Config.
+type Options struct {
+	// Logger receives the handler's and the plugins' logs. Default: hclog's default logger.
+	Logger hclog.Logger
+	// Manifests are drivers to offer besides those found in Config.PluginDir (a manifest of
+	// the same name replaces the directory's).
+	Manifests []plugin.Manifest
+	// Sandbox returns the VMI's sandbox. Default: no sandbox (the drivers run the VM on the
+	// node, without a network namespace).
+	Sandbox func(ctx context.Context, vmi *v1alpha1.VirtualMachineInstance) (Sandbox, error)
+	// Resolver finds images, claims and secrets on the node. Default: MapResolver over
+	// Config.Images and Config.Claims.
+	Resolver Resolver
+	// OnStatus is called with a VMI's status every time it changes, in order. It must not call
+	// Sync or Stop.
+	OnStatus func(uid types.UID, st v1alpha1.VirtualMachineInstanceStatus)
+	// OnEvent is called with every hypervisor event of a VMI the handler runs.
+	OnEvent func(uid types.UID, ev *hypervisorv1.Event)
+	// PluginMinBackoff and PluginMaxBackoff bound the restart backoff of crashed plugins
+	// (plugin.HostConfig). Defaults: the plugin host's.
+	PluginMinBackoff, PluginMaxBackoff time.Duration
+	// Now is the clock of status timestamps. Default: time.Now.
+	Now func() time.Time
+}
+
+// Handler runs VMIs on one node through the configured driver plugins. It is safe for
+// concurrent use; calls for one VMI are serialised.
+type Handler struct {
+	cfg    Config
+	opts   Options
+	log    hclog.Logger
+	host   *plugin.Host
+	states stateStore
+	locks  keyedmutex.Mutex
+
+	ctx    context.Context // background work; cancelled by Close and Detach
+	cancel context.CancelFunc
+	wg     sync.WaitGroup
+
+	pubMu sync.Mutex // serialises publish, so that OnStatus sees changes in order
+
+	mu           sync.Mutex
+	loaded       map[string]string // kind → name of the drivers running
+	loadErrs     map[string]error  // kind → why the configured driver is not running
+	caps         map[string]*basev1.Capabilities
+	fingerprints map[string]*basev1.FingerprintResponse // by kind
+	vmis         map[types.UID]*entry
+	closed       bool
+}
+
+// entry is what the handler knows of one VMI. Its fields are guarded by Handler.mu; pipeline
+// work on it is serialised by Handler.locks.
+type entry struct {
+	uid     types.UID
+	vmi     *v1alpha1.VirtualMachineInstance // the last one seen; nil for a VMI only found on disk
+	state   *vmiState                        // nil: nothing on the node
+	vm      *hypervisorv1.VMStatus
+	failure *Failure
+	// stopping is set by Stop.
+	stopping bool
+	// sandboxExited says why the sandbox ended, when it did.
+	sandboxExited string
+	status        v1alpha1.VirtualMachineInstanceStatus
+}
+
+// New starts the configured drivers through a plugin host on cfg.StateDir (reattaching to the
+// plugins an earlier handler left running), reads the VMIs an earlier handler left on this
+// node and re-adopts their VMs (Recover; none is started again). A configured driver that is
+// not installed or fails to start does not stop the handler: the VMIs that need it fail with
+// DriverNotFound, and Drivers says why. ctx bounds the drivers' first start.
+func New(ctx context.Context, cfg Config, opts Options) (*Handler, error) {
+	cfg, err := cfg.withDefaults()
+	if err != nil {
+		return nil, fmt.Errorf("handler config: %w", err)
+	}
+	if opts.Logger == nil {
+		opts.Logger = hclog.Default()
+	}
+	if opts.Resolver == nil {
+		opts.Resolver = MapResolver{Images: cfg.Images, Claims: cfg.Claims}
+	}
+	if opts.Now == nil {
+		opts.Now = time.Now
+	}
+	for _, dir := range []string{cfg.StateDir, filepath.Join(cfg.StateDir, "vmis"), cfg.RunDir, cfg.VolumeDir} {
+		if err := os.MkdirAll(dir, 0o700); err != nil {
+			return nil, fmt.Errorf("new handler: %w", err)
+		}
+	}
+	if err := os.Chmod(cfg.StateDir, 0o700); err != nil {
+		return nil, fmt.Errorf("new handler: %w", err)
+	}
+	host, err := plugin.NewHost(plugin.HostConfig{
+		StateDir: cfg.StateDir, NodeName: cfg.NodeName, Logger: opts.Logger.Named("plugins"),
+		MinBackoff: opts.PluginMinBackoff, MaxBackoff: opts.PluginMaxBackoff,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("new handler: %w", err)
+	}
+	h := &Handler{
+		cfg: cfg, opts: opts, log: opts.Logger, host: host,
+		states:       stateStore{dir: filepath.Join(cfg.StateDir, "vmis")},
+		loaded:       map[string]string{},
+		loadErrs:     map[string]error{},
+		caps:         map[string]*basev1.Capabilities{},
+		fingerprints: map[string]*basev1.FingerprintResponse{},
+		vmis:         map[types.UID]*entry{},
+	}
+	h.ctx, h.cancel = context.WithCancel(context.Background())
+	h.loadDrivers(ctx)
+
+	states, err := h.states.loadAll()
+	if err != nil {
+		h.log.Error("some VMI states cannot be read; those VMIs are left alone", "error", err)
+	}
+	for _, st := range states {
+		h.vmis[st.UID] = &entry{uid: st.UID, state: st}
+		h.log.Info("found VMI state", "vmi", st.Namespace+"/"+st.Name, "uid", st.UID, "started", st.Started)
+	}
+
+	if name := h.loaded[driver.KindHypervisor]; name != "" {
+		h.wg.Go(h.watchHypervisor)
+		h.wg.Go(h.resync)
+	}
+	for kind, name := range h.loaded {
+		h.wg.Go(func() { h.watchFingerprint(kind, name) })
+	}
+	return h, nil
+}
+
+// loadDrivers starts the configured drivers, in parallel.
+func (h *Handler) loadDrivers(ctx context.Context) {
+	manifests := map[string]plugin.Manifest{}
+	if h.cfg.PluginDir != "" {
+		found, err := plugin.Discover(h.cfg.PluginDir)
+		if err != nil {
+			h.log.Warn("plugin directory", "dir", h.cfg.PluginDir, "error", err)
+		}
+		for _, m := range found {
+			manifests[m.Name] = m
+		}
+	}
+	for _, m := range h.opts.Manifests {
+		manifests[m.Name] = m
+	}
+	var wg sync.WaitGroup
+	for kind, name := range h.cfg.Drivers.byKind() {
+		m, ok := manifests[name]
+		switch {
+		case !ok:
+			where := "no plugin directory is configured"
+			if h.cfg.PluginDir != "" {
+				where = "no manifest of that name in " + h.cfg.PluginDir
+			}
+			h.setLoadErr(kind, fmt.Errorf("%s driver %q is not installed: %s", kind, name, where))
+			continue
+		case m.Kind != kind:
+			h.setLoadErr(kind, fmt.Errorf("driver %q is a %s driver, configured as the %s driver", name, m.Kind, kind))
+			continue
+		}
+		if raw, ok := h.cfg.DriverConfig[name]; ok {
+			m.Config = raw
+		}
+		wg.Go(func() {
+			if err := h.host.Start(ctx, m); err != nil {
+				h.setLoadErr(kind, fmt.Errorf("%s driver %q did not start: %w", kind, name, err))
+				return
+			}
+			caps, err := h.driverCaps(ctx, name)
+			if err != nil {
+				h.setLoadErr(kind, fmt.Errorf("%s driver %q: capabilities: %w", kind, name, err))
+				return
+			}
+			h.mu.Lock()
+			h.loaded[kind] = name
+			h.caps[kind] = caps
+			h.mu.Unlock()
+			h.log.Info("driver loaded", "kind", kind, "driver", name, "pid", h.host.Status(name).Pid, "reattached", h.host.Status(name).Reattached)
+		})
+	}
+	wg.Wait()
+}
+
+func (h *Handler) driverCaps(ctx context.Context, name string) (*basev1.Capabilities, error) {
+	d, err := h.host.Driver(name)
+	if err != nil {
+		return nil, err
+	}
+	return d.Capabilities(ctx)
+}
+
+func (h *Handler) setLoadErr(kind string, err error) {
+	h.log.Error("driver not loaded", "kind", kind, "error", err)
+	h.mu.Lock()
+	h.loadErrs[kind] = err
+	h.mu.Unlock()
+}
+
+// DriverStatus is one configured driver as Drivers reports it.
+type DriverStatus struct {
+	Kind, Name string
+	// Loaded is true once the driver started; Error says why it did not.
+	Loaded bool
+	Error  string
+	Plugin plugin.PluginStatus
+}
+
+// Drivers reports on every configured driver, by kind.
+func (h *Handler) Drivers() []DriverStatus {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	var out []DriverStatus
+	for kind, name := range h.cfg.Drivers.byKind() {
+		ds := DriverStatus{Kind: kind, Name: name, Loaded: h.loaded[kind] != "", Plugin: h.host.Status(name)}
+		if err := h.loadErrs[kind]; err != nil {
+			ds.Error = err.Error()
+		}
+		out = append(out, ds)
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Kind < out[j].Kind })
+	return out
+}
+
+// PluginStatus reports on the plugin process of the driver of a kind.
+func (h *Handler) PluginStatus(kind string) plugin.PluginStatus {
+	h.mu.Lock()
+	name := h.cfg.Drivers.byKind()[kind]
+	h.mu.Unlock()
+	return h.host.Status(name)
+}
+
+// NodeLabels returns the node labels of the configured drivers' current fingerprints (see
+// package-level NodeLabels).
+func (h *Handler) NodeLabels() map[string]string {
+	h.mu.Lock()
+	var fps []DriverFingerprint
+	for kind, name := range h.cfg.Drivers.byKind() {
+		fp := h.fingerprints[kind]
+		if h.loaded[kind] == "" || !h.host.Status(name).Running {
+			fp = nil
+		}
+		fps = append(fps, DriverFingerprint{Kind: kind, Name: name, Fingerprint: fp})
+	}
+	h.mu.Unlock()
+	labels, problems := NodeLabels(fps)
+	for _, p := range problems {
+		h.log.Warn("fingerprint attribute not published", "problem", p)
+	}
+	return labels
+}
+
+// watchFingerprint keeps the last fingerprint of a driver, reopening the stream whenever it
+// ends (the plugin restarted).
+func (h *Handler) watchFingerprint(kind, name string) {
+	d, err := h.host.Driver(name)
+	if err != nil {
+		return
+	}
+	b := newBackoff()
+	for h.ctx.Err() == nil {
+		err := d.Fingerprint(h.ctx, func(fp *basev1.FingerprintResponse) error {
+			h.mu.Lock()
+			h.fingerprints[kind] = fp
+			h.mu.Unlock()
+			b.reset()
+			return nil
+		})
+		if h.ctx.Err() != nil {
+			return
+		}
+		h.log.Debug("fingerprint stream ended", "driver", name, "error", err)
+		b.wait(h.ctx)
+	}
+}
+
+// Status returns the last status the handler derived for a VMI, and whether it knows it.
+func (h *Handler) Status(uid types.UID) (v1alpha1.VirtualMachineInstanceStatus, bool) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	e := h.vmis[uid]
+	if e == nil {
+		return v1alpha1.VirtualMachineInstanceStatus{}, false
+	}
+	return *e.status.DeepCopy(), true
+}
+
+// VMIs returns the UIDs of the VMIs the handler has on this node, sorted.
+func (h *Handler) VMIs() []types.UID {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	var out []types.UID
+	for uid, e := range h.vmis {
+		if e.state != nil {
+			out = append(out, uid)
+		}
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i] < out[j] })
+	return out
+}
+
+// Console copies a running VMI's serial console to out and in to it, until ctx is done or the
+// VM stops (the hypervisor driver's Console).
+func (h *Handler) Console(ctx context.Context, uid types.UID, in io.Reader, out io.Writer) error {
+	hv, _, err := h.hypervisorFor(h.entryState(uid))
+	if err != nil {
+		return err
+	}
+	c, ok := hv.(driver.Consoler)
+	if !ok {
+		return errors.New("the hypervisor driver offers no console")
+	}
+	return c.Console(ctx, string(uid), in, out)
+}
+
+func (h *Handler) entryState(uid types.UID) *vmiState {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if e := h.vmis[uid]; e != nil {
+		return e.state
+	}
+	return nil
+}
+
+// SandboxExited tells the handler that the sandbox of a VMI ended (its launcher exited), taking
+// the VM process with it: the VMI fails with reason LauncherExited (unless it is being stopped).
+func (h *Handler) SandboxExited(uid types.UID, why string) {
+	h.mu.Lock()
+	e := h.vmis[uid]
+	if e != nil {
+		e.sandboxExited = orDefault(why, "the launcher exited")
+	}
+	h.mu.Unlock()
+	if e != nil {
+		h.publish(e)
+	}
+}
+
+// Close stops the handler's background work and the driver plugins, which leaves the VMs to
+// what their drivers' processes' end does to them (the qmp driver's VMs keep running for a later
+// Recover). Use Detach for a handler restart.
+func (h *Handler) Close() error {
+	return h.end(h.host.Close)
+}
+
+// Detach stops the handler's background work and disconnects from the driver plugins, leaving
+// them and the VMs running for the next handler on the same state directory.
+func (h *Handler) Detach() error {
+	return h.end(h.host.Detach)
+}
+
+func (h *Handler) end(hostEnd func() error) error {
+	h.mu.Lock()
+	if h.closed {
+		h.mu.Unlock()
+		return nil
+	}
+	h.closed = true
+	h.mu.Unlock()
+	h.cancel()
+	h.wg.Wait()
+	return hostEnd()
+}
+
+// publish derives the VMI's status and calls OnStatus when it changed. It returns the status.
+func (h *Handler) publish(e *entry) v1alpha1.VirtualMachineInstanceStatus {
+	h.pubMu.Lock()
+	defer h.pubMu.Unlock()
+	h.mu.Lock()
+	obs := Observation{
+		NodeName:      h.cfg.NodeName,
+		Failure:       e.failure,
+		VM:            e.vm,
+		Stopping:      e.stopping,
+		SandboxExited: e.sandboxExited,
+	}
+	if st := e.state; st != nil {
+		obs.Created = st.began(stepHypervisor)
+		results := map[string]*InterfaceObservation{}
+		for _, r := range st.setupResponse().GetInterfaces() {
+			results[r.GetName()] = &InterfaceObservation{Name: r.GetName(), Result: r}
+		}
+		for _, i := range st.setupRequest().GetInterfaces() {
+			if r := results[i.GetName()]; r != nil {
+				obs.Interfaces = append(obs.Interfaces, *r)
+			}
+		}
+	}
+	prev := e.status
+	if prev.Phase == "" && e.vmi != nil {
+		prev = *e.vmi.Status.DeepCopy()
+	}
+	st := DeriveStatus(prev, obs, h.opts.Now())
+	changed := !equality.Semantic.DeepEqual(st, e.status)
+	e.status = st
+	h.mu.Unlock()
+	if changed && h.opts.OnStatus != nil {
+		h.opts.OnStatus(e.uid, *st.DeepCopy())
+	}
+	return *st.DeepCopy()
+}
+
+// backoff is a doubling delay between 100ms and 2s.
+type backoff struct{ d time.Duration }
+
+const (
+	minRetry = 100 * time.Millisecond
+	maxRetry = 2 * time.Second
+)
+
+func newBackoff() *backoff { return &backoff{d: minRetry} }
+
+func (b *backoff) reset() { b.d = minRetry }
+
+func (b *backoff) wait(ctx context.Context) {
+	t := time.NewTimer(b.d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+	case <-ctx.Done():
+	}
+	b.d = min(2*b.d, maxRetry)
+}

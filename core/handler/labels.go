@@ -1,0 +1,71 @@
+package handler
+
+import (
+	"fmt"
+	"sort"
+
+	"k8s.io/apimachinery/pkg/util/validation"
+
+	"github.com/kubevisor/kubevisor/core/api/v1alpha1"
+	basev1 "github.com/kubevisor/kubevisor/core/driver/base/v1"
+)
+
+// Health label values.
+const (
+	HealthHealthy   = "healthy"
+	HealthDegraded  = "degraded"
+	HealthUnhealthy = "unhealthy"
+)
+
+// DriverFingerprint is the last fingerprint of one configured driver.
+type DriverFingerprint struct {
+	// Kind is hypervisor, network, storage or device; Name the driver's name.
+	Kind, Name string
+	// Fingerprint is nil while the driver is not running or has sent none.
+	Fingerprint *basev1.FingerprintResponse
+}
+
+// NodeLabels turns the drivers' fingerprints into node labels:
+//
+//	kubevisor.io/<kind>.<driver> = healthy | degraded | unhealthy
+//	kubevisor.io/<driver>.<attribute> = <value>
+//
+// A driver without a fingerprint is unhealthy. An attribute that does not make a valid label
+// (key or value) is left out and said in problems.
+func NodeLabels(drivers []DriverFingerprint) (labels map[string]string, problems []string) {
+	labels = map[string]string{}
+	for _, d := range drivers {
+		health := HealthUnhealthy
+		switch d.Fingerprint.GetHealth() {
+		case basev1.Health_HEALTH_HEALTHY:
+			health = HealthHealthy
+		case basev1.Health_HEALTH_DEGRADED:
+			health = HealthDegraded
+		}
+		key := v1alpha1.LabelPrefix + d.Kind + "." + d.Name
+		if errs := validation.IsQualifiedName(key); len(errs) > 0 {
+			problems = append(problems, fmt.Sprintf("driver %q: label %q: %v", d.Name, key, errs))
+			continue
+		}
+		labels[key] = health
+		attrs := d.Fingerprint.GetAttributes()
+		names := make([]string, 0, len(attrs))
+		for a := range attrs {
+			names = append(names, a)
+		}
+		sort.Strings(names)
+		for _, a := range names {
+			key, value := v1alpha1.LabelPrefix+d.Name+"."+a, attrs[a]
+			if errs := validation.IsQualifiedName(key); len(errs) > 0 {
+				problems = append(problems, fmt.Sprintf("driver %q: attribute %q: label key %q: %v", d.Name, a, key, errs))
+				continue
+			}
+			if errs := validation.IsValidLabelValue(value); len(errs) > 0 {
+				problems = append(problems, fmt.Sprintf("driver %q: attribute %q: label value %q: %v", d.Name, a, value, errs))
+				continue
+			}
+			labels[key] = value
+		}
+	}
+	return labels, problems
+}

@@ -1,0 +1,294 @@
+package handler
+
+import (
+	"context"
+	"encoding/base64"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+
+	corev1 "k8s.io/api/core/v1"
+
+	"github.com/kubevisor/kubevisor/core/api/v1alpha1"
+	"github.com/kubevisor/kubevisor/core/domain"
+	"github.com/kubevisor/kubevisor/core/domain/build"
+	networkv1 "github.com/kubevisor/kubevisor/core/driver/network/v1"
+	storagev1 "github.com/kubevisor/kubevisor/core/driver/storage/v1"
+)
+
+// Resolver finds on the node what a VMI names outside itself. In a cluster images come from
+// the launcher pod and claims and secrets from the API server; without one (standalone, tests)
+// MapResolver reads them from the handler's configuration.
+type Resolver interface {
+	// Image returns the node path of a container image's content (containerDisk, kernelBoot):
+	// a disk image file, or a directory (an unpacked image, an OCI image layout).
+	Image(ctx context.Context, vmi *v1alpha1.VirtualMachineInstance, image string) (string, error)
+	// Claim returns the node path of a PersistentVolumeClaim's disk image or block device.
+	Claim(ctx context.Context, vmi *v1alpha1.VirtualMachineInstance, claim string) (string, error)
+	// Secret returns the data of a secret in the VMI's namespace.
+	Secret(ctx context.Context, vmi *v1alpha1.VirtualMachineInstance, name string) (map[string][]byte, error)
+}
+
+// MapResolver resolves images and claims from maps (Config.Images, Config.Claims); an image
+// reference that is a path (absolute, or starting with ./ or ../) is that path. It knows no
+// secrets.
+type MapResolver struct {
+	Images map[string]string
+	Claims map[string]string
+}
+
+var errNotFound = errors.New("not found")
+
+// Image implements Resolver.
+func (r MapResolver) Image(_ context.Context, _ *v1alpha1.VirtualMachineInstance, image string) (string, error) {
+	if p, ok := r.Images[image]; ok {
+		return p, nil
+	}
+	if filepath.IsAbs(image) || strings.HasPrefix(image, "./") || strings.HasPrefix(image, "../") {
+		return filepath.Abs(image)
+	}
+	return "", fmt.Errorf("image %q: %w on this node (no cluster pulls images: map it to a path in the handler config's images)", image, errNotFound)
+}
+
+// Claim implements Resolver.
+func (r MapResolver) Claim(_ context.Context, vmi *v1alpha1.VirtualMachineInstance, claim string) (string, error) {
+	for _, k := range []string{vmi.Namespace + "/" + claim, claim} {
+		if p, ok := r.Claims[k]; ok {
+			return p, nil
+		}
+	}
+	return "", fmt.Errorf("persistentVolumeClaim %q: %w on this node (map it to a path in the handler config's claims)", claim, errNotFound)
+}
+
+// Secret implements Resolver.
+func (MapResolver) Secret(_ context.Context, _ *v1alpha1.VirtualMachineInstance, name string) (map[string][]byte, error) {
+	return nil, fmt.Errorf("secret %q: not supported without a cluster", name)
+}
+
+// plan is what a sync asks the drivers for, worked out from the VMI before any driver is
+// called.
+type plan struct {
+	volumes    []*storagev1.Volume
+	interfaces []*networkv1.Interface
+	kernel     *build.KernelArtifacts
+}
+
+// fieldErrors collects problems of a VMI by field path.
+type fieldErrors []domain.FieldError
+
+func (e *fieldErrors) add(field, format string, args ...any) {
+	*e = append(*e, domain.FieldError{Field: field, Detail: fmt.Sprintf(format, args...)})
+}
+
+func (e fieldErrors) err() error {
+	if len(e) == 0 {
+		return nil
+	}
+	return build.Error(e)
+}
+
+// makePlan translates the VMI into the storage and network drivers' requests and resolves what
+// it names on the node. Every problem names its VMI field.
+func makePlan(ctx context.Context, vmi *v1alpha1.VirtualMachineInstance, r Resolver) (*plan, error) {
+	p := &plan{}
+	var errs fieldErrors
+	for i, v := range vmi.Spec.Volumes {
+		field := fmt.Sprintf("spec.volumes[%d]", i)
+		vol, err := storageVolume(ctx, vmi, r, v, field)
+		if err != nil {
+			var fe fieldErrors
+			if errors.As(err, &fe) {
+				errs = append(errs, fe...)
+			} else {
+				errs.add(field, "%v", err)
+			}
+			continue
+		}
+		p.volumes = append(p.volumes, vol)
+	}
+	for i := range vmi.Spec.Domain.Devices.Interfaces {
+		if fe := build.CheckInterface(vmi, i); fe != nil {
+			errs = append(errs, *fe)
+			continue
+		}
+		iface := &vmi.Spec.Domain.Devices.Interfaces[i]
+		ni := &networkv1.Interface{Name: iface.Name, Binding: build.Binding(iface), Mac: iface.MacAddress}
+		for _, n := range vmi.Spec.Networks {
+			if n.Name == iface.Name && n.Multus != nil {
+				ni.NetworkName = n.Multus.NetworkName
+			}
+		}
+		for _, port := range iface.Ports {
+			ni.Ports = append(ni.Ports, &networkv1.Port{Name: port.Name, Protocol: port.Protocol, Port: port.Port})
+		}
+		p.interfaces = append(p.interfaces, ni)
+	}
+	if fw := vmi.Spec.Domain.Firmware; fw != nil && fw.KernelBoot != nil {
+		const field = "spec.domain.firmware.kernelBoot.container"
+		c := fw.KernelBoot.Container
+		switch {
+		case c == nil:
+			errs.add(field, "required")
+		case c.KernelPath == "":
+			errs.add(field+".kernelPath", "required")
+		default:
+			dir, err := r.Image(ctx, vmi, c.Image)
+			if err != nil {
+				errs.add(field+".image", "%v", err)
+				break
+			}
+			p.kernel = &build.KernelArtifacts{KernelPath: filepath.Join(dir, c.KernelPath)}
+			if c.InitrdPath != "" {
+				p.kernel.InitrdPath = filepath.Join(dir, c.InitrdPath)
+			}
+		}
+	}
+	if err := errs.err(); err != nil {
+		return nil, err
+	}
+	return p, nil
+}
+
+// storageVolume translates one VMI volume into the storage driver's.
+func storageVolume(ctx context.Context, vmi *v1alpha1.VirtualMachineInstance, r Resolver, v v1alpha1.Volume, field string) (*storagev1.Volume, error) {
+	vol := &storagev1.Volume{Name: v.Name}
+	var errs fieldErrors
+	n := 0
+	src := v.VolumeSource
+	if s := src.ContainerDisk; s != nil {
+		n++
+		path, err := r.Image(ctx, vmi, s.Image)
+		if err != nil {
+			errs.add(field+".containerDisk.image", "%v", err)
+		} else if s.Path != "" {
+			// A path in the image, when the image is an unpacked directory that has it.
+			if in := filepath.Join(path, s.Path); fileExists(in) {
+				path = in
+			}
+		}
+		vol.Source = &storagev1.Volume_ContainerDisk{ContainerDisk: &storagev1.ContainerDisk{Image: s.Image, Path: path}}
+	}
+	if s := src.EmptyDisk; s != nil {
+		n++
+		c := s.Capacity.Value()
+		if c <= 0 {
+			errs.add(field+".emptyDisk.capacity", "must be > 0")
+		}
+		vol.Source = &storagev1.Volume_EmptyDisk{EmptyDisk: &storagev1.EmptyDisk{CapacityBytes: uint64(max(c, 0))}}
+	}
+	if s := src.HostDisk; s != nil {
+		n++
+		hd := &storagev1.HostDisk{Path: s.Path, Type: string(s.Type), CapacityBytes: uint64(max(s.Capacity.Value(), 0))}
+		if s.Shared != nil {
+			hd.Shared = *s.Shared
+		}
+		vol.Source = &storagev1.Volume_HostDisk{HostDisk: hd}
+	}
+	if s := src.PersistentVolumeClaim; s != nil {
+		n++
+		path, err := r.Claim(ctx, vmi, s.ClaimName)
+		if err != nil {
+			errs.add(field+".persistentVolumeClaim.claimName", "%v", err)
+		}
+		if s.Hotpluggable {
+			errs.add(field+".persistentVolumeClaim.hotpluggable", "not supported")
+		}
+		vol.Source = &storagev1.Volume_PersistentVolumeClaim{PersistentVolumeClaim: &storagev1.PersistentVolumeClaim{
+			ClaimName: s.ClaimName, Path: path, ReadOnly: s.ReadOnly,
+		}}
+	}
+	if s := src.Ephemeral; s != nil {
+		n++
+		var path string
+		if s.PersistentVolumeClaim == nil {
+			errs.add(field+".ephemeral.persistentVolumeClaim", "required")
+		} else if p, err := r.Claim(ctx, vmi, s.PersistentVolumeClaim.ClaimName); err != nil {
+			errs.add(field+".ephemeral.persistentVolumeClaim.claimName", "%v", err)
+		} else {
+			path = p
+		}
+		vol.Source = &storagev1.Volume_Ephemeral{Ephemeral: &storagev1.Ephemeral{BackingPath: path}}
+	}
+	if s := src.CloudInitNoCloud; s != nil {
+		n++
+		ci := cloudInit(ctx, vmi, r, field+".cloudInitNoCloud", &errs,
+			s.UserData, s.UserDataBase64, refName(s.UserDataSecretRef), s.NetworkData, s.NetworkDataBase64, refName(s.NetworkDataSecretRef))
+		vol.Source = &storagev1.Volume_CloudInitNoCloud{CloudInitNoCloud: ci}
+	}
+	if s := src.CloudInitConfigDrive; s != nil {
+		n++
+		ci := cloudInit(ctx, vmi, r, field+".cloudInitConfigDrive", &errs,
+			s.UserData, s.UserDataBase64, refName(s.UserDataSecretRef), s.NetworkData, s.NetworkDataBase64, refName(s.NetworkDataSecretRef))
+		vol.Source = &storagev1.Volume_CloudInitConfigDrive{CloudInitConfigDrive: ci}
+	}
+	if n != 1 {
+		errs.add(field, "exactly one volume source must be set, not %d", n)
+	}
+	if len(errs) > 0 {
+		return nil, errs
+	}
+	return vol, nil
+}
+
+func (e fieldErrors) Error() string { return build.Error(e).Error() }
+
+// cloudInit resolves cloud-init data given inline, base64-encoded, or in a secret.
+func cloudInit(ctx context.Context, vmi *v1alpha1.VirtualMachineInstance, r Resolver, field string, errs *fieldErrors,
+	userData, userDataB64, userSecret, netData, netDataB64, netSecret string) *storagev1.CloudInit {
+	ci := &storagev1.CloudInit{Hostname: vmi.Spec.Hostname}
+	if ci.Hostname == "" {
+		ci.Hostname = vmi.Name
+	}
+	resolve := func(what, inline, b64, secret string, keys ...string) []byte {
+		set := 0
+		for _, s := range []string{inline, b64, secret} {
+			if s != "" {
+				set++
+			}
+		}
+		if set > 1 {
+			errs.add(field, "more than one source of %s", what)
+			return nil
+		}
+		switch {
+		case inline != "":
+			return []byte(inline)
+		case b64 != "":
+			b, err := base64.StdEncoding.DecodeString(b64)
+			if err != nil {
+				errs.add(field+"."+what+"Base64", "not base64: %v", err)
+			}
+			return b
+		case secret != "":
+			data, err := r.Secret(ctx, vmi, secret)
+			if err != nil {
+				errs.add(field+"."+what+"SecretRef", "%v", err)
+				return nil
+			}
+			for _, k := range keys {
+				if v, ok := data[k]; ok {
+					return v
+				}
+			}
+			errs.add(field+"."+what+"SecretRef", "secret %q has none of the keys %v", secret, keys)
+		}
+		return nil
+	}
+	ci.UserData = resolve("userData", userData, userDataB64, userSecret, "userdata", "userData")
+	ci.NetworkData = resolve("networkData", netData, netDataB64, netSecret, "networkdata", "networkData")
+	return ci
+}
+
+func refName(r *corev1.LocalObjectReference) string {
+	if r == nil {
+		return ""
+	}
+	return r.Name
+}
+
+func fileExists(path string) bool {
+	_, err := os.Stat(path)
+	return err == nil
+}

@@ -1,0 +1,252 @@
+package handler
+
+import (
+	"context"
+	"encoding/base64"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"google.golang.org/protobuf/encoding/prototext"
+	"google.golang.org/protobuf/proto"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+
+	"github.com/kubevisor/kubevisor/core/api/v1alpha1"
+	"github.com/kubevisor/kubevisor/core/domain/build"
+	domainv1 "github.com/kubevisor/kubevisor/core/domain/v1"
+	basev1 "github.com/kubevisor/kubevisor/core/driver/base/v1"
+	networkv1 "github.com/kubevisor/kubevisor/core/driver/network/v1"
+	storagev1 "github.com/kubevisor/kubevisor/core/driver/storage/v1"
+)
+
+func ptr[T any](v T) *T { return &v }
+
+func TestMakePlan(t *testing.T) {
+	dir := t.TempDir()
+	image := filepath.Join(dir, "image")
+	if err := os.MkdirAll(filepath.Join(image, "disk"), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(image, "disk", "cirros.img"), []byte("x"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	r := MapResolver{
+		Images: map[string]string{"quay.io/kubevirt/cirros:latest": image, "kernels:1": "/var/lib/kernels"},
+		Claims: map[string]string{"default/disk-pvc": "/dev/vg0/disk", "golden": "/var/lib/golden.img"},
+	}
+	vmi := testVMI("demo", "uid-plan", "/images/root.qcow2")
+	vmi.Spec.Hostname = "guest"
+	vmi.Spec.Volumes = append(vmi.Spec.Volumes,
+		v1alpha1.Volume{Name: "cirros", VolumeSource: v1alpha1.VolumeSource{ContainerDisk: &v1alpha1.ContainerDiskSource{Image: "quay.io/kubevirt/cirros:latest", Path: "/disk/cirros.img"}}},
+		v1alpha1.Volume{Name: "scratch", VolumeSource: v1alpha1.VolumeSource{EmptyDisk: &v1alpha1.EmptyDiskSource{Capacity: resource.MustParse("1Gi")}}},
+		v1alpha1.Volume{Name: "host", VolumeSource: v1alpha1.VolumeSource{HostDisk: &v1alpha1.HostDisk{Path: "/data/d.img", Type: v1alpha1.HostDiskExistsOrCreate, Capacity: resource.MustParse("2Gi"), Shared: ptr(true)}}},
+		v1alpha1.Volume{Name: "pvc", VolumeSource: v1alpha1.VolumeSource{PersistentVolumeClaim: &v1alpha1.PersistentVolumeClaimVolumeSource{PersistentVolumeClaimVolumeSource: corev1.PersistentVolumeClaimVolumeSource{ClaimName: "disk-pvc", ReadOnly: true}}}},
+		v1alpha1.Volume{Name: "eph", VolumeSource: v1alpha1.VolumeSource{Ephemeral: &v1alpha1.EphemeralVolumeSource{PersistentVolumeClaim: &corev1.PersistentVolumeClaimVolumeSource{ClaimName: "golden"}}}},
+		v1alpha1.Volume{Name: "cd", VolumeSource: v1alpha1.VolumeSource{CloudInitConfigDrive: &v1alpha1.CloudInitConfigDriveSource{
+			UserDataBase64: base64.StdEncoding.EncodeToString([]byte("#!/bin/sh\necho hi\n")), NetworkData: "version: 2\n"}}},
+	)
+	vmi.Spec.Domain.Devices.Interfaces = append(vmi.Spec.Domain.Devices.Interfaces, v1alpha1.Interface{
+		Name: "sec", MacAddress: "02:00:00:00:00:09",
+		InterfaceBindingMethod: v1alpha1.InterfaceBindingMethod{Bridge: &v1alpha1.InterfaceBridge{}},
+	})
+	vmi.Spec.Domain.Devices.Interfaces[0].Ports = []v1alpha1.Port{{Name: "http", Protocol: "TCP", Port: 80}}
+	vmi.Spec.Networks = append(vmi.Spec.Networks, v1alpha1.Network{Name: "sec", NetworkSource: v1alpha1.NetworkSource{Multus: &v1alpha1.MultusNetwork{NetworkName: "ns/net-a"}}})
+	vmi.Spec.Domain.Firmware = &v1alpha1.Firmware{KernelBoot: &v1alpha1.KernelBoot{KernelArgs: "console=ttyS0", Container: &v1alpha1.KernelBootContainer{
+		Image: "kernels:1", KernelPath: "/boot/vmlinuz", InitrdPath: "/boot/initrd"}}}
+
+	p, err := makePlan(context.Background(), vmi, r)
+	if err != nil {
+		t.Fatalf("makePlan: %v", err)
+	}
+	wantVolumes := []*storagev1.Volume{
+		{Name: "containerdisk", Source: &storagev1.Volume_ContainerDisk{ContainerDisk: &storagev1.ContainerDisk{Image: "/images/root.qcow2", Path: "/images/root.qcow2"}}},
+		{Name: "cloudinitdisk", Source: &storagev1.Volume_CloudInitNoCloud{CloudInitNoCloud: &storagev1.CloudInit{UserData: []byte("#cloud-config\n"), Hostname: "guest"}}},
+		{Name: "cirros", Source: &storagev1.Volume_ContainerDisk{ContainerDisk: &storagev1.ContainerDisk{Image: "quay.io/kubevirt/cirros:latest", Path: filepath.Join(image, "disk", "cirros.img")}}},
+		{Name: "scratch", Source: &storagev1.Volume_EmptyDisk{EmptyDisk: &storagev1.EmptyDisk{CapacityBytes: 1 << 30}}},
+		{Name: "host", Source: &storagev1.Volume_HostDisk{HostDisk: &storagev1.HostDisk{Path: "/data/d.img", Type: "DiskOrCreate", CapacityBytes: 2 << 30, Shared: true}}},
+		{Name: "pvc", Source: &storagev1.Volume_PersistentVolumeClaim{PersistentVolumeClaim: &storagev1.PersistentVolumeClaim{ClaimName: "disk-pvc", Path: "/dev/vg0/disk", ReadOnly: true}}},
+		{Name: "eph", Source: &storagev1.Volume_Ephemeral{Ephemeral: &storagev1.Ephemeral{BackingPath: "/var/lib/golden.img"}}},
+		{Name: "cd", Source: &storagev1.Volume_CloudInitConfigDrive{CloudInitConfigDrive: &storagev1.CloudInit{UserData: []byte("#!/bin/sh\necho hi\n"), NetworkData: []byte("version: 2\n"), Hostname: "guest"}}},
+	}
+	if len(p.volumes) != len(wantVolumes) {
+		t.Fatalf("volumes = %v", p.volumes)
+	}
+	for i := range wantVolumes {
+		if !proto.Equal(p.volumes[i], wantVolumes[i]) {
+			t.Errorf("volume %d = %s, want %s", i, prototext.Format(p.volumes[i]), prototext.Format(wantVolumes[i]))
+		}
+	}
+	wantIfaces := []*networkv1.Interface{
+		{Name: "default", Binding: "masquerade", Ports: []*networkv1.Port{{Name: "http", Protocol: "TCP", Port: 80}}},
+		{Name: "sec", Binding: "bridge", NetworkName: "ns/net-a", Mac: "02:00:00:00:00:09"},
+	}
+	for i := range wantIfaces {
+		if i >= len(p.interfaces) || !proto.Equal(p.interfaces[i], wantIfaces[i]) {
+			t.Errorf("interfaces = %v, want %v", p.interfaces, wantIfaces)
+			break
+		}
+	}
+	if p.kernel == nil || p.kernel.KernelPath != "/var/lib/kernels/boot/vmlinuz" || p.kernel.InitrdPath != "/var/lib/kernels/boot/initrd" {
+		t.Errorf("kernel = %+v", p.kernel)
+	}
+}
+
+func TestMakePlanRejects(t *testing.T) {
+	vmi := testVMI("demo", "uid-plan", "not/a/path")
+	vmi.Spec.Volumes = append(vmi.Spec.Volumes,
+		v1alpha1.Volume{Name: "pvc", VolumeSource: v1alpha1.VolumeSource{PersistentVolumeClaim: &v1alpha1.PersistentVolumeClaimVolumeSource{
+			PersistentVolumeClaimVolumeSource: corev1.PersistentVolumeClaimVolumeSource{ClaimName: "nope"}, Hotpluggable: true}}},
+		v1alpha1.Volume{Name: "two", VolumeSource: v1alpha1.VolumeSource{EmptyDisk: &v1alpha1.EmptyDiskSource{Capacity: resource.MustParse("1Gi")}, HostDisk: &v1alpha1.HostDisk{Path: "/x"}}},
+		v1alpha1.Volume{Name: "ci", VolumeSource: v1alpha1.VolumeSource{CloudInitNoCloud: &v1alpha1.CloudInitNoCloudSource{UserData: "a", UserDataBase64: "YQ=="}}},
+		v1alpha1.Volume{Name: "b64", VolumeSource: v1alpha1.VolumeSource{CloudInitNoCloud: &v1alpha1.CloudInitNoCloudSource{NetworkDataBase64: "!!"}}},
+	)
+	_, err := makePlan(context.Background(), vmi, MapResolver{})
+	if err == nil {
+		t.Fatal("makePlan accepted the VMI")
+	}
+	for _, want := range []string{
+		`spec.volumes[0].containerDisk.image: image "not/a/path": not found on this node`,
+		`spec.volumes[2].persistentVolumeClaim.claimName: persistentVolumeClaim "nope": not found`,
+		`spec.volumes[2].persistentVolumeClaim.hotpluggable: not supported`,
+		`spec.volumes[3]: exactly one volume source must be set, not 2`,
+		`spec.volumes[4].cloudInitNoCloud: more than one source of userData`,
+		`spec.volumes[5].cloudInitNoCloud.networkDataBase64: not base64`,
+	} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("error %q does not say %q", err, want)
+		}
+	}
+}
+
+func TestCheckSupported(t *testing.T) {
+	full := driverCaps{
+		hypervisor: "hv", network: "net", storage: "st",
+		hypervisorCaps: &basev1.Capabilities{Firmware: []string{"bios", "efi", "kernel"}, DiskBuses: []string{"virtio", "sata", "scsi"}, NicModels: []string{"virtio", "e1000"}},
+		networkCaps:    &basev1.Capabilities{Bindings: []string{"bridge", "masquerade"}},
+		stCaps:         &basev1.Capabilities{VolumeTypes: []string{"containerDisk", "cloudInitNoCloud"}},
+	}
+	tests := []struct {
+		name string
+		vmi  func(*v1alpha1.VirtualMachineInstance)
+		caps func(*driverCaps)
+		want []string
+	}{
+		{name: "supported"},
+		{
+			name: "nothing declared",
+			caps: func(c *driverCaps) {
+				c.hypervisorCaps, c.networkCaps, c.stCaps = &basev1.Capabilities{}, &basev1.Capabilities{}, &basev1.Capabilities{}
+			},
+			want: []string{
+				`spec.domain.firmware.bootloader: firmware "bios" is not supported by the hypervisor driver "hv" (it supports: none)`,
+				`spec.domain.devices.disks[0].disk.bus: disk bus "virtio" is not supported`,
+				`spec.domain.devices.disks[1].cdrom.bus: disk bus "scsi" is not supported`,
+				`spec.domain.devices.interfaces[0].model: interface model "virtio" is not supported`,
+				`spec.domain.devices.interfaces[0].masquerade: binding "masquerade" is not supported by the network driver "net"`,
+				`spec.volumes[0].containerDisk: volume type "containerDisk" is not supported by the storage driver "st"`,
+			},
+		},
+		{
+			name: "usb bus, rtl8139, efi, emptyDisk",
+			vmi: func(v *v1alpha1.VirtualMachineInstance) {
+				v.Spec.Domain.Devices.Disks[0].Disk.Bus = v1alpha1.DiskBusUSB
+				v.Spec.Domain.Devices.Interfaces[0].Model = "rtl8139"
+				v.Spec.Domain.Firmware = &v1alpha1.Firmware{Bootloader: &v1alpha1.Bootloader{EFI: &v1alpha1.EFI{}}}
+				v.Spec.Volumes = append(v.Spec.Volumes, v1alpha1.Volume{Name: "e", VolumeSource: v1alpha1.VolumeSource{EmptyDisk: &v1alpha1.EmptyDiskSource{Capacity: resource.MustParse("1Mi")}}})
+			},
+			caps: func(c *driverCaps) { c.hypervisorCaps.Firmware = []string{"bios"} },
+			want: []string{
+				`spec.domain.devices.disks[0].disk.bus: disk bus "usb" is not supported by the hypervisor driver "hv" (it supports: virtio, sata, scsi)`,
+				`spec.domain.devices.interfaces[0].model: interface model "rtl8139" is not supported`,
+				`spec.domain.firmware.bootloader: firmware "efi" is not supported`,
+				`spec.volumes[2].emptyDisk: volume type "emptyDisk" is not supported`,
+			},
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			vmi := testVMI("demo", "uid", "/images/root.qcow2")
+			if tt.vmi != nil {
+				tt.vmi(vmi)
+			}
+			c := full
+			c.hypervisorCaps = proto.CloneOf(full.hypervisorCaps)
+			if tt.caps != nil {
+				tt.caps(&c)
+			}
+			p, err := makePlan(context.Background(), vmi, MapResolver{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			spec, err := build.Domain(vmi, standIns(p, domainv1.Acceleration_ACCELERATION_AUTO, 0, 0))
+			if err != nil {
+				t.Fatal(err)
+			}
+			err = checkSupported(vmi, spec, p, c)
+			if len(tt.want) == 0 {
+				if err != nil {
+					t.Fatalf("checkSupported: %v", err)
+				}
+				return
+			}
+			if err == nil {
+				t.Fatal("checkSupported accepted the VMI")
+			}
+			for _, w := range tt.want {
+				if !strings.Contains(err.Error(), w) {
+					t.Errorf("error %q does not say %q", err, w)
+				}
+			}
+		})
+	}
+}
+
+func TestLoadConfig(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, "handler.yaml")
+	if err := os.WriteFile(path, []byte(`
+pluginDir: plugins
+stateDir: /var/lib/kv
+runDir: run
+nodeName: node-1
+drivers: {hypervisor: qmp, network: cni, storage: local}
+driverConfig:
+  qmp: {disableKVM: true}
+acceleration: emulated
+cdromBus: scsi
+images:
+  kubevisor/test-guest:latest: guest/disk.qcow2
+resyncPeriod: 10s
+standalone:
+  cniBinDir: [cni/bin]
+  subnet: 10.244.254.0/24
+`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	c, err := LoadConfig(path)
+	if err != nil {
+		t.Fatalf("LoadConfig: %v", err)
+	}
+	if c.PluginDir != filepath.Join(dir, "plugins") || c.StateDir != "/var/lib/kv" || c.RunDir != filepath.Join(dir, "run") ||
+		c.Images["kubevisor/test-guest:latest"] != filepath.Join(dir, "guest/disk.qcow2") || c.Standalone.CNIBinDir[0] != filepath.Join(dir, "cni/bin") ||
+		string(c.DriverConfig["qmp"]) != `{"disableKVM":true}` || c.ResyncPeriod.Duration.String() != "10s" || c.Drivers.Network != "cni" {
+		t.Errorf("config = %+v", c)
+	}
+	c, err = c.withDefaults()
+	if err != nil || c.VolumeDir != "/var/lib/kv/volumes" {
+		t.Errorf("withDefaults = %+v, %v", c, err)
+	}
+
+	if err := os.WriteFile(path, []byte("drivers: {hypervisor: qmp}\nstatedir: /x\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := LoadConfig(path); err == nil || !strings.Contains(err.Error(), `unknown field "statedir"`) {
+		t.Errorf("LoadConfig of a misspelt field = %v", err)
+	}
+	if _, err := (Config{Acceleration: "fast", DiskBus: "ide"}).withDefaults(); err == nil ||
+		!strings.Contains(err.Error(), "acceleration") || !strings.Contains(err.Error(), "diskBus") {
+		t.Errorf("withDefaults of bad values = %v", err)
+	}
+}

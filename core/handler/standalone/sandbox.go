@@ -1,0 +1,250 @@
+package standalone
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io/fs"
+	"net/netip"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/containernetworking/cni/libcni"
+	types100 "github.com/containernetworking/cni/pkg/types/100"
+	"github.com/hashicorp/go-hclog"
+
+	"github.com/kubevisor/kubevisor/core/api/v1alpha1"
+	"github.com/kubevisor/kubevisor/core/handler"
+	"github.com/kubevisor/kubevisor/core/launcher"
+)
+
+// Timeouts of the sandbox's processes.
+const (
+	launcherReady = 15 * time.Second
+	launcherExit  = 10 * time.Second
+)
+
+// sandbox is a VMI's sandbox without a cluster: a named network namespace kv-<uid prefix>
+// whose eth0 is on the host bridge (CNI bridge + host-local, as a cluster's pod network), and
+// a kubevisor-launcher in it serving <SandboxDir>/<uid>.
+type sandbox struct {
+	log    hclog.Logger
+	name   string // the network namespace's name
+	nsPath string
+	dir    string // the launcher's directory
+
+	cni  *libcni.CNIConfig
+	list *libcni.NetworkConfigList
+	rt   *libcni.RuntimeConf
+	// podIP is eth0's address.
+	podIP netip.Prefix
+
+	launcher *exec.Cmd
+	exited   chan struct{} // closed when the launcher process is gone
+	exitErr  error
+
+	spec handler.Sandbox
+}
+
+// netnsName is the network namespace of a VMI: kv- and the first 12 hex digits of its UID.
+func netnsName(uid string) string {
+	hex := strings.ReplaceAll(uid, "-", "")
+	if len(hex) > 12 {
+		hex = hex[:12]
+	}
+	return "kv-" + hex
+}
+
+// podNetwork is the CNI network list of the standalone "pod network".
+func podNetwork(c *handler.StandaloneConfig, ipamDir string) (*libcni.NetworkConfigList, error) {
+	b, err := json.Marshal(map[string]any{
+		"cniVersion": "1.0.0",
+		"name":       "kubevisor-standalone",
+		"plugins": []any{map[string]any{
+			"type": "bridge", "bridge": c.Bridge, "isGateway": true,
+			"ipam": map[string]any{
+				"type":    "host-local",
+				"ranges":  [][]map[string]string{{{"subnet": c.Subnet}}},
+				"routes":  []map[string]string{{"dst": "0.0.0.0/0"}},
+				"dataDir": ipamDir,
+			},
+		}},
+	})
+	if err != nil {
+		return nil, err
+	}
+	return libcni.NetworkConfFromBytes(b)
+}
+
+// newSandbox makes the sandbox of vmi; on failure it removes what it made.
+func newSandbox(ctx context.Context, log hclog.Logger, cfg handler.Config, vmi *v1alpha1.VirtualMachineInstance, grace time.Duration) (s *sandbox, err error) {
+	c := cfg.Standalone
+	uid := string(vmi.UID)
+	s = &sandbox{
+		log:    log,
+		name:   netnsName(uid),
+		dir:    filepath.Join(c.SandboxDir, uid),
+		exited: make(chan struct{}),
+	}
+	s.nsPath = "/run/netns/" + s.name
+	defer func() {
+		if err != nil {
+			s.teardown(context.WithoutCancel(ctx))
+		}
+	}()
+
+	// The network namespace, its loopback, and eth0 on the pod network.
+	if _, err := os.Stat(s.nsPath); err == nil {
+		return s, fmt.Errorf("network namespace %s exists: another run of VMI %s, or what one left (ip netns del %s)", s.name, uid, s.name)
+	}
+	if err := run(ctx, "ip", "netns", "add", s.name); err != nil {
+		return s, fmt.Errorf("make network namespace: %w", err)
+	}
+	if err := run(ctx, "ip", "-n", s.name, "link", "set", "lo", "up"); err != nil {
+		return s, fmt.Errorf("network namespace %s: %w", s.name, err)
+	}
+	if s.list, err = podNetwork(c, filepath.Join(cfg.StateDir, "standalone", "ipam")); err != nil {
+		return s, fmt.Errorf("pod network: %w", err)
+	}
+	s.cni = libcni.NewCNIConfigWithCacheDir(c.CNIBinDir, filepath.Join(cfg.StateDir, "standalone", "cni-cache"), nil)
+	rt := &libcni.RuntimeConf{ContainerID: uid, NetNS: s.nsPath, IfName: "eth0"}
+	res, err := s.cni.AddNetworkList(ctx, s.list, rt)
+	if err != nil {
+		return s, fmt.Errorf("pod network (CNI bridge and host-local from %v): %w", c.CNIBinDir, err)
+	}
+	s.rt = rt
+	if r, err := types100.NewResultFromResult(res); err == nil {
+		for _, ip := range r.IPs {
+			if p, err := netip.ParsePrefix(ip.Address.String()); err == nil && p.Addr().Is4() {
+				s.podIP = p
+				break
+			}
+		}
+	}
+
+	// The launcher, in the namespace.
+	if err := os.MkdirAll(c.SandboxDir, 0o700); err != nil {
+		return s, err
+	}
+	if err := os.Mkdir(s.dir, 0o700); err != nil && !errors.Is(err, fs.ErrExist) {
+		return s, err
+	}
+	logFile, err := os.OpenFile(filepath.Join(s.dir, "launcher.log"), os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o600)
+	if err != nil {
+		return s, err
+	}
+	defer logFile.Close()
+	s.launcher = exec.Command("nsenter", "--net="+s.nsPath, "--", c.Launcher,
+		"--dir", s.dir, "--grace-period", grace.String(), "--vmi", vmiName(vmi))
+	s.launcher.Stdout, s.launcher.Stderr = logFile, logFile
+	// Its own process group: Ctrl-C on the terminal reaches the handler only, which stops the
+	// VM and then the launcher.
+	s.launcher.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	if err := s.launcher.Start(); err != nil {
+		s.launcher = nil
+		close(s.exited)
+		return s, fmt.Errorf("start %s: %w", c.Launcher, err)
+	}
+	go func() {
+		s.exitErr = s.launcher.Wait()
+		close(s.exited)
+	}()
+	dctx, cancel := context.WithTimeout(ctx, launcherReady)
+	defer cancel()
+	cl, err := launcher.Dial(dctx, filepath.Join(s.dir, launcher.SocketName))
+	if err != nil {
+		return s, fmt.Errorf("launcher (log: %s): %w", filepath.Join(s.dir, "launcher.log"), err)
+	}
+	_ = cl.Close()
+
+	s.spec = handler.Sandbox{NetNSPath: s.nsPath}
+	if !c.BypassLauncher {
+		s.spec.LauncherSocket = filepath.Join(s.dir, launcher.SocketName)
+	}
+	log.Info("sandbox ready", "netns", s.nsPath, "pod_ip", s.podIP.String(), "launcher_pid", s.launcher.Process.Pid, "dir", s.dir)
+	return s, nil
+}
+
+// teardown ends the launcher, runs the pod network's CNI DEL, and removes the namespace and
+// the launcher's directory. It logs what it cannot undo.
+func (s *sandbox) teardown(ctx context.Context) {
+	if s.launcher != nil {
+		s.stopLauncher(ctx)
+	}
+	if s.rt != nil {
+		if err := s.cni.DelNetworkList(ctx, s.list, s.rt); err != nil {
+			s.log.Warn("pod network: CNI DEL failed", "netns", s.name, "error", err)
+		}
+	}
+	if _, err := os.Stat(s.nsPath); err == nil {
+		if err := run(ctx, "ip", "netns", "del", s.name); err != nil {
+			s.log.Warn("remove network namespace", "netns", s.name, "error", err)
+		}
+	}
+	if s.dir != "" {
+		if err := os.RemoveAll(s.dir); err != nil {
+			s.log.Warn("remove launcher directory", "dir", s.dir, "error", err)
+		}
+	}
+}
+
+// stopLauncher asks the launcher to exit, then signals it.
+func (s *sandbox) stopLauncher(ctx context.Context) {
+	select {
+	case <-s.exited:
+		return
+	default:
+	}
+	ectx, cancel := context.WithTimeout(ctx, launcherExit)
+	defer cancel()
+	if cl, err := launcher.Dial(ectx, filepath.Join(s.dir, launcher.SocketName)); err == nil {
+		if err := cl.Exit(ectx); err != nil {
+			s.log.Debug("launcher Exit", "error", err)
+		}
+		_ = cl.Close()
+	}
+	pgid := s.launcher.Process.Pid
+	for _, sig := range []syscall.Signal{0, syscall.SIGTERM, syscall.SIGKILL} {
+		if sig != 0 {
+			_ = syscall.Kill(-pgid, sig)
+		}
+		select {
+		case <-s.exited:
+			if st, err := launcher.ReadStatus(s.dir); err == nil {
+				s.log.Info("launcher exited", "reason", st.Reason, "message", st.Message, "exit_code", st.ExitCode)
+			}
+			return
+		case <-time.After(launcherExit / 2):
+		}
+	}
+	s.log.Warn("the launcher did not exit", "pid", pgid)
+}
+
+// exitReason says why the launcher exited, from its status file.
+func (s *sandbox) exitReason() string {
+	if st, err := launcher.ReadStatus(s.dir); err == nil {
+		return fmt.Sprintf("the launcher exited: %s: %s", st.Reason, st.Message)
+	}
+	return fmt.Sprintf("the launcher exited without a status (%v)", s.exitErr)
+}
+
+// run runs a command, returning its output in the error.
+func run(ctx context.Context, name string, args ...string) error {
+	out, err := exec.CommandContext(ctx, name, args...).CombinedOutput()
+	if err != nil {
+		return fmt.Errorf("%s %s: %w: %s", name, strings.Join(args, " "), err, strings.TrimSpace(string(out)))
+	}
+	return nil
+}
+
+func vmiName(vmi *v1alpha1.VirtualMachineInstance) string {
+	if vmi.Namespace == "" {
+		return vmi.Name
+	}
+	return vmi.Namespace + "/" + vmi.Name
+}

@@ -1,0 +1,115 @@
+package handler
+
+import (
+	"fmt"
+	"slices"
+	"strings"
+
+	"github.com/kubevisor/kubevisor/core/api/v1alpha1"
+	"github.com/kubevisor/kubevisor/core/domain/build"
+	domainv1 "github.com/kubevisor/kubevisor/core/domain/v1"
+	basev1 "github.com/kubevisor/kubevisor/core/driver/base/v1"
+	storagev1 "github.com/kubevisor/kubevisor/core/driver/storage/v1"
+)
+
+// driverCaps is the capabilities of the drivers a sync uses, with their names.
+type driverCaps struct {
+	hypervisor, network, storage        string
+	hypervisorCaps, networkCaps, stCaps *basev1.Capabilities
+}
+
+// checkSupported reports, by VMI field, what spec (the domain spec the VMI gives, built from
+// stand-in driver results) and the plan ask of a driver that the driver does not declare.
+func checkSupported(vmi *v1alpha1.VirtualMachineInstance, spec *domainv1.DomainSpec, p *plan, c driverCaps) error {
+	var errs fieldErrors
+	unsupported := func(field, what, value, kind, name string, have []string) {
+		errs.add(field, "%s %q is not supported by the %s driver %q (it supports: %s)", what, value, kind, name, list(have))
+	}
+	// Firmware.
+	fw, field := "bios", "spec.domain.firmware.bootloader"
+	switch spec.GetFirmware().GetBoot().(type) {
+	case *domainv1.Firmware_Efi:
+		fw = "efi"
+	case *domainv1.Firmware_Kernel:
+		fw, field = "kernel", "spec.domain.firmware.kernelBoot"
+	}
+	if have := c.hypervisorCaps.GetFirmware(); !slices.Contains(have, fw) {
+		unsupported(field, "firmware", fw, "hypervisor", c.hypervisor, have)
+	}
+	// Disk buses, by the VMI disk (or volume) each domain disk comes from.
+	for _, d := range spec.GetDisks() {
+		bus := strings.ToLower(strings.TrimPrefix(d.GetBus().String(), "DISK_BUS_"))
+		if have := c.hypervisorCaps.GetDiskBuses(); !slices.Contains(have, bus) {
+			unsupported(diskField(vmi, d.GetName()), "disk bus", bus, "hypervisor", c.hypervisor, have)
+		}
+	}
+	// NIC models and bindings.
+	for i, iface := range vmi.Spec.Domain.Devices.Interfaces {
+		field := fmt.Sprintf("spec.domain.devices.interfaces[%d]", i)
+		model := iface.Model
+		if model == "" {
+			model = build.DefaultNICModel
+		}
+		if have := c.hypervisorCaps.GetNicModels(); !slices.Contains(have, model) {
+			unsupported(field+".model", "interface model", model, "hypervisor", c.hypervisor, have)
+		}
+		binding := build.Binding(&vmi.Spec.Domain.Devices.Interfaces[i])
+		if have := c.networkCaps.GetBindings(); !slices.Contains(have, binding) {
+			unsupported(field+"."+binding, "binding", binding, "network", c.network, have)
+		}
+	}
+	// Volume types.
+	for i, v := range p.volumes {
+		typ := volumeType(v)
+		if have := c.stCaps.GetVolumeTypes(); !slices.Contains(have, typ) {
+			unsupported(fmt.Sprintf("spec.volumes[%d].%s", i, typ), "volume type", typ, "storage", c.storage, have)
+		}
+	}
+	return errs.err()
+}
+
+// diskField is the field path of the VMI disk, or else volume, that a domain disk is made from.
+func diskField(vmi *v1alpha1.VirtualMachineInstance, name string) string {
+	for i, d := range vmi.Spec.Domain.Devices.Disks {
+		if d.Name == name {
+			if d.CDRom != nil {
+				return fmt.Sprintf("spec.domain.devices.disks[%d].cdrom.bus", i)
+			}
+			return fmt.Sprintf("spec.domain.devices.disks[%d].disk.bus", i)
+		}
+	}
+	for i, v := range vmi.Spec.Volumes {
+		if v.Name == name {
+			return fmt.Sprintf("spec.volumes[%d]", i)
+		}
+	}
+	return "spec.domain.devices.disks"
+}
+
+// volumeType is the name of a volume's source, as in Capabilities.volume_types.
+func volumeType(v *storagev1.Volume) string {
+	switch v.GetSource().(type) {
+	case *storagev1.Volume_ContainerDisk:
+		return "containerDisk"
+	case *storagev1.Volume_EmptyDisk:
+		return "emptyDisk"
+	case *storagev1.Volume_HostDisk:
+		return "hostDisk"
+	case *storagev1.Volume_Ephemeral:
+		return "ephemeral"
+	case *storagev1.Volume_CloudInitNoCloud:
+		return "cloudInitNoCloud"
+	case *storagev1.Volume_CloudInitConfigDrive:
+		return "cloudInitConfigDrive"
+	case *storagev1.Volume_PersistentVolumeClaim:
+		return "persistentVolumeClaim"
+	}
+	return "unknown"
+}
+
+func list(s []string) string {
+	if len(s) == 0 {
+		return "none"
+	}
+	return strings.Join(s, ", ")
+}
