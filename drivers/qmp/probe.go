@@ -12,6 +12,7 @@ import (
 	"regexp"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
 
 	basev1 "github.com/kubevisor/kubevisor/core/driver/base/v1"
@@ -34,9 +35,11 @@ func (f RunnerFunc) Run(ctx context.Context, name string, args ...string) ([]byt
 // ExecRunner runs commands with os/exec.
 type ExecRunner struct{}
 
-// Run implements Runner.
+// Run implements Runner. The command gets SIGKILL if the driver process dies first, so a probe
+// QEMU (which can spin for its whole timeout where KVM is broken) never outlives the driver.
 func (ExecRunner) Run(ctx context.Context, name string, args ...string) ([]byte, error) {
 	cmd := exec.CommandContext(ctx, name, args...)
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	cmd.WaitDelay = time.Second
 	return cmd.CombinedOutput()
 }
