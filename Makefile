@@ -6,6 +6,7 @@ GO        ?= go
 BIN       := $(CURDIR)/bin
 OUT       := $(CURDIR)/_output
 GUEST     := $(OUT)/guest
+DEMO_VMI  ?= core/handler/testdata/demo-vmi.yaml
 TOOLS_MOD := hack/tools/go.mod
 GOTOOL    := $(GO) tool -modfile=$(TOOLS_MOD)
 EXAMPLES  := examples/hostpath-storage
@@ -21,6 +22,10 @@ help: ## List the targets.
 	@grep -hE '^[a-z0-9-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-14s %s\n", $$1, $$2}'
 
 ##@ Main commands
+
+.PHONY: run
+run: deps build guest cni-plugins ## Main command: boot the demo VMI with the node handler in standalone mode (Ctrl-C stops it).
+	$(BIN)/kubevisor-handler run -f $(DEMO_VMI)
 
 .PHONY: demo
 demo: deps build guest ## Boot the test guest through the qmp and local driver plugins and run the conformance kit against every in-tree driver.
