@@ -230,7 +230,7 @@ func orDefault(s, def string) string {
 
 // describeVM says in words what state a VM is in, for a condition's message.
 func describeVM(vm *hypervisorv1.VMStatus) string {
-	s := "the VM is " + stateWord(vm.GetState())
+	s := "the VM is " + driver.StateWord(vm.GetState())
 	if vm.GetReason() != "" {
 		s += " (" + vm.GetReason() + ")"
 	}
@@ -238,24 +238,6 @@ func describeVM(vm *hypervisorv1.VMStatus) string {
 		s += ": " + vm.GetMessage()
 	}
 	return s
-}
-
-func stateWord(s hypervisorv1.State) string {
-	switch s {
-	case hypervisorv1.State_STATE_CREATED:
-		return "created"
-	case hypervisorv1.State_STATE_RUNNING:
-		return "running"
-	case hypervisorv1.State_STATE_PAUSED:
-		return "paused"
-	case hypervisorv1.State_STATE_SHUTTING_DOWN:
-		return "shutting down"
-	case hypervisorv1.State_STATE_STOPPED:
-		return "stopped"
-	case hypervisorv1.State_STATE_CRASHED:
-		return "crashed"
-	}
-	return "in an unknown state"
 }
 
 // setCondition sets c in conds, keeping the transition time when its status does not change.

@@ -340,7 +340,7 @@ func (h *Hypervisor) Delete(_ context.Context, id string) error {
 		return nil
 	}
 	if v.running() {
-		return precondition("VM %q is %s: stop it before deleting it", id, stateName(v.state))
+		return precondition("VM %q is %s: stop it before deleting it", id, driver.StateWord(v.state))
 	}
 	if v.rec.RunDir != "" {
 		if err := os.Remove(filepath.Join(v.rec.RunDir, RecordFile)); err != nil && !errors.Is(err, fs.ErrNotExist) {
@@ -416,7 +416,7 @@ func (h *Hypervisor) Pause(_ context.Context, id string) error {
 		h.setStateLocked(v, hypervisorv1.State_STATE_PAUSED, hypervisorv1.EventType_EVENT_TYPE_PAUSED, driver.ReasonPaused, "")
 		return nil
 	}
-	return precondition("VM %q is %s, not running", id, stateName(v.state))
+	return precondition("VM %q is %s, not running", id, driver.StateWord(v.state))
 }
 
 // Resume implements driver.Pauser.
@@ -434,7 +434,7 @@ func (h *Hypervisor) Resume(_ context.Context, id string) error {
 		h.setStateLocked(v, hypervisorv1.State_STATE_RUNNING, hypervisorv1.EventType_EVENT_TYPE_RESUMED, driver.ReasonResumed, "")
 		return nil
 	}
-	return precondition("VM %q is %s, not paused", id, stateName(v.state))
+	return precondition("VM %q is %s, not paused", id, driver.StateWord(v.state))
 }
 
 // Reboot implements driver.Rebooter. The new boot takes HypervisorConfig.BootDelay, during
@@ -448,7 +448,7 @@ func (h *Hypervisor) Reboot(ctx context.Context, id string) error {
 	}
 	if v.state != hypervisorv1.State_STATE_RUNNING {
 		h.mu.Unlock()
-		return precondition("VM %q is %s, not running", id, stateName(v.state))
+		return precondition("VM %q is %s, not running", id, driver.StateWord(v.state))
 	}
 	gen, delay := v.gen, time.Duration(h.cfg.BootDelay)
 	h.mu.Unlock()
@@ -483,7 +483,7 @@ func (h *Hypervisor) Migrate(_ context.Context, req *hypervisorv1.MigrateRequest
 		return err
 	}
 	if v.state != hypervisorv1.State_STATE_RUNNING && v.state != hypervisorv1.State_STATE_PAUSED {
-		return precondition("VM %q is %s, not running", req.GetId(), stateName(v.state))
+		return precondition("VM %q is %s, not running", req.GetId(), driver.StateWord(v.state))
 	}
 	h.stopLocked(v, hypervisorv1.EventType_EVENT_TYPE_STOPPED, driver.ReasonMigrated, "migrated to "+req.GetTargetUri())
 	return nil
@@ -567,7 +567,7 @@ func (h *Hypervisor) Console(ctx context.Context, id string, in io.Reader, out i
 	}
 	if !v.running() {
 		h.mu.Unlock()
-		return precondition("VM %q is %s, not running", id, stateName(v.state))
+		return precondition("VM %q is %s, not running", id, driver.StateWord(v.state))
 	}
 	q := newQueue[[]byte]()
 	if len(v.history) > 0 {
@@ -718,24 +718,6 @@ func (v *vm) persist() error {
 		return err
 	}
 	return os.Rename(tmp, path)
-}
-
-func stateName(s hypervisorv1.State) string {
-	switch s {
-	case hypervisorv1.State_STATE_CREATED:
-		return "created"
-	case hypervisorv1.State_STATE_RUNNING:
-		return "running"
-	case hypervisorv1.State_STATE_PAUSED:
-		return "paused"
-	case hypervisorv1.State_STATE_SHUTTING_DOWN:
-		return "shutting down"
-	case hypervisorv1.State_STATE_STOPPED:
-		return "stopped"
-	case hypervisorv1.State_STATE_CRASHED:
-		return "crashed"
-	}
-	return s.String()
 }
 
 // sleep waits for d or until ctx is done.

@@ -33,7 +33,6 @@ import (
 	"github.com/containernetworking/cni/libcni"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
-	"google.golang.org/protobuf/proto"
 
 	"github.com/kubevisor/kubevisor/core/driver"
 	basev1 "github.com/kubevisor/kubevisor/core/driver/base/v1"
@@ -249,28 +248,10 @@ func (d *Driver) config() (Config, string, libcni.CNI) {
 // CNI plugins it finds as an attribute; UNHEALTHY saying why otherwise. It looks again after
 // Configure and every minute, and sends when the answer changes.
 func (d *Driver) Fingerprint(ctx context.Context, send func(*basev1.FingerprintResponse) error) error {
-	ticker := time.NewTicker(fingerprintInterval)
-	defer ticker.Stop()
-	var last *basev1.FingerprintResponse
-	for {
+	return driver.WatchFingerprint(ctx, fingerprintInterval, func(context.Context) (*basev1.FingerprintResponse, <-chan struct{}) {
 		d.mu.RLock()
 		cfg, reconfigured := d.cfg, d.reconfigured
 		d.mu.RUnlock()
-		fp := fingerprint(cfg)
-		if ctx.Err() != nil {
-			return nil
-		}
-		if last == nil || !proto.Equal(fp, last) {
-			if err := send(fp); err != nil {
-				return err
-			}
-			last = fp
-		}
-		select {
-		case <-ctx.Done():
-			return nil
-		case <-ticker.C:
-		case <-reconfigured:
-		}
-	}
+		return fingerprint(cfg), reconfigured
+	}, send)
 }

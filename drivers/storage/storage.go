@@ -14,7 +14,6 @@ import (
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
-	"google.golang.org/protobuf/proto"
 
 	"github.com/kubevisor/kubevisor/core/driver"
 	basev1 "github.com/kubevisor/kubevisor/core/driver/base/v1"
@@ -140,30 +139,12 @@ func (l *Local) Configure(_ context.Context, req *basev1.ConfigureRequest) error
 // when qemu-img runs, UNHEALTHY saying why otherwise. It looks again after Configure and every
 // minute, and sends when the answer changes.
 func (l *Local) Fingerprint(ctx context.Context, send func(*basev1.FingerprintResponse) error) error {
-	ticker := time.NewTicker(fingerprintInterval)
-	defer ticker.Stop()
-	var last *basev1.FingerprintResponse
-	for {
+	return driver.WatchFingerprint(ctx, fingerprintInterval, func(ctx context.Context) (*basev1.FingerprintResponse, <-chan struct{}) {
 		l.mu.RLock()
 		tool, reconfigured := l.tool, l.reconfigured
 		l.mu.RUnlock()
-		fp := fingerprint(ctx, tool)
-		if ctx.Err() != nil {
-			return nil
-		}
-		if last == nil || !proto.Equal(fp, last) {
-			if err := send(fp); err != nil {
-				return err
-			}
-			last = fp
-		}
-		select {
-		case <-ctx.Done():
-			return nil
-		case <-ticker.C:
-		case <-reconfigured:
-		}
-	}
+		return fingerprint(ctx, tool), reconfigured
+	}, send)
 }
 
 func fingerprint(ctx context.Context, tool ImageTool) *basev1.FingerprintResponse {

@@ -1,0 +1,75 @@
+package driver_test
+
+import (
+	"context"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/kubevisor/kubevisor/core/driver"
+	basev1 "github.com/kubevisor/kubevisor/core/driver/base/v1"
+	hypervisorv1 "github.com/kubevisor/kubevisor/core/driver/hypervisor/v1"
+)
+
+func TestWatchFingerprintSendsChangesOnly(t *testing.T) {
+	var mu sync.Mutex
+	health := basev1.Health_HEALTH_HEALTHY
+	changed := make(chan struct{})
+	probes := 0
+	probe := func(context.Context) (*basev1.FingerprintResponse, <-chan struct{}) {
+		mu.Lock()
+		defer mu.Unlock()
+		probes++
+		return &basev1.FingerprintResponse{Health: health}, changed
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	sent := make(chan basev1.Health, 10)
+	done := make(chan error, 1)
+	go func() {
+		done <- driver.WatchFingerprint(ctx, time.Millisecond, probe, func(fp *basev1.FingerprintResponse) error {
+			sent <- fp.GetHealth()
+			return nil
+		})
+	}()
+	if got := <-sent; got != basev1.Health_HEALTH_HEALTHY {
+		t.Fatalf("first fingerprint %v, want healthy", got)
+	}
+	// Many ticks with the same answer send nothing more.
+	for {
+		mu.Lock()
+		n := probes
+		mu.Unlock()
+		if n > 20 {
+			break
+		}
+		time.Sleep(time.Millisecond)
+	}
+	select {
+	case got := <-sent:
+		t.Fatalf("an unchanged fingerprint was sent again: %v", got)
+	default:
+	}
+	// A change (signalled, as Configure would) is sent.
+	mu.Lock()
+	health = basev1.Health_HEALTH_UNHEALTHY
+	old := changed
+	changed = make(chan struct{})
+	mu.Unlock()
+	close(old)
+	if got := <-sent; got != basev1.Health_HEALTH_UNHEALTHY {
+		t.Fatalf("after the change %v, want unhealthy", got)
+	}
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatalf("WatchFingerprint after cancel = %v, want nil", err)
+	}
+}
+
+func TestStateWord(t *testing.T) {
+	if got := driver.StateWord(hypervisorv1.State_STATE_SHUTTING_DOWN); got != "shutting down" {
+		t.Errorf("StateWord(SHUTTING_DOWN) = %q", got)
+	}
+	if got := driver.StateWord(hypervisorv1.State(99)); got != "in an unknown state" {
+		t.Errorf("StateWord(99) = %q", got)
+	}
+}
