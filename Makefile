@@ -68,6 +68,10 @@ build: ## Build every binary into bin/ (the example driver too).
 bench-boot: deps build guest ## Boot the test guest with raw QEMU and through the qmp driver plugin: medians, their ratio (aim <= 1.10), driver RSS per running VM.
 	$(BIN)/kubevisor-bench boot --guest-dir $(GUEST) --driver $(BIN)/kubevisor-driver-qmp
 
+.PHONY: bench-memory
+bench-memory: deps build guest cni-plugins ## Boot 1, 5 and 10 VMs through the node handler, a launcher each: RSS per VM of QEMU, launcher, handler and drivers (aim <= 25 MiB beyond QEMU). Needs root.
+	$(BIN)/kubevisor-bench memory --guest-dir $(GUEST) --bin-dir $(BIN) --vmi $(DEMO_VMI)
+
 .PHONY: bench
 bench: cni-plugins ## Run the benchmarks and print their figures (plugin round trip and start; network setup, teardown, throughput).
 	$(GO) test -run '^$$' -bench PluginRoundTrip -benchtime 5000x ./core/plugin/...

@@ -3,7 +3,13 @@
 //	kubevisor-bench boot [--runs N] [--guest-dir DIR] [--vms N,M]
 //
 // times the test guest's boot to its console marker with raw qemu-system-x86_64 and through the
-// qmp driver plugin, and reads the driver's RSS per running VM. See package hack/bench.
+// qmp driver plugin, and reads the driver's RSS per running VM;
+//
+//	kubevisor-bench memory [--vms 1,5,10] [--guest-dir DIR] [--bin-dir DIR] [--vmi FILE]
+//
+// boots VMs through the node handler, each with its own launcher and sandbox, and prints the
+// memory per VM of QEMU, the launcher, and the handler's and drivers' shares. See package
+// hack/bench.
 package main
 
 import (

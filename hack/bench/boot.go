@@ -1,7 +1,9 @@
 // Package bench is `kubevisor-bench`: measurements of Kubevisor against plain QEMU. `boot` times
 // the project's test guest from start to its console marker with raw qemu-system-x86_64 and with
 // the same VM through the qmp hypervisor driver plugin, and reads the driver process's memory
-// per running VM (issue 3, "Measure").
+// per running VM (issue 3, "Measure"). `memory` boots VMs through a node handler with a
+// sandbox and launcher each, as `kubevisor-handler run` does, and reads the RSS of QEMU, the
+// launcher, the handler and the drivers per running VM (issue 5, "Measure").
 package bench
 
 import (

@@ -11,8 +11,10 @@ import (
 	"strconv"
 	"strings"
 	"syscall"
+	"time"
 
 	"github.com/hashicorp/go-hclog"
+	"k8s.io/apimachinery/pkg/api/resource"
 )
 
 // Exit codes of Run.
@@ -22,7 +24,7 @@ const (
 	ExitUsage = 2
 )
 
-const usage = `usage: kubevisor-bench boot [flags]
+const usage = `usage: kubevisor-bench boot|memory [flags]
 
 boot times the test guest (make guest) from start to its console marker, with raw
 qemu-system-x86_64 running the command line the qmp driver builds (less -S), and with the same
@@ -30,6 +32,27 @@ VM through the qmp driver plugin (bin/kubevisor-driver-qmp, started by the Kubev
 host); it prints each run, the medians and their ratio. Then it boots VMs through the plugin
 (--vms) and prints the driver process's RSS per running VM. "kubevisor-bench boot -h" lists
 its flags.
+
+memory boots 1, 5 and 10 VMs of the test guest through a node handler and the qmp, cni and
+local driver plugins, each in a sandbox of its own (a network namespace and a
+kubevisor-launcher, as kubevisor-handler run makes it), and prints per running VM the RSS of
+QEMU, of the launcher, and the handler's and the drivers' share, against the aim of at most
+25 MiB per VM beyond QEMU. Needs root. "kubevisor-bench memory -h" lists its flags.
+`
+
+const memoryUsage = `usage: kubevisor-bench memory [flags]
+
+For each count of --vms: boots that many VMs of the test guest, one after another, through one
+node handler (core/handler, in this process) with the qmp, cni and local driver plugins from
+--bin-dir, each VM in a sandbox of its own (a network namespace on the bridge --bridge with a
+kubevisor-launcher in it, as kubevisor-handler run makes it), waits for each VMI to be Running
+and its console to show KUBEVISOR-GUEST-READY, then reads the VmRSS of every QEMU, launcher and
+driver plugin process and of this process, stops the VMs and removes their sandboxes. Prints,
+per running VM: QEMU's RSS, the launcher's, the handler's share (its RSS beyond this process's
+before the handler was made, / N) and the drivers' share (their RSS / N), and the total beyond
+QEMU against the aim (at most 25 MiB). Needs root.
+
+Flags:
 `
 
 const bootUsage = `usage: kubevisor-bench boot [flags]
@@ -52,7 +75,11 @@ func Run(args []string, stdout, stderr io.Writer) int {
 		}
 		return ExitOK
 	}
-	if args[0] != "boot" {
+	switch args[0] {
+	case "boot":
+	case "memory":
+		return runMemory(args[1:], stdout, stderr)
+	default:
 		fmt.Fprintf(stderr, "kubevisor-bench: unknown command %q\n%s", args[0], usage)
 		return ExitUsage
 	}
@@ -147,5 +174,92 @@ func (f *intsFlag) Set(v string) error {
 		out = append(out, n)
 	}
 	*f = out
+	return nil
+}
+
+func runMemory(args []string, stdout, stderr io.Writer) int {
+	cfg := MemoryConfig{}
+	fs := newMemoryFlags(&cfg, stderr)
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return ExitOK
+		}
+		return ExitUsage
+	}
+	if err := cfg.validate(fs.Args()); err != nil {
+		fmt.Fprintf(stderr, "kubevisor-bench memory: %v\n", err)
+		return ExitUsage
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	if err := RunMemory(ctx, cfg, stdout, stderr); err != nil {
+		fmt.Fprintf(stderr, "kubevisor-bench memory: %v\n", err)
+		return ExitFail
+	}
+	return ExitOK
+}
+
+func newMemoryFlags(cfg *MemoryConfig, stderr io.Writer) *flag.FlagSet {
+	fs := flag.NewFlagSet("kubevisor-bench memory", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.Usage = func() {
+		fmt.Fprint(stderr, memoryUsage)
+		fs.PrintDefaults()
+	}
+	cfg.VMs = DefaultMemoryVMs
+	cfg.MemoryBytes = DefaultMemoryGuestBytes
+	fs.StringVar(&cfg.GuestDir, "guest-dir", "_output/guest", "`directory` of the test guest, as make guest builds it")
+	fs.StringVar(&cfg.VMI, "vmi", DefaultMemoryVMFile, "VMI `manifest` each VM is made from (its name, UID, memory and containerDisk are replaced)")
+	fs.StringVar(&cfg.BinDir, "bin-dir", "bin", "`directory` of kubevisor-launcher and the kubevisor-driver-* plugins")
+	fs.Var((*intsFlag)(&cfg.VMs), "vms", "comma-separated increasing `counts` of VMs, one round each")
+	fs.Var((*bytesFlag)(&cfg.MemoryBytes), "memory", "guest memory of each VM, a `quantity` (128Mi, 1Gi)")
+	fs.DurationVar(&cfg.BootTimeout, "boot-timeout", DefaultMemoryBootTimeout, "how long one VM may take to be Running with its console marker")
+	fs.DurationVar(&cfg.GracePeriod, "grace-period", DefaultMemoryGrace, "the VMs' graceful shutdown time at the end of a round")
+	fs.StringVar(&cfg.Bridge, "bridge", DefaultMemoryBridge, "host `bridge` of the sandboxes' pod network (removed at the end)")
+	fs.StringVar(&cfg.Subnet, "subnet", DefaultMemorySubnet, "IPv4 `subnet` of the pod network")
+	fs.StringVar(&cfg.Acceleration, "acceleration", "auto", "the handler's acceleration `policy`: auto (KVM when usable), required (KVM), emulated (TCG)")
+	fs.StringVar(&cfg.WorkDir, "work-dir", "", "`directory` for the handler's state, run and sandbox directories (default: a temporary one in /tmp, removed)")
+	fs.StringVar(&cfg.LogLevel, "log-level", "warn", "`level` of the handler's and the plugins' logs on stderr (trace, debug, info, warn, error, off)")
+	return fs
+}
+
+func (cfg *MemoryConfig) validate(rest []string) error {
+	switch {
+	case len(rest) > 0:
+		return fmt.Errorf("unexpected arguments %q", rest)
+	case len(cfg.VMs) == 0:
+		return errors.New("--vms: at least one count")
+	case cfg.MemoryBytes < 64<<20:
+		return fmt.Errorf("--memory: %d bytes is too little for the guest (at least 64Mi)", cfg.MemoryBytes)
+	case cfg.BootTimeout <= 0:
+		return errors.New("--boot-timeout: must be positive")
+	case cfg.GracePeriod < time.Second:
+		return errors.New("--grace-period: at least 1s (the VMI's terminationGracePeriodSeconds)")
+	case hclog.LevelFromString(cfg.LogLevel) == hclog.NoLevel:
+		return fmt.Errorf("--log-level: unknown level %q", cfg.LogLevel)
+	}
+	return nil
+}
+
+// bytesFlag is a byte count written as a Kubernetes quantity (128Mi, 1Gi, 134217728).
+type bytesFlag uint64
+
+func (f *bytesFlag) String() string {
+	if f == nil {
+		return ""
+	}
+	return resource.NewQuantity(int64(*f), resource.BinarySI).String()
+}
+
+func (f *bytesFlag) Set(v string) error {
+	q, err := resource.ParseQuantity(strings.TrimSpace(v))
+	if err != nil {
+		return err
+	}
+	n, ok := q.AsInt64()
+	if !ok || n <= 0 {
+		return fmt.Errorf("%q is not a positive whole number of bytes", v)
+	}
+	*f = bytesFlag(n)
 	return nil
 }

@@ -34,6 +34,15 @@ func (b *bencher) driverRSS(ctx context.Context) (uint64, error) {
 	if pid <= 0 {
 		return 0, errors.New("the driver's plugin process is not running")
 	}
+	n, err := medianRSS(ctx, pid)
+	if err != nil {
+		return 0, fmt.Errorf("driver RSS: %w", err)
+	}
+	return n, nil
+}
+
+// medianRSS reads a process's RSS rssSamples times, rssInterval apart, and returns the median.
+func medianRSS(ctx context.Context, pid int) (uint64, error) {
 	var samples []uint64
 	for i := range rssSamples {
 		if i > 0 {
@@ -45,7 +54,7 @@ func (b *bencher) driverRSS(ctx context.Context) (uint64, error) {
 		}
 		n, err := readRSS(pid)
 		if err != nil {
-			return 0, fmt.Errorf("driver RSS: %w", err)
+			return 0, err
 		}
 		samples = append(samples, n)
 	}

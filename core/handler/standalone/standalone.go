@@ -174,12 +174,9 @@ func Run(ctx context.Context, stop <-chan struct{}, o Options) error {
 	if err != nil {
 		return err
 	}
-	cfg := withDefaults(o.Config, o.BinDir)
-	var ms []plugin.Manifest
-	if cfg.PluginDir == "" {
-		if ms, err = manifests(cfg, o.BinDir); err != nil {
-			return fmt.Errorf("driver plugins: %w (build them with make build, or set pluginDir)", err)
-		}
+	cfg, ms, err := Prepare(o.Config, o.BinDir)
+	if err != nil {
+		return err
 	}
 	grace := handler.DefaultGracePeriod
 	if g := vmi.Spec.TerminationGracePeriodSeconds; g != nil {
