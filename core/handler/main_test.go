@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -23,6 +22,7 @@ import (
 	"github.com/kubevisor/kubevisor/core/driver"
 	networkv1 "github.com/kubevisor/kubevisor/core/driver/network/v1"
 	"github.com/kubevisor/kubevisor/core/plugin"
+	"github.com/kubevisor/kubevisor/internal/testbin"
 )
 
 // bins are the driver plugins the tests run, built once by TestMain.
@@ -36,13 +36,13 @@ func TestMain(m *testing.M) {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(1)
 	}
-	build := exec.Command(goTool(), "build", "-o", dir+"/",
+	err = testbin.Build(dir, false,
 		"github.com/kubevisor/kubevisor/cmd/kubevisor-driver-fake",
 		"github.com/kubevisor/kubevisor/cmd/kubevisor-driver-qmp",
 		"github.com/kubevisor/kubevisor/cmd/kubevisor-driver-local",
 		"github.com/kubevisor/kubevisor/core/handler/internal/testdriver")
-	if out, err := build.CombinedOutput(); err != nil {
-		fmt.Fprintf(os.Stderr, "build driver plugins: %v\n%s", err, out)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
 		os.RemoveAll(dir)
 		os.Exit(1)
 	}
@@ -53,14 +53,6 @@ func TestMain(m *testing.M) {
 	code := m.Run()
 	os.RemoveAll(dir)
 	os.Exit(code)
-}
-
-// goTool is the go command that runs this test.
-func goTool() string {
-	if p, err := exec.LookPath("go"); err == nil {
-		return p
-	}
-	return filepath.Join(os.Getenv("GOROOT"), "bin", "go")
 }
 
 // Names of the test drivers.

@@ -14,6 +14,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/kubevisor/kubevisor/core/launcher"
+	"github.com/kubevisor/kubevisor/internal/testbin"
 )
 
 // launcherBin is cmd/kubevisor-launcher, built once by TestMain (with -race when the tests run
@@ -27,26 +28,14 @@ func TestMain(m *testing.M) {
 		os.Exit(1)
 	}
 	launcherBin = filepath.Join(dir, "kubevisor-launcher")
-	args := []string{"build", "-o", launcherBin}
-	if raceEnabled {
-		args = append(args, "-race")
-	}
-	build := exec.Command(goTool(), append(args, "github.com/kubevisor/kubevisor/cmd/kubevisor-launcher")...)
-	if out, err := build.CombinedOutput(); err != nil {
-		fmt.Fprintf(os.Stderr, "build kubevisor-launcher: %v\n%s", err, out)
+	if err := testbin.Build(dir, raceEnabled, "github.com/kubevisor/kubevisor/cmd/kubevisor-launcher"); err != nil {
+		fmt.Fprintln(os.Stderr, err)
 		os.RemoveAll(dir)
 		os.Exit(1)
 	}
 	code := m.Run()
 	os.RemoveAll(dir)
 	os.Exit(code)
-}
-
-func goTool() string {
-	if p, err := exec.LookPath("go"); err == nil {
-		return p
-	}
-	return filepath.Join(os.Getenv("GOROOT"), "bin", "go")
 }
 
 // instance is a kubevisor-launcher process of a test.

@@ -22,6 +22,7 @@ import (
 	domainv1 "github.com/kubevisor/kubevisor/core/domain/v1"
 	"github.com/kubevisor/kubevisor/core/driver"
 	basev1 "github.com/kubevisor/kubevisor/core/driver/base/v1"
+	"github.com/kubevisor/kubevisor/internal/testbin"
 )
 
 // testdriverBin is core/plugin/internal/testdriver, built once per test binary by TestMain.
@@ -47,24 +48,14 @@ func TestMain(m *testing.M) {
 		os.Exit(1)
 	}
 	testdriverBin = filepath.Join(dir, "testdriver")
-	build := exec.Command(goTool(), "build", "-o", testdriverBin, "github.com/kubevisor/kubevisor/core/plugin/internal/testdriver")
-	if out, err := build.CombinedOutput(); err != nil {
-		fmt.Fprintf(os.Stderr, "build testdriver: %v\n%s", err, out)
+	if err := testbin.Build(dir, false, "github.com/kubevisor/kubevisor/core/plugin/internal/testdriver"); err != nil {
+		fmt.Fprintln(os.Stderr, err)
 		os.RemoveAll(dir)
 		os.Exit(1)
 	}
 	code := m.Run()
 	os.RemoveAll(dir)
 	os.Exit(code)
-}
-
-// goTool is the go command that runs this test: the one on PATH, else the one go test sets
-// GOROOT for.
-func goTool() string {
-	if p, err := exec.LookPath("go"); err == nil {
-		return p
-	}
-	return filepath.Join(os.Getenv("GOROOT"), "bin", "go")
 }
 
 // runHelperHost starts the plugin of the manifest in $envHelperManifest on a Host, creates VM

@@ -17,16 +17,18 @@ import (
 	hypervisorv1 "github.com/kubevisor/kubevisor/core/driver/hypervisor/v1"
 	"github.com/kubevisor/kubevisor/core/launcher"
 	launcherv1 "github.com/kubevisor/kubevisor/core/launcher/v1"
+	"github.com/kubevisor/kubevisor/internal/testbin"
 )
 
 // TestThroughLauncher: QEMU started through a kubevisor-launcher in its own pid and network
 // namespaces; SIGTERM to the launcher makes the driver shut the VM down gracefully.
 func TestThroughLauncher(t *testing.T) {
 	t.Parallel()
-	bin := filepath.Join(t.TempDir(), "kubevisor-launcher")
-	if out, err := exec.Command("go", "build", "-o", bin, "github.com/kubevisor/kubevisor/cmd/kubevisor-launcher").CombinedOutput(); err != nil {
-		t.Fatalf("build: %v\n%s", err, out)
+	binDir := t.TempDir()
+	if err := testbin.Build(binDir, false, "github.com/kubevisor/kubevisor/cmd/kubevisor-launcher"); err != nil {
+		t.Fatal(err)
 	}
+	bin := filepath.Join(binDir, "kubevisor-launcher")
 	dir := filepath.Join(t.TempDir(), "vmi")
 	cmd := exec.Command("unshare", "--net", "--pid", "--fork", "--kill-child", "--mount-proc", "--", bin, "--dir", dir, "--grace-period", "20s")
 	cmd.Stderr = os.Stderr

@@ -19,6 +19,7 @@ import (
 	"github.com/hashicorp/go-hclog"
 
 	"github.com/kubevisor/kubevisor/core/handler"
+	"github.com/kubevisor/kubevisor/internal/testbin"
 )
 
 func writeFile(t *testing.T, dir, name, content string) string {
@@ -168,14 +169,11 @@ func buildBinaries(t *testing.T) string {
 		if buildErr != nil {
 			return
 		}
-		out, err := exec.Command("go", "build", "-o", binDir+"/",
+		buildErr = testbin.Build(binDir, false,
 			"github.com/kubevisor/kubevisor/cmd/kubevisor-launcher",
 			"github.com/kubevisor/kubevisor/cmd/kubevisor-driver-qmp",
 			"github.com/kubevisor/kubevisor/cmd/kubevisor-driver-cni",
-			"github.com/kubevisor/kubevisor/cmd/kubevisor-driver-local").CombinedOutput()
-		if err != nil {
-			buildErr = fmt.Errorf("build: %v\n%s", err, out)
-		}
+			"github.com/kubevisor/kubevisor/cmd/kubevisor-driver-local")
 	})
 	if buildErr != nil {
 		t.Fatal(buildErr)
