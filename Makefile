@@ -95,6 +95,12 @@ guest-smoke: guest ## Boot the test guest under QEMU/TCG with raw qemu-system-x8
 cni-plugins: ## Build the reference CNI plugins (bridge, host-local, ptp, loopback, ...) into _output/cni/bin, once.
 	hack/cni/build.sh
 
+##@ Kubernetes binaries
+
+.PHONY: k8s-bins
+k8s-bins: ## Build kube-apiserver, kube-controller-manager, kube-scheduler, kubelet and etcd (pinned in hack/k8s) into _output/k8s/bin, once.
+	hack/k8s/build.sh
+
 ##@ Code generation and checks
 
 .PHONY: deps
@@ -120,5 +126,5 @@ verify: generate ## Fail when generated files are stale, code is not gofmt'ed, o
 	$(GOTOOL) staticcheck ./...
 
 .PHONY: clean
-clean: ## Remove build output.
-	rm -rf $(BIN) $(OUT)
+clean: ## Remove build output (keeps the Kubernetes binaries in _output/k8s, which take minutes to rebuild).
+	rm -rf $(BIN) $(filter-out $(OUT)/k8s,$(wildcard $(OUT)/*))
