@@ -51,7 +51,7 @@ demo: deps build guest ## Boot the test guest through the qmp and local driver p
 	@echo "JUnit reports: $(OUT)/conformance-*.xml"
 
 .PHONY: test
-test: deps guest cni-plugins ## Run every test: unit and conformance tiers, the example module's tests, the conformance CLI.
+test: deps guest cni-plugins ## Run every test: unit, drivers on real QEMU and network namespaces, handler, launcher, the example module, and make demo.
 	$(GO) test -race -count=1 ./...
 	cd $(EXAMPLES) && $(GO) test -count=1 ./...
 	$(MAKE) --no-print-directory demo
