@@ -222,6 +222,26 @@ func listDir(dir string) []string {
 	return names
 }
 
+// expectPrepareRefused checks that Prepare of r, whose volume bad is not usable, is
+// InvalidArgument naming bad and leaves the work directory as it was: what it made for the
+// volumes before bad is removed again.
+func (s *suite) expectPrepareRefused(t T, d driver.Storage, r *request, bad, what string) {
+	t.Helper()
+	t.Cleanup(func() {
+		ctx, cancel := s.cleanupCtx()
+		defer cancel()
+		_ = d.Release(ctx, r.release())
+	})
+	before := listDir(r.workDir)
+	_, err := d.Prepare(s.ctx(t), r.prepare())
+	if expectCode(t, err, codes.InvalidArgument, what) {
+		expectMessageNames(t, err, what, bad)
+	}
+	if after := listDir(r.workDir); !slices.Equal(before, after) {
+		t.Errorf("a failed Prepare left files in the work directory: before %v, after %v", before, after)
+	}
+}
+
 // checkPrepareMissingSource: a volume without a source is InvalidArgument naming the volume,
 // and what Prepare made for the volumes before it is removed.
 func (s *storageSuite) checkPrepareMissingSource(t T) {
@@ -232,20 +252,7 @@ func (s *storageSuite) checkPrepareMissingSource(t T) {
 		r.volumes = append(r.volumes, v)
 	}
 	r.volumes = append(r.volumes, &storagev1.Volume{Name: bad})
-	t.Cleanup(func() {
-		ctx, cancel := s.cleanupCtx()
-		defer cancel()
-		_ = d.Release(ctx, r.release())
-	})
-	before := listDir(r.workDir)
-	_, err := d.Prepare(s.ctx(t), r.prepare())
-	what := "Prepare of a volume without a source"
-	if expectCode(t, err, codes.InvalidArgument, what) {
-		expectMessageNames(t, err, what, bad)
-	}
-	if after := listDir(r.workDir); !slices.Equal(before, after) {
-		t.Errorf("a failed Prepare left files in the work directory: before %v, after %v", before, after)
-	}
+	s.expectPrepareRefused(t, d, r, bad, "Prepare of a volume without a source")
 }
 
 // checkPrepareSourceNotFound: a volume whose image does not exist is InvalidArgument naming

@@ -11,8 +11,6 @@ import (
 	"strings"
 	"time"
 
-	"google.golang.org/grpc/codes"
-
 	domainv1 "github.com/kubevisor/kubevisor/core/domain/v1"
 	"github.com/kubevisor/kubevisor/core/driver"
 	basev1 "github.com/kubevisor/kubevisor/core/driver/base/v1"
@@ -794,18 +792,5 @@ func (s *vmSuite) checkStorageNotAnImage(t T) {
 	r.volumes = append(r.volumes, &storagev1.Volume{Name: bad, Source: &storagev1.Volume_ContainerDisk{
 		ContainerDisk: &storagev1.ContainerDisk{Image: "example.com/not-an-image:latest", Path: base},
 	}})
-	t.Cleanup(func() {
-		ctx, cancel := s.cleanupCtx()
-		defer cancel()
-		_ = d.Release(ctx, r.release())
-	})
-	before := listDir(r.workDir)
-	_, err := d.Prepare(s.ctx(t), r.prepare())
-	what := "Prepare of a containerDisk whose base is a text file"
-	if expectCode(t, err, codes.InvalidArgument, what) {
-		expectMessageNames(t, err, what, bad)
-	}
-	if after := listDir(r.workDir); !slices.Equal(before, after) {
-		t.Errorf("a failed Prepare left files in the work directory: before %v, after %v", before, after)
-	}
+	s.expectPrepareRefused(t, d, r, bad, "Prepare of a containerDisk whose base is a text file")
 }
