@@ -707,7 +707,7 @@ func (d *Driver) runState(ctx context.Context, id, command, event string, want h
 	case st == want:
 		return nil
 	case st != hypervisorv1.State_STATE_RUNNING && st != hypervisorv1.State_STATE_PAUSED:
-		return status.Errorf(codes.FailedPrecondition, "vm %q is %s", id, st)
+		return status.Errorf(codes.FailedPrecondition, "vm %q is %s", id, driver.StateWord(st))
 	}
 	if _, err := s.mon.Run(ctx, command, nil); err != nil {
 		return status.Errorf(codes.Internal, "%v", err)
