@@ -9,6 +9,8 @@ GUEST     := $(OUT)/guest
 DEMO_VMI  ?= core/handler/testdata/demo-vmi.yaml
 TOOLS_MOD := hack/tools/go.mod
 GOTOOL    := $(GO) tool -modfile=$(TOOLS_MOD)
+# envtest (control-plane tests) starts the kube-apiserver and etcd that make k8s-bins builds.
+export KUBEBUILDER_ASSETS ?= $(OUT)/k8s/bin
 EXAMPLES  := examples/hostpath-storage
 FAKE_KINDS := hypervisor network storage device
 # Debian packages: protoc for code generation; QEMU, qemu-img and OVMF for the drivers and their
@@ -51,7 +53,7 @@ demo: deps build guest ## Boot the test guest through the qmp and local driver p
 	@echo "JUnit reports: $(OUT)/conformance-*.xml"
 
 .PHONY: test
-test: deps guest cni-plugins ## Run every test: unit, drivers on real QEMU and network namespaces, handler, launcher, the example module, and make demo.
+test: deps guest cni-plugins k8s-bins ## Run every test: unit, drivers on real QEMU and network namespaces, handler, launcher, control plane on a real API server, the example module, and make demo.
 	$(GO) test -race -count=1 ./...
 	cd $(EXAMPLES) && $(GO) test -count=1 ./...
 	$(MAKE) --no-print-directory demo

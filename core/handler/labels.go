@@ -12,9 +12,9 @@ import (
 
 // Health label values.
 const (
-	HealthHealthy   = "healthy"
-	HealthDegraded  = "degraded"
-	HealthUnhealthy = "unhealthy"
+	HealthHealthy   = v1alpha1.DriverHealthy
+	HealthDegraded  = v1alpha1.DriverDegraded
+	HealthUnhealthy = v1alpha1.DriverUnhealthy
 )
 
 // DriverFingerprint is the last fingerprint of one configured driver.
@@ -27,8 +27,8 @@ type DriverFingerprint struct {
 
 // NodeLabels turns the drivers' fingerprints into node labels:
 //
-//	kubevisor.io/<kind>.<driver> = healthy | degraded | unhealthy
-//	kubevisor.io/<driver>.<attribute> = <value>
+//	capability.kubevisor.io/<kind>.<driver> = healthy | degraded | unhealthy
+//	capability.kubevisor.io/<driver>.<attribute> = <value>
 //
 // A driver without a fingerprint is unhealthy. An attribute that does not make a valid label
 // (key or value) is left out and said in problems.
@@ -42,7 +42,7 @@ func NodeLabels(drivers []DriverFingerprint) (labels map[string]string, problems
 		case basev1.Health_HEALTH_DEGRADED:
 			health = HealthDegraded
 		}
-		key := v1alpha1.LabelPrefix + d.Kind + "." + d.Name
+		key := v1alpha1.DriverHealthLabel(d.Kind, d.Name)
 		if errs := validation.IsQualifiedName(key); len(errs) > 0 {
 			problems = append(problems, fmt.Sprintf("driver %q: label %q: %v", d.Name, key, errs))
 			continue
@@ -55,7 +55,7 @@ func NodeLabels(drivers []DriverFingerprint) (labels map[string]string, problems
 		}
 		sort.Strings(names)
 		for _, a := range names {
-			key, value := v1alpha1.LabelPrefix+d.Name+"."+a, attrs[a]
+			key, value := v1alpha1.DriverAttributeLabel(d.Name, a), attrs[a]
 			if errs := validation.IsQualifiedName(key); len(errs) > 0 {
 				problems = append(problems, fmt.Sprintf("driver %q: attribute %q: label key %q: %v", d.Name, a, key, errs))
 				continue

@@ -348,7 +348,7 @@ func TestDriverNotInstalled(t *testing.T) {
 	requireNothingLeft(t, h, vmi.UID)
 	eventually(t, "labels", 5*time.Second, func() error {
 		labels := h.NodeLabels()
-		if labels["kubevisor.io/network.cni"] != HealthUnhealthy || labels["kubevisor.io/hypervisor.fake"] != HealthHealthy {
+		if labels["capability.kubevisor.io/network.cni"] != HealthUnhealthy || labels["capability.kubevisor.io/hypervisor.fake"] != HealthHealthy {
 			return fmt.Errorf("labels = %v", labels)
 		}
 		return nil
@@ -359,12 +359,12 @@ func TestNodeLabelsFromFingerprints(t *testing.T) {
 	e := newEnv(t, fakeSet, fakeManifests(t))
 	h := e.start()
 	want := map[string]string{
-		"kubevisor.io/hypervisor.fake":        HealthHealthy,
-		"kubevisor.io/network.fake-net":       HealthHealthy,
-		"kubevisor.io/storage.fake-storage":   HealthHealthy,
-		"kubevisor.io/fake.simulated":         "true",
-		"kubevisor.io/fake-net.simulated":     "true",
-		"kubevisor.io/fake-storage.simulated": "true",
+		"capability.kubevisor.io/hypervisor.fake":        HealthHealthy,
+		"capability.kubevisor.io/network.fake-net":       HealthHealthy,
+		"capability.kubevisor.io/storage.fake-storage":   HealthHealthy,
+		"capability.kubevisor.io/fake.simulated":         "true",
+		"capability.kubevisor.io/fake-net.simulated":     "true",
+		"capability.kubevisor.io/fake-storage.simulated": "true",
 	}
 	eventually(t, "labels", 5*time.Second, func() error {
 		got := h.NodeLabels()

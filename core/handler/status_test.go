@@ -152,13 +152,13 @@ func TestNodeLabels(t *testing.T) {
 		{Kind: "device", Name: "vfio"},
 	})
 	want := map[string]string{
-		"kubevisor.io/hypervisor.qmp":   HealthDegraded,
-		"kubevisor.io/qmp.accel":        "tcg",
-		"kubevisor.io/qmp.qemu-version": "9.2",
-		"kubevisor.io/network.cni":      HealthHealthy,
-		"kubevisor.io/cni.bindings":     "bridge.masquerade",
-		"kubevisor.io/storage.local":    HealthUnhealthy,
-		"kubevisor.io/device.vfio":      HealthUnhealthy,
+		"capability.kubevisor.io/hypervisor.qmp":   HealthDegraded,
+		"capability.kubevisor.io/qmp.accel":        "tcg",
+		"capability.kubevisor.io/qmp.qemu-version": "9.2",
+		"capability.kubevisor.io/network.cni":      HealthHealthy,
+		"capability.kubevisor.io/cni.bindings":     "bridge.masquerade",
+		"capability.kubevisor.io/storage.local":    HealthUnhealthy,
+		"capability.kubevisor.io/device.vfio":      HealthUnhealthy,
 	}
 	if len(labels) != len(want) {
 		t.Errorf("labels = %v, want %v", labels, want)

@@ -21,7 +21,8 @@ const (
 	// LabelPrefix starts every label and annotation key that Kubevisor sets on objects.
 	LabelPrefix = GroupName + "/"
 	// CapabilityLabelPrefix starts the node labels a handler publishes from its drivers'
-	// fingerprints (capability.kubevisor.io/<attribute>); launcher pods get node affinity on them.
+	// fingerprints (see DriverHealthLabel and DriverAttributeLabel); launcher pods get node
+	// affinity on them. The handler owns every label with this prefix on its node.
 	CapabilityLabelPrefix = "capability." + GroupName + "/"
 	// DeviceResourcePrefix starts the extended resource names of Kubevisor's kubelet device plugins.
 	DeviceResourcePrefix = "devices." + GroupName + "/"
@@ -67,9 +68,25 @@ const (
 	VhostNetDeviceResource = DeviceResourcePrefix + "vhost-net"
 )
 
-// CapabilityLabel returns the node label key a handler publishes for a capability attribute.
-func CapabilityLabel(attribute string) string {
-	return CapabilityLabelPrefix + attribute
+// Values of a DriverHealthLabel.
+const (
+	DriverHealthy   = "healthy"
+	DriverDegraded  = "degraded"
+	DriverUnhealthy = "unhealthy"
+)
+
+// DriverHealthLabel is the node label a handler sets to the health of a loaded driver
+// (capability.kubevisor.io/<kind>.<driver> = healthy | degraded | unhealthy); kind is hypervisor,
+// network, storage or device. Launcher pods of a HypervisorClass require its driver to be healthy
+// or degraded on the node.
+func DriverHealthLabel(kind, driver string) string {
+	return CapabilityLabelPrefix + kind + "." + driver
+}
+
+// DriverAttributeLabel is the node label a handler sets to a fingerprint attribute of a loaded
+// driver (capability.kubevisor.io/<driver>.<attribute>, for example capability.kubevisor.io/qmp.accel).
+func DriverAttributeLabel(driver, attribute string) string {
+	return CapabilityLabelPrefix + driver + "." + attribute
 }
 
 // Reasons used in condition reasons and event reasons alike, so that a Warning event and the
