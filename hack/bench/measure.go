@@ -129,6 +129,55 @@ func ParseVmRSS(status []byte) (uint64, error) {
 	return 0, errors.New("no VmRSS line (a kernel thread, or a process that has exited)")
 }
 
+// MemUsage is a process's resident memory in bytes, in three accountings.
+type MemUsage struct {
+	// RSS counts every resident page the process maps, shared or not (VmRSS).
+	RSS uint64
+	// PSS divides each resident page by the number of processes that map it: N launchers
+	// running the same binary each count a 1/N share of its text. Summed over processes, PSS
+	// is the memory they take together.
+	PSS uint64
+	// Anon is anonymous memory (heap, stacks): the process's own, never shared with a file.
+	Anon uint64
+}
+
+// Add returns the field-wise sum.
+func (m MemUsage) Add(o MemUsage) MemUsage {
+	return MemUsage{RSS: m.RSS + o.RSS, PSS: m.PSS + o.PSS, Anon: m.Anon + o.Anon}
+}
+
+// ParseSmapsRollup reads Rss, Pss and Anonymous from the text of /proc/PID/smaps_rollup.
+func ParseSmapsRollup(raw []byte) (MemUsage, error) {
+	var m MemUsage
+	fields := map[string]*uint64{"Rss:": &m.RSS, "Pss:": &m.PSS, "Anonymous:": &m.Anon}
+	seen := 0
+	sc := bufio.NewScanner(bytes.NewReader(raw))
+	for sc.Scan() {
+		f := strings.Fields(sc.Text())
+		if len(f) == 0 {
+			continue
+		}
+		dst, ok := fields[f[0]]
+		if !ok {
+			continue
+		}
+		if len(f) != 3 || f[2] != "kB" {
+			return MemUsage{}, fmt.Errorf("%s unexpected value %q", f[0], strings.Join(f[1:], " "))
+		}
+		kb, err := strconv.ParseUint(f[1], 10, 64)
+		if err != nil {
+			return MemUsage{}, fmt.Errorf("%s %w", f[0], err)
+		}
+		*dst = kb << 10
+		seen++
+	}
+	if seen != len(fields) {
+		// Kernel threads and exited processes have an empty rollup.
+		return MemUsage{}, errors.New("no Rss, Pss and Anonymous lines (a kernel thread, or a process that has exited)")
+	}
+	return m, nil
+}
+
 // mib formats a byte count in MiB.
 func mib(b float64) string { return fmt.Sprintf("%.1f MiB", b/(1<<20)) }
 

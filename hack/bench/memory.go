@@ -84,14 +84,27 @@ type procSnapshot struct {
 	comm      string
 }
 
-// memoryRound is what one round read: RSS in bytes, each the median of rssSamples readings.
+// memoryRound is what one round read, each figure the median of rssSamples readings.
 type memoryRound struct {
 	vms       int
-	qemu      []uint64 // per VM
-	launchers []uint64 // per VM: the launcher and whatever else runs under it but QEMU
-	handler   uint64   // the bench process, which runs the Handler
-	drivers   map[string]uint64
+	qemu      []MemUsage // per VM
+	launchers []MemUsage // per VM: the launcher and whatever else runs under it but QEMU
+	handler   MemUsage   // the bench process, which runs the Handler
+	drivers   map[string]MemUsage
 }
+
+// accounting picks one way of counting memory out of a MemUsage.
+type accounting struct {
+	name string
+	of   func(MemUsage) uint64
+}
+
+// The accountings the memory bench reports: RSS counts a binary's text in every process that
+// runs it, PSS shares it among them (the memory the processes take together).
+var (
+	byRSS = accounting{"RSS", func(m MemUsage) uint64 { return m.RSS }}
+	byPSS = accounting{"PSS", func(m MemUsage) uint64 { return m.PSS }}
+)
 
 // memoryFigures are a round's figures per running VM, in bytes.
 type memoryFigures struct {
@@ -101,32 +114,32 @@ type memoryFigures struct {
 // overhead is Kubevisor's memory per VM beyond QEMU.
 func (f memoryFigures) overhead() float64 { return f.launcher + f.handler + f.drivers }
 
-// figures divides a round's readings by its VM count. handlerBase is the bench process's RSS
-// before the Handler was made: the handler's RSS is the process's beyond it.
-func (r memoryRound) figures(handlerBase uint64) memoryFigures {
+// figures divides a round's readings, counted by acc, by its VM count. handlerBase is the bench
+// process's memory before the Handler was made: the handler's is the process's beyond it.
+func (r memoryRound) figures(acc accounting, handlerBase MemUsage) memoryFigures {
 	n := float64(r.vms)
 	var drivers uint64
 	for _, d := range r.drivers {
-		drivers += d
+		drivers += acc.of(d)
 	}
 	return memoryFigures{
-		qemu:     float64(sum(r.qemu)) / n,
-		launcher: float64(sum(r.launchers)) / n,
-		handler:  max(float64(r.handler)-float64(handlerBase), 0) / n,
+		qemu:     float64(sum(acc, r.qemu)) / n,
+		launcher: float64(sum(acc, r.launchers)) / n,
+		handler:  max(float64(acc.of(r.handler))-float64(acc.of(handlerBase)), 0) / n,
 		drivers:  float64(drivers) / n,
 	}
 }
 
 // marginal is Kubevisor's memory beyond QEMU per VM that round b runs more than round a.
-func marginal(a, b memoryRound, handlerBase uint64) float64 {
-	total := func(r memoryRound) float64 { return r.figures(handlerBase).overhead() * float64(r.vms) }
+func marginal(acc accounting, a, b memoryRound, handlerBase MemUsage) float64 {
+	total := func(r memoryRound) float64 { return r.figures(acc, handlerBase).overhead() * float64(r.vms) }
 	return (total(b) - total(a)) / float64(b.vms-a.vms)
 }
 
-func sum(xs []uint64) uint64 {
+func sum(acc accounting, xs []MemUsage) uint64 {
 	var t uint64
 	for _, x := range xs {
-		t += x
+		t += acc.of(x)
 	}
 	return t
 }
@@ -305,7 +318,7 @@ func RunMemory(ctx context.Context, cfg MemoryConfig, out, logOut io.Writer) (er
 		sandboxes: map[types.UID]*standalone.Sandbox{},
 	}
 	// The bench process before the Handler: what it holds without one.
-	base, err := medianRSS(ctx, os.Getpid())
+	base, err := medianMem(ctx, os.Getpid())
 	if err != nil {
 		return err
 	}
@@ -337,7 +350,7 @@ func RunMemory(ctx context.Context, cfg MemoryConfig, out, logOut io.Writer) (er
 			return fmt.Errorf("%s driver %s: %s", d.Kind, d.Name, d.Error)
 		}
 	}
-	idle, err := medianRSS(ctx, os.Getpid())
+	idle, err := medianMem(ctx, os.Getpid())
 	if err != nil {
 		return err
 	}
@@ -361,15 +374,16 @@ func RunMemory(ctx context.Context, cfg MemoryConfig, out, logOut io.Writer) (er
 }
 
 // header prints what runs and the handler's idle figures.
-func (b *memoryBench) header(base, idle uint64) {
-	fmt.Fprintf(b.out, "kubevisor-bench memory: resident memory (VmRSS, median of %d readings %s apart, read %s after the last VM reached %s) per running VM\n",
+func (b *memoryBench) header(base, idle MemUsage) {
+	fmt.Fprintf(b.out, "kubevisor-bench memory: resident memory per running VM (from /proc/PID/smaps_rollup: RSS, PSS and anonymous; median of %d readings %s apart, read %s after the last VM reached %s)\n",
 		rssSamples, rssInterval, rssSettle, b.guest.ReadyMarker)
 	fmt.Fprintf(b.out, "  VMs:      %s as the template, %d MiB guest memory each, containerDisk %s, booted one after another\n",
 		b.cfg.VMI, b.cfg.MemoryBytes>>20, b.guest.Disk)
 	fmt.Fprintf(b.out, "  sandbox:  per VM a network namespace on bridge %s (%s) and a kubevisor-launcher in it, as kubevisor-handler run makes them\n",
 		b.cfg.Bridge, b.cfg.Subnet)
-	fmt.Fprintf(b.out, "  handler:  one handler.Handler inside this process (pid %d): kubevisor-handler has no mode for several VMIs; its RSS is this process's\n", os.Getpid())
-	fmt.Fprintf(b.out, "            beyond %s it held before the Handler was made (%s with the drivers loaded, no VM)\n", mib(float64(base)), mib(float64(idle)))
+	fmt.Fprintf(b.out, "  handler:  one handler.Handler inside this process (pid %d): kubevisor-handler has no mode for several VMIs; its memory is this process's\n", os.Getpid())
+	fmt.Fprintf(b.out, "            beyond what it held before the Handler was made (RSS %s, PSS %s; with the drivers loaded and no VM: RSS %s, PSS %s)\n",
+		mib(float64(base.RSS)), mib(float64(base.PSS)), mib(float64(idle.RSS)), mib(float64(idle.PSS)))
 	for _, d := range b.h.Drivers() {
 		fmt.Fprintf(b.out, "  driver:   %-10s %-5s plugin pid %d\n", d.Kind, d.Name, d.Plugin.Pid)
 	}
@@ -489,7 +503,7 @@ func (b *memoryBench) read(ctx context.Context, vms []memoryVM) (memoryRound, er
 	for _, p := range procs {
 		comm[p.pid] = p.comm
 	}
-	r := memoryRound{vms: len(vms), drivers: map[string]uint64{}}
+	r := memoryRound{vms: len(vms), drivers: map[string]MemUsage{}}
 	for _, vm := range vms {
 		lpid := vm.sb.LauncherPid()
 		var qemu []int
@@ -504,17 +518,17 @@ func (b *memoryBench) read(ctx context.Context, vms []memoryVM) (memoryRound, er
 		if len(qemu) != 1 {
 			return memoryRound{}, fmt.Errorf("VMI %s: %d QEMU processes under its launcher (pid %d), want 1", vm.vmi.Name, len(qemu), lpid)
 		}
-		q, err := medianRSS(ctx, qemu[0])
+		q, err := medianMem(ctx, qemu[0])
 		if err != nil {
 			return memoryRound{}, fmt.Errorf("QEMU of %s: %w", vm.vmi.Name, err)
 		}
-		l, err := treeRSS(ctx, launcher)
+		l, err := treeMem(ctx, launcher)
 		if err != nil {
 			return memoryRound{}, fmt.Errorf("launcher of %s: %w", vm.vmi.Name, err)
 		}
 		r.qemu, r.launchers = append(r.qemu, q), append(r.launchers, l)
 	}
-	if r.handler, err = medianRSS(ctx, os.Getpid()); err != nil {
+	if r.handler, err = medianMem(ctx, os.Getpid()); err != nil {
 		return memoryRound{}, fmt.Errorf("handler: %w", err)
 	}
 	for _, d := range b.h.Drivers() {
@@ -528,33 +542,41 @@ func (b *memoryBench) read(ctx context.Context, vms []memoryVM) (memoryRound, er
 			}
 			pids = append(pids, pid)
 		}
-		if r.drivers[d.Name], err = treeRSS(ctx, pids); err != nil {
+		if r.drivers[d.Name], err = treeMem(ctx, pids); err != nil {
 			return memoryRound{}, fmt.Errorf("%s driver: %w", d.Name, err)
 		}
 	}
-	tab := table{w: b.out, widths: []int{24, 10}}
-	for _, d := range slices.Sorted(maps.Keys(r.drivers)) {
-		tab.row("  driver "+d, mib(float64(r.drivers[d])))
+	tab := table{w: b.out, widths: []int{24, 10, 10, 10}}
+	tab.row("", "RSS", "PSS", "anonymous")
+	row := func(name string, m MemUsage) {
+		tab.row(name, mib(float64(m.RSS)), mib(float64(m.PSS)), mib(float64(m.Anon)))
 	}
-	tab.row("  handler (this process)", mib(float64(r.handler)))
-	tab.row("  launchers (sum)", mib(float64(sum(r.launchers))))
-	tab.row("  QEMUs (sum)", mib(float64(sum(r.qemu))))
+	for _, d := range slices.Sorted(maps.Keys(r.drivers)) {
+		row("  driver "+d, r.drivers[d])
+	}
+	row("  handler (this process)", r.handler)
+	var launchers, qemus MemUsage
+	for i := range r.launchers {
+		launchers, qemus = launchers.Add(r.launchers[i]), qemus.Add(r.qemu[i])
+	}
+	row("  launchers (sum)", launchers)
+	row("  QEMUs (sum)", qemus)
 	return r, nil
 }
 
-// treeRSS is the sum of the median RSS of pids. A process that exited meanwhile (a short-lived
-// helper) counts as nothing.
-func treeRSS(ctx context.Context, pids []int) (uint64, error) {
-	var total uint64
+// treeMem is the sum of the median memory of pids. A process that exited meanwhile (a
+// short-lived helper) counts as nothing.
+func treeMem(ctx context.Context, pids []int) (MemUsage, error) {
+	var total MemUsage
 	for i, pid := range pids {
-		n, err := medianRSS(ctx, pid)
+		m, err := medianMem(ctx, pid)
 		if err != nil {
 			if i > 0 {
 				continue
 			}
-			return 0, err
+			return MemUsage{}, err
 		}
-		total += n
+		total = total.Add(m)
 	}
 	return total, nil
 }
@@ -593,22 +615,27 @@ func (b *memoryBench) stopAll(vms []memoryVM) error {
 }
 
 // report prints the table of the rounds and the verdict.
-func (b *memoryBench) report(rounds []memoryRound, handlerBase uint64) {
-	fmt.Fprintf(b.out, "\nper running VM (handler share: its RSS beyond %s / N; drivers' share: the sum of the %d driver processes' RSS / N)\n",
-		mib(float64(handlerBase)), len(b.h.Drivers()))
-	tab := table{w: b.out, widths: []int{4, 10, 12, 13, 14, 18, 24, 19}}
-	tab.row("VMs", "QEMU RSS", "launcher RSS", "handler share", "drivers' share", "Kubevisor overhead", "aim ≤ 25 MiB beyond QEMU", "growth per added VM")
-	worst := 0.0
-	for i, r := range rounds {
-		f := r.figures(handlerBase)
-		worst = max(worst, f.overhead())
-		growth := "-"
-		if i > 0 {
-			growth = fmt.Sprintf("%s (%d→%d)", mib(marginal(rounds[i-1], r, handlerBase)), rounds[i-1].vms, r.vms)
+func (b *memoryBench) report(rounds []memoryRound, handlerBase MemUsage) {
+	worst := map[string]float64{}
+	var lastGrowth float64
+	for _, acc := range []accounting{byRSS, byPSS} {
+		fmt.Fprintf(b.out, "\nper running VM, by %s (handler share: its %s beyond the bench process's before the Handler / N; drivers' share: the %d driver processes' %s / N)\n",
+			acc.name, acc.name, len(b.h.Drivers()), acc.name)
+		tab := table{w: b.out, widths: []int{4, 10, 10, 13, 14, 18, 24, 19}}
+		tab.row("VMs", "QEMU", "launcher", "handler share", "drivers' share", "Kubevisor overhead", "aim ≤ 25 MiB beyond QEMU", "growth per added VM")
+		for i, r := range rounds {
+			f := r.figures(acc, handlerBase)
+			worst[acc.name] = max(worst[acc.name], f.overhead())
+			growth := "-"
+			if i > 0 {
+				lastGrowth = marginal(acc, rounds[i-1], r, handlerBase)
+				growth = fmt.Sprintf("%s (%d→%d)", mib(lastGrowth), rounds[i-1].vms, r.vms)
+			}
+			tab.row(fmt.Sprint(r.vms), mib(f.qemu), mib(f.launcher), mib(f.handler), mib(f.drivers), mib(f.overhead()), verdict(f.overhead()), growth)
 		}
-		tab.row(fmt.Sprint(r.vms), mib(f.qemu), mib(f.launcher), mib(f.handler), mib(f.drivers), mib(f.overhead()), verdict(f.overhead()), growth)
 	}
-	fmt.Fprintln(b.out, "(growth per added VM: Kubevisor's total RSS beyond QEMU, launchers + handler + drivers, between two rounds, per VM more)")
+	fmt.Fprintln(b.out, "(growth per added VM: Kubevisor's total beyond QEMU, launchers + handler + drivers, between two rounds, per VM more)")
+	fmt.Fprintln(b.out, "(RSS counts the launcher binary's text once per launcher; PSS splits pages shared by processes among them, so summed it is what they take together)")
 	accel := "unknown"
 	for k, v := range b.h.NodeLabels() {
 		if strings.HasSuffix(k, ".accel") {
@@ -616,8 +643,14 @@ func (b *memoryBench) report(rounds []memoryRound, handlerBase uint64) {
 		}
 	}
 	fmt.Fprintf(b.out, "\nload average at the end: %s; accelerator of the VMs (hypervisor driver's fingerprint): %s\n", loadAvg(), accel)
-	fmt.Fprintf(b.out, "Kubevisor overhead per VM beyond QEMU: at most %s over %d round(s) (aim ≤ %s: %s; KubeVirt budgets %s of static overhead per VMI)\n",
-		mib(worst), len(rounds), mib(MemoryAim), verdict(worst), mib(KubeVirtOverhead))
+	for _, acc := range []accounting{byRSS, byPSS} {
+		fmt.Fprintf(b.out, "Kubevisor overhead per VM beyond QEMU by %s: at most %s over %d round(s) (aim ≤ %s: %s; KubeVirt budgets %s of static overhead per VMI)\n",
+			acc.name, mib(worst[acc.name]), len(rounds), mib(MemoryAim), verdict(worst[acc.name]), mib(KubeVirtOverhead))
+	}
+	if len(rounds) > 1 {
+		fmt.Fprintf(b.out, "each added VM costs %s by PSS beyond QEMU (aim ≤ %s: %s); the rest is the node's fixed cost of the handler and driver processes, shared by all its VMs\n",
+			mib(lastGrowth), mib(MemoryAim), verdict(lastGrowth))
+	}
 }
 
 // removeBridge deletes the bench's pod network bridge, which the CNI bridge plugin leaves.

@@ -3,6 +3,7 @@ package bench
 import (
 	"io"
 	"math"
+	"os"
 	"slices"
 	"strings"
 	"testing"
@@ -74,40 +75,84 @@ func TestDescendants(t *testing.T) {
 
 func TestMemoryFigures(t *testing.T) {
 	const mi = 1 << 20
+	// rss builds a reading whose PSS is half its RSS, so that the accountings differ.
+	rss := func(n uint64) MemUsage { return MemUsage{RSS: n * mi, PSS: n * mi / 2, Anon: mi} }
+	rssAll := func(ns ...uint64) []MemUsage {
+		var out []MemUsage
+		for _, n := range ns {
+			out = append(out, rss(n))
+		}
+		return out
+	}
 	r := memoryRound{
 		vms:       4,
-		qemu:      []uint64{200 * mi, 220 * mi, 210 * mi, 210 * mi},
-		launchers: []uint64{12 * mi, 12 * mi, 13 * mi, 11 * mi},
-		handler:   38 * mi,
-		drivers:   map[string]uint64{"qmp": 20 * mi, "cni": 18 * mi, "local": 14 * mi},
+		qemu:      rssAll(200, 220, 210, 210),
+		launchers: rssAll(12, 12, 13, 11),
+		handler:   rss(38),
+		drivers:   map[string]MemUsage{"qmp": rss(20), "cni": rss(18), "local": rss(14)},
 	}
-	f := r.figures(18 * mi)
+	f := r.figures(byRSS, rss(18))
 	want := memoryFigures{qemu: 210 * mi, launcher: 12 * mi, handler: 5 * mi, drivers: 13 * mi}
 	if f != want {
-		t.Fatalf("figures = %+v, want %+v", f, want)
+		t.Fatalf("figures by RSS = %+v, want %+v", f, want)
 	}
 	if got := f.overhead(); got != 30*mi {
 		t.Errorf("overhead = %v MiB, want 30", got/mi)
 	}
+	if got, want := r.figures(byPSS, rss(18)).overhead(), 15.0*mi; got != want {
+		t.Errorf("overhead by PSS = %v MiB, want %v", got/mi, want/mi)
+	}
 	// A handler below its baseline (the GC returned memory) counts as nothing, not negative.
-	r.handler = 10 * mi
-	if got := r.figures(18 * mi).handler; got != 0 {
+	r.handler = rss(10)
+	if got := r.figures(byRSS, rss(18)).handler; got != 0 {
 		t.Errorf("handler share below the baseline = %v, want 0", got)
 	}
-	r.handler = 38 * mi
+	r.handler = rss(38)
 	more := memoryRound{
 		vms:       6,
-		qemu:      make([]uint64, 6),
-		launchers: []uint64{12 * mi, 12 * mi, 12 * mi, 12 * mi, 12 * mi, 12 * mi},
-		handler:   40 * mi,
-		drivers:   map[string]uint64{"qmp": 21 * mi, "cni": 19 * mi, "local": 14 * mi},
+		qemu:      make([]MemUsage, 6),
+		launchers: rssAll(12, 12, 12, 12, 12, 12),
+		handler:   rss(40),
+		drivers:   map[string]MemUsage{"qmp": rss(21), "cni": rss(19), "local": rss(14)},
 	}
 	// Kubevisor beyond QEMU: 4 VMs 120 MiB, 6 VMs 72+22+54 = 148 MiB: 14 MiB per VM more.
-	if got := marginal(r, more, 18*mi); got != 14*mi {
+	if got := marginal(byRSS, r, more, rss(18)); got != 14*mi {
 		t.Errorf("marginal = %v MiB, want 14", got/mi)
 	}
 	if verdict(MemoryAim) != "met" || verdict(math.Nextafter(MemoryAim, math.Inf(1))) != "NOT met" {
 		t.Error("the aim is at most 25 MiB, inclusive")
+	}
+}
+
+func TestParseSmapsRollup(t *testing.T) {
+	const rollup = `00400000-7ffe5a522000 ---p 00000000 00:00 0                              [rollup]
+Rss:               12024 kB
+Pss:               10735 kB
+Pss_Anon:           1532 kB
+Anonymous:          1532 kB
+Swap:                  0 kB
+`
+	m, err := ParseSmapsRollup([]byte(rollup))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := (MemUsage{RSS: 12024 << 10, PSS: 10735 << 10, Anon: 1532 << 10}); m != want {
+		t.Errorf("ParseSmapsRollup = %+v, want %+v", m, want)
+	}
+	for name, bad := range map[string]string{
+		"empty (an exited process)": "",
+		"no Pss":                    "Rss: 1 kB\nAnonymous: 1 kB\n",
+		"not kB":                    "Rss: 1 MB\nPss: 1 kB\nAnonymous: 1 kB\n",
+		"not a number":              "Rss: x kB\nPss: 1 kB\nAnonymous: 1 kB\n",
+	} {
+		if _, err := ParseSmapsRollup([]byte(bad)); err == nil {
+			t.Errorf("%s: no error", name)
+		}
+	}
+	// Our own rollup parses, with PSS at most RSS.
+	own, err := readMem(os.Getpid())
+	if err != nil || own.RSS == 0 || own.PSS > own.RSS {
+		t.Errorf("readMem(self) = %+v, %v", own, err)
 	}
 }
 

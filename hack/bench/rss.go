@@ -43,22 +43,42 @@ func (b *bencher) driverRSS(ctx context.Context) (uint64, error) {
 
 // medianRSS reads a process's RSS rssSamples times, rssInterval apart, and returns the median.
 func medianRSS(ctx context.Context, pid int) (uint64, error) {
-	var samples []uint64
+	m, err := medianMem(ctx, pid)
+	return m.RSS, err
+}
+
+// readMem reads a process's /proc/PID/smaps_rollup.
+func readMem(pid int) (MemUsage, error) {
+	raw, err := os.ReadFile(fmt.Sprintf("/proc/%d/smaps_rollup", pid))
+	if err != nil {
+		return MemUsage{}, err
+	}
+	m, err := ParseSmapsRollup(raw)
+	if err != nil {
+		return MemUsage{}, fmt.Errorf("/proc/%d/smaps_rollup: %w", pid, err)
+	}
+	return m, nil
+}
+
+// medianMem reads a process's memory rssSamples times, rssInterval apart, and returns the
+// median of each accounting.
+func medianMem(ctx context.Context, pid int) (MemUsage, error) {
+	var rss, pss, anon []uint64
 	for i := range rssSamples {
 		if i > 0 {
 			select {
 			case <-time.After(rssInterval):
 			case <-ctx.Done():
-				return 0, ctx.Err()
+				return MemUsage{}, ctx.Err()
 			}
 		}
-		n, err := readRSS(pid)
+		m, err := readMem(pid)
 		if err != nil {
-			return 0, err
+			return MemUsage{}, err
 		}
-		samples = append(samples, n)
+		rss, pss, anon = append(rss, m.RSS), append(pss, m.PSS), append(anon, m.Anon)
 	}
-	return Median(samples), nil
+	return MemUsage{RSS: Median(rss), PSS: Median(pss), Anon: Median(anon)}, nil
 }
 
 // rss reads the driver's RSS with no VM, then with each of cfg.VMs VMs booted through it at
