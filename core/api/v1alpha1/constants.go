@@ -98,6 +98,9 @@ const (
 	ReasonPodNotExists = "PodNotExists"
 	// ReasonPodConditionMissing says the launcher pod reports no Ready condition (Ready=False).
 	ReasonPodConditionMissing = "PodConditionMissing"
+	// ReasonPodFailed says the launcher pod failed, or completed, before its VMI was final
+	// (the VMI's phase is Failed).
+	ReasonPodFailed = "PodFailed"
 	// ReasonGuestNotRunning says the guest is not running (Ready=False).
 	ReasonGuestNotRunning = "GuestNotRunning"
 	// ReasonHypervisorClassNotFound says the named HypervisorClass does not exist, or none is default.

@@ -48,6 +48,14 @@ type HypervisorClass struct {
 	// Scheduling constrains the nodes that VMIs of this class run on.
 	// +optional
 	Scheduling *HypervisorClassScheduling `json:"scheduling,omitempty"`
+	// DeviceResources are the kubelet device plugin resources (devices.kubevisor.io/<name>, one of
+	// each) that every launcher pod of this class requests, for example devices.kubevisor.io/kvm
+	// for a class that needs hardware acceleration. Launcher pods are not privileged: these are
+	// the only host devices they get.
+	// +listType=set
+	// +kubebuilder:validation:MaxItems=16
+	// +optional
+	DeviceResources []corev1.ResourceName `json:"deviceResources,omitempty"`
 }
 
 // HypervisorClassOverhead is the per-VMI resource overhead of a class (as RuntimeClass's Overhead).
