@@ -156,7 +156,13 @@ func DeriveStatus(prev v1alpha1.VirtualMachineInstanceStatus, obs Observation, n
 			InterfaceName: i.Result.GetPodInterface(),
 			InfoSource:    "domain",
 		}
-		for _, a := range i.Result.GetIpAddresses() {
+		// Users connect to the addresses the guest is reached at: the pod's behind a NAT
+		// binding (as KubeVirt reports for masquerade), else the guest's own.
+		addrs := i.Result.GetReachableAddresses()
+		if len(addrs) == 0 {
+			addrs = i.Result.GetIpAddresses()
+		}
+		for _, a := range addrs {
 			if p, err := netip.ParsePrefix(a); err == nil {
 				a = p.Addr().String()
 			}

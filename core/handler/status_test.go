@@ -120,11 +120,14 @@ func TestDeriveStatusInterfaces(t *testing.T) {
 			{Name: "default", Result: &networkv1.InterfaceResult{Name: "default", Mac: "02:00:00:00:00:01", IpAddresses: []string{"10.244.0.5/24", "fd00::5/64"}, PodInterface: "eth0"}},
 			{Name: "secondary", Result: &networkv1.InterfaceResult{Name: "secondary", Mac: "02:00:00:00:00:02", PodInterface: "net1"}},
 			{Name: "not-set-up"},
+			// Behind NAT the guest has 10.0.2.2 and is reached at the pod's address.
+			{Name: "nat", Result: &networkv1.InterfaceResult{Name: "nat", Mac: "02:00:00:00:00:03", IpAddresses: []string{"10.0.2.2/24"}, ReachableAddresses: []string{"10.244.0.6/24"}, PodInterface: "eth1"}},
 		},
 	}, time.Now())
 	want := []v1alpha1.VirtualMachineInstanceNetworkInterface{
 		{Name: "default", MAC: "02:00:00:00:00:01", IP: "10.244.0.5", IPs: []string{"10.244.0.5", "fd00::5"}, InterfaceName: "eth0", InfoSource: "domain"},
 		{Name: "secondary", MAC: "02:00:00:00:00:02", InterfaceName: "net1", InfoSource: "domain"},
+		{Name: "nat", MAC: "02:00:00:00:00:03", IP: "10.244.0.6", IPs: []string{"10.244.0.6"}, InterfaceName: "eth1", InfoSource: "domain"},
 	}
 	if len(st.Interfaces) != len(want) {
 		t.Fatalf("interfaces = %+v", st.Interfaces)

@@ -198,6 +198,7 @@ func TestMasqueradeBinding(t *testing.T) {
 			want := &networkv1.InterfaceResult{
 				Name: "default", TapName: "tapeth0", Mac: derivedMAC(vmi, "default", "guest").String(),
 				IpAddresses: []string{"10.0.2.2/24"}, Mtu: clusterMTU, PodInterface: "eth0",
+				ReachableAddresses: []string{p.ip.String()},
 			}
 			if !proto.Equal(resp.GetInterfaces()[0], want) {
 				t.Fatalf("Setup = %v, want %v", resp.GetInterfaces()[0], want)
@@ -344,6 +345,11 @@ func TestMasqueradeIPv6(t *testing.T) {
 	}
 	if got := resp.GetInterfaces()[0].GetIpAddresses(); !slices.Equal(got, []string{"10.0.2.2/24", "fd10:0:2::2/120"}) {
 		t.Errorf("guest addresses %v, want [10.0.2.2/24 fd10:0:2::2/120]", got)
+	}
+	// Behind NAT the guest is reached at the pod's addresses.
+	reach := resp.GetInterfaces()[0].GetReachableAddresses()
+	if len(reach) != 2 || netip.MustParsePrefix(reach[0]) != p.ip || netip.MustParsePrefix(reach[1]) != p.ip6 {
+		t.Errorf("reachable addresses %v, want the pod's %s and %s", reach, p.ip, p.ip6)
 	}
 	tables, _ := nftRuleset(t, p.ns)
 	if !slices.Equal(tables, []string{"ip kubevisor_eth0", "ip6 kubevisor_eth0"}) {

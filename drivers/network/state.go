@@ -122,6 +122,8 @@ func (s *ifaceState) result() *networkv1.InterfaceResult {
 		if len(s.Pod.Addrs6) > 0 {
 			r.IpAddresses = append(r.IpAddresses, masqGuest6)
 		}
+		// Behind NAT the guest is reached at the pod's addresses (declared ports, or all).
+		r.ReachableAddresses = append(slices.Clone(s.Pod.Addrs), s.Pod.Addrs6...)
 	}
 	return r
 }

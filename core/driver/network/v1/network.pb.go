@@ -240,9 +240,14 @@ type InterfaceResult struct {
 	IpAddresses []string `protobuf:"bytes,4,rep,name=ip_addresses,json=ipAddresses,proto3" json:"ip_addresses,omitempty"`
 	Mtu         uint32   `protobuf:"varint,5,opt,name=mtu,proto3" json:"mtu,omitempty"`
 	// pod_interface is the sandbox interface the guest is connected through ("eth0", "net1").
-	PodInterface  string `protobuf:"bytes,6,opt,name=pod_interface,json=podInterface,proto3" json:"pod_interface,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	PodInterface string `protobuf:"bytes,6,opt,name=pod_interface,json=podInterface,proto3" json:"pod_interface,omitempty"`
+	// reachable_addresses are the addresses (CIDR form) at which others reach the guest through
+	// this interface, when they differ from ip_addresses: a NAT binding gives the guest a private
+	// address and is reached at the pod's. Empty means ip_addresses. The node handler reports
+	// these in the VMI's status, as users connect to them.
+	ReachableAddresses []string `protobuf:"bytes,7,rep,name=reachable_addresses,json=reachableAddresses,proto3" json:"reachable_addresses,omitempty"`
+	unknownFields      protoimpl.UnknownFields
+	sizeCache          protoimpl.SizeCache
 }
 
 func (x *InterfaceResult) Reset() {
@@ -315,6 +320,13 @@ func (x *InterfaceResult) GetPodInterface() string {
 		return x.PodInterface
 	}
 	return ""
+}
+
+func (x *InterfaceResult) GetReachableAddresses() []string {
+	if x != nil {
+		return x.ReachableAddresses
+	}
+	return nil
 }
 
 type SetupResponse struct {
@@ -582,14 +594,15 @@ const file_core_driver_network_v1_network_proto_rawDesc = "" +
 	"netns_path\x18\x02 \x01(\tR\tnetnsPath\x12F\n" +
 	"\n" +
 	"interfaces\x18\x03 \x03(\v2&.kubevisor.driver.network.v1.InterfaceR\n" +
-	"interfaces\"\xac\x01\n" +
+	"interfaces\"\xdd\x01\n" +
 	"\x0fInterfaceResult\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x19\n" +
 	"\btap_name\x18\x02 \x01(\tR\atapName\x12\x10\n" +
 	"\x03mac\x18\x03 \x01(\tR\x03mac\x12!\n" +
 	"\fip_addresses\x18\x04 \x03(\tR\vipAddresses\x12\x10\n" +
 	"\x03mtu\x18\x05 \x01(\rR\x03mtu\x12#\n" +
-	"\rpod_interface\x18\x06 \x01(\tR\fpodInterface\"]\n" +
+	"\rpod_interface\x18\x06 \x01(\tR\fpodInterface\x12/\n" +
+	"\x13reachable_addresses\x18\a \x03(\tR\x12reachableAddresses\"]\n" +
 	"\rSetupResponse\x12L\n" +
 	"\n" +
 	"interfaces\x18\x01 \x03(\v2,.kubevisor.driver.network.v1.InterfaceResultR\n" +
