@@ -1,0 +1,438 @@
+// Package migration runs the VirtualMachineInstanceMigration lifecycle up to a target launcher
+// pod ready on another node; the node side moves the guest and reports the outcome on the VMI.
+package migration
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/equality"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller"
+	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
+	"sigs.k8s.io/controller-runtime/pkg/handler"
+	"sigs.k8s.io/controller-runtime/pkg/recorder"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+
+	"github.com/kubevisor/kubevisor/core/api/v1alpha1"
+)
+
+// ControllerName names the controller (metrics, logs, events' reporting controller).
+const ControllerName = "migration"
+
+// Finalizer keeps a migration until its target pod is gone and the VMI no longer carries its
+// unfinished migration state.
+const Finalizer = v1alpha1.LabelPrefix + "migration"
+
+// Field indexes on migrations, for mapping VMI and pod events back to the migrations.
+const (
+	indexVMIName = "spec.vmiName"
+	indexUID     = "metadata.uid"
+)
+
+// Options configure the migration controller.
+type Options struct {
+	// MaxConcurrentReconciles is how many migrations are reconciled at once (default 1).
+	MaxConcurrentReconciles int
+	// SkipNameValidation allows a second controller named "migration" in one process (tests).
+	SkipNameValidation bool
+}
+
+// Reconciler reconciles VirtualMachineInstanceMigrations.
+type Reconciler struct {
+	Client client.Client
+	// APIReader reads past the cache, to tell a just-created pod from a missing one.
+	APIReader client.Reader
+	Recorder  recorder.EventRecorder
+}
+
+// +kubebuilder:rbac:groups=kubevisor.io,resources=virtualmachineinstancemigrations,verbs=get;list;watch;patch
+// +kubebuilder:rbac:groups=kubevisor.io,resources=virtualmachineinstancemigrations/status,verbs=get;patch
+// +kubebuilder:rbac:groups=kubevisor.io,resources=virtualmachineinstancemigrations/finalizers,verbs=update
+// +kubebuilder:rbac:groups=kubevisor.io,resources=virtualmachineinstances,verbs=get;list;watch
+// +kubebuilder:rbac:groups=kubevisor.io,resources=virtualmachineinstances/status,verbs=patch
+// +kubebuilder:rbac:groups="",resources=pods,verbs=get;list;watch;create;delete
+// +kubebuilder:rbac:groups=events.k8s.io,resources=events,verbs=create;patch
+
+// SetupWithManager registers the migration controller and its field indexes with mgr.
+func SetupWithManager(mgr ctrl.Manager, opts Options) error {
+	ctx := context.Background()
+	idx := mgr.GetFieldIndexer()
+	if err := idx.IndexField(ctx, &v1alpha1.VirtualMachineInstanceMigration{}, indexVMIName, func(o client.Object) []string {
+		return []string{o.(*v1alpha1.VirtualMachineInstanceMigration).Spec.VMIName}
+	}); err != nil {
+		return fmt.Errorf("index migrations by VMI name: %w", err)
+	}
+	if err := idx.IndexField(ctx, &v1alpha1.VirtualMachineInstanceMigration{}, indexUID, func(o client.Object) []string {
+		return []string{string(o.GetUID())}
+	}); err != nil {
+		return fmt.Errorf("index migrations by UID: %w", err)
+	}
+	r := &Reconciler{
+		Client:    mgr.GetClient(),
+		APIReader: mgr.GetAPIReader(),
+		Recorder:  mgr.GetEventRecorder(ControllerName),
+	}
+	copts := controller.Options{MaxConcurrentReconciles: opts.MaxConcurrentReconciles}
+	if opts.SkipNameValidation {
+		copts.SkipNameValidation = &opts.SkipNameValidation
+	}
+	return ctrl.NewControllerManagedBy(mgr).
+		Named(ControllerName).
+		For(&v1alpha1.VirtualMachineInstanceMigration{}).
+		Watches(&corev1.Pod{}, handler.EnqueueRequestsFromMapFunc(r.migrationsOfPod)).
+		Watches(&v1alpha1.VirtualMachineInstance{}, handler.EnqueueRequestsFromMapFunc(r.migrationsOfVMI)).
+		WithOptions(copts).
+		Complete(r)
+}
+
+// migrationsOfPod maps a target pod to its migration (label → UID index).
+func (r *Reconciler) migrationsOfPod(ctx context.Context, o client.Object) []reconcile.Request {
+	uid := o.GetLabels()[v1alpha1.MigrationUIDLabel]
+	if uid == "" {
+		return nil
+	}
+	return r.lookup(ctx, o.GetNamespace(), indexUID, uid)
+}
+
+// migrationsOfVMI maps a VMI to the migrations that name it.
+func (r *Reconciler) migrationsOfVMI(ctx context.Context, o client.Object) []reconcile.Request {
+	return r.lookup(ctx, o.GetNamespace(), indexVMIName, o.GetName())
+}
+
+func (r *Reconciler) lookup(ctx context.Context, ns, index, value string) []reconcile.Request {
+	var list v1alpha1.VirtualMachineInstanceMigrationList
+	if err := r.Client.List(ctx, &list, client.InNamespace(ns), client.MatchingFields{index: value}); err != nil {
+		ctrl.LoggerFrom(ctx).Error(err, "list migrations", "index", index, "value", value)
+		return nil
+	}
+	reqs := make([]reconcile.Request, 0, len(list.Items))
+	for _, m := range list.Items {
+		reqs = append(reqs, reconcile.Request{NamespacedName: types.NamespacedName{Namespace: m.Namespace, Name: m.Name}})
+	}
+	return reqs
+}
+
+// Reconcile moves one migration along its lifecycle.
+func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (_ ctrl.Result, retErr error) {
+	mig := &v1alpha1.VirtualMachineInstanceMigration{}
+	if err := r.Client.Get(ctx, req.NamespacedName, mig); err != nil {
+		return ctrl.Result{}, client.IgnoreNotFound(err)
+	}
+	before := mig.DeepCopy()
+	defer func() {
+		if err := r.patch(ctx, before, mig); err != nil {
+			retErr = errors.Join(retErr, err)
+		}
+	}()
+	if !mig.DeletionTimestamp.IsZero() {
+		return r.reconcileDelete(ctx, mig)
+	}
+	controllerutil.AddFinalizer(mig, Finalizer)
+	return ctrl.Result{}, r.reconcileNormal(ctx, mig)
+}
+
+// patch writes what the reconcile changed: status first, then the finalizers, since removing
+// the last finalizer may delete the object. Each patch holds only its own part.
+func (r *Reconciler) patch(ctx context.Context, before, mig *v1alpha1.VirtualMachineInstanceMigration) error {
+	var errs []error
+	if !equality.Semantic.DeepEqual(before.Status, mig.Status) {
+		obj := before.DeepCopy()
+		obj.Status = mig.Status
+		if err := r.Client.Status().Patch(ctx, obj, client.MergeFrom(before)); err != nil && !apierrors.IsNotFound(err) {
+			errs = append(errs, fmt.Errorf("patch migration status: %w", err))
+		}
+	}
+	if !equality.Semantic.DeepEqual(before.Finalizers, mig.Finalizers) {
+		obj := before.DeepCopy()
+		obj.Finalizers = mig.Finalizers
+		if err := r.Client.Patch(ctx, obj, client.MergeFrom(before)); err != nil && !apierrors.IsNotFound(err) {
+			errs = append(errs, fmt.Errorf("patch migration finalizers: %w", err))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+func (r *Reconciler) reconcileNormal(ctx context.Context, mig *v1alpha1.VirtualMachineInstanceMigration) error {
+	vmi, err := r.getVMI(ctx, mig)
+	if err != nil {
+		return err
+	}
+	state := migrationState(mig)
+	obs := Observation{Phase: mig.Status.Phase, VMI: vmi, MigrationUID: string(mig.UID), TargetPodCreated: state.TargetPod != ""}
+	var source *corev1.Pod
+	if vmi != nil && (mig.Status.Phase == v1alpha1.MigrationPending || mig.Status.Phase == v1alpha1.MigrationScheduling && !obs.TargetPodCreated) {
+		if source, err = r.sourcePod(ctx, vmi, mig); err != nil {
+			return err
+		}
+		obs.SourcePodFound = source != nil
+	}
+	if obs.TargetPodCreated {
+		if obs.TargetPod, err = r.getPod(ctx, mig.Namespace, state.TargetPod); err != nil {
+			return err
+		}
+	}
+	d := Next(obs)
+	from := mig.Status.Phase
+	setPhase(mig, d.Phase)
+
+	switch d.Phase {
+	case v1alpha1.MigrationScheduling:
+		if obs.TargetPodCreated || source == nil {
+			return nil
+		}
+		return r.createTarget(ctx, mig, vmi, source)
+	case v1alpha1.MigrationTargetReady:
+		state.TargetNode = obs.TargetPod.Spec.NodeName
+		if from != d.Phase {
+			r.Recorder.Eventf(mig, obs.TargetPod, corev1.EventTypeNormal, ReasonTargetReady, "Migrate",
+				"target pod %s runs on node %s", state.TargetPod, state.TargetNode)
+		}
+		return r.handOff(ctx, vmi, state)
+	case v1alpha1.MigrationRunning:
+		state.StartTimestamp = vmi.Status.MigrationState.StartTimestamp
+		if from != d.Phase {
+			r.Recorder.Eventf(mig, related(vmi), corev1.EventTypeNormal, v1alpha1.ReasonMigrating, "Migrate", "the node side started moving the guest")
+		}
+	case v1alpha1.MigrationSucceeded:
+		if from != d.Phase {
+			vs := vmi.Status.MigrationState
+			state.StartTimestamp, state.EndTimestamp, state.Completed = vs.StartTimestamp, vs.EndTimestamp, true
+			r.Recorder.Eventf(mig, related(vmi), corev1.EventTypeNormal, v1alpha1.ReasonMigrated, "Migrate", "the guest runs on node %s", state.TargetNode)
+		}
+	case v1alpha1.MigrationFailed:
+		if from != d.Phase {
+			now := metav1.Now()
+			state.Failed, state.FailureReason, state.EndTimestamp = true, d.Reason+": "+d.Message, &now
+			r.Recorder.Eventf(mig, related(vmi), corev1.EventTypeWarning, d.Reason, "Migrate", "%s", d.Message)
+		}
+		// The guest stays on the source: the target pod has nothing to do any more.
+		return errors.Join(r.deleteTargets(ctx, mig), r.failOnVMI(ctx, vmi, mig, state.FailureReason))
+	}
+	return nil
+}
+
+// reconcileDelete cancels an unfinished migration: it deletes the target pod, clears the VMI's
+// migration state, and releases the finalizer once the target pod is gone. A succeeded
+// migration's target pod now runs the guest and is left alone.
+func (r *Reconciler) reconcileDelete(ctx context.Context, mig *v1alpha1.VirtualMachineInstanceMigration) (ctrl.Result, error) {
+	if mig.Status.Phase != v1alpha1.MigrationSucceeded {
+		if mig.Status.Phase != v1alpha1.MigrationFailed {
+			setAbortRequested(mig)
+		}
+		if err := r.deleteTargets(ctx, mig); err != nil {
+			return ctrl.Result{}, err
+		}
+		vmi, err := r.getVMI(ctx, mig)
+		if err != nil {
+			return ctrl.Result{}, err
+		}
+		if err := r.clearOnVMI(ctx, vmi, mig); err != nil {
+			return ctrl.Result{}, err
+		}
+		pods, err := r.targetPods(ctx, mig)
+		if err != nil {
+			return ctrl.Result{}, err
+		}
+		if len(pods) > 0 {
+			// The pod's deletion event requeues the migration.
+			return ctrl.Result{}, nil
+		}
+	}
+	controllerutil.RemoveFinalizer(mig, Finalizer)
+	return ctrl.Result{}, nil
+}
+
+func (r *Reconciler) getVMI(ctx context.Context, mig *v1alpha1.VirtualMachineInstanceMigration) (*v1alpha1.VirtualMachineInstance, error) {
+	vmi := &v1alpha1.VirtualMachineInstance{}
+	err := r.Client.Get(ctx, types.NamespacedName{Namespace: mig.Namespace, Name: mig.Spec.VMIName}, vmi)
+	if apierrors.IsNotFound(err) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("get VMI: %w", err)
+	}
+	return vmi, nil
+}
+
+// getPod reads a pod from the cache and, when the cache does not have it, from the API server:
+// a pod this controller just created may not have reached the cache yet.
+func (r *Reconciler) getPod(ctx context.Context, ns, name string) (*corev1.Pod, error) {
+	pod := &corev1.Pod{}
+	key := types.NamespacedName{Namespace: ns, Name: name}
+	err := r.Client.Get(ctx, key, pod)
+	if apierrors.IsNotFound(err) {
+		err = r.APIReader.Get(ctx, key, pod)
+	}
+	if apierrors.IsNotFound(err) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("get target pod: %w", err)
+	}
+	return pod, nil
+}
+
+// sourcePod finds the launcher pod that runs the VMI now: labelled with the VMI's UID, not this
+// migration's target, not terminating, preferring the one the VMI names, else the one on its node.
+func (r *Reconciler) sourcePod(ctx context.Context, vmi *v1alpha1.VirtualMachineInstance, mig *v1alpha1.VirtualMachineInstanceMigration) (*corev1.Pod, error) {
+	var pods corev1.PodList
+	if err := r.Client.List(ctx, &pods, client.InNamespace(vmi.Namespace), client.MatchingLabels{v1alpha1.CreatedByLabel: string(vmi.UID)}); err != nil {
+		return nil, fmt.Errorf("list launcher pods: %w", err)
+	}
+	var onNode *corev1.Pod
+	for i := range pods.Items {
+		p := &pods.Items[i]
+		if p.DeletionTimestamp != nil || p.Labels[v1alpha1.MigrationUIDLabel] == string(mig.UID) {
+			continue
+		}
+		if vmi.Status.LauncherPodName != "" && p.Name == vmi.Status.LauncherPodName {
+			return p, nil
+		}
+		if p.Spec.NodeName != "" && p.Spec.NodeName == vmi.Status.NodeName && onNode == nil {
+			onNode = p
+		}
+	}
+	return onNode, nil
+}
+
+func (r *Reconciler) createTarget(ctx context.Context, mig *v1alpha1.VirtualMachineInstanceMigration, vmi *v1alpha1.VirtualMachineInstance, source *corev1.Pod) error {
+	pod := TargetPod(source, mig)
+	err := r.Client.Create(ctx, pod)
+	if err != nil && !apierrors.IsAlreadyExists(err) {
+		r.Recorder.Eventf(mig, related(vmi), corev1.EventTypeWarning, v1alpha1.ReasonFailedCreate, "Create", "create target pod %s: %v", pod.Name, err)
+		return fmt.Errorf("create target pod: %w", err)
+	}
+	state := migrationState(mig)
+	state.MigrationUID = mig.UID
+	state.SourcePod, state.SourceNode, state.TargetPod = source.Name, source.Spec.NodeName, pod.Name
+	r.Recorder.Eventf(mig, related(vmi), corev1.EventTypeNormal, v1alpha1.ReasonSuccessfulCreate, "Create", "created target pod %s", pod.Name)
+	return nil
+}
+
+// targetPods lists the pods labelled with the migration's UID: what cancellation must remove.
+func (r *Reconciler) targetPods(ctx context.Context, mig *v1alpha1.VirtualMachineInstanceMigration) ([]corev1.Pod, error) {
+	var pods corev1.PodList
+	if err := r.Client.List(ctx, &pods, client.InNamespace(mig.Namespace), client.MatchingLabels{v1alpha1.MigrationUIDLabel: string(mig.UID)}); err != nil {
+		return nil, fmt.Errorf("list target pods: %w", err)
+	}
+	return pods.Items, nil
+}
+
+func (r *Reconciler) deleteTargets(ctx context.Context, mig *v1alpha1.VirtualMachineInstanceMigration) error {
+	pods, err := r.targetPods(ctx, mig)
+	if err != nil {
+		return err
+	}
+	for i := range pods {
+		p := &pods[i]
+		if p.DeletionTimestamp != nil {
+			continue
+		}
+		if err := r.Client.Delete(ctx, p, client.Preconditions{UID: &p.UID}); client.IgnoreNotFound(err) != nil {
+			r.Recorder.Eventf(mig, p, corev1.EventTypeWarning, v1alpha1.ReasonFailedDelete, "Delete", "delete target pod %s: %v", p.Name, err)
+			return fmt.Errorf("delete target pod: %w", err)
+		}
+		r.Recorder.Eventf(mig, p, corev1.EventTypeNormal, v1alpha1.ReasonSuccessfulDelete, "Delete", "deleted target pod %s", p.Name)
+	}
+	return nil
+}
+
+// handOff records the migration on the VMI: the node side watches for it, copies the guest to
+// the target pod, and writes startTimestamp, then completed or failed.
+func (r *Reconciler) handOff(ctx context.Context, vmi *v1alpha1.VirtualMachineInstance, state *v1alpha1.VirtualMachineInstanceMigrationState) error {
+	if cur := vmi.Status.MigrationState; cur != nil && cur.MigrationUID == state.MigrationUID {
+		return nil
+	}
+	return r.patchVMIState(ctx, vmi, &v1alpha1.VirtualMachineInstanceMigrationState{
+		MigrationUID: state.MigrationUID,
+		SourceNode:   state.SourceNode,
+		SourcePod:    state.SourcePod,
+		TargetNode:   state.TargetNode,
+		TargetPod:    state.TargetPod,
+	})
+}
+
+// failOnVMI marks the VMI's migration state failed when it is this migration's and still open,
+// so that the node side stops.
+func (r *Reconciler) failOnVMI(ctx context.Context, vmi *v1alpha1.VirtualMachineInstance, mig *v1alpha1.VirtualMachineInstanceMigration, reason string) error {
+	if vmi == nil || vmi.Status.MigrationState == nil || vmi.Status.MigrationState.MigrationUID != mig.UID ||
+		vmi.Status.MigrationState.Completed || vmi.Status.MigrationState.Failed {
+		return nil
+	}
+	s := vmi.Status.MigrationState.DeepCopy()
+	now := metav1.Now()
+	s.Failed, s.FailureReason, s.EndTimestamp = true, reason, &now
+	return r.patchVMIState(ctx, vmi, s)
+}
+
+// clearOnVMI removes this migration's unfinished state from the VMI (cancellation).
+func (r *Reconciler) clearOnVMI(ctx context.Context, vmi *v1alpha1.VirtualMachineInstance, mig *v1alpha1.VirtualMachineInstanceMigration) error {
+	if vmi == nil || vmi.Status.MigrationState == nil || vmi.Status.MigrationState.MigrationUID != mig.UID || vmi.Status.MigrationState.Completed {
+		return nil
+	}
+	return r.patchVMIState(ctx, vmi, nil)
+}
+
+// patchVMIState writes only status.migrationState, with the VMI's resourceVersion as a
+// precondition since the node side writes it too.
+func (r *Reconciler) patchVMIState(ctx context.Context, vmi *v1alpha1.VirtualMachineInstance, s *v1alpha1.VirtualMachineInstanceMigrationState) error {
+	obj := vmi.DeepCopy()
+	obj.Status.MigrationState = s
+	if err := r.Client.Status().Patch(ctx, obj, client.MergeFromWithOptions(vmi, client.MergeFromWithOptimisticLock{})); err != nil {
+		return fmt.Errorf("patch VMI migration state: %w", err)
+	}
+	return nil
+}
+
+// related is the VMI as an event's related object, or no object (not a typed nil) without one.
+func related(vmi *v1alpha1.VirtualMachineInstance) runtime.Object {
+	if vmi == nil {
+		return nil
+	}
+	return vmi
+}
+
+func migrationState(mig *v1alpha1.VirtualMachineInstanceMigration) *v1alpha1.VirtualMachineInstanceMigrationState {
+	if mig.Status.MigrationState == nil {
+		mig.Status.MigrationState = &v1alpha1.VirtualMachineInstanceMigrationState{MigrationUID: mig.UID}
+	}
+	return mig.Status.MigrationState
+}
+
+func setPhase(mig *v1alpha1.VirtualMachineInstanceMigration, p v1alpha1.VirtualMachineInstanceMigrationPhase) {
+	if mig.Status.Phase == p {
+		return
+	}
+	mig.Status.Phase = p
+	mig.Status.PhaseTransitionTimestamps = append(mig.Status.PhaseTransitionTimestamps,
+		v1alpha1.VirtualMachineInstanceMigrationPhaseTransitionTimestamp{Phase: p, PhaseTransitionTimestamp: metav1.Now()})
+}
+
+func setAbortRequested(mig *v1alpha1.VirtualMachineInstanceMigration) {
+	for _, c := range mig.Status.Conditions {
+		if c.Type == v1alpha1.VirtualMachineInstanceMigrationAbortRequested && c.Status == corev1.ConditionTrue {
+			return
+		}
+	}
+	now := metav1.Now()
+	c := v1alpha1.VirtualMachineInstanceMigrationCondition{
+		Type: v1alpha1.VirtualMachineInstanceMigrationAbortRequested, Status: corev1.ConditionTrue,
+		LastProbeTime: now, LastTransitionTime: now, Reason: ReasonAbortRequested,
+		Message: "the migration was deleted before it finished", ObservedGeneration: mig.Generation,
+	}
+	for i := range mig.Status.Conditions {
+		if mig.Status.Conditions[i].Type == c.Type {
+			mig.Status.Conditions[i] = c
+			return
+		}
+	}
+	mig.Status.Conditions = append(mig.Status.Conditions, c)
+}

@@ -1,0 +1,161 @@
+package migration
+
+import (
+	"fmt"
+
+	corev1 "k8s.io/api/core/v1"
+
+	"github.com/kubevisor/kubevisor/core/api/v1alpha1"
+)
+
+// Reasons of the migration controller's events and of a failed migration's failureReason, so
+// that the Warning event and the status that it explains carry the same word.
+const (
+	// ReasonVMINotFound says the migration names a VMI that does not exist.
+	ReasonVMINotFound = "VMINotFound"
+	// ReasonVMINotRunning says the VMI is not Running (or stopped running during the migration).
+	ReasonVMINotRunning = "VMINotRunning"
+	// ReasonNotLiveMigratable says the VMI's LiveMigratable condition is not True.
+	ReasonNotLiveMigratable = "NotLiveMigratable"
+	// ReasonMigrationInProgress says another migration of the same VMI has not finished.
+	ReasonMigrationInProgress = "MigrationInProgress"
+	// ReasonSourcePodNotFound says the VMI's launcher pod (the source) could not be found.
+	ReasonSourcePodNotFound = "SourcePodNotFound"
+	// ReasonTargetPodFailed says the target launcher pod failed or went away before the guest moved.
+	ReasonTargetPodFailed = "TargetPodFailed"
+	// ReasonTargetReady says the target launcher pod runs and the node side may copy the guest.
+	ReasonTargetReady = "TargetReady"
+	// ReasonAbortRequested says the migration was deleted before it finished.
+	ReasonAbortRequested = "AbortRequested"
+)
+
+// Observation is what the reconciler saw of the world for one migration; Next decides the
+// phase from it alone.
+type Observation struct {
+	// Phase is the migration's current phase.
+	Phase v1alpha1.VirtualMachineInstanceMigrationPhase
+	// VMI is the migrated VMI, nil when it does not exist.
+	VMI *v1alpha1.VirtualMachineInstance
+	// SourcePodFound says the VMI's current launcher pod exists.
+	SourcePodFound bool
+	// TargetPodCreated says the target pod was created earlier (it is recorded in the status).
+	TargetPodCreated bool
+	// TargetPod is the target launcher pod, nil when it does not exist (or was never created).
+	TargetPod *corev1.Pod
+	// MigrationUID is the migration's UID, to recognise its own migrationState on the VMI.
+	MigrationUID string
+}
+
+// Decision is the phase a migration moves to, and why when it fails.
+type Decision struct {
+	Phase   v1alpha1.VirtualMachineInstanceMigrationPhase
+	Reason  string
+	Message string
+}
+
+func failed(reason, format string, args ...any) Decision {
+	return Decision{Phase: v1alpha1.MigrationFailed, Reason: reason, Message: fmt.Sprintf(format, args...)}
+}
+
+// Next returns the phase that follows obs.Phase given what was observed. It is pure: the
+// reconciler performs the effects of the phase it returns (create the target pod in Scheduling,
+// hand the migration to the node side in TargetReady, clean up in Failed).
+//
+// Pending → Scheduling once the VMI is Running, LiveMigratable and its launcher pod is found;
+// Scheduling → TargetReady once the target pod is bound to a node and Running; TargetReady →
+// Running → Succeeded/Failed follow the VMI's migrationState, which the node side writes while
+// it copies the guest. Succeeded and Failed are final.
+func Next(obs Observation) Decision {
+	switch obs.Phase {
+	case v1alpha1.MigrationSucceeded, v1alpha1.MigrationFailed:
+		return Decision{Phase: obs.Phase}
+	case v1alpha1.MigrationPhaseUnset:
+		return Decision{Phase: v1alpha1.MigrationPending}
+	}
+	vmi := obs.VMI
+	if vmi == nil {
+		return failed(ReasonVMINotFound, "VMI not found")
+	}
+	state := vmi.Status.MigrationState
+	ours := state != nil && string(state.MigrationUID) == obs.MigrationUID
+	// Once the node side reports an outcome, it is the truth, whatever the pods look like.
+	if ours && state.Completed {
+		return Decision{Phase: v1alpha1.MigrationSucceeded}
+	}
+	if ours && state.Failed {
+		reason := state.FailureReason
+		if reason == "" {
+			reason = "the node side reported the migration failed"
+		}
+		return failed(v1alpha1.ReasonMigrationFailed, "%s", reason)
+	}
+	if vmi.Status.Phase != v1alpha1.Running {
+		return failed(ReasonVMINotRunning, "VMI is %s, not Running", phaseWord(vmi.Status.Phase))
+	}
+	if obs.Phase == v1alpha1.MigrationPending {
+		if c := vmiCondition(vmi, v1alpha1.VirtualMachineInstanceIsMigratable); c == nil || c.Status != corev1.ConditionTrue {
+			msg := "VMI has no LiveMigratable condition"
+			if c != nil {
+				msg = fmt.Sprintf("VMI is not LiveMigratable (%s: %s)", c.Reason, c.Message)
+			}
+			return failed(ReasonNotLiveMigratable, "%s", msg)
+		}
+		if state != nil && !ours && !state.Completed && !state.Failed {
+			return failed(ReasonMigrationInProgress, "migration %s of this VMI has not finished", state.MigrationUID)
+		}
+		if !obs.SourcePodFound {
+			return failed(ReasonSourcePodNotFound, "no launcher pod of the VMI found on node %q", vmi.Status.NodeName)
+		}
+		return Decision{Phase: v1alpha1.MigrationScheduling}
+	}
+	// Scheduling, TargetReady, Running: the target pod must stay alive until the guest moved.
+	if !obs.TargetPodCreated && (obs.Phase == v1alpha1.MigrationTargetReady || obs.Phase == v1alpha1.MigrationRunning) {
+		return failed(ReasonTargetPodFailed, "no target pod is recorded in the migration's status")
+	}
+	if obs.TargetPodCreated {
+		switch pod := obs.TargetPod; {
+		case pod == nil:
+			return failed(ReasonTargetPodFailed, "target pod is gone")
+		case pod.DeletionTimestamp != nil:
+			return failed(ReasonTargetPodFailed, "target pod %s is being deleted", pod.Name)
+		case pod.Status.Phase == corev1.PodFailed || pod.Status.Phase == corev1.PodSucceeded:
+			return failed(ReasonTargetPodFailed, "target pod %s is %s", pod.Name, pod.Status.Phase)
+		}
+	}
+	switch obs.Phase {
+	case v1alpha1.MigrationScheduling:
+		if pod := obs.TargetPod; pod != nil && pod.Spec.NodeName != "" && pod.Status.Phase == corev1.PodRunning {
+			return Decision{Phase: v1alpha1.MigrationTargetReady}
+		}
+		return Decision{Phase: v1alpha1.MigrationScheduling}
+	case v1alpha1.MigrationTargetReady:
+		if ours && state.StartTimestamp != nil {
+			return Decision{Phase: v1alpha1.MigrationRunning}
+		}
+		return Decision{Phase: v1alpha1.MigrationTargetReady}
+	case v1alpha1.MigrationRunning:
+		if !ours {
+			return failed(v1alpha1.ReasonMigrationFailed, "the VMI no longer carries this migration's state")
+		}
+		return Decision{Phase: v1alpha1.MigrationRunning}
+	}
+	// Scheduled and PreparingTarget exist in the API for KubeVirt compatibility; this controller
+	// never sets them, so a migration found in one is treated as still scheduling.
+	return Decision{Phase: v1alpha1.MigrationScheduling}
+}
+
+func phaseWord(p v1alpha1.VirtualMachineInstancePhase) string {
+	if p == v1alpha1.VMIPhaseUnset {
+		return "without a phase"
+	}
+	return string(p)
+}
+
+func vmiCondition(vmi *v1alpha1.VirtualMachineInstance, t v1alpha1.VirtualMachineInstanceConditionType) *v1alpha1.VirtualMachineInstanceCondition {
+	for i := range vmi.Status.Conditions {
+		if vmi.Status.Conditions[i].Type == t {
+			return &vmi.Status.Conditions[i]
+		}
+	}
+	return nil
+}

@@ -1,0 +1,120 @@
+package migration
+
+import (
+	"strings"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/kubevisor/kubevisor/core/api/v1alpha1"
+)
+
+// serviceAccountVolumePrefix starts the name of the token volume the API server's ServiceAccount
+// admission adds to every pod; a copied pod must not carry it, admission adds its own.
+const serviceAccountVolumePrefix = "kube-api-access-"
+
+// TargetPodName is the name of the target launcher pod of migration migUID of VMI vmiName. It is
+// fixed by the migration so that creating it twice (a stale cache) answers AlreadyExists.
+func TargetPodName(vmiName, migUID string) string {
+	suffix := migUID
+	if len(suffix) > 8 {
+		suffix = suffix[:8]
+	}
+	prefix := "kubevisor-launcher-" + vmiName
+	// Keep within 63 characters: the pod's hostname is derived from its name.
+	if limit := 63 - len("-mig-") - len(suffix); len(prefix) > limit {
+		prefix = strings.TrimRight(prefix[:limit], "-.")
+	}
+	return prefix + "-mig-" + suffix
+}
+
+// TargetPod builds the target launcher pod of a migration from the VMI's source launcher pod:
+// the same pod (as KubeVirt does, so the target runs exactly what the source runs) with the
+// migration's UID label, a fresh identity, and a node affinity that keeps it off the source node.
+func TargetPod(source *corev1.Pod, mig *v1alpha1.VirtualMachineInstanceMigration) *corev1.Pod {
+	pod := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{
+			Name:            TargetPodName(mig.Spec.VMIName, string(mig.UID)),
+			Namespace:       source.Namespace,
+			Labels:          map[string]string{},
+			Annotations:     map[string]string{},
+			OwnerReferences: append([]metav1.OwnerReference(nil), source.OwnerReferences...),
+		},
+		Spec: *source.Spec.DeepCopy(),
+	}
+	for k, v := range source.Labels {
+		pod.Labels[k] = v
+	}
+	pod.Labels[v1alpha1.MigrationUIDLabel] = string(mig.UID)
+	for k, v := range source.Annotations {
+		pod.Annotations[k] = v
+	}
+	// Finalizers are not copied: whoever prepares the target node adds its own.
+
+	spec := &pod.Spec
+	sourceNode := spec.NodeName
+	spec.NodeName = ""
+	spec.EphemeralContainers = nil
+	spec.Volumes = spec.Volumes[:0:0]
+	for _, v := range source.Spec.Volumes {
+		if !isServiceAccountVolume(v) {
+			spec.Volumes = append(spec.Volumes, v)
+		}
+	}
+	spec.InitContainers = dropServiceAccountMounts(spec.InitContainers, source.Spec.Volumes)
+	spec.Containers = dropServiceAccountMounts(spec.Containers, source.Spec.Volumes)
+	if sourceNode != "" {
+		avoidNode(spec, sourceNode)
+	}
+	return pod
+}
+
+func isServiceAccountVolume(v corev1.Volume) bool {
+	return strings.HasPrefix(v.Name, serviceAccountVolumePrefix) && v.Projected != nil
+}
+
+func dropServiceAccountMounts(cs []corev1.Container, volumes []corev1.Volume) []corev1.Container {
+	drop := map[string]bool{}
+	for _, v := range volumes {
+		if isServiceAccountVolume(v) {
+			drop[v.Name] = true
+		}
+	}
+	if len(drop) == 0 {
+		return cs
+	}
+	for i := range cs {
+		var kept []corev1.VolumeMount
+		for _, m := range cs[i].VolumeMounts {
+			if !drop[m.Name] {
+				kept = append(kept, m)
+			}
+		}
+		cs[i].VolumeMounts = kept
+	}
+	return cs
+}
+
+// avoidNode adds "metadata.name NotIn [node]" to every required node selector term (terms are
+// ORed, so each needs it), or one term holding only it. A field match names the node exactly,
+// where the kubernetes.io/hostname label need not equal the node's name.
+func avoidNode(spec *corev1.PodSpec, node string) {
+	req := corev1.NodeSelectorRequirement{Key: "metadata.name", Operator: corev1.NodeSelectorOpNotIn, Values: []string{node}}
+	if spec.Affinity == nil {
+		spec.Affinity = &corev1.Affinity{}
+	}
+	if spec.Affinity.NodeAffinity == nil {
+		spec.Affinity.NodeAffinity = &corev1.NodeAffinity{}
+	}
+	na := spec.Affinity.NodeAffinity
+	if na.RequiredDuringSchedulingIgnoredDuringExecution == nil {
+		na.RequiredDuringSchedulingIgnoredDuringExecution = &corev1.NodeSelector{}
+	}
+	sel := na.RequiredDuringSchedulingIgnoredDuringExecution
+	if len(sel.NodeSelectorTerms) == 0 {
+		sel.NodeSelectorTerms = []corev1.NodeSelectorTerm{{}}
+	}
+	for i := range sel.NodeSelectorTerms {
+		sel.NodeSelectorTerms[i].MatchFields = append(sel.NodeSelectorTerms[i].MatchFields, req)
+	}
+}

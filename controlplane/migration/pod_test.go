@@ -1,0 +1,121 @@
+package migration
+
+import (
+	"strings"
+	"testing"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/utils/ptr"
+
+	"github.com/kubevisor/kubevisor/core/api/v1alpha1"
+)
+
+func sourcePod(affinity *corev1.Affinity) *corev1.Pod {
+	return &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{
+			Name: "kubevisor-launcher-vm1-abcde", Namespace: "ns", UID: "pod-uid", ResourceVersion: "42",
+			Labels:          map[string]string{v1alpha1.CreatedByLabel: "vmi-uid", "app": "x"},
+			Annotations:     map[string]string{"a": "b"},
+			Finalizers:      []string{v1alpha1.TeardownFinalizer},
+			OwnerReferences: []metav1.OwnerReference{{APIVersion: "kubevisor.io/v1alpha1", Kind: "VirtualMachineInstance", Name: "vm1", UID: "vmi-uid", Controller: ptr.To(true)}},
+		},
+		Spec: corev1.PodSpec{
+			NodeName: "node-a",
+			Affinity: affinity,
+			Containers: []corev1.Container{{Name: "compute", Image: "launcher", VolumeMounts: []corev1.VolumeMount{
+				{Name: "run", MountPath: "/run/kubevisor"}, {Name: "kube-api-access-x1", MountPath: "/var/run/secrets/kubernetes.io/serviceaccount"},
+			}}},
+			Volumes: []corev1.Volume{
+				{Name: "run", VolumeSource: corev1.VolumeSource{HostPath: &corev1.HostPathVolumeSource{Path: "/var/run/kubevisor/vmi-uid"}}},
+				{Name: "kube-api-access-x1", VolumeSource: corev1.VolumeSource{Projected: &corev1.ProjectedVolumeSource{}}},
+			},
+		},
+		Status: corev1.PodStatus{Phase: corev1.PodRunning},
+	}
+}
+
+var notOnA = corev1.NodeSelectorRequirement{Key: "metadata.name", Operator: corev1.NodeSelectorOpNotIn, Values: []string{"node-a"}}
+
+func TestTargetPod(t *testing.T) {
+	capability := corev1.NodeSelectorRequirement{Key: v1alpha1.DriverHealthLabel("hypervisor", "qmp"), Operator: corev1.NodeSelectorOpIn, Values: []string{"healthy", "degraded"}}
+	podAffinity := &corev1.PodAffinity{}
+	for _, tc := range []struct {
+		name     string
+		affinity *corev1.Affinity
+		want     []corev1.NodeSelectorTerm
+	}{
+		{name: "no affinity", want: []corev1.NodeSelectorTerm{{MatchFields: []corev1.NodeSelectorRequirement{notOnA}}}},
+		{
+			name:     "pod affinity only",
+			affinity: &corev1.Affinity{PodAffinity: podAffinity},
+			want:     []corev1.NodeSelectorTerm{{MatchFields: []corev1.NodeSelectorRequirement{notOnA}}},
+		},
+		{
+			name: "capability terms each keep off the source node",
+			affinity: &corev1.Affinity{NodeAffinity: &corev1.NodeAffinity{RequiredDuringSchedulingIgnoredDuringExecution: &corev1.NodeSelector{
+				NodeSelectorTerms: []corev1.NodeSelectorTerm{{MatchExpressions: []corev1.NodeSelectorRequirement{capability}}, {MatchExpressions: []corev1.NodeSelectorRequirement{capability}}},
+			}}},
+			want: []corev1.NodeSelectorTerm{
+				{MatchExpressions: []corev1.NodeSelectorRequirement{capability}, MatchFields: []corev1.NodeSelectorRequirement{notOnA}},
+				{MatchExpressions: []corev1.NodeSelectorRequirement{capability}, MatchFields: []corev1.NodeSelectorRequirement{notOnA}},
+			},
+		},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			src := sourcePod(tc.affinity)
+			orig := src.DeepCopy()
+			mig := &v1alpha1.VirtualMachineInstanceMigration{ObjectMeta: metav1.ObjectMeta{Name: "m", Namespace: "ns", UID: types.UID("0123456789abcdef")}, Spec: v1alpha1.VirtualMachineInstanceMigrationSpec{VMIName: "vm1"}}
+			got := TargetPod(src, mig)
+
+			if !equality.Semantic.DeepEqual(src, orig) {
+				t.Fatal("TargetPod modified the source pod")
+			}
+			if got.Name != "kubevisor-launcher-vm1-mig-01234567" || got.Namespace != "ns" {
+				t.Errorf("name %s/%s", got.Namespace, got.Name)
+			}
+			if got.UID != "" || got.ResourceVersion != "" || len(got.Finalizers) != 0 {
+				t.Errorf("identity copied: uid %q rv %q finalizers %v", got.UID, got.ResourceVersion, got.Finalizers)
+			}
+			if got.Labels[v1alpha1.MigrationUIDLabel] != "0123456789abcdef" || got.Labels[v1alpha1.CreatedByLabel] != "vmi-uid" || got.Labels["app"] != "x" {
+				t.Errorf("labels %v", got.Labels)
+			}
+			if got.Annotations["a"] != "b" {
+				t.Errorf("annotations %v", got.Annotations)
+			}
+			if !equality.Semantic.DeepEqual(got.OwnerReferences, src.OwnerReferences) {
+				t.Errorf("owner references %v", got.OwnerReferences)
+			}
+			if got.Spec.NodeName != "" || got.Status.Phase != "" {
+				t.Errorf("nodeName %q, status phase %q: want both empty", got.Spec.NodeName, got.Status.Phase)
+			}
+			if len(got.Spec.Volumes) != 1 || got.Spec.Volumes[0].Name != "run" {
+				t.Errorf("volumes %v: want the service account token volume dropped", got.Spec.Volumes)
+			}
+			if m := got.Spec.Containers[0].VolumeMounts; len(m) != 1 || m[0].Name != "run" {
+				t.Errorf("mounts %v", m)
+			}
+			if got.Spec.Containers[0].Image != "launcher" {
+				t.Errorf("container not copied: %v", got.Spec.Containers[0])
+			}
+			terms := got.Spec.Affinity.NodeAffinity.RequiredDuringSchedulingIgnoredDuringExecution.NodeSelectorTerms
+			if !equality.Semantic.DeepEqual(terms, tc.want) {
+				t.Errorf("node selector terms\n got %+v\nwant %+v", terms, tc.want)
+			}
+			if tc.affinity != nil && tc.affinity.PodAffinity != nil && got.Spec.Affinity.PodAffinity == nil {
+				t.Error("pod affinity dropped")
+			}
+		})
+	}
+}
+
+func TestTargetPodName(t *testing.T) {
+	for _, vmi := range []string{"a", strings.Repeat("v", 63), strings.Repeat("v", 40) + "-" + strings.Repeat("w", 40)} {
+		n := TargetPodName(vmi, "0123456789abcdef")
+		if len(n) > 63 || !strings.HasSuffix(n, "-mig-01234567") || strings.Contains(n, "--") {
+			t.Errorf("TargetPodName(%q) = %q (%d characters)", vmi, n, len(n))
+		}
+	}
+}
