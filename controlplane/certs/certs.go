@@ -1,0 +1,442 @@
+// Package certs keeps a self-signed CA and a serving certificate for the webhook service in a
+// directory, renews them before they expire, and injects the CA bundle into the webhook
+// configurations that call the service.
+package certs
+
+import (
+	"bytes"
+	"context"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/pem"
+	"errors"
+	"fmt"
+	"math/big"
+	"os"
+	"path/filepath"
+	"time"
+)
+
+// Names of the files in the certificate directory. tls.crt and tls.key are what
+// controller-runtime's webhook server reads (and reloads on change); the CA's files let a
+// restarted process keep the CA the API server already trusts.
+const (
+	CertFile   = "tls.crt"
+	KeyFile    = "tls.key"
+	CAFile     = "ca.crt"
+	CAKeyFile  = "ca.key"
+	BundleFile = "ca-bundle.crt"
+)
+
+// Defaults of Options.
+const (
+	DefaultLifetime    = 90 * 24 * time.Hour
+	DefaultRenewBefore = 30 * 24 * time.Hour
+	// DefaultCALifetimeFactor is how many serving-certificate lifetimes a CA lives, so that
+	// most renewals reuse the CA and need no new bundle in the webhook configurations.
+	DefaultCALifetimeFactor = 4
+	// clockSkew backdates NotBefore so that an API server whose clock is slightly behind accepts
+	// a certificate made a moment ago.
+	clockSkew = 5 * time.Minute
+)
+
+// Options say what to issue and when to renew it.
+type Options struct {
+	// Dir is where the files are written. Required.
+	Dir string
+	// ServiceName and ServiceNamespace give the DNS names of the certificate:
+	// <svc>, <svc>.<ns>, <svc>.<ns>.svc and <svc>.<ns>.svc.cluster.local.
+	ServiceName, ServiceNamespace string
+	// ExtraDNSNames and IPs are added to the certificate (for example "localhost", 127.0.0.1).
+	ExtraDNSNames []string
+	// Lifetime of a serving certificate; DefaultLifetime when 0.
+	Lifetime time.Duration
+	// RenewBefore is how long before expiry a certificate (or CA) is renewed;
+	// DefaultRenewBefore when 0, and at most half of Lifetime.
+	RenewBefore time.Duration
+	// CALifetime is the lifetime of the CA; DefaultCALifetimeFactor*Lifetime when 0.
+	CALifetime time.Duration
+	// Now returns the current time; time.Now when nil (tests move it).
+	Now func() time.Time
+}
+
+func (o Options) withDefaults() (Options, error) {
+	if o.Dir == "" {
+		return o, errors.New("certificate directory is required")
+	}
+	if o.ServiceName == "" && len(o.ExtraDNSNames) == 0 {
+		return o, errors.New("a service name or an extra DNS name is required")
+	}
+	if o.Lifetime <= 0 {
+		o.Lifetime = DefaultLifetime
+	}
+	if o.RenewBefore <= 0 {
+		o.RenewBefore = DefaultRenewBefore
+	}
+	o.RenewBefore = min(o.RenewBefore, o.Lifetime/2)
+	if o.CALifetime <= 0 {
+		o.CALifetime = DefaultCALifetimeFactor * o.Lifetime
+	}
+	if o.CALifetime < o.Lifetime {
+		return o, fmt.Errorf("CA lifetime %s is shorter than the certificate lifetime %s", o.CALifetime, o.Lifetime)
+	}
+	if o.Now == nil {
+		o.Now = time.Now
+	}
+	return o, nil
+}
+
+// DNSNames are the names the serving certificate is valid for.
+func (o Options) DNSNames() []string {
+	var names []string
+	if s, ns := o.ServiceName, o.ServiceNamespace; s != "" {
+		names = append(names, s)
+		if ns != "" {
+			names = append(names, s+"."+ns, s+"."+ns+".svc", s+"."+ns+".svc.cluster.local")
+		}
+	}
+	return append(names, o.ExtraDNSNames...)
+}
+
+// State is what Ensure found or made.
+type State struct {
+	// Bundle is the PEM CA bundle clients must trust: the current CA, and the previous one while
+	// it is still valid (so that a client given the bundle before a CA change keeps working).
+	Bundle []byte
+	// NotAfter is when the serving certificate expires; RenewAt when Ensure will renew it.
+	NotAfter, RenewAt time.Time
+	// Rotated says Ensure wrote a new serving certificate; CARotated that it made a new CA.
+	Rotated, CARotated bool
+}
+
+type keyPair struct {
+	cert    *x509.Certificate
+	certPEM []byte
+	key     *ecdsa.PrivateKey
+	keyPEM  []byte
+}
+
+// Ensure makes the directory hold a CA and a serving certificate signed by it for
+// o.DNSNames() that are valid for at least RenewBefore, renewing whichever is not (or is
+// missing, unreadable, or for other names). Files are replaced atomically; the serving
+// certificate and key are renamed key first, and readers that see a mismatched pair retry (as
+// controller-runtime's certwatcher does). A CA is renewed when it would expire before a new
+// serving certificate does.
+func Ensure(o Options) (State, error) {
+	o, err := o.withDefaults()
+	if err != nil {
+		return State{}, err
+	}
+	if err := os.MkdirAll(o.Dir, 0o700); err != nil {
+		return State{}, fmt.Errorf("create certificate directory: %w", err)
+	}
+	now := o.Now()
+	var st State
+
+	ca, _ := readPair(filepath.Join(o.Dir, CAFile), filepath.Join(o.Dir, CAKeyFile))
+	var oldCA *keyPair
+	if ca == nil || !ca.cert.IsCA || now.Add(o.Lifetime).After(ca.cert.NotAfter) {
+		oldCA = ca
+		if ca, err = newCA(now, o.CALifetime); err != nil {
+			return State{}, err
+		}
+		st.CARotated = true
+	}
+
+	// The bundle goes first, so that whoever reads it trusts the new CA before a certificate
+	// signed by it is served.
+	st.Bundle = bundle(o.Dir, ca, oldCA, now)
+	if err := writeAtomic(filepath.Join(o.Dir, BundleFile), st.Bundle, 0o644); err != nil {
+		return State{}, err
+	}
+	if st.CARotated {
+		if err := writeAtomic(filepath.Join(o.Dir, CAKeyFile), ca.keyPEM, 0o600); err != nil {
+			return State{}, err
+		}
+		if err := writeAtomic(filepath.Join(o.Dir, CAFile), ca.certPEM, 0o644); err != nil {
+			return State{}, err
+		}
+	}
+
+	serving, _ := readPair(filepath.Join(o.Dir, CertFile), filepath.Join(o.Dir, KeyFile))
+	if st.CARotated || !valid(serving, ca, o, now) {
+		if serving, err = newServing(ca, now, o); err != nil {
+			return State{}, err
+		}
+		if err := writeAtomic(filepath.Join(o.Dir, KeyFile), serving.keyPEM, 0o600); err != nil {
+			return State{}, err
+		}
+		if err := writeAtomic(filepath.Join(o.Dir, CertFile), serving.certPEM, 0o644); err != nil {
+			return State{}, err
+		}
+		st.Rotated = true
+	}
+	st.NotAfter = serving.cert.NotAfter
+	st.RenewAt = serving.cert.NotAfter.Add(-o.RenewBefore)
+	if caRenew := ca.cert.NotAfter.Add(-o.Lifetime); caRenew.Before(st.RenewAt) {
+		st.RenewAt = caRenew
+	}
+	return st, nil
+}
+
+// valid says serving is signed by ca, covers o's names, and has more than RenewBefore left.
+func valid(serving, ca *keyPair, o Options, now time.Time) bool {
+	if serving == nil {
+		return false
+	}
+	c := serving.cert
+	if now.Before(c.NotBefore) || !now.Add(o.RenewBefore).Before(c.NotAfter) {
+		return false
+	}
+	if err := c.CheckSignatureFrom(ca.cert); err != nil {
+		return false
+	}
+	for _, name := range o.DNSNames() {
+		if c.VerifyHostname(name) != nil {
+			return false
+		}
+	}
+	return true
+}
+
+// bundle is the current CA plus the previous one (the one being replaced, or the one kept in
+// the bundle file from an earlier rotation) while it is still valid.
+func bundle(dir string, ca, oldCA *keyPair, now time.Time) []byte {
+	out := bytes.Clone(ca.certPEM)
+	seen := map[string]bool{string(ca.cert.Raw): true}
+	var previous []*x509.Certificate
+	if oldCA != nil {
+		previous = append(previous, oldCA.cert)
+	}
+	if data, err := os.ReadFile(filepath.Join(dir, BundleFile)); err == nil {
+		previous = append(previous, parseCerts(data)...)
+	}
+	for _, c := range previous {
+		if seen[string(c.Raw)] || now.After(c.NotAfter) {
+			continue
+		}
+		seen[string(c.Raw)] = true
+		out = append(out, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: c.Raw})...)
+		break // one previous CA is enough: older ones signed no certificate still served.
+	}
+	return out
+}
+
+func parseCerts(data []byte) []*x509.Certificate {
+	var out []*x509.Certificate
+	for {
+		var b *pem.Block
+		b, data = pem.Decode(data)
+		if b == nil {
+			return out
+		}
+		if c, err := x509.ParseCertificate(b.Bytes); err == nil && b.Type == "CERTIFICATE" {
+			out = append(out, c)
+		}
+	}
+}
+
+func serial() (*big.Int, error) {
+	n, err := rand.Int(rand.Reader, new(big.Int).Lsh(big.NewInt(1), 127))
+	if err != nil {
+		return nil, fmt.Errorf("serial number: %w", err)
+	}
+	return n, nil
+}
+
+func newCA(now time.Time, lifetime time.Duration) (*keyPair, error) {
+	sn, err := serial()
+	if err != nil {
+		return nil, err
+	}
+	tmpl := &x509.Certificate{
+		SerialNumber:          sn,
+		Subject:               pkix.Name{CommonName: fmt.Sprintf("kubevisor-webhook-ca@%d", now.Unix())},
+		NotBefore:             now.Add(-clockSkew),
+		NotAfter:              now.Add(lifetime),
+		KeyUsage:              x509.KeyUsageCertSign | x509.KeyUsageDigitalSignature | x509.KeyUsageCRLSign,
+		BasicConstraintsValid: true,
+		IsCA:                  true,
+		MaxPathLenZero:        true,
+	}
+	return sign(tmpl, nil)
+}
+
+func newServing(ca *keyPair, now time.Time, o Options) (*keyPair, error) {
+	sn, err := serial()
+	if err != nil {
+		return nil, err
+	}
+	names := o.DNSNames()
+	tmpl := &x509.Certificate{
+		SerialNumber: sn,
+		Subject:      pkix.Name{CommonName: names[0]},
+		DNSNames:     names,
+		NotBefore:    now.Add(-clockSkew),
+		NotAfter:     earlier(now.Add(o.Lifetime), ca.cert.NotAfter),
+		KeyUsage:     x509.KeyUsageDigitalSignature,
+		ExtKeyUsage:  []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
+	}
+	return sign(tmpl, ca)
+}
+
+// earlier of two times.
+func earlier(a, b time.Time) time.Time {
+	if a.Before(b) {
+		return a
+	}
+	return b
+}
+
+// sign makes a key and a certificate from tmpl, signed by parent (self-signed when nil).
+func sign(tmpl *x509.Certificate, parent *keyPair) (*keyPair, error) {
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		return nil, fmt.Errorf("generate key: %w", err)
+	}
+	parentCert, parentKey := tmpl, key
+	if parent != nil {
+		parentCert, parentKey = parent.cert, parent.key
+	}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, parentCert, &key.PublicKey, parentKey)
+	if err != nil {
+		return nil, fmt.Errorf("create certificate: %w", err)
+	}
+	cert, err := x509.ParseCertificate(der)
+	if err != nil {
+		return nil, fmt.Errorf("parse certificate: %w", err)
+	}
+	keyDER, err := x509.MarshalECPrivateKey(key)
+	if err != nil {
+		return nil, fmt.Errorf("marshal key: %w", err)
+	}
+	return &keyPair{
+		cert:    cert,
+		certPEM: pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}),
+		key:     key,
+		keyPEM:  pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: keyDER}),
+	}, nil
+}
+
+// readPair reads a certificate and its EC key; nil when either is missing or they do not match.
+func readPair(certPath, keyPath string) (*keyPair, error) {
+	certPEM, err := os.ReadFile(certPath)
+	if err != nil {
+		return nil, err
+	}
+	keyPEM, err := os.ReadFile(keyPath)
+	if err != nil {
+		return nil, err
+	}
+	cb, _ := pem.Decode(certPEM)
+	kb, _ := pem.Decode(keyPEM)
+	if cb == nil || kb == nil {
+		return nil, errors.New("not PEM")
+	}
+	cert, err := x509.ParseCertificate(cb.Bytes)
+	if err != nil {
+		return nil, err
+	}
+	key, err := x509.ParseECPrivateKey(kb.Bytes)
+	if err != nil {
+		return nil, err
+	}
+	pub, ok := cert.PublicKey.(*ecdsa.PublicKey)
+	if !ok || !pub.Equal(&key.PublicKey) {
+		return nil, errors.New("certificate and key do not match")
+	}
+	return &keyPair{cert: cert, certPEM: certPEM, key: key, keyPEM: keyPEM}, nil
+}
+
+// writeAtomic replaces path with data through a rename, so that a reader sees the old or the
+// new file, never half of one.
+func writeAtomic(path string, data []byte, mode os.FileMode) error {
+	tmp, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".*")
+	if err != nil {
+		return fmt.Errorf("write %s: %w", path, err)
+	}
+	defer os.Remove(tmp.Name())
+	if _, err := tmp.Write(data); err != nil {
+		tmp.Close()
+		return fmt.Errorf("write %s: %w", path, err)
+	}
+	if err := tmp.Chmod(mode); err != nil {
+		tmp.Close()
+		return fmt.Errorf("write %s: %w", path, err)
+	}
+	if err := tmp.Close(); err != nil {
+		return fmt.Errorf("write %s: %w", path, err)
+	}
+	if err := os.Rename(tmp.Name(), path); err != nil {
+		return fmt.Errorf("write %s: %w", path, err)
+	}
+	return nil
+}
+
+// Rotator keeps the directory's certificates fresh: Run calls Ensure now and again before
+// renewal is due, and hands every new CA bundle to Inject.
+type Rotator struct {
+	Options Options
+	// Inject receives the CA bundle after the first Ensure and whenever the CA changes (and is
+	// retried on the next check when it fails). Nil injects nothing.
+	Inject func(ctx context.Context, bundle []byte) error
+	// CheckInterval bounds the wait between checks (a renewal is also checked at its due time);
+	// one minute when 0. Errors are retried after it.
+	CheckInterval time.Duration
+	// OnError, when set, is told about failed checks and injections (Run keeps going).
+	OnError func(error)
+	// OnRotate, when set, is told about every Ensure that wrote something.
+	OnRotate func(State)
+}
+
+// Run keeps the certificates fresh until ctx ends. It returns ctx's error; failures are passed
+// to OnError and retried.
+func (r *Rotator) Run(ctx context.Context) error {
+	interval := r.CheckInterval
+	if interval <= 0 {
+		interval = time.Minute
+	}
+	now := r.Options.Now
+	if now == nil {
+		now = time.Now
+	}
+	var injected []byte
+	for {
+		wait := interval
+		st, err := Ensure(r.Options)
+		switch {
+		case err != nil:
+			r.report(fmt.Errorf("ensure webhook certificates: %w", err))
+		default:
+			if (st.Rotated || st.CARotated) && r.OnRotate != nil {
+				r.OnRotate(st)
+			}
+			if r.Inject != nil && !bytes.Equal(injected, st.Bundle) {
+				if err := r.Inject(ctx, st.Bundle); err != nil {
+					r.report(fmt.Errorf("inject CA bundle: %w", err))
+				} else {
+					injected = st.Bundle
+				}
+			}
+			if until := st.RenewAt.Sub(now()); until < wait {
+				wait = max(until, 10*time.Millisecond)
+			}
+		}
+		t := time.NewTimer(wait)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return ctx.Err()
+		case <-t.C:
+		}
+	}
+}
+
+func (r *Rotator) report(err error) {
+	if r.OnError != nil {
+		r.OnError(err)
+	}
+}

@@ -1,0 +1,207 @@
+package webhook
+
+import (
+	"context"
+	"fmt"
+	"sort"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/util/validation/field"
+	"sigs.k8s.io/controller-runtime/pkg/builder"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/manager"
+	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
+
+	"github.com/kubevisor/kubevisor/core/api/v1alpha1"
+)
+
+// The webhook configurations and webhooks, as controller-gen writes them into manifests/webhook.
+// Paths are the ones controller-runtime's builder derives from the kinds.
+//
+// +kubebuilder:webhookconfiguration:mutating=true,name=kubevisor-mutating
+// +kubebuilder:webhookconfiguration:mutating=false,name=kubevisor-validating
+//
+// +kubebuilder:webhook:path=/mutate-kubevisor-io-v1alpha1-virtualmachineinstance,mutating=true,failurePolicy=fail,sideEffects=None,groups=kubevisor.io,resources=virtualmachineinstances,verbs=create,versions=v1alpha1,name=mvirtualmachineinstance.kubevisor.io,admissionReviewVersions=v1
+// +kubebuilder:webhook:path=/mutate-kubevisor-io-v1alpha1-virtualmachine,mutating=true,failurePolicy=fail,sideEffects=None,groups=kubevisor.io,resources=virtualmachines,verbs=create;update,versions=v1alpha1,name=mvirtualmachine.kubevisor.io,admissionReviewVersions=v1
+// +kubebuilder:webhook:path=/mutate-kubevisor-io-v1alpha1-virtualmachineinstancereplicaset,mutating=true,failurePolicy=fail,sideEffects=None,groups=kubevisor.io,resources=virtualmachineinstancereplicasets,verbs=create;update,versions=v1alpha1,name=mvirtualmachineinstancereplicaset.kubevisor.io,admissionReviewVersions=v1
+// +kubebuilder:webhook:path=/validate-kubevisor-io-v1alpha1-virtualmachineinstance,mutating=false,failurePolicy=fail,sideEffects=None,groups=kubevisor.io,resources=virtualmachineinstances,verbs=create;update,versions=v1alpha1,name=vvirtualmachineinstance.kubevisor.io,admissionReviewVersions=v1
+// +kubebuilder:webhook:path=/validate-kubevisor-io-v1alpha1-virtualmachine,mutating=false,failurePolicy=fail,sideEffects=None,groups=kubevisor.io,resources=virtualmachines,verbs=create;update,versions=v1alpha1,name=vvirtualmachine.kubevisor.io,admissionReviewVersions=v1
+// +kubebuilder:webhook:path=/validate-kubevisor-io-v1alpha1-virtualmachineinstancereplicaset,mutating=false,failurePolicy=fail,sideEffects=None,groups=kubevisor.io,resources=virtualmachineinstancereplicasets,verbs=create;update,versions=v1alpha1,name=vvirtualmachineinstancereplicaset.kubevisor.io,admissionReviewVersions=v1
+// +kubebuilder:webhook:path=/validate-kubevisor-io-v1alpha1-virtualmachineinstancemigration,mutating=false,failurePolicy=fail,sideEffects=None,groups=kubevisor.io,resources=virtualmachineinstancemigrations,verbs=create;update,versions=v1alpha1,name=vvirtualmachineinstancemigration.kubevisor.io,admissionReviewVersions=v1
+
+// Admission holds what the admission handlers need besides the object: a reader for
+// HypervisorClasses and the defaulting options that do not depend on the cluster.
+type Admission struct {
+	// Reader lists HypervisorClasses to find the default one. Nil leaves hypervisorClassName
+	// alone.
+	Reader client.Reader
+	// MachineType replaces DefaultMachineType when set.
+	MachineType string
+}
+
+// SetupWithManager registers the mutating and validating webhooks of VirtualMachineInstance,
+// VirtualMachine, VirtualMachineInstanceReplicaSet and (validating only)
+// VirtualMachineInstanceMigration with mgr's webhook server.
+func (a *Admission) SetupWithManager(mgr manager.Manager) error {
+	if err := builder.WebhookManagedBy(mgr, &v1alpha1.VirtualMachineInstance{}).
+		WithDefaulter(vmiDefaulter{a}).WithValidator(vmiValidator{}).Complete(); err != nil {
+		return fmt.Errorf("virtualmachineinstance webhooks: %w", err)
+	}
+	if err := builder.WebhookManagedBy(mgr, &v1alpha1.VirtualMachine{}).
+		WithDefaulter(vmDefaulter{a}).WithValidator(vmValidator{}).Complete(); err != nil {
+		return fmt.Errorf("virtualmachine webhooks: %w", err)
+	}
+	if err := builder.WebhookManagedBy(mgr, &v1alpha1.VirtualMachineInstanceReplicaSet{}).
+		WithDefaulter(vmirsDefaulter{a}).WithValidator(vmirsValidator{}).Complete(); err != nil {
+		return fmt.Errorf("virtualmachineinstancereplicaset webhooks: %w", err)
+	}
+	if err := builder.WebhookManagedBy(mgr, &v1alpha1.VirtualMachineInstanceMigration{}).
+		WithValidator(vmimValidator{}).Complete(); err != nil {
+		return fmt.Errorf("virtualmachineinstancemigration webhook: %w", err)
+	}
+	return nil
+}
+
+// options resolves the cluster-dependent defaults for one request.
+func (a *Admission) options(ctx context.Context, spec *v1alpha1.VirtualMachineInstanceSpec) (DefaultOptions, error) {
+	opts := DefaultOptions{MachineType: a.MachineType}
+	if spec.HypervisorClassName != "" || a.Reader == nil {
+		return opts, nil
+	}
+	name, err := DefaultHypervisorClass(ctx, a.Reader)
+	if err != nil {
+		return opts, err
+	}
+	opts.HypervisorClassName = name
+	return opts, nil
+}
+
+// DefaultHypervisorClass returns the name of the HypervisorClass annotated
+// hypervisorclass.kubevisor.io/is-default-class: "true", or "" when none or more than one is
+// (the VMI controller then reports HypervisorClassNotFound or MultipleDefaultHypervisorClasses
+// on the VMI, which tells the user more than a rejection would).
+func DefaultHypervisorClass(ctx context.Context, r client.Reader) (string, error) {
+	var list v1alpha1.HypervisorClassList
+	if err := r.List(ctx, &list); err != nil {
+		return "", fmt.Errorf("list hypervisor classes: %w", err)
+	}
+	var defaults []string
+	for _, c := range list.Items {
+		if c.Annotations[v1alpha1.IsDefaultHypervisorClassAnnotation] == "true" {
+			defaults = append(defaults, c.Name)
+		}
+	}
+	sort.Strings(defaults)
+	if len(defaults) != 1 {
+		return "", nil
+	}
+	return defaults[0], nil
+}
+
+// invalid turns field errors into the API error the API server passes on to the client, field
+// paths included.
+func invalid(kind string, name string, errs field.ErrorList) error {
+	if len(errs) == 0 {
+		return nil
+	}
+	return apierrors.NewInvalid(v1alpha1.GroupVersion.WithKind(kind).GroupKind(), name, errs)
+}
+
+type vmiDefaulter struct{ a *Admission }
+
+func (d vmiDefaulter) Default(ctx context.Context, vmi *v1alpha1.VirtualMachineInstance) error {
+	opts, err := d.a.options(ctx, &vmi.Spec)
+	if err != nil {
+		return err
+	}
+	Default(&vmi.Spec, opts)
+	return nil
+}
+
+type vmDefaulter struct{ a *Admission }
+
+func (d vmDefaulter) Default(ctx context.Context, vm *v1alpha1.VirtualMachine) error {
+	if vm.Spec.Template == nil {
+		return nil
+	}
+	opts, err := d.a.options(ctx, &vm.Spec.Template.Spec)
+	if err != nil {
+		return err
+	}
+	Default(&vm.Spec.Template.Spec, opts)
+	return nil
+}
+
+type vmirsDefaulter struct{ a *Admission }
+
+func (d vmirsDefaulter) Default(ctx context.Context, rs *v1alpha1.VirtualMachineInstanceReplicaSet) error {
+	if rs.Spec.Template == nil {
+		return nil
+	}
+	opts, err := d.a.options(ctx, &rs.Spec.Template.Spec)
+	if err != nil {
+		return err
+	}
+	Default(&rs.Spec.Template.Spec, opts)
+	return nil
+}
+
+var specPath = field.NewPath("spec")
+
+type vmiValidator struct{}
+
+func (vmiValidator) ValidateCreate(_ context.Context, vmi *v1alpha1.VirtualMachineInstance) (admission.Warnings, error) {
+	return nil, invalid("VirtualMachineInstance", vmi.Name, Validate(&vmi.Spec, specPath))
+}
+
+func (vmiValidator) ValidateUpdate(_ context.Context, oldVMI, vmi *v1alpha1.VirtualMachineInstance) (admission.Warnings, error) {
+	return nil, invalid("VirtualMachineInstance", vmi.Name, ValidateVMISpecUpdate(&vmi.Spec, &oldVMI.Spec, specPath))
+}
+
+func (vmiValidator) ValidateDelete(context.Context, *v1alpha1.VirtualMachineInstance) (admission.Warnings, error) {
+	return nil, nil
+}
+
+type vmValidator struct{}
+
+func (vmValidator) ValidateCreate(_ context.Context, vm *v1alpha1.VirtualMachine) (admission.Warnings, error) {
+	return nil, invalid("VirtualMachine", vm.Name, ValidateVirtualMachineSpec(&vm.Spec, specPath))
+}
+
+// ValidateUpdate validates the whole spec again: a VM's template may change (the next VMI gets
+// it), as in KubeVirt.
+func (vmValidator) ValidateUpdate(_ context.Context, _, vm *v1alpha1.VirtualMachine) (admission.Warnings, error) {
+	return nil, invalid("VirtualMachine", vm.Name, ValidateVirtualMachineSpec(&vm.Spec, specPath))
+}
+
+func (vmValidator) ValidateDelete(context.Context, *v1alpha1.VirtualMachine) (admission.Warnings, error) {
+	return nil, nil
+}
+
+type vmirsValidator struct{}
+
+func (vmirsValidator) ValidateCreate(_ context.Context, rs *v1alpha1.VirtualMachineInstanceReplicaSet) (admission.Warnings, error) {
+	return nil, invalid("VirtualMachineInstanceReplicaSet", rs.Name, ValidateReplicaSetSpec(&rs.Spec, specPath))
+}
+
+func (vmirsValidator) ValidateUpdate(_ context.Context, _, rs *v1alpha1.VirtualMachineInstanceReplicaSet) (admission.Warnings, error) {
+	return nil, invalid("VirtualMachineInstanceReplicaSet", rs.Name, ValidateReplicaSetSpec(&rs.Spec, specPath))
+}
+
+func (vmirsValidator) ValidateDelete(context.Context, *v1alpha1.VirtualMachineInstanceReplicaSet) (admission.Warnings, error) {
+	return nil, nil
+}
+
+type vmimValidator struct{}
+
+func (vmimValidator) ValidateCreate(_ context.Context, m *v1alpha1.VirtualMachineInstanceMigration) (admission.Warnings, error) {
+	return nil, invalid("VirtualMachineInstanceMigration", m.Name, ValidateMigrationSpec(&m.Spec, specPath))
+}
+
+func (vmimValidator) ValidateUpdate(_ context.Context, oldM, m *v1alpha1.VirtualMachineInstanceMigration) (admission.Warnings, error) {
+	return nil, invalid("VirtualMachineInstanceMigration", m.Name, ValidateMigrationSpecUpdate(&m.Spec, &oldM.Spec, specPath))
+}
+
+func (vmimValidator) ValidateDelete(context.Context, *v1alpha1.VirtualMachineInstanceMigration) (admission.Warnings, error) {
+	return nil, nil
+}

@@ -1,0 +1,134 @@
+package webhook
+
+import (
+	"math"
+
+	corev1 "k8s.io/api/core/v1"
+
+	"github.com/kubevisor/kubevisor/core/api/v1alpha1"
+	"github.com/kubevisor/kubevisor/core/domain"
+)
+
+// Defaults the mutating webhook applies.
+const (
+	// DefaultMachineType is the machine type of a VMI that names none.
+	DefaultMachineType = "q35"
+	// DefaultNetworkName is the name of the pod network and interface added to a VMI that has
+	// neither networks nor interfaces.
+	DefaultNetworkName = "default"
+)
+
+// DefaultOptions are the cluster-dependent inputs of Default.
+type DefaultOptions struct {
+	// MachineType replaces DefaultMachineType when set.
+	MachineType string
+	// HypervisorClassName is the class a spec that names none gets: the HypervisorClass annotated
+	// hypervisorclass.kubevisor.io/is-default-class: "true". Empty leaves the spec without a
+	// class, and the VMI controller reports why.
+	HypervisorClassName string
+}
+
+// Default fills in what a VirtualMachineInstance spec leaves out, as KubeVirt's mutating webhook
+// does. It is a pure function and idempotent:
+//
+//   - domain.machine.type: opts.MachineType, else q35;
+//   - a disk that is neither disk nor cdrom becomes a disk; a disk's bus defaults to virtio and a
+//     cdrom's to sata (QEMU has no virtio cdrom);
+//   - no interfaces and no networks: a pod network and a masquerade interface, both "default";
+//     an interface without a binding gets masquerade on the pod network, bridge on a multus one;
+//   - cpu: a topology field left 0 becomes 1; with no topology at all, sockets is the vCPU count
+//     derived from resources (limits.cpu, else requests.cpu, rounded up), as the node builds it;
+//   - hypervisorClassName: opts.HypervisorClassName.
+func Default(spec *v1alpha1.VirtualMachineInstanceSpec, opts DefaultOptions) {
+	if spec == nil {
+		return
+	}
+	d := &spec.Domain
+	machine := opts.MachineType
+	if machine == "" {
+		machine = DefaultMachineType
+	}
+	if d.Machine == nil {
+		d.Machine = &v1alpha1.Machine{}
+	}
+	if d.Machine.Type == "" {
+		d.Machine.Type = machine
+	}
+
+	for i := range d.Devices.Disks {
+		disk := &d.Devices.Disks[i]
+		if disk.Disk == nil && disk.CDRom == nil {
+			disk.Disk = &v1alpha1.DiskTarget{}
+		}
+		if disk.Disk != nil && disk.Disk.Bus == "" {
+			disk.Disk.Bus = v1alpha1.DiskBusVirtio
+		}
+		if disk.CDRom != nil && disk.CDRom.Bus == "" {
+			disk.CDRom.Bus = v1alpha1.DiskBusSATA
+		}
+	}
+
+	if len(d.Devices.Interfaces) == 0 && len(spec.Networks) == 0 {
+		spec.Networks = []v1alpha1.Network{{
+			Name:          DefaultNetworkName,
+			NetworkSource: v1alpha1.NetworkSource{Pod: &v1alpha1.PodNetwork{}},
+		}}
+		d.Devices.Interfaces = []v1alpha1.Interface{{
+			Name:                   DefaultNetworkName,
+			InterfaceBindingMethod: v1alpha1.InterfaceBindingMethod{Masquerade: &v1alpha1.InterfaceMasquerade{}},
+		}}
+	}
+	for i := range d.Devices.Interfaces {
+		iface := &d.Devices.Interfaces[i]
+		if iface.Bridge != nil || iface.Masquerade != nil {
+			continue
+		}
+		multus := false
+		for _, n := range spec.Networks {
+			if n.Name == iface.Name && n.Multus != nil && n.Pod == nil {
+				multus = true
+			}
+		}
+		if multus {
+			iface.Bridge = &v1alpha1.InterfaceBridge{}
+		} else {
+			iface.Masquerade = &v1alpha1.InterfaceMasquerade{}
+		}
+	}
+
+	if d.CPU == nil {
+		d.CPU = &v1alpha1.CPU{}
+	}
+	if c := d.CPU; c.Sockets == 0 && c.Cores == 0 && c.Threads == 0 {
+		c.Sockets = vcpusFromResources(&d.Resources)
+	}
+	d.CPU.Sockets = max(d.CPU.Sockets, 1)
+	d.CPU.Cores = max(d.CPU.Cores, 1)
+	d.CPU.Threads = max(d.CPU.Threads, 1)
+
+	if spec.HypervisorClassName == "" {
+		spec.HypervisorClassName = opts.HypervisorClassName
+	}
+}
+
+// vcpusFromResources is the vCPU count core/domain/build derives when the VMI gives no topology:
+// the cpu limit, else the cpu request, rounded up; 1 without either. A count Validate would
+// reject is left at 1 so that validation, not defaulting, reports the resources.
+func vcpusFromResources(r *v1alpha1.ResourceRequirements) uint32 {
+	q, ok := r.Limits[corev1.ResourceCPU]
+	if !ok || q.IsZero() {
+		q, ok = r.Requests[corev1.ResourceCPU]
+	}
+	if !ok || q.Sign() <= 0 {
+		return 1
+	}
+	milli := q.MilliValue()
+	if milli >= math.MaxInt64-999 {
+		return 1
+	}
+	n := (milli + 999) / 1000
+	if n < 1 || n > domain.MaxVCPUs {
+		return 1
+	}
+	return uint32(n)
+}

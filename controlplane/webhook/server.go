@@ -1,0 +1,185 @@
+// Package webhook is Kubevisor's admission: defaulting and validation of VirtualMachines,
+// VirtualMachineInstances, replica sets and migrations, served over TLS by kubevisor-api.
+package webhook
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"time"
+
+	"k8s.io/apimachinery/pkg/runtime"
+	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/client-go/rest"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/healthz"
+	"sigs.k8s.io/controller-runtime/pkg/manager"
+	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
+	crwebhook "sigs.k8s.io/controller-runtime/pkg/webhook"
+
+	"github.com/kubevisor/kubevisor/controlplane/certs"
+	"github.com/kubevisor/kubevisor/core/api/v1alpha1"
+)
+
+// Names the manifests in manifests/webhook use.
+const (
+	DefaultServiceName          = "kubevisor-api"
+	DefaultServiceNamespace     = "kubevisor-system"
+	DefaultMutatingConfigName   = "kubevisor-mutating"
+	DefaultValidatingConfigName = "kubevisor-validating"
+	DefaultPort                 = 9443
+)
+
+// Config is how kubevisor-api serves admission; cmd/kubevisor-api maps its flags onto it.
+type Config struct {
+	// Host and Port the webhook server listens on ("" is every address).
+	Host string
+	Port int
+	// CertDir holds tls.crt and tls.key; the server reloads them when they change.
+	CertDir string
+	// ManageCertificates makes the process create a CA and serving certificate in CertDir,
+	// renew them before they expire, and inject the CA bundle into the webhook configurations.
+	// Off, CertDir is filled by someone else (cert-manager, a mounted Secret, envtest).
+	ManageCertificates bool
+	// CertLifetime and CertRenewBefore tune certificate rotation (certs.Options).
+	CertLifetime, CertRenewBefore time.Duration
+	// ServiceName and ServiceNamespace are the webhook Service, whose DNS names the serving
+	// certificate carries.
+	ServiceName, ServiceNamespace string
+	// MutatingConfigName and ValidatingConfigName are the webhook configurations that get the
+	// CA bundle.
+	MutatingConfigName, ValidatingConfigName string
+	// MetricsAddr and HealthAddr are where Prometheus metrics and /healthz, /readyz are served
+	// ("0" disables).
+	MetricsAddr, HealthAddr string
+	// MachineType replaces DefaultMachineType when set.
+	MachineType string
+}
+
+// DefaultConfig is the configuration the manifests expect.
+func DefaultConfig() Config {
+	return Config{
+		Port:                 DefaultPort,
+		CertDir:              "/var/run/kubevisor-api/certs",
+		ManageCertificates:   true,
+		CertLifetime:         certs.DefaultLifetime,
+		CertRenewBefore:      certs.DefaultRenewBefore,
+		ServiceName:          DefaultServiceName,
+		ServiceNamespace:     DefaultServiceNamespace,
+		MutatingConfigName:   DefaultMutatingConfigName,
+		ValidatingConfigName: DefaultValidatingConfigName,
+		MetricsAddr:          ":8080",
+		HealthAddr:           ":8081",
+	}
+}
+
+// AddFlags binds c's fields to flags of fs, with c's values as defaults.
+func (c *Config) AddFlags(fs *flag.FlagSet) {
+	fs.StringVar(&c.Host, "webhook-host", c.Host, "address the webhook server listens on (empty: all)")
+	fs.IntVar(&c.Port, "webhook-port", c.Port, "port the webhook server listens on")
+	fs.StringVar(&c.CertDir, "cert-dir", c.CertDir, "directory with tls.crt and tls.key (reloaded on change)")
+	fs.BoolVar(&c.ManageCertificates, "manage-certificates", c.ManageCertificates, "create, rotate and inject a self-signed CA and serving certificate")
+	fs.DurationVar(&c.CertLifetime, "cert-lifetime", c.CertLifetime, "lifetime of a serving certificate")
+	fs.DurationVar(&c.CertRenewBefore, "cert-renew-before", c.CertRenewBefore, "renew a certificate this long before it expires")
+	fs.StringVar(&c.ServiceName, "service-name", c.ServiceName, "name of the webhook Service")
+	fs.StringVar(&c.ServiceNamespace, "service-namespace", c.ServiceNamespace, "namespace of the webhook Service")
+	fs.StringVar(&c.MutatingConfigName, "mutating-webhook-configuration", c.MutatingConfigName, "MutatingWebhookConfiguration that gets the CA bundle")
+	fs.StringVar(&c.ValidatingConfigName, "validating-webhook-configuration", c.ValidatingConfigName, "ValidatingWebhookConfiguration that gets the CA bundle")
+	fs.StringVar(&c.MetricsAddr, "metrics-bind-address", c.MetricsAddr, "address of the metrics endpoint (0 disables)")
+	fs.StringVar(&c.HealthAddr, "health-probe-bind-address", c.HealthAddr, "address of /healthz and /readyz (0 disables)")
+	fs.StringVar(&c.MachineType, "default-machine-type", c.MachineType, "machine type of VMIs that name none (empty: "+DefaultMachineType+")")
+}
+
+func (c Config) certOptions() certs.Options {
+	return certs.Options{
+		Dir:              c.CertDir,
+		ServiceName:      c.ServiceName,
+		ServiceNamespace: c.ServiceNamespace,
+		Lifetime:         c.CertLifetime,
+		RenewBefore:      c.CertRenewBefore,
+	}
+}
+
+// NewManager builds a controller-runtime manager that serves the admission webhooks (and, when
+// c.ManageCertificates, rotates the certificates) with /healthz and /readyz. When it manages
+// certificates it writes them before returning, since the webhook server reads them at start.
+func NewManager(cfg *rest.Config, c Config) (manager.Manager, error) {
+	if c.CertDir == "" {
+		return nil, errors.New("a certificate directory is required")
+	}
+	if c.ManageCertificates {
+		if _, err := certs.Ensure(c.certOptions()); err != nil {
+			return nil, fmt.Errorf("webhook certificates: %w", err)
+		}
+	}
+	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
+		Scheme:                 Scheme(),
+		Metrics:                metricsserver.Options{BindAddress: c.MetricsAddr},
+		HealthProbeBindAddress: c.HealthAddr,
+		WebhookServer: crwebhook.NewServer(crwebhook.Options{
+			Host:     c.Host,
+			Port:     c.Port,
+			CertDir:  c.CertDir,
+			CertName: certs.CertFile,
+			KeyName:  certs.KeyFile,
+		}),
+	})
+	if err != nil {
+		return nil, fmt.Errorf("manager: %w", err)
+	}
+	// Reads of HypervisorClasses go straight to the API server: a cache would make the
+	// process watch every class for a lookup done once per create.
+	a := &Admission{Reader: mgr.GetAPIReader(), MachineType: c.MachineType}
+	if err := a.SetupWithManager(mgr); err != nil {
+		return nil, err
+	}
+	if err := mgr.AddHealthzCheck("healthz", healthz.Ping); err != nil {
+		return nil, err
+	}
+	if err := mgr.AddReadyzCheck("webhook", mgr.GetWebhookServer().StartedChecker()); err != nil {
+		return nil, err
+	}
+	if c.ManageCertificates {
+		direct, err := client.New(cfg, client.Options{Scheme: mgr.GetScheme()})
+		if err != nil {
+			return nil, fmt.Errorf("client: %w", err)
+		}
+		log := ctrl.Log.WithName("certs")
+		r := &certs.Rotator{
+			Options: c.certOptions(),
+			Inject: func(ctx context.Context, bundle []byte) error {
+				return certs.InjectCABundle(ctx, direct, c.MutatingConfigName, c.ValidatingConfigName, bundle)
+			},
+			OnError: func(err error) { log.Error(err, "certificate rotation") },
+			OnRotate: func(st certs.State) {
+				log.Info("rotated webhook certificate", "notAfter", st.NotAfter, "newCA", st.CARotated)
+			},
+		}
+		// The CA lives in CertDir, so each process has its own: run one replica, or turn
+		// ManageCertificates off and mount a shared certificate (cert-manager).
+		if err := mgr.Add(manager.RunnableFunc(r.Run)); err != nil {
+			return nil, err
+		}
+	}
+	return mgr, nil
+}
+
+// Scheme returns a scheme with the Kubernetes built-in types and the Kubevisor API.
+func Scheme() *runtime.Scheme {
+	s := runtime.NewScheme()
+	utilruntime.Must(clientgoscheme.AddToScheme(s))
+	utilruntime.Must(v1alpha1.AddToScheme(s))
+	return s
+}
+
+// Run serves admission until ctx ends.
+func Run(ctx context.Context, cfg *rest.Config, c Config) error {
+	mgr, err := NewManager(cfg, c)
+	if err != nil {
+		return err
+	}
+	return mgr.Start(ctx)
+}
