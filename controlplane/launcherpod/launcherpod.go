@@ -1,0 +1,527 @@
+// Package launcherpod builds the launcher pod that runs one VirtualMachineInstance on a node.
+//
+// Build is a pure function of the VMI, its HypervisorClass and the controller's Config: the same
+// inputs give the same pod, so the VMI controller can create it idempotently and tests can read
+// it field by field.
+//
+// # The per-VMI directory
+//
+// Each VMI has a directory on its node, <HostStateDir>/vmi/<VMI UID> (Dir), shared by the node
+// handler (which runs the drivers on the host) and the launcher pod. The pod mounts it as a
+// hostPath at the same path, with HostToContainer propagation, so that a path the handler or a
+// storage driver writes there (a prepared disk, a cloud-init ISO, a mount made after the pod
+// started) means the same file inside the pod.
+//
+// kubevisor-launcher serves its sockets in LauncherDir, a subdirectory of it, not in the
+// directory itself: the kubelet creates a DirectoryOrCreate hostPath with mode 0755, and the
+// launcher refuses to serve in a directory that group or others can reach (whoever reaches its
+// socket runs programs in the sandbox). The launcher creates LauncherDir 0700 itself; the
+// handler dials LauncherDir/launcher.sock.
+//
+// # Volumes
+//
+//	| VMI volume             | launcher pod                                                      |
+//	|------------------------|-------------------------------------------------------------------|
+//	| persistentVolumeClaim  | the claim, mounted at DiskMountDir/<volume> (filesystem mode)     |
+//	| ephemeral              | its backing claim, read-only, at DiskMountDir/<volume>            |
+//	| hostDisk               | hostPath of the image's directory, at the same path               |
+//	| containerDisk          | nothing: the node's storage driver pulls the image and prepares   |
+//	|                        | the disk in the per-VMI directory                                 |
+//	| emptyDisk, cloudInit*  | nothing: the storage driver creates them in the per-VMI directory |
+//
+// Claims are attached by the kubelet so that the scheduler, the attach/detach controller and CSI
+// see them as used by the pod. Container disks are not pod containers (as KubeVirt's are): the
+// node's storage driver owns image content (DESIGN.md, data flow step 3), which also works where
+// no registry can be pulled from.
+//
+// # Security
+//
+// The launcher container is not privileged, shares no host namespace, drops every capability and
+// cannot gain privileges: it only starts the VM process the driver asks for. Host devices reach
+// it only through the device plugin resources the class lists (HypervisorClass.DeviceResources).
+// It runs as the image's user (root in the container, without capabilities) because the kubelet
+// creates the per-VMI directory as root, and the launcher must own LauncherDir.
+package launcherpod
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"path"
+	"slices"
+	"sort"
+	"strings"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/validation"
+	"k8s.io/utils/ptr"
+
+	"github.com/kubevisor/kubevisor/core/api/v1alpha1"
+)
+
+// Defaults of Config, and the fixed names of the pod.
+const (
+	// DefaultHostStateDir is the node directory that holds the per-VMI directories (the handler's
+	// default state directory).
+	DefaultHostStateDir = "/var/lib/kubevisor"
+	// DefaultGracePeriodMarginSeconds is added to the VMI's grace period to make the pod's, so that
+	// the launcher's own deadline (and its kill of the VM process) comes before the kubelet's
+	// SIGKILL; KubeVirt uses the same margin.
+	DefaultGracePeriodMarginSeconds = 15
+	// DefaultVMIGracePeriodSeconds is the grace period of a VMI that sets none, as a pod's.
+	DefaultVMIGracePeriodSeconds = 30
+
+	// ContainerName is the name of the launcher container.
+	ContainerName = "compute"
+	// LauncherCommand is the launcher binary in the launcher image.
+	LauncherCommand = "kubevisor-launcher"
+	// DiskMountDir is where claims are mounted in the launcher container, one directory per volume.
+	DiskMountDir = "/var/run/kubevisor-private/vmi-disks"
+	// VMIDirVolumeName is the name of the pod volume of the per-VMI directory.
+	VMIDirVolumeName = "kubevisor-vmi-dir"
+	// NamePrefix starts the name of every launcher pod.
+	NamePrefix = "kubevisor-launcher-"
+)
+
+// DefaultLauncherMemoryOverhead is the memory the launcher and the hypervisor process need beyond
+// the guest's memory, unless Config says otherwise.
+var DefaultLauncherMemoryOverhead = resource.MustParse("180Mi")
+
+// DefaultCPURequestPerVCPU is the CPU requested per vCPU of a VMI that requests no CPU (one tenth
+// of a core: KubeVirt's default CPU allocation ratio of 10).
+var DefaultCPURequestPerVCPU = resource.MustParse("100m")
+
+// Config is the part of the VMI controller's configuration that shapes launcher pods.
+type Config struct {
+	// LauncherImage is the image that holds kubevisor-launcher and the hypervisor runtime. Required.
+	LauncherImage string
+	// ImagePullPolicy of the launcher image. Default: IfNotPresent.
+	ImagePullPolicy corev1.PullPolicy
+	// HostStateDir is the node directory that holds the per-VMI directories. Default: DefaultHostStateDir.
+	HostStateDir string
+	// LauncherMemoryOverhead is added to the guest memory in the pod's memory request and limit.
+	// Zero means DefaultLauncherMemoryOverhead.
+	LauncherMemoryOverhead resource.Quantity
+	// CPURequestPerVCPU is the CPU requested per vCPU when the VMI requests no CPU.
+	// Zero means DefaultCPURequestPerVCPU.
+	CPURequestPerVCPU resource.Quantity
+	// GracePeriodMarginSeconds is added to the VMI's grace period to make the pod's.
+	// Nil means DefaultGracePeriodMarginSeconds.
+	GracePeriodMarginSeconds *int64
+}
+
+func (c Config) withDefaults() (Config, error) {
+	if c.LauncherImage == "" {
+		return c, errors.New("no launcher image configured")
+	}
+	if c.ImagePullPolicy == "" {
+		c.ImagePullPolicy = corev1.PullIfNotPresent
+	}
+	if c.HostStateDir == "" {
+		c.HostStateDir = DefaultHostStateDir
+	}
+	if !path.IsAbs(c.HostStateDir) {
+		return c, fmt.Errorf("host state directory %q is not an absolute path", c.HostStateDir)
+	}
+	if c.LauncherMemoryOverhead.IsZero() {
+		c.LauncherMemoryOverhead = DefaultLauncherMemoryOverhead
+	}
+	if c.CPURequestPerVCPU.IsZero() {
+		c.CPURequestPerVCPU = DefaultCPURequestPerVCPU
+	}
+	if c.GracePeriodMarginSeconds == nil {
+		c.GracePeriodMarginSeconds = ptr.To[int64](DefaultGracePeriodMarginSeconds)
+	}
+	if *c.GracePeriodMarginSeconds < 0 {
+		return c, errors.New("negative grace period margin")
+	}
+	return c, nil
+}
+
+// Dir is the per-VMI directory on the node, shared by the handler and the launcher pod at the
+// same path.
+func Dir(hostStateDir string, uid types.UID) string {
+	if hostStateDir == "" {
+		hostStateDir = DefaultHostStateDir
+	}
+	return path.Join(hostStateDir, "vmi", string(uid))
+}
+
+// LauncherDir is the directory kubevisor-launcher serves its sockets in (--dir): a subdirectory
+// of Dir that the launcher creates 0700 (see the package documentation).
+func LauncherDir(hostStateDir string, uid types.UID) string {
+	return path.Join(Dir(hostStateDir, uid), "launcher")
+}
+
+// Name is the name of the launcher pod of a VMI: fixed by the VMI's UID, so that creating it
+// twice (from a stale cache) answers AlreadyExists instead of making a second pod, and a new VMI
+// of the same name does not collide with the old one's terminating pod. It fits in 63
+// characters, since a pod's hostname may be derived from its name.
+func Name(vmiName string, uid types.UID) string {
+	sum := sha256.Sum256([]byte(uid))
+	suffix := "-" + hex.EncodeToString(sum[:])[:5]
+	base := NamePrefix + vmiName
+	if limit := validation.DNS1123LabelMaxLength - len(suffix); len(base) > limit {
+		base = strings.TrimRight(base[:limit], "-.")
+	}
+	return base + suffix
+}
+
+// Build returns the launcher pod of vmi for class. The error says which input is unusable: no
+// memory, a node selector on which the VMI and the class disagree, a device resource outside
+// devices.kubevisor.io/, a pod volume name clash.
+func Build(vmi *v1alpha1.VirtualMachineInstance, class *v1alpha1.HypervisorClass, cfg Config) (*corev1.Pod, error) {
+	cfg, err := cfg.withDefaults()
+	if err != nil {
+		return nil, err
+	}
+	if vmi.UID == "" {
+		return nil, errors.New("VMI has no UID")
+	}
+	if class == nil {
+		return nil, errors.New("no HypervisorClass")
+	}
+	if class.Driver == "" {
+		return nil, fmt.Errorf("HypervisorClass %s names no driver", class.Name)
+	}
+	for _, n := range []struct{ what, value string }{{"VMI name", vmi.Name}, {"HypervisorClass name", class.Name}} {
+		if errs := validation.IsValidLabelValue(n.value); len(errs) > 0 {
+			return nil, fmt.Errorf("%s %q cannot be a label value of its launcher pod: %s", n.what, n.value, strings.Join(errs, "; "))
+		}
+	}
+
+	resources, err := buildResources(vmi, class, cfg)
+	if err != nil {
+		return nil, err
+	}
+	nodeSelector, err := mergeNodeSelector(vmi, class)
+	if err != nil {
+		return nil, err
+	}
+	volumes, mounts, err := buildVolumes(vmi, cfg)
+	if err != nil {
+		return nil, err
+	}
+
+	vmiGrace := int64(DefaultVMIGracePeriodSeconds)
+	if vmi.Spec.TerminationGracePeriodSeconds != nil {
+		vmiGrace = *vmi.Spec.TerminationGracePeriodSeconds
+	}
+
+	labels := map[string]string{}
+	// The VMI's labels go to the pod, as KubeVirt does, so that a Service selecting VMIs by
+	// label reaches their launcher pods (which hold the guest's network).
+	for k, v := range vmi.Labels {
+		labels[k] = v
+	}
+	delete(labels, v1alpha1.NodeNameLabel)
+	labels[v1alpha1.CreatedByLabel] = string(vmi.UID)
+	labels[v1alpha1.VirtualMachineInstanceNameLabel] = vmi.Name
+	labels[v1alpha1.HypervisorClassLabel] = class.Name
+
+	pod := &corev1.Pod{
+		TypeMeta: metav1.TypeMeta{APIVersion: "v1", Kind: "Pod"},
+		ObjectMeta: metav1.ObjectMeta{
+			Name:      Name(vmi.Name, vmi.UID),
+			Namespace: vmi.Namespace,
+			Labels:    labels,
+			OwnerReferences: []metav1.OwnerReference{{
+				APIVersion:         v1alpha1.GroupVersion.String(),
+				Kind:               "VirtualMachineInstance",
+				Name:               vmi.Name,
+				UID:                vmi.UID,
+				Controller:         ptr.To(true),
+				BlockOwnerDeletion: ptr.To(true),
+			}},
+		},
+		Spec: corev1.PodSpec{
+			RestartPolicy:                 corev1.RestartPolicyNever,
+			TerminationGracePeriodSeconds: ptr.To(vmiGrace + *cfg.GracePeriodMarginSeconds),
+			// The launcher talks to nobody but the handler, through its socket.
+			AutomountServiceAccountToken: ptr.To(false),
+			EnableServiceLinks:           ptr.To(false),
+			Hostname:                     hostname(vmi),
+			Subdomain:                    vmi.Spec.Subdomain,
+			NodeSelector:                 nodeSelector,
+			Affinity:                     buildAffinity(vmi, class),
+			Tolerations:                  mergeTolerations(vmi, class),
+			SecurityContext: &corev1.PodSecurityContext{
+				SeccompProfile: &corev1.SeccompProfile{Type: corev1.SeccompProfileTypeRuntimeDefault},
+			},
+			Volumes: volumes,
+			Containers: []corev1.Container{{
+				Name:            ContainerName,
+				Image:           cfg.LauncherImage,
+				ImagePullPolicy: cfg.ImagePullPolicy,
+				Command:         []string{LauncherCommand},
+				Args: []string{
+					"--dir", LauncherDir(cfg.HostStateDir, vmi.UID),
+					"--vmi", vmi.Namespace + "/" + vmi.Name,
+					"--grace-period", fmt.Sprintf("%ds", vmiGrace),
+				},
+				Resources:    resources,
+				VolumeMounts: mounts,
+				SecurityContext: &corev1.SecurityContext{
+					Privileged:               ptr.To(false),
+					AllowPrivilegeEscalation: ptr.To(false),
+					Capabilities:             &corev1.Capabilities{Drop: []corev1.Capability{"ALL"}},
+				},
+				TerminationMessagePolicy: corev1.TerminationMessageFallbackToLogsOnError,
+			}},
+		},
+	}
+	return pod, nil
+}
+
+// guestMemory is the memory the guest sees: domain.memory.guest, else the requested memory.
+func guestMemory(vmi *v1alpha1.VirtualMachineInstance) (resource.Quantity, error) {
+	if m := vmi.Spec.Domain.Memory; m != nil && m.Guest != nil && !m.Guest.IsZero() {
+		return m.Guest.DeepCopy(), nil
+	}
+	if q, ok := vmi.Spec.Domain.Resources.Requests[corev1.ResourceMemory]; ok && !q.IsZero() {
+		return q.DeepCopy(), nil
+	}
+	return resource.Quantity{}, errors.New("VMI sets no memory (spec.domain.memory.guest or spec.domain.resources.requests.memory)")
+}
+
+func vcpus(vmi *v1alpha1.VirtualMachineInstance) int64 {
+	n := int64(1)
+	if c := vmi.Spec.Domain.CPU; c != nil {
+		for _, v := range []uint32{c.Sockets, c.Cores, c.Threads} {
+			if v > 0 {
+				n *= int64(v)
+			}
+		}
+	}
+	return n
+}
+
+// buildResources computes the launcher container's requests and limits:
+//
+//	memory  request: requests.memory (else guest memory) + launcher overhead + class podFixed
+//	        limit:   limits.memory (else the larger of guest memory and the request base) + the same
+//	cpu     request: requests.cpu, else limits.cpu, else vCPUs × CPURequestPerVCPU; + podFixed
+//	        limit:   limits.cpu + podFixed, only when the VMI sets one
+//	devices each of class.deviceResources, 1 (requests = limits, as extended resources must be)
+//
+// A memory limit is always set: a VM's footprint is its guest memory plus a bounded overhead,
+// and an unbounded one would let a guest take memory the scheduler gave to other pods.
+func buildResources(vmi *v1alpha1.VirtualMachineInstance, class *v1alpha1.HypervisorClass, cfg Config) (corev1.ResourceRequirements, error) {
+	guest, err := guestMemory(vmi)
+	if err != nil {
+		return corev1.ResourceRequirements{}, err
+	}
+	vr := vmi.Spec.Domain.Resources
+	req, lim := corev1.ResourceList{}, corev1.ResourceList{}
+
+	memReq := guest.DeepCopy()
+	if q, ok := vr.Requests[corev1.ResourceMemory]; ok && !q.IsZero() {
+		memReq = q.DeepCopy()
+	}
+	memLim := guest.DeepCopy()
+	if memReq.Cmp(memLim) > 0 {
+		memLim = memReq.DeepCopy()
+	}
+	if q, ok := vr.Limits[corev1.ResourceMemory]; ok && !q.IsZero() {
+		if q.Cmp(memReq) < 0 {
+			return corev1.ResourceRequirements{}, fmt.Errorf("memory limit %s is below the memory request %s", q.String(), memReq.String())
+		}
+		memLim = q.DeepCopy()
+	}
+	memReq.Add(cfg.LauncherMemoryOverhead)
+	memLim.Add(cfg.LauncherMemoryOverhead)
+	req[corev1.ResourceMemory], lim[corev1.ResourceMemory] = memReq, memLim
+
+	switch {
+	case !vr.Requests.Cpu().IsZero():
+		req[corev1.ResourceCPU] = vr.Requests.Cpu().DeepCopy()
+	case !vr.Limits.Cpu().IsZero():
+		req[corev1.ResourceCPU] = vr.Limits.Cpu().DeepCopy()
+	default:
+		q := cfg.CPURequestPerVCPU.DeepCopy()
+		q.Mul(vcpus(vmi))
+		req[corev1.ResourceCPU] = q
+	}
+	if !vr.Limits.Cpu().IsZero() {
+		lim[corev1.ResourceCPU] = vr.Limits.Cpu().DeepCopy()
+	}
+
+	if class.Overhead != nil {
+		for name, q := range class.Overhead.PodFixed {
+			add(req, name, q)
+			// A limit grows with the overhead only where there is one (memory always); adding a
+			// CPU limit the VMI did not ask for would throttle it.
+			if _, ok := lim[name]; ok {
+				add(lim, name, q)
+			}
+		}
+	}
+
+	for _, d := range class.DeviceResources {
+		if !strings.HasPrefix(string(d), v1alpha1.DeviceResourcePrefix) || len(d) == len(v1alpha1.DeviceResourcePrefix) {
+			return corev1.ResourceRequirements{}, fmt.Errorf("HypervisorClass %s: device resource %q is not a %s<name> resource", class.Name, d, v1alpha1.DeviceResourcePrefix)
+		}
+		req[d], lim[d] = resource.MustParse("1"), resource.MustParse("1")
+	}
+	return corev1.ResourceRequirements{Requests: req, Limits: lim}, nil
+}
+
+func add(list corev1.ResourceList, name corev1.ResourceName, q resource.Quantity) {
+	sum := list[name]
+	sum.Add(q)
+	list[name] = sum
+}
+
+// mergeNodeSelector is the VMI's node selector and the class's together; a key both set to
+// different values is an error naming both, since no node can satisfy it.
+func mergeNodeSelector(vmi *v1alpha1.VirtualMachineInstance, class *v1alpha1.HypervisorClass) (map[string]string, error) {
+	out := map[string]string{}
+	for k, v := range vmi.Spec.NodeSelector {
+		out[k] = v
+	}
+	if class.Scheduling != nil {
+		keys := make([]string, 0, len(class.Scheduling.NodeSelector))
+		for k := range class.Scheduling.NodeSelector {
+			keys = append(keys, k)
+		}
+		sort.Strings(keys)
+		for _, k := range keys {
+			v := class.Scheduling.NodeSelector[k]
+			if have, ok := out[k]; ok && have != v {
+				return nil, fmt.Errorf("node selector %s: the VMI wants %q and HypervisorClass %s wants %q", k, have, class.Name, v)
+			}
+			out[k] = v
+		}
+	}
+	if len(out) == 0 {
+		return nil, nil
+	}
+	return out, nil
+}
+
+// buildAffinity is the VMI's affinity with one more required node term: the class's hypervisor
+// driver is healthy or degraded on the node (the label its handler publishes). Node selector terms
+// are ORed, so the requirement joins each of the VMI's terms.
+func buildAffinity(vmi *v1alpha1.VirtualMachineInstance, class *v1alpha1.HypervisorClass) *corev1.Affinity {
+	driverUp := corev1.NodeSelectorRequirement{
+		Key:      v1alpha1.DriverHealthLabel("hypervisor", class.Driver),
+		Operator: corev1.NodeSelectorOpIn,
+		Values:   []string{v1alpha1.DriverHealthy, v1alpha1.DriverDegraded},
+	}
+	aff := &corev1.Affinity{}
+	if vmi.Spec.Affinity != nil {
+		aff = vmi.Spec.Affinity.DeepCopy()
+	}
+	if aff.NodeAffinity == nil {
+		aff.NodeAffinity = &corev1.NodeAffinity{}
+	}
+	required := aff.NodeAffinity.RequiredDuringSchedulingIgnoredDuringExecution
+	if required == nil || len(required.NodeSelectorTerms) == 0 {
+		aff.NodeAffinity.RequiredDuringSchedulingIgnoredDuringExecution = &corev1.NodeSelector{
+			NodeSelectorTerms: []corev1.NodeSelectorTerm{{MatchExpressions: []corev1.NodeSelectorRequirement{driverUp}}},
+		}
+		return aff
+	}
+	for i := range required.NodeSelectorTerms {
+		t := &required.NodeSelectorTerms[i]
+		t.MatchExpressions = append(t.MatchExpressions, driverUp)
+	}
+	return aff
+}
+
+// mergeTolerations is the VMI's tolerations followed by the class's, without exact duplicates.
+func mergeTolerations(vmi *v1alpha1.VirtualMachineInstance, class *v1alpha1.HypervisorClass) []corev1.Toleration {
+	var out []corev1.Toleration
+	var fromClass []corev1.Toleration
+	if class.Scheduling != nil {
+		fromClass = class.Scheduling.Tolerations
+	}
+	for _, t := range slices.Concat(vmi.Spec.Tolerations, fromClass) {
+		if !slices.ContainsFunc(out, func(o corev1.Toleration) bool {
+			return o.MatchToleration(&t) && ptr.Equal(o.TolerationSeconds, t.TolerationSeconds)
+		}) {
+			out = append(out, t)
+		}
+	}
+	return out
+}
+
+// hostname is the pod's hostname: the VMI's, else its name made a DNS label (KubeVirt's rule).
+func hostname(vmi *v1alpha1.VirtualMachineInstance) string {
+	h := vmi.Spec.Hostname
+	if h == "" {
+		h = vmi.Name
+	}
+	h = strings.ReplaceAll(h, ".", "-")
+	if len(h) > validation.DNS1123LabelMaxLength {
+		h = h[:validation.DNS1123LabelMaxLength]
+	}
+	return strings.TrimRight(h, "-")
+}
+
+// buildVolumes returns the pod's volumes and the launcher container's mounts (see the table in
+// the package documentation).
+func buildVolumes(vmi *v1alpha1.VirtualMachineInstance, cfg Config) ([]corev1.Volume, []corev1.VolumeMount, error) {
+	dir := Dir(cfg.HostStateDir, vmi.UID)
+	volumes := []corev1.Volume{{
+		Name: VMIDirVolumeName,
+		VolumeSource: corev1.VolumeSource{HostPath: &corev1.HostPathVolumeSource{
+			Path: dir, Type: ptr.To(corev1.HostPathDirectoryOrCreate),
+		}},
+	}}
+	mounts := []corev1.VolumeMount{{
+		Name: VMIDirVolumeName, MountPath: dir,
+		MountPropagation: ptr.To(corev1.MountPropagationHostToContainer),
+	}}
+	names := map[string]bool{VMIDirVolumeName: true}
+	hostDirs := map[string]string{} // hostDisk directory → pod volume name
+	addVolume := func(name string, src corev1.VolumeSource, mount corev1.VolumeMount) error {
+		if names[name] {
+			return fmt.Errorf("volume %s: its name is taken by another volume of the launcher pod", name)
+		}
+		names[name] = true
+		volumes = append(volumes, corev1.Volume{Name: name, VolumeSource: src})
+		mounts = append(mounts, mount)
+		return nil
+	}
+	for _, v := range vmi.Spec.Volumes {
+		var err error
+		switch {
+		case v.PersistentVolumeClaim != nil:
+			claim := v.PersistentVolumeClaim.PersistentVolumeClaimVolumeSource
+			err = addVolume(v.Name, corev1.VolumeSource{PersistentVolumeClaim: &claim},
+				corev1.VolumeMount{Name: v.Name, MountPath: path.Join(DiskMountDir, v.Name), ReadOnly: claim.ReadOnly})
+		case v.Ephemeral != nil && v.Ephemeral.PersistentVolumeClaim != nil:
+			// The claim is only the backing image of a copy-on-write layer kept in the per-VMI
+			// directory: nothing writes to it.
+			claim := *v.Ephemeral.PersistentVolumeClaim
+			claim.ReadOnly = true
+			err = addVolume(v.Name, corev1.VolumeSource{PersistentVolumeClaim: &claim},
+				corev1.VolumeMount{Name: v.Name, MountPath: path.Join(DiskMountDir, v.Name), ReadOnly: true})
+		case v.HostDisk != nil:
+			hostDir := path.Dir(path.Clean(v.HostDisk.Path))
+			if !path.IsAbs(hostDir) {
+				return nil, nil, fmt.Errorf("volume %s: hostDisk path %q is not absolute", v.Name, v.HostDisk.Path)
+			}
+			if _, ok := hostDirs[hostDir]; ok {
+				continue // another hostDisk in the same directory brought it already
+			}
+			typ := corev1.HostPathDirectory
+			if v.HostDisk.Type == v1alpha1.HostDiskExistsOrCreate {
+				typ = corev1.HostPathDirectoryOrCreate
+			}
+			hostDirs[hostDir] = v.Name
+			// The same path inside as on the node, so the path in the VMI is the path QEMU opens.
+			err = addVolume(v.Name, corev1.VolumeSource{HostPath: &corev1.HostPathVolumeSource{Path: hostDir, Type: ptr.To(typ)}},
+				corev1.VolumeMount{Name: v.Name, MountPath: hostDir})
+		}
+		if err != nil {
+			return nil, nil, err
+		}
+	}
+	return volumes, mounts, nil
+}

@@ -1,0 +1,466 @@
+package launcherpod
+
+import (
+	"strings"
+	"testing"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/validation"
+	"k8s.io/utils/ptr"
+
+	"github.com/kubevisor/kubevisor/core/api/v1alpha1"
+)
+
+const testUID = types.UID("0b5c5f52-9d43-4c44-a7e5-3a1f3f1d1a11")
+
+func q(s string) resource.Quantity { return resource.MustParse(s) }
+
+func testVMI(mut ...func(*v1alpha1.VirtualMachineInstance)) *v1alpha1.VirtualMachineInstance {
+	vmi := &v1alpha1.VirtualMachineInstance{
+		ObjectMeta: metav1.ObjectMeta{Name: "vm1", Namespace: "ns1", UID: testUID},
+		Spec: v1alpha1.VirtualMachineInstanceSpec{
+			Domain: v1alpha1.DomainSpec{Memory: &v1alpha1.Memory{Guest: ptr.To(q("1Gi"))}},
+		},
+	}
+	for _, m := range mut {
+		m(vmi)
+	}
+	return vmi
+}
+
+func testClass(mut ...func(*v1alpha1.HypervisorClass)) *v1alpha1.HypervisorClass {
+	c := &v1alpha1.HypervisorClass{ObjectMeta: metav1.ObjectMeta{Name: "qemu"}, Driver: "qmp"}
+	for _, m := range mut {
+		m(c)
+	}
+	return c
+}
+
+var testConfig = Config{LauncherImage: "kubevisor/launcher:test", LauncherMemoryOverhead: q("100Mi")}
+
+// driverUp is the node requirement every launcher pod of testClass carries.
+var driverUp = corev1.NodeSelectorRequirement{
+	Key:      "capability.kubevisor.io/hypervisor.qmp",
+	Operator: corev1.NodeSelectorOpIn,
+	Values:   []string{"healthy", "degraded"},
+}
+
+// TestBuildMinimal pins the whole pod of the smallest VMI, so that any change to it shows here.
+func TestBuildMinimal(t *testing.T) {
+	pod, err := Build(testVMI(), testClass(), testConfig)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := "/var/lib/kubevisor/vmi/" + string(testUID)
+	want := &corev1.Pod{
+		TypeMeta: metav1.TypeMeta{APIVersion: "v1", Kind: "Pod"},
+		ObjectMeta: metav1.ObjectMeta{
+			Name:      Name("vm1", testUID),
+			Namespace: "ns1",
+			Labels: map[string]string{
+				v1alpha1.CreatedByLabel:                  string(testUID),
+				v1alpha1.VirtualMachineInstanceNameLabel: "vm1",
+				v1alpha1.HypervisorClassLabel:            "qemu",
+			},
+			OwnerReferences: []metav1.OwnerReference{{
+				APIVersion: "kubevisor.io/v1alpha1", Kind: "VirtualMachineInstance", Name: "vm1", UID: testUID,
+				Controller: ptr.To(true), BlockOwnerDeletion: ptr.To(true),
+			}},
+		},
+		Spec: corev1.PodSpec{
+			RestartPolicy:                 corev1.RestartPolicyNever,
+			TerminationGracePeriodSeconds: ptr.To[int64](45),
+			AutomountServiceAccountToken:  ptr.To(false),
+			EnableServiceLinks:            ptr.To(false),
+			Hostname:                      "vm1",
+			Affinity: &corev1.Affinity{NodeAffinity: &corev1.NodeAffinity{
+				RequiredDuringSchedulingIgnoredDuringExecution: &corev1.NodeSelector{
+					NodeSelectorTerms: []corev1.NodeSelectorTerm{{MatchExpressions: []corev1.NodeSelectorRequirement{driverUp}}},
+				},
+			}},
+			SecurityContext: &corev1.PodSecurityContext{SeccompProfile: &corev1.SeccompProfile{Type: corev1.SeccompProfileTypeRuntimeDefault}},
+			Volumes: []corev1.Volume{{
+				Name:         VMIDirVolumeName,
+				VolumeSource: corev1.VolumeSource{HostPath: &corev1.HostPathVolumeSource{Path: dir, Type: ptr.To(corev1.HostPathDirectoryOrCreate)}},
+			}},
+			Containers: []corev1.Container{{
+				Name:            "compute",
+				Image:           "kubevisor/launcher:test",
+				ImagePullPolicy: corev1.PullIfNotPresent,
+				Command:         []string{"kubevisor-launcher"},
+				Args:            []string{"--dir", dir + "/launcher", "--vmi", "ns1/vm1", "--grace-period", "30s"},
+				Resources: corev1.ResourceRequirements{
+					Requests: corev1.ResourceList{corev1.ResourceMemory: q("1124Mi"), corev1.ResourceCPU: q("100m")},
+					Limits:   corev1.ResourceList{corev1.ResourceMemory: q("1124Mi")},
+				},
+				VolumeMounts: []corev1.VolumeMount{{
+					Name: VMIDirVolumeName, MountPath: dir, MountPropagation: ptr.To(corev1.MountPropagationHostToContainer),
+				}},
+				SecurityContext: &corev1.SecurityContext{
+					Privileged:               ptr.To(false),
+					AllowPrivilegeEscalation: ptr.To(false),
+					Capabilities:             &corev1.Capabilities{Drop: []corev1.Capability{"ALL"}},
+				},
+				TerminationMessagePolicy: corev1.TerminationMessageFallbackToLogsOnError,
+			}},
+		},
+	}
+	if !equality.Semantic.DeepEqual(pod, want) {
+		t.Errorf("pod differs:\n got %+v\nwant %+v", pod, want)
+	}
+	if pod.Spec.HostNetwork || pod.Spec.HostPID || pod.Spec.HostIPC {
+		t.Error("launcher pod shares a host namespace")
+	}
+}
+
+func TestBuild(t *testing.T) {
+	res := func(pairs ...string) corev1.ResourceList {
+		l := corev1.ResourceList{}
+		for i := 0; i < len(pairs); i += 2 {
+			l[corev1.ResourceName(pairs[i])] = q(pairs[i+1])
+		}
+		return l
+	}
+	wantResources := func(req, lim corev1.ResourceList) func(*testing.T, *corev1.Pod) {
+		return func(t *testing.T, pod *corev1.Pod) {
+			t.Helper()
+			got := pod.Spec.Containers[0].Resources
+			if !equality.Semantic.DeepEqual(got.Requests, req) {
+				t.Errorf("requests = %v, want %v", got.Requests, req)
+			}
+			if !equality.Semantic.DeepEqual(got.Limits, lim) {
+				t.Errorf("limits = %v, want %v", got.Limits, lim)
+			}
+		}
+	}
+	tests := []struct {
+		name    string
+		vmi     *v1alpha1.VirtualMachineInstance
+		class   *v1alpha1.HypervisorClass
+		cfg     *Config
+		wantErr string // substring; empty means success
+		check   func(*testing.T, *corev1.Pod)
+	}{
+		{
+			name: "memory from resources.requests when no guest memory",
+			vmi: testVMI(func(v *v1alpha1.VirtualMachineInstance) {
+				v.Spec.Domain.Memory = nil
+				v.Spec.Domain.Resources.Requests = res("memory", "2Gi")
+			}),
+			check: wantResources(res("memory", "2148Mi", "cpu", "100m"), res("memory", "2148Mi")),
+		},
+		{
+			name: "overcommit: request from resources.requests, limit from guest memory",
+			vmi: testVMI(func(v *v1alpha1.VirtualMachineInstance) {
+				v.Spec.Domain.Memory.Guest = ptr.To(q("2Gi"))
+				v.Spec.Domain.Resources.Requests = res("memory", "1Gi")
+			}),
+			check: wantResources(res("memory", "1124Mi", "cpu", "100m"), res("memory", "2148Mi")),
+		},
+		{
+			name: "memory and cpu limits of the VMI",
+			vmi: testVMI(func(v *v1alpha1.VirtualMachineInstance) {
+				v.Spec.Domain.Resources.Requests = res("memory", "1Gi", "cpu", "500m")
+				v.Spec.Domain.Resources.Limits = res("memory", "3Gi", "cpu", "2")
+			}),
+			check: wantResources(res("memory", "1124Mi", "cpu", "500m"), res("memory", "3172Mi", "cpu", "2")),
+		},
+		{
+			name:    "memory limit below the request",
+			vmi:     testVMI(func(v *v1alpha1.VirtualMachineInstance) { v.Spec.Domain.Resources.Limits = res("memory", "512Mi") }),
+			wantErr: "memory limit 512Mi is below the memory request 1Gi",
+		},
+		{
+			name:  "cpu request from the cpu limit",
+			vmi:   testVMI(func(v *v1alpha1.VirtualMachineInstance) { v.Spec.Domain.Resources.Limits = res("cpu", "3") }),
+			check: wantResources(res("memory", "1124Mi", "cpu", "3"), res("memory", "1124Mi", "cpu", "3")),
+		},
+		{
+			name: "cpu request from the topology",
+			vmi: testVMI(func(v *v1alpha1.VirtualMachineInstance) {
+				v.Spec.Domain.CPU = &v1alpha1.CPU{Sockets: 2, Cores: 2, Threads: 1}
+			}),
+			check: wantResources(res("memory", "1124Mi", "cpu", "400m"), res("memory", "1124Mi")),
+		},
+		{
+			name: "class overhead on requests, and on limits only where there is one",
+			class: testClass(func(c *v1alpha1.HypervisorClass) {
+				c.Overhead = &v1alpha1.HypervisorClassOverhead{PodFixed: res("memory", "64Mi", "cpu", "250m")}
+			}),
+			check: wantResources(res("memory", "1188Mi", "cpu", "350m"), res("memory", "1188Mi")),
+		},
+		{
+			name: "class device resources requested and limited at one",
+			class: testClass(func(c *v1alpha1.HypervisorClass) {
+				c.DeviceResources = []corev1.ResourceName{v1alpha1.KVMDeviceResource, v1alpha1.VhostNetDeviceResource}
+			}),
+			check: wantResources(
+				res("memory", "1124Mi", "cpu", "100m", "devices.kubevisor.io/kvm", "1", "devices.kubevisor.io/vhost-net", "1"),
+				res("memory", "1124Mi", "devices.kubevisor.io/kvm", "1", "devices.kubevisor.io/vhost-net", "1")),
+		},
+		{
+			name:    "device resource outside devices.kubevisor.io",
+			class:   testClass(func(c *v1alpha1.HypervisorClass) { c.DeviceResources = []corev1.ResourceName{"nvidia.com/gpu"} }),
+			wantErr: `device resource "nvidia.com/gpu" is not a devices.kubevisor.io/<name> resource`,
+		},
+		{
+			name:    "no memory",
+			vmi:     testVMI(func(v *v1alpha1.VirtualMachineInstance) { v.Spec.Domain.Memory = nil }),
+			wantErr: "VMI sets no memory",
+		},
+		{
+			name: "node selectors of VMI and class merged",
+			vmi: testVMI(func(v *v1alpha1.VirtualMachineInstance) {
+				v.Spec.NodeSelector = map[string]string{"zone": "a", "disk": "ssd"}
+			}),
+			class: testClass(func(c *v1alpha1.HypervisorClass) {
+				c.Scheduling = &v1alpha1.HypervisorClassScheduling{NodeSelector: map[string]string{"zone": "a", "kvm": "true"}}
+			}),
+			check: func(t *testing.T, pod *corev1.Pod) {
+				want := map[string]string{"zone": "a", "disk": "ssd", "kvm": "true"}
+				if !equality.Semantic.DeepEqual(pod.Spec.NodeSelector, want) {
+					t.Errorf("nodeSelector = %v, want %v", pod.Spec.NodeSelector, want)
+				}
+			},
+		},
+		{
+			name: "node selector conflict names both sides",
+			vmi:  testVMI(func(v *v1alpha1.VirtualMachineInstance) { v.Spec.NodeSelector = map[string]string{"zone": "a"} }),
+			class: testClass(func(c *v1alpha1.HypervisorClass) {
+				c.Scheduling = &v1alpha1.HypervisorClassScheduling{NodeSelector: map[string]string{"zone": "b"}}
+			}),
+			wantErr: `node selector zone: the VMI wants "a" and HypervisorClass qemu wants "b"`,
+		},
+		{
+			name: "driver requirement joins each of the VMI's node terms; other affinity kept",
+			vmi: testVMI(func(v *v1alpha1.VirtualMachineInstance) {
+				v.Spec.Affinity = &corev1.Affinity{
+					NodeAffinity: &corev1.NodeAffinity{
+						RequiredDuringSchedulingIgnoredDuringExecution: &corev1.NodeSelector{NodeSelectorTerms: []corev1.NodeSelectorTerm{
+							{MatchExpressions: []corev1.NodeSelectorRequirement{{Key: "rack", Operator: corev1.NodeSelectorOpIn, Values: []string{"1"}}}},
+							{MatchFields: []corev1.NodeSelectorRequirement{{Key: "metadata.name", Operator: corev1.NodeSelectorOpIn, Values: []string{"n2"}}}},
+						}},
+						PreferredDuringSchedulingIgnoredDuringExecution: []corev1.PreferredSchedulingTerm{{Weight: 5}},
+					},
+					PodAntiAffinity: &corev1.PodAntiAffinity{},
+				}
+			}),
+			check: func(t *testing.T, pod *corev1.Pod) {
+				terms := pod.Spec.Affinity.NodeAffinity.RequiredDuringSchedulingIgnoredDuringExecution.NodeSelectorTerms
+				want := []corev1.NodeSelectorTerm{
+					{MatchExpressions: []corev1.NodeSelectorRequirement{{Key: "rack", Operator: corev1.NodeSelectorOpIn, Values: []string{"1"}}, driverUp}},
+					{
+						MatchFields:      []corev1.NodeSelectorRequirement{{Key: "metadata.name", Operator: corev1.NodeSelectorOpIn, Values: []string{"n2"}}},
+						MatchExpressions: []corev1.NodeSelectorRequirement{driverUp},
+					},
+				}
+				if !equality.Semantic.DeepEqual(terms, want) {
+					t.Errorf("node terms = %+v, want %+v", terms, want)
+				}
+				if len(pod.Spec.Affinity.NodeAffinity.PreferredDuringSchedulingIgnoredDuringExecution) != 1 || pod.Spec.Affinity.PodAntiAffinity == nil {
+					t.Error("the VMI's preferred node terms or pod anti-affinity were lost")
+				}
+			},
+		},
+		{
+			name: "tolerations of VMI and class, duplicates once",
+			vmi: testVMI(func(v *v1alpha1.VirtualMachineInstance) {
+				v.Spec.Tolerations = []corev1.Toleration{{Key: "a", Operator: corev1.TolerationOpExists}}
+			}),
+			class: testClass(func(c *v1alpha1.HypervisorClass) {
+				c.Scheduling = &v1alpha1.HypervisorClassScheduling{Tolerations: []corev1.Toleration{
+					{Key: "a", Operator: corev1.TolerationOpExists},
+					{Key: "kvm", Operator: corev1.TolerationOpEqual, Value: "x", Effect: corev1.TaintEffectNoSchedule},
+				}}
+			}),
+			check: func(t *testing.T, pod *corev1.Pod) {
+				want := []corev1.Toleration{
+					{Key: "a", Operator: corev1.TolerationOpExists},
+					{Key: "kvm", Operator: corev1.TolerationOpEqual, Value: "x", Effect: corev1.TaintEffectNoSchedule},
+				}
+				if !equality.Semantic.DeepEqual(pod.Spec.Tolerations, want) {
+					t.Errorf("tolerations = %+v, want %+v", pod.Spec.Tolerations, want)
+				}
+			},
+		},
+		{
+			name: "grace period: the VMI's to the launcher, plus the margin to the pod",
+			vmi:  testVMI(func(v *v1alpha1.VirtualMachineInstance) { v.Spec.TerminationGracePeriodSeconds = ptr.To[int64](120) }),
+			cfg:  &Config{LauncherImage: "img", GracePeriodMarginSeconds: ptr.To[int64](5)},
+			check: func(t *testing.T, pod *corev1.Pod) {
+				if g := *pod.Spec.TerminationGracePeriodSeconds; g != 125 {
+					t.Errorf("pod grace period = %d, want 125", g)
+				}
+				if args := strings.Join(pod.Spec.Containers[0].Args, " "); !strings.HasSuffix(args, "--grace-period 120s") {
+					t.Errorf("args = %q, want --grace-period 120s", args)
+				}
+			},
+		},
+		{
+			name: "host state directory from the config",
+			cfg:  &Config{LauncherImage: "img", HostStateDir: "/srv/kv"},
+			check: func(t *testing.T, pod *corev1.Pod) {
+				dir := "/srv/kv/vmi/" + string(testUID)
+				if p := pod.Spec.Volumes[0].HostPath.Path; p != dir {
+					t.Errorf("hostPath = %s, want %s", p, dir)
+				}
+				if m := pod.Spec.Containers[0].VolumeMounts[0].MountPath; m != dir {
+					t.Errorf("mount = %s, want %s", m, dir)
+				}
+				if a := pod.Spec.Containers[0].Args[1]; a != dir+"/launcher" {
+					t.Errorf("--dir %s, want %s/launcher", a, dir)
+				}
+			},
+		},
+		{
+			name: "volumes: claims and host disks become pod volumes, node-prepared sources do not",
+			vmi: testVMI(func(v *v1alpha1.VirtualMachineInstance) {
+				v.Spec.Volumes = []v1alpha1.Volume{
+					{Name: "root", VolumeSource: v1alpha1.VolumeSource{ContainerDisk: &v1alpha1.ContainerDiskSource{Image: "img"}}},
+					{Name: "data", VolumeSource: v1alpha1.VolumeSource{PersistentVolumeClaim: &v1alpha1.PersistentVolumeClaimVolumeSource{
+						PersistentVolumeClaimVolumeSource: corev1.PersistentVolumeClaimVolumeSource{ClaimName: "data-claim"}}}},
+					{Name: "base", VolumeSource: v1alpha1.VolumeSource{Ephemeral: &v1alpha1.EphemeralVolumeSource{
+						PersistentVolumeClaim: &corev1.PersistentVolumeClaimVolumeSource{ClaimName: "golden"}}}},
+					{Name: "h1", VolumeSource: v1alpha1.VolumeSource{HostDisk: &v1alpha1.HostDisk{Path: "/srv/disks/a.img", Type: v1alpha1.HostDiskExists}}},
+					{Name: "h2", VolumeSource: v1alpha1.VolumeSource{HostDisk: &v1alpha1.HostDisk{Path: "/srv/disks/b.img", Type: v1alpha1.HostDiskExistsOrCreate}}},
+					{Name: "h3", VolumeSource: v1alpha1.VolumeSource{HostDisk: &v1alpha1.HostDisk{Path: "/srv/new/c.img", Type: v1alpha1.HostDiskExistsOrCreate}}},
+					{Name: "scratch", VolumeSource: v1alpha1.VolumeSource{EmptyDisk: &v1alpha1.EmptyDiskSource{Capacity: q("1Gi")}}},
+					{Name: "ci", VolumeSource: v1alpha1.VolumeSource{CloudInitNoCloud: &v1alpha1.CloudInitNoCloudSource{UserData: "#cloud-config"}}},
+				}
+			}),
+			check: func(t *testing.T, pod *corev1.Pod) {
+				wantVolumes := []corev1.Volume{
+					pod.Spec.Volumes[0],
+					{Name: "data", VolumeSource: corev1.VolumeSource{PersistentVolumeClaim: &corev1.PersistentVolumeClaimVolumeSource{ClaimName: "data-claim"}}},
+					{Name: "base", VolumeSource: corev1.VolumeSource{PersistentVolumeClaim: &corev1.PersistentVolumeClaimVolumeSource{ClaimName: "golden", ReadOnly: true}}},
+					{Name: "h1", VolumeSource: corev1.VolumeSource{HostPath: &corev1.HostPathVolumeSource{Path: "/srv/disks", Type: ptr.To(corev1.HostPathDirectory)}}},
+					{Name: "h3", VolumeSource: corev1.VolumeSource{HostPath: &corev1.HostPathVolumeSource{Path: "/srv/new", Type: ptr.To(corev1.HostPathDirectoryOrCreate)}}},
+				}
+				if !equality.Semantic.DeepEqual(pod.Spec.Volumes, wantVolumes) {
+					t.Errorf("volumes = %+v\nwant %+v", pod.Spec.Volumes, wantVolumes)
+				}
+				wantMounts := []corev1.VolumeMount{
+					pod.Spec.Containers[0].VolumeMounts[0],
+					{Name: "data", MountPath: DiskMountDir + "/data"},
+					{Name: "base", MountPath: DiskMountDir + "/base", ReadOnly: true},
+					{Name: "h1", MountPath: "/srv/disks"},
+					{Name: "h3", MountPath: "/srv/new"},
+				}
+				if !equality.Semantic.DeepEqual(pod.Spec.Containers[0].VolumeMounts, wantMounts) {
+					t.Errorf("mounts = %+v\nwant %+v", pod.Spec.Containers[0].VolumeMounts, wantMounts)
+				}
+			},
+		},
+		{
+			name: "a VMI volume named like the per-VMI directory's volume",
+			vmi: testVMI(func(v *v1alpha1.VirtualMachineInstance) {
+				v.Spec.Volumes = []v1alpha1.Volume{{Name: VMIDirVolumeName, VolumeSource: v1alpha1.VolumeSource{PersistentVolumeClaim: &v1alpha1.PersistentVolumeClaimVolumeSource{
+					PersistentVolumeClaimVolumeSource: corev1.PersistentVolumeClaimVolumeSource{ClaimName: "c"}}}}}
+			}),
+			wantErr: "volume kubevisor-vmi-dir: its name is taken",
+		},
+		{
+			name: "VMI labels copied; Kubevisor's own win; the node label is not copied",
+			vmi: testVMI(func(v *v1alpha1.VirtualMachineInstance) {
+				v.Labels = map[string]string{"app": "web", v1alpha1.CreatedByLabel: "forged", v1alpha1.NodeNameLabel: "n1"}
+			}),
+			check: func(t *testing.T, pod *corev1.Pod) {
+				want := map[string]string{
+					"app":                                    "web",
+					v1alpha1.CreatedByLabel:                  string(testUID),
+					v1alpha1.VirtualMachineInstanceNameLabel: "vm1",
+					v1alpha1.HypervisorClassLabel:            "qemu",
+				}
+				if !equality.Semantic.DeepEqual(pod.Labels, want) {
+					t.Errorf("labels = %v, want %v", pod.Labels, want)
+				}
+			},
+		},
+		{
+			name: "hostname and subdomain",
+			vmi: testVMI(func(v *v1alpha1.VirtualMachineInstance) {
+				v.Name = "web.example"
+				v.Spec.Subdomain = "svc1"
+			}),
+			check: func(t *testing.T, pod *corev1.Pod) {
+				if pod.Spec.Hostname != "web-example" || pod.Spec.Subdomain != "svc1" {
+					t.Errorf("hostname %q subdomain %q, want web-example svc1", pod.Spec.Hostname, pod.Spec.Subdomain)
+				}
+			},
+		},
+		{
+			name:    "VMI name too long for a label value",
+			vmi:     testVMI(func(v *v1alpha1.VirtualMachineInstance) { v.Name = strings.Repeat("a", 64) }),
+			wantErr: "VMI name",
+		},
+		{
+			name:    "no launcher image",
+			cfg:     &Config{},
+			wantErr: "no launcher image configured",
+		},
+		{
+			name:    "relative host state directory",
+			cfg:     &Config{LauncherImage: "img", HostStateDir: "var/lib"},
+			wantErr: "not an absolute path",
+		},
+		{
+			name:    "VMI without UID",
+			vmi:     testVMI(func(v *v1alpha1.VirtualMachineInstance) { v.UID = "" }),
+			wantErr: "VMI has no UID",
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			vmi, class, cfg := tt.vmi, tt.class, testConfig
+			if vmi == nil {
+				vmi = testVMI()
+			}
+			if class == nil {
+				class = testClass()
+			}
+			if tt.cfg != nil {
+				cfg = *tt.cfg
+			}
+			vmiBefore, classBefore := vmi.DeepCopy(), class.DeepCopy()
+			pod, err := Build(vmi, class, cfg)
+			if !equality.Semantic.DeepEqual(vmi, vmiBefore) || !equality.Semantic.DeepEqual(class, classBefore) {
+				t.Error("Build changed its inputs")
+			}
+			if tt.wantErr != "" {
+				if err == nil || !strings.Contains(err.Error(), tt.wantErr) {
+					t.Fatalf("error = %v, want one containing %q", err, tt.wantErr)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			tt.check(t, pod)
+		})
+	}
+}
+
+func TestName(t *testing.T) {
+	a := Name("vm1", "uid-a")
+	if a != Name("vm1", "uid-a") {
+		t.Error("Name is not deterministic")
+	}
+	if a == Name("vm1", "uid-b") {
+		t.Error("two VMIs of the same name but different UIDs get the same pod name")
+	}
+	if !strings.HasPrefix(a, "kubevisor-launcher-vm1-") {
+		t.Errorf("Name = %q", a)
+	}
+	long := Name(strings.Repeat("x", 250)+".y", "uid-a")
+	if errs := validation.IsDNS1123Label(long); len(errs) > 0 {
+		t.Errorf("Name of a long VMI name %q: %v", long, errs)
+	}
+	dotted := Name("a"+strings.Repeat(".b", 30), "uid-a")
+	if errs := validation.IsDNS1123Subdomain(dotted); len(errs) > 0 || len(dotted) > 63 {
+		t.Errorf("Name of a dotted VMI name %q: %v", dotted, errs)
+	}
+}
