@@ -35,6 +35,12 @@ const (
 	MaxCloudInitNetworkDataBytes = 2048
 )
 
+// The guest networks of the masquerade binding (drivers/network's address plan).
+const (
+	defaultVMNetworkCIDR     = "10.0.2.0/24"
+	defaultVMIPv6NetworkCIDR = "fd10:0:2::/120"
+)
+
 // notSupported is the detail of every rejection of a field our types have but the node runtime
 // cannot honour; users and tests look for these words.
 const notSupported = "not supported"
@@ -413,13 +419,13 @@ func (v *validator) networks() {
 			v.add(field.Required(p.Child("pod"), "a network source (pod or multus) is required"))
 		}
 		if pod := n.Pod; pod != nil {
-			// The network driver chooses the guest network behind masquerade; the handler
-			// passes no CIDR to it.
-			if pod.VMNetworkCIDR != "" {
-				v.add(field.Invalid(p.Child("pod", "vmNetworkCIDR"), pod.VMNetworkCIDR, notSupported))
+			// The network driver's masquerade binding has a fixed address plan (KubeVirt's
+			// defaults) and the handler passes no CIDR to it: only those values are honoured.
+			if c := pod.VMNetworkCIDR; c != "" && c != defaultVMNetworkCIDR {
+				v.add(field.Invalid(p.Child("pod", "vmNetworkCIDR"), c, "a guest network other than "+defaultVMNetworkCIDR+" is "+notSupported))
 			}
-			if pod.VMIPv6NetworkCIDR != "" {
-				v.add(field.Invalid(p.Child("pod", "vmIPv6NetworkCIDR"), pod.VMIPv6NetworkCIDR, notSupported))
+			if c := pod.VMIPv6NetworkCIDR; c != "" && c != defaultVMIPv6NetworkCIDR {
+				v.add(field.Invalid(p.Child("pod", "vmIPv6NetworkCIDR"), c, "a guest network other than "+defaultVMIPv6NetworkCIDR+" is "+notSupported))
 			}
 		}
 		if m := n.Multus; m != nil {

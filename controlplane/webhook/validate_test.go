@@ -1,0 +1,364 @@
+package webhook
+
+import (
+	"encoding/base64"
+	"strings"
+	"testing"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/validation/field"
+	"k8s.io/utils/ptr"
+
+	"github.com/kubevisor/kubevisor/core/api/v1alpha1"
+)
+
+// minimalSpec is a valid spec before defaulting: a container disk, memory, nothing else.
+func minimalSpec() *v1alpha1.VirtualMachineInstanceSpec {
+	return &v1alpha1.VirtualMachineInstanceSpec{
+		Domain: v1alpha1.DomainSpec{
+			Resources: v1alpha1.ResourceRequirements{Requests: corev1.ResourceList{corev1.ResourceMemory: resource.MustParse("128Mi")}},
+			Devices: v1alpha1.Devices{
+				Disks: []v1alpha1.Disk{{Name: "root"}},
+			},
+		},
+		Volumes: []v1alpha1.Volume{{Name: "root", VolumeSource: v1alpha1.VolumeSource{
+			ContainerDisk: &v1alpha1.ContainerDiskSource{Image: "example.org/cirros:latest"},
+		}}},
+	}
+}
+
+// validSpec is minimalSpec defaulted, as the validating webhook sees it.
+func validSpec() *v1alpha1.VirtualMachineInstanceSpec {
+	s := minimalSpec()
+	Default(s, DefaultOptions{})
+	return s
+}
+
+func cloudInitVolume(name string, ci *v1alpha1.CloudInitNoCloudSource) v1alpha1.Volume {
+	return v1alpha1.Volume{Name: name, VolumeSource: v1alpha1.VolumeSource{CloudInitNoCloud: ci}}
+}
+
+// withCloudInit adds a disk and a NoCloud volume "ci".
+func withCloudInit(s *v1alpha1.VirtualMachineInstanceSpec, ci *v1alpha1.CloudInitNoCloudSource) {
+	s.Domain.Devices.Disks = append(s.Domain.Devices.Disks, v1alpha1.Disk{Name: "ci", DiskDevice: v1alpha1.DiskDevice{Disk: &v1alpha1.DiskTarget{Bus: "virtio"}}})
+	s.Volumes = append(s.Volumes, cloudInitVolume("ci", ci))
+}
+
+// TestValidate has one row per rule: the change to a valid spec, and the field path and words
+// of the rejection (empty field: accepted).
+func TestValidate(t *testing.T) {
+	big := strings.Repeat("x", MaxCloudInitUserDataBytes+1)
+	tests := []struct {
+		name   string
+		change func(s *v1alpha1.VirtualMachineInstanceSpec)
+		field  string
+		detail string
+	}{
+		{name: "defaulted minimal spec", change: func(*v1alpha1.VirtualMachineInstanceSpec) {}},
+
+		// Names unique.
+		{name: "duplicate disk name", field: "spec.domain.devices.disks[1].name", detail: "Duplicate value",
+			change: func(s *v1alpha1.VirtualMachineInstanceSpec) {
+				s.Domain.Devices.Disks = append(s.Domain.Devices.Disks, s.Domain.Devices.Disks[0])
+			}},
+		{name: "duplicate volume name", field: "spec.volumes[1].name", detail: "Duplicate value",
+			change: func(s *v1alpha1.VirtualMachineInstanceSpec) { s.Volumes = append(s.Volumes, s.Volumes[0]) }},
+		{name: "duplicate interface name", field: "spec.domain.devices.interfaces[1].name", detail: "Duplicate value",
+			change: func(s *v1alpha1.VirtualMachineInstanceSpec) {
+				s.Domain.Devices.Interfaces = append(s.Domain.Devices.Interfaces, s.Domain.Devices.Interfaces[0])
+			}},
+		{name: "duplicate network name", field: "spec.networks[1].name", detail: "Duplicate value",
+			change: func(s *v1alpha1.VirtualMachineInstanceSpec) { s.Networks = append(s.Networks, s.Networks[0]) }},
+		{name: "volume name not a DNS label", field: "spec.volumes[0].name", detail: "RFC 1123",
+			change: func(s *v1alpha1.VirtualMachineInstanceSpec) {
+				s.Volumes[0].Name, s.Domain.Devices.Disks[0].Name = "Root_Disk", "Root_Disk"
+			}},
+
+		// Disks and volumes.
+		{name: "disk without volume", field: "spec.domain.devices.disks[1].name", detail: "Not found",
+			change: func(s *v1alpha1.VirtualMachineInstanceSpec) {
+				s.Domain.Devices.Disks = append(s.Domain.Devices.Disks, v1alpha1.Disk{Name: "data"})
+			}},
+		{name: "volume without disk", field: "spec.volumes[1].name", detail: "not used by any disk",
+			change: func(s *v1alpha1.VirtualMachineInstanceSpec) {
+				s.Volumes = append(s.Volumes, v1alpha1.Volume{Name: "data", VolumeSource: v1alpha1.VolumeSource{
+					EmptyDisk: &v1alpha1.EmptyDiskSource{Capacity: resource.MustParse("1Gi")}}})
+			}},
+		{name: "volume with two sources", field: "spec.volumes[0]", detail: "exactly one volume source",
+			change: func(s *v1alpha1.VirtualMachineInstanceSpec) {
+				s.Volumes[0].EmptyDisk = &v1alpha1.EmptyDiskSource{Capacity: resource.MustParse("1Gi")}
+			}},
+		{name: "empty disk without capacity", field: "spec.volumes[0].emptyDisk.capacity", detail: "greater than 0",
+			change: func(s *v1alpha1.VirtualMachineInstanceSpec) {
+				s.Volumes[0].VolumeSource = v1alpha1.VolumeSource{EmptyDisk: &v1alpha1.EmptyDiskSource{}}
+			}},
+		{name: "relative host disk path", field: "spec.volumes[0].hostDisk.path", detail: "absolute path",
+			change: func(s *v1alpha1.VirtualMachineInstanceSpec) {
+				s.Volumes[0].VolumeSource = v1alpha1.VolumeSource{HostDisk: &v1alpha1.HostDisk{Path: "disk.img", Type: v1alpha1.HostDiskExists}}
+			}},
+		{name: "hotpluggable claim", field: "spec.volumes[0].persistentVolumeClaim.hotpluggable", detail: "not supported",
+			change: func(s *v1alpha1.VirtualMachineInstanceSpec) {
+				pvc := &v1alpha1.PersistentVolumeClaimVolumeSource{Hotpluggable: true}
+				pvc.ClaimName = "data"
+				s.Volumes[0].VolumeSource = v1alpha1.VolumeSource{PersistentVolumeClaim: pvc}
+			}},
+		{name: "disk and cdrom", field: "spec.domain.devices.disks[0]", detail: "mutually exclusive",
+			change: func(s *v1alpha1.VirtualMachineInstanceSpec) {
+				s.Domain.Devices.Disks[0].CDRom = &v1alpha1.CDRomTarget{}
+			}},
+		{name: "cdrom on virtio", field: "spec.domain.devices.disks[0].cdrom.bus", detail: "not supported",
+			change: func(s *v1alpha1.VirtualMachineInstanceSpec) {
+				s.Domain.Devices.Disks[0].DiskDevice = v1alpha1.DiskDevice{CDRom: &v1alpha1.CDRomTarget{Bus: v1alpha1.DiskBusVirtio}}
+			}},
+		{name: "open cdrom tray", field: "spec.domain.devices.disks[0].cdrom.tray", detail: "not supported",
+			change: func(s *v1alpha1.VirtualMachineInstanceSpec) {
+				s.Domain.Devices.Disks[0].DiskDevice = v1alpha1.DiskDevice{CDRom: &v1alpha1.CDRomTarget{Bus: "sata", Tray: v1alpha1.TrayStateOpen}}
+			}},
+		{name: "unknown disk bus", field: "spec.domain.devices.disks[0].disk.bus", detail: "Unsupported value",
+			change: func(s *v1alpha1.VirtualMachineInstanceSpec) { s.Domain.Devices.Disks[0].Disk.Bus = "ide" }},
+
+		// Boot orders.
+		{name: "boot order 0", field: "spec.domain.devices.disks[0].bootOrder", detail: "greater than 0",
+			change: func(s *v1alpha1.VirtualMachineInstanceSpec) { s.Domain.Devices.Disks[0].BootOrder = ptr.To[uint](0) }},
+		{name: "boot order shared by a disk and an interface", field: "spec.domain.devices.interfaces[0].bootOrder", detail: "already used by spec.domain.devices.disks[0]",
+			change: func(s *v1alpha1.VirtualMachineInstanceSpec) {
+				s.Domain.Devices.Disks[0].BootOrder = ptr.To[uint](1)
+				s.Domain.Devices.Interfaces[0].BootOrder = ptr.To[uint](1)
+			}},
+		{name: "distinct boot orders", change: func(s *v1alpha1.VirtualMachineInstanceSpec) {
+			s.Domain.Devices.Disks[0].BootOrder = ptr.To[uint](1)
+			s.Domain.Devices.Interfaces[0].BootOrder = ptr.To[uint](2)
+		}},
+
+		// Memory and CPU.
+		{name: "no memory", field: "spec.domain.resources.requests[memory]", detail: "Required value",
+			change: func(s *v1alpha1.VirtualMachineInstanceSpec) { s.Domain.Resources.Requests = nil }},
+		{name: "memory from guest", change: func(s *v1alpha1.VirtualMachineInstanceSpec) {
+			s.Domain.Resources.Requests = nil
+			s.Domain.Memory = &v1alpha1.Memory{Guest: ptr.To(resource.MustParse("64Mi"))}
+		}},
+		{name: "memory request above limit", field: "spec.domain.resources.requests[memory]", detail: "less than or equal to the memory limit",
+			change: func(s *v1alpha1.VirtualMachineInstanceSpec) {
+				s.Domain.Resources.Limits = corev1.ResourceList{corev1.ResourceMemory: resource.MustParse("64Mi")}
+			}},
+		{name: "cpu request above limit", field: "spec.domain.resources.requests[cpu]", detail: "less than or equal to the cpu limit",
+			change: func(s *v1alpha1.VirtualMachineInstanceSpec) {
+				s.Domain.Resources.Requests[corev1.ResourceCPU] = resource.MustParse("2")
+				s.Domain.Resources.Limits = corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("1")}
+			}},
+		{name: "guest memory above limit", field: "spec.domain.memory.guest", detail: "less than or equal to the memory limit",
+			change: func(s *v1alpha1.VirtualMachineInstanceSpec) {
+				s.Domain.Resources.Limits = corev1.ResourceList{corev1.ResourceMemory: resource.MustParse("128Mi")}
+				s.Domain.Memory = &v1alpha1.Memory{Guest: ptr.To(resource.MustParse("1Gi"))}
+			}},
+		{name: "resource other than cpu and memory", field: "spec.domain.resources.requests[nvidia.com/gpu]", detail: "Unsupported value",
+			change: func(s *v1alpha1.VirtualMachineInstanceSpec) {
+				s.Domain.Resources.Requests["nvidia.com/gpu"] = resource.MustParse("1")
+			}},
+		{name: "too many vCPUs", field: "spec.domain.cpu", detail: "exceed the maximum",
+			change: func(s *v1alpha1.VirtualMachineInstanceSpec) { s.Domain.CPU.Sockets, s.Domain.CPU.Cores = 64, 64 }},
+
+		// Cloud-init.
+		{name: "inline user data within the limit", change: func(s *v1alpha1.VirtualMachineInstanceSpec) {
+			withCloudInit(s, &v1alpha1.CloudInitNoCloudSource{UserData: strings.Repeat("x", MaxCloudInitUserDataBytes)})
+		}},
+		{name: "inline user data too long", field: "spec.volumes[1].cloudInitNoCloud.userData", detail: "more than 2048 bytes",
+			change: func(s *v1alpha1.VirtualMachineInstanceSpec) {
+				withCloudInit(s, &v1alpha1.CloudInitNoCloudSource{UserData: big})
+			}},
+		{name: "base64 user data too long once decoded", field: "spec.volumes[1].cloudInitNoCloud.userDataBase64", detail: "more than 2048 bytes",
+			change: func(s *v1alpha1.VirtualMachineInstanceSpec) {
+				withCloudInit(s, &v1alpha1.CloudInitNoCloudSource{UserDataBase64: base64.StdEncoding.EncodeToString([]byte(big))})
+			}},
+		{name: "network data too long", field: "spec.volumes[1].cloudInitNoCloud.networkData", detail: "more than 2048 bytes",
+			change: func(s *v1alpha1.VirtualMachineInstanceSpec) {
+				withCloudInit(s, &v1alpha1.CloudInitNoCloudSource{UserData: "#cloud-config", NetworkData: big})
+			}},
+		{name: "user data not base64", field: "spec.volumes[1].cloudInitNoCloud.userDataBase64", detail: "not valid base64",
+			change: func(s *v1alpha1.VirtualMachineInstanceSpec) {
+				withCloudInit(s, &v1alpha1.CloudInitNoCloudSource{UserDataBase64: "%%%"})
+			}},
+		{name: "user data inline and in a secret", field: "spec.volumes[1].cloudInitNoCloud", detail: "only one of userData",
+			change: func(s *v1alpha1.VirtualMachineInstanceSpec) {
+				withCloudInit(s, &v1alpha1.CloudInitNoCloudSource{UserData: "x", UserDataSecretRef: &corev1.LocalObjectReference{Name: "s"}})
+			}},
+		{name: "cloud-init without data", field: "spec.volumes[1].cloudInitNoCloud", detail: "user data or network data is required",
+			change: func(s *v1alpha1.VirtualMachineInstanceSpec) { withCloudInit(s, &v1alpha1.CloudInitNoCloudSource{}) }},
+
+		// Interfaces and networks.
+		{name: "interface without network", field: "spec.domain.devices.interfaces[0].name", detail: "Not found",
+			change: func(s *v1alpha1.VirtualMachineInstanceSpec) { s.Domain.Devices.Interfaces[0].Name = "other" }},
+		{name: "network without interface", field: "spec.networks[1].name", detail: "not used by any interface",
+			change: func(s *v1alpha1.VirtualMachineInstanceSpec) {
+				s.Networks = append(s.Networks, v1alpha1.Network{Name: "extra", NetworkSource: v1alpha1.NetworkSource{Multus: &v1alpha1.MultusNetwork{NetworkName: "net"}}})
+			}},
+		{name: "network without source", field: "spec.networks[0].pod", detail: "network source",
+			change: func(s *v1alpha1.VirtualMachineInstanceSpec) { s.Networks[0].Pod = nil }},
+		{name: "interface without binding", field: "spec.domain.devices.interfaces[0].masquerade", detail: "not supported",
+			change: func(s *v1alpha1.VirtualMachineInstanceSpec) { s.Domain.Devices.Interfaces[0].Masquerade = nil }},
+		{name: "masquerade on multus", field: "spec.domain.devices.interfaces[0].masquerade", detail: "not supported",
+			change: func(s *v1alpha1.VirtualMachineInstanceSpec) {
+				s.Networks[0].NetworkSource = v1alpha1.NetworkSource{Multus: &v1alpha1.MultusNetwork{NetworkName: "net"}}
+			}},
+		{name: "bridge on multus", change: func(s *v1alpha1.VirtualMachineInstanceSpec) {
+			s.Networks[0].NetworkSource = v1alpha1.NetworkSource{Multus: &v1alpha1.MultusNetwork{NetworkName: "ns/net"}}
+			s.Domain.Devices.Interfaces[0].InterfaceBindingMethod = v1alpha1.InterfaceBindingMethod{Bridge: &v1alpha1.InterfaceBridge{}}
+		}},
+		{name: "multus as the default network", field: "spec.networks[0].multus.default", detail: "not supported",
+			change: func(s *v1alpha1.VirtualMachineInstanceSpec) {
+				s.Networks[0].NetworkSource = v1alpha1.NetworkSource{Multus: &v1alpha1.MultusNetwork{NetworkName: "net", Default: true}}
+				s.Domain.Devices.Interfaces[0].InterfaceBindingMethod = v1alpha1.InterfaceBindingMethod{Bridge: &v1alpha1.InterfaceBridge{}}
+			}},
+		{name: "guest network CIDR", field: "spec.networks[0].pod.vmNetworkCIDR", detail: "not supported",
+			change: func(s *v1alpha1.VirtualMachineInstanceSpec) { s.Networks[0].Pod.VMNetworkCIDR = "10.1.0.0/24" }},
+		{name: "the driver's own guest network CIDRs", change: func(s *v1alpha1.VirtualMachineInstanceSpec) {
+			s.Networks[0].Pod.VMNetworkCIDR, s.Networks[0].Pod.VMIPv6NetworkCIDR = "10.0.2.0/24", "fd10:0:2::/120"
+		}},
+		{name: "ports on bridge", field: "spec.domain.devices.interfaces[0].ports", detail: "not supported",
+			change: func(s *v1alpha1.VirtualMachineInstanceSpec) {
+				s.Domain.Devices.Interfaces[0].InterfaceBindingMethod = v1alpha1.InterfaceBindingMethod{Bridge: &v1alpha1.InterfaceBridge{}}
+				s.Domain.Devices.Interfaces[0].Ports = []v1alpha1.Port{{Port: 22}}
+			}},
+		{name: "multicast MAC", field: "spec.domain.devices.interfaces[0].macAddress", detail: "unicast",
+			change: func(s *v1alpha1.VirtualMachineInstanceSpec) {
+				s.Domain.Devices.Interfaces[0].MacAddress = "01:00:5e:00:00:01"
+			}},
+
+		// Firmware.
+		{name: "kernel boot with EFI", field: "spec.domain.firmware.kernelBoot", detail: "not supported",
+			change: func(s *v1alpha1.VirtualMachineInstanceSpec) {
+				s.Domain.Firmware = &v1alpha1.Firmware{
+					Bootloader: &v1alpha1.Bootloader{EFI: &v1alpha1.EFI{}},
+					KernelBoot: &v1alpha1.KernelBoot{Container: &v1alpha1.KernelBootContainer{Image: "k", KernelPath: "/vmlinuz"}},
+				}
+			}},
+		{name: "kernel boot without container", field: "spec.domain.firmware.kernelBoot.container", detail: "Required value",
+			change: func(s *v1alpha1.VirtualMachineInstanceSpec) {
+				s.Domain.Firmware = &v1alpha1.Firmware{KernelBoot: &v1alpha1.KernelBoot{}}
+			}},
+
+		// Scheduling and the class.
+		{name: "negative grace period", field: "spec.terminationGracePeriodSeconds", detail: "must not be negative",
+			change: func(s *v1alpha1.VirtualMachineInstanceSpec) { s.TerminationGracePeriodSeconds = ptr.To[int64](-1) }},
+		{name: "bad hypervisor class name", field: "spec.hypervisorClassName", detail: "RFC 1123",
+			change: func(s *v1alpha1.VirtualMachineInstanceSpec) { s.HypervisorClassName = "Not A Name" }},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			s := validSpec()
+			tt.change(s)
+			errs := Validate(s, field.NewPath("spec"))
+			if tt.field == "" {
+				if len(errs) > 0 {
+					t.Fatalf("rejected a valid spec: %v", errs.ToAggregate())
+				}
+				return
+			}
+			for _, e := range errs {
+				if e.Field == tt.field && strings.Contains(e.Error(), tt.detail) {
+					return
+				}
+			}
+			t.Fatalf("want an error at %s saying %q, got %v", tt.field, tt.detail, errs.ToAggregate())
+		})
+	}
+}
+
+// TestValidateTemplatePath checks that a VM's errors sit under spec.template.spec.
+func TestValidateTemplatePath(t *testing.T) {
+	s := validSpec()
+	s.Domain.Devices.Disks = append(s.Domain.Devices.Disks, v1alpha1.Disk{Name: "data"})
+	vm := &v1alpha1.VirtualMachineSpec{Template: &v1alpha1.VirtualMachineInstanceTemplateSpec{Spec: *s}}
+	errs := ValidateVirtualMachineSpec(vm, field.NewPath("spec"))
+	if len(errs) != 1 || errs[0].Field != "spec.template.spec.domain.devices.disks[1].name" {
+		t.Fatalf("got %v", errs)
+	}
+}
+
+func TestValidateVirtualMachineSpec(t *testing.T) {
+	always := v1alpha1.RunStrategyAlways
+	bogus := v1alpha1.VirtualMachineRunStrategy("Sometimes")
+	tests := []struct {
+		name   string
+		spec   v1alpha1.VirtualMachineSpec
+		field  string
+		detail string
+	}{
+		{name: "runStrategy", spec: v1alpha1.VirtualMachineSpec{RunStrategy: &always}},
+		{name: "running", spec: v1alpha1.VirtualMachineSpec{Running: ptr.To(true)}},
+		{name: "running and runStrategy", spec: v1alpha1.VirtualMachineSpec{Running: ptr.To(true), RunStrategy: &always},
+			field: "spec.running", detail: "mutually exclusive"},
+		{name: "unknown run strategy", spec: v1alpha1.VirtualMachineSpec{RunStrategy: &bogus},
+			field: "spec.runStrategy", detail: "Unsupported value"},
+		{name: "no template", spec: v1alpha1.VirtualMachineSpec{RunStrategy: &always}, field: "spec.template", detail: "Required"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if tt.name != "no template" {
+				tt.spec.Template = &v1alpha1.VirtualMachineInstanceTemplateSpec{Spec: *validSpec()}
+			}
+			assertErrs(t, ValidateVirtualMachineSpec(&tt.spec, field.NewPath("spec")), tt.field, tt.detail)
+		})
+	}
+}
+
+func TestValidateReplicaSetSpec(t *testing.T) {
+	tmpl := func() *v1alpha1.VirtualMachineInstanceTemplateSpec {
+		return &v1alpha1.VirtualMachineInstanceTemplateSpec{
+			ObjectMeta: metav1.ObjectMeta{Labels: map[string]string{"app": "web"}},
+			Spec:       *validSpec(),
+		}
+	}
+	tests := []struct {
+		name   string
+		spec   v1alpha1.VirtualMachineInstanceReplicaSetSpec
+		field  string
+		detail string
+	}{
+		{name: "matching selector", spec: v1alpha1.VirtualMachineInstanceReplicaSetSpec{
+			Selector: &metav1.LabelSelector{MatchLabels: map[string]string{"app": "web"}}, Template: tmpl()}},
+		{name: "selector does not match", field: "spec.selector", detail: "does not match", spec: v1alpha1.VirtualMachineInstanceReplicaSetSpec{
+			Selector: &metav1.LabelSelector{MatchLabels: map[string]string{"app": "db"}}, Template: tmpl()}},
+		{name: "empty selector", field: "spec.selector", detail: "must not be empty", spec: v1alpha1.VirtualMachineInstanceReplicaSetSpec{
+			Selector: &metav1.LabelSelector{}, Template: tmpl()}},
+		{name: "negative replicas", field: "spec.replicas", detail: "must not be negative", spec: v1alpha1.VirtualMachineInstanceReplicaSetSpec{
+			Replicas: ptr.To[int32](-1), Selector: &metav1.LabelSelector{MatchLabels: map[string]string{"app": "web"}}, Template: tmpl()}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			assertErrs(t, ValidateReplicaSetSpec(&tt.spec, field.NewPath("spec")), tt.field, tt.detail)
+		})
+	}
+}
+
+func TestValidateUpdates(t *testing.T) {
+	old := validSpec()
+	same := validSpec()
+	assertErrs(t, ValidateVMISpecUpdate(same, old, field.NewPath("spec")), "", "")
+	changed := validSpec()
+	changed.Domain.Resources.Requests[corev1.ResourceMemory] = resource.MustParse("256Mi")
+	assertErrs(t, ValidateVMISpecUpdate(changed, old, field.NewPath("spec")), "spec", "immutable")
+
+	m := &v1alpha1.VirtualMachineInstanceMigrationSpec{VMIName: "a"}
+	assertErrs(t, ValidateMigrationSpecUpdate(&v1alpha1.VirtualMachineInstanceMigrationSpec{VMIName: "a"}, m, field.NewPath("spec")), "", "")
+	assertErrs(t, ValidateMigrationSpecUpdate(&v1alpha1.VirtualMachineInstanceMigrationSpec{VMIName: "b"}, m, field.NewPath("spec")), "spec", "immutable")
+	assertErrs(t, ValidateMigrationSpec(&v1alpha1.VirtualMachineInstanceMigrationSpec{}, field.NewPath("spec")), "spec.vmiName", "Required")
+}
+
+func assertErrs(t *testing.T, errs field.ErrorList, wantField, detail string) {
+	t.Helper()
+	if wantField == "" {
+		if len(errs) > 0 {
+			t.Fatalf("rejected: %v", errs.ToAggregate())
+		}
+		return
+	}
+	for _, e := range errs {
+		if e.Field == wantField && strings.Contains(e.Error(), detail) {
+			return
+		}
+	}
+	t.Fatalf("want an error at %s saying %q, got %v", wantField, detail, errs.ToAggregate())
+}
