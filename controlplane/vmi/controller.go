@@ -1,0 +1,413 @@
+// Package vmi is the VirtualMachineInstance controller: it resolves a VMI's HypervisorClass,
+// creates and follows its launcher pod, and holds the VMI until the pod is gone.
+package vmi
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"sort"
+	"strings"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller"
+	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
+	"sigs.k8s.io/controller-runtime/pkg/handler"
+	"sigs.k8s.io/controller-runtime/pkg/log"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+	"sigs.k8s.io/controller-runtime/pkg/recorder"
+
+	"github.com/kubevisor/kubevisor/controlplane/launcherpod"
+	"github.com/kubevisor/kubevisor/core/api/v1alpha1"
+)
+
+// ControllerName is the name of the controller (metrics, logs, events' reporting controller).
+const ControllerName = "vmi"
+
+// awaitingClassIndex indexes the VMIs that have no launcher pod yet and are not final: the ones a
+// new or changed HypervisorClass may unblock.
+const awaitingClassIndex = "kubevisor.io/vmi-awaiting-class"
+
+// Event actions (events.k8s.io/v1 wants one with every event).
+const (
+	actionCreate  = "Create"
+	actionDelete  = "Delete"
+	actionResolve = "ResolveHypervisorClass"
+	actionFollow  = "FollowLauncherPod"
+)
+
+// Options configure the controller.
+type Options struct {
+	// Pod shapes the launcher pods.
+	Pod launcherpod.Config
+	// MaxConcurrentReconciles is how many VMIs are reconciled at once. Default 1.
+	MaxConcurrentReconciles int
+	// SkipNameValidation lets several managers in one process (tests) register the controller.
+	SkipNameValidation bool
+}
+
+// Reconciler reconciles VirtualMachineInstances.
+type Reconciler struct {
+	client client.Client
+	// apiReader reads past the cache, to tell a pod that is gone from one the cache has not seen yet.
+	apiReader client.Reader
+	events    recorder.EventRecorder
+	opts      Options
+	now       func() time.Time
+}
+
+// SetupWithManager registers the controller, named "vmi", with mgr.
+func SetupWithManager(mgr ctrl.Manager, opts Options) error {
+	if opts.Pod.LauncherImage == "" {
+		return errors.New("vmi controller: no launcher image configured")
+	}
+	r := &Reconciler{
+		client:    mgr.GetClient(),
+		apiReader: mgr.GetAPIReader(),
+		events:    mgr.GetEventRecorder(ControllerName),
+		opts:      opts,
+		now:       time.Now,
+	}
+	if err := mgr.GetFieldIndexer().IndexField(context.Background(), &v1alpha1.VirtualMachineInstance{}, awaitingClassIndex,
+		func(o client.Object) []string {
+			vmi := o.(*v1alpha1.VirtualMachineInstance)
+			if vmi.Status.LauncherPodName == "" && !isFinal(vmi.Status.Phase) && vmi.DeletionTimestamp == nil {
+				return []string{"true"}
+			}
+			return nil
+		}); err != nil {
+		return fmt.Errorf("vmi controller: index VMIs awaiting a class: %w", err)
+	}
+	copts := controller.Options{MaxConcurrentReconciles: opts.MaxConcurrentReconciles}
+	if opts.SkipNameValidation {
+		copts.SkipNameValidation = &opts.SkipNameValidation
+	}
+	return ctrl.NewControllerManagedBy(mgr).
+		Named(ControllerName).
+		For(&v1alpha1.VirtualMachineInstance{}).
+		Owns(&corev1.Pod{}).
+		Watches(&v1alpha1.HypervisorClass{}, handler.EnqueueRequestsFromMapFunc(r.vmisAwaitingClass)).
+		WithOptions(copts).
+		Complete(r)
+}
+
+// vmisAwaitingClass maps a HypervisorClass event to the VMIs that wait for a class.
+func (r *Reconciler) vmisAwaitingClass(ctx context.Context, _ client.Object) []reconcile.Request {
+	var list v1alpha1.VirtualMachineInstanceList
+	if err := r.client.List(ctx, &list, client.MatchingFields{awaitingClassIndex: "true"}); err != nil {
+		log.FromContext(ctx).Error(err, "list VMIs awaiting a HypervisorClass")
+		return nil
+	}
+	reqs := make([]reconcile.Request, 0, len(list.Items))
+	for _, vmi := range list.Items {
+		reqs = append(reqs, reconcile.Request{NamespacedName: types.NamespacedName{Namespace: vmi.Namespace, Name: vmi.Name}})
+	}
+	return reqs
+}
+
+// +kubebuilder:rbac:groups=kubevisor.io,resources=virtualmachineinstances,verbs=get;list;watch;patch
+// +kubebuilder:rbac:groups=kubevisor.io,resources=virtualmachineinstances/status,verbs=get;patch
+// +kubebuilder:rbac:groups=kubevisor.io,resources=virtualmachineinstances/finalizers,verbs=update
+// +kubebuilder:rbac:groups=kubevisor.io,resources=hypervisorclasses,verbs=get;list;watch
+// +kubebuilder:rbac:groups="",resources=pods,verbs=get;list;watch;create;delete
+// +kubebuilder:rbac:groups=events.k8s.io,resources=events,verbs=create;patch
+
+// Reconcile brings one VMI's launcher pod and status in line (get → finalizer → deferred patch →
+// delete or normal).
+func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (_ ctrl.Result, retErr error) {
+	vmi := &v1alpha1.VirtualMachineInstance{}
+	if err := r.client.Get(ctx, req.NamespacedName, vmi); err != nil {
+		return ctrl.Result{}, client.IgnoreNotFound(err)
+	}
+	// The finalizer is written before anything is created, so that a pod never exists for a VMI
+	// that can vanish without waiting for it.
+	if vmi.DeletionTimestamp == nil && !controllerutil.ContainsFinalizer(vmi, v1alpha1.TeardownFinalizer) {
+		base := vmi.DeepCopy()
+		controllerutil.AddFinalizer(vmi, v1alpha1.TeardownFinalizer)
+		if err := r.client.Patch(ctx, vmi, client.MergeFromWithOptions(base, client.MergeFromWithOptimisticLock{})); err != nil {
+			return ctrl.Result{}, fmt.Errorf("add finalizer: %w", err)
+		}
+	}
+
+	p := newPatcher(vmi)
+	defer func() {
+		// A conflict (the handler wrote the VMI meanwhile) comes back as an error too: the
+		// VMI is reconciled again from what the handler wrote.
+		if err := p.patch(ctx, r.client, vmi); err != nil {
+			retErr = errors.Join(retErr, err)
+		}
+	}()
+
+	if vmi.DeletionTimestamp != nil {
+		return r.reconcileDelete(ctx, vmi)
+	}
+	return ctrl.Result{}, r.reconcileNormal(ctx, vmi)
+}
+
+// reconcileNormal creates the launcher pod once and follows it.
+func (r *Reconciler) reconcileNormal(ctx context.Context, vmi *v1alpha1.VirtualMachineInstance) error {
+	if isFinal(vmi.Status.Phase) {
+		// Nothing runs any more: free the node. The handler's teardown holds the pod (its own
+		// finalizer) as long as it needs to.
+		return r.deletePods(ctx, vmi)
+	}
+	var obs observation
+	pod, err := r.launcherPod(ctx, vmi)
+	if err != nil {
+		return err
+	}
+	obs.Pod = pod
+	if pod == nil && vmi.Status.LauncherPodName != "" {
+		obs.PodGone = true
+		r.events.Eventf(vmi, nil, corev1.EventTypeWarning, v1alpha1.ReasonPodNotExists, actionFollow,
+			"launcher pod %s was deleted before the VMI finished", vmi.Status.LauncherPodName)
+	}
+	var createErr error
+	if pod == nil && !obs.PodGone {
+		createErr = r.createPod(ctx, vmi, &obs)
+	}
+	if pod := obs.Pod; pod != nil && pod.Status.Phase == corev1.PodFailed && vmi.Status.Phase != v1alpha1.Failed {
+		r.events.Eventf(vmi, pod, corev1.EventTypeWarning, v1alpha1.ReasonPodFailed, actionFollow,
+			"launcher pod %s %s", pod.Name, describePodEnd(pod))
+	}
+
+	vmi.Status = deriveStatus(vmi, obs, metav1.NewTime(r.now()))
+	if n := vmi.Status.NodeName; n != "" && vmi.Labels[v1alpha1.NodeNameLabel] != n {
+		if vmi.Labels == nil {
+			vmi.Labels = map[string]string{}
+		}
+		vmi.Labels[v1alpha1.NodeNameLabel] = n
+	}
+	// A failed create is in the status (Synchronized=False); returning it also retries with backoff.
+	return createErr
+}
+
+// launcherPod returns the VMI's launcher pod: the one status.launcherPodName names (a migration
+// may have moved it), else the one Build names. A pod not created for this VMI does not count.
+// Before a pod that the status names is declared gone, the API server is asked, since the cache
+// may not have seen a pod created a moment ago.
+func (r *Reconciler) launcherPod(ctx context.Context, vmi *v1alpha1.VirtualMachineInstance) (*corev1.Pod, error) {
+	name := vmi.Status.LauncherPodName
+	if name == "" {
+		name = launcherpod.Name(vmi.Name, vmi.UID)
+	}
+	key := types.NamespacedName{Namespace: vmi.Namespace, Name: name}
+	pod := &corev1.Pod{}
+	err := r.client.Get(ctx, key, pod)
+	if apierrors.IsNotFound(err) && vmi.Status.LauncherPodName != "" {
+		err = r.apiReader.Get(ctx, key, pod)
+	}
+	switch {
+	case apierrors.IsNotFound(err):
+		return nil, nil
+	case err != nil:
+		return nil, fmt.Errorf("get launcher pod: %w", err)
+	case pod.Labels[v1alpha1.CreatedByLabel] != string(vmi.UID):
+		if vmi.Status.LauncherPodName != "" {
+			return nil, nil // ours is gone; the name is someone else's now
+		}
+		return nil, fmt.Errorf("launcher pod %s exists and was not created for this VMI (uid %s)", name, vmi.UID)
+	}
+	return pod, nil
+}
+
+// createPod resolves the class, builds the pod and creates it, recording the outcome in obs.
+func (r *Reconciler) createPod(ctx context.Context, vmi *v1alpha1.VirtualMachineInstance, obs *observation) error {
+	class, prob, err := r.resolveClass(ctx, vmi)
+	if err != nil {
+		return err
+	}
+	if prob != nil {
+		obs.ClassProblem = prob
+		r.events.Eventf(vmi, nil, corev1.EventTypeWarning, prob.Reason, actionResolve, "%s", prob.Message)
+		return nil // a class event re-queues the VMI
+	}
+	obs.ClassName = class.Name
+	pod, err := launcherpod.Build(vmi, class, r.opts.Pod)
+	if err != nil {
+		obs.CreateProblem = &problem{Reason: v1alpha1.ReasonFailedCreate, Message: "build launcher pod: " + err.Error()}
+		r.events.Eventf(vmi, nil, corev1.EventTypeWarning, v1alpha1.ReasonFailedCreate, actionCreate, "%s", obs.CreateProblem.Message)
+		// The inputs do not change without an event on the VMI or class: no point retrying.
+		return nil
+	}
+	err = r.client.Create(ctx, pod)
+	if apierrors.IsAlreadyExists(err) {
+		// Created by an earlier pass that the cache has not caught up with.
+		err = r.apiReader.Get(ctx, client.ObjectKeyFromObject(pod), pod)
+		if err == nil && pod.Labels[v1alpha1.CreatedByLabel] != string(vmi.UID) {
+			err = fmt.Errorf("pod %s exists and was not created for this VMI", pod.Name)
+		}
+		if err == nil {
+			obs.Pod = pod
+			return nil
+		}
+	}
+	if err != nil {
+		obs.CreateProblem = &problem{Reason: v1alpha1.ReasonFailedCreate, Message: fmt.Sprintf("create launcher pod %s: %v", pod.Name, err)}
+		r.events.Eventf(vmi, nil, corev1.EventTypeWarning, v1alpha1.ReasonFailedCreate, actionCreate, "%s", obs.CreateProblem.Message)
+		return fmt.Errorf("create launcher pod: %w", err)
+	}
+	obs.Pod = pod
+	r.events.Eventf(vmi, pod, corev1.EventTypeNormal, v1alpha1.ReasonSuccessfulCreate, actionCreate,
+		"created launcher pod %s (HypervisorClass %s)", pod.Name, class.Name)
+	return nil
+}
+
+// resolveClass finds the VMI's HypervisorClass: the named one, else the single default. A
+// missing, ambiguous or absent class is a problem for the VMI's status, not an error.
+func (r *Reconciler) resolveClass(ctx context.Context, vmi *v1alpha1.VirtualMachineInstance) (*v1alpha1.HypervisorClass, *problem, error) {
+	if name := vmi.Spec.HypervisorClassName; name != "" {
+		class := &v1alpha1.HypervisorClass{}
+		err := r.client.Get(ctx, types.NamespacedName{Name: name}, class)
+		if apierrors.IsNotFound(err) {
+			return nil, &problem{Reason: v1alpha1.ReasonHypervisorClassNotFound, Message: fmt.Sprintf("HypervisorClass %q not found", name)}, nil
+		}
+		if err != nil {
+			return nil, nil, fmt.Errorf("get HypervisorClass: %w", err)
+		}
+		return class, nil, nil
+	}
+	var list v1alpha1.HypervisorClassList
+	if err := r.client.List(ctx, &list); err != nil {
+		return nil, nil, fmt.Errorf("list HypervisorClasses: %w", err)
+	}
+	class, prob := defaultClass(list.Items)
+	return class, prob, nil
+}
+
+// defaultClass picks the one HypervisorClass annotated default among classes.
+func defaultClass(classes []v1alpha1.HypervisorClass) (*v1alpha1.HypervisorClass, *problem) {
+	var defaults []*v1alpha1.HypervisorClass
+	for i := range classes {
+		if v1alpha1.IsDefaultClass(&classes[i]) && classes[i].DeletionTimestamp == nil {
+			defaults = append(defaults, &classes[i])
+		}
+	}
+	switch len(defaults) {
+	case 0:
+		return nil, &problem{Reason: v1alpha1.ReasonHypervisorClassNotFound,
+			Message: fmt.Sprintf("the VMI names no HypervisorClass and none is annotated %s=true", v1alpha1.IsDefaultHypervisorClassAnnotation)}
+	case 1:
+		return defaults[0], nil
+	}
+	names := make([]string, len(defaults))
+	for i, c := range defaults {
+		names[i] = c.Name
+	}
+	sort.Strings(names)
+	return nil, &problem{Reason: v1alpha1.ReasonMultipleDefaultHypervisorClasses,
+		Message: fmt.Sprintf("the VMI names no HypervisorClass and several are default: %s", strings.Join(names, ", "))}
+}
+
+// reconcileDelete deletes the VMI's pods (the handler tears the VM down while they terminate)
+// and lets the VMI go once none is left.
+func (r *Reconciler) reconcileDelete(ctx context.Context, vmi *v1alpha1.VirtualMachineInstance) (ctrl.Result, error) {
+	if !controllerutil.ContainsFinalizer(vmi, v1alpha1.TeardownFinalizer) {
+		return ctrl.Result{}, nil
+	}
+	if err := r.deletePods(ctx, vmi); err != nil {
+		return ctrl.Result{}, err
+	}
+	pods, err := r.pods(ctx, vmi, r.client)
+	if err != nil {
+		return ctrl.Result{}, err
+	}
+	if len(pods) > 0 {
+		return ctrl.Result{}, nil // the pods' deletion events bring the VMI back
+	}
+	// Ask the API server too: the cache may lag behind a pod created just before the deletion.
+	if pods, err = r.pods(ctx, vmi, r.apiReader); err != nil || len(pods) > 0 {
+		return ctrl.Result{RequeueAfter: time.Second}, err
+	}
+	controllerutil.RemoveFinalizer(vmi, v1alpha1.TeardownFinalizer)
+	return ctrl.Result{}, nil
+}
+
+// pods lists every pod created for the VMI (the launcher pod and migration targets).
+func (r *Reconciler) pods(ctx context.Context, vmi *v1alpha1.VirtualMachineInstance, c client.Reader) ([]corev1.Pod, error) {
+	var list corev1.PodList
+	if err := c.List(ctx, &list, client.InNamespace(vmi.Namespace), client.MatchingLabels{v1alpha1.CreatedByLabel: string(vmi.UID)}); err != nil {
+		return nil, fmt.Errorf("list launcher pods: %w", err)
+	}
+	return list.Items, nil
+}
+
+// deletePods deletes the VMI's pods that are not already going.
+func (r *Reconciler) deletePods(ctx context.Context, vmi *v1alpha1.VirtualMachineInstance) error {
+	pods, err := r.pods(ctx, vmi, r.client)
+	if err != nil {
+		return err
+	}
+	var errs []error
+	for i := range pods {
+		pod := &pods[i]
+		if pod.DeletionTimestamp != nil {
+			continue
+		}
+		// Preconditioned on the UID: a pod of the same name made since is not ours to delete.
+		err := r.client.Delete(ctx, pod, client.Preconditions{UID: &pod.UID})
+		switch {
+		case apierrors.IsNotFound(err) || apierrors.IsConflict(err):
+		case err != nil:
+			r.events.Eventf(vmi, pod, corev1.EventTypeWarning, v1alpha1.ReasonFailedDelete, actionDelete, "delete launcher pod %s: %v", pod.Name, err)
+			errs = append(errs, fmt.Errorf("delete launcher pod %s: %w", pod.Name, err))
+		default:
+			r.events.Eventf(vmi, pod, corev1.EventTypeNormal, v1alpha1.ReasonSuccessfulDelete, actionDelete, "deleted launcher pod %s", pod.Name)
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// patcher writes what a reconcile changed in a VMI when it ends (cluster-api's patch helper, cut
+// down): metadata (labels, finalizers) and status, each as a merge patch only when it changed,
+// with optimistic locking, since the node handler writes the same status and a merge patch
+// replaces lists (conditions) whole.
+type patcher struct {
+	before *v1alpha1.VirtualMachineInstance
+}
+
+func newPatcher(vmi *v1alpha1.VirtualMachineInstance) *patcher {
+	return &patcher{before: vmi.DeepCopy()}
+}
+
+func (p *patcher) patch(ctx context.Context, c client.Client, vmi *v1alpha1.VirtualMachineInstance) error {
+	status := vmi.Status.DeepCopy()
+	if !equality.Semantic.DeepEqual(p.before.Labels, vmi.Labels) || !slices.Equal(p.before.Finalizers, vmi.Finalizers) {
+		base := p.before.DeepCopy()
+		changed := p.before.DeepCopy()
+		changed.Labels, changed.Finalizers = vmi.Labels, vmi.Finalizers
+		if err := c.Patch(ctx, changed, client.MergeFromWithOptions(base, client.MergeFromWithOptimisticLock{})); err != nil {
+			if apierrors.IsNotFound(err) {
+				return nil // the finalizer was the last thing holding it
+			}
+			return fmt.Errorf("patch VMI metadata: %w", err)
+		}
+		changed.Status = *status
+		changed.DeepCopyInto(vmi)
+		// The status patch below is based on what the API server now holds.
+		p.before.ResourceVersion = vmi.ResourceVersion
+		p.before.Labels, p.before.Finalizers = vmi.Labels, vmi.Finalizers
+	}
+	if vmi.DeletionTimestamp != nil && len(vmi.Finalizers) == 0 {
+		return nil // gone
+	}
+	if equality.Semantic.DeepEqual(p.before.Status, *status) {
+		return nil
+	}
+	base := p.before.DeepCopy()
+	changed := base.DeepCopy()
+	changed.Status = *status
+	if err := c.Status().Patch(ctx, changed, client.MergeFromWithOptions(base, client.MergeFromWithOptimisticLock{})); err != nil {
+		return fmt.Errorf("patch VMI status: %w", err)
+	}
+	changed.DeepCopyInto(vmi)
+	return nil
+}

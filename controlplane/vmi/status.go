@@ -1,0 +1,217 @@
+package vmi
+
+import (
+	"fmt"
+	"slices"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/kubevisor/kubevisor/core/api/v1alpha1"
+)
+
+// PodScheduledCondition is the VMI condition that mirrors its launcher pod's PodScheduled
+// condition (as KubeVirt's), so that an unschedulable VMI says why in its own status.
+const PodScheduledCondition = v1alpha1.VirtualMachineInstanceConditionType(corev1.PodScheduled)
+
+// problem is a reason and a message for a condition, an event and status.reason alike.
+type problem struct {
+	Reason, Message string
+}
+
+// observation is what one reconcile saw of the world around a VMI that is not being deleted.
+type observation struct {
+	// ClassName is the HypervisorClass resolved in this pass; empty when none was resolved.
+	ClassName string
+	// ClassProblem says why no class could be resolved (the VMI waits in Pending).
+	ClassProblem *problem
+	// CreateProblem says why the launcher pod could not be built or created.
+	CreateProblem *problem
+	// Pod is the VMI's launcher pod, nil when there is none.
+	Pod *corev1.Pod
+	// PodGone says that the VMI had a launcher pod (status.launcherPodName) and it no longer exists.
+	PodGone bool
+}
+
+// controllerReasons are the Synchronized reasons this controller sets; it clears only these, since
+// the node handler sets Synchronized too, with reasons of its own.
+var controllerReasons = []string{
+	v1alpha1.ReasonHypervisorClassNotFound, v1alpha1.ReasonMultipleDefaultHypervisorClasses, v1alpha1.ReasonFailedCreate,
+}
+
+// isFinal reports whether a phase is final: nothing but deletion follows it.
+func isFinal(p v1alpha1.VirtualMachineInstancePhase) bool {
+	return p == v1alpha1.Succeeded || p == v1alpha1.Failed
+}
+
+// podDown reports whether a pod is finished or on its way out.
+func podDown(pod *corev1.Pod) bool {
+	return pod.DeletionTimestamp != nil || pod.Status.Phase == corev1.PodFailed || pod.Status.Phase == corev1.PodSucceeded
+}
+
+// deriveStatus is the VMI status the controller writes, from the previous status and what it
+// observed. It is a pure function; it owns, as KubeVirt's virt-controller does, the phases up to
+// Scheduled and the move to Failed when the launcher pod fails or disappears:
+//
+//	| observed                                          | phase                | reason / conditions                      |
+//	|---------------------------------------------------|----------------------|------------------------------------------|
+//	| VMI final (Succeeded, Failed)                      | unchanged            | unchanged                                |
+//	| no class (none default, several, named missing)   | Pending              | Synchronized=False HypervisorClassNotFound / MultipleDefaultHypervisorClasses |
+//	| pod could not be built or created                 | Pending              | Synchronized=False FailedCreate          |
+//	| pod exists, not yet bound to a node               | Scheduling           | PodScheduled copied from the pod (Unschedulable + the scheduler's message) |
+//	| pod bound, not yet running                        | Scheduling           | nodeName set                             |
+//	| pod running                                       | Scheduled            | nodeName set                             |
+//	| pod Failed; or Succeeded before the VMI Running   | Failed               | reason PodFailed, Ready=False naming the pod |
+//	| pod had existed and is gone                       | Failed               | reason PodNotExists, Ready=False naming the pod |
+//
+// The node handler owns Running and what follows, the Ready condition once the VMI is
+// Scheduled, and status.nodeName once it is set (a migration moves it): those are kept.
+func deriveStatus(vmi *v1alpha1.VirtualMachineInstance, obs observation, now metav1.Time) v1alpha1.VirtualMachineInstanceStatus {
+	prev := vmi.Status
+	st := *prev.DeepCopy()
+	if isFinal(prev.Phase) {
+		return st
+	}
+	gen := vmi.Generation
+	setCond := func(c v1alpha1.VirtualMachineInstanceCondition) {
+		c.ObservedGeneration = gen
+		st.Conditions = setCondition(st.Conditions, c, now)
+	}
+	notReady := func(reason, message string) {
+		setCond(v1alpha1.VirtualMachineInstanceCondition{
+			Type: v1alpha1.VirtualMachineInstanceReady, Status: corev1.ConditionFalse, Reason: reason, Message: message,
+		})
+	}
+
+	phase := prev.Phase
+	if phase == v1alpha1.VMIPhaseUnset {
+		phase = v1alpha1.Pending
+	}
+	if obs.ClassName != "" {
+		st.HypervisorClassName = obs.ClassName
+	}
+	syncProblem := obs.ClassProblem
+	if syncProblem == nil {
+		syncProblem = obs.CreateProblem
+	}
+	if syncProblem != nil {
+		setCond(v1alpha1.VirtualMachineInstanceCondition{
+			Type: v1alpha1.VirtualMachineInstanceSynchronized, Status: corev1.ConditionFalse,
+			Reason: syncProblem.Reason, Message: syncProblem.Message,
+		})
+	} else if obs.Pod != nil {
+		st.Conditions = slices.DeleteFunc(st.Conditions, func(c v1alpha1.VirtualMachineInstanceCondition) bool {
+			return c.Type == v1alpha1.VirtualMachineInstanceSynchronized && slices.Contains(controllerReasons, c.Reason)
+		})
+	}
+
+	pod := obs.Pod
+	switch {
+	case obs.PodGone:
+		phase = v1alpha1.Failed
+		st.Reason = v1alpha1.ReasonPodNotExists
+		notReady(v1alpha1.ReasonPodNotExists, fmt.Sprintf("launcher pod %s was deleted before the VMI finished", prev.LauncherPodName))
+
+	case pod == nil:
+		if syncProblem == nil {
+			notReady(v1alpha1.ReasonPodNotExists, "the launcher pod does not exist yet")
+		} else {
+			notReady(syncProblem.Reason, syncProblem.Message)
+		}
+
+	default:
+		if st.LauncherPodName == "" {
+			st.LauncherPodName = pod.Name
+		}
+		if c := podCondition(pod, corev1.PodScheduled); c != nil {
+			setCond(v1alpha1.VirtualMachineInstanceCondition{
+				Type: PodScheduledCondition, Status: c.Status, Reason: c.Reason, Message: c.Message,
+			})
+		}
+		if pod.Spec.NodeName != "" && st.NodeName == "" {
+			st.NodeName = pod.Spec.NodeName
+		}
+		beforeRunning := phase == v1alpha1.Pending || phase == v1alpha1.Scheduling || phase == v1alpha1.Scheduled
+		switch {
+		case pod.Status.Phase == corev1.PodFailed || (pod.Status.Phase == corev1.PodSucceeded && beforeRunning):
+			phase = v1alpha1.Failed
+			st.Reason = v1alpha1.ReasonPodFailed
+			notReady(v1alpha1.ReasonPodFailed, fmt.Sprintf("launcher pod %s %s", pod.Name, describePodEnd(pod)))
+		case phase == v1alpha1.Pending || phase == v1alpha1.Scheduling:
+			phase = v1alpha1.Scheduling
+			if pod.Spec.NodeName != "" && pod.Status.Phase == corev1.PodRunning && pod.DeletionTimestamp == nil {
+				phase = v1alpha1.Scheduled
+			}
+			// Until the handler takes over (Scheduled), Ready says what the pod lacks.
+			switch c := podCondition(pod, corev1.PodReady); {
+			case podDown(pod):
+				notReady(v1alpha1.ReasonPodTerminating, fmt.Sprintf("launcher pod %s is terminating", pod.Name))
+			case phase == v1alpha1.Scheduled:
+			case c == nil:
+				notReady(v1alpha1.ReasonPodConditionMissing, fmt.Sprintf("launcher pod %s reports no Ready condition", pod.Name))
+			default:
+				notReady(v1alpha1.ReasonGuestNotRunning, fmt.Sprintf("launcher pod %s is not running yet", pod.Name))
+			}
+		}
+	}
+
+	if phase != prev.Phase {
+		st.Phase = phase
+		st.PhaseTransitionTimestamps = append(st.PhaseTransitionTimestamps,
+			v1alpha1.VirtualMachineInstancePhaseTransitionTimestamp{Phase: phase, PhaseTransitionTimestamp: now})
+	}
+	return st
+}
+
+// describePodEnd says how a finished pod ended: the pod's own reason and message, else the
+// launcher container's termination.
+func describePodEnd(pod *corev1.Pod) string {
+	verb := "failed"
+	if pod.Status.Phase == corev1.PodSucceeded {
+		verb = "completed before the guest ran"
+	}
+	if pod.Status.Reason != "" || pod.Status.Message != "" {
+		return fmt.Sprintf("%s: %s %s", verb, pod.Status.Reason, pod.Status.Message)
+	}
+	for _, cs := range pod.Status.ContainerStatuses {
+		if term := cs.State.Terminated; term != nil {
+			return fmt.Sprintf("%s: container %s exited with code %d (%s) %s", verb, cs.Name, term.ExitCode, term.Reason, term.Message)
+		}
+	}
+	return verb
+}
+
+func podCondition(pod *corev1.Pod, t corev1.PodConditionType) *corev1.PodCondition {
+	for i := range pod.Status.Conditions {
+		if pod.Status.Conditions[i].Type == t {
+			return &pod.Status.Conditions[i]
+		}
+	}
+	return nil
+}
+
+// setCondition sets c in conds: its transition time is now when its status changes, else kept.
+func setCondition(conds []v1alpha1.VirtualMachineInstanceCondition, c v1alpha1.VirtualMachineInstanceCondition, now metav1.Time) []v1alpha1.VirtualMachineInstanceCondition {
+	i := slices.IndexFunc(conds, func(o v1alpha1.VirtualMachineInstanceCondition) bool { return o.Type == c.Type })
+	if i < 0 {
+		c.LastTransitionTime = now
+		return append(conds, c)
+	}
+	c.LastTransitionTime = conds[i].LastTransitionTime
+	if conds[i].Status != c.Status {
+		c.LastTransitionTime = now
+	}
+	c.LastProbeTime = conds[i].LastProbeTime
+	conds[i] = c
+	return conds
+}
+
+// condition returns the condition of type t in st, or nil.
+func condition(st v1alpha1.VirtualMachineInstanceStatus, t v1alpha1.VirtualMachineInstanceConditionType) *v1alpha1.VirtualMachineInstanceCondition {
+	for i := range st.Conditions {
+		if st.Conditions[i].Type == t {
+			return &st.Conditions[i]
+		}
+	}
+	return nil
+}
