@@ -17,8 +17,10 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/kubevisor/kubevisor/core/api/v1alpha1"
+	domainv1 "github.com/kubevisor/kubevisor/core/domain/v1"
 	"github.com/kubevisor/kubevisor/core/driver"
 	hypervisorv1 "github.com/kubevisor/kubevisor/core/driver/hypervisor/v1"
+	"github.com/kubevisor/kubevisor/drivers/fake"
 )
 
 var fakeSet = DriverSet{Hypervisor: fakeHV, Network: testNetwork, Storage: testStorage}
@@ -435,6 +437,60 @@ func TestSandboxNotReadyAndSandboxExited(t *testing.T) {
 	defer cancel()
 	if final, err := h.Stop(ctx, vmi, time.Second); err != nil || final.Phase != v1alpha1.Failed {
 		t.Errorf("Stop = %s, %v", final.Phase, err)
+	}
+	requireNothingLeft(t, h, vmi.UID)
+}
+
+// TestSyncReplacesAVMLeftByAnInterruptedSync: a sync interrupted after the hypervisor created
+// the VM but before the handler saved its handle leaves a VM the handler does not know. The next
+// sync meets AlreadyExists from Create, deletes that VM and makes it again from the VMI's spec.
+func TestSyncReplacesAVMLeftByAnInterruptedSync(t *testing.T) {
+	e := newEnv(t, fakeSet, fakeManifests(t))
+	h := e.start()
+	vmi := testVMI("interrupted", "uid-interrupted", e.disk)
+	hv, err := h.host.Hypervisor(fakeHV)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	// What the interrupted sync made: the VM under the VMI's UID, from an older spec, never
+	// started, in its own run directory.
+	leftDir := t.TempDir()
+	if _, err := hv.Create(ctx, &domainv1.DomainSpec{
+		Id: string(vmi.UID), Name: "stale", RunDir: leftDir,
+		Memory: &domainv1.Memory{GuestBytes: 64 << 20},
+	}); err != nil {
+		t.Fatalf("create the left-over VM: %v", err)
+	}
+
+	st := mustRun(t, h, vmi)
+	if c := Condition(st, v1alpha1.VirtualMachineInstanceSynchronized); c != nil {
+		t.Errorf("Synchronized = %+v after a sync that met a left-over VM", c)
+	}
+	vs, err := hv.Status(ctx, string(vmi.UID))
+	if err != nil || vs.GetBoots() != 1 || vs.GetState() != hypervisorv1.State_STATE_RUNNING {
+		t.Fatalf("Status = %v, %v; want running, 1 boot", vs, err)
+	}
+	// The VM now runs from the VMI's spec (128Mi, the handler's run directory), not the stale one.
+	raw, err := os.ReadFile(filepath.Join(e.cfg.RunDir, string(vmi.UID), fake.RecordFile))
+	if err != nil {
+		t.Fatalf("the replaced VM's record: %v", err)
+	}
+	var rec struct {
+		Name        string `json:"name"`
+		MemoryBytes int64  `json:"memoryBytes"`
+	}
+	if err := json.Unmarshal(raw, &rec); err != nil {
+		t.Fatal(err)
+	}
+	if rec.MemoryBytes != 128<<20 || rec.Name == "stale" {
+		t.Errorf("VM record %s: want the VMI's 128Mi spec", raw)
+	}
+	stop, cancelStop := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancelStop()
+	if _, err := h.Stop(stop, vmi, 5*time.Second); err != nil {
+		t.Fatalf("Stop: %v", err)
 	}
 	requireNothingLeft(t, h, vmi.UID)
 }
