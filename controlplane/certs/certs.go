@@ -15,6 +15,7 @@ import (
 	"errors"
 	"fmt"
 	"math/big"
+	"net"
 	"os"
 	"path/filepath"
 	"time"
@@ -50,8 +51,9 @@ type Options struct {
 	// ServiceName and ServiceNamespace give the DNS names of the certificate:
 	// <svc>, <svc>.<ns>, <svc>.<ns>.svc and <svc>.<ns>.svc.cluster.local.
 	ServiceName, ServiceNamespace string
-	// ExtraDNSNames and IPs are added to the certificate (for example "localhost", 127.0.0.1).
-	ExtraDNSNames []string
+	// ExtraNames are added to the certificate: an IP address as an IP SAN, anything else as a
+	// DNS name (for example "localhost", "127.0.0.1").
+	ExtraNames []string
 	// Lifetime of a serving certificate; DefaultLifetime when 0.
 	Lifetime time.Duration
 	// RenewBefore is how long before expiry a certificate (or CA) is renewed;
@@ -67,7 +69,7 @@ func (o Options) withDefaults() (Options, error) {
 	if o.Dir == "" {
 		return o, errors.New("certificate directory is required")
 	}
-	if o.ServiceName == "" && len(o.ExtraDNSNames) == 0 {
+	if o.ServiceName == "" && len(o.ExtraNames) == 0 {
 		return o, errors.New("a service name or an extra DNS name is required")
 	}
 	if o.Lifetime <= 0 {
@@ -89,8 +91,8 @@ func (o Options) withDefaults() (Options, error) {
 	return o, nil
 }
 
-// DNSNames are the names the serving certificate is valid for.
-func (o Options) DNSNames() []string {
+// Names are the DNS names and IP addresses the serving certificate is valid for.
+func (o Options) Names() []string {
 	var names []string
 	if s, ns := o.ServiceName, o.ServiceNamespace; s != "" {
 		names = append(names, s)
@@ -98,7 +100,7 @@ func (o Options) DNSNames() []string {
 			names = append(names, s+"."+ns, s+"."+ns+".svc", s+"."+ns+".svc.cluster.local")
 		}
 	}
-	return append(names, o.ExtraDNSNames...)
+	return append(names, o.ExtraNames...)
 }
 
 // State is what Ensure found or made.
@@ -120,7 +122,7 @@ type keyPair struct {
 }
 
 // Ensure makes the directory hold a CA and a serving certificate signed by it for
-// o.DNSNames() that are valid for at least RenewBefore, renewing whichever is not (or is
+// o.Names() that are valid for at least RenewBefore, renewing whichever is not (or is
 // missing, unreadable, or for other names). Files are replaced atomically; the serving
 // certificate and key are renamed key first, and readers that see a mismatched pair retry (as
 // controller-runtime's certwatcher does). A CA is renewed when it would expire before a new
@@ -194,7 +196,7 @@ func valid(serving, ca *keyPair, o Options, now time.Time) bool {
 	if err := c.CheckSignatureFrom(ca.cert); err != nil {
 		return false
 	}
-	for _, name := range o.DNSNames() {
+	for _, name := range o.Names() {
 		if c.VerifyHostname(name) != nil {
 			return false
 		}
@@ -270,11 +272,21 @@ func newServing(ca *keyPair, now time.Time, o Options) (*keyPair, error) {
 	if err != nil {
 		return nil, err
 	}
-	names := o.DNSNames()
+	names := o.Names()
+	var dnsNames []string
+	var ips []net.IP
+	for _, n := range names {
+		if ip := net.ParseIP(n); ip != nil {
+			ips = append(ips, ip)
+		} else {
+			dnsNames = append(dnsNames, n)
+		}
+	}
 	tmpl := &x509.Certificate{
 		SerialNumber: sn,
 		Subject:      pkix.Name{CommonName: names[0]},
-		DNSNames:     names,
+		DNSNames:     dnsNames,
+		IPAddresses:  ips,
 		NotBefore:    now.Add(-clockSkew),
 		NotAfter:     earlier(now.Add(o.Lifetime), ca.cert.NotAfter),
 		KeyUsage:     x509.KeyUsageDigitalSignature,

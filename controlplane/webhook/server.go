@@ -44,6 +44,9 @@ type Config struct {
 	// renew them before they expire, and inject the CA bundle into the webhook configurations.
 	// Off, CertDir is filled by someone else (cert-manager, a mounted Secret, envtest).
 	ManageCertificates bool
+	// CertExtraNames are DNS names or IP addresses the serving certificate carries besides the
+	// Service's.
+	CertExtraNames []string
 	// CertLifetime and CertRenewBefore tune certificate rotation (certs.Options).
 	CertLifetime, CertRenewBefore time.Duration
 	// ServiceName and ServiceNamespace are the webhook Service, whose DNS names the serving
@@ -82,6 +85,10 @@ func (c *Config) AddFlags(fs *flag.FlagSet) {
 	fs.IntVar(&c.Port, "webhook-port", c.Port, "port the webhook server listens on")
 	fs.StringVar(&c.CertDir, "cert-dir", c.CertDir, "directory with tls.crt and tls.key (reloaded on change)")
 	fs.BoolVar(&c.ManageCertificates, "manage-certificates", c.ManageCertificates, "create, rotate and inject a self-signed CA and serving certificate")
+	fs.Func("cert-extra-name", "DNS name or IP address the serving certificate carries besides the Service's (repeatable)", func(v string) error {
+		c.CertExtraNames = append(c.CertExtraNames, v)
+		return nil
+	})
 	fs.DurationVar(&c.CertLifetime, "cert-lifetime", c.CertLifetime, "lifetime of a serving certificate")
 	fs.DurationVar(&c.CertRenewBefore, "cert-renew-before", c.CertRenewBefore, "renew a certificate this long before it expires")
 	fs.StringVar(&c.ServiceName, "service-name", c.ServiceName, "name of the webhook Service")
@@ -98,6 +105,7 @@ func (c Config) certOptions() certs.Options {
 		Dir:              c.CertDir,
 		ServiceName:      c.ServiceName,
 		ServiceNamespace: c.ServiceNamespace,
+		ExtraNames:       c.CertExtraNames,
 		Lifetime:         c.CertLifetime,
 		RenewBefore:      c.CertRenewBefore,
 	}

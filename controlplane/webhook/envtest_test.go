@@ -1,0 +1,285 @@
+package webhook
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	crenvtest "sigs.k8s.io/controller-runtime/pkg/envtest"
+
+	"github.com/kubevisor/kubevisor/controlplane/certs"
+	"github.com/kubevisor/kubevisor/core/api/v1alpha1"
+	"github.com/kubevisor/kubevisor/internal/envtest"
+)
+
+// startAPI brings up the API server with manifests/webhook installed and kubevisor-api's
+// manager in-process, managing its own certificates: the serving certificate it writes is for
+// envtest's local address, and the CA bundle the API server trusts is the one it injects into
+// the webhook configurations (replacing envtest's). So a request admitted here went through
+// the certificate code as well as the webhooks.
+func startAPI(t *testing.T) (client.Client, string) {
+	t.Helper()
+	env := envtest.Start(t, envtest.Options{Webhooks: &crenvtest.WebhookInstallOptions{
+		Paths: []string{filepath.Join(envtest.RepoRoot(), "manifests", "webhook")},
+	}})
+	wio := env.Environment.WebhookInstallOptions
+	cfg := DefaultConfig()
+	cfg.Host, cfg.Port = wio.LocalServingHost, wio.LocalServingPort
+	cfg.CertDir = t.TempDir()
+	cfg.CertExtraNames = []string{wio.LocalServingHost}
+	cfg.MetricsAddr, cfg.HealthAddr = "0", freeAddr(t)
+	mgr, err := NewManager(env.Config, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- mgr.Start(ctx) }()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("manager: %v", err)
+		}
+	})
+
+	c := env.Client
+	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "vms"}}
+	if err := c.Create(context.Background(), ns); err != nil {
+		t.Fatal(err)
+	}
+	// The webhooks answer once the server listens and the API server trusts the injected CA.
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		probe := vmi("probe", minimalSpec())
+		err := c.Create(context.Background(), probe, client.DryRunAll)
+		if err == nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("webhooks not reachable: %v", err)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	for _, path := range []string{"/healthz", "/readyz"} {
+		resp, err := http.Get("http://" + cfg.HealthAddr + path)
+		if err != nil {
+			t.Fatalf("%s: %v", path, err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusOK {
+			t.Fatalf("%s: %s", path, resp.Status)
+		}
+	}
+	return c, cfg.CertDir
+}
+
+// freeAddr is a loopback address with a port nobody listens on (for the health probes).
+func freeAddr(t *testing.T) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	return ln.Addr().String()
+}
+
+func vmi(name string, spec *v1alpha1.VirtualMachineInstanceSpec) *v1alpha1.VirtualMachineInstance {
+	return &v1alpha1.VirtualMachineInstance{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "vms"},
+		Spec:       *spec,
+	}
+}
+
+// causeAt says whether err is an Invalid API error with a cause at fieldPath whose message has detail.
+func causeAt(err error, fieldPath, detail string) bool {
+	var status apierrors.APIStatus
+	if !errors.As(err, &status) || !apierrors.IsInvalid(err) || status.Status().Details == nil {
+		return false
+	}
+	for _, c := range status.Status().Details.Causes {
+		if c.Field == fieldPath && strings.Contains(c.Message, detail) {
+			return true
+		}
+	}
+	return false
+}
+
+func TestAdmissionThroughAPIServer(t *testing.T) {
+	c, certDir := startAPI(t)
+	ctx := context.Background()
+
+	t.Run("the webhook configurations carry kubevisor-api's CA, not envtest's", func(t *testing.T) {
+		bundle, err := os.ReadFile(filepath.Join(certDir, certs.BundleFile))
+		if err != nil {
+			t.Fatal(err)
+		}
+		var mwc admissionregistrationv1.MutatingWebhookConfiguration
+		if err := c.Get(ctx, client.ObjectKey{Name: DefaultMutatingConfigName}, &mwc); err != nil {
+			t.Fatal(err)
+		}
+		var vwc admissionregistrationv1.ValidatingWebhookConfiguration
+		if err := c.Get(ctx, client.ObjectKey{Name: DefaultValidatingConfigName}, &vwc); err != nil {
+			t.Fatal(err)
+		}
+		var got [][]byte
+		for _, w := range mwc.Webhooks {
+			got = append(got, w.ClientConfig.CABundle)
+		}
+		for _, w := range vwc.Webhooks {
+			got = append(got, w.ClientConfig.CABundle)
+		}
+		if len(got) != 7 {
+			t.Fatalf("%d webhooks, want 3 mutating and 4 validating", len(got))
+		}
+		for i, b := range got {
+			if !bytes.Equal(b, bundle) {
+				t.Fatalf("webhook %d has another CA bundle", i)
+			}
+		}
+	})
+
+	// The default class is found through the API.
+	class := &v1alpha1.HypervisorClass{
+		ObjectMeta: metav1.ObjectMeta{Name: "qemu", Annotations: map[string]string{v1alpha1.IsDefaultHypervisorClassAnnotation: "true"}},
+		Driver:     "qmp",
+	}
+	if err := c.Create(ctx, class); err != nil {
+		t.Fatal(err)
+	}
+
+	t.Run("disk without volume is rejected with its field path", func(t *testing.T) {
+		s := minimalSpec()
+		s.Domain.Devices.Disks = append(s.Domain.Devices.Disks, v1alpha1.Disk{Name: "data"})
+		err := c.Create(ctx, vmi("no-volume", s))
+		if !causeAt(err, "spec.domain.devices.disks[1].name", "Not found") {
+			t.Fatalf("want Invalid at spec.domain.devices.disks[1].name, got %v", err)
+		}
+		if !strings.Contains(err.Error(), "spec.domain.devices.disks[1].name") {
+			t.Fatalf("the message does not name the field: %v", err)
+		}
+	})
+
+	t.Run("unsupported field is rejected with not supported", func(t *testing.T) {
+		s := minimalSpec()
+		s.Domain.Devices.Disks[0].DiskDevice = v1alpha1.DiskDevice{CDRom: &v1alpha1.CDRomTarget{Tray: v1alpha1.TrayStateOpen}}
+		err := c.Create(ctx, vmi("open-tray", s))
+		if !causeAt(err, "spec.domain.devices.disks[0].cdrom.tray", "not supported") {
+			t.Fatalf("got %v", err)
+		}
+	})
+
+	var admitted v1alpha1.VirtualMachineInstance
+	t.Run("minimal VMI is admitted and defaulted", func(t *testing.T) {
+		if err := c.Create(ctx, vmi("minimal", minimalSpec())); err != nil {
+			t.Fatal(err)
+		}
+		if err := c.Get(ctx, client.ObjectKey{Namespace: "vms", Name: "minimal"}, &admitted); err != nil {
+			t.Fatal(err)
+		}
+		s := admitted.Spec
+		if s.Domain.Machine == nil || s.Domain.Machine.Type != "q35" {
+			t.Errorf("machine %+v, want q35", s.Domain.Machine)
+		}
+		if len(s.Networks) != 1 || s.Networks[0].Name != "default" || s.Networks[0].Pod == nil {
+			t.Errorf("networks %+v, want the pod network", s.Networks)
+		}
+		if ifs := s.Domain.Devices.Interfaces; len(ifs) != 1 || ifs[0].Name != "default" || ifs[0].Masquerade == nil {
+			t.Errorf("interfaces %+v, want a masquerade interface", ifs)
+		}
+		if d := s.Domain.Devices.Disks[0]; d.Disk == nil || d.Disk.Bus != v1alpha1.DiskBusVirtio {
+			t.Errorf("disk %+v, want bus virtio", d)
+		}
+		if cpu := s.Domain.CPU; cpu == nil || cpu.Sockets != 1 || cpu.Cores != 1 || cpu.Threads != 1 {
+			t.Errorf("cpu %+v, want 1/1/1", cpu)
+		}
+		if s.HypervisorClassName != "qemu" {
+			t.Errorf("hypervisorClassName %q, want the default class qemu", s.HypervisorClassName)
+		}
+	})
+
+	t.Run("unknown field is rejected by strict field validation", func(t *testing.T) {
+		u := &unstructured.Unstructured{}
+		obj, err := runtime.DefaultUnstructuredConverter.ToUnstructured(vmi("unknown-field", minimalSpec()))
+		if err != nil {
+			t.Fatal(err)
+		}
+		u.SetUnstructuredContent(obj)
+		u.SetGroupVersionKind(v1alpha1.VirtualMachineInstanceGroupVersionKind)
+		if err := unstructured.SetNestedField(u.Object, "yes", "spec", "bogus"); err != nil {
+			t.Fatal(err)
+		}
+		err = c.Create(ctx, u, client.FieldValidation(metav1.FieldValidationStrict))
+		if err == nil || !strings.Contains(err.Error(), `unknown field "spec.bogus"`) {
+			t.Fatalf(`want unknown field "spec.bogus", got %v`, err)
+		}
+	})
+
+	t.Run("VMI spec is immutable, metadata is not", func(t *testing.T) {
+		cur := admitted.DeepCopy()
+		cur.Spec.Domain.Resources.Requests[corev1.ResourceMemory] = resource.MustParse("256Mi")
+		err := c.Update(ctx, cur)
+		if !causeAt(err, "spec", "immutable") {
+			t.Fatalf("want Forbidden at spec, got %v", err)
+		}
+		cur = admitted.DeepCopy()
+		cur.Labels = map[string]string{"team": "a"}
+		if err := c.Update(ctx, cur); err != nil {
+			t.Fatalf("label update: %v", err)
+		}
+	})
+
+	t.Run("VM template is defaulted and validated", func(t *testing.T) {
+		vm := &v1alpha1.VirtualMachine{
+			ObjectMeta: metav1.ObjectMeta{Name: "vm", Namespace: "vms"},
+			Spec: v1alpha1.VirtualMachineSpec{
+				RunStrategy: ptr.To(v1alpha1.RunStrategyHalted),
+				Template:    &v1alpha1.VirtualMachineInstanceTemplateSpec{Spec: *minimalSpec()},
+			},
+		}
+		bad := vm.DeepCopy()
+		bad.Name = "vm-bad"
+		bad.Spec.Template.Spec.Volumes = append(bad.Spec.Template.Spec.Volumes, v1alpha1.Volume{Name: "unused",
+			VolumeSource: v1alpha1.VolumeSource{EmptyDisk: &v1alpha1.EmptyDiskSource{Capacity: resource.MustParse("1Gi")}}})
+		if err := c.Create(ctx, bad); !causeAt(err, "spec.template.spec.volumes[1].name", "not used") {
+			t.Fatalf("want Invalid at spec.template.spec.volumes[1].name, got %v", err)
+		}
+		if err := c.Create(ctx, vm); err != nil {
+			t.Fatal(err)
+		}
+		if vm.Spec.Template.Spec.Domain.Machine == nil || vm.Spec.Template.Spec.Domain.Machine.Type != "q35" ||
+			len(vm.Spec.Template.Spec.Networks) != 1 {
+			t.Fatalf("template not defaulted: %+v", vm.Spec.Template.Spec)
+		}
+	})
+
+	t.Run("migration spec is immutable", func(t *testing.T) {
+		m := &v1alpha1.VirtualMachineInstanceMigration{
+			ObjectMeta: metav1.ObjectMeta{Name: "mig", Namespace: "vms"},
+			Spec:       v1alpha1.VirtualMachineInstanceMigrationSpec{VMIName: "minimal"},
+		}
+		if err := c.Create(ctx, m); err != nil {
+			t.Fatal(err)
+		}
+		m.Spec.VMIName = "other"
+		if err := c.Update(ctx, m); !causeAt(err, "spec", "immutable") {
+			t.Fatalf("want Forbidden at spec, got %v", err)
+		}
+	})
+}
