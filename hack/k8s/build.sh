@@ -15,7 +15,8 @@
 # KUBEBUILDER_ASSETS=<repo>/_output/k8s/bin (absolute path). See hack/k8s/README.md.
 #
 # Environment:
-#   K8S_BIN_DIR  output directory (default: <repo>/_output/k8s/bin)
+#   K8S_CACHE_DIR the cache (default: ~/.cache/kubevisor/k8s/bin), linked from <repo>/_output/k8s/bin
+#   K8S_BIN_DIR  build into this directory instead of the cache, without the link
 #   FORCE=1      rebuild even when the stamp matches
 #   ONLY="..."   build just these binaries (space separated), e.g. ONLY="kube-apiserver etcd"
 #
@@ -26,7 +27,22 @@ set -euo pipefail
 
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 ROOT="$(cd "${HERE}/../.." && pwd)"
-OUT="${K8S_BIN_DIR:-${ROOT}/_output/k8s/bin}"
+# The binaries live in a per-user cache outside the clone, so a fresh clone of the repository
+# (CI's) reuses them; _output/k8s/bin is a symlink to it. K8S_BIN_DIR builds into a directory of
+# its own instead.
+LINK="${ROOT}/_output/k8s/bin"
+CACHE="${K8S_CACHE_DIR:-${XDG_CACHE_HOME:-${HOME}/.cache}/kubevisor/k8s/bin}"
+if [[ -n "${K8S_BIN_DIR:-}" ]]; then
+  OUT="${K8S_BIN_DIR}"
+else
+  OUT="${CACHE}"
+  mkdir -p "${OUT}" "$(dirname "${LINK}")"
+  if [[ -d "${LINK}" && ! -L "${LINK}" ]]; then
+    # A checkout from before the cache: move what it built there rather than rebuild it.
+    cp -an "${LINK}/." "${OUT}/" && rm -rf "${LINK}"
+  fi
+  ln -sfn "${OUT}" "${LINK}"
+fi
 FORCE="${FORCE:-0}"
 K8S_BINS=(kube-apiserver kube-controller-manager kube-scheduler kubelet)
 ALL_BINS=("${K8S_BINS[@]}" etcd)
