@@ -3,6 +3,7 @@ package vm
 import (
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -387,7 +388,7 @@ func setCondition(st *v1alpha1.VirtualMachineStatus, generation int64, now time.
 func removeCondition(st *v1alpha1.VirtualMachineStatus, t v1alpha1.VirtualMachineConditionType, reasons ...string) {
 	out := st.Conditions[:0]
 	for _, c := range st.Conditions {
-		if c.Type == t && (len(reasons) == 0 || contains(reasons, c.Reason)) {
+		if c.Type == t && (len(reasons) == 0 || slices.Contains(reasons, c.Reason)) {
 			continue
 		}
 		out = append(out, c)
@@ -396,13 +397,4 @@ func removeCondition(st *v1alpha1.VirtualMachineStatus, t v1alpha1.VirtualMachin
 		out = nil
 	}
 	st.Conditions = out
-}
-
-func contains(list []string, s string) bool {
-	for _, x := range list {
-		if x == s {
-			return true
-		}
-	}
-	return false
 }
