@@ -156,6 +156,11 @@ func deriveStatus(vmi *v1alpha1.VirtualMachineInstance, obs observation, now met
 	}
 
 	if phase != prev.Phase {
+		if prev.Phase == v1alpha1.VMIPhaseUnset && phase != v1alpha1.Pending {
+			// Accepted and moved on in one pass: Pending is still a phase it went through.
+			st.PhaseTransitionTimestamps = append(st.PhaseTransitionTimestamps,
+				v1alpha1.VirtualMachineInstancePhaseTransitionTimestamp{Phase: v1alpha1.Pending, PhaseTransitionTimestamp: now})
+		}
 		st.Phase = phase
 		st.PhaseTransitionTimestamps = append(st.PhaseTransitionTimestamps,
 			v1alpha1.VirtualMachineInstancePhaseTransitionTimestamp{Phase: phase, PhaseTransitionTimestamp: now})

@@ -260,6 +260,19 @@ func TestDeriveStatus(t *testing.T) {
 	}
 }
 
+// TestDeriveStatusRecordsPending checks that a VMI that leaves Pending in its first pass still
+// has Pending among its phase transitions (creation-to-running metrics read them).
+func TestDeriveStatusRecordsPending(t *testing.T) {
+	st := deriveStatus(vmiWith(""), observation{ClassName: "qemu", Pod: launcher()}, t1)
+	var phases []v1alpha1.VirtualMachineInstancePhase
+	for _, p := range st.PhaseTransitionTimestamps {
+		phases = append(phases, p.Phase)
+	}
+	if st.Phase != v1alpha1.Scheduling || len(phases) != 2 || phases[0] != v1alpha1.Pending || phases[1] != v1alpha1.Scheduling {
+		t.Errorf("phase %s, transitions %v; want Scheduling after [Pending Scheduling]", st.Phase, phases)
+	}
+}
+
 func TestSetConditionKeepsTransitionTime(t *testing.T) {
 	conds := setCondition(nil, v1alpha1.VirtualMachineInstanceCondition{Type: "Ready", Status: corev1.ConditionFalse, Reason: "A"}, t0)
 	conds = setCondition(conds, v1alpha1.VirtualMachineInstanceCondition{Type: "Ready", Status: corev1.ConditionFalse, Reason: "B"}, t1)

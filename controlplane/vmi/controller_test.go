@@ -1,0 +1,562 @@
+package vmi
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/go-logr/logr"
+	corev1 "k8s.io/api/core/v1"
+	eventsv1 "k8s.io/api/events/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
+
+	"github.com/kubevisor/kubevisor/controlplane/launcherpod"
+	"github.com/kubevisor/kubevisor/core/api/v1alpha1"
+	"github.com/kubevisor/kubevisor/internal/envtest"
+)
+
+const (
+	waitTimeout = 30 * time.Second
+	poll        = 50 * time.Millisecond
+	testImage   = "kubevisor/launcher:test"
+)
+
+// TestController runs the VMI controller in a real manager against a real kube-apiserver. There
+// is no scheduler and no kubelet: the test plays them through the API (the binding subresource,
+// pod status, deletion with a zero grace period).
+//
+// The subtests run in order and share the cluster-scoped HypervisorClasses: the first one starts
+// with none.
+func TestController(t *testing.T) {
+	ctrl.SetLogger(logr.Discard())
+	env := envtest.Start(t, envtest.Options{})
+	mgr, err := ctrl.NewManager(env.Config, ctrl.Options{
+		Scheme:                 envtest.Scheme(),
+		Metrics:                metricsserver.Options{BindAddress: "0"},
+		HealthProbeBindAddress: "0",
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	opts := Options{
+		Pod:                launcherpod.Config{LauncherImage: testImage, HostStateDir: "/var/lib/kubevisor-test", LauncherMemoryOverhead: resource.MustParse("100Mi")},
+		SkipNameValidation: true,
+	}
+	if err := SetupWithManager(mgr, opts); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- mgr.Start(ctx) }()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("manager: %v", err)
+		}
+	})
+	h := &harness{c: env.Client}
+
+	t.Run("no class: Pending with the condition, then a new default class unblocks it", func(t *testing.T) {
+		ns := h.namespace(t, "no-class")
+		vmi := h.createVMI(t, ns, "wait")
+		h.waitVMI(t, vmi, "Pending with HypervisorClassNotFound", func(v *v1alpha1.VirtualMachineInstance) bool {
+			c := condition(v.Status, v1alpha1.VirtualMachineInstanceSynchronized)
+			return v.Status.Phase == v1alpha1.Pending && c != nil && c.Status == corev1.ConditionFalse &&
+				c.Reason == v1alpha1.ReasonHypervisorClassNotFound && strings.Contains(c.Message, "none is annotated")
+		})
+		h.expectNoPods(t, vmi)
+		h.expectEvent(t, vmi, corev1.EventTypeWarning, v1alpha1.ReasonHypervisorClassNotFound)
+
+		h.createClass(t, "standard", true, nil)
+		got := h.waitVMI(t, vmi, "Scheduling with the default class", func(v *v1alpha1.VirtualMachineInstance) bool {
+			return v.Status.Phase == v1alpha1.Scheduling && v.Status.HypervisorClassName == "standard" && v.Status.LauncherPodName != ""
+		})
+		if c := condition(got.Status, v1alpha1.VirtualMachineInstanceSynchronized); c != nil {
+			t.Errorf("Synchronized condition left after the pod was created: %+v", c)
+		}
+		pod := h.launcherPod(t, got)
+		if pod.Labels[v1alpha1.HypervisorClassLabel] != "standard" {
+			t.Errorf("pod class label = %q, want standard", pod.Labels[v1alpha1.HypervisorClassLabel])
+		}
+		h.expectEvent(t, vmi, corev1.EventTypeNormal, v1alpha1.ReasonSuccessfulCreate)
+	})
+
+	t.Run("several default classes: Pending until one remains", func(t *testing.T) {
+		ns := h.namespace(t, "two-defaults")
+		second := h.createClass(t, "standard-2", true, nil)
+		vmi := h.createVMI(t, ns, "wait")
+		h.waitVMI(t, vmi, "Pending with MultipleDefaultHypervisorClasses", func(v *v1alpha1.VirtualMachineInstance) bool {
+			c := condition(v.Status, v1alpha1.VirtualMachineInstanceSynchronized)
+			return v.Status.Phase == v1alpha1.Pending && c != nil && c.Reason == v1alpha1.ReasonMultipleDefaultHypervisorClasses &&
+				strings.Contains(c.Message, "standard, standard-2")
+		})
+		h.expectNoPods(t, vmi)
+		// Taking the annotation off the second class is an update event that re-queues the VMI.
+		patch := client.MergeFrom(second.DeepCopy())
+		second.Annotations = nil
+		if err := h.c.Patch(ctx, second, patch); err != nil {
+			t.Fatal(err)
+		}
+		h.waitVMI(t, vmi, "Scheduling with the one default", func(v *v1alpha1.VirtualMachineInstance) bool {
+			return v.Status.Phase == v1alpha1.Scheduling && v.Status.HypervisorClassName == "standard"
+		})
+	})
+
+	t.Run("named class missing, then created", func(t *testing.T) {
+		ns := h.namespace(t, "named-missing")
+		vmi := h.createVMI(t, ns, "wait", func(v *v1alpha1.VirtualMachineInstance) { v.Spec.HypervisorClassName = "later" })
+		h.waitVMI(t, vmi, "Pending naming the class", func(v *v1alpha1.VirtualMachineInstance) bool {
+			c := condition(v.Status, v1alpha1.VirtualMachineInstanceSynchronized)
+			return v.Status.Phase == v1alpha1.Pending && c != nil && c.Reason == v1alpha1.ReasonHypervisorClassNotFound &&
+				strings.Contains(c.Message, `"later"`)
+		})
+		h.createClass(t, "later", false, nil)
+		h.waitVMI(t, vmi, "Scheduling with the named class", func(v *v1alpha1.VirtualMachineInstance) bool {
+			return v.Status.Phase == v1alpha1.Scheduling && v.Status.HypervisorClassName == "later"
+		})
+	})
+
+	t.Run("launcher pod: resources, device requests, scheduling, volumes, labels, owner", func(t *testing.T) {
+		ns := h.namespace(t, "pod")
+		h.createClass(t, "fast", false, func(c *v1alpha1.HypervisorClass) {
+			c.Overhead = &v1alpha1.HypervisorClassOverhead{PodFixed: corev1.ResourceList{
+				corev1.ResourceMemory: resource.MustParse("64Mi"), corev1.ResourceCPU: resource.MustParse("250m"),
+			}}
+			c.Scheduling = &v1alpha1.HypervisorClassScheduling{
+				NodeSelector: map[string]string{"kubevisor.io/kvm": "true"},
+				Tolerations:  []corev1.Toleration{{Key: "dedicated", Operator: corev1.TolerationOpEqual, Value: "vms", Effect: corev1.TaintEffectNoSchedule}},
+			}
+			c.DeviceResources = []corev1.ResourceName{v1alpha1.KVMDeviceResource, v1alpha1.TunDeviceResource}
+		})
+		vmi := h.createVMI(t, ns, "web", func(v *v1alpha1.VirtualMachineInstance) {
+			v.Labels = map[string]string{"app": "web"}
+			v.Spec.HypervisorClassName = "fast"
+			v.Spec.TerminationGracePeriodSeconds = ptr.To[int64](60)
+			v.Spec.Domain.CPU = &v1alpha1.CPU{Sockets: 1, Cores: 2, Threads: 1}
+			v.Spec.Domain.Resources.Limits = corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("2")}
+			v.Spec.NodeSelector = map[string]string{"zone": "a"}
+			v.Spec.Tolerations = []corev1.Toleration{{Key: "maintenance", Operator: corev1.TolerationOpExists}}
+			v.Spec.Affinity = &corev1.Affinity{NodeAffinity: &corev1.NodeAffinity{
+				RequiredDuringSchedulingIgnoredDuringExecution: &corev1.NodeSelector{NodeSelectorTerms: []corev1.NodeSelectorTerm{{
+					MatchExpressions: []corev1.NodeSelectorRequirement{{Key: "rack", Operator: corev1.NodeSelectorOpIn, Values: []string{"r1", "r2"}}},
+				}}},
+			}}
+			v.Spec.Domain.Devices.Disks = []v1alpha1.Disk{{Name: "root"}, {Name: "data"}, {Name: "scratch"}}
+			v.Spec.Volumes = []v1alpha1.Volume{
+				{Name: "root", VolumeSource: v1alpha1.VolumeSource{ContainerDisk: &v1alpha1.ContainerDiskSource{Image: "guest:latest"}}},
+				{Name: "data", VolumeSource: v1alpha1.VolumeSource{PersistentVolumeClaim: &v1alpha1.PersistentVolumeClaimVolumeSource{
+					PersistentVolumeClaimVolumeSource: corev1.PersistentVolumeClaimVolumeSource{ClaimName: "web-data"}}}},
+				{Name: "scratch", VolumeSource: v1alpha1.VolumeSource{HostDisk: &v1alpha1.HostDisk{
+					Path: "/srv/disks/web.img", Type: v1alpha1.HostDiskExistsOrCreate, Capacity: resource.MustParse("1Gi")}}},
+			}
+		})
+		got := h.waitVMI(t, vmi, "Scheduling", func(v *v1alpha1.VirtualMachineInstance) bool {
+			return v.Status.Phase == v1alpha1.Scheduling && v.Status.LauncherPodName != ""
+		})
+		if !slices.Contains(got.Finalizers, v1alpha1.TeardownFinalizer) {
+			t.Errorf("VMI finalizers = %v, want %s", got.Finalizers, v1alpha1.TeardownFinalizer)
+		}
+		pod := h.launcherPod(t, got)
+
+		if ref := metav1.GetControllerOf(pod); ref == nil || ref.UID != got.UID || ref.Kind != "VirtualMachineInstance" || !ptr.Deref(ref.BlockOwnerDeletion, false) {
+			t.Errorf("pod controller ref = %+v, want the VMI", ref)
+		}
+		wantLabels := map[string]string{
+			"app":                                    "web",
+			v1alpha1.CreatedByLabel:                  string(got.UID),
+			v1alpha1.VirtualMachineInstanceNameLabel: "web",
+			v1alpha1.HypervisorClassLabel:            "fast",
+		}
+		if !equality.Semantic.DeepEqual(pod.Labels, wantLabels) {
+			t.Errorf("pod labels = %v, want %v", pod.Labels, wantLabels)
+		}
+
+		c := pod.Spec.Containers[0]
+		// memory: 1Gi guest + 100Mi launcher + 64Mi class; cpu: the VMI's limit (no request) + 250m.
+		wantRes := corev1.ResourceRequirements{
+			Requests: corev1.ResourceList{
+				corev1.ResourceMemory: resource.MustParse("1188Mi"), corev1.ResourceCPU: resource.MustParse("2250m"),
+				v1alpha1.KVMDeviceResource: resource.MustParse("1"), v1alpha1.TunDeviceResource: resource.MustParse("1"),
+			},
+			Limits: corev1.ResourceList{
+				corev1.ResourceMemory: resource.MustParse("1188Mi"), corev1.ResourceCPU: resource.MustParse("2250m"),
+				v1alpha1.KVMDeviceResource: resource.MustParse("1"), v1alpha1.TunDeviceResource: resource.MustParse("1"),
+			},
+		}
+		if !equality.Semantic.DeepEqual(c.Resources, wantRes) {
+			t.Errorf("resources = %+v\nwant %+v", c.Resources, wantRes)
+		}
+		if pod.Status.QOSClass != corev1.PodQOSGuaranteed {
+			t.Errorf("QoS class = %s, want Guaranteed (requests = limits)", pod.Status.QOSClass)
+		}
+
+		if want := map[string]string{"zone": "a", "kubevisor.io/kvm": "true"}; !equality.Semantic.DeepEqual(pod.Spec.NodeSelector, want) {
+			t.Errorf("nodeSelector = %v, want %v", pod.Spec.NodeSelector, want)
+		}
+		wantTerms := []corev1.NodeSelectorTerm{{MatchExpressions: []corev1.NodeSelectorRequirement{
+			{Key: "rack", Operator: corev1.NodeSelectorOpIn, Values: []string{"r1", "r2"}},
+			{Key: v1alpha1.DriverHealthLabel("hypervisor", "qmp"), Operator: corev1.NodeSelectorOpIn, Values: []string{v1alpha1.DriverHealthy, v1alpha1.DriverDegraded}},
+		}}}
+		if terms := pod.Spec.Affinity.NodeAffinity.RequiredDuringSchedulingIgnoredDuringExecution.NodeSelectorTerms; !equality.Semantic.DeepEqual(terms, wantTerms) {
+			t.Errorf("required node terms = %+v\nwant %+v", terms, wantTerms)
+		}
+		for _, key := range []string{"maintenance", "dedicated"} {
+			if !slices.ContainsFunc(pod.Spec.Tolerations, func(tol corev1.Toleration) bool { return tol.Key == key }) {
+				t.Errorf("tolerations %+v lack %s", pod.Spec.Tolerations, key)
+			}
+		}
+
+		dir := "/var/lib/kubevisor-test/vmi/" + string(got.UID)
+		wantArgs := []string{"--dir", dir + "/launcher", "--vmi", ns + "/web", "--grace-period", "60s"}
+		if c.Image != testImage || !slices.Equal(c.Command, []string{"kubevisor-launcher"}) || !slices.Equal(c.Args, wantArgs) {
+			t.Errorf("container image %s command %v args %v; want %s [kubevisor-launcher] %v", c.Image, c.Command, c.Args, testImage, wantArgs)
+		}
+		if g := ptr.Deref(pod.Spec.TerminationGracePeriodSeconds, 0); g != 75 {
+			t.Errorf("pod terminationGracePeriodSeconds = %d, want 75", g)
+		}
+		volumes := map[string]corev1.Volume{}
+		for _, v := range pod.Spec.Volumes {
+			volumes[v.Name] = v
+		}
+		if v := volumes[launcherpod.VMIDirVolumeName]; v.HostPath == nil || v.HostPath.Path != dir || ptr.Deref(v.HostPath.Type, "") != corev1.HostPathDirectoryOrCreate {
+			t.Errorf("per-VMI directory volume = %+v, want hostPath %s DirectoryOrCreate", v, dir)
+		}
+		if v := volumes["data"]; v.PersistentVolumeClaim == nil || v.PersistentVolumeClaim.ClaimName != "web-data" {
+			t.Errorf("claim volume = %+v, want claim web-data", v)
+		}
+		if v := volumes["scratch"]; v.HostPath == nil || v.HostPath.Path != "/srv/disks" {
+			t.Errorf("host disk volume = %+v, want hostPath /srv/disks", v)
+		}
+		if _, ok := volumes["root"]; ok {
+			t.Error("a containerDisk became a pod volume; the node's storage driver prepares it")
+		}
+		mounts := map[string]string{}
+		for _, m := range c.VolumeMounts {
+			mounts[m.Name] = m.MountPath
+		}
+		if mounts[launcherpod.VMIDirVolumeName] != dir || mounts["data"] != launcherpod.DiskMountDir+"/data" || mounts["scratch"] != "/srv/disks" {
+			t.Errorf("mounts = %v", mounts)
+		}
+		sc := c.SecurityContext
+		if sc == nil || ptr.Deref(sc.Privileged, true) || ptr.Deref(sc.AllowPrivilegeEscalation, true) ||
+			sc.Capabilities == nil || !slices.Equal(sc.Capabilities.Drop, []corev1.Capability{"ALL"}) || len(sc.Capabilities.Add) > 0 {
+			t.Errorf("container security context = %+v, want unprivileged with every capability dropped", sc)
+		}
+		if pod.Spec.HostNetwork || pod.Spec.HostPID || pod.Spec.HostIPC {
+			t.Error("launcher pod shares a host namespace")
+		}
+	})
+
+	t.Run("unschedulable, then scheduled: condition, nodeName, label, Scheduled", func(t *testing.T) {
+		ns := h.namespace(t, "schedule")
+		vmi := h.createVMI(t, ns, "vm")
+		got := h.waitVMI(t, vmi, "Scheduling", func(v *v1alpha1.VirtualMachineInstance) bool { return v.Status.Phase == v1alpha1.Scheduling })
+		pod := h.launcherPod(t, got)
+
+		msg := "0/2 nodes are available: 2 node(s) didn't match Pod's node affinity/selector."
+		h.setPodStatus(t, pod, func(s *corev1.PodStatus) {
+			s.Conditions = []corev1.PodCondition{{Type: corev1.PodScheduled, Status: corev1.ConditionFalse, Reason: corev1.PodReasonUnschedulable, Message: msg}}
+		})
+		h.waitVMI(t, vmi, "PodScheduled=False Unschedulable", func(v *v1alpha1.VirtualMachineInstance) bool {
+			c := condition(v.Status, PodScheduledCondition)
+			return c != nil && c.Status == corev1.ConditionFalse && c.Reason == v1alpha1.ReasonUnschedulable && c.Message == msg
+		})
+
+		h.bind(t, pod, "node-1")
+		got = h.waitVMI(t, vmi, "nodeName and its label", func(v *v1alpha1.VirtualMachineInstance) bool {
+			return v.Status.NodeName == "node-1" && v.Labels[v1alpha1.NodeNameLabel] == "node-1"
+		})
+		if got.Status.Phase != v1alpha1.Scheduling {
+			t.Errorf("phase = %s once bound but not running, want Scheduling", got.Status.Phase)
+		}
+		// The kubelet's part: the pod is scheduled and its container started.
+		h.setPodStatus(t, pod, func(s *corev1.PodStatus) {
+			s.Phase = corev1.PodRunning
+			s.Conditions = []corev1.PodCondition{{Type: corev1.PodScheduled, Status: corev1.ConditionTrue}}
+		})
+		got = h.waitVMI(t, vmi, "Scheduled", func(v *v1alpha1.VirtualMachineInstance) bool {
+			c := condition(v.Status, PodScheduledCondition)
+			return v.Status.Phase == v1alpha1.Scheduled && c != nil && c.Status == corev1.ConditionTrue
+		})
+		phases := make([]v1alpha1.VirtualMachineInstancePhase, 0, len(got.Status.PhaseTransitionTimestamps))
+		for _, p := range got.Status.PhaseTransitionTimestamps {
+			phases = append(phases, p.Phase)
+		}
+		if want := []v1alpha1.VirtualMachineInstancePhase{v1alpha1.Pending, v1alpha1.Scheduling, v1alpha1.Scheduled}; !slices.Equal(phases, want) {
+			t.Errorf("phase transitions %v, want %v", phases, want)
+		}
+	})
+
+	t.Run("pod deleted: VMI Failed, PodNotExists naming the pod", func(t *testing.T) {
+		ns := h.namespace(t, "pod-deleted")
+		vmi := h.createVMI(t, ns, "vm")
+		got := h.waitVMI(t, vmi, "Scheduling", func(v *v1alpha1.VirtualMachineInstance) bool { return v.Status.Phase == v1alpha1.Scheduling })
+		pod := h.launcherPod(t, got)
+		h.bind(t, pod, "node-1")
+		h.setPodStatus(t, pod, func(s *corev1.PodStatus) { s.Phase = corev1.PodRunning })
+		h.waitVMI(t, vmi, "Scheduled", func(v *v1alpha1.VirtualMachineInstance) bool { return v.Status.Phase == v1alpha1.Scheduled })
+
+		h.forceDelete(t, pod)
+		got = h.waitVMI(t, vmi, "Failed", func(v *v1alpha1.VirtualMachineInstance) bool { return v.Status.Phase == v1alpha1.Failed })
+		if got.Status.Reason != v1alpha1.ReasonPodNotExists {
+			t.Errorf("reason = %q, want %s", got.Status.Reason, v1alpha1.ReasonPodNotExists)
+		}
+		if c := condition(got.Status, v1alpha1.VirtualMachineInstanceReady); c == nil || c.Reason != v1alpha1.ReasonPodNotExists || !strings.Contains(c.Message, pod.Name) {
+			t.Errorf("Ready condition = %+v, want PodNotExists naming %s", c, pod.Name)
+		}
+		h.expectEvent(t, vmi, corev1.EventTypeWarning, v1alpha1.ReasonPodNotExists)
+		// No second pod: a Failed VMI is final.
+		h.expectNoPods(t, vmi)
+	})
+
+	t.Run("pod failed: VMI Failed, PodFailed, the pod deleted", func(t *testing.T) {
+		ns := h.namespace(t, "pod-failed")
+		vmi := h.createVMI(t, ns, "vm")
+		got := h.waitVMI(t, vmi, "Scheduling", func(v *v1alpha1.VirtualMachineInstance) bool { return v.Status.Phase == v1alpha1.Scheduling })
+		pod := h.launcherPod(t, got)
+		h.bind(t, pod, "node-1")
+		h.setPodStatus(t, pod, func(s *corev1.PodStatus) { s.Phase = corev1.PodRunning })
+		h.waitVMI(t, vmi, "Scheduled", func(v *v1alpha1.VirtualMachineInstance) bool { return v.Status.Phase == v1alpha1.Scheduled })
+		h.setPodStatus(t, pod, func(s *corev1.PodStatus) {
+			s.Phase = corev1.PodFailed
+			s.ContainerStatuses = []corev1.ContainerStatus{{
+				Name: launcherpod.ContainerName, Image: testImage, ImageID: "sha256:0",
+				State: corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{ExitCode: 1, Reason: "Error"}},
+			}}
+		})
+		got = h.waitVMI(t, vmi, "Failed", func(v *v1alpha1.VirtualMachineInstance) bool { return v.Status.Phase == v1alpha1.Failed })
+		c := condition(got.Status, v1alpha1.VirtualMachineInstanceReady)
+		if got.Status.Reason != v1alpha1.ReasonPodFailed || c == nil || !strings.Contains(c.Message, pod.Name+" failed: container compute exited with code 1") {
+			t.Errorf("reason %q, Ready %+v; want PodFailed naming the pod and its exit", got.Status.Reason, c)
+		}
+		h.expectEvent(t, vmi, corev1.EventTypeWarning, v1alpha1.ReasonPodFailed)
+		// A final VMI's pod is deleted to free the node (the API server removes a pod in a
+		// terminal phase at once).
+		h.wait(t, "the failed pod deleted", func() bool {
+			var p corev1.Pod
+			err := h.c.Get(ctx, client.ObjectKeyFromObject(pod), &p)
+			return apierrors.IsNotFound(err) || (err == nil && p.DeletionTimestamp != nil)
+		})
+		h.expectEvent(t, vmi, corev1.EventTypeNormal, v1alpha1.ReasonSuccessfulDelete)
+	})
+
+	t.Run("VMI deleted: pod deleted, finalizer held until the pod is gone", func(t *testing.T) {
+		ns := h.namespace(t, "delete")
+		vmi := h.createVMI(t, ns, "vm")
+		got := h.waitVMI(t, vmi, "Scheduling", func(v *v1alpha1.VirtualMachineInstance) bool { return v.Status.Phase == v1alpha1.Scheduling })
+		pod := h.launcherPod(t, got)
+		// Bound, so that the API server deletes it gracefully and waits for the (absent) kubelet.
+		h.bind(t, pod, "node-1")
+		h.setPodStatus(t, pod, func(s *corev1.PodStatus) { s.Phase = corev1.PodRunning })
+		h.waitVMI(t, vmi, "Scheduled", func(v *v1alpha1.VirtualMachineInstance) bool { return v.Status.Phase == v1alpha1.Scheduled })
+
+		if err := h.c.Delete(ctx, vmi); err != nil {
+			t.Fatal(err)
+		}
+		h.wait(t, "the pod deleting", func() bool {
+			var p corev1.Pod
+			return h.c.Get(ctx, client.ObjectKeyFromObject(pod), &p) == nil && p.DeletionTimestamp != nil
+		})
+		// The pod is still terminating: the VMI must still be there, with its finalizer.
+		time.Sleep(500 * time.Millisecond)
+		var still v1alpha1.VirtualMachineInstance
+		if err := h.c.Get(ctx, client.ObjectKeyFromObject(vmi), &still); err != nil {
+			t.Fatalf("VMI gone while its pod terminates: %v", err)
+		}
+		if !slices.Contains(still.Finalizers, v1alpha1.TeardownFinalizer) || still.DeletionTimestamp == nil {
+			t.Errorf("VMI while its pod terminates: finalizers %v deletionTimestamp %v", still.Finalizers, still.DeletionTimestamp)
+		}
+		h.expectEvent(t, vmi, corev1.EventTypeNormal, v1alpha1.ReasonSuccessfulDelete)
+
+		h.forceDelete(t, pod) // the kubelet's part
+		h.wait(t, "the VMI gone", func() bool {
+			return apierrors.IsNotFound(h.c.Get(ctx, client.ObjectKeyFromObject(vmi), &v1alpha1.VirtualMachineInstance{}))
+		})
+	})
+
+	t.Run("VMI deleted before its pod was bound", func(t *testing.T) {
+		ns := h.namespace(t, "delete-unbound")
+		vmi := h.createVMI(t, ns, "vm")
+		h.waitVMI(t, vmi, "Scheduling", func(v *v1alpha1.VirtualMachineInstance) bool { return v.Status.Phase == v1alpha1.Scheduling })
+		if err := h.c.Delete(ctx, vmi); err != nil {
+			t.Fatal(err)
+		}
+		h.wait(t, "the VMI gone", func() bool {
+			return apierrors.IsNotFound(h.c.Get(ctx, client.ObjectKeyFromObject(vmi), &v1alpha1.VirtualMachineInstance{}))
+		})
+		h.expectNoPods(t, vmi)
+	})
+}
+
+type harness struct {
+	c client.Client
+}
+
+func (h *harness) wait(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(waitTimeout)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out after %s waiting for %s", waitTimeout, what)
+		}
+		time.Sleep(poll)
+	}
+}
+
+func (h *harness) namespace(t *testing.T, name string) string {
+	t.Helper()
+	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: name}}
+	if err := h.c.Create(context.Background(), ns); err != nil {
+		t.Fatal(err)
+	}
+	return name
+}
+
+func (h *harness) createClass(t *testing.T, name string, isDefault bool, mut func(*v1alpha1.HypervisorClass)) *v1alpha1.HypervisorClass {
+	t.Helper()
+	c := &v1alpha1.HypervisorClass{ObjectMeta: metav1.ObjectMeta{Name: name}, Driver: "qmp"}
+	if isDefault {
+		c.Annotations = map[string]string{v1alpha1.IsDefaultHypervisorClassAnnotation: "true"}
+	}
+	if mut != nil {
+		mut(c)
+	}
+	if err := h.c.Create(context.Background(), c); err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
+func (h *harness) createVMI(t *testing.T, ns, name string, mut ...func(*v1alpha1.VirtualMachineInstance)) *v1alpha1.VirtualMachineInstance {
+	t.Helper()
+	vmi := &v1alpha1.VirtualMachineInstance{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns}}
+	vmi.Spec.Domain.Memory = &v1alpha1.Memory{Guest: ptr.To(resource.MustParse("1Gi"))}
+	for _, m := range mut {
+		m(vmi)
+	}
+	if err := h.c.Create(context.Background(), vmi); err != nil {
+		t.Fatal(err)
+	}
+	return vmi
+}
+
+func (h *harness) waitVMI(t *testing.T, vmi *v1alpha1.VirtualMachineInstance, what string, cond func(*v1alpha1.VirtualMachineInstance) bool) *v1alpha1.VirtualMachineInstance {
+	t.Helper()
+	got := &v1alpha1.VirtualMachineInstance{}
+	deadline := time.Now().Add(waitTimeout)
+	for {
+		err := h.c.Get(context.Background(), client.ObjectKeyFromObject(vmi), got)
+		if err == nil && cond(got) {
+			return got
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for VMI %s/%s: %s (err %v); status %+v", vmi.Namespace, vmi.Name, what, err, got.Status)
+		}
+		time.Sleep(poll)
+	}
+}
+
+func (h *harness) pods(t *testing.T, vmi *v1alpha1.VirtualMachineInstance) []corev1.Pod {
+	t.Helper()
+	var list corev1.PodList
+	if err := h.c.List(context.Background(), &list, client.InNamespace(vmi.Namespace)); err != nil {
+		t.Fatal(err)
+	}
+	return list.Items
+}
+
+// launcherPod returns the one pod in the VMI's namespace and checks that the status names it.
+func (h *harness) launcherPod(t *testing.T, vmi *v1alpha1.VirtualMachineInstance) *corev1.Pod {
+	t.Helper()
+	pods := h.pods(t, vmi)
+	if len(pods) != 1 {
+		t.Fatalf("%d pods in %s, want 1", len(pods), vmi.Namespace)
+	}
+	if pods[0].Name != vmi.Status.LauncherPodName {
+		t.Errorf("pod %s, VMI status.launcherPodName %s", pods[0].Name, vmi.Status.LauncherPodName)
+	}
+	return &pods[0]
+}
+
+// expectNoPods checks, for a while, that no pod appears in the VMI's namespace.
+func (h *harness) expectNoPods(t *testing.T, vmi *v1alpha1.VirtualMachineInstance) {
+	t.Helper()
+	for range 5 {
+		if pods := h.pods(t, vmi); len(pods) > 0 {
+			t.Fatalf("pod %s exists, want none", pods[0].Name)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+// setPodStatus changes the pod's status as the scheduler or the kubelet would.
+func (h *harness) setPodStatus(t *testing.T, pod *corev1.Pod, mut func(*corev1.PodStatus)) {
+	t.Helper()
+	ctx := context.Background()
+	for {
+		var p corev1.Pod
+		if err := h.c.Get(ctx, client.ObjectKeyFromObject(pod), &p); err != nil {
+			t.Fatal(err)
+		}
+		mut(&p.Status)
+		err := h.c.Status().Update(ctx, &p)
+		if apierrors.IsConflict(err) {
+			continue
+		}
+		if err != nil {
+			t.Fatalf("update pod status: %v", err)
+		}
+		return
+	}
+}
+
+// bind assigns the pod to a node as the scheduler does.
+func (h *harness) bind(t *testing.T, pod *corev1.Pod, node string) {
+	t.Helper()
+	b := &corev1.Binding{
+		ObjectMeta: metav1.ObjectMeta{Name: pod.Name, Namespace: pod.Namespace},
+		Target:     corev1.ObjectReference{Kind: "Node", Name: node},
+	}
+	if err := h.c.SubResource("binding").Create(context.Background(), pod, b); err != nil {
+		t.Fatalf("bind pod %s to %s: %v", pod.Name, node, err)
+	}
+}
+
+// forceDelete removes a pod at once, as the kubelet does once its containers are gone.
+func (h *harness) forceDelete(t *testing.T, pod *corev1.Pod) {
+	t.Helper()
+	if err := h.c.Delete(context.Background(), pod, client.GracePeriodSeconds(0)); client.IgnoreNotFound(err) != nil {
+		t.Fatal(err)
+	}
+	h.wait(t, "pod "+pod.Name+" gone", func() bool {
+		return apierrors.IsNotFound(h.c.Get(context.Background(), client.ObjectKeyFromObject(pod), &corev1.Pod{}))
+	})
+}
+
+// expectEvent waits for an event about the VMI with the type and reason.
+func (h *harness) expectEvent(t *testing.T, vmi *v1alpha1.VirtualMachineInstance, typ, reason string) {
+	t.Helper()
+	h.wait(t, fmt.Sprintf("a %s event %s about VMI %s", typ, reason, vmi.Name), func() bool {
+		var list eventsv1.EventList
+		if err := h.c.List(context.Background(), &list, client.InNamespace(vmi.Namespace)); err != nil {
+			return false
+		}
+		for _, e := range list.Items {
+			if e.Regarding.Name == vmi.Name && e.Regarding.Kind == "VirtualMachineInstance" && e.Type == typ && e.Reason == reason &&
+				e.ReportingController == ControllerName {
+				return true
+			}
+		}
+		return false
+	})
+}
