@@ -1,0 +1,46 @@
+// Command kubevisor-controller runs Kubevisor's controllers (VM, VMI, migration) with leader
+// election, /healthz and /readyz, and Prometheus metrics. See package controlplane/manager.
+package main
+
+import (
+	"flag"
+	"fmt"
+	"os"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/klog/v2/textlogger"
+	ctrl "sigs.k8s.io/controller-runtime"
+
+	"github.com/kubevisor/kubevisor/controlplane/launcherpod"
+	"github.com/kubevisor/kubevisor/controlplane/manager"
+)
+
+func main() {
+	var cfg manager.Config
+	var pullPolicy string
+	fs := flag.NewFlagSet("kubevisor-controller", flag.ExitOnError)
+	logCfg := textlogger.NewConfig()
+	logCfg.AddFlags(fs)
+	fs.StringVar(&cfg.Kubeconfig, "kubeconfig", "", "`path` of a kubeconfig file (default: $KUBECONFIG, the in-cluster service account, or ~/.kube/config)")
+	fs.BoolVar(&cfg.LeaderElection, "leader-elect", true, "elect one leader among the replicas through a Lease; only the leader reconciles")
+	fs.StringVar(&cfg.LeaderElectionNamespace, "leader-election-namespace", manager.DefaultLeaderElectionNamespace, "`namespace` of the leader election Lease")
+	fs.StringVar(&cfg.LeaderElectionID, "leader-election-id", manager.DefaultLeaderElectionID, "`name` of the leader election Lease")
+	fs.StringVar(&cfg.MetricsAddr, "metrics-bind-address", manager.DefaultMetricsAddr, "`address` of /metrics (\"0\" turns it off)")
+	fs.StringVar(&cfg.HealthProbeAddr, "health-probe-bind-address", manager.DefaultHealthProbeAddr, "`address` of /healthz and /readyz (\"0\" turns them off)")
+	fs.IntVar(&cfg.Workers, "workers", 4, "objects each controller reconciles at once")
+	fs.StringVar(&cfg.Pod.LauncherImage, "launcher-image", "", "`image` of the launcher pods (required)")
+	fs.StringVar(&pullPolicy, "launcher-image-pull-policy", string(corev1.PullIfNotPresent), "pull `policy` of the launcher image (Always, IfNotPresent, Never)")
+	fs.StringVar(&cfg.Pod.HostStateDir, "host-state-dir", launcherpod.DefaultHostStateDir, "node `directory` holding the per-VMI directories shared with launcher pods")
+	_ = fs.Parse(os.Args[1:])
+	cfg.Pod.ImagePullPolicy = corev1.PullPolicy(pullPolicy)
+	if cfg.Pod.LauncherImage == "" || fs.NArg() > 0 {
+		fmt.Fprintln(os.Stderr, "kubevisor-controller: --launcher-image is required and no arguments are accepted")
+		fs.Usage()
+		os.Exit(2)
+	}
+	ctrl.SetLogger(textlogger.NewLogger(logCfg))
+	if err := manager.Run(ctrl.SetupSignalHandler(), cfg); err != nil {
+		fmt.Fprintf(os.Stderr, "kubevisor-controller: %v\n", err)
+		os.Exit(1)
+	}
+}
