@@ -139,11 +139,14 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (_ ctrl.Re
 
 	p := newPatcher(vmi)
 	defer func() {
-		// A conflict (the handler wrote the VMI meanwhile) comes back as an error too: the
-		// VMI is reconciled again from what the handler wrote.
-		if err := p.patch(ctx, r.client, vmi); err != nil {
-			retErr = errors.Join(retErr, err)
+		err := p.patch(ctx, r.client, vmi)
+		if apierrors.IsConflict(err) {
+			// The VMI changed since it was read (the handler wrote its status): that write is an
+			// event that brings the VMI back, to be decided again on what it now holds.
+			log.FromContext(ctx).V(1).Info("VMI changed while it was reconciled", "error", err.Error())
+			err = nil
 		}
+		retErr = errors.Join(retErr, err)
 	}()
 
 	if vmi.DeletionTimestamp != nil {

@@ -257,6 +257,24 @@ func TestController(t *testing.T) {
 		}
 	})
 
+	t.Run("unusable inputs: Pending with FailedCreate naming the conflict", func(t *testing.T) {
+		ns := h.namespace(t, "conflict")
+		h.createClass(t, "zoned", false, func(c *v1alpha1.HypervisorClass) {
+			c.Scheduling = &v1alpha1.HypervisorClassScheduling{NodeSelector: map[string]string{"zone": "b"}}
+		})
+		vmi := h.createVMI(t, ns, "vm", func(v *v1alpha1.VirtualMachineInstance) {
+			v.Spec.HypervisorClassName = "zoned"
+			v.Spec.NodeSelector = map[string]string{"zone": "a"}
+		})
+		h.waitVMI(t, vmi, "Pending with FailedCreate", func(v *v1alpha1.VirtualMachineInstance) bool {
+			c := condition(v.Status, v1alpha1.VirtualMachineInstanceSynchronized)
+			return v.Status.Phase == v1alpha1.Pending && c != nil && c.Reason == v1alpha1.ReasonFailedCreate &&
+				strings.Contains(c.Message, `node selector zone: the VMI wants "a" and HypervisorClass zoned wants "b"`)
+		})
+		h.expectEvent(t, vmi, corev1.EventTypeWarning, v1alpha1.ReasonFailedCreate)
+		h.expectNoPods(t, vmi)
+	})
+
 	t.Run("unschedulable, then scheduled: condition, nodeName, label, Scheduled", func(t *testing.T) {
 		ns := h.namespace(t, "schedule")
 		vmi := h.createVMI(t, ns, "vm")
