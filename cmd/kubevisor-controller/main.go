@@ -1,4 +1,4 @@
-// Command kubevisor-controller runs Kubevisor's controllers (VM, VMI, migration) with leader
+// Command kubevisor-controller runs Kubevisor's controllers (VM, VMI, VMI replica set, migration) with leader
 // election, /healthz and /readyz, and Prometheus metrics. See package controlplane/manager.
 package main
 

@@ -29,6 +29,7 @@ import (
 	"github.com/kubevisor/kubevisor/controlplane/migration"
 	"github.com/kubevisor/kubevisor/controlplane/vm"
 	"github.com/kubevisor/kubevisor/controlplane/vmi"
+	"github.com/kubevisor/kubevisor/controlplane/vmirs"
 	"github.com/kubevisor/kubevisor/core/api/v1alpha1"
 )
 
@@ -143,6 +144,9 @@ func New(cfg Config) (ctrl.Manager, error) {
 		}},
 		{"vmi", func() error {
 			return vmi.SetupWithManager(mgr, vmi.Options{Pod: cfg.Pod, MaxConcurrentReconciles: w, SkipNameValidation: skip})
+		}},
+		{"vmirs", func() error {
+			return vmirs.SetupWithManager(mgr, vmirs.Options{MaxConcurrentReconciles: w, SkipNameValidation: skip})
 		}},
 		{"migration", func() error {
 			return migration.SetupWithManager(mgr, migration.Options{MaxConcurrentReconciles: w, SkipNameValidation: skip})

@@ -192,6 +192,7 @@ func TestTwoReplicas(t *testing.T) {
 		`kubevisor_vmi_creation_to_running_seconds_count 1`,
 		`controller_runtime_reconcile_total{controller="vmi",result="success"}`,
 		`controller_runtime_reconcile_total{controller="vm",result="success"}`,
+		`controller_runtime_reconcile_total{controller="vmirs",result="success"}`,
 		`controller_runtime_reconcile_total{controller="migration",result="success"}`,
 		`controller_runtime_reconcile_errors_total{controller="vmi"}`,
 		`controller_runtime_reconcile_errors_total{controller="migration"}`,
