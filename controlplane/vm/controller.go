@@ -76,8 +76,8 @@ func SetupWithManager(mgr ctrl.Manager, opts Options) error {
 		Complete(r)
 }
 
-// +kubebuilder:rbac:groups=kubevisor.io,resources=virtualmachines,verbs=get;list;watch;update;patch
-// +kubebuilder:rbac:groups=kubevisor.io,resources=virtualmachines/status,verbs=get;update;patch
+// +kubebuilder:rbac:groups=kubevisor.io,resources=virtualmachines,verbs=get;list;watch;patch
+// +kubebuilder:rbac:groups=kubevisor.io,resources=virtualmachines/status,verbs=patch
 // +kubebuilder:rbac:groups=kubevisor.io,resources=virtualmachines/finalizers,verbs=update
 // +kubebuilder:rbac:groups=kubevisor.io,resources=virtualmachineinstances,verbs=get;list;watch;create;delete
 // +kubebuilder:rbac:groups=events.k8s.io,resources=events,verbs=create;patch
@@ -175,7 +175,9 @@ func (r *Reconciler) act(ctx context.Context, vm *v1alpha1.VirtualMachine, vmi *
 			return fmt.Errorf("create VMI: %w", err)
 		}
 		removeCondition(&vm.Status, v1alpha1.VirtualMachineFailure, v1alpha1.ReasonFailedCreate, v1alpha1.ReasonFailedDelete)
+		// Say so now rather than after the VMI's watch event brings the next reconcile.
 		vm.Status.Created = true
+		vm.Status.PrintableStatus = v1alpha1.VirtualMachineStatusStarting
 		r.recorder.Eventf(vm, newVMI, corev1.EventTypeNormal, d.Reason, "CreateVMI", "created VMI %s: %s", newVMI.Name, d.Message)
 	case ActionDelete:
 		uid := vmi.UID

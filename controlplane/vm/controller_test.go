@@ -37,7 +37,9 @@ const testStartBackoff = time.Second
 // runs: the test plays the VMI controller and the node handler by writing VMI status.phase.
 func TestController(t *testing.T) {
 	env := envtest.Start(t, envtest.Options{})
-	mgr, err := ctrl.NewManager(env.Config, ctrl.Options{
+	// The manager runs with only what the RBAC markers grant.
+	cfg := restrictedConfig(t, env.Config, env.Client, "controller.go", "vm-controller")
+	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
 		Scheme:                 envtest.Scheme(),
 		Metrics:                metricsserver.Options{BindAddress: "0"},
 		HealthProbeBindAddress: "0",

@@ -72,7 +72,7 @@ func SetupWithManager(mgr ctrl.Manager, opts Options) error {
 }
 
 // +kubebuilder:rbac:groups=kubevisor.io,resources=virtualmachineinstancereplicasets,verbs=get;list;watch
-// +kubebuilder:rbac:groups=kubevisor.io,resources=virtualmachineinstancereplicasets/status,verbs=get;update;patch
+// +kubebuilder:rbac:groups=kubevisor.io,resources=virtualmachineinstancereplicasets/status,verbs=patch
 // +kubebuilder:rbac:groups=kubevisor.io,resources=virtualmachineinstancereplicasets/finalizers,verbs=update
 // +kubebuilder:rbac:groups=kubevisor.io,resources=virtualmachineinstances,verbs=get;list;watch;create;delete
 // +kubebuilder:rbac:groups=events.k8s.io,resources=events,verbs=create;patch

@@ -33,7 +33,9 @@ const (
 // Nothing else runs: the test plays the VMI controller and node handler by writing VMI status.
 func TestController(t *testing.T) {
 	env := envtest.Start(t, envtest.Options{})
-	mgr, err := ctrl.NewManager(env.Config, ctrl.Options{
+	// The manager runs with only what the RBAC markers grant.
+	cfg := restrictedConfig(t, env.Config, env.Client, "controller.go", "vmirs-controller")
+	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
 		Scheme:                 envtest.Scheme(),
 		Metrics:                metricsserver.Options{BindAddress: "0"},
 		HealthProbeBindAddress: "0",
