@@ -29,6 +29,12 @@ import (
 // +kubebuilder:webhook:path=/validate-kubevisor-io-v1alpha1-virtualmachineinstancereplicaset,mutating=false,failurePolicy=fail,sideEffects=None,groups=kubevisor.io,resources=virtualmachineinstancereplicasets,verbs=create;update,versions=v1alpha1,name=vvirtualmachineinstancereplicaset.kubevisor.io,admissionReviewVersions=v1
 // +kubebuilder:webhook:path=/validate-kubevisor-io-v1alpha1-virtualmachineinstancemigration,mutating=false,failurePolicy=fail,sideEffects=None,groups=kubevisor.io,resources=virtualmachineinstancemigrations,verbs=create;update,versions=v1alpha1,name=vvirtualmachineinstancemigration.kubevisor.io,admissionReviewVersions=v1
 
+// What kubevisor-api needs from the API server: HypervisorClasses to find the default one, and
+// the webhook configurations to inject the CA bundle into (package certs).
+//
+// +kubebuilder:rbac:groups=kubevisor.io,resources=hypervisorclasses,verbs=get;list
+// +kubebuilder:rbac:groups=admissionregistration.k8s.io,resources=mutatingwebhookconfigurations;validatingwebhookconfigurations,verbs=get;patch
+
 // Admission holds what the admission handlers need besides the object: a reader for
 // HypervisorClasses and the defaulting options that do not depend on the cluster.
 type Admission struct {

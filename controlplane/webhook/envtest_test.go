@@ -269,6 +269,30 @@ func TestAdmissionThroughAPIServer(t *testing.T) {
 		}
 	})
 
+	t.Run("replica set template is defaulted and validated", func(t *testing.T) {
+		rs := &v1alpha1.VirtualMachineInstanceReplicaSet{
+			ObjectMeta: metav1.ObjectMeta{Name: "rs", Namespace: "vms"},
+			Spec: v1alpha1.VirtualMachineInstanceReplicaSetSpec{
+				Replicas: ptr.To[int32](0),
+				Selector: &metav1.LabelSelector{MatchLabels: map[string]string{"app": "web"}},
+				Template: &v1alpha1.VirtualMachineInstanceTemplateSpec{
+					ObjectMeta: metav1.ObjectMeta{Labels: map[string]string{"app": "db"}},
+					Spec:       *minimalSpec(),
+				},
+			},
+		}
+		if err := c.Create(ctx, rs.DeepCopy()); !causeAt(err, "spec.selector", "does not match") {
+			t.Fatalf("want Invalid at spec.selector, got %v", err)
+		}
+		rs.Spec.Template.ObjectMeta.Labels["app"] = "web"
+		if err := c.Create(ctx, rs); err != nil {
+			t.Fatal(err)
+		}
+		if s := rs.Spec.Template.Spec; s.HypervisorClassName != "qemu" || len(s.Domain.Devices.Interfaces) != 1 {
+			t.Fatalf("template not defaulted: %+v", s)
+		}
+	})
+
 	t.Run("migration spec is immutable", func(t *testing.T) {
 		m := &v1alpha1.VirtualMachineInstanceMigration{
 			ObjectMeta: metav1.ObjectMeta{Name: "mig", Namespace: "vms"},
