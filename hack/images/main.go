@@ -1,0 +1,227 @@
+// Command images builds Kubevisor's container images as `docker save` tarballs, with no
+// registry or Docker daemon (hack/images/imagebuild), for `ctr -n k8s.io images import` on the
+// local cluster (hack/cluster/load-images.sh):
+//
+//	go run ./hack/images [flags] all|pause|components|<image name>...
+//
+// pause is the cluster's sandbox image (hack/images/pause, built static). Component images
+// take the binaries from --bin-dir (make build); an image whose main binary is not built yet is
+// skipped with a note. The launcher image also carries the host's QEMU with its libraries,
+// firmware and TCG module. The test guest's containerDisk is built by hack/guest (make guest)
+// and imported as it is. Each image goes to <out>/<name>.tar, tagged <repo>/<name>:<tag>.
+package main
+
+import (
+	"flag"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/kubevisor/kubevisor/hack/images/imagebuild"
+)
+
+// component is one image made of Kubevisor binaries.
+type component struct {
+	name string
+	// bins are globs in --bin-dir, copied to /usr/local/bin; the first must match.
+	bins []string
+	// cni copies the CNI plugins (--cni-dir) to /opt/cni/bin, for the network driver.
+	cni bool
+	// qemu adds the host's QEMU (imagebuild.DefaultQEMUOptions).
+	qemu bool
+	// hostBins are host executables (with their libraries) at their host paths.
+	hostBins []string
+}
+
+// components lists the images of the install manifests; the handler DaemonSet runs the
+// driver plugins and the device plugins beside the handler, so they share its image.
+var components = []component{
+	{name: "kubevisor-controller", bins: []string{"kubevisor-controller"}},
+	{name: "kubevisor-api", bins: []string{"kubevisor-api"}},
+	{name: "kubevisor-handler", bins: []string{"kubevisor-handler", "kubevisor-driver-*", "kubevisor-deviceplugins"},
+		cni: true, hostBins: []string{"qemu-img"}},
+	{name: "kubevisor-launcher", bins: []string{"kubevisor-launcher"}, qemu: true},
+}
+
+type options struct {
+	binDir, cniDir, out, repo, tag string
+	created                        time.Time
+}
+
+func main() {
+	var o options
+	flag.StringVar(&o.binDir, "bin-dir", "bin", "`directory` with the Kubevisor binaries (make build)")
+	flag.StringVar(&o.cniDir, "cni-dir", "_output/cni/bin", "`directory` with the CNI plugins (make cni-plugins)")
+	flag.StringVar(&o.out, "out", "_output/images", "`directory` the image tarballs are written to")
+	flag.StringVar(&o.repo, "repo", "kubevisor", "image repository prefix")
+	flag.StringVar(&o.tag, "tag", "dev", "image tag (not latest, so pods default to imagePullPolicy IfNotPresent)")
+	flag.Usage = func() {
+		fmt.Fprintf(os.Stderr, "usage: go run ./hack/images [flags] all|pause|components|<image>...\nimages: pause")
+		for _, c := range components {
+			fmt.Fprintf(os.Stderr, " %s", c.name)
+		}
+		fmt.Fprintln(os.Stderr)
+		flag.PrintDefaults()
+	}
+	flag.Parse()
+	if flag.NArg() == 0 {
+		flag.Usage()
+		os.Exit(2)
+	}
+	o.created = time.Unix(0, 0)
+	if s := os.Getenv("SOURCE_DATE_EPOCH"); s != "" {
+		sec, err := strconv.ParseInt(s, 10, 64)
+		if err != nil {
+			fatalf("SOURCE_DATE_EPOCH=%q is not a number of seconds", s)
+		}
+		o.created = time.Unix(sec, 0)
+	}
+	var want []string
+	for _, a := range flag.Args() {
+		switch a {
+		case "all":
+			want = append(want, "pause", "components")
+		default:
+			want = append(want, a)
+		}
+	}
+	for _, w := range want {
+		var err error
+		switch w {
+		case "pause":
+			err = buildPause(o)
+		case "components":
+			for _, c := range components {
+				if err = buildComponent(o, c, false); err != nil {
+					break
+				}
+			}
+		default:
+			c, ok := find(w)
+			if !ok {
+				fatalf("unknown image %q (see -h)", w)
+			}
+			err = buildComponent(o, c, true)
+		}
+		if err != nil {
+			fatalf("%v", err)
+		}
+	}
+}
+
+func find(name string) (component, bool) {
+	for _, c := range components {
+		if c.name == name || strings.TrimPrefix(c.name, "kubevisor-") == name {
+			return c, true
+		}
+	}
+	return component{}, false
+}
+
+func fatalf(format string, args ...any) {
+	fmt.Fprintf(os.Stderr, "images: "+format+"\n", args...)
+	os.Exit(1)
+}
+
+func (o options) write(name string, cfg imagebuild.Config, trees ...*imagebuild.Tree) error {
+	start := time.Now()
+	cfg.Created = o.created
+	img, err := imagebuild.Image(cfg, trees...)
+	if err != nil {
+		return fmt.Errorf("%s: %w", name, err)
+	}
+	ref := fmt.Sprintf("%s/%s:%s", o.repo, name, o.tag)
+	file := filepath.Join(o.out, name+".tar")
+	digest, err := imagebuild.WriteTarball(img, ref, file)
+	if err != nil {
+		return fmt.Errorf("%s: %w", name, err)
+	}
+	size := int64(0)
+	if fi, err := os.Stat(file); err == nil {
+		size = fi.Size()
+	}
+	fmt.Printf("==> images: %s@%s -> %s (%.1f MiB, %.1fs)\n", ref, digest, file, float64(size)/(1<<20), time.Since(start).Seconds())
+	return nil
+}
+
+// buildPause compiles hack/images/pause static and puts it alone on the base tree.
+func buildPause(o options) error {
+	tmp, err := os.MkdirTemp("", "kubevisor-pause-")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(tmp)
+	bin := filepath.Join(tmp, "pause")
+	cmd := exec.Command("go", "build", "-trimpath", "-ldflags", "-s -w", "-o", bin, "./hack/images/pause")
+	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
+	cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
+	if err := cmd.Run(); err != nil {
+		return fmt.Errorf("build pause (run from the repository root): %w", err)
+	}
+	t := imagebuild.BaseTree()
+	if err := t.AddFileAs("/pause", bin); err != nil {
+		return err
+	}
+	return o.write("pause", imagebuild.Config{Entrypoint: []string{"/pause"}}, t)
+}
+
+// buildComponent writes one component image: a base layer, a layer of host software (QEMU,
+// qemu-img: changes rarely, so it sits below) and a layer of our binaries with their libraries.
+// A component whose main binary is missing is an error when asked for by name, else skipped.
+func buildComponent(o options, c component, named bool) error {
+	main := filepath.Join(o.binDir, c.bins[0])
+	if _, err := os.Stat(main); err != nil {
+		if named {
+			return fmt.Errorf("%s: %s not built (make build)", c.name, main)
+		}
+		fmt.Printf("==> images: %s: skipped, %s not built\n", c.name, main)
+		return nil
+	}
+	trees := []*imagebuild.Tree{imagebuild.BaseTree()}
+	if c.qemu || len(c.hostBins) > 0 {
+		host := imagebuild.NewTree()
+		if c.qemu {
+			if err := imagebuild.AddQEMU(host, imagebuild.DefaultQEMUOptions()); err != nil {
+				return fmt.Errorf("%s: %w", c.name, err)
+			}
+		}
+		for _, b := range c.hostBins {
+			if err := host.AddExecutable("", b); err != nil {
+				return fmt.Errorf("%s: %w", c.name, err)
+			}
+		}
+		trees = append(trees, host)
+	}
+	own := imagebuild.NewTree()
+	for _, pat := range c.bins {
+		matches, err := filepath.Glob(filepath.Join(o.binDir, pat))
+		if err != nil {
+			return err
+		}
+		for _, m := range matches {
+			if err := own.AddExecutable(filepath.Join("/usr/local/bin", filepath.Base(m)), m); err != nil {
+				return fmt.Errorf("%s: %w", c.name, err)
+			}
+		}
+	}
+	if c.cni {
+		plugins, err := filepath.Glob(filepath.Join(o.cniDir, "*"))
+		if err != nil {
+			return err
+		}
+		if len(plugins) == 0 {
+			return fmt.Errorf("%s: no CNI plugins in %s (make cni-plugins)", c.name, o.cniDir)
+		}
+		for _, p := range plugins {
+			if err := own.AddExecutable(filepath.Join("/opt/cni/bin", filepath.Base(p)), p); err != nil {
+				return fmt.Errorf("%s: %w", c.name, err)
+			}
+		}
+	}
+	trees = append(trees, own)
+	return o.write(c.name, imagebuild.Config{Entrypoint: []string{"/usr/local/bin/" + c.bins[0]}}, trees...)
+}
