@@ -1,0 +1,463 @@
+package deviceplugins
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
+	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
+
+	"github.com/kubevisor/kubevisor/core/api/v1alpha1"
+)
+
+const pciResource = "devices.kubevisor.io/pci-10de-1eb8"
+
+func TestDiscoverPCIDevices(t *testing.T) {
+	h := newFakeHost(t)
+	devs, err := DiscoverPCIDevices(h.sysRoot)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []PCIDevice{
+		{Address: "0000:01:00.0", Vendor: "10de", Device: "1eb8", Driver: "vfio-pci", IOMMUGroup: "12", NUMANode: 0},
+		{Address: "0000:02:00.0", Vendor: "10de", Device: "1eb8", Driver: "vfio-pci", IOMMUGroup: "13", NUMANode: -1},
+		{Address: "0000:03:00.0", Vendor: "10de", Device: "1eb8", Driver: "nvidia", IOMMUGroup: "14", NUMANode: 0},
+		{Address: "0000:04:00.0", Vendor: "8086", Device: "1572", Driver: "vfio-pci", IOMMUGroup: "15", NUMANode: 1},
+		{Address: "0000:05:00.0", Vendor: "10de", Device: "1eb8", Driver: "", IOMMUGroup: "16", NUMANode: 0},
+	}
+	if !slices.Equal(devs, want) {
+		t.Errorf("DiscoverPCIDevices =\n%+v\nwant\n%+v", devs, want)
+	}
+	if devs, err := DiscoverPCIDevices(filepath.Join(h.sysRoot, "missing")); err != nil || devs != nil {
+		t.Errorf("no sysfs: %v, %v; want nothing, no error", devs, err)
+	}
+}
+
+func TestVFIOScanPicksBoundMatchingDevices(t *testing.T) {
+	h := newFakeHost(t)
+	v := &vfioDevices{resource: pciResource, selectors: []PCISelector{{Vendor: "10de", Device: "1eb8"}}, sysfsRoot: h.sysRoot, devRoot: h.devRoot, log: t.Logf}
+	got := v.scan()
+	want := []*pluginapi.Device{
+		{ID: "0000:01:00.0", Health: pluginapi.Healthy, Topology: &pluginapi.TopologyInfo{Nodes: []*pluginapi.NUMANode{{ID: 0}}}},
+		{ID: "0000:02:00.0", Health: pluginapi.Healthy},
+	}
+	assertDevices(t, got, want)
+
+	// Unbound from vfio-pci, or its group node gone: listed, but Unhealthy.
+	h.rebind(t, "0000:01:00.0", "nvidia")
+	h.remove(t, "/dev/vfio/13")
+	for _, d := range want {
+		d.Health = pluginapi.Unhealthy
+	}
+	assertDevices(t, v.scan(), want)
+}
+
+func TestAllocate(t *testing.T) {
+	h := newFakeHost(t)
+	m, err := NewManager(h.config(pluginDir(t), time.Hour), hclog.NewNullLogger())
+	if err != nil {
+		t.Fatal(err)
+	}
+	plugins := map[string]*Plugin{}
+	for _, p := range m.Plugins() {
+		p.refresh()
+		plugins[p.ResourceName()] = p
+	}
+	if got := slices.Sorted(func(yield func(string) bool) {
+		for k := range plugins {
+			yield(k)
+		}
+	}); !slices.Equal(got, []string{v1alpha1.KVMDeviceResource, pciResource, v1alpha1.TunDeviceResource, v1alpha1.VhostNetDeviceResource}) {
+		t.Fatalf("plugins %v", got)
+	}
+	ctx := context.Background()
+	allocate := func(resource string, ids ...[]string) (*pluginapi.AllocateResponse, error) {
+		req := &pluginapi.AllocateRequest{}
+		for _, c := range ids {
+			req.ContainerRequests = append(req.ContainerRequests, &pluginapi.ContainerAllocateRequest{DevicesIds: c})
+		}
+		return plugins[resource].Allocate(ctx, req)
+	}
+
+	t.Run("char devices", func(t *testing.T) {
+		for resource, spec := range map[string]*pluginapi.DeviceSpec{
+			v1alpha1.KVMDeviceResource:      {HostPath: "/dev/kvm", ContainerPath: "/dev/kvm", Permissions: "rw"},
+			v1alpha1.TunDeviceResource:      {HostPath: "/dev/net/tun", ContainerPath: "/dev/net/tun", Permissions: "rwm"},
+			v1alpha1.VhostNetDeviceResource: {HostPath: "/dev/vhost-net", ContainerPath: "/dev/vhost-net", Permissions: "rwm"},
+		} {
+			ids := plugins[resource].Devices()
+			if len(ids) != 4 {
+				t.Fatalf("%s: %d devices, want 4 slots", resource, len(ids))
+			}
+			resp, err := allocate(resource, []string{ids[0].ID, ids[3].ID}, []string{ids[1].ID})
+			if err != nil {
+				t.Fatalf("%s: %v", resource, err)
+			}
+			if len(resp.ContainerResponses) != 2 {
+				t.Fatalf("%s: %d container responses, want 2", resource, len(resp.ContainerResponses))
+			}
+			for _, cr := range resp.ContainerResponses {
+				// Two slots of one node still make one DeviceSpec.
+				if len(cr.Devices) != 1 || !proto.Equal(cr.Devices[0], spec) || len(cr.Envs) != 0 {
+					t.Errorf("%s: %v, want only %v", resource, cr, spec)
+				}
+			}
+		}
+	})
+
+	t.Run("vfio", func(t *testing.T) {
+		resp, err := allocate(pciResource, []string{"0000:02:00.0", "0000:01:00.0"}, []string{"0000:02:00.0"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		spec := func(p string) *pluginapi.DeviceSpec {
+			return &pluginapi.DeviceSpec{HostPath: p, ContainerPath: p, Permissions: "rw"}
+		}
+		want := []*pluginapi.ContainerAllocateResponse{
+			{
+				Devices: []*pluginapi.DeviceSpec{spec("/dev/vfio/vfio"), spec("/dev/vfio/12"), spec("/dev/vfio/13")},
+				Envs:    map[string]string{"PCI_RESOURCE_DEVICES_KUBEVISOR_IO_PCI_10DE_1EB8": "0000:01:00.0,0000:02:00.0"},
+			},
+			{
+				Devices: []*pluginapi.DeviceSpec{spec("/dev/vfio/vfio"), spec("/dev/vfio/13")},
+				Envs:    map[string]string{"PCI_RESOURCE_DEVICES_KUBEVISOR_IO_PCI_10DE_1EB8": "0000:02:00.0"},
+			},
+		}
+		for i, cr := range resp.ContainerResponses {
+			if !proto.Equal(cr, want[i]) {
+				t.Errorf("container %d:\n%v\nwant\n%v", i, cr, want[i])
+			}
+		}
+	})
+
+	t.Run("unknown IDs", func(t *testing.T) {
+		// The function bound to another driver and the one with another ID were never listed.
+		_, err := allocate(pciResource, []string{"0000:01:00.0", "0000:03:00.0", "0000:04:00.0"})
+		if status.Code(err) != codes.InvalidArgument || !strings.Contains(err.Error(), "0000:03:00.0, 0000:04:00.0") {
+			t.Errorf("err = %v, want InvalidArgument naming 0000:03:00.0 and 0000:04:00.0", err)
+		}
+		_, err = allocate(v1alpha1.KVMDeviceResource, []string{"kvm-0"}, []string{"kvm-99"})
+		if status.Code(err) != codes.InvalidArgument || !strings.Contains(err.Error(), "kvm-99") {
+			t.Errorf("err = %v, want InvalidArgument naming kvm-99", err)
+		}
+	})
+
+	t.Run("unhealthy", func(t *testing.T) {
+		h.remove(t, "/dev/vfio/12")
+		plugins[pciResource].refresh()
+		_, err := allocate(pciResource, []string{"0000:01:00.0"})
+		if status.Code(err) != codes.FailedPrecondition || !strings.Contains(err.Error(), "0000:01:00.0") {
+			t.Errorf("err = %v, want FailedPrecondition naming 0000:01:00.0", err)
+		}
+	})
+}
+
+// TestHealthFollowsDeviceNodes runs the plugins behind a fake kubelet and watches
+// ListAndWatch as device nodes disappear and come back. The poll interval is an hour, so the
+// character devices' changes must arrive through fsnotify.
+func TestHealthFollowsDeviceNodes(t *testing.T) {
+	h := newFakeHost(t)
+	dir := pluginDir(t)
+	k := startFakeKubelet(t, dir)
+	runManager(t, h.config(dir, time.Hour))
+	regs := k.registrations(t, 4, 10*time.Second)
+
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	watch := func(resource string) func() []*pluginapi.Device {
+		s, err := k.client(t, regs[resource].Endpoint).ListAndWatch(ctx, &pluginapi.Empty{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return func() []*pluginapi.Device {
+			type result struct {
+				r   *pluginapi.ListAndWatchResponse
+				err error
+			}
+			ch := make(chan result, 1)
+			go func() { r, err := s.Recv(); ch <- result{r, err} }()
+			select {
+			case res := <-ch:
+				if res.err != nil {
+					t.Fatalf("%s: ListAndWatch: %v", resource, res.err)
+				}
+				return res.r.Devices
+			case <-time.After(5 * time.Second):
+				t.Fatalf("%s: no ListAndWatch update within 5s", resource)
+				return nil
+			}
+		}
+	}
+	allHealth := func(devs []*pluginapi.Device) []string {
+		var hs []string
+		for _, d := range devs {
+			if !slices.Contains(hs, d.Health) {
+				hs = append(hs, d.Health)
+			}
+		}
+		return hs
+	}
+
+	for _, c := range []struct{ resource, path string }{
+		{v1alpha1.KVMDeviceResource, "/dev/kvm"},
+		{v1alpha1.TunDeviceResource, "/dev/net/tun"},
+	} {
+		next := watch(c.resource)
+		if devs := next(); len(devs) != 4 || !slices.Equal(allHealth(devs), []string{pluginapi.Healthy}) {
+			t.Fatalf("%s: first list %v, want 4 healthy slots", c.resource, devs)
+		}
+		h.remove(t, c.path)
+		if devs := next(); len(devs) != 4 || !slices.Equal(allHealth(devs), []string{pluginapi.Unhealthy}) {
+			t.Fatalf("%s: after removing %s: %v, want 4 unhealthy slots", c.resource, c.path, devs)
+		}
+		h.touch(t, c.path)
+		if devs := next(); len(devs) != 4 || !slices.Equal(allHealth(devs), []string{pluginapi.Healthy}) {
+			t.Fatalf("%s: after restoring %s: %v, want 4 healthy slots", c.resource, c.path, devs)
+		}
+	}
+
+	next := watch(pciResource)
+	healthOf := func(devs []*pluginapi.Device) map[string]string {
+		m := map[string]string{}
+		for _, d := range devs {
+			m[d.ID] = d.Health
+		}
+		return m
+	}
+	assertHealth := func(when string, got map[string]string, want map[string]string) {
+		t.Helper()
+		if len(got) != len(want) {
+			t.Fatalf("%s: %v, want %v", when, got, want)
+		}
+		for id, h := range want {
+			if got[id] != h {
+				t.Fatalf("%s: %v, want %v", when, got, want)
+			}
+		}
+	}
+	assertHealth("first list", healthOf(next()), map[string]string{"0000:01:00.0": pluginapi.Healthy, "0000:02:00.0": pluginapi.Healthy})
+	h.remove(t, "/dev/vfio/13")
+	assertHealth("group 13 node removed", healthOf(next()), map[string]string{"0000:01:00.0": pluginapi.Healthy, "0000:02:00.0": pluginapi.Unhealthy})
+	h.touch(t, "/dev/vfio/13")
+	assertHealth("group 13 node restored", healthOf(next()), map[string]string{"0000:01:00.0": pluginapi.Healthy, "0000:02:00.0": pluginapi.Healthy})
+}
+
+// TestHealthFollowsSysfsBinding: inotify does not see sysfs, so driver rebinding reaches the
+// kubelet through the poll.
+func TestHealthFollowsSysfsBinding(t *testing.T) {
+	h := newFakeHost(t)
+	dir := pluginDir(t)
+	k := startFakeKubelet(t, dir)
+	cfg := h.config(dir, 100*time.Millisecond)
+	cfg.CharDevices = nil
+	runManager(t, cfg)
+	regs := k.registrations(t, 1, 10*time.Second)
+	s, err := k.client(t, regs[pciResource].Endpoint).ListAndWatch(t.Context(), &pluginapi.Empty{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r, err := s.Recv(); err != nil || len(r.Devices) != 2 {
+		t.Fatalf("first list %v, %v; want 2 devices", r, err)
+	}
+	// Binding the function that had another driver adds it; unbinding one marks it Unhealthy.
+	h.rebind(t, "0000:03:00.0", "vfio-pci")
+	h.rebind(t, "0000:01:00.0", "nvidia")
+	want := []*pluginapi.Device{
+		{ID: "0000:01:00.0", Health: pluginapi.Unhealthy, Topology: &pluginapi.TopologyInfo{Nodes: []*pluginapi.NUMANode{{ID: 0}}}},
+		{ID: "0000:02:00.0", Health: pluginapi.Healthy},
+		{ID: "0000:03:00.0", Health: pluginapi.Healthy, Topology: &pluginapi.TopologyInfo{Nodes: []*pluginapi.NUMANode{{ID: 0}}}},
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		r, err := s.Recv()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if slices.EqualFunc(r.Devices, want, func(a, b *pluginapi.Device) bool { return proto.Equal(a, b) }) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("last list %v, want %v", r.Devices, want)
+		}
+	}
+}
+
+// TestRegistrationAndKubeletRestart plays the kubelet: it takes the registrations, dials each
+// plugin back, lists and allocates; then it "restarts" as the kubelet does, deleting every
+// socket in the directory before serving kubelet.sock again, and expects each plugin to serve
+// again and register once more within a few seconds.
+func TestRegistrationAndKubeletRestart(t *testing.T) {
+	h := newFakeHost(t)
+	dir := pluginDir(t)
+	k := startFakeKubelet(t, dir)
+	m := runManager(t, h.config(dir, time.Hour))
+
+	check := func(when string, regs map[string]*pluginapi.RegisterRequest) {
+		t.Helper()
+		for _, p := range m.Plugins() {
+			r := regs[p.ResourceName()]
+			if r == nil {
+				t.Fatalf("%s: %s did not register", when, p.ResourceName())
+			}
+			if r.Version != pluginapi.Version || r.Endpoint != filepath.Base(p.SocketPath()) || strings.Contains(r.Endpoint, "/") {
+				t.Errorf("%s: register request %v, want version %s and endpoint %s", when, r, pluginapi.Version, filepath.Base(p.SocketPath()))
+			}
+			if fi, err := os.Stat(filepath.Join(dir, r.Endpoint)); err != nil || fi.Mode()&os.ModeSocket == 0 || fi.Mode().Perm() != socketPermissions {
+				t.Errorf("%s: endpoint %s: %v, %v; want a socket with mode %o", when, r.Endpoint, fi, err, socketPermissions)
+			}
+			c := k.client(t, r.Endpoint)
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			s, err := c.ListAndWatch(ctx, &pluginapi.Empty{})
+			if err != nil {
+				t.Fatalf("%s: %s: ListAndWatch: %v", when, r.ResourceName, err)
+			}
+			list, err := s.Recv()
+			if err != nil || len(list.Devices) == 0 {
+				t.Fatalf("%s: %s: ListAndWatch: %v, %v", when, r.ResourceName, list, err)
+			}
+			resp, err := c.Allocate(ctx, &pluginapi.AllocateRequest{ContainerRequests: []*pluginapi.ContainerAllocateRequest{{DevicesIds: []string{list.Devices[0].ID}}}})
+			if err != nil || len(resp.ContainerResponses) != 1 || len(resp.ContainerResponses[0].Devices) == 0 {
+				t.Fatalf("%s: %s: Allocate: %v, %v", when, r.ResourceName, resp, err)
+			}
+			cancel()
+		}
+	}
+	check("first start", k.registrations(t, 4, 10*time.Second))
+	waitFor(t, "registrations answered", func() bool {
+		for _, p := range m.Plugins() {
+			if p.Registrations() != 1 {
+				return false
+			}
+		}
+		return true
+	})
+
+	// The kubelet restarts: it goes away, and the new one removes every socket before it serves.
+	k.stop()
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	removed := 0
+	for _, e := range entries {
+		if e.Type()&os.ModeSocket != 0 {
+			if err := os.Remove(filepath.Join(dir, e.Name())); err != nil {
+				t.Fatal(err)
+			}
+			removed++
+		}
+	}
+	if removed != 4 {
+		t.Errorf("removed %d sockets, want the 4 plugins' (kubelet.sock is unlinked by its server)", removed)
+	}
+	time.Sleep(500 * time.Millisecond) // the plugins' first attempts find no kubelet
+	start := time.Now()
+	k = startFakeKubelet(t, dir)
+	regs := k.registrations(t, 4, 5*time.Second)
+	t.Logf("re-registered %v after the new kubelet started", time.Since(start).Round(time.Millisecond))
+	check("after kubelet restart", regs)
+
+	// One registration per restart: the plugins must not register again for the kubelet.sock
+	// they already registered through.
+	select {
+	case r := <-k.reqs:
+		t.Errorf("extra registration %v", r)
+	case <-time.After(time.Second):
+	}
+	for _, p := range m.Plugins() {
+		if n := p.Registrations(); n != 2 {
+			t.Errorf("%s: %d registrations, want 2", p.ResourceName(), n)
+		}
+	}
+}
+
+// TestKubeletSocketRecreated covers a kubelet that restarts without deleting the plugin's
+// socket: the new kubelet.sock alone must bring a new registration.
+func TestKubeletSocketRecreated(t *testing.T) {
+	h := newFakeHost(t)
+	dir := pluginDir(t)
+	k := startFakeKubelet(t, dir)
+	cfg := h.config(dir, time.Hour)
+	cfg.CharDevices = cfg.CharDevices[:1]
+	cfg.PCIDevices = nil
+	p := runManager(t, cfg).Plugins()[0]
+	k.registrations(t, 1, 10*time.Second)
+	// Wait for the plugin to hear the answer, lest the restart below cut it off and the
+	// plugin retry for that reason instead.
+	waitFor(t, "first registration answered", func() bool { return p.Registrations() == 1 })
+	k.stop()
+	k = startFakeKubelet(t, dir)
+	regs := k.registrations(t, 1, 5*time.Second)
+	if regs[v1alpha1.KVMDeviceResource] == nil {
+		t.Errorf("registrations %v, want %s", regs, v1alpha1.KVMDeviceResource)
+	}
+	waitFor(t, "second registration answered", func() bool { return p.Registrations() == 2 })
+}
+
+func TestConfig(t *testing.T) {
+	cfg := DefaultConfig().withDefaults()
+	if cfg.PluginDir != "/var/lib/kubelet/device-plugins/" || cfg.DevRoot != "/" || cfg.SysfsRoot != "/sys" || cfg.HealthPollInterval.Duration != DefaultHealthPollInterval {
+		t.Errorf("defaults %+v", cfg)
+	}
+	for _, d := range cfg.CharDevices {
+		if d.Slots != DefaultSlots {
+			t.Errorf("%s: %d slots, want %d", d.ResourceName, d.Slots, DefaultSlots)
+		}
+	}
+	if err := cfg.validate(); err != nil {
+		t.Errorf("default config: %v", err)
+	}
+
+	pci := Config{PCIDevices: []PCISelector{{Vendor: "0x10DE", Device: "1EB8"}, {Vendor: "10de", Device: "2204", ResourceName: "gpu"}}}.withDefaults()
+	if pci.PCIDevices[0].ResourceName != pciResource || pci.PCIDevices[1].ResourceName != "devices.kubevisor.io/gpu" || pci.PCIDevices[0].Vendor != "10de" {
+		t.Errorf("pci defaults %+v", pci.PCIDevices)
+	}
+
+	bad := Config{
+		PluginDir:   "relative",
+		CharDevices: []CharDevice{{ResourceName: "kvm", Path: "dev/kvm", Slots: -1, Permissions: "rwx"}, {ResourceName: "kvm", Path: "/dev/kvm"}},
+		PCIDevices:  []PCISelector{{Vendor: "10d", Device: "zzzz"}, {Vendor: "10de", Device: "1eb8", ResourceName: "kubernetes.io/gpu"}},
+	}.withDefaults()
+	err := bad.validate()
+	for _, want := range []string{
+		`pluginDir "relative"`, `charDevices[0].path`, `charDevices[0].slots -1`, `charDevices[0].permissions "rwx"`,
+		`charDevices[1].resourceName "devices.kubevisor.io/kvm": used twice`, `pciDevices[0]: vendor:device`, `pciDevices[1].resourceName "kubernetes.io/gpu"`,
+	} {
+		if err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("validate: %v; want it to mention %s", err, want)
+		}
+	}
+
+	if got := PCIResourceEnvVar("devices.kubevisor.io/pci-10de-1eb8"); got != "PCI_RESOURCE_DEVICES_KUBEVISOR_IO_PCI_10DE_1EB8" {
+		t.Errorf("PCIResourceEnvVar = %s", got)
+	}
+	if got := socketName("devices.kubevisor.io/vhost-net"); got != "kubevisor-devices.kubevisor.io_vhost-net.sock" {
+		t.Errorf("socketName = %s", got)
+	}
+}
+
+func assertDevices(t *testing.T, got, want []*pluginapi.Device) {
+	t.Helper()
+	if !slices.EqualFunc(got, want, func(a, b *pluginapi.Device) bool { return proto.Equal(a, b) }) {
+		t.Errorf("devices\n%v\nwant\n%v", got, want)
+	}
+}
+
+func waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: not within 5s", what)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
