@@ -24,7 +24,7 @@ const (
 	ExitUsage = 2
 )
 
-const usage = `usage: kubevisor-bench boot|memory [flags]
+const usage = `usage: kubevisor-bench boot|memory|controlplane [flags]
 
 boot times the test guest (make guest) from start to its console marker, with raw
 qemu-system-x86_64 running the command line the qmp driver builds (less -S), and with the same
@@ -38,6 +38,10 @@ local driver plugins, each in a sandbox of its own (a network namespace and a
 kubevisor-launcher, as kubevisor-handler run makes it), and prints per running VM the RSS of
 QEMU, of the launcher, and the handler's and the drivers' share, against the aim of at most
 25 MiB per VM beyond QEMU. Needs root. "kubevisor-bench memory -h" lists its flags.
+
+controlplane creates 1,000 VMIs against a real kube-apiserver and etcd with kubevisor-controller's
+manager in this process, and prints the rate at which they become launcher pods and the API
+requests the control plane made per VMI. "kubevisor-bench controlplane -h" lists its flags.
 `
 
 const memoryUsage = `usage: kubevisor-bench memory [flags]
@@ -79,6 +83,8 @@ func Run(args []string, stdout, stderr io.Writer) int {
 	case "boot":
 	case "memory":
 		return runMemory(args[1:], stdout, stderr)
+	case "controlplane":
+		return runControlPlane(args[1:], stdout, stderr)
 	default:
 		fmt.Fprintf(stderr, "kubevisor-bench: unknown command %q\n%s", args[0], usage)
 		return ExitUsage
