@@ -8,8 +8,13 @@
 //	kubevisor-bench memory [--vms 1,5,10] [--guest-dir DIR] [--bin-dir DIR] [--vmi FILE]
 //
 // boots VMs through the node handler, each with its own launcher and sandbox, and prints the
-// memory per VM of QEMU, the launcher, and the handler's and drivers' shares. See package
-// hack/bench.
+// memory per VM of QEMU, the launcher, and the handler's and drivers' shares;
+//
+//	kubevisor-bench controlplane [--vmis 1000] [--clients N] [--controller-workers N]
+//
+// creates VMIs against a real API server with kubevisor-controller's manager in the process and
+// prints the rate at which they become launcher pods and the control plane's API requests per
+// VMI. See package hack/bench.
 package main
 
 import (
