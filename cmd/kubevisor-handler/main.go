@@ -1,6 +1,8 @@
-// Command kubevisor-handler is Kubevisor's node agent (package core/handler). Without a
-// cluster it runs one VMI from a manifest (package core/handler/standalone):
+// Command kubevisor-handler is Kubevisor's node agent (package core/handler). In a cluster
+// (the handler DaemonSet) it runs the node's VMIs (package core/handler/cluster); without one
+// it runs one VMI from a manifest (package core/handler/standalone):
 //
+//	kubevisor-handler serve [--config handler.yaml] [--node-name NODE] [--kubeconfig FILE]
 //	kubevisor-handler run -f vmi.yaml [--config handler.yaml]
 package main
 
@@ -8,20 +10,33 @@ import (
 	"context"
 	"flag"
 	"fmt"
+	"log/slog"
 	"os"
 	"os/signal"
 	"path/filepath"
 	"syscall"
 
+	"github.com/go-logr/logr"
 	"github.com/hashicorp/go-hclog"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
+	ctrl "sigs.k8s.io/controller-runtime"
 
 	"github.com/kubevisor/kubevisor/core/handler"
+	"github.com/kubevisor/kubevisor/core/handler/cluster"
 	"github.com/kubevisor/kubevisor/core/handler/standalone"
 )
 
-const usage = `usage: kubevisor-handler run -f VMI.yaml [--config HANDLER.yaml] [--log-level LEVEL]
+const usage = `usage: kubevisor-handler serve [--config HANDLER.yaml] [--node-name NODE] [--kubeconfig FILE]
+       kubevisor-handler run -f VMI.yaml [--config HANDLER.yaml] [--log-level LEVEL]
 
-Runs one VirtualMachineInstance on this machine without a cluster: a network namespace on the
+serve: runs the VMIs scheduled to this node (their launcher pods' sandboxes) through the
+configured driver plugins, writes their status, and publishes the drivers' capabilities as
+labels on the Node. The node name defaults to $NODE_NAME; without --kubeconfig the in-cluster
+configuration (or $KUBECONFIG) is used.
+
+run: runs one VirtualMachineInstance
+on this machine without a cluster: a network namespace on the
 host bridge kv-standalone0 with a kubevisor-launcher in it, the VMI booted through the
 configured driver plugins (default qmp, cni, local: the kubevisor-driver-* binaries next to
 this one), its phase changes and serial console on stdout. Ctrl-C or SIGTERM shuts the guest
@@ -30,6 +45,10 @@ shutdown short. Needs root.
 `
 
 func main() {
+	if len(os.Args) >= 2 && os.Args[1] == "serve" {
+		serve(os.Args[2:])
+		return
+	}
 	if len(os.Args) < 2 || os.Args[1] != "run" {
 		fmt.Fprint(os.Stderr, usage)
 		os.Exit(2)
@@ -75,5 +94,55 @@ func main() {
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "kubevisor-handler:", err)
 		os.Exit(1)
+	}
+}
+
+// serve runs `kubevisor-handler serve`.
+func serve(args []string) {
+	fs := flag.NewFlagSet("serve", flag.ExitOnError)
+	fs.Usage = func() { fmt.Fprint(os.Stderr, usage) }
+	configFile := fs.String("config", "", "handler configuration file (YAML or JSON)")
+	nodeName := fs.String("node-name", os.Getenv("NODE_NAME"), "the node this handler serves")
+	kubeconfig := fs.String("kubeconfig", "", "kubeconfig file (default: in-cluster, or $KUBECONFIG)")
+	hostDir := fs.String("host-state-dir", cluster.DefaultHostStateDir, "directory of the launcher pods' per-VMI directories on the node")
+	metricsAddr := fs.String("metrics-addr", "0", "listen address of /metrics (plain HTTP; 0 disables)")
+	healthAddr := fs.String("health-addr", ":8081", "listen address of /healthz and /readyz (0 disables)")
+	logLevel := fs.String("log-level", "info", "log level: trace, debug, info, warn, error")
+	_ = fs.Parse(args)
+	fail := func(code int, err error) {
+		fmt.Fprintln(os.Stderr, "kubevisor-handler serve:", err)
+		os.Exit(code)
+	}
+	if *nodeName == "" || fs.NArg() > 0 {
+		fs.Usage()
+		os.Exit(2)
+	}
+	var cfg handler.Config
+	if *configFile != "" {
+		var err error
+		if cfg, err = handler.LoadConfig(*configFile); err != nil {
+			fail(2, err)
+		}
+	}
+	cfg.NodeName = *nodeName
+	var rc *rest.Config
+	var err error
+	if *kubeconfig != "" {
+		rc, err = clientcmd.BuildConfigFromFlags("", *kubeconfig)
+	} else {
+		rc, err = ctrl.GetConfig()
+	}
+	if err != nil {
+		fail(2, err)
+	}
+	logger := hclog.New(&hclog.LoggerOptions{Name: "kubevisor-handler", Level: hclog.LevelFromString(*logLevel), Output: os.Stderr, JSONFormat: true})
+	log := logr.FromSlogHandler(slog.NewJSONHandler(os.Stderr, nil))
+	ctrl.SetLogger(log)
+	err = cluster.Serve(ctrl.SetupSignalHandler(), cluster.ServeConfig{
+		Rest: rc, Handler: cfg, Agent: cluster.AgentConfig{NodeName: *nodeName, HostStateDir: *hostDir},
+		MetricsAddr: *metricsAddr, HealthAddr: *healthAddr, Logger: logger, Log: log,
+	})
+	if err != nil {
+		fail(1, err)
 	}
 }

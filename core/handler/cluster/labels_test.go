@@ -102,19 +102,19 @@ func TestNodeLabelPatch(t *testing.T) {
 	}
 }
 
-// source is a LabelSource the test changes.
-type source struct {
+// fakeSource is a LabelSource the test changes.
+type fakeSource struct {
 	mu     sync.Mutex
 	labels map[string]string
 }
 
-func (s *source) NodeLabels() map[string]string {
+func (s *fakeSource) NodeLabels() map[string]string {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return maps.Clone(s.labels)
 }
 
-func (s *source) set(l map[string]string) {
+func (s *fakeSource) set(l map[string]string) {
 	s.mu.Lock()
 	s.labels = l
 	s.mu.Unlock()
@@ -131,7 +131,7 @@ func TestNodeLabelerOnAPIServer(t *testing.T) {
 	if _, err := cs.CoreV1().Nodes().Create(ctx, node, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	src := &source{labels: map[string]string{qmpHealth: "degraded", qmpAccel: "tcg", cniHealth: "healthy"}}
+	src := &fakeSource{labels: map[string]string{qmpHealth: "degraded", qmpAccel: "tcg", cniHealth: "healthy"}}
 	l := &NodeLabeler{Client: cs, Node: "node-1", Source: src, Interval: 100 * time.Millisecond}
 	done := make(chan error, 1)
 	go func() { done <- l.Run(ctx) }()

@@ -1,0 +1,407 @@
+package cluster
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/go-logr/logr/testr"
+	"github.com/hashicorp/go-hclog"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/utils/ptr"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller"
+	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
+
+	"github.com/kubevisor/kubevisor/core/api/v1alpha1"
+	"github.com/kubevisor/kubevisor/core/driver"
+	"github.com/kubevisor/kubevisor/core/handler"
+	"github.com/kubevisor/kubevisor/core/plugin"
+	"github.com/kubevisor/kubevisor/internal/envtest"
+	"github.com/kubevisor/kubevisor/internal/testbin"
+)
+
+const node = "node-1"
+
+// agentNode is one node of the agent tests: a real API server, a handler with simulated
+// drivers as plugin processes, the agent in a manager, and real launcher processes standing in
+// for the launcher pods' containers.
+type agentNode struct {
+	t       *testing.T
+	c       client.Client
+	h       *handler.Handler
+	bin     string // directory of the built binaries
+	hostDir string
+	disk    string
+}
+
+func newAgentNode(t *testing.T) *agentNode {
+	env := envtest.Start(t, envtest.Options{})
+	dir, err := os.MkdirTemp("/tmp", "kva-") // short: unix socket paths
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = os.RemoveAll(dir) })
+	n := &agentNode{t: t, bin: filepath.Join(dir, "bin"), hostDir: filepath.Join(dir, "host"), disk: filepath.Join(dir, "disk.img")}
+	if err := testbin.Build(n.bin, false,
+		"github.com/kubevisor/kubevisor/cmd/kubevisor-driver-fake",
+		"github.com/kubevisor/kubevisor/cmd/kubevisor-launcher",
+		"github.com/kubevisor/kubevisor/core/handler/internal/testdriver"); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(n.disk, make([]byte, 1<<20), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	manifest := func(bin, kind, name string, args ...string) plugin.Manifest {
+		m, err := plugin.ManifestFor(filepath.Join(n.bin, bin), kind, name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		m.Args = args
+		return m
+	}
+
+	ctx, cancel := context.WithCancel(context.Background())
+	mgr, err := ctrl.NewManager(env.Config, ctrl.Options{
+		Scheme: envtest.Scheme(), Cache: CacheOptions(node),
+		Metrics: metricsserver.Options{BindAddress: "0"}, HealthProbeBindAddress: "0",
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	agent, err := NewAgent(mgr.GetClient(), AgentConfig{NodeName: node, HostStateDir: n.hostDir, Resync: 500 * time.Millisecond}, testr.New(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	opts := agent.HandlerOptions(handler.Options{
+		Logger: hclog.New(&hclog.LoggerOptions{Name: "handler", Level: hclog.Warn, Output: os.Stderr}),
+		Manifests: []plugin.Manifest{
+			manifest("kubevisor-driver-fake", driver.KindHypervisor, "fake", driver.KindHypervisor),
+			manifest("testdriver", driver.KindNetwork, "fake-net", driver.KindNetwork, "name=fake-net"),
+			manifest("testdriver", driver.KindStorage, "fake-storage", driver.KindStorage, "name=fake-storage"),
+		},
+	})
+	hctx, hcancel := context.WithTimeout(ctx, 30*time.Second)
+	defer hcancel()
+	n.h, err = handler.New(hctx, handler.Config{
+		StateDir: filepath.Join(dir, "s"), RunDir: filepath.Join(dir, "r"), NodeName: node,
+		Drivers:      handler.DriverSet{Hypervisor: "fake", Network: "fake-net", Storage: "fake-storage"},
+		ResyncPeriod: metav1.Duration{Duration: 500 * time.Millisecond},
+	}, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := agent.Setup(mgr, n.h, controller.Options{SkipNameValidation: ptr.To(true)}); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- mgr.Start(ctx) }()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("manager: %v", err)
+		}
+		_ = n.h.Close()
+	})
+	n.c = env.Client
+	return n
+}
+
+// vmi creates a VMI labelled with the node, as the VMI controller leaves it once its launcher
+// pod is scheduled, and returns it as stored.
+func (n *agentNode) vmi(name string) *v1alpha1.VirtualMachineInstance {
+	mem := resource.MustParse("64Mi")
+	vmi := &v1alpha1.VirtualMachineInstance{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "default", Labels: map[string]string{v1alpha1.NodeNameLabel: node}},
+		Spec: v1alpha1.VirtualMachineInstanceSpec{
+			TerminationGracePeriodSeconds: ptr.To[int64](5),
+			Domain: v1alpha1.DomainSpec{
+				Memory: &v1alpha1.Memory{Guest: &mem},
+				Devices: v1alpha1.Devices{
+					Disks: []v1alpha1.Disk{{Name: "root", DiskDevice: v1alpha1.DiskDevice{Disk: &v1alpha1.DiskTarget{Bus: v1alpha1.DiskBusVirtio}}}},
+					Interfaces: []v1alpha1.Interface{{Name: "default", InterfaceBindingMethod: v1alpha1.InterfaceBindingMethod{
+						Masquerade: &v1alpha1.InterfaceMasquerade{}}}},
+				},
+			},
+			Volumes:  []v1alpha1.Volume{{Name: "root", VolumeSource: v1alpha1.VolumeSource{ContainerDisk: &v1alpha1.ContainerDiskSource{Image: n.disk}}}},
+			Networks: []v1alpha1.Network{{Name: "default", NetworkSource: v1alpha1.NetworkSource{Pod: &v1alpha1.PodNetwork{}}}},
+		},
+	}
+	if err := n.c.Create(context.Background(), vmi); err != nil {
+		n.t.Fatalf("create VMI %s: %v", name, err)
+	}
+	vmi.Status.Phase = v1alpha1.Scheduled
+	if err := n.c.Status().Update(context.Background(), vmi); err != nil {
+		n.t.Fatalf("VMI %s Scheduled: %v", name, err)
+	}
+	return vmi
+}
+
+// launcherPod starts a real launcher in the VMI's host directory and creates a Running pod
+// object for it, bound to the node, as the kubelet would report it.
+func (n *agentNode) launcherPod(vmi *v1alpha1.VirtualMachineInstance) *corev1.Pod {
+	n.t.Helper()
+	cmd := exec.Command(filepath.Join(n.bin, "kubevisor-launcher"), "--dir", LauncherDir(n.hostDir, vmi.UID),
+		"--vmi", vmi.Namespace+"/"+vmi.Name, "--grace-period", "5s")
+	cmd.Stderr = os.Stderr
+	if err := os.MkdirAll(filepath.Dir(LauncherDir(n.hostDir, vmi.UID)), 0o700); err != nil {
+		n.t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		n.t.Fatal(err)
+	}
+	n.t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+	pod := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{
+			Name: "virt-launcher-" + vmi.Name, Namespace: vmi.Namespace,
+			Labels: map[string]string{v1alpha1.CreatedByLabel: string(vmi.UID), v1alpha1.VirtualMachineInstanceNameLabel: vmi.Name},
+		},
+		Spec: corev1.PodSpec{NodeName: node, Containers: []corev1.Container{{Name: "compute", Image: "kubevisor-launcher"}}},
+	}
+	ctx := context.Background()
+	if err := n.c.Create(ctx, pod); err != nil {
+		n.t.Fatal(err)
+	}
+	n.setPodPhase(pod, corev1.PodRunning)
+	return pod
+}
+
+func (n *agentNode) setPodPhase(pod *corev1.Pod, phase corev1.PodPhase) {
+	n.t.Helper()
+	ctx := context.Background()
+	if err := n.c.Get(ctx, client.ObjectKeyFromObject(pod), pod); err != nil {
+		n.t.Fatal(err)
+	}
+	pod.Status.Phase = phase
+	if err := n.c.Status().Update(ctx, pod); err != nil {
+		n.t.Fatalf("pod %s %s: %v", pod.Name, phase, err)
+	}
+}
+
+// waitVMI polls the stored VMI until cond holds.
+func (n *agentNode) waitVMI(name, what string, cond func(*v1alpha1.VirtualMachineInstance) bool) *v1alpha1.VirtualMachineInstance {
+	n.t.Helper()
+	var vmi v1alpha1.VirtualMachineInstance
+	deadline := time.Now().Add(60 * time.Second)
+	for time.Now().Before(deadline) {
+		if err := n.c.Get(context.Background(), types.NamespacedName{Namespace: "default", Name: name}, &vmi); err == nil && cond(&vmi) {
+			return &vmi
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	n.t.Fatalf("VMI %s: %s: status %+v", name, what, vmi.Status)
+	return nil
+}
+
+// waitHandlerForgets polls until the handler no longer runs the VMI.
+func (n *agentNode) waitHandlerForgets(uid types.UID) {
+	n.t.Helper()
+	deadline := time.Now().Add(60 * time.Second)
+	for time.Now().Before(deadline) {
+		if !slices.Contains(n.h.VMIs(), uid) {
+			return
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	n.t.Fatalf("the handler still runs VMI %s", uid)
+}
+
+func condition(vmi *v1alpha1.VirtualMachineInstance, t v1alpha1.VirtualMachineInstanceConditionType) *v1alpha1.VirtualMachineInstanceCondition {
+	for i := range vmi.Status.Conditions {
+		if vmi.Status.Conditions[i].Type == t {
+			return &vmi.Status.Conditions[i]
+		}
+	}
+	return nil
+}
+
+// TestAgent drives VMIs through the agent on a real API server: a running launcher pod gets
+// its VMI Running with status written to the API; deleting the pod stops the VM and leaves the
+// VMI Succeeded; a pod that fails under a running VM fails the VMI naming the launcher; a VMI
+// deleted from the API has its VM stopped.
+func TestAgent(t *testing.T) {
+	n := newAgentNode(t)
+	ctx := context.Background()
+
+	t.Run("pod running: VMI Running", func(t *testing.T) {
+		n.t = t
+		vmi := n.vmi("a")
+		n.vmi("waiting") // no launcher pod yet: the agent leaves it Scheduled
+		pod := n.launcherPod(vmi)
+		got := n.waitVMI("a", "Running", func(v *v1alpha1.VirtualMachineInstance) bool { return v.Status.Phase == v1alpha1.Running })
+		if c := condition(got, v1alpha1.VirtualMachineInstanceReady); c == nil || c.Status != corev1.ConditionTrue {
+			t.Errorf("Ready = %+v, want True", c)
+		}
+		if got.Status.NodeName != node || len(got.Status.Interfaces) != 1 || got.Status.Interfaces[0].Name != "default" {
+			t.Errorf("status nodeName %q interfaces %+v", got.Status.NodeName, got.Status.Interfaces)
+		}
+		if w := n.waitVMI("waiting", "still Scheduled", func(*v1alpha1.VirtualMachineInstance) bool { return true }); w.Status.Phase != v1alpha1.Scheduled {
+			t.Errorf("a VMI without a running launcher pod went %s", w.Status.Phase)
+		}
+
+		// The pod is deleted (the VMI controller does this when the VMI goes): bound to a
+		// node, it stays Terminating, and the agent stops the VM within the grace period.
+		if err := n.c.Delete(ctx, pod); err != nil {
+			t.Fatal(err)
+		}
+		n.waitVMI("a", "Succeeded", func(v *v1alpha1.VirtualMachineInstance) bool { return v.Status.Phase == v1alpha1.Succeeded })
+		n.waitHandlerForgets(vmi.UID)
+	})
+
+	t.Run("pod failed under a running VM: VMI Failed naming the launcher", func(t *testing.T) {
+		n.t = t
+		vmi := n.vmi("b")
+		pod := n.launcherPod(vmi)
+		n.waitVMI("b", "Running", func(v *v1alpha1.VirtualMachineInstance) bool { return v.Status.Phase == v1alpha1.Running })
+		n.setPodPhase(pod, corev1.PodFailed)
+		got := n.waitVMI("b", "Failed", func(v *v1alpha1.VirtualMachineInstance) bool { return v.Status.Phase == v1alpha1.Failed })
+		if got.Status.Reason != handler.ReasonSandboxExited {
+			t.Errorf("reason %q, want %q", got.Status.Reason, handler.ReasonSandboxExited)
+		}
+		n.waitHandlerForgets(vmi.UID)
+	})
+
+	t.Run("VMI deleted from the API: VM stopped", func(t *testing.T) {
+		n.t = t
+		vmi := n.vmi("c")
+		n.launcherPod(vmi)
+		n.waitVMI("c", "Running", func(v *v1alpha1.VirtualMachineInstance) bool { return v.Status.Phase == v1alpha1.Running })
+		if err := n.c.Delete(ctx, vmi); err != nil {
+			t.Fatal(err)
+		}
+		n.waitHandlerForgets(vmi.UID)
+	})
+	if left := n.h.VMIs(); len(left) != 0 {
+		t.Errorf("the handler still runs %v", left)
+	}
+}
+
+// TestMergeStatus: the handler's fields laid over the stored status, the control plane's kept,
+// phases never moving back or out of a final one.
+func TestMergeStatus(t *testing.T) {
+	cond := func(ct v1alpha1.VirtualMachineInstanceConditionType, s corev1.ConditionStatus) v1alpha1.VirtualMachineInstanceCondition {
+		return v1alpha1.VirtualMachineInstanceCondition{Type: ct, Status: s}
+	}
+	const podScheduled = v1alpha1.VirtualMachineInstanceConditionType("PodScheduled")
+	api := v1alpha1.VirtualMachineInstanceStatus{
+		Phase: v1alpha1.Scheduled, NodeName: node,
+		Conditions: []v1alpha1.VirtualMachineInstanceCondition{cond(podScheduled, corev1.ConditionTrue), cond(v1alpha1.VirtualMachineInstanceReady, corev1.ConditionFalse)},
+	}
+	nodeSt := v1alpha1.VirtualMachineInstanceStatus{
+		Phase: v1alpha1.Running, NodeName: node,
+		Conditions: []v1alpha1.VirtualMachineInstanceCondition{cond(v1alpha1.VirtualMachineInstanceReady, corev1.ConditionTrue)},
+		Interfaces: []v1alpha1.VirtualMachineInstanceNetworkInterface{{Name: "default", IP: "10.244.0.5"}},
+	}
+	for _, tt := range []struct {
+		name      string
+		api, node v1alpha1.VirtualMachineInstanceStatus
+		phase     v1alpha1.VirtualMachineInstancePhase
+		conds     string
+	}{
+		{"running laid over scheduled", api, nodeSt, v1alpha1.Running, "PodScheduled=True Ready=True"},
+		{"node behind the API: phase kept", withPhase(api, v1alpha1.Running), withPhase(nodeSt, v1alpha1.Scheduled), v1alpha1.Running, "PodScheduled=True Ready=True"},
+		{"final phase kept", withPhase(api, v1alpha1.Failed), nodeSt, v1alpha1.Failed, "PodScheduled=True Ready=False"},
+		{"empty node status changes no phase", api, v1alpha1.VirtualMachineInstanceStatus{}, v1alpha1.Scheduled, "PodScheduled=True"},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			got := MergeStatus(tt.api, tt.node)
+			if got.Phase != tt.phase {
+				t.Errorf("phase %s, want %s", got.Phase, tt.phase)
+			}
+			var conds string
+			for i, c := range got.Conditions {
+				if i > 0 {
+					conds += " "
+				}
+				conds += fmt.Sprintf("%s=%s", c.Type, c.Status)
+			}
+			if conds != tt.conds {
+				t.Errorf("conditions %q, want %q", conds, tt.conds)
+			}
+		})
+	}
+	if api.Phase != v1alpha1.Scheduled || len(api.Conditions) != 2 {
+		t.Error("MergeStatus changed its input")
+	}
+}
+
+func withPhase(st v1alpha1.VirtualMachineInstanceStatus, p v1alpha1.VirtualMachineInstancePhase) v1alpha1.VirtualMachineInstanceStatus {
+	st.Phase = p
+	return st
+}
+
+// TestServe runs the whole serve mode against a real API server: the driver plugins start
+// and the node gets their capability labels and the schedulable label.
+func TestServe(t *testing.T) {
+	env := envtest.Start(t, envtest.Options{})
+	dir, err := os.MkdirTemp("/tmp", "kvs-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = os.RemoveAll(dir) })
+	bin := filepath.Join(dir, "bin")
+	if err := testbin.Build(bin, false, "github.com/kubevisor/kubevisor/cmd/kubevisor-driver-fake"); err != nil {
+		t.Fatal(err)
+	}
+	m, err := plugin.ManifestFor(filepath.Join(bin, "kubevisor-driver-fake"), driver.KindHypervisor, "fake")
+	if err != nil {
+		t.Fatal(err)
+	}
+	m.Args = []string{driver.KindHypervisor}
+	ctx, cancel := context.WithCancel(context.Background())
+	if err := env.Client.Create(ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "node-2"}}); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() {
+		done <- Serve(ctx, ServeConfig{
+			Rest: env.Config,
+			Handler: handler.Config{
+				StateDir: filepath.Join(dir, "s"), RunDir: filepath.Join(dir, "r"), NodeName: "node-2",
+				Drivers: handler.DriverSet{Hypervisor: "fake"},
+			},
+			Manifests:   []plugin.Manifest{m},
+			Agent:       AgentConfig{HostStateDir: filepath.Join(dir, "host")},
+			MetricsAddr: "0", HealthAddr: "0",
+			Logger: hclog.New(&hclog.LoggerOptions{Name: "serve", Level: hclog.Warn, Output: os.Stderr}),
+			Log:    testr.New(t),
+		})
+	}()
+	want := map[string]string{v1alpha1.DriverHealthLabel("hypervisor", "fake"): v1alpha1.DriverHealthy, v1alpha1.SchedulableNodeLabel: "true"}
+	deadline := time.Now().Add(60 * time.Second)
+	var labels map[string]string
+	for time.Now().Before(deadline) {
+		var n corev1.Node
+		if err := env.Client.Get(ctx, types.NamespacedName{Name: "node-2"}, &n); err != nil {
+			t.Fatal(err)
+		}
+		labels = n.Labels
+		if labels[v1alpha1.DriverHealthLabel("hypervisor", "fake")] == v1alpha1.DriverHealthy && labels[v1alpha1.SchedulableNodeLabel] == "true" {
+			break
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	for k, v := range want {
+		if labels[k] != v {
+			t.Errorf("node label %s = %q, want %q (labels %v)", k, labels[k], v, labels)
+		}
+	}
+	cancel()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Errorf("Serve: %v", err)
+		}
+	case <-time.After(30 * time.Second):
+		t.Error("Serve did not return after its context ended")
+	}
+}

@@ -1,0 +1,100 @@
+package cluster
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"time"
+
+	"github.com/go-logr/logr"
+	"github.com/hashicorp/go-hclog"
+	"k8s.io/apimachinery/pkg/runtime"
+	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
+	"k8s.io/client-go/kubernetes"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/client-go/rest"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/controller"
+	"sigs.k8s.io/controller-runtime/pkg/healthz"
+	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
+
+	"github.com/kubevisor/kubevisor/core/api/v1alpha1"
+	"github.com/kubevisor/kubevisor/core/handler"
+	"github.com/kubevisor/kubevisor/core/plugin"
+)
+
+// ServeConfig is what `kubevisor-handler serve` runs with.
+type ServeConfig struct {
+	// Rest reaches the API server (in-cluster config in the DaemonSet).
+	Rest *rest.Config
+	// Handler is the node handler's configuration; its NodeName is the node served.
+	Handler handler.Config
+	// Manifests are drivers offered besides those in Handler.PluginDir.
+	Manifests []plugin.Manifest
+	// Agent configures the VMI agent; its NodeName defaults to Handler.NodeName.
+	Agent AgentConfig
+	// MetricsAddr and HealthAddr are the listen addresses of /metrics and /healthz, /readyz
+	// ("0" disables).
+	MetricsAddr, HealthAddr string
+	Logger                  hclog.Logger
+	Log                     logr.Logger
+}
+
+// Serve runs the node handler against the API server until ctx ends: the agent syncs the
+// node's VMIs and the labeler publishes the drivers' capabilities on the Node. The running VMs
+// are left to run when it returns (a restarted handler re-adopts them).
+func Serve(ctx context.Context, c ServeConfig) (err error) {
+	if c.Agent.NodeName == "" {
+		c.Agent.NodeName = c.Handler.NodeName
+	}
+	if c.Handler.NodeName == "" {
+		c.Handler.NodeName = c.Agent.NodeName
+	}
+	scheme := runtime.NewScheme()
+	utilruntime.Must(clientgoscheme.AddToScheme(scheme))
+	utilruntime.Must(v1alpha1.AddToScheme(scheme))
+	mgr, err := ctrl.NewManager(c.Rest, ctrl.Options{
+		Scheme: scheme, Cache: CacheOptions(c.Agent.NodeName), Logger: c.Log,
+		Metrics:                metricsserver.Options{BindAddress: c.MetricsAddr},
+		HealthProbeBindAddress: c.HealthAddr,
+	})
+	if err != nil {
+		return fmt.Errorf("manager: %w", err)
+	}
+	agent, err := NewAgent(mgr.GetClient(), c.Agent, c.Log.WithName("agent"))
+	if err != nil {
+		return err
+	}
+	h, err := handler.New(ctx, c.Handler, agent.HandlerOptions(handler.Options{Logger: c.Logger, Manifests: c.Manifests}))
+	if err != nil {
+		return err
+	}
+	// Detach, not Close: the VMs keep running through a handler restart.
+	defer func() { err = errors.Join(err, h.Detach()) }()
+	if err := agent.Setup(mgr, h, controller.Options{}); err != nil {
+		return err
+	}
+	cs, err := kubernetes.NewForConfig(c.Rest)
+	if err != nil {
+		return err
+	}
+	labeler := &NodeLabeler{Client: cs, Node: c.Agent.NodeName, Source: h, Log: c.Logger.Named("labels")}
+	if err := mgr.Add(runnable(labeler.Run)); err != nil {
+		return err
+	}
+	if err := mgr.AddHealthzCheck("ping", healthz.Ping); err != nil {
+		return err
+	}
+	if err := mgr.AddReadyzCheck("cache", func(r *http.Request) error {
+		wctx, cancel := context.WithTimeout(r.Context(), time.Second)
+		defer cancel()
+		if !mgr.GetCache().WaitForCacheSync(wctx) {
+			return errors.New("cache not synced")
+		}
+		return nil
+	}); err != nil {
+		return err
+	}
+	return mgr.Start(ctx)
+}
