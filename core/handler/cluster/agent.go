@@ -184,6 +184,13 @@ type runnable func(ctx context.Context) error
 
 func (m runnable) Start(ctx context.Context) error { return m(ctx) }
 
+// The node agent's permissions (the handler DaemonSet's ClusterRole): its node's VMIs and their
+// status, the launcher pods it reads, and its Node's labels.
+// +kubebuilder:rbac:groups=kubevisor.io,resources=virtualmachineinstances,verbs=get;list;watch
+// +kubebuilder:rbac:groups=kubevisor.io,resources=virtualmachineinstances/status,verbs=get;update;patch
+// +kubebuilder:rbac:groups="",resources=pods,verbs=get;list;watch
+// +kubebuilder:rbac:groups="",resources=nodes,verbs=get;list;watch;patch
+
 // Reconcile brings the node to what a VMI and its launcher pod ask for.
 func (a *Agent) Reconcile(ctx context.Context, req reconcile.Request) (reconcile.Result, error) {
 	var vmi v1alpha1.VirtualMachineInstance
