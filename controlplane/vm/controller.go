@@ -41,8 +41,8 @@ type Options struct {
 	SkipNameValidation bool
 }
 
-// Reconciler reconciles VirtualMachines.
-type Reconciler struct {
+// reconciler reconciles VirtualMachines.
+type reconciler struct {
 	client   client.Client
 	recorder recorder.EventRecorder
 	backoff  Backoff
@@ -51,7 +51,7 @@ type Reconciler struct {
 
 // SetupWithManager registers the VM controller with mgr: it watches VMs and the VMIs they control.
 func SetupWithManager(mgr ctrl.Manager, opts Options) error {
-	r := &Reconciler{
+	r := &reconciler{
 		client:   mgr.GetClient(),
 		recorder: mgr.GetEventRecorder(ControllerName),
 		backoff:  Backoff{Initial: opts.StartBackoff, Max: opts.MaxStartBackoff},
@@ -83,7 +83,7 @@ func SetupWithManager(mgr ctrl.Manager, opts Options) error {
 // +kubebuilder:rbac:groups=events.k8s.io,resources=events,verbs=create;patch
 
 // Reconcile brings one VM's VMI in line with its run strategy and requests, and writes its status.
-func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (_ ctrl.Result, retErr error) {
+func (r *reconciler) Reconcile(ctx context.Context, req ctrl.Request) (_ ctrl.Result, retErr error) {
 	vm := &v1alpha1.VirtualMachine{}
 	if err := r.client.Get(ctx, req.NamespacedName, vm); err != nil {
 		return ctrl.Result{}, client.IgnoreNotFound(err)
@@ -121,7 +121,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (_ ctrl.Re
 
 // getVMI returns the VMI named like the VM when the VM controls it; foreign says one exists
 // that the VM does not control.
-func (r *Reconciler) getVMI(ctx context.Context, vm *v1alpha1.VirtualMachine) (*v1alpha1.VirtualMachineInstance, bool, error) {
+func (r *reconciler) getVMI(ctx context.Context, vm *v1alpha1.VirtualMachine) (*v1alpha1.VirtualMachineInstance, bool, error) {
 	vmi := &v1alpha1.VirtualMachineInstance{}
 	if err := r.client.Get(ctx, client.ObjectKeyFromObject(vm), vmi); err != nil {
 		if apierrors.IsNotFound(err) {
@@ -135,7 +135,7 @@ func (r *Reconciler) getVMI(ctx context.Context, vm *v1alpha1.VirtualMachine) (*
 	return vmi, false, nil
 }
 
-func (r *Reconciler) reconcileDelete(ctx context.Context, vm *v1alpha1.VirtualMachine, vmi *v1alpha1.VirtualMachineInstance, d Decision) (ctrl.Result, error) {
+func (r *reconciler) reconcileDelete(ctx context.Context, vm *v1alpha1.VirtualMachine, vmi *v1alpha1.VirtualMachineInstance, d Decision) (ctrl.Result, error) {
 	if err := r.act(ctx, vm, vmi, d); err != nil {
 		return ctrl.Result{}, err
 	}
@@ -149,7 +149,7 @@ func (r *Reconciler) reconcileDelete(ctx context.Context, vm *v1alpha1.VirtualMa
 	return ctrl.Result{}, nil
 }
 
-func (r *Reconciler) reconcileNormal(ctx context.Context, vm *v1alpha1.VirtualMachine, vmi *v1alpha1.VirtualMachineInstance, d Decision) (ctrl.Result, error) {
+func (r *reconciler) reconcileNormal(ctx context.Context, vm *v1alpha1.VirtualMachine, vmi *v1alpha1.VirtualMachineInstance, d Decision) (ctrl.Result, error) {
 	if err := r.act(ctx, vm, vmi, d); err != nil {
 		return ctrl.Result{}, err
 	}
@@ -157,7 +157,7 @@ func (r *Reconciler) reconcileNormal(ctx context.Context, vm *v1alpha1.VirtualMa
 }
 
 // act carries out the decision's action, records its event and the Failure condition.
-func (r *Reconciler) act(ctx context.Context, vm *v1alpha1.VirtualMachine, vmi *v1alpha1.VirtualMachineInstance, d Decision) error {
+func (r *reconciler) act(ctx context.Context, vm *v1alpha1.VirtualMachine, vmi *v1alpha1.VirtualMachineInstance, d Decision) error {
 	now := r.now()
 	switch d.Action {
 	case ActionCreate:
@@ -199,7 +199,7 @@ func (r *Reconciler) act(ctx context.Context, vm *v1alpha1.VirtualMachine, vmi *
 
 // patchStatus writes the status when it changed. When the controller consumed state change
 // requests it patches with the resourceVersion it read, so a request added meanwhile is never lost.
-func (r *Reconciler) patchStatus(ctx context.Context, before, vm *v1alpha1.VirtualMachine) error {
+func (r *reconciler) patchStatus(ctx context.Context, before, vm *v1alpha1.VirtualMachine) error {
 	if equality.Semantic.DeepEqual(before.Status, vm.Status) {
 		return nil
 	}

@@ -71,8 +71,8 @@ type Decision struct {
 	// Reason and Message explain Action (for the Normal event the reconciler records).
 	Reason  string
 	Message string
-	// Status is the VM status to write. When Action is ActionCreate the reconciler fills in what
-	// only the created VMI can tell (nothing today: the next reconcile sees the VMI).
+	// Status is the VM status to write, as seen before Action; once a create succeeds the
+	// reconciler marks it created and Starting, and the VMI's watch event brings the rest.
 	Status v1alpha1.VirtualMachineStatus
 	// RequeueAfter asks for another look once a crash-loop back-off has passed.
 	RequeueAfter time.Duration

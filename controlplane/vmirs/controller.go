@@ -36,8 +36,8 @@ type Options struct {
 	SkipNameValidation bool
 }
 
-// Reconciler reconciles VirtualMachineInstanceReplicaSets.
-type Reconciler struct {
+// reconciler reconciles VirtualMachineInstanceReplicaSets.
+type reconciler struct {
 	client client.Client
 	// reader lists VMIs from the API server rather than the cache: a cache that has not yet seen
 	// the VMIs just created would make the next reconcile create them again.
@@ -49,7 +49,7 @@ type Reconciler struct {
 
 // SetupWithManager registers the replica set controller with mgr: it watches replica sets and the VMIs they control.
 func SetupWithManager(mgr ctrl.Manager, opts Options) error {
-	r := &Reconciler{
+	r := &reconciler{
 		client:   mgr.GetClient(),
 		reader:   mgr.GetAPIReader(),
 		recorder: mgr.GetEventRecorder(ControllerName),
@@ -79,7 +79,7 @@ func SetupWithManager(mgr ctrl.Manager, opts Options) error {
 
 // Reconcile creates, deletes and replaces one replica set's VMIs and writes its status. There is
 // no finalizer: the VMIs carry the replica set as owner, so the garbage collector removes them.
-func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (_ ctrl.Result, retErr error) {
+func (r *reconciler) Reconcile(ctx context.Context, req ctrl.Request) (_ ctrl.Result, retErr error) {
 	rs := &v1alpha1.VirtualMachineInstanceReplicaSet{}
 	if err := r.client.Get(ctx, req.NamespacedName, rs); err != nil {
 		return ctrl.Result{}, client.IgnoreNotFound(err)
@@ -112,7 +112,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (_ ctrl.Re
 
 // ownedVMIs lists the VMIs the selector matches and that the replica set controls. With an
 // unusable selector it returns those the replica set controls, for the counts.
-func (r *Reconciler) ownedVMIs(ctx context.Context, rs *v1alpha1.VirtualMachineInstanceReplicaSet) ([]*v1alpha1.VirtualMachineInstance, error) {
+func (r *reconciler) ownedVMIs(ctx context.Context, rs *v1alpha1.VirtualMachineInstanceReplicaSet) ([]*v1alpha1.VirtualMachineInstance, error) {
 	opts := []client.ListOption{client.InNamespace(rs.Namespace)}
 	if sel, err := Selector(rs); err == nil {
 		opts = append(opts, client.MatchingLabelsSelector{Selector: sel})
@@ -132,7 +132,7 @@ func (r *Reconciler) ownedVMIs(ctx context.Context, rs *v1alpha1.VirtualMachineI
 
 // act creates and deletes VMIs as decided, with an event for each, and sets ReplicaFailure from
 // the outcome. It goes on after a failure so one bad VMI does not block the others.
-func (r *Reconciler) act(ctx context.Context, rs *v1alpha1.VirtualMachineInstanceReplicaSet, d Decision) error {
+func (r *reconciler) act(ctx context.Context, rs *v1alpha1.VirtualMachineInstanceReplicaSet, d Decision) error {
 	var errs []error
 	failReason := ""
 	for _, vmi := range d.Delete {
@@ -170,7 +170,7 @@ func (r *Reconciler) act(ctx context.Context, rs *v1alpha1.VirtualMachineInstanc
 }
 
 // patchStatus writes the status when it changed.
-func (r *Reconciler) patchStatus(ctx context.Context, before, rs *v1alpha1.VirtualMachineInstanceReplicaSet) error {
+func (r *reconciler) patchStatus(ctx context.Context, before, rs *v1alpha1.VirtualMachineInstanceReplicaSet) error {
 	if equality.Semantic.DeepEqual(before.Status, rs.Status) {
 		return nil
 	}
