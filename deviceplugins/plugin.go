@@ -35,6 +35,8 @@ type deviceSet interface {
 	watchDirs() []string
 }
 
+var errNoKubelet = errors.New("no kubelet socket")
+
 // Registration timing. The kubelet dials the plugin back inside Register, so a registration
 // takes as long as that dial; retries back off so a node without a kubelet is not hammered.
 const (
@@ -184,6 +186,11 @@ func (p *Plugin) Run(ctx context.Context) error {
 					registeredWith = fileID{}
 				}
 			case ev.Name == p.kubeletSocket && ev.Has(fsnotify.Create):
+				if needRegister {
+					// A kubelet is (re)starting: try now rather than at the end of a backoff.
+					backoff = registerRetryMin
+					resetTimer(retry, 0)
+				}
 				checkKubelet()
 			case filepath.Dir(ev.Name) != filepath.Dir(p.socket):
 				p.refresh()
@@ -207,7 +214,11 @@ func (p *Plugin) Run(ctx context.Context) error {
 			}
 			id, err := p.register(ctx)
 			if err != nil {
-				p.log.Warn("register with kubelet", "error", err, "retry_in", backoff)
+				logf := p.log.Warn
+				if errors.Is(err, errNoKubelet) {
+					logf = p.log.Debug // the kubelet.sock creation will wake us
+				}
+				logf("register with kubelet", "error", err, "retry_in", backoff)
 				resetTimer(retry, backoff)
 				backoff = min(2*backoff, registerRetryMax)
 				continue
@@ -306,7 +317,7 @@ func (p *Plugin) serve() (*grpc.Server, error) {
 func (p *Plugin) register(ctx context.Context) (fileID, error) {
 	id := statID(p.kubeletSocket)
 	if id == (fileID{}) {
-		return fileID{}, fmt.Errorf("%s does not exist", p.kubeletSocket)
+		return fileID{}, fmt.Errorf("%s: %w", p.kubeletSocket, errNoKubelet)
 	}
 	conn, err := grpc.NewClient("unix://"+p.kubeletSocket, grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
