@@ -113,8 +113,12 @@ func (r *Reconciler) vmisAwaitingClass(ctx context.Context, _ client.Object) []r
 	return reqs
 }
 
+// RBAC: exactly what Reconcile and the watches use; the envtest suite runs the controller with
+// nothing more. virtualmachineinstances/finalizers update lets the API server accept pods whose
+// owner reference blocks the VMI's deletion (OwnerReferencesPermissionEnforcement).
+//
 // +kubebuilder:rbac:groups=kubevisor.io,resources=virtualmachineinstances,verbs=get;list;watch;patch
-// +kubebuilder:rbac:groups=kubevisor.io,resources=virtualmachineinstances/status,verbs=get;patch
+// +kubebuilder:rbac:groups=kubevisor.io,resources=virtualmachineinstances/status,verbs=patch
 // +kubebuilder:rbac:groups=kubevisor.io,resources=virtualmachineinstances/finalizers,verbs=update
 // +kubebuilder:rbac:groups=kubevisor.io,resources=hypervisorclasses,verbs=get;list;watch
 // +kubebuilder:rbac:groups="",resources=pods,verbs=get;list;watch;create;delete
@@ -133,7 +137,10 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (_ ctrl.Re
 		base := vmi.DeepCopy()
 		controllerutil.AddFinalizer(vmi, v1alpha1.TeardownFinalizer)
 		if err := r.client.Patch(ctx, vmi, client.MergeFromWithOptions(base, client.MergeFromWithOptimisticLock{})); err != nil {
-			return ctrl.Result{}, fmt.Errorf("add finalizer: %w", err)
+			if apierrors.IsConflict(err) {
+				return ctrl.Result{}, nil // the newer write re-queues the VMI
+			}
+			return ctrl.Result{}, client.IgnoreNotFound(fmt.Errorf("add finalizer: %w", err))
 		}
 	}
 

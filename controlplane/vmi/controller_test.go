@@ -40,7 +40,9 @@ const (
 func TestController(t *testing.T) {
 	ctrl.SetLogger(logr.Discard())
 	env := envtest.Start(t, envtest.Options{})
-	mgr, err := ctrl.NewManager(env.Config, ctrl.Options{
+	// The controller runs with exactly the RBAC of its markers.
+	cfg := restrictedConfig(t, env.Config, env.Client, "controller.go", "vmi-controller")
+	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
 		Scheme:                 envtest.Scheme(),
 		Metrics:                metricsserver.Options{BindAddress: "0"},
 		HealthProbeBindAddress: "0",
@@ -277,7 +279,7 @@ func TestController(t *testing.T) {
 
 	t.Run("unschedulable, then scheduled: condition, nodeName, label, Scheduled", func(t *testing.T) {
 		ns := h.namespace(t, "schedule")
-		vmi := h.createVMI(t, ns, "vm")
+		vmi := h.createVMI(t, ns, "vm", h.plainClass(t))
 		got := h.waitVMI(t, vmi, "Scheduling", func(v *v1alpha1.VirtualMachineInstance) bool { return v.Status.Phase == v1alpha1.Scheduling })
 		pod := h.launcherPod(t, got)
 
@@ -317,7 +319,7 @@ func TestController(t *testing.T) {
 
 	t.Run("pod deleted: VMI Failed, PodNotExists naming the pod", func(t *testing.T) {
 		ns := h.namespace(t, "pod-deleted")
-		vmi := h.createVMI(t, ns, "vm")
+		vmi := h.createVMI(t, ns, "vm", h.plainClass(t))
 		got := h.waitVMI(t, vmi, "Scheduling", func(v *v1alpha1.VirtualMachineInstance) bool { return v.Status.Phase == v1alpha1.Scheduling })
 		pod := h.launcherPod(t, got)
 		h.bind(t, pod, "node-1")
@@ -339,7 +341,7 @@ func TestController(t *testing.T) {
 
 	t.Run("pod failed: VMI Failed, PodFailed, the pod deleted", func(t *testing.T) {
 		ns := h.namespace(t, "pod-failed")
-		vmi := h.createVMI(t, ns, "vm")
+		vmi := h.createVMI(t, ns, "vm", h.plainClass(t))
 		got := h.waitVMI(t, vmi, "Scheduling", func(v *v1alpha1.VirtualMachineInstance) bool { return v.Status.Phase == v1alpha1.Scheduling })
 		pod := h.launcherPod(t, got)
 		h.bind(t, pod, "node-1")
@@ -370,7 +372,7 @@ func TestController(t *testing.T) {
 
 	t.Run("VMI deleted: pod deleted, finalizer held until the pod is gone", func(t *testing.T) {
 		ns := h.namespace(t, "delete")
-		vmi := h.createVMI(t, ns, "vm")
+		vmi := h.createVMI(t, ns, "vm", h.plainClass(t))
 		got := h.waitVMI(t, vmi, "Scheduling", func(v *v1alpha1.VirtualMachineInstance) bool { return v.Status.Phase == v1alpha1.Scheduling })
 		pod := h.launcherPod(t, got)
 		// Bound, so that the API server deletes it gracefully and waits for the (absent) kubelet.
@@ -404,7 +406,7 @@ func TestController(t *testing.T) {
 
 	t.Run("VMI deleted before its pod was bound", func(t *testing.T) {
 		ns := h.namespace(t, "delete-unbound")
-		vmi := h.createVMI(t, ns, "vm")
+		vmi := h.createVMI(t, ns, "vm", h.plainClass(t))
 		h.waitVMI(t, vmi, "Scheduling", func(v *v1alpha1.VirtualMachineInstance) bool { return v.Status.Phase == v1alpha1.Scheduling })
 		if err := h.c.Delete(ctx, vmi); err != nil {
 			t.Fatal(err)
@@ -453,6 +455,17 @@ func (h *harness) createClass(t *testing.T, name string, isDefault bool, mut fun
 		t.Fatal(err)
 	}
 	return c
+}
+
+// plainClass makes sure the class "plain" exists and returns a change that names it, so that a
+// subtest does not depend on the default class an earlier one made.
+func (h *harness) plainClass(t *testing.T) func(*v1alpha1.VirtualMachineInstance) {
+	t.Helper()
+	c := &v1alpha1.HypervisorClass{ObjectMeta: metav1.ObjectMeta{Name: "plain"}, Driver: "qmp"}
+	if err := h.c.Create(context.Background(), c); err != nil && !apierrors.IsAlreadyExists(err) {
+		t.Fatal(err)
+	}
+	return func(v *v1alpha1.VirtualMachineInstance) { v.Spec.HypervisorClassName = "plain" }
 }
 
 func (h *harness) createVMI(t *testing.T, ns, name string, mut ...func(*v1alpha1.VirtualMachineInstance)) *v1alpha1.VirtualMachineInstance {
