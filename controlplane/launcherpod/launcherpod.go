@@ -16,7 +16,8 @@
 // directory itself: the kubelet creates a DirectoryOrCreate hostPath with mode 0755, and the
 // launcher refuses to serve in a directory that group or others can reach (whoever reaches its
 // socket runs programs in the sandbox). The launcher creates LauncherDir 0700 itself; the
-// handler dials LauncherDir/launcher.sock.
+// handler dials LauncherDir/launcher.sock. (Serving in Dir itself would need the handler to
+// create Dir 0700 before the kubelet mounts it, a race the kubelet wins.)
 //
 // # Volumes
 //
@@ -65,9 +66,10 @@ import (
 
 // Defaults of Config, and the fixed names of the pod.
 const (
-	// DefaultHostStateDir is the node directory that holds the per-VMI directories (the handler's
-	// default state directory).
-	DefaultHostStateDir = "/var/lib/kubevisor"
+	// DefaultHostStateDir is the node directory that holds the per-VMI directories; the node
+	// handler's default is the same (core/handler/cluster). It is under /run: what it holds
+	// (sockets, prepared disks of running VMs) does not outlive a reboot.
+	DefaultHostStateDir = "/var/run/kubevisor"
 	// DefaultGracePeriodMarginSeconds is added to the VMI's grace period to make the pod's, so that
 	// the launcher's own deadline (and its kill of the VM process) comes before the kubelet's
 	// SIGKILL; KubeVirt uses the same margin.

@@ -55,7 +55,7 @@ func TestBuildMinimal(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	dir := "/var/lib/kubevisor/vmi/" + string(testUID)
+	dir := "/var/run/kubevisor/vmi/" + string(testUID)
 	want := &corev1.Pod{
 		TypeMeta: metav1.TypeMeta{APIVersion: "v1", Kind: "Pod"},
 		ObjectMeta: metav1.ObjectMeta{
