@@ -8,9 +8,11 @@
 //
 // Each VMI has a directory on its node, <HostStateDir>/vmi/<VMI UID> (Dir), shared by the node
 // handler (which runs the drivers on the host) and the launcher pod. The pod mounts it as a
-// hostPath at the same path, with HostToContainer propagation, so that a path the handler or a
-// storage driver writes there (a prepared disk, a cloud-init ISO, a mount made after the pod
-// started) means the same file inside the pod.
+// hostPath at the same path, so that a path the handler or a storage driver writes there (a
+// prepared disk, a cloud-init ISO) means the same file inside the pod. Files appear in the pod as
+// they are written; mounts made on the node after the pod started would not (the mount has no
+// HostToContainer propagation, which the runtime refuses unless the node's mount is shared), so
+// drivers put files there, not mounts.
 //
 // kubevisor-launcher serves its sockets in LauncherDir, a subdirectory of it, not in the
 // directory itself: the kubelet creates a DirectoryOrCreate hostPath with mode 0755, and the
@@ -477,7 +479,6 @@ func buildVolumes(vmi *v1alpha1.VirtualMachineInstance, cfg Config) ([]corev1.Vo
 	}}
 	mounts := []corev1.VolumeMount{{
 		Name: VMIDirVolumeName, MountPath: dir,
-		MountPropagation: ptr.To(corev1.MountPropagationHostToContainer),
 	}}
 	names := map[string]bool{VMIDirVolumeName: true}
 	hostDirs := map[string]string{} // hostDisk directory → pod volume name

@@ -98,7 +98,7 @@ func TestBuildMinimal(t *testing.T) {
 					Limits:   corev1.ResourceList{corev1.ResourceMemory: q("1124Mi")},
 				},
 				VolumeMounts: []corev1.VolumeMount{{
-					Name: VMIDirVolumeName, MountPath: dir, MountPropagation: ptr.To(corev1.MountPropagationHostToContainer),
+					Name: VMIDirVolumeName, MountPath: dir,
 				}},
 				SecurityContext: &corev1.SecurityContext{
 					Privileged:               ptr.To(false),
