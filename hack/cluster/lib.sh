@@ -1,0 +1,166 @@
+#!/usr/bin/env bash
+# hack/cluster/lib.sh — settings and helpers shared by up.sh, down.sh, load-images.sh and
+# smoke.sh (sourced, not run). Every name, port, directory and address of the local cluster is
+# here, so that the scripts agree and `down` removes exactly what `up` made.
+# shellcheck disable=SC2034  # variables are used by the scripts that source this file
+
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
+K8S_BIN="${K8S_BIN:-${ROOT}/_output/k8s/bin}" # make k8s-bins
+CNI_BIN="${CNI_BIN:-${ROOT}/_output/cni/bin}" # make cni-plugins
+# Files of the repository checkout: certificates, kubeconfigs, configs, logs, pid files.
+OUT="${CLUSTER_OUT:-${ROOT}/_output/cluster}"
+PKI="${OUT}/pki"
+LOGS="${OUT}/logs"
+PIDS="${OUT}/run"
+CFG="${OUT}/config"
+HELPERS="${OUT}/bin"
+KUBECONFIG_ADMIN="${OUT}/kubeconfig"
+# Machine state outside the checkout: etcd data and containerd's image store persist across
+# down/up (so the second up is fast); the runtime state under /run goes with down.
+STATE="/var/lib/kubevisor-cluster"
+RUNSTATE="/run/kubevisor-cluster"
+# kubelet keeps its default root: device plugins and DaemonSets' hostPaths expect
+# /var/lib/kubelet/device-plugins and /var/lib/kubelet/plugins_registry.
+KUBELET_ROOT="/var/lib/kubelet"
+CONTAINERD_SOCK="${RUNSTATE}/containerd/containerd.sock"
+CNI_NET_NAME="kubevisor-cluster"
+CNI_IPAM_DIR="${STATE}/cni-ipam"
+# Fixed ports (envtest instances of other tests use random ones).
+APISERVER_PORT=6443
+ETCD_CLIENT_PORT=2379
+ETCD_PEER_PORT=2380
+KCM_PORT=10257
+SCHED_PORT=10259
+KUBELET_PORT=10250
+KUBELET_HEALTHZ_PORT=10248
+# Networks: pods on a bridge of their own; services virtual (no kube-proxy: only the API
+# server's own Service address is forwarded, by an iptables DNAT rule of ours).
+BRIDGE="kvc0"
+POD_CIDR="10.247.0.0/24"
+POD_GATEWAY="10.247.0.1"
+SERVICE_CIDR="10.96.0.0/16"
+KUBERNETES_SVC_IP="10.96.0.1"
+CLUSTER_DOMAIN="cluster.local"
+# Our iptables chains (nat and filter); down deletes them and the jumps to them.
+IPT_CHAIN="KV-CLUSTER" # iptables chain names must stay under 29 characters
+# Images: the sandbox image is built locally (hack/images pause), never pulled.
+IMAGES_OUT="${ROOT}/_output/images"
+PAUSE_IMAGE="docker.io/kubevisor/pause:dev"
+NODE_NAME="${NODE_NAME:-$(hostname | tr '[:upper:]' '[:lower:]')}"
+# sysctls kubelet (and the bridge plugin) change; up saves their values once, down restores them.
+SYSCTLS=(vm.overcommit_memory vm.panic_on_oom kernel.panic kernel.panic_on_oops
+  kernel.keys.root_maxkeys kernel.keys.root_maxbytes net.ipv4.ip_forward)
+# Components in start order (down stops them in reverse).
+COMPONENTS=(etcd kube-apiserver kube-controller-manager kube-scheduler containerd kubelet)
+
+log() { printf '==> cluster: %s\n' "$*" >&2; }
+die() { printf '==> cluster: error: %s\n' "$*" >&2; exit 1; }
+
+# node_ip: the address of the interface that carries the default route.
+node_ip() {
+  ip -4 route get 1.1.1.1 2>/dev/null | awk '{for (i = 1; i < NF; i++) if ($i == "src") {print $(i + 1); exit}}'
+}
+
+ctr_() { ctr --address "${CONTAINERD_SOCK}" --namespace k8s.io "$@"; }
+kubectl_() { kubectl --kubeconfig "${KUBECONFIG_ADMIN}" "$@"; }
+
+# binary_of component: the executable a component runs, to tell its process from a stale pid.
+# Symlinks resolved: /proc/<pid>/exe names the real file (_output/k8s/bin may be a link farm).
+binary_of() {
+  case "$1" in
+  containerd) readlink -f "$(command -v containerd)" ;;
+  *) readlink -f "${K8S_BIN}/$1" ;;
+  esac
+}
+
+# pid_of component: the pid of our running process of that component, or nothing.
+pid_of() {
+  local f="${PIDS}/$1.pid" pid exe
+  [[ -f "${f}" ]] || return 0
+  pid="$(cat "${f}")"
+  [[ -n "${pid}" && -d "/proc/${pid}" ]] || return 0
+  exe="$(readlink "/proc/${pid}/exe" 2>/dev/null || true)"
+  [[ "${exe% (deleted)}" == "$(binary_of "$1")" ]] && echo "${pid}"
+  return 0
+}
+
+# start_bg component args...: run the component's binary in its own session, detached from the
+# calling shell (so make's or an ssh session's end does not stop it), with its log and pid file.
+start_bg() {
+  local name="$1" bin pid
+  shift
+  bin="$(binary_of "${name}")"
+  mkdir -p "${LOGS}" "${PIDS}"
+  printf '\n=== %s started %s: %s %s\n' "${name}" "$(date -u +%FT%TZ)" "${bin}" "$*" >>"${LOGS}/${name}.log"
+  setsid "${bin}" "$@" >>"${LOGS}/${name}.log" 2>&1 </dev/null &
+  pid=$!
+  echo "${pid}" >"${PIDS}/${name}.pid"
+  disown "${pid}" 2>/dev/null || true
+}
+
+# stop_bg component [seconds]: SIGTERM, wait, then SIGKILL; removes the pid file.
+stop_bg() {
+  local name="$1" wait="${2:-20}" pid i t0="${SECONDS}"
+  pid="$(pid_of "${name}")"
+  if [[ -n "${pid}" ]]; then
+    log "stopping ${name} (pid ${pid})"
+    kill -TERM "${pid}" 2>/dev/null || true
+    for ((i = 0; i < wait * 10; i++)); do
+      [[ -d "/proc/${pid}" ]] || break
+      sleep 0.1
+    done
+    if [[ -d "/proc/${pid}" ]]; then
+      log "${name} (pid ${pid}) did not stop in ${wait}s: SIGKILL"
+      kill -KILL "${pid}" 2>/dev/null || true
+      sleep 0.2
+    fi
+    log "${name} stopped in $((SECONDS - t0))s"
+  fi
+  rm -f "${PIDS}/${name}.pid"
+}
+
+# wait_for what seconds log command...: poll command until it succeeds; on timeout show the
+# component's log tail and fail.
+wait_for() {
+  local what="$1" secs="$2" logname="$3" deadline
+  shift 3
+  deadline=$((SECONDS + secs))
+  until "$@" >/dev/null 2>&1; do
+    if ((SECONDS >= deadline)); then
+      if [[ -n "${logname}" && -f "${LOGS}/${logname}.log" ]]; then
+        echo "--- last lines of ${LOGS}/${logname}.log:" >&2
+        tail -n 25 "${LOGS}/${logname}.log" >&2
+      fi
+      die "${what}: not ready after ${secs}s"
+    fi
+    sleep 0.5
+  done
+}
+
+# port_free port: nothing listens on the TCP port.
+port_free() { ! ss -Hltn "sport = :$1" | grep -q .; }
+
+# our_mounts: mount points under our directories, deepest first.
+our_mounts() {
+  awk '{print $5}' /proc/self/mountinfo | sed 's/\\040/ /g' |
+    grep -E "^(${RUNSTATE}|${STATE}|${KUBELET_ROOT})(/|$)" | awk '{print length, $0}' | sort -rn | cut -d' ' -f2- || true
+}
+
+# kubepods_cgroups: cgroup directories kubelet made for pods (cgroupfs driver), deepest first.
+kubepods_cgroups() {
+  local d
+  for d in /sys/fs/cgroup/*/kubepods /sys/fs/cgroup/kubepods; do
+    [[ -d "${d}" ]] && find "${d}" -depth -type d
+  done
+  return 0
+}
+
+# shim_pids: containerd-shim processes started by our containerd (its socket is on their
+# command line), so a system containerd's shims are never touched.
+shim_pids() {
+  local p
+  for p in /proc/[0-9]*; do
+    tr '\0' ' ' 2>/dev/null <"${p}/cmdline" | grep -qF -- "-address ${CONTAINERD_SOCK} " && echo "${p#/proc/}"
+  done
+  return 0
+}

@@ -1,0 +1,385 @@
+#!/usr/bin/env bash
+# hack/cluster/up.sh — bring up a real single-node Kubernetes on this machine (make up):
+# etcd, kube-apiserver, kube-controller-manager, kube-scheduler and kubelet from the binaries
+# `make k8s-bins` cached in _output/k8s/bin, Debian's containerd + runc (behind
+# hack/cluster/runc-wrapper, see ENVIRONMENT.md), the CNI bridge for pods from `make
+# cni-plugins`, and an admin kubeconfig at _output/cluster/kubeconfig.
+#
+# Idempotent: a component already running is left alone, certificates and images already made
+# are kept, so a second run takes a few seconds. hack/cluster/down.sh undoes it; see
+# hack/cluster/README.md for what runs where and how to debug it. Needs root.
+set -euo pipefail
+# shellcheck source=hack/cluster/lib.sh
+source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
+
+START="${SECONDS}"
+[[ "$(id -u)" == 0 ]] || die "needs root (containerd, kubelet, iptables, mounts)"
+
+# --- preflight -----------------------------------------------------------------------------
+for b in kube-apiserver kube-controller-manager kube-scheduler kubelet etcd; do
+  [[ -x "${K8S_BIN}/${b}" ]] || die "${K8S_BIN}/${b} missing: run make k8s-bins first"
+done
+for b in bridge host-local loopback; do
+  [[ -x "${CNI_BIN}/${b}" ]] || die "${CNI_BIN}/${b} missing: run make cni-plugins first"
+done
+command -v kubectl >/dev/null || die "kubectl not found"
+NODE_IP="$(node_ip)"
+[[ -n "${NODE_IP}" ]] || die "no IPv4 default route: cannot pick the node address"
+mkdir -p "${OUT}" "${PKI}" "${LOGS}" "${PIDS}" "${CFG}" "${HELPERS}" "${STATE}" "${RUNSTATE}"
+# The fixed ports must be ours or free: another process on them would answer our health checks.
+check_port() { # component port
+  [[ -n "$(pid_of "$1")" ]] && return 0
+  port_free "$2" || die "port $2 (for $1) is taken by another process: $(ss -Hltnp "sport = :$2" | head -1)"
+}
+check_port etcd "${ETCD_CLIENT_PORT}"
+check_port etcd "${ETCD_PEER_PORT}"
+check_port kube-apiserver "${APISERVER_PORT}"
+check_port kube-controller-manager "${KCM_PORT}"
+check_port kube-scheduler "${SCHED_PORT}"
+check_port kubelet "${KUBELET_PORT}"
+check_port kubelet "${KUBELET_HEALTHZ_PORT}"
+
+# --- Debian packages ------------------------------------------------------------------------
+# Only those missing, as the Makefile's deps target does: containerd and runc are the runtime;
+# iptables for our NAT rules; conntrack, ethtool and socat are what kubelet expects on a node;
+# openssl makes the certificates; jq reads containerd's image list.
+PACKAGES=(containerd runc iptables conntrack ethtool socat openssl jq curl iproute2)
+missing=()
+for p in "${PACKAGES[@]}"; do
+  dpkg-query -W -f='${Status}\n' "${p}" 2>/dev/null | grep -q '^install ok installed' || missing+=("${p}")
+done
+if ((${#missing[@]})); then
+  log "installing Debian packages: ${missing[*]}"
+  apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+else
+  log "Debian packages present (${PACKAGES[*]})"
+fi
+# Debian's containerd package may have started a system containerd (on systemd hosts): it is
+# not ours and we never touch it; ours has its own socket, root and state directories.
+
+# --- helpers built from this repository ------------------------------------------------------
+# go build is a no-op when nothing changed (build cache), so this is cheap on the second run.
+log "building helpers: runc-wrapper, images tool"
+RUNC="$(command -v runc)"
+(cd "${ROOT}" && CGO_ENABLED=0 go build -trimpath -ldflags "-X main.realRunc=${RUNC}" \
+  -o "${HELPERS}/runc-wrapper" ./hack/cluster/runc-wrapper)
+(cd "${ROOT}" && go build -o "${HELPERS}/kubevisor-images" ./hack/images)
+
+# --- certificates ---------------------------------------------------------------------------
+# One CA signs everything (ECDSA P-256: fast to make); etcd listens on localhost without TLS.
+# A certificate is made once; changing the node's name or address remakes the serving ones.
+ca_ok() { [[ -s "${PKI}/$1.crt" && -s "${PKI}/$1.key" ]]; }
+make_ca() { # name cn
+  ca_ok "$1" && return 0
+  openssl ecparam -name prime256v1 -genkey -noout -out "${PKI}/$1.key" 2>/dev/null
+  openssl req -x509 -new -key "${PKI}/$1.key" -subj "/CN=$2" -days 3650 -sha256 \
+    -addext "basicConstraints=critical,CA:TRUE" -addext "keyUsage=critical,keyCertSign,cRLSign,digitalSignature" \
+    -out "${PKI}/$1.crt" 2>/dev/null
+}
+make_cert() { # name ca subject eku [sans]
+  local name="$1" ca="$2" subj="$3" eku="$4" sans="${5:-}" ext
+  ca_ok "${name}" && return 0
+  ext="${PKI}/${name}.ext"
+  {
+    echo "basicConstraints=CA:FALSE"
+    echo "keyUsage=critical,digitalSignature,keyEncipherment"
+    echo "extendedKeyUsage=${eku}"
+    [[ -n "${sans}" ]] && echo "subjectAltName=${sans}"
+  } >"${ext}"
+  openssl ecparam -name prime256v1 -genkey -noout -out "${PKI}/${name}.key" 2>/dev/null
+  openssl req -new -key "${PKI}/${name}.key" -subj "${subj}" 2>/dev/null |
+    openssl x509 -req -CA "${PKI}/${ca}.crt" -CAkey "${PKI}/${ca}.key" -CAcreateserial -days 3650 -sha256 \
+      -extfile "${ext}" -out "${PKI}/${name}.crt" 2>/dev/null
+  rm -f "${ext}"
+}
+node_id="${NODE_NAME} ${NODE_IP}"
+if [[ "$(cat "${PKI}/.node" 2>/dev/null || true)" != "${node_id}" ]]; then
+  rm -f "${PKI}"/{apiserver,kubelet}.{crt,key}
+  echo "${node_id}" >"${PKI}/.node"
+fi
+log "certificates in ${PKI}"
+make_ca ca kubevisor-cluster-ca
+make_ca front-proxy-ca kubevisor-cluster-front-proxy-ca
+make_cert apiserver ca "/CN=kube-apiserver" serverAuth \
+  "DNS:kubernetes,DNS:kubernetes.default,DNS:kubernetes.default.svc,DNS:kubernetes.default.svc.${CLUSTER_DOMAIN},DNS:localhost,DNS:${NODE_NAME},IP:127.0.0.1,IP:${NODE_IP},IP:${KUBERNETES_SVC_IP}"
+make_cert apiserver-kubelet-client ca "/O=system:masters/CN=kube-apiserver-kubelet-client" clientAuth
+make_cert admin ca "/O=system:masters/CN=kubernetes-admin" clientAuth
+make_cert controller-manager ca "/CN=system:kube-controller-manager" clientAuth
+make_cert scheduler ca "/CN=system:kube-scheduler" clientAuth
+make_cert kubelet-client ca "/O=system:nodes/CN=system:node:${NODE_NAME}" clientAuth
+make_cert kubelet ca "/CN=${NODE_NAME}" serverAuth "DNS:${NODE_NAME},DNS:localhost,IP:${NODE_IP},IP:127.0.0.1"
+# The aggregation layer (the subresource API is an APIService) authenticates as front-proxy-client.
+make_cert front-proxy-client front-proxy-ca "/CN=front-proxy-client" clientAuth
+if [[ ! -s "${PKI}/sa.key" ]]; then
+  openssl ecparam -name prime256v1 -genkey -noout -out "${PKI}/sa.key" 2>/dev/null
+  openssl ec -in "${PKI}/sa.key" -pubout -out "${PKI}/sa.pub" 2>/dev/null
+fi
+chmod 600 "${PKI}"/*.key
+
+# write_kubeconfig file user: certificates embedded, so the file can be copied elsewhere.
+write_kubeconfig() {
+  local file="$1" user="$2" tmp
+  tmp="$(mktemp "${file}.XXXX")"
+  cat >"${tmp}" <<KC
+apiVersion: v1
+kind: Config
+clusters:
+- name: kubevisor
+  cluster:
+    server: https://127.0.0.1:${APISERVER_PORT}
+    certificate-authority-data: $(base64 -w0 <"${PKI}/ca.crt")
+users:
+- name: ${user}
+  user:
+    client-certificate-data: $(base64 -w0 <"${PKI}/${user}.crt")
+    client-key-data: $(base64 -w0 <"${PKI}/${user}.key")
+contexts:
+- name: kubevisor
+  context: {cluster: kubevisor, user: ${user}}
+current-context: kubevisor
+KC
+  chmod 600 "${tmp}"
+  mv -f "${tmp}" "${file}"
+}
+write_kubeconfig "${KUBECONFIG_ADMIN}" admin
+write_kubeconfig "${CFG}/controller-manager.kubeconfig" controller-manager
+write_kubeconfig "${CFG}/scheduler.kubeconfig" scheduler
+write_kubeconfig "${CFG}/kubelet.kubeconfig" kubelet-client
+
+# --- control plane --------------------------------------------------------------------------
+http_ok() { curl -fsS --max-time 2 "$@"; }
+api_ok() {
+  curl -fsS --max-time 2 --cacert "${PKI}/ca.crt" --cert "${PKI}/admin.crt" --key "${PKI}/admin.key" \
+    "https://127.0.0.1:${APISERVER_PORT}$1"
+}
+# start_component name health-seconds health-command... -- args...
+ensure() {
+  local name="$1" secs="$2" health=() args=() t0
+  shift 2
+  while (($#)) && [[ "$1" != "--" ]]; do health+=("$1"); shift; done
+  shift
+  args=("$@")
+  if [[ -n "$(pid_of "${name}")" ]]; then
+    wait_for "${name}" "${secs}" "${name}" "${health[@]}"
+    log "${name}: running (pid $(pid_of "${name}"))"
+    return 0
+  fi
+  t0="${SECONDS}"
+  log "${name}: starting (log ${LOGS}/${name}.log)"
+  start_bg "${name}" "${args[@]}"
+  wait_for "${name}" "${secs}" "${name}" "${health[@]}"
+  log "${name}: healthy in $((SECONDS - t0))s (pid $(pid_of "${name}"))"
+}
+
+ensure etcd 60 http_ok "http://127.0.0.1:${ETCD_CLIENT_PORT}/health" -- \
+  --name default --data-dir "${STATE}/etcd" \
+  --listen-client-urls "http://127.0.0.1:${ETCD_CLIENT_PORT}" --advertise-client-urls "http://127.0.0.1:${ETCD_CLIENT_PORT}" \
+  --listen-peer-urls "http://127.0.0.1:${ETCD_PEER_PORT}" --initial-advertise-peer-urls "http://127.0.0.1:${ETCD_PEER_PORT}" \
+  --initial-cluster "default=http://127.0.0.1:${ETCD_PEER_PORT}" \
+  --quota-backend-bytes 2147483648 --log-level warn
+
+# Admission: the defaults plus NodeRestriction, and the webhook plugins named explicitly (the
+# Kubevisor API server registers mutating and validating webhooks). No kube-proxy runs, so the
+# API server reaches webhook and aggregated-API Services at their endpoints' pod IPs
+# (--enable-aggregator-routing), which the host routes to over the pod bridge.
+ensure kube-apiserver 120 api_ok /readyz -- \
+  --etcd-servers "http://127.0.0.1:${ETCD_CLIENT_PORT}" \
+  --bind-address 0.0.0.0 --secure-port "${APISERVER_PORT}" --advertise-address "${NODE_IP}" \
+  --tls-cert-file "${PKI}/apiserver.crt" --tls-private-key-file "${PKI}/apiserver.key" \
+  --client-ca-file "${PKI}/ca.crt" \
+  --service-cluster-ip-range "${SERVICE_CIDR}" \
+  --service-account-issuer "https://kubernetes.default.svc.${CLUSTER_DOMAIN}" \
+  --service-account-key-file "${PKI}/sa.pub" --service-account-signing-key-file "${PKI}/sa.key" \
+  --authorization-mode Node,RBAC \
+  --enable-admission-plugins NodeRestriction,MutatingAdmissionWebhook,ValidatingAdmissionWebhook \
+  --allow-privileged=true \
+  --kubelet-client-certificate "${PKI}/apiserver-kubelet-client.crt" --kubelet-client-key "${PKI}/apiserver-kubelet-client.key" \
+  --kubelet-certificate-authority "${PKI}/ca.crt" --kubelet-preferred-address-types InternalIP,Hostname \
+  --requestheader-client-ca-file "${PKI}/front-proxy-ca.crt" --requestheader-allowed-names front-proxy-client \
+  --requestheader-username-headers X-Remote-User --requestheader-group-headers X-Remote-Group \
+  --requestheader-extra-headers-prefix X-Remote-Extra- \
+  --proxy-client-cert-file "${PKI}/front-proxy-client.crt" --proxy-client-key-file "${PKI}/front-proxy-client.key" \
+  --enable-aggregator-routing=true \
+  --profiling=false --v=1
+
+ensure kube-controller-manager 60 http_ok -k "https://127.0.0.1:${KCM_PORT}/healthz" -- \
+  --kubeconfig "${CFG}/controller-manager.kubeconfig" \
+  --authentication-kubeconfig "${CFG}/controller-manager.kubeconfig" \
+  --authorization-kubeconfig "${CFG}/controller-manager.kubeconfig" \
+  --bind-address 127.0.0.1 --secure-port "${KCM_PORT}" \
+  --root-ca-file "${PKI}/ca.crt" --service-account-private-key-file "${PKI}/sa.key" \
+  --use-service-account-credentials=true \
+  --cluster-signing-cert-file "${PKI}/ca.crt" --cluster-signing-key-file "${PKI}/ca.key" \
+  --controllers '*,bootstrapsigner,tokencleaner' \
+  --service-cluster-ip-range "${SERVICE_CIDR}" --leader-elect=false --profiling=false --v=1
+
+ensure kube-scheduler 60 http_ok -k "https://127.0.0.1:${SCHED_PORT}/healthz" -- \
+  --kubeconfig "${CFG}/scheduler.kubeconfig" \
+  --authentication-kubeconfig "${CFG}/scheduler.kubeconfig" \
+  --authorization-kubeconfig "${CFG}/scheduler.kubeconfig" \
+  --bind-address 127.0.0.1 --secure-port "${SCHED_PORT}" --leader-elect=false --profiling=false --v=1
+
+# --- node network ---------------------------------------------------------------------------
+# Save the sysctls kubelet and the bridge plugin change, once (a second up must not record
+# kubelet's values as the originals); down restores them.
+if [[ ! -s "${OUT}/sysctl.saved" ]]; then
+  for s in "${SYSCTLS[@]}"; do echo "${s}=$(sysctl -n "${s}")"; done >"${OUT}/sysctl.saved"
+fi
+sysctl -qw net.ipv4.ip_forward=1
+
+log "pod network: bridge ${BRIDGE} ${POD_CIDR} (CNI config ${CFG}/net.d)"
+mkdir -p "${CFG}/net.d" "${CNI_IPAM_DIR}"
+# ipMasq is off: the plugin would make one iptables chain per pod, which a forced down (pods
+# killed without a CNI DEL) would leave behind. One masquerade rule of ours covers the subnet.
+cat >"${CFG}/net.d/10-kubevisor-cluster.conflist" <<JSON
+{
+  "cniVersion": "1.0.0",
+  "name": "${CNI_NET_NAME}",
+  "plugins": [
+    {
+      "type": "bridge",
+      "bridge": "${BRIDGE}",
+      "isGateway": true,
+      "ipMasq": false,
+      "hairpinMode": true,
+      "ipam": {
+        "type": "host-local",
+        "dataDir": "${CNI_IPAM_DIR}",
+        "ranges": [[{"subnet": "${POD_CIDR}", "gateway": "${POD_GATEWAY}"}]],
+        "routes": [{"dst": "0.0.0.0/0"}]
+      }
+    }
+  ]
+}
+JSON
+
+# iptables: one chain per table, jumped to from the built-in chains, so down removes all of it.
+ipt_chain() { # table chain: create (or flush) our chain
+  iptables -w -t "$1" -N "$2" 2>/dev/null || iptables -w -t "$1" -F "$2"
+}
+ipt_jump() { # table from-chain to-chain
+  iptables -w -t "$1" -C "$2" -j "$3" 2>/dev/null || iptables -w -t "$1" -I "$2" 1 -j "$3"
+}
+ipt_chain nat "${IPT_CHAIN}-POSTROUTING"
+iptables -w -t nat -A "${IPT_CHAIN}-POSTROUTING" -s "${POD_CIDR}" ! -d "${POD_CIDR}" -j MASQUERADE \
+  -m comment --comment "kubevisor cluster: pod egress"
+ipt_jump nat POSTROUTING "${IPT_CHAIN}-POSTROUTING"
+# No kube-proxy: the kubernetes Service (in-cluster clients' KUBERNETES_SERVICE_HOST) is sent
+# to the API server directly.
+ipt_chain nat "${IPT_CHAIN}-SERVICES"
+iptables -w -t nat -A "${IPT_CHAIN}-SERVICES" -d "${KUBERNETES_SVC_IP}/32" -p tcp --dport 443 \
+  -j DNAT --to-destination "${NODE_IP}:${APISERVER_PORT}" -m comment --comment "kubevisor cluster: default/kubernetes"
+ipt_jump nat PREROUTING "${IPT_CHAIN}-SERVICES"
+ipt_jump nat OUTPUT "${IPT_CHAIN}-SERVICES"
+# Forwarding to and from the pod bridge is allowed even where FORWARD's policy is DROP.
+ipt_chain filter "${IPT_CHAIN}-FORWARD"
+iptables -w -A "${IPT_CHAIN}-FORWARD" -i "${BRIDGE}" -j ACCEPT
+iptables -w -A "${IPT_CHAIN}-FORWARD" -o "${BRIDGE}" -j ACCEPT
+ipt_jump filter FORWARD "${IPT_CHAIN}-FORWARD"
+
+# --- containerd -----------------------------------------------------------------------------
+# Its own root, state and socket (no clash with a system containerd), runc behind our wrapper
+# (ENVIRONMENT.md: negative oom_score_adj fails with EIO; RLIMIT_NOFILE cannot exceed 20000),
+# our CNI plugins and config, the locally built pause image as the sandbox image, and pod
+# network namespaces mounted under its state directory (down unmounts everything there).
+cat >"${CFG}/containerd.toml" <<TOML
+version = 2
+root = "${STATE}/containerd"
+state = "${RUNSTATE}/containerd"
+disabled_plugins = ["io.containerd.snapshotter.v1.aufs", "io.containerd.snapshotter.v1.btrfs", "io.containerd.snapshotter.v1.zfs", "io.containerd.snapshotter.v1.devmapper"]
+
+[grpc]
+  address = "${CONTAINERD_SOCK}"
+
+[plugins."io.containerd.internal.v1.opt"]
+  path = "${STATE}/containerd-opt"
+
+[plugins."io.containerd.grpc.v1.cri"]
+  sandbox_image = "${PAUSE_IMAGE}"
+  netns_mounts_under_state_dir = true
+  enable_selinux = false
+  disable_apparmor = true
+  [plugins."io.containerd.grpc.v1.cri".containerd]
+    snapshotter = "overlayfs"
+    default_runtime_name = "runc"
+    [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc]
+      runtime_type = "io.containerd.runc.v2"
+      [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc.options]
+        BinaryName = "${HELPERS}/runc-wrapper"
+        Root = "${RUNSTATE}/runc"
+        SystemdCgroup = false
+  [plugins."io.containerd.grpc.v1.cri".cni]
+    bin_dir = "${CNI_BIN}"
+    conf_dir = "${CFG}/net.d"
+    max_conf_num = 1
+TOML
+ensure containerd 60 ctr --address "${CONTAINERD_SOCK}" version -- \
+  --config "${CFG}/containerd.toml" --log-level info
+
+# The sandbox image: built (hack/images pause) and imported when containerd lacks it.
+if ! ctr_ images ls -q | grep -qxF "${PAUSE_IMAGE}"; then
+  [[ -s "${IMAGES_OUT}/pause.tar" ]] || (cd "${ROOT}" && "${HELPERS}/kubevisor-images" --out "${IMAGES_OUT}" pause)
+  "$(dirname "${BASH_SOURCE[0]}")/load-images.sh" "${IMAGES_OUT}/pause.tar"
+else
+  log "sandbox image ${PAUSE_IMAGE} present"
+fi
+
+# --- kubelet --------------------------------------------------------------------------------
+# cgroup v1 (hybrid) host with swap: failCgroupV1/failSwapOn off; cgroupfs (no systemd);
+# authentication by client certificates of our CA and webhook tokens, authorization by the API
+# server; no iptables utility chains (kube-proxy's business; none runs) and no oom_score_adj
+# for itself (the kernel refuses negative values here).
+cat >"${CFG}/kubelet.yaml" <<YAML
+apiVersion: kubelet.config.k8s.io/v1beta1
+kind: KubeletConfiguration
+containerRuntimeEndpoint: unix://${CONTAINERD_SOCK}
+cgroupDriver: cgroupfs
+failCgroupV1: false
+failSwapOn: false
+authentication:
+  anonymous:
+    enabled: false
+  webhook:
+    enabled: true
+  x509:
+    clientCAFile: ${PKI}/ca.crt
+authorization:
+  mode: Webhook
+tlsCertFile: ${PKI}/kubelet.crt
+tlsPrivateKeyFile: ${PKI}/kubelet.key
+address: 0.0.0.0
+port: ${KUBELET_PORT}
+readOnlyPort: 0
+healthzBindAddress: 127.0.0.1
+healthzPort: ${KUBELET_HEALTHZ_PORT}
+clusterDomain: ${CLUSTER_DOMAIN}
+resolvConf: /etc/resolv.conf
+makeIPTablesUtilChains: false
+oomScoreAdj: 0
+serializeImagePulls: false
+evictionHard:
+  memory.available: 200Mi
+  nodefs.available: 5%
+  imagefs.available: 5%
+  nodefs.inodesFree: 2%
+imageGCHighThresholdPercent: 95
+imageGCLowThresholdPercent: 90
+YAML
+ensure kubelet 60 http_ok "http://127.0.0.1:${KUBELET_HEALTHZ_PORT}/healthz" -- \
+  --config "${CFG}/kubelet.yaml" --kubeconfig "${CFG}/kubelet.kubeconfig" \
+  --root-dir "${KUBELET_ROOT}" --node-ip "${NODE_IP}" --hostname-override "${NODE_NAME}" --v=1
+
+log "waiting for node ${NODE_NAME} to be Ready"
+node_ready() {
+  [[ "$(kubectl_ get node "${NODE_NAME}" -o jsonpath='{.status.conditions[?(@.type=="Ready")].status}' 2>/dev/null)" == True ]]
+}
+wait_for "node ${NODE_NAME} Ready" 120 kubelet node_ready
+log "node ${NODE_NAME} Ready (${NODE_IP}, pods ${POD_CIDR} on ${BRIDGE}); up in $((SECONDS - START))s"
+log "logs: ${LOGS}/<component>.log; stop with hack/cluster/down.sh"
+cat <<EOF2
+
+Cluster is up. Use it with:
+  export KUBECONFIG=${KUBECONFIG_ADMIN}
+  kubectl get nodes
+EOF2
