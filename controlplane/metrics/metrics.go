@@ -50,6 +50,8 @@ var (
 		"Number of VMIs in each phase, as the leader's cache holds them.", []string{"phase"}, nil)}
 )
 
+// +kubebuilder:rbac:groups=kubevisor.io,resources=virtualmachineinstances,verbs=list;watch
+
 // SetupWithManager registers the metrics in controller-runtime's registry (once per process: a
 // second manager in the same process finds them registered) and adds to mgr what feeds them.
 func SetupWithManager(mgr ctrl.Manager) error {
