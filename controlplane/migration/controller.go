@@ -351,6 +351,8 @@ func (r *Reconciler) handOff(ctx context.Context, vmi *v1alpha1.VirtualMachineIn
 	if cur := vmi.Status.MigrationState; cur != nil && cur.MigrationUID == state.MigrationUID {
 		return nil
 	}
+	// Next failed this migration if another one's open state were on the VMI; the resourceVersion
+	// precondition below covers one that arrived since this VMI was read.
 	return r.patchVMIState(ctx, vmi, &v1alpha1.VirtualMachineInstanceMigrationState{
 		MigrationUID: state.MigrationUID,
 		SourceNode:   state.SourceNode,

@@ -92,6 +92,11 @@ func Next(obs Observation) Decision {
 	if vmi.Status.Phase != v1alpha1.Running {
 		return failed(ReasonVMINotRunning, "VMI is %s, not Running", phaseWord(vmi.Status.Phase))
 	}
+	// Two migrations of one VMI may both pass Pending before either hands off; the one that
+	// finds the other's state on the VMI gives way.
+	if obs.Phase != v1alpha1.MigrationPending && state != nil && !ours && !state.Completed && !state.Failed {
+		return failed(ReasonMigrationInProgress, "migration %s of this VMI has not finished", state.MigrationUID)
+	}
 	if obs.Phase == v1alpha1.MigrationPending {
 		if c := vmiCondition(vmi, v1alpha1.VirtualMachineInstanceIsMigratable); c == nil || c.Status != corev1.ConditionTrue {
 			msg := "VMI has no LiveMigratable condition"
