@@ -9,6 +9,7 @@ import (
 	"slices"
 	"sort"
 	"strings"
+	"sync"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -62,7 +63,16 @@ type Reconciler struct {
 	events    recorder.EventRecorder
 	opts      Options
 	now       func() time.Time
+	// created holds the VMIs (UID → time) whose launcher pod this controller created and its
+	// cache has not shown yet, so that a reconcile in between, on a VMI read from the same
+	// lagging cache, neither creates the pod again nor writes status from stale data. The pod's
+	// event brings the VMI back; an entry older than createdTTL is dropped, in case that event
+	// never comes (the pod was deleted before the cache saw it).
+	created sync.Map
 }
+
+// createdTTL bounds how long a created pod is waited for in the cache.
+const createdTTL = time.Minute
 
 // SetupWithManager registers the controller, named "vmi", with mgr.
 func SetupWithManager(mgr ctrl.Manager, opts Options) error {
@@ -159,20 +169,29 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (_ ctrl.Re
 	if vmi.DeletionTimestamp != nil {
 		return r.reconcileDelete(ctx, vmi)
 	}
-	return ctrl.Result{}, r.reconcileNormal(ctx, vmi)
+	return r.reconcileNormal(ctx, vmi)
 }
 
 // reconcileNormal creates the launcher pod once and follows it.
-func (r *Reconciler) reconcileNormal(ctx context.Context, vmi *v1alpha1.VirtualMachineInstance) error {
+func (r *Reconciler) reconcileNormal(ctx context.Context, vmi *v1alpha1.VirtualMachineInstance) (ctrl.Result, error) {
 	if isFinal(vmi.Status.Phase) {
 		// Nothing runs any more: free the node. The handler's teardown holds the pod (its own
 		// finalizer) as long as it needs to.
-		return r.deletePods(ctx, vmi)
+		r.created.Delete(vmi.UID)
+		return ctrl.Result{}, r.deletePods(ctx, vmi)
 	}
 	var obs observation
 	pod, err := r.launcherPod(ctx, vmi)
 	if err != nil {
-		return err
+		return ctrl.Result{}, err
+	}
+	if pod != nil {
+		r.created.Delete(vmi.UID)
+	} else if at, ok := r.created.Load(vmi.UID); ok && vmi.Status.LauncherPodName == "" {
+		if wait := createdTTL - r.now().Sub(at.(time.Time)); wait > 0 {
+			return ctrl.Result{RequeueAfter: wait}, nil
+		}
+		r.created.Delete(vmi.UID)
 	}
 	obs.Pod = pod
 	if pod == nil && vmi.Status.LauncherPodName != "" {
@@ -197,7 +216,7 @@ func (r *Reconciler) reconcileNormal(ctx context.Context, vmi *v1alpha1.VirtualM
 		vmi.Labels[v1alpha1.NodeNameLabel] = n
 	}
 	// A failed create is in the status (Synchronized=False); returning it also retries with backoff.
-	return createErr
+	return ctrl.Result{}, createErr
 }
 
 // launcherPod returns the VMI's launcher pod: the one status.launcherPodName names (a migration
@@ -266,6 +285,7 @@ func (r *Reconciler) createPod(ctx context.Context, vmi *v1alpha1.VirtualMachine
 		return fmt.Errorf("create launcher pod: %w", err)
 	}
 	obs.Pod = pod
+	r.created.Store(vmi.UID, r.now())
 	r.events.Eventf(vmi, pod, corev1.EventTypeNormal, v1alpha1.ReasonSuccessfulCreate, actionCreate,
 		"created launcher pod %s (HypervisorClass %s)", pod.Name, class.Name)
 	return nil
@@ -320,6 +340,7 @@ func defaultClass(classes []v1alpha1.HypervisorClass) (*v1alpha1.HypervisorClass
 // reconcileDelete deletes the VMI's pods (the handler tears the VM down while they terminate)
 // and lets the VMI go once none is left.
 func (r *Reconciler) reconcileDelete(ctx context.Context, vmi *v1alpha1.VirtualMachineInstance) (ctrl.Result, error) {
+	r.created.Delete(vmi.UID)
 	if !controllerutil.ContainsFinalizer(vmi, v1alpha1.TeardownFinalizer) {
 		return ctrl.Result{}, nil
 	}
