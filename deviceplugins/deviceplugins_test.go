@@ -436,6 +436,10 @@ func TestConfig(t *testing.T) {
 		}
 	}
 
+	if _, err := NewManager(Config{}, nil); err == nil || !strings.Contains(err.Error(), "no devices") {
+		t.Errorf("NewManager(no devices) = %v, want an error", err)
+	}
+
 	if got := PCIResourceEnvVar("devices.kubevisor.io/pci-10de-1eb8"); got != "PCI_RESOURCE_DEVICES_KUBEVISOR_IO_PCI_10DE_1EB8" {
 		t.Errorf("PCIResourceEnvVar = %s", got)
 	}

@@ -4,9 +4,11 @@ package deviceplugins
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -15,6 +17,8 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	podresources "k8s.io/kubelet/pkg/apis/podresources/v1"
+
+	"github.com/kubevisor/kubevisor/core/api/v1alpha1"
 )
 
 // TestRealKubeletRestart runs the plugins against a real kubelet on this machine and restarts
@@ -27,11 +31,18 @@ import (
 //     "systemctl restart kubelet", or the local cluster's restart script);
 //   - KUBEVISOR_KUBELET_PODRESOURCES: the kubelet's pod-resources socket (default
 //     /var/lib/kubelet/pod-resources/kubelet.sock; <root-dir>/pod-resources/kubelet.sock),
-//     through which the test reads what the kubelet counts as allocatable.
+//     through which the test reads what the kubelet counts as allocatable;
+//   - optionally KUBEVISOR_KUBELET_STATIC_POD_DIR (the kubelet's staticPodPath) and
+//     KUBEVISOR_TEST_IMAGE (default docker.io/kubevisor/pause:dev, already in the runtime, an
+//     entrypoint that ignores its arguments and sleeps) for the pod part;
+//   - /dev/kvm and /dev/net/tun on the host.
 //
 // It asserts that the kubelet takes every plugin's registration, reports the healthy devices
 // of /dev/kvm and /dev/net/tun as allocatable, and after the restart (which deletes the
-// plugin sockets) gets them again from the same plugin processes within 30 s.
+// plugin sockets) gets them again from the same plugin processes within 30 s. With a static
+// pod directory it then runs an unprivileged pod limited to one kvm and one tun device and
+// checks, through /proc/<pid>/root, that its container sees /dev/kvm and /dev/net/tun and
+// not the host's other devices, and that the kubelet's pod-resources API lists them for it.
 func TestRealKubeletRestart(t *testing.T) {
 	restart := os.Getenv("KUBEVISOR_KUBELET_RESTART")
 	if restart == "" {
@@ -115,6 +126,100 @@ func TestRealKubeletRestart(t *testing.T) {
 		}
 	}
 	waitAllocatable("after kubelet restart")
+
+	if podDir := os.Getenv("KUBEVISOR_KUBELET_STATIC_POD_DIR"); podDir != "" {
+		runDevicePod(t, podDir, podRes)
+	}
+}
+
+// runDevicePod runs a static pod that asks for one kvm and one tun device and looks at its
+// container's /dev.
+func runDevicePod(t *testing.T, podDir, podRes string) {
+	image := envOr("KUBEVISOR_TEST_IMAGE", "docker.io/kubevisor/pause:dev")
+	marker := fmt.Sprintf("kvdp-%d", time.Now().UnixNano())
+	manifest := filepath.Join(podDir, marker+".yaml")
+	pod := fmt.Sprintf(`apiVersion: v1
+kind: Pod
+metadata: {name: %[1]s, namespace: default}
+spec:
+  hostNetwork: true
+  containers:
+  - name: vm
+    image: %[2]s
+    imagePullPolicy: Never
+    args: [%[1]s]
+    resources:
+      limits: {%[3]s: "1", %[4]s: "1"}
+`, marker, image, v1alpha1.KVMDeviceResource, v1alpha1.TunDeviceResource)
+	if err := os.WriteFile(manifest, []byte(pod), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	defer os.Remove(manifest)
+
+	var pid string
+	deadline := time.Now().Add(60 * time.Second)
+	for pid == "" {
+		if time.Now().After(deadline) {
+			t.Fatalf("no process with %s in its command line after 60s", marker)
+		}
+		time.Sleep(250 * time.Millisecond)
+		pid = findProcess(marker)
+	}
+	root := filepath.Join("/proc", pid, "root")
+	for _, dev := range []string{"/dev/kvm", "/dev/net/tun"} {
+		fi, err := os.Stat(filepath.Join(root, dev))
+		if err != nil || fi.Mode()&os.ModeCharDevice == 0 {
+			t.Errorf("container: %s: %v, %v; want a character device", dev, fi, err)
+		}
+	}
+	// A privileged container would see every host device; this one must not.
+	for _, dev := range []string{"/dev/vda", "/dev/sda", "/dev/nvme0n1", "/dev/mem"} {
+		if !exists(dev) {
+			continue
+		}
+		if _, err := os.Stat(filepath.Join(root, dev)); err == nil {
+			t.Errorf("container sees the host's %s: not unprivileged", dev)
+		}
+	}
+
+	conn, err := grpc.NewClient("unix://"+podRes, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	list, err := podresources.NewPodResourcesListerClient(conn).List(ctx, &podresources.ListPodResourcesRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[string][]string{}
+	for _, p := range list.PodResources {
+		if !strings.HasPrefix(p.Name, marker) {
+			continue
+		}
+		for _, c := range p.Containers {
+			for _, d := range c.Devices {
+				got[d.ResourceName] = append(got[d.ResourceName], d.DeviceIds...)
+			}
+		}
+	}
+	t.Logf("pod-resources: %s got %v", marker, got)
+	if len(got[v1alpha1.KVMDeviceResource]) != 1 || len(got[v1alpha1.TunDeviceResource]) != 1 {
+		t.Errorf("pod-resources for %s: %v, want one kvm and one tun device", marker, got)
+	}
+}
+
+// findProcess returns the pid of a process whose command line contains marker.
+func findProcess(marker string) string {
+	entries, _ := os.ReadDir("/proc")
+	for _, e := range entries {
+		b, err := os.ReadFile(filepath.Join("/proc", e.Name(), "cmdline"))
+		if err == nil && strings.Contains(string(b), marker) {
+			return e.Name()
+		}
+	}
+	return ""
 }
 
 func envOr(key, def string) string {

@@ -25,6 +25,9 @@ func NewManager(cfg Config, log hclog.Logger) (*Manager, error) {
 	if err := cfg.validate(); err != nil {
 		return nil, fmt.Errorf("device plugin config: %w", err)
 	}
+	if len(cfg.CharDevices)+len(cfg.PCIDevices) == 0 {
+		return nil, fmt.Errorf("device plugin config: no devices")
+	}
 	m := &Manager{}
 	for _, d := range cfg.CharDevices {
 		m.plugins = append(m.plugins, newPlugin(cfg, d.ResourceName, &charDevices{dev: d, devRoot: cfg.DevRoot}, log))
