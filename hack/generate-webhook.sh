@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Regenerates the MutatingWebhookConfiguration and ValidatingWebhookConfiguration in
-# manifests/webhook from the +kubebuilder:webhook markers in controlplane/webhook. controller-gen
+# manifests/webhook from the +kubebuilder:webhook markers in controlplane/webhook, and the
+# ClusterRole kubevisor-api (role.yaml) from its +kubebuilder:rbac markers. controller-gen
 # always names the Service "webhook-service" in namespace "system" (kubebuilder leaves that to a
 # kustomize overlay); this script writes the names kubevisor-api uses instead, so that the file
 # applies as it is. Run from anywhere; it works from the repository root.
@@ -9,6 +10,8 @@ cd "$(dirname "$0")/.."
 
 GOWORK=off go tool -modfile=hack/tools/go.mod controller-gen \
   webhook paths=./controlplane/webhook/... output:webhook:artifacts:config=manifests/webhook
+GOWORK=off go tool -modfile=hack/tools/go.mod controller-gen \
+  rbac:roleName=kubevisor-api paths=./controlplane/webhook/... output:rbac:artifacts:config=manifests/webhook
 
 out=manifests/webhook/manifests.yaml
 tmp=$(mktemp)

@@ -11,7 +11,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/go-logr/logr"
 	"sigs.k8s.io/controller-runtime/pkg/certwatcher"
+	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
 )
 
 // clock is a settable time for Options.Now.
@@ -246,3 +248,7 @@ func TestRotatorRenewsServedCertificate(t *testing.T) {
 		t.Fatalf("injected %d bundles, want the one bundle (the CA did not change)", len(injected))
 	}
 }
+
+// The certwatcher logs through controller-runtime's delegating logger, which complains (with a
+// stack trace) when no logger is set.
+func init() { ctrllog.SetLogger(logr.Discard()) }

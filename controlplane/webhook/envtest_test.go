@@ -12,16 +12,21 @@ import (
 	"testing"
 	"time"
 
+	"github.com/go-logr/logr"
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/client-go/rest"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	crenvtest "sigs.k8s.io/controller-runtime/pkg/envtest"
+	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
+	"sigs.k8s.io/yaml"
 
 	"github.com/kubevisor/kubevisor/controlplane/certs"
 	"github.com/kubevisor/kubevisor/core/api/v1alpha1"
@@ -44,7 +49,7 @@ func startAPI(t *testing.T) (client.Client, string) {
 	cfg.CertDir = t.TempDir()
 	cfg.CertExtraNames = []string{wio.LocalServingHost}
 	cfg.MetricsAddr, cfg.HealthAddr = "0", freeAddr(t)
-	mgr, err := NewManager(env.Config, cfg)
+	mgr, err := NewManager(leastPrivileged(t, env), cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -87,6 +92,38 @@ func startAPI(t *testing.T) (client.Client, string) {
 		}
 	}
 	return c, cfg.CertDir
+}
+
+// leastPrivileged returns a config for a user granted only the ClusterRole in
+// manifests/webhook/role.yaml (generated from the +kubebuilder:rbac markers), so that the tests
+// prove the markers are enough.
+func leastPrivileged(t *testing.T, env *envtest.Env) *rest.Config {
+	t.Helper()
+	data, err := os.ReadFile(filepath.Join(envtest.RepoRoot(), "manifests", "webhook", "role.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var role rbacv1.ClusterRole
+	if err := yaml.Unmarshal(data, &role); err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	if err := env.Client.Create(ctx, &role); err != nil {
+		t.Fatal(err)
+	}
+	binding := &rbacv1.ClusterRoleBinding{
+		ObjectMeta: metav1.ObjectMeta{Name: "kubevisor-api"},
+		RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: role.Name},
+		Subjects:   []rbacv1.Subject{{Kind: rbacv1.UserKind, APIGroup: rbacv1.GroupName, Name: "kubevisor-api"}},
+	}
+	if err := env.Client.Create(ctx, binding); err != nil {
+		t.Fatal(err)
+	}
+	user, err := env.Environment.AddUser(crenvtest.User{Name: "kubevisor-api"}, env.Config)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return user.Config()
 }
 
 // freeAddr is a loopback address with a port nobody listens on (for the health probes).
@@ -307,3 +344,7 @@ func TestAdmissionThroughAPIServer(t *testing.T) {
 		}
 	})
 }
+
+// Controller-runtime's components log through its delegating logger, which complains (with a
+// stack trace) when no logger is set; the tests assert on behaviour, not on logs.
+func init() { ctrllog.SetLogger(logr.Discard()) }
