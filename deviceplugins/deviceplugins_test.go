@@ -160,6 +160,61 @@ func TestAllocate(t *testing.T) {
 	})
 }
 
+func TestPreferredAllocationKeepsIOMMUGroupsTogether(t *testing.T) {
+	h := newFakeHost(t)
+	// Group 12 gets a second function; group 20 has three.
+	h.addPCI(t, "0000:01:00.1", "0x10de", "0x1eb8", "vfio-pci", "12", "0")
+	for _, a := range []string{"0000:06:00.0", "0000:06:00.1", "0000:06:00.2"} {
+		h.addPCI(t, a, "0x10de", "0x1eb8", "vfio-pci", "20", "0")
+	}
+	h.touch(t, "/dev/vfio/20")
+	cfg := h.config(pluginDir(t), time.Hour)
+	cfg.CharDevices = nil
+	m, err := NewManager(cfg, hclog.NewNullLogger())
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := m.Plugins()[0]
+	p.refresh()
+	if opts, _ := p.GetDevicePluginOptions(context.Background(), &pluginapi.Empty{}); !opts.GetPreferredAllocationAvailable {
+		t.Errorf("options %v: want GetPreferredAllocationAvailable", opts)
+	}
+	all := []string{"0000:01:00.0", "0000:01:00.1", "0000:02:00.0", "0000:06:00.0", "0000:06:00.1", "0000:06:00.2"}
+	for _, c := range []struct {
+		name        string
+		available   []string
+		mustInclude []string
+		size        int
+		want        []string
+	}{
+		{"one: the single-function group", all, nil, 1, []string{"0000:02:00.0"}},
+		{"two: a whole group of two", all, nil, 2, []string{"0000:01:00.0", "0000:01:00.1"}},
+		{"three: the group of three", all, nil, 3, []string{"0000:06:00.0", "0000:06:00.1", "0000:06:00.2"}},
+		{"group-mates of a must-include", all, []string{"0000:06:00.1"}, 3, []string{"0000:06:00.1", "0000:06:00.0", "0000:06:00.2"}},
+		{"must-include, then by address", all, []string{"0000:02:00.0"}, 2, []string{"0000:02:00.0", "0000:01:00.0"}},
+		{"a group half in use comes last", slices.DeleteFunc(slices.Clone(all), func(s string) bool { return s == "0000:01:00.1" }), nil, 1, []string{"0000:02:00.0"}},
+	} {
+		resp, err := p.GetPreferredAllocation(context.Background(), &pluginapi.PreferredAllocationRequest{
+			ContainerRequests: []*pluginapi.ContainerPreferredAllocationRequest{{AvailableDeviceIDs: c.available, MustIncludeDeviceIDs: c.mustInclude, AllocationSize: int32(c.size)}},
+		})
+		if err != nil {
+			t.Fatalf("%s: %v", c.name, err)
+		}
+		if got := resp.ContainerResponses[0].DeviceIDs; !slices.Equal(got, c.want) {
+			t.Errorf("%s: %v, want %v", c.name, got, c.want)
+		}
+	}
+
+	// Character device slots are interchangeable: no preference offered.
+	kvm, err := NewManager(Config{CharDevices: DefaultConfig().CharDevices[:1]}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if opts, _ := kvm.Plugins()[0].GetDevicePluginOptions(context.Background(), &pluginapi.Empty{}); opts.GetPreferredAllocationAvailable {
+		t.Errorf("kvm options %v: want no preferred allocation", opts)
+	}
+}
+
 // TestHealthFollowsDeviceNodes runs the plugins behind a fake kubelet and watches
 // ListAndWatch as device nodes disappear and come back. The poll interval is an hour, so the
 // character devices' changes must arrive through fsnotify.
@@ -306,6 +361,9 @@ func TestRegistrationAndKubeletRestart(t *testing.T) {
 			r := regs[p.ResourceName()]
 			if r == nil {
 				t.Fatalf("%s: %s did not register", when, p.ResourceName())
+			}
+			if r.Options.GetGetPreferredAllocationAvailable() != (r.ResourceName == pciResource) {
+				t.Errorf("%s: %s registered with options %v; only VFIO offers a preferred allocation", when, r.ResourceName, r.Options)
 			}
 			if r.Version != pluginapi.Version || r.Endpoint != filepath.Base(p.SocketPath()) || strings.Contains(r.Endpoint, "/") {
 				t.Errorf("%s: register request %v, want version %s and endpoint %s", when, r, pluginapi.Version, filepath.Base(p.SocketPath()))

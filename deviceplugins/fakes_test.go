@@ -43,20 +43,26 @@ func newFakeHost(t *testing.T) *fakeHost {
 		h.touch(t, p)
 	}
 	for _, d := range fakePCI {
-		// sysfs keeps the real directory elsewhere and links it from bus/pci/devices.
-		real := filepath.Join(h.sysRoot, "devices", "pci0000:00", d.addr)
-		mustMkdir(t, real)
-		mustWrite(t, filepath.Join(real, "vendor"), d.vendor+"\n")
-		mustWrite(t, filepath.Join(real, "device"), d.device+"\n")
-		mustWrite(t, filepath.Join(real, "numa_node"), d.numa+"\n")
-		if d.driver != "" {
-			mustSymlink(t, "../../../bus/pci/drivers/"+d.driver, filepath.Join(real, "driver"))
-		}
-		mustSymlink(t, "../../../kernel/iommu_groups/"+d.group, filepath.Join(real, "iommu_group"))
-		mustMkdir(t, filepath.Join(h.sysRoot, "bus", "pci", "devices"))
-		mustSymlink(t, "../../../devices/pci0000:00/"+d.addr, filepath.Join(h.sysRoot, "bus", "pci", "devices", d.addr))
+		h.addPCI(t, d.addr, d.vendor, d.device, d.driver, d.group, d.numa)
 	}
 	return h
+}
+
+// addPCI adds a PCI function the way sysfs shows it: the real directory under devices/,
+// linked from bus/pci/devices, with driver and iommu_group links.
+func (h *fakeHost) addPCI(t *testing.T, addr, vendor, device, driver, group, numa string) {
+	t.Helper()
+	real := filepath.Join(h.sysRoot, "devices", "pci0000:00", addr)
+	mustMkdir(t, real)
+	mustWrite(t, filepath.Join(real, "vendor"), vendor+"\n")
+	mustWrite(t, filepath.Join(real, "device"), device+"\n")
+	mustWrite(t, filepath.Join(real, "numa_node"), numa+"\n")
+	if driver != "" {
+		mustSymlink(t, "../../../bus/pci/drivers/"+driver, filepath.Join(real, "driver"))
+	}
+	mustSymlink(t, "../../../kernel/iommu_groups/"+group, filepath.Join(real, "iommu_group"))
+	mustMkdir(t, filepath.Join(h.sysRoot, "bus", "pci", "devices"))
+	mustSymlink(t, "../../../devices/pci0000:00/"+addr, filepath.Join(h.sysRoot, "bus", "pci", "devices", addr))
 }
 
 func (h *fakeHost) touch(t *testing.T, devPath string) {

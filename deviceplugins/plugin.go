@@ -37,6 +37,12 @@ type deviceSet interface {
 
 var errNoKubelet = errors.New("no kubelet socket")
 
+// preferrer is a deviceSet with an opinion on which free devices go together.
+type preferrer interface {
+	// preferred picks size IDs from available, including mustInclude.
+	preferred(available, mustInclude []string, size int) []string
+}
+
 // Registration timing. The kubelet dials the plugin back inside Register, so a registration
 // takes as long as that dial; retries back off so a node without a kubelet is not hammered.
 const (
@@ -198,8 +204,9 @@ func (p *Plugin) Run(ctx context.Context) error {
 		case err := <-w.Errors:
 			p.log.Warn("fsnotify", "error", err)
 		case <-poll.C:
-			// The backstop for what inotify cannot see (sysfs) or missed (a directory
-			// created after the watch was set up, a dropped event).
+			// The backstop for what inotify cannot see (sysfs; device nodes the kernel
+			// itself creates in devtmpfs when a module loads) or missed (a directory created
+			// after the watch was set up, a dropped event).
 			p.addWatches(w)
 			p.refresh()
 			if statID(p.socket) == (fileID{}) {
@@ -341,10 +348,29 @@ func (p *Plugin) register(ctx context.Context) (fileID, error) {
 	return id, nil
 }
 
-// options: slots and VFIO devices need nothing before a container starts, and any free
-// device is as good as another.
+// options: no device needs anything before a container starts; a set with preferences
+// (VFIO: keep IOMMU groups together) asks the kubelet to consult them.
 func (p *Plugin) options() *pluginapi.DevicePluginOptions {
-	return &pluginapi.DevicePluginOptions{}
+	_, prefers := p.devs.(preferrer)
+	return &pluginapi.DevicePluginOptions{GetPreferredAllocationAvailable: prefers}
+}
+
+// GetPreferredAllocation implements pluginapi.DevicePluginServer for the sets that have
+// preferences; the kubelet asks only those, as their options say.
+func (p *Plugin) GetPreferredAllocation(_ context.Context, req *pluginapi.PreferredAllocationRequest) (*pluginapi.PreferredAllocationResponse, error) {
+	pr, ok := p.devs.(preferrer)
+	if !ok {
+		return nil, status.Errorf(codes.Unimplemented, "%s: no preferred allocation", p.resource)
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	resp := &pluginapi.PreferredAllocationResponse{}
+	for _, cr := range req.ContainerRequests {
+		resp.ContainerResponses = append(resp.ContainerResponses, &pluginapi.ContainerPreferredAllocationResponse{
+			DeviceIDs: pr.preferred(cr.AvailableDeviceIDs, cr.MustIncludeDeviceIDs, int(cr.AllocationSize)),
+		})
+	}
+	return resp, nil
 }
 
 // GetDevicePluginOptions implements pluginapi.DevicePluginServer.

@@ -152,6 +152,56 @@ func (v *vfioDevices) allocate(ids []string) *pluginapi.ContainerAllocateRespons
 	}
 }
 
+// preferred keeps IOMMU groups together. A container is handed whole group nodes, and VFIO
+// lets one process at a time use a group, so a group's functions split across two pods leave
+// the second unable to open it. It takes, in order: mustInclude; the free functions of groups
+// already touched; groups that are wholly free and still fit, largest first; then whatever is
+// left, by address.
+func (v *vfioDevices) preferred(available, mustInclude []string, size int) []string {
+	free := slices.Sorted(slices.Values(available))
+	var chosen []string
+	take := func(id string) {
+		if len(chosen) < size && !slices.Contains(chosen, id) {
+			chosen = append(chosen, id)
+		}
+	}
+	total := map[string]int{}
+	for _, d := range v.known {
+		total[d.IOMMUGroup]++
+	}
+	members := map[string][]string{}
+	for _, id := range free {
+		g := v.known[id].IOMMUGroup
+		members[g] = append(members[g], id)
+	}
+	for _, id := range mustInclude {
+		take(id)
+	}
+	for _, id := range slices.Clone(chosen) {
+		for _, m := range members[v.known[id].IOMMUGroup] {
+			take(m)
+		}
+	}
+	groups := slices.Collect(maps.Keys(members))
+	slices.SortFunc(groups, func(a, b string) int {
+		if d := len(members[b]) - len(members[a]); d != 0 {
+			return d
+		}
+		return strings.Compare(members[a][0], members[b][0])
+	})
+	for _, g := range groups {
+		if ms := members[g]; len(ms) == total[g] && len(ms) <= size-len(chosen) {
+			for _, id := range ms {
+				take(id)
+			}
+		}
+	}
+	for _, id := range free {
+		take(id)
+	}
+	return chosen
+}
+
 func (v *vfioDevices) watchDirs() []string { return []string{filepath.Join(v.devRoot, vfioDir)} }
 
 func exists(path string) bool {
