@@ -59,7 +59,8 @@ type Options struct {
 	// RenewBefore is how long before expiry a certificate (or CA) is renewed;
 	// DefaultRenewBefore when 0, and at most half of Lifetime.
 	RenewBefore time.Duration
-	// CALifetime is the lifetime of the CA; DefaultCALifetimeFactor*Lifetime when 0.
+	// CALifetime is the lifetime of the CA; DefaultCALifetimeFactor*Lifetime when 0, and at
+	// least 2*Lifetime.
 	CALifetime time.Duration
 	// Now returns the current time; time.Now when nil (tests move it).
 	Now func() time.Time
@@ -82,8 +83,10 @@ func (o Options) withDefaults() (Options, error) {
 	if o.CALifetime <= 0 {
 		o.CALifetime = DefaultCALifetimeFactor * o.Lifetime
 	}
-	if o.CALifetime < o.Lifetime {
-		return o, fmt.Errorf("CA lifetime %s is shorter than the certificate lifetime %s", o.CALifetime, o.Lifetime)
+	// A CA is renewed once it cannot outlive a new certificate; with less than two certificate
+	// lifetimes that would be due again as soon as it is made.
+	if o.CALifetime < 2*o.Lifetime {
+		return o, fmt.Errorf("CA lifetime %s must be at least twice the certificate lifetime %s", o.CALifetime, o.Lifetime)
 	}
 	if o.Now == nil {
 		o.Now = time.Now
@@ -388,12 +391,13 @@ func writeAtomic(path string, data []byte, mode os.FileMode) error {
 	return nil
 }
 
-// Rotator keeps the directory's certificates fresh: Run calls Ensure now and again before
-// renewal is due, and hands every new CA bundle to Inject.
+// Rotator keeps the directory's certificates fresh: Run calls Ensure now, every CheckInterval
+// and when renewal is due, and hands the CA bundle to Inject each time.
 type Rotator struct {
 	Options Options
-	// Inject receives the CA bundle after the first Ensure and whenever the CA changes (and is
-	// retried on the next check when it fails). Nil injects nothing.
+	// Inject receives the CA bundle after every check, not only when it changes, so that a
+	// webhook configuration re-applied without it (kubectl apply of the manifests) gets it back
+	// within CheckInterval; InjectCABundle writes only what differs. Nil injects nothing.
 	Inject func(ctx context.Context, bundle []byte) error
 	// CheckInterval bounds the wait between checks (a renewal is also checked at its due time);
 	// one minute when 0. Errors are retried after it.
@@ -415,7 +419,6 @@ func (r *Rotator) Run(ctx context.Context) error {
 	if now == nil {
 		now = time.Now
 	}
-	var injected []byte
 	for {
 		wait := interval
 		st, err := Ensure(r.Options)
@@ -426,11 +429,9 @@ func (r *Rotator) Run(ctx context.Context) error {
 			if (st.Rotated || st.CARotated) && r.OnRotate != nil {
 				r.OnRotate(st)
 			}
-			if r.Inject != nil && !bytes.Equal(injected, st.Bundle) {
+			if r.Inject != nil {
 				if err := r.Inject(ctx, st.Bundle); err != nil {
 					r.report(fmt.Errorf("inject CA bundle: %w", err))
-				} else {
-					injected = st.Bundle
 				}
 			}
 			if until := st.RenewAt.Sub(now()); until < wait {

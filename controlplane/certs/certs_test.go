@@ -154,6 +154,18 @@ func TestEnsureRotatesCAWithOverlap(t *testing.T) {
 	}
 }
 
+func TestOptionsRefused(t *testing.T) {
+	for name, o := range map[string]Options{
+		"no directory":            {ServiceName: "s"},
+		"no names":                {Dir: t.TempDir()},
+		"CA shorter than 2 certs": {Dir: t.TempDir(), ServiceName: "s", Lifetime: time.Hour, CALifetime: 90 * time.Minute},
+	} {
+		if _, err := Ensure(o); err == nil {
+			t.Errorf("%s: Ensure accepted %+v", name, o)
+		}
+	}
+}
+
 func TestEnsureReplacesGarbage(t *testing.T) {
 	dir := t.TempDir()
 	for _, f := range []string{CertFile, KeyFile, CAFile, CAKeyFile} {
@@ -244,8 +256,13 @@ func TestRotatorRenewsServedCertificate(t *testing.T) {
 	}
 	mu.Lock()
 	defer mu.Unlock()
-	if len(injected) != 1 || string(injected[0]) != string(first.Bundle) {
-		t.Fatalf("injected %d bundles, want the one bundle (the CA did not change)", len(injected))
+	if len(injected) < 2 {
+		t.Fatalf("injected %d times, want once per check", len(injected))
+	}
+	for _, b := range injected {
+		if string(b) != string(first.Bundle) {
+			t.Fatal("injected another bundle, but the CA did not change")
+		}
 	}
 }
 
