@@ -3,8 +3,10 @@ package webhook
 import (
 	"encoding/base64"
 	"fmt"
+	"maps"
 	"net"
 	"path/filepath"
+	"slices"
 	"strings"
 
 	corev1 "k8s.io/api/core/v1"
@@ -103,15 +105,16 @@ func (v *validator) domain() {
 		name string
 		rl   corev1.ResourceList
 	}{{"requests", d.Resources.Requests}, {"limits", d.Resources.Limits}} {
-		for name, q := range list.rl {
-			p := rp.Child(list.name).Key(string(name))
+		// In name order, so that a response lists its errors the same way every time.
+		for _, name := range slices.Sorted(maps.Keys(list.rl)) {
+			q, p := list.rl[name], rp.Child(list.name).Key(string(name))
 			switch name {
 			case corev1.ResourceCPU, corev1.ResourceMemory:
 				if q.Sign() < 0 {
 					v.add(field.Invalid(p, q.String(), "must not be negative"))
 				}
 			default:
-				v.add(field.NotSupported(p, name, []corev1.ResourceName{corev1.ResourceCPU, corev1.ResourceMemory}))
+				v.add(field.Invalid(p, q.String(), "resources other than cpu and memory are "+notSupported))
 			}
 		}
 	}
@@ -358,7 +361,7 @@ func (v *validator) disks() {
 			v.add(field.Invalid(p, d.Name, "disk and cdrom are mutually exclusive"))
 		}
 		buses := []v1alpha1.DiskBus{v1alpha1.DiskBusVirtio, v1alpha1.DiskBusSATA, v1alpha1.DiskBusSCSI, v1alpha1.DiskBusUSB}
-		if t := d.Disk; t != nil && t.Bus != "" && !contains(buses, t.Bus) {
+		if t := d.Disk; t != nil && t.Bus != "" && !slices.Contains(buses, t.Bus) {
 			v.add(field.NotSupported(p.Child("disk", "bus"), t.Bus, buses))
 		}
 		if c := d.CDRom; c != nil {
@@ -529,7 +532,7 @@ func (v *validator) scheduling() {
 	if es := v.spec.EvictionStrategy; es != nil {
 		all := []v1alpha1.EvictionStrategy{v1alpha1.EvictionStrategyNone, v1alpha1.EvictionStrategyLiveMigrate,
 			v1alpha1.EvictionStrategyLiveMigrateIfPossible, v1alpha1.EvictionStrategyExternal}
-		if !contains(all, *es) {
+		if !slices.Contains(all, *es) {
 			v.add(field.NotSupported(v.path.Child("evictionStrategy"), *es, all))
 		}
 	}
@@ -548,8 +551,8 @@ func (v *validator) scheduling() {
 			v.add(field.Invalid(v.path.Child("hypervisorClassName"), c, msg))
 		}
 	}
-	for k, val := range v.spec.NodeSelector {
-		p := v.path.Child("nodeSelector").Key(k)
+	for _, k := range slices.Sorted(maps.Keys(v.spec.NodeSelector)) {
+		val, p := v.spec.NodeSelector[k], v.path.Child("nodeSelector").Key(k)
 		for _, msg := range validation.IsQualifiedName(k) {
 			v.add(field.Invalid(p, k, msg))
 		}
@@ -602,15 +605,6 @@ func (v *validator) rebase(p string) string {
 	return v.path.String()
 }
 
-func contains[T comparable](list []T, x T) bool {
-	for _, y := range list {
-		if x == y {
-			return true
-		}
-	}
-	return false
-}
-
 // ValidateVirtualMachineSpec checks a VirtualMachine spec: running and runStrategy are not both
 // set, the run strategy is known, and the template's spec passes Validate.
 func ValidateVirtualMachineSpec(spec *v1alpha1.VirtualMachineSpec, path *field.Path) field.ErrorList {
@@ -621,7 +615,7 @@ func ValidateVirtualMachineSpec(spec *v1alpha1.VirtualMachineSpec, path *field.P
 	if rs := spec.RunStrategy; rs != nil {
 		all := []v1alpha1.VirtualMachineRunStrategy{v1alpha1.RunStrategyAlways, v1alpha1.RunStrategyRerunOnFailure,
 			v1alpha1.RunStrategyManual, v1alpha1.RunStrategyHalted, v1alpha1.RunStrategyOnce}
-		if !contains(all, *rs) {
+		if !slices.Contains(all, *rs) {
 			errs = append(errs, field.NotSupported(path.Child("runStrategy"), *rs, all))
 		}
 	}

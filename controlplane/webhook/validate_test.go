@@ -153,7 +153,7 @@ func TestValidate(t *testing.T) {
 				s.Domain.Resources.Limits = corev1.ResourceList{corev1.ResourceMemory: resource.MustParse("128Mi")}
 				s.Domain.Memory = &v1alpha1.Memory{Guest: ptr.To(resource.MustParse("1Gi"))}
 			}},
-		{name: "resource other than cpu and memory", field: "spec.domain.resources.requests[nvidia.com/gpu]", detail: "Unsupported value",
+		{name: "resource other than cpu and memory", field: "spec.domain.resources.requests[nvidia.com/gpu]", detail: "not supported",
 			change: func(s *v1alpha1.VirtualMachineInstanceSpec) {
 				s.Domain.Resources.Requests["nvidia.com/gpu"] = resource.MustParse("1")
 			}},
