@@ -61,9 +61,16 @@ for i in 1 2 3 4 5 6 7 8 9 10; do
   fi
 done
 
-for c in kube-scheduler kube-controller-manager kube-apiserver etcd; do
-  stop_bg "${c}" 30
+# The scheduler, controller-manager and API server shut down in parallel (a few seconds each),
+# etcd last.
+for c in kube-scheduler kube-controller-manager kube-apiserver; do
+  pid="$(pid_of "${c}")"
+  [[ -z "${pid}" ]] || { log "SIGTERM to ${c} (pid ${pid})"; kill -TERM "${pid}" 2>/dev/null || true; }
 done
+for c in kube-scheduler kube-controller-manager kube-apiserver; do
+  NOTERM=1 stop_bg "${c}" 30
+done
+stop_bg etcd 30
 
 # Mounts: pod network namespaces (under containerd's state), container root filesystems, shm,
 # kubelet's volume mounts (service account token tmpfs, ...). Deepest first; a busy one lazily.

@@ -98,13 +98,14 @@ start_bg() {
   disown "${pid}" 2>/dev/null || true
 }
 
-# stop_bg component [seconds]: SIGTERM, wait, then SIGKILL; removes the pid file.
+# stop_bg component [seconds]: SIGTERM (unless NOTERM=1: already sent), wait, then SIGKILL;
+# removes the pid file.
 stop_bg() {
   local name="$1" wait="${2:-20}" pid i t0="${SECONDS}"
   pid="$(pid_of "${name}")"
   if [[ -n "${pid}" ]]; then
     log "stopping ${name} (pid ${pid})"
-    kill -TERM "${pid}" 2>/dev/null || true
+    [[ "${NOTERM:-0}" == 1 ]] || kill -TERM "${pid}" 2>/dev/null || true
     for ((i = 0; i < wait * 10; i++)); do
       [[ -d "/proc/${pid}" ]] || break
       sleep 0.1
@@ -119,22 +120,41 @@ stop_bg() {
   rm -f "${PIDS}/${name}.pid"
 }
 
-# wait_for what seconds log command...: poll command until it succeeds; on timeout show the
-# component's log tail and fail.
+# wait_for what seconds component command...: poll command until it succeeds; fail at once if
+# the component's process is gone, or after the timeout, showing the end of its log.
 wait_for() {
-  local what="$1" secs="$2" logname="$3" deadline
+  local what="$1" secs="$2" comp="$3" deadline why
   shift 3
   deadline=$((SECONDS + secs))
   until "$@" >/dev/null 2>&1; do
-    if ((SECONDS >= deadline)); then
-      if [[ -n "${logname}" && -f "${LOGS}/${logname}.log" ]]; then
-        echo "--- last lines of ${LOGS}/${logname}.log:" >&2
-        tail -n 25 "${LOGS}/${logname}.log" >&2
+    why=""
+    if [[ -n "${comp}" && -z "$(pid_of "${comp}")" ]]; then
+      why="${comp} exited"
+    elif ((SECONDS >= deadline)); then
+      why="not ready after ${secs}s"
+    fi
+    if [[ -n "${why}" ]]; then
+      if [[ -n "${comp}" && -f "${LOGS}/${comp}.log" ]]; then
+        echo "--- last lines of ${LOGS}/${comp}.log:" >&2
+        tail -n 25 "${LOGS}/${comp}.log" >&2
       fi
-      die "${what}: not ready after ${secs}s"
+      die "${what}: ${why}"
     fi
     sleep 0.5
   done
+}
+
+# write_config file: write stdin to file only when it differs, atomically (containerd watches
+# the CNI directory and would read a half-written file). Returns 0 when the file changed.
+write_config() {
+  local file="$1" tmp
+  tmp="$(mktemp "$(dirname "${file}")/.$(basename "${file}").XXXX")"
+  cat >"${tmp}"
+  if cmp -s "${tmp}" "${file}"; then
+    rm -f "${tmp}"
+    return 1
+  fi
+  mv -f "${tmp}" "${file}"
 }
 
 # port_free port: nothing listens on the TCP port.

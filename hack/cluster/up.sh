@@ -147,6 +147,15 @@ write_kubeconfig "${CFG}/controller-manager.kubeconfig" controller-manager
 write_kubeconfig "${CFG}/scheduler.kubeconfig" scheduler
 write_kubeconfig "${CFG}/kubelet.kubeconfig" kubelet-client
 
+# config_changed component file: write_config, and say so when the running component still has
+# the old configuration (up.sh does not restart running components: down.sh && up.sh does).
+config_changed() {
+  if write_config "$2" && [[ -n "$(pid_of "$1")" ]]; then
+    log "$1: configuration $2 changed; it applies after hack/cluster/down.sh && hack/cluster/up.sh"
+  fi
+  return 0
+}
+
 # --- control plane --------------------------------------------------------------------------
 http_ok() { curl -fsS --max-time 2 "$@"; }
 api_ok() {
@@ -232,7 +241,7 @@ log "pod network: bridge ${BRIDGE} ${POD_CIDR} (CNI config ${CFG}/net.d)"
 mkdir -p "${CFG}/net.d" "${CNI_IPAM_DIR}"
 # ipMasq is off: the plugin would make one iptables chain per pod, which a forced down (pods
 # killed without a CNI DEL) would leave behind. One masquerade rule of ours covers the subnet.
-cat >"${CFG}/net.d/10-kubevisor-cluster.conflist" <<JSON
+write_config "${CFG}/net.d/10-kubevisor-cluster.conflist" <<JSON || true
 {
   "cniVersion": "1.0.0",
   "name": "${CNI_NET_NAME}",
@@ -283,7 +292,7 @@ ipt_jump filter FORWARD "${IPT_CHAIN}-FORWARD"
 # (ENVIRONMENT.md: negative oom_score_adj fails with EIO; RLIMIT_NOFILE cannot exceed 20000),
 # our CNI plugins and config, the locally built pause image as the sandbox image, and pod
 # network namespaces mounted under its state directory (down unmounts everything there).
-cat >"${CFG}/containerd.toml" <<TOML
+config_changed containerd "${CFG}/containerd.toml" <<TOML
 version = 2
 root = "${STATE}/containerd"
 state = "${RUNSTATE}/containerd"
@@ -330,7 +339,7 @@ fi
 # authentication by client certificates of our CA and webhook tokens, authorization by the API
 # server; no iptables utility chains (kube-proxy's business; none runs) and no oom_score_adj
 # for itself (the kernel refuses negative values here).
-cat >"${CFG}/kubelet.yaml" <<YAML
+config_changed kubelet "${CFG}/kubelet.yaml" <<YAML
 apiVersion: kubelet.config.k8s.io/v1beta1
 kind: KubeletConfiguration
 containerRuntimeEndpoint: unix://${CONTAINERD_SOCK}
