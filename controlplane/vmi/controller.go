@@ -30,8 +30,8 @@ import (
 	"github.com/kubevisor/kubevisor/core/api/v1alpha1"
 )
 
-// ControllerName is the name of the controller (metrics, logs, events' reporting controller).
-const ControllerName = "vmi"
+// controllerName is the name of the controller (metrics, logs, events' reporting controller).
+const controllerName = "vmi"
 
 // awaitingClassIndex indexes the VMIs that have no launcher pod yet and are not final: the ones a
 // new or changed HypervisorClass may unblock.
@@ -55,8 +55,8 @@ type Options struct {
 	SkipNameValidation bool
 }
 
-// Reconciler reconciles VirtualMachineInstances.
-type Reconciler struct {
+// reconciler reconciles VirtualMachineInstances.
+type reconciler struct {
 	client client.Client
 	// apiReader reads past the cache, to tell a pod that is gone from one the cache has not seen yet.
 	apiReader client.Reader
@@ -79,10 +79,10 @@ func SetupWithManager(mgr ctrl.Manager, opts Options) error {
 	if opts.Pod.LauncherImage == "" {
 		return errors.New("vmi controller: no launcher image configured")
 	}
-	r := &Reconciler{
+	r := &reconciler{
 		client:    mgr.GetClient(),
 		apiReader: mgr.GetAPIReader(),
-		events:    mgr.GetEventRecorder(ControllerName),
+		events:    mgr.GetEventRecorder(controllerName),
 		opts:      opts,
 		now:       time.Now,
 	}
@@ -101,7 +101,7 @@ func SetupWithManager(mgr ctrl.Manager, opts Options) error {
 		copts.SkipNameValidation = &opts.SkipNameValidation
 	}
 	return ctrl.NewControllerManagedBy(mgr).
-		Named(ControllerName).
+		Named(controllerName).
 		For(&v1alpha1.VirtualMachineInstance{}).
 		Owns(&corev1.Pod{}).
 		Watches(&v1alpha1.HypervisorClass{}, handler.EnqueueRequestsFromMapFunc(r.vmisAwaitingClass)).
@@ -110,7 +110,7 @@ func SetupWithManager(mgr ctrl.Manager, opts Options) error {
 }
 
 // vmisAwaitingClass maps a HypervisorClass event to the VMIs that wait for a class.
-func (r *Reconciler) vmisAwaitingClass(ctx context.Context, _ client.Object) []reconcile.Request {
+func (r *reconciler) vmisAwaitingClass(ctx context.Context, _ client.Object) []reconcile.Request {
 	var list v1alpha1.VirtualMachineInstanceList
 	if err := r.client.List(ctx, &list, client.MatchingFields{awaitingClassIndex: "true"}); err != nil {
 		log.FromContext(ctx).Error(err, "list VMIs awaiting a HypervisorClass")
@@ -136,7 +136,7 @@ func (r *Reconciler) vmisAwaitingClass(ctx context.Context, _ client.Object) []r
 
 // Reconcile brings one VMI's launcher pod and status in line (get → finalizer → deferred patch →
 // delete or normal).
-func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (_ ctrl.Result, retErr error) {
+func (r *reconciler) Reconcile(ctx context.Context, req ctrl.Request) (_ ctrl.Result, retErr error) {
 	vmi := &v1alpha1.VirtualMachineInstance{}
 	if err := r.client.Get(ctx, req.NamespacedName, vmi); err != nil {
 		return ctrl.Result{}, client.IgnoreNotFound(err)
@@ -173,7 +173,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (_ ctrl.Re
 }
 
 // reconcileNormal creates the launcher pod once and follows it.
-func (r *Reconciler) reconcileNormal(ctx context.Context, vmi *v1alpha1.VirtualMachineInstance) (ctrl.Result, error) {
+func (r *reconciler) reconcileNormal(ctx context.Context, vmi *v1alpha1.VirtualMachineInstance) (ctrl.Result, error) {
 	if isFinal(vmi.Status.Phase) {
 		// Nothing runs any more: free the node. The handler's teardown holds the pod (its own
 		// finalizer) as long as it needs to.
@@ -223,7 +223,7 @@ func (r *Reconciler) reconcileNormal(ctx context.Context, vmi *v1alpha1.VirtualM
 // may have moved it), else the one Build names. A pod not created for this VMI does not count.
 // Before a pod that the status names is declared gone, the API server is asked, since the cache
 // may not have seen a pod created a moment ago.
-func (r *Reconciler) launcherPod(ctx context.Context, vmi *v1alpha1.VirtualMachineInstance) (*corev1.Pod, error) {
+func (r *reconciler) launcherPod(ctx context.Context, vmi *v1alpha1.VirtualMachineInstance) (*corev1.Pod, error) {
 	name := vmi.Status.LauncherPodName
 	if name == "" {
 		name = launcherpod.Name(vmi.Name, vmi.UID)
@@ -249,7 +249,7 @@ func (r *Reconciler) launcherPod(ctx context.Context, vmi *v1alpha1.VirtualMachi
 }
 
 // createPod resolves the class, builds the pod and creates it, recording the outcome in obs.
-func (r *Reconciler) createPod(ctx context.Context, vmi *v1alpha1.VirtualMachineInstance, obs *observation) error {
+func (r *reconciler) createPod(ctx context.Context, vmi *v1alpha1.VirtualMachineInstance, obs *observation) error {
 	class, prob, err := r.resolveClass(ctx, vmi)
 	if err != nil {
 		return err
@@ -293,7 +293,7 @@ func (r *Reconciler) createPod(ctx context.Context, vmi *v1alpha1.VirtualMachine
 
 // resolveClass finds the VMI's HypervisorClass: the named one, else the single default. A
 // missing, ambiguous or absent class is a problem for the VMI's status, not an error.
-func (r *Reconciler) resolveClass(ctx context.Context, vmi *v1alpha1.VirtualMachineInstance) (*v1alpha1.HypervisorClass, *problem, error) {
+func (r *reconciler) resolveClass(ctx context.Context, vmi *v1alpha1.VirtualMachineInstance) (*v1alpha1.HypervisorClass, *problem, error) {
 	if name := vmi.Spec.HypervisorClassName; name != "" {
 		class := &v1alpha1.HypervisorClass{}
 		err := r.client.Get(ctx, types.NamespacedName{Name: name}, class)
@@ -339,7 +339,7 @@ func defaultClass(classes []v1alpha1.HypervisorClass) (*v1alpha1.HypervisorClass
 
 // reconcileDelete deletes the VMI's pods (the handler tears the VM down while they terminate)
 // and lets the VMI go once none is left.
-func (r *Reconciler) reconcileDelete(ctx context.Context, vmi *v1alpha1.VirtualMachineInstance) (ctrl.Result, error) {
+func (r *reconciler) reconcileDelete(ctx context.Context, vmi *v1alpha1.VirtualMachineInstance) (ctrl.Result, error) {
 	r.created.Delete(vmi.UID)
 	if !controllerutil.ContainsFinalizer(vmi, v1alpha1.TeardownFinalizer) {
 		return ctrl.Result{}, nil
@@ -363,7 +363,7 @@ func (r *Reconciler) reconcileDelete(ctx context.Context, vmi *v1alpha1.VirtualM
 }
 
 // pods lists every pod created for the VMI (the launcher pod and migration targets).
-func (r *Reconciler) pods(ctx context.Context, vmi *v1alpha1.VirtualMachineInstance, c client.Reader) ([]corev1.Pod, error) {
+func (r *reconciler) pods(ctx context.Context, vmi *v1alpha1.VirtualMachineInstance, c client.Reader) ([]corev1.Pod, error) {
 	var list corev1.PodList
 	if err := c.List(ctx, &list, client.InNamespace(vmi.Namespace), client.MatchingLabels{v1alpha1.CreatedByLabel: string(vmi.UID)}); err != nil {
 		return nil, fmt.Errorf("list launcher pods: %w", err)
@@ -372,7 +372,7 @@ func (r *Reconciler) pods(ctx context.Context, vmi *v1alpha1.VirtualMachineInsta
 }
 
 // deletePods deletes the VMI's pods that are not already going.
-func (r *Reconciler) deletePods(ctx context.Context, vmi *v1alpha1.VirtualMachineInstance) error {
+func (r *reconciler) deletePods(ctx context.Context, vmi *v1alpha1.VirtualMachineInstance) error {
 	pods, err := r.pods(ctx, vmi, r.client)
 	if err != nil {
 		return err

@@ -288,7 +288,7 @@ func TestController(t *testing.T) {
 			s.Conditions = []corev1.PodCondition{{Type: corev1.PodScheduled, Status: corev1.ConditionFalse, Reason: corev1.PodReasonUnschedulable, Message: msg}}
 		})
 		h.waitVMI(t, vmi, "PodScheduled=False Unschedulable", func(v *v1alpha1.VirtualMachineInstance) bool {
-			c := condition(v.Status, PodScheduledCondition)
+			c := condition(v.Status, podScheduledCondition)
 			return c != nil && c.Status == corev1.ConditionFalse && c.Reason == v1alpha1.ReasonUnschedulable && c.Message == msg
 		})
 
@@ -305,7 +305,7 @@ func TestController(t *testing.T) {
 			s.Conditions = []corev1.PodCondition{{Type: corev1.PodScheduled, Status: corev1.ConditionTrue}}
 		})
 		got = h.waitVMI(t, vmi, "Scheduled", func(v *v1alpha1.VirtualMachineInstance) bool {
-			c := condition(v.Status, PodScheduledCondition)
+			c := condition(v.Status, podScheduledCondition)
 			return v.Status.Phase == v1alpha1.Scheduled && c != nil && c.Status == corev1.ConditionTrue
 		})
 		phases := make([]v1alpha1.VirtualMachineInstancePhase, 0, len(got.Status.PhaseTransitionTimestamps))
@@ -584,7 +584,7 @@ func (h *harness) expectEvent(t *testing.T, vmi *v1alpha1.VirtualMachineInstance
 		}
 		for _, e := range list.Items {
 			if e.Regarding.Name == vmi.Name && e.Regarding.Kind == "VirtualMachineInstance" && e.Type == typ && e.Reason == reason &&
-				e.ReportingController == ControllerName {
+				e.ReportingController == controllerName {
 				return true
 			}
 		}

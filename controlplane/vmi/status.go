@@ -10,9 +10,9 @@ import (
 	"github.com/kubevisor/kubevisor/core/api/v1alpha1"
 )
 
-// PodScheduledCondition is the VMI condition that mirrors its launcher pod's PodScheduled
+// podScheduledCondition is the VMI condition that mirrors its launcher pod's PodScheduled
 // condition (as KubeVirt's), so that an unschedulable VMI says why in its own status.
-const PodScheduledCondition = v1alpha1.VirtualMachineInstanceConditionType(corev1.PodScheduled)
+const podScheduledCondition = v1alpha1.VirtualMachineInstanceConditionType(corev1.PodScheduled)
 
 // problem is a reason and a message for a condition, an event and status.reason alike.
 type problem struct {
@@ -125,7 +125,7 @@ func deriveStatus(vmi *v1alpha1.VirtualMachineInstance, obs observation, now met
 		}
 		if c := podCondition(pod, corev1.PodScheduled); c != nil {
 			setCond(v1alpha1.VirtualMachineInstanceCondition{
-				Type: PodScheduledCondition, Status: c.Status, Reason: c.Reason, Message: c.Message,
+				Type: podScheduledCondition, Status: c.Status, Reason: c.Reason, Message: c.Message,
 			})
 		}
 		if pod.Spec.NodeName != "" && st.NodeName == "" {

@@ -122,7 +122,7 @@ func TestDeriveStatus(t *testing.T) {
 					Message: "0/3 nodes are available: 3 node(s) didn't match Pod's node affinity/selector."}}
 			})},
 			want: want{phase: v1alpha1.Scheduling, podName: "launcher-1", conds: map[v1alpha1.VirtualMachineInstanceConditionType]string{
-				PodScheduledCondition: "False/Unschedulable/didn't match Pod's node affinity",
+				podScheduledCondition: "False/Unschedulable/didn't match Pod's node affinity",
 			}},
 		},
 		{
