@@ -19,8 +19,8 @@ import (
 const (
 	// DefaultPluginDir is where the kubelet looks for device plugin sockets and serves kubelet.sock.
 	DefaultPluginDir = pluginapi.DevicePluginPath
-	// DefaultSlots is how many pods may hold a shared character device at once; KubeVirt uses
-	// the same figure, which matches the kubelet's default maximum of pods per node.
+	// DefaultSlots is how many pods may hold a shared character device at once: the kubelet's
+	// default maximum of pods per node, so the slots never run out before the node's pods do.
 	DefaultSlots = 110
 	// DefaultHealthPollInterval bounds how late a change fsnotify cannot see (sysfs rebinding,
 	// a missed event) reaches the kubelet.
@@ -81,14 +81,15 @@ type PCISelector struct {
 }
 
 // DefaultConfig returns the configuration for the devices every VM node needs: /dev/kvm,
-// /dev/net/tun and /dev/vhost-net with DefaultSlots each, and no PCI devices. The tun and
-// vhost-net permissions include "m", as KubeVirt grants them.
+// /dev/net/tun and /dev/vhost-net with DefaultSlots each, and no PCI devices. All three are
+// granted "rw" only: the runtime creates the node in the container, and nothing in a launcher
+// needs to mknod it again ("m"), which a configuration can still grant per device.
 func DefaultConfig() Config {
 	return Config{
 		CharDevices: []CharDevice{
 			{ResourceName: v1alpha1.KVMDeviceResource, Path: "/dev/kvm", Permissions: "rw"},
-			{ResourceName: v1alpha1.TunDeviceResource, Path: "/dev/net/tun", Permissions: "rwm"},
-			{ResourceName: v1alpha1.VhostNetDeviceResource, Path: "/dev/vhost-net", Permissions: "rwm"},
+			{ResourceName: v1alpha1.TunDeviceResource, Path: "/dev/net/tun", Permissions: "rw"},
+			{ResourceName: v1alpha1.VhostNetDeviceResource, Path: "/dev/vhost-net", Permissions: "rw"},
 		},
 	}
 }

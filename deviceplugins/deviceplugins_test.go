@@ -62,7 +62,9 @@ func TestVFIOScanPicksBoundMatchingDevices(t *testing.T) {
 
 func TestAllocate(t *testing.T) {
 	h := newFakeHost(t)
-	m, err := NewManager(h.config(pluginDir(t), time.Hour), hclog.NewNullLogger())
+	cfg := h.config(pluginDir(t), time.Hour)
+	cfg.CharDevices[2].Permissions = "rwm" // a configured permission reaches the DeviceSpec
+	m, err := NewManager(cfg, hclog.NewNullLogger())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -90,7 +92,7 @@ func TestAllocate(t *testing.T) {
 	t.Run("char devices", func(t *testing.T) {
 		for resource, spec := range map[string]*pluginapi.DeviceSpec{
 			v1alpha1.KVMDeviceResource:      {HostPath: "/dev/kvm", ContainerPath: "/dev/kvm", Permissions: "rw"},
-			v1alpha1.TunDeviceResource:      {HostPath: "/dev/net/tun", ContainerPath: "/dev/net/tun", Permissions: "rwm"},
+			v1alpha1.TunDeviceResource:      {HostPath: "/dev/net/tun", ContainerPath: "/dev/net/tun", Permissions: "rw"},
 			v1alpha1.VhostNetDeviceResource: {HostPath: "/dev/vhost-net", ContainerPath: "/dev/vhost-net", Permissions: "rwm"},
 		} {
 			ids := plugins[resource].Devices()

@@ -139,37 +139,11 @@ func (p *Plugin) Run(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	defer func() { srv.Stop() }()
-
+	l := &lifecycle{p: p, srv: srv, retry: time.NewTimer(0), needRegister: true, backoff: registerRetryMin}
+	defer func() { l.srv.Stop() }()
+	defer l.retry.Stop()
 	poll := time.NewTicker(p.poll)
 	defer poll.Stop()
-	retry := time.NewTimer(0)
-	defer retry.Stop()
-	backoff := registerRetryMin
-	// registeredWith identifies the kubelet.sock we last registered through: a new file there
-	// means a new kubelet, which knows nothing of us.
-	var registeredWith fileID
-	needRegister := true
-
-	// restart brings the socket back after the kubelet deleted it.
-	restart := func() {
-		srv.Stop()
-		if s, err := p.serve(); err != nil {
-			p.log.Error("serve again", "error", err)
-		} else {
-			srv = s
-		}
-		needRegister, backoff = true, registerRetryMin
-		resetTimer(retry, 0)
-	}
-	// checkKubelet asks for a registration when kubelet.sock is not the one registered with.
-	checkKubelet := func() {
-		if id := statID(p.kubeletSocket); id != (fileID{}) && id != registeredWith && !needRegister {
-			p.log.Info("kubelet socket re-created; registering again")
-			needRegister, backoff = true, registerRetryMin
-			resetTimer(retry, 0)
-		}
-	}
 
 	for {
 		select {
@@ -179,28 +153,7 @@ func (p *Plugin) Run(ctx context.Context) error {
 			if !ok {
 				return errors.New("fsnotify watcher closed")
 			}
-			switch {
-			case ev.Name == p.socket && ev.Has(fsnotify.Remove|fsnotify.Rename):
-				if statID(p.socket) == (fileID{}) {
-					p.log.Info("plugin socket removed (kubelet restart?); serving again")
-					restart()
-				}
-			case ev.Name == p.kubeletSocket && ev.Has(fsnotify.Remove|fsnotify.Rename):
-				// The kubelet we registered with is gone. Forgetting it matters when its
-				// successor's kubelet.sock reuses the inode within the same clock tick.
-				if statID(p.kubeletSocket) != registeredWith {
-					registeredWith = fileID{}
-				}
-			case ev.Name == p.kubeletSocket && ev.Has(fsnotify.Create):
-				if needRegister {
-					// A kubelet is (re)starting: try now rather than at the end of a backoff.
-					backoff = registerRetryMin
-					resetTimer(retry, 0)
-				}
-				checkKubelet()
-			case filepath.Dir(ev.Name) != filepath.Dir(p.socket):
-				p.refresh()
-			}
+			l.event(ev)
 		case err := <-w.Errors:
 			p.log.Warn("fsnotify", "error", err)
 		case <-poll.C:
@@ -211,29 +164,101 @@ func (p *Plugin) Run(ctx context.Context) error {
 			p.refresh()
 			if statID(p.socket) == (fileID{}) {
 				p.log.Info("plugin socket missing; serving again")
-				restart()
+				l.restart()
 			} else {
-				checkKubelet()
+				l.checkKubelet()
 			}
-		case <-retry.C:
-			if !needRegister {
-				continue
-			}
-			id, err := p.register(ctx)
-			if err != nil {
-				logf := p.log.Warn
-				if errors.Is(err, errNoKubelet) {
-					logf = p.log.Debug // the kubelet.sock creation will wake us
-				}
-				logf("register with kubelet", "error", err, "retry_in", backoff)
-				resetTimer(retry, backoff)
-				backoff = min(2*backoff, registerRetryMax)
-				continue
-			}
-			registeredWith, needRegister = id, false
-			p.log.Info("registered with kubelet", "endpoint", filepath.Base(p.socket))
+		case <-l.retry.C:
+			l.register(ctx)
 		}
 	}
+}
+
+// lifecycle is the serving and registration state of one Run; only Run's goroutine uses it.
+type lifecycle struct {
+	p   *Plugin
+	srv *grpc.Server
+	// retry fires when a registration is due; backoff is the wait after the next failure.
+	retry        *time.Timer
+	backoff      time.Duration
+	needRegister bool
+	// registeredWith identifies the kubelet.sock last registered through: another file there
+	// means another kubelet, which knows nothing of this plugin.
+	registeredWith fileID
+}
+
+// event reacts to a change in the plugin directory or a device directory.
+func (l *lifecycle) event(ev fsnotify.Event) {
+	p := l.p
+	switch {
+	case ev.Name == p.socket && ev.Has(fsnotify.Remove|fsnotify.Rename):
+		if statID(p.socket) == (fileID{}) {
+			p.log.Info("plugin socket removed (kubelet restart?); serving again")
+			l.restart()
+		}
+	case ev.Name == p.kubeletSocket && ev.Has(fsnotify.Remove|fsnotify.Rename):
+		// The kubelet registered with is gone. Forgetting it matters when its successor's
+		// kubelet.sock reuses the inode within the same clock tick.
+		if statID(p.kubeletSocket) != l.registeredWith {
+			l.registeredWith = fileID{}
+		}
+	case ev.Name == p.kubeletSocket && ev.Has(fsnotify.Create):
+		if l.needRegister {
+			// A kubelet is (re)starting: try now rather than at the end of a backoff.
+			l.registerNow()
+		}
+		l.checkKubelet()
+	case filepath.Dir(ev.Name) != filepath.Dir(p.socket):
+		p.refresh()
+	}
+}
+
+// restart brings the socket back after the kubelet deleted it, and registers it again. The
+// old server stops first: closing its listener unlinks the path, which must not take the new
+// socket with it.
+func (l *lifecycle) restart() {
+	l.srv.Stop()
+	if s, err := l.p.serve(); err != nil {
+		l.p.log.Error("serve again", "error", err)
+	} else {
+		l.srv = s
+	}
+	l.needRegister = true
+	l.registerNow()
+}
+
+// checkKubelet asks for a registration when kubelet.sock is not the one registered with.
+func (l *lifecycle) checkKubelet() {
+	if id := statID(l.p.kubeletSocket); id != (fileID{}) && id != l.registeredWith && !l.needRegister {
+		l.p.log.Info("kubelet socket re-created; registering again")
+		l.needRegister = true
+		l.registerNow()
+	}
+}
+
+func (l *lifecycle) registerNow() {
+	l.backoff = registerRetryMin
+	resetTimer(l.retry, 0)
+}
+
+// register tries a due registration and schedules the next try when it fails.
+func (l *lifecycle) register(ctx context.Context) {
+	if !l.needRegister {
+		return
+	}
+	id, err := l.p.register(ctx)
+	if err != nil {
+		logf := l.p.log.Warn
+		if errors.Is(err, errNoKubelet) {
+			logf = l.p.log.Debug // the kubelet.sock creation will wake us
+		}
+		logf("register with kubelet", "error", err, "retry_in", l.backoff)
+		resetTimer(l.retry, l.backoff)
+		l.backoff = min(2*l.backoff, registerRetryMax)
+		return
+	}
+	l.registeredWith, l.needRegister = id, false
+	l.p.log.Info("registered with kubelet", "endpoint", filepath.Base(l.p.socket))
 }
 
 func resetTimer(t *time.Timer, d time.Duration) {

@@ -60,7 +60,7 @@ if [[ "${1:-}" == "--inside" ]]; then
 	# Shims outlive containerd; end the ones this sandbox started (their command line names
 	# its socket), so that nothing of it keeps running.
 	for d in /proc/[0-9]*; do
-		if tr '\0' ' ' <"$d/cmdline" 2>/dev/null | grep -qF -- "-address $W/ctd/containerd.sock"; then
+		if tr '\0' ' ' 2>/dev/null <"$d/cmdline" | grep -qF -- "-address $W/ctd/containerd.sock"; then
 			kill "${d#/proc/}" 2>/dev/null || true
 		fi
 	done
@@ -74,7 +74,7 @@ for f in "$KUBELET" "$PAUSE_TAR"; do
 	[[ -e "$f" ]] || { echo "kubelet-sandbox: $f is missing" >&2; exit 2; }
 done
 W="$(mktemp -d /tmp/kvdp-sandbox.XXXXXX)"
-echo "kubelet-sandbox: work directory $W (logs: kubelet.log, containerd.log)"
+echo "kubelet-sandbox: work directory $W (logs: kubelet.log, containerd.log; removed after a pass unless KEEP=1)"
 mkdir -p "$W/ctd" "$W/manifests" "$W/podlogs"
 
 (cd "$ROOT" && go build -o "$W/runc-wrapper" ./hack/cluster/runc-wrapper &&
@@ -164,4 +164,11 @@ esac
 EOF
 chmod +x "$W/kubelet.sh"
 
-exec unshare --mount --net --propagation private "$ROOT/deviceplugins/testdata/kubelet-sandbox.sh" --inside "$W"
+rc=0
+unshare --mount --net --propagation private "$ROOT/deviceplugins/testdata/kubelet-sandbox.sh" --inside "$W" || rc=$?
+if [[ $rc -eq 0 && -z "${KEEP:-}" ]]; then
+	rm -rf "$W"
+else
+	echo "kubelet-sandbox: exit $rc; logs kept in $W"
+fi
+exit $rc
