@@ -51,6 +51,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"github.com/kubevisor/kubevisor/core/launcher/hostdir"
 	"path"
 	"slices"
 	"sort"
@@ -71,7 +72,7 @@ const (
 	// DefaultHostStateDir is the node directory that holds the per-VMI directories; the node
 	// handler's default is the same (core/handler/cluster). It is under /run: what it holds
 	// (sockets, prepared disks of running VMs) does not outlive a reboot.
-	DefaultHostStateDir = "/var/run/kubevisor"
+	DefaultHostStateDir = hostdir.Default
 	// DefaultGracePeriodMarginSeconds is added to the VMI's grace period to make the pod's, so that
 	// the launcher's own deadline (and its kill of the VM process) comes before the kubelet's
 	// SIGKILL; KubeVirt uses the same margin.
@@ -148,17 +149,12 @@ func (c Config) withDefaults() (Config, error) {
 
 // Dir is the per-VMI directory on the node, shared by the handler and the launcher pod at the
 // same path.
-func Dir(hostStateDir string, uid types.UID) string {
-	if hostStateDir == "" {
-		hostStateDir = DefaultHostStateDir
-	}
-	return path.Join(hostStateDir, "vmi", string(uid))
-}
+func Dir(hostStateDir string, uid types.UID) string { return hostdir.VMI(hostStateDir, uid) }
 
 // LauncherDir is the directory kubevisor-launcher serves its sockets in (--dir): a subdirectory
 // of Dir that the launcher creates 0700 (see the package documentation).
 func LauncherDir(hostStateDir string, uid types.UID) string {
-	return path.Join(Dir(hostStateDir, uid), "launcher")
+	return hostdir.Launcher(hostStateDir, uid)
 }
 
 // Name is the name of the launcher pod of a VMI: fixed by the VMI's UID, so that creating it

@@ -29,11 +29,12 @@ import (
 	"github.com/kubevisor/kubevisor/core/api/v1alpha1"
 	"github.com/kubevisor/kubevisor/core/handler"
 	"github.com/kubevisor/kubevisor/core/launcher"
+	"github.com/kubevisor/kubevisor/core/launcher/hostdir"
 )
 
-// DefaultHostStateDir is where launcher pods' per-VMI directories live on the node
-// (<dir>/vmi/<VMI UID>), shared between the launcher pod (hostPath) and the handler.
-const DefaultHostStateDir = "/var/run/kubevisor"
+// DefaultHostStateDir is where launcher pods' per-VMI directories live on the node (package
+// hostdir).
+const DefaultHostStateDir = hostdir.Default
 
 // AgentConfig configures the node agent.
 type AgentConfig struct {
@@ -134,15 +135,10 @@ func (a *Agent) HandlerOptions(opts handler.Options) handler.Options {
 	return opts
 }
 
-// LauncherDir is a VMI's directory on the node, which its launcher pod mounts.
-func LauncherDir(hostStateDir string, uid types.UID) string {
-	return filepath.Join(hostStateDir, "vmi", string(uid))
-}
-
 // sandbox finds a VMI's launcher: its socket in the per-VMI directory, and its network
 // namespace through the pid of the process serving that socket.
 func (a *Agent) sandbox(ctx context.Context, vmi *v1alpha1.VirtualMachineInstance) (handler.Sandbox, error) {
-	socket := filepath.Join(LauncherDir(a.cfg.HostStateDir, vmi.UID), launcher.SocketName)
+	socket := filepath.Join(hostdir.Launcher(a.cfg.HostStateDir, vmi.UID), launcher.SocketName)
 	dctx, cancel := context.WithTimeout(ctx, a.cfg.DialTimeout)
 	defer cancel()
 	c, err := launcher.Dial(dctx, socket)

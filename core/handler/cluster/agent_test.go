@@ -25,6 +25,7 @@ import (
 	"github.com/kubevisor/kubevisor/core/api/v1alpha1"
 	"github.com/kubevisor/kubevisor/core/driver"
 	"github.com/kubevisor/kubevisor/core/handler"
+	"github.com/kubevisor/kubevisor/core/launcher/hostdir"
 	"github.com/kubevisor/kubevisor/core/plugin"
 	"github.com/kubevisor/kubevisor/internal/envtest"
 	"github.com/kubevisor/kubevisor/internal/testbin"
@@ -150,10 +151,10 @@ func (n *agentNode) vmi(name string) *v1alpha1.VirtualMachineInstance {
 // object for it, bound to the node, as the kubelet would report it.
 func (n *agentNode) launcherPod(vmi *v1alpha1.VirtualMachineInstance) *corev1.Pod {
 	n.t.Helper()
-	cmd := exec.Command(filepath.Join(n.bin, "kubevisor-launcher"), "--dir", LauncherDir(n.hostDir, vmi.UID),
+	cmd := exec.Command(filepath.Join(n.bin, "kubevisor-launcher"), "--dir", hostdir.Launcher(n.hostDir, vmi.UID),
 		"--vmi", vmi.Namespace+"/"+vmi.Name, "--grace-period", "5s")
 	cmd.Stderr = os.Stderr
-	if err := os.MkdirAll(filepath.Dir(LauncherDir(n.hostDir, vmi.UID)), 0o700); err != nil {
+	if err := os.MkdirAll(filepath.Dir(hostdir.Launcher(n.hostDir, vmi.UID)), 0o700); err != nil {
 		n.t.Fatal(err)
 	}
 	if err := cmd.Start(); err != nil {
