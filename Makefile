@@ -17,7 +17,7 @@ FAKE_KINDS := hypervisor network storage device
 # tests; ISO tools with which the storage tests read cloud-init images back.
 DEBIAN_PACKAGES := protobuf-compiler libprotobuf-dev qemu-system-x86 qemu-utils ovmf genisoimage xorriso iproute2
 # What make generate writes: verify fails when it differs from what is committed.
-GENERATED := ':(glob)core/**/*.pb.go' ':(glob)core/**/zz_generated.*.go' manifests/crd
+GENERATED := ':(glob)core/**/*.pb.go' ':(glob)core/**/zz_generated.*.go' manifests/crd manifests/webhook manifests/rbac
 
 .PHONY: help
 help: ## List the targets.
@@ -114,9 +114,11 @@ deps: ## Install the Debian packages that building, generating and testing need 
 	fi
 
 .PHONY: generate
-generate: deps ## Regenerate protobuf code, deepcopy functions and CRD manifests.
+generate: deps ## Regenerate protobuf code, deepcopy functions, CRDs, webhook configurations and per-component RBAC.
 	hack/generate-proto.sh
 	hack/generate-api.sh
+	hack/generate-webhook.sh
+	hack/generate-rbac.sh
 
 .PHONY: verify
 verify: generate ## Fail when generated files are stale, code is not gofmt'ed, or go vet / staticcheck complain.
