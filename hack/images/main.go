@@ -3,6 +3,7 @@
 // local cluster (hack/cluster/load-images.sh):
 //
 //	go run ./hack/images [flags] all|pause|components|<image name>...
+//	go run ./hack/images -name NAME -bins bin/a,bin/b [-qemu] [-host-bins qemu-img] custom
 //
 // pause is the cluster's sandbox image (hack/images/pause, built static). Component images
 // take the binaries from --bin-dir (make build); an image whose main binary is not built yet is
@@ -50,6 +51,7 @@ var components = []component{
 type options struct {
 	binDir, cniDir, out, repo, tag string
 	created                        time.Time
+	custom                         component // the "custom" image: -name, -bins, -qemu, -host-bins
 }
 
 func main() {
@@ -59,8 +61,14 @@ func main() {
 	flag.StringVar(&o.out, "out", "_output/images", "`directory` the image tarballs are written to")
 	flag.StringVar(&o.repo, "repo", "kubevisor", "image repository prefix")
 	flag.StringVar(&o.tag, "tag", "dev", "image tag (not latest, so pods default to imagePullPolicy IfNotPresent)")
+	var bins, hostBins string
+	flag.StringVar(&o.custom.name, "name", "", "custom: image `name`")
+	flag.StringVar(&bins, "bins", "", "custom: comma-separated binaries (paths or globs; the first is the entrypoint)")
+	flag.BoolVar(&o.custom.qemu, "qemu", false, "custom: add the host's QEMU, firmware and TCG module")
+	flag.BoolVar(&o.custom.cni, "cni", false, "custom: add the CNI plugins of -cni-dir in /opt/cni/bin")
+	flag.StringVar(&hostBins, "host-bins", "", "custom: comma-separated host executables to add with their libraries")
 	flag.Usage = func() {
-		fmt.Fprintf(os.Stderr, "usage: go run ./hack/images [flags] all|pause|components|<image>...\nimages: pause")
+		fmt.Fprintf(os.Stderr, "usage: go run ./hack/images [flags] all|pause|components|custom|<image>...\nimages: pause")
 		for _, c := range components {
 			fmt.Fprintf(os.Stderr, " %s", c.name)
 		}
@@ -68,6 +76,8 @@ func main() {
 		flag.PrintDefaults()
 	}
 	flag.Parse()
+	o.custom.bins = splitList(bins)
+	o.custom.hostBins = splitList(hostBins)
 	if flag.NArg() == 0 {
 		flag.Usage()
 		os.Exit(2)
@@ -94,6 +104,23 @@ func main() {
 		switch w {
 		case "pause":
 			err = buildPause(o)
+		case "custom":
+			if o.custom.name == "" || len(o.custom.bins) == 0 {
+				fatalf("custom needs -name and -bins")
+			}
+			// Paths as given, not below -bin-dir.
+			c := o.custom
+			c.bins = nil
+			oo := o
+			oo.binDir = "/"
+			for _, b := range o.custom.bins {
+				abs, err := filepath.Abs(b)
+				if err != nil {
+					fatalf("%v", err)
+				}
+				c.bins = append(c.bins, abs)
+			}
+			err = buildComponent(oo, c, true)
 		case "components":
 			for _, c := range components {
 				if err = buildComponent(o, c, false); err != nil {
@@ -111,6 +138,16 @@ func main() {
 			fatalf("%v", err)
 		}
 	}
+}
+
+func splitList(s string) []string {
+	var out []string
+	for _, f := range strings.Split(s, ",") {
+		if f = strings.TrimSpace(f); f != "" {
+			out = append(out, f)
+		}
+	}
+	return out
 }
 
 func find(name string) (component, bool) {
@@ -223,5 +260,6 @@ func buildComponent(o options, c component, named bool) error {
 		}
 	}
 	trees = append(trees, own)
-	return o.write(c.name, imagebuild.Config{Entrypoint: []string{"/usr/local/bin/" + c.bins[0]}}, trees...)
+	entry := "/usr/local/bin/" + filepath.Base(c.bins[0])
+	return o.write(c.name, imagebuild.Config{Entrypoint: []string{entry}}, trees...)
 }
