@@ -73,14 +73,29 @@ binary_of() {
   esac
 }
 
-# pid_of component: the pid of our running process of that component, or nothing.
+# pid_of component: the pid of our running process of that component, or nothing. From its
+# pid file; without one (removed by make clean, say), from the processes running the
+# component's binary with one of our directories on their command line, so that envtest's
+# kube-apiserver and etcd of other tests (same binaries, other arguments) are never taken.
 pid_of() {
-  local f="${PIDS}/$1.pid" pid exe
-  [[ -f "${f}" ]] || return 0
-  pid="$(cat "${f}")"
-  [[ -n "${pid}" && -d "/proc/${pid}" ]] || return 0
-  exe="$(readlink "/proc/${pid}/exe" 2>/dev/null || true)"
-  [[ "${exe% (deleted)}" == "$(binary_of "$1")" ]] && echo "${pid}"
+  local f="${PIDS}/$1.pid" pid exe bin p
+  bin="$(binary_of "$1")"
+  if [[ -f "${f}" ]]; then
+    pid="$(cat "${f}")"
+    exe="$(readlink "/proc/${pid}/exe" 2>/dev/null || true)"
+    if [[ -n "${pid}" && "${exe% (deleted)}" == "${bin}" ]]; then
+      echo "${pid}"
+      return 0
+    fi
+  fi
+  for p in /proc/[0-9]*; do
+    exe="$(readlink "${p}/exe" 2>/dev/null || true)"
+    [[ "${exe% (deleted)}" == "${bin}" ]] || continue
+    if tr '\0' ' ' 2>/dev/null <"${p}/cmdline" | grep -qE -- "(${OUT}|${STATE})/"; then
+      echo "${p#/proc/}"
+      return 0
+    fi
+  done
   return 0
 }
 
