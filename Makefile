@@ -71,7 +71,7 @@ bench-boot: deps build guest ## Boot the test guest with raw QEMU and through th
 	$(BIN)/kubevisor-bench boot --guest-dir $(GUEST) --driver $(BIN)/kubevisor-driver-qmp
 
 .PHONY: bench-memory
-bench-memory: deps build guest cni-plugins ## Boot 1, 5 and 10 VMs through the node handler, a launcher each: RSS per VM of QEMU, launcher, handler and drivers (aim <= 25 MiB beyond QEMU). Needs root.
+bench-memory: deps build guest cni-plugins ## Boot 1, 5 and 10 VMs through the node handler, a launcher each: RSS and PSS per VM of QEMU, launcher, handler and drivers (aim <= 25 MiB beyond QEMU). Needs root.
 	$(BIN)/kubevisor-bench memory --guest-dir $(GUEST) --bin-dir $(BIN) --vmi $(DEMO_VMI)
 
 .PHONY: bench
@@ -80,6 +80,30 @@ bench: cni-plugins ## Run the benchmarks and print their figures (plugin round t
 	$(GO) test -run '^$$' -bench PluginStart -benchtime 100x ./core/plugin/...
 	$(GO) test -run '^$$' -bench SetupTeardown -benchtime 50x ./drivers/network/...
 	$(GO) test -run '^$$' -bench Throughput -benchtime 3x ./drivers/network/...
+
+##@ Local cluster
+
+.PHONY: up
+up: deps k8s-bins cni-plugins ## Bring up the local single-node cluster (etcd, control plane, containerd, kubelet); kubeconfig in _output/cluster/kubeconfig.
+	hack/cluster/up.sh
+
+.PHONY: down
+down: ## Stop the local cluster; leaves no process, mount, netns, bridge or iptables rule (PURGE=1 also removes its data).
+	hack/cluster/down.sh $(if $(filter 1,$(PURGE)),--purge)
+
+.PHONY: images
+images: deps build cni-plugins guest ## Build the component, launcher and pause images as tarballs in _output/images (no registry) and import them when the cluster runs.
+	$(GO) run ./hack/images --bin-dir $(BIN) --out $(OUT)/images all
+	@if [ -S /run/kubevisor-cluster/containerd/containerd.sock ]; then hack/cluster/load-images.sh; \
+	 else echo "==> images: cluster not running; import later with hack/cluster/load-images.sh"; fi
+
+.PHONY: cluster-smoke
+cluster-smoke: deps k8s-bins cni-plugins ## Local cluster check: up, a pod from a local image Running with an IP, network checks, down.
+	hack/cluster/smoke.sh
+
+.PHONY: test-deviceplugins-kubelet
+test-deviceplugins-kubelet: deps k8s-bins ## Device plugins against a real kubelet and containerd in a private sandbox: registration, kubelet restart, an unprivileged pod with kvm/tun (root).
+	deviceplugins/testdata/kubelet-sandbox.sh
 
 ##@ Test guest
 
