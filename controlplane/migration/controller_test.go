@@ -52,7 +52,7 @@ func start(t *testing.T) *harness {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := migration.SetupWithManager(mgr, migration.Options{}); err != nil {
+	if err := migration.SetupWithManager(mgr, migration.Options{SkipNameValidation: true}); err != nil {
 		t.Fatal(err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
