@@ -74,6 +74,12 @@ bench-boot: deps build guest ## Boot the test guest with raw QEMU and through th
 bench-memory: deps build guest cni-plugins ## Boot 1, 5 and 10 VMs through the node handler, a launcher each: RSS and PSS per VM of QEMU, launcher, handler and drivers (aim <= 25 MiB beyond QEMU). Needs root.
 	$(BIN)/kubevisor-bench memory --guest-dir $(GUEST) --bin-dir $(BIN) --vmi $(DEMO_VMI)
 
+.PHONY: bench-controlplane
+bench-controlplane: k8s-bins ## Create 1,000 VMIs against a real kube-apiserver and etcd with kubevisor-controller's manager in process: VMIs/s to launcher pods, create-to-pod latency, API requests per VMI.
+	@mkdir -p $(BIN)
+	$(GO) build -o $(BIN)/kubevisor-bench ./cmd/kubevisor-bench
+	$(BIN)/kubevisor-bench controlplane --vmis 1000
+
 .PHONY: bench
 bench: cni-plugins ## Run the benchmarks and print their figures (plugin round trip and start; network setup, teardown, throughput).
 	$(GO) test -run '^$$' -bench PluginRoundTrip -benchtime 5000x ./core/plugin/...
