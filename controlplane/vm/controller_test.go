@@ -196,6 +196,9 @@ func TestController(t *testing.T) {
 		// A VMI that stops by itself stays stopped under Manual; Start replaces it.
 		h.request(t, vm, v1alpha1.VirtualMachineStateChangeRequest{Action: v1alpha1.StartRequest})
 		vmi = h.waitVMI(t, vm, "started again", func(*v1alpha1.VirtualMachineInstance) bool { return true })
+		// Until the request is consumed, a finished VMI is what it asks to replace: wait, or the
+		// controller rightly deletes the VMI the test is about to finish.
+		h.waitVM(t, vm, "second start request consumed", func(vm *v1alpha1.VirtualMachine) bool { return len(vm.Status.StateChangeRequests) == 0 })
 		h.setPhase(t, vmi, v1alpha1.Succeeded, false)
 		h.consistentlyVMI(t, vm, "finished VMI stays", func(n *v1alpha1.VirtualMachineInstance) bool { return n != nil && n.UID == vmi.UID })
 		h.request(t, vm, v1alpha1.VirtualMachineStateChangeRequest{Action: v1alpha1.StartRequest})
