@@ -107,6 +107,19 @@ images: deps build cni-plugins guest ## Build the component, launcher and pause 
 cluster-smoke: deps k8s-bins cni-plugins ## Local cluster check: up, a pod from a local image Running with an IP, network checks, down.
 	hack/cluster/smoke.sh
 
+# The cluster the e2e suite runs against: the local one unless KUBECONFIG names another.
+E2E_KUBECONFIG ?= $(or $(KUBECONFIG),$(OUT)/cluster/kubeconfig)
+E2E_LABELS     ?= Conformance
+
+.PHONY: e2e
+e2e: ## Cluster conformance suite (conformance/e2e, Ginkgo) against E2E_KUBECONFIG (default: the local cluster, Kubevisor installed); JUnit report in _output/e2e-junit.xml.
+	@mkdir -p $(BIN) $(OUT)/images
+	CGO_ENABLED=0 $(GO) build -o $(BIN)/e2e-httpget ./conformance/e2e/httpget
+	$(GO) run ./hack/images --out $(OUT)/images -name e2e-httpget -bins $(BIN)/e2e-httpget custom
+	@if [ -S /run/kubevisor-cluster/containerd/containerd.sock ]; then hack/cluster/load-images.sh $(OUT)/images/e2e-httpget.tar; fi
+	$(GO) test -tags e2e -count=1 -timeout 60m ./conformance/e2e -args -kubeconfig $(E2E_KUBECONFIG) \
+	    -ginkgo.label-filter '$(E2E_LABELS)' -ginkgo.junit-report $(OUT)/e2e-junit.xml -ginkgo.v
+
 .PHONY: test-deviceplugins-kubelet
 test-deviceplugins-kubelet: deps k8s-bins ## Device plugins against a real kubelet and containerd in a private sandbox: registration, kubelet restart, an unprivileged pod with kvm/tun (root).
 	deviceplugins/testdata/kubelet-sandbox.sh
@@ -156,8 +169,10 @@ verify: generate ## Fail when generated files are stale, code is not gofmt'ed, o
 	@test -z "$$(git status --porcelain -- $(GENERATED))" || { echo "make generate created untracked files:"; git status --porcelain -- $(GENERATED); exit 1; }
 	@bad=$$(gofmt -l $$(git ls-files '*.go')); test -z "$$bad" || { echo "not gofmt'ed: $$bad"; exit 1; }
 	$(GO) vet ./...
+	$(GO) vet -tags e2e ./conformance/e2e/...
 	cd $(EXAMPLES) && $(GO) vet ./...
 	$(GOTOOL) staticcheck ./...
+	$(GOTOOL) staticcheck -tags e2e ./conformance/e2e/...
 
 .PHONY: clean
 clean: ## Remove build output (keeps the Kubernetes binaries in _output/k8s, which take minutes to rebuild).

@@ -1,0 +1,27 @@
+//go:build e2e
+
+package e2e
+
+import (
+	"flag"
+	"os"
+	"testing"
+
+	. "github.com/onsi/ginkgo/v2"
+	. "github.com/onsi/gomega"
+)
+
+func init() {
+	flag.StringVar(&Cfg.Kubeconfig, "kubeconfig", os.Getenv("KUBECONFIG"), "kubeconfig of the cluster under test")
+	flag.StringVar(&Cfg.Kubectl, "kubectl", Cfg.Kubectl, "kubectl binary")
+	flag.StringVar(&Cfg.GuestImage, "guest-image", Cfg.GuestImage, "the test guest's containerDisk image")
+	flag.StringVar(&Cfg.ClientImage, "client-image", Cfg.ClientImage, "image with /usr/local/bin/e2e-httpget, for requests from a pod")
+	flag.DurationVar(&Cfg.BootTimeout, "boot-timeout", Cfg.BootTimeout, "creation to Running")
+}
+
+// TestE2E runs the cluster conformance suite: go test -tags e2e ./conformance/e2e -args
+// -kubeconfig FILE [-ginkgo.label-filter Conformance] [-ginkgo.junit-report FILE].
+func TestE2E(t *testing.T) {
+	RegisterFailHandler(Fail)
+	RunSpecs(t, "Kubevisor cluster conformance")
+}

@@ -1,0 +1,219 @@
+// Package e2e is Kubevisor's cluster conformance suite (Ginkgo): VMs driven through a real
+// cluster with kubectl and the API, against any cluster given a kubeconfig where Kubevisor is
+// installed. The specs live in this package; the test entry point (e2e_test.go) is behind the
+// `e2e` build tag so that `go test ./...` never runs them. `make e2e` runs them on the local
+// cluster and writes a JUnit report.
+//
+// Labels select lanes: Conformance (what every installation must pass), RequiresKVM,
+// RequiresTwoNodes.
+package e2e
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"os/exec"
+	"strings"
+	"time"
+
+	. "github.com/onsi/ginkgo/v2"
+	. "github.com/onsi/gomega"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
+	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/client-go/tools/clientcmd"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/kubevisor/kubevisor/core/api/v1alpha1"
+)
+
+// Config is what the suite runs against; the test entry point fills it from flags.
+type Config struct {
+	// Kubeconfig reaches the cluster ("" : $KUBECONFIG or ~/.kube/config).
+	Kubeconfig string
+	// Kubectl is the kubectl binary the specs drive the cluster with, as a user would.
+	Kubectl string
+	// GuestImage is the test guest's containerDisk image (make guest; hack/guest).
+	GuestImage string
+	// ClientImage holds the e2e-httpget program (conformance/e2e/httpget) in /usr/local/bin,
+	// for requests from a pod.
+	ClientImage string
+	// BootTimeout bounds creation to Running (TCG guests boot in tens of seconds).
+	BootTimeout time.Duration
+}
+
+// Cfg is the suite's configuration.
+var Cfg = Config{
+	Kubectl:     "kubectl",
+	GuestImage:  "kubevisor/test-guest:latest",
+	ClientImage: "kubevisor/e2e-httpget:dev",
+	BootTimeout: 5 * time.Minute,
+}
+
+// ReadyMarker is what the test guest prints on its serial console when it is up
+// (hack/guest); UserDataMarker brackets the cloud-init user-data it prints.
+const (
+	ReadyMarker    = "KUBEVISOR-GUEST-READY"
+	UserDataMarker = "KUBEVISOR-USERDATA-BEGIN"
+)
+
+// Framework is one spec's view of the cluster: a client and a namespace of its own, deleted
+// after the spec.
+type Framework struct {
+	Client    client.Client
+	Namespace string
+}
+
+// NewFramework makes a namespace for the spec it is called in and removes it afterwards.
+func NewFramework() *Framework {
+	f := &Framework{}
+	BeforeEach(func(ctx SpecContext) {
+		c, err := newClient(Cfg.Kubeconfig)
+		Expect(err).NotTo(HaveOccurred())
+		f.Client = c
+		ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{GenerateName: "kv-e2e-", Labels: map[string]string{"kubevisor.io/e2e": "true"}}}
+		Expect(c.Create(ctx, ns)).To(Succeed())
+		f.Namespace = ns.Name
+		DeferCleanup(func(ctx SpecContext) {
+			Expect(client.IgnoreNotFound(c.Delete(ctx, ns))).To(Succeed())
+		})
+	})
+	return f
+}
+
+func newClient(kubeconfig string) (client.Client, error) {
+	rules := clientcmd.NewDefaultClientConfigLoadingRules()
+	if kubeconfig != "" {
+		rules.ExplicitPath = kubeconfig
+	}
+	rc, err := clientcmd.NewNonInteractiveDeferredLoadingClientConfig(rules, nil).ClientConfig()
+	if err != nil {
+		return nil, fmt.Errorf("kubeconfig: %w", err)
+	}
+	scheme := runtime.NewScheme()
+	utilruntime.Must(clientgoscheme.AddToScheme(scheme))
+	utilruntime.Must(v1alpha1.AddToScheme(scheme))
+	return client.New(rc, client.Options{Scheme: scheme})
+}
+
+// Kubectl runs kubectl in the spec's namespace with stdin, returning its output; a failure
+// carries kubectl's stderr.
+func (f *Framework) Kubectl(ctx context.Context, stdin string, args ...string) (string, error) {
+	full := []string{"--namespace", f.Namespace}
+	if Cfg.Kubeconfig != "" {
+		full = append(full, "--kubeconfig", Cfg.Kubeconfig)
+	}
+	cmd := exec.CommandContext(ctx, Cfg.Kubectl, append(full, args...)...)
+	cmd.Stdin = strings.NewReader(stdin)
+	var out, errb bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &errb
+	if err := cmd.Run(); err != nil {
+		return out.String(), fmt.Errorf("kubectl %s: %w: %s", strings.Join(args, " "), err, errb.String())
+	}
+	return out.String(), nil
+}
+
+// Apply is `kubectl apply -f -` of a manifest in the spec's namespace.
+func (f *Framework) Apply(ctx context.Context, manifest string) {
+	GinkgoHelper()
+	out, err := f.Kubectl(ctx, manifest, "apply", "-f", "-")
+	Expect(err).NotTo(HaveOccurred(), out)
+}
+
+// VMI returns the stored VMI, nil when there is none.
+func (f *Framework) VMI(ctx context.Context, name string) *v1alpha1.VirtualMachineInstance {
+	GinkgoHelper()
+	var vmi v1alpha1.VirtualMachineInstance
+	err := f.Client.Get(ctx, types.NamespacedName{Namespace: f.Namespace, Name: name}, &vmi)
+	if apierrors.IsNotFound(err) {
+		return nil
+	}
+	Expect(err).NotTo(HaveOccurred())
+	return &vmi
+}
+
+// VM returns the stored VM.
+func (f *Framework) VM(ctx context.Context, name string) *v1alpha1.VirtualMachine {
+	GinkgoHelper()
+	var vm v1alpha1.VirtualMachine
+	Expect(f.Client.Get(ctx, types.NamespacedName{Namespace: f.Namespace, Name: name}, &vm)).To(Succeed())
+	return &vm
+}
+
+// WaitRunning waits until the VMI is Running and returns it; a VMI that fails on the way
+// fails the spec with its status.
+func (f *Framework) WaitRunning(ctx context.Context, name string) *v1alpha1.VirtualMachineInstance {
+	GinkgoHelper()
+	var vmi *v1alpha1.VirtualMachineInstance
+	Eventually(func(g Gomega) {
+		vmi = f.VMI(ctx, name)
+		g.Expect(vmi).NotTo(BeNil(), "VMI %s does not exist", name)
+		g.Expect(vmi.Status.Phase).NotTo(Equal(v1alpha1.Failed), "VMI %s failed: %+v", name, vmi.Status)
+		g.Expect(vmi.Status.Phase).To(Equal(v1alpha1.Running), "VMI %s: %+v", name, vmi.Status)
+	}).WithContext(ctx).WithTimeout(Cfg.BootTimeout).WithPolling(time.Second).Should(Succeed())
+	return vmi
+}
+
+// WaitGone waits until the VMI no longer exists.
+func (f *Framework) WaitGone(ctx context.Context, name string) {
+	GinkgoHelper()
+	Eventually(func() *v1alpha1.VirtualMachineInstance { return f.VMI(ctx, name) }).
+		WithContext(ctx).WithTimeout(2 * time.Minute).WithPolling(time.Second).Should(BeNil())
+}
+
+// LauncherPods lists the launcher pods of a VMI UID.
+func (f *Framework) LauncherPods(ctx context.Context, uid types.UID) []corev1.Pod {
+	GinkgoHelper()
+	var pods corev1.PodList
+	Expect(f.Client.List(ctx, &pods, client.InNamespace(f.Namespace),
+		client.MatchingLabels{v1alpha1.CreatedByLabel: string(uid)})).To(Succeed())
+	return pods.Items
+}
+
+// Console returns what the VMI's guest printed on its serial console so far: the launcher
+// pod's guest-console-log container's log.
+func (f *Framework) Console(ctx context.Context, vmi *v1alpha1.VirtualMachineInstance) string {
+	GinkgoHelper()
+	pods := f.LauncherPods(ctx, vmi.UID)
+	Expect(pods).NotTo(BeEmpty(), "no launcher pod for VMI %s", vmi.Name)
+	out, err := f.Kubectl(ctx, "", "logs", pods[0].Name, "-c", "guest-console-log")
+	Expect(err).NotTo(HaveOccurred())
+	return out
+}
+
+// GuestIP is the VMI's first interface's IP.
+func GuestIP(vmi *v1alpha1.VirtualMachineInstance) string {
+	if len(vmi.Status.Interfaces) == 0 {
+		return ""
+	}
+	return vmi.Status.Interfaces[0].IP
+}
+
+// HTTPFromPod runs a pod with the client image that GETs url and returns what it printed
+// (status line and body).
+func (f *Framework) HTTPFromPod(ctx context.Context, url string) string {
+	GinkgoHelper()
+	pod := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{GenerateName: "httpget-", Namespace: f.Namespace},
+		Spec: corev1.PodSpec{
+			RestartPolicy: corev1.RestartPolicyNever,
+			Containers: []corev1.Container{{
+				Name: "get", Image: Cfg.ClientImage, ImagePullPolicy: corev1.PullIfNotPresent,
+				Command: []string{"/usr/local/bin/e2e-httpget", "--retry-for", "60s", url},
+			}},
+		},
+	}
+	Expect(f.Client.Create(ctx, pod)).To(Succeed())
+	Eventually(func(g Gomega) {
+		g.Expect(f.Client.Get(ctx, client.ObjectKeyFromObject(pod), pod)).To(Succeed())
+		g.Expect(pod.Status.Phase).To(BeElementOf(corev1.PodSucceeded, corev1.PodFailed))
+	}).WithContext(ctx).WithTimeout(2 * time.Minute).WithPolling(time.Second).Should(Succeed())
+	out, err := f.Kubectl(ctx, "", "logs", pod.Name)
+	Expect(err).NotTo(HaveOccurred())
+	Expect(pod.Status.Phase).To(Equal(corev1.PodSucceeded), "GET %s from a pod: %s", url, out)
+	return out
+}

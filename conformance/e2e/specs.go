@@ -1,0 +1,191 @@
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"time"
+
+	. "github.com/onsi/ginkgo/v2"
+	. "github.com/onsi/gomega"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/kubevisor/kubevisor/core/api/v1alpha1"
+)
+
+// GuestOK is what the test guest's web server answers.
+const GuestOK = "kubevisor-guest ok"
+
+// guestSpec is the spec of a VMI of the test guest, at column 0: containerDisk, NoCloud
+// user-data carrying userData (the guest prints it), masquerade with the web server's port.
+func guestSpec(userData string) string {
+	return fmt.Sprintf(`terminationGracePeriodSeconds: 10
+domain:
+  memory:
+    guest: 128Mi
+  devices:
+    disks:
+    - name: containerdisk
+      disk: {bus: virtio}
+    - name: cloudinitdisk
+      cdrom: {bus: scsi}
+    interfaces:
+    - name: default
+      masquerade: {}
+      ports:
+      - {name: http, port: 80}
+networks:
+- name: default
+  pod: {}
+volumes:
+- name: containerdisk
+  containerDisk:
+    image: %s
+    imagePullPolicy: IfNotPresent
+- name: cloudinitdisk
+  cloudInitNoCloud:
+    userData: |
+      #cloud-config
+      # %s
+`, Cfg.GuestImage, userData)
+}
+
+// indent puts n spaces before every line of s.
+func indent(s string, n int) string {
+	pad := strings.Repeat(" ", n)
+	return pad + strings.ReplaceAll(strings.TrimSuffix(s, "\n"), "\n", "\n"+pad) + "\n"
+}
+
+// template is a VMI template labelled app=label with the test guest's spec, at column 0.
+func template(label, userData string) string {
+	return "template:\n  metadata:\n    labels:\n      app: " + label + "\n  spec:\n" + indent(guestSpec(userData), 4)
+}
+
+// vmManifest is a VM of the test guest.
+func vmManifest(name, runStrategy, userData string) string {
+	return "apiVersion: kubevisor.io/v1alpha1\nkind: VirtualMachine\nmetadata:\n  name: " + name +
+		"\nspec:\n  runStrategy: " + runStrategy + "\n" + indent(template(name, userData), 2)
+}
+
+var _ = Describe("VirtualMachine", Label("Conformance"), func() {
+	f := NewFramework()
+
+	It("runs from kubectl apply, answers HTTP from another pod, stops, starts and is deleted cleanly", func(ctx SpecContext) {
+		const name = "guest"
+		marker := "e2e-user-data-" + string(types.UID(f.Namespace))
+		By("kubectl apply of a VM with runStrategy Always")
+		f.Apply(ctx, vmManifest(name, "Always", marker))
+
+		By("the VMI runs on a node, with an IP in its status")
+		vmi := f.WaitRunning(ctx, name)
+		Expect(vmi.Status.NodeName).NotTo(BeEmpty())
+		Expect(GuestIP(vmi)).NotTo(BeEmpty(), "interfaces: %+v", vmi.Status.Interfaces)
+		Eventually(func(g Gomega) {
+			g.Expect(f.VM(ctx, name).Status.Ready).To(BeTrue())
+		}).WithContext(ctx).WithTimeout(time.Minute).Should(Succeed())
+
+		By("the serial console shows the guest's cloud-init user-data and its ready marker")
+		Eventually(func() string { return f.Console(ctx, vmi) }).WithContext(ctx).
+			WithTimeout(Cfg.BootTimeout).WithPolling(2 * time.Second).
+			Should(And(ContainSubstring(marker), ContainSubstring(ReadyMarker)))
+
+		By("HTTP to the guest from another pod")
+		Expect(f.HTTPFromPod(ctx, "http://"+GuestIP(vmi)+"/")).To(ContainSubstring(GuestOK))
+
+		By("runStrategy Halted: the VMI goes, the VM is stopped")
+		_, err := f.Kubectl(ctx, "", "patch", "vm", name, "--type=merge", "-p", `{"spec":{"runStrategy":"Halted"}}`)
+		Expect(err).NotTo(HaveOccurred())
+		f.WaitGone(ctx, name)
+		Eventually(func() v1alpha1.VirtualMachinePrintableStatus {
+			return f.VM(ctx, name).Status.PrintableStatus
+		}).WithContext(ctx).WithTimeout(time.Minute).Should(Equal(v1alpha1.VirtualMachineStatusStopped))
+		Eventually(func() []corev1.Pod { return f.LauncherPods(ctx, vmi.UID) }).
+			WithContext(ctx).WithTimeout(2 * time.Minute).Should(BeEmpty())
+
+		By("runStrategy Always again: a new VMI runs")
+		_, err = f.Kubectl(ctx, "", "patch", "vm", name, "--type=merge", "-p", `{"spec":{"runStrategy":"Always"}}`)
+		Expect(err).NotTo(HaveOccurred())
+		again := f.WaitRunning(ctx, name)
+		Expect(again.UID).NotTo(Equal(vmi.UID))
+
+		By("kubectl delete vm: VMI and launcher pod go")
+		_, err = f.Kubectl(ctx, "", "delete", "vm", name, "--wait=true", "--timeout=3m")
+		Expect(err).NotTo(HaveOccurred())
+		f.WaitGone(ctx, name)
+		Eventually(func() []corev1.Pod { return f.LauncherPods(ctx, again.UID) }).
+			WithContext(ctx).WithTimeout(2 * time.Minute).Should(BeEmpty())
+	})
+})
+
+var _ = Describe("VirtualMachineInstanceReplicaSet", Label("Conformance"), func() {
+	f := NewFramework()
+
+	It("runs 3 replicas and scales to 1", func(ctx SpecContext) {
+		f.Apply(ctx, `apiVersion: kubevisor.io/v1alpha1
+kind: VirtualMachineInstanceReplicaSet
+metadata:
+  name: web
+spec:
+  replicas: 3
+  selector:
+    matchLabels:
+      app: web
+`+indent(template("web", "replica"), 2))
+		running := func() int {
+			var list v1alpha1.VirtualMachineInstanceList
+			Expect(f.Client.List(ctx, &list, client.InNamespace(f.Namespace))).To(Succeed())
+			n := 0
+			for _, v := range list.Items {
+				if v.Status.Phase == v1alpha1.Running && v.DeletionTimestamp == nil {
+					n++
+				}
+			}
+			return n
+		}
+		Eventually(running).WithContext(ctx).WithTimeout(Cfg.BootTimeout).WithPolling(2 * time.Second).Should(Equal(3))
+		_, err := f.Kubectl(ctx, "", "scale", "vmirs", "web", "--replicas=1")
+		Expect(err).NotTo(HaveOccurred())
+		Eventually(func() int {
+			var list v1alpha1.VirtualMachineInstanceList
+			Expect(f.Client.List(ctx, &list, client.InNamespace(f.Namespace))).To(Succeed())
+			return len(list.Items)
+		}).WithContext(ctx).WithTimeout(3 * time.Minute).WithPolling(2 * time.Second).Should(Equal(1))
+		Expect(running()).To(Equal(1))
+	})
+})
+
+var _ = Describe("HypervisorClass scheduling", Label("Conformance"), func() {
+	f := NewFramework()
+
+	It("leaves a VMI whose class no node offers Pending with a condition saying why", func(ctx SpecContext) {
+		class := &v1alpha1.HypervisorClass{
+			ObjectMeta: metav1.ObjectMeta{GenerateName: "nowhere-"},
+			Driver:     "no-such-driver",
+		}
+		Expect(f.Client.Create(ctx, class)).To(Succeed())
+		DeferCleanup(func(ctx context.Context) { _ = f.Client.Delete(ctx, class) })
+		f.Apply(ctx, `apiVersion: kubevisor.io/v1alpha1
+kind: VirtualMachineInstance
+metadata:
+  name: nowhere
+spec:
+  hypervisorClassName: `+class.Name+"\n"+indent(guestSpec("never"), 2))
+		Eventually(func(g Gomega) {
+			vmi := f.VMI(ctx, "nowhere")
+			g.Expect(vmi).NotTo(BeNil())
+			g.Expect(vmi.Status.Phase).To(BeElementOf(v1alpha1.Pending, v1alpha1.Scheduling))
+			var found bool
+			for _, c := range vmi.Status.Conditions {
+				if c.Status == corev1.ConditionFalse && c.Reason == v1alpha1.ReasonUnschedulable {
+					found = strings.Contains(c.Message, "node")
+				}
+			}
+			g.Expect(found).To(BeTrue(), "no Unschedulable condition naming nodes: %+v", vmi.Status.Conditions)
+		}).WithContext(ctx).WithTimeout(2 * time.Minute).WithPolling(time.Second).Should(Succeed())
+		Consistently(func() v1alpha1.VirtualMachineInstancePhase { return f.VMI(ctx, "nowhere").Status.Phase }).
+			WithContext(ctx).WithTimeout(5 * time.Second).ShouldNot(Equal(v1alpha1.Running))
+	})
+})
