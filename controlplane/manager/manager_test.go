@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"os"
 	"regexp"
@@ -59,19 +58,9 @@ func (r *replica) stop(t *testing.T) {
 	}
 }
 
-func freeAddr(t *testing.T) string {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	return l.Addr().String()
-}
-
 func startReplica(t *testing.T, env *envtest.Env) *replica {
 	t.Helper()
-	r := &replica{metrics: freeAddr(t), probe: freeAddr(t), done: make(chan error, 1)}
+	r := &replica{metrics: envtest.FreeAddr(t), probe: envtest.FreeAddr(t), done: make(chan error, 1)}
 	mgr, err := manager.New(manager.Config{
 		RestConfig:              env.Config,
 		LeaderElection:          true,

@@ -4,22 +4,18 @@ import (
 	"context"
 	"fmt"
 	"os"
-	"strings"
 	"testing"
 	"time"
 
 	"github.com/go-logr/logr/funcr"
 	corev1 "k8s.io/api/core/v1"
-	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/wait"
-	"k8s.io/client-go/rest"
 	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	"github.com/kubevisor/kubevisor/controlplane/migration"
 	"github.com/kubevisor/kubevisor/core/api/v1alpha1"
@@ -44,76 +40,11 @@ func start(t *testing.T) *harness {
 	env := envtest.Start(t, envtest.Options{})
 	// The controller runs as a user granted exactly its +kubebuilder:rbac markers: the markers
 	// are proven to suffice, and least privilege is what the tests exercise.
-	mgr, err := ctrl.NewManager(restricted(t, env, "controller.go", "kubevisor-migration-test"), ctrl.Options{
-		Scheme:                 envtest.Scheme(),
-		Metrics:                metricsserver.Options{BindAddress: "0"},
-		HealthProbeBindAddress: "0",
+	cfg := env.ImpersonateWithMarkers(t, "kubevisor-migration-test", "controller.go")
+	envtest.StartManager(t, cfg, func(mgr ctrl.Manager) error {
+		return migration.SetupWithManager(mgr, migration.Options{SkipNameValidation: true})
 	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := migration.SetupWithManager(mgr, migration.Options{SkipNameValidation: true}); err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- mgr.Start(ctx) }()
-	t.Cleanup(func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("manager: %v", err)
-		}
-	})
-	return &harness{t: t, ctx: ctx, c: env.Client}
-}
-
-// restricted returns a config for user, bound to a ClusterRole holding exactly the rules of the
-// +kubebuilder:rbac markers in file.
-func restricted(t *testing.T, env *envtest.Env, file, user string) *rest.Config {
-	t.Helper()
-	src, err := os.ReadFile(file)
-	if err != nil {
-		t.Fatal(err)
-	}
-	role := &rbacv1.ClusterRole{ObjectMeta: metav1.ObjectMeta{Name: user}}
-	for line := range strings.SplitSeq(string(src), "\n") {
-		marker, ok := strings.CutPrefix(strings.TrimSpace(line), "// +kubebuilder:rbac:")
-		if !ok {
-			continue
-		}
-		var rule rbacv1.PolicyRule
-		for kv := range strings.SplitSeq(marker, ",") {
-			k, v, _ := strings.Cut(kv, "=")
-			vals := strings.Split(strings.Trim(v, `"`), ";")
-			switch k {
-			case "groups":
-				rule.APIGroups = vals
-			case "resources":
-				rule.Resources = vals
-			case "verbs":
-				rule.Verbs = vals
-			default:
-				t.Fatalf("%s: marker key %q not understood by this test", file, k)
-			}
-		}
-		role.Rules = append(role.Rules, rule)
-	}
-	if len(role.Rules) == 0 {
-		t.Fatalf("%s has no +kubebuilder:rbac markers", file)
-	}
-	binding := &rbacv1.ClusterRoleBinding{
-		ObjectMeta: metav1.ObjectMeta{Name: user},
-		RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: user},
-		Subjects:   []rbacv1.Subject{{APIGroup: rbacv1.GroupName, Kind: rbacv1.UserKind, Name: user}},
-	}
-	for _, o := range []client.Object{role, binding} {
-		if err := env.Client.Create(context.Background(), o); err != nil {
-			t.Fatal(err)
-		}
-	}
-	cfg := rest.CopyConfig(env.Config)
-	cfg.Impersonate = rest.ImpersonationConfig{UserName: user}
-	return cfg
+	return &harness{t: t, ctx: context.Background(), c: env.Client}
 }
 
 // runningVMI creates a VMI Running on node-a with its launcher pod there, as the VMI controller,

@@ -2,7 +2,6 @@ package vm
 
 import (
 	"context"
-	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -17,7 +16,6 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
-	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	"github.com/kubevisor/kubevisor/core/api/v1alpha1"
 	"github.com/kubevisor/kubevisor/internal/envtest"
@@ -38,26 +36,9 @@ const testStartBackoff = time.Second
 func TestController(t *testing.T) {
 	env := envtest.Start(t, envtest.Options{})
 	// The manager runs with only what the RBAC markers grant.
-	cfg := restrictedConfig(t, env.Config, env.Client, "controller.go", "vm-controller")
-	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
-		Scheme:                 envtest.Scheme(),
-		Metrics:                metricsserver.Options{BindAddress: "0"},
-		HealthProbeBindAddress: "0",
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := SetupWithManager(mgr, Options{StartBackoff: testStartBackoff, MaxStartBackoff: 2 * testStartBackoff, SkipNameValidation: true}); err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- mgr.Start(ctx) }()
-	t.Cleanup(func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("manager: %v", err)
-		}
+	cfg := env.ImpersonateWithMarkers(t, "vm-controller", "controller.go")
+	envtest.StartManager(t, cfg, func(mgr ctrl.Manager) error {
+		return SetupWithManager(mgr, Options{StartBackoff: testStartBackoff, MaxStartBackoff: 2 * testStartBackoff, SkipNameValidation: true})
 	})
 	h := &harness{c: env.Client}
 
@@ -83,7 +64,7 @@ func TestController(t *testing.T) {
 			t.Errorf("status = %+v", got.Status)
 		}
 
-		h.setPhase(t, vmi, v1alpha1.Running, true)
+		envtest.SetVMIPhase(t, h.c, vmi, v1alpha1.Running, true)
 		got = h.waitVM(t, vm, "Running and ready", func(vm *v1alpha1.VirtualMachine) bool {
 			return vm.Status.PrintableStatus == v1alpha1.VirtualMachineStatusRunning && vm.Status.Ready
 		})
@@ -92,7 +73,7 @@ func TestController(t *testing.T) {
 		}
 
 		// A failed VMI is replaced after the crash-loop back-off, and the failure is counted.
-		h.setPhase(t, vmi, v1alpha1.Failed, false)
+		envtest.SetVMIPhase(t, h.c, vmi, v1alpha1.Failed, false)
 		second := h.waitVMI(t, vm, "replaced after Failed", func(n *v1alpha1.VirtualMachineInstance) bool { return n.UID != vmi.UID })
 		got = h.waitVM(t, vm, "start failure counted", func(vm *v1alpha1.VirtualMachine) bool {
 			return vm.Status.StartFailure != nil && vm.Status.Created
@@ -101,11 +82,11 @@ func TestController(t *testing.T) {
 			t.Errorf("startFailure = %+v, want 1 failure of %s", sf, vmi.UID)
 		}
 		// Running again forgets the failures; a VMI that succeeds is replaced as well under Always.
-		h.setPhase(t, second, v1alpha1.Running, true)
+		envtest.SetVMIPhase(t, h.c, second, v1alpha1.Running, true)
 		h.waitVM(t, vm, "failures forgotten", func(vm *v1alpha1.VirtualMachine) bool {
 			return vm.Status.StartFailure == nil && vm.Status.Ready
 		})
-		h.setPhase(t, second, v1alpha1.Succeeded, false)
+		envtest.SetVMIPhase(t, h.c, second, v1alpha1.Succeeded, false)
 		h.waitVMI(t, vm, "replaced after Succeeded", func(n *v1alpha1.VirtualMachineInstance) bool { return n.UID != second.UID && n.UID != vmi.UID })
 		h.waitEvent(t, vm, v1alpha1.ReasonSuccessfulCreate)
 		h.waitEvent(t, vm, v1alpha1.ReasonSuccessfulDelete)
@@ -117,7 +98,7 @@ func TestController(t *testing.T) {
 			vm.Spec.RunStrategy = ptr.To(v1alpha1.RunStrategyRerunOnFailure)
 		})
 		vmi := h.waitVMI(t, ok, "created", func(*v1alpha1.VirtualMachineInstance) bool { return true })
-		h.setPhase(t, vmi, v1alpha1.Succeeded, false)
+		envtest.SetVMIPhase(t, h.c, vmi, v1alpha1.Succeeded, false)
 		h.waitVM(t, ok, "Stopped", func(vm *v1alpha1.VirtualMachine) bool {
 			return vm.Status.PrintableStatus == v1alpha1.VirtualMachineStatusStopped
 		})
@@ -129,7 +110,7 @@ func TestController(t *testing.T) {
 			vm.Spec.RunStrategy = ptr.To(v1alpha1.RunStrategyRerunOnFailure)
 		})
 		vmi = h.waitVMI(t, failing, "created", func(*v1alpha1.VirtualMachineInstance) bool { return true })
-		h.setPhase(t, vmi, v1alpha1.Failed, false)
+		envtest.SetVMIPhase(t, h.c, vmi, v1alpha1.Failed, false)
 		h.waitVMI(t, failing, "replaced after Failed", func(n *v1alpha1.VirtualMachineInstance) bool { return n.UID != vmi.UID })
 	})
 
@@ -138,9 +119,9 @@ func TestController(t *testing.T) {
 			vm.Spec.RunStrategy = ptr.To(v1alpha1.RunStrategyOnce)
 		})
 		vmi := h.waitVMI(t, vm, "created", func(*v1alpha1.VirtualMachineInstance) bool { return true })
-		h.setPhase(t, vmi, v1alpha1.Running, true)
+		envtest.SetVMIPhase(t, h.c, vmi, v1alpha1.Running, true)
 		h.waitVM(t, vm, "Running", func(vm *v1alpha1.VirtualMachine) bool { return vm.Status.Ready })
-		h.setPhase(t, vmi, v1alpha1.Failed, false)
+		envtest.SetVMIPhase(t, h.c, vmi, v1alpha1.Failed, false)
 		h.waitVM(t, vm, "Stopped", func(vm *v1alpha1.VirtualMachine) bool {
 			return vm.Status.PrintableStatus == v1alpha1.VirtualMachineStatusStopped && !vm.Status.Ready && vm.Status.StartFailure == nil
 		})
@@ -154,9 +135,9 @@ func TestController(t *testing.T) {
 			vm.Spec.RunStrategy = ptr.To(v1alpha1.RunStrategyAlways)
 		})
 		vmi := h.waitVMI(t, vm, "created", func(*v1alpha1.VirtualMachineInstance) bool { return true })
-		h.setPhase(t, vmi, v1alpha1.Running, true)
+		envtest.SetVMIPhase(t, h.c, vmi, v1alpha1.Running, true)
 		h.waitVM(t, vm, "Running", func(vm *v1alpha1.VirtualMachine) bool { return vm.Status.Ready })
-		h.updateVM(t, vm, func(vm *v1alpha1.VirtualMachine) { vm.Spec.RunStrategy = ptr.To(v1alpha1.RunStrategyHalted) })
+		envtest.Update(t, h.c, vm, func(vm *v1alpha1.VirtualMachine) { vm.Spec.RunStrategy = ptr.To(v1alpha1.RunStrategyHalted) })
 		h.waitNoVMI(t, vm)
 		got := h.waitVM(t, vm, "Stopped", func(vm *v1alpha1.VirtualMachine) bool {
 			return vm.Status.PrintableStatus == v1alpha1.VirtualMachineStatusStopped && !vm.Status.Created && !vm.Status.Ready
@@ -182,7 +163,7 @@ func TestController(t *testing.T) {
 		h.request(t, vm, v1alpha1.VirtualMachineStateChangeRequest{Action: v1alpha1.StartRequest})
 		vmi := h.waitVMI(t, vm, "started on request", func(*v1alpha1.VirtualMachineInstance) bool { return true })
 		h.waitVM(t, vm, "start request consumed", func(vm *v1alpha1.VirtualMachine) bool { return len(vm.Status.StateChangeRequests) == 0 })
-		h.setPhase(t, vmi, v1alpha1.Running, true)
+		envtest.SetVMIPhase(t, h.c, vmi, v1alpha1.Running, true)
 		h.waitVM(t, vm, "Running", func(vm *v1alpha1.VirtualMachine) bool { return vm.Status.Ready })
 
 		uid := vmi.UID
@@ -199,7 +180,7 @@ func TestController(t *testing.T) {
 		// Until the request is consumed, a finished VMI is what it asks to replace: wait, or the
 		// controller rightly deletes the VMI the test is about to finish.
 		h.waitVM(t, vm, "second start request consumed", func(vm *v1alpha1.VirtualMachine) bool { return len(vm.Status.StateChangeRequests) == 0 })
-		h.setPhase(t, vmi, v1alpha1.Succeeded, false)
+		envtest.SetVMIPhase(t, h.c, vmi, v1alpha1.Succeeded, false)
 		h.consistentlyVMI(t, vm, "finished VMI stays", func(n *v1alpha1.VirtualMachineInstance) bool { return n != nil && n.UID == vmi.UID })
 		h.request(t, vm, v1alpha1.VirtualMachineStateChangeRequest{Action: v1alpha1.StartRequest})
 		h.waitVMI(t, vm, "finished VMI replaced on Start", func(n *v1alpha1.VirtualMachineInstance) bool { return n.UID != vmi.UID })
@@ -211,9 +192,9 @@ func TestController(t *testing.T) {
 		h.waitVM(t, vm, "runStrategy Always", func(vm *v1alpha1.VirtualMachine) bool {
 			return vm.Status.RunStrategy == v1alpha1.RunStrategyAlways
 		})
-		h.setPhase(t, vmi, v1alpha1.Failed, false)
+		envtest.SetVMIPhase(t, h.c, vmi, v1alpha1.Failed, false)
 		vmi = h.waitVMI(t, vm, "restarted", func(n *v1alpha1.VirtualMachineInstance) bool { return n.UID != vmi.UID })
-		h.updateVM(t, vm, func(vm *v1alpha1.VirtualMachine) { vm.Spec.Running = ptr.To(false) })
+		envtest.Update(t, h.c, vm, func(vm *v1alpha1.VirtualMachine) { vm.Spec.Running = ptr.To(false) })
 		h.waitNoVMI(t, vm)
 		h.waitVM(t, vm, "Stopped", func(vm *v1alpha1.VirtualMachine) bool {
 			return vm.Status.PrintableStatus == v1alpha1.VirtualMachineStatusStopped && vm.Status.RunStrategy == v1alpha1.RunStrategyHalted
@@ -239,7 +220,7 @@ func TestController(t *testing.T) {
 		})
 		vmi := h.waitVMI(t, vm, "created", func(*v1alpha1.VirtualMachineInstance) bool { return true })
 		// A finalizer on the VMI (the handler's teardown) holds the VM in Terminating.
-		h.updateVMI(t, vmi, func(v *v1alpha1.VirtualMachineInstance) { controllerutil.AddFinalizer(v, v1alpha1.TeardownFinalizer) })
+		envtest.Update(t, h.c, vmi, func(v *v1alpha1.VirtualMachineInstance) { controllerutil.AddFinalizer(v, v1alpha1.TeardownFinalizer) })
 		h.waitVM(t, vm, "finalizer", func(vm *v1alpha1.VirtualMachine) bool { return controllerutil.ContainsFinalizer(vm, Finalizer) })
 		if err := h.c.Delete(context.Background(), vm); err != nil {
 			t.Fatal(err)
@@ -248,7 +229,7 @@ func TestController(t *testing.T) {
 			return vm.Status.PrintableStatus == v1alpha1.VirtualMachineStatusTerminating
 		})
 		h.waitVMI(t, vm, "VMI deleting", func(n *v1alpha1.VirtualMachineInstance) bool { return n.DeletionTimestamp != nil })
-		h.updateVMI(t, vmi, func(v *v1alpha1.VirtualMachineInstance) {
+		envtest.Update(t, h.c, vmi, func(v *v1alpha1.VirtualMachineInstance) {
 			controllerutil.RemoveFinalizer(v, v1alpha1.TeardownFinalizer)
 		})
 		h.waitNoVMI(t, vm)
@@ -355,62 +336,6 @@ func (h *harness) consistentlyVMI(t *testing.T, vm *v1alpha1.VirtualMachine, wha
 		if !cond(vmi) {
 			t.Fatalf("VMI of %s: %s: not so: %+v", vm.Name, what, vmi)
 		}
-	}
-}
-
-// setPhase plays the VMI controller and node handler: it writes the VMI's phase and Ready condition.
-func (h *harness) setPhase(t *testing.T, vmi *v1alpha1.VirtualMachineInstance, phase v1alpha1.VirtualMachineInstancePhase, ready bool) {
-	t.Helper()
-	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
-		cur := &v1alpha1.VirtualMachineInstance{}
-		if err := h.c.Get(context.Background(), client.ObjectKeyFromObject(vmi), cur); err != nil {
-			return err
-		}
-		if cur.UID != vmi.UID {
-			return fmt.Errorf("VMI %s was replaced", vmi.Name)
-		}
-		status := corev1.ConditionFalse
-		if ready {
-			status = corev1.ConditionTrue
-		}
-		cur.Status.Phase = phase
-		cur.Status.Conditions = []v1alpha1.VirtualMachineInstanceCondition{{
-			Type: v1alpha1.VirtualMachineInstanceReady, Status: status, Reason: "Test", LastTransitionTime: metav1.Now(),
-		}}
-		return h.c.Status().Update(context.Background(), cur)
-	})
-	if err != nil {
-		t.Fatalf("set VMI %s phase %s: %v", vmi.Name, phase, err)
-	}
-}
-
-func (h *harness) updateVMI(t *testing.T, vmi *v1alpha1.VirtualMachineInstance, mutate func(*v1alpha1.VirtualMachineInstance)) {
-	t.Helper()
-	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
-		cur := &v1alpha1.VirtualMachineInstance{}
-		if err := h.c.Get(context.Background(), client.ObjectKeyFromObject(vmi), cur); err != nil {
-			return err
-		}
-		mutate(cur)
-		return h.c.Update(context.Background(), cur)
-	})
-	if err != nil {
-		t.Fatalf("update VMI %s: %v", vmi.Name, err)
-	}
-}
-
-func (h *harness) updateVM(t *testing.T, vm *v1alpha1.VirtualMachine, mutate func(*v1alpha1.VirtualMachine)) {
-	t.Helper()
-	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
-		cur := &v1alpha1.VirtualMachine{}
-		if err := h.c.Get(context.Background(), client.ObjectKeyFromObject(vm), cur); err != nil {
-			return err
-		}
-		mutate(cur)
-		return h.c.Update(context.Background(), cur)
-	})
-	if err != nil {
-		t.Fatalf("update VM %s: %v", vm.Name, err)
 	}
 }
 

@@ -18,7 +18,6 @@ import (
 	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	"github.com/kubevisor/kubevisor/controlplane/launcherpod"
 	"github.com/kubevisor/kubevisor/core/api/v1alpha1"
@@ -41,31 +40,13 @@ func TestController(t *testing.T) {
 	ctrl.SetLogger(logr.Discard())
 	env := envtest.Start(t, envtest.Options{})
 	// The controller runs with exactly the RBAC of its markers.
-	cfg := restrictedConfig(t, env.Config, env.Client, "controller.go", "vmi-controller")
-	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
-		Scheme:                 envtest.Scheme(),
-		Metrics:                metricsserver.Options{BindAddress: "0"},
-		HealthProbeBindAddress: "0",
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
+	cfg := env.ImpersonateWithMarkers(t, "vmi-controller", "controller.go")
 	opts := Options{
 		Pod:                launcherpod.Config{LauncherImage: testImage, HostStateDir: "/var/lib/kubevisor-test", LauncherMemoryOverhead: resource.MustParse("100Mi")},
 		SkipNameValidation: true,
 	}
-	if err := SetupWithManager(mgr, opts); err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- mgr.Start(ctx) }()
-	t.Cleanup(func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("manager: %v", err)
-		}
-	})
+	envtest.StartManager(t, cfg, func(mgr ctrl.Manager) error { return SetupWithManager(mgr, opts) })
+	ctx := context.Background()
 	h := &harness{c: env.Client}
 
 	t.Run("no class: Pending with the condition, then a new default class unblocks it", func(t *testing.T) {

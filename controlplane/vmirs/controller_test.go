@@ -2,7 +2,6 @@ package vmirs
 
 import (
 	"context"
-	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -12,11 +11,9 @@ import (
 	eventsv1 "k8s.io/api/events/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
-	"k8s.io/client-go/util/retry"
 	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	"github.com/kubevisor/kubevisor/core/api/v1alpha1"
 	"github.com/kubevisor/kubevisor/internal/envtest"
@@ -34,26 +31,9 @@ const (
 func TestController(t *testing.T) {
 	env := envtest.Start(t, envtest.Options{})
 	// The manager runs with only what the RBAC markers grant.
-	cfg := restrictedConfig(t, env.Config, env.Client, "controller.go", "vmirs-controller")
-	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
-		Scheme:                 envtest.Scheme(),
-		Metrics:                metricsserver.Options{BindAddress: "0"},
-		HealthProbeBindAddress: "0",
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := SetupWithManager(mgr, Options{SkipNameValidation: true}); err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- mgr.Start(ctx) }()
-	t.Cleanup(func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("manager: %v", err)
-		}
+	cfg := env.ImpersonateWithMarkers(t, "vmirs-controller", "controller.go")
+	envtest.StartManager(t, cfg, func(mgr ctrl.Manager) error {
+		return SetupWithManager(mgr, Options{SkipNameValidation: true})
 	})
 	h := &harness{c: env.Client}
 
@@ -70,8 +50,8 @@ func TestController(t *testing.T) {
 		})
 
 		// Two become ready; the third never runs.
-		h.setPhase(t, &vmis[0], v1alpha1.Running, true)
-		h.setPhase(t, &vmis[1], v1alpha1.Running, true)
+		envtest.SetVMIPhase(t, h.c, &vmis[0], v1alpha1.Running, true)
+		envtest.SetVMIPhase(t, h.c, &vmis[1], v1alpha1.Running, true)
 		h.waitRS(t, rs, "2 ready", func(rs *v1alpha1.VirtualMachineInstanceReplicaSet) bool { return rs.Status.ReadyReplicas == 2 })
 
 		scale := &autoscalingv1.Scale{}
@@ -94,17 +74,17 @@ func TestController(t *testing.T) {
 		})
 
 		// A failed VMI is deleted and replaced.
-		h.setPhase(t, &left[0], v1alpha1.Failed, false)
+		envtest.SetVMIPhase(t, h.c, &left[0], v1alpha1.Failed, false)
 		replaced := h.waitVMIs(t, rs, "failed VMI replaced", func(v []v1alpha1.VirtualMachineInstance) bool {
 			return len(v) == 1 && v[0].UID != left[0].UID
 		})
 		h.waitRS(t, rs, "1 replica, none ready", func(rs *v1alpha1.VirtualMachineInstanceReplicaSet) bool {
 			return rs.Status.Replicas == 1 && rs.Status.ReadyReplicas == 0
 		})
-		h.setPhase(t, &replaced[0], v1alpha1.Running, true)
+		envtest.SetVMIPhase(t, h.c, &replaced[0], v1alpha1.Running, true)
 
 		// Scale up through the spec as well.
-		h.updateRS(t, rs, func(rs *v1alpha1.VirtualMachineInstanceReplicaSet) { rs.Spec.Replicas = ptr.To[int32](2) })
+		envtest.Update(t, h.c, rs, func(rs *v1alpha1.VirtualMachineInstanceReplicaSet) { rs.Spec.Replicas = ptr.To[int32](2) })
 		h.waitVMIs(t, rs, "2 VMIs", func(v []v1alpha1.VirtualMachineInstance) bool { return len(v) == 2 })
 		h.waitRS(t, rs, "2 replicas, 1 ready", func(rs *v1alpha1.VirtualMachineInstanceReplicaSet) bool {
 			return rs.Status.Replicas == 2 && rs.Status.ReadyReplicas == 1
@@ -132,7 +112,7 @@ func TestController(t *testing.T) {
 			return hasCondition(rs, v1alpha1.VirtualMachineInstanceReplicaSetReplicaPaused, v1alpha1.ReasonPaused)
 		})
 		h.consistentlyNoVMIs(t, rs)
-		h.updateRS(t, rs, func(rs *v1alpha1.VirtualMachineInstanceReplicaSet) { rs.Spec.Paused = false })
+		envtest.Update(t, h.c, rs, func(rs *v1alpha1.VirtualMachineInstanceReplicaSet) { rs.Spec.Paused = false })
 		h.waitVMIs(t, rs, "2 VMIs once resumed", func(v []v1alpha1.VirtualMachineInstance) bool { return len(v) == 2 })
 		h.waitRS(t, rs, "no condition", func(rs *v1alpha1.VirtualMachineInstanceReplicaSet) bool {
 			return len(rs.Status.Conditions) == 0 && rs.Status.Replicas == 2
@@ -234,47 +214,6 @@ func (h *harness) waitRS(t *testing.T, rs *v1alpha1.VirtualMachineInstanceReplic
 		t.Fatalf("waiting for replica set %s: %s: %v; last status %+v", rs.Name, what, err, got.Status)
 	}
 	return got
-}
-
-func (h *harness) updateRS(t *testing.T, rs *v1alpha1.VirtualMachineInstanceReplicaSet, mutate func(*v1alpha1.VirtualMachineInstanceReplicaSet)) {
-	t.Helper()
-	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
-		cur := &v1alpha1.VirtualMachineInstanceReplicaSet{}
-		if err := h.c.Get(context.Background(), client.ObjectKeyFromObject(rs), cur); err != nil {
-			return err
-		}
-		mutate(cur)
-		return h.c.Update(context.Background(), cur)
-	})
-	if err != nil {
-		t.Fatalf("update replica set %s: %v", rs.Name, err)
-	}
-}
-
-// setPhase plays the VMI controller and node handler: it writes the VMI's phase and Ready condition.
-func (h *harness) setPhase(t *testing.T, vmi *v1alpha1.VirtualMachineInstance, phase v1alpha1.VirtualMachineInstancePhase, ready bool) {
-	t.Helper()
-	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
-		cur := &v1alpha1.VirtualMachineInstance{}
-		if err := h.c.Get(context.Background(), client.ObjectKeyFromObject(vmi), cur); err != nil {
-			return err
-		}
-		if cur.UID != vmi.UID {
-			return fmt.Errorf("VMI %s was replaced", vmi.Name)
-		}
-		status := corev1.ConditionFalse
-		if ready {
-			status = corev1.ConditionTrue
-		}
-		cur.Status.Phase = phase
-		cur.Status.Conditions = []v1alpha1.VirtualMachineInstanceCondition{{
-			Type: v1alpha1.VirtualMachineInstanceReady, Status: status, Reason: "Test", LastTransitionTime: metav1.Now(),
-		}}
-		return h.c.Status().Update(context.Background(), cur)
-	})
-	if err != nil {
-		t.Fatalf("set VMI %s phase %s: %v", vmi.Name, phase, err)
-	}
 }
 
 // waitEvent waits for an event about rs with the given reason.

@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"errors"
-	"net"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -48,20 +47,12 @@ func startAPI(t *testing.T) (client.Client, string) {
 	cfg.Host, cfg.Port = wio.LocalServingHost, wio.LocalServingPort
 	cfg.CertDir = t.TempDir()
 	cfg.CertExtraNames = []string{wio.LocalServingHost}
-	cfg.MetricsAddr, cfg.HealthAddr = "0", freeAddr(t)
+	cfg.MetricsAddr, cfg.HealthAddr = "0", envtest.FreeAddr(t)
 	mgr, err := NewManager(leastPrivileged(t, env), cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- mgr.Start(ctx) }()
-	t.Cleanup(func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("manager: %v", err)
-		}
-	})
+	envtest.RunManager(t, mgr)
 
 	c := env.Client
 	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "vms"}}
@@ -107,34 +98,7 @@ func leastPrivileged(t *testing.T, env *envtest.Env) *rest.Config {
 	if err := yaml.Unmarshal(data, &role); err != nil {
 		t.Fatal(err)
 	}
-	ctx := context.Background()
-	if err := env.Client.Create(ctx, &role); err != nil {
-		t.Fatal(err)
-	}
-	binding := &rbacv1.ClusterRoleBinding{
-		ObjectMeta: metav1.ObjectMeta{Name: "kubevisor-api"},
-		RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: role.Name},
-		Subjects:   []rbacv1.Subject{{Kind: rbacv1.UserKind, APIGroup: rbacv1.GroupName, Name: "kubevisor-api"}},
-	}
-	if err := env.Client.Create(ctx, binding); err != nil {
-		t.Fatal(err)
-	}
-	user, err := env.Environment.AddUser(crenvtest.User{Name: "kubevisor-api"}, env.Config)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return user.Config()
-}
-
-// freeAddr is a loopback address with a port nobody listens on (for the health probes).
-func freeAddr(t *testing.T) string {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	return ln.Addr().String()
+	return env.Impersonate(t, "kubevisor-api", &role)
 }
 
 func vmi(name string, spec *v1alpha1.VirtualMachineInstanceSpec) *v1alpha1.VirtualMachineInstance {
