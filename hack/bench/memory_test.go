@@ -102,6 +102,10 @@ func TestMemoryFigures(t *testing.T) {
 	if got, want := r.figures(byPSS, rss(18)).overhead(), 15.0*mi; got != want {
 		t.Errorf("overhead by PSS = %v MiB, want %v", got/mi, want/mi)
 	}
+	// Every reading holds 1 MiB of anonymous memory: launcher 1 + handler 0 + 3 drivers / 4 VMs.
+	if got, want := r.figures(byAnon, rss(18)).overhead(), 1.75*mi; got != want {
+		t.Errorf("overhead by anonymous memory = %v MiB, want %v", got/mi, want/mi)
+	}
 	// A handler below its baseline (the GC returned memory) counts as nothing, not negative.
 	r.handler = rss(10)
 	if got := r.figures(byRSS, rss(18)).handler; got != 0 {
