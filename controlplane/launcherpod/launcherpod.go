@@ -10,9 +10,10 @@
 // handler (which runs the drivers on the host) and the launcher pod. The pod mounts it as a
 // hostPath at the same path, so that a path the handler or a storage driver writes there (a
 // prepared disk, a cloud-init ISO) means the same file inside the pod. Files appear in the pod as
-// they are written; mounts made on the node after the pod started would not (the mount has no
-// HostToContainer propagation, which the runtime refuses unless the node's mount is shared), so
-// drivers put files there, not mounts.
+// they are written. Mounts made on the node after the pod started appear only with
+// HostToContainer propagation, which the runtime refuses unless the node's mount is shared or
+// a slave: the launcher container has it only when the VMI has containerDisk volumes, whose
+// disks the handler mounts there (see Volumes).
 //
 // kubevisor-launcher serves its sockets in LauncherDir, a subdirectory of it, not in the
 // directory itself: the kubelet creates a DirectoryOrCreate hostPath with mode 0755, and the
@@ -28,14 +29,22 @@
 //	| persistentVolumeClaim  | the claim, mounted at DiskMountDir/<volume> (filesystem mode)     |
 //	| ephemeral              | its backing claim, read-only, at DiskMountDir/<volume>            |
 //	| hostDisk               | hostPath of the image's directory, at the same path               |
-//	| containerDisk          | nothing: the node's storage driver pulls the image and prepares   |
-//	|                        | the disk in the per-VMI directory                                 |
+//	| containerDisk          | a container running the volume's image (ContainerDiskContainer)   |
 //	| emptyDisk, cloudInit*  | nothing: the storage driver creates them in the per-VMI directory |
 //
 // Claims are attached by the kubelet so that the scheduler, the attach/detach controller and CSI
-// see them as used by the pod. Container disks are not pod containers (as KubeVirt's are): the
-// node's storage driver owns image content (DESIGN.md, data flow step 3), which also works where
-// no registry can be pulled from.
+// see them as used by the pod.
+//
+// A containerDisk is pulled by the kubelet, as KubeVirt's are: the pod has a container per
+// containerDisk volume whose image is the volume's (so the image is pulled, cached and
+// garbage-collected like any other, with the pod's pull secrets) and whose command is
+// kubevisor-containerdisk, a static binary that an init container copies from the launcher
+// image into an emptyDir (the disk image holds nothing but /disk/). It serves a socket in
+// ContainerDiskDir until the pod ends; the node handler finds the container's process through
+// it, and bind-mounts the image's disk read-only into ContainerDiskDir, where the launcher
+// container sees it (HostToContainer) and the storage driver makes the VM's overlay over it.
+// These containers share ContainerDiskDir only (a hostPath of their own), not the per-VMI
+// directory.
 //
 // # Security
 //
@@ -51,7 +60,6 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
-	"github.com/kubevisor/kubevisor/core/launcher/hostdir"
 	"path"
 	"slices"
 	"sort"
@@ -65,6 +73,8 @@ import (
 	"k8s.io/utils/ptr"
 
 	"github.com/kubevisor/kubevisor/core/api/v1alpha1"
+	"github.com/kubevisor/kubevisor/core/handler/cluster/containerdisk"
+	"github.com/kubevisor/kubevisor/core/launcher/hostdir"
 )
 
 // Defaults of Config, and the fixed names of the pod.
@@ -90,7 +100,28 @@ const (
 	VMIDirVolumeName = "kubevisor-vmi-dir"
 	// NamePrefix starts the name of every launcher pod.
 	NamePrefix = "kubevisor-launcher-"
+
+	// ContainerDiskBinaryContainer is the init container that copies kubevisor-containerdisk
+	// from the launcher image into the ContainerDiskBinVolumeName emptyDir.
+	ContainerDiskBinaryContainer = "containerdisk-binary"
+	// ContainerDiskBinVolumeName is the emptyDir that holds kubevisor-containerdisk, mounted at
+	// ContainerDiskBinDir.
+	ContainerDiskBinVolumeName = "kubevisor-containerdisk-bin"
+	// ContainerDiskBinDir is where the containerDisk containers find kubevisor-containerdisk.
+	ContainerDiskBinDir = "/kubevisor-containerdisk"
+	// ContainerDiskVolumeName is the hostPath of ContainerDiskDir, mounted at the same path in
+	// the containerDisk containers.
+	ContainerDiskVolumeName = "kubevisor-containerdisks"
+	// ContainerDiskContainerPrefix starts the name of a containerDisk volume's container.
+	ContainerDiskContainerPrefix = "volume-"
 )
+
+// ContainerDiskResources are the requests and limits of the containerDisk containers and of
+// the init container that copies their binary: they only sleep.
+var ContainerDiskResources = corev1.ResourceRequirements{
+	Requests: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("10m"), corev1.ResourceMemory: resource.MustParse("8Mi")},
+	Limits:   corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("100m"), corev1.ResourceMemory: resource.MustParse("40Mi")},
+}
 
 // DefaultLauncherMemoryOverhead is the memory the launcher and the hypervisor process need beyond
 // the guest's memory, unless Config says otherwise.
@@ -157,6 +188,24 @@ func LauncherDir(hostStateDir string, uid types.UID) string {
 	return hostdir.Launcher(hostStateDir, uid)
 }
 
+// ContainerDiskDir is the directory of the containerDisk volumes' sockets and disks in Dir.
+func ContainerDiskDir(hostStateDir string, uid types.UID) string {
+	return containerdisk.Dir(Dir(hostStateDir, uid))
+}
+
+// ContainerDiskContainer is the name of the container of a containerDisk volume: "volume-"
+// and the volume's name, shortened with a hash of it when that is too long for a container
+// name.
+func ContainerDiskContainer(volume string) string {
+	name := ContainerDiskContainerPrefix + volume
+	if len(name) <= validation.DNS1123LabelMaxLength {
+		return name
+	}
+	sum := sha256.Sum256([]byte(volume))
+	suffix := "-" + hex.EncodeToString(sum[:])[:8]
+	return strings.TrimRight(name[:validation.DNS1123LabelMaxLength-len(suffix)], "-") + suffix
+}
+
 // Name is the name of the launcher pod of a VMI: fixed by the VMI's UID, so that creating it
 // twice (from a stale cache) answers AlreadyExists instead of making a second pod, and a new VMI
 // of the same name does not collide with the old one's terminating pod. It fits in 63
@@ -206,6 +255,15 @@ func Build(vmi *v1alpha1.VirtualMachineInstance, class *v1alpha1.HypervisorClass
 	if err != nil {
 		return nil, err
 	}
+	initContainers, diskContainers, diskVolumes, err := buildContainerDisks(vmi, cfg, volumes)
+	if err != nil {
+		return nil, err
+	}
+	volumes = append(volumes, diskVolumes...)
+	if len(diskContainers) > 0 {
+		// The handler mounts the disks after the container started.
+		mounts[0].MountPropagation = ptr.To(corev1.MountPropagationHostToContainer)
+	}
 
 	vmiGrace := int64(DefaultVMIGracePeriodSeconds)
 	if vmi.Spec.TerminationGracePeriodSeconds != nil {
@@ -252,8 +310,9 @@ func Build(vmi *v1alpha1.VirtualMachineInstance, class *v1alpha1.HypervisorClass
 			SecurityContext: &corev1.PodSecurityContext{
 				SeccompProfile: &corev1.SeccompProfile{Type: corev1.SeccompProfileTypeRuntimeDefault},
 			},
-			Volumes: volumes,
-			Containers: []corev1.Container{{
+			Volumes:        volumes,
+			InitContainers: initContainers,
+			Containers: append([]corev1.Container{{
 				Name:            ContainerName,
 				Image:           cfg.LauncherImage,
 				ImagePullPolicy: cfg.ImagePullPolicy,
@@ -271,7 +330,7 @@ func Build(vmi *v1alpha1.VirtualMachineInstance, class *v1alpha1.HypervisorClass
 					Capabilities:             &corev1.Capabilities{Drop: []corev1.Capability{"ALL"}},
 				},
 				TerminationMessagePolicy: corev1.TerminationMessageFallbackToLogsOnError,
-			}},
+			}}, diskContainers...),
 		},
 	}
 	return pod, nil
@@ -523,4 +582,81 @@ func buildVolumes(vmi *v1alpha1.VirtualMachineInstance, cfg Config) ([]corev1.Vo
 		}
 	}
 	return volumes, mounts, nil
+}
+
+// buildContainerDisks returns the init container that copies kubevisor-containerdisk, a
+// container per containerDisk volume, and the pod volumes they use (nothing for a VMI without
+// containerDisk volumes); taken are the pod's other volumes, whose names must not clash.
+func buildContainerDisks(vmi *v1alpha1.VirtualMachineInstance, cfg Config, taken []corev1.Volume) (inits, containers []corev1.Container, volumes []corev1.Volume, err error) {
+	dir := Dir(cfg.HostStateDir, vmi.UID)
+	binMount := corev1.VolumeMount{Name: ContainerDiskBinVolumeName, MountPath: ContainerDiskBinDir, ReadOnly: true}
+	diskDir := ContainerDiskDir(cfg.HostStateDir, vmi.UID)
+	dirMount := corev1.VolumeMount{Name: ContainerDiskVolumeName, MountPath: diskDir}
+	security := func() *corev1.SecurityContext {
+		// Root, as the launcher: the socket directory is the kubelet's, made 0755 for root.
+		// Nothing else: the binary only serves a socket.
+		return &corev1.SecurityContext{
+			RunAsUser:                ptr.To[int64](0),
+			RunAsNonRoot:             ptr.To(false),
+			Privileged:               ptr.To(false),
+			AllowPrivilegeEscalation: ptr.To(false),
+			ReadOnlyRootFilesystem:   ptr.To(true),
+			Capabilities:             &corev1.Capabilities{Drop: []corev1.Capability{"ALL"}},
+		}
+	}
+	names := map[string]string{} // container → volume
+	for _, v := range vmi.Spec.Volumes {
+		cd := v.ContainerDisk
+		if cd == nil {
+			continue
+		}
+		name := ContainerDiskContainer(v.Name)
+		if other, ok := names[name]; ok {
+			return nil, nil, nil, fmt.Errorf("volumes %s and %s: their containerDisk containers would have the same name %s", other, v.Name, name)
+		}
+		names[name] = v.Name
+		pull := cd.ImagePullPolicy
+		if pull == "" {
+			pull = corev1.PullIfNotPresent
+		}
+		containers = append(containers, corev1.Container{
+			Name:                     name,
+			Image:                    cd.Image,
+			ImagePullPolicy:          pull,
+			Command:                  []string{path.Join(ContainerDiskBinDir, containerdisk.Command)},
+			Args:                     []string{"--socket", containerdisk.Socket(dir, v.Name)},
+			Resources:                *ContainerDiskResources.DeepCopy(),
+			VolumeMounts:             []corev1.VolumeMount{binMount, dirMount},
+			SecurityContext:          security(),
+			TerminationMessagePolicy: corev1.TerminationMessageFallbackToLogsOnError,
+		})
+	}
+	if len(containers) == 0 {
+		return nil, nil, nil, nil
+	}
+	for _, v := range taken {
+		if v.Name == ContainerDiskBinVolumeName || v.Name == ContainerDiskVolumeName {
+			return nil, nil, nil, fmt.Errorf("volume %s: its name is taken by another volume of the launcher pod", v.Name)
+		}
+	}
+	volumes = []corev1.Volume{
+		{Name: ContainerDiskBinVolumeName, VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{SizeLimit: ptr.To(resource.MustParse("32Mi"))}}},
+		{Name: ContainerDiskVolumeName, VolumeSource: corev1.VolumeSource{HostPath: &corev1.HostPathVolumeSource{
+			Path: diskDir, Type: ptr.To(corev1.HostPathDirectoryOrCreate),
+		}}},
+	}
+	copyMount := binMount
+	copyMount.ReadOnly = false
+	inits = []corev1.Container{{
+		Name:                     ContainerDiskBinaryContainer,
+		Image:                    cfg.LauncherImage,
+		ImagePullPolicy:          cfg.ImagePullPolicy,
+		Command:                  []string{containerdisk.Command},
+		Args:                     []string{"--copy-to", ContainerDiskBinDir},
+		Resources:                *ContainerDiskResources.DeepCopy(),
+		VolumeMounts:             []corev1.VolumeMount{copyMount},
+		SecurityContext:          security(),
+		TerminationMessagePolicy: corev1.TerminationMessageFallbackToLogsOnError,
+	}}
+	return inits, containers, volumes, nil
 }

@@ -320,7 +320,6 @@ func TestBuild(t *testing.T) {
 			name: "volumes: claims and host disks become pod volumes, node-prepared sources do not",
 			vmi: testVMI(func(v *v1alpha1.VirtualMachineInstance) {
 				v.Spec.Volumes = []v1alpha1.Volume{
-					{Name: "root", VolumeSource: v1alpha1.VolumeSource{ContainerDisk: &v1alpha1.ContainerDiskSource{Image: "img"}}},
 					{Name: "data", VolumeSource: v1alpha1.VolumeSource{PersistentVolumeClaim: &v1alpha1.PersistentVolumeClaimVolumeSource{
 						PersistentVolumeClaimVolumeSource: corev1.PersistentVolumeClaimVolumeSource{ClaimName: "data-claim"}}}},
 					{Name: "base", VolumeSource: v1alpha1.VolumeSource{Ephemeral: &v1alpha1.EphemeralVolumeSource{
@@ -353,7 +352,110 @@ func TestBuild(t *testing.T) {
 				if !equality.Semantic.DeepEqual(pod.Spec.Containers[0].VolumeMounts, wantMounts) {
 					t.Errorf("mounts = %+v\nwant %+v", pod.Spec.Containers[0].VolumeMounts, wantMounts)
 				}
+				if len(pod.Spec.Containers) != 1 || len(pod.Spec.InitContainers) != 0 || wantMounts[0].MountPropagation != nil {
+					t.Errorf("containers %d, init containers %d, propagation %v: want 1, 0, none", len(pod.Spec.Containers), len(pod.Spec.InitContainers), wantMounts[0].MountPropagation)
+				}
 			},
+		},
+		{
+			name: "containerDisk volumes: a container each running the image, the binary's init container, its emptyDir, the socket directory; HostToContainer on the per-VMI directory",
+			vmi: testVMI(func(v *v1alpha1.VirtualMachineInstance) {
+				v.Spec.Volumes = []v1alpha1.Volume{
+					{Name: "root", VolumeSource: v1alpha1.VolumeSource{ContainerDisk: &v1alpha1.ContainerDiskSource{Image: "kubevisor/test-guest:latest"}}},
+					{Name: "ci", VolumeSource: v1alpha1.VolumeSource{CloudInitNoCloud: &v1alpha1.CloudInitNoCloudSource{UserData: "#cloud-config"}}},
+					{Name: "extra", VolumeSource: v1alpha1.VolumeSource{ContainerDisk: &v1alpha1.ContainerDiskSource{
+						Image: "registry.example/disks/extra:v1", Path: "/custom/extra.raw", ImagePullPolicy: corev1.PullAlways}}},
+				}
+			}),
+			check: func(t *testing.T, pod *corev1.Pod) {
+				dir := "/var/run/kubevisor/vmi/" + string(testUID)
+				cdDir := dir + "/containerdisks"
+				if got := pod.Spec.Containers[0].VolumeMounts[0]; got.MountPath != dir || !equality.Semantic.DeepEqual(got.MountPropagation, ptr.To(corev1.MountPropagationHostToContainer)) {
+					t.Errorf("per-VMI directory mount %+v, want %s with HostToContainer", got, dir)
+				}
+				wantVolumes := []corev1.Volume{
+					pod.Spec.Volumes[0],
+					{Name: ContainerDiskBinVolumeName, VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{SizeLimit: ptr.To(q("32Mi"))}}},
+					{Name: ContainerDiskVolumeName, VolumeSource: corev1.VolumeSource{HostPath: &corev1.HostPathVolumeSource{Path: cdDir, Type: ptr.To(corev1.HostPathDirectoryOrCreate)}}},
+				}
+				if !equality.Semantic.DeepEqual(pod.Spec.Volumes, wantVolumes) {
+					t.Errorf("volumes = %+v\nwant %+v", pod.Spec.Volumes, wantVolumes)
+				}
+				security := &corev1.SecurityContext{
+					RunAsUser: ptr.To[int64](0), RunAsNonRoot: ptr.To(false), Privileged: ptr.To(false),
+					AllowPrivilegeEscalation: ptr.To(false), ReadOnlyRootFilesystem: ptr.To(true),
+					Capabilities: &corev1.Capabilities{Drop: []corev1.Capability{"ALL"}},
+				}
+				small := corev1.ResourceRequirements{
+					Requests: corev1.ResourceList{corev1.ResourceCPU: q("10m"), corev1.ResourceMemory: q("8Mi")},
+					Limits:   corev1.ResourceList{corev1.ResourceCPU: q("100m"), corev1.ResourceMemory: q("40Mi")},
+				}
+				wantInit := []corev1.Container{{
+					Name: "containerdisk-binary", Image: "kubevisor/launcher:test", ImagePullPolicy: corev1.PullIfNotPresent,
+					Command: []string{"kubevisor-containerdisk"}, Args: []string{"--copy-to", "/kubevisor-containerdisk"},
+					Resources:                small,
+					VolumeMounts:             []corev1.VolumeMount{{Name: ContainerDiskBinVolumeName, MountPath: "/kubevisor-containerdisk"}},
+					SecurityContext:          security,
+					TerminationMessagePolicy: corev1.TerminationMessageFallbackToLogsOnError,
+				}}
+				if !equality.Semantic.DeepEqual(pod.Spec.InitContainers, wantInit) {
+					t.Errorf("init containers = %+v\nwant %+v", pod.Spec.InitContainers, wantInit)
+				}
+				disk := func(name, image string, pull corev1.PullPolicy, volume string) corev1.Container {
+					return corev1.Container{
+						Name: name, Image: image, ImagePullPolicy: pull,
+						Command:   []string{"/kubevisor-containerdisk/kubevisor-containerdisk"},
+						Args:      []string{"--socket", cdDir + "/" + volume + ".sock"},
+						Resources: small,
+						VolumeMounts: []corev1.VolumeMount{
+							{Name: ContainerDiskBinVolumeName, MountPath: "/kubevisor-containerdisk", ReadOnly: true},
+							{Name: ContainerDiskVolumeName, MountPath: cdDir},
+						},
+						SecurityContext:          security,
+						TerminationMessagePolicy: corev1.TerminationMessageFallbackToLogsOnError,
+					}
+				}
+				want := []corev1.Container{
+					disk("volume-root", "kubevisor/test-guest:latest", corev1.PullIfNotPresent, "root"),
+					disk("volume-extra", "registry.example/disks/extra:v1", corev1.PullAlways, "extra"),
+				}
+				if got := pod.Spec.Containers[1:]; !equality.Semantic.DeepEqual(got, want) {
+					t.Errorf("containerDisk containers = %+v\nwant %+v", got, want)
+				}
+				if pod.Spec.Containers[0].Name != ContainerName {
+					t.Errorf("first container %s, want the launcher", pod.Spec.Containers[0].Name)
+				}
+			},
+		},
+		{
+			name: "containerDisk volume names too long for a container name: shortened, distinct, valid",
+			vmi: testVMI(func(v *v1alpha1.VirtualMachineInstance) {
+				for _, n := range []string{strings.Repeat("a", 60) + "-1", strings.Repeat("a", 60) + "-2"} {
+					v.Spec.Volumes = append(v.Spec.Volumes, v1alpha1.Volume{Name: n, VolumeSource: v1alpha1.VolumeSource{ContainerDisk: &v1alpha1.ContainerDiskSource{Image: "img"}}})
+				}
+			}),
+			check: func(t *testing.T, pod *corev1.Pod) {
+				a, b := pod.Spec.Containers[1].Name, pod.Spec.Containers[2].Name
+				for _, n := range []string{a, b} {
+					if errs := validation.IsDNS1123Label(n); len(errs) > 0 {
+						t.Errorf("container name %q: %v", n, errs)
+					}
+				}
+				if a == b {
+					t.Errorf("both containers are named %s", a)
+				}
+			},
+		},
+		{
+			name: "a VMI volume named like the containerDisk socket directory's volume",
+			vmi: testVMI(func(v *v1alpha1.VirtualMachineInstance) {
+				v.Spec.Volumes = []v1alpha1.Volume{
+					{Name: "root", VolumeSource: v1alpha1.VolumeSource{ContainerDisk: &v1alpha1.ContainerDiskSource{Image: "img"}}},
+					{Name: ContainerDiskVolumeName, VolumeSource: v1alpha1.VolumeSource{PersistentVolumeClaim: &v1alpha1.PersistentVolumeClaimVolumeSource{
+						PersistentVolumeClaimVolumeSource: corev1.PersistentVolumeClaimVolumeSource{ClaimName: "c"}}}},
+				}
+			}),
+			wantErr: "volume kubevisor-containerdisks: its name is taken",
 		},
 		{
 			name: "a VMI volume named like the per-VMI directory's volume",

@@ -35,6 +35,14 @@ type Sandbox struct {
 	// resource → device ids; the device driver's Allocate turns them into the VM's host
 	// devices.
 	Devices map[string][]string `json:"devices,omitempty"`
+	// Dir, when set, is a directory of the node that the sandbox sees at the same path (in a
+	// cluster, the launcher pod's per-VMI directory). The VMI's run directory (<Dir>/run) and
+	// the storage driver's work directory (<Dir>/volumes) are then made in it, instead of in
+	// Config.RunDir and Config.VolumeDir, so that every file the VM process opens by path
+	// (disks, cloud-init ISOs, sockets, firmware copies) is inside the sandbox. Subdirectories,
+	// not Dir itself: the handler removes them when it undoes a VMI, and Dir holds what is not
+	// the handler's (the launcher's socket directory).
+	Dir string `json:"dir,omitempty"`
 }
 
 // Options are what a program gives a Handler besides its Config.
@@ -50,6 +58,10 @@ type Options struct {
 	// Resolver finds images, claims and secrets on the node. Default: MapResolver over
 	// Config.Images and Config.Claims.
 	Resolver Resolver
+	// ContainerDisks, when set, finds the disks of containerDisk volumes by volume (in a
+	// cluster, each has its own container); the other volumes still go to Resolver. Default:
+	// Resolver.Image of the volume's image.
+	ContainerDisks ContainerDiskResolver
 	// OnStatus is called with a VMI's status every time it changes, in order. It must not call
 	// Sync or Stop.
 	OnStatus func(uid types.UID, st v1alpha1.VirtualMachineInstanceStatus)
@@ -117,6 +129,9 @@ func New(ctx context.Context, cfg Config, opts Options) (*Handler, error) {
 	}
 	if opts.Resolver == nil {
 		opts.Resolver = MapResolver{Images: cfg.Images, Claims: cfg.Claims}
+	}
+	if opts.ContainerDisks != nil {
+		opts.Resolver = byVolume{Resolver: opts.Resolver, ContainerDiskResolver: opts.ContainerDisks}
 	}
 	if opts.Now == nil {
 		opts.Now = time.Now

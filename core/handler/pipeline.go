@@ -25,6 +25,14 @@ import (
 	storagev1 "github.com/kubevisor/kubevisor/core/driver/storage/v1"
 )
 
+// The subdirectories of Sandbox.Dir the handler uses.
+const (
+	// SandboxRunDir is the VMI's run directory in Sandbox.Dir.
+	SandboxRunDir = "run"
+	// SandboxVolumesDir is the storage driver's work directory in Sandbox.Dir.
+	SandboxVolumesDir = "volumes"
+)
+
 // undoTimeout bounds undoing a failed sync, which runs even when the sync's context is done.
 const undoTimeout = 2 * time.Minute
 
@@ -224,6 +232,10 @@ func (h *Handler) pipeline(ctx context.Context, e *entry, vmi *v1alpha1.VirtualM
 			Version: stateVersion, UID: uid, Namespace: vmi.Namespace, Name: vmi.Name, Drivers: d.names,
 			WorkDir: filepath.Join(h.cfg.VolumeDir, string(uid)),
 			RunDir:  filepath.Join(h.cfg.RunDir, string(uid)),
+		}
+		if sandbox.Dir != "" {
+			st.WorkDir = filepath.Join(sandbox.Dir, SandboxVolumesDir)
+			st.RunDir = filepath.Join(sandbox.Dir, SandboxRunDir)
 		}
 		e.state = st
 	}

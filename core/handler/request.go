@@ -31,6 +31,20 @@ type Resolver interface {
 	Secret(ctx context.Context, vmi *v1alpha1.VirtualMachineInstance, name string) (map[string][]byte, error)
 }
 
+// ContainerDiskResolver finds the disk of a containerDisk volume by the volume, not only by its
+// image (Options.ContainerDisks): in a cluster each containerDisk volume has its own container in
+// the launcher pod, which serves the image. It returns the node path of the disk image file; the
+// path in the image that the volume may name (src.Path) is its to apply.
+type ContainerDiskResolver interface {
+	ContainerDisk(ctx context.Context, vmi *v1alpha1.VirtualMachineInstance, volume string, src *v1alpha1.ContainerDiskSource) (string, error)
+}
+
+// byVolume is a Resolver that resolves containerDisk volumes with a ContainerDiskResolver.
+type byVolume struct {
+	Resolver
+	ContainerDiskResolver
+}
+
 // MapResolver resolves images and claims from maps (Config.Images, Config.Claims); an image
 // reference that is a path (absolute, or starting with ./ or ../) is that path. It knows no
 // secrets.
@@ -159,10 +173,17 @@ func storageVolume(ctx context.Context, vmi *v1alpha1.VirtualMachineInstance, r 
 	src := v.VolumeSource
 	if s := src.ContainerDisk; s != nil {
 		n++
-		path, err := r.Image(ctx, vmi, s.Image)
+		var path string
+		var err error
+		cr, perVolume := r.(ContainerDiskResolver)
+		if perVolume {
+			path, err = cr.ContainerDisk(ctx, vmi, v.Name, s)
+		} else {
+			path, err = r.Image(ctx, vmi, s.Image)
+		}
 		if err != nil {
 			errs.add(field+".containerDisk.image", "%v", err)
-		} else if s.Path != "" {
+		} else if s.Path != "" && !perVolume {
 			// A path in the image, when the image is an unpacked directory that has it.
 			if in := filepath.Join(path, s.Path); fileExists(in) {
 				path = in

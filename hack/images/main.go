@@ -8,8 +8,9 @@
 // pause is the cluster's sandbox image (hack/images/pause, built static). Component images
 // take the binaries from --bin-dir (make build); an image whose main binary is not built yet is
 // skipped with a note. The launcher image also carries the host's QEMU with its libraries,
-// firmware and TCG module. The test guest's containerDisk is built by hack/guest (make guest)
-// and imported as it is. Each image goes to <out>/<name>.tar, tagged <repo>/<name>:<tag>.
+// firmware and TCG module, and kubevisor-containerdisk built static (the launcher pod's init
+// container copies it for the containerDisk containers, whose images hold only the disk). The
+// test guest's containerDisk is built by hack/guest (make guest) and imported as it is. Each image goes to <out>/<name>.tar, tagged <repo>/<name>:<tag>.
 package main
 
 import (
@@ -36,6 +37,10 @@ type component struct {
 	qemu bool
 	// hostBins are host executables (with their libraries) at their host paths.
 	hostBins []string
+	// static are commands (./cmd/<name>) built static (CGO_ENABLED=0) into /usr/local/bin:
+	// binaries that other images run (kubevisor-containerdisk runs in containerDisk images,
+	// which hold nothing but /disk/), built here rather than taken from --bin-dir.
+	static []string
 }
 
 // components lists the images of the install manifests; the handler DaemonSet runs the
@@ -45,7 +50,7 @@ var components = []component{
 	{name: "kubevisor-api", bins: []string{"kubevisor-api"}},
 	{name: "kubevisor-handler", bins: []string{"kubevisor-handler", "kubevisor-driver-*", "kubevisor-deviceplugins"},
 		cni: true, hostBins: []string{"qemu-img"}},
-	{name: "kubevisor-launcher", bins: []string{"kubevisor-launcher"}, qemu: true},
+	{name: "kubevisor-launcher", bins: []string{"kubevisor-launcher"}, qemu: true, static: []string{"kubevisor-containerdisk"}},
 }
 
 type options struct {
@@ -185,6 +190,18 @@ func (o options) write(name string, cfg imagebuild.Config, trees ...*imagebuild.
 	return nil
 }
 
+// buildStatic compiles a main package (run from the repository root) static into dir/name.
+func buildStatic(dir, name, pkg string) (string, error) {
+	bin := filepath.Join(dir, name)
+	cmd := exec.Command("go", "build", "-trimpath", "-ldflags", "-s -w", "-o", bin, pkg)
+	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
+	cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
+	if err := cmd.Run(); err != nil {
+		return "", fmt.Errorf("build %s static (run from the repository root): %w", pkg, err)
+	}
+	return bin, nil
+}
+
 // buildPause compiles hack/images/pause static and puts it alone on the base tree.
 func buildPause(o options) error {
 	tmp, err := os.MkdirTemp("", "kubevisor-pause-")
@@ -192,12 +209,9 @@ func buildPause(o options) error {
 		return err
 	}
 	defer os.RemoveAll(tmp)
-	bin := filepath.Join(tmp, "pause")
-	cmd := exec.Command("go", "build", "-trimpath", "-ldflags", "-s -w", "-o", bin, "./hack/images/pause")
-	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
-	cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
-	if err := cmd.Run(); err != nil {
-		return fmt.Errorf("build pause (run from the repository root): %w", err)
+	bin, err := buildStatic(tmp, "pause", "./hack/images/pause")
+	if err != nil {
+		return err
 	}
 	t := imagebuild.BaseTree()
 	if err := t.AddFileAs("/pause", bin); err != nil {
@@ -241,6 +255,22 @@ func buildComponent(o options, c component, named bool) error {
 		}
 		for _, m := range matches {
 			if err := own.AddExecutable(filepath.Join("/usr/local/bin", filepath.Base(m)), m); err != nil {
+				return fmt.Errorf("%s: %w", c.name, err)
+			}
+		}
+	}
+	if len(c.static) > 0 {
+		tmp, err := os.MkdirTemp("", "kubevisor-static-")
+		if err != nil {
+			return err
+		}
+		defer os.RemoveAll(tmp)
+		for _, name := range c.static {
+			bin, err := buildStatic(tmp, name, "./cmd/"+name)
+			if err != nil {
+				return fmt.Errorf("%s: %w", c.name, err)
+			}
+			if err := own.AddFileAs(filepath.Join("/usr/local/bin", name), bin); err != nil {
 				return fmt.Errorf("%s: %w", c.name, err)
 			}
 		}

@@ -45,7 +45,8 @@ type AgentConfig struct {
 	// Resync is how often the agent looks for VMIs the handler runs that the API no longer
 	// has. Default: 30s.
 	Resync time.Duration
-	// DialTimeout bounds the wait for a VMI's launcher to answer. Default: 10s.
+	// DialTimeout bounds the wait for a VMI's launcher, and for each of its containerDisk
+	// containers, to answer. Default: 10s.
 	DialTimeout time.Duration
 }
 
@@ -87,6 +88,7 @@ func CacheOptions(node string) cache.Options {
 type Agent struct {
 	cfg    AgentConfig
 	client client.Client
+	disks  containerDisks
 	h      *handler.Handler
 	log    logr.Logger
 	// changed carries VMIs whose status the handler changed to the reconciler.
@@ -104,16 +106,18 @@ func NewAgent(c client.Client, cfg AgentConfig, log logr.Logger) (*Agent, error)
 	}
 	return &Agent{
 		cfg: cfg, client: c, log: log,
+		disks:   containerDisks{root: cfg.HostStateDir, timeout: cfg.DialTimeout},
 		changed: make(chan event.GenericEvent, 1024),
 		names:   map[types.UID]types.NamespacedName{},
 	}, nil
 }
 
-// HandlerOptions returns opts with the agent's sandbox lookup and status callback; a
-// status callback already in opts is still called.
+// HandlerOptions returns opts with the agent's sandbox lookup, containerDisk resolver
+// (containerDisks) and status callback; a status callback already in opts is still called.
 func (a *Agent) HandlerOptions(opts handler.Options) handler.Options {
 	next := opts.OnStatus
 	opts.Sandbox = a.sandbox
+	opts.ContainerDisks = diskResolver{disks: a.disks}
 	opts.OnStatus = func(uid types.UID, st v1alpha1.VirtualMachineInstanceStatus) {
 		if next != nil {
 			next(uid, st)
@@ -136,7 +140,9 @@ func (a *Agent) HandlerOptions(opts handler.Options) handler.Options {
 }
 
 // sandbox finds a VMI's launcher: its socket in the per-VMI directory, and its network
-// namespace through the pid of the process serving that socket.
+// namespace through the pid of the process serving that socket. It mounts the VMI's
+// containerDisk disks into the per-VMI directory, and has the handler keep the VMI's files
+// there (Sandbox.Dir), where the launcher container sees them at the same path.
 func (a *Agent) sandbox(ctx context.Context, vmi *v1alpha1.VirtualMachineInstance) (handler.Sandbox, error) {
 	socket := filepath.Join(hostdir.Launcher(a.cfg.HostStateDir, vmi.UID), launcher.SocketName)
 	dctx, cancel := context.WithTimeout(ctx, a.cfg.DialTimeout)
@@ -150,7 +156,13 @@ func (a *Agent) sandbox(ctx context.Context, vmi *v1alpha1.VirtualMachineInstanc
 	if pid <= 0 {
 		return handler.Sandbox{}, fmt.Errorf("launcher at %s: its pid is not visible from the handler (the handler needs the host's pid namespace)", socket)
 	}
-	return handler.Sandbox{LauncherSocket: socket, NetNSPath: fmt.Sprintf("/proc/%d/ns/net", pid)}, nil
+	if err := a.disks.MountAll(ctx, vmi); err != nil {
+		return handler.Sandbox{}, err
+	}
+	return handler.Sandbox{
+		LauncherSocket: socket, NetNSPath: fmt.Sprintf("/proc/%d/ns/net", pid),
+		Dir: hostdir.VMI(a.cfg.HostStateDir, vmi.UID),
+	}, nil
 }
 
 // Setup registers the agent's controller with mgr; h must have been made with HandlerOptions.
@@ -208,27 +220,38 @@ func (a *Agent) Reconcile(ctx context.Context, req reconcile.Request) (reconcile
 		return reconcile.Result{}, err
 	}
 	_, known := a.h.Status(vmi.UID)
-	podEnded := pod == nil || pod.Status.Phase == corev1.PodFailed || pod.Status.Phase == corev1.PodSucceeded
+	podEnded := pod == nil || pod.Status.Phase == corev1.PodFailed || pod.Status.Phase == corev1.PodSucceeded ||
+		launcherExited(pod)
 	stopping := vmi.DeletionTimestamp != nil || (pod != nil && pod.DeletionTimestamp != nil) ||
 		phaseRank(vmi.Status.Phase) == 5
 	switch {
 	case stopping || (podEnded && known):
 		if !known {
-			return reconcile.Result{}, nil
+			return reconcile.Result{}, a.disks.Release(vmi.UID)
 		}
 		if podEnded && !stopping {
 			why := "the launcher pod is gone"
 			if pod != nil {
 				why = fmt.Sprintf("launcher pod %s ended (%s)", pod.Name, pod.Status.Phase)
+				if launcherExited(pod) {
+					why = fmt.Sprintf("the launcher container of pod %s exited", pod.Name)
+				}
 			}
 			a.h.SandboxExited(vmi.UID, why)
 		}
 		st, err := a.h.Stop(ctx, &vmi, grace(&vmi))
+		if err == nil {
+			// The VM is gone and the storage driver released its overlays.
+			err = a.disks.Release(vmi.UID)
+		}
 		if werr := a.writeStatus(ctx, req.NamespacedName, st); werr != nil {
 			err = errors.Join(err, werr)
 		}
 		return reconcile.Result{}, err
-	case pod == nil || pod.Status.Phase != corev1.PodRunning:
+	case podEnded:
+		// Ended before the handler ran anything (or after it undid a failed sync).
+		return reconcile.Result{}, a.disks.Release(vmi.UID)
+	case pod.Status.Phase != corev1.PodRunning:
 		// Not started yet: the pod's next change brings the VMI back.
 		return reconcile.Result{}, nil
 	}
@@ -243,6 +266,20 @@ func (a *Agent) Reconcile(ctx context.Context, req reconcile.Request) (reconcile
 		return reconcile.Result{RequeueAfter: 5 * time.Second}, nil
 	}
 	return reconcile.Result{}, nil
+}
+
+// launcherContainer is the launcher pod's launcher container (launcherpod.ContainerName).
+const launcherContainer = "compute"
+
+// launcherExited says whether the pod's launcher container terminated. The pod of a VMI with
+// containerDisk volumes stays Running after that: their containers run until the pod is deleted.
+func launcherExited(pod *corev1.Pod) bool {
+	for _, cs := range pod.Status.ContainerStatuses {
+		if cs.Name == launcherContainer && cs.State.Terminated != nil {
+			return true
+		}
+	}
+	return false
 }
 
 // grace is the VMI's terminationGracePeriodSeconds (KubeVirt's default 30 s when unset).
@@ -317,6 +354,9 @@ func (a *Agent) stopUnknown(ctx context.Context, uid types.UID, name types.Names
 			return err
 		}
 		a.log.Info("stopped a VM whose VMI is gone", "vmi", name, "uid", uid)
+	}
+	if err := a.disks.Release(uid); err != nil {
+		return err
 	}
 	a.mu.Lock()
 	delete(a.names, uid)

@@ -2,11 +2,14 @@ package cluster
 
 import (
 	"context"
+	"encoding/json"
+	"errors"
 	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"slices"
+	"syscall"
 	"testing"
 	"time"
 
@@ -25,6 +28,7 @@ import (
 	"github.com/kubevisor/kubevisor/core/api/v1alpha1"
 	"github.com/kubevisor/kubevisor/core/driver"
 	"github.com/kubevisor/kubevisor/core/handler"
+	"github.com/kubevisor/kubevisor/core/handler/cluster/containerdisk"
 	"github.com/kubevisor/kubevisor/core/launcher/hostdir"
 	"github.com/kubevisor/kubevisor/core/plugin"
 	"github.com/kubevisor/kubevisor/internal/envtest"
@@ -42,24 +46,24 @@ type agentNode struct {
 	h       *handler.Handler
 	bin     string // directory of the built binaries
 	hostDir string
-	disk    string
 }
 
-func newAgentNode(t *testing.T) *agentNode {
+// newAgentNode starts a node; localStorage runs the real local storage driver instead of the
+// simulated one.
+func newAgentNode(t *testing.T, localStorage bool) *agentNode {
 	env := envtest.Start(t, envtest.Options{})
 	dir, err := os.MkdirTemp("/tmp", "kva-") // short: unix socket paths
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = os.RemoveAll(dir) })
-	n := &agentNode{t: t, bin: filepath.Join(dir, "bin"), hostDir: filepath.Join(dir, "host"), disk: filepath.Join(dir, "disk.img")}
+	n := &agentNode{t: t, bin: filepath.Join(dir, "bin"), hostDir: filepath.Join(dir, "host")}
 	if err := testbin.Build(n.bin, false,
 		"github.com/kubevisor/kubevisor/cmd/kubevisor-driver-fake",
+		"github.com/kubevisor/kubevisor/cmd/kubevisor-driver-local",
 		"github.com/kubevisor/kubevisor/cmd/kubevisor-launcher",
+		"github.com/kubevisor/kubevisor/cmd/kubevisor-containerdisk",
 		"github.com/kubevisor/kubevisor/core/handler/internal/testdriver"); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(n.disk, make([]byte, 1<<20), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	manifest := func(bin, kind, name string, args ...string) plugin.Manifest {
@@ -83,19 +87,23 @@ func newAgentNode(t *testing.T) *agentNode {
 	if err != nil {
 		t.Fatal(err)
 	}
+	storage := manifest("testdriver", driver.KindStorage, "fake-storage", driver.KindStorage, "name=fake-storage")
+	if localStorage {
+		storage = manifest("kubevisor-driver-local", driver.KindStorage, "local")
+	}
 	opts := agent.HandlerOptions(handler.Options{
 		Logger: hclog.New(&hclog.LoggerOptions{Name: "handler", Level: hclog.Warn, Output: os.Stderr}),
 		Manifests: []plugin.Manifest{
 			manifest("kubevisor-driver-fake", driver.KindHypervisor, "fake", driver.KindHypervisor),
 			manifest("testdriver", driver.KindNetwork, "fake-net", driver.KindNetwork, "name=fake-net"),
-			manifest("testdriver", driver.KindStorage, "fake-storage", driver.KindStorage, "name=fake-storage"),
+			storage,
 		},
 	})
 	hctx, hcancel := context.WithTimeout(ctx, 30*time.Second)
 	defer hcancel()
 	n.h, err = handler.New(hctx, handler.Config{
 		StateDir: filepath.Join(dir, "s"), RunDir: filepath.Join(dir, "r"), NodeName: node,
-		Drivers:      handler.DriverSet{Hypervisor: "fake", Network: "fake-net", Storage: "fake-storage"},
+		Drivers:      handler.DriverSet{Hypervisor: "fake", Network: "fake-net", Storage: storage.Name},
 		ResyncPeriod: metav1.Duration{Duration: 500 * time.Millisecond},
 	}, opts)
 	if err != nil {
@@ -118,8 +126,13 @@ func newAgentNode(t *testing.T) *agentNode {
 }
 
 // vmi creates a VMI labelled with the node, as the VMI controller leaves it once its launcher
-// pod is scheduled, and returns it as stored.
-func (n *agentNode) vmi(name string) *v1alpha1.VirtualMachineInstance {
+// pod is scheduled, and returns it as stored. Its disk is the volume root: an emptyDisk unless
+// root is given.
+func (n *agentNode) vmi(name string, root ...v1alpha1.VolumeSource) *v1alpha1.VirtualMachineInstance {
+	src := v1alpha1.VolumeSource{EmptyDisk: &v1alpha1.EmptyDiskSource{Capacity: resource.MustParse("1Mi")}}
+	if len(root) > 0 {
+		src = root[0]
+	}
 	mem := resource.MustParse("64Mi")
 	vmi := &v1alpha1.VirtualMachineInstance{
 		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "default", Labels: map[string]string{v1alpha1.NodeNameLabel: node}},
@@ -133,7 +146,7 @@ func (n *agentNode) vmi(name string) *v1alpha1.VirtualMachineInstance {
 						Masquerade: &v1alpha1.InterfaceMasquerade{}}}},
 				},
 			},
-			Volumes:  []v1alpha1.Volume{{Name: "root", VolumeSource: v1alpha1.VolumeSource{ContainerDisk: &v1alpha1.ContainerDiskSource{Image: n.disk}}}},
+			Volumes:  []v1alpha1.Volume{{Name: "root", VolumeSource: src}},
 			Networks: []v1alpha1.Network{{Name: "default", NetworkSource: v1alpha1.NetworkSource{Pod: &v1alpha1.PodNetwork{}}}},
 		},
 	}
@@ -227,10 +240,11 @@ func condition(vmi *v1alpha1.VirtualMachineInstance, t v1alpha1.VirtualMachineIn
 
 // TestAgent drives VMIs through the agent on a real API server: a running launcher pod gets
 // its VMI Running with status written to the API; deleting the pod stops the VM and leaves the
-// VMI Succeeded; a pod that fails under a running VM fails the VMI naming the launcher; a VMI
-// deleted from the API has its VM stopped.
+// VMI Succeeded; a pod that fails under a running VM, or whose launcher container ends while
+// the pod still runs, fails the VMI naming the launcher; a VMI deleted from the API has its VM
+// stopped.
 func TestAgent(t *testing.T) {
-	n := newAgentNode(t)
+	n := newAgentNode(t, false)
 	ctx := context.Background()
 
 	t.Run("pod running: VMI Running", func(t *testing.T) {
@@ -271,6 +285,29 @@ func TestAgent(t *testing.T) {
 		n.waitHandlerForgets(vmi.UID)
 	})
 
+	t.Run("launcher container exited in a pod still running: VMI Failed naming the launcher", func(t *testing.T) {
+		// A pod with containerDisk containers stays Running after its launcher ends.
+		n.t = t
+		vmi := n.vmi("e")
+		pod := n.launcherPod(vmi)
+		n.waitVMI("e", "Running", func(v *v1alpha1.VirtualMachineInstance) bool { return v.Status.Phase == v1alpha1.Running })
+		if err := n.c.Get(ctx, client.ObjectKeyFromObject(pod), pod); err != nil {
+			t.Fatal(err)
+		}
+		pod.Status.ContainerStatuses = []corev1.ContainerStatus{
+			{Name: "compute", State: corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{ExitCode: 1}}},
+			{Name: "volume-root", State: corev1.ContainerState{Running: &corev1.ContainerStateRunning{}}},
+		}
+		if err := n.c.Status().Update(ctx, pod); err != nil {
+			t.Fatal(err)
+		}
+		got := n.waitVMI("e", "Failed", func(v *v1alpha1.VirtualMachineInstance) bool { return v.Status.Phase == v1alpha1.Failed })
+		if got.Status.Reason != handler.ReasonSandboxExited {
+			t.Errorf("reason %q, want %q", got.Status.Reason, handler.ReasonSandboxExited)
+		}
+		n.waitHandlerForgets(vmi.UID)
+	})
+
 	t.Run("VMI deleted from the API: VM stopped", func(t *testing.T) {
 		n.t = t
 		vmi := n.vmi("c")
@@ -283,6 +320,87 @@ func TestAgent(t *testing.T) {
 	})
 	if left := n.h.VMIs(); len(left) != 0 {
 		t.Errorf("the handler still runs %v", left)
+	}
+}
+
+// TestAgentContainerDisk runs a VMI whose disk is a containerDisk through the agent, with the
+// real local storage driver, a real kubevisor-containerdisk process standing in for the
+// volume's container (in a mount namespace of its own, chrooted into a root with
+// /disk/disk.qcow2) and a real launcher: the VMI runs; the image's disk is mounted read-only
+// at containerdisks/root.img in the per-VMI directory; the storage driver's overlay is in the
+// per-VMI directory (volumes/) with that mount as its backing file, and the run directory is
+// there too (run/); once the pod is deleted the VM is stopped, the overlay and run directory
+// are gone, nothing is mounted any more and the mount point is removed, while the launcher's
+// directory is left alone.
+func TestAgentContainerDisk(t *testing.T) {
+	needRoot(t)
+	n := newAgentNode(t, true)
+	ctx := context.Background()
+	disk := filepath.Join(n.hostDir, "disk", "disk.qcow2")
+	if err := os.MkdirAll(filepath.Dir(disk), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if out, err := exec.Command("qemu-img", "create", "-q", "-f", "qcow2", disk, "16M").CombinedOutput(); err != nil {
+		t.Fatalf("qemu-img create: %v: %s", err, out)
+	}
+	vmi := n.vmi("cd", v1alpha1.VolumeSource{ContainerDisk: &v1alpha1.ContainerDiskSource{Image: "kubevisor/test-guest:latest"}})
+	containerDiskStandIn(t, n.bin, n.hostDir, vmi.UID, "root")
+	pod := n.launcherPod(vmi)
+	n.waitVMI("cd", "Running", func(v *v1alpha1.VirtualMachineInstance) bool { return v.Status.Phase == v1alpha1.Running })
+
+	vmiDir := hostdir.VMI(n.hostDir, vmi.UID)
+	img := containerdisk.Image(vmiDir, "root")
+	if got := mountsUnder(t, n.hostDir); len(got) != 1 || got[0] != img {
+		t.Errorf("mounts under the host state directory %v, want just %s", got, img)
+	}
+	var a, b syscall.Stat_t
+	if err := syscall.Stat(img, &a); err != nil {
+		t.Fatal(err)
+	}
+	if err := syscall.Stat(disk, &b); err != nil {
+		t.Fatal(err)
+	}
+	if a.Dev != b.Dev || a.Ino != b.Ino {
+		t.Errorf("%s is not the image's /disk/disk.qcow2", img)
+	}
+	overlay := filepath.Join(vmiDir, handler.SandboxVolumesDir, "root.qcow2")
+	out, err := exec.Command("qemu-img", "info", "-U", "--output=json", overlay).Output()
+	if err != nil {
+		t.Fatalf("qemu-img info %s: %v", overlay, err)
+	}
+	var info struct {
+		Backing string `json:"full-backing-filename"`
+	}
+	if err := json.Unmarshal(out, &info); err != nil {
+		t.Fatal(err)
+	}
+	if info.Backing != img {
+		t.Errorf("overlay backing file %q, want %s", info.Backing, img)
+	}
+	runDir := filepath.Join(vmiDir, handler.SandboxRunDir)
+	if _, err := os.Stat(runDir); err != nil {
+		t.Errorf("run directory: %v", err)
+	}
+
+	if err := n.c.Delete(ctx, pod); err != nil {
+		t.Fatal(err)
+	}
+	n.waitVMI("cd", "Succeeded", func(v *v1alpha1.VirtualMachineInstance) bool { return v.Status.Phase == v1alpha1.Succeeded })
+	n.waitHandlerForgets(vmi.UID)
+	deadline := time.Now().Add(30 * time.Second)
+	for len(mountsUnder(t, n.hostDir)) > 0 && time.Now().Before(deadline) {
+		time.Sleep(100 * time.Millisecond)
+	}
+	if got := mountsUnder(t, n.hostDir); len(got) != 0 {
+		t.Errorf("mounts left after the VMI stopped: %v", got)
+	}
+	for _, p := range []string{img, overlay, runDir} {
+		if _, err := os.Lstat(p); !errors.Is(err, os.ErrNotExist) {
+			t.Errorf("%s left after the VMI stopped (%v)", p, err)
+		}
+	}
+	if _, err := os.Stat(hostdir.Launcher(n.hostDir, vmi.UID)); err != nil {
+		t.Errorf("the launcher's directory: %v", err)
 	}
 }
 

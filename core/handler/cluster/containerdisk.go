@@ -1,0 +1,347 @@
+package cluster
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"path"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"time"
+
+	"golang.org/x/sys/unix"
+	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/kubevisor/kubevisor/core/api/v1alpha1"
+	"github.com/kubevisor/kubevisor/core/handler"
+	"github.com/kubevisor/kubevisor/core/handler/cluster/containerdisk"
+	"github.com/kubevisor/kubevisor/core/launcher/hostdir"
+)
+
+// containerDisks makes the containerDisk volumes of the node's VMIs reachable from their
+// launcher containers, as KubeVirt's virt-handler does. Each volume has a container in the
+// launcher pod running its image with kubevisor-containerdisk as the command, which serves
+// containerdisk.Socket in the per-VMI directory. Mount dials that socket, takes the serving
+// process's pid from the connection (SO_PEERCRED: the handler needs the host's pid namespace),
+// finds the disk in that process's root (/disk/<the single file>, or the path the volume names)
+// and bind-mounts it, read-only, onto containerdisk.Image in the per-VMI directory, which the
+// launcher container sees at the same path (the pod's hostPath mount has HostToContainer
+// propagation). The storage driver then makes its copy-on-write overlay over that file.
+//
+// The disk is found by resolving the path inside the container's root (openat2
+// RESOLVE_IN_ROOT), so that a symlink in the image cannot name a file of the node. A bind mount
+// of a file of another mount namespace is refused by mount(2); Mount clones the file's mount
+// with open_tree(2) on a thread that joined the container's mount namespace, then attaches the
+// clone with move_mount(2) in the handler's own.
+type containerDisks struct {
+	root    string        // the host state directory (hostdir)
+	timeout time.Duration // the wait for a container's socket
+}
+
+// Path is the node path of a containerDisk volume's disk once Mount has mounted it.
+func (c containerDisks) Path(uid types.UID, volume string) string {
+	return containerdisk.Image(hostdir.VMI(c.root, uid), volume)
+}
+
+// MountAll mounts the disk of every containerDisk volume of the VMI (Mount).
+func (c containerDisks) MountAll(ctx context.Context, vmi *v1alpha1.VirtualMachineInstance) error {
+	for _, v := range vmi.Spec.Volumes {
+		if v.ContainerDisk == nil {
+			continue
+		}
+		if err := c.Mount(ctx, vmi.UID, v.Name, v.ContainerDisk.Path); err != nil {
+			return fmt.Errorf("containerDisk volume %s: %w", v.Name, err)
+		}
+	}
+	return nil
+}
+
+// Mount mounts the disk of one containerDisk volume at Path, read-only; inImage is the disk's
+// path in the image ("": the single file under /disk/). It does nothing when that disk is
+// mounted there already, and replaces another.
+func (c containerDisks) Mount(ctx context.Context, uid types.UID, volume, inImage string) error {
+	vmiDir := hostdir.VMI(c.root, uid)
+	socket := containerdisk.Socket(vmiDir, volume)
+	pid, conn, err := c.dial(ctx, socket)
+	if err != nil {
+		return err
+	}
+	// Held open until the disk is mounted, so the container runs while its root is used.
+	defer conn.Close()
+	disk, shown, err := findDisk(pid, inImage)
+	if err != nil {
+		return err
+	}
+	defer disk.Close()
+	target := c.Path(uid, volume)
+	if same, err := sameFile(disk, target); err != nil {
+		return err
+	} else if same {
+		return nil
+	}
+	if err := unmountAll(target); err != nil {
+		return err
+	}
+	if err := os.MkdirAll(filepath.Dir(target), 0o755); err != nil {
+		return err
+	}
+	f, err := os.OpenFile(target, os.O_RDONLY|os.O_CREATE|unix.O_NOFOLLOW, 0o444)
+	if err != nil {
+		return fmt.Errorf("mount point: %w", err)
+	}
+	_ = f.Close()
+	if err := bindFrom(pid, disk, target); err != nil {
+		return fmt.Errorf("mount %s of the container (pid %d) on %s: %w", shown, pid, target, err)
+	}
+	return nil
+}
+
+// dial connects to a containerDisk container's socket, waiting for it up to the timeout, and
+// returns the pid of the process serving it, with the connection.
+func (c containerDisks) dial(ctx context.Context, socket string) (int, *net.UnixConn, error) {
+	ctx, cancel := context.WithTimeout(ctx, c.timeout)
+	defer cancel()
+	var d net.Dialer
+	for {
+		conn, err := d.DialContext(ctx, "unix", socket)
+		if err == nil {
+			uc := conn.(*net.UnixConn)
+			pid, err := peerPid(uc)
+			if err != nil {
+				_ = uc.Close()
+				return 0, nil, err
+			}
+			if pid <= 0 {
+				_ = uc.Close()
+				return 0, nil, fmt.Errorf("the process serving %s is not visible from the handler (the handler needs the host's pid namespace)", socket)
+			}
+			return pid, uc, nil
+		}
+		select {
+		case <-ctx.Done():
+			return 0, nil, fmt.Errorf("its container does not serve %s (is it running?): %w", socket, err)
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+}
+
+func peerPid(c *net.UnixConn) (int, error) {
+	raw, err := c.SyscallConn()
+	if err != nil {
+		return 0, err
+	}
+	var cred *unix.Ucred
+	var cerr error
+	if err := raw.Control(func(fd uintptr) {
+		cred, cerr = unix.GetsockoptUcred(int(fd), unix.SOL_SOCKET, unix.SO_PEERCRED)
+	}); err != nil {
+		return 0, err
+	}
+	if cerr != nil {
+		return 0, fmt.Errorf("SO_PEERCRED: %w", cerr)
+	}
+	return int(cred.Pid), nil
+}
+
+// findDisk opens (O_PATH) the disk in the root of process pid: inImage, else the single file
+// under /disk/. Paths resolve inside that root, symlinks too. shown names the disk in errors.
+func findDisk(pid int, inImage string) (*os.File, string, error) {
+	rootPath := fmt.Sprintf("/proc/%d/root", pid)
+	rootFd, err := unix.Open(rootPath, unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return nil, "", fmt.Errorf("root of the container's process: %w", err)
+	}
+	defer unix.Close(rootFd)
+	in := func(p string, flags uint64) (*os.File, error) {
+		fd, err := unix.Openat2(rootFd, strings.TrimPrefix(path.Clean("/"+p), "/"), &unix.OpenHow{
+			Flags:   flags | unix.O_CLOEXEC,
+			Resolve: unix.RESOLVE_IN_ROOT | unix.RESOLVE_NO_MAGICLINKS,
+		})
+		if err != nil {
+			return nil, &os.PathError{Op: "open", Path: path.Clean("/" + p), Err: err}
+		}
+		return os.NewFile(uintptr(fd), rootPath+path.Clean("/"+p)), nil
+	}
+	regular := func(f *os.File) bool {
+		fi, err := f.Stat()
+		return err == nil && fi.Mode().IsRegular()
+	}
+	if inImage != "" {
+		f, err := in(inImage, unix.O_PATH)
+		if err != nil {
+			return nil, "", fmt.Errorf("the image's disk: %w", err)
+		}
+		if !regular(f) {
+			_ = f.Close()
+			return nil, "", fmt.Errorf("%s in the image is not a regular file", inImage)
+		}
+		return f, inImage, nil
+	}
+	dir, err := in(containerdisk.DiskDir, unix.O_RDONLY|unix.O_DIRECTORY)
+	if err != nil {
+		return nil, "", fmt.Errorf("the image has no %s/ (KubeVirt's containerDisk layout): %w", containerdisk.DiskDir, err)
+	}
+	names, err := dir.Readdirnames(-1)
+	_ = dir.Close()
+	if err != nil {
+		return nil, "", fmt.Errorf("read %s: %w", containerdisk.DiskDir, err)
+	}
+	var found []*os.File
+	var foundNames []string
+	for _, n := range names {
+		f, err := in(path.Join(containerdisk.DiskDir, n), unix.O_PATH)
+		if err != nil {
+			continue
+		}
+		if !regular(f) {
+			_ = f.Close()
+			continue
+		}
+		found = append(found, f)
+		foundNames = append(foundNames, n)
+	}
+	if len(found) != 1 {
+		for _, f := range found {
+			_ = f.Close()
+		}
+		return nil, "", fmt.Errorf("%s/ of the image holds %d files %v: a containerDisk has exactly one, or the volume names its path", containerdisk.DiskDir, len(found), foundNames)
+	}
+	shown := path.Join(containerdisk.DiskDir, foundNames[0])
+	return found[0], shown, nil
+}
+
+// sameFile says whether target is the file f (the disk is mounted there already).
+func sameFile(f *os.File, target string) (bool, error) {
+	var a, b unix.Stat_t
+	if err := unix.Fstat(int(f.Fd()), &a); err != nil {
+		return false, err
+	}
+	if err := unix.Lstat(target, &b); err != nil {
+		if errors.Is(err, unix.ENOENT) {
+			return false, nil
+		}
+		return false, err
+	}
+	return a.Dev == b.Dev && a.Ino == b.Ino, nil
+}
+
+// bindFrom mounts disk, a file of process pid's mount namespace, read-only on target in the
+// handler's mount namespace.
+func bindFrom(pid int, disk *os.File, target string) error {
+	ns, err := unix.Open(fmt.Sprintf("/proc/%d/ns/mnt", pid), unix.O_RDONLY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return fmt.Errorf("mount namespace: %w", err)
+	}
+	defer unix.Close(ns)
+	type result struct {
+		fd  int
+		err error
+	}
+	ch := make(chan result, 1)
+	go func() {
+		// The thread joins the container's mount namespace, then goes back to its own. It is
+		// never unlocked, so no other goroutine runs on it: it ends with the goroutine (its
+		// root and cwd are its own after CLONE_FS, which setns into a mount namespace needs).
+		// Going back matters even so: the runtime does not end the main thread but parks it,
+		// and /proc/self/mountinfo is the main thread's view.
+		runtime.LockOSThread()
+		own, err := unix.Open("/proc/thread-self/ns/mnt", unix.O_RDONLY|unix.O_CLOEXEC, 0)
+		if err != nil {
+			ch <- result{-1, fmt.Errorf("own mount namespace: %w", err)}
+			return
+		}
+		defer unix.Close(own)
+		if err := unix.Unshare(unix.CLONE_FS); err != nil {
+			ch <- result{-1, fmt.Errorf("unshare CLONE_FS: %w", err)}
+			return
+		}
+		if err := unix.Setns(ns, unix.CLONE_NEWNS); err != nil {
+			ch <- result{-1, fmt.Errorf("setns: %w", err)}
+			return
+		}
+		fd, err := unix.OpenTree(int(disk.Fd()), "", unix.OPEN_TREE_CLONE|unix.OPEN_TREE_CLOEXEC|unix.AT_EMPTY_PATH)
+		if err != nil {
+			err = fmt.Errorf("open_tree: %w", err)
+		}
+		if berr := unix.Setns(own, unix.CLONE_NEWNS); berr != nil {
+			// The clone is fine, but a thread left in the container's namespace (the main
+			// thread, parked) would pin it: give up rather than leave it there silently.
+			err = errors.Join(err, fmt.Errorf("setns back: %w", berr))
+			if fd >= 0 {
+				_ = unix.Close(fd)
+				fd = -1
+			}
+		}
+		ch <- result{fd, err}
+	}()
+	r := <-ch
+	runtime.KeepAlive(disk)
+	if r.err != nil {
+		return r.err
+	}
+	tree := r.fd
+	defer unix.Close(tree)
+	if err := unix.MountSetattr(tree, "", unix.AT_EMPTY_PATH, &unix.MountAttr{
+		Attr_set: unix.MOUNT_ATTR_RDONLY | unix.MOUNT_ATTR_NOSUID | unix.MOUNT_ATTR_NODEV | unix.MOUNT_ATTR_NOEXEC,
+	}); err != nil {
+		return fmt.Errorf("mount_setattr read-only: %w", err)
+	}
+	if err := unix.MoveMount(tree, "", unix.AT_FDCWD, target, unix.MOVE_MOUNT_F_EMPTY_PATH); err != nil {
+		return fmt.Errorf("move_mount: %w", err)
+	}
+	return nil
+}
+
+// unmountAll unmounts whatever is mounted on target, however many times.
+func unmountAll(target string) error {
+	for range 32 {
+		err := unix.Unmount(target, unix.MNT_DETACH|unix.UMOUNT_NOFOLLOW)
+		switch {
+		case err == nil:
+			continue
+		case errors.Is(err, unix.EINVAL), errors.Is(err, unix.ENOENT):
+			return nil // not (or no longer) a mount point
+		default:
+			return fmt.Errorf("unmount %s: %w", target, err)
+		}
+	}
+	return fmt.Errorf("unmount %s: still mounted", target)
+}
+
+// Release unmounts the containerDisk disks of a VMI and removes their mount points. The VM
+// must be gone (after Handler.Stop): an open disk stays readable (the unmount is lazy) but a
+// new open fails.
+func (c containerDisks) Release(uid types.UID) error {
+	dir := containerdisk.Dir(hostdir.VMI(c.root, uid))
+	imgs, err := filepath.Glob(filepath.Join(dir, "*.img"))
+	if err != nil {
+		return err
+	}
+	var errs []error
+	for _, img := range imgs {
+		if err := unmountAll(img); err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		if err := os.Remove(img); err != nil && !errors.Is(err, os.ErrNotExist) {
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// diskResolver is the agent's handler.ContainerDiskResolver: a containerDisk volume's disk is
+// where containerDisks mounts it (the sandbox lookup mounts it, before the storage driver runs).
+type diskResolver struct {
+	disks containerDisks
+}
+
+var _ handler.ContainerDiskResolver = diskResolver{}
+
+// ContainerDisk implements handler.ContainerDiskResolver.
+func (r diskResolver) ContainerDisk(_ context.Context, vmi *v1alpha1.VirtualMachineInstance, volume string, _ *v1alpha1.ContainerDiskSource) (string, error) {
+	return r.disks.Path(vmi.UID, volume), nil
+}

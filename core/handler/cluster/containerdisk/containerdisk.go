@@ -1,0 +1,137 @@
+// Package containerdisk is the in-pod side of containerDisk volumes in a cluster, and their
+// layout in the per-VMI directory: kubevisor-containerdisk runs as the command of one container
+// per containerDisk volume of the launcher pod, whose image is the volume's image, and serves a
+// unix socket at Socket(vmiDir, volume) until SIGTERM. The node handler dials that socket, takes
+// the serving process's pid from the connection and finds the image's disk under
+// /proc/<pid>/root/disk/ (package core/handler/cluster).
+//
+// The package imports nothing beyond the standard library and no package that needs cgo (not
+// even net): kubevisor-containerdisk is a static binary that runs in images with nothing but a
+// disk in them.
+package containerdisk
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path"
+	"path/filepath"
+	"syscall"
+)
+
+const (
+	// DirName is the subdirectory of the per-VMI directory that holds the containerDisk
+	// volumes' sockets and the mount points of their disks.
+	DirName = "containerdisks"
+	// Command is the name of the binary.
+	Command = "kubevisor-containerdisk"
+	// DiskDir is where a containerDisk image keeps its disk (KubeVirt's convention): the single
+	// file under /disk/, unless the volume names a path in the image.
+	DiskDir = "/disk"
+)
+
+// Dir is the containerDisk directory of a per-VMI directory.
+func Dir(vmiDir string) string { return path.Join(vmiDir, DirName) }
+
+// Socket is the socket the container of a containerDisk volume serves.
+func Socket(vmiDir, volume string) string { return path.Join(Dir(vmiDir), volume+".sock") }
+
+// Image is where the node handler mounts the disk of a containerDisk volume, read-only, for
+// the VM process in the launcher container to open (as the base of its copy-on-write overlay).
+func Image(vmiDir, volume string) string { return path.Join(Dir(vmiDir), volume+".img") }
+
+// Server is a listening socket; it accepts connections and closes them at once: a connection
+// only serves to tell the handler the pid of the process (SO_PEERCRED).
+type Server struct {
+	fd   int
+	path string
+	done chan struct{}
+}
+
+// Listen serves a unix socket at p, replacing a socket a previous process left there, and
+// making p's directory if it is missing.
+func Listen(p string) (*Server, error) {
+	if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+		return nil, fmt.Errorf("socket directory: %w", err)
+	}
+	if fi, err := os.Lstat(p); err == nil {
+		if fi.Mode()&os.ModeSocket == 0 {
+			return nil, fmt.Errorf("%s exists and is not a socket", p)
+		}
+		if err := os.Remove(p); err != nil {
+			return nil, fmt.Errorf("remove stale socket: %w", err)
+		}
+	}
+	fd, err := syscall.Socket(syscall.AF_UNIX, syscall.SOCK_STREAM|syscall.SOCK_CLOEXEC, 0)
+	if err != nil {
+		return nil, fmt.Errorf("socket: %w", err)
+	}
+	if err := syscall.Bind(fd, &syscall.SockaddrUnix{Name: p}); err != nil {
+		_ = syscall.Close(fd)
+		return nil, fmt.Errorf("bind %s: %w", p, err)
+	}
+	if err := syscall.Listen(fd, 16); err != nil {
+		_ = syscall.Close(fd)
+		_ = os.Remove(p)
+		return nil, fmt.Errorf("listen %s: %w", p, err)
+	}
+	s := &Server{fd: fd, path: p, done: make(chan struct{})}
+	go s.accept()
+	return s, nil
+}
+
+func (s *Server) accept() {
+	defer close(s.done)
+	for {
+		nfd, _, err := syscall.Accept4(s.fd, syscall.SOCK_CLOEXEC)
+		switch {
+		case err == nil:
+			_ = syscall.Close(nfd)
+		case errors.Is(err, syscall.EINTR), errors.Is(err, syscall.ECONNABORTED):
+		default:
+			return // closed
+		}
+	}
+}
+
+// Close stops serving and removes the socket.
+func (s *Server) Close() error {
+	// shutdown wakes the blocked accept; close alone does not.
+	_ = syscall.Shutdown(s.fd, syscall.SHUT_RDWR)
+	err := syscall.Close(s.fd)
+	<-s.done
+	if rerr := os.Remove(s.path); rerr != nil && !errors.Is(rerr, os.ErrNotExist) {
+		err = errors.Join(err, rerr)
+	}
+	return err
+}
+
+// CopySelf copies the running executable to dir/Command (mode 0555): the launcher image's init
+// container puts the binary in an emptyDir shared with the containerDisk containers, whose
+// images do not have it.
+func CopySelf(dir string) error {
+	exe, err := os.Executable()
+	if err != nil {
+		return err
+	}
+	in, err := os.Open(exe)
+	if err != nil {
+		return err
+	}
+	defer in.Close()
+	dst := filepath.Join(dir, Command)
+	tmp := dst + ".tmp"
+	out, err := os.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o555)
+	if err != nil {
+		return err
+	}
+	if _, err := io.Copy(out, in); err != nil {
+		_ = out.Close()
+		return err
+	}
+	if err := out.Close(); err != nil {
+		return err
+	}
+	return os.Rename(tmp, dst)
+}

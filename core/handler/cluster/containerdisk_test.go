@@ -1,0 +1,204 @@
+package cluster
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/kubevisor/kubevisor/core/handler/cluster/containerdisk"
+	"github.com/kubevisor/kubevisor/core/launcher/hostdir"
+	"github.com/kubevisor/kubevisor/internal/testbin"
+)
+
+func needRoot(t *testing.T) {
+	t.Helper()
+	if os.Geteuid() != 0 {
+		t.Skip("needs root: mount namespaces, setns, open_tree and move_mount")
+	}
+}
+
+// containerDiskStandIn starts a real kubevisor-containerdisk (built into bin) as a containerDisk
+// container stands in for it: in a mount namespace of its own, chrooted into root, which holds
+// the image's /disk/ and, at the same path as on the node, the host state directory hostDir
+// (root is hostDir itself, so the socket path is the same inside and out). It serves the socket
+// of the VMI's volume until the test ends.
+func containerDiskStandIn(t *testing.T, bin, hostDir string, uid types.UID, volume string) *exec.Cmd {
+	t.Helper()
+	exe := filepath.Join(hostDir, containerdisk.Command)
+	if _, err := os.Stat(exe); err != nil {
+		data, err := os.ReadFile(filepath.Join(bin, containerdisk.Command))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(exe, data, 0o555); err != nil {
+			t.Fatal(err)
+		}
+	}
+	sock := containerdisk.Socket(hostdir.VMI(hostDir, uid), volume)
+	inside := "/" + strings.TrimPrefix(sock, hostDir+"/")
+	cmd := exec.Command("/"+containerdisk.Command, "--socket", inside)
+	cmd.SysProcAttr = &syscall.SysProcAttr{Chroot: hostDir, Unshareflags: syscall.CLONE_NEWNS}
+	cmd.Stderr = os.Stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_ = cmd.Process.Signal(syscall.SIGTERM)
+		_ = cmd.Wait()
+	})
+	return cmd
+}
+
+// mountsUnder lists the mount points of this process's mount namespace under dir.
+func mountsUnder(t *testing.T, dir string) []string {
+	t.Helper()
+	f, err := os.Open("/proc/self/mountinfo")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	var out []string
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		fields := strings.Fields(sc.Text())
+		if len(fields) > 4 && (fields[4] == dir || strings.HasPrefix(fields[4], dir+"/")) {
+			out = append(out, fields[4])
+		}
+	}
+	return out
+}
+
+// TestContainerDisks mounts the disk of a real kubevisor-containerdisk process in a mount
+// namespace of its own whose root holds /disk/: the single file under /disk/ is found through
+// the socket's peer pid and mounted read-only at the volume's Image path, where it reads as the
+// image's file; mounting again changes nothing; a path the volume names is used; a symlink in
+// the image resolves inside the image, not on the node; /disk/ with two files and no path is
+// an error; Release leaves nothing mounted and no mount point behind.
+func TestContainerDisks(t *testing.T) {
+	needRoot(t)
+	dir, err := os.MkdirTemp("/tmp", "kvc-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = os.RemoveAll(dir) })
+	bin := filepath.Join(dir, "bin")
+	if err := testbin.Build(bin, false, "github.com/kubevisor/kubevisor/cmd/kubevisor-containerdisk"); err != nil {
+		t.Fatal(err)
+	}
+	host := filepath.Join(dir, "host")
+	for name, data := range map[string]string{"disk/x.qcow2": "image x", "other/y.qcow2": "image y"} {
+		if err := os.MkdirAll(filepath.Dir(filepath.Join(host, name)), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(host, name), []byte(data), 0o444); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// On the node, not in the image: what a symlink in the image must not reach.
+	if err := os.WriteFile("/tmp/"+filepath.Base(dir)+"-secret", []byte("node secret"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = os.Remove("/tmp/" + filepath.Base(dir) + "-secret") })
+	if err := os.Symlink("/tmp/"+filepath.Base(dir)+"-secret", filepath.Join(host, "other", "evil")); err != nil {
+		t.Fatal(err)
+	}
+
+	const uid = types.UID("0b1d6a4e-uid")
+	proc := containerDiskStandIn(t, bin, host, uid, "root")
+	self, _ := os.Readlink("/proc/self/ns/mnt")
+	theirs, _ := os.Readlink("/proc/" + itoa(proc.Process.Pid) + "/ns/mnt")
+	if self == theirs || theirs == "" {
+		t.Fatalf("the stand-in is not in a mount namespace of its own (%q, %q)", self, theirs)
+	}
+	c := containerDisks{root: host, timeout: 10 * time.Second}
+	ctx := context.Background()
+	target := c.Path(uid, "root")
+	if want := filepath.Join(host, "vmi", string(uid), "containerdisks", "root.img"); target != want {
+		t.Fatalf("Path = %s, want %s", target, want)
+	}
+	read := func() string {
+		t.Helper()
+		data, err := os.ReadFile(target)
+		if err != nil {
+			t.Fatalf("read the mounted disk: %v", err)
+		}
+		return string(data)
+	}
+
+	if err := c.Mount(ctx, uid, "root", ""); err != nil {
+		t.Fatalf("Mount: %v", err)
+	}
+	if now, _ := os.Readlink("/proc/self/ns/mnt"); now != self {
+		t.Errorf("after Mount the process's (main thread's) mount namespace is %s, not %s", now, self)
+	}
+	if got := read(); got != "image x" {
+		t.Errorf("mounted disk reads %q, want the image's /disk/x.qcow2", got)
+	}
+	if err := os.WriteFile(target, []byte("w"), 0o644); err == nil {
+		t.Error("the mounted disk is writable")
+	}
+	if got := mountsUnder(t, host); len(got) != 1 || got[0] != target {
+		t.Errorf("mounts under the host directory %v, want just %s", got, target)
+	}
+	if err := c.Mount(ctx, uid, "root", ""); err != nil {
+		t.Fatalf("Mount again: %v", err)
+	}
+	if got := mountsUnder(t, host); len(got) != 1 {
+		t.Errorf("mounting again: mounts %v, want one", got)
+	}
+
+	// A path the volume names replaces what is mounted.
+	if err := c.Mount(ctx, uid, "root", "/other/y.qcow2"); err != nil {
+		t.Fatalf("Mount a named path: %v", err)
+	}
+	if got := read(); got != "image y" {
+		t.Errorf("after mounting /other/y.qcow2 the disk reads %q", got)
+	}
+	if got := mountsUnder(t, host); len(got) != 1 {
+		t.Errorf("after replacing: mounts %v, want one", got)
+	}
+
+	// A symlink to an absolute path resolves in the image's root.
+	if err := c.Mount(ctx, uid, "root", "/other/evil"); err == nil {
+		t.Errorf("a symlink out of the image mounted: the disk reads %q", read())
+	}
+
+	// Two files under /disk/ and no path.
+	if err := os.WriteFile(filepath.Join(host, "disk", "z.qcow2"), nil, 0o444); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Mount(ctx, uid, "root", ""); err == nil || !strings.Contains(err.Error(), "2 files") {
+		t.Errorf("two files under /disk/: error %v, want one naming 2 files", err)
+	}
+
+	// No container serves the socket: an error once the timeout passes.
+	short := containerDisks{root: host, timeout: 300 * time.Millisecond}
+	if err := short.Mount(ctx, uid, "missing", ""); err == nil || !strings.Contains(err.Error(), "does not serve") {
+		t.Errorf("no container: error %v", err)
+	}
+
+	if err := c.Release(uid); err != nil {
+		t.Fatalf("Release: %v", err)
+	}
+	if got := mountsUnder(t, host); len(got) != 0 {
+		t.Errorf("mounts left after Release: %v", got)
+	}
+	if _, err := os.Lstat(target); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("mount point left after Release: %v", err)
+	}
+	if err := c.Release(uid); err != nil {
+		t.Errorf("Release again: %v", err)
+	}
+}
+
+func itoa(n int) string { return strconv.Itoa(n) }
