@@ -2,7 +2,7 @@
 // (the handler DaemonSet) it runs the node's VMIs (package core/handler/cluster); without one
 // it runs one VMI from a manifest (package core/handler/standalone):
 //
-//	kubevisor-handler serve [--config handler.yaml] [--node-name NODE] [--kubeconfig FILE]
+//	kubevisor-handler serve [--config handler.yaml|DIR] [--plugin-bin-dir DIR] [--node-name NODE] [--kubeconfig FILE]
 //	kubevisor-handler run -f vmi.yaml [--config handler.yaml]
 package main
 
@@ -27,13 +27,16 @@ import (
 	"github.com/kubevisor/kubevisor/core/handler/standalone"
 )
 
-const usage = `usage: kubevisor-handler serve [--config HANDLER.yaml] [--node-name NODE] [--kubeconfig FILE]
+const usage = `usage: kubevisor-handler serve [--config HANDLER.yaml|DIR] [--plugin-bin-dir DIR] [--node-name NODE] [--kubeconfig FILE]
        kubevisor-handler run -f VMI.yaml [--config HANDLER.yaml] [--log-level LEVEL]
 
 serve: runs the VMIs scheduled to this node (their launcher pods' sandboxes) through the
 configured driver plugins, writes their status, and publishes the drivers' capabilities as
 labels on the Node. The node name defaults to $NODE_NAME; without --kubeconfig the in-cluster
-configuration (or $KUBECONFIG) is used.
+configuration (or $KUBECONFIG) is used. --config may name a directory: its .yaml/.json files
+are merged in name order (the install manifests' base and one file per driver).
+--plugin-bin-dir offers the configured drivers' kubevisor-driver-<name> binaries in DIR (the
+handler image's /usr/local/bin), besides the plugin directory's manifests.
 
 run: runs one VirtualMachineInstance
 on this machine without a cluster: a network namespace on the
@@ -101,7 +104,8 @@ func main() {
 func serve(args []string) {
 	fs := flag.NewFlagSet("serve", flag.ExitOnError)
 	fs.Usage = func() { fmt.Fprint(os.Stderr, usage) }
-	configFile := fs.String("config", "", "handler configuration file (YAML or JSON)")
+	configFile := fs.String("config", "", "handler configuration file (YAML or JSON), or a directory of them merged in name order")
+	pluginBinDir := fs.String("plugin-bin-dir", "", "directory whose kubevisor-driver-<name> binaries are the configured drivers (digests computed at start)")
 	nodeName := fs.String("node-name", os.Getenv("NODE_NAME"), "the node this handler serves")
 	kubeconfig := fs.String("kubeconfig", "", "kubeconfig file (default: in-cluster, or $KUBECONFIG)")
 	hostDir := fs.String("host-state-dir", cluster.DefaultHostStateDir, "directory of the launcher pods' per-VMI directories on the node")
@@ -120,7 +124,7 @@ func serve(args []string) {
 	var cfg handler.Config
 	if *configFile != "" {
 		var err error
-		if cfg, err = handler.LoadConfig(*configFile); err != nil {
+		if cfg, err = handler.LoadConfigPath(*configFile); err != nil {
 			fail(2, err)
 		}
 	}
@@ -139,7 +143,7 @@ func serve(args []string) {
 	log := logr.FromSlogHandler(slog.NewJSONHandler(os.Stderr, nil))
 	ctrl.SetLogger(log)
 	err = cluster.Serve(ctrl.SetupSignalHandler(), cluster.ServeConfig{
-		Rest: rc, Handler: cfg, Agent: cluster.AgentConfig{NodeName: *nodeName, HostStateDir: *hostDir},
+		Rest: rc, Handler: cfg, PluginBinDir: *pluginBinDir, Agent: cluster.AgentConfig{NodeName: *nodeName, HostStateDir: *hostDir},
 		MetricsAddr: *metricsAddr, HealthAddr: *healthAddr, Logger: logger, Log: log,
 	})
 	if err != nil {

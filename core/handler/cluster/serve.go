@@ -32,6 +32,10 @@ type ServeConfig struct {
 	Handler handler.Config
 	// Manifests are drivers offered besides those in Handler.PluginDir.
 	Manifests []plugin.Manifest
+	// PluginBinDir, when set, offers the configured drivers' kubevisor-driver-<name> binaries in
+	// that directory too, their digests computed at start (handler.DriverSet.Manifests): the
+	// handler image ships its drivers beside the handler, so the image is what is trusted.
+	PluginBinDir string
 	// Agent configures the VMI agent; its NodeName defaults to Handler.NodeName.
 	Agent AgentConfig
 	// MetricsAddr and HealthAddr are the listen addresses of /metrics and /healthz, /readyz
@@ -50,6 +54,13 @@ func Serve(ctx context.Context, c ServeConfig) (err error) {
 	}
 	if c.Handler.NodeName == "" {
 		c.Handler.NodeName = c.Agent.NodeName
+	}
+	if c.PluginBinDir != "" {
+		ms, err := c.Handler.Drivers.Manifests(c.PluginBinDir)
+		if err != nil {
+			return fmt.Errorf("driver plugins in %s: %w", c.PluginBinDir, err)
+		}
+		c.Manifests = append(ms, c.Manifests...)
 	}
 	scheme := runtime.NewScheme()
 	utilruntime.Must(clientgoscheme.AddToScheme(scheme))

@@ -23,7 +23,8 @@ func Prepare(cfg handler.Config, binDir string) (handler.Config, []plugin.Manife
 	if cfg.PluginDir != "" {
 		return cfg, nil, nil
 	}
-	ms, err := manifests(cfg, binDir)
+	// Without a plugin directory, the binaries next to kubevisor-handler are trusted as they are.
+	ms, err := cfg.Drivers.Manifests(binDir)
 	if err != nil {
 		return cfg, nil, fmt.Errorf("driver plugins: %w (build them with make build, or set pluginDir)", err)
 	}

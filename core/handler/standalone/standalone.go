@@ -8,7 +8,6 @@ package standalone
 import (
 	"context"
 	"crypto/rand"
-	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -22,9 +21,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/kubevisor/kubevisor/core/api/v1alpha1"
-	"github.com/kubevisor/kubevisor/core/driver"
 	"github.com/kubevisor/kubevisor/core/handler"
-	"github.com/kubevisor/kubevisor/core/plugin"
 )
 
 // Defaults of a standalone run.
@@ -132,29 +129,6 @@ func withDefaults(c handler.Config, binDir string) handler.Config {
 	}
 	c.Standalone = &s
 	return c
-}
-
-// manifests are the driver manifests of the configured drivers' kubevisor-driver-<name>
-// binaries in binDir, their digests computed now (as the conformance CLI does): without a
-// plugin directory, the binaries next to kubevisor-handler are trusted as they are.
-func manifests(c handler.Config, binDir string) ([]plugin.Manifest, error) {
-	var out []plugin.Manifest
-	var errs []error
-	for kind, name := range map[string]string{
-		driver.KindHypervisor: c.Drivers.Hypervisor, driver.KindNetwork: c.Drivers.Network,
-		driver.KindStorage: c.Drivers.Storage, driver.KindDevice: c.Drivers.Device,
-	} {
-		if name == "" {
-			continue
-		}
-		m, err := plugin.ManifestFor(filepath.Join(binDir, "kubevisor-driver-"+name), kind, name)
-		if err != nil {
-			errs = append(errs, err)
-			continue
-		}
-		out = append(out, m)
-	}
-	return out, errors.Join(errs...)
 }
 
 // Run runs the VMI until it stops by itself or ctx is done (Ctrl-C, SIGTERM), then stops it

@@ -1,0 +1,114 @@
+package handler
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+
+	"github.com/kubevisor/kubevisor/core/plugin"
+)
+
+// DriverBinaryPrefix starts the file name of every in-tree driver binary: kubevisor-driver-<name>.
+const DriverBinaryPrefix = "kubevisor-driver-"
+
+// Manifests returns the driver manifests of the configured drivers' kubevisor-driver-<name>
+// binaries in binDir, with their digests computed now (plugin.ManifestFor). It is how a handler
+// without a plugin directory trusts the driver binaries shipped beside it: the standalone
+// handler's own directory, or the handler image's in a cluster (serve --plugin-bin-dir). Every
+// configured driver must be there; the error names each missing one.
+func (s DriverSet) Manifests(binDir string) ([]plugin.Manifest, error) {
+	byKind := s.byKind()
+	kinds := make([]string, 0, len(byKind))
+	for kind := range byKind {
+		kinds = append(kinds, kind)
+	}
+	sort.Strings(kinds)
+	var out []plugin.Manifest
+	var errs []error
+	for _, kind := range kinds {
+		name := byKind[kind]
+		m, err := plugin.ManifestFor(filepath.Join(binDir, DriverBinaryPrefix+name), kind, name)
+		if err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		out = append(out, m)
+	}
+	return out, errors.Join(errs...)
+}
+
+// LoadConfigPath loads the configuration at path: a file (LoadConfig) or a directory
+// (LoadConfigDir).
+func LoadConfigPath(path string) (Config, error) {
+	fi, err := os.Stat(path)
+	if err != nil {
+		return Config{}, fmt.Errorf("handler config: %w", err)
+	}
+	if fi.IsDir() {
+		return LoadConfigDir(path)
+	}
+	return LoadConfig(path)
+}
+
+// LoadConfigDir reads the configuration from the *.yaml, *.yml and *.json files of dir (names
+// starting with "." are skipped: a mounted ConfigMap's ..data), in name order, each decoded
+// strictly over the ones before: a field a later file sets replaces the earlier value, a map
+// (driverConfig, images, claims) gains its keys. This lets an installation compose the
+// configuration from parts (the install manifests' base and one file per driver). Two files
+// naming different drivers of the same kind is an error, not an override: a node runs one
+// driver per kind. Relative paths are taken from dir.
+func LoadConfigDir(dir string) (Config, error) {
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		return Config{}, fmt.Errorf("handler config: %w", err)
+	}
+	var c Config
+	setBy := map[string]string{} // kind → file that named its driver
+	var errs []error
+	n := 0
+	for _, e := range entries {
+		name := e.Name()
+		ext := filepath.Ext(name)
+		if strings.HasPrefix(name, ".") || (ext != ".yaml" && ext != ".yml" && ext != ".json") {
+			continue
+		}
+		path := filepath.Join(dir, name)
+		if fi, err := os.Stat(path); err != nil || fi.IsDir() {
+			continue // a dangling link or a directory is not a part
+		}
+		data, err := os.ReadFile(path)
+		if err != nil {
+			return Config{}, fmt.Errorf("handler config: %w", err)
+		}
+		var part Config
+		if err := DecodeStrict(data, &part); err != nil {
+			return Config{}, fmt.Errorf("handler config %s: %w", path, err)
+		}
+		for kind, driver := range part.Drivers.byKind() {
+			if prev, ok := setBy[kind]; ok && c.Drivers.byKind()[kind] != driver {
+				errs = append(errs, fmt.Errorf("handler config %s: drivers.%s: %q here, %q in %s: one %s driver per node",
+					dir, kind, driver, c.Drivers.byKind()[kind], prev, kind))
+			}
+			setBy[kind] = name
+		}
+		if err := DecodeStrict(data, &c); err != nil {
+			return Config{}, fmt.Errorf("handler config %s: %w", path, err)
+		}
+		n++
+	}
+	if err := errors.Join(errs...); err != nil {
+		return Config{}, err
+	}
+	if n == 0 {
+		return Config{}, fmt.Errorf("handler config %s: no .yaml, .yml or .json file", dir)
+	}
+	abs, err := filepath.Abs(dir)
+	if err != nil {
+		return Config{}, fmt.Errorf("handler config: %w", err)
+	}
+	c.resolve(abs)
+	return c, nil
+}

@@ -1,0 +1,84 @@
+package handler
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+func writeFiles(t *testing.T, files map[string]string) string {
+	t.Helper()
+	dir := t.TempDir()
+	for name, data := range files {
+		p := filepath.Join(dir, name)
+		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(p, []byte(data), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return dir
+}
+
+func TestLoadConfigDirMergesInNameOrder(t *testing.T) {
+	dir := writeFiles(t, map[string]string{
+		"00-base.yaml":           "stateDir: /var/lib/kv\nacceleration: auto\ndriverConfig: {qmp: {disableKVM: false}}\n",
+		"10-hypervisor-qmp.yaml": "drivers: {hypervisor: qmp}\ndriverConfig: {qmp: {disableKVM: true}}\n",
+		"10-network-cni.json":    `{"drivers": {"network": "cni"}, "driverConfig": {"cni": {"cniBinDir": ["/opt/cni/bin"]}}}`,
+		"20-override.yml":        "acceleration: emulated\npluginDir: plugins\n",
+		"README":                 "not a part",
+		"..data/ignored.yaml":    "drivers: {hypervisor: libvirt}\n", // a mounted ConfigMap's internals
+	})
+	c, err := LoadConfigDir(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.Drivers != (DriverSet{Hypervisor: "qmp", Network: "cni"}) {
+		t.Errorf("drivers %+v", c.Drivers)
+	}
+	if c.StateDir != "/var/lib/kv" || c.Acceleration != "emulated" || c.PluginDir != filepath.Join(dir, "plugins") {
+		t.Errorf("stateDir %q acceleration %q pluginDir %q", c.StateDir, c.Acceleration, c.PluginDir)
+	}
+	if got := string(c.DriverConfig["qmp"]); !strings.Contains(got, "true") || c.DriverConfig["cni"] == nil {
+		t.Errorf("driverConfig %s", c.DriverConfig)
+	}
+	p, err := LoadConfigPath(dir)
+	if err != nil || p.Drivers != c.Drivers {
+		t.Errorf("LoadConfigPath(dir) = %+v, %v", p.Drivers, err)
+	}
+}
+
+func TestLoadConfigDirErrors(t *testing.T) {
+	for name, files := range map[string]map[string]string{
+		"two hypervisors": {"a.yaml": "drivers: {hypervisor: qmp}\n", "b.yaml": "drivers: {hypervisor: libvirt}\n"},
+		"unknown field":   {"a.yaml": "driver: {hypervisor: qmp}\n"},
+		"no part":         {"README": "x"},
+	} {
+		t.Run(name, func(t *testing.T) {
+			if _, err := LoadConfigDir(writeFiles(t, files)); err == nil {
+				t.Fatal("no error")
+			}
+		})
+	}
+	// The same driver named twice is not a conflict.
+	if _, err := LoadConfigDir(writeFiles(t, map[string]string{"a.yaml": "drivers: {storage: local}\n", "b.yaml": "drivers: {storage: local}\n"})); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestDriverSetManifests(t *testing.T) {
+	dir := writeFiles(t, map[string]string{DriverBinaryPrefix + "qmp": "#!/bin/sh\n", DriverBinaryPrefix + "cni": "#!/bin/sh\n"})
+	ms, err := DriverSet{Hypervisor: "qmp", Network: "cni"}.Manifests(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(ms) != 2 || ms[0].Kind != "hypervisor" || ms[0].Name != "qmp" || ms[1].Name != "cni" || ms[0].SHA256 == "" {
+		t.Errorf("manifests %+v", ms)
+	}
+	_, err = DriverSet{Hypervisor: "qmp", Storage: "local"}.Manifests(dir)
+	if err == nil || !strings.Contains(err.Error(), "local") {
+		t.Errorf("missing binary: %v", err)
+	}
+}

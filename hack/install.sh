@@ -1,0 +1,190 @@
+#!/usr/bin/env bash
+# hack/install.sh — install Kubevisor with a chosen driver set on any cluster (make install,
+# make uninstall), from the kustomize base manifests/install and its driver components
+# manifests/install/drivers/<name>.
+#
+#   hack/install.sh [install] [--drivers qmp,cni,local] [--kubeconfig FILE] [--tag TAG] [--timeout 5m]
+#   hack/install.sh render    [--drivers ...] [--tag TAG]      # print the manifests, apply nothing
+#   hack/install.sh uninstall [--kubeconfig FILE] [--timeout 5m]
+#
+# install builds a temporary kustomization (the base plus the chosen components, and the image
+# tag), applies it with `kubectl apply --server-side` (CRDs first, then the rest once they are
+# established) and waits until kubevisor-controller and kubevisor-api are Available and the
+# kubevisor-handler DaemonSet is rolled out on every node. uninstall deletes the Kubevisor
+# objects (VMs and VMIs first, while the controller and webhooks still run to finish them),
+# then the components, then the CRDs, and the capability labels the handlers put on nodes.
+#
+# The kubeconfig is --kubeconfig, else $KUBECONFIG, else the local cluster's
+# (_output/cluster/kubeconfig, make up) when it exists, else kubectl's default.
+set -euo pipefail
+
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+BASE="${ROOT}/manifests/install"
+KUBECTL="${KUBECTL:-kubectl}"
+NS=kubevisor-system
+FIELD_MANAGER=kubevisor-install
+
+die() { echo "install: $*" >&2; exit 1; }
+log() { echo "==> install: $*"; }
+
+usage() {
+  sed -n '2,19p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'
+  exit 2
+}
+
+available_drivers() {
+  local d names=()
+  for d in "${BASE}"/drivers/*/; do
+    [[ -f "${d}kustomization.yaml" ]] && names+=("$(basename "${d}")")
+  done
+  (IFS=,; echo "${names[*]}")
+}
+
+action=install
+drivers="qmp,cni,local"
+kubeconfig="${KUBECONFIG:-}"
+tag=""
+timeout=5m
+while [[ $# -gt 0 ]]; do
+  case "$1" in
+    install|uninstall|render) action="$1" ;;
+    --drivers) drivers="${2-}"; shift ;;
+    --drivers=*) drivers="${1#*=}" ;;
+    --kubeconfig) kubeconfig="${2-}"; shift ;;
+    --kubeconfig=*) kubeconfig="${1#*=}" ;;
+    --tag) tag="${2-}"; shift ;;
+    --tag=*) tag="${1#*=}" ;;
+    --timeout) timeout="${2-}"; shift ;;
+    --timeout=*) timeout="${1#*=}" ;;
+    -h|--help) usage ;;
+    *) echo "install: unknown argument $1" >&2; usage ;;
+  esac
+  shift
+done
+
+if [[ -z "${kubeconfig}" && -f "${ROOT}/_output/cluster/kubeconfig" ]]; then
+  kubeconfig="${ROOT}/_output/cluster/kubeconfig"
+fi
+k() {
+  if [[ -n "${kubeconfig}" ]]; then "${KUBECTL}" --kubeconfig "${kubeconfig}" "$@"; else "${KUBECTL}" "$@"; fi
+}
+
+# The chosen components, checked against drivers/.
+components=()
+IFS=, read -r -a wanted <<<"${drivers// /}"
+for d in "${wanted[@]}"; do
+  [[ -z "${d}" ]] && continue
+  if [[ ! "${d}" =~ ^[a-z0-9][a-z0-9-]*$ || ! -f "${BASE}/drivers/${d}/kustomization.yaml" ]]; then
+    die "unknown driver \"${d}\"; available drivers: $(available_drivers) (manifests/install/drivers)"
+  fi
+  for c in "${components[@]}"; do [[ "${c}" == "${d}" ]] && die "driver \"${d}\" is named twice"; done
+  components+=("${d}")
+done
+
+work="$(mktemp -d "${TMPDIR:-/tmp}/kubevisor-install.XXXXXX")"
+trap 'rm -rf "${work}"' EXIT
+
+# render writes the full installation to ${work}/install.yaml and the CRDs to ${work}/crds.yaml.
+render() {
+  local rel
+  rel="$(realpath --relative-to="${work}" "${BASE}")" # kustomize takes no absolute roots
+  {
+    echo "# Made by hack/install.sh: the Kubevisor base and the chosen driver components."
+    echo "apiVersion: kustomize.config.k8s.io/v1beta1"
+    echo "kind: Kustomization"
+    echo "resources:"
+    echo "- ${rel}"
+    if [[ ${#components[@]} -gt 0 ]]; then
+      echo "components:"
+      for c in "${components[@]}"; do echo "- ${rel}/drivers/${c}"; done
+    fi
+    if [[ -n "${tag}" ]]; then
+      echo "images:"
+      for i in kubevisor-controller kubevisor-api kubevisor-handler kubevisor-launcher; do
+        echo "- name: kubevisor/${i}"
+        echo "  newTag: ${tag}"
+      done
+    fi
+  } >"${work}/kustomization.yaml"
+  # The base includes the generated manifests of manifests/webhook and manifests/rbac, which
+  # are files outside its directory.
+  "${KUBECTL}" kustomize --load-restrictor LoadRestrictionsNone "${work}" >"${work}/install.yaml" \
+    || die "kustomize failed (kustomization: ${work}/kustomization.yaml)"
+  "${KUBECTL}" kustomize "${ROOT}/manifests/crd" >"${work}/crds.yaml"
+  # Everything but the CRDs, which uninstall deletes last.
+  awk 'function flush() { if (doc != "" && doc !~ /\nkind: CustomResourceDefinition\n/) printf "%s", doc; doc = "" }
+       /^---$/ { flush(); doc = "---\n"; next } { doc = doc $0 "\n" } END { flush() }' \
+    <(printf -- '---\n'; cat "${work}/install.yaml") >"${work}/components.yaml"
+}
+
+diagnose() {
+  echo "--- pods in ${NS}:" >&2
+  k -n "${NS}" get pods -o wide >&2 || true
+  local p
+  for p in $(k -n "${NS}" get pods -o name 2>/dev/null); do
+    echo "--- ${p}:" >&2
+    k -n "${NS}" describe "${p}" | sed -n '/^Conditions:/,$p' | tail -25 >&2 || true
+    k -n "${NS}" logs "${p}" --all-containers --tail=20 >&2 || true
+  done
+}
+
+install() {
+  local start=${SECONDS}
+  render
+  log "drivers: ${components[*]:-(none)}; kubeconfig: ${kubeconfig:-kubectl's default}"
+  k version >/dev/null 2>&1 || die "the cluster does not answer (kubeconfig: ${kubeconfig:-kubectl's default})"
+  log "CRDs"
+  k apply --server-side --force-conflicts --field-manager="${FIELD_MANAGER}" -f "${work}/crds.yaml" >/dev/null
+  k wait --for condition=Established --timeout="${timeout}" -f "${work}/crds.yaml" >/dev/null
+  log "applying $(grep -c '^kind:' "${work}/install.yaml") objects"
+  k apply --server-side --force-conflicts --field-manager="${FIELD_MANAGER}" -f "${work}/install.yaml"
+  log "waiting for kubevisor-controller, kubevisor-api (Available) and kubevisor-handler (rolled out), at most ${timeout}"
+  local ok=1 d
+  for d in kubevisor-controller kubevisor-api; do
+    k -n "${NS}" rollout status "deployment/${d}" --timeout="${timeout}" || ok=0
+    k -n "${NS}" wait --for condition=Available --timeout="${timeout}" "deployment/${d}" >/dev/null || ok=0
+  done
+  k -n "${NS}" rollout status daemonset/kubevisor-handler --timeout="${timeout}" || ok=0
+  if [[ ${ok} -ne 1 ]]; then
+    diagnose
+    die "Kubevisor did not become ready within ${timeout}"
+  fi
+  log "installed in $((SECONDS - start))s"
+  k -n "${NS}" get deployments,daemonsets
+  k get hypervisorclasses 2>/dev/null || true
+}
+
+uninstall() {
+  local start=${SECONDS} kind
+  render
+  if k get crd virtualmachineinstances.kubevisor.io >/dev/null 2>&1; then
+    # Owners first (the VMI controller finishes VMIs, and admission still answers the
+    # finalizer updates), while the components still run.
+    for kind in virtualmachines virtualmachineinstancereplicasets virtualmachineinstancemigrations virtualmachineinstances; do
+      log "deleting every ${kind}"
+      k delete "${kind}.kubevisor.io" --all --all-namespaces --ignore-not-found --wait --timeout="${timeout}" \
+        || echo "install: some ${kind} did not go within ${timeout}; going on" >&2
+    done
+  fi
+  log "deleting the components"
+  k delete --ignore-not-found --wait --timeout="${timeout}" -f "${work}/components.yaml" || true
+  log "deleting the CRDs"
+  k delete --ignore-not-found --wait --timeout="${timeout}" -f "${work}/crds.yaml" || true
+  # The handlers' capability labels (capability.kubevisor.io/*, kubevisor.io/schedulable).
+  local node labels
+  for node in $(k get nodes -o name 2>/dev/null); do
+    labels=$(k get "${node}" -o go-template='{{range $k, $v := .metadata.labels}}{{$k}}{{"\n"}}{{end}}' \
+      | grep -E '^(capability\.kubevisor\.io/|kubevisor\.io/)' | sed 's/$/-/' || true)
+    if [[ -n "${labels}" ]]; then
+      # shellcheck disable=SC2086
+      k label "${node}" ${labels} >/dev/null
+    fi
+  done
+  log "uninstalled in $((SECONDS - start))s (node directories /run/kubevisor and /var/lib/kubevisor are left)"
+}
+
+case "${action}" in
+  render) render; cat "${work}/install.yaml" ;;
+  install) install ;;
+  uninstall) uninstall ;;
+esac

@@ -1,0 +1,554 @@
+// Package manifests_test checks the install manifests (manifests/install and its driver
+// components) as kustomize renders them, with kubectl's built-in kustomize: no cluster needed.
+package manifests_test
+
+import (
+	"bytes"
+	"errors"
+	"io"
+	"maps"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"reflect"
+	"slices"
+	"strings"
+	"testing"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
+	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
+
+	"github.com/kubevisor/kubevisor/controlplane/launcherpod"
+	"github.com/kubevisor/kubevisor/core/api/v1alpha1"
+	"github.com/kubevisor/kubevisor/core/handler"
+)
+
+const (
+	namespace = "kubevisor-system"
+	base      = "install"
+)
+
+// clusterScoped are the kinds the install renders that have no namespace.
+var clusterScoped = map[string]bool{
+	"Namespace": true, "CustomResourceDefinition": true, "ClusterRole": true, "ClusterRoleBinding": true,
+	"MutatingWebhookConfiguration": true, "ValidatingWebhookConfiguration": true, "HypervisorClass": true,
+}
+
+// hypervisorDrivers are the driver components that must bring a default HypervisorClass.
+var hypervisorDrivers = map[string]bool{"qmp": true}
+
+// drivers lists the driver components (install/drivers/<name>).
+func drivers(t *testing.T) []string {
+	t.Helper()
+	entries, err := os.ReadDir(filepath.Join(base, "drivers"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []string
+	for _, e := range entries {
+		if _, err := os.Stat(filepath.Join(base, "drivers", e.Name(), "kustomization.yaml")); err == nil {
+			out = append(out, e.Name())
+		}
+	}
+	if len(out) == 0 {
+		t.Fatal("no driver component in install/drivers")
+	}
+	return out
+}
+
+// rendered is one kustomize build of the install.
+type rendered struct {
+	objs []*unstructured.Unstructured
+}
+
+// render builds the base with the given driver components (as hack/install.sh does) and
+// extra kustomization lines.
+func render(t *testing.T, components []string, extra string) rendered {
+	t.Helper()
+	kubectl, err := exec.LookPath("kubectl")
+	if err != nil {
+		t.Skip("kubectl (with its built-in kustomize) is not installed")
+	}
+	dir := t.TempDir()
+	abs, err := filepath.Abs(base)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rel, err := filepath.Rel(dir, abs) // kustomize takes no absolute roots
+	if err != nil {
+		t.Fatal(err)
+	}
+	var k strings.Builder
+	k.WriteString("apiVersion: kustomize.config.k8s.io/v1beta1\nkind: Kustomization\nresources:\n- " + rel + "\n")
+	if len(components) > 0 {
+		k.WriteString("components:\n")
+		for _, c := range components {
+			k.WriteString("- " + rel + "/drivers/" + c + "\n")
+		}
+	}
+	k.WriteString(extra)
+	if err := os.WriteFile(filepath.Join(dir, "kustomization.yaml"), []byte(k.String()), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	var stdout, stderr bytes.Buffer
+	cmd := exec.Command(kubectl, "kustomize", "--load-restrictor", "LoadRestrictionsNone", dir)
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	if err := cmd.Run(); err != nil {
+		t.Fatalf("kubectl kustomize with components %v: %v\n%s", components, err, stderr.String())
+	}
+	return rendered{objs: decodeAll(t, stdout.Bytes())}
+}
+
+func decodeAll(t *testing.T, data []byte) []*unstructured.Unstructured {
+	t.Helper()
+	dec := utilyaml.NewYAMLOrJSONDecoder(bytes.NewReader(data), 4096)
+	var out []*unstructured.Unstructured
+	for {
+		u := &unstructured.Unstructured{}
+		if err := dec.Decode(&u.Object); err != nil {
+			if errors.Is(err, io.EOF) {
+				return out
+			}
+			t.Fatal(err)
+		}
+		if len(u.Object) > 0 {
+			out = append(out, u)
+		}
+	}
+}
+
+func (r rendered) ofKind(kind string) []*unstructured.Unstructured {
+	var out []*unstructured.Unstructured
+	for _, o := range r.objs {
+		if o.GetKind() == kind {
+			out = append(out, o)
+		}
+	}
+	return out
+}
+
+func (r rendered) get(t *testing.T, kind, name string, into any) {
+	t.Helper()
+	for _, o := range r.ofKind(kind) {
+		if o.GetName() == name {
+			if err := runtime.DefaultUnstructuredConverter.FromUnstructured(o.Object, into); err != nil {
+				t.Fatalf("%s %s: %v", kind, name, err)
+			}
+			return
+		}
+	}
+	t.Fatalf("no %s %s in the rendered install", kind, name)
+}
+
+// podSpecs are the pod templates of the workloads, by "Kind/name".
+func (r rendered) podSpecs(t *testing.T) map[string]corev1.PodSpec {
+	t.Helper()
+	out := map[string]corev1.PodSpec{}
+	for _, o := range r.ofKind("Deployment") {
+		var d appsv1.Deployment
+		r.get(t, "Deployment", o.GetName(), &d)
+		out["Deployment/"+d.Name] = d.Spec.Template.Spec
+	}
+	for _, o := range r.ofKind("DaemonSet") {
+		var d appsv1.DaemonSet
+		r.get(t, "DaemonSet", o.GetName(), &d)
+		out["DaemonSet/"+d.Name] = d.Spec.Template.Spec
+	}
+	return out
+}
+
+// handlerConfig writes the handler ConfigMap's files to a directory and loads it as
+// kubevisor-handler serve --config does.
+func (r rendered) handlerConfig(t *testing.T) handler.Config {
+	t.Helper()
+	cms := r.ofKind("ConfigMap")
+	if len(cms) != 1 {
+		t.Fatalf("want one ConfigMap (the handler's), got %d", len(cms))
+	}
+	var cm corev1.ConfigMap
+	r.get(t, "ConfigMap", cms[0].GetName(), &cm)
+	dir := t.TempDir()
+	for name, data := range cm.Data {
+		if err := os.WriteFile(filepath.Join(dir, name), []byte(data), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	cfg, err := handler.LoadConfigDir(dir)
+	if err != nil {
+		t.Fatalf("handler configuration of ConfigMap %s: %v", cm.Name, err)
+	}
+	return cfg
+}
+
+func container(t *testing.T, spec corev1.PodSpec, name string) corev1.Container {
+	t.Helper()
+	for _, c := range spec.Containers {
+		if c.Name == name {
+			return c
+		}
+	}
+	t.Fatalf("no container %s", name)
+	return corev1.Container{}
+}
+
+func flagValue(c corev1.Container, flag string) (string, bool) {
+	for _, a := range c.Args {
+		if v, ok := strings.CutPrefix(a, flag+"="); ok {
+			return v, true
+		}
+	}
+	return "", false
+}
+
+func TestNamespaces(t *testing.T) {
+	r := render(t, drivers(t), "")
+	for _, o := range r.objs {
+		want := namespace
+		if clusterScoped[o.GetKind()] {
+			want = ""
+		}
+		if got := o.GetNamespace(); got != want {
+			t.Errorf("%s %s: namespace %q, want %q", o.GetKind(), o.GetName(), got, want)
+		}
+	}
+	for _, kind := range []string{"MutatingWebhookConfiguration", "ValidatingWebhookConfiguration"} {
+		for _, o := range r.ofKind(kind) {
+			hooks, _, _ := unstructured.NestedSlice(o.Object, "webhooks")
+			for _, h := range hooks {
+				ns, _, _ := unstructured.NestedString(h.(map[string]any), "clientConfig", "service", "namespace")
+				name, _, _ := unstructured.NestedString(h.(map[string]any), "clientConfig", "service", "name")
+				if ns != namespace || name != "kubevisor-api" {
+					t.Errorf("%s %s: webhook service %s/%s, want %s/kubevisor-api", kind, o.GetName(), ns, name, namespace)
+				}
+			}
+		}
+	}
+	var svc corev1.Service
+	r.get(t, "Service", "kubevisor-api", &svc)
+}
+
+// generatedRoles reads the roles make generate writes, by "Kind/name".
+func generatedRoles(t *testing.T) map[string][]rbacv1.PolicyRule {
+	t.Helper()
+	out := map[string][]rbacv1.PolicyRule{}
+	for _, f := range []string{"rbac/controller/role.yaml", "rbac/handler/role.yaml", "webhook/role.yaml"} {
+		data, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, o := range decodeAll(t, data) {
+			var rules struct {
+				Rules []rbacv1.PolicyRule `json:"rules"`
+			}
+			if err := runtime.DefaultUnstructuredConverter.FromUnstructured(o.Object, &rules); err != nil {
+				t.Fatal(err)
+			}
+			out[o.GetKind()+"/"+o.GetName()] = rules.Rules
+		}
+	}
+	return out
+}
+
+func TestServiceAccountsBoundOnlyToTheirGeneratedRoles(t *testing.T) {
+	r := render(t, drivers(t), "")
+	generated := generatedRoles(t)
+
+	// The rendered roles are exactly the generated ones: the install adds no role of its own.
+	for _, kind := range []string{"ClusterRole", "Role"} {
+		for _, o := range r.ofKind(kind) {
+			want, ok := generated[kind+"/"+o.GetName()]
+			if !ok {
+				t.Errorf("%s %s is not one of the generated roles (manifests/rbac, manifests/webhook)", kind, o.GetName())
+				continue
+			}
+			var got struct {
+				Rules []rbacv1.PolicyRule `json:"rules"`
+			}
+			if err := runtime.DefaultUnstructuredConverter.FromUnstructured(o.Object, &got); err != nil {
+				t.Fatal(err)
+			}
+			if !reflect.DeepEqual(got.Rules, want) {
+				t.Errorf("%s %s: rules differ from the generated role", kind, o.GetName())
+			}
+		}
+	}
+
+	sas := map[string]bool{}
+	for _, o := range r.ofKind("ServiceAccount") {
+		sas[o.GetName()] = true
+	}
+	if want := []string{"kubevisor-api", "kubevisor-controller", "kubevisor-handler"}; !slices.Equal(slices.Sorted(maps.Keys(sas)), want) {
+		t.Errorf("ServiceAccounts %v, want one per component %v", slices.Sorted(maps.Keys(sas)), want)
+	}
+	boundTo := map[string][]string{} // SA → roles
+	for _, kind := range []string{"ClusterRoleBinding", "RoleBinding"} {
+		for _, o := range r.ofKind(kind) {
+			var b rbacv1.RoleBinding // same shape as ClusterRoleBinding
+			if err := runtime.DefaultUnstructuredConverter.FromUnstructured(o.Object, &b); err != nil {
+				t.Fatal(err)
+			}
+			role := b.RoleRef.Kind + "/" + b.RoleRef.Name
+			if _, ok := generated[role]; !ok {
+				t.Errorf("%s %s binds %s, which is not a generated role", kind, b.Name, role)
+			}
+			if len(b.Subjects) != 1 {
+				t.Errorf("%s %s: %d subjects, want its one ServiceAccount", kind, b.Name, len(b.Subjects))
+				continue
+			}
+			s := b.Subjects[0]
+			if s.Kind != "ServiceAccount" || s.Namespace != namespace || !sas[s.Name] {
+				t.Errorf("%s %s: subject %s %s/%s is not a Kubevisor ServiceAccount", kind, b.Name, s.Kind, s.Namespace, s.Name)
+				continue
+			}
+			// Each component's generated role carries its own name.
+			if b.RoleRef.Name != s.Name {
+				t.Errorf("%s %s binds ServiceAccount %s to %s: another component's role", kind, b.Name, s.Name, role)
+			}
+			boundTo[s.Name] = append(boundTo[s.Name], role)
+		}
+	}
+	for sa := range sas {
+		if len(boundTo[sa]) == 0 {
+			t.Errorf("ServiceAccount %s is bound to no role", sa)
+		}
+	}
+	for role := range generated {
+		found := false
+		for _, roles := range boundTo {
+			found = found || slices.Contains(roles, role)
+		}
+		if !found {
+			t.Errorf("generated role %s is bound to no ServiceAccount", role)
+		}
+	}
+	// Each workload runs as its own ServiceAccount.
+	for key, spec := range r.podSpecs(t) {
+		if want := key[strings.Index(key, "/")+1:]; spec.ServiceAccountName != want {
+			t.Errorf("%s runs as ServiceAccount %q, want %q", key, spec.ServiceAccountName, want)
+		}
+	}
+}
+
+func TestPrivileges(t *testing.T) {
+	r := render(t, drivers(t), "")
+	for key, spec := range r.podSpecs(t) {
+		for _, c := range slices.Concat(spec.InitContainers, spec.Containers) {
+			privileged := c.SecurityContext != nil && c.SecurityContext.Privileged != nil && *c.SecurityContext.Privileged
+			// Only the handler: network namespaces, taps, nftables, its drivers.
+			if want := key == "DaemonSet/kubevisor-handler" && c.Name == "handler"; privileged != want {
+				t.Errorf("%s container %s: privileged %v, want %v", key, c.Name, privileged, want)
+			}
+			if strings.Contains(c.Image, "kubevisor-launcher") {
+				t.Errorf("%s container %s runs the launcher image", key, c.Name)
+			}
+		}
+		if spec.HostPID != (key == "DaemonSet/kubevisor-handler") || spec.HostNetwork {
+			t.Errorf("%s: hostPID %v hostNetwork %v", key, spec.HostPID, spec.HostNetwork)
+		}
+	}
+}
+
+func TestHandlerDaemonSet(t *testing.T) {
+	r := render(t, drivers(t), "")
+	var ds appsv1.DaemonSet
+	r.get(t, "DaemonSet", "kubevisor-handler", &ds)
+	u := ds.Spec.UpdateStrategy
+	if u.Type != appsv1.RollingUpdateDaemonSetStrategyType || u.RollingUpdate == nil || u.RollingUpdate.MaxSurge == nil || u.RollingUpdate.MaxSurge.IntValue() != 0 {
+		t.Errorf("update strategy %+v: want a RollingUpdate with maxSurge 0 (never two handlers on a node)", u)
+	}
+	spec := ds.Spec.Template.Spec
+	if !slices.ContainsFunc(spec.Tolerations, func(tl corev1.Toleration) bool {
+		return tl.Key == "node-role.kubernetes.io/control-plane" && tl.Operator == corev1.TolerationOpExists
+	}) {
+		t.Error("no toleration of control-plane nodes")
+	}
+	h := container(t, spec, "handler")
+	if len(h.Command) < 2 || h.Command[0] != "kubevisor-handler" || h.Command[1] != "serve" {
+		t.Errorf("handler command %v", h.Command)
+	}
+	// The same per-VMI directory on the node, in the handler and in the launcher pods.
+	hostDir, ok := flagValue(h, "--host-state-dir")
+	if !ok {
+		t.Fatal("handler has no --host-state-dir")
+	}
+	var dep appsv1.Deployment
+	r.get(t, "Deployment", "kubevisor-controller", &dep)
+	if got, _ := flagValue(container(t, dep.Spec.Template.Spec, "controller"), "--host-state-dir"); got != hostDir {
+		t.Errorf("controller --host-state-dir %q, handler's %q", got, hostDir)
+	}
+	var mount *corev1.VolumeMount
+	for i, m := range h.VolumeMounts {
+		if m.MountPath == hostDir {
+			mount = &h.VolumeMounts[i]
+		}
+	}
+	if mount == nil {
+		t.Fatalf("handler does not mount %s", hostDir)
+	}
+	if mount.MountPropagation == nil || *mount.MountPropagation != corev1.MountPropagationBidirectional {
+		t.Errorf("%s mount: propagation %v, want Bidirectional (containerDisk disks)", hostDir, mount.MountPropagation)
+	}
+	for _, v := range spec.Volumes {
+		if v.Name == mount.Name && (v.HostPath == nil || v.HostPath.Path != hostDir) {
+			t.Errorf("volume %s is not the hostPath %s", v.Name, hostDir)
+		}
+	}
+	configDir, _ := flagValue(h, "--config")
+	if !slices.ContainsFunc(h.VolumeMounts, func(m corev1.VolumeMount) bool { return m.MountPath == configDir }) {
+		t.Errorf("--config %q is not a mounted volume", configDir)
+	}
+	if _, ok := flagValue(h, "--plugin-bin-dir"); !ok {
+		t.Error("handler has no --plugin-bin-dir: no driver would be found")
+	}
+	d := container(t, spec, "deviceplugins")
+	if !slices.ContainsFunc(d.VolumeMounts, func(m corev1.VolumeMount) bool { return m.MountPath == "/var/lib/kubelet/device-plugins" }) {
+		t.Error("deviceplugins does not mount the kubelet's device plugin directory")
+	}
+}
+
+func TestImages(t *testing.T) {
+	for _, tc := range []struct{ name, extra, tag string }{
+		{"default", "", "dev"},
+		{"overlay tag", "images:\n- name: kubevisor/kubevisor-controller\n  newTag: v1\n- name: kubevisor/kubevisor-api\n  newTag: v1\n" +
+			"- name: kubevisor/kubevisor-handler\n  newTag: v1\n- name: kubevisor/kubevisor-launcher\n  newTag: v1\n", "v1"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			r := render(t, drivers(t), tc.extra)
+			for key, spec := range r.podSpecs(t) {
+				for _, c := range slices.Concat(spec.InitContainers, spec.Containers) {
+					if !strings.HasPrefix(c.Image, "kubevisor/kubevisor-") || !strings.HasSuffix(c.Image, ":"+tc.tag) {
+						t.Errorf("%s container %s: image %q, want kubevisor/kubevisor-*:%s", key, c.Name, c.Image, tc.tag)
+					}
+					if c.ImagePullPolicy != corev1.PullIfNotPresent {
+						t.Errorf("%s container %s: pull policy %q", key, c.Name, c.ImagePullPolicy)
+					}
+				}
+			}
+			// The launcher image reaches the controller's --launcher-image through its environment,
+			// which the images transformer rewrites too (kustomizeconfig.yaml).
+			var dep appsv1.Deployment
+			r.get(t, "Deployment", "kubevisor-controller", &dep)
+			c := container(t, dep.Spec.Template.Spec, "controller")
+			if v, _ := flagValue(c, "--launcher-image"); v != "$(KUBEVISOR_LAUNCHER_IMAGE)" {
+				t.Errorf("--launcher-image=%q", v)
+			}
+			i := slices.IndexFunc(c.Env, func(e corev1.EnvVar) bool { return e.Name == "KUBEVISOR_LAUNCHER_IMAGE" })
+			if want := "kubevisor/kubevisor-launcher:" + tc.tag; i < 0 || c.Env[i].Value != want {
+				t.Errorf("KUBEVISOR_LAUNCHER_IMAGE: %v, want %s", c.Env, want)
+			}
+		})
+	}
+}
+
+func TestDriverComponents(t *testing.T) {
+	kinds := func(s handler.DriverSet) map[string]string {
+		out := map[string]string{}
+		for k, v := range map[string]string{"hypervisor": s.Hypervisor, "network": s.Network, "storage": s.Storage, "device": s.Device} {
+			if v != "" {
+				out[k] = v
+			}
+		}
+		return out
+	}
+	t.Run("base", func(t *testing.T) {
+		r := render(t, nil, "")
+		if got := kinds(r.handlerConfig(t).Drivers); len(got) != 0 {
+			t.Errorf("the base loads drivers %v, want none", got)
+		}
+		if n := len(r.ofKind("HypervisorClass")); n != 0 {
+			t.Errorf("the base has %d HypervisorClasses", n)
+		}
+	})
+	all := drivers(t)
+	for _, name := range all {
+		t.Run(name, func(t *testing.T) {
+			r := render(t, []string{name}, "")
+			got := kinds(r.handlerConfig(t).Drivers)
+			if len(got) != 1 || !slices.Contains(slices.Collect(maps.Values(got)), name) {
+				t.Errorf("component %s: handler drivers %v, want %s alone", name, got, name)
+			}
+			classes := r.ofKind("HypervisorClass")
+			if !hypervisorDrivers[name] {
+				if len(classes) != 0 {
+					t.Errorf("component %s (not a hypervisor) brings %d HypervisorClasses", name, len(classes))
+				}
+				return
+			}
+			if got["hypervisor"] != name {
+				t.Errorf("component %s does not configure itself as the hypervisor driver: %v", name, got)
+			}
+			checkDefaultClass(t, r, name)
+		})
+	}
+	t.Run("all", func(t *testing.T) {
+		r := render(t, all, "")
+		got := r.handlerConfig(t).Drivers
+		if got.Hypervisor != "qmp" || got.Network != "cni" || got.Storage != "local" {
+			t.Errorf("drivers %+v, want qmp, cni, local", got)
+		}
+	})
+}
+
+// checkDefaultClass checks the component's default HypervisorClass, and that a launcher pod
+// built for it (by the controller's own builder, with the install's launcher image) is not
+// privileged and gets its devices from the device plugins the handler DaemonSet runs.
+func checkDefaultClass(t *testing.T, r rendered, driver string) {
+	t.Helper()
+	classes := r.ofKind("HypervisorClass")
+	if len(classes) != 1 {
+		t.Fatalf("component %s: %d HypervisorClasses, want its default one", driver, len(classes))
+	}
+	var class v1alpha1.HypervisorClass
+	r.get(t, "HypervisorClass", classes[0].GetName(), &class)
+	if class.Driver != driver || class.Annotations[v1alpha1.IsDefaultHypervisorClassAnnotation] != "true" {
+		t.Errorf("HypervisorClass %s: driver %q, default annotation %q", class.Name, class.Driver, class.Annotations[v1alpha1.IsDefaultHypervisorClassAnnotation])
+	}
+	if class.Overhead == nil || class.Overhead.PodFixed.Memory().IsZero() {
+		t.Errorf("HypervisorClass %s has no memory overhead", class.Name)
+	}
+	var ds appsv1.DaemonSet
+	r.get(t, "DaemonSet", "kubevisor-handler", &ds)
+	advertised, _ := flagValue(container(t, ds.Spec.Template.Spec, "deviceplugins"), "--devices")
+	for _, d := range class.DeviceResources {
+		name := strings.TrimPrefix(string(d), v1alpha1.DeviceResourcePrefix)
+		if !slices.Contains(strings.Split(advertised, ","), name) {
+			t.Errorf("HypervisorClass %s requests %s, which the device plugins (--devices=%s) do not advertise", class.Name, d, advertised)
+		}
+	}
+
+	var dep appsv1.Deployment
+	r.get(t, "Deployment", "kubevisor-controller", &dep)
+	c := container(t, dep.Spec.Template.Spec, "controller")
+	hostDir, _ := flagValue(c, "--host-state-dir")
+	image := c.Env[slices.IndexFunc(c.Env, func(e corev1.EnvVar) bool { return e.Name == "KUBEVISOR_LAUNCHER_IMAGE" })].Value
+	vmi := &v1alpha1.VirtualMachineInstance{}
+	vmi.Name, vmi.Namespace, vmi.UID = "demo", "default", "0b7c1e2a-7f4e-4d8a-9a53-0d5e6f7a8b9c"
+	guest := resource.MustParse("256Mi")
+	vmi.Spec.Domain.Memory = &v1alpha1.Memory{Guest: &guest}
+	vmi.Spec.Volumes = []v1alpha1.Volume{{Name: "disk", VolumeSource: v1alpha1.VolumeSource{
+		ContainerDisk: &v1alpha1.ContainerDiskSource{Image: "kubevisor/test-guest:latest"}}}}
+	pod, err := launcherpod.Build(vmi, &class, launcherpod.Config{LauncherImage: image, HostStateDir: hostDir})
+	if err != nil {
+		t.Fatalf("launcher pod for HypervisorClass %s: %v", class.Name, err)
+	}
+	for _, c := range slices.Concat(pod.Spec.InitContainers, pod.Spec.Containers) {
+		if sc := c.SecurityContext; sc == nil || sc.Privileged == nil || *sc.Privileged ||
+			sc.AllowPrivilegeEscalation == nil || *sc.AllowPrivilegeEscalation {
+			t.Errorf("launcher pod container %s may be privileged: %+v", c.Name, sc)
+		}
+	}
+	if pod.Spec.HostPID || pod.Spec.HostNetwork || pod.Spec.HostIPC {
+		t.Error("launcher pod shares a host namespace")
+	}
+	compute := container(t, pod.Spec, launcherpod.ContainerName)
+	for _, d := range class.DeviceResources {
+		if q := compute.Resources.Limits[d]; q.Value() != 1 {
+			t.Errorf("launcher container does not request %s", d)
+		}
+	}
+}
