@@ -106,7 +106,7 @@ func NewAgent(c client.Client, cfg AgentConfig, log logr.Logger) (*Agent, error)
 	}
 	return &Agent{
 		cfg: cfg, client: c, log: log,
-		disks:   containerDisks{root: cfg.HostStateDir, timeout: cfg.DialTimeout},
+		disks:   containerDisks{root: cfg.HostStateDir, timeout: cfg.DialTimeout, log: log, warnOnce: new(sync.Once)},
 		changed: make(chan event.GenericEvent, 1024),
 		names:   map[types.UID]types.NamespacedName{},
 	}, nil

@@ -10,8 +10,10 @@ import (
 	"path/filepath"
 	"runtime"
 	"strings"
+	"sync"
 	"time"
 
+	"github.com/go-logr/logr"
 	"golang.org/x/sys/unix"
 	"k8s.io/apimachinery/pkg/types"
 
@@ -39,6 +41,9 @@ import (
 type containerDisks struct {
 	root    string        // the host state directory (hostdir)
 	timeout time.Duration // the wait for a container's socket
+	// log and warnOnce: MountAll checks the propagation of root once (checkPropagation).
+	log      logr.Logger
+	warnOnce *sync.Once
 }
 
 // Path is the node path of a containerDisk volume's disk once Mount has mounted it.
@@ -52,6 +57,11 @@ func (c containerDisks) MountAll(ctx context.Context, vmi *v1alpha1.VirtualMachi
 		if v.ContainerDisk == nil {
 			continue
 		}
+		c.warnOnce.Do(func() {
+			if err := c.checkPropagation(); err != nil {
+				c.log.Error(err, "containerDisk volumes cannot work on this node")
+			}
+		})
 		if err := c.Mount(ctx, vmi.UID, v.Name, v.ContainerDisk.Path); err != nil {
 			return fmt.Errorf("containerDisk volume %s: %w", v.Name, err)
 		}
@@ -344,4 +354,84 @@ var _ handler.ContainerDiskResolver = diskResolver{}
 // ContainerDisk implements handler.ContainerDiskResolver.
 func (r diskResolver) ContainerDisk(_ context.Context, vmi *v1alpha1.VirtualMachineInstance, volume string, _ *v1alpha1.ContainerDiskSource) (string, error) {
 	return r.disks.Path(vmi.UID, volume), nil
+}
+
+// propagationOf returns the mount point of the mount that holds p, as mountinfo lists them,
+// and whether that mount is shared (propagates the mounts made under it to its peers). The
+// disks mounted under the host state directory reach the launcher containers only when it is:
+// the handler's DaemonSet mounts the directory with Bidirectional propagation, which needs the
+// node's mount to be shared.
+func propagationOf(mountinfo, p string) (mountPoint string, shared bool) {
+	best := -1
+	for line := range strings.SplitSeq(mountinfo, "\n") {
+		fields := strings.Fields(line)
+		if len(fields) < 7 {
+			continue
+		}
+		mp := unescapeMountinfo(fields[4])
+		if mp != "/" && p != mp && !strings.HasPrefix(p, mp+"/") {
+			continue
+		}
+		if len(mp) < best {
+			continue
+		}
+		best = len(mp)
+		mountPoint, shared = mp, false
+		// Optional fields until "-": shared:N, master:N, propagate_from:N, unbindable.
+		for _, f := range fields[6:] {
+			if f == "-" {
+				break
+			}
+			if strings.HasPrefix(f, "shared:") {
+				shared = true
+			}
+		}
+	}
+	return mountPoint, shared
+}
+
+// unescapeMountinfo undoes mountinfo's octal escapes (\040 for a space).
+func unescapeMountinfo(s string) string {
+	if !strings.Contains(s, `\`) {
+		return s
+	}
+	var b strings.Builder
+	for i := 0; i < len(s); i++ {
+		if s[i] == '\\' && i+3 < len(s) {
+			var v byte
+			ok := true
+			for _, c := range []byte(s[i+1 : i+4]) {
+				if c < '0' || c > '7' {
+					ok = false
+					break
+				}
+				v = v*8 + (c - '0')
+			}
+			if ok {
+				b.WriteByte(v)
+				i += 3
+				continue
+			}
+		}
+		b.WriteByte(s[i])
+	}
+	return b.String()
+}
+
+// checkPropagation says, when the host state directory is not on a shared mount, that
+// containerDisk disks will not reach launcher containers. It is a warning, not an error:
+// VMIs without containerDisk volumes run all the same.
+func (c containerDisks) checkPropagation() error {
+	dir, err := filepath.EvalSymlinks(c.root)
+	if err != nil {
+		return nil // made later, by the first launcher pod
+	}
+	data, err := os.ReadFile("/proc/self/mountinfo")
+	if err != nil {
+		return nil
+	}
+	if mp, shared := propagationOf(string(data), dir); !shared {
+		return fmt.Errorf("the host state directory %s is on mount %s, which is not shared: disks of containerDisk volumes mounted there will not reach launcher containers (mount it into the handler with mountPropagation: Bidirectional, on a node whose mount is shared: mount --make-rshared /)", c.root, mp)
+	}
+	return nil
 }

@@ -9,10 +9,12 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
 
+	"github.com/go-logr/logr/testr"
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/kubevisor/kubevisor/core/handler/cluster/containerdisk"
@@ -120,7 +122,7 @@ func TestContainerDisks(t *testing.T) {
 	if self == theirs || theirs == "" {
 		t.Fatalf("the stand-in is not in a mount namespace of its own (%q, %q)", self, theirs)
 	}
-	c := containerDisks{root: host, timeout: 10 * time.Second}
+	c := containerDisks{root: host, timeout: 10 * time.Second, log: testr.New(t), warnOnce: new(sync.Once)}
 	ctx := context.Background()
 	target := c.Path(uid, "root")
 	if want := filepath.Join(host, "vmi", string(uid), "containerdisks", "root.img"); target != want {
@@ -182,7 +184,7 @@ func TestContainerDisks(t *testing.T) {
 	}
 
 	// No container serves the socket: an error once the timeout passes.
-	short := containerDisks{root: host, timeout: 300 * time.Millisecond}
+	short := containerDisks{root: host, timeout: 300 * time.Millisecond, log: testr.New(t), warnOnce: new(sync.Once)}
 	if err := short.Mount(ctx, uid, "missing", ""); err == nil || !strings.Contains(err.Error(), "does not serve") {
 		t.Errorf("no container: error %v", err)
 	}
@@ -202,3 +204,30 @@ func TestContainerDisks(t *testing.T) {
 }
 
 func itoa(n int) string { return strconv.Itoa(n) }
+
+// TestPropagationOf reads mountinfo: the longest mount point holding the path, shared when its
+// optional fields say so; escaped mount points are unescaped.
+func TestPropagationOf(t *testing.T) {
+	const mountinfo = `22 27 0:21 / /proc rw,relatime - proc proc rw
+27 1 259:1 / / rw,relatime shared:1 - ext4 /dev/root rw
+30 27 0:25 / /run rw,nosuid shared:5 - tmpfs tmpfs rw
+31 30 0:26 / /run/kubevisor rw,relatime master:7 - tmpfs tmpfs rw
+32 27 0:27 / /srv/my\040dir rw,relatime - tmpfs tmpfs rw
+`
+	for _, tt := range []struct {
+		path, mount string
+		shared      bool
+	}{
+		{"/run/kubevisor/vmi/u", "/run/kubevisor", false},
+		{"/run/kubevisor", "/run/kubevisor", false},
+		{"/run/other", "/run", true},
+		{"/runx", "/", true},
+		{"/srv/my dir/x", "/srv/my dir", false},
+		{"/var/lib/x", "/", true},
+	} {
+		mp, shared := propagationOf(mountinfo, tt.path)
+		if mp != tt.mount || shared != tt.shared {
+			t.Errorf("%s: mount %q shared %v, want %q %v", tt.path, mp, shared, tt.mount, tt.shared)
+		}
+	}
+}
