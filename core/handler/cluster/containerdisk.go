@@ -16,6 +16,7 @@ import (
 	"github.com/go-logr/logr"
 	"golang.org/x/sys/unix"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/validation"
 
 	"github.com/kubevisor/kubevisor/core/api/v1alpha1"
 	"github.com/kubevisor/kubevisor/core/handler"
@@ -73,6 +74,10 @@ func (c containerDisks) MountAll(ctx context.Context, vmi *v1alpha1.VirtualMachi
 // path in the image ("": the single file under /disk/). It does nothing when that disk is
 // mounted there already, and replaces another.
 func (c containerDisks) Mount(ctx context.Context, uid types.UID, volume, inImage string) error {
+	// The webhook checks this too; the handler makes paths of it and mounts there.
+	if errs := validation.IsDNS1123Label(volume); len(errs) > 0 {
+		return fmt.Errorf("volume name %q: %s", volume, strings.Join(errs, "; "))
+	}
 	vmiDir := hostdir.VMI(c.root, uid)
 	socket := containerdisk.Socket(vmiDir, volume)
 	pid, conn, err := c.dial(ctx, socket)

@@ -183,6 +183,10 @@ func TestContainerDisks(t *testing.T) {
 		t.Errorf("two files under /disk/: error %v, want one naming 2 files", err)
 	}
 
+	if err := c.Mount(ctx, uid, "../../x", ""); err == nil {
+		t.Error("a volume name with a path in it: no error")
+	}
+
 	// No container serves the socket: an error once the timeout passes.
 	short := containerDisks{root: host, timeout: 300 * time.Millisecond, log: testr.New(t), warnOnce: new(sync.Once)}
 	if err := short.Mount(ctx, uid, "missing", ""); err == nil || !strings.Contains(err.Error(), "does not serve") {
