@@ -164,10 +164,12 @@ generate: deps ## Regenerate protobuf code, deepcopy functions, CRDs, webhook co
 	hack/generate-rbac.sh
 
 .PHONY: verify
-verify: generate ## Fail when generated files are stale, code is not gofmt'ed, or go vet / staticcheck complain.
+verify: generate ## Fail when generated files are stale, go.mod is not tidy, code is not gofmt'ed, or go vet / staticcheck complain.
 	@git diff --exit-code --stat -- $(GENERATED) || { echo "generated files differ from what is committed: run 'make generate' and commit"; exit 1; }
 	@test -z "$$(git status --porcelain -- $(GENERATED))" || { echo "make generate created untracked files:"; git status --porcelain -- $(GENERATED); exit 1; }
 	@bad=$$(gofmt -l $$(git ls-files '*.go')); test -z "$$bad" || { echo "not gofmt'ed: $$bad"; exit 1; }
+	@$(GO) mod tidy -diff >/dev/null || { echo "go.mod/go.sum are not tidy: run 'go mod tidy' (and in $(EXAMPLES))"; exit 1; }
+	@cd $(EXAMPLES) && $(GO) mod tidy -diff >/dev/null || { echo "$(EXAMPLES): go.mod/go.sum are not tidy: run 'go mod tidy' there"; exit 1; }
 	$(GO) vet ./...
 	$(GO) vet -tags e2e ./conformance/e2e/...
 	cd $(EXAMPLES) && $(GO) vet ./...
