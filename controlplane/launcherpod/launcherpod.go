@@ -74,6 +74,7 @@ import (
 
 	"github.com/kubevisor/kubevisor/core/api/v1alpha1"
 	"github.com/kubevisor/kubevisor/core/handler/cluster/containerdisk"
+	"github.com/kubevisor/kubevisor/core/launcher"
 	"github.com/kubevisor/kubevisor/core/launcher/hostdir"
 )
 
@@ -94,6 +95,8 @@ const (
 	ContainerName = "compute"
 	// LauncherCommand is the launcher binary in the launcher image.
 	LauncherCommand = "kubevisor-launcher"
+	// ConsoleLogContainerName is the container that prints the guest's serial console.
+	ConsoleLogContainerName = "guest-console-log"
 	// DiskMountDir is where claims are mounted in the launcher container, one directory per volume.
 	DiskMountDir = "/var/run/kubevisor-private/vmi-disks"
 	// VMIDirVolumeName is the name of the pod volume of the per-VMI directory.
@@ -116,11 +119,13 @@ const (
 	ContainerDiskContainerPrefix = "volume-"
 )
 
-// ContainerDiskResources are the requests and limits of the containerDisk containers and of
-// the init container that copies their binary: they only sleep.
+// ContainerDiskResources are the requests and limits of the pod's helper containers — the
+// containerDisk containers, the init container that copies their binary, guest-console-log —
+// which only sleep or follow a file. Requests equal limits, so that they leave the pod in the
+// Guaranteed QoS class when the compute container is.
 var ContainerDiskResources = corev1.ResourceRequirements{
-	Requests: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("10m"), corev1.ResourceMemory: resource.MustParse("8Mi")},
-	Limits:   corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("100m"), corev1.ResourceMemory: resource.MustParse("40Mi")},
+	Requests: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("10m"), corev1.ResourceMemory: resource.MustParse("16Mi")},
+	Limits:   corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("10m"), corev1.ResourceMemory: resource.MustParse("16Mi")},
 }
 
 // DefaultLauncherMemoryOverhead is the memory the launcher and the hypervisor process need beyond
@@ -330,10 +335,30 @@ func Build(vmi *v1alpha1.VirtualMachineInstance, class *v1alpha1.HypervisorClass
 					Capabilities:             &corev1.Capabilities{Drop: []corev1.Capability{"ALL"}},
 				},
 				TerminationMessagePolicy: corev1.TerminationMessageFallbackToLogsOnError,
-			}}, diskContainers...),
+			}, consoleLogContainer(vmi, cfg, mounts[0])}, diskContainers...),
 		},
 	}
 	return pod, nil
+}
+
+// consoleLogContainer follows the guest's serial console log, which the node handler writes
+// into the VMI directory, so that `kubectl logs <pod> -c guest-console-log` shows the console
+// (as KubeVirt's container of the same name). vmiDir is the compute container's mount of the
+// VMI directory; this container mounts it read-only.
+func consoleLogContainer(vmi *v1alpha1.VirtualMachineInstance, cfg Config, vmiDir corev1.VolumeMount) corev1.Container {
+	vmiDir.ReadOnly = true
+	vmiDir.MountPropagation = nil
+	return corev1.Container{
+		Name:                     ConsoleLogContainerName,
+		Image:                    cfg.LauncherImage,
+		ImagePullPolicy:          cfg.ImagePullPolicy,
+		Command:                  []string{LauncherCommand},
+		Args:                     []string{"console-log", "--file", path.Join(Dir(cfg.HostStateDir, vmi.UID), launcher.ConsoleLogName)},
+		Resources:                *ContainerDiskResources.DeepCopy(),
+		VolumeMounts:             []corev1.VolumeMount{vmiDir},
+		SecurityContext:          security(),
+		TerminationMessagePolicy: corev1.TerminationMessageFallbackToLogsOnError,
+	}
 }
 
 // guestMemory is the memory the guest sees: domain.memory.guest, else the requested memory.
@@ -584,6 +609,20 @@ func buildVolumes(vmi *v1alpha1.VirtualMachineInstance, cfg Config) ([]corev1.Vo
 	return volumes, mounts, nil
 }
 
+// security is the security context of the launcher pod's small helper containers.
+func security() *corev1.SecurityContext {
+	// Root, as the launcher: the socket directory is the kubelet's, made 0755 for root.
+	// Nothing else: the binary only serves a socket.
+	return &corev1.SecurityContext{
+		RunAsUser:                ptr.To[int64](0),
+		RunAsNonRoot:             ptr.To(false),
+		Privileged:               ptr.To(false),
+		AllowPrivilegeEscalation: ptr.To(false),
+		ReadOnlyRootFilesystem:   ptr.To(true),
+		Capabilities:             &corev1.Capabilities{Drop: []corev1.Capability{"ALL"}},
+	}
+}
+
 // buildContainerDisks returns the init container that copies kubevisor-containerdisk, a
 // container per containerDisk volume, and the pod volumes they use (nothing for a VMI without
 // containerDisk volumes); taken are the pod's other volumes, whose names must not clash.
@@ -592,18 +631,6 @@ func buildContainerDisks(vmi *v1alpha1.VirtualMachineInstance, cfg Config, taken
 	binMount := corev1.VolumeMount{Name: ContainerDiskBinVolumeName, MountPath: ContainerDiskBinDir, ReadOnly: true}
 	diskDir := ContainerDiskDir(cfg.HostStateDir, vmi.UID)
 	dirMount := corev1.VolumeMount{Name: ContainerDiskVolumeName, MountPath: diskDir}
-	security := func() *corev1.SecurityContext {
-		// Root, as the launcher: the socket directory is the kubelet's, made 0755 for root.
-		// Nothing else: the binary only serves a socket.
-		return &corev1.SecurityContext{
-			RunAsUser:                ptr.To[int64](0),
-			RunAsNonRoot:             ptr.To(false),
-			Privileged:               ptr.To(false),
-			AllowPrivilegeEscalation: ptr.To(false),
-			ReadOnlyRootFilesystem:   ptr.To(true),
-			Capabilities:             &corev1.Capabilities{Drop: []corev1.Capability{"ALL"}},
-		}
-	}
 	names := map[string]string{} // container → volume
 	for _, v := range vmi.Spec.Volumes {
 		cd := v.ContainerDisk

@@ -106,6 +106,27 @@ func TestBuildMinimal(t *testing.T) {
 					Capabilities:             &corev1.Capabilities{Drop: []corev1.Capability{"ALL"}},
 				},
 				TerminationMessagePolicy: corev1.TerminationMessageFallbackToLogsOnError,
+			}, {
+				// The serial console, for kubectl logs: read-only on the VMI directory.
+				Name:            "guest-console-log",
+				Image:           "kubevisor/launcher:test",
+				ImagePullPolicy: corev1.PullIfNotPresent,
+				Command:         []string{"kubevisor-launcher"},
+				Args:            []string{"console-log", "--file", dir + "/console.log"},
+				Resources: corev1.ResourceRequirements{
+					Requests: corev1.ResourceList{corev1.ResourceCPU: q("10m"), corev1.ResourceMemory: q("16Mi")},
+					Limits:   corev1.ResourceList{corev1.ResourceCPU: q("10m"), corev1.ResourceMemory: q("16Mi")},
+				},
+				VolumeMounts: []corev1.VolumeMount{{Name: VMIDirVolumeName, MountPath: dir, ReadOnly: true}},
+				SecurityContext: &corev1.SecurityContext{
+					RunAsUser:                ptr.To[int64](0),
+					RunAsNonRoot:             ptr.To(false),
+					Privileged:               ptr.To(false),
+					AllowPrivilegeEscalation: ptr.To(false),
+					ReadOnlyRootFilesystem:   ptr.To(true),
+					Capabilities:             &corev1.Capabilities{Drop: []corev1.Capability{"ALL"}},
+				},
+				TerminationMessagePolicy: corev1.TerminationMessageFallbackToLogsOnError,
 			}},
 		},
 	}
@@ -352,8 +373,8 @@ func TestBuild(t *testing.T) {
 				if !equality.Semantic.DeepEqual(pod.Spec.Containers[0].VolumeMounts, wantMounts) {
 					t.Errorf("mounts = %+v\nwant %+v", pod.Spec.Containers[0].VolumeMounts, wantMounts)
 				}
-				if len(pod.Spec.Containers) != 1 || len(pod.Spec.InitContainers) != 0 || wantMounts[0].MountPropagation != nil {
-					t.Errorf("containers %d, init containers %d, propagation %v: want 1, 0, none", len(pod.Spec.Containers), len(pod.Spec.InitContainers), wantMounts[0].MountPropagation)
+				if len(pod.Spec.Containers) != 2 || len(pod.Spec.InitContainers) != 0 || wantMounts[0].MountPropagation != nil {
+					t.Errorf("containers %d, init containers %d, propagation %v: want 2 (compute, guest-console-log), 0, none", len(pod.Spec.Containers), len(pod.Spec.InitContainers), wantMounts[0].MountPropagation)
 				}
 			},
 		},
@@ -387,8 +408,8 @@ func TestBuild(t *testing.T) {
 					Capabilities: &corev1.Capabilities{Drop: []corev1.Capability{"ALL"}},
 				}
 				small := corev1.ResourceRequirements{
-					Requests: corev1.ResourceList{corev1.ResourceCPU: q("10m"), corev1.ResourceMemory: q("8Mi")},
-					Limits:   corev1.ResourceList{corev1.ResourceCPU: q("100m"), corev1.ResourceMemory: q("40Mi")},
+					Requests: corev1.ResourceList{corev1.ResourceCPU: q("10m"), corev1.ResourceMemory: q("16Mi")},
+					Limits:   corev1.ResourceList{corev1.ResourceCPU: q("10m"), corev1.ResourceMemory: q("16Mi")},
 				}
 				wantInit := []corev1.Container{{
 					Name: "containerdisk-binary", Image: "kubevisor/launcher:test", ImagePullPolicy: corev1.PullIfNotPresent,
@@ -419,7 +440,7 @@ func TestBuild(t *testing.T) {
 					disk("volume-root", "kubevisor/test-guest:latest", corev1.PullIfNotPresent, "root"),
 					disk("volume-extra", "registry.example/disks/extra:v1", corev1.PullAlways, "extra"),
 				}
-				if got := pod.Spec.Containers[1:]; !equality.Semantic.DeepEqual(got, want) {
+				if got := pod.Spec.Containers[2:]; !equality.Semantic.DeepEqual(got, want) {
 					t.Errorf("containerDisk containers = %+v\nwant %+v", got, want)
 				}
 				if pod.Spec.Containers[0].Name != ContainerName {

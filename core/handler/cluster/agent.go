@@ -90,7 +90,9 @@ type Agent struct {
 	client client.Client
 	disks  containerDisks
 	h      *handler.Handler
-	log    logr.Logger
+	// consoles writes each running VMI's serial console into its host directory.
+	consoles *consoleLogs
+	log      logr.Logger
 	// changed carries VMIs whose status the handler changed to the reconciler.
 	changed chan event.GenericEvent
 
@@ -168,6 +170,14 @@ func (a *Agent) sandbox(ctx context.Context, vmi *v1alpha1.VirtualMachineInstanc
 // Setup registers the agent's controller with mgr; h must have been made with HandlerOptions.
 func (a *Agent) Setup(mgr ctrl.Manager, h *handler.Handler, opts controller.Options) error {
 	a.h = h
+	a.consoles = newConsoleLogs(h, a.cfg.HostStateDir, a.log.WithName("console"))
+	if err := mgr.Add(runnable(func(ctx context.Context) error {
+		<-ctx.Done()
+		a.consoles.close()
+		return nil
+	})); err != nil {
+		return err
+	}
 	podToVMI := crhandler.EnqueueRequestsFromMapFunc(func(_ context.Context, o client.Object) []reconcile.Request {
 		name := o.GetLabels()[v1alpha1.VirtualMachineInstanceNameLabel]
 		if name == "" {
@@ -239,6 +249,7 @@ func (a *Agent) Reconcile(ctx context.Context, req reconcile.Request) (reconcile
 			}
 			a.h.SandboxExited(vmi.UID, why)
 		}
+		a.consoles.stop(vmi.UID)
 		st, err := a.h.Stop(ctx, &vmi, grace(&vmi))
 		if err == nil {
 			// The VM is gone and the storage driver released its overlays.
@@ -264,6 +275,10 @@ func (a *Agent) Reconcile(ctx context.Context, req reconcile.Request) (reconcile
 		// the sandbox may not be ready yet.
 		a.log.Info("sync failed", "vmi", req.NamespacedName, "error", err.Error())
 		return reconcile.Result{RequeueAfter: 5 * time.Second}, nil
+	}
+	if st.Phase == v1alpha1.Running {
+		// For the launcher pod's guest-console-log container.
+		a.consoles.ensure(context.Background(), vmi.UID)
 	}
 	return reconcile.Result{}, nil
 }
@@ -348,6 +363,7 @@ func (a *Agent) forget(ctx context.Context, name types.NamespacedName) error {
 }
 
 func (a *Agent) stopUnknown(ctx context.Context, uid types.UID, name types.NamespacedName) error {
+	a.consoles.stop(uid)
 	if _, known := a.h.Status(uid); known {
 		stub := &v1alpha1.VirtualMachineInstance{ObjectMeta: metav1.ObjectMeta{Namespace: name.Namespace, Name: name.Name, UID: uid}}
 		if _, err := a.h.Stop(ctx, stub, 0); err != nil {

@@ -9,6 +9,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"slices"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -29,6 +30,7 @@ import (
 	"github.com/kubevisor/kubevisor/core/driver"
 	"github.com/kubevisor/kubevisor/core/handler"
 	"github.com/kubevisor/kubevisor/core/handler/cluster/containerdisk"
+	"github.com/kubevisor/kubevisor/core/launcher"
 	"github.com/kubevisor/kubevisor/core/launcher/hostdir"
 	"github.com/kubevisor/kubevisor/core/plugin"
 	"github.com/kubevisor/kubevisor/internal/envtest"
@@ -261,6 +263,19 @@ func TestAgent(t *testing.T) {
 		}
 		if w := n.waitVMI("waiting", "still Scheduled", func(*v1alpha1.VirtualMachineInstance) bool { return true }); w.Status.Phase != v1alpha1.Scheduled {
 			t.Errorf("a VMI without a running launcher pod went %s", w.Status.Phase)
+		}
+		// The serial console reaches the VMI directory's console log (guest-console-log).
+		consoleLog := filepath.Join(hostdir.VMI(n.hostDir, vmi.UID), launcher.ConsoleLogName)
+		deadline := time.Now().Add(30 * time.Second)
+		for {
+			b, _ := os.ReadFile(consoleLog)
+			if strings.Contains(string(b), "Kubevisor fake guest") {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("console log %s: %q, want the guest's boot output", consoleLog, b)
+			}
+			time.Sleep(100 * time.Millisecond)
 		}
 
 		// The pod is deleted (the VMI controller does this when the VMI goes): bound to a
