@@ -621,7 +621,7 @@ func (b *memoryBench) stopAll(vms []memoryVM) error {
 // report prints the table of the rounds and the verdict.
 func (b *memoryBench) report(rounds []memoryRound, handlerBase MemUsage) {
 	worst := map[string]float64{}
-	var lastGrowth float64
+	lastGrowth := map[string]float64{} // by accounting: the growth between the last two rounds
 	for _, acc := range []accounting{byRSS, byPSS, byAnon} {
 		fmt.Fprintf(b.out, "\nper running VM, by %s (handler share: its %s beyond the bench process's before the Handler / N; drivers' share: the %d driver processes' %s / N)\n",
 			acc.name, acc.name, len(b.h.Drivers()), acc.name)
@@ -632,8 +632,8 @@ func (b *memoryBench) report(rounds []memoryRound, handlerBase MemUsage) {
 			worst[acc.name] = max(worst[acc.name], f.overhead())
 			growth := "-"
 			if i > 0 {
-				lastGrowth = marginal(acc, rounds[i-1], r, handlerBase)
-				growth = fmt.Sprintf("%s (%d→%d)", mib(lastGrowth), rounds[i-1].vms, r.vms)
+				lastGrowth[acc.name] = marginal(acc, rounds[i-1], r, handlerBase)
+				growth = fmt.Sprintf("%s (%d→%d)", mib(lastGrowth[acc.name]), rounds[i-1].vms, r.vms)
 			}
 			tab.row(fmt.Sprint(r.vms), mib(f.qemu), mib(f.launcher), mib(f.handler), mib(f.drivers), mib(f.overhead()), verdict(f.overhead()), growth)
 		}
@@ -654,7 +654,7 @@ func (b *memoryBench) report(rounds []memoryRound, handlerBase MemUsage) {
 	}
 	if len(rounds) > 1 {
 		fmt.Fprintf(b.out, "each added VM costs %s by PSS beyond QEMU (aim ≤ %s: %s); the rest is the node's fixed cost of the handler and driver processes, shared by all its VMs\n",
-			mib(lastGrowth), mib(MemoryAim), verdict(lastGrowth))
+			mib(lastGrowth[byPSS.name]), mib(MemoryAim), verdict(lastGrowth[byPSS.name]))
 	}
 }
 
