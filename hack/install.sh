@@ -131,8 +131,8 @@ diagnose() {
 install() {
   local start=${SECONDS}
   render
-  log "drivers: ${components[*]:-(none)}; kubeconfig: ${kubeconfig:-kubectl's default}"
-  k version >/dev/null 2>&1 || die "the cluster does not answer (kubeconfig: ${kubeconfig:-kubectl's default})"
+  log "drivers: ${components[*]:-(none)}; kubeconfig: ${kubeconfig:-kubectl default}"
+  k version >/dev/null 2>&1 || die "the cluster does not answer (kubeconfig: ${kubeconfig:-kubectl default})"
   log "CRDs"
   k apply --server-side --force-conflicts --field-manager="${FIELD_MANAGER}" -f "${work}/crds.yaml" >/dev/null
   k wait --for condition=Established --timeout="${timeout}" -f "${work}/crds.yaml" >/dev/null

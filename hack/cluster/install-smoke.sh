@@ -8,8 +8,9 @@
 #   VMI gets within $VMI_WAIT seconds (default 90): phase, and the condition that says why it
 #   stops, printed.
 # It fails when a step up to the running launcher fails; the VMI's phase after that is reported,
-# and required only with REQUIRE_RUNNING=1. KEEP=1 leaves the VMI and the installation; by
-# default both are removed (the cluster stays up: make down).
+# and required only with REQUIRE_RUNNING=1 (Running, and the guest's web server answering at its
+# IP). KEEP=1 leaves the VMI and the installation; by default both are removed (the cluster
+# stays up: make down).
 set -euo pipefail
 HERE="$(dirname "${BASH_SOURCE[0]}")"
 # shellcheck source=hack/cluster/lib.sh
@@ -167,6 +168,7 @@ wait_launcher() {
 phase launcher wait_launcher
 
 RESULT=""
+HTTP=""
 follow_vmi() {
   local phase="" i
   for i in $(seq 1 "${VMI_WAIT}"); do
@@ -180,6 +182,19 @@ follow_vmi() {
   log "install-smoke: VMI ${NS}/${VMI} phase after ${i}s (at most ${VMI_WAIT}s): ${phase:-none}"
   kubectl_ -n "${NS}" get vmi "${VMI}" \
     -o go-template='{{range .status.conditions}}    {{.type}}={{.status}} {{or .reason ""}}: {{or .message ""}}{{"\n"}}{{end}}' || true
+  local ip
+  ip="$(jp -n "${NS}" get vmi "${VMI}" -o jsonpath='{.status.interfaces[0].ipAddress}')"
+  if [[ "${phase}" == Running && -n "${ip}" ]]; then
+    # The test guest's web server, from the node (as make run prints it), once it has booted.
+    local answer="" j
+    for j in $(seq 1 60); do
+      answer="$(curl -s -m 2 "http://${ip}/" | head -1 || true)"
+      [[ -n "${answer}" ]] && break
+      sleep 1
+    done
+    HTTP="${answer}"
+    log "install-smoke: http://${ip}/ after ${j}s: ${answer:-no answer}"
+  fi
   kubectl_ -n "${NS}" get events --field-selector involvedObject.kind=VirtualMachineInstance \
     -o custom-columns=TYPE:.type,REASON:.reason,MESSAGE:.message 2>/dev/null | tail -5 | sed 's/^/    /' || true
 }
@@ -193,7 +208,8 @@ cleanup() {
 if [[ "${KEEP:-0}" != 1 ]]; then phase cleanup cleanup; fi
 
 log "install-smoke: timings (s):$(for p in "${order[@]}"; do printf ' %s=%s' "${p}" "${T[${p}]}"; done)"
-if [[ "${REQUIRE_RUNNING:-0}" == 1 && "${RESULT}" != Running ]]; then
-  fail "VMI ended ${RESULT:-without a phase}, not Running"
+if [[ "${REQUIRE_RUNNING:-0}" == 1 ]]; then
+  [[ "${RESULT}" == Running ]] || fail "VMI ended ${RESULT:-without a phase}, not Running"
+  [[ -n "${HTTP}" ]] || fail "VMI Running but its web server did not answer"
 fi
 log "install-smoke: OK (components ready, VMI admitted, launcher running; VMI phase ${RESULT:-none})"
