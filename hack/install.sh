@@ -15,7 +15,8 @@
 # then the components, then the CRDs, and the capability labels the handlers put on nodes.
 #
 # The kubeconfig is --kubeconfig, else $KUBECONFIG, else the local cluster's
-# (_output/cluster/kubeconfig, make up) when it exists, else kubectl's default.
+# (_output/cluster/kubeconfig, make up) when it exists, else kubectl's default. --timeout defaults
+# to $INSTALL_TIMEOUT, else 5m.
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -28,7 +29,7 @@ die() { echo "install: $*" >&2; exit 1; }
 log() { echo "==> install: $*"; }
 
 usage() {
-  sed -n '2,19p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'
+  sed -n '2,20p' "${BASH_SOURCE[0]}" | grep '^#' | sed 's/^# \{0,1\}//'
   exit 2
 }
 
@@ -44,7 +45,7 @@ action=install
 drivers="qmp,cni,local"
 kubeconfig="${KUBECONFIG:-}"
 tag=""
-timeout=5m
+timeout="${INSTALL_TIMEOUT:-5m}"
 while [[ $# -gt 0 ]]; do
   case "$1" in
     install|uninstall|render) action="$1" ;;
@@ -126,6 +127,11 @@ diagnose() {
     k -n "${NS}" describe "${p}" | sed -n '/^Conditions:/,$p' | tail -25 >&2 || true
     k -n "${NS}" logs "${p}" --all-containers --tail=20 >&2 || true
   done
+  if k -n "${NS}" get events -o jsonpath='{.items[*].message}' 2>/dev/null | grep -q 'but it is not a shared mount'; then
+    echo "install: the handler's /run/kubevisor is mounted Bidirectional (containerDisk disks), which needs a" >&2
+    echo "install: shared mount on the node (systemd nodes have one); on a node whose / is private, run there:" >&2
+    echo "install:   mkdir -p /run/kubevisor && mount --bind /run/kubevisor /run/kubevisor && mount --make-rshared /run/kubevisor" >&2
+  fi
 }
 
 install() {
