@@ -48,8 +48,10 @@ type component struct {
 var components = []component{
 	{name: "kubevisor-controller", bins: []string{"kubevisor-controller"}},
 	{name: "kubevisor-api", bins: []string{"kubevisor-api"}},
+	// The handler image carries QEMU too: the qmp driver probes it (version, machines,
+	// accelerators) for its fingerprint, though VMs run in the launcher pods.
 	{name: "kubevisor-handler", bins: []string{"kubevisor-handler", "kubevisor-driver-*", "kubevisor-deviceplugins"},
-		cni: true, hostBins: []string{"qemu-img"}},
+		cni: true, qemu: true, hostBins: []string{"qemu-img"}},
 	{name: "kubevisor-launcher", bins: []string{"kubevisor-launcher"}, qemu: true, static: []string{"kubevisor-containerdisk"}},
 }
 

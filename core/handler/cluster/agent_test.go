@@ -505,7 +505,7 @@ func TestServe(t *testing.T) {
 			},
 			Manifests:   []plugin.Manifest{m},
 			Agent:       AgentConfig{HostStateDir: filepath.Join(dir, "host")},
-			MetricsAddr: "0", HealthAddr: "0",
+			MetricsAddr: "0", HealthAddr: "0", StopDrivers: true,
 			Logger: hclog.New(&hclog.LoggerOptions{Name: "serve", Level: hclog.Warn, Output: os.Stderr}),
 			Log:    testr.New(t),
 		})

@@ -42,7 +42,10 @@ type ServeConfig struct {
 	// ("0" disables).
 	MetricsAddr, HealthAddr string
 	Logger                  hclog.Logger
-	Log                     logr.Logger
+	// StopDrivers stops the driver plugins when Serve returns (tests); by default they keep
+	// running, with their VMs, for the next handler to re-adopt.
+	StopDrivers bool
+	Log         logr.Logger
 }
 
 // Serve runs the node handler against the API server until ctx ends: the agent syncs the
@@ -81,8 +84,14 @@ func Serve(ctx context.Context, c ServeConfig) (err error) {
 	if err != nil {
 		return err
 	}
-	// Detach, not Close: the VMs keep running through a handler restart.
-	defer func() { err = errors.Join(err, h.Detach()) }()
+	defer func() {
+		if c.StopDrivers {
+			err = errors.Join(err, h.Close())
+			return
+		}
+		// Detach, not Close: the VMs keep running through a handler restart.
+		err = errors.Join(err, h.Detach())
+	}()
 	if err := agent.Setup(mgr, h, controller.Options{}); err != nil {
 		return err
 	}
