@@ -124,6 +124,22 @@ e2e: ## Cluster conformance suite (conformance/e2e, Ginkgo) against E2E_KUBECONF
 test-deviceplugins-kubelet: deps k8s-bins ## Device plugins against a real kubelet and containerd in a private sandbox: registration, kubelet restart, an unprivileged pod with kvm/tun (root).
 	deviceplugins/testdata/kubelet-sandbox.sh
 
+##@ Install
+
+DRIVERS ?= qmp,cni,local
+
+.PHONY: install
+install: ## Install Kubevisor with the drivers DRIVERS (default qmp,cni,local) on the cluster of KUBECONFIG (default: the local cluster's, else kubectl's) and wait until it is ready.
+	hack/install.sh install --drivers $(DRIVERS) $(if $(KUBECONFIG),--kubeconfig $(KUBECONFIG))
+
+.PHONY: uninstall
+uninstall: ## Remove Kubevisor from the cluster of KUBECONFIG: VMs and VMIs first, the components, then the CRDs and the node labels.
+	hack/install.sh uninstall $(if $(KUBECONFIG),--kubeconfig $(KUBECONFIG))
+
+.PHONY: install-smoke
+install-smoke: deps k8s-bins cni-plugins ## Local cluster: install DRIVERS, components Ready, a VMI admitted and its launcher pod running; prints how far the VMI gets.
+	DRIVERS=$(DRIVERS) hack/cluster/install-smoke.sh
+
 ##@ Test guest
 
 .PHONY: guest

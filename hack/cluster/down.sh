@@ -82,6 +82,12 @@ if [[ -n "${mounts}" ]]; then
   done <<<"${mounts}"
 fi
 
+# The shared mount up.sh made of /run/kubevisor, with whatever a handler left mounted in it.
+if findmnt -n --mountpoint /run/kubevisor >/dev/null 2>&1; then
+  log "unmounting /run/kubevisor"
+  umount -R /run/kubevisor 2>/dev/null || umount -R -l /run/kubevisor 2>/dev/null || log "cannot unmount /run/kubevisor"
+fi
+
 # Pod cgroups kubelet made (empty once their processes are gone).
 cg="$(kubepods_cgroups)"
 if [[ -n "${cg}" ]]; then

@@ -334,6 +334,18 @@ else
   log "sandbox image ${PAUSE_IMAGE} present"
 fi
 
+# --- shared host state directory ------------------------------------------------------------
+# Kubevisor's node handler mounts containerDisk images under /run/kubevisor with Bidirectional
+# propagation for launcher pods to see (HostToContainer). The runtime accepts that only on a
+# shared mount; this machine's / is private (no systemd), so make the directory a shared mount
+# of its own. down.sh unmounts it.
+mkdir -p /run/kubevisor
+if ! findmnt -n -o PROPAGATION --mountpoint /run/kubevisor 2>/dev/null | grep -q shared; then
+  mount --bind /run/kubevisor /run/kubevisor
+  mount --make-rshared /run/kubevisor
+  log "/run/kubevisor: a shared mount (for Kubevisor's containerDisk volumes)"
+fi
+
 # --- kubelet --------------------------------------------------------------------------------
 # cgroup v1 (hybrid) host with swap: failCgroupV1/failSwapOn off; cgroupfs (no systemd);
 # authentication by client certificates of our CA and webhook tokens, authorization by the API
