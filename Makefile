@@ -26,7 +26,7 @@ help: ## List the targets.
 ##@ Main commands
 
 .PHONY: run
-run: deps build guest cni-plugins ## Main command: boot the demo VMI with the node handler in standalone mode (Ctrl-C stops it).
+run: deps build guest cni-plugins ## Boot the demo VMI without a cluster: the node handler in standalone mode (Ctrl-C stops it).
 	$(BIN)/kubevisor-handler run -f $(DEMO_VMI)
 
 .PHONY: demo
@@ -90,7 +90,14 @@ bench: cni-plugins ## Run the benchmarks and print their figures (plugin round t
 ##@ Local cluster
 
 .PHONY: up
-up: deps k8s-bins cni-plugins ## Bring up the local single-node cluster (etcd, control plane, containerd, kubelet); kubeconfig in _output/cluster/kubeconfig.
+up: deps k8s-bins cni-plugins guest build ## Main command: a local single-node cluster, Kubevisor installed with DRIVERS from its manifests and images, the demo VM booted; prints how to reach it.
+	hack/cluster/up.sh
+	$(MAKE) --no-print-directory images
+	hack/install.sh install --drivers $(DRIVERS)
+	hack/cluster/demo.sh
+
+.PHONY: cluster-up
+cluster-up: deps k8s-bins cni-plugins ## Only the local single-node cluster (etcd, control plane, containerd, kubelet); kubeconfig in _output/cluster/kubeconfig.
 	hack/cluster/up.sh
 
 .PHONY: down
