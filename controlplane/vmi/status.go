@@ -75,7 +75,7 @@ func deriveStatus(vmi *v1alpha1.VirtualMachineInstance, obs observation, now met
 	gen := vmi.Generation
 	setCond := func(c v1alpha1.VirtualMachineInstanceCondition) {
 		c.ObservedGeneration = gen
-		st.Conditions = setCondition(st.Conditions, c, now)
+		st.Conditions = v1alpha1.SetInstanceCondition(st.Conditions, c, now)
 	}
 	notReady := func(reason, message string) {
 		setCond(v1alpha1.VirtualMachineInstanceCondition{
@@ -195,28 +195,7 @@ func podCondition(pod *corev1.Pod, t corev1.PodConditionType) *corev1.PodConditi
 	return nil
 }
 
-// setCondition sets c in conds: its transition time is now when its status changes, else kept.
-func setCondition(conds []v1alpha1.VirtualMachineInstanceCondition, c v1alpha1.VirtualMachineInstanceCondition, now metav1.Time) []v1alpha1.VirtualMachineInstanceCondition {
-	i := slices.IndexFunc(conds, func(o v1alpha1.VirtualMachineInstanceCondition) bool { return o.Type == c.Type })
-	if i < 0 {
-		c.LastTransitionTime = now
-		return append(conds, c)
-	}
-	c.LastTransitionTime = conds[i].LastTransitionTime
-	if conds[i].Status != c.Status {
-		c.LastTransitionTime = now
-	}
-	c.LastProbeTime = conds[i].LastProbeTime
-	conds[i] = c
-	return conds
-}
-
 // condition returns the condition of type t in st, or nil.
 func condition(st v1alpha1.VirtualMachineInstanceStatus, t v1alpha1.VirtualMachineInstanceConditionType) *v1alpha1.VirtualMachineInstanceCondition {
-	for i := range st.Conditions {
-		if st.Conditions[i].Type == t {
-			return &st.Conditions[i]
-		}
-	}
-	return nil
+	return v1alpha1.InstanceCondition(st.Conditions, t)
 }

@@ -273,18 +273,6 @@ func TestDeriveStatusRecordsPending(t *testing.T) {
 	}
 }
 
-func TestSetConditionKeepsTransitionTime(t *testing.T) {
-	conds := setCondition(nil, v1alpha1.VirtualMachineInstanceCondition{Type: "Ready", Status: corev1.ConditionFalse, Reason: "A"}, t0)
-	conds = setCondition(conds, v1alpha1.VirtualMachineInstanceCondition{Type: "Ready", Status: corev1.ConditionFalse, Reason: "B"}, t1)
-	if !conds[0].LastTransitionTime.Equal(&t0) || conds[0].Reason != "B" {
-		t.Errorf("same status: %+v, want transition time t0 and reason B", conds[0])
-	}
-	conds = setCondition(conds, v1alpha1.VirtualMachineInstanceCondition{Type: "Ready", Status: corev1.ConditionTrue}, t1)
-	if !conds[0].LastTransitionTime.Equal(&t1) || len(conds) != 1 {
-		t.Errorf("new status: %+v, want transition time t1", conds)
-	}
-}
-
 func TestDefaultClass(t *testing.T) {
 	class := func(name string, isDefault, deleting bool) v1alpha1.HypervisorClass {
 		c := v1alpha1.HypervisorClass{ObjectMeta: metav1.ObjectMeta{Name: name}, Driver: "qmp"}

@@ -120,14 +120,14 @@ func DeriveStatus(prev v1alpha1.VirtualMachineInstanceStatus, obs Observation, n
 		} else if obs.VM != nil {
 			cMessage = describeVM(obs.VM)
 		}
-		st.Conditions = setCondition(st.Conditions, v1alpha1.VirtualMachineInstanceCondition{
+		st.Conditions = v1alpha1.SetInstanceCondition(st.Conditions, v1alpha1.VirtualMachineInstanceCondition{
 			Type: v1alpha1.VirtualMachineInstanceReady, Status: ready, Reason: cReason, Message: cMessage,
 		}, ts)
 	}
 	// Paused.
 	if vmKnown {
 		if obs.VM.GetState() == hypervisorv1.State_STATE_PAUSED && phase == v1alpha1.Running {
-			st.Conditions = setCondition(st.Conditions, v1alpha1.VirtualMachineInstanceCondition{
+			st.Conditions = v1alpha1.SetInstanceCondition(st.Conditions, v1alpha1.VirtualMachineInstanceCondition{
 				Type: v1alpha1.VirtualMachineInstancePaused, Status: corev1.ConditionTrue,
 				Reason: v1alpha1.ReasonPaused, Message: obs.VM.GetMessage(),
 			}, ts)
@@ -137,7 +137,7 @@ func DeriveStatus(prev v1alpha1.VirtualMachineInstanceStatus, obs Observation, n
 	}
 	// Synchronized.
 	if f := obs.Failure; f != nil {
-		st.Conditions = setCondition(st.Conditions, v1alpha1.VirtualMachineInstanceCondition{
+		st.Conditions = v1alpha1.SetInstanceCondition(st.Conditions, v1alpha1.VirtualMachineInstanceCondition{
 			Type: v1alpha1.VirtualMachineInstanceSynchronized, Status: corev1.ConditionFalse,
 			Reason: f.Reason, Message: f.Message,
 		}, ts)
@@ -246,33 +246,11 @@ func describeVM(vm *hypervisorv1.VMStatus) string {
 	return s
 }
 
-// setCondition sets c in conds, keeping the transition time when its status does not change.
-func setCondition(conds []v1alpha1.VirtualMachineInstanceCondition, c v1alpha1.VirtualMachineInstanceCondition, now metav1.Time) []v1alpha1.VirtualMachineInstanceCondition {
-	i := slices.IndexFunc(conds, func(o v1alpha1.VirtualMachineInstanceCondition) bool { return o.Type == c.Type })
-	if i < 0 {
-		c.LastTransitionTime = now
-		return append(conds, c)
-	}
-	c.LastTransitionTime = conds[i].LastTransitionTime
-	if conds[i].Status != c.Status {
-		c.LastTransitionTime = now
-	}
-	c.LastProbeTime = conds[i].LastProbeTime
-	c.ObservedGeneration = conds[i].ObservedGeneration
-	conds[i] = c
-	return conds
-}
-
 func removeCondition(conds []v1alpha1.VirtualMachineInstanceCondition, t v1alpha1.VirtualMachineInstanceConditionType) []v1alpha1.VirtualMachineInstanceCondition {
 	return slices.DeleteFunc(conds, func(c v1alpha1.VirtualMachineInstanceCondition) bool { return c.Type == t })
 }
 
 // Condition returns the condition of type t in st, or nil.
 func Condition(st v1alpha1.VirtualMachineInstanceStatus, t v1alpha1.VirtualMachineInstanceConditionType) *v1alpha1.VirtualMachineInstanceCondition {
-	for i := range st.Conditions {
-		if st.Conditions[i].Type == t {
-			return &st.Conditions[i]
-		}
-	}
-	return nil
+	return v1alpha1.InstanceCondition(st.Conditions, t)
 }

@@ -1,39 +1,21 @@
 package launcher
 
 import (
-	"bytes"
 	"context"
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
+
+	"github.com/kubevisor/kubevisor/internal/syncbuf"
 )
-
-// syncBuffer is a bytes.Buffer safe for one writer and one reader.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
 
 func TestFollowFile(t *testing.T) {
 	dir := t.TempDir()
 	path := filepath.Join(dir, ConsoleLogName)
 	ctx, cancel := context.WithCancel(context.Background())
-	var out syncBuffer
+	var out syncbuf.Buffer
 	done := make(chan error, 1)
 	go func() { done <- FollowFile(ctx, path, &out, 10*time.Millisecond) }()
 

@@ -6,7 +6,6 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -15,6 +14,7 @@ import (
 
 	"github.com/kubevisor/kubevisor/core/launcher"
 	"github.com/kubevisor/kubevisor/core/launcher/hostdir"
+	"github.com/kubevisor/kubevisor/internal/syncbuf"
 )
 
 // scriptedConsole writes one boot's output per attach, then ends (the guest rebooted).
@@ -44,7 +44,7 @@ func TestConsoleLogs(t *testing.T) {
 	// Follow the file as the guest-console-log container would.
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	var got syncedBuffer
+	var got syncbuf.Buffer
 	go func() { _ = launcher.FollowFile(ctx, path, &got, 5*time.Millisecond) }()
 
 	src.attaches <- 1
@@ -68,22 +68,4 @@ func TestConsoleLogs(t *testing.T) {
 	if len(c.running) != 0 {
 		t.Errorf("writers left: %v", c.running)
 	}
-}
-
-// syncedBuffer is a strings.Builder for one writer and one reader.
-type syncedBuffer struct {
-	mu sync.Mutex
-	b  strings.Builder
-}
-
-func (s *syncedBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncedBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
 }

@@ -1,7 +1,6 @@
 package standalone
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -19,6 +18,7 @@ import (
 	"github.com/hashicorp/go-hclog"
 
 	"github.com/kubevisor/kubevisor/core/handler"
+	"github.com/kubevisor/kubevisor/internal/syncbuf"
 	"github.com/kubevisor/kubevisor/internal/testbin"
 )
 
@@ -74,30 +74,12 @@ func TestDefaults(t *testing.T) {
 	}
 }
 
-// syncBuffer is a bytes.Buffer safe for concurrent use.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
 // demoRun is a run of the demo VMI, as `kubevisor-handler run -f demo-vmi.yaml` does, with the
 // real qmp, cni and local drivers and the launcher, on a bridge and subnet of its own.
 type demoRun struct {
 	t      *testing.T
 	dir    string
-	out    *syncBuffer
+	out    *syncbuf.Buffer
 	cancel context.CancelFunc
 	done   chan error
 }
@@ -144,7 +126,7 @@ func startDemo(t *testing.T) *demoRun {
 		},
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	r := &demoRun{t: t, dir: dir, out: &syncBuffer{}, cancel: cancel, done: make(chan error, 1)}
+	r := &demoRun{t: t, dir: dir, out: &syncbuf.Buffer{}, cancel: cancel, done: make(chan error, 1)}
 	t.Cleanup(cancel)
 	go func() {
 		r.done <- Run(ctx, nil, Options{
