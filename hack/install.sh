@@ -109,7 +109,7 @@ render() {
   } >"${work}/kustomization.yaml"
   # The base includes the generated manifests of manifests/webhook and manifests/rbac, which
   # are files outside its directory.
-  "${KUBECTL}" kustomize --load-restrictor LoadRestrictionsNone "${work}" >"${work}/install.yaml" \
+  "${KUBECTL}" kustomize "${work}" >"${work}/install.yaml" \
     || die "kustomize failed (kustomization: ${work}/kustomization.yaml)"
   "${KUBECTL}" kustomize "${ROOT}/manifests/crd" >"${work}/crds.yaml"
   # Everything but the CRDs, which uninstall deletes last.

@@ -96,7 +96,7 @@ func render(t *testing.T, components []string, extra string) rendered {
 		t.Fatal(err)
 	}
 	var stdout, stderr bytes.Buffer
-	cmd := exec.Command(kubectl, "kustomize", "--load-restrictor", "LoadRestrictionsNone", dir)
+	cmd := exec.Command(kubectl, "kustomize", dir)
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
 	if err := cmd.Run(); err != nil {
 		t.Fatalf("kubectl kustomize with components %v: %v\n%s", components, err, stderr.String())
