@@ -14,7 +14,14 @@
 //
 // creates VMIs against a real API server with kubevisor-controller's manager in the process and
 // prints the rate at which they become launcher pods and the control plane's API requests per
-// VMI. See package hack/bench.
+// VMI;
+//
+//	kubevisor-bench e2e [--kubeconfig FILE] [--vmis 20] [--console file|logs]
+//
+// creates VMIs of the test guest at once on a cluster where Kubevisor is installed, from its
+// node, and prints the P50/P95 of creation to Running and to the console marker, the memory per
+// VM on the node beyond QEMU, and the API requests per VMI counted by the API server. See
+// package hack/bench.
 package main
 
 import (

@@ -24,7 +24,7 @@ const (
 	ExitUsage = 2
 )
 
-const usage = `usage: kubevisor-bench boot|memory|controlplane [flags]
+const usage = `usage: kubevisor-bench boot|memory|controlplane|e2e [flags]
 
 boot times the test guest (make guest) from start to its console marker, with raw
 qemu-system-x86_64 running the command line the qmp driver builds (less -S), and with the same
@@ -42,6 +42,11 @@ QEMU, of the launcher, and the handler's and the drivers' share, against the aim
 controlplane creates 1,000 VMIs against a real kube-apiserver and etcd with kubevisor-controller's
 manager in this process, and prints the rate at which they become launcher pods and the API
 requests the control plane made per VMI. "kubevisor-bench controlplane -h" lists its flags.
+
+e2e creates 20 VMIs of the test guest at once on a cluster where Kubevisor is installed (make up),
+from one of its nodes, and prints the P50/P95 of creation to Running and to the console marker,
+the memory per VM on the node beyond QEMU, and the API requests per VMI counted by the API
+server. "kubevisor-bench e2e -h" lists its flags.
 `
 
 const memoryUsage = `usage: kubevisor-bench memory [flags]
@@ -85,6 +90,8 @@ func Run(args []string, stdout, stderr io.Writer) int {
 		return runMemory(args[1:], stdout, stderr)
 	case "controlplane":
 		return runControlPlane(args[1:], stdout, stderr)
+	case "e2e":
+		return runE2E(args[1:], stdout, stderr)
 	default:
 		fmt.Fprintf(stderr, "kubevisor-bench: unknown command %q\n%s", args[0], usage)
 		return ExitUsage
