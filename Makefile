@@ -80,6 +80,12 @@ bench-controlplane: k8s-bins ## Create 1,000 VMIs against a real kube-apiserver 
 	$(GO) build -o $(BIN)/kubevisor-bench ./cmd/kubevisor-bench
 	$(BIN)/kubevisor-bench controlplane --vmis 1000
 
+.PHONY: bench-e2e
+bench-e2e: ## 20 VMIs at once on the local cluster (make up): P50/P95 of creation to Running and to the console marker, memory per VM on the node beyond QEMU (aim <= 25 MiB), API requests per VMI. Run on the node as root.
+	@mkdir -p $(BIN)
+	$(GO) build -o $(BIN)/kubevisor-bench ./cmd/kubevisor-bench
+	$(BIN)/kubevisor-bench e2e --kubeconfig $(E2E_KUBECONFIG) --vmis 20
+
 .PHONY: bench
 bench: cni-plugins ## Run the benchmarks and print their figures (plugin round trip and start; network setup, teardown, throughput).
 	$(GO) test -run '^$$' -bench PluginRoundTrip -benchtime 5000x ./core/plugin/...
