@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
 	"path/filepath"
 	"sync"
 	"time"
@@ -374,10 +375,55 @@ func (a *Agent) stopUnknown(ctx context.Context, uid types.UID, name types.Names
 	if err := a.disks.Release(uid); err != nil {
 		return err
 	}
+	// The VMI is gone, so are its launcher pods (the VMI controller holds the VMI until
+	// then): nothing mounts its directory any more.
+	if err := os.RemoveAll(hostdir.VMI(a.cfg.HostStateDir, uid)); err != nil {
+		return fmt.Errorf("remove the VMI directory: %w", err)
+	}
 	a.mu.Lock()
 	delete(a.names, uid)
 	a.mu.Unlock()
 	return nil
+}
+
+// orphanDirAge is how old a VMI directory without VMI, launcher pod or handler state must be
+// before the sweep removes it: the kubelet makes the directory when it starts the pod, which
+// may be before this agent's cache has the VMI.
+const orphanDirAge = 2 * time.Minute
+
+// sweepDirs removes the VMI directories on the node that belong to nothing: no VMI of this
+// node in live, no launcher pod, nothing the handler runs (left by VMIs deleted while the
+// agent was down).
+func (a *Agent) sweepDirs(ctx context.Context, live map[types.UID]bool) {
+	root := filepath.Dir(hostdir.VMI(a.cfg.HostStateDir, "x"))
+	entries, err := os.ReadDir(root)
+	if err != nil {
+		return // none yet
+	}
+	known := map[types.UID]bool{}
+	for _, uid := range a.h.VMIs() {
+		known[uid] = true
+	}
+	for _, e := range entries {
+		uid := types.UID(e.Name())
+		info, err := e.Info()
+		if err != nil || !e.IsDir() || live[uid] || known[uid] || time.Since(info.ModTime()) < orphanDirAge {
+			continue
+		}
+		var pods corev1.PodList
+		if err := a.client.List(ctx, &pods, client.MatchingLabels{v1alpha1.CreatedByLabel: string(uid)}); err != nil || len(pods.Items) > 0 {
+			continue
+		}
+		if err := a.disks.Release(uid); err != nil {
+			a.log.Error(err, "release the containerDisks of a VMI directory left behind", "uid", uid)
+			continue
+		}
+		if err := os.RemoveAll(filepath.Join(root, e.Name())); err != nil {
+			a.log.Error(err, "remove a VMI directory left behind", "uid", uid)
+			continue
+		}
+		a.log.Info("removed a VMI directory left behind", "uid", uid)
+	}
 }
 
 // collect periodically stops what the handler runs for VMIs the API no longer has on this
@@ -411,5 +457,6 @@ func (a *Agent) collect(ctx context.Context) error {
 				a.log.Error(err, "stop a VM whose VMI is gone", "uid", uid)
 			}
 		}
+		a.sweepDirs(ctx, live)
 	}
 }

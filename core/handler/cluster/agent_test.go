@@ -332,6 +332,26 @@ func TestAgent(t *testing.T) {
 			t.Fatal(err)
 		}
 		n.waitHandlerForgets(vmi.UID)
+		// Its directory on the node goes with it.
+		waitGone(t, hostdir.VMI(n.hostDir, vmi.UID))
+	})
+
+	t.Run("directories left behind are swept, recent ones kept", func(t *testing.T) {
+		n.t = t
+		old, recent := hostdir.VMI(n.hostDir, "left-behind"), hostdir.VMI(n.hostDir, "being-made")
+		for _, d := range []string{old, recent} {
+			if err := os.MkdirAll(filepath.Join(d, "launcher"), 0o755); err != nil {
+				t.Fatal(err)
+			}
+		}
+		long := time.Now().Add(-time.Hour)
+		if err := os.Chtimes(old, long, long); err != nil {
+			t.Fatal(err)
+		}
+		waitGone(t, old)
+		if _, err := os.Stat(recent); err != nil {
+			t.Errorf("a new VMI directory (its VMI maybe not yet seen) was removed: %v", err)
+		}
 	})
 	if left := n.h.VMIs(); len(left) != 0 {
 		t.Errorf("the handler still runs %v", left)
@@ -537,5 +557,20 @@ func TestServe(t *testing.T) {
 		}
 	case <-time.After(30 * time.Second):
 		t.Error("Serve did not return after its context ended")
+	}
+}
+
+// waitGone polls until path no longer exists.
+func waitGone(t *testing.T, path string) {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		if _, err := os.Stat(path); os.IsNotExist(err) {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s is still there", path)
+		}
+		time.Sleep(100 * time.Millisecond)
 	}
 }
