@@ -135,6 +135,7 @@ e2e: ## Cluster conformance suite (conformance/e2e, Ginkgo) against E2E_KUBECONF
 
 .PHONY: test-deviceplugins-kubelet
 test-deviceplugins-kubelet: deps k8s-bins ## Device plugins against a real kubelet and containerd in a private sandbox: registration, kubelet restart, an unprivileged pod with kvm/tun (root).
+	@test -s $(OUT)/images/pause.tar || $(GO) run ./hack/images --out $(OUT)/images pause
 	deviceplugins/testdata/kubelet-sandbox.sh
 
 ##@ Install
