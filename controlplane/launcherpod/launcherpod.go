@@ -74,7 +74,7 @@ import (
 
 	"github.com/kubevisor/kubevisor/core/api/v1alpha1"
 	"github.com/kubevisor/kubevisor/core/handler/cluster/containerdisk"
-	"github.com/kubevisor/kubevisor/core/launcher"
+	"github.com/kubevisor/kubevisor/core/launcher/consolelog"
 	"github.com/kubevisor/kubevisor/core/launcher/hostdir"
 )
 
@@ -97,6 +97,9 @@ const (
 	LauncherCommand = "kubevisor-launcher"
 	// ConsoleLogContainerName is the container that prints the guest's serial console.
 	ConsoleLogContainerName = "guest-console-log"
+	// ConsoleLogCommand is the launcher image's static console follower (cmd/kubevisor-console-log):
+	// a stdlib-only binary, a fifth of the launcher's resident memory.
+	ConsoleLogCommand = "kubevisor-console-log"
 	// DiskMountDir is where claims are mounted in the launcher container, one directory per volume.
 	DiskMountDir = "/var/run/kubevisor-private/vmi-disks"
 	// VMIDirVolumeName is the name of the pod volume of the per-VMI directory.
@@ -343,7 +346,7 @@ func Build(vmi *v1alpha1.VirtualMachineInstance, class *v1alpha1.HypervisorClass
 
 // consoleLogContainer follows the guest's serial console log, which the node handler writes
 // into the VMI directory, so that `kubectl logs <pod> -c guest-console-log` shows the console
-// (as KubeVirt's container of the same name). vmiDir is the compute container's mount of the
+// (as KubeVirt's container of the same name), with kubevisor-console-log from the launcher image. vmiDir is the compute container's mount of the
 // VMI directory; this container mounts it read-only.
 func consoleLogContainer(vmi *v1alpha1.VirtualMachineInstance, cfg Config, vmiDir corev1.VolumeMount) corev1.Container {
 	vmiDir.ReadOnly = true
@@ -352,8 +355,8 @@ func consoleLogContainer(vmi *v1alpha1.VirtualMachineInstance, cfg Config, vmiDi
 		Name:                     ConsoleLogContainerName,
 		Image:                    cfg.LauncherImage,
 		ImagePullPolicy:          cfg.ImagePullPolicy,
-		Command:                  []string{LauncherCommand},
-		Args:                     []string{"console-log", "--file", path.Join(Dir(cfg.HostStateDir, vmi.UID), launcher.ConsoleLogName)},
+		Command:                  []string{ConsoleLogCommand},
+		Args:                     []string{"--file", path.Join(Dir(cfg.HostStateDir, vmi.UID), consolelog.FileName)},
 		Resources:                *ContainerDiskResources.DeepCopy(),
 		VolumeMounts:             []corev1.VolumeMount{vmiDir},
 		SecurityContext:          security(),

@@ -111,8 +111,8 @@ func TestBuildMinimal(t *testing.T) {
 				Name:            "guest-console-log",
 				Image:           "kubevisor/launcher:test",
 				ImagePullPolicy: corev1.PullIfNotPresent,
-				Command:         []string{"kubevisor-launcher"},
-				Args:            []string{"console-log", "--file", dir + "/console.log"},
+				Command:         []string{"kubevisor-console-log"},
+				Args:            []string{"--file", dir + "/console.log"},
 				Resources: corev1.ResourceRequirements{
 					Requests: corev1.ResourceList{corev1.ResourceCPU: q("10m"), corev1.ResourceMemory: q("16Mi")},
 					Limits:   corev1.ResourceList{corev1.ResourceCPU: q("10m"), corev1.ResourceMemory: q("16Mi")},

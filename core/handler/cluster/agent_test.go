@@ -30,7 +30,7 @@ import (
 	"github.com/kubevisor/kubevisor/core/driver"
 	"github.com/kubevisor/kubevisor/core/handler"
 	"github.com/kubevisor/kubevisor/core/handler/cluster/containerdisk"
-	"github.com/kubevisor/kubevisor/core/launcher"
+	"github.com/kubevisor/kubevisor/core/launcher/consolelog"
 	"github.com/kubevisor/kubevisor/core/launcher/hostdir"
 	"github.com/kubevisor/kubevisor/core/plugin"
 	"github.com/kubevisor/kubevisor/internal/envtest"
@@ -265,7 +265,7 @@ func TestAgent(t *testing.T) {
 			t.Errorf("a VMI without a running launcher pod went %s", w.Status.Phase)
 		}
 		// The serial console reaches the VMI directory's console log (guest-console-log).
-		consoleLog := filepath.Join(hostdir.VMI(n.hostDir, vmi.UID), launcher.ConsoleLogName)
+		consoleLog := filepath.Join(hostdir.VMI(n.hostDir, vmi.UID), consolelog.FileName)
 		deadline := time.Now().Add(30 * time.Second)
 		for {
 			b, _ := os.ReadFile(consoleLog)

@@ -11,7 +11,7 @@ import (
 	"github.com/go-logr/logr"
 	"k8s.io/apimachinery/pkg/types"
 
-	"github.com/kubevisor/kubevisor/core/launcher"
+	"github.com/kubevisor/kubevisor/core/launcher/consolelog"
 	"github.com/kubevisor/kubevisor/core/launcher/hostdir"
 )
 
@@ -23,7 +23,7 @@ type consoleSource interface {
 	Console(ctx context.Context, uid types.UID, in io.Reader, out io.Writer) error
 }
 
-// consoleLogs writes each running VMI's serial console into launcher.ConsoleLogName in its host
+// consoleLogs writes each running VMI's serial console into consolelog.FileName in its host
 // directory, which the launcher pod's guest-console-log container follows.
 type consoleLogs struct {
 	src   consoleSource
@@ -80,7 +80,7 @@ func (c *consoleLogs) close() {
 // restart). Each attach starts a new file, since the driver replays its backlog to a new
 // console.
 func (c *consoleLogs) follow(ctx context.Context, uid types.UID) {
-	path := filepath.Join(hostdir.VMI(c.root, uid), launcher.ConsoleLogName)
+	path := filepath.Join(hostdir.VMI(c.root, uid), consolelog.FileName)
 	for ctx.Err() == nil {
 		w := &rotatingFile{path: path, max: c.max}
 		err := c.src.Console(ctx, uid, nil, w)

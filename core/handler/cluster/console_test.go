@@ -12,7 +12,7 @@ import (
 	"github.com/go-logr/logr/testr"
 	"k8s.io/apimachinery/pkg/types"
 
-	"github.com/kubevisor/kubevisor/core/launcher"
+	"github.com/kubevisor/kubevisor/core/launcher/consolelog"
 	"github.com/kubevisor/kubevisor/core/launcher/hostdir"
 	"github.com/kubevisor/kubevisor/internal/syncbuf"
 )
@@ -39,13 +39,13 @@ func TestConsoleLogs(t *testing.T) {
 	src := &scriptedConsole{attaches: make(chan int, 3)}
 	c := newConsoleLogs(src, root, testr.New(t))
 	c.max, c.retry = 16, 200*time.Millisecond
-	path := filepath.Join(hostdir.VMI(root, uid), launcher.ConsoleLogName)
+	path := filepath.Join(hostdir.VMI(root, uid), consolelog.FileName)
 
 	// Follow the file as the guest-console-log container would.
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	var got syncbuf.Buffer
-	go func() { _ = launcher.FollowFile(ctx, path, &got, 5*time.Millisecond) }()
+	go func() { _ = consolelog.Follow(ctx, path, &got, 5*time.Millisecond) }()
 
 	src.attaches <- 1
 	c.ensure(context.Background(), uid)

@@ -1,4 +1,8 @@
-package launcher
+// Package consolelog is the guest's serial console log of a VMI on its node: the file the node
+// handler writes into the VMI directory and the launcher pod's guest-console-log container
+// follows (`kubectl logs <pod> -c guest-console-log`). It uses the standard library only, so
+// its command (kubevisor-console-log) builds small and static.
+package consolelog
 
 import (
 	"context"
@@ -9,15 +13,14 @@ import (
 	"time"
 )
 
-// ConsoleLogName is the file in a VMI's host directory (hostdir.VMI) that the node handler
-// appends the guest's serial console to; the launcher pod's guest-console-log container
-// follows it, so `kubectl logs <pod> -c guest-console-log` shows the console.
-const ConsoleLogName = "console.log"
+// FileName is the file in a VMI's host directory (hostdir.VMI) that the node handler writes the
+// guest's serial console to.
+const FileName = "console.log"
 
-// FollowFile copies path to out as it grows, as `tail -F` does, until ctx ends: it waits for
+// Follow copies path to out as it grows, as `tail -F` does, until ctx ends: it waits for
 // the file to appear, starts over when the file is truncated or replaced, and polls every
 // poll (the file lives on a hostPath, where inotify may not see the writer's changes).
-func FollowFile(ctx context.Context, path string, out io.Writer, poll time.Duration) error {
+func Follow(ctx context.Context, path string, out io.Writer, poll time.Duration) error {
 	var (
 		f   *os.File
 		off int64

@@ -1,4 +1,4 @@
-package launcher
+package consolelog
 
 import (
 	"context"
@@ -11,13 +11,13 @@ import (
 	"github.com/kubevisor/kubevisor/internal/syncbuf"
 )
 
-func TestFollowFile(t *testing.T) {
+func TestFollow(t *testing.T) {
 	dir := t.TempDir()
-	path := filepath.Join(dir, ConsoleLogName)
+	path := filepath.Join(dir, FileName)
 	ctx, cancel := context.WithCancel(context.Background())
 	var out syncbuf.Buffer
 	done := make(chan error, 1)
-	go func() { done <- FollowFile(ctx, path, &out, 10*time.Millisecond) }()
+	go func() { done <- Follow(ctx, path, &out, 10*time.Millisecond) }()
 
 	waitFor := func(want string) {
 		t.Helper()
@@ -68,7 +68,7 @@ func TestFollowFile(t *testing.T) {
 			t.Fatal(err)
 		}
 	case <-time.After(5 * time.Second):
-		t.Fatal("FollowFile did not return when its context ended")
+		t.Fatal("Follow did not return when its context ended")
 	}
 	if strings.Count(out.String(), "boot") != 1 {
 		t.Errorf("output repeated: %q", out.String())
