@@ -100,6 +100,7 @@ up: deps k8s-bins cni-plugins guest build ## Main command: a local single-node c
 	hack/cluster/up.sh
 	$(MAKE) --no-print-directory images
 	hack/install.sh install --drivers $(DRIVERS)
+	hack/cluster/rollout.sh
 	hack/cluster/demo.sh
 
 .PHONY: cluster-up

@@ -8,7 +8,8 @@
 #   hack/cluster/load-images.sh FILE.tar…  just these
 #
 # A tarball whose sha256 was imported before and whose image is still in containerd is
-# skipped (record in _output/cluster/images.loaded), so re-running is cheap.
+# skipped (record in _output/cluster/images.loaded), so re-running is cheap. What it did import
+# is listed in _output/cluster/images.changed for hack/cluster/rollout.sh.
 set -euo pipefail
 # shellcheck source=hack/cluster/lib.sh
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
@@ -43,4 +44,7 @@ for f in "${files[@]}"; do
   { grep -vF " ${f}" "${RECORD}" || true; echo "${sum} ${f}"; } >"${RECORD}.new"
   mv -f "${RECORD}.new" "${RECORD}"
   log "image ${refs[*]}: imported from ${f} in $((SECONDS - t0))s"
+  # The images keep their tag (dev) when rebuilt, so running pods would keep the old ones:
+  # record that something changed for hack/cluster/rollout.sh.
+  echo "${refs[*]}" >>"${OUT}/images.changed"
 done
