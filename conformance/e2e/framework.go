@@ -28,6 +28,7 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	"github.com/kubevisor/kubevisor/conformance/e2e/guest"
 	"github.com/kubevisor/kubevisor/core/api/v1alpha1"
 )
 
@@ -49,7 +50,7 @@ type Config struct {
 // Cfg is the suite's configuration.
 var Cfg = Config{
 	Kubectl:     "kubectl",
-	GuestImage:  "kubevisor/test-guest:latest",
+	GuestImage:  guest.DefaultImage,
 	ClientImage: "kubevisor/e2e-httpget:dev",
 	BootTimeout: 5 * time.Minute,
 }

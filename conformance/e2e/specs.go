@@ -2,7 +2,6 @@ package e2e
 
 import (
 	"context"
-	"fmt"
 	"strings"
 	"time"
 
@@ -12,45 +11,20 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/yaml"
 
+	"github.com/kubevisor/kubevisor/conformance/e2e/guest"
 	"github.com/kubevisor/kubevisor/core/api/v1alpha1"
 )
 
-// GuestOK is what the test guest's web server answers.
-const GuestOK = "kubevisor-guest ok"
-
-// guestSpec is the spec of a VMI of the test guest, at column 0: containerDisk, NoCloud
-// user-data carrying userData (the guest prints it), masquerade with the web server's port.
+// guestSpec is the YAML of the test guest's VMI spec (conformance/e2e/guest) at column 0,
+// with userData in its cloud-init user-data.
 func guestSpec(userData string) string {
-	return fmt.Sprintf(`terminationGracePeriodSeconds: 10
-domain:
-  memory:
-    guest: 128Mi
-  devices:
-    disks:
-    - name: containerdisk
-      disk: {bus: virtio}
-    - name: cloudinitdisk
-      cdrom: {bus: scsi}
-    interfaces:
-    - name: default
-      masquerade: {}
-      ports:
-      - {name: http, port: 80}
-networks:
-- name: default
-  pod: {}
-volumes:
-- name: containerdisk
-  containerDisk:
-    image: %s
-    imagePullPolicy: IfNotPresent
-- name: cloudinitdisk
-  cloudInitNoCloud:
-    userData: |
-      #cloud-config
-      # %s
-`, Cfg.GuestImage, userData)
+	b, err := yaml.Marshal(guest.Spec(guest.Options{Image: Cfg.GuestImage, UserData: userData}))
+	if err != nil {
+		panic(err) // an API struct always marshals
+	}
+	return string(b)
 }
 
 // indent puts n spaces before every line of s.
@@ -93,7 +67,7 @@ var _ = Describe("VirtualMachine", Label("Conformance"), func() {
 			Should(And(ContainSubstring(marker), ContainSubstring(ReadyMarker)))
 
 		By("HTTP to the guest from another pod")
-		Expect(f.HTTPFromPod(ctx, "http://"+GuestIP(vmi)+"/")).To(ContainSubstring(GuestOK))
+		Expect(f.HTTPFromPod(ctx, "http://"+GuestIP(vmi)+"/")).To(ContainSubstring(guest.WebAnswer))
 
 		By("runStrategy Halted: the VMI goes, the VM is stopped")
 		_, err := f.Kubectl(ctx, "", "patch", "vm", name, "--type=merge", "-p", `{"spec":{"runStrategy":"Halted"}}`)

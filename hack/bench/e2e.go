@@ -27,9 +27,9 @@ import (
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/yaml"
 
 	conformance "github.com/kubevisor/kubevisor/conformance/driver"
+	"github.com/kubevisor/kubevisor/conformance/e2e/guest"
 	"github.com/kubevisor/kubevisor/controlplane/manager"
 	"github.com/kubevisor/kubevisor/core/api/v1alpha1"
 )
@@ -156,54 +156,23 @@ func (cfg *E2EConfig) validate(rest []string) error {
 	return nil
 }
 
-// e2eVMI is VMI i of the bench: conformance/e2e's guestSpec (the test guest from a
-// containerDisk, NoCloud user-data, masquerade with port 80) with the bench's class, memory
-// and CPU request.
+// e2eVMI is VMI i of the bench: the test guest as the cluster conformance suite runs it
+// (conformance/e2e/guest) with the bench's class, memory and CPU request.
 func e2eVMI(cfg E2EConfig, ns, class string, i int) (*v1alpha1.VirtualMachineInstance, error) {
-	manifest := fmt.Sprintf(`apiVersion: kubevisor.io/v1alpha1
-kind: VirtualMachineInstance
-metadata:
-  name: bench-%03d
-  namespace: %s
-  labels: {app: kubevisor-bench-e2e}
-spec:
-  hypervisorClassName: %s
-  terminationGracePeriodSeconds: 10
-  domain:
-    memory:
-      guest: %s
-    resources:
-      requests: {cpu: %s}
-    devices:
-      disks:
-      - name: containerdisk
-        disk: {bus: virtio}
-      - name: cloudinitdisk
-        cdrom: {bus: scsi}
-      interfaces:
-      - name: default
-        masquerade: {}
-        ports:
-        - {name: http, port: 80}
-  networks:
-  - name: default
-    pod: {}
-  volumes:
-  - name: containerdisk
-    containerDisk:
-      image: %s
-      imagePullPolicy: IfNotPresent
-  - name: cloudinitdisk
-    cloudInitNoCloud:
-      userData: |
-        #cloud-config
-        # kubevisor-bench e2e VMI %d
-`, i, ns, class, resource.NewQuantity(int64(cfg.MemoryBytes), resource.BinarySI), cfg.CPURequest, cfg.Image, i)
-	vmi := &v1alpha1.VirtualMachineInstance{}
-	if err := yaml.UnmarshalStrict([]byte(manifest), vmi); err != nil {
-		return nil, fmt.Errorf("VMI manifest: %w", err)
+	cpu, err := resource.ParseQuantity(cfg.CPURequest)
+	if err != nil {
+		return nil, fmt.Errorf("--cpu-request: %w", err)
 	}
-	return vmi, nil
+	return &v1alpha1.VirtualMachineInstance{
+		ObjectMeta: metav1.ObjectMeta{
+			Name: fmt.Sprintf("bench-%03d", i), Namespace: ns,
+			Labels: map[string]string{"app": "kubevisor-bench-e2e"},
+		},
+		Spec: guest.Spec(guest.Options{
+			Image: cfg.Image, Memory: resource.NewQuantity(int64(cfg.MemoryBytes), resource.BinarySI),
+			CPURequest: &cpu, UserData: fmt.Sprintf("kubevisor-bench e2e VMI %d", i), HypervisorClass: class,
+		}),
+	}, nil
 }
 
 // e2eVM is what the bench saw of one VMI.
