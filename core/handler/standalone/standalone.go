@@ -215,6 +215,20 @@ wait:
 			out.printf("\n==> stopping %s: graceful shutdown within %s\n", name, grace)
 			break wait
 		case result = <-final:
+			if result.Phase == v1alpha1.Failed && launcherExited != nil && !cfg.Standalone.BypassLauncher {
+				// A VM process killed with its launcher fails the VMI for the launcher's
+				// sake; the driver may see the process end before the launcher's exit is
+				// noticed, so give that a moment.
+				select {
+				case <-launcherExited:
+					out.printf("\n==> %s: %s\n", name, sb.exitReason())
+					h.SandboxExited(vmi.UID, sb.exitReason())
+					if st, ok := h.Status(vmi.UID); ok {
+						result = st
+					}
+				case <-time.After(2 * time.Second):
+				}
+			}
 			break wait
 		case <-launcherExited:
 			launcherExited = nil
