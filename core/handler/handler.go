@@ -7,6 +7,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"sync"
 	"time"
@@ -97,6 +98,9 @@ type Handler struct {
 	fingerprints map[string]*basev1.FingerprintResponse // by kind
 	vmis         map[types.UID]*entry
 	closed       bool
+	// labelProblems are the fingerprint attributes last reported as unpublishable, so that a
+	// caller polling NodeLabels (the node labeler, every few seconds) logs each once.
+	labelProblems []string
 }
 
 // entry is what the handler knows of one VMI. Its fields are guarded by Handler.mu; pipeline
@@ -297,10 +301,19 @@ func (h *Handler) NodeLabels() map[string]string {
 	}
 	h.mu.Unlock()
 	labels, problems := NodeLabels(fps)
-	for _, p := range problems {
+	h.mu.Lock()
+	fresh := newProblems(h.labelProblems, problems)
+	h.labelProblems = problems
+	h.mu.Unlock()
+	for _, p := range fresh {
 		h.log.Warn("fingerprint attribute not published", "problem", p)
 	}
 	return labels
+}
+
+// newProblems returns the problems of cur that prev did not have.
+func newProblems(prev, cur []string) []string {
+	return slices.DeleteFunc(slices.Clone(cur), func(p string) bool { return slices.Contains(prev, p) })
 }
 
 // watchFingerprint keeps the last fingerprint of a driver, reopening the stream whenever it

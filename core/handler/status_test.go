@@ -1,6 +1,7 @@
 package handler
 
 import (
+	"slices"
 	"testing"
 	"time"
 
@@ -173,5 +174,19 @@ func TestNodeLabels(t *testing.T) {
 	}
 	if len(problems) != 2 {
 		t.Errorf("problems = %q, want the two bad attributes", problems)
+	}
+}
+
+// TestNewProblems: the node labeler polls NodeLabels every few seconds; an unpublishable
+// attribute is warned about when it appears, not on every poll.
+func TestNewProblems(t *testing.T) {
+	if got := newProblems(nil, []string{"a", "b"}); !slices.Equal(got, []string{"a", "b"}) {
+		t.Errorf("first poll: %v", got)
+	}
+	if got := newProblems([]string{"b", "a"}, []string{"a", "b"}); len(got) != 0 {
+		t.Errorf("same problems in another order: %v, want none", got)
+	}
+	if got := newProblems([]string{"a"}, []string{"a", "c"}); !slices.Equal(got, []string{"c"}) {
+		t.Errorf("one new problem: %v", got)
 	}
 }
