@@ -13,9 +13,18 @@ GOTOOL    := $(GO) tool -modfile=$(TOOLS_MOD)
 export KUBEBUILDER_ASSETS ?= $(OUT)/k8s/bin
 EXAMPLES  := examples/hostpath-storage
 FAKE_KINDS := hypervisor network storage device
-# Debian packages: protoc for code generation; QEMU, qemu-img and OVMF for the drivers and their
-# tests; ISO tools with which the storage tests read cloud-init images back.
-DEBIAN_PACKAGES := protobuf-compiler libprotobuf-dev qemu-system-x86 qemu-utils ovmf genisoimage xorriso iproute2
+# Debian packages come in sets (hack/deps/packages.txt): a target depends on deps-<set> for
+# every set whose commands its recipe, scripts or Go programs call, so that it works first on a
+# fresh machine; make verify checks that each does (hack/deps/check).
+DEPS_SETS := $(shell awk '!/^\#/ && NF {print $$1}' hack/deps/packages.txt | sort -u)
+# What the local cluster's scripts call: containerd and runc, iptables and what kubelet expects
+# on a node, ip/ss, sysctl, openssl, jq and curl.
+CLUSTER_DEPS := deps-runtime deps-node deps-tools deps-net deps-proc
+# The cluster the e2e suite runs against: the local one unless KUBECONFIG names another. The
+# local one is brought up (make up) when it is not running with Kubevisor installed.
+E2E_KUBECONFIG ?= $(or $(KUBECONFIG),$(OUT)/cluster/kubeconfig)
+E2E_CLUSTER    := $(if $(KUBECONFIG),,local-cluster)
+E2E_LABELS     ?= Conformance
 # What make generate writes: verify fails when it differs from what is committed.
 GENERATED := ':(glob)core/**/*.pb.go' ':(glob)core/**/zz_generated.*.go' manifests/crd manifests/webhook manifests/rbac
 
@@ -26,11 +35,11 @@ help: ## List the targets.
 ##@ Main commands
 
 .PHONY: run
-run: deps build guest cni-plugins ## Boot the demo VMI without a cluster: the node handler in standalone mode (Ctrl-C stops it).
+run: deps-qemu deps-net build guest cni-plugins ## Boot the demo VMI without a cluster: the node handler in standalone mode (Ctrl-C stops it).
 	$(BIN)/kubevisor-handler run -f $(DEMO_VMI)
 
 .PHONY: demo
-demo: deps build guest ## Boot the test guest through the qmp and local driver plugins and run the conformance kit against every in-tree driver.
+demo: deps-qemu build guest ## Boot the test guest through the qmp and local driver plugins and run the conformance kit against every in-tree driver.
 	@mkdir -p $(OUT)
 	@echo "==> a real VM: test guest booted under QEMU by the qmp and local driver plugins (kubevisor-conformance vm)"
 	@$(BIN)/kubevisor-conformance vm --hypervisor $(BIN)/kubevisor-driver-qmp --storage $(BIN)/kubevisor-driver-local \
@@ -53,7 +62,7 @@ demo: deps build guest ## Boot the test guest through the qmp and local driver p
 	@echo "JUnit reports: $(OUT)/conformance-*.xml"
 
 .PHONY: test
-test: deps guest cni-plugins k8s-bins ## Run every test: unit, drivers on real QEMU and network namespaces, handler, launcher, control plane on a real API server, the example module, and make demo.
+test: deps-qemu deps-iso deps-net deps-proc deps-tools guest cni-plugins k8s-bins ## Run every test: unit, drivers on real QEMU and network namespaces, handler, launcher, control plane on a real API server, the example module, and make demo.
 	$(GO) test -race -count=1 ./...
 	cd $(EXAMPLES) && $(GO) test -count=1 ./...
 	$(MAKE) --no-print-directory demo
@@ -67,27 +76,27 @@ build: ## Build every binary into bin/ (the example driver too).
 	cd $(EXAMPLES) && $(GO) build -o $(BIN)/hostpath-storage .
 
 .PHONY: bench-boot
-bench-boot: deps build guest ## Boot the test guest with raw QEMU and through the qmp driver plugin: medians, their ratio (aim <= 1.10), driver RSS per running VM.
+bench-boot: deps-qemu deps-net build guest ## Boot the test guest with raw QEMU and through the qmp driver plugin: medians, their ratio (aim <= 1.10), driver RSS per running VM.
 	$(BIN)/kubevisor-bench boot --guest-dir $(GUEST) --driver $(BIN)/kubevisor-driver-qmp
 
 .PHONY: bench-memory
-bench-memory: deps build guest cni-plugins ## Boot 1, 5 and 10 VMs through the node handler, a launcher each: RSS and PSS per VM of QEMU, launcher, handler and drivers (aim <= 25 MiB beyond QEMU). Needs root.
+bench-memory: deps-qemu deps-net build guest cni-plugins ## Boot 1, 5 and 10 VMs through the node handler, a launcher each: RSS and PSS per VM of QEMU, launcher, handler and drivers (aim <= 25 MiB beyond QEMU). Needs root.
 	$(BIN)/kubevisor-bench memory --guest-dir $(GUEST) --bin-dir $(BIN) --vmi $(DEMO_VMI)
 
 .PHONY: bench-controlplane
-bench-controlplane: k8s-bins ## Create 1,000 VMIs against a real kube-apiserver and etcd with kubevisor-controller's manager in process: VMIs/s to launcher pods, create-to-pod latency, API requests per VMI.
+bench-controlplane: deps-net k8s-bins ## Create 1,000 VMIs against a real kube-apiserver and etcd with kubevisor-controller's manager in process: VMIs/s to launcher pods, create-to-pod latency, API requests per VMI.
 	@mkdir -p $(BIN)
 	$(GO) build -o $(BIN)/kubevisor-bench ./cmd/kubevisor-bench
 	$(BIN)/kubevisor-bench controlplane --vmis 1000
 
 .PHONY: bench-e2e
-bench-e2e: ## 20 VMIs at once on the local cluster (make up): P50/P95 of creation to Running and to the console marker, memory per VM on the node beyond QEMU (aim <= 25 MiB), API requests per VMI. Run on the node as root.
+bench-e2e: deps-net $(E2E_CLUSTER) ## 20 VMIs at once on the local cluster (brought up when not running): P50/P95 of creation to Running and to the console marker, memory per VM on the node beyond QEMU (aim <= 25 MiB), API requests per VMI. Run on the node as root.
 	@mkdir -p $(BIN)
 	$(GO) build -o $(BIN)/kubevisor-bench ./cmd/kubevisor-bench
 	$(BIN)/kubevisor-bench e2e --kubeconfig $(E2E_KUBECONFIG) --vmis 20
 
 .PHONY: bench
-bench: cni-plugins ## Run the benchmarks and print their figures (plugin round trip and start; network setup, teardown, throughput).
+bench: deps-qemu deps-net cni-plugins ## Run the benchmarks and print their figures (plugin round trip and start; network setup, teardown, throughput).
 	$(GO) test -run '^$$' -bench PluginRoundTrip -benchtime 5000x ./core/plugin/...
 	$(GO) test -run '^$$' -bench PluginStart -benchtime 100x ./core/plugin/...
 	$(GO) test -run '^$$' -bench SetupTeardown -benchtime 50x ./drivers/network/...
@@ -96,7 +105,7 @@ bench: cni-plugins ## Run the benchmarks and print their figures (plugin round t
 ##@ Local cluster
 
 .PHONY: up
-up: deps k8s-bins cni-plugins guest build ## Main command: a local single-node cluster, Kubevisor installed with DRIVERS from its manifests and images, the demo VM booted; prints how to reach it.
+up: $(CLUSTER_DEPS) deps-qemu k8s-bins cni-plugins guest build ## Main command: a local single-node cluster, Kubevisor installed with DRIVERS from its manifests and images, the demo VM booted; prints how to reach it.
 	hack/cluster/up.sh
 	$(MAKE) --no-print-directory images
 	hack/install.sh install --drivers $(DRIVERS)
@@ -104,29 +113,30 @@ up: deps k8s-bins cni-plugins guest build ## Main command: a local single-node c
 	hack/cluster/demo.sh
 
 .PHONY: cluster-up
-cluster-up: deps k8s-bins cni-plugins ## Only the local single-node cluster (etcd, control plane, containerd, kubelet); kubeconfig in _output/cluster/kubeconfig.
+cluster-up: $(CLUSTER_DEPS) k8s-bins cni-plugins ## Only the local single-node cluster (etcd, control plane, containerd, kubelet); kubeconfig in _output/cluster/kubeconfig.
 	hack/cluster/up.sh
 
 .PHONY: down
-down: ## Stop the local cluster; leaves no process, mount, netns, bridge or iptables rule (PURGE=1 also removes its data).
+down: $(CLUSTER_DEPS) ## Stop the local cluster; leaves no process, mount, netns, bridge or iptables rule (PURGE=1 also removes its data).
 	hack/cluster/down.sh $(if $(filter 1,$(PURGE)),--purge)
 
 .PHONY: images
-images: deps build cni-plugins guest ## Build the component, launcher and pause images as tarballs in _output/images (no registry) and import them when the cluster runs.
+images: deps-qemu deps-runtime deps-net deps-tools build cni-plugins guest ## Build the component, launcher and pause images as tarballs in _output/images (no registry) and import them when the cluster runs.
 	$(GO) run ./hack/images --bin-dir $(BIN) --out $(OUT)/images all
 	@if [ -S /run/kubevisor-cluster/containerd/containerd.sock ]; then hack/cluster/load-images.sh; \
 	 else echo "==> images: cluster not running; import later with hack/cluster/load-images.sh"; fi
 
 .PHONY: cluster-smoke
-cluster-smoke: deps k8s-bins cni-plugins ## Local cluster check: up, a pod from a local image Running with an IP, network checks, down.
+cluster-smoke: $(CLUSTER_DEPS) k8s-bins cni-plugins ## Local cluster check: up, a pod from a local image Running with an IP, network checks, down.
 	hack/cluster/smoke.sh
 
-# The cluster the e2e suite runs against: the local one unless KUBECONFIG names another.
-E2E_KUBECONFIG ?= $(or $(KUBECONFIG),$(OUT)/cluster/kubeconfig)
-E2E_LABELS     ?= Conformance
+
+.PHONY: local-cluster
+local-cluster: $(CLUSTER_DEPS)
+	@hack/cluster/ready.sh || $(MAKE) --no-print-directory up
 
 .PHONY: e2e
-e2e: ## Cluster conformance suite (conformance/e2e, Ginkgo) against E2E_KUBECONFIG (default: the local cluster, Kubevisor installed); JUnit report in _output/e2e-junit.xml.
+e2e: deps-runtime deps-tools $(E2E_CLUSTER) ## Cluster conformance suite (conformance/e2e, Ginkgo) against E2E_KUBECONFIG (default: the local cluster, brought up when not running); JUnit report in _output/e2e-junit.xml.
 	@mkdir -p $(BIN) $(OUT)/images
 	CGO_ENABLED=0 $(GO) build -o $(BIN)/e2e-httpget ./conformance/e2e/httpget
 	$(GO) run ./hack/images --out $(OUT)/images -name e2e-httpget -bins $(BIN)/e2e-httpget custom
@@ -134,8 +144,10 @@ e2e: ## Cluster conformance suite (conformance/e2e, Ginkgo) against E2E_KUBECONF
 	$(GO) test -tags e2e -count=1 -timeout 60m ./conformance/e2e -args -kubeconfig $(E2E_KUBECONFIG) \
 	    -ginkgo.label-filter '$(E2E_LABELS)' -ginkgo.junit-report $(OUT)/e2e-junit.xml -ginkgo.v
 
+# deps-qemu: the pause image comes from hack/images, which also copies the host's QEMU into the
+# launcher image (make verify counts what a program may call, not what one run of it calls).
 .PHONY: test-deviceplugins-kubelet
-test-deviceplugins-kubelet: deps k8s-bins ## Device plugins against a real kubelet and containerd in a private sandbox: registration, kubelet restart, an unprivileged pod with kvm/tun (root).
+test-deviceplugins-kubelet: deps-runtime deps-net deps-qemu k8s-bins ## Device plugins against a real kubelet and containerd in a private sandbox: registration, kubelet restart, an unprivileged pod with kvm/tun (root).
 	@test -s $(OUT)/images/pause.tar || $(GO) run ./hack/images --out $(OUT)/images pause
 	deviceplugins/testdata/kubelet-sandbox.sh
 
@@ -144,7 +156,7 @@ test-deviceplugins-kubelet: deps k8s-bins ## Device plugins against a real kubel
 DRIVERS ?= qmp,cni,local
 
 .PHONY: install
-install: ## Install Kubevisor with the drivers DRIVERS (default qmp,cni,local) on the cluster of KUBECONFIG (default: the local cluster's, else kubectl's) and wait until it is ready.
+install: $(if $(KUBECONFIG),,cluster-up images) ## Install Kubevisor with the drivers DRIVERS (default qmp,cni,local) on the cluster of KUBECONFIG (default: the local cluster, brought up with its images) and wait until it is ready.
 	hack/install.sh install --drivers $(DRIVERS) $(if $(KUBECONFIG),--kubeconfig $(KUBECONFIG))
 
 .PHONY: uninstall
@@ -152,17 +164,17 @@ uninstall: ## Remove Kubevisor from the cluster of KUBECONFIG: VMs and VMIs firs
 	hack/install.sh uninstall $(if $(KUBECONFIG),--kubeconfig $(KUBECONFIG))
 
 .PHONY: install-smoke
-install-smoke: deps k8s-bins cni-plugins ## Local cluster: install DRIVERS, components Ready, a VMI admitted and its launcher pod running; prints how far the VMI gets.
+install-smoke: $(CLUSTER_DEPS) k8s-bins cni-plugins ## Local cluster: install DRIVERS, components Ready, a VMI admitted and its launcher pod running; prints how far the VMI gets.
 	DRIVERS=$(DRIVERS) hack/cluster/install-smoke.sh
 
 ##@ Test guest
 
 .PHONY: guest
-guest: ## Build the test guest (kernel, initramfs, bootable disk, containerDisk image) into _output/guest/.
+guest: deps-guest deps-qemu ## Build the test guest (kernel, initramfs, bootable disk, containerDisk image) into _output/guest/.
 	GO=$(GO) hack/guest/build.sh
 
 .PHONY: guest-smoke
-guest-smoke: guest ## Boot the test guest under QEMU/TCG with raw qemu-system-x86_64 and check it.
+guest-smoke: deps-qemu deps-iso deps-node deps-tools deps-net guest ## Boot the test guest under QEMU/TCG with raw qemu-system-x86_64 and check it.
 	hack/guest/smoke.sh
 
 ##@ CNI plugins
@@ -179,23 +191,21 @@ k8s-bins: ## Build kube-apiserver, kube-controller-manager, kube-scheduler, kube
 
 ##@ Code generation and checks
 
-.PHONY: deps
-deps: ## Install the Debian packages that building, generating and testing need (only those missing).
-	@missing=$$(for p in $(DEBIAN_PACKAGES); do dpkg-query -W -f='$${Status}\n' $$p 2>/dev/null | grep -q '^install ok installed' || echo $$p; done); \
-	if [ -n "$$missing" ]; then \
-	  echo "==> installing Debian packages:" $$missing; \
-	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $$missing >/dev/null; \
-	fi
+.PHONY: deps $(addprefix deps-,$(DEPS_SETS))
+deps: $(addprefix deps-,$(DEPS_SETS)) ## Install the Debian packages of every set in hack/deps/packages.txt (only those missing).
+
+$(addprefix deps-,$(DEPS_SETS)): deps-%:
+	@hack/deps/install.sh $*
 
 .PHONY: generate
-generate: deps ## Regenerate protobuf code, deepcopy functions, CRDs, webhook configurations and per-component RBAC.
+generate: deps-build ## Regenerate protobuf code, deepcopy functions, CRDs, webhook configurations and per-component RBAC.
 	hack/generate-proto.sh
 	hack/generate-api.sh
 	hack/generate-webhook.sh
 	hack/generate-rbac.sh
 
 .PHONY: verify
-verify: generate ## Fail when generated files are stale, go.mod is not tidy, code is not gofmt'ed, or go vet / staticcheck complain.
+verify: generate ## Fail when generated files are stale, go.mod is not tidy, code is not gofmt'ed, go vet / staticcheck complain, or a target calls a command it does not install.
 	@git diff --exit-code --stat -- $(GENERATED) || { echo "generated files differ from what is committed: run 'make generate' and commit"; exit 1; }
 	@test -z "$$(git status --porcelain -- $(GENERATED))" || { echo "make generate created untracked files:"; git status --porcelain -- $(GENERATED); exit 1; }
 	@bad=$$(gofmt -l $$(git ls-files '*.go')); test -z "$$bad" || { echo "not gofmt'ed: $$bad"; exit 1; }
@@ -206,6 +216,7 @@ verify: generate ## Fail when generated files are stale, go.mod is not tidy, cod
 	cd $(EXAMPLES) && $(GO) vet ./...
 	$(GOTOOL) staticcheck ./...
 	$(GOTOOL) staticcheck -tags e2e ./conformance/e2e/...
+	$(GO) run ./hack/deps/check
 
 .PHONY: clean
 clean: ## Remove build output (keeps the Kubernetes binaries in _output/k8s, which take minutes to rebuild).

@@ -40,21 +40,11 @@ check_port kubelet "${KUBELET_PORT}"
 check_port kubelet "${KUBELET_HEALTHZ_PORT}"
 
 # --- Debian packages ------------------------------------------------------------------------
-# Only those missing, as the Makefile's deps target does: containerd and runc are the runtime;
-# iptables for our NAT rules; conntrack, ethtool and socat are what kubelet expects on a node;
-# openssl makes the certificates; jq reads containerd's image list.
-PACKAGES=(containerd runc iptables conntrack ethtool socat openssl jq curl iproute2)
-missing=()
-for p in "${PACKAGES[@]}"; do
-  dpkg-query -W -f='${Status}\n' "${p}" 2>/dev/null | grep -q '^install ok installed' || missing+=("${p}")
+# containerd, runc, iptables, conntrack, ethtool, socat, openssl, jq, curl, iproute2 and procps
+# come from the Makefile's deps sets (make up, make cluster-up: hack/deps/packages.txt).
+for c in containerd ctr runc iptables openssl jq curl ip ss sysctl; do
+  command -v "${c}" >/dev/null || die "${c} not found: run this through make (make up or make cluster-up), which installs the Debian packages it needs"
 done
-if ((${#missing[@]})); then
-  log "installing Debian packages: ${missing[*]}"
-  apt-get update -qq
-  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
-else
-  log "Debian packages present (${PACKAGES[*]})"
-fi
 # Debian's containerd package may have started a system containerd (on systemd hosts): it is
 # not ours and we never touch it; ours has its own socket, root and state directories.
 

@@ -16,8 +16,8 @@
 #
 # The kernel and busybox .debs are fetched with `apt-get download` into $CACHE and unpacked
 # in a temporary directory: nothing is installed on the host for the guest's contents. The
-# host tools (cpio, dosfstools, mtools, syslinux, fdisk, qemu-utils) are installed with
-# apt-get when missing. Environment: OUT (default _output/guest), CACHE (default $OUT/.cache),
+# host tools (cpio, dosfstools, mtools, syslinux, fdisk, qemu-utils) come from the Makefile's
+# deps sets (make guest). Environment: OUT (default _output/guest), CACHE (default $OUT/.cache),
 # KERNEL_PKG (default linux-image-cloud-amd64), DISK_MB (default 64).
 set -euo pipefail
 # shellcheck source-path=SCRIPTDIR source=lib.sh
@@ -41,7 +41,6 @@ MODULES=(
 )
 
 start=$SECONDS
-need_pkgs cpio dosfstools mtools syslinux syslinux-common fdisk qemu-utils
 
 work=$(mktemp -d "${TMPDIR:-/tmp}/kubevisor-guest.XXXXXX")
 trap 'rm -rf "$work"' EXIT

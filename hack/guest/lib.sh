@@ -1,7 +1,8 @@
 # shellcheck shell=bash
 # Shared helpers of hack/guest/build.sh and hack/guest/smoke.sh (sourced, not run).
-# Progress lines, and installing Debian packages with apt-get only when they are missing
-# (`apt-get update` runs at most once, and only when something must be fetched).
+# Progress lines, and `apt-get update` at most once (for fetching the kernel and busybox .debs).
+# The Debian packages the scripts call come from the Makefile's deps sets (make guest,
+# make guest-smoke: hack/deps/packages.txt).
 
 step() { printf '==> guest: %s\n' "$*"; }
 die() { printf 'guest: error: %s\n' "$*" >&2; exit 1; }
@@ -12,20 +13,4 @@ apt_update_once() {
   step "apt-get update"
   apt-get update -qq || die "apt-get update failed"
   _apt_updated=1
-}
-
-# need_pkgs PKG...: installs the Debian packages that are not installed yet.
-need_pkgs() {
-  local p missing=()
-  for p in "$@"; do
-    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q ' installed$' || missing+=("$p")
-  done
-  ((${#missing[@]})) || return 0
-  apt_update_once
-  step "apt-get install ${missing[*]}"
-  local log
-  if ! log=$(DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}" 2>&1); then
-    printf '%s\n' "$log" >&2
-    die "apt-get install ${missing[*]} failed"
-  fi
 }

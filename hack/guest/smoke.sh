@@ -22,7 +22,6 @@ OUT=${OUT:-$PWD/_output/guest}
 BOOT_TIMEOUT=${BOOT_TIMEOUT:-180}
 POWERDOWN_TIMEOUT=60
 
-need_pkgs qemu-system-x86 qemu-utils genisoimage socat curl iproute2
 for f in vmlinuz initramfs.cpio.gz cmdline disk.raw disk.qcow2; do
   [[ -f $OUT/$f ]] || die "$OUT/$f is missing: run hack/guest/build.sh (make guest) first"
 done

@@ -26,6 +26,8 @@ type QEMUOptions struct {
 // DefaultQEMUOptions is the hypervisor runtime of the qmp driver's launcher pods: x86-64 QEMU
 // with TCG and KVM, SeaBIOS and OVMF firmware, virtio display; no audio, spice, or network
 // block backends (their modules pull in many libraries and the drivers use none of them).
+//
+//deps:commands qemu-system-x86_64 qemu-img
 func DefaultQEMUOptions() QEMUOptions {
 	return QEMUOptions{
 		Binaries:  []string{"qemu-system-x86_64", "qemu-img"},

@@ -1,0 +1,18 @@
+#!/usr/bin/env bash
+# hack/cluster/ready.sh — exit 0 when the local cluster (make up) answers and Kubevisor runs in
+# it (kubevisor-controller and kubevisor-api Available, the handler DaemonSet rolled out), else
+# exit 1 saying what is missing. `make e2e` and `make bench-e2e` run `make up` when this fails,
+# so that they work first on a fresh machine; on a running cluster they use it as it is.
+set -euo pipefail
+# shellcheck source=hack/cluster/lib.sh
+source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
+
+[[ -s "${KUBECONFIG_ADMIN}" ]] || { log "ready: no local cluster (${KUBECONFIG_ADMIN} missing)"; exit 1; }
+kubectl_ get --raw /readyz >/dev/null 2>&1 || { log "ready: the local cluster's API server does not answer"; exit 1; }
+for d in kubevisor-controller kubevisor-api; do
+  [[ "$(kubectl_ -n kubevisor-system get deployment "${d}" -o jsonpath='{.status.conditions[?(@.type=="Available")].status}' 2>/dev/null)" == True ]] ||
+    { log "ready: ${d} is not installed or not Available"; exit 1; }
+done
+kubectl_ -n kubevisor-system rollout status daemonset/kubevisor-handler --timeout=5s >/dev/null 2>&1 ||
+  { log "ready: the kubevisor-handler DaemonSet is not rolled out"; exit 1; }
+log "ready: using the running local cluster with Kubevisor installed (make up rebuilds and reinstalls it)"
