@@ -111,7 +111,7 @@ func Default(spec *v1alpha1.VirtualMachineInstanceSpec, opts DefaultOptions) {
 	}
 }
 
-// vcpusFromResources is the vCPU count core/domain/build derives when the VMI gives no topology:
+// vcpusFromResources is the vCPU count core/domain/assemble derives when the VMI gives no topology:
 // the cpu limit, else the cpu request, rounded up; 1 without either. A count Validate would
 // reject is left at 1 so that validation, not defaulting, reports the resources.
 func vcpusFromResources(r *v1alpha1.ResourceRequirements) uint32 {

@@ -19,7 +19,7 @@ import (
 
 	"github.com/kubevisor/kubevisor/core/api/v1alpha1"
 	"github.com/kubevisor/kubevisor/core/domain"
-	"github.com/kubevisor/kubevisor/core/domain/build"
+	"github.com/kubevisor/kubevisor/core/domain/assemble"
 	domainv1 "github.com/kubevisor/kubevisor/core/domain/v1"
 	networkv1 "github.com/kubevisor/kubevisor/core/driver/network/v1"
 	storagev1 "github.com/kubevisor/kubevisor/core/driver/storage/v1"
@@ -59,7 +59,7 @@ const notSupported = "not supported"
 //   - inline cloud-init data within MaxCloudInitUserDataBytes / MaxCloudInitNetworkDataBytes;
 //   - fields the node runtime does not support rejected with "not supported".
 //
-// When those structural rules hold, the spec is also run through core/domain/build with stand-in
+// When those structural rules hold, the spec is also run through core/domain/assemble with stand-in
 // driver results (as the node handler does before it calls a driver), so that what the webhook
 // admits is what the handler can build; its errors come back with their field paths.
 //
@@ -562,7 +562,7 @@ func (v *validator) scheduling() {
 	}
 }
 
-// build runs the spec through core/domain/build with stand-in driver results, the way the node
+// build runs the spec through core/domain/assemble with stand-in driver results, the way the node
 // handler checks a VMI before it calls any driver, and maps its errors to field errors under
 // v.path. It only runs once the structural rules hold, so it reports what they do not cover.
 func (v *validator) build() {
@@ -570,11 +570,11 @@ func (v *validator) build() {
 		ObjectMeta: metav1.ObjectMeta{Name: "stand-in", UID: "stand-in"},
 		Spec:       *v.spec,
 	}
-	in := build.Inputs{
+	in := assemble.Inputs{
 		Disks:      map[string]*storagev1.PreparedDisk{},
 		Interfaces: map[string]*networkv1.InterfaceResult{},
 		RunDir:     "/stand-in",
-		Kernel:     &build.KernelArtifacts{KernelPath: "/stand-in/kernel"},
+		Kernel:     &assemble.KernelArtifacts{KernelPath: "/stand-in/kernel"},
 	}
 	for _, vol := range v.spec.Volumes {
 		in.Disks[vol.Name] = &storagev1.PreparedDisk{VolumeName: vol.Name, Path: "/stand-in/" + vol.Name, Format: domainv1.DiskFormat_DISK_FORMAT_RAW}
@@ -582,11 +582,11 @@ func (v *validator) build() {
 	for i, iface := range v.spec.Domain.Devices.Interfaces {
 		in.Interfaces[iface.Name] = &networkv1.InterfaceResult{Name: iface.Name, TapName: fmt.Sprintf("tap%d", i), Mac: fmt.Sprintf("02:00:00:00:%02x:%02x", i>>8&0xff, i&0xff)}
 	}
-	_, err := build.Domain(vmi, in)
+	_, err := assemble.Domain(vmi, in)
 	if err == nil {
 		return
 	}
-	berrs, ok := err.(build.Error)
+	berrs, ok := err.(assemble.Error)
 	if !ok {
 		v.add(field.InternalError(v.path, err))
 		return
@@ -596,7 +596,7 @@ func (v *validator) build() {
 	}
 }
 
-// rebase moves a path that core/domain/build gives relative to a VMI ("spec.domain...") under
+// rebase moves a path that core/domain/assemble gives relative to a VMI ("spec.domain...") under
 // v.path; anything else (a stand-in problem) is reported at v.path itself.
 func (v *validator) rebase(p string) string {
 	if rest, ok := strings.CutPrefix(p, "spec."); ok {

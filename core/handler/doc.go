@@ -6,7 +6,7 @@
 //
 // Sync runs, once per VMI (keyed by its UID): a check of the VMI against the drivers'
 // capabilities, storage Prepare, network Setup in the sandbox's network namespace, device
-// Allocate, the domain spec (core/domain/build), hypervisor Create and Start. Stop runs it in
+// Allocate, the domain spec (core/domain/assemble), hypervisor Create and Start. Stop runs it in
 // reverse. What a VMI has on the node is recorded in <StateDir>/vmis/<uid>.json before each
 // driver call, so that a failed or interrupted sync is undone completely and a new handler
 // process re-adopts the running VMs (hypervisor Recover) instead of starting them again.

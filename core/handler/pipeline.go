@@ -15,7 +15,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/kubevisor/kubevisor/core/api/v1alpha1"
-	"github.com/kubevisor/kubevisor/core/domain/build"
+	"github.com/kubevisor/kubevisor/core/domain/assemble"
 	domainv1 "github.com/kubevisor/kubevisor/core/domain/v1"
 	"github.com/kubevisor/kubevisor/core/driver"
 	basev1 "github.com/kubevisor/kubevisor/core/driver/base/v1"
@@ -207,7 +207,7 @@ func (h *Handler) pipeline(ctx context.Context, e *entry, vmi *v1alpha1.VirtualM
 	accel, _ := h.cfg.acceleration() // checked by New
 	diskBus, _ := parseBus(h.cfg.DiskBus)
 	cdromBus, _ := parseBus(h.cfg.CDROMBus)
-	dry, err := build.Domain(vmi, standIns(p, accel, diskBus, cdromBus))
+	dry, err := assemble.Domain(vmi, standIns(p, accel, diskBus, cdromBus))
 	if err != nil {
 		return failed(ReasonInvalidSpec, err)
 	}
@@ -305,12 +305,12 @@ func (h *Handler) pipeline(ctx context.Context, e *entry, vmi *v1alpha1.VirtualM
 	}
 
 	// Domain spec.
-	in := build.Inputs{
+	in := assemble.Inputs{
 		Disks: disks, Interfaces: ifaces, HostDevices: hostDevices, RunDir: st.RunDir,
 		Sandbox:      &domainv1.Sandbox{LauncherSocket: sandbox.LauncherSocket, NetnsPath: sandbox.NetNSPath},
 		Acceleration: accel, Kernel: p.kernel, DiskBus: diskBus, CDROMBus: cdromBus,
 	}
-	spec, err := build.Domain(vmi, in)
+	spec, err := assemble.Domain(vmi, in)
 	if err != nil {
 		return failed(ReasonDomainFailed, err)
 	}
@@ -375,8 +375,8 @@ func (h *Handler) begin(st *vmiState, step string, change func()) {
 
 // standIns are build inputs with a stand-in for every driver result, so that Domain reports
 // the VMI's own problems before any driver is called.
-func standIns(p *plan, accel domainv1.Acceleration, diskBus, cdromBus domainv1.DiskBus) build.Inputs {
-	in := build.Inputs{
+func standIns(p *plan, accel domainv1.Acceleration, diskBus, cdromBus domainv1.DiskBus) assemble.Inputs {
+	in := assemble.Inputs{
 		Disks:        map[string]*storagev1.PreparedDisk{},
 		Interfaces:   map[string]*networkv1.InterfaceResult{},
 		RunDir:       "/stand-in",
@@ -389,7 +389,7 @@ func standIns(p *plan, accel domainv1.Acceleration, diskBus, cdromBus domainv1.D
 		in.Interfaces[i.GetName()] = &networkv1.InterfaceResult{Name: i.GetName(), TapName: "tap0", Mac: "02:00:00:00:00:01"}
 	}
 	if in.Kernel != nil && in.Kernel.KernelPath == "" {
-		in.Kernel = &build.KernelArtifacts{KernelPath: "/stand-in/kernel"}
+		in.Kernel = &assemble.KernelArtifacts{KernelPath: "/stand-in/kernel"}
 	}
 	return in
 }

@@ -13,7 +13,7 @@ import (
 
 	"github.com/kubevisor/kubevisor/core/api/v1alpha1"
 	"github.com/kubevisor/kubevisor/core/domain"
-	"github.com/kubevisor/kubevisor/core/domain/build"
+	"github.com/kubevisor/kubevisor/core/domain/assemble"
 	networkv1 "github.com/kubevisor/kubevisor/core/driver/network/v1"
 	storagev1 "github.com/kubevisor/kubevisor/core/driver/storage/v1"
 )
@@ -86,7 +86,7 @@ func (MapResolver) Secret(_ context.Context, _ *v1alpha1.VirtualMachineInstance,
 type plan struct {
 	volumes    []*storagev1.Volume
 	interfaces []*networkv1.Interface
-	kernel     *build.KernelArtifacts
+	kernel     *assemble.KernelArtifacts
 }
 
 // fieldErrors collects problems of a VMI by field path.
@@ -100,7 +100,7 @@ func (e fieldErrors) err() error {
 	if len(e) == 0 {
 		return nil
 	}
-	return build.Error(e)
+	return assemble.Error(e)
 }
 
 // makePlan translates the VMI into the storage and network drivers' requests and resolves what
@@ -123,12 +123,12 @@ func makePlan(ctx context.Context, vmi *v1alpha1.VirtualMachineInstance, r Resol
 		p.volumes = append(p.volumes, vol)
 	}
 	for i := range vmi.Spec.Domain.Devices.Interfaces {
-		if fe := build.CheckInterface(vmi, i); fe != nil {
+		if fe := assemble.CheckInterface(vmi, i); fe != nil {
 			errs = append(errs, *fe)
 			continue
 		}
 		iface := &vmi.Spec.Domain.Devices.Interfaces[i]
-		ni := &networkv1.Interface{Name: iface.Name, Binding: build.Binding(iface), Mac: iface.MacAddress}
+		ni := &networkv1.Interface{Name: iface.Name, Binding: assemble.Binding(iface), Mac: iface.MacAddress}
 		for _, n := range vmi.Spec.Networks {
 			if n.Name == iface.Name && n.Multus != nil {
 				ni.NetworkName = n.Multus.NetworkName
@@ -153,7 +153,7 @@ func makePlan(ctx context.Context, vmi *v1alpha1.VirtualMachineInstance, r Resol
 				errs.add(field+".image", "%v", err)
 				break
 			}
-			p.kernel = &build.KernelArtifacts{KernelPath: filepath.Join(dir, c.KernelPath)}
+			p.kernel = &assemble.KernelArtifacts{KernelPath: filepath.Join(dir, c.KernelPath)}
 			if c.InitrdPath != "" {
 				p.kernel.InitrdPath = filepath.Join(dir, c.InitrdPath)
 			}
@@ -253,7 +253,7 @@ func storageVolume(ctx context.Context, vmi *v1alpha1.VirtualMachineInstance, r 
 	return vol, nil
 }
 
-func (e fieldErrors) Error() string { return build.Error(e).Error() }
+func (e fieldErrors) Error() string { return assemble.Error(e).Error() }
 
 // cloudInit resolves cloud-init data given inline, base64-encoded, or in a secret.
 func cloudInit(ctx context.Context, vmi *v1alpha1.VirtualMachineInstance, r Resolver, field string, errs *fieldErrors,

@@ -14,7 +14,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 
 	"github.com/kubevisor/kubevisor/core/api/v1alpha1"
-	"github.com/kubevisor/kubevisor/core/domain/build"
+	"github.com/kubevisor/kubevisor/core/domain/assemble"
 	domainv1 "github.com/kubevisor/kubevisor/core/domain/v1"
 	basev1 "github.com/kubevisor/kubevisor/core/driver/base/v1"
 	networkv1 "github.com/kubevisor/kubevisor/core/driver/network/v1"
@@ -180,7 +180,7 @@ func TestCheckSupported(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			spec, err := build.Domain(vmi, standIns(p, domainv1.Acceleration_ACCELERATION_AUTO, 0, 0))
+			spec, err := assemble.Domain(vmi, standIns(p, domainv1.Acceleration_ACCELERATION_AUTO, 0, 0))
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -6,7 +6,7 @@ import (
 	"strings"
 
 	"github.com/kubevisor/kubevisor/core/api/v1alpha1"
-	"github.com/kubevisor/kubevisor/core/domain/build"
+	"github.com/kubevisor/kubevisor/core/domain/assemble"
 	domainv1 "github.com/kubevisor/kubevisor/core/domain/v1"
 	basev1 "github.com/kubevisor/kubevisor/core/driver/base/v1"
 	storagev1 "github.com/kubevisor/kubevisor/core/driver/storage/v1"
@@ -48,12 +48,12 @@ func checkSupported(vmi *v1alpha1.VirtualMachineInstance, spec *domainv1.DomainS
 		field := fmt.Sprintf("spec.domain.devices.interfaces[%d]", i)
 		model := iface.Model
 		if model == "" {
-			model = build.DefaultNICModel
+			model = assemble.DefaultNICModel
 		}
 		if have := c.hypervisorCaps.GetNicModels(); !slices.Contains(have, model) {
 			unsupported(field+".model", "interface model", model, "hypervisor", c.hypervisor, have)
 		}
-		binding := build.Binding(&vmi.Spec.Domain.Devices.Interfaces[i])
+		binding := assemble.Binding(&vmi.Spec.Domain.Devices.Interfaces[i])
 		if have := c.networkCaps.GetBindings(); !slices.Contains(have, binding) {
 			unsupported(field+"."+binding, "binding", binding, "network", c.network, have)
 		}

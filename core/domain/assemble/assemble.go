@@ -1,8 +1,8 @@
-// Package build assembles the driver-neutral domain spec of a VMI from the VMI and the results of
+// Package assemble assembles the driver-neutral domain spec of a VMI from the VMI and the results of
 // the storage, network and device drivers. It is a package of its own, apart from core/domain,
 // so that hypervisor drivers, which import core/domain for Validate, do not link the Kubernetes
 // API types.
-package build
+package assemble
 
 import (
 	"fmt"

@@ -1,4 +1,4 @@
-package build_test
+package assemble_test
 
 import (
 	"strings"
@@ -13,7 +13,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/kubevisor/kubevisor/core/api/v1alpha1"
-	"github.com/kubevisor/kubevisor/core/domain/build"
+	"github.com/kubevisor/kubevisor/core/domain/assemble"
 	domainv1 "github.com/kubevisor/kubevisor/core/domain/v1"
 	networkv1 "github.com/kubevisor/kubevisor/core/driver/network/v1"
 	storagev1 "github.com/kubevisor/kubevisor/core/driver/storage/v1"
@@ -54,8 +54,8 @@ func testVMI() *v1alpha1.VirtualMachineInstance {
 	}
 }
 
-func testInputs() build.Inputs {
-	return build.Inputs{
+func testInputs() assemble.Inputs {
+	return assemble.Inputs{
 		Disks: map[string]*storagev1.PreparedDisk{
 			"root":      {VolumeName: "root", Path: "/var/lib/kubevisor/volumes/" + uid + "/root.qcow2", Format: domainv1.DiskFormat_DISK_FORMAT_QCOW2},
 			"cloudinit": {VolumeName: "cloudinit", Path: "/var/lib/kubevisor/volumes/" + uid + "/cloudinit.iso", Format: domainv1.DiskFormat_DISK_FORMAT_RAW, ReadOnly: true, Cdrom: true},
@@ -94,7 +94,7 @@ func TestDomain(t *testing.T) {
 	tests := []struct {
 		name   string
 		vmi    func(*v1alpha1.VirtualMachineInstance)
-		inputs func(*build.Inputs)
+		inputs func(*assemble.Inputs)
 		want   func(*domainv1.DomainSpec)
 	}{
 		{name: "defaults"},
@@ -174,8 +174,8 @@ func TestDomain(t *testing.T) {
 					Container:  &v1alpha1.KernelBootContainer{Image: "kubevisor/test-guest-kernel", KernelPath: "/boot/vmlinuz"},
 				}}
 			},
-			inputs: func(in *build.Inputs) {
-				in.Kernel = &build.KernelArtifacts{KernelPath: "/var/lib/kubevisor/kernel/vmlinuz", InitrdPath: "/var/lib/kubevisor/kernel/initrd"}
+			inputs: func(in *assemble.Inputs) {
+				in.Kernel = &assemble.KernelArtifacts{KernelPath: "/var/lib/kubevisor/kernel/vmlinuz", InitrdPath: "/var/lib/kubevisor/kernel/initrd"}
 			},
 			want: func(s *domainv1.DomainSpec) {
 				s.Firmware.Boot = &domainv1.Firmware_Kernel{Kernel: &domainv1.KernelBoot{
@@ -198,7 +198,7 @@ func TestDomain(t *testing.T) {
 		},
 		{
 			name: "the caller's default buses",
-			inputs: func(in *build.Inputs) {
+			inputs: func(in *assemble.Inputs) {
 				in.DiskBus, in.CDROMBus = domainv1.DiskBus_DISK_BUS_SATA, domainv1.DiskBus_DISK_BUS_SCSI
 			},
 			want: func(s *domainv1.DomainSpec) {
@@ -252,7 +252,7 @@ func TestDomain(t *testing.T) {
 		},
 		{
 			name: "host devices, acceleration, launcher",
-			inputs: func(in *build.Inputs) {
+			inputs: func(in *assemble.Inputs) {
 				in.HostDevices = []*domainv1.HostDevice{{Name: "gpu", PciAddress: "0000:01:00.0"}}
 				in.Acceleration = domainv1.Acceleration_ACCELERATION_EMULATED
 				in.Sandbox.LauncherSocket = runDir + "/launcher.sock"
@@ -281,7 +281,7 @@ func TestDomain(t *testing.T) {
 			if tt.want != nil {
 				tt.want(want)
 			}
-			got, err := build.Domain(vmi, in)
+			got, err := assemble.Domain(vmi, in)
 			if err != nil {
 				t.Fatalf("Domain: %v", err)
 			}
@@ -296,13 +296,13 @@ func TestDomainRejects(t *testing.T) {
 	tests := []struct {
 		name   string
 		vmi    func(*v1alpha1.VirtualMachineInstance)
-		inputs func(*build.Inputs)
+		inputs func(*assemble.Inputs)
 		// want are the "field: detail" parts the error must hold.
 		want []string
 	}{
 		{
 			name: "volume not prepared",
-			inputs: func(in *build.Inputs) {
+			inputs: func(in *assemble.Inputs) {
 				delete(in.Disks, "cloudinit")
 			},
 			want: []string{`spec.domain.devices.disks[1]: volume "cloudinit" not prepared`},
@@ -316,7 +316,7 @@ func TestDomainRejects(t *testing.T) {
 		},
 		{
 			name: "interface not set up",
-			inputs: func(in *build.Inputs) {
+			inputs: func(in *assemble.Inputs) {
 				in.Interfaces = nil
 			},
 			want: []string{`spec.domain.devices.interfaces[0]: interface "default" not set up`},
@@ -378,7 +378,7 @@ func TestDomainRejects(t *testing.T) {
 					KernelBoot: &v1alpha1.KernelBoot{Container: &v1alpha1.KernelBootContainer{Image: "k"}},
 				}
 			},
-			inputs: func(in *build.Inputs) { in.Kernel = &build.KernelArtifacts{KernelPath: "/k"} },
+			inputs: func(in *assemble.Inputs) { in.Kernel = &assemble.KernelArtifacts{KernelPath: "/k"} },
 			want:   []string{`spec.domain.firmware.kernelBoot: not supported together with bootloader.efi`},
 		},
 		{
@@ -391,14 +391,14 @@ func TestDomainRejects(t *testing.T) {
 		{
 			name: "no uid, no run dir",
 			vmi:  func(v *v1alpha1.VirtualMachineInstance) { v.UID = "" },
-			inputs: func(in *build.Inputs) {
+			inputs: func(in *assemble.Inputs) {
 				in.RunDir = ""
 			},
 			want: []string{`metadata.uid: required`, `runDir: an absolute run directory is required`},
 		},
 		{
 			name: "a relative path from the storage driver",
-			inputs: func(in *build.Inputs) {
+			inputs: func(in *assemble.Inputs) {
 				in.Disks["root"].Path = "root.qcow2"
 			},
 			want: []string{`domain spec: invalid domain spec: disks[0].path: must be an absolute path`},
@@ -409,7 +409,7 @@ func TestDomainRejects(t *testing.T) {
 				v.Spec.Domain.Memory = nil
 				v.Spec.Networks = nil
 			},
-			inputs: func(in *build.Inputs) { delete(in.Disks, "root") },
+			inputs: func(in *assemble.Inputs) { delete(in.Disks, "root") },
 			want: []string{
 				`spec.domain.memory.guest: required`,
 				`spec.domain.devices.disks[0]: volume "root" not prepared`,
@@ -426,7 +426,7 @@ func TestDomainRejects(t *testing.T) {
 			if tt.inputs != nil {
 				tt.inputs(&in)
 			}
-			spec, err := build.Domain(vmi, in)
+			spec, err := assemble.Domain(vmi, in)
 			if err == nil {
 				t.Fatalf("Domain accepted the VMI: %v", spec)
 			}
@@ -444,7 +444,7 @@ func TestDomainRejects(t *testing.T) {
 
 func TestDomainDoesNotShareInputs(t *testing.T) {
 	vmi, in := testVMI(), testInputs()
-	spec, err := build.Domain(vmi, in)
+	spec, err := assemble.Domain(vmi, in)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -459,10 +459,10 @@ func TestDomainDoesNotShareInputs(t *testing.T) {
 
 func TestCheckInterface(t *testing.T) {
 	vmi := testVMI()
-	if fe := build.CheckInterface(vmi, 0); fe != nil {
+	if fe := assemble.CheckInterface(vmi, 0); fe != nil {
 		t.Fatalf("CheckInterface = %v", fe)
 	}
-	if got := build.Binding(&vmi.Spec.Domain.Devices.Interfaces[0]); got != build.BindingMasquerade {
+	if got := assemble.Binding(&vmi.Spec.Domain.Devices.Interfaces[0]); got != assemble.BindingMasquerade {
 		t.Errorf("Binding = %q", got)
 	}
 }
