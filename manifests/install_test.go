@@ -26,6 +26,7 @@ import (
 	"github.com/kubevisor/kubevisor/controlplane/launcherpod"
 	"github.com/kubevisor/kubevisor/core/api/v1alpha1"
 	"github.com/kubevisor/kubevisor/core/handler"
+	"github.com/kubevisor/kubevisor/internal/testenv"
 )
 
 const (
@@ -70,10 +71,7 @@ type rendered struct {
 // extra kustomization lines.
 func render(t *testing.T, components []string, extra string) rendered {
 	t.Helper()
-	kubectl, err := exec.LookPath("kubectl")
-	if err != nil {
-		t.Skip("kubectl (with its built-in kustomize) is not installed")
-	}
+	kubectl := testenv.Command(t, "kubectl", "kubectl (its built-in kustomize renders the overlays)")
 	dir := t.TempDir()
 	abs, err := filepath.Abs(base)
 	if err != nil {

@@ -5,7 +5,6 @@ import (
 	"context"
 	"io"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"regexp"
 	"strings"
@@ -17,6 +16,7 @@ import (
 	basev1 "github.com/kubevisor/kubevisor/core/driver/base/v1"
 	networkv1 "github.com/kubevisor/kubevisor/core/driver/network/v1"
 	"github.com/kubevisor/kubevisor/drivers/qmp"
+	"github.com/kubevisor/kubevisor/internal/testenv"
 )
 
 // The project's test guest (hack/guest, `make guest`) prints these on its console.
@@ -48,13 +48,9 @@ func requireGuest(t testing.TB) string {
 	t.Helper()
 	dir := guestDir(t)
 	for _, f := range []string{"vmlinuz", "initramfs.cpio.gz"} {
-		if _, err := os.Stat(filepath.Join(dir, f)); err != nil {
-			t.Skipf("test guest not built: run make guest (%v)", err)
-		}
+		testenv.File(t, filepath.Join(dir, f), "guest")
 	}
-	if _, err := exec.LookPath("qemu-system-x86_64"); err != nil {
-		t.Skipf("qemu-system-x86_64 not found: install qemu-system-x86 (make deps): %v", err)
-	}
+	testenv.Command(t, "qemu-system-x86_64", "qemu-system-x86")
 	return dir
 }
 

@@ -32,6 +32,7 @@ import (
 
 	basev1 "github.com/kubevisor/kubevisor/core/driver/base/v1"
 	networkv1 "github.com/kubevisor/kubevisor/core/driver/network/v1"
+	"github.com/kubevisor/kubevisor/internal/testenv"
 )
 
 // tb is what the helpers need of a test: *testing.T and conformance.T both have it.
@@ -57,9 +58,7 @@ var requiredPlugins = []string{"bridge", "host-local", "loopback", "ptp"}
 
 func requireRoot(t testing.TB) {
 	t.Helper()
-	if os.Geteuid() != 0 {
-		t.Skip("needs root (CAP_NET_ADMIN, CAP_SYS_ADMIN): makes network namespaces, links and nftables rules")
-	}
+	testenv.Root(t, "CAP_NET_ADMIN, CAP_SYS_ADMIN: makes network namespaces, links and nftables rules")
 }
 
 // cniBin returns the directory of the CNI plugins: $KUBEVISOR_CNI_BIN, else the repository's

@@ -18,12 +18,15 @@ import (
 	"github.com/kubevisor/kubevisor/core/launcher"
 	launcherv1 "github.com/kubevisor/kubevisor/core/launcher/v1"
 	"github.com/kubevisor/kubevisor/internal/testbin"
+	"github.com/kubevisor/kubevisor/internal/testenv"
 )
 
 // TestThroughLauncher: QEMU started through a kubevisor-launcher in its own pid and network
 // namespaces; SIGTERM to the launcher makes the driver shut the VM down gracefully.
 func TestThroughLauncher(t *testing.T) {
 	t.Parallel()
+	testenv.Root(t, "runs the launcher in network and PID namespaces")
+	requireQEMU(t)
 	binDir := t.TempDir()
 	if err := testbin.Build(binDir, false, "github.com/kubevisor/kubevisor/cmd/kubevisor-launcher"); err != nil {
 		t.Fatal(err)

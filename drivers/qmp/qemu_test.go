@@ -29,6 +29,7 @@ import (
 	"github.com/kubevisor/kubevisor/core/driver"
 	basev1 "github.com/kubevisor/kubevisor/core/driver/base/v1"
 	hypervisorv1 "github.com/kubevisor/kubevisor/core/driver/hypervisor/v1"
+	"github.com/kubevisor/kubevisor/internal/testenv"
 )
 
 // GuestReadyMarker is what the project's test guest prints on its serial console once it is up.
@@ -36,9 +37,7 @@ const GuestReadyMarker = "KUBEVISOR-GUEST-READY"
 
 func requireQEMU(t *testing.T) {
 	t.Helper()
-	if _, err := exec.LookPath("qemu-system-x86_64"); err != nil {
-		t.Fatalf("qemu-system-x86_64 not found: install qemu-system-x86 (make deps): %v", err)
-	}
+	testenv.Command(t, "qemu-system-x86_64", "qemu-system-x86")
 }
 
 func testLogger() hclog.Logger {
@@ -808,9 +807,7 @@ func TestRealGuest(t *testing.T) {
 	t.Parallel()
 	dir := guestDir()
 	for _, f := range []string{"vmlinuz", "initramfs.cpio.gz"} {
-		if _, err := os.Stat(filepath.Join(dir, f)); err != nil {
-			t.Skipf("test guest not built: run make guest (%v)", err)
-		}
+		testenv.File(t, filepath.Join(dir, f), "guest")
 	}
 	d := newTestDriver(t, t.TempDir())
 	h := inProcess(t, d)
@@ -883,8 +880,10 @@ func TestNICs(t *testing.T) {
 	t.Parallel()
 	suffix := strconv.Itoa(os.Getpid() % 100000)
 	named, passed := "kvqn"+suffix, "kvqf"+suffix
+	testenv.Root(t, "makes taps")
+	testenv.Command(t, "ip", "iproute2")
 	if out, err := exec.Command("ip", "tuntap", "add", "dev", named, "mode", "tap").CombinedOutput(); err != nil {
-		t.Skipf("cannot make a tap here (needs root): %v: %s", err, out)
+		t.Fatalf("ip tuntap add: %v: %s", err, out)
 	}
 	t.Cleanup(func() { _ = exec.Command("ip", "link", "del", named).Run() })
 	if out, err := exec.Command("ip", "link", "set", named, "up").CombinedOutput(); err != nil {

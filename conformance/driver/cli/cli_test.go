@@ -35,7 +35,7 @@ func build(t *testing.T, name string) string {
 	t.Helper()
 	goTool, err := exec.LookPath("go")
 	if err != nil {
-		t.Skipf("the go tool is not on PATH to build %s: %v", name, err)
+		t.Fatalf("the go tool is not on PATH to build %s: %v", name, err)
 	}
 	buildMu.Lock()
 	defer buildMu.Unlock()

@@ -11,12 +11,14 @@ import (
 
 	conformance "github.com/kubevisor/kubevisor/conformance/driver"
 	"github.com/kubevisor/kubevisor/conformance/driver/cli"
+	"github.com/kubevisor/kubevisor/internal/testenv"
 )
 
 // guestDir returns the directory of the project's test guest ($KUBEVISOR_GUEST_DIR or
-// <repo>/_output/guest), skipping the test when it is not built.
+// <repo>/_output/guest), skipping the test when it is not built (failing it under CI=true).
 func guestDir(t *testing.T) string {
 	t.Helper()
+	testenv.Heavy(t, "QEMU and the test guest")
 	dir := os.Getenv("KUBEVISOR_GUEST_DIR")
 	if dir == "" {
 		wd, err := os.Getwd()
@@ -26,7 +28,7 @@ func guestDir(t *testing.T) string {
 		dir = filepath.Join(wd, "..", "..", "..", "_output", "guest") // conformance/driver/cli
 	}
 	if _, err := conformance.GuestFromDir(dir); errors.Is(err, fs.ErrNotExist) {
-		t.Skipf("test guest not built: run make guest (%v)", err)
+		testenv.Missing(t, "test guest not built: run make guest (%v)", err)
 	} else if err != nil {
 		t.Fatal(err)
 	}

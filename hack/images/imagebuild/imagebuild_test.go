@@ -13,6 +13,8 @@ import (
 	"time"
 
 	v1 "github.com/google/go-containerregistry/pkg/v1"
+
+	"github.com/kubevisor/kubevisor/internal/testenv"
 )
 
 func TestParseLdd(t *testing.T) {
@@ -122,10 +124,7 @@ func resolveIn(ents map[string]*tar.Header, p string) (*tar.Header, bool) {
 // module and the firmware; as root, QEMU then starts a pc machine (loading SeaBIOS) inside a
 // chroot of the layer alone.
 func TestQEMULayer(t *testing.T) {
-	qemu, err := exec.LookPath("qemu-system-x86_64")
-	if err != nil {
-		t.Skip("qemu-system-x86_64 not installed (make deps)")
-	}
+	qemu := testenv.Command(t, "qemu-system-x86_64", "qemu-system-x86")
 	tr := BaseTree()
 	if err := AddQEMU(tr, DefaultQEMUOptions()); err != nil {
 		t.Fatal(err)
