@@ -61,6 +61,10 @@ demo: deps-qemu build guest ## Boot the test guest through the qmp and local dri
 	    --junit $(OUT)/conformance-hostpath.xml
 	@echo "JUnit reports: $(OUT)/conformance-*.xml"
 
+.PHONY: unit
+unit: ## The fast inner loop: go test -short ./..., which needs no root, QEMU, network namespace, test guest or API server (those tests skip).
+	$(GO) test -short -count=1 ./...
+
 .PHONY: test
 test: deps-qemu deps-iso deps-net deps-proc deps-tools guest cni-plugins k8s-bins ## Run every test: unit, drivers on real QEMU and network namespaces, handler, launcher, control plane on a real API server, the example module, and make demo.
 	$(GO) test -race -count=1 ./...

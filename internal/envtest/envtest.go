@@ -22,6 +22,7 @@ import (
 	crenvtest "sigs.k8s.io/controller-runtime/pkg/envtest"
 
 	"github.com/kubevisor/kubevisor/core/api/v1alpha1"
+	"github.com/kubevisor/kubevisor/internal/testenv"
 )
 
 // RepoRoot is the repository's top directory (found from this file's location).
@@ -78,9 +79,10 @@ func Scheme() *kruntime.Scheme {
 }
 
 // Start brings up etcd and kube-apiserver, installs manifests/crd, and stops them when the test
-// ends. It fails the test when the binaries are missing.
+// ends. It fails the test when the binaries are missing; under go test -short it skips it.
 func Start(t testing.TB, opts Options) *Env {
 	t.Helper()
+	testenv.Heavy(t, "a real kube-apiserver and etcd")
 	env, err := StartEnv(opts)
 	if err != nil {
 		t.Fatal(err)

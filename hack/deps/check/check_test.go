@@ -127,7 +127,7 @@ func TestSubMake(t *testing.T) {
 // Go programs a target runs: exec calls with a literal name and the deps:commands directive,
 // for go test (test files too) and go run.
 func TestGoPrograms(t *testing.T) {
-	root := fixture(t, "test: ## t\n\tgo test ./pkg/...\nrun: deps-qemu ## r\n\tgo run ./tool --flag\n", map[string]string{
+	root := fixture(t, "test: ## t\n\tgo test ./pkg/...\nrun: deps-qemu ## r\n\tgo run ./tool --flag\nunit: ## u\n\tgo test -short ./...\n", map[string]string{
 		"go.mod":          "module example.com/fx\n\ngo 1.22\n",
 		"pkg/a.go":        "package pkg\n\nimport \"os/exec\"\n\nfunc A() error { return exec.Command(\"qemu-img\", \"info\").Run() }\n",
 		"pkg/a_test.go":   "package pkg\n\nimport (\n\t\"os/exec\"\n\t\"testing\"\n)\n\nfunc TestA(t *testing.T) { _, _ = exec.LookPath(\"ctr\") }\n",
@@ -138,6 +138,9 @@ func TestGoPrograms(t *testing.T) {
 	test := checkOne(t, root, "test")
 	if !strings.Contains(missing(test), "ctr (called at pkg/a_test.go:8)") || !strings.Contains(missing(test), "qemu-img (called at pkg/a.go:5)") {
 		t.Errorf("go test: want ctr and qemu-img missing, got:\n%s", missing(test))
+	}
+	if unit := checkOne(t, root, "unit"); len(unit.Commands) != 0 {
+		t.Errorf("go test -short: want no commands counted (its tests that need one skip), got %v", unit.Commands)
 	}
 	run := checkOne(t, root, "run")
 	if len(run.Missing) != 0 || strings.Join(run.Commands, " ") != "qemu-img" {

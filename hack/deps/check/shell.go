@@ -259,7 +259,8 @@ func (w *walker) run(path string, args []*syntax.Word, sc *scope, line uint) {
 	}
 }
 
-// goCommand records `go run PKG` and `go test [-c] PKGS` as Go programs the target runs.
+// goCommand records `go run PKG` and `go test [-c] PKGS` as Go programs the target runs
+// (not `go test -short`, whose tests that need a command skip).
 func (w *walker) goCommand(args []*syntax.Word, sc *scope) {
 	if len(args) == 0 {
 		return
@@ -286,8 +287,13 @@ func (w *walker) goCommand(args []*syntax.Word, sc *scope) {
 				i++
 				value, _ = lit(args[i])
 			}
-			if flag == "-tags" {
+			switch flag {
+			case "-tags":
 				r.tags = value
+			case "-short":
+				// Under go test -short every test that needs an external command skips
+				// (internal/testenv), so the programs' commands do not count.
+				return
 			}
 			continue
 		}

@@ -26,15 +26,13 @@ import (
 	basev1 "github.com/kubevisor/kubevisor/core/driver/base/v1"
 	storagev1 "github.com/kubevisor/kubevisor/core/driver/storage/v1"
 	"github.com/kubevisor/kubevisor/drivers/storage"
+	"github.com/kubevisor/kubevisor/internal/testenv"
 )
 
 // qemuImg runs qemu-img, failing the test when it fails.
 func qemuImg(t *testing.T, args ...string) []byte {
 	t.Helper()
-	p, err := exec.LookPath("qemu-img")
-	if err != nil {
-		t.Fatalf("qemu-img not found: install qemu-utils (make deps): %v", err)
-	}
+	p := testenv.Command(t, "qemu-img", "qemu-utils")
 	out, err := exec.Command(p, args...).CombinedOutput()
 	if err != nil {
 		t.Fatalf("qemu-img %s: %v: %s", strings.Join(args, " "), err, out)
