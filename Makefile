@@ -29,10 +29,34 @@ E2E_LABELS     ?= Conformance
 GENERATED := ':(glob)core/**/*.pb.go' ':(glob)core/**/zz_generated.*.go' manifests/crd manifests/webhook manifests/rbac
 
 .PHONY: help
-help: ## List the targets.
-	@grep -hE '^[a-z0-9-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-14s %s\n", $$1, $$2}'
+help: ## List the targets by section. The main command is make up; the tests are make test.
+	@awk '/^##@ / {printf "\n%s\n", substr($$0, 5); next} /^[a-z0-9-]+:.*## / {split($$0, a, ":.*## "); name = a[1]; sub(/:.*/, "", name); printf "  %-27s %s\n", name, a[2]}' $(MAKEFILE_LIST)
 
 ##@ Main commands
+
+.PHONY: up
+up: $(CLUSTER_DEPS) deps-qemu k8s-bins cni-plugins guest build ## Main command: a local single-node cluster, Kubevisor installed with DRIVERS from its manifests and images, the demo VM booted; prints how to reach it.
+	hack/cluster/up.sh
+	$(MAKE) --no-print-directory images
+	hack/install.sh install --drivers $(DRIVERS)
+	hack/cluster/rollout.sh
+	hack/cluster/demo.sh
+
+.PHONY: down
+down: $(CLUSTER_DEPS) ## Stop the local cluster; leaves no process, mount, netns, bridge or iptables rule (PURGE=1 also removes its data).
+	hack/cluster/down.sh $(if $(filter 1,$(PURGE)),--purge)
+
+.PHONY: test
+test: deps-qemu deps-iso deps-net deps-proc deps-tools guest cni-plugins k8s-bins ## Run every test: unit, drivers on real QEMU and network namespaces, handler, launcher, control plane on a real API server, the example module, and make demo.
+	$(GO) test -race -count=1 ./...
+	cd $(EXAMPLES) && $(GO) test -count=1 ./...
+	$(MAKE) --no-print-directory demo
+
+.PHONY: unit
+unit: ## The fast inner loop: go test -short ./..., which needs no root, QEMU, network namespace, test guest or API server (those tests skip).
+	$(GO) test -short -count=1 ./...
+
+##@ Without a cluster
 
 .PHONY: run
 run: deps-qemu deps-net build guest cni-plugins ## Boot the demo VMI without a cluster: the node handler in standalone mode (Ctrl-C stops it).
@@ -61,17 +85,7 @@ demo: deps-qemu build guest ## Boot the test guest through the qmp and local dri
 	    --junit $(OUT)/conformance-hostpath.xml
 	@echo "JUnit reports: $(OUT)/conformance-*.xml"
 
-.PHONY: unit
-unit: ## The fast inner loop: go test -short ./..., which needs no root, QEMU, network namespace, test guest or API server (those tests skip).
-	$(GO) test -short -count=1 ./...
-
-.PHONY: test
-test: deps-qemu deps-iso deps-net deps-proc deps-tools guest cni-plugins k8s-bins ## Run every test: unit, drivers on real QEMU and network namespaces, handler, launcher, control plane on a real API server, the example module, and make demo.
-	$(GO) test -race -count=1 ./...
-	cd $(EXAMPLES) && $(GO) test -count=1 ./...
-	$(MAKE) --no-print-directory demo
-
-##@ Build
+##@ Build and benchmarks
 
 .PHONY: build
 build: ## Build every binary into bin/ (the example driver too).
@@ -108,21 +122,9 @@ bench: deps-qemu deps-net cni-plugins ## Run the benchmarks and print their figu
 
 ##@ Local cluster
 
-.PHONY: up
-up: $(CLUSTER_DEPS) deps-qemu k8s-bins cni-plugins guest build ## Main command: a local single-node cluster, Kubevisor installed with DRIVERS from its manifests and images, the demo VM booted; prints how to reach it.
-	hack/cluster/up.sh
-	$(MAKE) --no-print-directory images
-	hack/install.sh install --drivers $(DRIVERS)
-	hack/cluster/rollout.sh
-	hack/cluster/demo.sh
-
 .PHONY: cluster-up
 cluster-up: $(CLUSTER_DEPS) k8s-bins cni-plugins ## Only the local single-node cluster (etcd, control plane, containerd, kubelet); kubeconfig in _output/cluster/kubeconfig.
 	hack/cluster/up.sh
-
-.PHONY: down
-down: $(CLUSTER_DEPS) ## Stop the local cluster; leaves no process, mount, netns, bridge or iptables rule (PURGE=1 also removes its data).
-	hack/cluster/down.sh $(if $(filter 1,$(PURGE)),--purge)
 
 .PHONY: images
 images: deps-qemu deps-runtime deps-net deps-tools build cni-plugins guest ## Build the component, launcher and pause images as tarballs in _output/images (no registry) and import them when the cluster runs.
