@@ -15,6 +15,7 @@ import (
 
 	"google.golang.org/grpc/codes"
 
+	"github.com/kubevisor/kubevisor/core/backoff"
 	domainv1 "github.com/kubevisor/kubevisor/core/domain/v1"
 	"github.com/kubevisor/kubevisor/core/driver"
 	basev1 "github.com/kubevisor/kubevisor/core/driver/base/v1"
@@ -410,19 +411,19 @@ func TestNewHost(t *testing.T) {
 }
 
 func TestBackoff(t *testing.T) {
-	b := backoff{min: 200 * time.Millisecond, max: time.Second}
+	b := backoff.NewRetry(backoff.Exponential{Initial: 200 * time.Millisecond, Max: time.Second})
 	var got []time.Duration
 	for range 5 {
-		got = append(got, b.next(time.Second))
+		got = append(got, restartDelay(b, time.Second))
 	}
 	want := []time.Duration{200 * time.Millisecond, 400 * time.Millisecond, 800 * time.Millisecond, time.Second, time.Second}
 	if fmt.Sprint(got) != fmt.Sprint(want) {
 		t.Errorf("delays %v, want %v", got, want)
 	}
-	if d := b.next(time.Minute); d != 200*time.Millisecond {
+	if d := restartDelay(b, time.Minute); d != 200*time.Millisecond {
 		t.Errorf("after a minute up: %v, want the minimum", d)
 	}
-	if d := b.next(0); d != 400*time.Millisecond {
+	if d := restartDelay(b, 0); d != 400*time.Millisecond {
 		t.Errorf("next: %v", d)
 	}
 }

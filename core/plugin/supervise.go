@@ -15,6 +15,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/kubevisor/kubevisor/core/backoff"
 	"github.com/kubevisor/kubevisor/core/driver"
 	basev1 "github.com/kubevisor/kubevisor/core/driver/base/v1"
 )
@@ -209,7 +210,7 @@ func (inst *instance) killNow() {
 // supervise restarts the plugin each time its process exits, until ctx is cancelled.
 func (mp *managed) supervise(inst *instance) {
 	defer close(mp.done)
-	b := backoff{min: mp.h.cfg.MinBackoff, max: mp.h.cfg.MaxBackoff}
+	b := backoff.NewRetry(backoff.Exponential{Initial: mp.h.cfg.MinBackoff, Max: mp.h.cfg.MaxBackoff})
 	for {
 		select {
 		case <-inst.exited:
@@ -225,7 +226,7 @@ func (mp *managed) supervise(inst *instance) {
 		if inst.rec != nil {
 			mp.h.removeRecord(mp.m.Name, inst.rec)
 		}
-		delay := b.next(uptime)
+		delay := restartDelay(b, uptime)
 		mp.log.Error("plugin exited unexpectedly", "pid", inst.pid, "cause", inst.cause, "uptime", uptime.Round(time.Millisecond),
 			"restart_in", delay, "stderr", strings.Join(inst.stderr.Lines(), "\n"))
 		dead := inst
@@ -256,7 +257,7 @@ func (mp *managed) supervise(inst *instance) {
 				return
 			}
 			mp.setDown(err.Error(), true)
-			delay = b.next(0)
+			delay = b.Next()
 			mp.log.Error("plugin restart failed", "error", err, "restart_in", delay)
 		}
 		mp.setRunning(inst)
@@ -289,20 +290,13 @@ func (mp *managed) detach() {
 	}
 }
 
-// backoff is the restart delay: min, doubling on each failure up to max, back to min after a
-// process stayed up backoffReset.
-type backoff struct {
-	min, max, cur time.Duration
-}
-
-// next returns the delay before the next start, given how long the last process ran.
-func (b *backoff) next(uptime time.Duration) time.Duration {
-	if b.cur == 0 || uptime >= backoffReset {
-		b.cur = b.min
+// restartDelay is the wait before restarting a plugin whose process ran for uptime: the retry's
+// next delay, starting over when the process stayed up backoffReset (a new crash, not a loop).
+func restartDelay(b *backoff.Retry, uptime time.Duration) time.Duration {
+	if uptime >= backoffReset {
+		b.Reset()
 	}
-	d := b.cur
-	b.cur = min(b.cur*2, b.max)
-	return d
+	return b.Next()
 }
 
 // waitUntil polls cond until it holds or d has passed, and reports whether it held.
