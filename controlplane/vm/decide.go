@@ -10,6 +10,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/kubevisor/kubevisor/core/api/v1alpha1"
+	"github.com/kubevisor/kubevisor/core/backoff"
 )
 
 // Reasons the VM controller sets that constants.go does not define; they are used for condition
@@ -47,23 +48,8 @@ func (a Action) String() string {
 }
 
 // Backoff is the crash-loop back-off of VMIs that fail under Always or RerunOnFailure: the delay
-// after the n-th consecutive failure is Initial·2^(n-1), at most Max.
-type Backoff struct {
-	Initial time.Duration
-	Max     time.Duration
-}
-
-// Delay is the wait before the next start after failures consecutive failed VMIs.
-func (b Backoff) Delay(failures int) time.Duration {
-	if failures <= 0 {
-		return 0
-	}
-	d := b.Initial
-	for i := 1; i < failures && d < b.Max; i++ {
-		d *= 2
-	}
-	return min(d, b.Max)
-}
+// after the n-th consecutive failure is Initial·2^(n-1), at most Max (core/backoff).
+type Backoff = backoff.Exponential
 
 // Decision is what Decide concludes for one VM: the action on its VMI and the VM status to write.
 type Decision struct {
