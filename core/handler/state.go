@@ -18,15 +18,18 @@ import (
 	networkv1 "github.com/kubevisor/kubevisor/core/driver/network/v1"
 )
 
-// Steps of the pipeline, as recorded in vmiState.Steps. A step is recorded before its driver
-// call, so that an interrupted sync is undone completely: every undo is safe for a step that
-// did nothing (Release of what was never prepared, Teardown after a half Setup, Delete of an
-// unknown VM).
+// Names of the sync's steps (syncSteps). A step with an undo is recorded in vmiState.Steps
+// before its driver call, so that an interrupted sync is undone completely: every undo is safe
+// for a step that did nothing (Release of what was never prepared, Teardown after a half Setup,
+// Delete of an unknown VM). States on disk name them: never rename one. (An earlier handler
+// recorded "devices" too; its undo is nothing.)
 const (
 	stepStorage    = "storage"
 	stepNetwork    = "network"
 	stepDevices    = "devices"
+	stepDomain     = "domain"
 	stepHypervisor = "hypervisor"
+	stepStart      = "start"
 )
 
 const stateVersion = 1
@@ -44,7 +47,7 @@ type vmiState struct {
 	WorkDir string    `json:"workDir"`
 	RunDir  string    `json:"runDir"`
 	Sandbox Sandbox   `json:"sandbox"`
-	// Steps are the pipeline steps begun, in order.
+	// Steps are the sync steps begun that have an undo, in order.
 	Steps []string `json:"steps,omitempty"`
 	// Network is the network driver's SetupRequest (protojson), for Teardown.
 	Network json.RawMessage `json:"network,omitempty"`
