@@ -32,13 +32,14 @@ const (
 	SandboxVolumesDir = "volumes"
 )
 
-// undoTimeout bounds undoing a failed sync, which runs even when the sync's context is done.
+// undoTimeout bounds undoing a failed sync, which runs even when the sync's context is done,
+// and closing a stopped VMI's sandbox.
 const undoTimeout = 2 * time.Minute
 
 // Sync brings a VMI to running on this node, once: it is idempotent, keyed by the VMI's UID.
 //
 // For a VMI the node does not run yet it runs the pipeline: check the VMI against the drivers'
-// capabilities, find its sandbox (Options.Sandbox), then the steps of syncSteps: storage
+// capabilities, open its sandbox (Options.Sandboxes), then the steps of syncSteps: storage
 // Prepare, network Setup in the sandbox's network namespace, device Allocate (when the sandbox
 // has devices), build the domain spec, hypervisor Create and Start. Each step that makes
 // something is recorded in <StateDir>/vmis/<uid>.json before its driver is called. When a step
@@ -61,6 +62,7 @@ func (h *Handler) Sync(ctx context.Context, vmi *v1alpha1.VirtualMachineInstance
 	unlock := h.locks.Lock(string(vmi.UID))
 	defer unlock()
 	e := h.entryFor(vmi)
+	h.sandboxOf(e, vmi)
 	h.mu.Lock()
 	st := e.state
 	h.mu.Unlock()
@@ -180,7 +182,7 @@ func vmiName(vmi *v1alpha1.VirtualMachineInstance) string {
 	return vmi.Namespace + "/" + vmi.Name
 }
 
-// pipeline checks the VMI, finds its sandbox and runs the sync steps. Its error carries the
+// pipeline checks the VMI, opens its sandbox and runs the sync steps. Its error carries the
 // failure's reason.
 func (h *Handler) pipeline(ctx context.Context, e *entry, vmi *v1alpha1.VirtualMachineInstance) error {
 	r, err := h.newSyncRun(ctx, e, vmi)
@@ -202,7 +204,7 @@ type syncRun struct {
 	st      *vmiState
 	d       *drivers
 	p       *plan
-	sandbox Sandbox
+	sandbox SandboxSpec
 
 	accel             domainv1.Acceleration
 	diskBus, cdromBus domainv1.DiskBus
@@ -236,10 +238,8 @@ func (h *Handler) newSyncRun(ctx context.Context, e *entry, vmi *v1alpha1.Virtua
 	if err := checkSupported(vmi, dry, p, d.caps); err != nil {
 		return nil, failed(ReasonUnsupported, err)
 	}
-	if h.opts.Sandbox != nil {
-		if r.sandbox, err = h.opts.Sandbox(ctx, vmi); err != nil {
-			return nil, failed(ReasonSandboxNotReady, err)
-		}
+	if r.sandbox, err = h.openSandbox(ctx, e); err != nil {
+		return nil, failed(ReasonSandboxNotReady, err)
 	}
 	if len(r.sandbox.Devices) > 0 && d.dev == nil {
 		return nil, failed(ReasonDriverNotFound, fmt.Errorf("the sandbox has devices %v but no device driver is configured", r.sandbox.Devices))
@@ -250,7 +250,7 @@ func (h *Handler) newSyncRun(ctx context.Context, e *entry, vmi *v1alpha1.Virtua
 
 // stateFor returns the VMI's state with the sandbox it runs in, made when the node has none
 // yet. The first step saves it.
-func (h *Handler) stateFor(e *entry, vmi *v1alpha1.VirtualMachineInstance, names DriverSet, sandbox Sandbox) *vmiState {
+func (h *Handler) stateFor(e *entry, vmi *v1alpha1.VirtualMachineInstance, names DriverSet, sandbox SandboxSpec) *vmiState {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	st := e.state
@@ -524,7 +524,7 @@ func (h *Handler) observe(ctx context.Context, e *entry) {
 		return
 	}
 	h.mu.Lock()
-	e.vm = vs
+	h.setVM(e, vs)
 	h.mu.Unlock()
 }
 
@@ -549,7 +549,8 @@ func (h *Handler) recoverVM(ctx context.Context, hv driver.Hypervisor, st *vmiSt
 // Shutdown (grace is the guest's time to power off before it is forced), Delete, network
 // Teardown, storage Release, then its directories and state. It is idempotent: Stop of a VMI
 // the node does not run succeeds. It returns the VMI's last status (Succeeded once its VM
-// stopped). When a driver fails the state is kept and a later Stop goes on where this one
+// stopped), or Failed with LauncherExited when its sandbox had ended under it. Last it closes the
+// VMI's sandbox. When a driver fails the state is kept and a later Stop goes on where this one
 // stopped.
 func (h *Handler) Stop(ctx context.Context, vmi *v1alpha1.VirtualMachineInstance, grace time.Duration) (v1alpha1.VirtualMachineInstanceStatus, error) {
 	if vmi == nil || vmi.UID == "" {
@@ -558,9 +559,12 @@ func (h *Handler) Stop(ctx context.Context, vmi *v1alpha1.VirtualMachineInstance
 	unlock := h.locks.Lock(string(vmi.UID))
 	defer unlock()
 	e := h.entryFor(vmi)
+	sb := h.sandboxOf(e, vmi)
+	h.sandboxEnded(e) // an end its follower, waiting for the VMI's lock, has not recorded
 	h.mu.Lock()
 	st := e.state
 	e.stopping = true
+	h.releaseVM(e)
 	h.mu.Unlock()
 	if st != nil && st.began(stepHypervisor) {
 		if err := h.shutdown(ctx, e, st, grace); err != nil {
@@ -571,9 +575,21 @@ func (h *Handler) Stop(ctx context.Context, vmi *v1alpha1.VirtualMachineInstance
 	if err := h.undo(ctx, e); err != nil {
 		return status, fmt.Errorf("stop VMI %s: %w", vmiName(vmi), err)
 	}
+	if sb != nil {
+		// Like undo, even when ctx is done: what the VMI had on the node is gone but the sandbox.
+		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), undoTimeout)
+		err := sb.Close(cctx)
+		cancel()
+		if err != nil {
+			return status, fmt.Errorf("stop VMI %s: close its sandbox: %w", vmiName(vmi), err)
+		}
+	}
 	status = h.publish(e)
 	h.mu.Lock()
 	delete(h.vmis, vmi.UID)
+	if e.unfollow != nil {
+		close(e.unfollow)
+	}
 	h.mu.Unlock()
 	h.log.Info("VMI stopped", "vmi", vmiName(vmi), "uid", vmi.UID, "phase", status.Phase)
 	return status, nil
@@ -602,7 +618,7 @@ func (h *Handler) shutdown(ctx context.Context, e *entry, st *vmiState, grace ti
 	}
 	if vs, err := hv.Status(ctx, id); err == nil {
 		h.mu.Lock()
-		e.vm = vs
+		h.setVM(e, vs)
 		h.mu.Unlock()
 	}
 	return nil

@@ -43,10 +43,10 @@ type vmiState struct {
 	Name      string    `json:"name"`
 	// Drivers are the drivers the VMI was set up with: they tear it down, whatever the
 	// configuration says by then.
-	Drivers DriverSet `json:"drivers"`
-	WorkDir string    `json:"workDir"`
-	RunDir  string    `json:"runDir"`
-	Sandbox Sandbox   `json:"sandbox"`
+	Drivers DriverSet   `json:"drivers"`
+	WorkDir string      `json:"workDir"`
+	RunDir  string      `json:"runDir"`
+	Sandbox SandboxSpec `json:"sandbox"`
 	// Steps are the sync steps begun that have an undo, in order.
 	Steps []string `json:"steps,omitempty"`
 	// Network is the network driver's SetupRequest (protojson), for Teardown.

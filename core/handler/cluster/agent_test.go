@@ -86,35 +86,34 @@ func newAgentNode(t *testing.T, localStorage bool) *agentNode {
 	if err != nil {
 		t.Fatal(err)
 	}
-	agent, err := NewAgent(mgr.GetClient(), AgentConfig{NodeName: node, HostStateDir: n.hostDir, Resync: 500 * time.Millisecond}, testr.New(t))
-	if err != nil {
-		t.Fatal(err)
-	}
 	storage := manifest("testdriver", driver.KindStorage, "fake-storage", driver.KindStorage, "name=fake-storage")
 	if localStorage {
 		storage = manifest("kubevisor-driver-local", driver.KindStorage, "local")
 	}
-	opts := agent.HandlerOptions(handler.Options{
-		Logger: hclog.New(&hclog.LoggerOptions{Name: "handler", Level: hclog.Warn, Output: os.Stderr}),
-		Manifests: []plugin.Manifest{
-			manifest("kubevisor-driver-fake", driver.KindHypervisor, "fake", driver.KindHypervisor),
-			manifest("testdriver", driver.KindNetwork, "fake-net", driver.KindNetwork, "name=fake-net"),
-			storage,
-		},
-	})
 	hctx, hcancel := context.WithTimeout(ctx, 30*time.Second)
 	defer hcancel()
-	n.h, err = handler.New(hctx, handler.Config{
-		StateDir: filepath.Join(dir, "s"), RunDir: filepath.Join(dir, "r"), NodeName: node,
-		Drivers:      handler.DriverSet{Hypervisor: "fake", Network: "fake-net", Storage: storage.Name},
-		ResyncPeriod: metav1.Duration{Duration: 500 * time.Millisecond},
-	}, opts)
+	agent, err := NewAgent(hctx, mgr,
+		AgentConfig{
+			NodeName: node, HostStateDir: n.hostDir, Resync: 500 * time.Millisecond,
+			Controller: controller.Options{SkipNameValidation: ptr.To(true)}, Log: testr.New(t),
+		},
+		handler.Config{
+			StateDir: filepath.Join(dir, "s"), RunDir: filepath.Join(dir, "r"),
+			Drivers:      handler.DriverSet{Hypervisor: "fake", Network: "fake-net", Storage: storage.Name},
+			ResyncPeriod: metav1.Duration{Duration: 500 * time.Millisecond},
+		},
+		handler.Options{
+			Logger: hclog.New(&hclog.LoggerOptions{Name: "handler", Level: hclog.Warn, Output: os.Stderr}),
+			Manifests: []plugin.Manifest{
+				manifest("kubevisor-driver-fake", driver.KindHypervisor, "fake", driver.KindHypervisor),
+				manifest("testdriver", driver.KindNetwork, "fake-net", driver.KindNetwork, "name=fake-net"),
+				storage,
+			},
+		})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := agent.Setup(mgr, n.h, controller.Options{SkipNameValidation: ptr.To(true)}); err != nil {
-		t.Fatal(err)
-	}
+	n.h = agent.Handler()
 	// Cleanups run last first: the manager stops, then the handler closes.
 	t.Cleanup(func() { _ = n.h.Close() })
 	envtest.RunManager(t, mgr)
