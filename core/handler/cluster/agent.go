@@ -263,13 +263,12 @@ func (a *Agent) Reconcile(ctx context.Context, req reconcile.Request) (reconcile
 	}
 	st, err := a.h.Sync(ctx, &vmi)
 	if werr := a.writeStatus(ctx, req.NamespacedName, st); werr != nil {
-		return reconcile.Result{}, werr
+		return reconcile.Result{}, errors.Join(err, werr)
 	}
 	if err != nil {
-		// The handler undid what it made and said why in the status; try again later, as
-		// the sandbox may not be ready yet.
-		a.log.Info("sync failed", "vmi", req.NamespacedName, "error", err.Error())
-		return reconcile.Result{RequeueAfter: 5 * time.Second}, nil
+		// The handler undid what it made and said why in the status. The work queue tries
+		// again with its backoff (the sandbox may not be ready yet) and counts the error.
+		return reconcile.Result{}, err
 	}
 	if st.Phase == v1alpha1.Running {
 		// For the launcher pod's guest-console-log container.
