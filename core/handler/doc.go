@@ -5,11 +5,21 @@
 // # Pipeline
 //
 // Sync runs, once per VMI (keyed by its UID): a check of the VMI against the drivers'
-// capabilities, storage Prepare, network Setup in the sandbox's network namespace, device
-// Allocate, the domain spec (core/domain/assemble), hypervisor Create and Start. Stop runs it in
-// reverse. What a VMI has on the node is recorded in <StateDir>/vmis/<uid>.json before each
-// driver call, so that a failed or interrupted sync is undone completely and a new handler
-// process re-adopts the running VMs (hypervisor Recover) instead of starting them again.
+// capabilities, the opening of its sandbox, then the sync's steps, a list of {name, reason, do,
+// undo} run by one runner (steps.go): storage Prepare, network Setup in the sandbox's network
+// namespace, device Allocate, the domain spec (core/domain/assemble), hypervisor Create and
+// Start. Stop runs the undos in reverse. What a VMI has on the node is recorded in
+// <StateDir>/vmis/<uid>.json before each driver call, so that a failed or interrupted sync is
+// undone completely, from that record alone, and a new handler process re-adopts the running VMs
+// (hypervisor Recover) instead of starting them again. A failed sync's reason says whose
+// failure it was: the VMI's, the sandbox's, a driver's (the step's) or the handler's own.
+//
+// # Sandbox
+//
+// A VMI's VM process lives in a Sandbox that the program around the handler makes and gives it
+// (Options.Sandboxes): the launcher pod in a cluster, a local launcher in a network namespace
+// without one. The handler opens it before the steps, follows its end (a sandbox that ends
+// under the VM fails the VMI with LauncherExited) and closes it when it stops the VMI.
 //
 // # Recovery
 //

@@ -72,7 +72,7 @@ func (h *Handler) recoverAll(ctx context.Context) error {
 			return nil
 		}
 		h.mu.Lock()
-		e.vm = vs
+		h.setVM(e, vs)
 		h.mu.Unlock()
 		h.publish(e)
 		return nil
@@ -153,7 +153,7 @@ func (h *Handler) onEvent(ev *hypervisorv1.Event) error {
 		vm = proto.CloneOf(e.vm)
 	}
 	vm.State, vm.Reason, vm.Message = ev.GetState(), ev.GetReason(), ev.GetMessage()
-	e.vm = vm
+	h.setVM(e, vm)
 	h.mu.Unlock()
 	h.log.Debug("VM event", "uid", uid, "type", ev.GetType().String(), "state", ev.GetState().String(), "reason", ev.GetReason())
 	h.publish(e)

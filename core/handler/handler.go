@@ -24,28 +24,6 @@ import (
 	"github.com/kubevisor/kubevisor/core/plugin"
 )
 
-// Sandbox is where a VMI's VM process lives: in a cluster the launcher pod, without one a
-// local kubevisor-launcher in a network namespace of its own.
-type Sandbox struct {
-	// LauncherSocket is the launcher's unix socket; empty lets the hypervisor driver start the
-	// VM process itself.
-	LauncherSocket string `json:"launcherSocket,omitempty"`
-	// NetNSPath is the sandbox's network namespace (/proc/PID/ns/net, /run/netns/NAME).
-	NetNSPath string `json:"netnsPath,omitempty"`
-	// Devices are the host devices allocated to the sandbox (kubelet device plugins), as
-	// resource → device ids; the device driver's Allocate turns them into the VM's host
-	// devices.
-	Devices map[string][]string `json:"devices,omitempty"`
-	// Dir, when set, is a directory of the node that the sandbox sees at the same path (in a
-	// cluster, the launcher pod's per-VMI directory). The VMI's run directory (<Dir>/run) and
-	// the storage driver's work directory (<Dir>/volumes) are then made in it, instead of in
-	// Config.RunDir and Config.VolumeDir, so that every file the VM process opens by path
-	// (disks, cloud-init ISOs, sockets, firmware copies) is inside the sandbox. Subdirectories,
-	// not Dir itself: the handler removes them when it undoes a VMI, and Dir holds what is not
-	// the handler's (the launcher's socket directory).
-	Dir string `json:"dir,omitempty"`
-}
-
 // Options are what a program gives a Handler besides its Config.
 type Options struct {
 	// Logger receives the handler's and the plugins' logs. Default: hclog's default logger.
@@ -53,9 +31,9 @@ type Options struct {
 	// Manifests are drivers to offer besides those found in Config.PluginDir (a manifest of
 	// the same name replaces the directory's).
 	Manifests []plugin.Manifest
-	// Sandbox returns the VMI's sandbox. Default: no sandbox (the drivers run the VM on the
-	// node, without a network namespace).
-	Sandbox func(ctx context.Context, vmi *v1alpha1.VirtualMachineInstance) (Sandbox, error)
+	// Sandboxes gives each VMI's sandbox. Default: none (the drivers run the VMs on the node,
+	// without a network namespace).
+	Sandboxes Sandboxes
 	// Resolver finds images, claims and secrets on the node. Default: MapResolver over
 	// Config.Images and Config.Claims.
 	Resolver Resolver
@@ -113,9 +91,15 @@ type entry struct {
 	failure *Failure
 	// stopping is set by Stop.
 	stopping bool
+	// sandbox is the VMI's sandbox once taken (sandboxOf); closing unfollow ends its follower.
+	sandbox  Sandbox
+	unfollow chan struct{}
 	// sandboxExited says why the sandbox ended, when it did.
 	sandboxExited string
-	status        v1alpha1.VirtualMachineInstanceStatus
+	// heldVM is the end of the VM held back for the sandbox's (setVM), until settle fires.
+	heldVM *hypervisorv1.VMStatus
+	settle *time.Timer
+	status v1alpha1.VirtualMachineInstanceStatus
 }
 
 // New starts the configured drivers through a plugin host on cfg.StateDir (reattaching to the
@@ -386,20 +370,6 @@ func (h *Handler) entryState(uid types.UID) *vmiState {
 		return e.state
 	}
 	return nil
-}
-
-// SandboxExited tells the handler that the sandbox of a VMI ended (its launcher exited), taking
-// the VM process with it: the VMI fails with reason LauncherExited (unless it is being stopped).
-func (h *Handler) SandboxExited(uid types.UID, why string) {
-	h.mu.Lock()
-	e := h.vmis[uid]
-	if e != nil {
-		e.sandboxExited = orDefault(why, "the launcher exited")
-	}
-	h.mu.Unlock()
-	if e != nil {
-		h.publish(e)
-	}
 }
 
 // Close stops the handler's background work and the driver plugins, which leaves the VMs to

@@ -7,7 +7,6 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
-	"slices"
 	"sort"
 	"time"
 
@@ -33,19 +32,22 @@ const (
 	SandboxVolumesDir = "volumes"
 )
 
-// undoTimeout bounds undoing a failed sync, which runs even when the sync's context is done.
+// undoTimeout bounds undoing a failed sync, which runs even when the sync's context is done,
+// and closing a stopped VMI's sandbox.
 const undoTimeout = 2 * time.Minute
 
 // Sync brings a VMI to running on this node, once: it is idempotent, keyed by the VMI's UID.
 //
 // For a VMI the node does not run yet it runs the pipeline: check the VMI against the drivers'
-// capabilities, storage Prepare, network Setup in the sandbox's network namespace, device
-// Allocate (when the sandbox has devices), build the domain spec, hypervisor Create and Start.
-// Each step is recorded in <StateDir>/vmis/<uid>.json before its driver is called. When a step
+// capabilities, open its sandbox (Options.Sandboxes), then the steps of syncSteps: storage
+// Prepare, network Setup in the sandbox's network namespace, device Allocate (when the sandbox
+// has devices), build the domain spec, hypervisor Create and Start. Each step that makes
+// something is recorded in <StateDir>/vmis/<uid>.json before its driver is called. When a step
 // fails, everything the pipeline made for the VMI is undone in reverse (hypervisor Kill and
 // Delete, network Teardown, storage Release), and the status carries Synchronized=False with
-// the step as its reason (Reason* constants) and the error as its message; the error is
-// returned too. Other VMIs are not touched.
+// the failure's cause as its reason (Reason* constants: the failed step for a driver's error,
+// ReasonInternal for the handler's own) and the error as its message; the error is returned
+// too. Other VMIs are not touched.
 //
 // For a VMI whose VM was started it starts nothing: it asks the hypervisor driver for the VM
 // (re-adopting it with Recover when the driver does not know it, after a driver or handler
@@ -60,6 +62,7 @@ func (h *Handler) Sync(ctx context.Context, vmi *v1alpha1.VirtualMachineInstance
 	unlock := h.locks.Lock(string(vmi.UID))
 	defer unlock()
 	e := h.entryFor(vmi)
+	h.sandboxOf(e, vmi)
 	h.mu.Lock()
 	st := e.state
 	h.mu.Unlock()
@@ -148,17 +151,6 @@ func (h *Handler) pipelineDrivers() (*drivers, error) {
 	return d, nil
 }
 
-// stepError is a failed step of the pipeline.
-type stepError struct {
-	reason string
-	err    error
-}
-
-func (e *stepError) Error() string { return e.reason + ": " + e.err.Error() }
-func (e *stepError) Unwrap() error { return e.err }
-
-func failed(reason string, err error) error { return &stepError{reason: reason, err: err} }
-
 // run runs the pipeline for a VMI that has no started VM, and undoes it when a step fails.
 func (h *Handler) run(ctx context.Context, e *entry, vmi *v1alpha1.VirtualMachineInstance) error {
 	h.publish(e) // Scheduled: the handler has taken the VMI over
@@ -170,11 +162,9 @@ func (h *Handler) run(ctx context.Context, e *entry, vmi *v1alpha1.VirtualMachin
 		h.log.Info("VMI started", "vmi", vmiName(vmi), "uid", vmi.UID)
 		return nil
 	}
-	var se *stepError
-	if !errors.As(err, &se) {
-		se = &stepError{reason: ReasonDriverNotFound, err: err}
-	}
-	f := &Failure{Reason: se.reason, Message: se.err.Error()}
+	// Every failure of the pipeline has its reason; any other is the handler's own.
+	re := classify(ReasonInternal, err)
+	f := &Failure{Reason: re.reason, Message: re.err.Error()}
 	if uerr := h.undo(ctx, e); uerr != nil {
 		f.Message += "; undoing the sync failed, the handler retries on the next sync or Stop: " + uerr.Error()
 	}
@@ -192,46 +182,83 @@ func vmiName(vmi *v1alpha1.VirtualMachineInstance) string {
 	return vmi.Namespace + "/" + vmi.Name
 }
 
-// pipeline runs the steps. It returns a *stepError.
+// pipeline checks the VMI, opens its sandbox and runs the sync steps. Its error carries the
+// failure's reason.
 func (h *Handler) pipeline(ctx context.Context, e *entry, vmi *v1alpha1.VirtualMachineInstance) error {
+	r, err := h.newSyncRun(ctx, e, vmi)
+	if err != nil {
+		return err
+	}
+	if err := h.runSteps(ctx, r, syncSteps); err != nil {
+		return err
+	}
+	h.observe(ctx, e)
+	return nil
+}
+
+// syncRun is one run of the sync steps for a VMI: what the checks before them found, and what
+// each step leaves for the next.
+type syncRun struct {
+	h       *Handler
+	vmi     *v1alpha1.VirtualMachineInstance
+	st      *vmiState
+	d       *drivers
+	p       *plan
+	sandbox SandboxSpec
+
+	accel             domainv1.Acceleration
+	diskBus, cdromBus domainv1.DiskBus
+
+	disks       map[string]*storagev1.PreparedDisk    // by volume: storage Prepare's
+	ifaces      map[string]*networkv1.InterfaceResult // by interface: network Setup's
+	hostDevices []*domainv1.HostDevice                // device Allocate's
+	spec        *domainv1.DomainSpec
+}
+
+// newSyncRun checks a VMI before anything is made for it on the node (the drivers it needs are
+// loaded, its spec is consistent and asks only for what they declare, its sandbox is ready) and
+// makes its state, or takes up the one a failed sync left. Its error carries the reason.
+func (h *Handler) newSyncRun(ctx context.Context, e *entry, vmi *v1alpha1.VirtualMachineInstance) (*syncRun, error) {
 	d, err := h.pipelineDrivers()
 	if err != nil {
-		return failed(ReasonDriverNotFound, err)
+		return nil, failed(ReasonDriverNotFound, err)
 	}
-
-	// Check the VMI before any driver is called.
 	p, err := makePlan(ctx, vmi, h.opts.Resolver)
 	if err != nil {
-		return failed(ReasonInvalidSpec, err)
+		return nil, failed(ReasonInvalidSpec, err)
 	}
-	accel, _ := h.cfg.acceleration() // checked by New
-	diskBus, _ := parseBus(h.cfg.DiskBus)
-	cdromBus, _ := parseBus(h.cfg.CDROMBus)
-	dry, err := assemble.Domain(vmi, standIns(p, accel, diskBus, cdromBus))
+	r := &syncRun{h: h, vmi: vmi, d: d, p: p}
+	r.accel, _ = h.cfg.acceleration() // checked by New
+	r.diskBus, _ = parseBus(h.cfg.DiskBus)
+	r.cdromBus, _ = parseBus(h.cfg.CDROMBus)
+	dry, err := assemble.Domain(vmi, standIns(p, r.accel, r.diskBus, r.cdromBus))
 	if err != nil {
-		return failed(ReasonInvalidSpec, err)
+		return nil, failed(ReasonInvalidSpec, err)
 	}
 	if err := checkSupported(vmi, dry, p, d.caps); err != nil {
-		return failed(ReasonUnsupported, err)
+		return nil, failed(ReasonUnsupported, err)
 	}
-	sandbox := Sandbox{}
-	if h.opts.Sandbox != nil {
-		if sandbox, err = h.opts.Sandbox(ctx, vmi); err != nil {
-			return failed(ReasonSandboxNotReady, err)
-		}
+	if r.sandbox, err = h.openSandbox(ctx, e); err != nil {
+		return nil, failed(ReasonSandboxNotReady, err)
 	}
-	if len(sandbox.Devices) > 0 && d.dev == nil {
-		return failed(ReasonDriverNotFound, fmt.Errorf("the sandbox has devices %v but no device driver is configured", sandbox.Devices))
+	if len(r.sandbox.Devices) > 0 && d.dev == nil {
+		return nil, failed(ReasonDriverNotFound, fmt.Errorf("the sandbox has devices %v but no device driver is configured", r.sandbox.Devices))
 	}
+	r.st = h.stateFor(e, vmi, d.names, r.sandbox)
+	return r, nil
+}
 
-	uid := vmi.UID
+// stateFor returns the VMI's state with the sandbox it runs in, made when the node has none
+// yet. The first step saves it.
+func (h *Handler) stateFor(e *entry, vmi *v1alpha1.VirtualMachineInstance, names DriverSet, sandbox SandboxSpec) *vmiState {
 	h.mu.Lock()
+	defer h.mu.Unlock()
 	st := e.state
 	if st == nil {
 		st = &vmiState{
-			Version: stateVersion, UID: uid, Namespace: vmi.Namespace, Name: vmi.Name, Drivers: d.names,
-			WorkDir: filepath.Join(h.cfg.VolumeDir, string(uid)),
-			RunDir:  filepath.Join(h.cfg.RunDir, string(uid)),
+			Version: stateVersion, UID: vmi.UID, Namespace: vmi.Namespace, Name: vmi.Name, Drivers: names,
+			WorkDir: filepath.Join(h.cfg.VolumeDir, string(vmi.UID)),
+			RunDir:  filepath.Join(h.cfg.RunDir, string(vmi.UID)),
 		}
 		if sandbox.Dir != "" {
 			st.WorkDir = filepath.Join(sandbox.Dir, SandboxVolumesDir)
@@ -240,137 +267,7 @@ func (h *Handler) pipeline(ctx context.Context, e *entry, vmi *v1alpha1.VirtualM
 		e.state = st
 	}
 	st.Sandbox = sandbox
-	h.mu.Unlock()
-	save := func() error { return h.states.save(st) }
-	if err := save(); err != nil {
-		return failed(ReasonStorageFailed, err)
-	}
-
-	// Storage.
-	h.begin(st, stepStorage, nil)
-	if err := save(); err != nil {
-		return failed(ReasonStorageFailed, err)
-	}
-	prep, err := d.st.Prepare(ctx, &storagev1.PrepareRequest{VmiId: string(uid), WorkDir: st.WorkDir, Volumes: p.volumes})
-	if err != nil {
-		return failed(ReasonStorageFailed, err)
-	}
-	disks := map[string]*storagev1.PreparedDisk{}
-	for _, dk := range prep.GetDisks() {
-		disks[dk.GetVolumeName()] = dk
-	}
-
-	// Network.
-	setupReq := &networkv1.SetupRequest{VmiId: string(uid), NetnsPath: sandbox.NetNSPath, Interfaces: p.interfaces}
-	h.begin(st, stepNetwork, func() { st.Network = marshalProto(setupReq) })
-	if err := save(); err != nil {
-		return failed(ReasonNetworkFailed, err)
-	}
-	setup, err := d.net.Setup(ctx, setupReq)
-	if err != nil {
-		return failed(ReasonNetworkFailed, err)
-	}
-	h.mu.Lock()
-	st.NetworkResult = marshalProto(setup)
-	h.mu.Unlock()
-	if err := save(); err != nil {
-		return failed(ReasonNetworkFailed, err)
-	}
-	ifaces := map[string]*networkv1.InterfaceResult{}
-	for _, r := range setup.GetInterfaces() {
-		ifaces[r.GetName()] = r
-	}
-
-	// Devices.
-	var hostDevices []*domainv1.HostDevice
-	if len(sandbox.Devices) > 0 {
-		h.begin(st, stepDevices, nil)
-		if err := save(); err != nil {
-			return failed(ReasonDeviceFailed, err)
-		}
-		resources := make([]string, 0, len(sandbox.Devices))
-		for r := range sandbox.Devices {
-			resources = append(resources, r)
-		}
-		sort.Strings(resources)
-		for _, r := range resources {
-			resp, err := d.dev.Allocate(ctx, &devicev1.AllocateRequest{Resource: r, DeviceIds: sandbox.Devices[r]})
-			if err != nil {
-				return failed(ReasonDeviceFailed, fmt.Errorf("resource %q: %w", r, err))
-			}
-			for i, pci := range resp.GetPciAddresses() {
-				hostDevices = append(hostDevices, &domainv1.HostDevice{Name: fmt.Sprintf("%s-%d", r, i), PciAddress: pci})
-			}
-		}
-	}
-
-	// Domain spec.
-	in := assemble.Inputs{
-		Disks: disks, Interfaces: ifaces, HostDevices: hostDevices, RunDir: st.RunDir,
-		Sandbox:      &domainv1.Sandbox{LauncherSocket: sandbox.LauncherSocket, NetnsPath: sandbox.NetNSPath},
-		Acceleration: accel, Kernel: p.kernel, DiskBus: diskBus, CDROMBus: cdromBus,
-	}
-	spec, err := assemble.Domain(vmi, in)
-	if err != nil {
-		return failed(ReasonDomainFailed, err)
-	}
-
-	// Hypervisor.
-	if err := os.MkdirAll(st.RunDir, 0o700); err != nil {
-		return failed(ReasonCreateFailed, err)
-	}
-	h.begin(st, stepHypervisor, nil)
-	if err := save(); err != nil {
-		return failed(ReasonCreateFailed, err)
-	}
-	handle, err := d.hv.Create(ctx, spec)
-	if status.Code(err) == codes.AlreadyExists {
-		// Left by a sync that was interrupted before it saved the handle, and never started
-		// (Started is saved right after Start): make it again from this spec.
-		h.log.Info("VM exists from an interrupted sync: deleting it", "uid", uid)
-		if kerr := d.hv.Kill(ctx, string(uid)); kerr != nil && status.Code(kerr) != codes.NotFound {
-			return failed(ReasonCreateFailed, kerr)
-		}
-		if derr := d.hv.Delete(ctx, string(uid)); derr != nil {
-			return failed(ReasonCreateFailed, derr)
-		}
-		handle, err = d.hv.Create(ctx, spec)
-	}
-	if err != nil {
-		return failed(ReasonCreateFailed, err)
-	}
-	if handle == nil {
-		handle = &hypervisorv1.Handle{Id: string(uid), Driver: d.names.Hypervisor}
-	}
-	h.mu.Lock()
-	st.Handle = marshalProto(handle)
-	h.mu.Unlock()
-	if err := save(); err != nil {
-		return failed(ReasonCreateFailed, err)
-	}
-	if err := d.hv.Start(ctx, string(uid)); err != nil {
-		return failed(ReasonStartFailed, err)
-	}
-	h.mu.Lock()
-	st.Started = true
-	h.mu.Unlock()
-	if err := save(); err != nil {
-		// The VM runs; the handler forgets it on restart only if this write was lost.
-		h.log.Error("VM started but its state was not saved", "uid", uid, "error", err)
-	}
-	h.observe(ctx, e)
-	return nil
-}
-
-// begin records that a step begins (and what then changes in st), under the lock that
-// publish reads the state under.
-func (h *Handler) begin(st *vmiState, step string, change func()) {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	st.begin(step)
-	if change != nil {
-		change()
-	}
+	return st
 }
 
 // standIns are build inputs with a stand-in for every driver result, so that Domain reports
@@ -394,8 +291,9 @@ func standIns(p *plan, accel domainv1.Acceleration, diskBus, cdromBus domainv1.D
 	return in
 }
 
-// undo removes what the pipeline made for e's VMI, in reverse order, then its run directory,
-// work directory and state. It keeps the state (with what is left) when a driver fails.
+// undo removes what the pipeline made for e's VMI, in reverse order (undoSteps), then its run
+// directory, work directory and state. It keeps the state (with what is left) when a driver
+// fails.
 func (h *Handler) undo(ctx context.Context, e *entry) error {
 	h.mu.Lock()
 	st := e.state
@@ -405,43 +303,17 @@ func (h *Handler) undo(ctx context.Context, e *entry) error {
 	}
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), undoTimeout)
 	defer cancel()
-	id := string(st.UID)
-	var errs []error
-	remaining := slices.Clone(st.Steps)
-	for i := len(st.Steps) - 1; i >= 0; i-- {
-		var err error
-		switch st.Steps[i] {
-		case stepHypervisor:
-			err = h.removeVM(ctx, st)
-		case stepNetwork:
-			var n driver.Network
-			if n, err = h.host.Network(st.Drivers.Network); err == nil {
-				req := st.setupRequest()
-				err = n.Teardown(ctx, &networkv1.TeardownRequest{VmiId: id, NetnsPath: req.GetNetnsPath(), Interfaces: req.GetInterfaces()})
-			}
-		case stepStorage:
-			var s driver.Storage
-			if s, err = h.host.Storage(st.Drivers.Storage); err == nil {
-				err = s.Release(ctx, &storagev1.ReleaseRequest{VmiId: id, WorkDir: st.WorkDir})
-			}
-		case stepDevices:
-			// The device contract has no release: allocations end with the sandbox.
-		}
-		if err != nil {
-			errs = append(errs, fmt.Errorf("%s: %w", st.Steps[i], err))
-			continue
-		}
-		remaining = slices.Delete(remaining, i, i+1)
-	}
-	if len(errs) > 0 {
+	left, err := h.undoSteps(ctx, st, syncSteps)
+	if err != nil {
 		h.mu.Lock()
-		st.Steps = remaining
+		st.Steps = left
 		h.mu.Unlock()
-		if err := h.states.save(st); err != nil {
-			errs = append(errs, err)
+		if serr := h.states.save(st); serr != nil {
+			err = errors.Join(err, serr)
 		}
-		return errors.Join(errs...)
+		return err
 	}
+	var errs []error
 	if err := os.RemoveAll(st.RunDir); err != nil {
 		errs = append(errs, fmt.Errorf("remove run directory: %w", err))
 	}
@@ -455,6 +327,140 @@ func (h *Handler) undo(ctx context.Context, e *entry) error {
 	e.state = nil
 	h.mu.Unlock()
 	return errors.Join(errs...)
+}
+
+// The steps' do and undo (syncSteps).
+
+// prepareStorage is storage Prepare of the VMI's volumes.
+func (r *syncRun) prepareStorage(ctx context.Context) error {
+	prep, err := r.d.st.Prepare(ctx, &storagev1.PrepareRequest{VmiId: string(r.vmi.UID), WorkDir: r.st.WorkDir, Volumes: r.p.volumes})
+	if err != nil {
+		return err
+	}
+	r.disks = map[string]*storagev1.PreparedDisk{}
+	for _, dk := range prep.GetDisks() {
+		r.disks[dk.GetVolumeName()] = dk
+	}
+	return nil
+}
+
+// releaseStorage is storage Release of the VMI's work directory.
+func (h *Handler) releaseStorage(ctx context.Context, st *vmiState) error {
+	s, err := h.host.Storage(st.Drivers.Storage)
+	if err != nil {
+		return err
+	}
+	return s.Release(ctx, &storagev1.ReleaseRequest{VmiId: string(st.UID), WorkDir: st.WorkDir})
+}
+
+// setupNetwork is network Setup of the VMI's interfaces in the sandbox's network namespace. The
+// request is recorded before the call, for Teardown, and the result after it, for the status.
+func (r *syncRun) setupNetwork(ctx context.Context) error {
+	req := &networkv1.SetupRequest{VmiId: string(r.vmi.UID), NetnsPath: r.sandbox.NetNSPath, Interfaces: r.p.interfaces}
+	if err := r.record(func(st *vmiState) { st.Network = marshalProto(req) }); err != nil {
+		return err
+	}
+	setup, err := r.d.net.Setup(ctx, req)
+	if err != nil {
+		return err
+	}
+	if err := r.record(func(st *vmiState) { st.NetworkResult = marshalProto(setup) }); err != nil {
+		return err
+	}
+	r.ifaces = map[string]*networkv1.InterfaceResult{}
+	for _, i := range setup.GetInterfaces() {
+		r.ifaces[i.GetName()] = i
+	}
+	return nil
+}
+
+// teardownNetwork is network Teardown of what Setup was asked for.
+func (h *Handler) teardownNetwork(ctx context.Context, st *vmiState) error {
+	n, err := h.host.Network(st.Drivers.Network)
+	if err != nil {
+		return err
+	}
+	req := st.setupRequest()
+	return n.Teardown(ctx, &networkv1.TeardownRequest{VmiId: string(st.UID), NetnsPath: req.GetNetnsPath(), Interfaces: req.GetInterfaces()})
+}
+
+// noDevices says the sandbox has no devices to allocate.
+func (r *syncRun) noDevices() bool { return len(r.sandbox.Devices) == 0 }
+
+// allocateDevices is device Allocate of the sandbox's devices, by resource in name order.
+func (r *syncRun) allocateDevices(ctx context.Context) error {
+	resources := make([]string, 0, len(r.sandbox.Devices))
+	for res := range r.sandbox.Devices {
+		resources = append(resources, res)
+	}
+	sort.Strings(resources)
+	for _, res := range resources {
+		resp, err := r.d.dev.Allocate(ctx, &devicev1.AllocateRequest{Resource: res, DeviceIds: r.sandbox.Devices[res]})
+		if err != nil {
+			return fmt.Errorf("resource %q: %w", res, err)
+		}
+		for i, pci := range resp.GetPciAddresses() {
+			r.hostDevices = append(r.hostDevices, &domainv1.HostDevice{Name: fmt.Sprintf("%s-%d", res, i), PciAddress: pci})
+		}
+	}
+	return nil
+}
+
+// buildDomain builds the domain spec from the VMI and the drivers' results.
+func (r *syncRun) buildDomain(context.Context) error {
+	in := assemble.Inputs{
+		Disks: r.disks, Interfaces: r.ifaces, HostDevices: r.hostDevices, RunDir: r.st.RunDir,
+		Sandbox:      &domainv1.Sandbox{LauncherSocket: r.sandbox.LauncherSocket, NetnsPath: r.sandbox.NetNSPath},
+		Acceleration: r.accel, Kernel: r.p.kernel, DiskBus: r.diskBus, CDROMBus: r.cdromBus,
+	}
+	spec, err := assemble.Domain(r.vmi, in)
+	if err != nil {
+		return failed(ReasonDomainFailed, err)
+	}
+	r.spec = spec
+	return nil
+}
+
+// createVM is hypervisor Create of the VM in its run directory; its handle is recorded, for
+// Recover.
+func (r *syncRun) createVM(ctx context.Context) error {
+	if err := os.MkdirAll(r.st.RunDir, 0o700); err != nil {
+		return internal(fmt.Errorf("make the run directory: %w", err))
+	}
+	hv, id := r.d.hv, string(r.vmi.UID)
+	handle, err := hv.Create(ctx, r.spec)
+	if status.Code(err) == codes.AlreadyExists {
+		// Left by a sync that was interrupted before it saved the handle, and never started
+		// (Started is saved right after Start): make it again from this spec.
+		r.h.log.Info("VM exists from an interrupted sync: deleting it", "uid", id)
+		if kerr := hv.Kill(ctx, id); kerr != nil && status.Code(kerr) != codes.NotFound {
+			return kerr
+		}
+		if derr := hv.Delete(ctx, id); derr != nil {
+			return derr
+		}
+		handle, err = hv.Create(ctx, r.spec)
+	}
+	if err != nil {
+		return err
+	}
+	if handle == nil {
+		handle = &hypervisorv1.Handle{Id: id, Driver: r.d.names.Hypervisor}
+	}
+	return r.record(func(st *vmiState) { st.Handle = marshalProto(handle) })
+}
+
+// startVM is hypervisor Start. From then on the handler never starts the VM again (Started).
+func (r *syncRun) startVM(ctx context.Context) error {
+	id := string(r.vmi.UID)
+	if err := r.d.hv.Start(ctx, id); err != nil {
+		return err
+	}
+	if err := r.record(func(st *vmiState) { st.Started = true }); err != nil {
+		// The VM runs; the handler forgets it on restart only if this write was lost.
+		r.h.log.Error("VM started but its state was not saved", "uid", id, "error", err)
+	}
+	return nil
 }
 
 // removeVM kills and deletes a VM, re-adopting it first when its driver does not know it.
@@ -518,7 +524,7 @@ func (h *Handler) observe(ctx context.Context, e *entry) {
 		return
 	}
 	h.mu.Lock()
-	e.vm = vs
+	h.setVM(e, vs)
 	h.mu.Unlock()
 }
 
@@ -543,7 +549,8 @@ func (h *Handler) recoverVM(ctx context.Context, hv driver.Hypervisor, st *vmiSt
 // Shutdown (grace is the guest's time to power off before it is forced), Delete, network
 // Teardown, storage Release, then its directories and state. It is idempotent: Stop of a VMI
 // the node does not run succeeds. It returns the VMI's last status (Succeeded once its VM
-// stopped). When a driver fails the state is kept and a later Stop goes on where this one
+// stopped), or Failed with LauncherExited when its sandbox had ended under it. Last it closes the
+// VMI's sandbox. When a driver fails the state is kept and a later Stop goes on where this one
 // stopped.
 func (h *Handler) Stop(ctx context.Context, vmi *v1alpha1.VirtualMachineInstance, grace time.Duration) (v1alpha1.VirtualMachineInstanceStatus, error) {
 	if vmi == nil || vmi.UID == "" {
@@ -552,9 +559,12 @@ func (h *Handler) Stop(ctx context.Context, vmi *v1alpha1.VirtualMachineInstance
 	unlock := h.locks.Lock(string(vmi.UID))
 	defer unlock()
 	e := h.entryFor(vmi)
+	sb := h.sandboxOf(e, vmi)
+	h.sandboxEnded(e) // an end its follower, waiting for the VMI's lock, has not recorded
 	h.mu.Lock()
 	st := e.state
 	e.stopping = true
+	h.releaseVM(e)
 	h.mu.Unlock()
 	if st != nil && st.began(stepHypervisor) {
 		if err := h.shutdown(ctx, e, st, grace); err != nil {
@@ -565,9 +575,21 @@ func (h *Handler) Stop(ctx context.Context, vmi *v1alpha1.VirtualMachineInstance
 	if err := h.undo(ctx, e); err != nil {
 		return status, fmt.Errorf("stop VMI %s: %w", vmiName(vmi), err)
 	}
+	if sb != nil {
+		// Like undo, even when ctx is done: what the VMI had on the node is gone but the sandbox.
+		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), undoTimeout)
+		err := sb.Close(cctx)
+		cancel()
+		if err != nil {
+			return status, fmt.Errorf("stop VMI %s: close its sandbox: %w", vmiName(vmi), err)
+		}
+	}
 	status = h.publish(e)
 	h.mu.Lock()
 	delete(h.vmis, vmi.UID)
+	if e.unfollow != nil {
+		close(e.unfollow)
+	}
 	h.mu.Unlock()
 	h.log.Info("VMI stopped", "vmi", vmiName(vmi), "uid", vmi.UID, "phase", status.Phase)
 	return status, nil
@@ -596,7 +618,7 @@ func (h *Handler) shutdown(ctx context.Context, e *entry, st *vmiState, grace ti
 	}
 	if vs, err := hv.Status(ctx, id); err == nil {
 		h.mu.Lock()
-		e.vm = vs
+		h.setVM(e, vs)
 		h.mu.Unlock()
 	}
 	return nil

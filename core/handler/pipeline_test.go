@@ -3,7 +3,6 @@ package handler
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -389,9 +388,9 @@ func TestDevicesFromTheSandbox(t *testing.T) {
 		"uid-dev-ok":        {"kvm": {"kvm-0"}, "tun": {"tun-1"}},
 		"uid-dev-unhealthy": {"kvm": {"kvm-3"}},
 	}
-	e.opts.Sandbox = func(_ context.Context, vmi *v1alpha1.VirtualMachineInstance) (Sandbox, error) {
-		return Sandbox{Devices: devices[vmi.UID]}, nil
-	}
+	e.opts.Sandboxes = SandboxesFunc(func(vmi *v1alpha1.VirtualMachineInstance) Sandbox {
+		return newTestSandbox(SandboxSpec{Devices: devices[vmi.UID]})
+	})
 	h := e.start()
 	ok := testVMI("ok", "uid-dev-ok", e.disk)
 	mustRun(t, h, ok)
@@ -410,35 +409,6 @@ func TestDevicesFromTheSandbox(t *testing.T) {
 		t.Fatal(err)
 	}
 	requireNothingLeft(t, h, ok.UID)
-}
-
-func TestSandboxNotReadyAndSandboxExited(t *testing.T) {
-	e := newEnv(t, fakeSet, fakeManifests(t))
-	e.opts.Sandbox = func(_ context.Context, vmi *v1alpha1.VirtualMachineInstance) (Sandbox, error) {
-		if vmi.UID == "uid-no-sandbox" {
-			return Sandbox{}, errors.New("the launcher pod is not running")
-		}
-		return Sandbox{NetNSPath: "/run/netns/none"}, nil
-	}
-	h := e.start()
-	st, err := doSync(t, h, testVMI("a", "uid-no-sandbox", e.disk))
-	if c := Condition(st, v1alpha1.VirtualMachineInstanceSynchronized); err == nil || c == nil || c.Reason != ReasonSandboxNotReady {
-		t.Errorf("Sync = %v, %+v", err, c)
-	}
-	requireNothingLeft(t, h, "uid-no-sandbox")
-
-	vmi := testVMI("b", "uid-sandbox-exits", e.disk)
-	mustRun(t, h, vmi)
-	h.SandboxExited(vmi.UID, "the launcher was killed")
-	e.rec.waitFor(t, vmi.UID, "Failed", 5*time.Second, func(st v1alpha1.VirtualMachineInstanceStatus) bool {
-		return st.Phase == v1alpha1.Failed && st.Reason == ReasonSandboxExited
-	})
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	if final, err := h.Stop(ctx, vmi, time.Second); err != nil || final.Phase != v1alpha1.Failed {
-		t.Errorf("Stop = %s, %v", final.Phase, err)
-	}
-	requireNothingLeft(t, h, vmi.UID)
 }
 
 // TestSyncReplacesAVMLeftByAnInterruptedSync: a sync interrupted after the hypervisor created

@@ -10,6 +10,8 @@ import (
 	"testing"
 	"time"
 
+	"k8s.io/apimachinery/pkg/types"
+
 	"github.com/kubevisor/kubevisor/core/api/v1alpha1"
 )
 
@@ -48,9 +50,7 @@ func TestSandboxDirAndContainerDisks(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	e.opts.Sandbox = func(context.Context, *v1alpha1.VirtualMachineInstance) (Sandbox, error) {
-		return Sandbox{NetNSPath: "/run/netns/none", Dir: sdir}, nil
-	}
+	e.opts.Sandboxes = sandboxesOf(map[types.UID]*testSandbox{"uid-sdir": newTestSandbox(SandboxSpec{NetNSPath: "/run/netns/none", Dir: sdir})})
 	e.opts.ContainerDisks = disks
 	h := e.start()
 	vmi := testVMI("sdir", "uid-sdir", "registry.example/guest:1")

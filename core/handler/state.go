@@ -18,15 +18,18 @@ import (
 	networkv1 "github.com/kubevisor/kubevisor/core/driver/network/v1"
 )
 
-// Steps of the pipeline, as recorded in vmiState.Steps. A step is recorded before its driver
-// call, so that an interrupted sync is undone completely: every undo is safe for a step that
-// did nothing (Release of what was never prepared, Teardown after a half Setup, Delete of an
-// unknown VM).
+// Names of the sync's steps (syncSteps). A step with an undo is recorded in vmiState.Steps
+// before its driver call, so that an interrupted sync is undone completely: every undo is safe
+// for a step that did nothing (Release of what was never prepared, Teardown after a half Setup,
+// Delete of an unknown VM). States on disk name them: never rename one. (An earlier handler
+// recorded "devices" too; its undo is nothing.)
 const (
 	stepStorage    = "storage"
 	stepNetwork    = "network"
 	stepDevices    = "devices"
+	stepDomain     = "domain"
 	stepHypervisor = "hypervisor"
+	stepStart      = "start"
 )
 
 const stateVersion = 1
@@ -40,11 +43,11 @@ type vmiState struct {
 	Name      string    `json:"name"`
 	// Drivers are the drivers the VMI was set up with: they tear it down, whatever the
 	// configuration says by then.
-	Drivers DriverSet `json:"drivers"`
-	WorkDir string    `json:"workDir"`
-	RunDir  string    `json:"runDir"`
-	Sandbox Sandbox   `json:"sandbox"`
-	// Steps are the pipeline steps begun, in order.
+	Drivers DriverSet   `json:"drivers"`
+	WorkDir string      `json:"workDir"`
+	RunDir  string      `json:"runDir"`
+	Sandbox SandboxSpec `json:"sandbox"`
+	// Steps are the sync steps begun that have an undo, in order.
 	Steps []string `json:"steps,omitempty"`
 	// Network is the network driver's SetupRequest (protojson), for Teardown.
 	Network json.RawMessage `json:"network,omitempty"`

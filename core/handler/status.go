@@ -14,8 +14,9 @@ import (
 	networkv1 "github.com/kubevisor/kubevisor/core/driver/network/v1"
 )
 
-// Reasons of the Synchronized=False condition: the step of the sync that failed. The same
-// strings are the reasons of the handler's Warning events.
+// Reasons of the Synchronized=False condition: why the sync failed, by cause — the VMI, the
+// sandbox, a driver (the step of the sync whose driver call failed), or the handler itself. The
+// same strings are the reasons of the handler's Warning events.
 const (
 	// ReasonInvalidSpec: the VMI is inconsistent (a disk naming no volume, an interface without
 	// a binding, an image not found on the node, ...); no driver was called.
@@ -40,6 +41,9 @@ const (
 	ReasonCreateFailed = "HypervisorCreateFailed"
 	// ReasonStartFailed: the hypervisor driver's Start failed.
 	ReasonStartFailed = "HypervisorStartFailed"
+	// ReasonInternal: the handler itself failed (writing the VMI's state on the node, making
+	// its run directory), not the VMI nor a driver.
+	ReasonInternal = "InternalError"
 )
 
 // ReasonSandboxExited is the reason of a Failed VMI whose sandbox (the launcher holding its VM
@@ -49,7 +53,7 @@ const ReasonSandboxExited = "LauncherExited"
 // ReasonStoppedBeforeStart is the reason of a Failed VMI that was stopped before its VM ran.
 const ReasonStoppedBeforeStart = "StoppedBeforeStart"
 
-// Failure is a failed sync: the reason (the step) and the error.
+// Failure is a failed sync: the reason (Reason* constants) and the error.
 type Failure struct {
 	Reason  string `json:"reason"`
 	Message string `json:"message"`

@@ -331,15 +331,14 @@ func RunMemory(ctx context.Context, cfg MemoryConfig, out, logOut io.Writer) (er
 	b.h, err = handler.New(sctx, hcfg, handler.Options{
 		Logger:    b.log,
 		Manifests: ms,
-		Sandbox: func(_ context.Context, vmi *v1alpha1.VirtualMachineInstance) (handler.Sandbox, error) {
+		Sandboxes: handler.SandboxesFunc(func(vmi *v1alpha1.VirtualMachineInstance) handler.Sandbox {
 			b.mu.Lock()
 			defer b.mu.Unlock()
-			sb := b.sandboxes[vmi.UID]
-			if sb == nil {
-				return handler.Sandbox{}, fmt.Errorf("no sandbox for VMI %s", vmi.UID)
+			if sb := b.sandboxes[vmi.UID]; sb != nil {
+				return sb
 			}
-			return sb.Spec(), nil
-		},
+			return nil
+		}),
 	})
 	if err != nil {
 		return err
@@ -600,7 +599,7 @@ func (b *memoryBench) stopAll(vms []memoryVM) error {
 			if _, err := b.h.Stop(ctx, vm.vmi, b.cfg.GracePeriod); err != nil {
 				errs[i] = fmt.Errorf("stop %s: %w", vm.vmi.Name, err)
 			}
-			vm.sb.Teardown(ctx)
+			_ = vm.sb.Close(ctx) // closed by Stop unless it failed
 			b.mu.Lock()
 			delete(b.sandboxes, vm.vmi.UID)
 			b.mu.Unlock()

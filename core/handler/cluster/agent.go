@@ -29,7 +29,6 @@ import (
 
 	"github.com/kubevisor/kubevisor/core/api/v1alpha1"
 	"github.com/kubevisor/kubevisor/core/handler"
-	"github.com/kubevisor/kubevisor/core/launcher"
 	"github.com/kubevisor/kubevisor/core/launcher/hostdir"
 )
 
@@ -49,6 +48,10 @@ type AgentConfig struct {
 	// DialTimeout bounds the wait for a VMI's launcher, and for each of its containerDisk
 	// containers, to answer. Default: 10s.
 	DialTimeout time.Duration
+	// Controller are the options of the agent's controller.
+	Controller controller.Options
+	// Log receives the agent's logs. Default: the manager's logger.
+	Log logr.Logger
 }
 
 func (c AgentConfig) withDefaults() (AgentConfig, error) {
@@ -81,11 +84,10 @@ func CacheOptions(node string) cache.Options {
 }
 
 // Agent runs the VMIs scheduled to its node through a handler.Handler: when a VMI's launcher
-// pod runs, it syncs the VMI into the launcher's sandbox; when the VMI or its pod is deleted, it
-// stops the VM and undoes what the drivers set up; it writes what the handler derives into
-// the VMI's status.
-//
-// Make it with NewAgent, pass HandlerOptions to handler.New, then Setup with the handler.
+// pod runs, it syncs the VMI into the launcher's sandbox (podSandbox); when the VMI or its pod
+// is deleted, it stops the VM and undoes what the drivers set up; when the pod ends under a
+// running VM, it ends the VMI's sandbox, which fails the VMI (LauncherExited); it writes what
+// the handler derives into the VMI's status.
 type Agent struct {
 	cfg    AgentConfig
 	client client.Client
@@ -97,81 +99,76 @@ type Agent struct {
 	// changed carries VMIs whose status the handler changed to the reconciler.
 	changed chan event.GenericEvent
 
-	mu    sync.Mutex
-	names map[types.UID]types.NamespacedName
+	mu        sync.Mutex
+	names     map[types.UID]types.NamespacedName
+	sandboxes map[types.UID]*podSandbox
 }
 
-// NewAgent makes the agent of cfg.NodeName.
-func NewAgent(c client.Client, cfg AgentConfig, log logr.Logger) (*Agent, error) {
+// NewAgent makes the agent of cfg.NodeName on mgr, with its node handler: it starts the handler
+// (handler.New with hcfg, and with hopts given the agent's sandboxes and containerDisk resolver;
+// an OnStatus of hopts is still called) and registers the agent's controller and background
+// work with mgr. ctx bounds the drivers' first start. The handler outlives mgr: once mgr has
+// stopped, end it with Handler().Detach, which leaves the VMs running for the next handler, or
+// Close.
+func NewAgent(ctx context.Context, mgr ctrl.Manager, cfg AgentConfig, hcfg handler.Config, hopts handler.Options) (*Agent, error) {
 	cfg, err := cfg.withDefaults()
 	if err != nil {
 		return nil, err
 	}
-	return &Agent{
-		cfg: cfg, client: c, log: log,
-		disks:   containerDisks{root: cfg.HostStateDir, timeout: cfg.DialTimeout, log: log, warnOnce: new(sync.Once)},
-		changed: make(chan event.GenericEvent, 1024),
-		names:   map[types.UID]types.NamespacedName{},
-	}, nil
-}
-
-// HandlerOptions returns opts with the agent's sandbox lookup, containerDisk resolver
-// (containerDisks) and status callback; a status callback already in opts is still called.
-func (a *Agent) HandlerOptions(opts handler.Options) handler.Options {
-	next := opts.OnStatus
-	opts.Sandbox = a.sandbox
-	opts.ContainerDisks = diskResolver{disks: a.disks}
-	opts.OnStatus = func(uid types.UID, st v1alpha1.VirtualMachineInstanceStatus) {
+	if cfg.Log.GetSink() == nil {
+		cfg.Log = mgr.GetLogger().WithName("agent")
+	}
+	if hcfg.NodeName == "" {
+		hcfg.NodeName = cfg.NodeName
+	}
+	a := &Agent{
+		cfg: cfg, client: mgr.GetClient(), log: cfg.Log,
+		disks:     containerDisks{root: cfg.HostStateDir, timeout: cfg.DialTimeout, log: cfg.Log, warnOnce: new(sync.Once)},
+		changed:   make(chan event.GenericEvent, 1024),
+		names:     map[types.UID]types.NamespacedName{},
+		sandboxes: map[types.UID]*podSandbox{},
+	}
+	next := hopts.OnStatus
+	hopts.Sandboxes = handler.SandboxesFunc(func(vmi *v1alpha1.VirtualMachineInstance) handler.Sandbox { return a.sandbox(vmi) })
+	hopts.ContainerDisks = diskResolver{disks: a.disks}
+	hopts.OnStatus = func(uid types.UID, st v1alpha1.VirtualMachineInstanceStatus) {
 		if next != nil {
 			next(uid, st)
 		}
-		a.mu.Lock()
-		name, ok := a.names[uid]
-		a.mu.Unlock()
-		if !ok {
-			return
-		}
-		vmi := &v1alpha1.VirtualMachineInstance{ObjectMeta: metav1.ObjectMeta{Namespace: name.Namespace, Name: name.Name}}
-		select {
-		case a.changed <- event.GenericEvent{Object: vmi}:
-		default:
-			// The queue is full: the reconciler has plenty to do, and reads the latest status
-			// when it gets to this VMI; the next change or the resync brings it.
-		}
+		a.statusChanged(uid)
 	}
-	return opts
+	if a.h, err = handler.New(ctx, hcfg, hopts); err != nil {
+		return nil, err
+	}
+	if err := a.setup(mgr); err != nil {
+		return nil, errors.Join(err, a.h.Detach())
+	}
+	return a, nil
 }
 
-// sandbox finds a VMI's launcher: its socket in the per-VMI directory, and its network
-// namespace through the pid of the process serving that socket. It mounts the VMI's
-// containerDisk disks into the per-VMI directory, and has the handler keep the VMI's files
-// there (Sandbox.Dir), where the launcher container sees them at the same path.
-func (a *Agent) sandbox(ctx context.Context, vmi *v1alpha1.VirtualMachineInstance) (handler.Sandbox, error) {
-	socket := filepath.Join(hostdir.Launcher(a.cfg.HostStateDir, vmi.UID), launcher.SocketName)
-	dctx, cancel := context.WithTimeout(ctx, a.cfg.DialTimeout)
-	defer cancel()
-	c, err := launcher.Dial(dctx, socket)
-	if err != nil {
-		return handler.Sandbox{}, err
+// Handler is the agent's node handler.
+func (a *Agent) Handler() *handler.Handler { return a.h }
+
+// statusChanged brings a VMI whose status the handler changed to the reconciler.
+func (a *Agent) statusChanged(uid types.UID) {
+	a.mu.Lock()
+	name, ok := a.names[uid]
+	a.mu.Unlock()
+	if !ok {
+		return
 	}
-	defer c.Close()
-	pid := c.LauncherPid()
-	if pid <= 0 {
-		return handler.Sandbox{}, fmt.Errorf("launcher at %s: its pid is not visible from the handler (the handler needs the host's pid namespace)", socket)
+	vmi := &v1alpha1.VirtualMachineInstance{ObjectMeta: metav1.ObjectMeta{Namespace: name.Namespace, Name: name.Name}}
+	select {
+	case a.changed <- event.GenericEvent{Object: vmi}:
+	default:
+		// The queue is full: the reconciler has plenty to do, and reads the latest status
+		// when it gets to this VMI; the next change or the resync brings it.
 	}
-	if err := a.disks.MountAll(ctx, vmi); err != nil {
-		return handler.Sandbox{}, err
-	}
-	return handler.Sandbox{
-		LauncherSocket: socket, NetNSPath: fmt.Sprintf("/proc/%d/ns/net", pid),
-		Dir: hostdir.VMI(a.cfg.HostStateDir, vmi.UID),
-	}, nil
 }
 
-// Setup registers the agent's controller with mgr; h must have been made with HandlerOptions.
-func (a *Agent) Setup(mgr ctrl.Manager, h *handler.Handler, opts controller.Options) error {
-	a.h = h
-	a.consoles = newConsoleLogs(h, a.cfg.HostStateDir, a.log.WithName("console"))
+// setup registers the agent's controller and background work with mgr.
+func (a *Agent) setup(mgr ctrl.Manager) error {
+	a.consoles = newConsoleLogs(a.h, a.cfg.HostStateDir, a.log.WithName("console"))
 	if err := mgr.Add(runnable(func(ctx context.Context) error {
 		<-ctx.Done()
 		a.consoles.close()
@@ -191,7 +188,7 @@ func (a *Agent) Setup(mgr ctrl.Manager, h *handler.Handler, opts controller.Opti
 	}
 	return ctrl.NewControllerManagedBy(mgr).
 		Named("node-agent").
-		WithOptions(opts).
+		WithOptions(a.cfg.Controller).
 		For(&v1alpha1.VirtualMachineInstance{}).
 		Watches(&corev1.Pod{}, podToVMI).
 		WatchesRawSource(source.Channel(a.changed, &crhandler.EnqueueRequestForObject{})).
@@ -248,14 +245,11 @@ func (a *Agent) Reconcile(ctx context.Context, req reconcile.Request) (reconcile
 					why = fmt.Sprintf("the launcher container of pod %s exited", pod.Name)
 				}
 			}
-			a.h.SandboxExited(vmi.UID, why)
+			a.sandbox(&vmi).end(why)
 		}
 		a.consoles.stop(vmi.UID)
+		// Stop closes the VMI's sandbox last, which releases its containerDisk mounts.
 		st, err := a.h.Stop(ctx, &vmi, grace(&vmi))
-		if err == nil {
-			// The VM is gone and the storage driver released its overlays.
-			err = a.disks.Release(vmi.UID)
-		}
 		if werr := a.writeStatus(ctx, req.NamespacedName, st); werr != nil {
 			err = errors.Join(err, werr)
 		}
@@ -269,13 +263,12 @@ func (a *Agent) Reconcile(ctx context.Context, req reconcile.Request) (reconcile
 	}
 	st, err := a.h.Sync(ctx, &vmi)
 	if werr := a.writeStatus(ctx, req.NamespacedName, st); werr != nil {
-		return reconcile.Result{}, werr
+		return reconcile.Result{}, errors.Join(err, werr)
 	}
 	if err != nil {
-		// The handler undid what it made and said why in the status; try again later, as
-		// the sandbox may not be ready yet.
-		a.log.Info("sync failed", "vmi", req.NamespacedName, "error", err.Error())
-		return reconcile.Result{RequeueAfter: 5 * time.Second}, nil
+		// The handler undid what it made and said why in the status. The work queue tries
+		// again with its backoff (the sandbox may not be ready yet) and counts the error.
+		return reconcile.Result{}, err
 	}
 	if st.Phase == v1alpha1.Running {
 		// For the launcher pod's guest-console-log container.

@@ -24,6 +24,7 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller"
+	"sigs.k8s.io/controller-runtime/pkg/metrics"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	"github.com/kubevisor/kubevisor/core/api/v1alpha1"
@@ -86,35 +87,34 @@ func newAgentNode(t *testing.T, localStorage bool) *agentNode {
 	if err != nil {
 		t.Fatal(err)
 	}
-	agent, err := NewAgent(mgr.GetClient(), AgentConfig{NodeName: node, HostStateDir: n.hostDir, Resync: 500 * time.Millisecond}, testr.New(t))
-	if err != nil {
-		t.Fatal(err)
-	}
 	storage := manifest("testdriver", driver.KindStorage, "fake-storage", driver.KindStorage, "name=fake-storage")
 	if localStorage {
 		storage = manifest("kubevisor-driver-local", driver.KindStorage, "local")
 	}
-	opts := agent.HandlerOptions(handler.Options{
-		Logger: hclog.New(&hclog.LoggerOptions{Name: "handler", Level: hclog.Warn, Output: os.Stderr}),
-		Manifests: []plugin.Manifest{
-			manifest("kubevisor-driver-fake", driver.KindHypervisor, "fake", driver.KindHypervisor),
-			manifest("testdriver", driver.KindNetwork, "fake-net", driver.KindNetwork, "name=fake-net"),
-			storage,
-		},
-	})
 	hctx, hcancel := context.WithTimeout(ctx, 30*time.Second)
 	defer hcancel()
-	n.h, err = handler.New(hctx, handler.Config{
-		StateDir: filepath.Join(dir, "s"), RunDir: filepath.Join(dir, "r"), NodeName: node,
-		Drivers:      handler.DriverSet{Hypervisor: "fake", Network: "fake-net", Storage: storage.Name},
-		ResyncPeriod: metav1.Duration{Duration: 500 * time.Millisecond},
-	}, opts)
+	agent, err := NewAgent(hctx, mgr,
+		AgentConfig{
+			NodeName: node, HostStateDir: n.hostDir, Resync: 500 * time.Millisecond,
+			Controller: controller.Options{SkipNameValidation: ptr.To(true)}, Log: testr.New(t),
+		},
+		handler.Config{
+			StateDir: filepath.Join(dir, "s"), RunDir: filepath.Join(dir, "r"),
+			Drivers:      handler.DriverSet{Hypervisor: "fake", Network: "fake-net", Storage: storage.Name},
+			ResyncPeriod: metav1.Duration{Duration: 500 * time.Millisecond},
+		},
+		handler.Options{
+			Logger: hclog.New(&hclog.LoggerOptions{Name: "handler", Level: hclog.Warn, Output: os.Stderr}),
+			Manifests: []plugin.Manifest{
+				manifest("kubevisor-driver-fake", driver.KindHypervisor, "fake", driver.KindHypervisor),
+				manifest("testdriver", driver.KindNetwork, "fake-net", driver.KindNetwork, "name=fake-net"),
+				storage,
+			},
+		})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := agent.Setup(mgr, n.h, controller.Options{SkipNameValidation: ptr.To(true)}); err != nil {
-		t.Fatal(err)
-	}
+	n.h = agent.Handler()
 	// Cleanups run last first: the manager stops, then the handler closes.
 	t.Cleanup(func() { _ = n.h.Close() })
 	envtest.RunManager(t, mgr)
@@ -161,6 +161,13 @@ func (n *agentNode) vmi(name string, root ...v1alpha1.VolumeSource) *v1alpha1.Vi
 // object for it, bound to the node, as the kubelet would report it.
 func (n *agentNode) launcherPod(vmi *v1alpha1.VirtualMachineInstance) *corev1.Pod {
 	n.t.Helper()
+	n.startLauncher(vmi)
+	return n.runningPod(vmi)
+}
+
+// startLauncher starts a real launcher in the VMI's host directory.
+func (n *agentNode) startLauncher(vmi *v1alpha1.VirtualMachineInstance) {
+	n.t.Helper()
 	cmd := exec.Command(filepath.Join(n.bin, "kubevisor-launcher"), "--dir", hostdir.Launcher(n.hostDir, vmi.UID),
 		"--vmi", vmi.Namespace+"/"+vmi.Name, "--grace-period", "5s")
 	cmd.Stderr = os.Stderr
@@ -171,6 +178,12 @@ func (n *agentNode) launcherPod(vmi *v1alpha1.VirtualMachineInstance) *corev1.Po
 		n.t.Fatal(err)
 	}
 	n.t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+}
+
+// runningPod creates a Running launcher pod object for the VMI, bound to the node, as the
+// kubelet would report it.
+func (n *agentNode) runningPod(vmi *v1alpha1.VirtualMachineInstance) *corev1.Pod {
+	n.t.Helper()
 	pod := &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{
 			Name: "virt-launcher-" + vmi.Name, Namespace: vmi.Namespace,
@@ -321,6 +334,34 @@ func TestAgent(t *testing.T) {
 		if got.Status.Reason != handler.ReasonSandboxExited {
 			t.Errorf("reason %q, want %q", got.Status.Reason, handler.ReasonSandboxExited)
 		}
+		n.waitHandlerForgets(vmi.UID)
+	})
+
+	t.Run("launcher not answering yet: SandboxNotReady, the error counted and the sync retried", func(t *testing.T) {
+		n.t = t
+		errorsBefore := reconcileErrors(t)
+		vmi := n.vmi("late")
+		pod := n.runningPod(vmi) // the kubelet says Running; the launcher does not answer yet
+		n.waitVMI("late", "SandboxNotReady", func(v *v1alpha1.VirtualMachineInstance) bool {
+			c := condition(v, v1alpha1.VirtualMachineInstanceSynchronized)
+			return c != nil && c.Status == corev1.ConditionFalse && c.Reason == handler.ReasonSandboxNotReady
+		})
+		deadline := time.Now().Add(30 * time.Second)
+		for reconcileErrors(t) <= errorsBefore {
+			if time.Now().After(deadline) {
+				t.Fatalf("reconcile errors of the node agent stay at %v after a failed sync", errorsBefore)
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
+		n.startLauncher(vmi) // the work queue's retry finds it
+		got := n.waitVMI("late", "Running", func(v *v1alpha1.VirtualMachineInstance) bool { return v.Status.Phase == v1alpha1.Running })
+		if c := condition(got, v1alpha1.VirtualMachineInstanceSynchronized); c != nil {
+			t.Errorf("Synchronized = %+v once the sync succeeded", c)
+		}
+		if err := n.c.Delete(ctx, pod); err != nil {
+			t.Fatal(err)
+		}
+		n.waitVMI("late", "Succeeded", func(v *v1alpha1.VirtualMachineInstance) bool { return v.Status.Phase == v1alpha1.Succeeded })
 		n.waitHandlerForgets(vmi.UID)
 	})
 
@@ -559,6 +600,29 @@ func TestServe(t *testing.T) {
 	case <-time.After(30 * time.Second):
 		t.Error("Serve did not return after its context ended")
 	}
+}
+
+// reconcileErrors is the node agent controller's reconcile error count
+// (controller_runtime_reconcile_errors_total), shared by the agents of this test process.
+func reconcileErrors(t *testing.T) float64 {
+	t.Helper()
+	families, err := metrics.Registry.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range families {
+		if f.GetName() != "controller_runtime_reconcile_errors_total" {
+			continue
+		}
+		for _, m := range f.GetMetric() {
+			for _, l := range m.GetLabel() {
+				if l.GetName() == "controller" && l.GetValue() == "node-agent" {
+					return m.GetCounter().GetValue()
+				}
+			}
+		}
+	}
+	return 0
 }
 
 // waitGone polls until path no longer exists.

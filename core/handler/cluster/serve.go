@@ -15,7 +15,6 @@ import (
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
 	ctrl "sigs.k8s.io/controller-runtime"
-	"sigs.k8s.io/controller-runtime/pkg/controller"
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
@@ -76,14 +75,14 @@ func Serve(ctx context.Context, c ServeConfig) (err error) {
 	if err != nil {
 		return fmt.Errorf("manager: %w", err)
 	}
-	agent, err := NewAgent(mgr.GetClient(), c.Agent, c.Log.WithName("agent"))
+	if c.Agent.Log.GetSink() == nil {
+		c.Agent.Log = c.Log.WithName("agent")
+	}
+	agent, err := NewAgent(ctx, mgr, c.Agent, c.Handler, handler.Options{Logger: c.Logger, Manifests: c.Manifests})
 	if err != nil {
 		return err
 	}
-	h, err := handler.New(ctx, c.Handler, agent.HandlerOptions(handler.Options{Logger: c.Logger, Manifests: c.Manifests}))
-	if err != nil {
-		return err
-	}
+	h := agent.Handler()
 	defer func() {
 		if c.StopDrivers {
 			err = errors.Join(err, h.Close())
@@ -92,9 +91,6 @@ func Serve(ctx context.Context, c ServeConfig) (err error) {
 		// Detach, not Close: the VMs keep running through a handler restart.
 		err = errors.Join(err, h.Detach())
 	}()
-	if err := agent.Setup(mgr, h, controller.Options{}); err != nil {
-		return err
-	}
 	cs, err := kubernetes.NewForConfig(c.Rest)
 	if err != nil {
 		return err

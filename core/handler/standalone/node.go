@@ -31,35 +31,18 @@ func Prepare(cfg handler.Config, binDir string) (handler.Config, []plugin.Manife
 	return cfg, ms, nil
 }
 
-// Sandbox is one VMI's sandbox as Run makes it: a network namespace on the host bridge with a
-// kubevisor-launcher in it.
-type Sandbox struct{ s *sandbox }
-
 // NewSandbox makes the sandbox of vmi (its UID names it) with cfg as Prepare returned it; on
-// failure it removes what it made. grace is the launcher's --grace-period.
+// failure it removes what it made. grace is the launcher's --grace-period. Give it to the
+// handler (Options.Sandboxes) for the VMI; the handler's Stop closes it.
 func NewSandbox(ctx context.Context, log hclog.Logger, cfg handler.Config, vmi *v1alpha1.VirtualMachineInstance, grace time.Duration) (*Sandbox, error) {
 	if cfg.Standalone == nil {
 		return nil, fmt.Errorf("sandbox of %s: the configuration has no standalone section (Prepare fills it in)", vmiName(vmi))
 	}
-	s, err := newSandbox(ctx, log, cfg, vmi, grace)
-	if err != nil {
-		return nil, err
-	}
-	return &Sandbox{s: s}, nil
+	return newSandbox(ctx, log, cfg, vmi, grace)
 }
 
-// Spec is the sandbox as the handler's Options.Sandbox returns it.
-func (s *Sandbox) Spec() handler.Sandbox { return s.s.spec }
-
 // LauncherPid is the launcher process's pid.
-func (s *Sandbox) LauncherPid() int { return s.s.launcher.Process.Pid }
+func (s *Sandbox) LauncherPid() int { return s.launcher.Process.Pid }
 
 // NetNS is the name of the sandbox's network namespace.
-func (s *Sandbox) NetNS() string { return s.s.name }
-
-// Exited is closed when the launcher process is gone.
-func (s *Sandbox) Exited() <-chan struct{} { return s.s.exited }
-
-// Teardown ends the launcher (and with it a VM still running in it), runs the pod network's
-// CNI DEL and removes the network namespace and the launcher's directory.
-func (s *Sandbox) Teardown(ctx context.Context) { s.s.teardown(ctx) }
+func (s *Sandbox) NetNS() string { return s.name }

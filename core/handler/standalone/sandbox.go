@@ -11,6 +11,8 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -29,14 +31,18 @@ const (
 	launcherExit  = 10 * time.Second
 )
 
-// sandbox is a VMI's sandbox without a cluster: a named network namespace kv-<uid prefix>
-// whose eth0 is on the host bridge (CNI bridge + host-local, as a cluster's pod network), and
-// a kubevisor-launcher in it serving <SandboxDir>/<uid>.
-type sandbox struct {
+// Sandbox is a VMI's sandbox without a cluster, as Run makes it: a named network namespace
+// kv-<uid prefix> whose eth0 is on the host bridge (CNI bridge + host-local, as a cluster's pod
+// network), and a kubevisor-launcher in it serving <SandboxDir>/<uid>. It is the handler's
+// Sandbox of the VMI: the VM process is the launcher's child and ends with it, unless the
+// configuration bypasses the launcher.
+type Sandbox struct {
 	log    hclog.Logger
 	name   string // the network namespace's name
 	nsPath string
 	dir    string // the launcher's directory
+	// bypass: the VM process is not the launcher's (StandaloneConfig.BypassLauncher).
+	bypass bool
 
 	cni  *libcni.CNIConfig
 	list *libcni.NetworkConfigList
@@ -47,9 +53,14 @@ type sandbox struct {
 	launcher *exec.Cmd
 	exited   chan struct{} // closed when the launcher process is gone
 	exitErr  error
+	// closing is set once Close began: the launcher's exit is then asked for.
+	closing  atomic.Bool
+	teardown sync.Once
 
-	spec handler.Sandbox
+	spec handler.SandboxSpec
 }
+
+var _ handler.Sandbox = (*Sandbox)(nil)
 
 // netnsName is the network namespace of a VMI: kv- and the first 12 hex digits of its UID.
 func netnsName(uid string) string {
@@ -82,19 +93,20 @@ func podNetwork(c *handler.StandaloneConfig, ipamDir string) (*libcni.NetworkCon
 }
 
 // newSandbox makes the sandbox of vmi; on failure it removes what it made.
-func newSandbox(ctx context.Context, log hclog.Logger, cfg handler.Config, vmi *v1alpha1.VirtualMachineInstance, grace time.Duration) (s *sandbox, err error) {
+func newSandbox(ctx context.Context, log hclog.Logger, cfg handler.Config, vmi *v1alpha1.VirtualMachineInstance, grace time.Duration) (s *Sandbox, err error) {
 	c := cfg.Standalone
 	uid := string(vmi.UID)
-	s = &sandbox{
+	s = &Sandbox{
 		log:    log,
 		name:   netnsName(uid),
 		dir:    filepath.Join(c.SandboxDir, uid),
+		bypass: c.BypassLauncher,
 		exited: make(chan struct{}),
 	}
 	s.nsPath = "/run/netns/" + s.name
 	defer func() {
 		if err != nil {
-			s.teardown(context.WithoutCancel(ctx))
+			_ = s.Close(context.WithoutCancel(ctx))
 		}
 	}()
 
@@ -153,6 +165,9 @@ func newSandbox(ctx context.Context, log hclog.Logger, cfg handler.Config, vmi *
 	go func() {
 		s.exitErr = s.launcher.Wait()
 		close(s.exited)
+		if s.bypass && !s.closing.Load() {
+			s.log.Warn("the launcher exited; the VM runs on (it is not the launcher's child)", "why", s.ExitReason())
+		}
 	}()
 	dctx, cancel := context.WithTimeout(ctx, launcherReady)
 	defer cancel()
@@ -162,7 +177,7 @@ func newSandbox(ctx context.Context, log hclog.Logger, cfg handler.Config, vmi *
 	}
 	_ = cl.Close()
 
-	s.spec = handler.Sandbox{NetNSPath: s.nsPath}
+	s.spec = handler.SandboxSpec{NetNSPath: s.nsPath}
 	if !c.BypassLauncher {
 		s.spec.LauncherSocket = filepath.Join(s.dir, launcher.SocketName)
 	}
@@ -170,9 +185,47 @@ func newSandbox(ctx context.Context, log hclog.Logger, cfg handler.Config, vmi *
 	return s, nil
 }
 
-// teardown ends the launcher, runs the pod network's CNI DEL, and removes the namespace and
-// the launcher's directory. It logs what it cannot undo.
-func (s *sandbox) teardown(ctx context.Context) {
+// Open implements handler.Sandbox: the sandbox is ready from newSandbox on, until its launcher
+// exits (when the VM process would be the launcher's).
+func (s *Sandbox) Open(context.Context) (handler.SandboxSpec, error) {
+	if !s.bypass {
+		select {
+		case <-s.exited:
+			return handler.SandboxSpec{}, errors.New(s.ExitReason())
+		default:
+		}
+	}
+	return s.spec, nil
+}
+
+// Exited implements handler.Sandbox: closed when the launcher process is gone, and with it the
+// VM process, its child; nil when the launcher is bypassed (the VM does not end with it).
+func (s *Sandbox) Exited() <-chan struct{} {
+	if s.bypass {
+		return nil
+	}
+	return s.exited
+}
+
+// ExitReason implements handler.Sandbox: why the launcher exited, from its status file.
+func (s *Sandbox) ExitReason() string {
+	if st, err := launcher.ReadStatus(s.dir); err == nil {
+		return fmt.Sprintf("the launcher exited: %s: %s", st.Reason, st.Message)
+	}
+	return fmt.Sprintf("the launcher exited without a status (%v)", s.exitErr)
+}
+
+// Close implements handler.Sandbox: it ends the launcher (and with it a VM still running in
+// it), runs the pod network's CNI DEL and removes the network namespace and the launcher's
+// directory, once. It logs what it cannot undo.
+func (s *Sandbox) Close(ctx context.Context) error {
+	s.closing.Store(true)
+	s.teardown.Do(func() { s.tearDown(ctx) })
+	return nil
+}
+
+// tearDown is Close's work.
+func (s *Sandbox) tearDown(ctx context.Context) {
 	if s.launcher != nil {
 		s.stopLauncher(ctx)
 	}
@@ -194,7 +247,7 @@ func (s *sandbox) teardown(ctx context.Context) {
 }
 
 // stopLauncher asks the launcher to exit, then signals it.
-func (s *sandbox) stopLauncher(ctx context.Context) {
+func (s *Sandbox) stopLauncher(ctx context.Context) {
 	select {
 	case <-s.exited:
 		return
@@ -223,14 +276,6 @@ func (s *sandbox) stopLauncher(ctx context.Context) {
 		}
 	}
 	s.log.Warn("the launcher did not exit", "pid", pgid)
-}
-
-// exitReason says why the launcher exited, from its status file.
-func (s *sandbox) exitReason() string {
-	if st, err := launcher.ReadStatus(s.dir); err == nil {
-		return fmt.Sprintf("the launcher exited: %s: %s", st.Reason, st.Message)
-	}
-	return fmt.Sprintf("the launcher exited without a status (%v)", s.exitErr)
 }
 
 // run runs a command, returning its output in the error.

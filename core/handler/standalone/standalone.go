@@ -163,7 +163,7 @@ func Run(ctx context.Context, stop <-chan struct{}, o Options) error {
 	if err != nil {
 		return fmt.Errorf("sandbox: %w", err)
 	}
-	defer sb.teardown(context.Background())
+	defer func() { _ = sb.Close(context.Background()) }() // Stop closes it; this is for the way out before
 	if sb.podIP.IsValid() {
 		out.printf("==> sandbox: network namespace %s, pod IP %s on bridge %s\n", sb.name, sb.podIP.Addr(), cfg.Standalone.Bridge)
 	}
@@ -171,6 +171,9 @@ func Run(ctx context.Context, stop <-chan struct{}, o Options) error {
 	final := make(chan v1alpha1.VirtualMachineInstanceStatus, 1)
 	var last v1alpha1.VirtualMachineInstanceStatus
 	onStatus := func(_ types.UID, st v1alpha1.VirtualMachineInstanceStatus) {
+		if st.Reason == handler.ReasonSandboxExited && last.Reason != st.Reason {
+			out.printf("\n==> %s: %s\n", name, sb.ExitReason())
+		}
 		printStatus(out, name, last, st)
 		last = st
 		if st.Phase == v1alpha1.Succeeded || st.Phase == v1alpha1.Failed {
@@ -183,9 +186,12 @@ func Run(ctx context.Context, stop <-chan struct{}, o Options) error {
 	h, err := handler.New(ctx, cfg, handler.Options{
 		Logger:    o.Logger,
 		Manifests: ms,
-		Sandbox: func(context.Context, *v1alpha1.VirtualMachineInstance) (handler.Sandbox, error) {
-			return sb.spec, nil
-		},
+		Sandboxes: handler.SandboxesFunc(func(v *v1alpha1.VirtualMachineInstance) handler.Sandbox {
+			if v.UID != vmi.UID {
+				return nil
+			}
+			return sb
+		}),
 		OnStatus: onStatus,
 	})
 	if err != nil {
@@ -206,40 +212,12 @@ func Run(ctx context.Context, stop <-chan struct{}, o Options) error {
 		}
 	}()
 
+	// The handler fails the VMI when its sandbox ends under it (LauncherExited).
 	var result v1alpha1.VirtualMachineInstanceStatus
-	launcherExited := sb.exited
-wait:
-	for {
-		select {
-		case <-ctx.Done():
-			out.printf("\n==> stopping %s: graceful shutdown within %s\n", name, grace)
-			break wait
-		case result = <-final:
-			if result.Phase == v1alpha1.Failed && launcherExited != nil && !cfg.Standalone.BypassLauncher {
-				// A VM process killed with its launcher fails the VMI for the launcher's
-				// sake; the driver may see the process end before the launcher's exit is
-				// noticed, so give that a moment.
-				select {
-				case <-launcherExited:
-					out.printf("\n==> %s: %s\n", name, sb.exitReason())
-					h.SandboxExited(vmi.UID, sb.exitReason())
-					if st, ok := h.Status(vmi.UID); ok {
-						result = st
-					}
-				case <-time.After(2 * time.Second):
-				}
-			}
-			break wait
-		case <-launcherExited:
-			launcherExited = nil
-			if cfg.Standalone.BypassLauncher {
-				o.Logger.Warn("the launcher exited; the VM runs on (it is not the launcher's child)", "why", sb.exitReason())
-				continue
-			}
-			// The VM process was the launcher's child: it is gone too.
-			out.printf("\n==> %s: %s\n", name, sb.exitReason())
-			h.SandboxExited(vmi.UID, sb.exitReason())
-		}
+	select {
+	case <-ctx.Done():
+		out.printf("\n==> stopping %s: graceful shutdown within %s\n", name, grace)
+	case result = <-final:
 	}
 	stopCtx, cancel := context.WithTimeout(context.Background(), grace+time.Minute)
 	defer cancel()

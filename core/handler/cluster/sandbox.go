@@ -1,0 +1,111 @@
+package cluster
+
+import (
+	"context"
+	"fmt"
+	"path/filepath"
+	"sync"
+
+	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/kubevisor/kubevisor/core/api/v1alpha1"
+	"github.com/kubevisor/kubevisor/core/handler"
+	"github.com/kubevisor/kubevisor/core/launcher"
+	"github.com/kubevisor/kubevisor/core/launcher/hostdir"
+)
+
+// podSandbox is a VMI's launcher pod as the handler's Sandbox. Open finds the launcher (its
+// socket in the per-VMI directory, and its network namespace through the pid of the process
+// serving that socket), mounts the VMI's containerDisk disks into the per-VMI directory and has
+// the handler keep the VMI's files there (SandboxSpec.Dir), where the launcher container sees
+// them at the same path. The agent ends it (end) when it sees the pod, or its launcher
+// container, end under a VMI that is not being stopped. Close releases the containerDisk
+// mounts.
+type podSandbox struct {
+	a   *Agent
+	vmi *v1alpha1.VirtualMachineInstance
+
+	exited chan struct{}
+	mu     sync.Mutex
+	why    string // set before exited is closed
+}
+
+var _ handler.Sandbox = (*podSandbox)(nil)
+
+// sandbox returns the VMI's podSandbox, made the first time; the handler takes it through
+// Options.Sandboxes, and Reconcile to end it.
+func (a *Agent) sandbox(vmi *v1alpha1.VirtualMachineInstance) *podSandbox {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	sb := a.sandboxes[vmi.UID]
+	if sb == nil {
+		sb = &podSandbox{a: a, vmi: vmi.DeepCopy(), exited: make(chan struct{})}
+		a.sandboxes[vmi.UID] = sb
+	}
+	return sb
+}
+
+// Open implements handler.Sandbox.
+func (s *podSandbox) Open(ctx context.Context) (handler.SandboxSpec, error) {
+	cfg := s.a.cfg
+	socket := filepath.Join(hostdir.Launcher(cfg.HostStateDir, s.vmi.UID), launcher.SocketName)
+	dctx, cancel := context.WithTimeout(ctx, cfg.DialTimeout)
+	defer cancel()
+	c, err := launcher.Dial(dctx, socket)
+	if err != nil {
+		return handler.SandboxSpec{}, err
+	}
+	defer c.Close()
+	pid := c.LauncherPid()
+	if pid <= 0 {
+		return handler.SandboxSpec{}, fmt.Errorf("launcher at %s: its pid is not visible from the handler (the handler needs the host's pid namespace)", socket)
+	}
+	if err := s.a.disks.MountAll(ctx, s.vmi); err != nil {
+		return handler.SandboxSpec{}, err
+	}
+	return handler.SandboxSpec{
+		LauncherSocket: socket, NetNSPath: fmt.Sprintf("/proc/%d/ns/net", pid),
+		Dir: hostdir.VMI(cfg.HostStateDir, s.vmi.UID),
+	}, nil
+}
+
+// Exited implements handler.Sandbox: closed once the agent saw the launcher pod end (end).
+func (s *podSandbox) Exited() <-chan struct{} { return s.exited }
+
+// ExitReason implements handler.Sandbox.
+func (s *podSandbox) ExitReason() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.why
+}
+
+// end ends the sandbox, saying why; it does nothing once it ended.
+func (s *podSandbox) end(why string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	select {
+	case <-s.exited:
+	default:
+		s.why = why
+		close(s.exited)
+	}
+}
+
+// Close implements handler.Sandbox: it unmounts the VMI's containerDisk disks (the VM is gone
+// and the storage driver released its overlays) and forgets the sandbox.
+func (s *podSandbox) Close(context.Context) error {
+	if err := s.a.disks.Release(s.vmi.UID); err != nil {
+		return err
+	}
+	s.a.forgetSandbox(s.vmi.UID, s)
+	return nil
+}
+
+// forgetSandbox drops the VMI's podSandbox if it is sb.
+func (a *Agent) forgetSandbox(uid types.UID, sb *podSandbox) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.sandboxes[uid] == sb {
+		delete(a.sandboxes, uid)
+	}
+}
