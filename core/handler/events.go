@@ -11,6 +11,7 @@ import (
 	"google.golang.org/protobuf/proto"
 	"k8s.io/apimachinery/pkg/types"
 
+	"github.com/kubevisor/kubevisor/core/backoff"
 	"github.com/kubevisor/kubevisor/core/driver"
 	hypervisorv1 "github.com/kubevisor/kubevisor/core/driver/hypervisor/v1"
 )
@@ -30,7 +31,7 @@ func (h *Handler) watchHypervisor() {
 	if err != nil {
 		return
 	}
-	b := newBackoff()
+	b := backoff.NewRetry(retry)
 	for h.ctx.Err() == nil {
 		opened := time.Now()
 		sctx, cancel := context.WithCancel(h.ctx)
@@ -49,9 +50,9 @@ func (h *Handler) watchHypervisor() {
 		}
 		h.log.Debug("hypervisor events stream ended: reopening", "driver", name, "error", err)
 		if time.Since(opened) > steadyStream {
-			b.reset()
+			b.Reset()
 		}
-		b.wait(h.ctx)
+		b.Wait(h.ctx)
 	}
 }
 

@@ -17,6 +17,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/kubevisor/kubevisor/core/api/v1alpha1"
+	"github.com/kubevisor/kubevisor/core/backoff"
 	"github.com/kubevisor/kubevisor/core/driver"
 	basev1 "github.com/kubevisor/kubevisor/core/driver/base/v1"
 	hypervisorv1 "github.com/kubevisor/kubevisor/core/driver/hypervisor/v1"
@@ -307,20 +308,20 @@ func (h *Handler) watchFingerprint(kind, name string) {
 	if err != nil {
 		return
 	}
-	b := newBackoff()
+	b := backoff.NewRetry(retry)
 	for h.ctx.Err() == nil {
 		err := d.Fingerprint(h.ctx, func(fp *basev1.FingerprintResponse) error {
 			h.mu.Lock()
 			h.fingerprints[kind] = fp
 			h.mu.Unlock()
-			b.reset()
+			b.Reset()
 			return nil
 		})
 		if h.ctx.Err() != nil {
 			return
 		}
 		h.log.Debug("fingerprint stream ended", "driver", name, "error", err)
-		b.wait(h.ctx)
+		b.Wait(h.ctx)
 	}
 }
 
@@ -436,24 +437,6 @@ func (h *Handler) publish(e *entry) v1alpha1.VirtualMachineInstanceStatus {
 	return *st.DeepCopy()
 }
 
-// backoff is a doubling delay between 100ms and 2s.
-type backoff struct{ d time.Duration }
-
-const (
-	minRetry = 100 * time.Millisecond
-	maxRetry = 2 * time.Second
-)
-
-func newBackoff() *backoff { return &backoff{d: minRetry} }
-
-func (b *backoff) reset() { b.d = minRetry }
-
-func (b *backoff) wait(ctx context.Context) {
-	t := time.NewTimer(b.d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-	case <-ctx.Done():
-	}
-	b.d = min(2*b.d, maxRetry)
-}
+// retry is the delay between the handler's attempts to reopen a driver's stream (events,
+// fingerprint): 100ms doubling up to 2s, from the start again after a stream worked.
+var retry = backoff.Exponential{Initial: 100 * time.Millisecond, Max: 2 * time.Second}

@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -23,6 +22,7 @@ import (
 	"github.com/kubevisor/kubevisor/core/driver"
 	hypervisorv1 "github.com/kubevisor/kubevisor/core/driver/hypervisor/v1"
 	"github.com/kubevisor/kubevisor/core/plugin"
+	"github.com/kubevisor/kubevisor/internal/testenv"
 )
 
 // The test guest's console markers (hack/guest/README.md).
@@ -32,26 +32,19 @@ const (
 )
 
 // guestDir is where `make guest` builds the test guest, or $KUBEVISOR_GUEST_DIR; the test
-// is skipped when the guest or QEMU is missing.
+// is skipped when the guest or QEMU is missing (under -short always; failed under CI=true).
 func guestDir(t *testing.T) string {
 	t.Helper()
-	if testing.Short() {
-		t.Skip("boots real guests: not in -short")
-	}
+	testenv.Heavy(t, "QEMU and the test guest")
 	dir := os.Getenv("KUBEVISOR_GUEST_DIR")
 	if dir == "" {
 		dir, _ = filepath.Abs(filepath.Join("..", "..", "_output", "guest"))
 	}
 	for _, f := range []string{"vmlinuz", "initramfs.cpio.gz"} {
-		if _, err := os.Stat(filepath.Join(dir, f)); err != nil {
-			t.Skipf("test guest not built: run make guest (%v)", err)
-		}
+		testenv.File(t, filepath.Join(dir, f), "guest")
 	}
-	for _, tool := range []string{"qemu-system-x86_64", "qemu-img"} {
-		if _, err := exec.LookPath(tool); err != nil {
-			t.Skipf("%s not found: install QEMU (make deps): %v", tool, err)
-		}
-	}
+	testenv.Command(t, "qemu-system-x86_64", "qemu-system-x86")
+	testenv.Command(t, "qemu-img", "qemu-utils")
 	return dir
 }
 

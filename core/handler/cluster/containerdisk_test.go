@@ -20,13 +20,12 @@ import (
 	"github.com/kubevisor/kubevisor/core/handler/cluster/containerdisk"
 	"github.com/kubevisor/kubevisor/core/launcher/hostdir"
 	"github.com/kubevisor/kubevisor/internal/testbin"
+	"github.com/kubevisor/kubevisor/internal/testenv"
 )
 
 func needRoot(t *testing.T) {
 	t.Helper()
-	if os.Geteuid() != 0 {
-		t.Skip("needs root: mount namespaces, setns, open_tree and move_mount")
-	}
+	testenv.Root(t, "mount namespaces, setns, open_tree and move_mount")
 }
 
 // containerDiskStandIn starts a real kubevisor-containerdisk (built into bin) as a containerDisk

@@ -20,6 +20,7 @@ import (
 	"github.com/kubevisor/kubevisor/core/handler"
 	"github.com/kubevisor/kubevisor/internal/syncbuf"
 	"github.com/kubevisor/kubevisor/internal/testbin"
+	"github.com/kubevisor/kubevisor/internal/testenv"
 )
 
 func writeFile(t *testing.T, dir, name, content string) string {
@@ -89,22 +90,15 @@ func startDemo(t *testing.T) *demoRun {
 	root, _ := filepath.Abs("../../..")
 	guest := filepath.Join(root, "_output", "guest", "disk.qcow2")
 	cniBin := filepath.Join(root, "_output", "cni", "bin")
-	switch {
-	case testing.Short():
-		t.Skip("boots a real guest: not in -short")
-	case os.Geteuid() != 0:
-		t.Skip("needs root (network namespaces, taps, nftables)")
+	testenv.Root(t, "network namespaces, taps, nftables")
+	testenv.File(t, guest, "guest")
+	for _, plugin := range []string{"bridge", "host-local"} {
+		testenv.File(t, filepath.Join(cniBin, plugin), "cni-plugins")
 	}
-	for _, need := range []string{guest, filepath.Join(cniBin, "bridge"), filepath.Join(cniBin, "host-local")} {
-		if _, err := os.Stat(need); err != nil {
-			t.Skipf("needs the test guest and the CNI plugins (make guest cni-plugins): %v", err)
-		}
-	}
-	for _, tool := range []string{"qemu-system-x86_64", "qemu-img", "ip", "nsenter"} {
-		if _, err := exec.LookPath(tool); err != nil {
-			t.Skipf("%s not found: %v", tool, err)
-		}
-	}
+	testenv.Command(t, "qemu-system-x86_64", "qemu-system-x86")
+	testenv.Command(t, "qemu-img", "qemu-utils")
+	testenv.Command(t, "ip", "iproute2")
+	testenv.Command(t, "nsenter", "util-linux")
 	bin := buildBinaries(t)
 	dir, err := os.MkdirTemp("/tmp", "kvs-")
 	if err != nil {
