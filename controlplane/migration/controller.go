@@ -419,22 +419,13 @@ func setPhase(mig *v1alpha1.VirtualMachineInstanceMigration, p v1alpha1.VirtualM
 }
 
 func setAbortRequested(mig *v1alpha1.VirtualMachineInstanceMigration) {
-	for _, c := range mig.Status.Conditions {
-		if c.Type == v1alpha1.VirtualMachineInstanceMigrationAbortRequested && c.Status == corev1.ConditionTrue {
-			return
-		}
+	if c := v1alpha1.FindCondition(mig.Status.Conditions, v1alpha1.VirtualMachineInstanceMigrationAbortRequested); c != nil && c.Status == corev1.ConditionTrue {
+		return
 	}
 	now := metav1.Now()
-	c := v1alpha1.VirtualMachineInstanceMigrationCondition{
+	mig.Status.Conditions = v1alpha1.SetCondition(mig.Status.Conditions, v1alpha1.VirtualMachineInstanceMigrationCondition{
 		Type: v1alpha1.VirtualMachineInstanceMigrationAbortRequested, Status: corev1.ConditionTrue,
-		LastProbeTime: now, LastTransitionTime: now, Reason: ReasonAbortRequested,
+		LastProbeTime: now, Reason: ReasonAbortRequested,
 		Message: "the migration was deleted before it finished", ObservedGeneration: mig.Generation,
-	}
-	for i := range mig.Status.Conditions {
-		if mig.Status.Conditions[i].Type == c.Type {
-			mig.Status.Conditions[i] = c
-			return
-		}
-	}
-	mig.Status.Conditions = append(mig.Status.Conditions, c)
+	}, now)
 }
