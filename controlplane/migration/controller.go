@@ -126,6 +126,18 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (_ ctrl.Re
 	if err := r.Client.Get(ctx, req.NamespacedName, mig); err != nil {
 		return ctrl.Result{}, client.IgnoreNotFound(err)
 	}
+	// The finalizer is written before anything is created, so that a target pod never exists
+	// for a migration that can vanish without deleting it.
+	if mig.DeletionTimestamp.IsZero() && !controllerutil.ContainsFinalizer(mig, Finalizer) {
+		base := mig.DeepCopy()
+		controllerutil.AddFinalizer(mig, Finalizer)
+		if err := r.Client.Patch(ctx, mig, client.MergeFromWithOptions(base, client.MergeFromWithOptimisticLock{})); err != nil {
+			if apierrors.IsConflict(err) {
+				return ctrl.Result{}, nil // the newer write re-queues the migration
+			}
+			return ctrl.Result{}, client.IgnoreNotFound(fmt.Errorf("add finalizer: %w", err))
+		}
+	}
 	before := mig.DeepCopy()
 	defer func() {
 		if err := r.patch(ctx, before, mig); err != nil {
@@ -135,12 +147,12 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (_ ctrl.Re
 	if !mig.DeletionTimestamp.IsZero() {
 		return r.reconcileDelete(ctx, mig)
 	}
-	controllerutil.AddFinalizer(mig, Finalizer)
 	return ctrl.Result{}, r.reconcileNormal(ctx, mig)
 }
 
-// patch writes what the reconcile changed: status first, then the finalizers, since removing
-// the last finalizer may delete the object. Each patch holds only its own part.
+// patch writes what the reconcile changed: status first, then the finalizers (their removal;
+// Reconcile adds the finalizer itself), since removing the last finalizer may delete the
+// object. Each patch holds only its own part.
 func (r *Reconciler) patch(ctx context.Context, before, mig *v1alpha1.VirtualMachineInstanceMigration) error {
 	var errs []error
 	if !equality.Semantic.DeepEqual(before.Status, mig.Status) {
