@@ -381,13 +381,14 @@ func (r *Reconciler) failOnVMI(ctx context.Context, vmi *v1alpha1.VirtualMachine
 		vmi.Status.MigrationState.Completed || vmi.Status.MigrationState.Failed {
 		return nil
 	}
-	s := vmi.Status.MigrationState.DeepCopy()
+	s := controllerState(vmi.Status.MigrationState)
 	now := metav1.Now()
 	s.Failed, s.FailureReason, s.EndTimestamp = true, reason, &now
 	return r.patchVMIState(ctx, vmi, s)
 }
 
-// clearOnVMI removes this migration's unfinished state from the VMI (cancellation).
+// clearOnVMI removes this migration's unfinished state from the VMI (cancellation): what the
+// migration controller wrote of it. What the node side wrote is the node side's to remove.
 func (r *Reconciler) clearOnVMI(ctx context.Context, vmi *v1alpha1.VirtualMachineInstance, mig *v1alpha1.VirtualMachineInstanceMigration) error {
 	if vmi == nil || vmi.Status.MigrationState == nil || vmi.Status.MigrationState.MigrationUID != mig.UID || vmi.Status.MigrationState.Completed {
 		return nil
@@ -395,13 +396,29 @@ func (r *Reconciler) clearOnVMI(ctx context.Context, vmi *v1alpha1.VirtualMachin
 	return r.patchVMIState(ctx, vmi, nil)
 }
 
-// patchVMIState writes only status.migrationState, with the VMI's resourceVersion as a
-// precondition since the node side writes it too.
+// controllerState returns of s what the migration controller writes on the VMI: the hand-off
+// (the migration's UID, source and target) and, of a migration it failed, failed,
+// failureReason and endTimestamp. The rest (startTimestamp, completed, the end of a migration
+// the node side finished) is the node side's.
+func controllerState(s *v1alpha1.VirtualMachineInstanceMigrationState) *v1alpha1.VirtualMachineInstanceMigrationState {
+	return &v1alpha1.VirtualMachineInstanceMigrationState{
+		MigrationUID: s.MigrationUID,
+		SourceNode:   s.SourceNode, SourcePod: s.SourcePod,
+		TargetNode: s.TargetNode, TargetPod: s.TargetPod,
+	}
+}
+
+// patchVMIState writes status.migrationState s by server-side apply under the migration
+// controller's field manager: the fields of s are the controller's, the node side's are left
+// alone, and those the controller no longer sets are removed. The VMI's resourceVersion is a
+// precondition, since what s holds was decided on that VMI.
 func (r *Reconciler) patchVMIState(ctx context.Context, vmi *v1alpha1.VirtualMachineInstance, s *v1alpha1.VirtualMachineInstanceMigrationState) error {
-	obj := vmi.DeepCopy()
-	obj.Status.MigrationState = s
-	if err := r.Client.Status().Patch(ctx, obj, client.MergeFromWithOptions(vmi, client.MergeFromWithOptimisticLock{})); err != nil {
-		return fmt.Errorf("patch VMI migration state: %w", err)
+	body, err := v1alpha1.StatusApply(vmi, &v1alpha1.VirtualMachineInstanceStatus{MigrationState: s}, vmi.ResourceVersion)
+	if err != nil {
+		return err
+	}
+	if err := r.Client.Status().Apply(ctx, client.ApplyConfigurationFromUnstructured(body), client.FieldOwner(v1alpha1.MigrationControllerFieldManager)); err != nil {
+		return fmt.Errorf("apply VMI migration state: %w", err)
 	}
 	return nil
 }
