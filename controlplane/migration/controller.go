@@ -126,6 +126,18 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (_ ctrl.Re
 	if err := r.Client.Get(ctx, req.NamespacedName, mig); err != nil {
 		return ctrl.Result{}, client.IgnoreNotFound(err)
 	}
+	// The finalizer is written before anything is created, so that a target pod never exists
+	// for a migration that can vanish without deleting it.
+	if mig.DeletionTimestamp.IsZero() && !controllerutil.ContainsFinalizer(mig, Finalizer) {
+		base := mig.DeepCopy()
+		controllerutil.AddFinalizer(mig, Finalizer)
+		if err := r.Client.Patch(ctx, mig, client.MergeFromWithOptions(base, client.MergeFromWithOptimisticLock{})); err != nil {
+			if apierrors.IsConflict(err) {
+				return ctrl.Result{}, nil // the newer write re-queues the migration
+			}
+			return ctrl.Result{}, client.IgnoreNotFound(fmt.Errorf("add finalizer: %w", err))
+		}
+	}
 	before := mig.DeepCopy()
 	defer func() {
 		if err := r.patch(ctx, before, mig); err != nil {
@@ -135,12 +147,12 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (_ ctrl.Re
 	if !mig.DeletionTimestamp.IsZero() {
 		return r.reconcileDelete(ctx, mig)
 	}
-	controllerutil.AddFinalizer(mig, Finalizer)
 	return ctrl.Result{}, r.reconcileNormal(ctx, mig)
 }
 
-// patch writes what the reconcile changed: status first, then the finalizers, since removing
-// the last finalizer may delete the object. Each patch holds only its own part.
+// patch writes what the reconcile changed: status first, then the finalizers (their removal;
+// Reconcile adds the finalizer itself), since removing the last finalizer may delete the
+// object. Each patch holds only its own part.
 func (r *Reconciler) patch(ctx context.Context, before, mig *v1alpha1.VirtualMachineInstanceMigration) error {
 	var errs []error
 	if !equality.Semantic.DeepEqual(before.Status, mig.Status) {
@@ -369,13 +381,14 @@ func (r *Reconciler) failOnVMI(ctx context.Context, vmi *v1alpha1.VirtualMachine
 		vmi.Status.MigrationState.Completed || vmi.Status.MigrationState.Failed {
 		return nil
 	}
-	s := vmi.Status.MigrationState.DeepCopy()
+	s := controllerState(vmi.Status.MigrationState)
 	now := metav1.Now()
 	s.Failed, s.FailureReason, s.EndTimestamp = true, reason, &now
 	return r.patchVMIState(ctx, vmi, s)
 }
 
-// clearOnVMI removes this migration's unfinished state from the VMI (cancellation).
+// clearOnVMI removes this migration's unfinished state from the VMI (cancellation): what the
+// migration controller wrote of it. What the node side wrote is the node side's to remove.
 func (r *Reconciler) clearOnVMI(ctx context.Context, vmi *v1alpha1.VirtualMachineInstance, mig *v1alpha1.VirtualMachineInstanceMigration) error {
 	if vmi == nil || vmi.Status.MigrationState == nil || vmi.Status.MigrationState.MigrationUID != mig.UID || vmi.Status.MigrationState.Completed {
 		return nil
@@ -383,13 +396,29 @@ func (r *Reconciler) clearOnVMI(ctx context.Context, vmi *v1alpha1.VirtualMachin
 	return r.patchVMIState(ctx, vmi, nil)
 }
 
-// patchVMIState writes only status.migrationState, with the VMI's resourceVersion as a
-// precondition since the node side writes it too.
+// controllerState returns of s what the migration controller writes on the VMI: the hand-off
+// (the migration's UID, source and target) and, of a migration it failed, failed,
+// failureReason and endTimestamp. The rest (startTimestamp, completed, the end of a migration
+// the node side finished) is the node side's.
+func controllerState(s *v1alpha1.VirtualMachineInstanceMigrationState) *v1alpha1.VirtualMachineInstanceMigrationState {
+	return &v1alpha1.VirtualMachineInstanceMigrationState{
+		MigrationUID: s.MigrationUID,
+		SourceNode:   s.SourceNode, SourcePod: s.SourcePod,
+		TargetNode: s.TargetNode, TargetPod: s.TargetPod,
+	}
+}
+
+// patchVMIState writes status.migrationState s by server-side apply under the migration
+// controller's field manager: the fields of s are the controller's, the node side's are left
+// alone, and those the controller no longer sets are removed. The VMI's resourceVersion is a
+// precondition, since what s holds was decided on that VMI.
 func (r *Reconciler) patchVMIState(ctx context.Context, vmi *v1alpha1.VirtualMachineInstance, s *v1alpha1.VirtualMachineInstanceMigrationState) error {
-	obj := vmi.DeepCopy()
-	obj.Status.MigrationState = s
-	if err := r.Client.Status().Patch(ctx, obj, client.MergeFromWithOptions(vmi, client.MergeFromWithOptimisticLock{})); err != nil {
-		return fmt.Errorf("patch VMI migration state: %w", err)
+	body, err := v1alpha1.StatusApply(vmi, &v1alpha1.VirtualMachineInstanceStatus{MigrationState: s}, vmi.ResourceVersion)
+	if err != nil {
+		return err
+	}
+	if err := r.Client.Status().Apply(ctx, client.ApplyConfigurationFromUnstructured(body), client.FieldOwner(v1alpha1.MigrationControllerFieldManager)); err != nil {
+		return fmt.Errorf("apply VMI migration state: %w", err)
 	}
 	return nil
 }
@@ -419,22 +448,13 @@ func setPhase(mig *v1alpha1.VirtualMachineInstanceMigration, p v1alpha1.VirtualM
 }
 
 func setAbortRequested(mig *v1alpha1.VirtualMachineInstanceMigration) {
-	for _, c := range mig.Status.Conditions {
-		if c.Type == v1alpha1.VirtualMachineInstanceMigrationAbortRequested && c.Status == corev1.ConditionTrue {
-			return
-		}
+	if c := v1alpha1.FindCondition(mig.Status.Conditions, v1alpha1.VirtualMachineInstanceMigrationAbortRequested); c != nil && c.Status == corev1.ConditionTrue {
+		return
 	}
 	now := metav1.Now()
-	c := v1alpha1.VirtualMachineInstanceMigrationCondition{
+	mig.Status.Conditions = v1alpha1.SetCondition(mig.Status.Conditions, v1alpha1.VirtualMachineInstanceMigrationCondition{
 		Type: v1alpha1.VirtualMachineInstanceMigrationAbortRequested, Status: corev1.ConditionTrue,
-		LastProbeTime: now, LastTransitionTime: now, Reason: ReasonAbortRequested,
+		LastProbeTime: now, Reason: ReasonAbortRequested,
 		Message: "the migration was deleted before it finished", ObservedGeneration: mig.Generation,
-	}
-	for i := range mig.Status.Conditions {
-		if mig.Status.Conditions[i].Type == c.Type {
-			mig.Status.Conditions[i] = c
-			return
-		}
-	}
-	mig.Status.Conditions = append(mig.Status.Conditions, c)
+	}, now)
 }

@@ -98,7 +98,7 @@ func Next(obs Observation) Decision {
 		return failed(ReasonMigrationInProgress, "migration %s of this VMI has not finished", state.MigrationUID)
 	}
 	if obs.Phase == v1alpha1.MigrationPending {
-		if c := vmiCondition(vmi, v1alpha1.VirtualMachineInstanceIsMigratable); c == nil || c.Status != corev1.ConditionTrue {
+		if c := v1alpha1.InstanceCondition(vmi.Status.Conditions, v1alpha1.VirtualMachineInstanceIsMigratable); c == nil || c.Status != corev1.ConditionTrue {
 			msg := "VMI has no LiveMigratable condition"
 			if c != nil {
 				msg = fmt.Sprintf("VMI is not LiveMigratable (%s: %s)", c.Reason, c.Message)
@@ -154,13 +154,4 @@ func phaseWord(p v1alpha1.VirtualMachineInstancePhase) string {
 		return "without a phase"
 	}
 	return string(p)
-}
-
-func vmiCondition(vmi *v1alpha1.VirtualMachineInstance, t v1alpha1.VirtualMachineInstanceConditionType) *v1alpha1.VirtualMachineInstanceCondition {
-	for i := range vmi.Status.Conditions {
-		if vmi.Status.Conditions[i].Type == t {
-			return &vmi.Status.Conditions[i]
-		}
-	}
-	return nil
 }

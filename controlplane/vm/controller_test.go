@@ -68,7 +68,7 @@ func TestController(t *testing.T) {
 		got = h.waitVM(t, vm, "Running and ready", func(vm *v1alpha1.VirtualMachine) bool {
 			return vm.Status.PrintableStatus == v1alpha1.VirtualMachineStatusRunning && vm.Status.Ready
 		})
-		if c := findCondition(got.Status.Conditions, v1alpha1.VirtualMachineReady); c == nil || c.Status != corev1.ConditionTrue || c.ObservedGeneration != got.Generation {
+		if c := v1alpha1.FindCondition(got.Status.Conditions, v1alpha1.VirtualMachineReady); c == nil || c.Status != corev1.ConditionTrue || c.ObservedGeneration != got.Generation {
 			t.Errorf("Ready condition = %+v", c)
 		}
 
@@ -142,7 +142,7 @@ func TestController(t *testing.T) {
 		got := h.waitVM(t, vm, "Stopped", func(vm *v1alpha1.VirtualMachine) bool {
 			return vm.Status.PrintableStatus == v1alpha1.VirtualMachineStatusStopped && !vm.Status.Created && !vm.Status.Ready
 		})
-		if c := findCondition(got.Status.Conditions, v1alpha1.VirtualMachineReady); c == nil || c.Status != corev1.ConditionFalse || c.Reason != ReasonVMINotExists {
+		if c := v1alpha1.FindCondition(got.Status.Conditions, v1alpha1.VirtualMachineReady); c == nil || c.Status != corev1.ConditionFalse || c.Reason != ReasonVMINotExists {
 			t.Errorf("Ready condition = %+v", c)
 		}
 		if got.Status.RunStrategy != v1alpha1.RunStrategyHalted {

@@ -3,7 +3,6 @@ package vm
 import (
 	"errors"
 	"fmt"
-	"slices"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -270,7 +269,7 @@ func setObserved(st *v1alpha1.VirtualMachineStatus, vm *v1alpha1.VirtualMachine,
 			st.ObservedGeneration = n
 		}
 	}
-	ready := findVMICondition(vmi, v1alpha1.VirtualMachineInstanceReady)
+	ready := v1alpha1.InstanceCondition(vmi.Status.Conditions, v1alpha1.VirtualMachineInstanceReady)
 	switch {
 	case vmi.DeletionTimestamp != nil || deleting:
 		setCondition(st, vm.Generation, now, v1alpha1.VirtualMachineReady, corev1.ConditionFalse, v1alpha1.ReasonPodTerminating, "VMI is being deleted")
@@ -281,7 +280,7 @@ func setObserved(st *v1alpha1.VirtualMachineStatus, vm *v1alpha1.VirtualMachine,
 		setCondition(st, vm.Generation, now, v1alpha1.VirtualMachineReady, corev1.ConditionFalse, v1alpha1.ReasonGuestNotRunning,
 			fmt.Sprintf("VMI is in phase %q", vmi.Status.Phase))
 	}
-	if p := findVMICondition(vmi, v1alpha1.VirtualMachineInstancePaused); p != nil && p.Status == corev1.ConditionTrue {
+	if p := v1alpha1.InstanceCondition(vmi.Status.Conditions, v1alpha1.VirtualMachineInstancePaused); p != nil && p.Status == corev1.ConditionTrue {
 		setCondition(st, vm.Generation, now, v1alpha1.VirtualMachinePaused, corev1.ConditionTrue, p.Reason, p.Message)
 	} else {
 		removeCondition(st, v1alpha1.VirtualMachinePaused)
@@ -336,51 +335,20 @@ func printableStatus(vm *v1alpha1.VirtualMachine, vmi *v1alpha1.VirtualMachineIn
 	return v1alpha1.VirtualMachineStatusStarting
 }
 
-func findVMICondition(vmi *v1alpha1.VirtualMachineInstance, t v1alpha1.VirtualMachineInstanceConditionType) *v1alpha1.VirtualMachineInstanceCondition {
-	for i := range vmi.Status.Conditions {
-		if vmi.Status.Conditions[i].Type == t {
-			return &vmi.Status.Conditions[i]
-		}
-	}
-	return nil
-}
-
 func hasTrueVMICondition(vmi *v1alpha1.VirtualMachineInstance, t v1alpha1.VirtualMachineInstanceConditionType) bool {
-	c := findVMICondition(vmi, t)
+	c := v1alpha1.InstanceCondition(vmi.Status.Conditions, t)
 	return c != nil && c.Status == corev1.ConditionTrue
 }
 
-// setCondition sets a VM condition, keeping its transition time while its status is unchanged.
+// setCondition sets a VM condition (v1alpha1.SetCondition) observed at generation.
 func setCondition(st *v1alpha1.VirtualMachineStatus, generation int64, now time.Time, t v1alpha1.VirtualMachineConditionType,
 	status corev1.ConditionStatus, reason, message string) {
-	c := v1alpha1.VirtualMachineCondition{
-		Type: t, Status: status, Reason: reason, Message: message,
-		ObservedGeneration: generation, LastTransitionTime: metav1.NewTime(now),
-	}
-	for i := range st.Conditions {
-		if st.Conditions[i].Type != t {
-			continue
-		}
-		if st.Conditions[i].Status == status {
-			c.LastTransitionTime = st.Conditions[i].LastTransitionTime
-		}
-		st.Conditions[i] = c
-		return
-	}
-	st.Conditions = append(st.Conditions, c)
+	st.Conditions = v1alpha1.SetCondition(st.Conditions, v1alpha1.VirtualMachineCondition{
+		Type: t, Status: status, Reason: reason, Message: message, ObservedGeneration: generation,
+	}, metav1.NewTime(now))
 }
 
 // removeCondition drops the condition of type t; with reasons given, only when it carries one of them.
 func removeCondition(st *v1alpha1.VirtualMachineStatus, t v1alpha1.VirtualMachineConditionType, reasons ...string) {
-	out := st.Conditions[:0]
-	for _, c := range st.Conditions {
-		if c.Type == t && (len(reasons) == 0 || slices.Contains(reasons, c.Reason)) {
-			continue
-		}
-		out = append(out, c)
-	}
-	if len(out) == 0 {
-		out = nil
-	}
-	st.Conditions = out
+	st.Conditions = v1alpha1.RemoveCondition(st.Conditions, t, reasons...)
 }

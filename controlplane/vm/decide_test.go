@@ -245,14 +245,14 @@ func TestDecide(t *testing.T) {
 			if d.Action != ActionNone && d.Reason == "" {
 				t.Error("an action without an event reason")
 			}
-			failure := findCondition(d.Status.Conditions, v1alpha1.VirtualMachineFailure)
+			failure := v1alpha1.FindCondition(d.Status.Conditions, v1alpha1.VirtualMachineFailure)
 			switch {
 			case tt.failureCause == "" && failure != nil:
 				t.Errorf("unexpected Failure condition %+v", failure)
 			case tt.failureCause != "" && (failure == nil || failure.Reason != tt.failureCause || failure.Status != corev1.ConditionTrue):
 				t.Errorf("Failure condition = %+v, want True/%s", failure, tt.failureCause)
 			}
-			ready := findCondition(d.Status.Conditions, v1alpha1.VirtualMachineReady)
+			ready := v1alpha1.FindCondition(d.Status.Conditions, v1alpha1.VirtualMachineReady)
 			if ready == nil || ready.ObservedGeneration != tt.vm.Generation || (ready.Status == corev1.ConditionTrue) != tt.ready {
 				t.Errorf("Ready condition = %+v, want status %v at generation %d", ready, tt.ready, tt.vm.Generation)
 			}
@@ -267,15 +267,6 @@ func TestDecide(t *testing.T) {
 			}
 		})
 	}
-}
-
-func findCondition(cs []v1alpha1.VirtualMachineCondition, t v1alpha1.VirtualMachineConditionType) *v1alpha1.VirtualMachineCondition {
-	for i := range cs {
-		if cs[i].Type == t {
-			return &cs[i]
-		}
-	}
-	return nil
 }
 
 func TestDecideCrashLoopBackoffGrows(t *testing.T) {
@@ -306,7 +297,7 @@ func TestDecideKeepsTransitionTime(t *testing.T) {
 	d := Decide(vm, nil, false, testNow, testBackoff)
 	vm.Status = d.Status
 	d = Decide(vm, nil, false, testNow.Add(time.Hour), testBackoff)
-	if c := findCondition(d.Status.Conditions, v1alpha1.VirtualMachineReady); c == nil || !c.LastTransitionTime.Time.Equal(testNow) {
+	if c := v1alpha1.FindCondition(d.Status.Conditions, v1alpha1.VirtualMachineReady); c == nil || !c.LastTransitionTime.Time.Equal(testNow) {
 		t.Errorf("Ready condition %+v: transition time moved though the status did not change", c)
 	}
 }

@@ -16,6 +16,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -89,7 +90,7 @@ func SetupWithManager(mgr ctrl.Manager, opts Options) error {
 	if err := mgr.GetFieldIndexer().IndexField(context.Background(), &v1alpha1.VirtualMachineInstance{}, awaitingClassIndex,
 		func(o client.Object) []string {
 			vmi := o.(*v1alpha1.VirtualMachineInstance)
-			if vmi.Status.LauncherPodName == "" && !isFinal(vmi.Status.Phase) && vmi.DeletionTimestamp == nil {
+			if vmi.Status.LauncherPodName == "" && !vmi.Status.Phase.IsFinal() && vmi.DeletionTimestamp == nil {
 				return []string{"true"}
 			}
 			return nil
@@ -157,7 +158,7 @@ func (r *reconciler) Reconcile(ctx context.Context, req ctrl.Request) (_ ctrl.Re
 	p := newPatcher(vmi)
 	defer func() {
 		err := p.patch(ctx, r.client, vmi)
-		if apierrors.IsConflict(err) {
+		if apierrors.IsConflict(err) && !v1alpha1.IsFieldConflict(err) {
 			// The VMI changed since it was read (the handler wrote its status): that write is an
 			// event that brings the VMI back, to be decided again on what it now holds.
 			log.FromContext(ctx).V(1).Info("VMI changed while it was reconciled", "error", err.Error())
@@ -174,7 +175,7 @@ func (r *reconciler) Reconcile(ctx context.Context, req ctrl.Request) (_ ctrl.Re
 
 // reconcileNormal creates the launcher pod once and follows it.
 func (r *reconciler) reconcileNormal(ctx context.Context, vmi *v1alpha1.VirtualMachineInstance) (ctrl.Result, error) {
-	if isFinal(vmi.Status.Phase) {
+	if vmi.Status.Phase.IsFinal() {
 		// Nothing runs any more: free the node. The handler's teardown holds the pod (its own
 		// finalizer) as long as it needs to.
 		r.created.Delete(vmi.UID)
@@ -215,7 +216,7 @@ func (r *reconciler) reconcileNormal(ctx context.Context, vmi *v1alpha1.VirtualM
 		}
 		vmi.Labels[v1alpha1.NodeNameLabel] = n
 	}
-	// A failed create is in the status (Synchronized=False); returning it also retries with backoff.
+	// A failed create is in the status (LauncherPodCreated=False); returning it also retries with backoff.
 	return ctrl.Result{}, createErr
 }
 
@@ -398,9 +399,9 @@ func (r *reconciler) deletePods(ctx context.Context, vmi *v1alpha1.VirtualMachin
 }
 
 // patcher writes what a reconcile changed in a VMI when it ends (cluster-api's patch helper, cut
-// down): metadata (labels, finalizers) and status, each as a merge patch only when it changed,
-// with optimistic locking, since the node handler writes the same status and a merge patch
-// replaces lists (conditions) whole.
+// down): metadata (labels, finalizers) as a merge patch, and the fields of status the
+// controller owns by server-side apply (applyStatus), each only when it changed and with the
+// VMI's resourceVersion as a precondition, since a decision made on a stale VMI is no decision.
 type patcher struct {
 	before *v1alpha1.VirtualMachineInstance
 }
@@ -421,24 +422,53 @@ func (p *patcher) patch(ctx context.Context, c client.Client, vmi *v1alpha1.Virt
 			}
 			return fmt.Errorf("patch VMI metadata: %w", err)
 		}
+		// The status apply below is based on what the API server now holds.
+		p.before = changed.DeepCopy()
 		changed.Status = *status
 		changed.DeepCopyInto(vmi)
-		// The status patch below is based on what the API server now holds.
-		p.before.ResourceVersion = vmi.ResourceVersion
-		p.before.Labels, p.before.Finalizers = vmi.Labels, vmi.Finalizers
 	}
 	if vmi.DeletionTimestamp != nil && len(vmi.Finalizers) == 0 {
 		return nil // gone
 	}
-	if equality.Semantic.DeepEqual(p.before.Status, *status) {
+	return applyStatus(ctx, c, p.before, *status, vmi)
+}
+
+// applyStatus writes of st, the status deriveStatus made from stored, the fields the controller
+// owns, and leaves vmi as the API server then holds it. The lifecycle fields are among them
+// while no node handler owns them, and when st ends the VMI: the controller then takes them over
+// (forced), preconditioned on the resourceVersion it decided on, so that it ends only the VMI it
+// saw; the API server refuses anything that changes a final phase. Once it does not own them, an
+// apply that leaves them out gives up what it still shares of them.
+func applyStatus(ctx context.Context, c client.Client, stored *v1alpha1.VirtualMachineInstance, st v1alpha1.VirtualMachineInstanceStatus, vmi *v1alpha1.VirtualMachineInstance) error {
+	alone := v1alpha1.HoldsLifecycle(stored, v1alpha1.VMIControllerFieldManager)
+	mine := v1alpha1.SharesLifecycle(stored, v1alpha1.VMIControllerFieldManager)
+	ending := st.Phase.IsFinal() && !stored.Status.Phase.IsFinal()
+	lifecycle := alone || ending
+	want := controllerFields(st, lifecycle)
+	body, err := v1alpha1.StatusApply(stored, &want, stored.ResourceVersion)
+	if err != nil {
+		return err
+	}
+	have := controllerFields(stored.Status, lifecycle)
+	current, err := v1alpha1.StatusApply(stored, &have, stored.ResourceVersion)
+	if err != nil {
+		return err
+	}
+	if equality.Semantic.DeepEqual(body.Object, current.Object) && (lifecycle || !mine) {
+		vmi.Status = st
 		return nil
 	}
-	base := p.before.DeepCopy()
-	changed := base.DeepCopy()
-	changed.Status = *status
-	if err := c.Status().Patch(ctx, changed, client.MergeFromWithOptions(base, client.MergeFromWithOptimisticLock{})); err != nil {
-		return fmt.Errorf("patch VMI status: %w", err)
+	opts := []client.SubResourceApplyOption{client.FieldOwner(v1alpha1.VMIControllerFieldManager)}
+	if lifecycle && !alone {
+		opts = append(opts, client.ForceOwnership)
 	}
-	changed.DeepCopyInto(vmi)
+	if err := c.Status().Apply(ctx, client.ApplyConfigurationFromUnstructured(body), opts...); err != nil {
+		return fmt.Errorf("apply VMI status: %w", err)
+	}
+	out := &v1alpha1.VirtualMachineInstance{}
+	if err := runtime.DefaultUnstructuredConverter.FromUnstructured(body.Object, out); err != nil {
+		return fmt.Errorf("decode applied VMI: %w", err)
+	}
+	out.DeepCopyInto(vmi)
 	return nil
 }

@@ -53,7 +53,7 @@ func TestController(t *testing.T) {
 		ns := h.namespace(t, "no-class")
 		vmi := h.createVMI(t, ns, "wait")
 		h.waitVMI(t, vmi, "Pending with HypervisorClassNotFound", func(v *v1alpha1.VirtualMachineInstance) bool {
-			c := condition(v.Status, v1alpha1.VirtualMachineInstanceSynchronized)
+			c := condition(v.Status, v1alpha1.VirtualMachineInstanceLauncherPodCreated)
 			return v.Status.Phase == v1alpha1.Pending && c != nil && c.Status == corev1.ConditionFalse &&
 				c.Reason == v1alpha1.ReasonHypervisorClassNotFound && strings.Contains(c.Message, "none is annotated")
 		})
@@ -64,8 +64,8 @@ func TestController(t *testing.T) {
 		got := h.waitVMI(t, vmi, "Scheduling with the default class", func(v *v1alpha1.VirtualMachineInstance) bool {
 			return v.Status.Phase == v1alpha1.Scheduling && v.Status.HypervisorClassName == "standard" && v.Status.LauncherPodName != ""
 		})
-		if c := condition(got.Status, v1alpha1.VirtualMachineInstanceSynchronized); c != nil {
-			t.Errorf("Synchronized condition left after the pod was created: %+v", c)
+		if c := condition(got.Status, v1alpha1.VirtualMachineInstanceLauncherPodCreated); c != nil {
+			t.Errorf("LauncherPodCreated condition left after the pod was created: %+v", c)
 		}
 		pod := h.launcherPod(t, got)
 		if pod.Labels[v1alpha1.HypervisorClassLabel] != "standard" {
@@ -79,7 +79,7 @@ func TestController(t *testing.T) {
 		second := h.createClass(t, "standard-2", true, nil)
 		vmi := h.createVMI(t, ns, "wait")
 		h.waitVMI(t, vmi, "Pending with MultipleDefaultHypervisorClasses", func(v *v1alpha1.VirtualMachineInstance) bool {
-			c := condition(v.Status, v1alpha1.VirtualMachineInstanceSynchronized)
+			c := condition(v.Status, v1alpha1.VirtualMachineInstanceLauncherPodCreated)
 			return v.Status.Phase == v1alpha1.Pending && c != nil && c.Reason == v1alpha1.ReasonMultipleDefaultHypervisorClasses &&
 				strings.Contains(c.Message, "standard, standard-2")
 		})
@@ -99,7 +99,7 @@ func TestController(t *testing.T) {
 		ns := h.namespace(t, "named-missing")
 		vmi := h.createVMI(t, ns, "wait", func(v *v1alpha1.VirtualMachineInstance) { v.Spec.HypervisorClassName = "later" })
 		h.waitVMI(t, vmi, "Pending naming the class", func(v *v1alpha1.VirtualMachineInstance) bool {
-			c := condition(v.Status, v1alpha1.VirtualMachineInstanceSynchronized)
+			c := condition(v.Status, v1alpha1.VirtualMachineInstanceLauncherPodCreated)
 			return v.Status.Phase == v1alpha1.Pending && c != nil && c.Reason == v1alpha1.ReasonHypervisorClassNotFound &&
 				strings.Contains(c.Message, `"later"`)
 		})
@@ -250,7 +250,7 @@ func TestController(t *testing.T) {
 			v.Spec.NodeSelector = map[string]string{"zone": "a"}
 		})
 		h.waitVMI(t, vmi, "Pending with FailedCreate", func(v *v1alpha1.VirtualMachineInstance) bool {
-			c := condition(v.Status, v1alpha1.VirtualMachineInstanceSynchronized)
+			c := condition(v.Status, v1alpha1.VirtualMachineInstanceLauncherPodCreated)
 			return v.Status.Phase == v1alpha1.Pending && c != nil && c.Reason == v1alpha1.ReasonFailedCreate &&
 				strings.Contains(c.Message, `node selector zone: the VMI wants "a" and HypervisorClass zoned wants "b"`)
 		})
@@ -349,6 +349,71 @@ func TestController(t *testing.T) {
 			return apierrors.IsNotFound(err) || (err == nil && p.DeletionTimestamp != nil)
 		})
 		h.expectEvent(t, vmi, corev1.EventTypeNormal, v1alpha1.ReasonSuccessfulDelete)
+	})
+
+	t.Run("the node handler's lifecycle stays its own until the pod goes, then the controller ends the VMI", func(t *testing.T) {
+		ns := h.namespace(t, "ownership")
+		vmi := h.createVMI(t, ns, "vm", h.plainClass(t))
+		got := h.waitVMI(t, vmi, "Scheduling", func(v *v1alpha1.VirtualMachineInstance) bool { return v.Status.Phase == v1alpha1.Scheduling })
+		pod := h.launcherPod(t, got)
+		h.bind(t, pod, "node-1")
+		h.setPodStatus(t, pod, func(s *corev1.PodStatus) { s.Phase = corev1.PodRunning })
+		got = h.waitVMI(t, vmi, "Scheduled", func(v *v1alpha1.VirtualMachineInstance) bool { return v.Status.Phase == v1alpha1.Scheduled })
+		if c := condition(got.Status, v1alpha1.VirtualMachineInstanceReady); c != nil {
+			t.Errorf("Ready %+v at Scheduled, want it left to the handler", c)
+		}
+
+		// The node handler's first write takes the lifecycle over, as its writeStatus does.
+		handler := v1alpha1.HandlerFieldManager("node-1")
+		now := metav1.NewTime(time.Now().Truncate(time.Second))
+		running := v1alpha1.VirtualMachineInstanceStatus{
+			Phase:                     v1alpha1.Running,
+			PhaseTransitionTimestamps: append(got.Status.PhaseTransitionTimestamps, v1alpha1.VirtualMachineInstancePhaseTransitionTimestamp{Phase: v1alpha1.Running, PhaseTransitionTimestamp: now}),
+			Conditions:                []v1alpha1.VirtualMachineInstanceCondition{{Type: v1alpha1.VirtualMachineInstanceReady, Status: corev1.ConditionTrue, LastTransitionTime: now}},
+			Interfaces:                []v1alpha1.VirtualMachineInstanceNetworkInterface{{Name: "default", IP: "10.244.0.5"}},
+		}
+		h.applyAs(t, got, handler, running)
+		// A pod change brings the VMI back to the controller, which leaves all that alone.
+		h.setPodStatus(t, pod, func(s *corev1.PodStatus) {
+			s.Conditions = []corev1.PodCondition{{Type: corev1.PodScheduled, Status: corev1.ConditionTrue}}
+		})
+		got = h.waitVMI(t, vmi, "PodScheduled from the pod", func(v *v1alpha1.VirtualMachineInstance) bool {
+			c := condition(v.Status, podScheduledCondition)
+			return c != nil && c.Status == corev1.ConditionTrue
+		})
+		for range 5 {
+			if c := condition(got.Status, v1alpha1.VirtualMachineInstanceReady); got.Status.Phase != v1alpha1.Running || c == nil || c.Status != corev1.ConditionTrue ||
+				len(got.Status.Interfaces) != 1 || got.Status.HypervisorClassName != "plain" || got.Status.LauncherPodName != pod.Name {
+				t.Fatalf("status %+v: want the handler's Running and Ready, and the controller's fields", got.Status)
+			}
+			if !v1alpha1.HoldsLifecycle(got, handler) || v1alpha1.SharesLifecycle(got, v1alpha1.VMIControllerFieldManager) {
+				t.Fatalf("managed fields %+v: want the lifecycle the handler's alone", got.ManagedFields)
+			}
+			time.Sleep(100 * time.Millisecond)
+			got = h.waitVMI(t, vmi, "readable", func(*v1alpha1.VirtualMachineInstance) bool { return true })
+		}
+
+		// The pod goes with no handler left to say so: the controller takes the lifecycle back
+		// to end the VMI.
+		h.forceDelete(t, pod)
+		got = h.waitVMI(t, vmi, "Failed", func(v *v1alpha1.VirtualMachineInstance) bool { return v.Status.Phase == v1alpha1.Failed })
+		if c := condition(got.Status, v1alpha1.VirtualMachineInstanceReady); got.Status.Reason != v1alpha1.ReasonPodNotExists || c == nil ||
+			c.Status != corev1.ConditionFalse || c.Reason != v1alpha1.ReasonPodNotExists || len(got.Status.Interfaces) != 1 {
+			t.Errorf("status %+v: want Failed PodNotExists, Ready=False PodNotExists, the handler's interfaces kept", got.Status)
+		}
+		if !v1alpha1.HoldsLifecycle(got, v1alpha1.VMIControllerFieldManager) {
+			t.Errorf("managed fields %+v: want the phase the controller's", got.ManagedFields)
+		}
+		// A late write of the handler's Running is refused: a final phase does not move.
+		if err := h.tryApplyAs(got, handler, true, running); !apierrors.IsInvalid(err) {
+			t.Errorf("the handler forcing Running on a Failed VMI: %v, want it refused as invalid", err)
+		}
+		if err := h.tryApplyAs(got, handler, false, running); !v1alpha1.IsFieldConflict(err) {
+			t.Errorf("the handler writing Running on a Failed VMI: %v, want a field conflict", err)
+		}
+		if got := h.waitVMI(t, vmi, "readable", func(*v1alpha1.VirtualMachineInstance) bool { return true }); got.Status.Phase != v1alpha1.Failed {
+			t.Errorf("phase %s, want Failed", got.Status.Phase)
+		}
 	})
 
 	t.Run("VMI deleted: pod deleted, finalizer held until the pod is gone", func(t *testing.T) {
@@ -542,6 +607,27 @@ func (h *harness) bind(t *testing.T, pod *corev1.Pod, node string) {
 	if err := h.c.SubResource("binding").Create(context.Background(), pod, b); err != nil {
 		t.Fatalf("bind pod %s to %s: %v", pod.Name, node, err)
 	}
+}
+
+// applyAs writes st as the VMI's status under manager, taking over what it sets, as a writer
+// other than the VMI controller would.
+func (h *harness) applyAs(t *testing.T, vmi *v1alpha1.VirtualMachineInstance, manager string, st v1alpha1.VirtualMachineInstanceStatus) {
+	t.Helper()
+	if err := h.tryApplyAs(vmi, manager, true, st); err != nil {
+		t.Fatalf("apply VMI status as %s: %v", manager, err)
+	}
+}
+
+func (h *harness) tryApplyAs(vmi *v1alpha1.VirtualMachineInstance, manager string, force bool, st v1alpha1.VirtualMachineInstanceStatus) error {
+	body, err := v1alpha1.StatusApply(vmi, &st, "")
+	if err != nil {
+		return err
+	}
+	opts := []client.SubResourceApplyOption{client.FieldOwner(manager)}
+	if force {
+		opts = append(opts, client.ForceOwnership)
+	}
+	return h.c.Status().Apply(context.Background(), client.ApplyConfigurationFromUnstructured(body), opts...)
 }
 
 // forceDelete removes a pod at once, as the kubelet does once its containers are gone.

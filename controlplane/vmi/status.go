@@ -2,7 +2,6 @@ package vmi
 
 import (
 	"fmt"
-	"slices"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -33,17 +32,6 @@ type observation struct {
 	PodGone bool
 }
 
-// controllerReasons are the Synchronized reasons this controller sets; it clears only these, since
-// the node handler sets Synchronized too, with reasons of its own.
-var controllerReasons = []string{
-	v1alpha1.ReasonHypervisorClassNotFound, v1alpha1.ReasonMultipleDefaultHypervisorClasses, v1alpha1.ReasonFailedCreate,
-}
-
-// isFinal reports whether a phase is final: nothing but deletion follows it.
-func isFinal(p v1alpha1.VirtualMachineInstancePhase) bool {
-	return p == v1alpha1.Succeeded || p == v1alpha1.Failed
-}
-
 // podDown reports whether a pod is finished or on its way out.
 func podDown(pod *corev1.Pod) bool {
 	return pod.DeletionTimestamp != nil || pod.Status.Phase == corev1.PodFailed || pod.Status.Phase == corev1.PodSucceeded
@@ -56,20 +44,21 @@ func podDown(pod *corev1.Pod) bool {
 //	| observed                                          | phase                | reason / conditions                      |
 //	|---------------------------------------------------|----------------------|------------------------------------------|
 //	| VMI final (Succeeded, Failed)                      | unchanged            | unchanged                                |
-//	| no class (none default, several, named missing)   | Pending              | Synchronized=False HypervisorClassNotFound / MultipleDefaultHypervisorClasses |
-//	| pod could not be built or created                 | Pending              | Synchronized=False FailedCreate          |
+//	| no class (none default, several, named missing)   | Pending              | LauncherPodCreated=False HypervisorClassNotFound / MultipleDefaultHypervisorClasses |
+//	| pod could not be built or created                 | Pending              | LauncherPodCreated=False FailedCreate    |
 //	| pod exists, not yet bound to a node               | Scheduling           | PodScheduled copied from the pod (Unschedulable + the scheduler's message) |
 //	| pod bound, not yet running                        | Scheduling           | nodeName set                             |
-//	| pod running                                       | Scheduled            | nodeName set                             |
+//	| pod running                                       | Scheduled            | nodeName set, Ready left to the handler  |
 //	| pod Failed; or Succeeded before the VMI Running   | Failed               | reason PodFailed, Ready=False naming the pod |
 //	| pod had existed and is gone                       | Failed               | reason PodNotExists, Ready=False naming the pod |
 //
-// The node handler owns Running and what follows, the Ready condition once the VMI is
-// Scheduled, and status.nodeName once it is set (a migration moves it): those are kept.
+// Of what it returns, the controller writes only the fields it owns (controllerFields); the
+// node handler owns the lifecycle fields from its first write on, and status.nodeName, once set,
+// is kept (a migration moves it). docs/architecture.md has the ownership table.
 func deriveStatus(vmi *v1alpha1.VirtualMachineInstance, obs observation, now metav1.Time) v1alpha1.VirtualMachineInstanceStatus {
 	prev := vmi.Status
 	st := *prev.DeepCopy()
-	if isFinal(prev.Phase) {
+	if prev.Phase.IsFinal() {
 		return st
 	}
 	gen := vmi.Generation
@@ -96,13 +85,11 @@ func deriveStatus(vmi *v1alpha1.VirtualMachineInstance, obs observation, now met
 	}
 	if syncProblem != nil {
 		setCond(v1alpha1.VirtualMachineInstanceCondition{
-			Type: v1alpha1.VirtualMachineInstanceSynchronized, Status: corev1.ConditionFalse,
+			Type: v1alpha1.VirtualMachineInstanceLauncherPodCreated, Status: corev1.ConditionFalse,
 			Reason: syncProblem.Reason, Message: syncProblem.Message,
 		})
 	} else if obs.Pod != nil {
-		st.Conditions = slices.DeleteFunc(st.Conditions, func(c v1alpha1.VirtualMachineInstanceCondition) bool {
-			return c.Type == v1alpha1.VirtualMachineInstanceSynchronized && slices.Contains(controllerReasons, c.Reason)
-		})
+		st.Conditions = v1alpha1.RemoveCondition(st.Conditions, v1alpha1.VirtualMachineInstanceLauncherPodCreated)
 	}
 
 	pod := obs.Pod
@@ -147,6 +134,9 @@ func deriveStatus(vmi *v1alpha1.VirtualMachineInstance, obs observation, now met
 			case podDown(pod):
 				notReady(v1alpha1.ReasonPodTerminating, fmt.Sprintf("launcher pod %s is terminating", pod.Name))
 			case phase == v1alpha1.Scheduled:
+				// The handler's from here: the Ready it writes is its own, not laid over this
+				// one (whose reason and message it would not own).
+				st.Conditions = v1alpha1.RemoveCondition(st.Conditions, v1alpha1.VirtualMachineInstanceReady)
 			case c == nil:
 				notReady(v1alpha1.ReasonPodConditionMissing, fmt.Sprintf("launcher pod %s reports no Ready condition", pod.Name))
 			default:
@@ -198,4 +188,22 @@ func podCondition(pod *corev1.Pod, t corev1.PodConditionType) *corev1.PodConditi
 // condition returns the condition of type t in st, or nil.
 func condition(st v1alpha1.VirtualMachineInstanceStatus, t v1alpha1.VirtualMachineInstanceConditionType) *v1alpha1.VirtualMachineInstanceCondition {
 	return v1alpha1.InstanceCondition(st.Conditions, t)
+}
+
+// controllerFields returns of st the fields the VMI controller owns: hypervisorClassName,
+// launcherPodName, nodeName and the PodScheduled and LauncherPodCreated conditions; with
+// lifecycle, also the lifecycle fields (v1alpha1.LifecycleFields), which it owns until a node
+// handler takes them over, and takes back only to end a VMI whose launcher pod failed or is gone.
+func controllerFields(st v1alpha1.VirtualMachineInstanceStatus, lifecycle bool) v1alpha1.VirtualMachineInstanceStatus {
+	var out v1alpha1.VirtualMachineInstanceStatus
+	if lifecycle {
+		out = v1alpha1.LifecycleFields(st)
+	}
+	out.HypervisorClassName, out.LauncherPodName, out.NodeName = st.HypervisorClassName, st.LauncherPodName, st.NodeName
+	for _, t := range []v1alpha1.VirtualMachineInstanceConditionType{podScheduledCondition, v1alpha1.VirtualMachineInstanceLauncherPodCreated} {
+		if c := v1alpha1.InstanceCondition(st.Conditions, t); c != nil {
+			out.Conditions = append(out.Conditions, *c)
+		}
+	}
+	return out
 }

@@ -71,8 +71,8 @@ func TestDeriveStatus(t *testing.T) {
 			vmi:  vmiWith(""),
 			obs:  observation{ClassProblem: &problem{v1alpha1.ReasonHypervisorClassNotFound, `HypervisorClass "fast" not found`}},
 			want: want{phase: v1alpha1.Pending, newPhaseTimestamp: true, conds: map[v1alpha1.VirtualMachineInstanceConditionType]string{
-				v1alpha1.VirtualMachineInstanceSynchronized: `False/HypervisorClassNotFound/HypervisorClass "fast" not found`,
-				v1alpha1.VirtualMachineInstanceReady:        "False/HypervisorClassNotFound",
+				v1alpha1.VirtualMachineInstanceLauncherPodCreated: `False/HypervisorClassNotFound/HypervisorClass "fast" not found`,
+				v1alpha1.VirtualMachineInstanceReady:              "False/HypervisorClassNotFound",
 			}},
 		},
 		{
@@ -80,7 +80,7 @@ func TestDeriveStatus(t *testing.T) {
 			vmi:  vmiWith(v1alpha1.Pending),
 			obs:  observation{ClassProblem: &problem{v1alpha1.ReasonMultipleDefaultHypervisorClasses, "several are default: a, b"}},
 			want: want{phase: v1alpha1.Pending, conds: map[v1alpha1.VirtualMachineInstanceConditionType]string{
-				v1alpha1.VirtualMachineInstanceSynchronized: "False/MultipleDefaultHypervisorClasses/a, b",
+				v1alpha1.VirtualMachineInstanceLauncherPodCreated: "False/MultipleDefaultHypervisorClasses/a, b",
 			}},
 		},
 		{
@@ -88,23 +88,23 @@ func TestDeriveStatus(t *testing.T) {
 			vmi:  vmiWith(v1alpha1.Pending),
 			obs:  observation{ClassName: "qemu", CreateProblem: &problem{v1alpha1.ReasonFailedCreate, "create launcher pod: forbidden"}},
 			want: want{phase: v1alpha1.Pending, class: "qemu", conds: map[v1alpha1.VirtualMachineInstanceConditionType]string{
-				v1alpha1.VirtualMachineInstanceSynchronized: "False/FailedCreate/forbidden",
+				v1alpha1.VirtualMachineInstanceLauncherPodCreated: "False/FailedCreate/forbidden",
 			}},
 		},
 		{
-			name: "pod created: Scheduling, names recorded, the controller's Synchronized cleared",
+			name: "pod created: Scheduling, names recorded, LauncherPodCreated gone",
 			vmi: vmiWith(v1alpha1.Pending, withCond(v1alpha1.VirtualMachineInstanceCondition{
-				Type: v1alpha1.VirtualMachineInstanceSynchronized, Status: corev1.ConditionFalse, Reason: v1alpha1.ReasonHypervisorClassNotFound,
+				Type: v1alpha1.VirtualMachineInstanceLauncherPodCreated, Status: corev1.ConditionFalse, Reason: v1alpha1.ReasonHypervisorClassNotFound,
 			})),
 			obs: observation{ClassName: "qemu", Pod: launcher()},
 			want: want{phase: v1alpha1.Scheduling, podName: "launcher-1", class: "qemu", newPhaseTimestamp: true,
 				conds: map[v1alpha1.VirtualMachineInstanceConditionType]string{
-					v1alpha1.VirtualMachineInstanceSynchronized: "-",
-					v1alpha1.VirtualMachineInstanceReady:        "False/PodConditionMissing/launcher-1",
+					v1alpha1.VirtualMachineInstanceLauncherPodCreated: "-",
+					v1alpha1.VirtualMachineInstanceReady:              "False/PodConditionMissing/launcher-1",
 				}},
 		},
 		{
-			name: "the handler's Synchronized condition is not the controller's to clear",
+			name: "the handler's Synchronized condition is left as it is",
 			vmi: vmiWith(v1alpha1.Scheduled, created, func(s *v1alpha1.VirtualMachineInstanceStatus) { s.NodeName = "n1" }, withCond(v1alpha1.VirtualMachineInstanceCondition{
 				Type: v1alpha1.VirtualMachineInstanceSynchronized, Status: corev1.ConditionFalse, Reason: v1alpha1.ReasonSyncFailed,
 			})),
@@ -136,10 +136,13 @@ func TestDeriveStatus(t *testing.T) {
 			}},
 		},
 		{
-			name: "pod running: Scheduled",
-			vmi:  vmiWith(v1alpha1.Scheduling, created),
-			obs:  observation{Pod: launcher(bound("n1"), podPhase(corev1.PodRunning))},
-			want: want{phase: v1alpha1.Scheduled, podName: "launcher-1", nodeName: "n1", newPhaseTimestamp: true},
+			name: "pod running: Scheduled, Ready left to the handler",
+			vmi: vmiWith(v1alpha1.Scheduling, created, withCond(v1alpha1.VirtualMachineInstanceCondition{
+				Type: v1alpha1.VirtualMachineInstanceReady, Status: corev1.ConditionFalse, Reason: v1alpha1.ReasonGuestNotRunning,
+			})),
+			obs: observation{Pod: launcher(bound("n1"), podPhase(corev1.PodRunning))},
+			want: want{phase: v1alpha1.Scheduled, podName: "launcher-1", nodeName: "n1", newPhaseTimestamp: true,
+				conds: map[v1alpha1.VirtualMachineInstanceConditionType]string{v1alpha1.VirtualMachineInstanceReady: "-"}},
 		},
 		{
 			name: "Running stays Running; a migrated nodeName is not put back",

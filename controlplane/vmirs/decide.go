@@ -2,7 +2,6 @@ package vmirs
 
 import (
 	"fmt"
-	"slices"
 	"sort"
 	"time"
 
@@ -70,12 +69,8 @@ func isReady(vmi *v1alpha1.VirtualMachineInstance) bool {
 	if vmi.Status.Phase != v1alpha1.Running {
 		return false
 	}
-	for _, c := range vmi.Status.Conditions {
-		if c.Type == v1alpha1.VirtualMachineInstanceReady {
-			return c.Status == corev1.ConditionTrue
-		}
-	}
-	return false
+	c := v1alpha1.InstanceCondition(vmi.Status.Conditions, v1alpha1.VirtualMachineInstanceReady)
+	return c != nil && c.Status == corev1.ConditionTrue
 }
 
 // Decide is the replica set controller's logic: given the replica set and the VMIs it controls,
@@ -176,34 +171,15 @@ func scaleDownOrder(vmis []*v1alpha1.VirtualMachineInstance) []*v1alpha1.Virtual
 	return out
 }
 
-// setCondition sets a condition, keeping its transition time while its status is unchanged.
+// setCondition sets a replica set condition (v1alpha1.SetCondition) observed at generation.
 func setCondition(st *v1alpha1.VirtualMachineInstanceReplicaSetStatus, generation int64, now time.Time,
 	t v1alpha1.VirtualMachineInstanceReplicaSetConditionType, status corev1.ConditionStatus, reason, message string) {
-	c := v1alpha1.VirtualMachineInstanceReplicaSetCondition{
-		Type: t, Status: status, Reason: reason, Message: message,
-		ObservedGeneration: generation, LastTransitionTime: metav1.NewTime(now),
-	}
-	for i := range st.Conditions {
-		if st.Conditions[i].Type != t {
-			continue
-		}
-		if st.Conditions[i].Status == status {
-			c.LastTransitionTime = st.Conditions[i].LastTransitionTime
-		}
-		st.Conditions[i] = c
-		return
-	}
-	st.Conditions = append(st.Conditions, c)
+	st.Conditions = v1alpha1.SetCondition(st.Conditions, v1alpha1.VirtualMachineInstanceReplicaSetCondition{
+		Type: t, Status: status, Reason: reason, Message: message, ObservedGeneration: generation,
+	}, metav1.NewTime(now))
 }
 
 // removeCondition drops the condition of type t; with reasons given, only when it carries one of them.
 func removeCondition(st *v1alpha1.VirtualMachineInstanceReplicaSetStatus, t v1alpha1.VirtualMachineInstanceReplicaSetConditionType, reasons ...string) {
-	var out []v1alpha1.VirtualMachineInstanceReplicaSetCondition
-	for _, c := range st.Conditions {
-		if c.Type == t && (len(reasons) == 0 || slices.Contains(reasons, c.Reason)) {
-			continue
-		}
-		out = append(out, c)
-	}
-	st.Conditions = out
+	st.Conditions = v1alpha1.RemoveCondition(st.Conditions, t, reasons...)
 }

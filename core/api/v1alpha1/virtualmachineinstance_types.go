@@ -33,6 +33,7 @@ import (
 // +kubebuilder:printcolumn:name="NodeName",type="string",JSONPath=".status.nodeName"
 // +kubebuilder:printcolumn:name="Ready",type="string",JSONPath=".status.conditions[?(@.type=='Ready')].status"
 // +kubebuilder:printcolumn:name="Class",type="string",JSONPath=".status.hypervisorClassName",priority=1
+// +kubebuilder:validation:XValidation:rule="!has(oldSelf.status) || !has(oldSelf.status.phase) || (has(self.status) && has(self.status.phase))",message="status.phase, once set, is not removed"
 type VirtualMachineInstance struct {
 	metav1.TypeMeta   `json:",inline"`
 	metav1.ObjectMeta `json:"metadata,omitempty"`
@@ -151,10 +152,14 @@ const (
 	VirtualMachineInstancePaused VirtualMachineInstanceConditionType = "Paused"
 	// VirtualMachineInstanceProvisioning means volumes of the VMI are still being provisioned.
 	VirtualMachineInstanceProvisioning VirtualMachineInstanceConditionType = "Provisioning"
-	// VirtualMachineInstanceSynchronized is False when the handler failed to bring the guest to the spec.
+	// VirtualMachineInstanceSynchronized is False when the node handler failed to bring the guest to the spec.
 	VirtualMachineInstanceSynchronized VirtualMachineInstanceConditionType = "Synchronized"
 	// VirtualMachineInstanceIsMigratable means the VMI can be live-migrated.
 	VirtualMachineInstanceIsMigratable VirtualMachineInstanceConditionType = "LiveMigratable"
+	// VirtualMachineInstanceLauncherPodCreated is False while the VMI controller cannot create the
+	// VMI's launcher pod (no HypervisorClass, the pod could not be built or created); it is gone
+	// once the pod exists.
+	VirtualMachineInstanceLauncherPodCreated VirtualMachineInstanceConditionType = "LauncherPodCreated"
 )
 
 // VirtualMachineInstanceCondition is one aspect of the state of a VMI.
@@ -300,7 +305,12 @@ type VirtualMachineInstanceMigrationState struct {
 	Mode MigrationMode `json:"mode,omitempty"`
 }
 
-// VirtualMachineInstanceStatus is the observed state of a VMI.
+// VirtualMachineInstanceStatus is the observed state of a VMI. Several components write it, each
+// its own fields (docs/architecture.md has the table); the API server refuses any write that moves
+// the phase back or changes a final phase or its reason (VirtualMachineInstancePhase.CanMoveTo).
+//
+// +kubebuilder:validation:XValidation:rule="!has(oldSelf.phase) || (has(self.phase) && (self.phase == oldSelf.phase || (!(oldSelf.phase in ['Succeeded', 'Failed']) && (self.phase in ['Succeeded', 'Failed', 'Unknown'] || oldSelf.phase in ['Pending', 'Unknown'] || (oldSelf.phase == 'Scheduling' && self.phase != 'Pending') || (oldSelf.phase == 'Scheduled' && self.phase == 'Running')))))",message="status.phase never moves back (Pending, Scheduling, Scheduled, Running, then Succeeded or Failed) and a final phase never changes"
+// +kubebuilder:validation:XValidation:rule="!has(oldSelf.phase) || !(oldSelf.phase in ['Succeeded', 'Failed']) || (has(self.reason) ? has(oldSelf.reason) && self.reason == oldSelf.reason : !has(oldSelf.reason))",message="the reason of a final phase never changes"
 type VirtualMachineInstanceStatus struct {
 	// NodeName is the node the VMI runs on.
 	// +optional

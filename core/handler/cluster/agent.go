@@ -11,7 +11,6 @@ import (
 
 	"github.com/go-logr/logr"
 	corev1 "k8s.io/api/core/v1"
-	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
@@ -201,9 +200,9 @@ type runnable func(ctx context.Context) error
 func (m runnable) Start(ctx context.Context) error { return m(ctx) }
 
 // The node agent's permissions (the handler DaemonSet's ClusterRole): its node's VMIs and their
-// status, the launcher pods it reads, and its Node's labels.
+// status (server-side apply is a patch), the launcher pods it reads, and its Node's labels.
 // +kubebuilder:rbac:groups=kubevisor.io,resources=virtualmachineinstances,verbs=get;list;watch
-// +kubebuilder:rbac:groups=kubevisor.io,resources=virtualmachineinstances/status,verbs=get;update;patch
+// +kubebuilder:rbac:groups=kubevisor.io,resources=virtualmachineinstances/status,verbs=patch
 // +kubebuilder:rbac:groups="",resources=pods,verbs=get;list;watch
 // +kubebuilder:rbac:groups="",resources=nodes,verbs=get;list;watch;patch
 
@@ -231,7 +230,7 @@ func (a *Agent) Reconcile(ctx context.Context, req reconcile.Request) (reconcile
 	podEnded := pod == nil || pod.Status.Phase == corev1.PodFailed || pod.Status.Phase == corev1.PodSucceeded ||
 		launcherExited(pod)
 	stopping := vmi.DeletionTimestamp != nil || (pod != nil && pod.DeletionTimestamp != nil) ||
-		phaseRank(vmi.Status.Phase) == 5
+		vmi.Status.Phase.IsFinal()
 	switch {
 	case stopping || (podEnded && known):
 		if !known {
@@ -319,23 +318,26 @@ func (a *Agent) launcherPod(ctx context.Context, vmi *v1alpha1.VirtualMachineIns
 	return found, nil
 }
 
-// writeStatus lays the handler's status over the VMI's stored one (MergeStatus) and writes it
-// when it differs, retrying on conflicts with the control plane's writes.
+// writeStatus writes, by server-side apply under the node's field manager, the fields of the
+// handler's status node that the handler owns (handlerStatus), when they differ from the VMI's
+// stored ones; it reads the VMI again and starts over when the VMI changed under it.
 func (a *Agent) writeStatus(ctx context.Context, name types.NamespacedName, node v1alpha1.VirtualMachineInstanceStatus) error {
-	return retry.RetryOnConflict(retry.DefaultRetry, func() error {
+	manager := v1alpha1.HandlerFieldManager(a.cfg.NodeName)
+	return retry.OnError(retry.DefaultRetry, apierrors.IsConflict, func() error {
 		var vmi v1alpha1.VirtualMachineInstance
 		if err := a.client.Get(ctx, name, &vmi); err != nil {
 			return client.IgnoreNotFound(err)
 		}
-		merged := MergeStatus(vmi.Status, node)
-		if equality.Semantic.DeepEqual(merged, vmi.Status) {
-			return nil
+		w := handlerStatus(&vmi, node, manager)
+		body, changes, err := w.apply(&vmi)
+		if err != nil || !changes {
+			return err
 		}
-		vmi.Status = merged
-		if err := a.client.Status().Update(ctx, &vmi); err != nil {
-			return client.IgnoreNotFound(err)
+		opts := []client.SubResourceApplyOption{client.FieldOwner(manager)}
+		if w.TakeOver {
+			opts = append(opts, client.ForceOwnership)
 		}
-		return nil
+		return client.IgnoreNotFound(a.client.Status().Apply(ctx, client.ApplyConfigurationFromUnstructured(body), opts...))
 	})
 }
 

@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -150,7 +149,7 @@ func (n *agentNode) vmi(name string, root ...v1alpha1.VolumeSource) *v1alpha1.Vi
 	if err := n.c.Create(context.Background(), vmi); err != nil {
 		n.t.Fatalf("create VMI %s: %v", name, err)
 	}
-	vmi.Status.Phase = v1alpha1.Scheduled
+	vmi.Status.Phase, vmi.Status.NodeName = v1alpha1.Scheduled, node
 	if err := n.c.Status().Update(context.Background(), vmi); err != nil {
 		n.t.Fatalf("VMI %s Scheduled: %v", name, err)
 	}
@@ -479,60 +478,6 @@ func TestAgentContainerDisk(t *testing.T) {
 	if _, err := os.Stat(hostdir.Launcher(n.hostDir, vmi.UID)); err != nil {
 		t.Errorf("the launcher's directory: %v", err)
 	}
-}
-
-// TestMergeStatus: the handler's fields laid over the stored status, the control plane's kept,
-// phases never moving back or out of a final one.
-func TestMergeStatus(t *testing.T) {
-	cond := func(ct v1alpha1.VirtualMachineInstanceConditionType, s corev1.ConditionStatus) v1alpha1.VirtualMachineInstanceCondition {
-		return v1alpha1.VirtualMachineInstanceCondition{Type: ct, Status: s}
-	}
-	const podScheduled = v1alpha1.VirtualMachineInstanceConditionType("PodScheduled")
-	api := v1alpha1.VirtualMachineInstanceStatus{
-		Phase: v1alpha1.Scheduled, NodeName: node,
-		Conditions: []v1alpha1.VirtualMachineInstanceCondition{cond(podScheduled, corev1.ConditionTrue), cond(v1alpha1.VirtualMachineInstanceReady, corev1.ConditionFalse)},
-	}
-	nodeSt := v1alpha1.VirtualMachineInstanceStatus{
-		Phase: v1alpha1.Running, NodeName: node,
-		Conditions: []v1alpha1.VirtualMachineInstanceCondition{cond(v1alpha1.VirtualMachineInstanceReady, corev1.ConditionTrue)},
-		Interfaces: []v1alpha1.VirtualMachineInstanceNetworkInterface{{Name: "default", IP: "10.244.0.5"}},
-	}
-	for _, tt := range []struct {
-		name      string
-		api, node v1alpha1.VirtualMachineInstanceStatus
-		phase     v1alpha1.VirtualMachineInstancePhase
-		conds     string
-	}{
-		{"running laid over scheduled", api, nodeSt, v1alpha1.Running, "PodScheduled=True Ready=True"},
-		{"node behind the API: phase kept", withPhase(api, v1alpha1.Running), withPhase(nodeSt, v1alpha1.Scheduled), v1alpha1.Running, "PodScheduled=True Ready=True"},
-		{"final phase kept", withPhase(api, v1alpha1.Failed), nodeSt, v1alpha1.Failed, "PodScheduled=True Ready=False"},
-		{"empty node status changes no phase", api, v1alpha1.VirtualMachineInstanceStatus{}, v1alpha1.Scheduled, "PodScheduled=True"},
-	} {
-		t.Run(tt.name, func(t *testing.T) {
-			got := MergeStatus(tt.api, tt.node)
-			if got.Phase != tt.phase {
-				t.Errorf("phase %s, want %s", got.Phase, tt.phase)
-			}
-			var conds string
-			for i, c := range got.Conditions {
-				if i > 0 {
-					conds += " "
-				}
-				conds += fmt.Sprintf("%s=%s", c.Type, c.Status)
-			}
-			if conds != tt.conds {
-				t.Errorf("conditions %q, want %q", conds, tt.conds)
-			}
-		})
-	}
-	if api.Phase != v1alpha1.Scheduled || len(api.Conditions) != 2 {
-		t.Error("MergeStatus changed its input")
-	}
-}
-
-func withPhase(st v1alpha1.VirtualMachineInstanceStatus, p v1alpha1.VirtualMachineInstancePhase) v1alpha1.VirtualMachineInstanceStatus {
-	st.Phase = p
-	return st
 }
 
 // TestServe runs the whole serve mode against a real API server: the driver plugins start
