@@ -30,12 +30,12 @@ import (
 	"github.com/kubevisor/kubevisor/core/api/v1alpha1"
 	"github.com/kubevisor/kubevisor/core/handler"
 	"github.com/kubevisor/kubevisor/core/launcher"
-	"github.com/kubevisor/kubevisor/core/launcher/hostdir"
+	"github.com/kubevisor/kubevisor/core/layout"
 )
 
 // DefaultHostStateDir is where launcher pods' per-VMI directories live on the node (package
-// hostdir).
-const DefaultHostStateDir = hostdir.Default
+// layout).
+const DefaultHostStateDir = layout.DefaultHostStateDir
 
 // AgentConfig configures the node agent.
 type AgentConfig struct {
@@ -147,7 +147,7 @@ func (a *Agent) HandlerOptions(opts handler.Options) handler.Options {
 // containerDisk disks into the per-VMI directory, and has the handler keep the VMI's files
 // there (Sandbox.Dir), where the launcher container sees them at the same path.
 func (a *Agent) sandbox(ctx context.Context, vmi *v1alpha1.VirtualMachineInstance) (handler.Sandbox, error) {
-	socket := filepath.Join(hostdir.Launcher(a.cfg.HostStateDir, vmi.UID), launcher.SocketName)
+	socket := filepath.Join(layout.LauncherDir(a.cfg.HostStateDir, vmi.UID), launcher.SocketName)
 	dctx, cancel := context.WithTimeout(ctx, a.cfg.DialTimeout)
 	defer cancel()
 	c, err := launcher.Dial(dctx, socket)
@@ -164,7 +164,7 @@ func (a *Agent) sandbox(ctx context.Context, vmi *v1alpha1.VirtualMachineInstanc
 	}
 	return handler.Sandbox{
 		LauncherSocket: socket, NetNSPath: fmt.Sprintf("/proc/%d/ns/net", pid),
-		Dir: hostdir.VMI(a.cfg.HostStateDir, vmi.UID),
+		Dir: layout.VMIDir(a.cfg.HostStateDir, vmi.UID),
 	}, nil
 }
 
@@ -284,14 +284,11 @@ func (a *Agent) Reconcile(ctx context.Context, req reconcile.Request) (reconcile
 	return reconcile.Result{}, nil
 }
 
-// launcherContainer is the launcher pod's launcher container (launcherpod.ContainerName).
-const launcherContainer = "compute"
-
 // launcherExited says whether the pod's launcher container terminated. The pod of a VMI with
 // containerDisk volumes stays Running after that: their containers run until the pod is deleted.
 func launcherExited(pod *corev1.Pod) bool {
 	for _, cs := range pod.Status.ContainerStatuses {
-		if cs.Name == launcherContainer && cs.State.Terminated != nil {
+		if cs.Name == layout.ComputeContainer && cs.State.Terminated != nil {
 			return true
 		}
 	}
@@ -377,7 +374,7 @@ func (a *Agent) stopUnknown(ctx context.Context, uid types.UID, name types.Names
 	}
 	// The VMI is gone, so are its launcher pods (the VMI controller holds the VMI until
 	// then): nothing mounts its directory any more.
-	if err := os.RemoveAll(hostdir.VMI(a.cfg.HostStateDir, uid)); err != nil {
+	if err := os.RemoveAll(layout.VMIDir(a.cfg.HostStateDir, uid)); err != nil {
 		return fmt.Errorf("remove the VMI directory: %w", err)
 	}
 	a.mu.Lock()
@@ -395,7 +392,7 @@ const orphanDirAge = 2 * time.Minute
 // node in live, no launcher pod, nothing the handler runs (left by VMIs deleted while the
 // agent was down).
 func (a *Agent) sweepDirs(ctx context.Context, live map[types.UID]bool) {
-	root := filepath.Dir(hostdir.VMI(a.cfg.HostStateDir, "x"))
+	root := layout.VMIsDir(a.cfg.HostStateDir)
 	entries, err := os.ReadDir(root)
 	if err != nil {
 		return // none yet
