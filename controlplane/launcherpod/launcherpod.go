@@ -85,8 +85,6 @@ const (
 	// the launcher's own deadline (and its kill of the VM process) comes before the kubelet's
 	// SIGKILL; KubeVirt uses the same margin.
 	DefaultGracePeriodMarginSeconds = 15
-	// DefaultVMIGracePeriodSeconds is the grace period of a VMI that sets none, as a pod's.
-	DefaultVMIGracePeriodSeconds = 30
 
 	// LauncherCommand is the launcher binary in the launcher image.
 	LauncherCommand = "kubevisor-launcher"
@@ -252,10 +250,7 @@ func Build(vmi *v1alpha1.VirtualMachineInstance, class *v1alpha1.HypervisorClass
 		mounts[0].MountPropagation = ptr.To(corev1.MountPropagationHostToContainer)
 	}
 
-	vmiGrace := int64(DefaultVMIGracePeriodSeconds)
-	if vmi.Spec.TerminationGracePeriodSeconds != nil {
-		vmiGrace = *vmi.Spec.TerminationGracePeriodSeconds
-	}
+	vmiGrace := vmi.Spec.GracePeriodSeconds()
 
 	labels := map[string]string{}
 	// The VMI's labels go to the pod, as KubeVirt does, so that a Service selecting VMIs by

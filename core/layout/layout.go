@@ -1,6 +1,6 @@
 // Package layout is what the control plane and the node agree on about a VMI's launcher pod:
-// the per-VMI directory on the node, the files and sockets in it, and the names of the pod's
-// containers.
+// the per-VMI directory on the node, the files and sockets in it, the names of the pod's
+// containers, and the grace period of a VMI that sets none.
 //
 // controlplane/launcherpod builds the pod from these names; the node handler
 // (core/handler/cluster), kubevisor-launcher and the pod's helper commands find each other
@@ -15,6 +15,7 @@ package layout
 
 import (
 	"path"
+	"time"
 
 	"k8s.io/apimachinery/pkg/types"
 )
@@ -47,6 +48,13 @@ const (
 	// containerDisk volume's socket in that volume's container (cmd/kubevisor-containerdisk).
 	ContainerDiskCommand = "kubevisor-containerdisk"
 )
+
+// DefaultGracePeriod is the graceful shutdown time of a VMI that sets no
+// terminationGracePeriodSeconds (a pod's default, and KubeVirt's), and kubevisor-launcher's
+// when it is given no --grace-period. VirtualMachineInstanceSpec.GracePeriod in
+// core/api/v1alpha1 applies it; it is defined here so that kubevisor-launcher, which links no
+// Kubernetes API types, has the same default.
+const DefaultGracePeriod = 30 * time.Second
 
 func root(hostStateDir string) string {
 	if hostStateDir == "" {

@@ -37,7 +37,7 @@ func TestImports(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, imp := range pkg.Imports {
-		if !slices.Contains([]string{"path", "k8s.io/apimachinery/pkg/types"}, imp) {
+		if !slices.Contains([]string{"path", "time", "k8s.io/apimachinery/pkg/types"}, imp) {
 			t.Errorf("imports %s: the launcher image's static helpers link this package", imp)
 		}
 	}

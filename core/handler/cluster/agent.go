@@ -295,12 +295,9 @@ func launcherExited(pod *corev1.Pod) bool {
 	return false
 }
 
-// grace is the VMI's terminationGracePeriodSeconds (KubeVirt's default 30 s when unset).
+// grace is the VMI's terminationGracePeriodSeconds, or the default.
 func grace(vmi *v1alpha1.VirtualMachineInstance) time.Duration {
-	if g := vmi.Spec.TerminationGracePeriodSeconds; g != nil && *g >= 0 {
-		return time.Duration(*g) * time.Second
-	}
-	return 30 * time.Second
+	return vmi.Spec.GracePeriod()
 }
 
 // launcherPod returns the VMI's launcher pod on this node, nil when there is none.
