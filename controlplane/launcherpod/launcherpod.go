@@ -350,18 +350,6 @@ func guestMemory(vmi *v1alpha1.VirtualMachineInstance) (resource.Quantity, error
 	return resource.Quantity{}, errors.New("VMI sets no memory (spec.domain.memory.guest or spec.domain.resources.requests.memory)")
 }
 
-func vcpus(vmi *v1alpha1.VirtualMachineInstance) int64 {
-	n := int64(1)
-	if c := vmi.Spec.Domain.CPU; c != nil {
-		for _, v := range []uint32{c.Sockets, c.Cores, c.Threads} {
-			if v > 0 {
-				n *= int64(v)
-			}
-		}
-	}
-	return n
-}
-
 // buildResources computes the launcher container's requests and limits:
 //
 //	memory  request: requests.memory (else guest memory) + launcher overhead + class podFixed
@@ -404,8 +392,10 @@ func buildResources(vmi *v1alpha1.VirtualMachineInstance, class *v1alpha1.Hyperv
 	case !vr.Limits.Cpu().IsZero():
 		req[corev1.ResourceCPU] = vr.Limits.Cpu().DeepCopy()
 	default:
+		// Neither is set, so the vCPUs are the topology's, or 1.
+		vcpus, _ := vmi.Spec.Domain.VCPUs()
 		q := cfg.CPURequestPerVCPU.DeepCopy()
-		q.Mul(vcpus(vmi))
+		q.Mul(vcpus)
 		req[corev1.ResourceCPU] = q
 	}
 	if !vr.Limits.Cpu().IsZero() {

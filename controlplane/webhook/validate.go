@@ -161,11 +161,8 @@ func (v *validator) domain() {
 	}
 
 	// CPU topology: no more vCPUs than any domain may have.
-	if c := d.CPU; c != nil {
-		n := uint64(max(c.Sockets, 1)) * uint64(max(c.Cores, 1)) * uint64(max(c.Threads, 1))
-		if n > domain.MaxVCPUs {
-			v.add(field.Invalid(dp.Child("cpu"), n, fmt.Sprintf("%d vCPUs (sockets*cores*threads) exceed the maximum of %d", n, domain.MaxVCPUs)))
-		}
+	if n, from := d.VCPUs(); from == v1alpha1.VCPUsFromTopology && n > domain.MaxVCPUs {
+		v.add(field.Invalid(dp.Child("cpu"), n, fmt.Sprintf("%d vCPUs (sockets*cores*threads) exceed the maximum of %d", n, domain.MaxVCPUs)))
 	}
 
 	// Firmware.
