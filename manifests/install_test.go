@@ -26,6 +26,7 @@ import (
 	"github.com/kubevisor/kubevisor/controlplane/launcherpod"
 	"github.com/kubevisor/kubevisor/core/api/v1alpha1"
 	"github.com/kubevisor/kubevisor/core/handler"
+	"github.com/kubevisor/kubevisor/core/layout"
 	"github.com/kubevisor/kubevisor/internal/testenv"
 )
 
@@ -543,7 +544,7 @@ func checkDefaultClass(t *testing.T, r rendered, driver string) {
 	if pod.Spec.HostPID || pod.Spec.HostNetwork || pod.Spec.HostIPC {
 		t.Error("launcher pod shares a host namespace")
 	}
-	compute := container(t, pod.Spec, launcherpod.ContainerName)
+	compute := container(t, pod.Spec, layout.ComputeContainer)
 	for _, d := range class.DeviceResources {
 		if q := compute.Resources.Limits[d]; q.Value() != 1 {
 			t.Errorf("launcher container does not request %s", d)

@@ -1,6 +1,6 @@
 // Command kubevisor-console-log follows a VMI's serial console log to stdout until SIGTERM: the
 // launcher pod's guest-console-log container (package core/launcher/consolelog). Standard
-// library only, built static into the launcher image.
+// library only (besides core/layout's names), built static into the launcher image.
 package main
 
 import (
@@ -13,10 +13,11 @@ import (
 	"time"
 
 	"github.com/kubevisor/kubevisor/core/launcher/consolelog"
+	"github.com/kubevisor/kubevisor/core/layout"
 )
 
 func main() {
-	file := flag.String("file", "", "console log `file` to follow (the VMI directory's "+consolelog.FileName+")")
+	file := flag.String("file", "", "console log `file` to follow (the VMI directory's "+layout.ConsoleLogName+")")
 	poll := flag.Duration("poll", 500*time.Millisecond, "how often to look for new output")
 	flag.Parse()
 	if *file == "" || flag.NArg() > 0 {

@@ -2,7 +2,7 @@
 // it serves a unix socket (--socket) until SIGTERM, so that the node handler finds the container
 // and, through it, the image's disk (package core/handler/cluster/containerdisk). With --copy-to
 // it copies itself into a directory and exits (the launcher pod's init container). It is a
-// static binary with no dependency beyond the standard library.
+// static binary with no dependency beyond the standard library and core/layout.
 package main
 
 import (
@@ -13,6 +13,7 @@ import (
 	"syscall"
 
 	"github.com/kubevisor/kubevisor/core/handler/cluster/containerdisk"
+	"github.com/kubevisor/kubevisor/core/layout"
 )
 
 func main() {
@@ -41,6 +42,6 @@ func main() {
 }
 
 func fail(format string, args ...any) {
-	fmt.Fprintf(os.Stderr, containerdisk.Command+": "+format+"\n", args...)
+	fmt.Fprintf(os.Stderr, layout.ContainerDiskCommand+": "+format+"\n", args...)
 	os.Exit(1)
 }

@@ -14,6 +14,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/kubevisor/kubevisor/core/handler/cluster/containerdisk"
+	"github.com/kubevisor/kubevisor/core/layout"
 	"github.com/kubevisor/kubevisor/internal/testbin"
 )
 
@@ -29,7 +30,7 @@ func TestBinary(t *testing.T) {
 	if err := testbin.Build(filepath.Join(dir, "bin"), false, "github.com/kubevisor/kubevisor/cmd/kubevisor-containerdisk"); err != nil {
 		t.Fatal(err)
 	}
-	bin := filepath.Join(dir, "bin", containerdisk.Command)
+	bin := filepath.Join(dir, "bin", layout.ContainerDiskCommand)
 
 	t.Run("static", func(t *testing.T) {
 		f, err := elf.Open(bin)
@@ -52,7 +53,7 @@ func TestBinary(t *testing.T) {
 		if out, err := exec.Command(bin, "--copy-to", to).CombinedOutput(); err != nil {
 			t.Fatalf("%v: %s", err, out)
 		}
-		fi, err := os.Stat(filepath.Join(to, containerdisk.Command))
+		fi, err := os.Stat(filepath.Join(to, layout.ContainerDiskCommand))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -63,7 +64,7 @@ func TestBinary(t *testing.T) {
 	})
 
 	t.Run("serve until SIGTERM", func(t *testing.T) {
-		sock := containerdisk.Socket(filepath.Join(dir, "vmi"), "root") // its directory is made
+		sock := layout.ContainerDiskSocket(dir, "vmi", "root") // its directory is made
 		cmd := exec.Command(bin, "--socket", sock)
 		cmd.Stderr = os.Stderr
 		if err := cmd.Start(); err != nil {
@@ -113,7 +114,7 @@ func TestBinary(t *testing.T) {
 	})
 
 	t.Run("stale socket replaced", func(t *testing.T) {
-		sock := containerdisk.Socket(filepath.Join(dir, "vmi2"), "root")
+		sock := layout.ContainerDiskSocket(dir, "vmi2", "root")
 		s, err := containerdisk.Listen(sock)
 		if err != nil {
 			t.Fatal(err)

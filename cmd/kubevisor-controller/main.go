@@ -11,8 +11,8 @@ import (
 	"k8s.io/klog/v2/textlogger"
 	ctrl "sigs.k8s.io/controller-runtime"
 
-	"github.com/kubevisor/kubevisor/controlplane/launcherpod"
 	"github.com/kubevisor/kubevisor/controlplane/manager"
+	"github.com/kubevisor/kubevisor/core/layout"
 )
 
 func main() {
@@ -30,7 +30,7 @@ func main() {
 	fs.IntVar(&cfg.Workers, "workers", 4, "objects each controller reconciles at once")
 	fs.StringVar(&cfg.Pod.LauncherImage, "launcher-image", "", "`image` of the launcher pods (required)")
 	fs.StringVar(&pullPolicy, "launcher-image-pull-policy", string(corev1.PullIfNotPresent), "pull `policy` of the launcher image (Always, IfNotPresent, Never)")
-	fs.StringVar(&cfg.Pod.HostStateDir, "host-state-dir", launcherpod.DefaultHostStateDir, "node `directory` holding the per-VMI directories shared with launcher pods")
+	fs.StringVar(&cfg.Pod.HostStateDir, "host-state-dir", layout.DefaultHostStateDir, "node `directory` holding the per-VMI directories shared with launcher pods")
 	_ = fs.Parse(os.Args[1:])
 	cfg.Pod.ImagePullPolicy = corev1.PullPolicy(pullPolicy)
 	if cfg.Pod.LauncherImage == "" || fs.NArg() > 0 {

@@ -30,6 +30,7 @@ import (
 
 	"github.com/kubevisor/kubevisor/conformance/e2e/guest"
 	"github.com/kubevisor/kubevisor/core/api/v1alpha1"
+	"github.com/kubevisor/kubevisor/core/layout"
 )
 
 // Config is what the suite runs against; the test entry point fills it from flags.
@@ -181,7 +182,7 @@ func (f *Framework) Console(ctx context.Context, vmi *v1alpha1.VirtualMachineIns
 	GinkgoHelper()
 	pods := f.LauncherPods(ctx, vmi.UID)
 	Expect(pods).NotTo(BeEmpty(), "no launcher pod for VMI %s", vmi.Name)
-	out, err := f.Kubectl(ctx, "", "logs", pods[0].Name, "-c", "guest-console-log")
+	out, err := f.Kubectl(ctx, "", "logs", pods[0].Name, "-c", layout.ConsoleLogContainer)
 	Expect(err).NotTo(HaveOccurred())
 	return out
 }

@@ -6,21 +6,22 @@
 //
 // # The per-VMI directory
 //
-// Each VMI has a directory on its node, <HostStateDir>/vmi/<VMI UID> (Dir), shared by the node
-// handler (which runs the drivers on the host) and the launcher pod. The pod mounts it as a
-// hostPath at the same path, so that a path the handler or a storage driver writes there (a
+// Each VMI has a directory on its node, <HostStateDir>/vmi/<VMI UID> (layout.VMIDir), shared by
+// the node handler (which runs the drivers on the host) and the launcher pod. The pod mounts it
+// as a hostPath at the same path, so that a path the handler or a storage driver writes there (a
 // prepared disk, a cloud-init ISO) means the same file inside the pod. Files appear in the pod as
 // they are written. Mounts made on the node after the pod started appear only with
 // HostToContainer propagation, which the runtime refuses unless the node's mount is shared or
 // a slave: the launcher container has it only when the VMI has containerDisk volumes, whose
 // disks the handler mounts there (see Volumes).
 //
-// kubevisor-launcher serves its sockets in LauncherDir, a subdirectory of it, not in the
+// kubevisor-launcher serves its sockets in layout.LauncherDir, a subdirectory of it, not in the
 // directory itself: the kubelet creates a DirectoryOrCreate hostPath with mode 0755, and the
 // launcher refuses to serve in a directory that group or others can reach (whoever reaches its
-// socket runs programs in the sandbox). The launcher creates LauncherDir 0700 itself; the
-// handler dials LauncherDir/launcher.sock. (Serving in Dir itself would need the handler to
-// create Dir 0700 before the kubelet mounts it, a race the kubelet wins.)
+// socket runs programs in the sandbox). The launcher creates that directory 0700 itself; the
+// handler dials launcher.sock in it. (Serving in the VMI directory itself would need the handler
+// to create it 0700 before the kubelet mounts it, a race the kubelet wins.) docs/architecture.md
+// lists every file of the directory.
 //
 // # Volumes
 //
@@ -40,10 +41,11 @@
 // garbage-collected like any other, with the pod's pull secrets) and whose command is
 // kubevisor-containerdisk, a static binary that an init container copies from the launcher
 // image into an emptyDir (the disk image holds nothing but /disk/). It serves a socket in
-// ContainerDiskDir until the pod ends; the node handler finds the container's process through
-// it, and bind-mounts the image's disk read-only into ContainerDiskDir, where the launcher
-// container sees it (HostToContainer) and the storage driver makes the VM's overlay over it.
-// These containers share ContainerDiskDir only (a hostPath of their own), not the per-VMI
+// layout.ContainerDiskDir until the pod ends; the node handler finds the container's process
+// through it, and bind-mounts the image's disk read-only into that directory, where the
+// launcher container sees it (HostToContainer) and the storage driver makes the VM's overlay
+// over it.
+// These containers share that directory only (a hostPath of their own), not the per-VMI
 // directory.
 //
 // # Security
@@ -52,7 +54,7 @@
 // cannot gain privileges: it only starts the VM process the driver asks for. Host devices reach
 // it only through the device plugin resources the class lists (HypervisorClass.DeviceResources).
 // It runs as the image's user (root in the container, without capabilities) because the kubelet
-// creates the per-VMI directory as root, and the launcher must own LauncherDir.
+// creates the per-VMI directory as root, and the launcher must own its directory in it.
 package launcherpod
 
 import (
@@ -73,30 +75,19 @@ import (
 	"k8s.io/utils/ptr"
 
 	"github.com/kubevisor/kubevisor/core/api/v1alpha1"
-	"github.com/kubevisor/kubevisor/core/handler/cluster/containerdisk"
-	"github.com/kubevisor/kubevisor/core/launcher/consolelog"
-	"github.com/kubevisor/kubevisor/core/launcher/hostdir"
+	"github.com/kubevisor/kubevisor/core/layout"
 )
 
-// Defaults of Config, and the fixed names of the pod.
+// Defaults of Config, and the fixed names of the pod that only the control plane uses (the
+// names the node uses too are in core/layout).
 const (
-	// DefaultHostStateDir is the node directory that holds the per-VMI directories; the node
-	// handler's default is the same (core/handler/cluster). It is under /run: what it holds
-	// (sockets, prepared disks of running VMs) does not outlive a reboot.
-	DefaultHostStateDir = hostdir.Default
 	// DefaultGracePeriodMarginSeconds is added to the VMI's grace period to make the pod's, so that
 	// the launcher's own deadline (and its kill of the VM process) comes before the kubelet's
 	// SIGKILL; KubeVirt uses the same margin.
 	DefaultGracePeriodMarginSeconds = 15
-	// DefaultVMIGracePeriodSeconds is the grace period of a VMI that sets none, as a pod's.
-	DefaultVMIGracePeriodSeconds = 30
 
-	// ContainerName is the name of the launcher container.
-	ContainerName = "compute"
 	// LauncherCommand is the launcher binary in the launcher image.
 	LauncherCommand = "kubevisor-launcher"
-	// ConsoleLogContainerName is the container that prints the guest's serial console.
-	ConsoleLogContainerName = "guest-console-log"
 	// ConsoleLogCommand is the launcher image's static console follower (cmd/kubevisor-console-log):
 	// a stdlib-only binary, a fifth of the launcher's resident memory.
 	ConsoleLogCommand = "kubevisor-console-log"
@@ -145,7 +136,8 @@ type Config struct {
 	LauncherImage string
 	// ImagePullPolicy of the launcher image. Default: IfNotPresent.
 	ImagePullPolicy corev1.PullPolicy
-	// HostStateDir is the node directory that holds the per-VMI directories. Default: DefaultHostStateDir.
+	// HostStateDir is the node directory that holds the per-VMI directories. Default:
+	// layout.DefaultHostStateDir.
 	HostStateDir string
 	// LauncherMemoryOverhead is added to the guest memory in the pod's memory request and limit.
 	// Zero means DefaultLauncherMemoryOverhead.
@@ -166,7 +158,7 @@ func (c Config) withDefaults() (Config, error) {
 		c.ImagePullPolicy = corev1.PullIfNotPresent
 	}
 	if c.HostStateDir == "" {
-		c.HostStateDir = DefaultHostStateDir
+		c.HostStateDir = layout.DefaultHostStateDir
 	}
 	if !path.IsAbs(c.HostStateDir) {
 		return c, fmt.Errorf("host state directory %q is not an absolute path", c.HostStateDir)
@@ -184,21 +176,6 @@ func (c Config) withDefaults() (Config, error) {
 		return c, errors.New("negative grace period margin")
 	}
 	return c, nil
-}
-
-// Dir is the per-VMI directory on the node, shared by the handler and the launcher pod at the
-// same path.
-func Dir(hostStateDir string, uid types.UID) string { return hostdir.VMI(hostStateDir, uid) }
-
-// LauncherDir is the directory kubevisor-launcher serves its sockets in (--dir): a subdirectory
-// of Dir that the launcher creates 0700 (see the package documentation).
-func LauncherDir(hostStateDir string, uid types.UID) string {
-	return hostdir.Launcher(hostStateDir, uid)
-}
-
-// ContainerDiskDir is the directory of the containerDisk volumes' sockets and disks in Dir.
-func ContainerDiskDir(hostStateDir string, uid types.UID) string {
-	return containerdisk.Dir(Dir(hostStateDir, uid))
 }
 
 // ContainerDiskContainer is the name of the container of a containerDisk volume: "volume-"
@@ -273,10 +250,7 @@ func Build(vmi *v1alpha1.VirtualMachineInstance, class *v1alpha1.HypervisorClass
 		mounts[0].MountPropagation = ptr.To(corev1.MountPropagationHostToContainer)
 	}
 
-	vmiGrace := int64(DefaultVMIGracePeriodSeconds)
-	if vmi.Spec.TerminationGracePeriodSeconds != nil {
-		vmiGrace = *vmi.Spec.TerminationGracePeriodSeconds
-	}
+	vmiGrace := vmi.Spec.GracePeriodSeconds()
 
 	labels := map[string]string{}
 	// The VMI's labels go to the pod, as KubeVirt does, so that a Service selecting VMIs by
@@ -321,12 +295,12 @@ func Build(vmi *v1alpha1.VirtualMachineInstance, class *v1alpha1.HypervisorClass
 			Volumes:        volumes,
 			InitContainers: initContainers,
 			Containers: append([]corev1.Container{{
-				Name:            ContainerName,
+				Name:            layout.ComputeContainer,
 				Image:           cfg.LauncherImage,
 				ImagePullPolicy: cfg.ImagePullPolicy,
 				Command:         []string{LauncherCommand},
 				Args: []string{
-					"--dir", LauncherDir(cfg.HostStateDir, vmi.UID),
+					"--dir", layout.LauncherDir(cfg.HostStateDir, vmi.UID),
 					"--vmi", vmi.Namespace + "/" + vmi.Name,
 					"--grace-period", fmt.Sprintf("%ds", vmiGrace),
 				},
@@ -346,17 +320,18 @@ func Build(vmi *v1alpha1.VirtualMachineInstance, class *v1alpha1.HypervisorClass
 
 // consoleLogContainer follows the guest's serial console log, which the node handler writes
 // into the VMI directory, so that `kubectl logs <pod> -c guest-console-log` shows the console
-// (as KubeVirt's container of the same name), with kubevisor-console-log from the launcher image. vmiDir is the compute container's mount of the
-// VMI directory; this container mounts it read-only.
+// (as KubeVirt's container of the same name), with kubevisor-console-log from the launcher
+// image. vmiDir is the compute container's mount of the VMI directory; this container mounts it
+// read-only.
 func consoleLogContainer(vmi *v1alpha1.VirtualMachineInstance, cfg Config, vmiDir corev1.VolumeMount) corev1.Container {
 	vmiDir.ReadOnly = true
 	vmiDir.MountPropagation = nil
 	return corev1.Container{
-		Name:                     ConsoleLogContainerName,
+		Name:                     layout.ConsoleLogContainer,
 		Image:                    cfg.LauncherImage,
 		ImagePullPolicy:          cfg.ImagePullPolicy,
 		Command:                  []string{ConsoleLogCommand},
-		Args:                     []string{"--file", path.Join(Dir(cfg.HostStateDir, vmi.UID), consolelog.FileName)},
+		Args:                     []string{"--file", layout.ConsoleLog(cfg.HostStateDir, vmi.UID)},
 		Resources:                *ContainerDiskResources.DeepCopy(),
 		VolumeMounts:             []corev1.VolumeMount{vmiDir},
 		SecurityContext:          security(),
@@ -373,18 +348,6 @@ func guestMemory(vmi *v1alpha1.VirtualMachineInstance) (resource.Quantity, error
 		return q.DeepCopy(), nil
 	}
 	return resource.Quantity{}, errors.New("VMI sets no memory (spec.domain.memory.guest or spec.domain.resources.requests.memory)")
-}
-
-func vcpus(vmi *v1alpha1.VirtualMachineInstance) int64 {
-	n := int64(1)
-	if c := vmi.Spec.Domain.CPU; c != nil {
-		for _, v := range []uint32{c.Sockets, c.Cores, c.Threads} {
-			if v > 0 {
-				n *= int64(v)
-			}
-		}
-	}
-	return n
 }
 
 // buildResources computes the launcher container's requests and limits:
@@ -429,8 +392,10 @@ func buildResources(vmi *v1alpha1.VirtualMachineInstance, class *v1alpha1.Hyperv
 	case !vr.Limits.Cpu().IsZero():
 		req[corev1.ResourceCPU] = vr.Limits.Cpu().DeepCopy()
 	default:
+		// Neither is set, so the vCPUs are the topology's, or 1.
+		vcpus, _ := vmi.Spec.Domain.VCPUs()
 		q := cfg.CPURequestPerVCPU.DeepCopy()
-		q.Mul(vcpus(vmi))
+		q.Mul(vcpus)
 		req[corev1.ResourceCPU] = q
 	}
 	if !vr.Limits.Cpu().IsZero() {
@@ -553,7 +518,7 @@ func hostname(vmi *v1alpha1.VirtualMachineInstance) string {
 // buildVolumes returns the pod's volumes and the launcher container's mounts (see the table in
 // the package documentation).
 func buildVolumes(vmi *v1alpha1.VirtualMachineInstance, cfg Config) ([]corev1.Volume, []corev1.VolumeMount, error) {
-	dir := Dir(cfg.HostStateDir, vmi.UID)
+	dir := layout.VMIDir(cfg.HostStateDir, vmi.UID)
 	volumes := []corev1.Volume{{
 		Name: VMIDirVolumeName,
 		VolumeSource: corev1.VolumeSource{HostPath: &corev1.HostPathVolumeSource{
@@ -630,9 +595,8 @@ func security() *corev1.SecurityContext {
 // container per containerDisk volume, and the pod volumes they use (nothing for a VMI without
 // containerDisk volumes); taken are the pod's other volumes, whose names must not clash.
 func buildContainerDisks(vmi *v1alpha1.VirtualMachineInstance, cfg Config, taken []corev1.Volume) (inits, containers []corev1.Container, volumes []corev1.Volume, err error) {
-	dir := Dir(cfg.HostStateDir, vmi.UID)
 	binMount := corev1.VolumeMount{Name: ContainerDiskBinVolumeName, MountPath: ContainerDiskBinDir, ReadOnly: true}
-	diskDir := ContainerDiskDir(cfg.HostStateDir, vmi.UID)
+	diskDir := layout.ContainerDiskDir(cfg.HostStateDir, vmi.UID)
 	dirMount := corev1.VolumeMount{Name: ContainerDiskVolumeName, MountPath: diskDir}
 	names := map[string]string{} // container → volume
 	for _, v := range vmi.Spec.Volumes {
@@ -653,8 +617,8 @@ func buildContainerDisks(vmi *v1alpha1.VirtualMachineInstance, cfg Config, taken
 			Name:                     name,
 			Image:                    cd.Image,
 			ImagePullPolicy:          pull,
-			Command:                  []string{path.Join(ContainerDiskBinDir, containerdisk.Command)},
-			Args:                     []string{"--socket", containerdisk.Socket(dir, v.Name)},
+			Command:                  []string{path.Join(ContainerDiskBinDir, layout.ContainerDiskCommand)},
+			Args:                     []string{"--socket", layout.ContainerDiskSocket(cfg.HostStateDir, vmi.UID, v.Name)},
 			Resources:                *ContainerDiskResources.DeepCopy(),
 			VolumeMounts:             []corev1.VolumeMount{binMount, dirMount},
 			SecurityContext:          security(),
@@ -681,7 +645,7 @@ func buildContainerDisks(vmi *v1alpha1.VirtualMachineInstance, cfg Config, taken
 		Name:                     ContainerDiskBinaryContainer,
 		Image:                    cfg.LauncherImage,
 		ImagePullPolicy:          cfg.ImagePullPolicy,
-		Command:                  []string{containerdisk.Command},
+		Command:                  []string{layout.ContainerDiskCommand},
 		Args:                     []string{"--copy-to", ContainerDiskBinDir},
 		Resources:                *ContainerDiskResources.DeepCopy(),
 		VolumeMounts:             []corev1.VolumeMount{copyMount},

@@ -13,6 +13,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	"github.com/kubevisor/kubevisor/core/api/v1alpha1"
+	"github.com/kubevisor/kubevisor/core/layout"
 )
 
 const testUID = types.UID("0b5c5f52-9d43-4c44-a7e5-3a1f3f1d1a11")
@@ -443,7 +444,7 @@ func TestBuild(t *testing.T) {
 				if got := pod.Spec.Containers[2:]; !equality.Semantic.DeepEqual(got, want) {
 					t.Errorf("containerDisk containers = %+v\nwant %+v", got, want)
 				}
-				if pod.Spec.Containers[0].Name != ContainerName {
+				if pod.Spec.Containers[0].Name != layout.ComputeContainer {
 					t.Errorf("first container %s, want the launcher", pod.Spec.Containers[0].Name)
 				}
 			},

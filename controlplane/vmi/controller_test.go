@@ -21,6 +21,7 @@ import (
 
 	"github.com/kubevisor/kubevisor/controlplane/launcherpod"
 	"github.com/kubevisor/kubevisor/core/api/v1alpha1"
+	"github.com/kubevisor/kubevisor/core/layout"
 	"github.com/kubevisor/kubevisor/internal/envtest"
 )
 
@@ -331,7 +332,7 @@ func TestController(t *testing.T) {
 		h.setPodStatus(t, pod, func(s *corev1.PodStatus) {
 			s.Phase = corev1.PodFailed
 			s.ContainerStatuses = []corev1.ContainerStatus{{
-				Name: launcherpod.ContainerName, Image: testImage, ImageID: "sha256:0",
+				Name: layout.ComputeContainer, Image: testImage, ImageID: "sha256:0",
 				State: corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{ExitCode: 1, Reason: "Error"}},
 			}}
 		})

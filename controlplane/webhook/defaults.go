@@ -1,10 +1,6 @@
 package webhook
 
 import (
-	"math"
-
-	corev1 "k8s.io/api/core/v1"
-
 	"github.com/kubevisor/kubevisor/core/api/v1alpha1"
 	"github.com/kubevisor/kubevisor/core/domain"
 )
@@ -37,7 +33,8 @@ type DefaultOptions struct {
 //   - no interfaces and no networks: a pod network and a masquerade interface, both "default";
 //     an interface without a binding gets masquerade on the pod network, bridge on a multus one;
 //   - cpu: a topology field left 0 becomes 1; with no topology at all, sockets is the vCPU count
-//     derived from resources (limits.cpu, else requests.cpu, rounded up), as the node builds it;
+//     derived from resources (limits.cpu, else requests.cpu, rounded up: DomainSpec.VCPUs), as
+//     the node builds it;
 //   - hypervisorClassName: opts.HypervisorClassName.
 func Default(spec *v1alpha1.VirtualMachineInstanceSpec, opts DefaultOptions) {
 	if spec == nil {
@@ -100,7 +97,11 @@ func Default(spec *v1alpha1.VirtualMachineInstanceSpec, opts DefaultOptions) {
 		d.CPU = &v1alpha1.CPU{}
 	}
 	if c := d.CPU; c.Sockets == 0 && c.Cores == 0 && c.Threads == 0 {
-		c.Sockets = vcpusFromResources(&d.Resources)
+		// The count the node derives from resources. A count Validate would reject is left
+		// at 1, so that validation, not defaulting, reports the resources.
+		if n, _ := d.VCPUs(); n >= 1 && n <= domain.MaxVCPUs {
+			c.Sockets = uint32(n)
+		}
 	}
 	d.CPU.Sockets = max(d.CPU.Sockets, 1)
 	d.CPU.Cores = max(d.CPU.Cores, 1)
@@ -109,26 +110,4 @@ func Default(spec *v1alpha1.VirtualMachineInstanceSpec, opts DefaultOptions) {
 	if spec.HypervisorClassName == "" {
 		spec.HypervisorClassName = opts.HypervisorClassName
 	}
-}
-
-// vcpusFromResources is the vCPU count core/domain/assemble derives when the VMI gives no topology:
-// the cpu limit, else the cpu request, rounded up; 1 without either. A count Validate would
-// reject is left at 1 so that validation, not defaulting, reports the resources.
-func vcpusFromResources(r *v1alpha1.ResourceRequirements) uint32 {
-	q, ok := r.Limits[corev1.ResourceCPU]
-	if !ok || q.IsZero() {
-		q, ok = r.Requests[corev1.ResourceCPU]
-	}
-	if !ok || q.Sign() <= 0 {
-		return 1
-	}
-	milli := q.MilliValue()
-	if milli >= math.MaxInt64-999 {
-		return 1
-	}
-	n := (milli + 999) / 1000
-	if n < 1 || n > domain.MaxVCPUs {
-		return 1
-	}
-	return uint32(n)
 }

@@ -20,9 +20,6 @@ import (
 	"github.com/kubevisor/kubevisor/core/api/v1alpha1"
 	"github.com/kubevisor/kubevisor/core/domain"
 	"github.com/kubevisor/kubevisor/core/domain/assemble"
-	domainv1 "github.com/kubevisor/kubevisor/core/domain/v1"
-	networkv1 "github.com/kubevisor/kubevisor/core/driver/network/v1"
-	storagev1 "github.com/kubevisor/kubevisor/core/driver/storage/v1"
 )
 
 // Limits on inline cloud-init data, counted in bytes after base64 decoding. They are the
@@ -161,11 +158,8 @@ func (v *validator) domain() {
 	}
 
 	// CPU topology: no more vCPUs than any domain may have.
-	if c := d.CPU; c != nil {
-		n := uint64(max(c.Sockets, 1)) * uint64(max(c.Cores, 1)) * uint64(max(c.Threads, 1))
-		if n > domain.MaxVCPUs {
-			v.add(field.Invalid(dp.Child("cpu"), n, fmt.Sprintf("%d vCPUs (sockets*cores*threads) exceed the maximum of %d", n, domain.MaxVCPUs)))
-		}
+	if n, from := d.VCPUs(); from == v1alpha1.VCPUsFromTopology && n > domain.MaxVCPUs {
+		v.add(field.Invalid(dp.Child("cpu"), n, fmt.Sprintf("%d vCPUs (sockets*cores*threads) exceed the maximum of %d", n, domain.MaxVCPUs)))
 	}
 
 	// Firmware.
@@ -562,27 +556,22 @@ func (v *validator) scheduling() {
 	}
 }
 
-// build runs the spec through core/domain/assemble with stand-in driver results, the way the node
-// handler checks a VMI before it calls any driver, and maps its errors to field errors under
-// v.path. It only runs once the structural rules hold, so it reports what they do not cover.
+// build runs the spec through core/domain/assemble with stand-in driver results
+// (assemble.StandIns), the way the node handler checks a VMI before it calls any driver, and
+// maps its errors to field errors under v.path. It only runs once the structural rules hold, so it reports what they do not cover.
 func (v *validator) build() {
 	vmi := &v1alpha1.VirtualMachineInstance{
 		ObjectMeta: metav1.ObjectMeta{Name: "stand-in", UID: "stand-in"},
 		Spec:       *v.spec,
 	}
-	in := assemble.Inputs{
-		Disks:      map[string]*storagev1.PreparedDisk{},
-		Interfaces: map[string]*networkv1.InterfaceResult{},
-		RunDir:     "/stand-in",
-		Kernel:     &assemble.KernelArtifacts{KernelPath: "/stand-in/kernel"},
-	}
+	var volumes, interfaces []string
 	for _, vol := range v.spec.Volumes {
-		in.Disks[vol.Name] = &storagev1.PreparedDisk{VolumeName: vol.Name, Path: "/stand-in/" + vol.Name, Format: domainv1.DiskFormat_DISK_FORMAT_RAW}
+		volumes = append(volumes, vol.Name)
 	}
-	for i, iface := range v.spec.Domain.Devices.Interfaces {
-		in.Interfaces[iface.Name] = &networkv1.InterfaceResult{Name: iface.Name, TapName: fmt.Sprintf("tap%d", i), Mac: fmt.Sprintf("02:00:00:00:%02x:%02x", i>>8&0xff, i&0xff)}
+	for _, iface := range v.spec.Domain.Devices.Interfaces {
+		interfaces = append(interfaces, iface.Name)
 	}
-	_, err := assemble.Domain(vmi, in)
+	_, err := assemble.Domain(vmi, assemble.StandIns(volumes, interfaces))
 	if err == nil {
 		return
 	}

@@ -21,9 +21,6 @@ const (
 	DefaultRunDir       = "/run/kubevisor/vmis"
 	DefaultPluginDir    = "/etc/kubevisor/plugins"
 	DefaultResyncPeriod = 30 * time.Second
-	// DefaultGracePeriod is the graceful shutdown time of a VMI that sets no
-	// terminationGracePeriodSeconds, as a pod's.
-	DefaultGracePeriod = 30 * time.Second
 )
 
 // Config is the handler's configuration file (YAML or JSON):

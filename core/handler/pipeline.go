@@ -270,23 +270,20 @@ func (h *Handler) stateFor(e *entry, vmi *v1alpha1.VirtualMachineInstance, names
 	return st
 }
 
-// standIns are build inputs with a stand-in for every driver result, so that Domain reports
-// the VMI's own problems before any driver is called.
+// standIns are build inputs with a stand-in for every driver result (assemble.StandIns), so
+// that Domain reports the VMI's own problems before any driver is called.
 func standIns(p *plan, accel domainv1.Acceleration, diskBus, cdromBus domainv1.DiskBus) assemble.Inputs {
-	in := assemble.Inputs{
-		Disks:        map[string]*storagev1.PreparedDisk{},
-		Interfaces:   map[string]*networkv1.InterfaceResult{},
-		RunDir:       "/stand-in",
-		Acceleration: accel, Kernel: p.kernel, DiskBus: diskBus, CDROMBus: cdromBus,
-	}
+	var volumes, interfaces []string
 	for _, v := range p.volumes {
-		in.Disks[v.GetName()] = &storagev1.PreparedDisk{VolumeName: v.GetName(), Path: "/stand-in/" + v.GetName()}
+		volumes = append(volumes, v.GetName())
 	}
 	for _, i := range p.interfaces {
-		in.Interfaces[i.GetName()] = &networkv1.InterfaceResult{Name: i.GetName(), TapName: "tap0", Mac: "02:00:00:00:00:01"}
+		interfaces = append(interfaces, i.GetName())
 	}
-	if in.Kernel != nil && in.Kernel.KernelPath == "" {
-		in.Kernel = &assemble.KernelArtifacts{KernelPath: "/stand-in/kernel"}
+	in := assemble.StandIns(volumes, interfaces)
+	in.Acceleration, in.DiskBus, in.CDROMBus = accel, diskBus, cdromBus
+	if p.kernel != nil && p.kernel.KernelPath != "" {
+		in.Kernel = p.kernel
 	}
 	return in
 }

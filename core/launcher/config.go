@@ -17,12 +17,8 @@ const (
 	lockFileName    = "launcher.lock"
 )
 
-// Defaults of Config.
-const (
-	DefaultGracePeriod = 30 * time.Second
-	// maxKillMargin caps the default kill margin (a fifth of the grace period).
-	maxKillMargin = 5 * time.Second
-)
+// maxKillMargin caps the default kill margin (a fifth of the grace period).
+const maxKillMargin = 5 * time.Second
 
 // Config is how a launcher runs (kubevisor-launcher's flags).
 type Config struct {
@@ -30,8 +26,8 @@ type Config struct {
 	// must be owned by the launcher's user, without group or world access).
 	Dir string
 	// GracePeriod is how long after SIGTERM the VM process may take to stop
-	// (terminationGracePeriodSeconds; kubevisor-launcher's default is DefaultGracePeriod). Zero
-	// kills it at once.
+	// (terminationGracePeriodSeconds; kubevisor-launcher's default is a VMI's,
+	// layout.DefaultGracePeriod). Zero kills it at once.
 	GracePeriod time.Duration
 	// KillMargin is how long before the end of GracePeriod the launcher starts to force the
 	// process down (SIGTERM, then SIGKILL half a margin later), so that it is gone before the

@@ -10,7 +10,6 @@ import (
 	"maps"
 	"os"
 	"os/signal"
-	"path/filepath"
 	"runtime"
 	"slices"
 	"strings"
@@ -32,6 +31,7 @@ import (
 	"github.com/kubevisor/kubevisor/conformance/e2e/guest"
 	"github.com/kubevisor/kubevisor/controlplane/manager"
 	"github.com/kubevisor/kubevisor/core/api/v1alpha1"
+	"github.com/kubevisor/kubevisor/core/layout"
 )
 
 // Defaults of `kubevisor-bench e2e`.
@@ -47,8 +47,6 @@ const (
 	handlerPodLabel = "app.kubernetes.io/name=kubevisor-handler"
 	// consolePoll is how often the bench looks for the console marker of the VMIs without it.
 	consolePoll = 250 * time.Millisecond
-	// consoleLogContainer is the launcher pod's container that prints the serial console.
-	consoleLogContainer = "guest-console-log"
 )
 
 const e2eUsage = `usage: kubevisor-bench e2e [flags]
@@ -213,7 +211,7 @@ type e2eBench struct {
 // RunE2E runs the e2e benchmark and prints its figures to out.
 func RunE2E(ctx context.Context, cfg E2EConfig, out, logOut io.Writer) (err error) {
 	if cfg.Console == "file" {
-		if _, err := os.Stat(filepath.Join(cfg.HostState, "vmi")); err != nil {
+		if _, err := os.Stat(layout.VMIsDir(cfg.HostState)); err != nil {
 			return fmt.Errorf("--console file needs the node's %s/vmi (run on the node, as root, or use --console logs): %w", cfg.HostState, err)
 		}
 	}
@@ -335,7 +333,7 @@ func (b *e2eBench) consoleSource() string {
 	if b.cfg.Console == "file" {
 		return b.cfg.HostState + "/vmi/<uid>/console.log on the node"
 	}
-	return "the launcher pods' " + consoleLogContainer + " container logs (through the API: counted in the bench's requests)"
+	return "the launcher pods' " + layout.ConsoleLogContainer + " container logs (through the API: counted in the bench's requests)"
 }
 
 // handlerPod finds the node handler's pod (one node: the first Running one).
@@ -581,13 +579,13 @@ func (b *e2eBench) watchConsoles(ctx context.Context) {
 // console returns what the VMI's guest printed so far.
 func (b *e2eBench) console(ctx context.Context, vm *e2eVM) ([]byte, error) {
 	if b.cfg.Console == "file" {
-		return os.ReadFile(filepath.Join(b.cfg.HostState, "vmi", string(vm.uid), "console.log"))
+		return os.ReadFile(layout.ConsoleLog(b.cfg.HostState, vm.uid))
 	}
 	pod, err := b.launcherPod(ctx, vm.uid)
 	if err != nil {
 		return nil, err
 	}
-	return b.cs.CoreV1().Pods(b.ns).GetLogs(pod.Name, &corev1.PodLogOptions{Container: consoleLogContainer}).DoRaw(ctx)
+	return b.cs.CoreV1().Pods(b.ns).GetLogs(pod.Name, &corev1.PodLogOptions{Container: layout.ConsoleLogContainer}).DoRaw(ctx)
 }
 
 // launcherPod returns the VMI's launcher pod.

@@ -103,7 +103,8 @@ const (
 // reads no file and calls nothing. It maps, with KubeVirt's defaults:
 //
 //   - cpu: sockets/cores/threads/model (a topology field left 0 is 1); without a topology the
-//     vCPUs are the CPU limit, else request, rounded up, as sockets; else 1 vCPU;
+//     vCPUs are the CPU limit, else request, rounded up, as sockets; else 1 vCPU
+//     (v1alpha1.DomainSpec.VCPUs);
 //   - memory: memory.guest, else resources.requests.memory, else resources.limits.memory;
 //   - machine.type; firmware: bios (default), efi (secureBoot defaults to true), kernelBoot
 //     (in.Kernel's paths, kernelArgs as the command line), serial; uuid: firmware.uuid, else the
@@ -194,30 +195,30 @@ func isFalse(b *bool) bool { return b != nil && !*b }
 func (b *builder) cpu() *domainv1.CPU {
 	d := &b.vmi.Spec.Domain
 	cpu := &domainv1.CPU{Sockets: 1, Cores: 1, Threads: 1}
-	if c := d.CPU; c != nil {
-		cpu.Model = c.Model
-		if c.Sockets != 0 || c.Cores != 0 || c.Threads != 0 {
-			cpu.Sockets, cpu.Cores, cpu.Threads = max(c.Sockets, 1), max(c.Cores, 1), max(c.Threads, 1)
-			if n := uint64(cpu.Sockets) * uint64(cpu.Cores) * uint64(cpu.Threads); n > domain.MaxVCPUs {
-				b.fail(fieldDomain+".cpu", "%d vCPUs (sockets*cores*threads) exceed the maximum of %d", n, domain.MaxVCPUs)
-			}
-			return cpu
+	if d.CPU != nil {
+		cpu.Model = d.CPU.Model
+	}
+	n, from := d.VCPUs()
+	field := fieldDomain + "." + string(from)
+	switch {
+	case from == v1alpha1.VCPUsDefault:
+	case from == v1alpha1.VCPUsFromTopology:
+		c := d.CPU
+		cpu.Sockets, cpu.Cores, cpu.Threads = max(c.Sockets, 1), max(c.Cores, 1), max(c.Threads, 1)
+		if n > domain.MaxVCPUs {
+			b.fail(field, "%d vCPUs (sockets*cores*threads) exceed the maximum of %d", n, domain.MaxVCPUs)
 		}
-	}
-	q, field := d.Resources.Limits[corev1.ResourceCPU], fieldDomain+".resources.limits.cpu"
-	if q.IsZero() {
-		q, field = d.Resources.Requests[corev1.ResourceCPU], fieldDomain+".resources.requests.cpu"
-	}
-	if !q.IsZero() {
-		milli := q.MilliValue()
-		n := (milli + 999) / 1000
-		switch {
-		case milli < 0:
+	case n >= 1 && n <= domain.MaxVCPUs:
+		cpu.Sockets = uint32(n)
+	default:
+		q := d.Resources.Limits[corev1.ResourceCPU]
+		if from == v1alpha1.VCPUsFromCPURequest {
+			q = d.Resources.Requests[corev1.ResourceCPU]
+		}
+		if n < 1 {
 			b.fail(field, "%s is negative", q.String())
-		case n > domain.MaxVCPUs:
+		} else {
 			b.fail(field, "%s vCPUs exceed the maximum of %d", q.String(), domain.MaxVCPUs)
-		default:
-			cpu.Sockets = uint32(n)
 		}
 	}
 	return cpu

@@ -357,6 +357,21 @@ func TestDomainRejects(t *testing.T) {
 			want: []string{`spec.domain.cpu: 4096 vCPUs`},
 		},
 		{
+			name: "too many vcpus from the cpu request",
+			vmi: func(v *v1alpha1.VirtualMachineInstance) {
+				v.Spec.Domain.Resources.Requests = corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("600")}
+			},
+			want: []string{`spec.domain.resources.requests.cpu: 600 vCPUs exceed the maximum of 512`},
+		},
+		{
+			name: "negative cpu limit",
+			vmi: func(v *v1alpha1.VirtualMachineInstance) {
+				v.Spec.Domain.Resources.Limits = corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("-2")}
+				v.Spec.Domain.Resources.Requests = corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("1")}
+			},
+			want: []string{`spec.domain.resources.limits.cpu: -2 is negative`},
+		},
+		{
 			name: "duplicate boot order",
 			vmi: func(v *v1alpha1.VirtualMachineInstance) {
 				v.Spec.Domain.Devices.Interfaces[0].BootOrder = ptr(uint(1))

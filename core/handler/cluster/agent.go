@@ -28,12 +28,12 @@ import (
 
 	"github.com/kubevisor/kubevisor/core/api/v1alpha1"
 	"github.com/kubevisor/kubevisor/core/handler"
-	"github.com/kubevisor/kubevisor/core/launcher/hostdir"
+	"github.com/kubevisor/kubevisor/core/layout"
 )
 
 // DefaultHostStateDir is where launcher pods' per-VMI directories live on the node (package
-// hostdir).
-const DefaultHostStateDir = hostdir.Default
+// layout).
+const DefaultHostStateDir = layout.DefaultHostStateDir
 
 // AgentConfig configures the node agent.
 type AgentConfig struct {
@@ -276,26 +276,20 @@ func (a *Agent) Reconcile(ctx context.Context, req reconcile.Request) (reconcile
 	return reconcile.Result{}, nil
 }
 
-// launcherContainer is the launcher pod's launcher container (launcherpod.ContainerName).
-const launcherContainer = "compute"
-
 // launcherExited says whether the pod's launcher container terminated. The pod of a VMI with
 // containerDisk volumes stays Running after that: their containers run until the pod is deleted.
 func launcherExited(pod *corev1.Pod) bool {
 	for _, cs := range pod.Status.ContainerStatuses {
-		if cs.Name == launcherContainer && cs.State.Terminated != nil {
+		if cs.Name == layout.ComputeContainer && cs.State.Terminated != nil {
 			return true
 		}
 	}
 	return false
 }
 
-// grace is the VMI's terminationGracePeriodSeconds (KubeVirt's default 30 s when unset).
+// grace is the VMI's terminationGracePeriodSeconds, or the default.
 func grace(vmi *v1alpha1.VirtualMachineInstance) time.Duration {
-	if g := vmi.Spec.TerminationGracePeriodSeconds; g != nil && *g >= 0 {
-		return time.Duration(*g) * time.Second
-	}
-	return 30 * time.Second
+	return vmi.Spec.GracePeriod()
 }
 
 // launcherPod returns the VMI's launcher pod on this node, nil when there is none.
@@ -372,7 +366,7 @@ func (a *Agent) stopUnknown(ctx context.Context, uid types.UID, name types.Names
 	}
 	// The VMI is gone, so are its launcher pods (the VMI controller holds the VMI until
 	// then): nothing mounts its directory any more.
-	if err := os.RemoveAll(hostdir.VMI(a.cfg.HostStateDir, uid)); err != nil {
+	if err := os.RemoveAll(layout.VMIDir(a.cfg.HostStateDir, uid)); err != nil {
 		return fmt.Errorf("remove the VMI directory: %w", err)
 	}
 	a.mu.Lock()
@@ -390,7 +384,7 @@ const orphanDirAge = 2 * time.Minute
 // node in live, no launcher pod, nothing the handler runs (left by VMIs deleted while the
 // agent was down).
 func (a *Agent) sweepDirs(ctx context.Context, live map[types.UID]bool) {
-	root := filepath.Dir(hostdir.VMI(a.cfg.HostStateDir, "x"))
+	root := layout.VMIsDir(a.cfg.HostStateDir)
 	entries, err := os.ReadDir(root)
 	if err != nil {
 		return // none yet

@@ -29,9 +29,7 @@ import (
 	"github.com/kubevisor/kubevisor/core/api/v1alpha1"
 	"github.com/kubevisor/kubevisor/core/driver"
 	"github.com/kubevisor/kubevisor/core/handler"
-	"github.com/kubevisor/kubevisor/core/handler/cluster/containerdisk"
-	"github.com/kubevisor/kubevisor/core/launcher/consolelog"
-	"github.com/kubevisor/kubevisor/core/launcher/hostdir"
+	"github.com/kubevisor/kubevisor/core/layout"
 	"github.com/kubevisor/kubevisor/core/plugin"
 	"github.com/kubevisor/kubevisor/internal/envtest"
 	"github.com/kubevisor/kubevisor/internal/testbin"
@@ -167,10 +165,10 @@ func (n *agentNode) launcherPod(vmi *v1alpha1.VirtualMachineInstance) *corev1.Po
 // startLauncher starts a real launcher in the VMI's host directory.
 func (n *agentNode) startLauncher(vmi *v1alpha1.VirtualMachineInstance) {
 	n.t.Helper()
-	cmd := exec.Command(filepath.Join(n.bin, "kubevisor-launcher"), "--dir", hostdir.Launcher(n.hostDir, vmi.UID),
+	cmd := exec.Command(filepath.Join(n.bin, "kubevisor-launcher"), "--dir", layout.LauncherDir(n.hostDir, vmi.UID),
 		"--vmi", vmi.Namespace+"/"+vmi.Name, "--grace-period", "5s")
 	cmd.Stderr = os.Stderr
-	if err := os.MkdirAll(filepath.Dir(hostdir.Launcher(n.hostDir, vmi.UID)), 0o700); err != nil {
+	if err := os.MkdirAll(filepath.Dir(layout.LauncherDir(n.hostDir, vmi.UID)), 0o700); err != nil {
 		n.t.Fatal(err)
 	}
 	if err := cmd.Start(); err != nil {
@@ -278,7 +276,7 @@ func TestAgent(t *testing.T) {
 			t.Errorf("a VMI without a running launcher pod went %s (handler runs it: %v)", waiting.Status.Phase, slices.Contains(n.h.VMIs(), waiting.UID))
 		}
 		// The serial console reaches the VMI directory's console log (guest-console-log).
-		consoleLog := filepath.Join(hostdir.VMI(n.hostDir, vmi.UID), consolelog.FileName)
+		consoleLog := layout.ConsoleLog(n.hostDir, vmi.UID)
 		deadline := time.Now().Add(30 * time.Second)
 		for {
 			b, _ := os.ReadFile(consoleLog)
@@ -374,12 +372,12 @@ func TestAgent(t *testing.T) {
 		}
 		n.waitHandlerForgets(vmi.UID)
 		// Its directory on the node goes with it.
-		waitGone(t, hostdir.VMI(n.hostDir, vmi.UID))
+		waitGone(t, layout.VMIDir(n.hostDir, vmi.UID))
 	})
 
 	t.Run("directories left behind are swept, recent ones kept", func(t *testing.T) {
 		n.t = t
-		old, recent := hostdir.VMI(n.hostDir, "left-behind"), hostdir.VMI(n.hostDir, "being-made")
+		old, recent := layout.VMIDir(n.hostDir, "left-behind"), layout.VMIDir(n.hostDir, "being-made")
 		for _, d := range []string{old, recent} {
 			if err := os.MkdirAll(filepath.Join(d, "launcher"), 0o755); err != nil {
 				t.Fatal(err)
@@ -424,8 +422,8 @@ func TestAgentContainerDisk(t *testing.T) {
 	pod := n.launcherPod(vmi)
 	n.waitVMI("cd", "Running", func(v *v1alpha1.VirtualMachineInstance) bool { return v.Status.Phase == v1alpha1.Running })
 
-	vmiDir := hostdir.VMI(n.hostDir, vmi.UID)
-	img := containerdisk.Image(vmiDir, "root")
+	vmiDir := layout.VMIDir(n.hostDir, vmi.UID)
+	img := layout.ContainerDiskImage(n.hostDir, vmi.UID, "root")
 	if got := mountsUnder(t, n.hostDir); len(got) != 1 || got[0] != img {
 		t.Errorf("mounts under the host state directory %v, want just %s", got, img)
 	}
@@ -475,7 +473,7 @@ func TestAgentContainerDisk(t *testing.T) {
 			t.Errorf("%s left after the VMI stopped (%v)", p, err)
 		}
 	}
-	if _, err := os.Stat(hostdir.Launcher(n.hostDir, vmi.UID)); err != nil {
+	if _, err := os.Stat(layout.LauncherDir(n.hostDir, vmi.UID)); err != nil {
 		t.Errorf("the launcher's directory: %v", err)
 	}
 }

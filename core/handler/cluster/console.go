@@ -4,15 +4,13 @@ import (
 	"context"
 	"io"
 	"os"
-	"path/filepath"
 	"sync"
 	"time"
 
 	"github.com/go-logr/logr"
 	"k8s.io/apimachinery/pkg/types"
 
-	"github.com/kubevisor/kubevisor/core/launcher/consolelog"
-	"github.com/kubevisor/kubevisor/core/launcher/hostdir"
+	"github.com/kubevisor/kubevisor/core/layout"
 )
 
 // DefaultConsoleLogMax is the size at which a VMI's console log starts a new file.
@@ -23,7 +21,7 @@ type consoleSource interface {
 	Console(ctx context.Context, uid types.UID, in io.Reader, out io.Writer) error
 }
 
-// consoleLogs writes each running VMI's serial console into consolelog.FileName in its host
+// consoleLogs writes each running VMI's serial console into layout.ConsoleLog in its host
 // directory, which the launcher pod's guest-console-log container follows.
 type consoleLogs struct {
 	src   consoleSource
@@ -80,7 +78,7 @@ func (c *consoleLogs) close() {
 // restart). Each attach starts a new file, since the driver replays its backlog to a new
 // console.
 func (c *consoleLogs) follow(ctx context.Context, uid types.UID) {
-	path := filepath.Join(hostdir.VMI(c.root, uid), consolelog.FileName)
+	path := layout.ConsoleLog(c.root, uid)
 	for ctx.Err() == nil {
 		w := &rotatingFile{path: path, max: c.max}
 		err := c.src.Console(ctx, uid, nil, w)

@@ -4,7 +4,6 @@ import (
 	"context"
 	"io"
 	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -13,7 +12,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/kubevisor/kubevisor/core/launcher/consolelog"
-	"github.com/kubevisor/kubevisor/core/launcher/hostdir"
+	"github.com/kubevisor/kubevisor/core/layout"
 	"github.com/kubevisor/kubevisor/internal/syncbuf"
 )
 
@@ -33,13 +32,13 @@ func (s *scriptedConsole) Console(ctx context.Context, _ types.UID, _ io.Reader,
 func TestConsoleLogs(t *testing.T) {
 	root := t.TempDir()
 	uid := types.UID("u1")
-	if err := os.MkdirAll(hostdir.VMI(root, uid), 0o755); err != nil {
+	if err := os.MkdirAll(layout.VMIDir(root, uid), 0o755); err != nil {
 		t.Fatal(err)
 	}
 	src := &scriptedConsole{attaches: make(chan int, 3)}
 	c := newConsoleLogs(src, root, testr.New(t))
 	c.max, c.retry = 16, 200*time.Millisecond
-	path := filepath.Join(hostdir.VMI(root, uid), consolelog.FileName)
+	path := layout.ConsoleLog(root, uid)
 
 	// Follow the file as the guest-console-log container would.
 	ctx, cancel := context.WithCancel(context.Background())

@@ -21,16 +21,16 @@ import (
 	"github.com/kubevisor/kubevisor/core/api/v1alpha1"
 	"github.com/kubevisor/kubevisor/core/handler"
 	"github.com/kubevisor/kubevisor/core/handler/cluster/containerdisk"
-	"github.com/kubevisor/kubevisor/core/launcher/hostdir"
+	"github.com/kubevisor/kubevisor/core/layout"
 )
 
 // containerDisks makes the containerDisk volumes of the node's VMIs reachable from their
 // launcher containers, as KubeVirt's virt-handler does. Each volume has a container in the
 // launcher pod running its image with kubevisor-containerdisk as the command, which serves
-// containerdisk.Socket in the per-VMI directory. Mount dials that socket, takes the serving
+// layout.ContainerDiskSocket in the per-VMI directory. Mount dials that socket, takes the serving
 // process's pid from the connection (SO_PEERCRED: the handler needs the host's pid namespace),
 // finds the disk in that process's root (/disk/<the single file>, or the path the volume names)
-// and bind-mounts it, read-only, onto containerdisk.Image in the per-VMI directory, which the
+// and bind-mounts it, read-only, onto layout.ContainerDiskImage in the per-VMI directory, which the
 // launcher container sees at the same path (the pod's hostPath mount has HostToContainer
 // propagation). The storage driver then makes its copy-on-write overlay over that file.
 //
@@ -40,7 +40,7 @@ import (
 // with open_tree(2) on a thread that joined the container's mount namespace, then attaches the
 // clone with move_mount(2) in the handler's own.
 type containerDisks struct {
-	root    string        // the host state directory (hostdir)
+	root    string        // the host state directory (package layout)
 	timeout time.Duration // the wait for a container's socket
 	// log and warnOnce: MountAll checks the propagation of root once (checkPropagation).
 	log      logr.Logger
@@ -49,7 +49,7 @@ type containerDisks struct {
 
 // Path is the node path of a containerDisk volume's disk once Mount has mounted it.
 func (c containerDisks) Path(uid types.UID, volume string) string {
-	return containerdisk.Image(hostdir.VMI(c.root, uid), volume)
+	return layout.ContainerDiskImage(c.root, uid, volume)
 }
 
 // MountAll mounts the disk of every containerDisk volume of the VMI (Mount).
@@ -78,8 +78,7 @@ func (c containerDisks) Mount(ctx context.Context, uid types.UID, volume, inImag
 	if errs := validation.IsDNS1123Label(volume); len(errs) > 0 {
 		return fmt.Errorf("volume name %q: %s", volume, strings.Join(errs, "; "))
 	}
-	vmiDir := hostdir.VMI(c.root, uid)
-	socket := containerdisk.Socket(vmiDir, volume)
+	socket := layout.ContainerDiskSocket(c.root, uid, volume)
 	pid, conn, err := c.dial(ctx, socket)
 	if err != nil {
 		return err
@@ -330,7 +329,7 @@ func unmountAll(target string) error {
 // must be gone (after Handler.Stop): an open disk stays readable (the unmount is lazy) but a
 // new open fails.
 func (c containerDisks) Release(uid types.UID) error {
-	dir := containerdisk.Dir(hostdir.VMI(c.root, uid))
+	dir := layout.ContainerDiskDir(c.root, uid)
 	imgs, err := filepath.Glob(filepath.Join(dir, "*.img"))
 	if err != nil {
 		return err

@@ -17,8 +17,7 @@ import (
 	"github.com/go-logr/logr/testr"
 	"k8s.io/apimachinery/pkg/types"
 
-	"github.com/kubevisor/kubevisor/core/handler/cluster/containerdisk"
-	"github.com/kubevisor/kubevisor/core/launcher/hostdir"
+	"github.com/kubevisor/kubevisor/core/layout"
 	"github.com/kubevisor/kubevisor/internal/testbin"
 	"github.com/kubevisor/kubevisor/internal/testenv"
 )
@@ -35,9 +34,9 @@ func needRoot(t *testing.T) {
 // of the VMI's volume until the test ends.
 func containerDiskStandIn(t *testing.T, bin, hostDir string, uid types.UID, volume string) *exec.Cmd {
 	t.Helper()
-	exe := filepath.Join(hostDir, containerdisk.Command)
+	exe := filepath.Join(hostDir, layout.ContainerDiskCommand)
 	if _, err := os.Stat(exe); err != nil {
-		data, err := os.ReadFile(filepath.Join(bin, containerdisk.Command))
+		data, err := os.ReadFile(filepath.Join(bin, layout.ContainerDiskCommand))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -45,9 +44,9 @@ func containerDiskStandIn(t *testing.T, bin, hostDir string, uid types.UID, volu
 			t.Fatal(err)
 		}
 	}
-	sock := containerdisk.Socket(hostdir.VMI(hostDir, uid), volume)
+	sock := layout.ContainerDiskSocket(hostDir, uid, volume)
 	inside := "/" + strings.TrimPrefix(sock, hostDir+"/")
-	cmd := exec.Command("/"+containerdisk.Command, "--socket", inside)
+	cmd := exec.Command("/"+layout.ContainerDiskCommand, "--socket", inside)
 	cmd.SysProcAttr = &syscall.SysProcAttr{Chroot: hostDir, Unshareflags: syscall.CLONE_NEWNS}
 	cmd.Stderr = os.Stderr
 	if err := cmd.Start(); err != nil {

@@ -11,7 +11,7 @@ import (
 	"github.com/kubevisor/kubevisor/core/api/v1alpha1"
 	"github.com/kubevisor/kubevisor/core/handler"
 	"github.com/kubevisor/kubevisor/core/launcher"
-	"github.com/kubevisor/kubevisor/core/launcher/hostdir"
+	"github.com/kubevisor/kubevisor/core/layout"
 )
 
 // podSandbox is a VMI's launcher pod as the handler's Sandbox. Open finds the launcher (its
@@ -48,7 +48,7 @@ func (a *Agent) sandbox(vmi *v1alpha1.VirtualMachineInstance) *podSandbox {
 // Open implements handler.Sandbox.
 func (s *podSandbox) Open(ctx context.Context) (handler.SandboxSpec, error) {
 	cfg := s.a.cfg
-	socket := filepath.Join(hostdir.Launcher(cfg.HostStateDir, s.vmi.UID), launcher.SocketName)
+	socket := filepath.Join(layout.LauncherDir(cfg.HostStateDir, s.vmi.UID), launcher.SocketName)
 	dctx, cancel := context.WithTimeout(ctx, cfg.DialTimeout)
 	defer cancel()
 	c, err := launcher.Dial(dctx, socket)
@@ -65,7 +65,7 @@ func (s *podSandbox) Open(ctx context.Context) (handler.SandboxSpec, error) {
 	}
 	return handler.SandboxSpec{
 		LauncherSocket: socket, NetNSPath: fmt.Sprintf("/proc/%d/ns/net", pid),
-		Dir: hostdir.VMI(cfg.HostStateDir, s.vmi.UID),
+		Dir: layout.VMIDir(cfg.HostStateDir, s.vmi.UID),
 	}, nil
 }
 

@@ -152,10 +152,7 @@ func Run(ctx context.Context, stop <-chan struct{}, o Options) error {
 	if err != nil {
 		return err
 	}
-	grace := handler.DefaultGracePeriod
-	if g := vmi.Spec.TerminationGracePeriodSeconds; g != nil {
-		grace = time.Duration(*g) * time.Second
-	}
+	grace := vmi.Spec.GracePeriod()
 	name := vmiName(vmi)
 	out.printf("==> VMI %s (uid %s)\n", name, vmi.UID)
 

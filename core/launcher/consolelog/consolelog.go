@@ -1,7 +1,7 @@
 // Package consolelog is the guest's serial console log of a VMI on its node: the file the node
 // handler writes into the VMI directory and the launcher pod's guest-console-log container
-// follows (`kubectl logs <pod> -c guest-console-log`). It uses the standard library only, so
-// its command (kubevisor-console-log) builds small and static.
+// follows (`kubectl logs <pod> -c guest-console-log`); the file is layout.ConsoleLog. It uses
+// the standard library only, so its command (kubevisor-console-log) builds small and static.
 package consolelog
 
 import (
@@ -12,10 +12,6 @@ import (
 	"os"
 	"time"
 )
-
-// FileName is the file in a VMI's host directory (hostdir.VMI) that the node handler writes the
-// guest's serial console to.
-const FileName = "console.log"
 
 // Follow copies path to out as it grows, as `tail -F` does, until ctx ends: it waits for
 // the file to appear, starts over when the file is truncated or replaced, and polls every

@@ -13,7 +13,7 @@ import (
 
 func TestFollow(t *testing.T) {
 	dir := t.TempDir()
-	path := filepath.Join(dir, FileName)
+	path := filepath.Join(dir, "console.log")
 	ctx, cancel := context.WithCancel(context.Background())
 	var out syncbuf.Buffer
 	done := make(chan error, 1)

@@ -1,13 +1,14 @@
-// Package containerdisk is the in-pod side of containerDisk volumes in a cluster, and their
-// layout in the per-VMI directory: kubevisor-containerdisk runs as the command of one container
-// per containerDisk volume of the launcher pod, whose image is the volume's image, and serves a
-// unix socket at Socket(vmiDir, volume) until SIGTERM. The node handler dials that socket, takes
-// the serving process's pid from the connection and finds the image's disk under
+// Package containerdisk is the in-pod side of containerDisk volumes in a cluster:
+// kubevisor-containerdisk runs as the command of one container per containerDisk volume of the
+// launcher pod, whose image is the volume's image, and serves a unix socket at
+// layout.ContainerDiskSocket until SIGTERM. The node handler dials that socket, takes the
+// serving process's pid from the connection and finds the image's disk under
 // /proc/<pid>/root/disk/ (package core/handler/cluster).
 //
-// The package imports nothing beyond the standard library and no package that needs cgo (not
-// even net): kubevisor-containerdisk is a static binary that runs in images with nothing but a
-// disk in them.
+// The package imports nothing beyond the standard library and core/layout (which adds only
+// k8s.io/apimachinery/pkg/types, a package without imports), and no package that needs cgo
+// (not even net): kubevisor-containerdisk is a static binary that runs in images with nothing
+// but a disk in them.
 package containerdisk
 
 import (
@@ -15,31 +16,15 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"path"
 	"path/filepath"
 	"syscall"
+
+	"github.com/kubevisor/kubevisor/core/layout"
 )
 
-const (
-	// DirName is the subdirectory of the per-VMI directory that holds the containerDisk
-	// volumes' sockets and the mount points of their disks.
-	DirName = "containerdisks"
-	// Command is the name of the binary.
-	Command = "kubevisor-containerdisk"
-	// DiskDir is where a containerDisk image keeps its disk (KubeVirt's convention): the single
-	// file under /disk/, unless the volume names a path in the image.
-	DiskDir = "/disk"
-)
-
-// Dir is the containerDisk directory of a per-VMI directory.
-func Dir(vmiDir string) string { return path.Join(vmiDir, DirName) }
-
-// Socket is the socket the container of a containerDisk volume serves.
-func Socket(vmiDir, volume string) string { return path.Join(Dir(vmiDir), volume+".sock") }
-
-// Image is where the node handler mounts the disk of a containerDisk volume, read-only, for
-// the VM process in the launcher container to open (as the base of its copy-on-write overlay).
-func Image(vmiDir, volume string) string { return path.Join(Dir(vmiDir), volume+".img") }
+// DiskDir is where a containerDisk image keeps its disk (KubeVirt's convention): the single
+// file under /disk/, unless the volume names a path in the image.
+const DiskDir = "/disk"
 
 // Server is a listening socket; it accepts connections and closes them at once: a connection
 // only serves to tell the handler the pid of the process (SO_PEERCRED).
@@ -107,7 +92,7 @@ func (s *Server) Close() error {
 	return err
 }
 
-// CopySelf copies the running executable to dir/Command (mode 0555): the launcher image's init
+// CopySelf copies the running executable to dir/layout.ContainerDiskCommand (mode 0555): the launcher image's init
 // container puts the binary in an emptyDir shared with the containerDisk containers, whose
 // images do not have it.
 func CopySelf(dir string) error {
@@ -120,7 +105,7 @@ func CopySelf(dir string) error {
 		return err
 	}
 	defer in.Close()
-	dst := filepath.Join(dir, Command)
+	dst := filepath.Join(dir, layout.ContainerDiskCommand)
 	tmp := dst + ".tmp"
 	out, err := os.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o555)
 	if err != nil {

@@ -1,0 +1,87 @@
+package v1alpha1
+
+import (
+	"math"
+	"math/bits"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+
+	"github.com/kubevisor/kubevisor/core/layout"
+)
+
+// GracePeriodSeconds is how long, in seconds, the guest of a VMI of this spec may take to shut
+// down before it is forced: terminationGracePeriodSeconds, else layout.DefaultGracePeriod (30 s,
+// a pod's default). A negative value, which the API server and the webhook reject, counts as
+// unset. The launcher pod, the node agent and standalone runs all take the grace period from
+// here (or from GracePeriod).
+func (s *VirtualMachineInstanceSpec) GracePeriodSeconds() int64 {
+	if g := s.TerminationGracePeriodSeconds; g != nil && *g >= 0 {
+		return *g
+	}
+	return int64(layout.DefaultGracePeriod / time.Second)
+}
+
+// GracePeriod is GracePeriodSeconds as a duration, at most the longest time.Duration.
+func (s *VirtualMachineInstanceSpec) GracePeriod() time.Duration {
+	g := s.GracePeriodSeconds()
+	if g > int64(math.MaxInt64/time.Second) {
+		return math.MaxInt64
+	}
+	return time.Duration(g) * time.Second
+}
+
+// VCPUSource is the field of a DomainSpec that its vCPU count comes from (DomainSpec.VCPUs), as
+// a path relative to spec.domain; empty for the default of one vCPU.
+type VCPUSource string
+
+// Sources of DomainSpec.VCPUs.
+const (
+	// VCPUsDefault is one vCPU, for a domain that says nothing about CPUs.
+	VCPUsDefault VCPUSource = ""
+	// VCPUsFromTopology is cpu.sockets × cpu.cores × cpu.threads.
+	VCPUsFromTopology VCPUSource = "cpu"
+	// VCPUsFromCPULimit is resources.limits.cpu, rounded up.
+	VCPUsFromCPULimit VCPUSource = "resources.limits.cpu"
+	// VCPUsFromCPURequest is resources.requests.cpu, rounded up.
+	VCPUsFromCPURequest VCPUSource = "resources.requests.cpu"
+)
+
+// VCPUs is the number of vCPUs the domain asks for, by KubeVirt's rule, and the field it comes
+// from: with a topology (any of cpu.sockets, cpu.cores, cpu.threads set) sockets × cores ×
+// threads, a field left 0 counting as 1; without one, the CPU limit, else the CPU request,
+// rounded up to a whole vCPU; else 1. The webhook's defaults and validation, the launcher pod's
+// CPU request and the node's domain spec all count vCPUs with it.
+//
+// The count is not bounded by what a domain may have (core/domain.MaxVCPUs, which callers
+// check): it saturates at math.MaxInt64, and a negative CPU quantity, which validation
+// rejects, gives a negative count.
+func (d *DomainSpec) VCPUs() (n int64, from VCPUSource) {
+	if c := d.CPU; c != nil && (c.Sockets != 0 || c.Cores != 0 || c.Threads != 0) {
+		// Two uint32 factors fit in a uint64; the third may not.
+		hi, lo := bits.Mul64(uint64(max(c.Sockets, 1))*uint64(max(c.Cores, 1)), uint64(max(c.Threads, 1)))
+		if hi != 0 || lo > math.MaxInt64 {
+			return math.MaxInt64, VCPUsFromTopology
+		}
+		return int64(lo), VCPUsFromTopology
+	}
+	if q, ok := d.Resources.Limits[corev1.ResourceCPU]; ok && !q.IsZero() {
+		return wholeCPUs(q), VCPUsFromCPULimit
+	}
+	if q, ok := d.Resources.Requests[corev1.ResourceCPU]; ok && !q.IsZero() {
+		return wholeCPUs(q), VCPUsFromCPURequest
+	}
+	return 1, VCPUsDefault
+}
+
+// wholeCPUs is q rounded away from zero to a whole number (1m is 1), within the int64 range.
+func wholeCPUs(q resource.Quantity) int64 {
+	switch {
+	case q.Cmp(*resource.NewQuantity(math.MaxInt64, resource.DecimalSI)) >= 0:
+		return math.MaxInt64
+	case q.Cmp(*resource.NewQuantity(math.MinInt64, resource.DecimalSI)) <= 0:
+		return math.MinInt64
+	}
+	return q.Value()
+}

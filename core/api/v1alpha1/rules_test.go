@@ -1,0 +1,81 @@
+package v1alpha1
+
+import (
+	"math"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	"k8s.io/utils/ptr"
+)
+
+func TestGracePeriod(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		seconds *int64
+		want    int64
+	}{
+		{"unset: a pod's default", nil, 30},
+		{"set", ptr.To[int64](120), 120},
+		{"zero: killed at once", ptr.To[int64](0), 0},
+		{"negative counts as unset", ptr.To[int64](-5), 30},
+		{"beyond a time.Duration", ptr.To[int64](math.MaxInt64), math.MaxInt64},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			s := &VirtualMachineInstanceSpec{TerminationGracePeriodSeconds: tc.seconds}
+			if got := s.GracePeriodSeconds(); got != tc.want {
+				t.Errorf("GracePeriodSeconds() = %d, want %d", got, tc.want)
+			}
+			want := time.Duration(tc.want) * time.Second
+			if tc.want > int64(math.MaxInt64/time.Second) {
+				want = math.MaxInt64
+			}
+			if got := s.GracePeriod(); got != want {
+				t.Errorf("GracePeriod() = %v, want %v", got, want)
+			}
+		})
+	}
+}
+
+func TestVCPUs(t *testing.T) {
+	cpu := func(limit, request string) ResourceRequirements {
+		var r ResourceRequirements
+		if limit != "" {
+			r.Limits = corev1.ResourceList{corev1.ResourceCPU: resource.MustParse(limit)}
+		}
+		if request != "" {
+			r.Requests = corev1.ResourceList{corev1.ResourceCPU: resource.MustParse(request)}
+		}
+		return r
+	}
+	const maxU32 = math.MaxUint32
+	for _, tc := range []struct {
+		name     string
+		domain   DomainSpec
+		want     int64
+		wantFrom VCPUSource
+	}{
+		{"nothing: one vCPU", DomainSpec{}, 1, VCPUsDefault},
+		{"empty topology", DomainSpec{CPU: &CPU{Model: "host-model"}}, 1, VCPUsDefault},
+		{"topology", DomainSpec{CPU: &CPU{Sockets: 2, Cores: 3, Threads: 2}}, 12, VCPUsFromTopology},
+		{"topology field left 0 counts as 1", DomainSpec{CPU: &CPU{Cores: 4}}, 4, VCPUsFromTopology},
+		{"topology wins over resources", DomainSpec{CPU: &CPU{Sockets: 2}, Resources: cpu("8", "8")}, 2, VCPUsFromTopology},
+		{"topology beyond int64 saturates", DomainSpec{CPU: &CPU{Sockets: maxU32, Cores: maxU32, Threads: maxU32}}, math.MaxInt64, VCPUsFromTopology},
+		{"limit, rounded up", DomainSpec{Resources: cpu("1500m", "")}, 2, VCPUsFromCPULimit},
+		{"limit wins over request", DomainSpec{Resources: cpu("3", "1")}, 3, VCPUsFromCPULimit},
+		{"request when the limit is 0", DomainSpec{Resources: cpu("0", "2")}, 2, VCPUsFromCPURequest},
+		{"request, a milli-CPU is a vCPU", DomainSpec{Resources: cpu("", "1m")}, 1, VCPUsFromCPURequest},
+		{"request of whole CPUs", DomainSpec{Resources: cpu("", "4")}, 4, VCPUsFromCPURequest},
+		{"negative limit", DomainSpec{Resources: cpu("-2", "")}, -2, VCPUsFromCPULimit},
+		{"negative fraction rounds away from zero", DomainSpec{Resources: cpu("-500m", "")}, -1, VCPUsFromCPULimit},
+		{"huge limit saturates", DomainSpec{Resources: cpu("1e30", "")}, math.MaxInt64, VCPUsFromCPULimit},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			n, from := tc.domain.VCPUs()
+			if n != tc.want || from != tc.wantFrom {
+				t.Errorf("VCPUs() = %d, %q; want %d, %q", n, from, tc.want, tc.wantFrom)
+			}
+		})
+	}
+}

@@ -1,0 +1,104 @@
+// Package layout is what the control plane and the node agree on about a VMI's launcher pod:
+// the per-VMI directory on the node, the files and sockets in it, the names of the pod's
+// containers, and the grace period of a VMI that sets none.
+//
+// controlplane/launcherpod builds the pod from these names; the node handler
+// (core/handler/cluster), kubevisor-launcher and the pod's helper commands find each other
+// through them. docs/architecture.md ("The per-VMI directory") says who makes and reads each
+// entry. The package imports only the standard library and k8s.io/apimachinery/pkg/types (which
+// imports nothing), so that the static helper binaries of the launcher image can use it.
+//
+// Every path function takes the node directory that holds the per-VMI directories
+// (hostStateDir, the --host-state-dir of kubevisor-controller and kubevisor-handler); "" means
+// DefaultHostStateDir.
+package layout
+
+import (
+	"path"
+	"time"
+
+	"k8s.io/apimachinery/pkg/types"
+)
+
+// DefaultHostStateDir is the node directory that holds the per-VMI directories. It is under
+// /run: what they hold (sockets, prepared disks of running VMs) does not outlive a reboot.
+const DefaultHostStateDir = "/var/run/kubevisor"
+
+// Names in the per-VMI directory (VMIDir).
+const (
+	// LauncherDirName is the subdirectory kubevisor-launcher serves its sockets in (LauncherDir).
+	LauncherDirName = "launcher"
+	// ConsoleLogName is the file the node handler writes the guest's serial console to, and the
+	// guest-console-log container follows (ConsoleLog).
+	ConsoleLogName = "console.log"
+	// ContainerDisksDirName is the subdirectory of the containerDisk volumes' sockets and disks
+	// (ContainerDiskDir).
+	ContainerDisksDirName = "containerdisks"
+)
+
+// Names of the launcher pod's containers and commands that both sides use.
+const (
+	// ComputeContainer is the launcher pod's container that runs kubevisor-launcher and, under
+	// it, the VM process: the node handler watches it to see the launcher exit.
+	ComputeContainer = "compute"
+	// ConsoleLogContainer is the launcher pod's container that prints the guest's serial
+	// console (`kubectl logs <pod> -c guest-console-log`), as KubeVirt's of the same name.
+	ConsoleLogContainer = "guest-console-log"
+	// ContainerDiskCommand is the static binary of the launcher image that serves a
+	// containerDisk volume's socket in that volume's container (cmd/kubevisor-containerdisk).
+	ContainerDiskCommand = "kubevisor-containerdisk"
+)
+
+// DefaultGracePeriod is the graceful shutdown time of a VMI that sets no
+// terminationGracePeriodSeconds (a pod's default, and KubeVirt's), and kubevisor-launcher's
+// when it is given no --grace-period. VirtualMachineInstanceSpec.GracePeriod in
+// core/api/v1alpha1 applies it; it is defined here so that kubevisor-launcher, which links no
+// Kubernetes API types, has the same default.
+const DefaultGracePeriod = 30 * time.Second
+
+func root(hostStateDir string) string {
+	if hostStateDir == "" {
+		return DefaultHostStateDir
+	}
+	return hostStateDir
+}
+
+// VMIsDir is the directory of the per-VMI directories on the node (<hostStateDir>/vmi).
+func VMIsDir(hostStateDir string) string { return path.Join(root(hostStateDir), "vmi") }
+
+// VMIDir is the directory of one VMI on the node (<hostStateDir>/vmi/<uid>): the launcher pod's
+// hostPath volume, mounted at the same path in the pod, so that a path written there means the
+// same file on the node and in the pod. The kubelet creates it 0755.
+func VMIDir(hostStateDir string, uid types.UID) string {
+	return path.Join(VMIsDir(hostStateDir), string(uid))
+}
+
+// LauncherDir is the directory kubevisor-launcher serves its sockets in (--dir): a subdirectory
+// of VMIDir that the launcher creates 0700 itself, since it refuses a directory others can reach
+// and the kubelet makes hostPath directories 0755.
+func LauncherDir(hostStateDir string, uid types.UID) string {
+	return path.Join(VMIDir(hostStateDir, uid), LauncherDirName)
+}
+
+// ConsoleLog is the file of the guest's serial console in VMIDir.
+func ConsoleLog(hostStateDir string, uid types.UID) string {
+	return path.Join(VMIDir(hostStateDir, uid), ConsoleLogName)
+}
+
+// ContainerDiskDir is the directory of the containerDisk volumes' sockets and disks in VMIDir:
+// the containerDisk containers' own hostPath volume, at the same path.
+func ContainerDiskDir(hostStateDir string, uid types.UID) string {
+	return path.Join(VMIDir(hostStateDir, uid), ContainerDisksDirName)
+}
+
+// ContainerDiskSocket is the socket the container of a containerDisk volume serves.
+func ContainerDiskSocket(hostStateDir string, uid types.UID, volume string) string {
+	return path.Join(ContainerDiskDir(hostStateDir, uid), volume+".sock")
+}
+
+// ContainerDiskImage is where the node handler mounts the disk of a containerDisk volume,
+// read-only, for the VM process in the compute container to open (as the base of its
+// copy-on-write overlay).
+func ContainerDiskImage(hostStateDir string, uid types.UID, volume string) string {
+	return path.Join(ContainerDiskDir(hostStateDir, uid), volume+".img")
+}
