@@ -465,6 +465,7 @@ func TestLauncherKilledTakesVMWithIt(t *testing.T) {
 
 func TestProcessRunsInLauncherNetworkNamespace(t *testing.T) {
 	t.Parallel()
+	testenv.Root(t, "runs the launcher in a network namespace of its own")
 	in, c := start(t, options{wrap: []string{"unshare", "--net", "--"}})
 	ctx := ctxT(t)
 	launcherPid := in.cmd.Process.Pid // unshare without --fork execs the launcher
@@ -521,6 +522,7 @@ func TestProcessRunsInLauncherNetworkNamespace(t *testing.T) {
 
 func TestPidsAcrossPidNamespaces(t *testing.T) {
 	t.Parallel()
+	testenv.Root(t, "runs the launcher in a PID namespace of its own")
 	in, c := start(t, options{wrap: []string{"unshare", "--pid", "--fork", "--kill-child", "--mount-proc", "--"}, flags: []string{"--grace-period", "0s"}})
 	ctx := ctxT(t)
 	info, err := c.Info(ctx)

@@ -11,6 +11,7 @@
 // packages installed here. `make verify` runs it; see hack/deps/packages.txt.
 //
 //	go run ./hack/deps/check [-root DIR] [-v] [TARGET...]
+//	go run ./hack/deps/check -print-base
 package main
 
 import (
@@ -28,7 +29,11 @@ import (
 func main() {
 	root := flag.String("root", ".", "repository root (Makefile, hack/deps/packages.txt)")
 	verbose := flag.Bool("v", false, "print the commands and sets of every target")
+	printBase := flag.Bool("print-base", false, "print the paths of a fresh machine's commands (for a PATH that has nothing else) and exit")
 	flag.Parse()
+	if *printBase {
+		os.Exit(printBaseCommands())
+	}
 	os.Exit(run(*root, flag.Args(), *verbose))
 }
 
@@ -62,6 +67,27 @@ func run(root string, targets []string, verbose bool) int {
 		return 1
 	}
 	fmt.Printf("deps check: %d targets install what they use (hack/deps/packages.txt)\n", len(r.Targets))
+	return 0
+}
+
+// printBaseCommands prints the path of every command of a fresh machine found on the PATH, one
+// a line, so that a PATH of links to them alone stands in for a fresh machine.
+func printBaseCommands() int {
+	base, err := BaseCommands()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "deps check:", err)
+		return 2
+	}
+	var names []string
+	for c := range base {
+		names = append(names, c)
+	}
+	sort.Strings(names)
+	for _, c := range names {
+		if p, err := exec.LookPath(c); err == nil {
+			fmt.Println(p)
+		}
+	}
 	return 0
 }
 
