@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"github.com/kubevisor/kubevisor/core/driver"
 	"io"
 	"net"
 	"os"
@@ -24,8 +23,9 @@ import (
 
 	"github.com/kubevisor/kubevisor/core/domain"
 	domainv1 "github.com/kubevisor/kubevisor/core/domain/v1"
+	"github.com/kubevisor/kubevisor/core/driver"
 	hypervisorv1 "github.com/kubevisor/kubevisor/core/driver/hypervisor/v1"
-	"github.com/kubevisor/kubevisor/core/launcher"
+	"github.com/kubevisor/kubevisor/core/driver/launcher"
 )
 
 // Timeouts of the driver's own waits.
@@ -345,11 +345,11 @@ func (d *Driver) launch(ctx context.Context, v *vm, host *HostInfo) error {
 	if fi, err := os.Stat(v.paths.Log); err == nil {
 		logFrom = fi.Size()
 	}
-	starter := d.launcher
+	starter := d.local
 	if sock := v.spec.GetSandbox().GetLauncherSocket(); sock != "" {
 		starter = launcher.NewStarter(sock)
 	}
-	pid, err := starter.Start(ctx, &Command{
+	pid, err := starter.Start(ctx, &launcher.Command{
 		Path: host.QEMU, Args: cl.Args, LogPath: v.paths.Log,
 		NetNS: v.spec.GetSandbox().GetNetnsPath(), ExtraFiles: files,
 	})
