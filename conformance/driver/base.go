@@ -119,13 +119,14 @@ func requireFeature(t T, caps *basev1.Capabilities, f basev1.Feature) {
 	}
 }
 
-// optional returns d as the optional interface I of feature f, failing the check when a driver
-// declares f without implementing it.
+// optional returns d as the optional interface I of feature f, as the host reaches it
+// (driver.Optional), failing the check when the driver does not offer it: it does not declare f
+// (the caller skips such checks first) or declares it without implementing it.
 func optional[I any](t T, d driver.Driver, f basev1.Feature) I {
 	t.Helper()
-	i, ok := d.(I)
+	i, ok := driver.Optional[I](t.Context(), d)
 	if !ok {
-		t.Fatalf("driver declares %s but %T does not implement %s", f, d, strings.TrimPrefix(fmt.Sprintf("%T", (*I)(nil)), "*"))
+		t.Fatalf("driver declares %s but %T does not offer %s", f, d, strings.TrimPrefix(fmt.Sprintf("%T", (*I)(nil)), "*"))
 	}
 	return i
 }

@@ -126,8 +126,9 @@ type subscriber struct {
 	q  *queue[*hypervisorv1.Event]
 }
 
-// Capabilities implements driver.Driver: every optional feature, every firmware, disk bus and
-// NIC model of the domain spec.
+// Capabilities implements driver.Driver: every optional feature, every firmware, disk bus, NIC
+// model and machine type of the domain spec, and every hypervisor flag. It runs no VM process, so
+// it honours a launcher socket by starting nothing through it.
 func (h *Hypervisor) Capabilities(context.Context) (*basev1.Capabilities, error) {
 	return &basev1.Capabilities{
 		Features: []basev1.Feature{
@@ -137,9 +138,15 @@ func (h *Hypervisor) Capabilities(context.Context) (*basev1.Capabilities, error)
 			basev1.Feature_FEATURE_HYPERVISOR_RECOVER,
 			basev1.Feature_FEATURE_HYPERVISOR_MIGRATE,
 		},
-		Firmware:  []string{"bios", "efi", "kernel"},
-		DiskBuses: []string{"virtio", "sata", "scsi", "usb"},
-		NicModels: nicModels,
+		Firmware:     []string{"bios", "efi", "kernel"},
+		DiskBuses:    []string{"virtio", "sata", "scsi", "usb"},
+		NicModels:    nicModels,
+		MachineTypes: []string{"*"},
+		SecureBoot:   true,
+		Vnc:          true,
+		HostDevices:  true,
+		TapFd:        true,
+		Launcher:     true,
 	}, nil
 }
 

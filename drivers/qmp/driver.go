@@ -132,9 +132,17 @@ func (d *Driver) Capabilities(context.Context) (*basev1.Capabilities, error) {
 			basev1.Feature_FEATURE_HYPERVISOR_CONSOLE,
 			basev1.Feature_FEATURE_HYPERVISOR_RECOVER,
 		},
-		Firmware:  supportedFirmware,
-		DiskBuses: supportedDiskBuses,
-		NicModels: supportedNICModels,
+		Firmware:     supportedFirmware,
+		DiskBuses:    supportedDiskBuses,
+		NicModels:    supportedNICModels,
+		MachineTypes: supportedMachineTypes,
+		// Secure Boot needs the OVMF Secure Boot build on the node: Create says when it is not
+		// installed (FailedPrecondition).
+		SecureBoot:  true,
+		Vnc:         true,
+		HostDevices: true,
+		TapFd:       true,
+		Launcher:    true,
 	}, nil
 }
 
