@@ -145,6 +145,9 @@ type Options struct {
 	// the driver of the process that replaced it; Recover/AfterDriverKilled needs it. See
 	// WithDriverKill.
 	DriverKill HypervisorFactory
+	// Launcher is the kubevisor-launcher binary the VM checks start one of for every VM. Default:
+	// FindLauncher's, else one built with the go command (a go test has one). See WithLauncher.
+	Launcher string
 }
 
 // Option changes Options.
@@ -217,6 +220,12 @@ func WithCDROMBus(bus domainv1.DiskBus) Option { return func(o *Options) { o.CDR
 // implementation (after making the old one let go of its VMs as a dead process would), which
 // the kit serves in-process.
 func WithDriverKill(kill HypervisorFactory) Option { return func(o *Options) { o.DriverKill = kill } }
+
+// WithLauncher sets the kubevisor-launcher binary the VM checks run every VM under: each VM gets
+// a launcher of its own, and its domain spec names the launcher's socket and network namespace
+// (sandbox.launcher_socket, sandbox.netns_path), as the node handler's does, so that passing the
+// VM checks means working under the handler.
+func WithLauncher(path string) Option { return func(o *Options) { o.Launcher = path } }
 
 // DefaultDomain is the domain spec of the hypervisor checks unless WithDomain replaces it: the
 // smallest spec domain.Validate accepts (DefaultMemory of memory, no disk, no NIC) with dir as
