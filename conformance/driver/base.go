@@ -259,6 +259,14 @@ func (s *suite) checkCapabilitiesValid(t T) {
 		{"bindings", basev1.Kind_KIND_NETWORK, caps.GetBindings(), nil},
 		{"volume_types", basev1.Kind_KIND_STORAGE, caps.GetVolumeTypes(), knownVolumeTypes},
 		{"resources", basev1.Kind_KIND_DEVICE, caps.GetResources(), nil},
+		{"machine_types", basev1.Kind_KIND_HYPERVISOR, caps.GetMachineTypes(), nil},
+	}
+	if s.kind != basev1.Kind_KIND_HYPERVISOR {
+		for field, set := range map[string]bool{"secure_boot": caps.GetSecureBoot(), "vnc": caps.GetVnc(), "host_devices": caps.GetHostDevices(), "tap_fd": caps.GetTapFd(), "launcher": caps.GetLauncher()} {
+			if set {
+				t.Errorf("Capabilities %s is set but is not for a %s driver", field, driver.KindName(s.kind))
+			}
+		}
 	}
 	for _, l := range lists {
 		if len(l.values) > 0 && l.kind != s.kind {

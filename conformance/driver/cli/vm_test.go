@@ -148,7 +148,7 @@ func TestDriverDomainFile(t *testing.T) {
 	}
 	code, stdout, _ := run(t, "driver", "--plugin", bin, "--kind", "hypervisor", "--arg", "hypervisor", "--domain", domain,
 		"--console-marker", fake.ConsoleMarker, "--state-dir", filepath.Join(t.TempDir(), "state"), "--run", "Lifecycle|Console")
-	if code != cli.ExitOK || !strings.Contains(stdout, "3 passed, 0 failed, 0 skipped") {
+	if code != cli.ExitOK || !strings.Contains(stdout, "5 passed, 0 failed, 0 skipped") {
 		t.Errorf("exit code %d, want 0 with Lifecycle and Console passing:\n%s", code, stdout)
 	}
 	if err := os.WriteFile(domain, []byte(`{"memory": {}}`), 0o600); err != nil {
