@@ -29,7 +29,9 @@
 //
 // VM (and VMTesting) runs a hypervisor and a storage driver together with a real guest (a
 // Guest; GuestFromDir finds the project's test guest, `make guest`): it boots VMs from the
-// volumes the storage driver prepares and checks what the guest prints on its serial console.
+// volumes the storage driver prepares, each under a real kubevisor-launcher as under the node
+// handler (WithLauncher), and checks what the guest prints on its serial console. GuestDomain and
+// DomainFromFile give the hypervisor checks a VM with something to boot (WithDomain).
 //
 // Each check asks the factory for the driver and calls Configure with Options.Config before
 // anything kind-specific. A factory may return the same driver every time (a plugin process) or
