@@ -17,9 +17,9 @@
 //   - MUST start it itself when launcher_socket is empty (standalone mode with bypassLauncher, a
 //     driver's own tests), as LocalStarter does (see "Without a launcher" below).
 //
-// The host does not send a launcher_socket to a driver that does not declare Capabilities.launcher:
-// it refuses the VM before Create (InvalidArgument naming sandbox.launcherSocket). For starts a
-// driver may pick the right Starter with For(spec.GetSandbox()).
+// The host never sends a launcher_socket to a driver that does not declare Capabilities.launcher:
+// its client refuses such a Create without calling the driver (InvalidArgument naming
+// sandbox.launcherSocket). A driver picks the right Starter with For(spec.GetSandbox()).
 //
 // # What the launcher does with the process
 //
