@@ -119,13 +119,14 @@ func requireFeature(t T, caps *basev1.Capabilities, f basev1.Feature) {
 	}
 }
 
-// optional returns d as the optional interface I of feature f, failing the check when a driver
-// declares f without implementing it.
+// optional returns d as the optional interface I of feature f, as the host reaches it
+// (driver.Optional), failing the check when the driver does not offer it: it does not declare f
+// (the caller skips such checks first) or declares it without implementing it.
 func optional[I any](t T, d driver.Driver, f basev1.Feature) I {
 	t.Helper()
-	i, ok := d.(I)
+	i, ok := driver.Optional[I](t.Context(), d)
 	if !ok {
-		t.Fatalf("driver declares %s but %T does not implement %s", f, d, strings.TrimPrefix(fmt.Sprintf("%T", (*I)(nil)), "*"))
+		t.Fatalf("driver declares %s but %T does not offer %s", f, d, strings.TrimPrefix(fmt.Sprintf("%T", (*I)(nil)), "*"))
 	}
 	return i
 }
@@ -258,6 +259,14 @@ func (s *suite) checkCapabilitiesValid(t T) {
 		{"bindings", basev1.Kind_KIND_NETWORK, caps.GetBindings(), nil},
 		{"volume_types", basev1.Kind_KIND_STORAGE, caps.GetVolumeTypes(), knownVolumeTypes},
 		{"resources", basev1.Kind_KIND_DEVICE, caps.GetResources(), nil},
+		{"machine_types", basev1.Kind_KIND_HYPERVISOR, caps.GetMachineTypes(), nil},
+	}
+	if s.kind != basev1.Kind_KIND_HYPERVISOR {
+		for field, set := range map[string]bool{"secure_boot": caps.GetSecureBoot(), "vnc": caps.GetVnc(), "host_devices": caps.GetHostDevices(), "tap_fd": caps.GetTapFd(), "launcher": caps.GetLauncher()} {
+			if set {
+				t.Errorf("Capabilities %s is set but is not for a %s driver", field, driver.KindName(s.kind))
+			}
+		}
 	}
 	for _, l := range lists {
 		if len(l.values) > 0 && l.kind != s.kind {

@@ -185,14 +185,27 @@ func TestBrokenHypervisors(t *testing.T) {
 		want map[string]string
 	}{
 		{"NoValidation", noValidation{fake.NewHypervisor()}, nil, map[string]string{"Create/InvalidSpec": "want InvalidArgument"}},
-		{"PauseDoesNothing", pauseDoesNothing{fake.NewHypervisor()}, nil, map[string]string{"Pause/PauseResume": "want STATE_PAUSED"}},
+		{"PauseDoesNothing", pauseDoesNothing{fake.NewHypervisor()}, []conformance.Option{conformance.WithTimeout(2 * time.Second)}, map[string]string{
+			"Pause/PauseResume": "want STATE_PAUSED",
+			"Pause/NotRunning":  "Pause of a created VM: got no error, want FailedPrecondition",
+			"Unknown/NotFound":  "Pause of an unknown VM: got no error, want NotFound",
+			"Shutdown/Paused":   "no RESUMED event before it stopped",
+			"Events/Sequence":   "after Pause, no such event",
+			"Reboot/NotRunning": "Reboot of a paused VM: got no error, want FailedPrecondition",
+		}},
 		{"EventsUnfiltered", eventsUnfiltered{fake.NewHypervisor()}, nil, map[string]string{"Events/StartStop": "got an event of VM"}},
 		{"RebootDoesNothing", rebootDoesNothing{fake.NewHypervisor()}, []conformance.Option{conformance.WithTimeout(300 * time.Millisecond)},
-			map[string]string{"Reboot/SecondBoot": "want RUNNING with more than 1"}},
+			map[string]string{
+				"Reboot/SecondBoot": "want RUNNING with more than 1",
+				"Reboot/NotRunning": "Reboot of a created VM: got no error, want FailedPrecondition",
+				"Unknown/NotFound":  "Reboot of an unknown VM: got no error, want NotFound",
+			}},
 		{"DeleteAnything", deleteAnything{fake.NewHypervisor()}, nil, map[string]string{"Delete/Running": "want FailedPrecondition"}},
 		{"ShutdownOnlyRunning", shutdownOnlyRunning{fake.NewHypervisor()}, nil, map[string]string{"Shutdown/Idempotent": "Shutdown, call 2: FailedPrecondition"}},
 		{"RecoverForgets", fake.NewHypervisor(), []conformance.Option{restart}, map[string]string{
 			"Recover/Running": "Recover of a running VM: NotFound",
+			"Recover/Created": "Recover of a created VM: NotFound",
+			"Recover/Stopped": "must be reported as stopped",
 			"Recover/Gone":    "must be reported as stopped",
 		}},
 		{"BadIdentity", badIdentity{fake.NewHypervisor()}, nil, map[string]string{
@@ -219,12 +232,19 @@ func TestUndeclaredFeaturesAreSkipped(t *testing.T) {
 		conformance.WithRestart(func(conformance.T) driver.Hypervisor { return fake.NewHypervisor() }))
 	expectFailures(t, rec, nil)
 	want := map[string]string{
-		"Pause/PauseResume":  "driver does not declare FEATURE_HYPERVISOR_PAUSE",
-		"Reboot/SecondBoot":  "driver does not declare FEATURE_HYPERVISOR_REBOOT",
-		"Console/Output":     "driver does not declare FEATURE_HYPERVISOR_CONSOLE",
-		"Console/EndsOnStop": "driver does not declare FEATURE_HYPERVISOR_CONSOLE",
-		"Recover/Running":    "driver does not declare FEATURE_HYPERVISOR_RECOVER",
-		"Recover/Gone":       "driver does not declare FEATURE_HYPERVISOR_RECOVER",
+		"Shutdown/Paused":        "driver does not declare FEATURE_HYPERVISOR_PAUSE",
+		"Pause/PauseResume":      "driver does not declare FEATURE_HYPERVISOR_PAUSE",
+		"Pause/NotRunning":       "driver does not declare FEATURE_HYPERVISOR_PAUSE",
+		"Reboot/SecondBoot":      "driver does not declare FEATURE_HYPERVISOR_REBOOT",
+		"Reboot/NotRunning":      "driver does not declare FEATURE_HYPERVISOR_REBOOT",
+		"Console/Output":         "driver does not declare FEATURE_HYPERVISOR_CONSOLE",
+		"Console/EndsOnStop":     "driver does not declare FEATURE_HYPERVISOR_CONSOLE",
+		"Console/BeforeStart":    "driver does not declare FEATURE_HYPERVISOR_CONSOLE",
+		"Console/SeveralReaders": "driver does not declare FEATURE_HYPERVISOR_CONSOLE",
+		"Recover/Running":        "driver does not declare FEATURE_HYPERVISOR_RECOVER",
+		"Recover/Created":        "driver does not declare FEATURE_HYPERVISOR_RECOVER",
+		"Recover/Stopped":        "driver does not declare FEATURE_HYPERVISOR_RECOVER",
+		"Recover/Gone":           "driver does not declare FEATURE_HYPERVISOR_RECOVER",
 	}
 	for name, msg := range want {
 		res, ok := rec.Result("hypervisor/" + name)
@@ -250,7 +270,10 @@ func TestRecoverNeedsRestartHook(t *testing.T) {
 func TestConsoleMarkerMissing(t *testing.T) {
 	rec := runKit(t, basev1.Kind_KIND_HYPERVISOR, fake.NewHypervisor(),
 		conformance.WithConsoleMarker("this text is never printed"), conformance.WithTimeout(300*time.Millisecond))
-	expectFailures(t, rec, map[string]string{"Console/Output": "did not show \"this text is never printed\""})
+	expectFailures(t, rec, map[string]string{
+		"Console/Output":         "did not show \"this text is never printed\"",
+		"Console/SeveralReaders": "did not show \"this text is never printed\"",
+	})
 }
 
 // unstableMAC breaks the Network contract: every Setup gives new MACs.

@@ -29,7 +29,9 @@
 //
 // VM (and VMTesting) runs a hypervisor and a storage driver together with a real guest (a
 // Guest; GuestFromDir finds the project's test guest, `make guest`): it boots VMs from the
-// volumes the storage driver prepares and checks what the guest prints on its serial console.
+// volumes the storage driver prepares, each under a real kubevisor-launcher as under the node
+// handler (WithLauncher), and checks what the guest prints on its serial console. GuestDomain and
+// DomainFromFile give the hypervisor checks a VM with something to boot (WithDomain).
 //
 // Each check asks the factory for the driver and calls Configure with Options.Config before
 // anything kind-specific. A factory may return the same driver every time (a plugin process) or
@@ -145,6 +147,9 @@ type Options struct {
 	// the driver of the process that replaced it; Recover/AfterDriverKilled needs it. See
 	// WithDriverKill.
 	DriverKill HypervisorFactory
+	// Launcher is the kubevisor-launcher binary the VM checks start one of for every VM. Default:
+	// FindLauncher's, else one built with the go command (a go test has one). See WithLauncher.
+	Launcher string
 }
 
 // Option changes Options.
@@ -217,6 +222,12 @@ func WithCDROMBus(bus domainv1.DiskBus) Option { return func(o *Options) { o.CDR
 // implementation (after making the old one let go of its VMs as a dead process would), which
 // the kit serves in-process.
 func WithDriverKill(kill HypervisorFactory) Option { return func(o *Options) { o.DriverKill = kill } }
+
+// WithLauncher sets the kubevisor-launcher binary the VM checks run every VM under: each VM gets
+// a launcher of its own, and its domain spec names the launcher's socket and network namespace
+// (sandbox.launcher_socket, sandbox.netns_path), as the node handler's does, so that passing the
+// VM checks means working under the handler.
+func WithLauncher(path string) Option { return func(o *Options) { o.Launcher = path } }
 
 // DefaultDomain is the domain spec of the hypervisor checks unless WithDomain replaces it: the
 // smallest spec domain.Validate accepts (DefaultMemory of memory, no disk, no NIC) with dir as

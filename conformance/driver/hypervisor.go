@@ -3,6 +3,8 @@ package conformance
 import (
 	"context"
 	"fmt"
+	"io"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -22,17 +24,22 @@ import (
 //	Lifecycle/CreateStartStatusShutdownDelete
 //	Create/AlreadyExists, Create/InvalidSpec
 //	Status/NotFound
+//	Unknown/NotFound                    (every operation of an unknown id, optional ones declared)
 //	Delete/Running, Delete/Unknown
 //	Kill
-//	Shutdown/Idempotent
-//	Events/StartStop
-//	Pause/PauseResume                   (FEATURE_HYPERVISOR_PAUSE)
-//	Reboot/SecondBoot                   (FEATURE_HYPERVISOR_REBOOT)
-//	Console/Output, Console/EndsOnStop  (FEATURE_HYPERVISOR_CONSOLE)
-//	Recover/Running, Recover/Gone       (FEATURE_HYPERVISOR_RECOVER, and WithRestart)
+//	Shutdown/Idempotent, Shutdown/TimeoutZero
+//	Shutdown/Paused                     (FEATURE_HYPERVISOR_PAUSE)
+//	Events/StartStop, Events/Sequence
+//	Pause/PauseResume, Pause/NotRunning (FEATURE_HYPERVISOR_PAUSE)
+//	Reboot/SecondBoot, Reboot/NotRunning (FEATURE_HYPERVISOR_REBOOT)
+//	Console/Output, Console/EndsOnStop, Console/BeforeStart, Console/SeveralReaders
+//	                                    (FEATURE_HYPERVISOR_CONSOLE; SeveralReaders needs WithConsoleMarker)
+//	Recover/Running, Recover/Created, Recover/Stopped, Recover/Gone
+//	                                    (FEATURE_HYPERVISOR_RECOVER, and WithRestart)
 //
 // The VMs it creates come from Options.Domain (DefaultDomain unless WithDomain) and are killed
-// and deleted when their check ends.
+// and deleted when their check ends. What each check asks is the contract of driver.Hypervisor
+// and its optional interfaces.
 func Hypervisor(t T, f HypervisorFactory, opts ...Option) {
 	t.Helper()
 	s := &hvSuite{
@@ -50,6 +57,9 @@ func Hypervisor(t T, f HypervisorFactory, opts ...Option) {
 	t.Run("Status", func(t T) {
 		t.Run("NotFound", s.checkStatusNotFound)
 	})
+	t.Run("Unknown", func(t T) {
+		t.Run("NotFound", s.checkUnknownNotFound)
+	})
 	t.Run("Delete", func(t T) {
 		t.Run("Running", s.checkDeleteRunning)
 		t.Run("Unknown", s.checkDeleteUnknown)
@@ -57,22 +67,31 @@ func Hypervisor(t T, f HypervisorFactory, opts ...Option) {
 	t.Run("Kill", s.checkKill)
 	t.Run("Shutdown", func(t T) {
 		t.Run("Idempotent", s.checkShutdownIdempotent)
+		t.Run("TimeoutZero", s.checkShutdownTimeoutZero)
+		t.Run("Paused", s.checkShutdownPaused)
 	})
 	t.Run("Events", func(t T) {
 		t.Run("StartStop", s.checkEventsStartStop)
+		t.Run("Sequence", s.checkEventsSequence)
 	})
 	t.Run("Pause", func(t T) {
 		t.Run("PauseResume", s.checkPauseResume)
+		t.Run("NotRunning", s.checkPauseNotRunning)
 	})
 	t.Run("Reboot", func(t T) {
 		t.Run("SecondBoot", s.checkRebootSecondBoot)
+		t.Run("NotRunning", s.checkRebootNotRunning)
 	})
 	t.Run("Console", func(t T) {
 		t.Run("Output", s.checkConsoleOutput)
 		t.Run("EndsOnStop", s.checkConsoleEndsOnStop)
+		t.Run("BeforeStart", s.checkConsoleBeforeStart)
+		t.Run("SeveralReaders", s.checkConsoleSeveralReaders)
 	})
 	t.Run("Recover", func(t T) {
 		t.Run("Running", s.checkRecoverRunning)
+		t.Run("Created", s.checkRecoverCreated)
+		t.Run("Stopped", s.checkRecoverStopped)
 		t.Run("Gone", s.checkRecoverGone)
 	})
 }
@@ -276,6 +295,34 @@ func (s *hvSuite) checkStatusNotFound(t T) {
 	expectCode(t, err, codes.NotFound, "Status of an unknown VM")
 }
 
+// checkUnknownNotFound: every operation of an unknown id but Create and Delete is NotFound, the
+// optional ones the driver declares too.
+func (s *hvSuite) checkUnknownNotFound(t T) {
+	d := s.hypervisor(t)
+	ctx := s.ctx(t)
+	id := newID()
+	expectCode(t, d.Start(ctx, id), codes.NotFound, "Start of an unknown VM")
+	_, err := d.Shutdown(ctx, id, s.opts.ShutdownTimeout)
+	expectCode(t, err, codes.NotFound, "Shutdown of an unknown VM")
+	expectCode(t, d.Kill(ctx, id), codes.NotFound, "Kill of an unknown VM")
+	if p, ok := driver.Optional[driver.Pauser](ctx, d); ok {
+		expectCode(t, p.Pause(ctx, id), codes.NotFound, "Pause of an unknown VM")
+		expectCode(t, p.Resume(ctx, id), codes.NotFound, "Resume of an unknown VM")
+	}
+	if r, ok := driver.Optional[driver.Rebooter](ctx, d); ok {
+		expectCode(t, r.Reboot(ctx, id), codes.NotFound, "Reboot of an unknown VM")
+	}
+	if c, ok := driver.Optional[driver.Consoler](ctx, d); ok {
+		cctx, cancel := context.WithTimeout(ctx, eventWithin)
+		err := c.Console(cctx, id, nil, io.Discard)
+		cancel()
+		expectCode(t, err, codes.NotFound, "Console of an unknown VM")
+	}
+	if m, ok := driver.Optional[driver.Migrator](ctx, d); ok {
+		expectCode(t, m.Migrate(ctx, &hypervisorv1.MigrateRequest{Id: id, TargetUri: "tcp:127.0.0.1:1"}), codes.NotFound, "Migrate of an unknown VM")
+	}
+}
+
 // checkDeleteRunning: deleting a running VM is FailedPrecondition and leaves it running.
 func (s *hvSuite) checkDeleteRunning(t T) {
 	d := s.hypervisor(t)
@@ -304,16 +351,99 @@ func (s *hvSuite) checkKill(t T) {
 	expectCode(t, d.Delete(s.ctx(t), vm.id), codes.OK, "Delete of a killed VM")
 }
 
-// checkShutdownIdempotent: Shutdown of a stopped VM succeeds.
+// checkShutdownIdempotent: Shutdown of a stopped VM succeeds with graceful false, and so does
+// Shutdown of a created one, which stays created.
 func (s *hvSuite) checkShutdownIdempotent(t T) {
 	d := s.hypervisor(t)
 	vm := s.createStarted(t, d)
 	for i := 1; i <= 2; i++ {
-		if _, err := d.Shutdown(s.ctx(t), vm.id, s.opts.ShutdownTimeout); err != nil {
+		graceful, err := d.Shutdown(s.ctx(t), vm.id, s.opts.ShutdownTimeout)
+		if err != nil {
 			t.Fatalf("Shutdown, call %d: %s", i, describe(err))
 		}
 		s.expectState(t, d, vm.id, hypervisorv1.State_STATE_STOPPED, fmt.Sprintf("Shutdown call %d returned", i))
+		if i == 2 && graceful {
+			t.Errorf("Shutdown of a stopped VM returned graceful=true, want false: nothing powered off")
+		}
 	}
+	created := s.create(t, d)
+	graceful, err := d.Shutdown(s.ctx(t), created.id, s.opts.ShutdownTimeout)
+	switch {
+	case err != nil:
+		t.Errorf("Shutdown of a created VM: %s, want success", describe(err))
+	case graceful:
+		t.Errorf("Shutdown of a created VM returned graceful=true, want false")
+	}
+	s.expectState(t, d, created.id, hypervisorv1.State_STATE_CREATED, "Shutdown of a created VM")
+}
+
+// checkShutdownTimeoutZero: Shutdown with a timeout of 0 stops the VM forcibly at once.
+func (s *hvSuite) checkShutdownTimeoutZero(t T) {
+	d := s.hypervisor(t)
+	vm := s.createStarted(t, d)
+	start := time.Now()
+	graceful, err := d.Shutdown(s.ctx(t), vm.id, 0)
+	took := time.Since(start)
+	if err != nil {
+		t.Fatalf("Shutdown with timeout 0: %s", describe(err))
+	}
+	if graceful {
+		t.Errorf("Shutdown with timeout 0 returned graceful=true, want false: without grace the VM is forced off")
+	}
+	if took > shutdownZeroWithin {
+		t.Errorf("Shutdown with timeout 0 took %s, more than %s: it must stop the VM at once", took.Round(time.Millisecond), shutdownZeroWithin)
+	}
+	st := s.expectState(t, d, vm.id, hypervisorv1.State_STATE_STOPPED, "Shutdown with timeout 0 returned")
+	if st.GetReason() != driver.ReasonForcedShutdown {
+		t.Errorf("after Shutdown with timeout 0 the reason is %q, want %q", st.GetReason(), driver.ReasonForcedShutdown)
+	}
+}
+
+// shutdownZeroWithin is how soon Shutdown with a timeout of 0 must return.
+const shutdownZeroWithin = 15 * time.Second
+
+// checkShutdownPaused: Shutdown of a paused VM resumes it first (RESUMED, before the VM stops)
+// and returns once it is stopped.
+func (s *hvSuite) checkShutdownPaused(t T) {
+	d := s.hypervisor(t)
+	requireFeature(t, s.capabilities(t, d), basev1.Feature_FEATURE_HYPERVISOR_PAUSE)
+	p := optional[driver.Pauser](t, d, basev1.Feature_FEATURE_HYPERVISOR_PAUSE)
+	vm := s.create(t, d)
+	l := s.watchEvents(t, d, vm.id)
+	s.liven(t, d, vm.id, l)
+	if err := d.Start(s.ctx(t), vm.id); err != nil {
+		t.Fatalf("Start: %s", describe(err))
+	}
+	if err := p.Pause(s.ctx(t), vm.id); err != nil {
+		t.Fatalf("Pause: %s", describe(err))
+	}
+	mark := l.len()
+	if _, err := d.Shutdown(s.ctx(t), vm.id, s.opts.ShutdownTimeout); err != nil {
+		t.Fatalf("Shutdown of a paused VM: %s", describe(err))
+	}
+	s.expectState(t, d, vm.id, hypervisorv1.State_STATE_STOPPED, "Shutdown of a paused VM returned")
+	ctx, cancel := context.WithTimeout(s.ctx(t), s.eventWait())
+	defer cancel()
+	stopped := l.find(ctx, mark, isEnd)
+	if stopped < 0 {
+		t.Fatalf("Shutdown of a paused VM: no event ends the run; got %s", l.describe(mark))
+	}
+	if !slices.ContainsFunc(l.snapshot()[mark:stopped], func(e *hypervisorv1.Event) bool {
+		return e.GetType() == hypervisorv1.EventType_EVENT_TYPE_RESUMED
+	}) {
+		t.Errorf("Shutdown of a paused VM: no RESUMED event before it stopped (a paused guest cannot power off: resume it first); got %s", l.describe(mark))
+	}
+}
+
+// eventWait is how long a check waits for an event: eventWithin, at most Options.Timeout.
+func (s *hvSuite) eventWait() time.Duration { return min(eventWithin, s.opts.Timeout) }
+
+// eventWithin is how soon after the operation that causes it an event must be on the stream.
+const eventWithin = 10 * time.Second
+
+// isEnd reports whether e ends a run: its state is STOPPED or CRASHED.
+func isEnd(e *hypervisorv1.Event) bool {
+	return e.GetState() == hypervisorv1.State_STATE_STOPPED || e.GetState() == hypervisorv1.State_STATE_CRASHED
 }
 
 // checkEventsStartStop: Events streams a VM's start and stop to every stream that asked for
@@ -324,32 +454,8 @@ func (s *hvSuite) checkEventsStartStop(t T) {
 	x, y := s.create(t, d), s.create(t, d)
 	ofX := s.watchEvents(t, d, x.id)
 	all := s.watchEvents(t, d, "")
-
-	// A stream is live only once the driver has registered it, which the caller cannot see:
-	// cycle x through start and kill until both streams report it stopped.
+	s.liven(t, d, x.id, ofX, all)
 	ctx := s.ctx(t)
-	wait := 50 * time.Millisecond
-	for attempt := 1; ; attempt++ {
-		if err := d.Start(ctx, x.id); err != nil {
-			t.Fatalf("Start: %s", describe(err))
-		}
-		if err := d.Kill(ctx, x.id); err != nil {
-			t.Fatalf("Kill: %s", describe(err))
-		}
-		waitCtx, cancel := context.WithTimeout(ctx, wait)
-		stopped := func(e *hypervisorv1.Event) bool {
-			return e.GetId() == x.id && e.GetState() == hypervisorv1.State_STATE_STOPPED
-		}
-		a, b := ofX.find(waitCtx, 0, stopped), all.find(waitCtx, 0, stopped)
-		cancel()
-		if a >= 0 && b >= 0 {
-			break
-		}
-		if ctx.Err() != nil {
-			t.Fatalf("the Events streams reported nothing for a VM started and killed %d times (stream of that VM: %d events, stream of all VMs: %d events)", attempt, ofX.len(), all.len())
-		}
-		wait = min(2*wait, 5*time.Second)
-	}
 
 	markX, markAll := ofX.len(), all.len()
 	if err := d.Start(ctx, x.id); err != nil {
@@ -394,6 +500,136 @@ func (s *hvSuite) checkEventsStartStop(t T) {
 		if err := l.stop(s.opts.Timeout); err != nil {
 			t.Errorf("Events after its context was cancelled: %v", err)
 		}
+	}
+}
+
+// liven waits until the Events streams are live, which only the driver knows: it cycles the
+// created VM id through Start and Kill until every stream has reported it stopped. The VM is
+// stopped when it returns.
+func (s *hvSuite) liven(t T, d driver.Hypervisor, id string, logs ...*eventLog) {
+	t.Helper()
+	ctx := s.ctx(t)
+	wait := 50 * time.Millisecond
+	stopped := func(e *hypervisorv1.Event) bool {
+		return e.GetId() == id && e.GetState() == hypervisorv1.State_STATE_STOPPED
+	}
+	for attempt := 1; ; attempt++ {
+		if err := d.Start(ctx, id); err != nil {
+			t.Fatalf("Start: %s", describe(err))
+		}
+		if err := d.Kill(ctx, id); err != nil {
+			t.Fatalf("Kill: %s", describe(err))
+		}
+		waitCtx, cancel := context.WithTimeout(ctx, wait)
+		live := true
+		for _, l := range logs {
+			live = l.find(waitCtx, 0, stopped) >= 0 && live
+		}
+		cancel()
+		if live {
+			return
+		}
+		if ctx.Err() != nil {
+			var counts []string
+			for _, l := range logs {
+				counts = append(counts, fmt.Sprint(l.len()))
+			}
+			t.Fatalf("the Events streams reported nothing for a VM started and killed %d times (events per stream: %s)", attempt, strings.Join(counts, ", "))
+		}
+		wait = min(2*wait, 5*time.Second)
+	}
+}
+
+// checkEventsSequence: each operation reports the events of the contract, each with the VM's
+// state after it and a reason, and a run ends with one event of type STOPPED after which
+// nothing follows until the next Start.
+func (s *hvSuite) checkEventsSequence(t T) {
+	d := s.hypervisor(t)
+	vm := s.create(t, d)
+	l := s.watchEvents(t, d, vm.id)
+	s.liven(t, d, vm.id, l)
+	ctx := s.ctx(t)
+	typeIs := func(typ hypervisorv1.EventType, state hypervisorv1.State) func(*hypervisorv1.Event) bool {
+		return func(e *hypervisorv1.Event) bool { return e.GetType() == typ && e.GetState() == state }
+	}
+	// expect waits for an event from mark that matches, and returns the index after it.
+	expect := func(what string, mark int, match func(*hypervisorv1.Event) bool) int {
+		t.Helper()
+		wctx, cancel := context.WithTimeout(ctx, s.eventWait())
+		defer cancel()
+		i := l.find(wctx, mark, match)
+		if i < 0 {
+			t.Fatalf("after %s, no such event; got %s", what, l.describe(mark))
+		}
+		return i + 1
+	}
+	// expectEnd checks the end of a run from mark: one STOPPED event in state STOPPED with one
+	// of the reasons, before it only SHUTTING_DOWN and the events of what, and nothing after it.
+	expectEnd := func(what string, mark int, allowed []hypervisorv1.EventType, reasons ...string) int {
+		t.Helper()
+		end := expect(what, mark, isEnd) - 1
+		events := l.snapshot()
+		e := events[end]
+		if e.GetType() != hypervisorv1.EventType_EVENT_TYPE_STOPPED || e.GetState() != hypervisorv1.State_STATE_STOPPED {
+			t.Errorf("after %s the run ends with %s in state %s, want STOPPED in state STOPPED", what, e.GetType(), e.GetState())
+		}
+		if !slices.Contains(reasons, e.GetReason()) {
+			t.Errorf("after %s the run ends with reason %q, want one of %q", what, e.GetReason(), reasons)
+		}
+		for _, b := range events[mark:end] {
+			if b.GetType() != hypervisorv1.EventType_EVENT_TYPE_SHUTDOWN && !slices.Contains(allowed, b.GetType()) {
+				t.Errorf("after %s, before the end of the run: %s (state %s), want only %v or SHUTDOWN", what, b.GetType(), b.GetState(), allowed)
+			}
+		}
+		s.sleepCheck(t, 200*time.Millisecond)
+		if n := l.len(); n > end+1 {
+			t.Errorf("after %s, events follow the end of the run: %s", what, l.describe(end+1))
+		}
+		return end + 1
+	}
+
+	mark := l.len()
+	if err := d.Start(ctx, vm.id); err != nil {
+		t.Fatalf("Start: %s", describe(err))
+	}
+	mark = expect("Start", mark, typeIs(hypervisorv1.EventType_EVENT_TYPE_STARTED, hypervisorv1.State_STATE_RUNNING))
+	if p, ok := driver.Optional[driver.Pauser](ctx, d); ok {
+		if err := p.Pause(ctx, vm.id); err != nil {
+			t.Fatalf("Pause: %s", describe(err))
+		}
+		mark = expect("Pause", mark, typeIs(hypervisorv1.EventType_EVENT_TYPE_PAUSED, hypervisorv1.State_STATE_PAUSED))
+		if err := p.Resume(ctx, vm.id); err != nil {
+			t.Fatalf("Resume: %s", describe(err))
+		}
+		mark = expect("Resume", mark, typeIs(hypervisorv1.EventType_EVENT_TYPE_RESUMED, hypervisorv1.State_STATE_RUNNING))
+	}
+	if err := d.Kill(ctx, vm.id); err != nil {
+		t.Fatalf("Kill: %s", describe(err))
+	}
+	mark = expectEnd("Kill", mark, nil, driver.ReasonKilled)
+
+	if err := d.Start(ctx, vm.id); err != nil {
+		t.Fatalf("Start: %s", describe(err))
+	}
+	mark = expect("a second Start", mark, typeIs(hypervisorv1.EventType_EVENT_TYPE_STARTED, hypervisorv1.State_STATE_RUNNING))
+	if _, err := d.Shutdown(ctx, vm.id, s.opts.ShutdownTimeout); err != nil {
+		t.Fatalf("Shutdown: %s", describe(err))
+	}
+	expect("Shutdown", mark, typeIs(hypervisorv1.EventType_EVENT_TYPE_POWERDOWN_REQUESTED, hypervisorv1.State_STATE_SHUTTING_DOWN))
+	expectEnd("Shutdown", mark, []hypervisorv1.EventType{hypervisorv1.EventType_EVENT_TYPE_POWERDOWN_REQUESTED},
+		driver.ReasonGuestShutdown, driver.ReasonForcedShutdown)
+	for _, e := range l.snapshot() {
+		if e.GetState() == hypervisorv1.State_STATE_UNSPECIFIED || e.GetReason() == "" {
+			t.Errorf("event %s has state %s and reason %q: every event carries the VM's state after it and a reason", e.GetType(), e.GetState(), e.GetReason())
+		}
+	}
+}
+
+// sleepCheck waits d or until the check's context is done.
+func (s *hvSuite) sleepCheck(t T, d time.Duration) {
+	select {
+	case <-time.After(d):
+	case <-s.ctx(t).Done():
 	}
 }
 
@@ -522,6 +758,53 @@ func (s *hvSuite) checkPauseResume(t T) {
 	}
 }
 
+// checkPauseNotRunning: Pause and Resume of a VM that is neither running nor paused (created,
+// stopped) are FailedPrecondition.
+func (s *hvSuite) checkPauseNotRunning(t T) {
+	d := s.hypervisor(t)
+	requireFeature(t, s.capabilities(t, d), basev1.Feature_FEATURE_HYPERVISOR_PAUSE)
+	p := optional[driver.Pauser](t, d, basev1.Feature_FEATURE_HYPERVISOR_PAUSE)
+	vm := s.create(t, d)
+	expectCode(t, p.Pause(s.ctx(t), vm.id), codes.FailedPrecondition, "Pause of a created VM")
+	expectCode(t, p.Resume(s.ctx(t), vm.id), codes.FailedPrecondition, "Resume of a created VM")
+	if err := d.Start(s.ctx(t), vm.id); err != nil {
+		t.Fatalf("Start: %s", describe(err))
+	}
+	if err := d.Kill(s.ctx(t), vm.id); err != nil {
+		t.Fatalf("Kill: %s", describe(err))
+	}
+	expectCode(t, p.Pause(s.ctx(t), vm.id), codes.FailedPrecondition, "Pause of a stopped VM")
+	expectCode(t, p.Resume(s.ctx(t), vm.id), codes.FailedPrecondition, "Resume of a stopped VM")
+	s.expectState(t, d, vm.id, hypervisorv1.State_STATE_STOPPED, "a refused Pause and Resume")
+}
+
+// checkRebootNotRunning: Reboot of a VM that is not running (created, paused) is
+// FailedPrecondition and changes nothing.
+func (s *hvSuite) checkRebootNotRunning(t T) {
+	d := s.hypervisor(t)
+	caps := s.capabilities(t, d)
+	requireFeature(t, caps, basev1.Feature_FEATURE_HYPERVISOR_REBOOT)
+	r := optional[driver.Rebooter](t, d, basev1.Feature_FEATURE_HYPERVISOR_REBOOT)
+	vm := s.create(t, d)
+	expectCode(t, r.Reboot(s.ctx(t), vm.id), codes.FailedPrecondition, "Reboot of a created VM")
+	s.expectState(t, d, vm.id, hypervisorv1.State_STATE_CREATED, "a refused Reboot")
+	p, ok := driver.Optional[driver.Pauser](s.ctx(t), d)
+	if !ok {
+		return
+	}
+	if err := d.Start(s.ctx(t), vm.id); err != nil {
+		t.Fatalf("Start: %s", describe(err))
+	}
+	if err := p.Pause(s.ctx(t), vm.id); err != nil {
+		t.Fatalf("Pause: %s", describe(err))
+	}
+	boots := s.status(t, d, vm.id).GetBoots()
+	expectCode(t, r.Reboot(s.ctx(t), vm.id), codes.FailedPrecondition, "Reboot of a paused VM")
+	if st := s.expectState(t, d, vm.id, hypervisorv1.State_STATE_PAUSED, "a refused Reboot"); st.GetBoots() != boots {
+		t.Errorf("a refused Reboot changed boots from %d to %d", boots, st.GetBoots())
+	}
+}
+
 // checkRebootSecondBoot: Reboot boots a running VM again; it goes on running.
 func (s *hvSuite) checkRebootSecondBoot(t T) {
 	d := s.hypervisor(t)
@@ -616,6 +899,48 @@ func (s *hvSuite) checkConsoleEndsOnStop(t T) {
 	}
 }
 
+// checkConsoleBeforeStart: the console of a VM that has not started is FailedPrecondition: the
+// host attaches after Start.
+func (s *hvSuite) checkConsoleBeforeStart(t T) {
+	d := s.hypervisor(t)
+	requireFeature(t, s.capabilities(t, d), basev1.Feature_FEATURE_HYPERVISOR_CONSOLE)
+	c := optional[driver.Consoler](t, d, basev1.Feature_FEATURE_HYPERVISOR_CONSOLE)
+	vm := s.create(t, d)
+	ctx, cancel := context.WithTimeout(s.ctx(t), eventWithin)
+	defer cancel()
+	err := c.Console(ctx, vm.id, nil, io.Discard)
+	if ctx.Err() != nil {
+		t.Fatalf("Console of a created VM did not return within %s: want FailedPrecondition at once", eventWithin)
+	}
+	expectCode(t, err, codes.FailedPrecondition, "Console of a created VM")
+}
+
+// checkConsoleSeveralReaders: two consoles of one VM read at once; the second, attached after
+// Options.ConsoleMarker was printed, gets it from the driver's backlog.
+func (s *hvSuite) checkConsoleSeveralReaders(t T) {
+	d := s.hypervisor(t)
+	requireFeature(t, s.capabilities(t, d), basev1.Feature_FEATURE_HYPERVISOR_CONSOLE)
+	marker := s.opts.ConsoleMarker
+	if marker == "" {
+		t.Skipf("no console marker given (WithConsoleMarker): the check needs output to see twice")
+	}
+	c := optional[driver.Consoler](t, d, basev1.Feature_FEATURE_HYPERVISOR_CONSOLE)
+	vm := s.createStarted(t, d)
+	first := attachConsole(t, c, vm.id)
+	if err := first.out.WaitFor(s.ctx(t), marker, 1, s.opts.Timeout); err != nil {
+		t.Fatalf("the console did not show %q: %v", marker, err)
+	}
+	second := attachConsole(t, c, vm.id)
+	if err := second.out.WaitFor(s.ctx(t), marker, 1, eventWithin); err != nil {
+		t.Errorf("a second console attached after %q was printed does not show it: the driver replays its recent output to a new console first: %v", marker, err)
+	}
+	for i, cs := range []*consoleSession{first, second} {
+		if ended, err := cs.wait(0); ended {
+			t.Errorf("console %d of two ended while the VM runs: %s", i+1, describe(err))
+		}
+	}
+}
+
 // restarted restarts the driver process with Options.Restart, skipping the check without it.
 func (s *hvSuite) restarted(t T) driver.Hypervisor {
 	t.Helper()
@@ -662,6 +987,53 @@ func (s *hvSuite) checkRecoverRunning(t T) {
 	expectCode(t, d2.Delete(s.ctx(t), vm.id), codes.OK, "Delete of a recovered VM")
 }
 
+// checkRecoverCreated: a new driver process reports a VM that was created and never started as
+// created, with no boot, and can start it.
+func (s *hvSuite) checkRecoverCreated(t T) {
+	d := s.hypervisor(t)
+	s.requireRecover(t, d)
+	vm := s.create(t, d)
+
+	d2 := s.restarted(t)
+	vm.d = d2
+	r := optional[driver.Recoverer](t, d2, basev1.Feature_FEATURE_HYPERVISOR_RECOVER)
+	st, err := r.Recover(s.ctx(t), vm.handle)
+	if err != nil {
+		t.Fatalf("Recover of a created VM: %s", describe(err))
+	}
+	if st.GetState() != hypervisorv1.State_STATE_CREATED || st.GetBoots() != 0 {
+		t.Errorf("Recover of a VM created and never started reports it %s with %d boots (reason %q), want CREATED with 0", st.GetState(), st.GetBoots(), st.GetReason())
+	}
+	if err := d2.Start(s.ctx(t), vm.id); err != nil {
+		t.Fatalf("Start of a recovered created VM: %s", describe(err))
+	}
+	s.expectState(t, d2, vm.id, hypervisorv1.State_STATE_RUNNING, "Start of a recovered created VM")
+}
+
+// checkRecoverStopped: a new driver process reports a VM that was stopped (killed) before the
+// restart as stopped, and can delete it.
+func (s *hvSuite) checkRecoverStopped(t T) {
+	d := s.hypervisor(t)
+	s.requireRecover(t, d)
+	vm := s.createStarted(t, d)
+	if err := d.Kill(s.ctx(t), vm.id); err != nil {
+		t.Fatalf("Kill: %s", describe(err))
+	}
+
+	d2 := s.restarted(t)
+	vm.d = d2
+	r := optional[driver.Recoverer](t, d2, basev1.Feature_FEATURE_HYPERVISOR_RECOVER)
+	st, err := r.Recover(s.ctx(t), vm.handle)
+	if err != nil {
+		t.Fatalf("Recover of a stopped VM: %s; a VM whose process is gone must be reported as stopped", describe(err))
+	}
+	if st.GetState() != hypervisorv1.State_STATE_STOPPED || st.GetPid() != 0 {
+		t.Errorf("Recover of a stopped VM reports it %s with pid %d (reason %q), want STOPPED without a pid", st.GetState(), st.GetPid(), st.GetReason())
+	}
+	s.expectState(t, d2, vm.id, hypervisorv1.State_STATE_STOPPED, "Recover of a stopped VM")
+	expectCode(t, d2.Delete(s.ctx(t), vm.id), codes.OK, "Delete of a recovered stopped VM")
+}
+
 // checkRecoverGone: Recover of a VM that is gone reports it stopped, not an error.
 func (s *hvSuite) checkRecoverGone(t T) {
 	d := s.hypervisor(t)
@@ -684,4 +1056,7 @@ func (s *hvSuite) checkRecoverGone(t T) {
 	if st.GetState() != hypervisorv1.State_STATE_STOPPED {
 		t.Errorf("Recover of a deleted VM reports it %s (reason %q), want STOPPED", st.GetState(), st.GetReason())
 	}
+	// The driver knows the VM again, so that the host can finish removing it.
+	s.expectState(t, d2, vm.id, hypervisorv1.State_STATE_STOPPED, "Recover of a deleted VM")
+	expectCode(t, d2.Delete(s.ctx(t), vm.id), codes.OK, "Delete of a recovered deleted VM")
 }

@@ -21,12 +21,19 @@ func HypervisorTesting(t *testing.T, impl driver.Hypervisor, opts ...Option) {
 		if restart == nil {
 			return
 		}
-		o.Restart = func(t T) driver.Hypervisor {
-			impl := restart(t)
+		o.Restart = func(ct T) driver.Hypervisor {
+			impl := restart(ct)
 			if impl == nil {
 				return nil
 			}
-			return ServeInProcess(t, basev1.Kind_KIND_HYPERVISOR, impl).(driver.Hypervisor)
+			// Served until the end of t, not of the check: the check's own cleanup still needs
+			// it to remove the VM.
+			client, stop, err := driver.InProcess(basev1.Kind_KIND_HYPERVISOR, impl)
+			if err != nil {
+				ct.Fatalf("serve the driver in-process: %v", err)
+			}
+			t.Cleanup(stop)
+			return client.(driver.Hypervisor)
 		}
 	})
 	Hypervisor(tt, func(T) driver.Hypervisor { return client }, opts...)

@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync"
 	"time"
 
 	domainv1 "github.com/kubevisor/kubevisor/core/domain/v1"
@@ -191,6 +192,12 @@ func (g Guest) withDefaults() Guest {
 // The guest's shell must read the console after Guest.ReadyMarker: Pause/StopsGuest and
 // Recover/AfterDriverKilled type commands there.
 //
+// Every VM runs as under the node handler: a kubevisor-launcher of its own holds its sandbox
+// (WithLauncher names the binary; by default FindLauncher's, else one built with the go command),
+// and the domain spec names the launcher's socket and network namespace. The hypervisor must
+// declare Capabilities.launcher, and a VM process it reports (Status.pid) must be the launcher's
+// process: started through core/driver/launcher, not by the driver itself.
+//
 // Options.Config, StateDir and NodeName configure the hypervisor, WithStorageConfig and
 // WithStorageStateDir the storage driver. Each check takes up to Options.Timeout
 // (DefaultVMTimeout unless WithTimeout) and gives Shutdown Options.ShutdownTimeout
@@ -211,9 +218,10 @@ func VM(t T, hv HypervisorFactory, st StorageFactory, g Guest, opts ...Option) {
 		defaults = append(defaults, WithShutdownTimeout(DefaultGuestShutdownTimeout))
 	}
 	s := &vmSuite{
-		suite: newSuite(t, basev1.Kind_KIND_HYPERVISOR, func(t T) driver.Driver { return nilIfNil(hv(t)) }, append(defaults, opts...)),
-		newST: st,
-		guest: g.withDefaults(),
+		suite:    newSuite(t, basev1.Kind_KIND_HYPERVISOR, func(t T) driver.Driver { return nilIfNil(hv(t)) }, append(defaults, opts...)),
+		newST:    st,
+		guest:    g.withDefaults(),
+		buildDir: t.TempDir(),
 	}
 	if s.opts.StorageStateDir == "" {
 		s.opts.StorageStateDir = t.TempDir()
@@ -257,6 +265,19 @@ type vmSuite struct {
 	*suite
 	newST StorageFactory
 	guest Guest
+
+	// launcher is the launcher binary, found (or built into buildDir) on first use.
+	launcherOnce sync.Once
+	buildDir     string
+	launcher     string
+	launcherErr  error
+}
+
+// launcherBinary finds the launcher binary once.
+func (s *vmSuite) launcherBinary() {
+	s.launcherOnce.Do(func() {
+		s.launcher, s.launcherErr = findLauncher(s.opts.Launcher, s.buildDir, true)
+	})
 }
 
 // Names of the volumes of a VM the checks boot.
@@ -308,6 +329,8 @@ type guestVM struct {
 	// d is the driver that manages the VM: a new one after Recover.
 	d       driver.Hypervisor
 	console *consoleSession
+	// launcher holds the VM's sandbox.
+	launcher *sandboxLauncher
 }
 
 // bootPlan is how a check boots its VM.
@@ -486,12 +509,21 @@ func (s *vmSuite) boot(t T, seed string) *guestVM {
 		}
 	}
 
+	// Every VM runs under a launcher, as under the node handler, which sets
+	// sandbox.launcher_socket for every VM.
+	if !hvCaps.GetLauncher() {
+		t.Fatalf("the hypervisor does not declare Capabilities.launcher: the node handler sets sandbox.launcher_socket for every VM, and runs none on a driver that cannot start it through the launcher (core/driver/launcher)")
+	}
+	s.launcherBinary()
+	vm.launcher = s.startLauncher(t, vm.id)
+
 	runDir := shortTempDir(t)
 	spec := guestDomain(domainPlan{
 		ID: vm.id, RunDir: runDir, Guest: s.guest,
 		KernelBoot: plan.kernel, BootVolume: containerDiskVolume,
 		DiskBus: s.opts.DiskBus, CDROMBus: s.opts.CDROMBus,
 	}, disks)
+	spec.Sandbox = vm.launcher.sandbox
 	handle, err := hv.Create(s.ctx(t), spec)
 	if err != nil {
 		t.Fatalf("Create of a VM with the guest: %s", describe(err))
@@ -506,8 +538,9 @@ func (s *vmSuite) boot(t T, seed string) *guestVM {
 	}
 	vm.console = attachConsole(t, c, vm.id)
 	if err := vm.console.out.WaitFor(s.ctx(t), s.guest.ReadyMarker, 1, s.guest.BootTimeout); err != nil {
-		t.Fatalf("booting the guest (%s): %v", s.describeBoot(plan), err)
+		t.Fatalf("booting the guest (%s): %v; the launcher's log: %s", s.describeBoot(plan), err, vm.launcher.logTail())
 	}
+	s.checkUnderLauncher(t, vm)
 	return vm
 }
 
@@ -750,6 +783,7 @@ func (s *vmSuite) checkRecoverAfterDriverKilled(t T) {
 	if pid != 0 && st.GetPid() != pid {
 		t.Errorf("after Recover the VM reports pid %d, want %d: the VM process must be the same", st.GetPid(), pid)
 	}
+	s.checkUnderLauncher(t, vm)
 
 	c := optional[driver.Consoler](t, d2, basev1.Feature_FEATURE_HYPERVISOR_CONSOLE)
 	cs := attachConsole(t, c, vm.id)

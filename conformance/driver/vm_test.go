@@ -346,7 +346,7 @@ func TestVMTesting(t *testing.T) {
 			"Boot/ConsoleMarker": "SKIP", "CloudInit/UserDataReachesGuest": "SKIP", "CloudInit/ConfigDrive": "SKIP",
 			"Shutdown/GracefulWithinTimeout": "SKIP", "Kill": "SKIP", "Pause/StopsGuest": "SKIP",
 			"Reboot/SecondBoot": "SKIP", "Recover/AfterDriverKilled": "SKIP", "Storage/NotAnImage": "SKIP",
-		}, []string{"driver does not declare FEATURE_HYPERVISOR_CONSOLE", "FEATURE_HYPERVISOR_PAUSE",
+		}, []string{"driver does not declare FEATURE_HYPERVISOR_CONSOLE", "FEATURE_HYPERVISOR_PAUSE", "FEATURE_HYPERVISOR_REBOOT",
 			"storage driver does not declare volume type containerDisk"}},
 	} {
 		t.Run(tc.drivers, func(t *testing.T) {

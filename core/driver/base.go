@@ -55,8 +55,7 @@ func (s *baseServer) Configure(ctx context.Context, req *basev1.ConfigureRequest
 }
 
 // baseClient is the host's side of the Driver service. It caches Capabilities, which do not
-// change for the life of a plugin process, and refuses locally to call an optional operation
-// the driver did not declare.
+// change for the life of a plugin process; Optional goes by them.
 type baseClient struct {
 	base basev1.DriverClient
 
@@ -96,18 +95,6 @@ func (c *baseClient) Fingerprint(ctx context.Context, send func(*basev1.Fingerpr
 func (c *baseClient) Configure(ctx context.Context, req *basev1.ConfigureRequest) error {
 	_, err := c.base.Configure(ctx, req)
 	return err
-}
-
-// require returns Unimplemented, without calling the plugin, when the driver did not declare f.
-func (c *baseClient) require(ctx context.Context, f basev1.Feature) error {
-	caps, err := c.Capabilities(ctx)
-	if err != nil {
-		return err
-	}
-	if !HasFeature(caps, f) {
-		return status.Errorf(codes.Unimplemented, "driver does not declare %s", f)
-	}
-	return nil
 }
 
 // recvAll passes every message of a server stream to send until the stream or ctx ends. The end

@@ -1,9 +1,13 @@
 package driver
 
 import (
+	"context"
 	"fmt"
 	"slices"
+	"strings"
 
+	"github.com/kubevisor/kubevisor/core/domain"
+	domainv1 "github.com/kubevisor/kubevisor/core/domain/v1"
 	basev1 "github.com/kubevisor/kubevisor/core/driver/base/v1"
 )
 
@@ -79,4 +83,148 @@ func CheckCapabilities(kind basev1.Kind, impl any, caps *basev1.Capabilities) er
 // HasFeature reports whether caps declares f.
 func HasFeature(caps *basev1.Capabilities, f basev1.Feature) bool {
 	return slices.Contains(caps.GetFeatures(), f)
+}
+
+// optionalFeature is the feature of an optional interface I, if I is one.
+func optionalFeature[I any]() (basev1.Feature, bool) {
+	switch any((*I)(nil)).(type) {
+	case *Pauser:
+		return basev1.Feature_FEATURE_HYPERVISOR_PAUSE, true
+	case *Rebooter:
+		return basev1.Feature_FEATURE_HYPERVISOR_REBOOT, true
+	case *Consoler:
+		return basev1.Feature_FEATURE_HYPERVISOR_CONSOLE, true
+	case *Recoverer:
+		return basev1.Feature_FEATURE_HYPERVISOR_RECOVER, true
+	case *Migrator:
+		return basev1.Feature_FEATURE_HYPERVISOR_MIGRATE, true
+	case *NetworkChecker:
+		return basev1.Feature_FEATURE_NETWORK_CHECK, true
+	case *DeviceWatcher:
+		return basev1.Feature_FEATURE_DEVICE_WATCH, true
+	}
+	return basev1.Feature_FEATURE_UNSPECIFIED, false
+}
+
+// gated is a host client's side of Optional: the optional interface of feature f, served by the
+// driver behind the client. Only the clients of this package implement it.
+type gated interface {
+	optional(f basev1.Feature) any
+}
+
+// Optional returns d as its optional interface I (Pauser, Rebooter, Consoler, Recoverer,
+// Migrator, NetworkChecker or DeviceWatcher) when d declares I's feature in its Capabilities and
+// offers it, and false otherwise, also when Capabilities fails or I is no optional interface.
+//
+// It is how the host reaches an optional operation. A host client (HypervisorClient,
+// NetworkClient, DeviceClient) does not implement the optional interfaces itself, so a type
+// assertion on it for one is false; Optional gives the client's implementation of I exactly when
+// the driver behind it declared the feature (the client asks its driver once and caches the
+// answer). A Go implementation is given when it declares the feature and implements I: one that
+// implements I without declaring it does not offer it.
+func Optional[I any](ctx context.Context, d Driver) (I, bool) {
+	var zero I
+	f, ok := optionalFeature[I]()
+	if !ok || d == nil {
+		return zero, false
+	}
+	caps, err := d.Capabilities(ctx)
+	if err != nil || !HasFeature(caps, f) {
+		return zero, false
+	}
+	if c, ok := d.(gated); ok {
+		i, ok := c.optional(f).(I)
+		return i, ok
+	}
+	i, ok := d.(I)
+	return i, ok
+}
+
+// CheckDomain reports, as a domain.ValidationError (InvalidArgument) with a field path each, what
+// spec asks of a hypervisor driver that caps does not declare: a firmware, Secure Boot, a machine
+// type, a disk bus, a NIC model, a VNC console, host devices, tap descriptors, a launcher. The
+// host runs it before Create (HypervisorClient.Create does), so that a driver is never sent what
+// it did not declare. Empty values (no firmware, machine type, bus or NIC model: the driver's
+// defaults) pass.
+func CheckDomain(caps *basev1.Capabilities, spec *domainv1.DomainSpec) error {
+	var errs domain.ValidationError
+	add := func(field, format string, args ...any) {
+		errs = append(errs, domain.FieldError{Field: field, Detail: fmt.Sprintf(format, args...)})
+	}
+	not := func(what string, have []string) string {
+		return fmt.Sprintf("%s is not declared by the driver (Capabilities declares: %s)", what, listOrNone(have))
+	}
+	fw, field := "", "firmware"
+	switch {
+	case spec.GetFirmware().GetBios() != nil:
+		fw, field = "bios", "firmware.bios"
+	case spec.GetFirmware().GetEfi() != nil:
+		fw, field = "efi", "firmware.efi"
+	case spec.GetFirmware().GetKernel() != nil:
+		fw, field = "kernel", "firmware.kernel"
+	}
+	if fw != "" && !slices.Contains(caps.GetFirmware(), fw) {
+		add(field, "%s", not("firmware "+fw, caps.GetFirmware()))
+	}
+	if spec.GetFirmware().GetEfi().GetSecureBoot() && !caps.GetSecureBoot() {
+		add("firmware.efi.secureBoot", "Secure Boot is not declared by the driver (Capabilities.secure_boot)")
+	}
+	if t := spec.GetMachine().GetType(); t != "" && !MachineTypeDeclared(caps, t) {
+		add("machine.type", "%s", not(fmt.Sprintf("machine type %q", t), caps.GetMachineTypes()))
+	}
+	for i, d := range spec.GetDisks() {
+		if d.GetBus() == domainv1.DiskBus_DISK_BUS_UNSPECIFIED {
+			continue
+		}
+		if bus := BusName(d.GetBus()); !slices.Contains(caps.GetDiskBuses(), bus) {
+			add(fmt.Sprintf("disks[%d].bus", i), "disk %q: %s", d.GetName(), not("bus "+bus, caps.GetDiskBuses()))
+		}
+	}
+	for i, n := range spec.GetNics() {
+		if m := n.GetModel(); m != "" && !slices.Contains(caps.GetNicModels(), m) {
+			add(fmt.Sprintf("nics[%d].model", i), "interface %q: %s", n.GetName(), not(fmt.Sprintf("model %q", m), caps.GetNicModels()))
+		}
+		if n.GetTapFdPath() != "" && !caps.GetTapFd() {
+			add(fmt.Sprintf("nics[%d].tapFdPath", i), "interface %q: a tap passed as a descriptor is not declared by the driver (Capabilities.tap_fd)", n.GetName())
+		}
+	}
+	if spec.GetVnc() != nil && !caps.GetVnc() {
+		add("vnc", "a VNC console is not declared by the driver (Capabilities.vnc)")
+	}
+	if len(spec.GetHostDevices()) > 0 && !caps.GetHostDevices() {
+		add("hostDevices", "host devices are not declared by the driver (Capabilities.host_devices)")
+	}
+	if spec.GetSandbox().GetLauncherSocket() != "" && !caps.GetLauncher() {
+		add("sandbox.launcherSocket", "starting the VM through the VMI's launcher is not declared by the driver (Capabilities.launcher)")
+	}
+	if len(errs) > 0 {
+		return errs
+	}
+	return nil
+}
+
+// MachineTypeDeclared reports whether caps declares machine type t: listed, or matched by an
+// entry ending in "*" as a prefix.
+func MachineTypeDeclared(caps *basev1.Capabilities, t string) bool {
+	for _, m := range caps.GetMachineTypes() {
+		if m == t {
+			return true
+		}
+		if p, ok := strings.CutSuffix(m, "*"); ok && strings.HasPrefix(t, p) {
+			return true
+		}
+	}
+	return false
+}
+
+// BusName is a disk bus as Capabilities.disk_buses names it ("virtio", "sata", ...).
+func BusName(b domainv1.DiskBus) string {
+	return strings.ToLower(strings.TrimPrefix(b.String(), "DISK_BUS_"))
+}
+
+func listOrNone(s []string) string {
+	if len(s) == 0 {
+		return "none"
+	}
+	return strings.Join(s, ", ")
 }

@@ -36,7 +36,9 @@ func (s *deviceServer) Allocate(ctx context.Context, req *devicev1.AllocateReque
 	return s.impl.Allocate(ctx, req)
 }
 
-// DeviceClient is the host's Device: it calls a device plugin over gRPC.
+// DeviceClient is the host's Device: it calls a device plugin over gRPC. It implements Device
+// only; DeviceWatcher is reached through Optional, for a driver that declares
+// FEATURE_DEVICE_WATCH.
 type DeviceClient struct {
 	baseClient
 	dev devicev1.DeviceClient
@@ -44,7 +46,8 @@ type DeviceClient struct {
 
 var (
 	_ Device        = (*DeviceClient)(nil)
-	_ DeviceWatcher = (*DeviceClient)(nil)
+	_ gated         = (*DeviceClient)(nil)
+	_ DeviceWatcher = devWatcher{}
 )
 
 // NewDeviceClient returns a client for the device plugin served on conn.
@@ -63,11 +66,20 @@ func (c *DeviceClient) Allocate(ctx context.Context, req *devicev1.AllocateReque
 	return c.dev.Allocate(ctx, req)
 }
 
-// Watch implements DeviceWatcher.
-func (c *DeviceClient) Watch(ctx context.Context, resource string, send func([]*devicev1.HostDevice) error) error {
-	if err := c.require(ctx, basev1.Feature_FEATURE_DEVICE_WATCH); err != nil {
-		return err
+// optional implements gated.
+func (c *DeviceClient) optional(f basev1.Feature) any {
+	if f == basev1.Feature_FEATURE_DEVICE_WATCH {
+		return devWatcher{c}
 	}
+	return nil
+}
+
+// devWatcher is the DeviceWatcher of a DeviceClient.
+type devWatcher struct{ c *DeviceClient }
+
+// Watch implements DeviceWatcher.
+func (w devWatcher) Watch(ctx context.Context, resource string, send func([]*devicev1.HostDevice) error) error {
+	c := w.c
 	stream, err := c.dev.Watch(ctx, &devicev1.WatchRequest{Resource: resource})
 	if err != nil {
 		return err

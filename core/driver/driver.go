@@ -2,10 +2,43 @@
 // the go-plugin glue that serves an implementation as a plugin process (Serve*), and the clients
 // the host uses to call a plugin through the same interfaces.
 //
-// A driver author implements one kind's interface (and any optional interfaces it declares in
-// its Capabilities) and calls the matching Serve function from main. Nothing else of the
-// Kubevisor repository is needed. The contract every implementation must meet is written out in
-// docs/driver-authoring.md and checked by the conformance kit (conformance/driver).
+// A driver author implements one kind's interface (and the optional interfaces it declares in
+// its Capabilities) and calls the matching Serve function from main. A hypervisor driver also
+// uses core/driver/launcher to start its VM processes and core/domain/v1 for the domain spec.
+// Nothing else of the Kubevisor repository is needed.
+//
+// # The contract
+//
+// The doc comments of the interfaces below are the contract every implementation must meet: the
+// MUST, MUST NOT, SHOULD and MAY of each method (as in RFC 2119), and the error codes it returns.
+// docs/driver-authoring.md explains it with examples; the conformance kit (conformance/driver)
+// checks it.
+//
+// # Errors
+//
+// Every error a driver returns is a gRPC status error (google.golang.org/grpc/status); a plain
+// error reaches the host as codes.Unknown, which the host can only take for "something broke".
+// The codes mean the same for every kind and method:
+//
+//   - InvalidArgument: the request cannot be honoured as written (a field the driver does not
+//     support, a value out of range, a volume that is not a usable image). The message names the
+//     field path in camelCase as in the API ("disks[2].bus", "volumes[1].hostDisk.path") and the
+//     disk, interface or volume; core/domain.ValidationError is such an error.
+//   - NotFound: an id the driver does not know (a VM, a device), for every method that takes one,
+//     except where a method says otherwise (hypervisor Create and Delete). The message names the
+//     id.
+//   - AlreadyExists: hypervisor Create of an id that exists.
+//   - FailedPrecondition: the request is valid but the state of the VM or of the node forbids it
+//     (Delete of a running VM, Pause of a stopped one, hardware acceleration required where it is
+//     not usable, firmware that is not installed, a device that is unhealthy). The message says
+//     which state.
+//   - Unimplemented: an optional operation the driver does not offer. The SDK answers it; the
+//     host never calls what the driver did not declare.
+//   - Unavailable: a transient failure worth retrying as it is (a VM process that does not
+//     answer yet); the host retries.
+//   - Canceled, DeadlineExceeded: the caller's context ended (status.FromContextError).
+//   - Internal: the node failed the driver (an I/O error, a crashed helper); the message wraps
+//     the cause.
 package driver
 
 import (
@@ -21,17 +54,66 @@ import (
 	storagev1 "github.com/kubevisor/kubevisor/core/driver/storage/v1"
 )
 
-// Driver is what every driver implements, whatever its kind.
+// Driver is what every driver implements, whatever its kind (service
+// kubevisor.driver.base.v1.Driver).
 //
-// | operation    | an implementation MUST                                                     |
-// |--------------|----------------------------------------------------------------------------|
-// | Info         | answer at any time, before Configure too, and never fail                   |
-// | Capabilities | answer the same for the life of the process                                |
-// | Fingerprint  | send once at once, then on every change, until ctx is done; return nil then |
-// | Configure    | accept an empty config as defaults; succeed when called again with the same |
+// Every method of every driver:
 //
-// Errors are gRPC status errors (google.golang.org/grpc/status); a plain error reaches the host
-// as codes.Unknown.
+//   - MUST return gRPC status errors with the codes of the package documentation;
+//   - MUST return when its ctx is done;
+//   - MUST be safe for concurrent calls;
+//   - SHOULD return quickly, doing long work (a boot) in the background and reporting it through
+//     status and events.
+//
+// The host starts the driver's process, calls Info and Capabilities at any time, then Configure
+// once before any call of the kind's own service, and keeps a Fingerprint stream open for the
+// life of the process. After the process exits or crashes the host starts it again, with backoff,
+// and calls Configure again with the same request: the driver's memory is gone, so what must
+// survive goes to ConfigureRequest.state_dir (or to the per-VM and per-VMI directories it is
+// given). A restart of the host does not restart the driver: the new host reattaches to the
+// running process, so a driver MUST NOT depend on the host's stdio after it started (Serve
+// ignores SIGPIPE for its log lines) and MUST NOT exit when its stdin or stdout closes.
+//
+// Info:
+//
+//   - MUST answer at any time, before Configure too, and never fail;
+//   - MUST report as name the manifest's name (a DNS label: "qmp", "hostpath");
+//   - SHOULD report its own release as version and a one-line description. Kind and
+//     protocol_versions are filled in by Serve.
+//
+// Capabilities:
+//
+//   - MUST answer the same for the life of the process, before Configure too: the host asks
+//     once and caches the answer;
+//   - MUST declare only optional features it implements and that belong to its kind (Serve
+//     refuses to run a driver that does not: CheckCapabilities);
+//   - SHOULD list every input it accepts (firmware, disk buses, machine types, volume types,
+//     bindings, resources, and the hypervisor flags vnc, host_devices, tap_fd, launcher,
+//     secure_boot): the host checks each request against them before it calls the driver
+//     (CheckDomain for a hypervisor), does not send what is not listed, and the conformance kit
+//     exercises what is listed and skips the rest.
+//
+// Fingerprint:
+//
+//   - MUST send one message at once, then one on every change, until ctx is done, and return nil
+//     then;
+//   - MUST send only attributes that make valid node labels: the handler publishes each as
+//     capability.kubevisor.io/<driver>.<key> = <value>, so "<driver>.<key>" and the value are at
+//     most 63 characters of letters, digits, '-', '_' and '.', starting and ending with a letter
+//     or digit (a value may be empty). No paths, no free text, nothing that changes all the time:
+//     every change relabels the node;
+//   - SHOULD report trouble as HEALTH_DEGRADED or HEALTH_UNHEALTHY with a health_description
+//     rather than by failing the stream.
+//
+// Configure:
+//
+//   - MUST accept an empty config as the defaults;
+//   - MUST succeed when called again with the same request; MAY return FailedPrecondition for
+//     another one;
+//   - SHOULD return InvalidArgument naming the field for a config it cannot use ("config.root:
+//     must be absolute");
+//   - state_dir is a root-only directory owned by this driver that survives restarts of the
+//     driver and of the host; node_name is empty in standalone mode.
 type Driver interface {
 	Info(ctx context.Context) (*basev1.InfoResponse, error)
 	Capabilities(ctx context.Context) (*basev1.Capabilities, error)
@@ -39,18 +121,111 @@ type Driver interface {
 	Configure(ctx context.Context, req *basev1.ConfigureRequest) error
 }
 
-// Hypervisor runs VMs described by a domain spec. VMs are named by DomainSpec.Id.
+// Hypervisor runs VMs described by a domain spec (service
+// kubevisor.driver.hypervisor.v1.Hypervisor). A VM is named by DomainSpec.id, the VMI's UID, and
+// is known to the driver from Create until Delete.
 //
-// | operation | an implementation MUST                                                          |
-// |-----------|---------------------------------------------------------------------------------|
-// | Create    | return InvalidArgument naming the field for a spec it cannot honour; AlreadyExists for a known id |
-// | Start     | boot a created or stopped VM; succeed on a running one                          |
-// | Shutdown  | ask the guest to power off, force it off at the timeout, return once stopped; succeed on a stopped VM |
-// | Kill      | stop the VM at once; succeed on a stopped VM                                    |
-// | Delete    | remove a stopped VM and all it made; succeed on an unknown id; FailedPrecondition on a running VM |
-// | Status    | return NotFound for an unknown id                                               |
-// | (all)     | return NotFound for an unknown id, except Create and Delete                      |
-// | Events    | stream state changes (all VMs, or the one named) until ctx is done              |
+// Where a VM's data lives. Create returns a Handle; the host stores it and hands it back
+// unchanged to Recover in a new driver process. Create runs before any VM process exists, so
+// Handle.state MUST hold only what is fixed at Create and what Recover needs with it (socket
+// paths, the spec), never a pid or a boot count. What changes while the VM lives goes to the
+// driver's own record: under ConfigureRequest.state_dir (per driver, root-only, survives driver
+// and host restarts; keyed by VM id) or under DomainSpec.run_dir (per VM, exists and is writable
+// when Create is called, survives driver restarts; the handler removes it after Delete; in a
+// cluster it is in the VMI's directory on the node, which the launcher pod sees at the same
+// path). Recover MUST work from Handle.state alone when the record is missing.
+//
+// Where a VM process runs. When DomainSpec.sandbox.launcher_socket is set (the node handler sets
+// it for every VM) a driver that declares Capabilities.launcher MUST start the VM process through
+// that launcher (core/driver/launcher), which runs it in the pod's cgroup and network namespace
+// (netns_path) and keeps it alive across driver restarts; the driver does not enter netns_path
+// itself. When launcher_socket is empty the driver MUST start the process itself inside
+// netns_path, in a session of its own, with its output in a file, so that it outlives the driver
+// process (launcher.LocalStarter does). Either way a VM MUST outlive the driver process: a
+// driver that crashes or restarts leaves its VMs running for Recover.
+//
+// Events. Every state change is reported on Events, each event with the VM's state after it and
+// a reason (the Reason* constants). The sequence of each operation:
+//
+//   - Create, Delete, Status: none; Recover: none, but it MAY report the end of a run that
+//     finished while no driver process ran;
+//   - Start: STARTED (RUNNING, Started);
+//   - Pause: PAUSED (PAUSED, Paused); Resume: RESUMED (RUNNING, Resumed); none when the VM
+//     already is in the asked state;
+//   - Reboot: RESET (RUNNING, HostReset); a reboot by the guest: RESET (RUNNING, GuestReset);
+//   - Shutdown: RESUMED when the VM was paused, POWERDOWN_REQUESTED (SHUTTING_DOWN,
+//     PowerdownRequested), MAY SHUTDOWN (SHUTTING_DOWN) when the guest powers off, then
+//     STOPPED (STOPPED, GuestShutdown when the guest powered off in time, ForcedShutdown when
+//     it was forced);
+//   - Kill: MAY SHUTDOWN (SHUTTING_DOWN), then STOPPED (STOPPED, Killed);
+//   - the guest powering off by itself: MAY SHUTDOWN (SHUTTING_DOWN), then STOPPED (STOPPED,
+//     GuestShutdown);
+//   - a crash: MAY GUEST_PANICKED (CRASHED), then CRASHED (CRASHED, GuestPanicked, or
+//     ProcessExited when the VM process ended unasked).
+//
+// Every end of a run ends with exactly one event of type STOPPED or CRASHED whose state is
+// STOPPED or CRASHED; no other event of that VM follows until the next Start.
+//
+// Create:
+//
+//   - MUST define the VM without starting it: state CREATED, boots 0, no event;
+//   - MUST return AlreadyExists for an id it knows, whatever the VM's state, and leave that VM as
+//     it is;
+//   - MUST return InvalidArgument naming the field for a spec it cannot honour, and MUST NOT drop
+//     a field silently; SHOULD run domain.Validate(spec) first;
+//   - MUST return FailedPrecondition naming the field when the node cannot run the spec as it is:
+//     acceleration ACCELERATION_REQUIRED where hardware acceleration is not usable
+//     ("acceleration: ..."), firmware that is not installed;
+//   - MUST return a Handle with id, driver (its name) and state as above.
+//
+// Start:
+//
+//   - MUST boot a created, stopped or crashed VM and return once it runs: state RUNNING, boots
+//     one more, event STARTED;
+//   - MUST succeed on a running or paused VM without booting it again;
+//   - MUST return FailedPrecondition for a VM that is shutting down, and FailedPrecondition
+//     naming acceleration when the node can no longer run it;
+//   - MUST start the VM process where the sandbox says (above).
+//
+// Shutdown:
+//
+//   - MUST ask the guest to power off and wait up to timeout, then stop the VM forcibly, and
+//     return only once the VM is stopped (state STOPPED);
+//   - MUST return graceful true only when the guest powered off by itself within the timeout;
+//   - MUST stop the VM forcibly at once, with graceful false, when timeout is 0;
+//   - MUST resume a paused VM first, so that its guest can react, within the same timeout;
+//   - MUST succeed, with graceful false and changing nothing, on a created or stopped VM;
+//   - MUST let a concurrent Kill stop the VM, and then return;
+//   - returns Canceled or DeadlineExceeded when ctx ends first, the VM possibly still shutting
+//     down.
+//
+// Kill:
+//
+//   - MUST stop the VM at once and return once its process is gone: state STOPPED, reason Killed,
+//     pid 0;
+//   - MUST succeed on a created or stopped VM, changing nothing.
+//
+// Delete:
+//
+//   - MUST remove a created, stopped or crashed VM and everything the driver made for it (its
+//     record, the files it made in run_dir; the handler removes run_dir itself); Status then
+//     returns NotFound;
+//   - MUST succeed for an id it does not know;
+//   - MUST return FailedPrecondition for a running, paused or shutting-down VM.
+//
+// Status:
+//
+//   - MUST report state, and reason as one CamelCase word for the last transition (the Reason*
+//     constants, or the driver's own word for a cause none of them names);
+//   - SHOULD fill started_at, boots (guest starts since Create, resets included), pid (the VM
+//     process in the driver's pid namespace, 0 while there is none) and accelerated.
+//
+// Events:
+//
+//   - MUST stream the events of every VM (id empty) or of the one named, from when the call is
+//     registered until ctx is done, and return nil then;
+//   - MUST NOT let a slow stream hold up a VM or other streams (drop its oldest events instead);
+//   - ends when the driver process does; the host opens it again and recovers its VMs.
 type Hypervisor interface {
 	Driver
 	Create(ctx context.Context, spec *domainv1.DomainSpec) (*hypervisorv1.Handle, error)
@@ -62,80 +237,193 @@ type Hypervisor interface {
 	Events(ctx context.Context, id string, send func(*hypervisorv1.Event) error) error
 }
 
-// Pauser is the optional FEATURE_HYPERVISOR_PAUSE: Pause freezes the vCPUs of a running VM,
-// Resume continues them. Both succeed when the VM already is in the asked state.
+// Pauser is the optional FEATURE_HYPERVISOR_PAUSE.
+//
+// Pause:
+//
+//   - MUST freeze the vCPUs of a running VM: state PAUSED, event PAUSED; the guest prints nothing
+//     until Resume and boots does not change;
+//   - MUST succeed on a paused VM, changing nothing;
+//   - MUST return FailedPrecondition for a VM that is not running (created, stopped, shutting
+//     down).
+//
+// Resume:
+//
+//   - MUST continue a paused VM: state RUNNING, event RESUMED;
+//   - MUST succeed on a running VM, changing nothing;
+//   - MUST return FailedPrecondition for a VM that is neither running nor paused.
 type Pauser interface {
 	Pause(ctx context.Context, id string) error
 	Resume(ctx context.Context, id string) error
 }
 
-// Rebooter is the optional FEATURE_HYPERVISOR_REBOOT: Reboot resets a running VM, which goes
-// on running and boots again.
+// Rebooter is the optional FEATURE_HYPERVISOR_REBOOT.
+//
+// Reboot:
+//
+//   - MUST reset a running VM, which goes on running and boots again: boots one more, event
+//     RESET (reason HostReset);
+//   - SHOULD return once the reset is done and counted;
+//   - MUST return FailedPrecondition for a VM that is not running (paused, shutting down,
+//     stopped).
 type Rebooter interface {
 	Reboot(ctx context.Context, id string) error
 }
 
-// Consoler is the optional FEATURE_HYPERVISOR_CONSOLE: Console copies the VM's serial output
-// to out and in to the serial input, until ctx is done, in ends, or the VM stops.
+// Consoler is the optional FEATURE_HYPERVISOR_CONSOLE: the VM's first serial port.
+//
+// The driver owns the serial port: DomainSpec.serial.socket_path is where the driver has the VM
+// expose it, and the driver is its only client (nothing else connects; the host reads the console
+// only through Console). The driver keeps a backlog of the recent output (SHOULD be at least 64
+// KiB) from when it attached to the port.
+//
+// Console:
+//
+//   - MUST write the backlog to out first, then the output as it comes, and copy in to the serial
+//     input, until ctx is done, in ends, or the VM stops; it returns nil then, after the last
+//     output of a stopped VM;
+//   - MUST serve several Consoles of one VM at once: each gets the backlog and then all output,
+//     and the input of each goes to the port;
+//   - MUST return FailedPrecondition for a VM that is not running (before Start, after it
+//     stopped): the host attaches after Start;
+//   - MUST NOT let a slow reader hold up the guest or other readers (drop its oldest output
+//     instead).
+//
+// A Console ends when the driver process does. The new process attaches to the port again when it
+// recovers the VM; what the guest printed while no driver process was attached is lost, and the
+// new backlog starts at Recover, so a host that attaches again sees no output twice. The node
+// handler attaches again by itself for a reader of the output alone (in nil).
 type Consoler interface {
 	Console(ctx context.Context, id string, in io.Reader, out io.Writer) error
 }
 
-// Recoverer is the optional FEATURE_HYPERVISOR_RECOVER: Recover re-adopts a VM from the handle
-// Create returned, in a new driver process. A VM that is gone is reported as stopped.
+// Recoverer is the optional FEATURE_HYPERVISOR_RECOVER: re-adopting a VM, in a new driver
+// process (Configured with the same state_dir), from the Handle its Create returned. The host
+// calls it after a restart of the driver process for every VM it started, and when the driver
+// answers NotFound for a VM the host knows.
+//
+// Recover:
+//
+//   - MUST re-adopt a VM whose process runs without disturbing it and report it as it is:
+//     RUNNING or PAUSED (or SHUTTING_DOWN), the same pid, reason Recovered, boots as recorded;
+//     its Console, Events and every operation work again;
+//   - MUST report a VM that was created and never started (nor deleted) as CREATED with boots
+//     0; Start then boots it. The driver's record, which Delete removes, tells the two apart;
+//   - MUST report a VM whose process is gone (it stopped, crashed, or was killed while no driver
+//     ran, or the pod went away) as STOPPED (CRASHED when the driver recorded a crash), with
+//     reason ProcessGone unless it recorded another; and the same for a VM that was deleted.
+//     This is not an error;
+//   - in every case the driver knows the VM afterwards: Status answers and Delete removes it;
+//   - MUST answer the same again, changing nothing, for a VM it knows already;
+//   - returns InvalidArgument for a handle whose state it cannot read, Unavailable when the VM
+//     process runs but cannot be reached yet (the host retries).
 type Recoverer interface {
 	Recover(ctx context.Context, handle *hypervisorv1.Handle) (*hypervisorv1.VMStatus, error)
 }
 
 // Migrator is the optional FEATURE_HYPERVISOR_MIGRATE.
+//
+// Migrate:
+//
+//   - MUST move a running VM to the target prepared on another node (target_uri, in a form the
+//     driver understands) within completion_timeout; the VM then stops here with reason
+//     Migrated;
+//   - MUST return InvalidArgument for an empty or malformed target_uri and FailedPrecondition
+//     for a VM that is not running.
 type Migrator interface {
 	Migrate(ctx context.Context, req *hypervisorv1.MigrateRequest) error
 }
 
-// Network connects a VMI's interfaces inside its sandbox's network namespace.
+// Network connects a VMI's interfaces inside its sandbox's network namespace (service
+// kubevisor.driver.network.v1.Network).
 //
-// | operation | an implementation MUST                                                        |
-// |-----------|-------------------------------------------------------------------------------|
-// | Setup     | be idempotent; return stable MACs per (vmi, interface); undo a failed half-setup |
-// | Teardown  | succeed twice, with the namespace gone, and after a half-made Setup            |
+// Setup:
+//
+//   - MUST be idempotent: a second call for a set-up VMI returns the same result;
+//   - MUST use the requested mac, or choose one that is stable per (vmi_id, interface name);
+//   - MUST return for each interface its tap_name in the sandbox's namespace and its mac;
+//   - MUST remove what it made before it returns an error;
+//   - MUST return InvalidArgument naming the interface for a binding it does not declare;
+//   - SHOULD fill ip_addresses (CIDR), mtu and pod_interface, forward the interface's ports with
+//     the masquerade binding, and fill reachable_addresses when others reach the guest at other
+//     addresses than its own (NAT).
+//
+// Teardown:
+//
+//   - MUST remove everything Setup made for the VMI;
+//   - MUST succeed when called twice, when the namespace is gone, and after a half-made Setup.
 type Network interface {
 	Driver
 	Setup(ctx context.Context, req *networkv1.SetupRequest) (*networkv1.SetupResponse, error)
 	Teardown(ctx context.Context, req *networkv1.TeardownRequest) error
 }
 
-// NetworkChecker is the optional FEATURE_NETWORK_CHECK: Check reports FailedPrecondition when
-// the interfaces are no longer as Setup left them.
+// NetworkChecker is the optional FEATURE_NETWORK_CHECK.
+//
+// Check:
+//
+//   - MUST return FailedPrecondition naming the interface when the interfaces are no longer as
+//     Setup left them;
+//   - SHOULD return the same results as Setup otherwise.
 type NetworkChecker interface {
 	Check(ctx context.Context, req *networkv1.CheckRequest) (*networkv1.CheckResponse, error)
 }
 
-// Storage turns a VMI's volumes into disks.
+// Storage turns a VMI's volumes into disk images the hypervisor can open (service
+// kubevisor.driver.storage.v1.Storage).
 //
-// | operation | an implementation MUST                                                          |
-// |-----------|---------------------------------------------------------------------------------|
-// | Prepare   | be idempotent; InvalidArgument naming the volume for a source that is not a usable image; undo a failed half-prepare |
-// | Release   | remove only what Prepare made; succeed twice and for a VMI never prepared       |
+// Prepare:
+//
+//   - MUST make a disk for every volume, under work_dir unless the volume names a path, and
+//     return for each its path, format (DISK_FORMAT_RAW or DISK_FORMAT_QCOW2), size_bytes,
+//     read_only and cdrom (cloud-init media);
+//   - MUST be idempotent: a second call returns the same disks and keeps what the guest wrote;
+//   - MUST return InvalidArgument naming the volume for a source that is not a usable image or a
+//     source type it does not declare;
+//   - MUST remove what it made before it returns an error;
+//   - SHOULD check every volume before it changes anything, and create sparse files.
+//
+// Release:
+//
+//   - MUST remove what Prepare made and nothing else: not a hostDisk it was handed, not a file
+//     someone else put in work_dir;
+//   - MUST succeed when called twice, and for a VMI never prepared;
+//   - SHOULD keep a record of what Prepare made (in work_dir or state_dir) rather than recompute
+//     it from the request.
 type Storage interface {
 	Driver
 	Prepare(ctx context.Context, req *storagev1.PrepareRequest) (*storagev1.PrepareResponse, error)
 	Release(ctx context.Context, req *storagev1.ReleaseRequest) error
 }
 
-// Device finds host devices and allocates them to containers.
+// Device finds host devices and allocates them to containers (service
+// kubevisor.driver.device.v1.Device); the node's kubelet device plugins
+// (devices.kubevisor.io/<resource>) are fed from it.
 //
-// | operation | an implementation MUST                                                  |
-// |-----------|-------------------------------------------------------------------------|
-// | List      | return every device of the resource (all when empty), healthy or not    |
-// | Allocate  | NotFound for an unknown id; FailedPrecondition for an unhealthy device  |
+// List:
+//
+//   - MUST return every device of the resource (of every resource when it is empty), healthy or
+//     not, each with its id, resource (without domain: "kvm", "vfio-10de-1eb8") and health;
+//   - SHOULD keep ids stable across calls and restarts, and fill pci_address and numa_node for PCI
+//     devices.
+//
+// Allocate:
+//
+//   - MUST return NotFound for an unknown id and FailedPrecondition for an unhealthy device;
+//   - MUST return the device_nodes, mounts and env a container needs, and pci_addresses for the
+//     domain spec's host devices.
 type Device interface {
 	Driver
 	List(ctx context.Context, resource string) ([]*devicev1.HostDevice, error)
 	Allocate(ctx context.Context, req *devicev1.AllocateRequest) (*devicev1.AllocateResponse, error)
 }
 
-// DeviceWatcher is the optional FEATURE_DEVICE_WATCH: Watch sends the full device list at once
-// and again on every change, until ctx is done.
+// DeviceWatcher is the optional FEATURE_DEVICE_WATCH.
+//
+// Watch:
+//
+//   - MUST send the full device list of the resource at once and again on every change, until
+//     ctx is done, and return nil then.
 type DeviceWatcher interface {
 	Watch(ctx context.Context, resource string, send func([]*devicev1.HostDevice) error) error
 }

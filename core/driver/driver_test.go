@@ -3,6 +3,7 @@ package driver_test
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"io"
 	"strings"
 	"sync/atomic"
@@ -134,12 +135,17 @@ func TestInfoCarriesKindAndProtocolVersion(t *testing.T) {
 }
 
 func TestUndeclaredFeatureNeverReachesDriver(t *testing.T) {
-	// The driver implements Pauser but does not declare it: the host must not call it.
+	// The driver implements Pauser but does not declare it: the host's client does not offer it.
 	impl := &pausingHypervisor{}
 	c := inProcess(t, impl)
-	err := c.Pause(context.Background(), "vm")
-	if status.Code(err) != codes.Unimplemented {
-		t.Fatalf("Pause = %v, want Unimplemented", err)
+	if _, ok := any(c).(driver.Pauser); ok {
+		t.Fatal("a HypervisorClient is a driver.Pauser: a type assertion on a client must not claim a feature")
+	}
+	if _, ok := driver.Optional[driver.Pauser](context.Background(), c); ok {
+		t.Fatal("Optional[Pauser] of a client whose driver does not declare PAUSE is ok")
+	}
+	if _, ok := driver.Optional[driver.Pauser](context.Background(), impl); ok {
+		t.Fatal("Optional[Pauser] of an implementation that does not declare PAUSE is ok")
 	}
 	if n := impl.calls.Load(); n != 0 {
 		t.Fatalf("driver saw %d calls, want 0", n)
@@ -149,14 +155,103 @@ func TestUndeclaredFeatureNeverReachesDriver(t *testing.T) {
 func TestDeclaredFeatureReachesDriver(t *testing.T) {
 	impl := &pausingHypervisor{echoHypervisor{features: []basev1.Feature{basev1.Feature_FEATURE_HYPERVISOR_PAUSE}}}
 	c := inProcess(t, impl)
-	if err := c.Pause(context.Background(), "vm"); err != nil {
+	p, ok := driver.Optional[driver.Pauser](context.Background(), c)
+	if !ok {
+		t.Fatal("Optional[Pauser] of a client whose driver declares PAUSE is not ok")
+	}
+	if _, ok := driver.Optional[driver.Rebooter](context.Background(), c); ok {
+		t.Fatal("Optional[Rebooter] of a client whose driver declares only PAUSE is ok")
+	}
+	if err := p.Pause(context.Background(), "vm"); err != nil {
 		t.Fatal(err)
 	}
-	if err := c.Resume(context.Background(), "vm"); err != nil {
+	if err := p.Resume(context.Background(), "vm"); err != nil {
 		t.Fatal(err)
 	}
 	if n := impl.calls.Load(); n != 2 {
 		t.Fatalf("driver saw %d calls, want 2", n)
+	}
+	if ip, ok := driver.Optional[driver.Pauser](context.Background(), impl); !ok || ip != driver.Pauser(impl) {
+		t.Fatalf("Optional[Pauser] of an implementation that declares and implements it = %v, %v", ip, ok)
+	}
+}
+
+func TestOptionalOfOtherTypes(t *testing.T) {
+	impl := &echoHypervisor{features: []basev1.Feature{basev1.Feature_FEATURE_HYPERVISOR_PAUSE}}
+	if _, ok := driver.Optional[io.Reader](context.Background(), impl); ok {
+		t.Error("Optional of a type that is no optional interface is ok")
+	}
+	if _, ok := driver.Optional[driver.Pauser](context.Background(), nil); ok {
+		t.Error("Optional of a nil driver is ok")
+	}
+}
+
+func TestCreateRefusesWhatIsNotDeclared(t *testing.T) {
+	impl := &echoHypervisor{}
+	c := inProcess(t, impl)
+	spec := &domainv1.DomainSpec{
+		Id: "vm", Memory: &domainv1.Memory{GuestBytes: 1 << 20},
+		Firmware: &domainv1.Firmware{Boot: &domainv1.Firmware_Kernel{Kernel: &domainv1.KernelBoot{KernelPath: "/k"}}},
+		Sandbox:  &domainv1.Sandbox{LauncherSocket: "/run/vmi/launcher.sock"},
+		Vnc:      &domainv1.VNC{SocketPath: "/run/vmi/vnc.sock"},
+	}
+	_, err := c.Create(context.Background(), spec)
+	if status.Code(err) != codes.InvalidArgument {
+		t.Fatalf("Create = %v, want InvalidArgument", err)
+	}
+	for _, field := range []string{"firmware.kernel", "sandbox.launcherSocket", "vnc"} {
+		if !strings.Contains(err.Error(), field) {
+			t.Errorf("Create error %q does not name %s", err, field)
+		}
+	}
+	if n := impl.calls.Load(); n != 0 {
+		t.Fatalf("driver saw %d calls, want 0", n)
+	}
+}
+
+func TestCheckDomain(t *testing.T) {
+	all := &basev1.Capabilities{
+		Firmware: []string{"bios", "efi", "kernel"}, DiskBuses: []string{"virtio"}, NicModels: []string{"virtio"},
+		MachineTypes: []string{"q35", "pc-q35-*"}, SecureBoot: true, Vnc: true, HostDevices: true, TapFd: true, Launcher: true,
+	}
+	spec := func() *domainv1.DomainSpec {
+		return &domainv1.DomainSpec{
+			Id:       "vm",
+			Machine:  &domainv1.Machine{Type: "pc-q35-7.2"},
+			Firmware: &domainv1.Firmware{Boot: &domainv1.Firmware_Efi{Efi: &domainv1.EFI{SecureBoot: true}}},
+			Disks: []*domainv1.Disk{
+				{Name: "a", Bus: domainv1.DiskBus_DISK_BUS_VIRTIO},
+				{Name: "b"}, // the driver's default bus
+			},
+			Nics:        []*domainv1.NIC{{Name: "n", TapFdPath: "/proc/self/fd/3", Model: "virtio"}, {Name: "m"}},
+			Vnc:         &domainv1.VNC{},
+			HostDevices: []*domainv1.HostDevice{{Name: "gpu", PciAddress: "0000:01:00.0"}},
+			Sandbox:     &domainv1.Sandbox{LauncherSocket: "/s"},
+		}
+	}
+	if err := driver.CheckDomain(all, spec()); err != nil {
+		t.Fatalf("CheckDomain with every capability = %v", err)
+	}
+	if err := driver.CheckDomain(&basev1.Capabilities{}, &domainv1.DomainSpec{Id: "vm"}); err != nil {
+		t.Fatalf("CheckDomain of the least spec (the driver's default firmware) = %v", err)
+	}
+	bios := &domainv1.DomainSpec{Id: "vm", Firmware: &domainv1.Firmware{Boot: &domainv1.Firmware_Bios{Bios: &domainv1.BIOS{}}}}
+	if err := driver.CheckDomain(&basev1.Capabilities{Firmware: []string{"kernel"}}, bios); !strings.Contains(fmt.Sprint(err), "firmware.bios: ") {
+		t.Fatalf("CheckDomain of bios without it declared = %v, want an error naming firmware.bios", err)
+	}
+	err := driver.CheckDomain(&basev1.Capabilities{Firmware: []string{"efi"}, DiskBuses: []string{"sata"}, MachineTypes: []string{"pc"}}, spec())
+	if status.Code(err) != codes.InvalidArgument {
+		t.Fatalf("CheckDomain = %v, want InvalidArgument", err)
+	}
+	for _, field := range []string{"firmware.efi.secureBoot", "machine.type", "disks[0].bus", "nics[0].model", "nics[0].tapFdPath", "vnc", "hostDevices", "sandbox.launcherSocket"} {
+		if !strings.Contains(err.Error(), field+": ") {
+			t.Errorf("CheckDomain error %q does not name %s", err, field)
+		}
+	}
+	for _, field := range []string{"disks[1]", "nics[1]"} {
+		if strings.Contains(err.Error(), field) {
+			t.Errorf("CheckDomain error %q names %s, which asks for the driver's default", err, field)
+		}
 	}
 }
 
@@ -197,8 +292,12 @@ func TestConsoleCarriesInputAndOutput(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	var out bytes.Buffer
+	con, ok := driver.Optional[driver.Consoler](ctx, c)
+	if !ok {
+		t.Fatal("Optional[Consoler] of a client whose driver declares CONSOLE is not ok")
+	}
 	// The driver's console returns when input ends, which ends the output stream.
-	if err := c.Console(ctx, "vm", strings.NewReader("hello console"), &out); err != nil {
+	if err := con.Console(ctx, "vm", strings.NewReader("hello console"), &out); err != nil {
 		t.Fatalf("Console = %v", err)
 	}
 	if out.String() != "HELLO CONSOLE" {

@@ -154,8 +154,10 @@ func (s *hypervisorServer) Console(stream grpc.BidiStreamingServer[hypervisorv1.
 }
 
 // HypervisorClient is the host's Hypervisor: it calls a hypervisor plugin over gRPC. It
-// implements every optional interface; an operation the driver did not declare returns
-// Unimplemented without reaching the plugin.
+// implements Hypervisor only; the optional interfaces of what the driver declared are reached
+// through Optional (Optional[Pauser](ctx, client), ...), so that a client of a driver without a
+// feature does not offer it. Create checks the spec against the driver's Capabilities first
+// (CheckDomain), without reaching the plugin when it fails.
 type HypervisorClient struct {
 	baseClient
 	hv hypervisorv1.HypervisorClient
@@ -163,11 +165,13 @@ type HypervisorClient struct {
 
 var (
 	_ Hypervisor = (*HypervisorClient)(nil)
-	_ Pauser     = (*HypervisorClient)(nil)
-	_ Rebooter   = (*HypervisorClient)(nil)
-	_ Consoler   = (*HypervisorClient)(nil)
-	_ Recoverer  = (*HypervisorClient)(nil)
-	_ Migrator   = (*HypervisorClient)(nil)
+	_ gated      = (*HypervisorClient)(nil)
+
+	_ Pauser    = hvPauser{}
+	_ Rebooter  = hvRebooter{}
+	_ Consoler  = hvConsoler{}
+	_ Recoverer = hvRecoverer{}
+	_ Migrator  = hvMigrator{}
 )
 
 // NewHypervisorClient returns a client for the hypervisor plugin served on conn.
@@ -175,8 +179,33 @@ func NewHypervisorClient(conn grpc.ClientConnInterface) *HypervisorClient {
 	return &HypervisorClient{baseClient: baseClient{base: basev1.NewDriverClient(conn)}, hv: hypervisorv1.NewHypervisorClient(conn)}
 }
 
-// Create implements Hypervisor.
+// optional implements gated.
+func (c *HypervisorClient) optional(f basev1.Feature) any {
+	switch f {
+	case basev1.Feature_FEATURE_HYPERVISOR_PAUSE:
+		return hvPauser{c}
+	case basev1.Feature_FEATURE_HYPERVISOR_REBOOT:
+		return hvRebooter{c}
+	case basev1.Feature_FEATURE_HYPERVISOR_CONSOLE:
+		return hvConsoler{c}
+	case basev1.Feature_FEATURE_HYPERVISOR_RECOVER:
+		return hvRecoverer{c}
+	case basev1.Feature_FEATURE_HYPERVISOR_MIGRATE:
+		return hvMigrator{c}
+	}
+	return nil
+}
+
+// Create implements Hypervisor. A spec that asks for what the driver does not declare is
+// InvalidArgument (CheckDomain) without a call to the plugin.
 func (c *HypervisorClient) Create(ctx context.Context, spec *domainv1.DomainSpec) (*hypervisorv1.Handle, error) {
+	caps, err := c.Capabilities(ctx)
+	if err != nil {
+		return nil, err
+	}
+	if err := CheckDomain(caps, spec); err != nil {
+		return nil, err
+	}
 	resp, err := c.hv.Create(ctx, &hypervisorv1.CreateRequest{Domain: spec})
 	return resp.GetHandle(), err
 }
@@ -220,57 +249,55 @@ func (c *HypervisorClient) Events(ctx context.Context, id string, send func(*hyp
 	return recvAll(ctx, stream.Recv, send)
 }
 
+// The optional interfaces of a HypervisorClient, which Optional hands out only for what the
+// driver declared.
+type (
+	hvPauser    struct{ c *HypervisorClient }
+	hvRebooter  struct{ c *HypervisorClient }
+	hvConsoler  struct{ c *HypervisorClient }
+	hvRecoverer struct{ c *HypervisorClient }
+	hvMigrator  struct{ c *HypervisorClient }
+)
+
 // Pause implements Pauser.
-func (c *HypervisorClient) Pause(ctx context.Context, id string) error {
-	if err := c.require(ctx, basev1.Feature_FEATURE_HYPERVISOR_PAUSE); err != nil {
-		return err
-	}
+func (p hvPauser) Pause(ctx context.Context, id string) error {
+	c := p.c
 	_, err := c.hv.Pause(ctx, &hypervisorv1.PauseRequest{Id: id})
 	return err
 }
 
 // Resume implements Pauser.
-func (c *HypervisorClient) Resume(ctx context.Context, id string) error {
-	if err := c.require(ctx, basev1.Feature_FEATURE_HYPERVISOR_PAUSE); err != nil {
-		return err
-	}
+func (p hvPauser) Resume(ctx context.Context, id string) error {
+	c := p.c
 	_, err := c.hv.Resume(ctx, &hypervisorv1.ResumeRequest{Id: id})
 	return err
 }
 
 // Reboot implements Rebooter.
-func (c *HypervisorClient) Reboot(ctx context.Context, id string) error {
-	if err := c.require(ctx, basev1.Feature_FEATURE_HYPERVISOR_REBOOT); err != nil {
-		return err
-	}
+func (r hvRebooter) Reboot(ctx context.Context, id string) error {
+	c := r.c
 	_, err := c.hv.Reboot(ctx, &hypervisorv1.RebootRequest{Id: id})
 	return err
 }
 
 // Recover implements Recoverer.
-func (c *HypervisorClient) Recover(ctx context.Context, handle *hypervisorv1.Handle) (*hypervisorv1.VMStatus, error) {
-	if err := c.require(ctx, basev1.Feature_FEATURE_HYPERVISOR_RECOVER); err != nil {
-		return nil, err
-	}
+func (r hvRecoverer) Recover(ctx context.Context, handle *hypervisorv1.Handle) (*hypervisorv1.VMStatus, error) {
+	c := r.c
 	resp, err := c.hv.Recover(ctx, &hypervisorv1.RecoverRequest{Handle: handle})
 	return resp.GetStatus(), err
 }
 
 // Migrate implements Migrator.
-func (c *HypervisorClient) Migrate(ctx context.Context, req *hypervisorv1.MigrateRequest) error {
-	if err := c.require(ctx, basev1.Feature_FEATURE_HYPERVISOR_MIGRATE); err != nil {
-		return err
-	}
+func (m hvMigrator) Migrate(ctx context.Context, req *hypervisorv1.MigrateRequest) error {
+	c := m.c
 	_, err := c.hv.Migrate(ctx, req)
 	return err
 }
 
 // Console implements Consoler. It returns when ctx is done, the VM's console closes, or in
 // ends (after which output still in flight is dropped).
-func (c *HypervisorClient) Console(ctx context.Context, id string, in io.Reader, out io.Writer) error {
-	if err := c.require(ctx, basev1.Feature_FEATURE_HYPERVISOR_CONSOLE); err != nil {
-		return err
-	}
+func (cs hvConsoler) Console(ctx context.Context, id string, in io.Reader, out io.Writer) error {
+	c := cs.c
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	stream, err := c.hv.Console(ctx)

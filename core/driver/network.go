@@ -30,7 +30,9 @@ func (s *networkServer) Teardown(ctx context.Context, req *networkv1.TeardownReq
 	return &networkv1.TeardownResponse{}, s.impl.Teardown(ctx, req)
 }
 
-// NetworkClient is the host's Network: it calls a network plugin over gRPC.
+// NetworkClient is the host's Network: it calls a network plugin over gRPC. It implements
+// Network only; NetworkChecker is reached through Optional, for a driver that declares
+// FEATURE_NETWORK_CHECK.
 type NetworkClient struct {
 	baseClient
 	net networkv1.NetworkClient
@@ -38,7 +40,8 @@ type NetworkClient struct {
 
 var (
 	_ Network        = (*NetworkClient)(nil)
-	_ NetworkChecker = (*NetworkClient)(nil)
+	_ gated          = (*NetworkClient)(nil)
+	_ NetworkChecker = netChecker{}
 )
 
 // NewNetworkClient returns a client for the network plugin served on conn.
@@ -51,12 +54,20 @@ func (c *NetworkClient) Setup(ctx context.Context, req *networkv1.SetupRequest) 
 	return c.net.Setup(ctx, req)
 }
 
-// Check implements NetworkChecker.
-func (c *NetworkClient) Check(ctx context.Context, req *networkv1.CheckRequest) (*networkv1.CheckResponse, error) {
-	if err := c.require(ctx, basev1.Feature_FEATURE_NETWORK_CHECK); err != nil {
-		return nil, err
+// optional implements gated.
+func (c *NetworkClient) optional(f basev1.Feature) any {
+	if f == basev1.Feature_FEATURE_NETWORK_CHECK {
+		return netChecker{c}
 	}
-	return c.net.Check(ctx, req)
+	return nil
+}
+
+// netChecker is the NetworkChecker of a NetworkClient.
+type netChecker struct{ c *NetworkClient }
+
+// Check implements NetworkChecker.
+func (n netChecker) Check(ctx context.Context, req *networkv1.CheckRequest) (*networkv1.CheckResponse, error) {
+	return n.c.net.Check(ctx, req)
 }
 
 // Teardown implements Network.

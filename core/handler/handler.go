@@ -2,9 +2,7 @@ package handler
 
 import (
 	"context"
-	"errors"
 	"fmt"
-	"io"
 	"os"
 	"path/filepath"
 	"slices"
@@ -348,20 +346,6 @@ func (h *Handler) VMIs() []types.UID {
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i] < out[j] })
 	return out
-}
-
-// Console copies a running VMI's serial console to out and in to it, until ctx is done or the
-// VM stops (the hypervisor driver's Console).
-func (h *Handler) Console(ctx context.Context, uid types.UID, in io.Reader, out io.Writer) error {
-	hv, _, err := h.hypervisorFor(h.entryState(uid))
-	if err != nil {
-		return err
-	}
-	c, ok := hv.(driver.Consoler)
-	if !ok {
-		return errors.New("the hypervisor driver offers no console")
-	}
-	return c.Console(ctx, string(uid), in, out)
 }
 
 func (h *Handler) entryState(uid types.UID) *vmiState {

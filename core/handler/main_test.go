@@ -305,7 +305,7 @@ func leftovers(t *testing.T, h *Handler, uid types.UID) []string {
 			if err != nil {
 				continue
 			}
-			if c, ok := n.(driver.NetworkChecker); ok {
+			if c, ok := driver.Optional[driver.NetworkChecker](ctx, n); ok {
 				if _, err := c.Check(ctx, &networkv1.CheckRequest{VmiId: string(uid)}); status.Code(err) != codes.FailedPrecondition {
 					out = append(out, fmt.Sprintf("interfaces in network driver %s (Check: %v)", name, err))
 				}
@@ -314,6 +314,16 @@ func leftovers(t *testing.T, h *Handler, uid types.UID) []string {
 	}
 	slices.Sort(out)
 	return out
+}
+
+// mustPauser is a hypervisor driver's Pauser, as the host reaches it.
+func mustPauser(t *testing.T, hv driver.Hypervisor) driver.Pauser {
+	t.Helper()
+	p, ok := driver.Optional[driver.Pauser](context.Background(), hv)
+	if !ok {
+		t.Fatalf("hypervisor driver %T offers no Pauser", hv)
+	}
+	return p
 }
 
 func requireNothingLeft(t *testing.T, h *Handler, uid types.UID) {

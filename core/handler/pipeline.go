@@ -529,9 +529,8 @@ func (h *Handler) observe(ctx context.Context, e *entry) {
 // cannot recover VMs.
 func (h *Handler) recoverVM(ctx context.Context, hv driver.Hypervisor, st *vmiState) (*hypervisorv1.VMStatus, error) {
 	handle := st.handle()
-	r, ok := hv.(driver.Recoverer)
-	_, caps, _ := h.hypervisorFor(st)
-	if handle == nil || !ok || !driver.HasFeature(caps, basev1.Feature_FEATURE_HYPERVISOR_RECOVER) {
+	r, ok := driver.Optional[driver.Recoverer](ctx, hv)
+	if handle == nil || !ok {
 		return &hypervisorv1.VMStatus{Id: string(st.UID), State: hypervisorv1.State_STATE_STOPPED, Reason: driver.ReasonProcessGone,
 			Message: "the hypervisor driver does not know the VM and cannot recover it"}, nil
 	}

@@ -113,7 +113,7 @@ func TestGuestShutdownSucceedsAndEventsReachStatus(t *testing.T) {
 
 	hv, _ := h.host.Hypervisor(fakeHV)
 	ctx := context.Background()
-	if err := hv.(driver.Pauser).Pause(ctx, string(vmi.UID)); err != nil {
+	if err := mustPauser(t, hv).Pause(ctx, string(vmi.UID)); err != nil {
 		t.Fatal(err)
 	}
 	e.rec.waitFor(t, vmi.UID, "paused", 5*time.Second, func(st v1alpha1.VirtualMachineInstanceStatus) bool {
@@ -121,7 +121,7 @@ func TestGuestShutdownSucceedsAndEventsReachStatus(t *testing.T) {
 		r := Condition(st, v1alpha1.VirtualMachineInstanceReady)
 		return c != nil && c.Status == corev1.ConditionTrue && c.Reason == v1alpha1.ReasonPaused && r.Status == corev1.ConditionFalse
 	})
-	if err := hv.(driver.Pauser).Resume(ctx, string(vmi.UID)); err != nil {
+	if err := mustPauser(t, hv).Resume(ctx, string(vmi.UID)); err != nil {
 		t.Fatal(err)
 	}
 	// The guest powers off by itself: Succeeded.

@@ -98,14 +98,14 @@ func TestRecoverAfterHypervisorPluginKilled(t *testing.T) {
 	}
 	// Events reach the status again: the stream was reopened on the new process.
 	hv, _ := h.host.Hypervisor(fakeHV)
-	if err := hv.(driver.Pauser).Pause(context.Background(), string(vmis[0].UID)); err != nil {
+	if err := mustPauser(t, hv).Pause(context.Background(), string(vmis[0].UID)); err != nil {
 		t.Fatal(err)
 	}
 	e.rec.waitFor(t, vmis[0].UID, "paused after the restart", 5*time.Second, func(st v1alpha1.VirtualMachineInstanceStatus) bool {
 		c := Condition(st, v1alpha1.VirtualMachineInstancePaused)
 		return c != nil && c.Status == corev1.ConditionTrue
 	})
-	if err := hv.(driver.Pauser).Resume(context.Background(), string(vmis[0].UID)); err != nil {
+	if err := mustPauser(t, hv).Resume(context.Background(), string(vmis[0].UID)); err != nil {
 		t.Fatal(err)
 	}
 	e.rec.waitFor(t, vmis[0].UID, "resumed", 5*time.Second, func(st v1alpha1.VirtualMachineInstanceStatus) bool {

@@ -123,9 +123,12 @@ func TestMakePlanRejects(t *testing.T) {
 func TestCheckSupported(t *testing.T) {
 	full := driverCaps{
 		hypervisor: "hv", network: "net", storage: "st",
-		hypervisorCaps: &basev1.Capabilities{Firmware: []string{"bios", "efi", "kernel"}, DiskBuses: []string{"virtio", "sata", "scsi"}, NicModels: []string{"virtio", "e1000"}},
-		networkCaps:    &basev1.Capabilities{Bindings: []string{"bridge", "masquerade"}},
-		stCaps:         &basev1.Capabilities{VolumeTypes: []string{"containerDisk", "cloudInitNoCloud"}},
+		hypervisorCaps: &basev1.Capabilities{
+			Firmware: []string{"bios", "efi", "kernel"}, DiskBuses: []string{"virtio", "sata", "scsi"}, NicModels: []string{"virtio", "e1000"},
+			MachineTypes: []string{"q35", "pc-q35-*"}, SecureBoot: true, Vnc: true,
+		},
+		networkCaps: &basev1.Capabilities{Bindings: []string{"bridge", "masquerade"}},
+		stCaps:      &basev1.Capabilities{VolumeTypes: []string{"containerDisk", "cloudInitNoCloud"}},
 	}
 	tests := []struct {
 		name string
@@ -162,6 +165,26 @@ func TestCheckSupported(t *testing.T) {
 				`spec.domain.devices.interfaces[0].model: interface model "rtl8139" is not supported`,
 				`spec.domain.firmware.bootloader: firmware "efi" is not supported`,
 				`spec.volumes[2].emptyDisk: volume type "emptyDisk" is not supported`,
+			},
+		},
+		{
+			name: "versioned machine type declared by prefix",
+			vmi: func(v *v1alpha1.VirtualMachineInstance) {
+				v.Spec.Domain.Machine = &v1alpha1.Machine{Type: "pc-q35-7.2"}
+				v.Spec.Domain.Firmware = &v1alpha1.Firmware{Bootloader: &v1alpha1.Bootloader{EFI: &v1alpha1.EFI{}}}
+			},
+		},
+		{
+			name: "machine type, Secure Boot and VNC not declared",
+			vmi: func(v *v1alpha1.VirtualMachineInstance) {
+				v.Spec.Domain.Machine = &v1alpha1.Machine{Type: "pc"}
+				v.Spec.Domain.Firmware = &v1alpha1.Firmware{Bootloader: &v1alpha1.Bootloader{EFI: &v1alpha1.EFI{}}}
+			},
+			caps: func(c *driverCaps) { c.hypervisorCaps.SecureBoot, c.hypervisorCaps.Vnc = false, false },
+			want: []string{
+				`spec.domain.machine.type: machine type "pc" is not supported by the hypervisor driver "hv" (it supports: q35, pc-q35-*)`,
+				`spec.domain.firmware.bootloader.efi.secureBoot: Secure Boot is not supported by the hypervisor driver "hv"`,
+				`spec.domain.devices.autoattachGraphicsDevice: a VNC console is not supported by the hypervisor driver "hv"`,
 			},
 		},
 	}

@@ -8,6 +8,7 @@ import (
 	"github.com/kubevisor/kubevisor/core/api/v1alpha1"
 	"github.com/kubevisor/kubevisor/core/domain/assemble"
 	domainv1 "github.com/kubevisor/kubevisor/core/domain/v1"
+	"github.com/kubevisor/kubevisor/core/driver"
 	basev1 "github.com/kubevisor/kubevisor/core/driver/base/v1"
 	storagev1 "github.com/kubevisor/kubevisor/core/driver/storage/v1"
 )
@@ -35,6 +36,17 @@ func checkSupported(vmi *v1alpha1.VirtualMachineInstance, spec *domainv1.DomainS
 	}
 	if have := c.hypervisorCaps.GetFirmware(); !slices.Contains(have, fw) {
 		unsupported(field, "firmware", fw, "hypervisor", c.hypervisor, have)
+	}
+	if spec.GetFirmware().GetEfi().GetSecureBoot() && !c.hypervisorCaps.GetSecureBoot() {
+		errs.add("spec.domain.firmware.bootloader.efi.secureBoot", "Secure Boot is not supported by the hypervisor driver %q (set secureBoot: false)", c.hypervisor)
+	}
+	// Machine type.
+	if t := spec.GetMachine().GetType(); t != "" && !driver.MachineTypeDeclared(c.hypervisorCaps, t) {
+		unsupported("spec.domain.machine.type", "machine type", t, "hypervisor", c.hypervisor, c.hypervisorCaps.GetMachineTypes())
+	}
+	// VNC, attached unless the VMI says otherwise.
+	if spec.GetVnc() != nil && !c.hypervisorCaps.GetVnc() {
+		errs.add("spec.domain.devices.autoattachGraphicsDevice", "a VNC console is not supported by the hypervisor driver %q (set autoattachGraphicsDevice: false)", c.hypervisor)
 	}
 	// Disk buses, by the VMI disk (or volume) each domain disk comes from.
 	for _, d := range spec.GetDisks() {

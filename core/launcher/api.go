@@ -18,7 +18,8 @@ import (
 	"google.golang.org/protobuf/types/known/durationpb"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
-	launcherv1 "github.com/kubevisor/kubevisor/core/launcher/v1"
+	launcherv1 "github.com/kubevisor/kubevisor/core/driver/launcher/v1"
+	"github.com/kubevisor/kubevisor/internal/procfs"
 )
 
 var _ launcherv1.LauncherServer = (*Server)(nil)
@@ -138,7 +139,7 @@ func (s *Server) startLocked(req *launcherv1.StartRequest, files []*os.File) (*p
 			return nil, fmt.Errorf("pidfd_open %d: %w", pid, err)
 		}
 	}
-	started, err := startTime(pid)
+	started, err := procfs.StartTime(pid)
 	if err != nil {
 		s.log.Warn("cannot read the process's start time", "pid", pid, "error", err)
 	}

@@ -7,12 +7,15 @@ import (
 	"os"
 	"path/filepath"
 	"time"
+
+	lclient "github.com/kubevisor/kubevisor/core/driver/launcher"
 )
 
-// Names of the files in a launcher's directory.
+// Names of the files in a launcher's directory. The sockets' names are the SDK's
+// (core/driver/launcher), which clients use.
 const (
-	SocketName      = "launcher.sock"
-	FilesSocketName = "launcher-files.sock"
+	SocketName      = lclient.SocketName
+	FilesSocketName = lclient.FilesSocketName
 	StatusFileName  = "launcher-status.json"
 	lockFileName    = "launcher.lock"
 )

@@ -29,18 +29,3 @@ func TestConfigDefaults(t *testing.T) {
 		}
 	}
 }
-
-func TestStatFields(t *testing.T) {
-	// A command name with spaces and parentheses.
-	raw := []byte("42 (q (e) mu) S 1 42 42 0 -1 4194560 100 0 0 0 1 2 0 0 20 0 3 0 987654 1000 10")
-	f, err := statFields(raw)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if f[0] != "S" || f[4-3] != "1" || f[22-3] != "987654" {
-		t.Errorf("fields = %q", f)
-	}
-	if _, err := statFields([]byte("42 (x) S 1")); err == nil {
-		t.Error("short stat: no error")
-	}
-}

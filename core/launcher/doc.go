@@ -1,5 +1,7 @@
 // Package launcher is kubevisor-launcher, the process that holds one VMI's sandbox and starts its
-// VM process there, and the client the handler side uses to drive it.
+// VM process there. It implements the launcher protocol of the hypervisor SDK, whose client
+// (core/driver/launcher, aliased here as Client and Dial for the handler side) hypervisor drivers
+// start their VM processes with; that package documents the protocol as a driver sees it.
 //
 // In a cluster the launcher is the main process of the launcher pod's compute container
 // (unprivileged: devices come from device plugins); in standalone mode the handler starts it as a
@@ -8,7 +10,7 @@
 //
 // # Directory and sockets
 //
-// The launcher serves the API of core/launcher/v1 (gRPC) on DIR/launcher.sock, in a per-VMI
+// The launcher serves the API of core/driver/launcher/v1 (gRPC) on DIR/launcher.sock, in a per-VMI
 // directory shared with the handler side. DIR must be a directory (not a symlink) owned by the
 // launcher's user with no group or world access (0700): the launcher refuses to start otherwise,
 // since whoever can reach the socket can run programs in the sandbox. The sockets are 0600. A
@@ -22,15 +24,15 @@
 // by SCM_RIGHTS on a side channel, DIR/launcher-files.sock (SOCK_SEQPACKET): the client sends them
 // in one message and gets back a token; StartRequest.files_token hands them to the process as fds
 // 3, 4, ... A token is good for one Start within a minute; the launcher closes its copies once
-// the process is started. Client.Start does both steps.
+// the process is started. The SDK's Client.Start does both steps.
 //
 // # Pids across pid namespaces
 //
 // The launcher reports its process's pid in its own pid namespace (what Signal and Watch take),
 // the pid in the initial namespace when it runs there (standalone mode), and the process's start
 // time. A caller in another pid namespace (the handler and its drivers, for a launcher in a pod)
-// needs a pid of its own namespace to signal or pidfd_open; the Go client resolves it (see
-// Started.LocalPid): it learns the launcher's pid in its namespace from SO_PEERCRED on the
+// needs a pid of its own namespace to signal or pidfd_open; the SDK's client resolves it (see
+// its Started.LocalPid): it learns the launcher's pid in its namespace from SO_PEERCRED on the
 // socket, then looks among the launcher's children for the one whose innermost pid (NSpid in
 // /proc/PID/status) and start time match.
 //

@@ -1,7 +1,6 @@
 package launcher
 
 import (
-	"context"
 	"crypto/rand"
 	"encoding/hex"
 	"errors"
@@ -9,27 +8,16 @@ import (
 	"log/slog"
 	"net"
 	"os"
-	"runtime"
-	"strings"
 	"sync"
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	lclient "github.com/kubevisor/kubevisor/core/driver/launcher"
 )
 
-// The files channel (FilesSocketName, SOCK_SEQPACKET): one request, one reply per connection.
-//
-//	request: "FILES\n", with the descriptors attached (SCM_RIGHTS)
-//	reply:   "OK <token>\n" or "ERR <message>\n"
-const (
-	filesRequest = "FILES\n"
-	// maxFiles is the most descriptors one request may carry (SCM_MAX_FD is 253).
-	maxFiles = 128
-	// filesTTL is how long a token is good for.
-	filesTTL = time.Minute
-	// filesIOTimeout bounds one exchange on the channel.
-	filesIOTimeout = 10 * time.Second
-)
+// The files channel is the SDK's (core/driver/launcher: FilesRequest, MaxFiles, FilesTTL,
+// FilesIOTimeout); this is the launcher's end of it.
 
 // fileDrop holds descriptors handed over on the files channel until a Start takes them.
 type fileDrop struct {
@@ -73,7 +61,7 @@ func (d *fileDrop) serve() {
 
 func (d *fileDrop) handle(conn *net.UnixConn) {
 	defer conn.Close()
-	_ = conn.SetDeadline(time.Now().Add(filesIOTimeout))
+	_ = conn.SetDeadline(time.Now().Add(lclient.FilesIOTimeout))
 	reply := func(s string) { _, _ = conn.Write([]byte(s + "\n")) }
 	files, err := recvFiles(conn)
 	if err != nil {
@@ -94,7 +82,7 @@ func (d *fileDrop) handle(conn *net.UnixConn) {
 // receives them).
 func recvFiles(conn *net.UnixConn) ([]*os.File, error) {
 	buf := make([]byte, 64)
-	oob := make([]byte, unix.CmsgSpace(maxFiles*4))
+	oob := make([]byte, unix.CmsgSpace(lclient.MaxFiles*4))
 	n, oobn, flags, _, err := conn.ReadMsgUnix(buf, oob)
 	if err != nil {
 		return nil, fmt.Errorf("read request: %w", err)
@@ -118,8 +106,8 @@ func recvFiles(conn *net.UnixConn) ([]*os.File, error) {
 	case err != nil:
 		err = fmt.Errorf("read descriptors: %w", err)
 	case flags&unix.MSG_CTRUNC != 0:
-		err = fmt.Errorf("more than %d descriptors", maxFiles)
-	case string(buf[:n]) != filesRequest:
+		err = fmt.Errorf("more than %d descriptors", lclient.MaxFiles)
+	case string(buf[:n]) != lclient.FilesRequest:
 		err = errors.New("malformed request")
 	case len(files) == 0:
 		err = errors.New("no descriptors")
@@ -143,7 +131,7 @@ func (d *fileDrop) hold(files []*os.File) (string, error) {
 		return "", errors.New("launcher is exiting")
 	}
 	h := &heldFiles{files: files}
-	h.timer = time.AfterFunc(filesTTL, func() {
+	h.timer = time.AfterFunc(lclient.FilesTTL, func() {
 		if fs := d.take(token); fs != nil {
 			d.log.Warn("descriptors not taken by a start in time, closing them", "count", len(fs))
 			closeAll(fs)
@@ -182,42 +170,4 @@ func closeAll(files []*os.File) {
 	for _, f := range files {
 		_ = f.Close()
 	}
-}
-
-// sendFiles hands files to the launcher whose files channel is at path and returns their token.
-func sendFiles(ctx context.Context, path string, files []*os.File) (string, error) {
-	if len(files) == 0 || len(files) > maxFiles {
-		return "", fmt.Errorf("send files: %d descriptors (want 1 to %d)", len(files), maxFiles)
-	}
-	var dialer net.Dialer
-	c, err := dialer.DialContext(ctx, "unixpacket", path)
-	if err != nil {
-		return "", fmt.Errorf("send files: %w", err)
-	}
-	conn := c.(*net.UnixConn)
-	defer conn.Close()
-	deadline := time.Now().Add(filesIOTimeout)
-	if d, ok := ctx.Deadline(); ok && d.Before(deadline) {
-		deadline = d
-	}
-	_ = conn.SetDeadline(deadline)
-	fds := make([]int, len(files))
-	for i, f := range files {
-		fds[i] = int(f.Fd())
-	}
-	_, _, err = conn.WriteMsgUnix([]byte(filesRequest), unix.UnixRights(fds...), nil)
-	runtime.KeepAlive(files)
-	if err != nil {
-		return "", fmt.Errorf("send files: %w", err)
-	}
-	buf := make([]byte, 512)
-	n, err := conn.Read(buf)
-	if err != nil {
-		return "", fmt.Errorf("send files: read reply: %w", err)
-	}
-	reply := strings.TrimSuffix(string(buf[:n]), "\n")
-	if token, ok := strings.CutPrefix(reply, "OK "); ok {
-		return token, nil
-	}
-	return "", fmt.Errorf("send files: launcher: %s", strings.TrimPrefix(reply, "ERR "))
 }

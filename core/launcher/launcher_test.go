@@ -1,7 +1,6 @@
 package launcher_test
 
 import (
-	"context"
 	"errors"
 	"io"
 	"os"
@@ -15,17 +14,11 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	lclient "github.com/kubevisor/kubevisor/core/driver/launcher"
+	launcherv1 "github.com/kubevisor/kubevisor/core/driver/launcher/v1"
 	"github.com/kubevisor/kubevisor/core/launcher"
-	launcherv1 "github.com/kubevisor/kubevisor/core/launcher/v1"
 	"github.com/kubevisor/kubevisor/internal/testenv"
 )
-
-// The method set drivers/qmp's Launcher has once it declares `type Command = launcher.Command`.
-type qmpLauncher interface {
-	Start(ctx context.Context, cmd *launcher.Command) (pid int, err error)
-}
-
-var _ qmpLauncher = (*launcher.Starter)(nil)
 
 func TestDirectoryChecks(t *testing.T) {
 	t.Parallel()
@@ -122,7 +115,7 @@ func TestStartSignalWait(t *testing.T) {
 	in, c := start(t, options{})
 	ctx := ctxT(t)
 	logPath := filepath.Join(in.dir, "vm.log")
-	st, err := c.Start(ctx, &launcher.StartOptions{
+	st, err := c.Start(ctx, &lclient.StartOptions{
 		Argv: []string{"sh", "-c", "echo out; echo err >&2; exec sleep 60"}, LogPath: logPath, Name: "vm",
 	})
 	if err != nil {
@@ -188,7 +181,7 @@ func TestExitStatusRestartAndExit(t *testing.T) {
 		t.Fatal(err)
 	}
 	logPath := filepath.Join(in.dir, "vm.log")
-	st, err := c.Start(ctx, &launcher.StartOptions{Argv: []string{"sh", "-c", "exit 7"}, LogPath: logPath})
+	st, err := c.Start(ctx, &lclient.StartOptions{Argv: []string{"sh", "-c", "exit 7"}, LogPath: logPath})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -213,11 +206,11 @@ func TestExitStatusRestartAndExit(t *testing.T) {
 	}
 
 	// The launcher outlives its process and starts another.
-	st2, err := c.Start(ctx, &launcher.StartOptions{Argv: []string{"sleep", "60"}, LogPath: logPath})
+	st2, err := c.Start(ctx, &lclient.StartOptions{Argv: []string{"sleep", "60"}, LogPath: logPath})
 	if err != nil {
 		t.Fatalf("start after an exit: %v", err)
 	}
-	_, err = c.Start(ctx, &launcher.StartOptions{Argv: []string{"sleep", "60"}, LogPath: logPath})
+	_, err = c.Start(ctx, &lclient.StartOptions{Argv: []string{"sleep", "60"}, LogPath: logPath})
 	if status.Code(err) != codes.FailedPrecondition || !strings.Contains(err.Error(), "one process at a time") {
 		t.Errorf("second start: %v, want FailedPrecondition", err)
 	}
@@ -307,7 +300,7 @@ func TestExtraFilesBySCMRights(t *testing.T) {
 		t.Cleanup(func() { r.Close(); w.Close() })
 		reads, writes = append(reads, r), append(writes, w)
 	}
-	st, err := c.Start(ctx, &launcher.StartOptions{
+	st, err := c.Start(ctx, &lclient.StartOptions{
 		Argv:    []string{"sh", "-c", "echo three >&3; echo four >&4"},
 		LogPath: filepath.Join(in.dir, "vm.log"), ExtraFiles: writes,
 	})
@@ -331,7 +324,7 @@ func TestProcessGroupDoesNotOutliveProcess(t *testing.T) {
 	in, c := start(t, options{})
 	ctx := ctxT(t)
 	logPath := filepath.Join(in.dir, "vm.log")
-	st, err := c.Start(ctx, &launcher.StartOptions{Argv: []string{"sh", "-c", "sleep 60 & echo $!; exit 3"}, LogPath: logPath})
+	st, err := c.Start(ctx, &lclient.StartOptions{Argv: []string{"sh", "-c", "sleep 60 & echo $!; exit 3"}, LogPath: logPath})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -353,7 +346,7 @@ func TestTerminateCooperativeVM(t *testing.T) {
 	t.Parallel()
 	in, c := start(t, options{flags: []string{"--grace-period", "20s"}})
 	ctx := ctxT(t)
-	st, err := c.Start(ctx, &launcher.StartOptions{Argv: []string{"sleep", "60"}, LogPath: filepath.Join(in.dir, "vm.log"), Name: "vm"})
+	st, err := c.Start(ctx, &lclient.StartOptions{Argv: []string{"sleep", "60"}, LogPath: filepath.Join(in.dir, "vm.log"), Name: "vm"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -380,7 +373,7 @@ func TestTerminateCooperativeVM(t *testing.T) {
 	if ev.GetGracePeriod().AsDuration() != 20*time.Second {
 		t.Errorf("grace period %s", ev.GetGracePeriod().AsDuration())
 	}
-	if _, err := c.Start(ctx, &launcher.StartOptions{Argv: []string{"true"}, LogPath: filepath.Join(in.dir, "vm.log")}); status.Code(err) != codes.FailedPrecondition {
+	if _, err := c.Start(ctx, &lclient.StartOptions{Argv: []string{"true"}, LogPath: filepath.Join(in.dir, "vm.log")}); status.Code(err) != codes.FailedPrecondition {
 		t.Errorf("start while terminating: %v, want FailedPrecondition", err)
 	}
 	// A late subscriber learns it too.
@@ -415,7 +408,7 @@ func TestTerminateUncooperativeVMKilledAtDeadline(t *testing.T) {
 	in, c := start(t, options{flags: []string{"--grace-period", "1500ms"}})
 	ctx := ctxT(t)
 	// A VM that ignores SIGTERM (ignored signals stay ignored across exec).
-	st, err := c.Start(ctx, &launcher.StartOptions{Argv: []string{"sh", "-c", `trap "" TERM; exec sleep 60`}, LogPath: filepath.Join(in.dir, "vm.log")})
+	st, err := c.Start(ctx, &lclient.StartOptions{Argv: []string{"sh", "-c", `trap "" TERM; exec sleep 60`}, LogPath: filepath.Join(in.dir, "vm.log")})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -446,7 +439,7 @@ func TestTerminateUncooperativeVMKilledAtDeadline(t *testing.T) {
 func TestLauncherKilledTakesVMWithIt(t *testing.T) {
 	t.Parallel()
 	in, c := start(t, options{})
-	st, err := c.Start(ctxT(t), &launcher.StartOptions{Argv: []string{"sleep", "60"}, LogPath: filepath.Join(in.dir, "vm.log")})
+	st, err := c.Start(ctxT(t), &lclient.StartOptions{Argv: []string{"sleep", "60"}, LogPath: filepath.Join(in.dir, "vm.log")})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -476,7 +469,7 @@ func TestProcessRunsInLauncherNetworkNamespace(t *testing.T) {
 	if lns == nsLink(t, "self", "net") {
 		t.Fatal("the launcher runs in the test's network namespace")
 	}
-	st, err := c.Start(ctx, &launcher.StartOptions{Argv: []string{"sleep", "60"}, LogPath: filepath.Join(in.dir, "vm.log")})
+	st, err := c.Start(ctx, &lclient.StartOptions{Argv: []string{"sleep", "60"}, LogPath: filepath.Join(in.dir, "vm.log")})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -498,8 +491,8 @@ func TestProcessRunsInLauncherNetworkNamespace(t *testing.T) {
 	}
 
 	// The qmp adapter checks the sandbox's netns against the launcher's.
-	starter := launcher.NewStarter(filepath.Join(in.dir, launcher.SocketName))
-	cmd := &launcher.Command{Path: "/bin/sleep", Args: []string{"60"}, LogPath: filepath.Join(in.dir, "qemu.log"), NetNS: "/proc/self/ns/net"}
+	starter := lclient.NewStarter(filepath.Join(in.dir, launcher.SocketName))
+	cmd := &lclient.Command{Path: "/bin/sleep", Args: []string{"60"}, LogPath: filepath.Join(in.dir, "qemu.log"), NetNS: "/proc/self/ns/net"}
 	if _, err := starter.Start(ctx, cmd); err == nil || !strings.Contains(err.Error(), "is not the launcher's") {
 		t.Errorf("start in another netns: %v", err)
 	}
@@ -537,13 +530,13 @@ func TestPidsAcrossPidNamespaces(t *testing.T) {
 		t.Fatalf("launcher's pid here: %d", launcherPid)
 	}
 	// The adapter returns the pid of this namespace, the one a driver pidfd_opens.
-	starter := launcher.NewStarter(filepath.Join(in.dir, launcher.SocketName))
+	starter := lclient.NewStarter(filepath.Join(in.dir, launcher.SocketName))
 	r, w, err := os.Pipe()
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer r.Close()
-	pid, err := starter.Start(ctx, &launcher.Command{
+	pid, err := starter.Start(ctx, &lclient.Command{
 		Path: "/bin/sh", Args: []string{"-c", `echo $$ >&3; exec sleep 60 3>&-`},
 		LogPath: filepath.Join(in.dir, "qemu.log"), ExtraFiles: []*os.File{w},
 	})

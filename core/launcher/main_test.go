@@ -13,6 +13,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	lclient "github.com/kubevisor/kubevisor/core/driver/launcher"
 	"github.com/kubevisor/kubevisor/core/launcher"
 	"github.com/kubevisor/kubevisor/internal/testbin"
 )
@@ -94,12 +95,12 @@ func run(t *testing.T, o options) *instance {
 }
 
 // start starts a launcher and connects to it.
-func start(t *testing.T, o options) (*instance, *launcher.Client) {
+func start(t *testing.T, o options) (*instance, *lclient.Client) {
 	t.Helper()
 	in := run(t, o)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	c, err := launcher.Dial(ctx, filepath.Join(in.dir, launcher.SocketName))
+	c, err := lclient.Dial(ctx, filepath.Join(in.dir, launcher.SocketName))
 	if err != nil {
 		t.Fatalf("dial: %v\n%s", err, in.logs())
 	}

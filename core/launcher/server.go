@@ -17,7 +17,8 @@ import (
 	"google.golang.org/protobuf/types/known/durationpb"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
-	launcherv1 "github.com/kubevisor/kubevisor/core/launcher/v1"
+	launcherv1 "github.com/kubevisor/kubevisor/core/driver/launcher/v1"
+	"github.com/kubevisor/kubevisor/internal/procfs"
 )
 
 // Bounds of the launcher's own waits.
@@ -203,19 +204,19 @@ func newServer(cfg Config, lock *os.File) (*Server, error) {
 }
 
 func selfInfo(cfg Config) (*launcherv1.InfoResponse, error) {
-	pidNS, err := nsInode("/proc/self/ns/pid")
+	pidNS, err := procfs.NSInode("/proc/self/ns/pid")
 	if err != nil {
 		return nil, fmt.Errorf("pid namespace: %w", err)
 	}
-	netNS, err := nsInode("/proc/self/ns/net")
+	netNS, err := procfs.NSInode("/proc/self/ns/net")
 	if err != nil {
 		return nil, fmt.Errorf("network namespace: %w", err)
 	}
 	info := &launcherv1.InfoResponse{
 		Pid: int64(os.Getpid()), PidNamespace: pidNS, NetNamespace: netNS,
-		Cgroup: cgroupOf(), Vmi: cfg.VMI, Dir: cfg.Dir,
+		Cgroup: procfs.Cgroup(), Vmi: cfg.VMI, Dir: cfg.Dir,
 	}
-	if pidNS == initPidNamespace {
+	if pidNS == procfs.InitPidNamespace {
 		info.HostPid = info.Pid
 	}
 	return info, nil
@@ -439,7 +440,7 @@ func (s *Server) killChildren() {
 	deadline := time.Now().Add(reapWait)
 	for first := true; ; first = false {
 		s.mu.Lock()
-		kids := childrenOf(os.Getpid())
+		kids := procfs.Children(os.Getpid())
 		for _, pid := range kids {
 			_ = unix.Kill(pid, unix.SIGKILL)
 		}

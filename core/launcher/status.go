@@ -7,7 +7,7 @@ import (
 	"path/filepath"
 	"time"
 
-	launcherv1 "github.com/kubevisor/kubevisor/core/launcher/v1"
+	launcherv1 "github.com/kubevisor/kubevisor/core/driver/launcher/v1"
 )
 
 // Reasons a launcher exits with (Status.Reason).

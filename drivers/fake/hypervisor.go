@@ -126,8 +126,9 @@ type subscriber struct {
 	q  *queue[*hypervisorv1.Event]
 }
 
-// Capabilities implements driver.Driver: every optional feature, every firmware, disk bus and
-// NIC model of the domain spec.
+// Capabilities implements driver.Driver: every optional feature, every firmware, disk bus, NIC
+// model and machine type of the domain spec, and every hypervisor flag. It runs no VM process, so
+// it honours a launcher socket by starting nothing through it.
 func (h *Hypervisor) Capabilities(context.Context) (*basev1.Capabilities, error) {
 	return &basev1.Capabilities{
 		Features: []basev1.Feature{
@@ -137,9 +138,15 @@ func (h *Hypervisor) Capabilities(context.Context) (*basev1.Capabilities, error)
 			basev1.Feature_FEATURE_HYPERVISOR_RECOVER,
 			basev1.Feature_FEATURE_HYPERVISOR_MIGRATE,
 		},
-		Firmware:  []string{"bios", "efi", "kernel"},
-		DiskBuses: []string{"virtio", "sata", "scsi", "usb"},
-		NicModels: nicModels,
+		Firmware:     []string{"bios", "efi", "kernel"},
+		DiskBuses:    []string{"virtio", "sata", "scsi", "usb"},
+		NicModels:    nicModels,
+		MachineTypes: []string{"*"},
+		SecureBoot:   true,
+		Vnc:          true,
+		HostDevices:  true,
+		TapFd:        true,
+		Launcher:     true,
 	}, nil
 }
 
@@ -165,10 +172,14 @@ func (h *Hypervisor) Configure(_ context.Context, req *basev1.ConfigureRequest) 
 }
 
 // Create implements driver.Hypervisor. It validates spec with domain.Validate and with what the
-// fake cannot honour: hardware acceleration and unknown NIC models.
+// fake cannot honour: unknown NIC models (InvalidArgument), and hardware acceleration, which a
+// simulation never has (FailedPrecondition).
 func (h *Hypervisor) Create(_ context.Context, spec *domainv1.DomainSpec) (*hypervisorv1.Handle, error) {
 	if err := validateSpec(spec); err != nil {
 		return nil, err
+	}
+	if spec.GetAcceleration() == domainv1.Acceleration_ACCELERATION_REQUIRED {
+		return nil, precondition("acceleration: hardware acceleration is required but the fake hypervisor only simulates")
 	}
 	rec := vmRecord{
 		ID:          spec.GetId(),
@@ -202,9 +213,6 @@ func validateSpec(spec *domainv1.DomainSpec) error {
 	var errs domain.ValidationError
 	if err != nil && !errors.As(err, &errs) {
 		return err
-	}
-	if spec.GetAcceleration() == domainv1.Acceleration_ACCELERATION_REQUIRED {
-		errs = append(errs, domain.FieldError{Field: "acceleration", Detail: "hardware acceleration is required but the fake hypervisor only simulates"})
 	}
 	for i, n := range spec.GetNics() {
 		if n.GetModel() != "" && !slices.Contains(nicModels, n.GetModel()) {
@@ -259,9 +267,9 @@ func (v *vm) startableLocked() error {
 	return nil
 }
 
-// Shutdown implements driver.Hypervisor. The guest powers off after
-// HypervisorConfig.ShutdownDelay, unless HypervisorConfig.IgnoreShutdown is set or the VM is
-// paused; a guest that has not powered off at the timeout is stopped forcibly.
+// Shutdown implements driver.Hypervisor. A paused VM is resumed first. The guest powers off after
+// HypervisorConfig.ShutdownDelay, unless HypervisorConfig.IgnoreShutdown is set; a guest that has
+// not powered off at the timeout is stopped forcibly, at once with a timeout of 0.
 func (h *Hypervisor) Shutdown(ctx context.Context, id string, timeout time.Duration) (bool, error) {
 	h.mu.Lock()
 	v, err := h.getLocked(id)
@@ -269,11 +277,19 @@ func (h *Hypervisor) Shutdown(ctx context.Context, id string, timeout time.Durat
 		h.mu.Unlock()
 		return false, err
 	}
+	if timeout <= 0 && (v.state == hypervisorv1.State_STATE_RUNNING || v.state == hypervisorv1.State_STATE_PAUSED) {
+		h.stopLocked(v, hypervisorv1.EventType_EVENT_TYPE_STOPPED, driver.ReasonForcedShutdown, "a shutdown without grace (timeout 0) stopped the VM at once")
+		h.mu.Unlock()
+		return false, nil
+	}
 	switch v.state {
 	case hypervisorv1.State_STATE_RUNNING, hypervisorv1.State_STATE_PAUSED:
-		paused := v.state == hypervisorv1.State_STATE_PAUSED
+		if v.state == hypervisorv1.State_STATE_PAUSED {
+			// A paused guest cannot react to the power button.
+			h.setStateLocked(v, hypervisorv1.State_STATE_RUNNING, hypervisorv1.EventType_EVENT_TYPE_RESUMED, driver.ReasonResumed, "")
+		}
 		h.setStateLocked(v, hypervisorv1.State_STATE_SHUTTING_DOWN, hypervisorv1.EventType_EVENT_TYPE_POWERDOWN_REQUESTED, driver.ReasonPowerdownRequested, "")
-		if !h.cfg.IgnoreShutdown && !paused {
+		if !h.cfg.IgnoreShutdown {
 			gen := v.gen
 			if delay := time.Duration(h.cfg.ShutdownDelay); delay > 0 {
 				time.AfterFunc(delay, func() { h.guestPoweredOff(id, gen) })
@@ -285,7 +301,7 @@ func (h *Hypervisor) Shutdown(ctx context.Context, id string, timeout time.Durat
 		// Another Shutdown is waiting for the guest: wait along.
 	default:
 		h.mu.Unlock()
-		return true, nil
+		return false, nil
 	}
 	r, gen := v.run, v.gen
 	h.mu.Unlock()
@@ -663,9 +679,14 @@ func (h *Hypervisor) bootLocked(v *vm) {
 	h.consoleWriteLocked(v, bootLog(v))
 }
 
-// stopLocked ends the current run of v: consoles close and waiting Shutdowns return.
+// stopLocked ends the current run of v: consoles close and waiting Shutdowns return. The last
+// event is STOPPED; a SHUTDOWN (the guest powered off) comes before it, in state SHUTTING_DOWN.
 func (h *Hypervisor) stopLocked(v *vm, typ hypervisorv1.EventType, reason, message string) {
 	v.gen++
+	if typ == hypervisorv1.EventType_EVENT_TYPE_SHUTDOWN {
+		h.setStateLocked(v, hypervisorv1.State_STATE_SHUTTING_DOWN, typ, reason, message)
+		typ = hypervisorv1.EventType_EVENT_TYPE_STOPPED
+	}
 	h.setStateLocked(v, hypervisorv1.State_STATE_STOPPED, typ, reason, message)
 	for q := range v.consoles {
 		q.close()

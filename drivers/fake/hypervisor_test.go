@@ -77,7 +77,9 @@ func TestShutdownKnobs(t *testing.T) {
 		{"IgnoreShutdown", `{"ignoreShutdown": true}`, false, 50 * time.Millisecond, false, driver.ReasonForcedShutdown, 50 * time.Millisecond},
 		{"SlowGuestInTime", `{"shutdownDelay": "30ms"}`, false, time.Second, true, driver.ReasonGuestShutdown, 30 * time.Millisecond},
 		{"SlowGuestTooSlow", `{"shutdownDelay": "1s"}`, false, 30 * time.Millisecond, false, driver.ReasonForcedShutdown, 30 * time.Millisecond},
-		{"PausedGuest", ``, true, 30 * time.Millisecond, false, driver.ReasonForcedShutdown, 30 * time.Millisecond},
+		{"PausedGuest", ``, true, time.Second, true, driver.ReasonGuestShutdown, 0},
+		{"TimeoutZero", ``, false, 0, false, driver.ReasonForcedShutdown, 0},
+		{"PausedTimeoutZero", ``, true, 0, false, driver.ReasonForcedShutdown, 0},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			h, _ := started(t, c.config)
@@ -167,16 +169,18 @@ func TestCreateValidation(t *testing.T) {
 	for _, c := range []struct {
 		name  string
 		spec  *domainv1.DomainSpec
+		code  codes.Code
 		field string
 	}{
-		{"NoMemory", &domainv1.DomainSpec{Id: "a"}, "memory.guestBytes"},
-		{"Acceleration", &domainv1.DomainSpec{Id: "b", Memory: &domainv1.Memory{GuestBytes: 1}, Acceleration: domainv1.Acceleration_ACCELERATION_REQUIRED}, "acceleration"},
-		{"NICModel", &domainv1.DomainSpec{Id: "c", Memory: &domainv1.Memory{GuestBytes: 1}, Nics: []*domainv1.NIC{{Name: "n", TapName: "tap0", Mac: "02:00:00:00:00:01", Model: "ne2k"}}}, "nics[0].model"},
-		{"RunDirMissing", spec("d", "/nonexistent/kubevisor/run"), "runDir"},
+		{"NoMemory", &domainv1.DomainSpec{Id: "a"}, codes.InvalidArgument, "memory.guestBytes"},
+		// Acceleration the node lacks is the node's state, not the spec's fault.
+		{"Acceleration", &domainv1.DomainSpec{Id: "b", Memory: &domainv1.Memory{GuestBytes: 1}, Acceleration: domainv1.Acceleration_ACCELERATION_REQUIRED}, codes.FailedPrecondition, "acceleration"},
+		{"NICModel", &domainv1.DomainSpec{Id: "c", Memory: &domainv1.Memory{GuestBytes: 1}, Nics: []*domainv1.NIC{{Name: "n", TapName: "tap0", Mac: "02:00:00:00:00:01", Model: "ne2k"}}}, codes.InvalidArgument, "nics[0].model"},
+		{"RunDirMissing", spec("d", "/nonexistent/kubevisor/run"), codes.InvalidArgument, "runDir"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			_, err := h.Create(t.Context(), c.spec)
-			expectCode(t, err, codes.InvalidArgument, c.field)
+			expectCode(t, err, c.code, c.field)
 		})
 	}
 }
@@ -315,8 +319,8 @@ func TestStateMachineRefusals(t *testing.T) {
 	expectCode(t, h.Pause(t.Context(), "vm"), codes.FailedPrecondition, "created")
 	expectCode(t, h.Resume(t.Context(), "vm"), codes.FailedPrecondition, "created")
 	expectCode(t, h.Reboot(t.Context(), "vm"), codes.FailedPrecondition, "created")
-	if graceful, err := h.Shutdown(t.Context(), "vm", time.Second); err != nil || !graceful {
-		t.Errorf("Shutdown of a created VM = %v, %v", graceful, err)
+	if graceful, err := h.Shutdown(t.Context(), "vm", time.Second); err != nil || graceful {
+		t.Errorf("Shutdown of a created VM = %v, %v, want false, nil", graceful, err)
 	}
 	_, err := h.Shutdown(t.Context(), "nope", time.Second)
 	expectCode(t, err, codes.NotFound, "nope")

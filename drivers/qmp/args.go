@@ -100,6 +100,9 @@ var (
 	supportedDiskBuses = []string{"virtio", "sata", "scsi", "usb"}
 	nicDevices         = map[string]string{"virtio": "virtio-net-pci", "e1000": "e1000", "e1000e": "e1000e", "rtl8139": "rtl8139"}
 	supportedNICModels = []string{"virtio", "e1000", "e1000e", "rtl8139"}
+	// supportedMachineTypes are what machineRE accepts; whether this QEMU offers a versioned
+	// type is known only once it is probed.
+	supportedMachineTypes = []string{"q35", "pc", "pc-q35-*", "pc-i440fx-*"}
 )
 
 var (

@@ -22,6 +22,7 @@ import (
 
 	"github.com/kubevisor/kubevisor/core/driver"
 	basev1 "github.com/kubevisor/kubevisor/core/driver/base/v1"
+	"github.com/kubevisor/kubevisor/core/driver/launcher"
 )
 
 // Name is the driver's name, as in its plugin manifest.
@@ -60,10 +61,10 @@ func (c Config) probeOptions() (ProbeOptions, error) {
 // Driver is the QEMU hypervisor driver. It implements driver.Hypervisor and the optional
 // Pauser, Rebooter, Consoler and Recoverer.
 type Driver struct {
-	log      hclog.Logger
-	launcher Launcher
-	prober   *Prober
-	dial     DialFunc
+	log    hclog.Logger
+	local  launcher.Starter
+	prober *Prober
+	dial   DialFunc
 
 	mu         sync.Mutex
 	configured bool
@@ -90,8 +91,10 @@ type Option func(*Driver)
 // WithLogger sets the logger (none by default).
 func WithLogger(l hclog.Logger) Option { return func(d *Driver) { d.log = l } }
 
-// WithLauncher sets how QEMU processes are started (LocalLauncher by default).
-func WithLauncher(l Launcher) Option { return func(d *Driver) { d.launcher = l } }
+// WithLocalStarter sets how QEMU processes of VMs without a launcher (an empty
+// sandbox.launcher_socket) are started: launcher.LocalStarter by default. A VM with a launcher
+// is always started through it.
+func WithLocalStarter(s launcher.Starter) Option { return func(d *Driver) { d.local = s } }
 
 // WithProber sets the accelerator prober (by default one shared by the process, which probes
 // once per configuration).
@@ -103,11 +106,11 @@ func WithDialer(f DialFunc) Option { return func(d *Driver) { d.dial = f } }
 // New returns a driver. It probes QEMU at Configure (or at the first call that needs it).
 func New(opts ...Option) *Driver {
 	d := &Driver{
-		log:      hclog.NewNullLogger(),
-		launcher: LocalLauncher{},
-		prober:   defaultProber,
-		dial:     DialQMP,
-		vms:      map[string]*vm{},
+		log:    hclog.NewNullLogger(),
+		local:  launcher.LocalStarter{},
+		prober: defaultProber,
+		dial:   DialQMP,
+		vms:    map[string]*vm{},
 	}
 	for _, o := range opts {
 		o(d)
@@ -129,9 +132,17 @@ func (d *Driver) Capabilities(context.Context) (*basev1.Capabilities, error) {
 			basev1.Feature_FEATURE_HYPERVISOR_CONSOLE,
 			basev1.Feature_FEATURE_HYPERVISOR_RECOVER,
 		},
-		Firmware:  supportedFirmware,
-		DiskBuses: supportedDiskBuses,
-		NicModels: supportedNICModels,
+		Firmware:     supportedFirmware,
+		DiskBuses:    supportedDiskBuses,
+		NicModels:    supportedNICModels,
+		MachineTypes: supportedMachineTypes,
+		// Secure Boot needs the OVMF Secure Boot build on the node: Create says when it is not
+		// installed (FailedPrecondition).
+		SecureBoot:  true,
+		Vnc:         true,
+		HostDevices: true,
+		TapFd:       true,
+		Launcher:    true,
 	}, nil
 }
 

@@ -2,68 +2,17 @@ package qmp
 
 import (
 	"bytes"
-	"context"
 	"errors"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"regexp"
 	"strconv"
 	"strings"
-	"syscall"
 	"time"
 
 	"golang.org/x/sys/unix"
-
-	"github.com/kubevisor/kubevisor/core/launcher"
 )
-
-// Command is a VM process to start. It is core/launcher's, so that launcher.Starter, which starts
-// it through the VMI's kubevisor-launcher, is a Launcher.
-type Command = launcher.Command
-
-// Launcher starts VM processes.
-//
-// | an implementation MUST                                                                     |
-// |--------------------------------------------------------------------------------------------|
-// | return the pid of the process running Command.Path itself (not of a wrapper that forks)     |
-// | start it in its own session, so that it outlives the driver process and its process group  |
-// | reap it when it exits, if it is the launcher's child                                         |
-//
-// LocalLauncher execs QEMU from the driver; launcher.Starter asks the VMI's launcher over its unix
-// socket (DomainSpec.sandbox.launcher_socket), so that the VM runs in the launcher's cgroups,
-// namespaces and volumes.
-type Launcher interface {
-	Start(ctx context.Context, cmd *Command) (pid int, err error)
-}
-
-// LocalLauncher starts processes as children of the driver, each in its own session.
-type LocalLauncher struct{}
-
-// Start implements Launcher.
-func (LocalLauncher) Start(_ context.Context, c *Command) (int, error) {
-	log, err := os.OpenFile(c.LogPath, os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o600)
-	if err != nil {
-		return 0, fmt.Errorf("open log: %w", err)
-	}
-	defer log.Close()
-	path, args := c.Path, c.Args
-	if c.NetNS != "" {
-		// nsenter execs the binary: the pid is QEMU's.
-		args = append([]string{"--net=" + c.NetNS, "--", path}, args...)
-		path = "nsenter"
-	}
-	cmd := exec.Command(path, args...)
-	cmd.Stdout, cmd.Stderr = log, log
-	cmd.ExtraFiles = c.ExtraFiles
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
-	if err := cmd.Start(); err != nil {
-		return 0, err
-	}
-	go func() { _ = cmd.Wait() }() // reap; the driver watches the pid with a pidfd
-	return cmd.Process.Pid, nil
-}
 
 // process is a running VM process the driver watches through a pidfd, which, unlike a pid,
 // cannot come to name another process.

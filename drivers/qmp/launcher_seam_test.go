@@ -15,8 +15,9 @@ import (
 	domainv1 "github.com/kubevisor/kubevisor/core/domain/v1"
 	"github.com/kubevisor/kubevisor/core/driver"
 	hypervisorv1 "github.com/kubevisor/kubevisor/core/driver/hypervisor/v1"
+	lclient "github.com/kubevisor/kubevisor/core/driver/launcher"
+	launcherv1 "github.com/kubevisor/kubevisor/core/driver/launcher/v1"
 	"github.com/kubevisor/kubevisor/core/launcher"
-	launcherv1 "github.com/kubevisor/kubevisor/core/launcher/v1"
 	"github.com/kubevisor/kubevisor/internal/testbin"
 	"github.com/kubevisor/kubevisor/internal/testenv"
 )
@@ -43,8 +44,8 @@ func TestThroughLauncher(t *testing.T) {
 	t.Cleanup(func() { _ = cmd.Process.Kill() })
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	sock := filepath.Join(dir, launcher.SocketName)
-	lc, err := launcher.Dial(ctx, sock)
+	sock := filepath.Join(dir, lclient.SocketName)
+	lc, err := lclient.Dial(ctx, sock)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -59,15 +59,35 @@ func newTestDriver(t *testing.T, stateDir string) *Driver {
 	return d
 }
 
+// hostClient is the host's client of the driver with the optional interfaces it declares, as
+// driver.Optional hands them out.
+type hostClient struct {
+	*driver.HypervisorClient
+	driver.Pauser
+	driver.Rebooter
+	driver.Consoler
+	driver.Recoverer
+}
+
 // inProcess serves d over in-memory gRPC and returns the host's client.
-func inProcess(t *testing.T, d *Driver) *driver.HypervisorClient {
+func inProcess(t *testing.T, d *Driver) *hostClient {
 	t.Helper()
 	c, stop, err := driver.InProcess(basev1.Kind_KIND_HYPERVISOR, d)
 	if err != nil {
 		t.Fatalf("InProcess: %v", err)
 	}
 	t.Cleanup(stop)
-	return c.(*driver.HypervisorClient)
+	hc := &hostClient{HypervisorClient: c.(*driver.HypervisorClient)}
+	var ok [4]bool
+	ctx := context.Background()
+	hc.Pauser, ok[0] = driver.Optional[driver.Pauser](ctx, hc.HypervisorClient)
+	hc.Rebooter, ok[1] = driver.Optional[driver.Rebooter](ctx, hc.HypervisorClient)
+	hc.Consoler, ok[2] = driver.Optional[driver.Consoler](ctx, hc.HypervisorClient)
+	hc.Recoverer, ok[3] = driver.Optional[driver.Recoverer](ctx, hc.HypervisorClient)
+	if ok != [4]bool{true, true, true, true} {
+		t.Fatalf("the driver's client does not offer Pauser, Rebooter, Consoler and Recoverer: %v", ok)
+	}
+	return hc
 }
 
 // killQEMUAtCleanup kills whatever QEMU the run dir's pidfile names, whichever driver owns it.

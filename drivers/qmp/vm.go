@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"github.com/kubevisor/kubevisor/core/driver"
 	"io"
 	"net"
 	"os"
@@ -24,8 +23,9 @@ import (
 
 	"github.com/kubevisor/kubevisor/core/domain"
 	domainv1 "github.com/kubevisor/kubevisor/core/domain/v1"
+	"github.com/kubevisor/kubevisor/core/driver"
 	hypervisorv1 "github.com/kubevisor/kubevisor/core/driver/hypervisor/v1"
-	"github.com/kubevisor/kubevisor/core/launcher"
+	"github.com/kubevisor/kubevisor/core/driver/launcher"
 )
 
 // Timeouts of the driver's own waits.
@@ -345,11 +345,11 @@ func (d *Driver) launch(ctx context.Context, v *vm, host *HostInfo) error {
 	if fi, err := os.Stat(v.paths.Log); err == nil {
 		logFrom = fi.Size()
 	}
-	starter := d.launcher
+	starter := d.local
 	if sock := v.spec.GetSandbox().GetLauncherSocket(); sock != "" {
 		starter = launcher.NewStarter(sock)
 	}
-	pid, err := starter.Start(ctx, &Command{
+	pid, err := starter.Start(ctx, &launcher.Command{
 		Path: host.QEMU, Args: cl.Args, LogPath: v.paths.Log,
 		NetNS: v.spec.GetSandbox().GetNetnsPath(), ExtraFiles: files,
 	})
@@ -620,6 +620,13 @@ func (d *Driver) Shutdown(ctx context.Context, id string, timeout time.Duration)
 			v.mu.Unlock()
 		}
 	}
+	if timeout <= 0 {
+		// No grace: stopped at once, as Kill does, without asking the guest.
+		if err := d.stop(ctx, v, s, driver.ReasonForcedShutdown); err != nil {
+			return false, err
+		}
+		return false, nil
+	}
 	v.mu.Lock()
 	if v.sess == s && (v.state == hypervisorv1.State_STATE_RUNNING || v.state == hypervisorv1.State_STATE_PAUSED) {
 		v.state = hypervisorv1.State_STATE_SHUTTING_DOWN
@@ -732,8 +739,8 @@ func (d *Driver) Reboot(ctx context.Context, id string) error {
 	switch {
 	case err != nil:
 		return err
-	case st == hypervisorv1.State_STATE_SHUTTING_DOWN:
-		return status.Errorf(codes.FailedPrecondition, "vm %q is shutting down", id)
+	case st != hypervisorv1.State_STATE_RUNNING:
+		return status.Errorf(codes.FailedPrecondition, "vm %q is %s, not running", id, driver.StateWord(st))
 	}
 	v.mu.Lock()
 	boots := v.rec.Boots
@@ -886,8 +893,9 @@ func (d *Driver) Console(ctx context.Context, id string, in io.Reader, out io.Wr
 	}
 }
 
-// Recover implements driver.Recoverer: it re-adopts the VM of a handle from Create. A QEMU that
-// is gone leaves the VM STOPPED (reason ProcessGone), whether or not it ever ran.
+// Recover implements driver.Recoverer: it re-adopts the VM of a handle from Create. A VM whose
+// record in the state dir says it never started is CREATED; a QEMU that is gone, or a VM without
+// a record (deleted, or no state dir), leaves the VM STOPPED (reason ProcessGone).
 func (d *Driver) Recover(ctx context.Context, h *hypervisorv1.Handle) (*hypervisorv1.VMStatus, error) {
 	var rec record
 	if err := json.Unmarshal(h.GetState(), &rec); err != nil {
@@ -902,11 +910,12 @@ func (d *Driver) Recover(ctx context.Context, h *hypervisorv1.Handle) (*hypervis
 		return v.statusLocked(), nil
 	}
 	// The state dir has the VM's latest pid and boot count; the handle is from Create.
+	recorded := false
 	if p := d.recordPath(rec.ID); p != "" {
 		if raw, err := os.ReadFile(p); err == nil {
 			var stored record
 			if json.Unmarshal(raw, &stored) == nil && stored.ID == rec.ID {
-				rec = stored
+				rec, recorded = stored, true
 			}
 		}
 	}
@@ -928,10 +937,16 @@ func (d *Driver) Recover(ctx context.Context, h *hypervisorv1.Handle) (*hypervis
 	}
 	if proc == nil {
 		v.rec.PID = 0
-		v.state, v.reason = hypervisorv1.State_STATE_STOPPED, driver.ReasonProcessGone
-		v.message = "QEMU is not running"
-		if pid != 0 {
-			v.message = fmt.Sprintf("QEMU (pid %d) is no longer running", pid)
+		switch {
+		case pid == 0 && v.rec.Boots == 0 && recorded:
+			// Created and never started (a deleted VM has no record left).
+			v.state, v.reason = hypervisorv1.State_STATE_CREATED, driver.ReasonCreated
+		default:
+			v.state, v.reason = hypervisorv1.State_STATE_STOPPED, driver.ReasonProcessGone
+			v.message = "QEMU is not running"
+			if pid != 0 {
+				v.message = fmt.Sprintf("QEMU (pid %d) is no longer running", pid)
+			}
 		}
 		return d.register(v)
 	}

@@ -196,7 +196,7 @@ func (b *bencher) startDriver(ctx context.Context, logger hclog.Logger) error {
 		return fmt.Errorf("driver %s declares no console or no kernel boot", b.cfg.Driver)
 	}
 	var ok bool
-	if b.con, ok = b.hv.(driver.Consoler); !ok {
+	if b.con, ok = driver.Optional[driver.Consoler](sctx, b.hv); !ok {
 		return fmt.Errorf("the client of driver %s has no Console", driverName)
 	}
 	// Create waits for the probe: wait for it here (its first fingerprint), not in a timed run.

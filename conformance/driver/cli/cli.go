@@ -22,6 +22,7 @@ import (
 	"github.com/hashicorp/go-hclog"
 
 	conformance "github.com/kubevisor/kubevisor/conformance/driver"
+	domainv1 "github.com/kubevisor/kubevisor/core/domain/v1"
 	"github.com/kubevisor/kubevisor/core/driver"
 	basev1 "github.com/kubevisor/kubevisor/core/driver/base/v1"
 	"github.com/kubevisor/kubevisor/core/plugin"
@@ -78,6 +79,12 @@ type DriverConfig struct {
 	ShutdownTimeout time.Duration
 	// ConsoleMarker is text the serial console of a started VM must show.
 	ConsoleMarker string
+	// Domain is a file with the domain spec (protobuf JSON) of the VMs the hypervisor checks
+	// create: something to boot, for ConsoleMarker (conformance.DomainFromFile).
+	Domain string
+	// GuestDir holds a test guest (conformance.GuestFromDir) the hypervisor checks boot instead
+	// of conformance.DefaultDomain; ConsoleMarker then defaults to its ready marker.
+	GuestDir string
 	// LogLevel is the level of the host's and the plugin's log lines on stderr.
 	LogLevel string
 }
@@ -130,7 +137,9 @@ func newDriverFlags(cfg *DriverConfig, stderr io.Writer) *flag.FlagSet {
 	fs.StringVar(&cfg.StateDir, "state-dir", "", "plugin host state `directory` (default: a temporary one)")
 	fs.DurationVar(&cfg.Timeout, "timeout", conformance.DefaultTimeout, "how long each check may take")
 	fs.DurationVar(&cfg.ShutdownTimeout, "shutdown-timeout", conformance.DefaultShutdownTimeout, "the timeout hypervisor checks give Shutdown")
-	fs.StringVar(&cfg.ConsoleMarker, "console-marker", "", "`text` the serial console of a started VM must show")
+	fs.StringVar(&cfg.ConsoleMarker, "console-marker", "", "`text` the serial console of a started VM must show (Console/Output); needs a VM with something to boot: --domain or --guest-dir")
+	fs.StringVar(&cfg.Domain, "domain", "", "`file` with the domain spec (protobuf JSON) of the hypervisor checks' VMs, instead of the default with nothing to boot; the kit sets id and runDir")
+	fs.StringVar(&cfg.GuestDir, "guest-dir", "", "boot the test guest in `directory` (as make guest builds it) in the hypervisor checks' VMs; --console-marker defaults to its ready marker")
 	fs.StringVar(&cfg.LogLevel, "log-level", "warn", "`level` of the host's and the plugin's logs on stderr (trace, debug, info, warn, error, off)")
 	return fs
 }
@@ -153,7 +162,40 @@ func (cfg *DriverConfig) validate(rest []string) error {
 	if _, err := conformance.NewRecorder(conformance.RecorderConfig{Run: cfg.Run}); err != nil {
 		return fmt.Errorf("--run: %w", err)
 	}
+	if (cfg.Domain != "" || cfg.GuestDir != "") && cfg.Kind != driver.KindHypervisor {
+		return errors.New("--domain and --guest-dir are for --kind hypervisor")
+	}
+	if cfg.Domain != "" && cfg.GuestDir != "" {
+		return errors.New("give one of --domain and --guest-dir")
+	}
 	return nil
+}
+
+// domainOptions are the options of the hypervisor checks' domain spec and console marker.
+func (cfg *DriverConfig) domainOptions() ([]conformance.Option, error) {
+	marker := cfg.ConsoleMarker
+	var domain func(id, dir string) *domainv1.DomainSpec
+	var err error
+	switch {
+	case cfg.Domain != "":
+		domain, err = conformance.DomainFromFile(cfg.Domain)
+	case cfg.GuestDir != "":
+		var g conformance.Guest
+		if g, err = conformance.GuestFromDir(cfg.GuestDir); err == nil {
+			domain, err = conformance.GuestDomain(g)
+			if marker == "" {
+				marker = g.ReadyMarker
+			}
+		}
+	}
+	if err != nil {
+		return nil, err
+	}
+	opts := []conformance.Option{conformance.WithConsoleMarker(marker)}
+	if domain != nil {
+		opts = append(opts, conformance.WithDomain(domain))
+	}
+	return opts, nil
 }
 
 // RunDriver runs the checks of cfg.Kind against the plugin and returns the exit code. Setting
@@ -223,7 +265,11 @@ func runPlugin(t conformance.T, cfg DriverConfig, kind basev1.Kind, logger hclog
 	startPlugin(t, host, m, cfg.Timeout)
 	fmt.Fprintf(stdout, "=== driver %s (%s): %s %s\n", m.Name, cfg.Kind, m.Binary, strings.Join(m.Args, " "))
 
-	opts := []conformance.Option{
+	domainOpts, err := cfg.domainOptions()
+	if err != nil {
+		t.Fatalf("%v", err)
+	}
+	opts := append([]conformance.Option{
 		conformance.WithName(m.Name),
 		conformance.WithConfig(m.Config),
 		// The directory the host gives the driver (HostConfig.StateDir): the kit's Configure
@@ -231,8 +277,7 @@ func runPlugin(t conformance.T, cfg DriverConfig, kind basev1.Kind, logger hclog
 		conformance.WithStateDir(driverStateDir(stateDir, m)),
 		conformance.WithTimeout(cfg.Timeout),
 		conformance.WithShutdownTimeout(cfg.ShutdownTimeout),
-		conformance.WithConsoleMarker(cfg.ConsoleMarker),
-	}
+	}, domainOpts...)
 	switch kind {
 	case basev1.Kind_KIND_HYPERVISOR:
 		get := hypervisorOf(host, m.Name)

@@ -20,9 +20,11 @@ const vmUsage = `usage: kubevisor-conformance vm --hypervisor PATH --storage PAT
 Boots a real guest with a hypervisor and a storage driver plugin, both started through one
 Kubevisor plugin host, and checks what the guest shows on its serial console: boot, cloud-init
 user-data, graceful shutdown, kill, pause, reboot, recovery after the hypervisor driver's
-process is killed (SIGKILL), and a containerDisk that is not an image. The guest is the
-project's test guest as "make guest" builds it (_output/guest). Prints a line per check, then
-"N passed, N failed, N skipped"; exits 1 when a check fails.
+process is killed (SIGKILL), and a containerDisk that is not an image. Every VM runs under a
+kubevisor-launcher of its own, as under the node handler: the hypervisor must start the VM
+process through it. The guest is the project's test guest as "make guest" builds it
+(_output/guest). Prints a line per check, then "N passed, N failed, N skipped"; exits 1 when a
+check fails.
 
 Flags:
 `
@@ -58,6 +60,9 @@ type VMConfig struct {
 	Timeout, BootTimeout time.Duration
 	// ShutdownTimeout is the timeout the checks give Shutdown.
 	ShutdownTimeout time.Duration
+	// Launcher is the kubevisor-launcher binary every VM runs under; empty means the one next to
+	// this program, else on PATH (conformance.FindLauncher).
+	Launcher string
 	// LogLevel is the level of the host's and the plugins' log lines on stderr.
 	LogLevel string
 }
@@ -95,6 +100,7 @@ func newVMFlags(cfg *VMConfig, stderr io.Writer) *flag.FlagSet {
 	fs.DurationVar(&cfg.Timeout, "timeout", conformance.DefaultVMTimeout, "how long each check may take")
 	fs.DurationVar(&cfg.BootTimeout, "boot-timeout", conformance.DefaultBootTimeout, "how long each boot of the guest may take")
 	fs.DurationVar(&cfg.ShutdownTimeout, "shutdown-timeout", conformance.DefaultGuestShutdownTimeout, "the timeout the checks give Shutdown")
+	fs.StringVar(&cfg.Launcher, "launcher", "", "kubevisor-launcher `binary` each VM runs under, as under the node handler (default: next to this program, else on PATH)")
 	fs.StringVar(&cfg.LogLevel, "log-level", "warn", "`level` of the host's and the plugins' logs on stderr (trace, debug, info, warn, error, off)")
 	return fs
 }
@@ -199,6 +205,10 @@ func runVMPlugins(t conformance.T, cfg VMConfig, logger hclog.Logger, stdout io.
 	if hv.Name == st.Name {
 		t.Fatalf("both drivers are named %q: name one with --hypervisor-name or --storage-name", hv.Name)
 	}
+	launcher, err := conformance.FindLauncher(cfg.Launcher)
+	if err != nil {
+		t.Fatalf("--launcher: %v", err)
+	}
 	host, stateDir := newHost(t, cfg.StateDir, logger)
 	startPlugin(t, host, hv, cfg.Timeout)
 	startPlugin(t, host, st, cfg.Timeout)
@@ -211,6 +221,7 @@ func runVMPlugins(t conformance.T, cfg VMConfig, logger hclog.Logger, stdout io.
 		boot += ", or disk " + g.Disk
 	}
 	fmt.Fprintf(stdout, "=== guest: %s\n", boot)
+	fmt.Fprintf(stdout, "=== launcher: %s\n", launcher)
 
 	get := hypervisorOf(host, hv.Name)
 	conformance.VM(t, get, storageOf(host, st.Name), g,
@@ -222,6 +233,7 @@ func runVMPlugins(t conformance.T, cfg VMConfig, logger hclog.Logger, stdout io.
 		conformance.WithShutdownTimeout(cfg.ShutdownTimeout),
 		conformance.WithDiskBus(diskBuses[cfg.DiskBus]),
 		conformance.WithCDROMBus(diskBuses[cfg.CDROMBus]),
+		conformance.WithLauncher(launcher),
 		conformance.WithDriverKill(func(t conformance.T) driver.Hypervisor {
 			crash(t, host, hv.Name, cfg.Timeout)
 			return get(t)

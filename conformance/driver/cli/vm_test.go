@@ -11,6 +11,7 @@ import (
 
 	conformance "github.com/kubevisor/kubevisor/conformance/driver"
 	"github.com/kubevisor/kubevisor/conformance/driver/cli"
+	"github.com/kubevisor/kubevisor/drivers/fake"
 	"github.com/kubevisor/kubevisor/internal/testenv"
 )
 
@@ -43,7 +44,7 @@ func TestVMAgainstRealPlugins(t *testing.T) {
 	hv, st := build(t, "kubevisor-driver-qmp"), build(t, "kubevisor-driver-local")
 	out := t.TempDir()
 	junit := filepath.Join(out, "junit.xml")
-	code, stdout, _ := run(t, "vm", "--hypervisor", hv, "--storage", st, "--guest-dir", dir,
+	code, stdout, _ := run(t, "vm", "--hypervisor", hv, "--storage", st, "--guest-dir", dir, "--launcher", build(t, "kubevisor-launcher"),
 		"--junit", junit, "--state-dir", filepath.Join(out, "state"), "--run", "Boot|Kill|Recover|Storage")
 	if code != cli.ExitOK {
 		t.Errorf("exit code %d, want 0", code)
@@ -69,7 +70,7 @@ func TestVMAgainstRealPlugins(t *testing.T) {
 	if len(cases) != 4 {
 		t.Errorf("%d checks ran, want 4", len(cases))
 	}
-	for _, want := range []string{"=== hypervisor qmp: ", "=== storage local: ", "=== guest: kernel ", "4 passed, 0 failed, 0 skipped"} {
+	for _, want := range []string{"=== hypervisor qmp: ", "=== storage local: ", "=== guest: kernel ", "=== launcher: ", "4 passed, 0 failed, 0 skipped"} {
 		if !strings.Contains(stdout, want) {
 			t.Errorf("stdout lacks %q", want)
 		}
@@ -112,6 +113,8 @@ func TestVMUsage(t *testing.T) {
 		append(base, "--run", "a/("),
 		append(base, "--log-level", "loud"),
 		append(base, "extra"),
+		{"driver", "--plugin", "p", "--kind", "storage", "--guest-dir", "g"},
+		{"driver", "--plugin", "p", "--kind", "hypervisor", "--guest-dir", "g", "--domain", "d"},
 		{"vm", "--no-such-flag"},
 	} {
 		if code, _, stderr := run(t, args...); code != cli.ExitUsage || stderr == "" {
@@ -120,5 +123,40 @@ func TestVMUsage(t *testing.T) {
 	}
 	if code, _, stderr := run(t, "vm", "-h"); code != cli.ExitOK || !strings.Contains(stderr, "--guest-dir") {
 		t.Errorf("vm -h: exit code %d, stderr %q: want 0 and the flags", code, stderr)
+	}
+}
+
+// TestDriverGuestDir: `driver --guest-dir` boots the test guest in the hypervisor checks' VMs,
+// so that Console/Output sees its ready marker, the default --console-marker then.
+func TestDriverGuestDir(t *testing.T) {
+	dir := guestDir(t)
+	hv := build(t, "kubevisor-driver-qmp")
+	code, stdout, _ := run(t, "driver", "--plugin", hv, "--kind", "hypervisor", "--guest-dir", dir,
+		"--state-dir", filepath.Join(t.TempDir(), "state"), "--run", "Console/Output")
+	if code != cli.ExitOK || !strings.Contains(stdout, "1 passed, 0 failed, 0 skipped") {
+		t.Errorf("exit code %d, want 0 and Console/Output passing:\n%s", code, stdout)
+	}
+}
+
+// TestDriverDomainFile: `driver --domain` takes the VMs' domain spec from a file; one the
+// driver cannot honour makes the checks that create VMs fail with its message.
+func TestDriverDomainFile(t *testing.T) {
+	bin := buildFake(t)
+	domain := filepath.Join(t.TempDir(), "domain.json")
+	if err := os.WriteFile(domain, []byte(`{"memory": {"guestBytes": "1048576"}, "machine": {"type": "q35"}, "serial": {}}`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	code, stdout, _ := run(t, "driver", "--plugin", bin, "--kind", "hypervisor", "--arg", "hypervisor", "--domain", domain,
+		"--console-marker", fake.ConsoleMarker, "--state-dir", filepath.Join(t.TempDir(), "state"), "--run", "Lifecycle|Console")
+	if code != cli.ExitOK || !strings.Contains(stdout, "5 passed, 0 failed, 0 skipped") {
+		t.Errorf("exit code %d, want 0 with Lifecycle and Console passing:\n%s", code, stdout)
+	}
+	if err := os.WriteFile(domain, []byte(`{"memory": {}}`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	code, stdout, _ = run(t, "driver", "--plugin", bin, "--kind", "hypervisor", "--arg", "hypervisor", "--domain", domain,
+		"--state-dir", filepath.Join(t.TempDir(), "state"), "--run", "Lifecycle")
+	if code != cli.ExitFail || !strings.Contains(stdout, "memory") {
+		t.Errorf("exit code %d, want 1 with the spec's problem:\n%s", code, stdout)
 	}
 }

@@ -401,7 +401,11 @@ func (x *CapabilitiesResponse) GetCapabilities() *Capabilities {
 	return nil
 }
 
-// Capabilities is what a driver offers beyond the required operations of its kind.
+// Capabilities is what a driver offers beyond the required operations of its kind: optional
+// features, and the inputs it accepts. What is not declared is not supported: the host checks a
+// request against these before it calls the driver, and does not send what the driver did not
+// declare. A driver built against an older SDK leaves the newer fields unset, which declares
+// nothing.
 type Capabilities struct {
 	state    protoimpl.MessageState `protogen:"open.v1"`
 	Features []Feature              `protobuf:"varint,1,rep,packed,name=features,proto3,enum=kubevisor.driver.base.v1.Feature" json:"features,omitempty"`
@@ -417,7 +421,24 @@ type Capabilities struct {
 	// "cloudInitNoCloud", "cloudInitConfigDrive", "persistentVolumeClaim").
 	VolumeTypes []string `protobuf:"bytes,6,rep,name=volume_types,json=volumeTypes,proto3" json:"volume_types,omitempty"`
 	// Device: resource names ("kvm", "tun", "vhost-net", "vfio-10de-1eb8").
-	Resources     []string `protobuf:"bytes,7,rep,name=resources,proto3" json:"resources,omitempty"`
+	Resources []string `protobuf:"bytes,7,rep,name=resources,proto3" json:"resources,omitempty"`
+	// Hypervisor: the machine types a domain spec may name in machine.type ("q35", "pc"); an entry
+	// ending in "*" accepts every type with that prefix ("pc-q35-*"). An empty machine.type, the
+	// driver's default, is always accepted.
+	MachineTypes []string `protobuf:"bytes,8,rep,name=machine_types,json=machineTypes,proto3" json:"machine_types,omitempty"`
+	// Hypervisor: the driver boots firmware.efi with secure_boot set.
+	SecureBoot bool `protobuf:"varint,9,opt,name=secure_boot,json=secureBoot,proto3" json:"secure_boot,omitempty"`
+	// Hypervisor: the driver serves a VNC console on vnc.socket_path.
+	Vnc bool `protobuf:"varint,10,opt,name=vnc,proto3" json:"vnc,omitempty"`
+	// Hypervisor: the driver passes host devices (host_devices, VFIO PCI functions) to the guest.
+	HostDevices bool `protobuf:"varint,11,opt,name=host_devices,json=hostDevices,proto3" json:"host_devices,omitempty"`
+	// Hypervisor: the driver takes a NIC as an opened tap descriptor (nics[].tap_fd_path) as well
+	// as by name (nics[].tap_name, which every driver takes).
+	TapFd bool `protobuf:"varint,12,opt,name=tap_fd,json=tapFd,proto3" json:"tap_fd,omitempty"`
+	// Hypervisor: the driver honours sandbox.launcher_socket: it starts the VM process through the
+	// VMI's launcher (core/driver/launcher), or runs none. The node handler sets launcher_socket
+	// for every VM, so a driver that does not declare it runs no VM under the handler.
+	Launcher      bool `protobuf:"varint,13,opt,name=launcher,proto3" json:"launcher,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -501,6 +522,48 @@ func (x *Capabilities) GetResources() []string {
 	return nil
 }
 
+func (x *Capabilities) GetMachineTypes() []string {
+	if x != nil {
+		return x.MachineTypes
+	}
+	return nil
+}
+
+func (x *Capabilities) GetSecureBoot() bool {
+	if x != nil {
+		return x.SecureBoot
+	}
+	return false
+}
+
+func (x *Capabilities) GetVnc() bool {
+	if x != nil {
+		return x.Vnc
+	}
+	return false
+}
+
+func (x *Capabilities) GetHostDevices() bool {
+	if x != nil {
+		return x.HostDevices
+	}
+	return false
+}
+
+func (x *Capabilities) GetTapFd() bool {
+	if x != nil {
+		return x.TapFd
+	}
+	return false
+}
+
+func (x *Capabilities) GetLauncher() bool {
+	if x != nil {
+		return x.Launcher
+	}
+	return false
+}
+
 type FingerprintRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	unknownFields protoimpl.UnknownFields
@@ -542,8 +605,8 @@ type FingerprintResponse struct {
 	Health            Health                 `protobuf:"varint,1,opt,name=health,proto3,enum=kubevisor.driver.base.v1.Health" json:"health,omitempty"`
 	HealthDescription string                 `protobuf:"bytes,2,opt,name=health_description,json=healthDescription,proto3" json:"health_description,omitempty"`
 	// attributes describe the node as this driver sees it ("accel" = "tcg", "simulated" = "true").
-	// The handler publishes them as node labels under kubevisor.io/; keys and values must be valid
-	// label name parts.
+	// The handler publishes each as the node label capability.kubevisor.io/<driver>.<key> = value,
+	// so "<driver>.<key>" and the value must be valid label name parts (63 characters at most).
 	Attributes    map[string]string `protobuf:"bytes,3,rep,name=attributes,proto3" json:"attributes,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -723,7 +786,7 @@ const file_core_driver_base_v1_base_proto_rawDesc = "" +
 	"\vdescription\x18\x05 \x01(\tR\vdescription\"\x15\n" +
 	"\x13CapabilitiesRequest\"b\n" +
 	"\x14CapabilitiesResponse\x12J\n" +
-	"\fcapabilities\x18\x01 \x01(\v2&.kubevisor.driver.base.v1.CapabilitiesR\fcapabilities\"\x84\x02\n" +
+	"\fcapabilities\x18\x01 \x01(\v2&.kubevisor.driver.base.v1.CapabilitiesR\fcapabilities\"\xb2\x03\n" +
 	"\fCapabilities\x12=\n" +
 	"\bfeatures\x18\x01 \x03(\x0e2!.kubevisor.driver.base.v1.FeatureR\bfeatures\x12\x1a\n" +
 	"\bfirmware\x18\x02 \x03(\tR\bfirmware\x12\x1d\n" +
@@ -733,7 +796,15 @@ const file_core_driver_base_v1_base_proto_rawDesc = "" +
 	"nic_models\x18\x04 \x03(\tR\tnicModels\x12\x1a\n" +
 	"\bbindings\x18\x05 \x03(\tR\bbindings\x12!\n" +
 	"\fvolume_types\x18\x06 \x03(\tR\vvolumeTypes\x12\x1c\n" +
-	"\tresources\x18\a \x03(\tR\tresources\"\x14\n" +
+	"\tresources\x18\a \x03(\tR\tresources\x12#\n" +
+	"\rmachine_types\x18\b \x03(\tR\fmachineTypes\x12\x1f\n" +
+	"\vsecure_boot\x18\t \x01(\bR\n" +
+	"secureBoot\x12\x10\n" +
+	"\x03vnc\x18\n" +
+	" \x01(\bR\x03vnc\x12!\n" +
+	"\fhost_devices\x18\v \x01(\bR\vhostDevices\x12\x15\n" +
+	"\x06tap_fd\x18\f \x01(\bR\x05tapFd\x12\x1a\n" +
+	"\blauncher\x18\r \x01(\bR\blauncher\"\x14\n" +
 	"\x12FingerprintRequest\"\x9c\x02\n" +
 	"\x13FingerprintResponse\x128\n" +
 	"\x06health\x18\x01 \x01(\x0e2 .kubevisor.driver.base.v1.HealthR\x06health\x12-\n" +

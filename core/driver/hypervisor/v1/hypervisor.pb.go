@@ -167,7 +167,10 @@ type Handle struct {
 	Id    string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
 	// driver is the driver's name.
 	Driver string `protobuf:"bytes,2,opt,name=driver,proto3" json:"driver,omitempty"`
-	// state is opaque to the host: the driver's own record (pid, socket paths, ...).
+	// state is opaque to the host: what the driver needs, with id, to find the VM again in a new
+	// process (socket paths, the spec it was made from). Create returns it before any VM process
+	// exists, and the host hands it back unchanged, so it holds nothing that changes later: a pid
+	// or a boot count belongs in the driver's own record (state_dir, run_dir).
 	State         []byte `protobuf:"bytes,3,opt,name=state,proto3" json:"state,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache

@@ -41,16 +41,21 @@ const (
 // For semantics around ctx use and closing/ending streaming RPCs, please refer to https://pkg.go.dev/google.golang.org/grpc/?tab=doc#ClientConn.NewStream.
 //
 // Hypervisor runs virtual machines described by a domain spec. VMs are named by the domain's id.
+// The doc comments of driver.Hypervisor and its optional interfaces (Go package core/driver) are
+// the normative contract; these summarise it.
 type HypervisorClient interface {
 	// Create defines a VM without starting it. Creating an id that exists returns AlreadyExists;
 	// a spec the driver cannot honour returns InvalidArgument naming the field.
 	Create(ctx context.Context, in *CreateRequest, opts ...grpc.CallOption) (*CreateResponse, error)
-	// Start boots a created or stopped VM. Starting a running VM succeeds.
+	// Start boots a created or stopped VM. Starting a running VM succeeds. An unknown id returns
+	// NotFound.
 	Start(ctx context.Context, in *StartRequest, opts ...grpc.CallOption) (*StartResponse, error)
 	// Shutdown asks the guest to power off and waits up to the timeout, then stops the VM
-	// forcibly. It returns once the VM is stopped. Shutting down a stopped VM succeeds.
+	// forcibly. It returns once the VM is stopped. A paused VM is resumed first; a timeout of 0
+	// stops the VM forcibly at once. Shutting down a stopped VM succeeds. An unknown id returns
+	// NotFound.
 	Shutdown(ctx context.Context, in *ShutdownRequest, opts ...grpc.CallOption) (*ShutdownResponse, error)
-	// Kill stops the VM at once. Killing a stopped VM succeeds.
+	// Kill stops the VM at once. Killing a stopped VM succeeds. An unknown id returns NotFound.
 	Kill(ctx context.Context, in *KillRequest, opts ...grpc.CallOption) (*KillResponse, error)
 	// Delete removes a stopped VM and everything the driver made for it. Deleting an unknown id
 	// succeeds; deleting a running VM returns FailedPrecondition.
@@ -66,10 +71,12 @@ type HypervisorClient interface {
 	// Reboot resets the VM; it keeps running (FEATURE_HYPERVISOR_REBOOT).
 	Reboot(ctx context.Context, in *RebootRequest, opts ...grpc.CallOption) (*RebootResponse, error)
 	// Console attaches to the serial console (FEATURE_HYPERVISOR_CONSOLE). The first message names
-	// the VM; later messages carry input. Output flows back until either side closes.
+	// the VM; later messages carry input. Output flows back, the driver's recent output first,
+	// until either side closes or the VM stops.
 	Console(ctx context.Context, opts ...grpc.CallOption) (grpc.BidiStreamingClient[ConsoleInput, ConsoleOutput], error)
 	// Recover re-adopts a VM from the handle Create returned, after the driver process restarted
-	// (FEATURE_HYPERVISOR_RECOVER). A VM that is gone is reported as stopped, not as an error.
+	// (FEATURE_HYPERVISOR_RECOVER). A VM created and never started is reported CREATED; a VM that
+	// is gone (stopped, or deleted) is reported STOPPED, not as an error.
 	Recover(ctx context.Context, in *RecoverRequest, opts ...grpc.CallOption) (*RecoverResponse, error)
 	// Migrate moves a running VM to a target prepared on another node (FEATURE_HYPERVISOR_MIGRATE).
 	Migrate(ctx context.Context, in *MigrateRequest, opts ...grpc.CallOption) (*MigrateResponse, error)
@@ -230,16 +237,21 @@ func (c *hypervisorClient) Migrate(ctx context.Context, in *MigrateRequest, opts
 // for forward compatibility.
 //
 // Hypervisor runs virtual machines described by a domain spec. VMs are named by the domain's id.
+// The doc comments of driver.Hypervisor and its optional interfaces (Go package core/driver) are
+// the normative contract; these summarise it.
 type HypervisorServer interface {
 	// Create defines a VM without starting it. Creating an id that exists returns AlreadyExists;
 	// a spec the driver cannot honour returns InvalidArgument naming the field.
 	Create(context.Context, *CreateRequest) (*CreateResponse, error)
-	// Start boots a created or stopped VM. Starting a running VM succeeds.
+	// Start boots a created or stopped VM. Starting a running VM succeeds. An unknown id returns
+	// NotFound.
 	Start(context.Context, *StartRequest) (*StartResponse, error)
 	// Shutdown asks the guest to power off and waits up to the timeout, then stops the VM
-	// forcibly. It returns once the VM is stopped. Shutting down a stopped VM succeeds.
+	// forcibly. It returns once the VM is stopped. A paused VM is resumed first; a timeout of 0
+	// stops the VM forcibly at once. Shutting down a stopped VM succeeds. An unknown id returns
+	// NotFound.
 	Shutdown(context.Context, *ShutdownRequest) (*ShutdownResponse, error)
-	// Kill stops the VM at once. Killing a stopped VM succeeds.
+	// Kill stops the VM at once. Killing a stopped VM succeeds. An unknown id returns NotFound.
 	Kill(context.Context, *KillRequest) (*KillResponse, error)
 	// Delete removes a stopped VM and everything the driver made for it. Deleting an unknown id
 	// succeeds; deleting a running VM returns FailedPrecondition.
@@ -255,10 +267,12 @@ type HypervisorServer interface {
 	// Reboot resets the VM; it keeps running (FEATURE_HYPERVISOR_REBOOT).
 	Reboot(context.Context, *RebootRequest) (*RebootResponse, error)
 	// Console attaches to the serial console (FEATURE_HYPERVISOR_CONSOLE). The first message names
-	// the VM; later messages carry input. Output flows back until either side closes.
+	// the VM; later messages carry input. Output flows back, the driver's recent output first,
+	// until either side closes or the VM stops.
 	Console(grpc.BidiStreamingServer[ConsoleInput, ConsoleOutput]) error
 	// Recover re-adopts a VM from the handle Create returned, after the driver process restarted
-	// (FEATURE_HYPERVISOR_RECOVER). A VM that is gone is reported as stopped, not as an error.
+	// (FEATURE_HYPERVISOR_RECOVER). A VM created and never started is reported CREATED; a VM that
+	// is gone (stopped, or deleted) is reported STOPPED, not as an error.
 	Recover(context.Context, *RecoverRequest) (*RecoverResponse, error)
 	// Migrate moves a running VM to a target prepared on another node (FEATURE_HYPERVISOR_MIGRATE).
 	Migrate(context.Context, *MigrateRequest) (*MigrateResponse, error)

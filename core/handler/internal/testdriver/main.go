@@ -2,16 +2,19 @@
 // own, failing on demand, for the handler's tests: a plugin host keys drivers by name, and every
 // fake driver calls itself "fake".
 //
-//	testdriver KIND name=NAME [fail=OP:SUBSTRING]...
+//	testdriver KIND name=NAME [fail=OP:SUBSTRING]... [drop=FEATURE]...
 //
 // KIND is hypervisor, network, storage or device. fail makes operation OP (Prepare, Setup,
-// Create, Start) fail with codes.Internal for every VMI whose id contains SUBSTRING.
+// Create, Start) fail with codes.Internal for every VMI whose id contains SUBSTRING. drop leaves
+// an optional feature (FEATURE_HYPERVISOR_CONSOLE, ...) out of the hypervisor's Capabilities,
+// which it still implements: the host must not use it.
 package main
 
 import (
 	"context"
 	"fmt"
 	"os"
+	"slices"
 	"strings"
 
 	"google.golang.org/grpc/codes"
@@ -51,6 +54,15 @@ type hypervisor struct {
 	*fake.Hypervisor
 	named
 	fail failures
+	drop []basev1.Feature
+}
+
+func (h *hypervisor) Capabilities(ctx context.Context) (*basev1.Capabilities, error) {
+	caps, err := h.Hypervisor.Capabilities(ctx)
+	if caps != nil {
+		caps.Features = slices.DeleteFunc(caps.Features, func(f basev1.Feature) bool { return slices.Contains(h.drop, f) })
+	}
+	return caps, err
 }
 
 func (h *hypervisor) Info(ctx context.Context) (*basev1.InfoResponse, error) {
@@ -124,6 +136,7 @@ func main() {
 		os.Exit(2)
 	}
 	kind, n, fail := os.Args[1], named{name: "testdriver"}, failures{}
+	var drop []basev1.Feature
 	for _, arg := range os.Args[2:] {
 		key, val, _ := strings.Cut(arg, "=")
 		switch key {
@@ -132,6 +145,13 @@ func main() {
 		case "fail":
 			op, sub, _ := strings.Cut(val, ":")
 			fail[op] = append(fail[op], sub)
+		case "drop":
+			f, ok := basev1.Feature_value[val]
+			if !ok {
+				fmt.Fprintf(os.Stderr, "testdriver: unknown feature %q\n", val)
+				os.Exit(2)
+			}
+			drop = append(drop, basev1.Feature(f))
 		default:
 			fmt.Fprintf(os.Stderr, "testdriver: unknown argument %q\n", arg)
 			os.Exit(2)
@@ -140,7 +160,7 @@ func main() {
 	log := driver.NewLogger("testdriver-" + kind)
 	switch kind {
 	case driver.KindHypervisor:
-		driver.ServeHypervisor(&hypervisor{Hypervisor: fake.NewHypervisor(), named: n, fail: fail}, driver.WithLogger(log))
+		driver.ServeHypervisor(&hypervisor{Hypervisor: fake.NewHypervisor(), named: n, fail: fail, drop: drop}, driver.WithLogger(log))
 	case driver.KindNetwork:
 		driver.ServeNetwork(&network{Network: fake.NewNetwork(), named: n, fail: fail}, driver.WithLogger(log))
 	case driver.KindStorage:
