@@ -19,6 +19,7 @@ import (
 	podresources "k8s.io/kubelet/pkg/apis/podresources/v1"
 
 	"github.com/kubevisor/kubevisor/core/api/v1alpha1"
+	"github.com/kubevisor/kubevisor/internal/testenv"
 )
 
 // TestRealKubeletRestart runs the plugins against a real kubelet on this machine and restarts
@@ -46,7 +47,7 @@ import (
 func TestRealKubeletRestart(t *testing.T) {
 	restart := os.Getenv("KUBEVISOR_KUBELET_RESTART")
 	if restart == "" {
-		t.Skip("KUBEVISOR_KUBELET_RESTART is not set")
+		testenv.Missing(t, "KUBEVISOR_KUBELET_RESTART is not set: run deviceplugins/testdata/kubelet-sandbox.sh (make test-deviceplugins-kubelet)")
 	}
 	dir := envOr("KUBEVISOR_DEVICE_PLUGIN_DIR", DefaultPluginDir)
 	podRes := envOr("KUBEVISOR_KUBELET_PODRESOURCES", "/var/lib/kubelet/pod-resources/kubelet.sock")
