@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -17,6 +16,7 @@ import (
 	basev1 "github.com/kubevisor/kubevisor/core/driver/base/v1"
 	hypervisorv1 "github.com/kubevisor/kubevisor/core/driver/hypervisor/v1"
 	"github.com/kubevisor/kubevisor/core/plugin"
+	"github.com/kubevisor/kubevisor/internal/syncbuf"
 )
 
 // testHVSet runs VMIs on the testdriver hypervisor.
@@ -98,24 +98,6 @@ func TestRecoverUndeclared(t *testing.T) {
 	}
 }
 
-// syncBuilder is a strings.Builder safe for a writer and a reader.
-type syncBuilder struct {
-	mu sync.Mutex
-	b  strings.Builder
-}
-
-func (s *syncBuilder) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuilder) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
 // TestConsoleFollowsDriverRestart: a reader of a VMI's console (in nil) goes on getting the
 // guest's output after the hypervisor driver's process was killed and the handler recovered
 // the VM in the new one.
@@ -127,7 +109,7 @@ func TestConsoleFollowsDriverRestart(t *testing.T) {
 
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	out := &syncBuilder{}
+	out := &syncbuf.Buffer{}
 	done := make(chan error, 1)
 	go func() { done <- h.Console(ctx, vmi.UID, nil, out) }()
 	eventually(t, "the first boot on the console", 10*time.Second, func() error {
