@@ -3,12 +3,12 @@ package handler
 import (
 	"context"
 	"io"
-	"time"
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	"k8s.io/apimachinery/pkg/types"
 
+	"github.com/kubevisor/kubevisor/core/backoff"
 	"github.com/kubevisor/kubevisor/core/driver"
 	hypervisorv1 "github.com/kubevisor/kubevisor/core/driver/hypervisor/v1"
 )
@@ -29,9 +29,6 @@ func (h *Handler) Console(ctx context.Context, uid types.UID, in io.Reader, out 
 	return h.follow(ctx, hv, c, uid, in, out)
 }
 
-// consoleRetryMax bounds the wait between two attaches of a console that ended while its VM ran.
-const consoleRetryMax = 2 * time.Second
-
 // follow attaches c to the console of VMI uid, and, when in is nil, attaches again whenever the
 // driver's console ends while the VM still runs: the driver process restarted (the driver's
 // Console ends with its process), and the new process, once it has recovered the VM, serves the
@@ -45,7 +42,7 @@ func (h *Handler) follow(ctx context.Context, hv driver.Hypervisor, c driver.Con
 		return c.Console(ctx, id, in, out)
 	}
 	attached := false
-	wait := 100 * time.Millisecond
+	b := backoff.NewRetry(retry)
 	for {
 		err := c.Console(ctx, id, nil, out)
 		if ctx.Err() != nil {
@@ -67,13 +64,10 @@ func (h *Handler) follow(ctx context.Context, hv driver.Hypervisor, c driver.Con
 			}
 			return err
 		}
-		h.log.Debug("console ended while the VM runs: attaching again", "uid", uid, "error", err, "in", wait)
-		select {
-		case <-ctx.Done():
+		h.log.Debug("console ended while the VM runs: attaching again", "uid", uid, "error", err)
+		if !b.Wait(ctx) {
 			return nil
-		case <-time.After(wait):
 		}
-		wait = min(2*wait, consoleRetryMax)
 	}
 }
 

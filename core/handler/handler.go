@@ -422,5 +422,5 @@ func (h *Handler) publish(e *entry) v1alpha1.VirtualMachineInstanceStatus {
 }
 
 // retry is the delay between the handler's attempts to reopen a driver's stream (events,
-// fingerprint): 100ms doubling up to 2s, from the start again after a stream worked.
+// fingerprint, console): 100ms doubling up to 2s, from the start again after a stream worked.
 var retry = backoff.Exponential{Initial: 100 * time.Millisecond, Max: 2 * time.Second}

@@ -74,9 +74,9 @@ func (c *consoleLogs) close() {
 	c.wg.Wait()
 }
 
-// follow attaches to the console until ctx ends, again after it ends (a reboot, a driver
-// restart). Each attach starts a new file, since the driver replays its backlog to a new
-// console.
+// follow attaches to the console until ctx ends, and again after it ends (the VM stopped and
+// runs again; a driver restart the handler's Console does not ride out). Each attach starts a
+// new file, since the driver replays its backlog to a new console.
 func (c *consoleLogs) follow(ctx context.Context, uid types.UID) {
 	path := layout.ConsoleLog(c.root, uid)
 	for ctx.Err() == nil {
