@@ -270,6 +270,39 @@ type Rebooter interface {
 	Reboot(ctx context.Context, id string) error
 }
 
+// SoftRebooter is the optional FEATURE_HYPERVISOR_SOFT_REBOOT: a reboot the guest performs
+// itself, as a user pressing the ACPI power button of a machine set to restart would see it.
+//
+// SoftReboot:
+//
+//   - MUST ask the guest to restart (ACPI power button, or a guest agent) and return without
+//     waiting for it; when the guest shuts down in answer, the VM MUST boot again instead of
+//     stopping: boots one more, event RESET (reason GuestReset), the VM stays RUNNING;
+//   - MUST NOT reset the VM when the guest ignores the request (the guest decides);
+//   - MUST return FailedPrecondition for a VM that is not running (paused, shutting down,
+//     stopped).
+type SoftRebooter interface {
+	SoftReboot(ctx context.Context, id string) error
+}
+
+// Displayer is the optional FEATURE_HYPERVISOR_DISPLAY: the VM's graphical display as an RFB
+// (VNC) byte stream.
+//
+// The driver owns the display server: a domain spec with vnc set (Capabilities.vnc declared)
+// gets a graphics device and a VNC server on vnc.socket_path, and the host reaches that server
+// only through Display, never by connecting to the socket itself.
+//
+// Display:
+//
+//   - MUST connect one new RFB client session per call: out receives the server's bytes from the
+//     protocol version greeting on ("RFB 003.008\n"), in is copied to the server, until ctx is
+//     done, in ends, the server closes the session, or the VM stops; it returns nil then;
+//   - MUST serve several Displays of one VM at once, each its own RFB session;
+//   - MUST return FailedPrecondition for a VM that is not running or has no display.
+type Displayer interface {
+	Display(ctx context.Context, id string, in io.Reader, out io.Writer) error
+}
+
 // Consoler is the optional FEATURE_HYPERVISOR_CONSOLE: the VM's first serial port.
 //
 // The driver owns the serial port: DomainSpec.serial.socket_path is where the driver has the VM
