@@ -67,6 +67,8 @@ func InjectCABundle(ctx context.Context, c client.Client, mutatingName, validati
 // unstructured, which spares the module the aggregator's types for one field.
 var APIServiceGVK = schema.GroupVersionKind{Group: "apiregistration.k8s.io", Version: "v1", Kind: "APIService"}
 
+// +kubebuilder:rbac:groups=apiregistration.k8s.io,resources=apiservices,resourceNames=v1alpha1.subresources.kubevisor.io,verbs=get;patch
+
 // InjectAPIServiceCABundle sets spec.caBundle of the named APIService to bundle, with which
 // the API server verifies the aggregated API's serving certificate. A missing APIService is an
 // error; the write is a merge patch with the resourceVersion, retried on conflict, and skipped

@@ -30,6 +30,11 @@ type SecretCert struct {
 	ServerName string
 }
 
+// The handlers' certificate Secret, in the install namespace only; create cannot be limited to
+// a name, get/update/delete are.
+// +kubebuilder:rbac:groups="",namespace=kubevisor-system,resources=secrets,verbs=create
+// +kubebuilder:rbac:groups="",namespace=kubevisor-system,resources=secrets,resourceNames=kubevisor-handler-certs,verbs=get;update;delete
+
 // EnsureSecret makes s's Secret hold, in tls.crt and tls.key, a serving certificate for
 // s.ServerName signed by the current CA of st (st from Ensure with o) with more than
 // o.RenewBefore left, and in ca.crt st.Bundle. It issues a new certificate when the Secret is
