@@ -24,9 +24,11 @@ import (
 	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 
 	"github.com/kubevisor/kubevisor/controlplane/launcherpod"
+	subresourcesv1alpha1 "github.com/kubevisor/kubevisor/core/api/subresources/v1alpha1"
 	"github.com/kubevisor/kubevisor/core/api/v1alpha1"
 	"github.com/kubevisor/kubevisor/core/handler"
 	"github.com/kubevisor/kubevisor/core/layout"
+	"github.com/kubevisor/kubevisor/core/nodeapi"
 	"github.com/kubevisor/kubevisor/internal/testenv"
 )
 
@@ -39,6 +41,30 @@ const (
 var clusterScoped = map[string]bool{
 	"Namespace": true, "CustomResourceDefinition": true, "ClusterRole": true, "ClusterRoleBinding": true,
 	"MutatingWebhookConfiguration": true, "ValidatingWebhookConfiguration": true, "HypervisorClass": true,
+	"APIService": true,
+}
+
+// elsewhere are the namespaced objects the install puts outside kubevisor-system, by
+// "Kind/name", with their namespace.
+var elsewhere = map[string]string{
+	// The aggregated API reads the front proxy's settings from kube-system.
+	"RoleBinding/kubevisor-api:extension-apiserver-authentication-reader": "kube-system",
+}
+
+// builtinBindings are the bindings to roles Kubernetes brings, by "Kind/name" of the binding,
+// with the role they bind: the delegated authentication and authorization of kubevisor-api's
+// aggregated API.
+var builtinBindings = map[string]string{
+	"ClusterRoleBinding/kubevisor-api:system:auth-delegator":              "ClusterRole/system:auth-delegator",
+	"RoleBinding/kubevisor-api:extension-apiserver-authentication-reader": "Role/extension-apiserver-authentication-reader",
+}
+
+// userRoles are the generated roles for users, with the built-in role each is aggregated into.
+var userRoles = map[string]string{
+	"ClusterRole/kubevisor.io:view":    "view",
+	"ClusterRole/kubevisor.io:edit":    "edit",
+	"ClusterRole/kubevisor.io:admin":   "admin",
+	"ClusterRole/kubevisor.io:migrate": "admin",
 }
 
 // hypervisorDrivers are the driver components that must bring a default HypervisorClass.
@@ -211,6 +237,9 @@ func TestNamespaces(t *testing.T) {
 		if clusterScoped[o.GetKind()] {
 			want = ""
 		}
+		if ns, ok := elsewhere[o.GetKind()+"/"+o.GetName()]; ok {
+			want = ns
+		}
 		if got := o.GetNamespace(); got != want {
 			t.Errorf("%s %s: namespace %q, want %q", o.GetKind(), o.GetName(), got, want)
 		}
@@ -235,7 +264,8 @@ func TestNamespaces(t *testing.T) {
 func generatedRoles(t *testing.T) map[string][]rbacv1.PolicyRule {
 	t.Helper()
 	out := map[string][]rbacv1.PolicyRule{}
-	for _, f := range []string{"rbac/controller/role.yaml", "rbac/handler/role.yaml", "webhook/role.yaml"} {
+	for _, f := range []string{"rbac/controller/role.yaml", "rbac/handler/role.yaml", "webhook/role.yaml",
+		"rbac/view/role.yaml", "rbac/edit/role.yaml", "rbac/admin/role.yaml", "rbac/migrate/role.yaml"} {
 		data, err := os.ReadFile(f)
 		if err != nil {
 			t.Fatal(err)
@@ -292,8 +322,15 @@ func TestServiceAccountsBoundOnlyToTheirGeneratedRoles(t *testing.T) {
 				t.Fatal(err)
 			}
 			role := b.RoleRef.Kind + "/" + b.RoleRef.Name
-			if _, ok := generated[role]; !ok {
+			builtin, isBuiltin := builtinBindings[kind+"/"+b.Name]
+			if isBuiltin && role != builtin {
+				t.Errorf("%s %s binds %s, want %s", kind, b.Name, role, builtin)
+			}
+			if _, ok := generated[role]; !ok && !isBuiltin {
 				t.Errorf("%s %s binds %s, which is not a generated role", kind, b.Name, role)
+			}
+			if _, ok := userRoles[role]; ok {
+				t.Errorf("%s %s binds the user role %s: users get it through the built-in roles", kind, b.Name, role)
 			}
 			if len(b.Subjects) != 1 {
 				t.Errorf("%s %s: %d subjects, want its one ServiceAccount", kind, b.Name, len(b.Subjects))
@@ -304,7 +341,14 @@ func TestServiceAccountsBoundOnlyToTheirGeneratedRoles(t *testing.T) {
 				t.Errorf("%s %s: subject %s %s/%s is not a Kubevisor ServiceAccount", kind, b.Name, s.Kind, s.Namespace, s.Name)
 				continue
 			}
-			// Each component's generated role carries its own name.
+			// Each component's generated role carries its own name; the built-in roles are
+			// kubevisor-api's.
+			if isBuiltin {
+				if s.Name != "kubevisor-api" {
+					t.Errorf("%s %s grants %s to %s, want kubevisor-api", kind, b.Name, role, s.Name)
+				}
+				continue
+			}
 			if b.RoleRef.Name != s.Name {
 				t.Errorf("%s %s binds ServiceAccount %s to %s: another component's role", kind, b.Name, s.Name, role)
 			}
@@ -317,6 +361,9 @@ func TestServiceAccountsBoundOnlyToTheirGeneratedRoles(t *testing.T) {
 		}
 	}
 	for role := range generated {
+		if _, ok := userRoles[role]; ok {
+			continue
+		}
 		found := false
 		for _, roles := range boundTo {
 			found = found || slices.Contains(roles, role)
@@ -548,6 +595,183 @@ func checkDefaultClass(t *testing.T, r rendered, driver string) {
 	for _, d := range class.DeviceResources {
 		if q := compute.Resources.Limits[d]; q.Value() != 1 {
 			t.Errorf("launcher container does not request %s", d)
+		}
+	}
+}
+
+// allows says whether rules grant verb on group/resource (name empty: any object).
+func allows(rules []rbacv1.PolicyRule, group, resource, verb, name string) bool {
+	for _, r := range rules {
+		if (slices.Contains(r.APIGroups, group) || slices.Contains(r.APIGroups, "*")) &&
+			(slices.Contains(r.Resources, resource) || slices.Contains(r.Resources, "*")) &&
+			(slices.Contains(r.Verbs, verb) || slices.Contains(r.Verbs, "*")) &&
+			(len(r.ResourceNames) == 0 || (name != "" && slices.Contains(r.ResourceNames, name))) {
+			return true
+		}
+	}
+	return false
+}
+
+// TestAPIService: the aggregated API is registered for kubevisor-api's Service on a port the
+// Service and the container have, with TLS verified against a bundle kubevisor-api injects.
+func TestAPIService(t *testing.T) {
+	r := render(t, drivers(t), "")
+	var svc apiregistrationService
+	r.get(t, "APIService", "v1alpha1."+subresourcesv1alpha1.GroupName, &svc)
+	s := svc.Spec
+	if s.Group != subresourcesv1alpha1.GroupName || s.Version != subresourcesv1alpha1.GroupVersion.Version {
+		t.Errorf("APIService for %s/%s", s.Group, s.Version)
+	}
+	if s.Service == nil || s.Service.Name != "kubevisor-api" || s.Service.Namespace != namespace || s.Service.Port == nil {
+		t.Fatalf("APIService service %+v, want kubevisor-api/%s with a port", s.Service, namespace)
+	}
+	if s.InsecureSkipTLSVerify || len(s.CABundle) != 0 {
+		t.Errorf("insecureSkipTLSVerify %v, caBundle %d bytes: want verification with the bundle kubevisor-api injects", s.InsecureSkipTLSVerify, len(s.CABundle))
+	}
+	if s.GroupPriorityMinimum <= 0 || s.VersionPriority <= 0 {
+		t.Errorf("groupPriorityMinimum %d, versionPriority %d: both must be positive", s.GroupPriorityMinimum, s.VersionPriority)
+	}
+
+	var service corev1.Service
+	r.get(t, "Service", "kubevisor-api", &service)
+	i := slices.IndexFunc(service.Spec.Ports, func(p corev1.ServicePort) bool { return p.Port == *s.Service.Port })
+	if i < 0 {
+		t.Fatalf("Service kubevisor-api has no port %d", *s.Service.Port)
+	}
+	target := service.Spec.Ports[i].TargetPort
+	var dep appsv1.Deployment
+	r.get(t, "Deployment", "kubevisor-api", &dep)
+	c := container(t, dep.Spec.Template.Spec, "api")
+	if !slices.ContainsFunc(c.Ports, func(p corev1.ContainerPort) bool {
+		return (target.StrVal != "" && p.Name == target.StrVal) || (target.StrVal == "" && p.ContainerPort == target.IntVal)
+	}) {
+		t.Errorf("Service port %d targets %s, which the kubevisor-api container does not expose", *s.Service.Port, target.String())
+	}
+}
+
+// apiregistrationService is the part of an APIService the test reads (the module has no
+// aggregator types).
+type apiregistrationService struct {
+	Spec struct {
+		Service *struct {
+			Name      string `json:"name"`
+			Namespace string `json:"namespace"`
+			Port      *int32 `json:"port"`
+		} `json:"service"`
+		Group                 string `json:"group"`
+		Version               string `json:"version"`
+		InsecureSkipTLSVerify bool   `json:"insecureSkipTLSVerify"`
+		CABundle              []byte `json:"caBundle"`
+		GroupPriorityMinimum  int32  `json:"groupPriorityMinimum"`
+		VersionPriority       int32  `json:"versionPriority"`
+	} `json:"spec"`
+}
+
+// TestKubevisorAPIRights: kubevisor-api's generated roles grant what its certificate rotation
+// and aggregated API do, and the Secret rights are limited to the handlers' Secret in
+// kubevisor-system.
+func TestKubevisorAPIRights(t *testing.T) {
+	generated := generatedRoles(t)
+	cluster, ns := generated["ClusterRole/kubevisor-api"], generated["Role/kubevisor-api"]
+	for _, tc := range []struct {
+		rules                 []rbacv1.PolicyRule
+		group, resource, name string
+		verbs                 []string
+	}{
+		{ns, "", "secrets", nodeapi.HandlerCertSecret, []string{"get", "update"}},
+		{ns, "", "secrets", "", []string{"create"}},
+		{ns, "", "pods", "", []string{"list", "watch"}},
+		{cluster, "apiregistration.k8s.io", "apiservices", "v1alpha1." + subresourcesv1alpha1.GroupName, []string{"get", "patch"}},
+		{cluster, "kubevisor.io", "virtualmachines", "", []string{"get", "patch"}},
+		{cluster, "kubevisor.io", "virtualmachineinstances", "", []string{"get", "patch"}},
+		{cluster, "kubevisor.io", "virtualmachineinstancemigrations", "", []string{"create", "get", "list", "delete"}},
+	} {
+		for _, verb := range tc.verbs {
+			if !allows(tc.rules, tc.group, tc.resource, verb, tc.name) {
+				t.Errorf("kubevisor-api may not %s %s.%s %q", verb, tc.resource, tc.group, tc.name)
+			}
+		}
+	}
+	for _, rules := range [][]rbacv1.PolicyRule{cluster, ns} {
+		if allows(rules, "", "secrets", "get", "someone-elses") || allows(rules, "", "secrets", "list", "") {
+			t.Error("kubevisor-api may read Secrets other than the handlers'")
+		}
+	}
+	if allows(cluster, "", "pods", "list", "") {
+		t.Error("kubevisor-api may list pods outside kubevisor-system")
+	}
+}
+
+// TestUserRoles: the four user roles carry the label that aggregates each into its built-in
+// role, and grant what their names say: view reads, edit writes VMs and reaches into them,
+// admin adds collections, migrate migrates; HypervisorClasses are written by none.
+func TestUserRoles(t *testing.T) {
+	r := render(t, drivers(t), "")
+	roles := map[string][]rbacv1.PolicyRule{}
+	for key, into := range userRoles {
+		var role rbacv1.ClusterRole
+		r.get(t, "ClusterRole", strings.TrimPrefix(key, "ClusterRole/"), &role)
+		var aggregated []string
+		for k, v := range role.Labels {
+			if to, ok := strings.CutPrefix(k, "rbac.authorization.k8s.io/aggregate-to-"); ok && v == "true" {
+				aggregated = append(aggregated, to)
+			}
+		}
+		if !slices.Equal(aggregated, []string{into}) {
+			t.Errorf("%s is aggregated into %v, want [%s]", role.Name, aggregated, into)
+		}
+		roles[strings.TrimPrefix(key, "ClusterRole/kubevisor.io:")] = role.Rules
+	}
+	kinds := []string{"virtualmachines", "virtualmachineinstances", "virtualmachineinstancereplicasets",
+		"virtualmachineinstancemigrations", "hypervisorclasses"}
+	writes := []string{"create", "update", "patch", "delete", "deletecollection"}
+	vmiSub := func(s string) string { return subresourcesv1alpha1.VirtualMachineInstances + "/" + s }
+	vmSub := func(s string) string { return subresourcesv1alpha1.VirtualMachines + "/" + s }
+	streams := []string{vmiSub(subresourcesv1alpha1.SubresourceConsole), vmiSub(subresourcesv1alpha1.SubresourceVNC), vmiSub(subresourcesv1alpha1.SubresourcePortForward)}
+	actions := []string{vmiSub(subresourcesv1alpha1.SubresourcePause), vmiSub(subresourcesv1alpha1.SubresourceUnpause),
+		vmiSub(subresourcesv1alpha1.SubresourceSoftReboot), vmiSub(subresourcesv1alpha1.SubresourceReset),
+		vmSub(subresourcesv1alpha1.SubresourceStart), vmSub(subresourcesv1alpha1.SubresourceStop), vmSub(subresourcesv1alpha1.SubresourceRestart)}
+	migrations := []string{vmSub(subresourcesv1alpha1.SubresourceMigrate), vmSub(subresourcesv1alpha1.SubresourceCancelMigration)}
+	guest := vmiSub(subresourcesv1alpha1.SubresourceGuestOSInfo)
+	const core, sub = "kubevisor.io", subresourcesv1alpha1.GroupName
+
+	type check struct {
+		group, resource, verb string
+		want                  bool
+	}
+	var checks = map[string][]check{}
+	add := func(role, group string, resources, verbs []string, want bool) {
+		for _, res := range resources {
+			for _, v := range verbs {
+				checks[role] = append(checks[role], check{group, res, v, want})
+			}
+		}
+	}
+	for _, role := range []string{"view", "edit", "admin"} {
+		add(role, core, kinds, []string{"get", "list", "watch"}, true)
+		add(role, sub, []string{guest}, []string{"get"}, true)
+		add(role, core, []string{"hypervisorclasses", "virtualmachineinstancemigrations"}, writes, false)
+		add(role, sub, migrations, []string{"update"}, false)
+	}
+	add("view", core, kinds, writes, false)
+	add("view", sub, streams, []string{"get"}, false)
+	add("view", sub, actions, []string{"update"}, false)
+	for _, role := range []string{"edit", "admin"} {
+		add(role, core, kinds[:3], writes[:4], true)
+		add(role, sub, streams, []string{"get"}, true)
+		add(role, sub, actions, []string{"update"}, true)
+	}
+	add("edit", core, kinds[:3], []string{"deletecollection"}, false)
+	add("admin", core, kinds[:3], []string{"deletecollection"}, true)
+	add("migrate", core, kinds[3:4], []string{"get", "list", "watch", "create", "delete"}, true)
+	add("migrate", sub, migrations, []string{"update"}, true)
+	add("migrate", core, []string{"virtualmachines", "virtualmachineinstances", "hypervisorclasses"}, writes, false)
+	add("migrate", sub, slices.Concat(streams, actions), []string{"get", "update"}, false)
+	for role, cs := range checks {
+		for _, c := range cs {
+			if got := allows(roles[role], c.group, c.resource, c.verb, ""); got != c.want {
+				t.Errorf("kubevisor.io:%s: %s %s.%s allowed %v, want %v", role, c.verb, c.resource, c.group, got, c.want)
+			}
 		}
 	}
 }

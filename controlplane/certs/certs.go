@@ -1,11 +1,27 @@
-// Package certs keeps a self-signed CA and a serving certificate for the webhook service in a
-// directory, renews them before they expire, and injects the CA bundle into the webhook
-// configurations that call the service.
+// Package certs keeps kubevisor-api's self-signed CA and the certificates it issues, renews
+// them before they expire, and hands the CA bundle to whoever must trust them.
+//
+// Layout. In the certificate directory (Options.Dir, kubevisor-api's --cert-dir):
+//
+//	ca.crt, ca.key       the current CA
+//	ca-bundle.crt        the CA bundle: the current CA, and the previous one while it is valid
+//	tls.crt, tls.key     serving certificate of the kubevisor-api Service (webhooks and the
+//	                     aggregated API), ExtKeyUsage serverAuth
+//	client.crt,          client certificate of kubevisor-api (Options.ClientName, in practice
+//	client.key           nodeapi.ClientName), ExtKeyUsage clientAuth, with which the aggregated
+//	                     API dials the handlers; it verifies them with ca-bundle.crt
+//
+// In the install namespace, the kubernetes.io/tls Secret nodeapi.HandlerCertSecret
+// (EnsureSecret): tls.crt and tls.key, the handlers' serving certificate for
+// nodeapi.ServerName (ExtKeyUsage serverAuth), and ca.crt, the CA bundle that client
+// certificates must chain to.
+//
+// The CA bundle is injected into the webhook configurations (InjectCABundle) and into the
+// APIService of the aggregated API (InjectAPIServiceCABundle). Rotator does all of it in a loop.
 package certs
 
 import (
 	"bytes"
-	"context"
 	"crypto/ecdsa"
 	"crypto/elliptic"
 	"crypto/rand"
@@ -18,6 +34,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"slices"
 	"time"
 )
 
@@ -30,6 +47,9 @@ const (
 	CAFile     = "ca.crt"
 	CAKeyFile  = "ca.key"
 	BundleFile = "ca-bundle.crt"
+	// ClientCertFile and ClientKeyFile are the client certificate (Options.ClientName).
+	ClientCertFile = "client.crt"
+	ClientKeyFile  = "client.key"
 )
 
 // Defaults of Options.
@@ -59,6 +79,9 @@ type Options struct {
 	// RenewBefore is how long before expiry a certificate (or CA) is renewed;
 	// DefaultRenewBefore when 0, and at most half of Lifetime.
 	RenewBefore time.Duration
+	// ClientName, when set, is the common name of a client certificate (ExtKeyUsage
+	// clientAuth) kept in ClientCertFile and ClientKeyFile, with Lifetime and RenewBefore.
+	ClientName string
 	// CALifetime is the lifetime of the CA; DefaultCALifetimeFactor*Lifetime when 0, and at
 	// least 2*Lifetime.
 	CALifetime time.Duration
@@ -111,10 +134,17 @@ type State struct {
 	// Bundle is the PEM CA bundle clients must trust: the current CA, and the previous one while
 	// it is still valid (so that a client given the bundle before a CA change keeps working).
 	Bundle []byte
-	// NotAfter is when the serving certificate expires; RenewAt when Ensure will renew it.
+	// NotAfter is when the serving certificate expires; RenewAt when Ensure will renew it or
+	// the client certificate or the CA, whichever comes first.
 	NotAfter, RenewAt time.Time
-	// Rotated says Ensure wrote a new serving certificate; CARotated that it made a new CA.
-	Rotated, CARotated bool
+	// Rotated says Ensure wrote a new serving certificate; CARotated that it made a new CA;
+	// ClientRotated that it wrote a new client certificate.
+	Rotated, CARotated, ClientRotated bool
+	// SecretRotated says the Rotator wrote a new certificate into its Secret (EnsureSecret).
+	SecretRotated bool
+
+	// ca is the current CA, with which EnsureSecret issues.
+	ca *keyPair
 }
 
 type keyPair struct {
@@ -180,11 +210,40 @@ func Ensure(o Options) (State, error) {
 		st.Rotated = true
 	}
 	st.NotAfter = serving.cert.NotAfter
-	st.RenewAt = serving.cert.NotAfter.Add(-o.RenewBefore)
-	if caRenew := ca.cert.NotAfter.Add(-o.Lifetime); caRenew.Before(st.RenewAt) {
-		st.RenewAt = caRenew
+	st.RenewAt = earlier(serving.cert.NotAfter.Add(-o.RenewBefore), ca.cert.NotAfter.Add(-o.Lifetime))
+
+	if o.ClientName != "" {
+		renewAt, rotated, err := ensureClient(o, ca, st.Bundle, now)
+		if err != nil {
+			return State{}, err
+		}
+		st.ClientRotated = rotated
+		st.RenewAt = earlier(st.RenewAt, renewAt)
 	}
+	st.ca = ca
 	return st, nil
+}
+
+// ensureClient keeps a client certificate for o.ClientName in the directory. A certificate
+// that chains to any CA of the bundle is kept until it is due: after a CA rotation it stays on
+// the previous CA, so that the servers it is presented to have time to receive the new bundle
+// before a certificate of the new CA reaches them.
+func ensureClient(o Options, ca *keyPair, bundle []byte, now time.Time) (renewAt time.Time, rotated bool, err error) {
+	certPath, keyPath := filepath.Join(o.Dir, ClientCertFile), filepath.Join(o.Dir, ClientKeyFile)
+	cl, _ := readPair(certPath, keyPath)
+	if !validLeaf(cl, leafSpec{commonName: o.ClientName, usage: x509.ExtKeyUsageClientAuth}, parseCerts(bundle), o.RenewBefore, now) {
+		if cl, err = newLeaf(ca, now, o.Lifetime, leafSpec{commonName: o.ClientName, usage: x509.ExtKeyUsageClientAuth}); err != nil {
+			return time.Time{}, false, err
+		}
+		if err := writeAtomic(keyPath, cl.keyPEM, 0o600); err != nil {
+			return time.Time{}, false, err
+		}
+		if err := writeAtomic(certPath, cl.certPEM, 0o644); err != nil {
+			return time.Time{}, false, err
+		}
+		rotated = true
+	}
+	return cl.cert.NotAfter.Add(-o.RenewBefore), rotated, nil
 }
 
 // valid says serving is signed by ca, covers o's names, and has more than RenewBefore left.
@@ -271,14 +330,29 @@ func newCA(now time.Time, lifetime time.Duration) (*keyPair, error) {
 }
 
 func newServing(ca *keyPair, now time.Time, o Options) (*keyPair, error) {
+	names := o.Names()
+	return newLeaf(ca, now, o.Lifetime, leafSpec{commonName: names[0], names: names, usage: x509.ExtKeyUsageServerAuth})
+}
+
+// leafSpec is what a certificate issued by the CA is for.
+type leafSpec struct {
+	// commonName of the subject.
+	commonName string
+	// names are DNS names, or IP addresses, the certificate is valid for (servers).
+	names []string
+	// usage is serverAuth or clientAuth.
+	usage x509.ExtKeyUsage
+}
+
+// newLeaf issues a certificate for spec, valid for lifetime but not beyond the CA.
+func newLeaf(ca *keyPair, now time.Time, lifetime time.Duration, spec leafSpec) (*keyPair, error) {
 	sn, err := serial()
 	if err != nil {
 		return nil, err
 	}
-	names := o.Names()
 	var dnsNames []string
 	var ips []net.IP
-	for _, n := range names {
+	for _, n := range spec.names {
 		if ip := net.ParseIP(n); ip != nil {
 			ips = append(ips, ip)
 		} else {
@@ -287,15 +361,38 @@ func newServing(ca *keyPair, now time.Time, o Options) (*keyPair, error) {
 	}
 	tmpl := &x509.Certificate{
 		SerialNumber: sn,
-		Subject:      pkix.Name{CommonName: names[0]},
+		Subject:      pkix.Name{CommonName: spec.commonName},
 		DNSNames:     dnsNames,
 		IPAddresses:  ips,
 		NotBefore:    now.Add(-clockSkew),
-		NotAfter:     earlier(now.Add(o.Lifetime), ca.cert.NotAfter),
+		NotAfter:     earlier(now.Add(lifetime), ca.cert.NotAfter),
 		KeyUsage:     x509.KeyUsageDigitalSignature,
-		ExtKeyUsage:  []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
+		ExtKeyUsage:  []x509.ExtKeyUsage{spec.usage},
 	}
 	return sign(tmpl, ca)
+}
+
+// validLeaf says leaf is for spec (common name, every name, usage), is signed by one of cas,
+// and has more than renewBefore left.
+func validLeaf(leaf *keyPair, spec leafSpec, cas []*x509.Certificate, renewBefore time.Duration, now time.Time) bool {
+	if leaf == nil {
+		return false
+	}
+	c := leaf.cert
+	if now.Before(c.NotBefore) || !now.Add(renewBefore).Before(c.NotAfter) {
+		return false
+	}
+	if c.Subject.CommonName != spec.commonName || !slices.Equal(c.ExtKeyUsage, []x509.ExtKeyUsage{spec.usage}) {
+		return false
+	}
+	for _, name := range spec.names {
+		if c.VerifyHostname(name) != nil {
+			return false
+		}
+	}
+	return slices.ContainsFunc(cas, func(ca *x509.Certificate) bool {
+		return now.Before(ca.NotAfter) && c.CheckSignatureFrom(ca) == nil
+	})
 }
 
 // earlier of two times.
@@ -346,6 +443,12 @@ func readPair(certPath, keyPath string) (*keyPair, error) {
 	if err != nil {
 		return nil, err
 	}
+	return parsePair(certPEM, keyPEM)
+}
+
+// parsePair parses a PEM certificate and its PEM EC key; an error when either is not one or
+// they do not match.
+func parsePair(certPEM, keyPEM []byte) (*keyPair, error) {
 	cb, _ := pem.Decode(certPEM)
 	kb, _ := pem.Decode(keyPEM)
 	if cb == nil || kb == nil {
@@ -389,67 +492,4 @@ func writeAtomic(path string, data []byte, mode os.FileMode) error {
 		return fmt.Errorf("write %s: %w", path, err)
 	}
 	return nil
-}
-
-// Rotator keeps the directory's certificates fresh: Run calls Ensure now, every CheckInterval
-// and when renewal is due, and hands the CA bundle to Inject each time.
-type Rotator struct {
-	Options Options
-	// Inject receives the CA bundle after every check, not only when it changes, so that a
-	// webhook configuration re-applied without it (kubectl apply of the manifests) gets it back
-	// within CheckInterval; InjectCABundle writes only what differs. Nil injects nothing.
-	Inject func(ctx context.Context, bundle []byte) error
-	// CheckInterval bounds the wait between checks (a renewal is also checked at its due time);
-	// one minute when 0. Errors are retried after it.
-	CheckInterval time.Duration
-	// OnError, when set, is told about failed checks and injections (Run keeps going).
-	OnError func(error)
-	// OnRotate, when set, is told about every Ensure that wrote something.
-	OnRotate func(State)
-}
-
-// Run keeps the certificates fresh until ctx ends. It returns ctx's error; failures are passed
-// to OnError and retried.
-func (r *Rotator) Run(ctx context.Context) error {
-	interval := r.CheckInterval
-	if interval <= 0 {
-		interval = time.Minute
-	}
-	now := r.Options.Now
-	if now == nil {
-		now = time.Now
-	}
-	for {
-		wait := interval
-		st, err := Ensure(r.Options)
-		switch {
-		case err != nil:
-			r.report(fmt.Errorf("ensure webhook certificates: %w", err))
-		default:
-			if (st.Rotated || st.CARotated) && r.OnRotate != nil {
-				r.OnRotate(st)
-			}
-			if r.Inject != nil {
-				if err := r.Inject(ctx, st.Bundle); err != nil {
-					r.report(fmt.Errorf("inject CA bundle: %w", err))
-				}
-			}
-			if until := st.RenewAt.Sub(now()); until < wait {
-				wait = max(until, 10*time.Millisecond)
-			}
-		}
-		t := time.NewTimer(wait)
-		select {
-		case <-ctx.Done():
-			t.Stop()
-			return ctx.Err()
-		case <-t.C:
-		}
-	}
-}
-
-func (r *Rotator) report(err error) {
-	if r.OnError != nil {
-		r.OnError(err)
-	}
 }

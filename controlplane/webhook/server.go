@@ -21,7 +21,9 @@ import (
 	crwebhook "sigs.k8s.io/controller-runtime/pkg/webhook"
 
 	"github.com/kubevisor/kubevisor/controlplane/certs"
+	subresourcesv1alpha1 "github.com/kubevisor/kubevisor/core/api/subresources/v1alpha1"
 	"github.com/kubevisor/kubevisor/core/api/v1alpha1"
+	"github.com/kubevisor/kubevisor/core/nodeapi"
 )
 
 // Names the manifests in manifests/webhook use.
@@ -33,6 +35,10 @@ const (
 	DefaultPort                 = 9443
 )
 
+// DefaultAPIServiceName is the APIService of the aggregated subresource API, which gets the CA
+// bundle.
+var DefaultAPIServiceName = subresourcesv1alpha1.GroupVersion.Version + "." + subresourcesv1alpha1.GroupName
+
 // Config is how kubevisor-api serves admission; cmd/kubevisor-api maps its flags onto it.
 type Config struct {
 	// Host and Port the webhook server listens on ("" is every address).
@@ -40,9 +46,12 @@ type Config struct {
 	Port int
 	// CertDir holds tls.crt and tls.key; the server reloads them when they change.
 	CertDir string
-	// ManageCertificates makes the process create a CA and serving certificate in CertDir,
-	// renew them before they expire, and inject the CA bundle into the webhook configurations.
-	// Off, CertDir is filled by someone else (cert-manager, a mounted Secret, envtest).
+	// ManageCertificates makes the process create a CA, a serving certificate and the client
+	// certificate for the handlers (nodeapi.ClientName) in CertDir, keep the handlers' serving
+	// certificate in the Secret HandlerCertSecret, renew them all before they expire, and inject
+	// the CA bundle into the webhook configurations and the APIService (package certs has the
+	// layout). Off, CertDir and the Secret are filled by someone else (cert-manager, a mounted
+	// Secret, envtest).
 	ManageCertificates bool
 	// CertExtraNames are DNS names or IP addresses the serving certificate carries besides the
 	// Service's.
@@ -55,6 +64,11 @@ type Config struct {
 	// MutatingConfigName and ValidatingConfigName are the webhook configurations that get the
 	// CA bundle.
 	MutatingConfigName, ValidatingConfigName string
+	// APIServiceName is the APIService that gets the CA bundle (empty: none).
+	APIServiceName string
+	// HandlerCertSecret is the Secret in ServiceNamespace that gets the handlers' serving
+	// certificate for nodeapi.ServerName (empty: none).
+	HandlerCertSecret string
 	// MetricsAddr and HealthAddr are where Prometheus metrics and /healthz, /readyz are served
 	// ("0" disables).
 	MetricsAddr, HealthAddr string
@@ -74,6 +88,8 @@ func DefaultConfig() Config {
 		ServiceNamespace:     DefaultServiceNamespace,
 		MutatingConfigName:   DefaultMutatingConfigName,
 		ValidatingConfigName: DefaultValidatingConfigName,
+		APIServiceName:       DefaultAPIServiceName,
+		HandlerCertSecret:    nodeapi.HandlerCertSecret,
 		MetricsAddr:          ":8080",
 		HealthAddr:           ":8081",
 	}
@@ -95,6 +111,8 @@ func (c *Config) AddFlags(fs *flag.FlagSet) {
 	fs.StringVar(&c.ServiceNamespace, "service-namespace", c.ServiceNamespace, "namespace of the webhook Service")
 	fs.StringVar(&c.MutatingConfigName, "mutating-webhook-configuration", c.MutatingConfigName, "MutatingWebhookConfiguration that gets the CA bundle")
 	fs.StringVar(&c.ValidatingConfigName, "validating-webhook-configuration", c.ValidatingConfigName, "ValidatingWebhookConfiguration that gets the CA bundle")
+	fs.StringVar(&c.APIServiceName, "apiservice", c.APIServiceName, "APIService that gets the CA bundle (empty: none)")
+	fs.StringVar(&c.HandlerCertSecret, "handler-cert-secret", c.HandlerCertSecret, "Secret in the service namespace that gets the handlers' serving certificate (empty: none)")
 	fs.StringVar(&c.MetricsAddr, "metrics-bind-address", c.MetricsAddr, "address of the metrics endpoint (0 disables)")
 	fs.StringVar(&c.HealthAddr, "health-probe-bind-address", c.HealthAddr, "address of /healthz and /readyz (0 disables)")
 	fs.StringVar(&c.MachineType, "default-machine-type", c.MachineType, "machine type of VMIs that name none (empty: "+DefaultMachineType+")")
@@ -106,9 +124,34 @@ func (c Config) certOptions() certs.Options {
 		ServiceName:      c.ServiceName,
 		ServiceNamespace: c.ServiceNamespace,
 		ExtraNames:       c.CertExtraNames,
+		ClientName:       nodeapi.ClientName,
 		Lifetime:         c.CertLifetime,
 		RenewBefore:      c.CertRenewBefore,
 	}
+}
+
+// rotator is the certificate rotation of c, writing and injecting with direct.
+func (c Config) rotator(direct client.Client) *certs.Rotator {
+	log := ctrl.Log.WithName("certs")
+	r := &certs.Rotator{
+		Options: c.certOptions(),
+		Inject: func(ctx context.Context, bundle []byte) error {
+			err := certs.InjectCABundle(ctx, direct, c.MutatingConfigName, c.ValidatingConfigName, bundle)
+			if c.APIServiceName != "" {
+				err = errors.Join(err, certs.InjectAPIServiceCABundle(ctx, direct, c.APIServiceName, bundle))
+			}
+			return err
+		},
+		OnError: func(err error) { log.Error(err, "certificate rotation") },
+		OnRotate: func(st certs.State) {
+			log.Info("rotated certificates", "notAfter", st.NotAfter, "newCA", st.CARotated,
+				"client", st.ClientRotated, "handlerSecret", st.SecretRotated)
+		},
+	}
+	if c.HandlerCertSecret != "" {
+		r.Secret = &certs.SecretCert{Client: direct, Namespace: c.ServiceNamespace, Name: c.HandlerCertSecret, ServerName: nodeapi.ServerName}
+	}
+	return r
 }
 
 // NewManager builds a controller-runtime manager that serves the admission webhooks (and, when
@@ -155,17 +198,7 @@ func NewManager(cfg *rest.Config, c Config) (manager.Manager, error) {
 		if err != nil {
 			return nil, fmt.Errorf("client: %w", err)
 		}
-		log := ctrl.Log.WithName("certs")
-		r := &certs.Rotator{
-			Options: c.certOptions(),
-			Inject: func(ctx context.Context, bundle []byte) error {
-				return certs.InjectCABundle(ctx, direct, c.MutatingConfigName, c.ValidatingConfigName, bundle)
-			},
-			OnError: func(err error) { log.Error(err, "certificate rotation") },
-			OnRotate: func(st certs.State) {
-				log.Info("rotated webhook certificate", "notAfter", st.NotAfter, "newCA", st.CARotated)
-			},
-		}
+		r := c.rotator(direct)
 		// The CA lives in CertDir, so each process has its own: run one replica, or turn
 		// ManageCertificates off and mount a shared certificate (cert-manager).
 		if err := mgr.Add(manager.RunnableFunc(r.Run)); err != nil {
