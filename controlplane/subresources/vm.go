@@ -16,9 +16,9 @@ import (
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	"github.com/kubevisor/kubevisor/controlplane/vm"
 	subv1 "github.com/kubevisor/kubevisor/core/api/subresources/v1alpha1"
 	"github.com/kubevisor/kubevisor/core/api/v1alpha1"
-	"github.com/kubevisor/kubevisor/controlplane/vm"
 )
 
 // +kubebuilder:rbac:groups=kubevisor.io,resources=virtualmachines,verbs=get;patch
