@@ -1,6 +1,8 @@
 package subresources
 
 import (
+	"context"
+	"k8s.io/apiserver/pkg/authorization/authorizer"
 	"net/http"
 	"strings"
 
@@ -30,4 +32,16 @@ func openPath(path string, paths []string) bool {
 		}
 	}
 	return false
+}
+
+// allowVersion wraps the delegated authorizer so that a GET of VersionPath is allowed to every
+// authenticated user (anonymous requests were refused before).
+func allowVersion(a authorizer.Authorizer) authorizer.Authorizer {
+	return authorizer.AuthorizerFunc(func(ctx context.Context, attrs authorizer.Attributes) (authorizer.Decision, string, error) {
+		if attrs.GetPath() == VersionPath && (attrs.GetVerb() == "get" || attrs.GetVerb() == "list") &&
+			attrs.GetUser() != nil && attrs.GetUser().GetName() != user.Anonymous {
+			return authorizer.DecisionAllow, "", nil
+		}
+		return a.Authorize(ctx, attrs)
+	})
 }

@@ -35,8 +35,9 @@ import (
 	subv1 "github.com/kubevisor/kubevisor/core/api/subresources/v1alpha1"
 )
 
-// VersionPath answers the server's ServerVersion. It is authorized by path for every
-// authenticated user (as /version is on the cluster's API server), so it needs no RBAC rule.
+// VersionPath answers the server's ServerVersion. Its path parses as the resource "version" of
+// the group; it is allowed to every authenticated user (as /version is on the cluster's API
+// server) without a SubjectAccessReview, so it needs no RBAC rule.
 const VersionPath = "/apis/" + subv1.GroupName + "/v1alpha1/version"
 
 // GitVersion is kubevisor-api's version in the ServerVersion answer; the build sets it with -ldflags -X.
@@ -69,9 +70,8 @@ func NewServer(c Config, cl Clients) (*Server, error) {
 	// Streams outlive the request timeout; their end is the user's or the handler's.
 	gc.LongRunningFunc = genericfilters.BasicLongRunningRequestCheck(sets.NewString("watch"),
 		sets.NewString(subv1.SubresourceConsole, subv1.SubresourceVNC, subv1.SubresourcePortForward))
-	// No OpenAPI: the aggregator then serves none for this group, which kubectl does not need
-	// for get --raw, and vmctl does not use.
-	gc.OpenAPIConfig, gc.OpenAPIV3Config = nil, nil
+	// OpenAPI v3 only, and coarse (openapi.go); the generic server cannot install a group without it.
+	gc.OpenAPIConfig, gc.OpenAPIV3Config = nil, openAPIV3Config(scheme)
 
 	serving := genericoptions.NewSecureServingOptions().WithLoopback()
 	serving.BindPort = c.Port
@@ -98,10 +98,10 @@ func NewServer(c Config, cl Clients) (*Server, error) {
 	authz.RemoteKubeConfigFile = c.Kubeconfig
 	// The health probes (the defaults of AlwaysAllowPaths) stay open to anonymous requests.
 	gc.Authentication.Authenticator = rejectAnonymous(gc.Authentication.Authenticator, append([]string(nil), authz.AlwaysAllowPaths...))
-	authz.AlwaysAllowPaths = append(authz.AlwaysAllowPaths, VersionPath)
 	if err := authz.ApplyTo(&gc.Authorization); err != nil {
 		return nil, fmt.Errorf("delegated authorization: %w", err)
 	}
+	gc.Authorization.Authorizer = allowVersion(gc.Authorization.Authorizer)
 
 	generic, err := gc.Complete(nil).New("kubevisor-api", genericapiserver.NewEmptyDelegate())
 	if err != nil {
@@ -149,7 +149,7 @@ func installVersion(g *genericapiserver.GenericAPIServer) error {
 		}
 		ws.Route(ws.GET("/version").To(func(_ *restful.Request, resp *restful.Response) {
 			_ = resp.WriteAsJson(serverVersion())
-		}).Doc("kubevisor-api's version").Returns(http.StatusOK, "OK", subv1.ServerVersion{}))
+		}).Operation("readServerVersion").Doc("kubevisor-api's version").Returns(http.StatusOK, "OK", subv1.ServerVersion{}))
 		return nil
 	}
 	return errors.New("no web service for " + root)

@@ -3,6 +3,7 @@ package subresources
 import (
 	"context"
 	"net/http"
+	"strings"
 
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
@@ -20,6 +21,8 @@ type parent struct {
 var (
 	_ rest.Storage = parent{}
 	_ rest.Scoper  = parent{}
+
+	_ rest.SingularNameProvider = parent{}
 )
 
 // New returns an empty object of the parent's kind.
@@ -30,6 +33,9 @@ func (parent) Destroy() {}
 
 // NamespaceScoped is true: VMIs and VMs are namespaced.
 func (parent) NamespaceScoped() bool { return true }
+
+// GetSingularName is the lowercase kind, as discovery lists it.
+func (p parent) GetSingularName() string { return strings.ToLower(p.kind.Kind) }
 
 // connectFunc serves one subresource request on the object namespace/name; opts are the decoded
 // connect options (nil for subresources that have none).
