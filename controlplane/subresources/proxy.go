@@ -101,7 +101,9 @@ func (d *handlerDialer) actionProxy(addr, path string) (http.Handler, error) {
 			unreachable{addr: addr}.Error(w, req, err)
 			return
 		}
-		out.Header.Set("Content-Type", req.Header.Get("Content-Type"))
+		if ct := req.Header.Get("Content-Type"); ct != "" {
+			out.Header.Set("Content-Type", ct)
+		}
 		out.Header.Set("Accept", "application/json")
 		resp, err := c.Do(out)
 		if err != nil {
