@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/tls"
 	"crypto/x509"
+	"crypto/x509/pkix"
 	"encoding/json"
 	"io"
 	"net"
@@ -27,6 +28,7 @@ import (
 	subv1 "github.com/kubevisor/kubevisor/core/api/subresources/v1alpha1"
 	"github.com/kubevisor/kubevisor/core/api/v1alpha1"
 	"github.com/kubevisor/kubevisor/internal/envtest"
+	"github.com/kubevisor/kubevisor/internal/testenv"
 )
 
 // kubeconfigFile writes cfg (certificate credentials) as a kubeconfig file.
@@ -48,6 +50,53 @@ type apiFixture struct {
 	env  *envtest.Env
 	base string // https://127.0.0.1:PORT
 	ca   *x509.CertPool
+	// front is a client certificate of the request-header CA the API server announces in
+	// kube-system/extension-apiserver-authentication, as the aggregator's proxy has.
+	front *rest.Config
+}
+
+// frontProxy makes a request-header CA and a client certificate of it; Host holds the CA file.
+func frontProxy(t *testing.T) *rest.Config {
+	t.Helper()
+	ca := issue(t, &x509.Certificate{Subject: pkix.Name{CommonName: "front-proxy-ca"}, IsCA: true, BasicConstraintsValid: true, KeyUsage: x509.KeyUsageCertSign}, nil)
+	cl := issue(t, &x509.Certificate{Subject: pkix.Name{CommonName: "front-proxy-client"}, ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth}}, &ca)
+	path := filepath.Join(t.TempDir(), "front-proxy-ca.crt")
+	if err := os.WriteFile(path, ca.pemCert(), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return &rest.Config{Host: path, TLSClientConfig: rest.TLSClientConfig{CertData: cl.pemCert(), KeyData: cl.pemKey(t)}}
+}
+
+// startEnv is internal/envtest.Start with the API server configured for request-header
+// authentication by front's CA.
+func startEnv(t *testing.T, front *rest.Config) *envtest.Env {
+	t.Helper()
+	testenv.Heavy(t, "a real kube-apiserver and etcd")
+	assets, err := envtest.AssetsDir()
+	if err != nil {
+		t.Fatal(err)
+	}
+	e := &crenvtest.Environment{
+		BinaryAssetsDirectory: assets,
+		CRDDirectoryPaths:     []string{filepath.Join(envtest.RepoRoot(), "manifests", "crd")},
+		ErrorIfCRDPathMissing: true,
+		Scheme:                envtest.Scheme(),
+	}
+	e.ControlPlane.GetAPIServer().Configure().
+		Set("requestheader-client-ca-file", front.Host).
+		Set("requestheader-username-headers", "X-Remote-User").
+		Set("requestheader-group-headers", "X-Remote-Group").
+		Set("requestheader-extra-headers-prefix", "X-Remote-Extra-")
+	cfg, err := e.Start()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = e.Stop() })
+	c, err := client.New(cfg, client.Options{Scheme: envtest.Scheme()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &envtest.Env{Config: cfg, Client: c, Environment: e}
 }
 
 // startServer runs the subresource server in-process against a real API server: delegated
@@ -55,7 +104,8 @@ type apiFixture struct {
 // with only the rights of this package's +kubebuilder:rbac markers.
 func startServer(t *testing.T) *apiFixture {
 	t.Helper()
-	env := envtest.Start(t, envtest.Options{})
+	front := frontProxy(t)
+	env := startEnv(t, front)
 	dir := t.TempDir()
 	if _, err := certs.Ensure(certs.Options{Dir: dir, ServiceName: "kubevisor-api", ServiceNamespace: "kubevisor-system", ExtraNames: []string{"127.0.0.1"}}); err != nil {
 		t.Fatal(err)
@@ -90,7 +140,7 @@ func startServer(t *testing.T) *apiFixture {
 	}
 	pool := x509.NewCertPool()
 	pool.AppendCertsFromPEM(bundle)
-	f := &apiFixture{env: env, base: "https://" + l.Addr().String(), ca: pool}
+	f := &apiFixture{env: env, base: "https://" + l.Addr().String(), ca: pool, front: front}
 	deadline := time.Now().Add(30 * time.Second)
 	for {
 		code, _ := f.do(t, nil, http.MethodGet, "/healthz", "")
@@ -130,6 +180,12 @@ func (f *apiFixture) user(t *testing.T, name string, rules ...rbacv1.PolicyRule)
 // the status code and body.
 func (f *apiFixture) do(t *testing.T, as *rest.Config, method, path, body string) (int, string) {
 	t.Helper()
+	return f.doWith(t, as, nil, method, path, body)
+}
+
+// doWith is do with extra headers.
+func (f *apiFixture) doWith(t *testing.T, as *rest.Config, header http.Header, method, path, body string) (int, string) {
+	t.Helper()
 	tc := &tls.Config{RootCAs: f.ca, MinVersion: tls.VersionTLS12}
 	if as != nil {
 		pair, err := tls.X509KeyPair(as.CertData, as.KeyData)
@@ -142,6 +198,9 @@ func (f *apiFixture) do(t *testing.T, as *rest.Config, method, path, body string
 	req, err := http.NewRequest(method, f.base+path, strings.NewReader(body))
 	if err != nil {
 		t.Fatal(err)
+	}
+	for k, v := range header {
+		req.Header[k] = v
 	}
 	resp, err := c.Do(req)
 	if err != nil {
@@ -172,6 +231,21 @@ func TestServerAgainstAPIServer(t *testing.T) {
 	t.Run("no credentials is 401", func(t *testing.T) {
 		if code, body := f.do(t, nil, http.MethodPut, vmiPath+"pending/pause", ""); code != http.StatusUnauthorized {
 			t.Fatalf("%d %s, want 401", code, body)
+		}
+	})
+	t.Run("the aggregator's request headers carry the user", func(t *testing.T) {
+		as := func(u string) http.Header {
+			return http.Header{"X-Remote-User": {u}, "X-Remote-Group": {"system:authenticated"}}
+		}
+		if code, body := f.doWith(t, f.front, as("operator"), http.MethodPut, vmiPath+"pending/pause", ""); code != http.StatusConflict {
+			t.Errorf("operator through the front proxy: %d %s, want 409", code, body)
+		}
+		if code, body := f.doWith(t, f.front, as("viewer"), http.MethodPut, vmiPath+"pending/pause", ""); code != http.StatusForbidden {
+			t.Errorf("viewer through the front proxy: %d %s, want 403", code, body)
+		}
+		// Headers from a client without the front-proxy certificate are not believed.
+		if code, body := f.doWith(t, nil, as("operator"), http.MethodPut, vmiPath+"pending/pause", ""); code != http.StatusUnauthorized {
+			t.Errorf("headers without the front-proxy certificate: %d %s, want 401", code, body)
 		}
 	})
 	t.Run("a viewer of VMIs is refused the subresources", func(t *testing.T) {
