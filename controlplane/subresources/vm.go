@@ -340,7 +340,10 @@ func (a *vmActions) request(ctx context.Context, m *v1alpha1.VirtualMachine, rs 
 	return nil
 }
 
-// setGracePeriod writes the VMI's spec.terminationGracePeriodSeconds.
+// setGracePeriod writes the VMI's spec.terminationGracePeriodSeconds. The admission webhook
+// (ValidateVMISpecUpdate) forbids every VMI spec change today, so in a cluster with the webhook
+// this write, and the stop or restart that asked for it, fail with the webhook's Forbidden until
+// it lets kubevisor-api change this field.
 func (a *vmActions) setGracePeriod(ctx context.Context, vmi *v1alpha1.VirtualMachineInstance, seconds int64) error {
 	base := vmi.DeepCopy()
 	vmi.Spec.TerminationGracePeriodSeconds = ptr.To(seconds)
