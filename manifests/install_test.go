@@ -680,11 +680,12 @@ func TestKubevisorAPIRights(t *testing.T) {
 	}{
 		{ns, "", "secrets", nodeapi.HandlerCertSecret, []string{"get", "update"}},
 		{ns, "", "secrets", "", []string{"create"}},
-		{ns, "", "pods", "", []string{"list", "watch"}},
+		{ns, "", "pods", "", []string{"list"}},
 		{cluster, "apiregistration.k8s.io", "apiservices", "v1alpha1." + subresourcesv1alpha1.GroupName, []string{"get", "patch"}},
 		{cluster, "kubevisor.io", "virtualmachines", "", []string{"get", "patch"}},
-		{cluster, "kubevisor.io", "virtualmachineinstances", "", []string{"get", "patch"}},
-		{cluster, "kubevisor.io", "virtualmachineinstancemigrations", "", []string{"create", "get", "list", "delete"}},
+		{cluster, "kubevisor.io", "virtualmachineinstances", "", []string{"get", "patch", "delete"}},
+		{cluster, "kubevisor.io", "virtualmachines/status", "", []string{"patch"}},
+		{cluster, "kubevisor.io", "virtualmachineinstancemigrations", "", []string{"create", "list", "delete"}},
 	} {
 		for _, verb := range tc.verbs {
 			if !allows(tc.rules, tc.group, tc.resource, verb, tc.name) {

@@ -18,7 +18,7 @@ import (
 )
 
 // +kubebuilder:rbac:groups=kubevisor.io,resources=virtualmachineinstances,verbs=get
-// +kubebuilder:rbac:groups=core,resources=pods,verbs=list
+// +kubebuilder:rbac:groups="",namespace=kubevisor-system,resources=pods,verbs=list
 
 var (
 	vmiResource = v1alpha1.GroupVersion.WithResource(subv1.VirtualMachineInstances).GroupResource()

@@ -7,7 +7,9 @@ import (
 	"strings"
 	"testing"
 
+	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -33,7 +35,12 @@ func MarkerRole(t testing.TB, name string, files ...string) *rbacv1.ClusterRole 
 		if err != nil {
 			t.Fatalf("%s: %v", file, err)
 		}
-		role.Rules = append(role.Rules, rules...)
+		for _, r := range rules {
+			if r.namespace != "" {
+				t.Fatalf("%s: a namespace= marker asks for a Role: use ImpersonateWithMarkers", file)
+			}
+			role.Rules = append(role.Rules, r.PolicyRule)
+		}
 	}
 	if len(role.Rules) == 0 {
 		t.Fatalf("%s: no +kubebuilder:rbac markers", strings.Join(files, ", "))
@@ -41,9 +48,15 @@ func MarkerRole(t testing.TB, name string, files ...string) *rbacv1.ClusterRole 
 	return role
 }
 
+// markerRule is one marker's rule and, for a namespace= marker, the namespace of its Role.
+type markerRule struct {
+	rbacv1.PolicyRule
+	namespace string
+}
+
 // markerRules returns the rules of the +kubebuilder:rbac markers in src, in order.
-func markerRules(src string) ([]rbacv1.PolicyRule, error) {
-	var rules []rbacv1.PolicyRule
+func markerRules(src string) ([]markerRule, error) {
+	var rules []markerRule
 	for n, line := range strings.Split(src, "\n") {
 		comment, ok := strings.CutPrefix(strings.TrimSpace(line), "//")
 		if !ok {
@@ -53,7 +66,7 @@ func markerRules(src string) ([]rbacv1.PolicyRule, error) {
 		if !ok {
 			continue
 		}
-		rule, err := markerRule(marker)
+		rule, err := parseMarker(marker)
 		if err != nil {
 			return nil, fmt.Errorf("line %d: %w", n+1, err)
 		}
@@ -62,9 +75,9 @@ func markerRules(src string) ([]rbacv1.PolicyRule, error) {
 	return rules, nil
 }
 
-// markerRule turns the key=value list of one marker into a rule.
-func markerRule(marker string) (rbacv1.PolicyRule, error) {
-	var rule rbacv1.PolicyRule
+// parseMarker turns the key=value list of one marker into a rule.
+func parseMarker(marker string) (markerRule, error) {
+	var rule markerRule
 	for kv := range strings.SplitSeq(marker, ",") {
 		k, v, ok := strings.Cut(kv, "=")
 		if !ok {
@@ -90,6 +103,8 @@ func markerRule(marker string) (rbacv1.PolicyRule, error) {
 			rule.Verbs = vals
 		case "urls":
 			rule.NonResourceURLs = vals
+		case "namespace":
+			rule.namespace = v
 		default:
 			return rule, fmt.Errorf("marker key %q is not understood here", k)
 		}
@@ -117,9 +132,54 @@ func (e *Env) Impersonate(t testing.TB, user string, role *rbacv1.ClusterRole) *
 	return cfg
 }
 
-// ImpersonateWithMarkers is Impersonate with MarkerRole(user, files...): a controller run with
-// the Config it returns proves that the +kubebuilder:rbac markers in files grant all it needs.
+// ImpersonateWithMarkers is Impersonate with the rules of the +kubebuilder:rbac markers in
+// files: a ClusterRole called user for the cluster-wide markers and, as controller-gen makes
+// them, a Role called user in each namespace= marker's namespace (created when missing), bound
+// to user. A controller run with the Config it returns proves that the markers grant all it
+// needs.
 func (e *Env) ImpersonateWithMarkers(t testing.TB, user string, files ...string) *rest.Config {
 	t.Helper()
-	return e.Impersonate(t, user, MarkerRole(t, user, files...))
+	ctx := context.Background()
+	role := &rbacv1.ClusterRole{ObjectMeta: metav1.ObjectMeta{Name: user}}
+	roles := map[string]*rbacv1.Role{}
+	for _, file := range files {
+		src, err := os.ReadFile(file)
+		if err != nil {
+			t.Fatal(err)
+		}
+		rules, err := markerRules(string(src))
+		if err != nil {
+			t.Fatalf("%s: %v", file, err)
+		}
+		for _, r := range rules {
+			if r.namespace == "" {
+				role.Rules = append(role.Rules, r.PolicyRule)
+				continue
+			}
+			if roles[r.namespace] == nil {
+				roles[r.namespace] = &rbacv1.Role{ObjectMeta: metav1.ObjectMeta{Name: user, Namespace: r.namespace}}
+			}
+			roles[r.namespace].Rules = append(roles[r.namespace].Rules, r.PolicyRule)
+		}
+	}
+	if len(role.Rules) == 0 && len(roles) == 0 {
+		t.Fatalf("%s: no +kubebuilder:rbac markers", strings.Join(files, ", "))
+	}
+	for ns, r := range roles {
+		nsObj := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}
+		if err := e.Client.Create(ctx, nsObj); err != nil && !apierrors.IsAlreadyExists(err) {
+			t.Fatalf("namespace %s: %v", ns, err)
+		}
+		binding := &rbacv1.RoleBinding{
+			ObjectMeta: metav1.ObjectMeta{Name: user, Namespace: ns},
+			RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "Role", Name: user},
+			Subjects:   []rbacv1.Subject{{APIGroup: rbacv1.GroupName, Kind: rbacv1.UserKind, Name: user}},
+		}
+		for _, o := range []client.Object{r, binding} {
+			if err := e.Client.Create(ctx, o); err != nil {
+				t.Fatalf("grant the role %s/%s to %s: %v", ns, user, user, err)
+			}
+		}
+	}
+	return e.Impersonate(t, user, role)
 }

@@ -21,6 +21,7 @@ func TestMarkerRules(t *testing.T) {
 // +kubebuilder:rbac:groups=apps;batch,resources=deployments;jobs;jobs/status,verbs=get;patch
 //+kubebuilder:rbac:groups=core,resources=configmaps,resourceNames=a;b,verbs=get
 	// +kubebuilder:rbac:urls=/healthz,verbs=get
+// +kubebuilder:rbac:groups=coordination.k8s.io,namespace=kubevisor-system,resources=leases,verbs=get
 // kubebuilder:rbac:groups=ignored,resources=notamarker,verbs=get
 var s = "+kubebuilder:rbac:groups=ignored,resources=notacomment,verbs=get"
 `
@@ -28,11 +29,12 @@ var s = "+kubebuilder:rbac:groups=ignored,resources=notacomment,verbs=get"
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := []rbacv1.PolicyRule{
-		{APIGroups: []string{""}, Resources: []string{"pods"}, Verbs: []string{"get", "list", "watch", "create", "delete"}},
-		{APIGroups: []string{"apps", "batch"}, Resources: []string{"deployments", "jobs", "jobs/status"}, Verbs: []string{"get", "patch"}},
-		{APIGroups: []string{""}, Resources: []string{"configmaps"}, ResourceNames: []string{"a", "b"}, Verbs: []string{"get"}},
-		{NonResourceURLs: []string{"/healthz"}, Verbs: []string{"get"}},
+	want := []markerRule{
+		{PolicyRule: rbacv1.PolicyRule{APIGroups: []string{""}, Resources: []string{"pods"}, Verbs: []string{"get", "list", "watch", "create", "delete"}}},
+		{PolicyRule: rbacv1.PolicyRule{APIGroups: []string{"apps", "batch"}, Resources: []string{"deployments", "jobs", "jobs/status"}, Verbs: []string{"get", "patch"}}},
+		{PolicyRule: rbacv1.PolicyRule{APIGroups: []string{""}, Resources: []string{"configmaps"}, ResourceNames: []string{"a", "b"}, Verbs: []string{"get"}}},
+		{PolicyRule: rbacv1.PolicyRule{NonResourceURLs: []string{"/healthz"}, Verbs: []string{"get"}}},
+		{PolicyRule: rbacv1.PolicyRule{APIGroups: []string{"coordination.k8s.io"}, Resources: []string{"leases"}, Verbs: []string{"get"}}, namespace: "kubevisor-system"},
 	}
 	if !reflect.DeepEqual(got, want) {
 		t.Errorf("rules:\n got %+v\nwant %+v", got, want)
@@ -41,7 +43,6 @@ var s = "+kubebuilder:rbac:groups=ignored,resources=notacomment,verbs=get"
 
 func TestMarkerRulesRefuses(t *testing.T) {
 	for _, tc := range []struct{ marker, want string }{
-		{"groups=coordination.k8s.io,namespace=kubevisor-system,resources=leases,verbs=get", `"namespace"`},
 		{"groups=apps,resources=deployments,verbs=get,foo=bar", `"foo"`},
 		{"groups=apps,resources,verbs=get", `"resources" is not key=value`},
 	} {
