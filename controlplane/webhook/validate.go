@@ -656,12 +656,21 @@ func ValidateMigrationSpec(spec *v1alpha1.VirtualMachineInstanceMigrationSpec, p
 	return errs
 }
 
-// ValidateVMISpecUpdate rejects any change of a VirtualMachineInstance's spec: as in KubeVirt, a
+// ValidateVMISpecUpdate rejects any change of a VirtualMachineInstance's spec but its
+// terminationGracePeriodSeconds: as in KubeVirt, a
 // VMI's spec is fixed once created (KubeVirt lets only its own components change it, for
 // hot-plug, which Kubevisor does not offer). Metadata (labels, annotations, finalizers) and the
 // status subresource stay writable.
 func ValidateVMISpecUpdate(newSpec, oldSpec *v1alpha1.VirtualMachineInstanceSpec, path *field.Path) field.ErrorList {
-	if apiequality.Semantic.DeepEqual(newSpec, oldSpec) {
+	// terminationGracePeriodSeconds alone may change: a stop with a grace period (vmctl stop
+	// --grace-period, --force) shortens the running VMI's, and the node reads it when it stops
+	// the VM.
+	rest := oldSpec.DeepCopy()
+	rest.TerminationGracePeriodSeconds = newSpec.TerminationGracePeriodSeconds
+	if apiequality.Semantic.DeepEqual(newSpec, rest) {
+		if g := newSpec.TerminationGracePeriodSeconds; g != nil && *g < 0 {
+			return field.ErrorList{field.Invalid(path.Child("terminationGracePeriodSeconds"), *g, "must be 0 or more")}
+		}
 		return nil
 	}
 	return field.ErrorList{field.Forbidden(path, "the spec of a VirtualMachineInstance is immutable after creation")}

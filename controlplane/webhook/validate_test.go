@@ -340,6 +340,15 @@ func TestValidateUpdates(t *testing.T) {
 	changed := validSpec()
 	changed.Domain.Resources.Requests[corev1.ResourceMemory] = resource.MustParse("256Mi")
 	assertErrs(t, ValidateVMISpecUpdate(changed, old, field.NewPath("spec")), "spec", "immutable")
+	shorter := validSpec()
+	shorter.TerminationGracePeriodSeconds = ptr.To[int64](0)
+	assertErrs(t, ValidateVMISpecUpdate(shorter, old, field.NewPath("spec")), "", "")
+	negative := validSpec()
+	negative.TerminationGracePeriodSeconds = ptr.To[int64](-1)
+	assertErrs(t, ValidateVMISpecUpdate(negative, old, field.NewPath("spec")), "spec.terminationGracePeriodSeconds", "0 or more")
+	both := shorter.DeepCopy()
+	both.Domain.Resources.Requests[corev1.ResourceMemory] = resource.MustParse("256Mi")
+	assertErrs(t, ValidateVMISpecUpdate(both, old, field.NewPath("spec")), "spec", "immutable")
 
 	m := &v1alpha1.VirtualMachineInstanceMigrationSpec{VMIName: "a"}
 	assertErrs(t, ValidateMigrationSpecUpdate(&v1alpha1.VirtualMachineInstanceMigrationSpec{VMIName: "a"}, m, field.NewPath("spec")), "", "")
