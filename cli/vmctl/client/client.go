@@ -49,7 +49,10 @@ func New(cfg *rest.Config, namespace string) (*Client, error) {
 	if err != nil {
 		return nil, fmt.Errorf("build rest client: %w", err)
 	}
-	core, err := kubernetes.NewForConfig(cfg)
+	// JSON rather than protobuf: a CLI sends few objects, and JSON bodies are readable in -v logs.
+	cc := rest.CopyConfig(cfg)
+	cc.ContentType = "application/json"
+	core, err := kubernetes.NewForConfig(cc)
 	if err != nil {
 		return nil, fmt.Errorf("build clientset: %w", err)
 	}
@@ -85,13 +88,17 @@ func (c *Client) Put(ctx context.Context, resource, name, subresource string, bo
 		}
 		req = req.Body(data)
 	}
-	_, err := req.DoRaw(ctx)
-	return err
+	return req.Do(ctx).Error()
 }
 
 // GetJSON GETs an absolute path and decodes the JSON answer into out.
 func (c *Client) GetJSON(ctx context.Context, absPath string, out any) error {
-	data, err := c.rest.Get().AbsPath(absPath).DoRaw(ctx)
+	res := c.rest.Get().AbsPath(absPath).Do(ctx)
+	// Error, unlike Raw, decodes a metav1.Status answer into the error.
+	if err := res.Error(); err != nil {
+		return err
+	}
+	data, err := res.Raw()
 	if err != nil {
 		return err
 	}
