@@ -81,7 +81,10 @@ func TestConsoleFollowReconnectsWhenTheStreamDrops(t *testing.T) {
 		if n == 1 {
 			// The first run of the VMI ends; the next dial finds it not running once.
 			f.refuse("virtualmachineinstances/vm1/console", metav1.Status{Code: 409, Message: "VMI vm1 is not running"})
-			go func() { time.Sleep(300 * time.Millisecond); f.refuse("virtualmachineinstances/vm1/console", metav1.Status{}) }()
+			go func() {
+				time.Sleep(300 * time.Millisecond)
+				f.refuse("virtualmachineinstances/vm1/console", metav1.Status{})
+			}()
 			return
 		}
 		echo(c)
