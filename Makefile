@@ -227,3 +227,15 @@ verify: generate ## Fail when generated files are stale, go.mod is not tidy, cod
 .PHONY: clean
 clean: ## Remove build output (keeps the Kubernetes binaries in _output/k8s, which take minutes to rebuild).
 	rm -rf $(BIN) $(filter-out $(OUT)/k8s,$(wildcard $(OUT)/*))
+
+##@ vmctl
+
+.PHONY: vmctl
+build: $(BIN)/kubectl-vm
+vmctl: $(BIN)/kubectl-vm ## Build bin/vmctl, and bin/kubectl-vm: the same binary as the kubectl plugin "kubectl vm".
+	$(GO) build -o $(BIN)/vmctl ./cmd/vmctl
+
+# kubectl-vm is a link to vmctl, which then names itself "kubectl vm"; make build builds vmctl with ./cmd/...
+$(BIN)/kubectl-vm:
+	@mkdir -p $(BIN)
+	ln -sf vmctl $@
