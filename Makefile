@@ -145,9 +145,10 @@ local-cluster: $(CLUSTER_DEPS)
 e2e: deps-runtime deps-tools $(E2E_CLUSTER) ## Cluster conformance suite (conformance/e2e, Ginkgo) against E2E_KUBECONFIG (default: the local cluster, brought up when not running); JUnit report in _output/e2e-junit.xml.
 	@mkdir -p $(BIN) $(OUT)/images
 	CGO_ENABLED=0 $(GO) build -o $(BIN)/e2e-httpget ./conformance/e2e/httpget
+	$(GO) build -o $(BIN)/vmctl ./cmd/vmctl
 	$(GO) run ./hack/images --out $(OUT)/images -name e2e-httpget -bins $(BIN)/e2e-httpget custom
 	@if [ -S /run/kubevisor-cluster/containerd/containerd.sock ]; then hack/cluster/load-images.sh $(OUT)/images/e2e-httpget.tar; fi
-	$(GO) test -tags e2e -count=1 -timeout 60m ./conformance/e2e -args -kubeconfig $(E2E_KUBECONFIG) \
+	$(GO) test -tags e2e -count=1 -timeout 60m ./conformance/e2e -args -kubeconfig $(E2E_KUBECONFIG) -vmctl $(BIN)/vmctl \
 	    -ginkgo.label-filter '$(E2E_LABELS)' -ginkgo.junit-report $(OUT)/e2e-junit.xml -ginkgo.v
 
 # deps-qemu: the pause image comes from hack/images, which also copies the host's QEMU into the
