@@ -113,6 +113,12 @@ bench-e2e: deps-net $(E2E_CLUSTER) ## 20 VMIs at once on the local cluster (brou
 	$(GO) build -o $(BIN)/kubevisor-bench ./cmd/kubevisor-bench
 	$(BIN)/kubevisor-bench e2e --kubeconfig $(E2E_KUBECONFIG) --vmis 20
 
+.PHONY: bench-console
+bench-console: deps-net $(E2E_CLUSTER) ## One VMI on the local cluster (brought up when not running): keystroke-to-echo p50/p99 on its serial console through the API server (vmctl's path) and straight to the node handler, their ratio, and vnc open to first frame. Run on the node as root.
+	@mkdir -p $(BIN)
+	$(GO) build -o $(BIN)/kubevisor-bench ./cmd/kubevisor-bench
+	$(BIN)/kubevisor-bench console-latency --kubeconfig $(E2E_KUBECONFIG)
+
 .PHONY: bench
 bench: deps-qemu deps-net cni-plugins ## Run the benchmarks and print their figures (plugin round trip and start; network setup, teardown, throughput).
 	$(GO) test -run '^$$' -bench PluginRoundTrip -benchtime 5000x ./core/plugin/...
