@@ -338,10 +338,8 @@ var _ = Describe("Subresource API", Label("Conformance"), func() {
 		var sv subv1.ServerVersion
 		Expect(json.Unmarshal([]byte(raw), &sv)).To(Succeed(), raw)
 		Expect(sv.GitVersion).NotTo(BeEmpty(), raw)
-		if _, err := exec.LookPath(Cfg.Vmctl); err == nil {
-			Expect(f.VmctlOK(ctx, "version")).To(ContainSubstring(sv.GitVersion))
-		} else {
-			Fail(fmt.Sprintf("vmctl binary %q (make e2e builds bin/vmctl; pass -vmctl): %v", Cfg.Vmctl, err))
-		}
+		_, err = exec.LookPath(Cfg.Vmctl)
+		Expect(err).NotTo(HaveOccurred(), "vmctl binary %q (make e2e builds bin/vmctl; pass -vmctl)", Cfg.Vmctl)
+		Expect(f.VmctlOK(ctx, "version")).To(ContainSubstring(sv.GitVersion))
 	})
 })
