@@ -113,6 +113,12 @@ bench-e2e: deps-net $(E2E_CLUSTER) ## 20 VMIs at once on the local cluster (brou
 	$(GO) build -o $(BIN)/kubevisor-bench ./cmd/kubevisor-bench
 	$(BIN)/kubevisor-bench e2e --kubeconfig $(E2E_KUBECONFIG) --vmis 20
 
+.PHONY: bench-console
+bench-console: deps-net $(E2E_CLUSTER) ## One VMI on the local cluster (brought up when not running): keystroke-to-echo p50/p99 on its serial console through the API server (vmctl's path) and straight to the node handler, their ratio, and vnc open to first frame. Run on the node as root.
+	@mkdir -p $(BIN)
+	$(GO) build -o $(BIN)/kubevisor-bench ./cmd/kubevisor-bench
+	$(BIN)/kubevisor-bench console-latency --kubeconfig $(E2E_KUBECONFIG)
+
 .PHONY: bench
 bench: deps-qemu deps-net cni-plugins ## Run the benchmarks and print their figures (plugin round trip and start; network setup, teardown, throughput).
 	$(GO) test -run '^$$' -bench PluginRoundTrip -benchtime 5000x ./core/plugin/...
@@ -145,9 +151,10 @@ local-cluster: $(CLUSTER_DEPS)
 e2e: deps-runtime deps-tools $(E2E_CLUSTER) ## Cluster conformance suite (conformance/e2e, Ginkgo) against E2E_KUBECONFIG (default: the local cluster, brought up when not running); JUnit report in _output/e2e-junit.xml.
 	@mkdir -p $(BIN) $(OUT)/images
 	CGO_ENABLED=0 $(GO) build -o $(BIN)/e2e-httpget ./conformance/e2e/httpget
+	$(GO) build -o $(BIN)/vmctl ./cmd/vmctl
 	$(GO) run ./hack/images --out $(OUT)/images -name e2e-httpget -bins $(BIN)/e2e-httpget custom
 	@if [ -S /run/kubevisor-cluster/containerd/containerd.sock ]; then hack/cluster/load-images.sh $(OUT)/images/e2e-httpget.tar; fi
-	$(GO) test -tags e2e -count=1 -timeout 60m ./conformance/e2e -args -kubeconfig $(E2E_KUBECONFIG) \
+	$(GO) test -tags e2e -count=1 -timeout 60m ./conformance/e2e -args -kubeconfig $(E2E_KUBECONFIG) -vmctl $(BIN)/vmctl \
 	    -ginkgo.label-filter '$(E2E_LABELS)' -ginkgo.junit-report $(OUT)/e2e-junit.xml -ginkgo.v
 
 # deps-qemu: the pause image comes from hack/images, which also copies the host's QEMU into the

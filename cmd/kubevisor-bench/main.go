@@ -20,8 +20,14 @@
 //
 // creates VMIs of the test guest at once on a cluster where Kubevisor is installed, from its
 // node, and prints the P50/P95 of creation to Running and to the console marker, the memory per
-// VM on the node beyond QEMU, and the API requests per VMI counted by the API server. See
-// package hack/bench.
+// VM on the node beyond QEMU, and the API requests per VMI counted by the API server;
+//
+//	kubevisor-bench console-latency [--kubeconfig FILE] [--chars N] [--vnc-runs N] [--cert-dir DIR]
+//
+// boots one VMI there and prints the p50/p99 of keystroke to echo on its serial console through
+// the API server (vmctl console's path) and straight to the node handler's stream endpoint, their
+// ratio, and the time from opening vnc to the first FramebufferUpdate on both paths. See package
+// hack/bench.
 package main
 
 import (

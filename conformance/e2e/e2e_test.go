@@ -14,13 +14,14 @@ import (
 func init() {
 	flag.StringVar(&Cfg.Kubeconfig, "kubeconfig", os.Getenv("KUBECONFIG"), "kubeconfig of the cluster under test")
 	flag.StringVar(&Cfg.Kubectl, "kubectl", Cfg.Kubectl, "kubectl binary")
+	flag.StringVar(&Cfg.Vmctl, "vmctl", Cfg.Vmctl, "vmctl binary (make e2e builds bin/vmctl)")
 	flag.StringVar(&Cfg.GuestImage, "guest-image", Cfg.GuestImage, "the test guest's containerDisk image")
 	flag.StringVar(&Cfg.ClientImage, "client-image", Cfg.ClientImage, "image with /usr/local/bin/e2e-httpget, for requests from a pod")
 	flag.DurationVar(&Cfg.BootTimeout, "boot-timeout", Cfg.BootTimeout, "creation to Running")
 }
 
 // TestE2E runs the cluster conformance suite: go test -tags e2e ./conformance/e2e -args
-// -kubeconfig FILE [-ginkgo.label-filter Conformance] [-ginkgo.junit-report FILE].
+// -kubeconfig FILE [-vmctl BIN] [-ginkgo.label-filter Conformance] [-ginkgo.junit-report FILE].
 func TestE2E(t *testing.T) {
 	RegisterFailHandler(Fail)
 	RunSpecs(t, "Kubevisor cluster conformance")

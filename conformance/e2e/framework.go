@@ -39,6 +39,8 @@ type Config struct {
 	Kubeconfig string
 	// Kubectl is the kubectl binary the specs drive the cluster with, as a user would.
 	Kubectl string
+	// Vmctl is the vmctl binary the subresource specs drive (make e2e builds bin/vmctl).
+	Vmctl string
 	// GuestImage is the test guest's containerDisk image (make guest; hack/guest).
 	GuestImage string
 	// ClientImage holds the e2e-httpget program (conformance/e2e/httpget) in /usr/local/bin,
@@ -51,6 +53,7 @@ type Config struct {
 // Cfg is the suite's configuration.
 var Cfg = Config{
 	Kubectl:     "kubectl",
+	Vmctl:       "vmctl",
 	GuestImage:  guest.DefaultImage,
 	ClientImage: "kubevisor/e2e-httpget:dev",
 	BootTimeout: 5 * time.Minute,

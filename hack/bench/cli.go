@@ -24,7 +24,7 @@ const (
 	ExitUsage = 2
 )
 
-const usage = `usage: kubevisor-bench boot|memory|controlplane|e2e [flags]
+const usage = `usage: kubevisor-bench boot|memory|controlplane|e2e|console-latency [flags]
 
 boot times the test guest (make guest) from start to its console marker, with raw
 qemu-system-x86_64 running the command line the qmp driver builds (less -S), and with the same
@@ -47,6 +47,12 @@ e2e creates 20 VMIs of the test guest at once on a cluster where Kubevisor is in
 from one of its nodes, and prints the P50/P95 of creation to Running and to the console marker,
 the memory per VM on the node beyond QEMU, and the API requests per VMI counted by the API
 server. "kubevisor-bench e2e -h" lists its flags.
+
+console-latency boots one VMI of the test guest on such a cluster, from one of its nodes as root,
+and prints the p50/p99 of keystroke to echo on its serial console through the API server (as
+vmctl console) and straight to the node handler's stream endpoint (the baseline), their ratio,
+and the time from opening vnc to the first FramebufferUpdate on both paths.
+"kubevisor-bench console-latency -h" lists its flags.
 `
 
 const memoryUsage = `usage: kubevisor-bench memory [flags]
@@ -92,6 +98,8 @@ func Run(args []string, stdout, stderr io.Writer) int {
 		return runControlPlane(args[1:], stdout, stderr)
 	case "e2e":
 		return runE2E(args[1:], stdout, stderr)
+	case "console-latency":
+		return runConsole(args[1:], stdout, stderr)
 	default:
 		fmt.Fprintf(stderr, "kubevisor-bench: unknown command %q\n%s", args[0], usage)
 		return ExitUsage
