@@ -124,7 +124,7 @@ func (s *Server) guestOSInfo(w http.ResponseWriter, r *http.Request, v vmiReques
 		writeError(w, err)
 		return
 	}
-	info.APIVersion, info.Kind = subv1.GroupName+"/v1alpha1", "GuestOSInfo"
+	info.APIVersion, info.Kind = subv1.GroupVersion.String(), "GuestOSInfo"
 	w.Header().Set("Content-Type", "application/json")
 	_ = json.NewEncoder(w).Encode(info)
 }
