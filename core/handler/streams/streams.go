@@ -2,6 +2,10 @@
 // on nodeapi.Port, serving the consoles, displays and port forwards of the VMIs this handler
 // runs as WebSockets (core/wsstream), and their actions (pause, unpause, reset, softreboot) and
 // guestosinfo, for kubevisor-api alone.
+//
+// A VMI has one interactive console session at a time: a new console stream of the VMI takes
+// over, and the one before gets TakeOverMessage and is closed (docs/console.md). VNC and port
+// forward streams are independent of one another.
 package streams
 
 import (
