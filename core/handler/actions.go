@@ -3,6 +3,8 @@ package handler
 import (
 	"context"
 	"fmt"
+	"slices"
+	"strings"
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -125,17 +127,21 @@ func (h *Handler) startedVM(uid types.UID) (*entry, driver.Hypervisor, error) {
 	return e, hv, nil
 }
 
-// vmIn returns nil when the VM of VMI uid is in state want, FailedPrecondition naming its state
-// otherwise.
-func (h *Handler) vmIn(ctx context.Context, hv driver.Hypervisor, uid types.UID, want hypervisorv1.State) error {
+// vmIn returns nil when the VM of VMI uid is in one of the states want, FailedPrecondition
+// naming its state otherwise.
+func (h *Handler) vmIn(ctx context.Context, hv driver.Hypervisor, uid types.UID, want ...hypervisorv1.State) error {
 	vs, err := hv.Status(ctx, string(uid))
 	if err != nil {
 		return fmt.Errorf("VM status: %w", err)
 	}
-	if vs.GetState() != want {
-		return status.Errorf(codes.FailedPrecondition, "the VMI's VM is %s, not %s", driver.StateWord(vs.GetState()), driver.StateWord(want))
+	if slices.Contains(want, vs.GetState()) {
+		return nil
 	}
-	return nil
+	words := make([]string, len(want))
+	for i, w := range want {
+		words[i] = driver.StateWord(w)
+	}
+	return status.Errorf(codes.FailedPrecondition, "the VMI's VM is %s, not %s", driver.StateWord(vs.GetState()), strings.Join(words, " or "))
 }
 
 // unoffered is the Unimplemented error of an ability that the loaded hypervisor driver (the

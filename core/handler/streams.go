@@ -7,6 +7,7 @@ import (
 	"net/netip"
 	"strconv"
 	"strings"
+	"time"
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -50,26 +51,30 @@ const (
 // CheckStream says whether a stream of kind (StreamConsole, StreamVNC, StreamPortForward) can be
 // opened to VMI uid now, so that the endpoint answers with an HTTP error before it upgrades the
 // connection: NotFound, Unimplemented when the driver does not declare the ability,
-// FailedPrecondition when the VM is not running.
+// FailedPrecondition when the VM is not running. A paused VM's console and display can be
+// opened (they show the guest once it is unpaused); a port forward to it cannot (nothing would
+// answer the connection).
 func (h *Handler) CheckStream(ctx context.Context, uid types.UID, kind string) error {
 	_, hv, err := h.startedVM(uid)
 	if err != nil {
 		return err
 	}
+	running, paused := hypervisorv1.State_STATE_RUNNING, hypervisorv1.State_STATE_PAUSED
 	switch kind {
 	case StreamConsole:
 		if _, ok := driver.Optional[driver.Consoler](ctx, hv); !ok {
 			return h.unoffered("a serial console (it does not declare FEATURE_HYPERVISOR_CONSOLE)")
 		}
+		return h.vmIn(ctx, hv, uid, running, paused)
 	case StreamVNC:
 		if _, ok := driver.Optional[driver.Displayer](ctx, hv); !ok {
 			return h.unoffered("a VNC display")
 		}
+		return h.vmIn(ctx, hv, uid, running, paused)
 	case StreamPortForward:
-	default:
-		return status.Errorf(codes.InvalidArgument, "no stream %q", kind)
+		return h.vmIn(ctx, hv, uid, running)
 	}
-	return h.vmIn(ctx, hv, uid, hypervisorv1.State_STATE_RUNNING)
+	return status.Errorf(codes.InvalidArgument, "no stream %q", kind)
 }
 
 // Display copies VMI uid's display, an RFB session, to out and in to it (driver.Displayer),
@@ -108,12 +113,18 @@ func (h *Handler) DialGuest(ctx context.Context, uid types.UID, port int) (net.C
 		return nil, status.Error(codes.FailedPrecondition, "the VMI's guest has no address: its network driver reported none")
 	}
 	target := net.JoinHostPort(addr.String(), strconv.Itoa(port))
-	conn, err := nsdial.Dial(ctx, st.Sandbox.NetNSPath, "tcp", target)
+	dctx, cancel := context.WithTimeout(ctx, dialTimeout)
+	defer cancel()
+	conn, err := nsdial.Dial(dctx, st.Sandbox.NetNSPath, "tcp", target)
 	if err != nil {
 		return nil, status.Errorf(codes.Unavailable, "dial guest %s: %v", target, err)
 	}
 	return conn, nil
 }
+
+// dialTimeout bounds DialGuest's connection attempt: a guest that drops the connection (a
+// firewall, a network not up yet) is an error, not a hang.
+const dialTimeout = 10 * time.Second
 
 // GuestAddress is the address at which a guest is reached from inside its sandbox namespace:
 // the first IPv4 address among the interfaces' ip_addresses (the guest's own: 10.0.2.2 behind

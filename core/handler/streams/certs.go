@@ -97,6 +97,9 @@ func tlsConfig(s *certStore, clientName string) *tls.Config {
 				ClientCAs:        pool,
 				VerifyConnection: verifyCN,
 				NextProtos:       []string{"http/1.1"},
+				// Every connection is verified against the current CA bundle: no resumption
+				// of a session made under an earlier one.
+				SessionTicketsDisabled: true,
 			}, nil
 		},
 	}

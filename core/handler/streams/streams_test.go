@@ -454,3 +454,23 @@ func TestDisabledEndpointReturns(t *testing.T) {
 		}
 	}
 }
+
+func TestStoppedVMIIs409(t *testing.T) {
+	b := newFakeBackend(t, "vm1")
+	e := startServer(t, b)
+	if err := b.hv.Kill(context.Background(), "uid-vm1"); err != nil {
+		t.Fatal(err)
+	}
+	for _, sub := range []string{"pause", "unpause", "reset"} {
+		if st := e.status(t, http.MethodPut, nodeapi.VMIPath("default", "vm1", sub)); st.Code != http.StatusConflict || st.Reason != metav1.StatusReasonConflict {
+			t.Errorf("PUT %s of a stopped VMI: %d %s %q, want 409 Conflict", sub, st.Code, st.Reason, st.Message)
+		}
+	}
+	for _, sub := range []string{"console", "vnc", "portforward/22"} {
+		_, err := e.dial(t, nodeapi.VMIPath("default", "vm1", sub))
+		var he *wsstream.HTTPError
+		if !errors.As(err, &he) || he.StatusCode != http.StatusConflict || !strings.Contains(string(he.Body), "stopped") {
+			t.Errorf("%s of a stopped VMI: %v, want 409 saying it is stopped", sub, err)
+		}
+	}
+}
