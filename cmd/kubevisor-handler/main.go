@@ -3,6 +3,7 @@
 // it runs one VMI from a manifest (package core/handler/standalone):
 //
 //	kubevisor-handler serve [--config handler.yaml|DIR] [--plugin-bin-dir DIR] [--node-name NODE] [--kubeconfig FILE]
+//	                        [--stream-addr :8186] [--stream-cert-dir DIR] [--stream-client-name NAME]
 //	kubevisor-handler run -f vmi.yaml [--config handler.yaml]
 package main
 
@@ -25,9 +26,12 @@ import (
 	"github.com/kubevisor/kubevisor/core/handler"
 	"github.com/kubevisor/kubevisor/core/handler/cluster"
 	"github.com/kubevisor/kubevisor/core/handler/standalone"
+	"github.com/kubevisor/kubevisor/core/handler/streams"
+	"github.com/kubevisor/kubevisor/core/nodeapi"
 )
 
 const usage = `usage: kubevisor-handler serve [--config HANDLER.yaml|DIR] [--plugin-bin-dir DIR] [--node-name NODE] [--kubeconfig FILE]
+                         [--stream-addr :8186] [--stream-cert-dir DIR] [--stream-client-name NAME]
        kubevisor-handler run -f VMI.yaml [--config HANDLER.yaml] [--log-level LEVEL]
 
 serve: runs the VMIs scheduled to this node (their launcher pods' sandboxes) through the
@@ -37,6 +41,9 @@ configuration (or $KUBECONFIG) is used. --config may name a directory: its .yaml
 are merged in name order (the install manifests' base and one file per driver).
 --plugin-bin-dir offers the configured drivers' kubevisor-driver-<name> binaries in DIR (the
 handler image's /usr/local/bin), besides the plugin directory's manifests.
+--stream-addr serves kubevisor-api the VMIs' consoles, VNC displays, port forwards and
+actions over HTTPS with mutual TLS (0 disables), with the certificates in --stream-cert-dir
+(tls.crt, tls.key, ca.crt); until they exist the port is not served, and the VMIs run anyway.
 
 run: runs one VirtualMachineInstance
 on this machine without a cluster: a network namespace on the
@@ -111,6 +118,9 @@ func serve(args []string) {
 	hostDir := fs.String("host-state-dir", cluster.DefaultHostStateDir, "directory of the launcher pods' per-VMI directories on the node")
 	metricsAddr := fs.String("metrics-addr", "0", "listen address of /metrics (plain HTTP; 0 disables)")
 	healthAddr := fs.String("health-addr", ":8081", "listen address of /healthz and /readyz (0 disables)")
+	streamAddr := fs.String("stream-addr", streams.DefaultAddr, "listen address of the stream endpoint for kubevisor-api (HTTPS, mutual TLS; 0 disables)")
+	streamCertDir := fs.String("stream-cert-dir", "/etc/kubevisor/handler-certs", "directory of the stream endpoint's tls.crt, tls.key and client CA ca.crt (the Secret "+nodeapi.HandlerCertSecret+"), read again when they change; the endpoint waits for them")
+	streamClient := fs.String("stream-client-name", nodeapi.ClientName, "the only client certificate common name the stream endpoint accepts")
 	logLevel := fs.String("log-level", "info", "log level: trace, debug, info, warn, error")
 	_ = fs.Parse(args)
 	fail := func(code int, err error) {
@@ -144,6 +154,7 @@ func serve(args []string) {
 	ctrl.SetLogger(log)
 	err = cluster.Serve(ctrl.SetupSignalHandler(), cluster.ServeConfig{
 		Rest: rc, Handler: cfg, PluginBinDir: *pluginBinDir, Agent: cluster.AgentConfig{NodeName: *nodeName, HostStateDir: *hostDir},
+		Streams:     streams.Config{Addr: *streamAddr, CertDir: *streamCertDir, ClientName: *streamClient},
 		MetricsAddr: *metricsAddr, HealthAddr: *healthAddr, Logger: logger, Log: log,
 	})
 	if err != nil {

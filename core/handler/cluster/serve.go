@@ -20,6 +20,7 @@ import (
 
 	"github.com/kubevisor/kubevisor/core/api/v1alpha1"
 	"github.com/kubevisor/kubevisor/core/handler"
+	"github.com/kubevisor/kubevisor/core/handler/streams"
 	"github.com/kubevisor/kubevisor/core/plugin"
 )
 
@@ -37,6 +38,10 @@ type ServeConfig struct {
 	PluginBinDir string
 	// Agent configures the VMI agent; its NodeName defaults to Handler.NodeName.
 	Agent AgentConfig
+	// Streams configures the stream endpoint of kubevisor-api (core/nodeapi): consoles, VNC,
+	// port forwards and actions of the node's VMIs over mutual TLS. Disabled when its Addr is
+	// empty or "0".
+	Streams streams.Config
 	// MetricsAddr and HealthAddr are the listen addresses of /metrics and /healthz, /readyz
 	// ("0" disables).
 	MetricsAddr, HealthAddr string
@@ -48,7 +53,8 @@ type ServeConfig struct {
 }
 
 // Serve runs the node handler against the API server until ctx ends: the agent syncs the
-// node's VMIs and the labeler publishes the drivers' capabilities on the Node. The running VMs
+// node's VMIs, the labeler publishes the drivers' capabilities on the Node, and the stream
+// endpoint (Streams) serves kubevisor-api. The running VMs
 // are left to run when it returns (a restarted handler re-adopts them).
 func Serve(ctx context.Context, c ServeConfig) (err error) {
 	if c.Agent.NodeName == "" {
@@ -94,6 +100,14 @@ func Serve(ctx context.Context, c ServeConfig) (err error) {
 	cs, err := kubernetes.NewForConfig(c.Rest)
 	if err != nil {
 		return err
+	}
+	if c.Streams.Enabled() {
+		if c.Streams.Logger == nil && c.Logger != nil {
+			c.Streams.Logger = c.Logger.Named("streams")
+		}
+		if err := mgr.Add(runnable(streams.New(c.Streams, h).Run)); err != nil {
+			return err
+		}
 	}
 	labeler := &NodeLabeler{Client: cs, Node: c.Agent.NodeName, Source: h, Log: c.Logger.Named("labels")}
 	if err := mgr.Add(runnable(labeler.Run)); err != nil {
