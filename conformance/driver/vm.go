@@ -179,6 +179,7 @@ func (g Guest) withDefaults() Guest {
 //	Kill
 //	Pause/StopsGuest                    (FEATURE_HYPERVISOR_PAUSE)
 //	Reboot/SecondBoot                   (FEATURE_HYPERVISOR_REBOOT)
+//	Display/RFBSessions                 (FEATURE_HYPERVISOR_DISPLAY)
 //	Recover/AfterDriverKilled           (FEATURE_HYPERVISOR_RECOVER, and WithDriverKill)
 //	Storage/NotAnImage                  (volume type containerDisk)
 //
@@ -251,6 +252,9 @@ func VM(t T, hv HypervisorFactory, st StorageFactory, g Guest, opts ...Option) {
 	})
 	t.Run("Reboot", func(t T) {
 		t.Run("SecondBoot", s.checkRebootSecondBoot)
+	})
+	t.Run("Display", func(t T) {
+		t.Run("RFBSessions", s.checkDisplayRFBSessions)
 	})
 	t.Run("Recover", func(t T) {
 		t.Run("AfterDriverKilled", s.checkRecoverAfterDriverKilled)
@@ -490,6 +494,12 @@ func shortTempDir(t T) string {
 // released, when the check ends.
 func (s *vmSuite) boot(t T, seed string) *guestVM {
 	t.Helper()
+	return s.bootWith(t, seed, nil)
+}
+
+// bootWith is boot with edit applied to the domain spec before Create.
+func (s *vmSuite) bootWith(t T, seed string, edit func(*domainv1.DomainSpec)) *guestVM {
+	t.Helper()
 	hv, hvCaps := s.hypervisor(t)
 	requireFeature(t, hvCaps, basev1.Feature_FEATURE_HYPERVISOR_CONSOLE)
 	c := optional[driver.Consoler](t, hv, basev1.Feature_FEATURE_HYPERVISOR_CONSOLE)
@@ -524,6 +534,9 @@ func (s *vmSuite) boot(t T, seed string) *guestVM {
 		DiskBus: s.opts.DiskBus, CDROMBus: s.opts.CDROMBus,
 	}, disks)
 	spec.Sandbox = vm.launcher.sandbox
+	if edit != nil {
+		edit(spec)
+	}
 	handle, err := hv.Create(s.ctx(t), spec)
 	if err != nil {
 		t.Fatalf("Create of a VM with the guest: %s", describe(err))

@@ -81,7 +81,7 @@ var knownFailures = map[string]string{}
 // vmChecks are the names of every VM check.
 var vmChecks = []string{
 	"Boot/ConsoleMarker", "CloudInit/UserDataReachesGuest", "CloudInit/ConfigDrive",
-	"Shutdown/GracefulWithinTimeout", "Kill", "Pause/StopsGuest", "Reboot/SecondBoot",
+	"Shutdown/GracefulWithinTimeout", "Kill", "Pause/StopsGuest", "Reboot/SecondBoot", "Display/RFBSessions",
 	"Recover/AfterDriverKilled", "Storage/NotAnImage",
 }
 
@@ -276,6 +276,7 @@ func TestVMUndeclaredAreSkipped(t *testing.T) {
 			"Kill":                           conformance.StatusSkip,
 			"Pause/StopsGuest":               conformance.StatusSkip,
 			"Reboot/SecondBoot":              conformance.StatusSkip,
+			"Display/RFBSessions":            conformance.StatusSkip,
 			"Recover/AfterDriverKilled":      conformance.StatusSkip,
 			"Storage/NotAnImage":             conformance.StatusSkip,
 		}, map[string]string{
@@ -284,6 +285,7 @@ func TestVMUndeclaredAreSkipped(t *testing.T) {
 			"Kill":                           console,
 			"Pause/StopsGuest":               "FEATURE_HYPERVISOR_PAUSE",
 			"Reboot/SecondBoot":              "FEATURE_HYPERVISOR_REBOOT",
+			"Display/RFBSessions":            "FEATURE_HYPERVISOR_DISPLAY",
 			"Recover/AfterDriverKilled":      "FEATURE_HYPERVISOR_RECOVER",
 			"Storage/NotAnImage":             "storage driver does not declare volume type containerDisk",
 		})

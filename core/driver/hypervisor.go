@@ -118,12 +118,35 @@ func (s *hypervisorServer) Console(stream grpc.BidiStreamingServer[hypervisorv1.
 	if !ok {
 		return unimplemented("console")
 	}
-	first, err := stream.Recv()
+	return serveBytes(stream.Context(), "console", stream.Recv,
+		func(p []byte) error { return stream.Send(&hypervisorv1.ConsoleOutput{Data: p}) }, c.Console)
+}
+
+func (s *hypervisorServer) Display(stream grpc.BidiStreamingServer[hypervisorv1.DisplayInput, hypervisorv1.DisplayOutput]) error {
+	d, ok := s.impl.(Displayer)
+	if !ok {
+		return unimplemented("display")
+	}
+	return serveBytes(stream.Context(), "display", stream.Recv,
+		func(p []byte) error { return stream.Send(&hypervisorv1.DisplayOutput{Data: p}) }, d.Display)
+}
+
+// byteInput is the first and later messages of a byte stream (ConsoleInput, DisplayInput).
+type byteInput interface {
+	GetId() string
+	GetData() []byte
+}
+
+// serveBytes runs a byte-stream RPC on the driver's side: the first message names the VM, the
+// data of every message is copied into run's in, and what run writes to out is sent.
+func serveBytes[In byteInput](ctx context.Context, what string, recv func() (In, error), send func([]byte) error,
+	run func(ctx context.Context, id string, in io.Reader, out io.Writer) error) error {
+	first, err := recv()
 	if err != nil {
 		return err
 	}
 	if first.GetId() == "" {
-		return status.Error(codes.InvalidArgument, "id: required in the first console message")
+		return status.Errorf(codes.InvalidArgument, "id: required in the first %s message", what)
 	}
 	in, inW := io.Pipe()
 	go func() {
@@ -133,7 +156,7 @@ func (s *hypervisorServer) Console(stream grpc.BidiStreamingServer[hypervisorv1.
 			}
 		}
 		for {
-			msg, err := stream.Recv()
+			msg, err := recv()
 			if err != nil {
 				inW.CloseWithError(io.EOF)
 				return
@@ -144,9 +167,9 @@ func (s *hypervisorServer) Console(stream grpc.BidiStreamingServer[hypervisorv1.
 		}
 	}()
 	defer in.Close()
-	return c.Console(stream.Context(), first.GetId(), in, writerFunc(func(p []byte) (int, error) {
+	return run(ctx, first.GetId(), in, writerFunc(func(p []byte) (int, error) {
 		// The stream keeps a reference to what it sends until it is sent; copy.
-		if err := stream.Send(&hypervisorv1.ConsoleOutput{Data: append([]byte(nil), p...)}); err != nil {
+		if err := send(append([]byte(nil), p...)); err != nil {
 			return 0, err
 		}
 		return len(p), nil
@@ -170,6 +193,7 @@ var (
 	_ Pauser    = hvPauser{}
 	_ Rebooter  = hvRebooter{}
 	_ Consoler  = hvConsoler{}
+	_ Displayer = hvDisplayer{}
 	_ Recoverer = hvRecoverer{}
 	_ Migrator  = hvMigrator{}
 )
@@ -188,6 +212,8 @@ func (c *HypervisorClient) optional(f basev1.Feature) any {
 		return hvRebooter{c}
 	case basev1.Feature_FEATURE_HYPERVISOR_CONSOLE:
 		return hvConsoler{c}
+	case basev1.Feature_FEATURE_HYPERVISOR_DISPLAY:
+		return hvDisplayer{c}
 	case basev1.Feature_FEATURE_HYPERVISOR_RECOVER:
 		return hvRecoverer{c}
 	case basev1.Feature_FEATURE_HYPERVISOR_MIGRATE:
@@ -255,6 +281,7 @@ type (
 	hvPauser    struct{ c *HypervisorClient }
 	hvRebooter  struct{ c *HypervisorClient }
 	hvConsoler  struct{ c *HypervisorClient }
+	hvDisplayer struct{ c *HypervisorClient }
 	hvRecoverer struct{ c *HypervisorClient }
 	hvMigrator  struct{ c *HypervisorClient }
 )
@@ -297,14 +324,38 @@ func (m hvMigrator) Migrate(ctx context.Context, req *hypervisorv1.MigrateReques
 // Console implements Consoler. It returns when ctx is done, the VM's console closes, or in
 // ends (after which output still in flight is dropped).
 func (cs hvConsoler) Console(ctx context.Context, id string, in io.Reader, out io.Writer) error {
-	c := cs.c
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	stream, err := c.hv.Console(ctx)
+	stream, err := cs.c.hv.Console(ctx)
 	if err != nil {
 		return err
 	}
-	if err := stream.Send(&hypervisorv1.ConsoleInput{Id: id}); err != nil {
+	return callBytes(ctx, id, in, out,
+		func(id string, p []byte) error { return stream.Send(&hypervisorv1.ConsoleInput{Id: id, Data: p}) },
+		stream.CloseSend,
+		func() ([]byte, error) { m, err := stream.Recv(); return m.GetData(), err })
+}
+
+// Display implements Displayer, as Console does for the console.
+func (d hvDisplayer) Display(ctx context.Context, id string, in io.Reader, out io.Writer) error {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	stream, err := d.c.hv.Display(ctx)
+	if err != nil {
+		return err
+	}
+	return callBytes(ctx, id, in, out,
+		func(id string, p []byte) error { return stream.Send(&hypervisorv1.DisplayInput{Id: id, Data: p}) },
+		stream.CloseSend,
+		func() ([]byte, error) { m, err := stream.Recv(); return m.GetData(), err })
+}
+
+// callBytes runs a byte-stream RPC on the host's side: the first message names the VM, in is
+// sent as it comes (CloseSend when it ends), and what arrives is written to out until the
+// stream ends; the end of ctx or of the stream is not an error.
+func callBytes(ctx context.Context, id string, in io.Reader, out io.Writer,
+	send func(id string, p []byte) error, closeSend func() error, recv func() ([]byte, error)) error {
+	if err := send(id, nil); err != nil {
 		return err
 	}
 	if in != nil {
@@ -313,26 +364,26 @@ func (cs hvConsoler) Console(ctx context.Context, id string, in io.Reader, out i
 			for {
 				n, err := in.Read(buf)
 				if n > 0 {
-					if stream.Send(&hypervisorv1.ConsoleInput{Data: append([]byte(nil), buf[:n]...)}) != nil {
+					if send("", append([]byte(nil), buf[:n]...)) != nil {
 						return
 					}
 				}
 				if err != nil {
-					_ = stream.CloseSend()
+					_ = closeSend()
 					return
 				}
 			}
 		}()
 	}
 	for {
-		msg, err := stream.Recv()
+		data, err := recv()
 		if err != nil {
 			if ctx.Err() != nil || isEOF(err) || status.Code(err) == codes.Canceled {
 				return nil
 			}
 			return err
 		}
-		if _, err := out.Write(msg.GetData()); err != nil {
+		if _, err := out.Write(data); err != nil {
 			return err
 		}
 	}

@@ -42,6 +42,10 @@ const (
 	HandlerCertSecret = "kubevisor-handler-certs"
 	// Prefix starts every path.
 	Prefix = "/v1alpha1"
+	// ConsoleTakenOver is the last output of a console session that another session of the
+	// same VMI took over: one interactive console per VMI, the newest wins, and the old one is
+	// closed after this line (a client that follows the console stops following on it).
+	ConsoleTakenOver = "\r\n[kubevisor: console taken over by another session]\r\n"
 )
 
 // VMIPath is the path of a VMI's subresource on the handler: VMIPath("ns", "vm1", "portforward",

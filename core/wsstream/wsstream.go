@@ -212,8 +212,10 @@ func (c *conn) Close() error {
 	return err
 }
 
-func (c *conn) LocalAddr() net.Addr                { return c.ws.LocalAddr() }
-func (c *conn) RemoteAddr() net.Addr               { return c.ws.RemoteAddr() }
-func (c *conn) SetDeadline(t time.Time) error      { return errors.Join(c.SetReadDeadline(t), c.SetWriteDeadline(t)) }
+func (c *conn) LocalAddr() net.Addr  { return c.ws.LocalAddr() }
+func (c *conn) RemoteAddr() net.Addr { return c.ws.RemoteAddr() }
+func (c *conn) SetDeadline(t time.Time) error {
+	return errors.Join(c.SetReadDeadline(t), c.SetWriteDeadline(t))
+}
 func (c *conn) SetReadDeadline(t time.Time) error  { return c.ws.SetReadDeadline(t) }
 func (c *conn) SetWriteDeadline(t time.Time) error { return c.ws.SetWriteDeadline(t) }

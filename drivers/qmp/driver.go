@@ -130,6 +130,7 @@ func (d *Driver) Capabilities(context.Context) (*basev1.Capabilities, error) {
 			basev1.Feature_FEATURE_HYPERVISOR_PAUSE,
 			basev1.Feature_FEATURE_HYPERVISOR_REBOOT,
 			basev1.Feature_FEATURE_HYPERVISOR_CONSOLE,
+			basev1.Feature_FEATURE_HYPERVISOR_DISPLAY,
 			basev1.Feature_FEATURE_HYPERVISOR_RECOVER,
 		},
 		Firmware:     supportedFirmware,

@@ -8,6 +8,8 @@ import (
 	"io"
 	"net"
 	"os"
+	"strings"
+	"sync"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -16,6 +18,7 @@ import (
 	"github.com/kubevisor/kubevisor/cli/vmctl/client"
 	subv1 "github.com/kubevisor/kubevisor/core/api/subresources/v1alpha1"
 	"github.com/kubevisor/kubevisor/core/backoff"
+	"github.com/kubevisor/kubevisor/core/nodeapi"
 )
 
 // EscapeKey ends a console session: Ctrl-] (0x1d), as telnet has it.
@@ -99,8 +102,9 @@ func runConsole(ctx context.Context, s consoleSession) error {
 	conn := s.first
 	for {
 		ended := make(chan error, 1)
+		tail := &tailWriter{w: s.out, n: len(nodeapi.ConsoleTakenOver)}
 		go func(conn net.Conn) {
-			_, err := io.Copy(s.out, conn)
+			_, err := io.Copy(tail, conn)
 			ended <- err
 		}(conn)
 		why, err := pump(ctx, conn, input, escaped, ended)
@@ -111,6 +115,12 @@ func runConsole(ctx context.Context, s consoleSession) error {
 			return nil
 		case stopContext:
 			return ctx.Err()
+		}
+		if tail.endsWith(nodeapi.ConsoleTakenOver) {
+			// Another session has the console now; following would take it back, and the two
+			// would take it from each other for ever.
+			s.notify(fmt.Sprintf("Another session took over the console of VMI %s.", s.name))
+			return nil
 		}
 		if !s.follow {
 			if err != nil && !errors.Is(err, net.ErrClosed) {
@@ -222,4 +232,28 @@ func readInput(in io.Reader, input chan<- []byte, escaped chan<- struct{}) {
 			return
 		}
 	}
+}
+
+// tailWriter writes to w and keeps the last n bytes written, for a look at how a stream ended.
+type tailWriter struct {
+	w    io.Writer
+	n    int
+	mu   sync.Mutex
+	tail []byte
+}
+
+func (t *tailWriter) Write(p []byte) (int, error) {
+	t.mu.Lock()
+	t.tail = append(t.tail, p...)
+	if len(t.tail) > t.n {
+		t.tail = t.tail[len(t.tail)-t.n:]
+	}
+	t.mu.Unlock()
+	return t.w.Write(p)
+}
+
+func (t *tailWriter) endsWith(s string) bool {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return strings.HasSuffix(string(t.tail), s)
 }

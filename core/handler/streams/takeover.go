@@ -6,12 +6,14 @@ import (
 	"sync"
 
 	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/kubevisor/kubevisor/core/nodeapi"
 )
 
 // TakeOverMessage is the last thing an interactive console session gets when another session
 // opens the same VMI's console: one interactive console per VMI, the newest wins (as a serial
 // line has one terminal), and the one it replaces is closed after this line.
-const TakeOverMessage = "\r\n[kubevisor: console taken over by another session]\r\n"
+const TakeOverMessage = nodeapi.ConsoleTakenOver
 
 // consoles keeps the interactive console session of each VMI.
 type consoles struct {

@@ -1315,6 +1315,103 @@ func (x *ConsoleOutput) GetData() []byte {
 	return nil
 }
 
+type DisplayInput struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// id names the VM; required in the first message and ignored after it.
+	Id            string `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
+	Data          []byte `protobuf:"bytes,2,opt,name=data,proto3" json:"data,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DisplayInput) Reset() {
+	*x = DisplayInput{}
+	mi := &file_core_driver_hypervisor_v1_hypervisor_proto_msgTypes[24]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DisplayInput) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DisplayInput) ProtoMessage() {}
+
+func (x *DisplayInput) ProtoReflect() protoreflect.Message {
+	mi := &file_core_driver_hypervisor_v1_hypervisor_proto_msgTypes[24]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DisplayInput.ProtoReflect.Descriptor instead.
+func (*DisplayInput) Descriptor() ([]byte, []int) {
+	return file_core_driver_hypervisor_v1_hypervisor_proto_rawDescGZIP(), []int{24}
+}
+
+func (x *DisplayInput) GetId() string {
+	if x != nil {
+		return x.Id
+	}
+	return ""
+}
+
+func (x *DisplayInput) GetData() []byte {
+	if x != nil {
+		return x.Data
+	}
+	return nil
+}
+
+type DisplayOutput struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Data          []byte                 `protobuf:"bytes,1,opt,name=data,proto3" json:"data,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DisplayOutput) Reset() {
+	*x = DisplayOutput{}
+	mi := &file_core_driver_hypervisor_v1_hypervisor_proto_msgTypes[25]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DisplayOutput) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DisplayOutput) ProtoMessage() {}
+
+func (x *DisplayOutput) ProtoReflect() protoreflect.Message {
+	mi := &file_core_driver_hypervisor_v1_hypervisor_proto_msgTypes[25]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DisplayOutput.ProtoReflect.Descriptor instead.
+func (*DisplayOutput) Descriptor() ([]byte, []int) {
+	return file_core_driver_hypervisor_v1_hypervisor_proto_rawDescGZIP(), []int{25}
+}
+
+func (x *DisplayOutput) GetData() []byte {
+	if x != nil {
+		return x.Data
+	}
+	return nil
+}
+
 type RecoverRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Handle        *Handle                `protobuf:"bytes,1,opt,name=handle,proto3" json:"handle,omitempty"`
@@ -1324,7 +1421,7 @@ type RecoverRequest struct {
 
 func (x *RecoverRequest) Reset() {
 	*x = RecoverRequest{}
-	mi := &file_core_driver_hypervisor_v1_hypervisor_proto_msgTypes[24]
+	mi := &file_core_driver_hypervisor_v1_hypervisor_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1336,7 +1433,7 @@ func (x *RecoverRequest) String() string {
 func (*RecoverRequest) ProtoMessage() {}
 
 func (x *RecoverRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_core_driver_hypervisor_v1_hypervisor_proto_msgTypes[24]
+	mi := &file_core_driver_hypervisor_v1_hypervisor_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1349,7 +1446,7 @@ func (x *RecoverRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RecoverRequest.ProtoReflect.Descriptor instead.
 func (*RecoverRequest) Descriptor() ([]byte, []int) {
-	return file_core_driver_hypervisor_v1_hypervisor_proto_rawDescGZIP(), []int{24}
+	return file_core_driver_hypervisor_v1_hypervisor_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *RecoverRequest) GetHandle() *Handle {
@@ -1368,7 +1465,7 @@ type RecoverResponse struct {
 
 func (x *RecoverResponse) Reset() {
 	*x = RecoverResponse{}
-	mi := &file_core_driver_hypervisor_v1_hypervisor_proto_msgTypes[25]
+	mi := &file_core_driver_hypervisor_v1_hypervisor_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1380,7 +1477,7 @@ func (x *RecoverResponse) String() string {
 func (*RecoverResponse) ProtoMessage() {}
 
 func (x *RecoverResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_core_driver_hypervisor_v1_hypervisor_proto_msgTypes[25]
+	mi := &file_core_driver_hypervisor_v1_hypervisor_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1393,7 +1490,7 @@ func (x *RecoverResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RecoverResponse.ProtoReflect.Descriptor instead.
 func (*RecoverResponse) Descriptor() ([]byte, []int) {
-	return file_core_driver_hypervisor_v1_hypervisor_proto_rawDescGZIP(), []int{25}
+	return file_core_driver_hypervisor_v1_hypervisor_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *RecoverResponse) GetStatus() *VMStatus {
@@ -1415,7 +1512,7 @@ type MigrateRequest struct {
 
 func (x *MigrateRequest) Reset() {
 	*x = MigrateRequest{}
-	mi := &file_core_driver_hypervisor_v1_hypervisor_proto_msgTypes[26]
+	mi := &file_core_driver_hypervisor_v1_hypervisor_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1427,7 +1524,7 @@ func (x *MigrateRequest) String() string {
 func (*MigrateRequest) ProtoMessage() {}
 
 func (x *MigrateRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_core_driver_hypervisor_v1_hypervisor_proto_msgTypes[26]
+	mi := &file_core_driver_hypervisor_v1_hypervisor_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1440,7 +1537,7 @@ func (x *MigrateRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MigrateRequest.ProtoReflect.Descriptor instead.
 func (*MigrateRequest) Descriptor() ([]byte, []int) {
-	return file_core_driver_hypervisor_v1_hypervisor_proto_rawDescGZIP(), []int{26}
+	return file_core_driver_hypervisor_v1_hypervisor_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *MigrateRequest) GetId() string {
@@ -1472,7 +1569,7 @@ type MigrateResponse struct {
 
 func (x *MigrateResponse) Reset() {
 	*x = MigrateResponse{}
-	mi := &file_core_driver_hypervisor_v1_hypervisor_proto_msgTypes[27]
+	mi := &file_core_driver_hypervisor_v1_hypervisor_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1484,7 +1581,7 @@ func (x *MigrateResponse) String() string {
 func (*MigrateResponse) ProtoMessage() {}
 
 func (x *MigrateResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_core_driver_hypervisor_v1_hypervisor_proto_msgTypes[27]
+	mi := &file_core_driver_hypervisor_v1_hypervisor_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1497,7 +1594,7 @@ func (x *MigrateResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MigrateResponse.ProtoReflect.Descriptor instead.
 func (*MigrateResponse) Descriptor() ([]byte, []int) {
-	return file_core_driver_hypervisor_v1_hypervisor_proto_rawDescGZIP(), []int{27}
+	return file_core_driver_hypervisor_v1_hypervisor_proto_rawDescGZIP(), []int{29}
 }
 
 var File_core_driver_hypervisor_v1_hypervisor_proto protoreflect.FileDescriptor
@@ -1563,6 +1660,11 @@ const file_core_driver_hypervisor_v1_hypervisor_proto_rawDesc = "" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x12\n" +
 	"\x04data\x18\x02 \x01(\fR\x04data\"#\n" +
 	"\rConsoleOutput\x12\x12\n" +
+	"\x04data\x18\x01 \x01(\fR\x04data\"2\n" +
+	"\fDisplayInput\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\tR\x02id\x12\x12\n" +
+	"\x04data\x18\x02 \x01(\fR\x04data\"#\n" +
+	"\rDisplayOutput\x12\x12\n" +
 	"\x04data\x18\x01 \x01(\fR\x04data\"P\n" +
 	"\x0eRecoverRequest\x12>\n" +
 	"\x06handle\x18\x01 \x01(\v2&.kubevisor.driver.hypervisor.v1.HandleR\x06handle\"S\n" +
@@ -1592,8 +1694,7 @@ const file_core_driver_hypervisor_v1_hypervisor_proto_rawDesc = "" +
 	"\x13EVENT_TYPE_SHUTDOWN\x10\x06\x12\x16\n" +
 	"\x12EVENT_TYPE_STOPPED\x10\a\x12\x1d\n" +
 	"\x19EVENT_TYPE_GUEST_PANICKED\x10\b\x12\x16\n" +
-	"\x12EVENT_TYPE_CRASHED\x10\t2\xdd\n" +
-	"\n" +
+	"\x12EVENT_TYPE_CRASHED\x10\t2\xc9\v\n" +
 	"\n" +
 	"Hypervisor\x12g\n" +
 	"\x06Create\x12-.kubevisor.driver.hypervisor.v1.CreateRequest\x1a..kubevisor.driver.hypervisor.v1.CreateResponse\x12d\n" +
@@ -1607,6 +1708,7 @@ const file_core_driver_hypervisor_v1_hypervisor_proto_rawDesc = "" +
 	"\x06Resume\x12-.kubevisor.driver.hypervisor.v1.ResumeRequest\x1a..kubevisor.driver.hypervisor.v1.ResumeResponse\x12g\n" +
 	"\x06Reboot\x12-.kubevisor.driver.hypervisor.v1.RebootRequest\x1a..kubevisor.driver.hypervisor.v1.RebootResponse\x12j\n" +
 	"\aConsole\x12,.kubevisor.driver.hypervisor.v1.ConsoleInput\x1a-.kubevisor.driver.hypervisor.v1.ConsoleOutput(\x010\x01\x12j\n" +
+	"\aDisplay\x12,.kubevisor.driver.hypervisor.v1.DisplayInput\x1a-.kubevisor.driver.hypervisor.v1.DisplayOutput(\x010\x01\x12j\n" +
 	"\aRecover\x12..kubevisor.driver.hypervisor.v1.RecoverRequest\x1a/.kubevisor.driver.hypervisor.v1.RecoverResponse\x12j\n" +
 	"\aMigrate\x12..kubevisor.driver.hypervisor.v1.MigrateRequest\x1a/.kubevisor.driver.hypervisor.v1.MigrateResponseBGZEgithub.com/kubevisor/kubevisor/core/driver/hypervisor/v1;hypervisorv1b\x06proto3"
 
@@ -1623,7 +1725,7 @@ func file_core_driver_hypervisor_v1_hypervisor_proto_rawDescGZIP() []byte {
 }
 
 var file_core_driver_hypervisor_v1_hypervisor_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_core_driver_hypervisor_v1_hypervisor_proto_msgTypes = make([]protoimpl.MessageInfo, 28)
+var file_core_driver_hypervisor_v1_hypervisor_proto_msgTypes = make([]protoimpl.MessageInfo, 30)
 var file_core_driver_hypervisor_v1_hypervisor_proto_goTypes = []any{
 	(State)(0),                    // 0: kubevisor.driver.hypervisor.v1.State
 	(EventType)(0),                // 1: kubevisor.driver.hypervisor.v1.EventType
@@ -1651,27 +1753,29 @@ var file_core_driver_hypervisor_v1_hypervisor_proto_goTypes = []any{
 	(*RebootResponse)(nil),        // 23: kubevisor.driver.hypervisor.v1.RebootResponse
 	(*ConsoleInput)(nil),          // 24: kubevisor.driver.hypervisor.v1.ConsoleInput
 	(*ConsoleOutput)(nil),         // 25: kubevisor.driver.hypervisor.v1.ConsoleOutput
-	(*RecoverRequest)(nil),        // 26: kubevisor.driver.hypervisor.v1.RecoverRequest
-	(*RecoverResponse)(nil),       // 27: kubevisor.driver.hypervisor.v1.RecoverResponse
-	(*MigrateRequest)(nil),        // 28: kubevisor.driver.hypervisor.v1.MigrateRequest
-	(*MigrateResponse)(nil),       // 29: kubevisor.driver.hypervisor.v1.MigrateResponse
-	(*v1.DomainSpec)(nil),         // 30: kubevisor.domain.v1.DomainSpec
-	(*durationpb.Duration)(nil),   // 31: google.protobuf.Duration
-	(*timestamppb.Timestamp)(nil), // 32: google.protobuf.Timestamp
+	(*DisplayInput)(nil),          // 26: kubevisor.driver.hypervisor.v1.DisplayInput
+	(*DisplayOutput)(nil),         // 27: kubevisor.driver.hypervisor.v1.DisplayOutput
+	(*RecoverRequest)(nil),        // 28: kubevisor.driver.hypervisor.v1.RecoverRequest
+	(*RecoverResponse)(nil),       // 29: kubevisor.driver.hypervisor.v1.RecoverResponse
+	(*MigrateRequest)(nil),        // 30: kubevisor.driver.hypervisor.v1.MigrateRequest
+	(*MigrateResponse)(nil),       // 31: kubevisor.driver.hypervisor.v1.MigrateResponse
+	(*v1.DomainSpec)(nil),         // 32: kubevisor.domain.v1.DomainSpec
+	(*durationpb.Duration)(nil),   // 33: google.protobuf.Duration
+	(*timestamppb.Timestamp)(nil), // 34: google.protobuf.Timestamp
 }
 var file_core_driver_hypervisor_v1_hypervisor_proto_depIdxs = []int32{
-	30, // 0: kubevisor.driver.hypervisor.v1.CreateRequest.domain:type_name -> kubevisor.domain.v1.DomainSpec
+	32, // 0: kubevisor.driver.hypervisor.v1.CreateRequest.domain:type_name -> kubevisor.domain.v1.DomainSpec
 	2,  // 1: kubevisor.driver.hypervisor.v1.CreateResponse.handle:type_name -> kubevisor.driver.hypervisor.v1.Handle
-	31, // 2: kubevisor.driver.hypervisor.v1.ShutdownRequest.timeout:type_name -> google.protobuf.Duration
+	33, // 2: kubevisor.driver.hypervisor.v1.ShutdownRequest.timeout:type_name -> google.protobuf.Duration
 	15, // 3: kubevisor.driver.hypervisor.v1.StatusResponse.status:type_name -> kubevisor.driver.hypervisor.v1.VMStatus
 	0,  // 4: kubevisor.driver.hypervisor.v1.VMStatus.state:type_name -> kubevisor.driver.hypervisor.v1.State
-	32, // 5: kubevisor.driver.hypervisor.v1.VMStatus.started_at:type_name -> google.protobuf.Timestamp
+	34, // 5: kubevisor.driver.hypervisor.v1.VMStatus.started_at:type_name -> google.protobuf.Timestamp
 	1,  // 6: kubevisor.driver.hypervisor.v1.Event.type:type_name -> kubevisor.driver.hypervisor.v1.EventType
-	32, // 7: kubevisor.driver.hypervisor.v1.Event.time:type_name -> google.protobuf.Timestamp
+	34, // 7: kubevisor.driver.hypervisor.v1.Event.time:type_name -> google.protobuf.Timestamp
 	0,  // 8: kubevisor.driver.hypervisor.v1.Event.state:type_name -> kubevisor.driver.hypervisor.v1.State
 	2,  // 9: kubevisor.driver.hypervisor.v1.RecoverRequest.handle:type_name -> kubevisor.driver.hypervisor.v1.Handle
 	15, // 10: kubevisor.driver.hypervisor.v1.RecoverResponse.status:type_name -> kubevisor.driver.hypervisor.v1.VMStatus
-	31, // 11: kubevisor.driver.hypervisor.v1.MigrateRequest.completion_timeout:type_name -> google.protobuf.Duration
+	33, // 11: kubevisor.driver.hypervisor.v1.MigrateRequest.completion_timeout:type_name -> google.protobuf.Duration
 	3,  // 12: kubevisor.driver.hypervisor.v1.Hypervisor.Create:input_type -> kubevisor.driver.hypervisor.v1.CreateRequest
 	5,  // 13: kubevisor.driver.hypervisor.v1.Hypervisor.Start:input_type -> kubevisor.driver.hypervisor.v1.StartRequest
 	7,  // 14: kubevisor.driver.hypervisor.v1.Hypervisor.Shutdown:input_type -> kubevisor.driver.hypervisor.v1.ShutdownRequest
@@ -1683,23 +1787,25 @@ var file_core_driver_hypervisor_v1_hypervisor_proto_depIdxs = []int32{
 	20, // 20: kubevisor.driver.hypervisor.v1.Hypervisor.Resume:input_type -> kubevisor.driver.hypervisor.v1.ResumeRequest
 	22, // 21: kubevisor.driver.hypervisor.v1.Hypervisor.Reboot:input_type -> kubevisor.driver.hypervisor.v1.RebootRequest
 	24, // 22: kubevisor.driver.hypervisor.v1.Hypervisor.Console:input_type -> kubevisor.driver.hypervisor.v1.ConsoleInput
-	26, // 23: kubevisor.driver.hypervisor.v1.Hypervisor.Recover:input_type -> kubevisor.driver.hypervisor.v1.RecoverRequest
-	28, // 24: kubevisor.driver.hypervisor.v1.Hypervisor.Migrate:input_type -> kubevisor.driver.hypervisor.v1.MigrateRequest
-	4,  // 25: kubevisor.driver.hypervisor.v1.Hypervisor.Create:output_type -> kubevisor.driver.hypervisor.v1.CreateResponse
-	6,  // 26: kubevisor.driver.hypervisor.v1.Hypervisor.Start:output_type -> kubevisor.driver.hypervisor.v1.StartResponse
-	8,  // 27: kubevisor.driver.hypervisor.v1.Hypervisor.Shutdown:output_type -> kubevisor.driver.hypervisor.v1.ShutdownResponse
-	10, // 28: kubevisor.driver.hypervisor.v1.Hypervisor.Kill:output_type -> kubevisor.driver.hypervisor.v1.KillResponse
-	12, // 29: kubevisor.driver.hypervisor.v1.Hypervisor.Delete:output_type -> kubevisor.driver.hypervisor.v1.DeleteResponse
-	14, // 30: kubevisor.driver.hypervisor.v1.Hypervisor.Status:output_type -> kubevisor.driver.hypervisor.v1.StatusResponse
-	17, // 31: kubevisor.driver.hypervisor.v1.Hypervisor.Events:output_type -> kubevisor.driver.hypervisor.v1.Event
-	19, // 32: kubevisor.driver.hypervisor.v1.Hypervisor.Pause:output_type -> kubevisor.driver.hypervisor.v1.PauseResponse
-	21, // 33: kubevisor.driver.hypervisor.v1.Hypervisor.Resume:output_type -> kubevisor.driver.hypervisor.v1.ResumeResponse
-	23, // 34: kubevisor.driver.hypervisor.v1.Hypervisor.Reboot:output_type -> kubevisor.driver.hypervisor.v1.RebootResponse
-	25, // 35: kubevisor.driver.hypervisor.v1.Hypervisor.Console:output_type -> kubevisor.driver.hypervisor.v1.ConsoleOutput
-	27, // 36: kubevisor.driver.hypervisor.v1.Hypervisor.Recover:output_type -> kubevisor.driver.hypervisor.v1.RecoverResponse
-	29, // 37: kubevisor.driver.hypervisor.v1.Hypervisor.Migrate:output_type -> kubevisor.driver.hypervisor.v1.MigrateResponse
-	25, // [25:38] is the sub-list for method output_type
-	12, // [12:25] is the sub-list for method input_type
+	26, // 23: kubevisor.driver.hypervisor.v1.Hypervisor.Display:input_type -> kubevisor.driver.hypervisor.v1.DisplayInput
+	28, // 24: kubevisor.driver.hypervisor.v1.Hypervisor.Recover:input_type -> kubevisor.driver.hypervisor.v1.RecoverRequest
+	30, // 25: kubevisor.driver.hypervisor.v1.Hypervisor.Migrate:input_type -> kubevisor.driver.hypervisor.v1.MigrateRequest
+	4,  // 26: kubevisor.driver.hypervisor.v1.Hypervisor.Create:output_type -> kubevisor.driver.hypervisor.v1.CreateResponse
+	6,  // 27: kubevisor.driver.hypervisor.v1.Hypervisor.Start:output_type -> kubevisor.driver.hypervisor.v1.StartResponse
+	8,  // 28: kubevisor.driver.hypervisor.v1.Hypervisor.Shutdown:output_type -> kubevisor.driver.hypervisor.v1.ShutdownResponse
+	10, // 29: kubevisor.driver.hypervisor.v1.Hypervisor.Kill:output_type -> kubevisor.driver.hypervisor.v1.KillResponse
+	12, // 30: kubevisor.driver.hypervisor.v1.Hypervisor.Delete:output_type -> kubevisor.driver.hypervisor.v1.DeleteResponse
+	14, // 31: kubevisor.driver.hypervisor.v1.Hypervisor.Status:output_type -> kubevisor.driver.hypervisor.v1.StatusResponse
+	17, // 32: kubevisor.driver.hypervisor.v1.Hypervisor.Events:output_type -> kubevisor.driver.hypervisor.v1.Event
+	19, // 33: kubevisor.driver.hypervisor.v1.Hypervisor.Pause:output_type -> kubevisor.driver.hypervisor.v1.PauseResponse
+	21, // 34: kubevisor.driver.hypervisor.v1.Hypervisor.Resume:output_type -> kubevisor.driver.hypervisor.v1.ResumeResponse
+	23, // 35: kubevisor.driver.hypervisor.v1.Hypervisor.Reboot:output_type -> kubevisor.driver.hypervisor.v1.RebootResponse
+	25, // 36: kubevisor.driver.hypervisor.v1.Hypervisor.Console:output_type -> kubevisor.driver.hypervisor.v1.ConsoleOutput
+	27, // 37: kubevisor.driver.hypervisor.v1.Hypervisor.Display:output_type -> kubevisor.driver.hypervisor.v1.DisplayOutput
+	29, // 38: kubevisor.driver.hypervisor.v1.Hypervisor.Recover:output_type -> kubevisor.driver.hypervisor.v1.RecoverResponse
+	31, // 39: kubevisor.driver.hypervisor.v1.Hypervisor.Migrate:output_type -> kubevisor.driver.hypervisor.v1.MigrateResponse
+	26, // [26:40] is the sub-list for method output_type
+	12, // [12:26] is the sub-list for method input_type
 	12, // [12:12] is the sub-list for extension type_name
 	12, // [12:12] is the sub-list for extension extendee
 	0,  // [0:12] is the sub-list for field type_name
@@ -1716,7 +1822,7 @@ func file_core_driver_hypervisor_v1_hypervisor_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_core_driver_hypervisor_v1_hypervisor_proto_rawDesc), len(file_core_driver_hypervisor_v1_hypervisor_proto_rawDesc)),
 			NumEnums:      2,
-			NumMessages:   28,
+			NumMessages:   30,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

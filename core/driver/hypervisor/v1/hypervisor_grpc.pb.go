@@ -32,6 +32,7 @@ const (
 	Hypervisor_Resume_FullMethodName   = "/kubevisor.driver.hypervisor.v1.Hypervisor/Resume"
 	Hypervisor_Reboot_FullMethodName   = "/kubevisor.driver.hypervisor.v1.Hypervisor/Reboot"
 	Hypervisor_Console_FullMethodName  = "/kubevisor.driver.hypervisor.v1.Hypervisor/Console"
+	Hypervisor_Display_FullMethodName  = "/kubevisor.driver.hypervisor.v1.Hypervisor/Display"
 	Hypervisor_Recover_FullMethodName  = "/kubevisor.driver.hypervisor.v1.Hypervisor/Recover"
 	Hypervisor_Migrate_FullMethodName  = "/kubevisor.driver.hypervisor.v1.Hypervisor/Migrate"
 )
@@ -74,6 +75,9 @@ type HypervisorClient interface {
 	// the VM; later messages carry input. Output flows back, the driver's recent output first,
 	// until either side closes or the VM stops.
 	Console(ctx context.Context, opts ...grpc.CallOption) (grpc.BidiStreamingClient[ConsoleInput, ConsoleOutput], error)
+	// Display is one RFB (VNC) session with the VM's display (FEATURE_HYPERVISOR_DISPLAY): the
+	// first message names the VM, then bytes flow both ways as in Console.
+	Display(ctx context.Context, opts ...grpc.CallOption) (grpc.BidiStreamingClient[DisplayInput, DisplayOutput], error)
 	// Recover re-adopts a VM from the handle Create returned, after the driver process restarted
 	// (FEATURE_HYPERVISOR_RECOVER). A VM created and never started is reported CREATED; a VM that
 	// is gone (stopped, or deleted) is reported STOPPED, not as an error.
@@ -212,6 +216,19 @@ func (c *hypervisorClient) Console(ctx context.Context, opts ...grpc.CallOption)
 // This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
 type Hypervisor_ConsoleClient = grpc.BidiStreamingClient[ConsoleInput, ConsoleOutput]
 
+func (c *hypervisorClient) Display(ctx context.Context, opts ...grpc.CallOption) (grpc.BidiStreamingClient[DisplayInput, DisplayOutput], error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	stream, err := c.cc.NewStream(ctx, &Hypervisor_ServiceDesc.Streams[2], Hypervisor_Display_FullMethodName, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	x := &grpc.GenericClientStream[DisplayInput, DisplayOutput]{ClientStream: stream}
+	return x, nil
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type Hypervisor_DisplayClient = grpc.BidiStreamingClient[DisplayInput, DisplayOutput]
+
 func (c *hypervisorClient) Recover(ctx context.Context, in *RecoverRequest, opts ...grpc.CallOption) (*RecoverResponse, error) {
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
 	out := new(RecoverResponse)
@@ -270,6 +287,9 @@ type HypervisorServer interface {
 	// the VM; later messages carry input. Output flows back, the driver's recent output first,
 	// until either side closes or the VM stops.
 	Console(grpc.BidiStreamingServer[ConsoleInput, ConsoleOutput]) error
+	// Display is one RFB (VNC) session with the VM's display (FEATURE_HYPERVISOR_DISPLAY): the
+	// first message names the VM, then bytes flow both ways as in Console.
+	Display(grpc.BidiStreamingServer[DisplayInput, DisplayOutput]) error
 	// Recover re-adopts a VM from the handle Create returned, after the driver process restarted
 	// (FEATURE_HYPERVISOR_RECOVER). A VM created and never started is reported CREATED; a VM that
 	// is gone (stopped, or deleted) is reported STOPPED, not as an error.
@@ -318,6 +338,9 @@ func (UnimplementedHypervisorServer) Reboot(context.Context, *RebootRequest) (*R
 }
 func (UnimplementedHypervisorServer) Console(grpc.BidiStreamingServer[ConsoleInput, ConsoleOutput]) error {
 	return status.Error(codes.Unimplemented, "method Console not implemented")
+}
+func (UnimplementedHypervisorServer) Display(grpc.BidiStreamingServer[DisplayInput, DisplayOutput]) error {
+	return status.Error(codes.Unimplemented, "method Display not implemented")
 }
 func (UnimplementedHypervisorServer) Recover(context.Context, *RecoverRequest) (*RecoverResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method Recover not implemented")
@@ -526,6 +549,13 @@ func _Hypervisor_Console_Handler(srv interface{}, stream grpc.ServerStream) erro
 // This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
 type Hypervisor_ConsoleServer = grpc.BidiStreamingServer[ConsoleInput, ConsoleOutput]
 
+func _Hypervisor_Display_Handler(srv interface{}, stream grpc.ServerStream) error {
+	return srv.(HypervisorServer).Display(&grpc.GenericServerStream[DisplayInput, DisplayOutput]{ServerStream: stream})
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type Hypervisor_DisplayServer = grpc.BidiStreamingServer[DisplayInput, DisplayOutput]
+
 func _Hypervisor_Recover_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
 	in := new(RecoverRequest)
 	if err := dec(in); err != nil {
@@ -623,6 +653,12 @@ var Hypervisor_ServiceDesc = grpc.ServiceDesc{
 		{
 			StreamName:    "Console",
 			Handler:       _Hypervisor_Console_Handler,
+			ServerStreams: true,
+			ClientStreams: true,
+		},
+		{
+			StreamName:    "Display",
+			Handler:       _Hypervisor_Display_Handler,
 			ServerStreams: true,
 			ClientStreams: true,
 		},
