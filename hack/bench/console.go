@@ -47,15 +47,16 @@ const consoleUsage = `usage: kubevisor-bench console-latency [flags]
 
 Runs on a node of a cluster where Kubevisor is installed, as root: creates a VMI of the test
 guest (conformance/e2e's spec) in a new namespace, waits for its console's ready marker, and
-opens its serial console twice at once:
+opens its serial console on two paths, one at a time (a VMI has one interactive console: a
+second session would take the first over):
   - through the API server, as vmctl console does (core/wsstream.Dial on the subresource
     subresources.kubevisor.io/v1alpha1 .../console with the kubeconfig's credentials: API
     server → kubevisor-api → the node handler's stream endpoint → the driver);
   - straight to the node handler's stream endpoint (core/nodeapi, port 8186, mutual TLS with
     kubevisor-api's client certificate, read from kubevisor-api's certificate directory: by
     default its emptyDir under the kubelet's root on this node) — the baseline.
-It types --chars single characters into the guest's serial root shell, alternating between the
-two streams, each after the previous echo, and measures from the write to the arrival of its
+It types --chars single characters into the guest's serial root shell on each path, in four
+sessions per path taking turns, each character after the previous echo, and measures from the write to the arrival of its
 echo on the same stream; lines are ": <letters>" (the shell's null command), ended with Enter
 every 40 characters. Then it opens vnc --vnc-runs times on each path, alternating, and measures
 from the dial to the first FramebufferUpdate (RFB 3.8, no authentication, raw encoding). Prints
@@ -200,7 +201,7 @@ func RunConsole(ctx context.Context, cfg ConsoleConfig, out io.Writer) (err erro
 	if err != nil {
 		return err
 	}
-	printLatencies(out, fmt.Sprintf("\nkeystroke → echo on the serial console (%d per path, alternating, after %d warm-up each):", cfg.Chars, cfg.Warmup), paths, keys)
+	printLatencies(out, fmt.Sprintf("\nkeystroke → echo on the serial console (%d per path in %d sessions each, the paths taking turns, after %d warm-up per session):", cfg.Chars, keystrokeRounds, cfg.Warmup), paths, keys)
 	if cfg.VNCRuns == 0 {
 		return nil
 	}
@@ -270,32 +271,60 @@ func waitRunning(ctx context.Context, c client.Client, vmi *v1alpha1.VirtualMach
 // prompts end the guest shell's prompt (PS1 '\h:\w\$ ').
 var prompts = [][]byte{[]byte("# "), []byte("$ ")}
 
-// measureKeystrokes opens the console on every path, waits for the guest's ready marker and a
-// prompt, and measures keystroke → echo, the paths taking turns; it returns the measured
-// latencies per path, sorted.
+// keystrokeRounds is how many console sessions each path gets: the paths take turns, a block of
+// keystrokes each, because a VMI has one interactive console (a second session would take the
+// first one over), so the two paths cannot be open at once.
+const keystrokeRounds = 4
+
+// measureKeystrokes types cfg.Chars single characters on each path, in keystrokeRounds blocks
+// per path taking turns, and returns the keystroke-to-echo latencies per path, sorted.
 func measureKeystrokes(ctx context.Context, paths []streamPath, cfg ConsoleConfig) ([][]time.Duration, error) {
-	streams := make([]*tapped, len(paths))
-	for i, p := range paths {
-		conn, err := p.dial(ctx, subv1.SubresourceConsole)
-		if err != nil {
-			return nil, err
+	lat := make([][]time.Duration, len(paths))
+	for r := range keystrokeRounds {
+		// cfg.Chars split over the rounds, the first ones taking the remainder.
+		per := cfg.Chars / keystrokeRounds
+		if r < cfg.Chars%keystrokeRounds {
+			per++
 		}
-		defer conn.Close()
-		streams[i] = tap(conn)
+		if per == 0 {
+			continue
+		}
+		for p, path := range paths {
+			got, err := keystrokeBlock(ctx, path, cfg, per)
+			if err != nil {
+				return nil, err
+			}
+			lat[p] = append(lat[p], got...)
+		}
 	}
+	for _, l := range lat {
+		slices.Sort(l)
+	}
+	return lat, nil
+}
+
+// keystrokeBlock opens one console session on path, waits for the shell, types cfg.Warmup
+// unmeasured and then chars measured characters, and ends the line before it closes the
+// session, so that the next session starts at a prompt.
+func keystrokeBlock(ctx context.Context, path streamPath, cfg ConsoleConfig, chars int) ([]time.Duration, error) {
+	conn, err := path.dial(ctx, subv1.SubresourceConsole)
+	if err != nil {
+		return nil, err
+	}
+	defer conn.Close()
+	s := tap(conn)
+	streams := []*tapped{s}
 	// The driver's backlog gives every new console what the guest printed so far.
-	if _, err := streams[0].waitFor(ctx, cfg.Timeout, []byte(conformance.GuestReadyMarker)); err != nil {
-		return nil, fmt.Errorf("console through %s: %w", paths[0].name, err)
+	if _, err := s.waitFor(ctx, cfg.Timeout, []byte(conformance.GuestReadyMarker)); err != nil {
+		return nil, fmt.Errorf("console through %s: %w", path.name, err)
 	}
-	for _, s := range streams {
-		s.drain()
-	}
+	s.drain()
 	if err := enter(ctx, streams); err != nil {
 		return nil, err
 	}
-	lat := make([][]time.Duration, len(paths))
+	var lat []time.Duration
 	n := 0 // keystrokes on the current line
-	for k := range (cfg.Warmup + cfg.Chars) * len(paths) {
+	for k := range cfg.Warmup + chars {
 		if n == 0 {
 			if err := typeAndWait(ctx, streams, []byte(":"), []byte(":")); err != nil {
 				return nil, err
@@ -304,21 +333,18 @@ func measureKeystrokes(ctx context.Context, paths []streamPath, cfg ConsoleConfi
 				return nil, err
 			}
 		}
-		p := k % len(paths)
 		c := byte('a' + k%26)
-		for _, s := range streams {
-			s.drain()
-		}
+		s.drain()
 		start := time.Now()
-		if _, err := streams[p].conn.Write([]byte{c}); err != nil {
-			return nil, fmt.Errorf("type on %s: %w", paths[p].name, err)
+		if _, err := conn.Write([]byte{c}); err != nil {
+			return nil, fmt.Errorf("type on %s: %w", path.name, err)
 		}
-		at, err := streams[p].waitFor(ctx, keystrokeTimeout, []byte{c})
+		at, err := s.waitFor(ctx, keystrokeTimeout, []byte{c})
 		if err != nil {
-			return nil, fmt.Errorf("echo of %q on %s: %w", c, paths[p].name, err)
+			return nil, fmt.Errorf("echo of %q on %s: %w", c, path.name, err)
 		}
-		if k >= cfg.Warmup*len(paths) {
-			lat[p] = append(lat[p], at.Sub(start))
+		if k >= cfg.Warmup {
+			lat = append(lat, at.Sub(start))
 		}
 		if n++; n == lineChars {
 			if err := enter(ctx, streams); err != nil {
@@ -327,8 +353,10 @@ func measureKeystrokes(ctx context.Context, paths []streamPath, cfg ConsoleConfi
 			n = 0
 		}
 	}
-	for _, l := range lat {
-		slices.Sort(l)
+	if n > 0 {
+		if err := enter(ctx, streams); err != nil {
+			return nil, err
+		}
 	}
 	return lat, nil
 }
