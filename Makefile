@@ -148,7 +148,7 @@ local-cluster: $(CLUSTER_DEPS)
 	@hack/cluster/ready.sh || $(MAKE) --no-print-directory up
 
 .PHONY: e2e
-e2e: deps-runtime deps-tools $(E2E_CLUSTER) ## Cluster conformance suite (conformance/e2e, Ginkgo) against E2E_KUBECONFIG (default: the local cluster, brought up when not running); JUnit report in _output/e2e-junit.xml.
+e2e: deps-runtime deps-tools deps-qemu $(E2E_CLUSTER) ## Cluster conformance suite (conformance/e2e, Ginkgo) against E2E_KUBECONFIG (default: the local cluster, brought up when not running); JUnit report in _output/e2e-junit.xml.
 	@mkdir -p $(BIN) $(OUT)/images
 	CGO_ENABLED=0 $(GO) build -o $(BIN)/e2e-httpget ./conformance/e2e/httpget
 	$(GO) build -o $(BIN)/vmctl ./cmd/vmctl

@@ -103,10 +103,10 @@ func displaySession(ctx context.Context, d driver.Displayer, id string) (size, e
 		select {
 		case err := <-done:
 			if err != nil && r.err == nil {
-				return nil, fmt.Errorf("Display returned %s after the session", describe(err))
+				return nil, fmt.Errorf("display returned %s after the session", describe(err))
 			}
 		case <-time.After(10 * time.Second):
-			return nil, errors.New("Display did not return 10s after its context ended")
+			return nil, errors.New("display did not return 10s after its context ended")
 		}
 		return r.img, r.err
 	case <-ctx.Done():

@@ -15,8 +15,6 @@ type vmAction struct {
 	use, short, verb, subresource, done string
 	// body builds the request body from the command's flags; nil sends none.
 	body func() (runtime.Object, error)
-	// flags adds the command's own flags.
-	flags func(*cobra.Command)
 }
 
 func newActionCommands(o *options) []*cobra.Command {
