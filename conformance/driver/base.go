@@ -304,6 +304,7 @@ type allOptional struct {
 	driver.Pauser
 	driver.Rebooter
 	driver.Consoler
+	driver.Displayer
 	driver.Recoverer
 	driver.Migrator
 	driver.NetworkChecker

@@ -66,6 +66,7 @@ type hostClient struct {
 	driver.Pauser
 	driver.Rebooter
 	driver.Consoler
+	driver.Displayer
 	driver.Recoverer
 }
 
@@ -78,14 +79,15 @@ func inProcess(t *testing.T, d *Driver) *hostClient {
 	}
 	t.Cleanup(stop)
 	hc := &hostClient{HypervisorClient: c.(*driver.HypervisorClient)}
-	var ok [4]bool
+	var ok [5]bool
 	ctx := context.Background()
 	hc.Pauser, ok[0] = driver.Optional[driver.Pauser](ctx, hc.HypervisorClient)
 	hc.Rebooter, ok[1] = driver.Optional[driver.Rebooter](ctx, hc.HypervisorClient)
 	hc.Consoler, ok[2] = driver.Optional[driver.Consoler](ctx, hc.HypervisorClient)
-	hc.Recoverer, ok[3] = driver.Optional[driver.Recoverer](ctx, hc.HypervisorClient)
-	if ok != [4]bool{true, true, true, true} {
-		t.Fatalf("the driver's client does not offer Pauser, Rebooter, Consoler and Recoverer: %v", ok)
+	hc.Displayer, ok[3] = driver.Optional[driver.Displayer](ctx, hc.HypervisorClient)
+	hc.Recoverer, ok[4] = driver.Optional[driver.Recoverer](ctx, hc.HypervisorClient)
+	if ok != [5]bool{true, true, true, true, true} {
+		t.Fatalf("the driver's client does not offer Pauser, Rebooter, Consoler, Displayer and Recoverer: %v", ok)
 	}
 	return hc
 }
@@ -807,7 +809,7 @@ func TestFingerprint(t *testing.T) {
 		t.Fatal("no fingerprint within 30s")
 	}
 	caps, err := h.Capabilities(context.Background())
-	if err != nil || len(caps.GetFeatures()) != 4 {
+	if err != nil || len(caps.GetFeatures()) != 5 {
 		t.Fatalf("Capabilities = %v, %v", caps, err)
 	}
 }
