@@ -19,15 +19,14 @@ import (
 	"github.com/kubevisor/kubevisor/core/plugin"
 	"github.com/kubevisor/kubevisor/drivers/fake"
 	"github.com/kubevisor/kubevisor/internal/testbin"
+	"github.com/kubevisor/kubevisor/internal/testenv"
 )
 
 // TestWithTheNodeHandler: the endpoint over a real node handler running a VMI on the fake
 // driver plugins: the console carries bytes both ways, pause shows in the VMI's status, an
 // ability the driver does not offer is 501.
 func TestWithTheNodeHandler(t *testing.T) {
-	if testing.Short() {
-		t.Skip("builds driver plugins")
-	}
+	testenv.Heavy(t, "driver plugins built with the go command")
 	dir, err := os.MkdirTemp("/tmp", "kvs-") // unix socket paths are short
 	if err != nil {
 		t.Fatal(err)
