@@ -303,6 +303,7 @@ func featureNames(fs []basev1.Feature) []string {
 type allOptional struct {
 	driver.Pauser
 	driver.Rebooter
+	driver.SoftRebooter
 	driver.Consoler
 	driver.Displayer
 	driver.Recoverer

@@ -129,6 +129,12 @@ func (h eventsUnfiltered) Events(ctx context.Context, _ string, send func(*hyper
 	return h.Hypervisor.Events(ctx, "", send)
 }
 
+// softRebootAnything declares FEATURE_HYPERVISOR_SOFT_REBOOT and accepts a SoftReboot of any id
+// in any state.
+type softRebootAnything struct{ *fake.Hypervisor }
+
+func (softRebootAnything) SoftReboot(context.Context, string) error { return nil }
+
 // rebootDoesNothing declares FEATURE_HYPERVISOR_REBOOT but Reboot does not boot again.
 type rebootDoesNothing struct{ *fake.Hypervisor }
 
@@ -186,12 +192,13 @@ func TestBrokenHypervisors(t *testing.T) {
 	}{
 		{"NoValidation", noValidation{fake.NewHypervisor()}, nil, map[string]string{"Create/InvalidSpec": "want InvalidArgument"}},
 		{"PauseDoesNothing", pauseDoesNothing{fake.NewHypervisor()}, []conformance.Option{conformance.WithTimeout(2 * time.Second)}, map[string]string{
-			"Pause/PauseResume": "want STATE_PAUSED",
-			"Pause/NotRunning":  "Pause of a created VM: got no error, want FailedPrecondition",
-			"Unknown/NotFound":  "Pause of an unknown VM: got no error, want NotFound",
-			"Shutdown/Paused":   "no RESUMED event before it stopped",
-			"Events/Sequence":   "after Pause, no such event",
-			"Reboot/NotRunning": "Reboot of a paused VM: got no error, want FailedPrecondition",
+			"Pause/PauseResume":     "want STATE_PAUSED",
+			"Pause/NotRunning":      "Pause of a created VM: got no error, want FailedPrecondition",
+			"Unknown/NotFound":      "Pause of an unknown VM: got no error, want NotFound",
+			"Shutdown/Paused":       "no RESUMED event before it stopped",
+			"Events/Sequence":       "after Pause, no such event",
+			"Reboot/NotRunning":     "Reboot of a paused VM: got no error, want FailedPrecondition",
+			"SoftReboot/NotRunning": "SoftReboot of a paused VM: got no error, want FailedPrecondition",
 		}},
 		{"EventsUnfiltered", eventsUnfiltered{fake.NewHypervisor()}, nil, map[string]string{"Events/StartStop": "got an event of VM"}},
 		{"RebootDoesNothing", rebootDoesNothing{fake.NewHypervisor()}, []conformance.Option{conformance.WithTimeout(300 * time.Millisecond)},
@@ -200,6 +207,10 @@ func TestBrokenHypervisors(t *testing.T) {
 				"Reboot/NotRunning": "Reboot of a created VM: got no error, want FailedPrecondition",
 				"Unknown/NotFound":  "Reboot of an unknown VM: got no error, want NotFound",
 			}},
+		{"SoftRebootAnything", softRebootAnything{fake.NewHypervisor()}, nil, map[string]string{
+			"SoftReboot/NotRunning": "SoftReboot of a created VM: got no error, want FailedPrecondition",
+			"Unknown/NotFound":      "SoftReboot of an unknown VM: got no error, want NotFound",
+		}},
 		{"DeleteAnything", deleteAnything{fake.NewHypervisor()}, nil, map[string]string{"Delete/Running": "want FailedPrecondition"}},
 		{"ShutdownOnlyRunning", shutdownOnlyRunning{fake.NewHypervisor()}, nil, map[string]string{"Shutdown/Idempotent": "Shutdown, call 2: FailedPrecondition"}},
 		{"RecoverForgets", fake.NewHypervisor(), []conformance.Option{restart}, map[string]string{
@@ -237,6 +248,7 @@ func TestUndeclaredFeaturesAreSkipped(t *testing.T) {
 		"Pause/NotRunning":       "driver does not declare FEATURE_HYPERVISOR_PAUSE",
 		"Reboot/SecondBoot":      "driver does not declare FEATURE_HYPERVISOR_REBOOT",
 		"Reboot/NotRunning":      "driver does not declare FEATURE_HYPERVISOR_REBOOT",
+		"SoftReboot/NotRunning":  "driver does not declare FEATURE_HYPERVISOR_SOFT_REBOOT",
 		"Console/Output":         "driver does not declare FEATURE_HYPERVISOR_CONSOLE",
 		"Console/EndsOnStop":     "driver does not declare FEATURE_HYPERVISOR_CONSOLE",
 		"Console/BeforeStart":    "driver does not declare FEATURE_HYPERVISOR_CONSOLE",

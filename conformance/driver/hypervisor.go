@@ -32,6 +32,8 @@ import (
 //	Events/StartStop, Events/Sequence
 //	Pause/PauseResume, Pause/NotRunning (FEATURE_HYPERVISOR_PAUSE)
 //	Reboot/SecondBoot, Reboot/NotRunning (FEATURE_HYPERVISOR_REBOOT)
+//	SoftReboot/NotRunning               (FEATURE_HYPERVISOR_SOFT_REBOOT; the VM suite boots a
+//	                                    guest that answers it: SoftReboot/BootsAgain)
 //	Console/Output, Console/EndsOnStop, Console/BeforeStart, Console/SeveralReaders
 //	                                    (FEATURE_HYPERVISOR_CONSOLE; SeveralReaders needs WithConsoleMarker)
 //	Recover/Running, Recover/Created, Recover/Stopped, Recover/Gone
@@ -81,6 +83,9 @@ func Hypervisor(t T, f HypervisorFactory, opts ...Option) {
 	t.Run("Reboot", func(t T) {
 		t.Run("SecondBoot", s.checkRebootSecondBoot)
 		t.Run("NotRunning", s.checkRebootNotRunning)
+	})
+	t.Run("SoftReboot", func(t T) {
+		t.Run("NotRunning", s.checkSoftRebootNotRunning)
 	})
 	t.Run("Console", func(t T) {
 		t.Run("Output", s.checkConsoleOutput)
@@ -311,6 +316,9 @@ func (s *hvSuite) checkUnknownNotFound(t T) {
 	}
 	if r, ok := driver.Optional[driver.Rebooter](ctx, d); ok {
 		expectCode(t, r.Reboot(ctx, id), codes.NotFound, "Reboot of an unknown VM")
+	}
+	if r, ok := driver.Optional[driver.SoftRebooter](ctx, d); ok {
+		expectCode(t, r.SoftReboot(ctx, id), codes.NotFound, "SoftReboot of an unknown VM")
 	}
 	if c, ok := driver.Optional[driver.Consoler](ctx, d); ok {
 		cctx, cancel := context.WithTimeout(ctx, eventWithin)

@@ -179,6 +179,7 @@ func (g Guest) withDefaults() Guest {
 //	Kill
 //	Pause/StopsGuest                    (FEATURE_HYPERVISOR_PAUSE)
 //	Reboot/SecondBoot                   (FEATURE_HYPERVISOR_REBOOT)
+//	SoftReboot/BootsAgain               (FEATURE_HYPERVISOR_SOFT_REBOOT)
 //	Display/RFBSessions                 (FEATURE_HYPERVISOR_DISPLAY)
 //	Recover/AfterDriverKilled           (FEATURE_HYPERVISOR_RECOVER, and WithDriverKill)
 //	Storage/NotAnImage                  (volume type containerDisk)
@@ -252,6 +253,9 @@ func VM(t T, hv HypervisorFactory, st StorageFactory, g Guest, opts ...Option) {
 	})
 	t.Run("Reboot", func(t T) {
 		t.Run("SecondBoot", s.checkRebootSecondBoot)
+	})
+	t.Run("SoftReboot", func(t T) {
+		t.Run("BootsAgain", s.checkSoftRebootBootsAgain)
 	})
 	t.Run("Display", func(t T) {
 		t.Run("RFBSessions", s.checkDisplayRFBSessions)

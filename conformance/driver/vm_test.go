@@ -81,7 +81,7 @@ var knownFailures = map[string]string{}
 // vmChecks are the names of every VM check.
 var vmChecks = []string{
 	"Boot/ConsoleMarker", "CloudInit/UserDataReachesGuest", "CloudInit/ConfigDrive",
-	"Shutdown/GracefulWithinTimeout", "Kill", "Pause/StopsGuest", "Reboot/SecondBoot", "Display/RFBSessions",
+	"Shutdown/GracefulWithinTimeout", "Kill", "Pause/StopsGuest", "Reboot/SecondBoot", "SoftReboot/BootsAgain", "Display/RFBSessions",
 	"Recover/AfterDriverKilled", "Storage/NotAnImage",
 }
 
@@ -217,6 +217,7 @@ func TestVMWithFakes(t *testing.T) {
 		"Shutdown/GracefulWithinTimeout": conformance.StatusPass,
 		"Kill":                           conformance.StatusPass,
 		"Reboot/SecondBoot":              conformance.StatusPass,
+		"SoftReboot/BootsAgain":          conformance.StatusPass,
 		"Recover/AfterDriverKilled":      conformance.StatusSkip,
 	}, map[string]string{"Recover/AfterDriverKilled": "WithDriverKill"})
 }
@@ -276,6 +277,7 @@ func TestVMUndeclaredAreSkipped(t *testing.T) {
 			"Kill":                           conformance.StatusSkip,
 			"Pause/StopsGuest":               conformance.StatusSkip,
 			"Reboot/SecondBoot":              conformance.StatusSkip,
+			"SoftReboot/BootsAgain":          conformance.StatusSkip,
 			"Display/RFBSessions":            conformance.StatusSkip,
 			"Recover/AfterDriverKilled":      conformance.StatusSkip,
 			"Storage/NotAnImage":             conformance.StatusSkip,
@@ -285,6 +287,7 @@ func TestVMUndeclaredAreSkipped(t *testing.T) {
 			"Kill":                           console,
 			"Pause/StopsGuest":               "FEATURE_HYPERVISOR_PAUSE",
 			"Reboot/SecondBoot":              "FEATURE_HYPERVISOR_REBOOT",
+			"SoftReboot/BootsAgain":          "FEATURE_HYPERVISOR_SOFT_REBOOT",
 			"Display/RFBSessions":            "FEATURE_HYPERVISOR_DISPLAY",
 			"Recover/AfterDriverKilled":      "FEATURE_HYPERVISOR_RECOVER",
 			"Storage/NotAnImage":             "storage driver does not declare volume type containerDisk",

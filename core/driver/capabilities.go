@@ -51,14 +51,15 @@ var featureImpl = map[basev1.Feature]struct {
 	iface string
 	has   func(any) bool
 }{
-	basev1.Feature_FEATURE_HYPERVISOR_PAUSE:   {basev1.Kind_KIND_HYPERVISOR, "driver.Pauser", is[Pauser]},
-	basev1.Feature_FEATURE_HYPERVISOR_REBOOT:  {basev1.Kind_KIND_HYPERVISOR, "driver.Rebooter", is[Rebooter]},
-	basev1.Feature_FEATURE_HYPERVISOR_CONSOLE: {basev1.Kind_KIND_HYPERVISOR, "driver.Consoler", is[Consoler]},
-	basev1.Feature_FEATURE_HYPERVISOR_DISPLAY: {basev1.Kind_KIND_HYPERVISOR, "driver.Displayer", is[Displayer]},
-	basev1.Feature_FEATURE_HYPERVISOR_RECOVER: {basev1.Kind_KIND_HYPERVISOR, "driver.Recoverer", is[Recoverer]},
-	basev1.Feature_FEATURE_HYPERVISOR_MIGRATE: {basev1.Kind_KIND_HYPERVISOR, "driver.Migrator", is[Migrator]},
-	basev1.Feature_FEATURE_NETWORK_CHECK:      {basev1.Kind_KIND_NETWORK, "driver.NetworkChecker", is[NetworkChecker]},
-	basev1.Feature_FEATURE_DEVICE_WATCH:       {basev1.Kind_KIND_DEVICE, "driver.DeviceWatcher", is[DeviceWatcher]},
+	basev1.Feature_FEATURE_HYPERVISOR_PAUSE:       {basev1.Kind_KIND_HYPERVISOR, "driver.Pauser", is[Pauser]},
+	basev1.Feature_FEATURE_HYPERVISOR_REBOOT:      {basev1.Kind_KIND_HYPERVISOR, "driver.Rebooter", is[Rebooter]},
+	basev1.Feature_FEATURE_HYPERVISOR_SOFT_REBOOT: {basev1.Kind_KIND_HYPERVISOR, "driver.SoftRebooter", is[SoftRebooter]},
+	basev1.Feature_FEATURE_HYPERVISOR_CONSOLE:     {basev1.Kind_KIND_HYPERVISOR, "driver.Consoler", is[Consoler]},
+	basev1.Feature_FEATURE_HYPERVISOR_DISPLAY:     {basev1.Kind_KIND_HYPERVISOR, "driver.Displayer", is[Displayer]},
+	basev1.Feature_FEATURE_HYPERVISOR_RECOVER:     {basev1.Kind_KIND_HYPERVISOR, "driver.Recoverer", is[Recoverer]},
+	basev1.Feature_FEATURE_HYPERVISOR_MIGRATE:     {basev1.Kind_KIND_HYPERVISOR, "driver.Migrator", is[Migrator]},
+	basev1.Feature_FEATURE_NETWORK_CHECK:          {basev1.Kind_KIND_NETWORK, "driver.NetworkChecker", is[NetworkChecker]},
+	basev1.Feature_FEATURE_DEVICE_WATCH:           {basev1.Kind_KIND_DEVICE, "driver.DeviceWatcher", is[DeviceWatcher]},
 }
 
 func is[T any](v any) bool { _, ok := v.(T); return ok }
@@ -93,6 +94,8 @@ func optionalFeature[I any]() (basev1.Feature, bool) {
 		return basev1.Feature_FEATURE_HYPERVISOR_PAUSE, true
 	case *Rebooter:
 		return basev1.Feature_FEATURE_HYPERVISOR_REBOOT, true
+	case *SoftRebooter:
+		return basev1.Feature_FEATURE_HYPERVISOR_SOFT_REBOOT, true
 	case *Consoler:
 		return basev1.Feature_FEATURE_HYPERVISOR_CONSOLE, true
 	case *Displayer:

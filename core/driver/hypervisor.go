@@ -90,6 +90,14 @@ func (s *hypervisorServer) Reboot(ctx context.Context, req *hypervisorv1.RebootR
 	return &hypervisorv1.RebootResponse{}, r.Reboot(ctx, req.GetId())
 }
 
+func (s *hypervisorServer) SoftReboot(ctx context.Context, req *hypervisorv1.SoftRebootRequest) (*hypervisorv1.SoftRebootResponse, error) {
+	r, ok := s.impl.(SoftRebooter)
+	if !ok {
+		return nil, unimplemented("soft reboot")
+	}
+	return &hypervisorv1.SoftRebootResponse{}, r.SoftReboot(ctx, req.GetId())
+}
+
 func (s *hypervisorServer) Recover(ctx context.Context, req *hypervisorv1.RecoverRequest) (*hypervisorv1.RecoverResponse, error) {
 	r, ok := s.impl.(Recoverer)
 	if !ok {
@@ -190,12 +198,13 @@ var (
 	_ Hypervisor = (*HypervisorClient)(nil)
 	_ gated      = (*HypervisorClient)(nil)
 
-	_ Pauser    = hvPauser{}
-	_ Rebooter  = hvRebooter{}
-	_ Consoler  = hvConsoler{}
-	_ Displayer = hvDisplayer{}
-	_ Recoverer = hvRecoverer{}
-	_ Migrator  = hvMigrator{}
+	_ Pauser       = hvPauser{}
+	_ Rebooter     = hvRebooter{}
+	_ SoftRebooter = hvSoftRebooter{}
+	_ Consoler     = hvConsoler{}
+	_ Displayer    = hvDisplayer{}
+	_ Recoverer    = hvRecoverer{}
+	_ Migrator     = hvMigrator{}
 )
 
 // NewHypervisorClient returns a client for the hypervisor plugin served on conn.
@@ -210,6 +219,8 @@ func (c *HypervisorClient) optional(f basev1.Feature) any {
 		return hvPauser{c}
 	case basev1.Feature_FEATURE_HYPERVISOR_REBOOT:
 		return hvRebooter{c}
+	case basev1.Feature_FEATURE_HYPERVISOR_SOFT_REBOOT:
+		return hvSoftRebooter{c}
 	case basev1.Feature_FEATURE_HYPERVISOR_CONSOLE:
 		return hvConsoler{c}
 	case basev1.Feature_FEATURE_HYPERVISOR_DISPLAY:
@@ -278,12 +289,13 @@ func (c *HypervisorClient) Events(ctx context.Context, id string, send func(*hyp
 // The optional interfaces of a HypervisorClient, which Optional hands out only for what the
 // driver declared.
 type (
-	hvPauser    struct{ c *HypervisorClient }
-	hvRebooter  struct{ c *HypervisorClient }
-	hvConsoler  struct{ c *HypervisorClient }
-	hvDisplayer struct{ c *HypervisorClient }
-	hvRecoverer struct{ c *HypervisorClient }
-	hvMigrator  struct{ c *HypervisorClient }
+	hvPauser       struct{ c *HypervisorClient }
+	hvRebooter     struct{ c *HypervisorClient }
+	hvSoftRebooter struct{ c *HypervisorClient }
+	hvConsoler     struct{ c *HypervisorClient }
+	hvDisplayer    struct{ c *HypervisorClient }
+	hvRecoverer    struct{ c *HypervisorClient }
+	hvMigrator     struct{ c *HypervisorClient }
 )
 
 // Pause implements Pauser.
@@ -304,6 +316,12 @@ func (p hvPauser) Resume(ctx context.Context, id string) error {
 func (r hvRebooter) Reboot(ctx context.Context, id string) error {
 	c := r.c
 	_, err := c.hv.Reboot(ctx, &hypervisorv1.RebootRequest{Id: id})
+	return err
+}
+
+// SoftReboot implements SoftRebooter.
+func (r hvSoftRebooter) SoftReboot(ctx context.Context, id string) error {
+	_, err := r.c.hv.SoftReboot(ctx, &hypervisorv1.SoftRebootRequest{Id: id})
 	return err
 }
 

@@ -67,7 +67,7 @@ func (h *Handler) SoftReboot(ctx context.Context, uid types.UID) error {
 	return h.act(ctx, uid, "softreboot", hypervisorv1.State_STATE_RUNNING, func(ctx context.Context, hv driver.Hypervisor) (func(context.Context, string) error, error) {
 		r, ok := driver.Optional[driver.SoftRebooter](ctx, hv)
 		if !ok {
-			return nil, h.unoffered("a soft reboot")
+			return nil, h.unoffered("a soft reboot (it does not declare FEATURE_HYPERVISOR_SOFT_REBOOT)")
 		}
 		return r.SoftReboot, nil
 	})

@@ -100,7 +100,19 @@ func TestActionsChangeTheVMAndItsStatus(t *testing.T) {
 		t.Errorf("VM after Reset: %v (before: boots %d)", after, before.GetBoots())
 	}
 
-	// No guest agent, no display, no soft reboot in the fake driver's protocol.
+	// The fake driver's guest restarts at once when asked: one boot more, still running.
+	before, _ = vmOf(h, fakeHV, vmi.UID)
+	if err := h.SoftReboot(ctx, vmi.UID); err != nil {
+		t.Fatalf("SoftReboot: %v", err)
+	}
+	eventually(t, "the soft reboot", 5*time.Second, func() error {
+		if after, _ := vmOf(h, fakeHV, vmi.UID); after.GetBoots() != before.GetBoots()+1 || after.GetState() != hypervisorv1.State_STATE_RUNNING {
+			return fmt.Errorf("VM %v, want RUNNING with boots %d", after, before.GetBoots()+1)
+		}
+		return nil
+	})
+
+	// No guest agent, no display in the fake driver's protocol.
 	if _, err := h.GuestOSInfo(ctx, vmi.UID); status.Code(err) != codes.Unimplemented || !strings.Contains(err.Error(), "no guest agent") {
 		t.Errorf("GuestOSInfo = %v, want Unimplemented: no guest agent", err)
 	}
@@ -112,15 +124,13 @@ func TestActionsChangeTheVMAndItsStatus(t *testing.T) {
 			t.Errorf("%s = %v, want Unimplemented naming the driver and the VNC display", what, err)
 		}
 	}
-	if err := h.SoftReboot(ctx, vmi.UID); status.Code(err) != codes.Unimplemented || !strings.Contains(err.Error(), "soft reboot") {
-		t.Errorf("SoftReboot = %v, want Unimplemented", err)
-	}
 }
 
 // TestActionsUndeclared: a driver that implements pause and reboot without declaring them is
 // not called: Unimplemented naming the feature, and the VM runs on.
 func TestActionsUndeclared(t *testing.T) {
-	e := newEnv(t, testHVSet, withoutFeatures(t, basev1.Feature_FEATURE_HYPERVISOR_PAUSE, basev1.Feature_FEATURE_HYPERVISOR_REBOOT, basev1.Feature_FEATURE_HYPERVISOR_CONSOLE))
+	e := newEnv(t, testHVSet, withoutFeatures(t, basev1.Feature_FEATURE_HYPERVISOR_PAUSE, basev1.Feature_FEATURE_HYPERVISOR_REBOOT,
+		basev1.Feature_FEATURE_HYPERVISOR_SOFT_REBOOT, basev1.Feature_FEATURE_HYPERVISOR_CONSOLE))
 	h := e.start()
 	vmi := testVMI("demo", "uid-undeclared", e.disk)
 	mustRun(t, h, vmi)
@@ -132,6 +142,7 @@ func TestActionsUndeclared(t *testing.T) {
 		"Pause":                {h.Pause(ctx, vmi.UID), "FEATURE_HYPERVISOR_PAUSE"},
 		"Unpause":              {h.Unpause(ctx, vmi.UID), "FEATURE_HYPERVISOR_PAUSE"},
 		"Reset":                {h.Reset(ctx, vmi.UID), "FEATURE_HYPERVISOR_REBOOT"},
+		"SoftReboot":           {h.SoftReboot(ctx, vmi.UID), "FEATURE_HYPERVISOR_SOFT_REBOOT"},
 		"CheckStream(console)": {h.CheckStream(ctx, vmi.UID, StreamConsole), "FEATURE_HYPERVISOR_CONSOLE"},
 	} {
 		if status.Code(c.err) != codes.Unimplemented || !strings.Contains(c.err.Error(), c.feature) || !strings.Contains(c.err.Error(), testHV) {

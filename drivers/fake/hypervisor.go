@@ -61,12 +61,13 @@ type Hypervisor struct {
 }
 
 var (
-	_ driver.Hypervisor = (*Hypervisor)(nil)
-	_ driver.Pauser     = (*Hypervisor)(nil)
-	_ driver.Rebooter   = (*Hypervisor)(nil)
-	_ driver.Consoler   = (*Hypervisor)(nil)
-	_ driver.Recoverer  = (*Hypervisor)(nil)
-	_ driver.Migrator   = (*Hypervisor)(nil)
+	_ driver.Hypervisor   = (*Hypervisor)(nil)
+	_ driver.Pauser       = (*Hypervisor)(nil)
+	_ driver.Rebooter     = (*Hypervisor)(nil)
+	_ driver.SoftRebooter = (*Hypervisor)(nil)
+	_ driver.Consoler     = (*Hypervisor)(nil)
+	_ driver.Recoverer    = (*Hypervisor)(nil)
+	_ driver.Migrator     = (*Hypervisor)(nil)
 )
 
 // NewHypervisor returns a fake hypervisor with the default configuration.
@@ -134,6 +135,7 @@ func (h *Hypervisor) Capabilities(context.Context) (*basev1.Capabilities, error)
 		Features: []basev1.Feature{
 			basev1.Feature_FEATURE_HYPERVISOR_PAUSE,
 			basev1.Feature_FEATURE_HYPERVISOR_REBOOT,
+			basev1.Feature_FEATURE_HYPERVISOR_SOFT_REBOOT,
 			basev1.Feature_FEATURE_HYPERVISOR_CONSOLE,
 			basev1.Feature_FEATURE_HYPERVISOR_RECOVER,
 			basev1.Feature_FEATURE_HYPERVISOR_MIGRATE,
@@ -484,6 +486,44 @@ func (h *Hypervisor) Reboot(ctx context.Context, id string) error {
 	h.consoleWriteLocked(v, bootLog(v))
 	_ = v.persist()
 	return nil
+}
+
+// SoftReboot implements driver.SoftRebooter. The simulated guest, unless
+// HypervisorConfig.IgnoreShutdown, restarts HypervisorConfig.ShutdownDelay later: one boot more,
+// event RESET with reason GuestReset. SoftReboot returns before that.
+func (h *Hypervisor) SoftReboot(_ context.Context, id string) error {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	v, err := h.getLocked(id)
+	if err != nil {
+		return err
+	}
+	if v.state != hypervisorv1.State_STATE_RUNNING {
+		return precondition("VM %q is %s, not running", id, driver.StateWord(v.state))
+	}
+	v.rec.Reason, v.rec.Message = driver.ReasonPowerdownRequested, ""
+	h.emitLocked(v, hypervisorv1.EventType_EVENT_TYPE_POWERDOWN_REQUESTED)
+	if h.cfg.IgnoreShutdown {
+		return nil
+	}
+	gen := v.gen
+	time.AfterFunc(time.Duration(h.cfg.ShutdownDelay), func() { h.guestRestarted(id, gen) })
+	return nil
+}
+
+// guestRestarted is the simulated guest restarting after a SoftReboot.
+func (h *Hypervisor) guestRestarted(id string, gen uint64) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	v, ok := h.vms[id]
+	if !ok || v.gen != gen || v.state != hypervisorv1.State_STATE_RUNNING {
+		return
+	}
+	v.rec.Boots++
+	v.rec.Reason, v.rec.Message = driver.ReasonGuestReset, ""
+	h.emitLocked(v, hypervisorv1.EventType_EVENT_TYPE_RESET)
+	h.consoleWriteLocked(v, bootLog(v))
+	_ = v.persist()
 }
 
 // Migrate implements driver.Migrator. The simulated migration completes at once: the VM stops

@@ -129,6 +129,7 @@ func (d *Driver) Capabilities(context.Context) (*basev1.Capabilities, error) {
 		Features: []basev1.Feature{
 			basev1.Feature_FEATURE_HYPERVISOR_PAUSE,
 			basev1.Feature_FEATURE_HYPERVISOR_REBOOT,
+			basev1.Feature_FEATURE_HYPERVISOR_SOFT_REBOOT,
 			basev1.Feature_FEATURE_HYPERVISOR_CONSOLE,
 			basev1.Feature_FEATURE_HYPERVISOR_DISPLAY,
 			basev1.Feature_FEATURE_HYPERVISOR_RECOVER,

@@ -62,6 +62,7 @@ type record struct {
 	SerialSocket string          `json:"serialSocket"`
 	Accel        Accel           `json:"accel"`
 	Boots        uint32          `json:"boots"`
+	SoftReboot   bool            `json:"softReboot,omitempty"` // pending: softreboot.go
 	StartedAt    time.Time       `json:"startedAt,omitzero"`
 	Spec         json.RawMessage `json:"spec"`
 }
@@ -102,6 +103,7 @@ type session struct {
 	panicked       bool
 	shutdownReason string
 	hostStop       string
+	softRebooting  bool // the guest powered off for a soft reboot, which is being finished
 }
 
 func (s *session) detachAndWait() {
@@ -464,6 +466,10 @@ func (d *Driver) eventLoop(v *vm, s *session) {
 
 // applyLocked applies a QMP event (or the effect of a command that has one) to v.
 func (d *Driver) applyLocked(v *vm, s *session, e qmp.Event) {
+	e, consumed := d.softRebootEventLocked(v, s, e)
+	if consumed {
+		return
+	}
 	guest, _ := e.Data["guest"].(bool)
 	switch e.Event {
 	case "RESET":
@@ -542,6 +548,7 @@ func (d *Driver) finishLocked(v *vm, s *session) {
 		v.sess = nil
 	}
 	v.rec.PID = 0
+	v.rec.SoftReboot = false
 	d.emitLocked(v, typ)
 	d.persistLocked(v)
 	close(s.done)
@@ -620,6 +627,8 @@ func (d *Driver) Shutdown(ctx context.Context, id string, timeout time.Duration)
 			v.mu.Unlock()
 		}
 	}
+	// The guest's power-off must stop the VM now, not restart it.
+	d.cancelSoftReboot(ctx, v, s)
 	if timeout <= 0 {
 		// No grace: stopped at once, as Kill does, without asking the guest.
 		if err := d.stop(ctx, v, s, driver.ReasonForcedShutdown); err != nil {
@@ -990,16 +999,27 @@ func (d *Driver) Recover(ctx context.Context, h *hypervisorv1.Handle) (*hypervis
 		v.state = hypervisorv1.State_STATE_RUNNING
 	case qs.Status == "guest-panicked":
 		v.state = hypervisorv1.State_STATE_CRASHED
+	case qs.Status == "shutdown" && v.rec.SoftReboot:
+		// The previous driver died while the guest powered off for a soft reboot: finished
+		// once the VM is adopted.
+		v.state = hypervisorv1.State_STATE_RUNNING
 	case qs.Running:
 		v.state = hypervisorv1.State_STATE_RUNNING
 	default:
 		v.state = hypervisorv1.State_STATE_PAUSED
 	}
+	finishReboot := qs.Status == "shutdown" && v.rec.SoftReboot
 	s := d.adopt(v, proc, mon, con, logFrom)
 	st, err := d.register(v)
 	if err != nil {
 		s.detachAndWait()
 		return nil, err
+	}
+	if finishReboot {
+		v.mu.Lock()
+		s.softRebooting = true
+		v.mu.Unlock()
+		go d.finishSoftReboot(v, s)
 	}
 	d.log.Info("recovered vm", "id", v.id, "pid", pid, "state", st.GetState().String())
 	return st, nil

@@ -1218,6 +1218,86 @@ func (*RebootResponse) Descriptor() ([]byte, []int) {
 	return file_core_driver_hypervisor_v1_hypervisor_proto_rawDescGZIP(), []int{21}
 }
 
+type SoftRebootRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Id            string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SoftRebootRequest) Reset() {
+	*x = SoftRebootRequest{}
+	mi := &file_core_driver_hypervisor_v1_hypervisor_proto_msgTypes[22]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SoftRebootRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SoftRebootRequest) ProtoMessage() {}
+
+func (x *SoftRebootRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_core_driver_hypervisor_v1_hypervisor_proto_msgTypes[22]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SoftRebootRequest.ProtoReflect.Descriptor instead.
+func (*SoftRebootRequest) Descriptor() ([]byte, []int) {
+	return file_core_driver_hypervisor_v1_hypervisor_proto_rawDescGZIP(), []int{22}
+}
+
+func (x *SoftRebootRequest) GetId() string {
+	if x != nil {
+		return x.Id
+	}
+	return ""
+}
+
+type SoftRebootResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SoftRebootResponse) Reset() {
+	*x = SoftRebootResponse{}
+	mi := &file_core_driver_hypervisor_v1_hypervisor_proto_msgTypes[23]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SoftRebootResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SoftRebootResponse) ProtoMessage() {}
+
+func (x *SoftRebootResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_core_driver_hypervisor_v1_hypervisor_proto_msgTypes[23]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SoftRebootResponse.ProtoReflect.Descriptor instead.
+func (*SoftRebootResponse) Descriptor() ([]byte, []int) {
+	return file_core_driver_hypervisor_v1_hypervisor_proto_rawDescGZIP(), []int{23}
+}
+
 type ConsoleInput struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// id names the VM; required in the first message and ignored after it.
@@ -1229,7 +1309,7 @@ type ConsoleInput struct {
 
 func (x *ConsoleInput) Reset() {
 	*x = ConsoleInput{}
-	mi := &file_core_driver_hypervisor_v1_hypervisor_proto_msgTypes[22]
+	mi := &file_core_driver_hypervisor_v1_hypervisor_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1241,7 +1321,7 @@ func (x *ConsoleInput) String() string {
 func (*ConsoleInput) ProtoMessage() {}
 
 func (x *ConsoleInput) ProtoReflect() protoreflect.Message {
-	mi := &file_core_driver_hypervisor_v1_hypervisor_proto_msgTypes[22]
+	mi := &file_core_driver_hypervisor_v1_hypervisor_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1254,7 +1334,7 @@ func (x *ConsoleInput) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ConsoleInput.ProtoReflect.Descriptor instead.
 func (*ConsoleInput) Descriptor() ([]byte, []int) {
-	return file_core_driver_hypervisor_v1_hypervisor_proto_rawDescGZIP(), []int{22}
+	return file_core_driver_hypervisor_v1_hypervisor_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *ConsoleInput) GetId() string {
@@ -1280,7 +1360,7 @@ type ConsoleOutput struct {
 
 func (x *ConsoleOutput) Reset() {
 	*x = ConsoleOutput{}
-	mi := &file_core_driver_hypervisor_v1_hypervisor_proto_msgTypes[23]
+	mi := &file_core_driver_hypervisor_v1_hypervisor_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1292,7 +1372,7 @@ func (x *ConsoleOutput) String() string {
 func (*ConsoleOutput) ProtoMessage() {}
 
 func (x *ConsoleOutput) ProtoReflect() protoreflect.Message {
-	mi := &file_core_driver_hypervisor_v1_hypervisor_proto_msgTypes[23]
+	mi := &file_core_driver_hypervisor_v1_hypervisor_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1305,7 +1385,7 @@ func (x *ConsoleOutput) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ConsoleOutput.ProtoReflect.Descriptor instead.
 func (*ConsoleOutput) Descriptor() ([]byte, []int) {
-	return file_core_driver_hypervisor_v1_hypervisor_proto_rawDescGZIP(), []int{23}
+	return file_core_driver_hypervisor_v1_hypervisor_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *ConsoleOutput) GetData() []byte {
@@ -1326,7 +1406,7 @@ type DisplayInput struct {
 
 func (x *DisplayInput) Reset() {
 	*x = DisplayInput{}
-	mi := &file_core_driver_hypervisor_v1_hypervisor_proto_msgTypes[24]
+	mi := &file_core_driver_hypervisor_v1_hypervisor_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1338,7 +1418,7 @@ func (x *DisplayInput) String() string {
 func (*DisplayInput) ProtoMessage() {}
 
 func (x *DisplayInput) ProtoReflect() protoreflect.Message {
-	mi := &file_core_driver_hypervisor_v1_hypervisor_proto_msgTypes[24]
+	mi := &file_core_driver_hypervisor_v1_hypervisor_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1351,7 +1431,7 @@ func (x *DisplayInput) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DisplayInput.ProtoReflect.Descriptor instead.
 func (*DisplayInput) Descriptor() ([]byte, []int) {
-	return file_core_driver_hypervisor_v1_hypervisor_proto_rawDescGZIP(), []int{24}
+	return file_core_driver_hypervisor_v1_hypervisor_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *DisplayInput) GetId() string {
@@ -1377,7 +1457,7 @@ type DisplayOutput struct {
 
 func (x *DisplayOutput) Reset() {
 	*x = DisplayOutput{}
-	mi := &file_core_driver_hypervisor_v1_hypervisor_proto_msgTypes[25]
+	mi := &file_core_driver_hypervisor_v1_hypervisor_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1389,7 +1469,7 @@ func (x *DisplayOutput) String() string {
 func (*DisplayOutput) ProtoMessage() {}
 
 func (x *DisplayOutput) ProtoReflect() protoreflect.Message {
-	mi := &file_core_driver_hypervisor_v1_hypervisor_proto_msgTypes[25]
+	mi := &file_core_driver_hypervisor_v1_hypervisor_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1402,7 +1482,7 @@ func (x *DisplayOutput) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DisplayOutput.ProtoReflect.Descriptor instead.
 func (*DisplayOutput) Descriptor() ([]byte, []int) {
-	return file_core_driver_hypervisor_v1_hypervisor_proto_rawDescGZIP(), []int{25}
+	return file_core_driver_hypervisor_v1_hypervisor_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *DisplayOutput) GetData() []byte {
@@ -1421,7 +1501,7 @@ type RecoverRequest struct {
 
 func (x *RecoverRequest) Reset() {
 	*x = RecoverRequest{}
-	mi := &file_core_driver_hypervisor_v1_hypervisor_proto_msgTypes[26]
+	mi := &file_core_driver_hypervisor_v1_hypervisor_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1433,7 +1513,7 @@ func (x *RecoverRequest) String() string {
 func (*RecoverRequest) ProtoMessage() {}
 
 func (x *RecoverRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_core_driver_hypervisor_v1_hypervisor_proto_msgTypes[26]
+	mi := &file_core_driver_hypervisor_v1_hypervisor_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1446,7 +1526,7 @@ func (x *RecoverRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RecoverRequest.ProtoReflect.Descriptor instead.
 func (*RecoverRequest) Descriptor() ([]byte, []int) {
-	return file_core_driver_hypervisor_v1_hypervisor_proto_rawDescGZIP(), []int{26}
+	return file_core_driver_hypervisor_v1_hypervisor_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *RecoverRequest) GetHandle() *Handle {
@@ -1465,7 +1545,7 @@ type RecoverResponse struct {
 
 func (x *RecoverResponse) Reset() {
 	*x = RecoverResponse{}
-	mi := &file_core_driver_hypervisor_v1_hypervisor_proto_msgTypes[27]
+	mi := &file_core_driver_hypervisor_v1_hypervisor_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1477,7 +1557,7 @@ func (x *RecoverResponse) String() string {
 func (*RecoverResponse) ProtoMessage() {}
 
 func (x *RecoverResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_core_driver_hypervisor_v1_hypervisor_proto_msgTypes[27]
+	mi := &file_core_driver_hypervisor_v1_hypervisor_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1490,7 +1570,7 @@ func (x *RecoverResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RecoverResponse.ProtoReflect.Descriptor instead.
 func (*RecoverResponse) Descriptor() ([]byte, []int) {
-	return file_core_driver_hypervisor_v1_hypervisor_proto_rawDescGZIP(), []int{27}
+	return file_core_driver_hypervisor_v1_hypervisor_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *RecoverResponse) GetStatus() *VMStatus {
@@ -1512,7 +1592,7 @@ type MigrateRequest struct {
 
 func (x *MigrateRequest) Reset() {
 	*x = MigrateRequest{}
-	mi := &file_core_driver_hypervisor_v1_hypervisor_proto_msgTypes[28]
+	mi := &file_core_driver_hypervisor_v1_hypervisor_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1524,7 +1604,7 @@ func (x *MigrateRequest) String() string {
 func (*MigrateRequest) ProtoMessage() {}
 
 func (x *MigrateRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_core_driver_hypervisor_v1_hypervisor_proto_msgTypes[28]
+	mi := &file_core_driver_hypervisor_v1_hypervisor_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1537,7 +1617,7 @@ func (x *MigrateRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MigrateRequest.ProtoReflect.Descriptor instead.
 func (*MigrateRequest) Descriptor() ([]byte, []int) {
-	return file_core_driver_hypervisor_v1_hypervisor_proto_rawDescGZIP(), []int{28}
+	return file_core_driver_hypervisor_v1_hypervisor_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *MigrateRequest) GetId() string {
@@ -1569,7 +1649,7 @@ type MigrateResponse struct {
 
 func (x *MigrateResponse) Reset() {
 	*x = MigrateResponse{}
-	mi := &file_core_driver_hypervisor_v1_hypervisor_proto_msgTypes[29]
+	mi := &file_core_driver_hypervisor_v1_hypervisor_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1581,7 +1661,7 @@ func (x *MigrateResponse) String() string {
 func (*MigrateResponse) ProtoMessage() {}
 
 func (x *MigrateResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_core_driver_hypervisor_v1_hypervisor_proto_msgTypes[29]
+	mi := &file_core_driver_hypervisor_v1_hypervisor_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1594,7 +1674,7 @@ func (x *MigrateResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MigrateResponse.ProtoReflect.Descriptor instead.
 func (*MigrateResponse) Descriptor() ([]byte, []int) {
-	return file_core_driver_hypervisor_v1_hypervisor_proto_rawDescGZIP(), []int{29}
+	return file_core_driver_hypervisor_v1_hypervisor_proto_rawDescGZIP(), []int{31}
 }
 
 var File_core_driver_hypervisor_v1_hypervisor_proto protoreflect.FileDescriptor
@@ -1655,7 +1735,10 @@ const file_core_driver_hypervisor_v1_hypervisor_proto_rawDesc = "" +
 	"\x0eResumeResponse\"\x1f\n" +
 	"\rRebootRequest\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\"\x10\n" +
-	"\x0eRebootResponse\"2\n" +
+	"\x0eRebootResponse\"#\n" +
+	"\x11SoftRebootRequest\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\tR\x02id\"\x14\n" +
+	"\x12SoftRebootResponse\"2\n" +
 	"\fConsoleInput\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x12\n" +
 	"\x04data\x18\x02 \x01(\fR\x04data\"#\n" +
@@ -1694,7 +1777,7 @@ const file_core_driver_hypervisor_v1_hypervisor_proto_rawDesc = "" +
 	"\x13EVENT_TYPE_SHUTDOWN\x10\x06\x12\x16\n" +
 	"\x12EVENT_TYPE_STOPPED\x10\a\x12\x1d\n" +
 	"\x19EVENT_TYPE_GUEST_PANICKED\x10\b\x12\x16\n" +
-	"\x12EVENT_TYPE_CRASHED\x10\t2\xc9\v\n" +
+	"\x12EVENT_TYPE_CRASHED\x10\t2\xbe\f\n" +
 	"\n" +
 	"Hypervisor\x12g\n" +
 	"\x06Create\x12-.kubevisor.driver.hypervisor.v1.CreateRequest\x1a..kubevisor.driver.hypervisor.v1.CreateResponse\x12d\n" +
@@ -1706,7 +1789,9 @@ const file_core_driver_hypervisor_v1_hypervisor_proto_rawDesc = "" +
 	"\x06Events\x12-.kubevisor.driver.hypervisor.v1.EventsRequest\x1a%.kubevisor.driver.hypervisor.v1.Event0\x01\x12d\n" +
 	"\x05Pause\x12,.kubevisor.driver.hypervisor.v1.PauseRequest\x1a-.kubevisor.driver.hypervisor.v1.PauseResponse\x12g\n" +
 	"\x06Resume\x12-.kubevisor.driver.hypervisor.v1.ResumeRequest\x1a..kubevisor.driver.hypervisor.v1.ResumeResponse\x12g\n" +
-	"\x06Reboot\x12-.kubevisor.driver.hypervisor.v1.RebootRequest\x1a..kubevisor.driver.hypervisor.v1.RebootResponse\x12j\n" +
+	"\x06Reboot\x12-.kubevisor.driver.hypervisor.v1.RebootRequest\x1a..kubevisor.driver.hypervisor.v1.RebootResponse\x12s\n" +
+	"\n" +
+	"SoftReboot\x121.kubevisor.driver.hypervisor.v1.SoftRebootRequest\x1a2.kubevisor.driver.hypervisor.v1.SoftRebootResponse\x12j\n" +
 	"\aConsole\x12,.kubevisor.driver.hypervisor.v1.ConsoleInput\x1a-.kubevisor.driver.hypervisor.v1.ConsoleOutput(\x010\x01\x12j\n" +
 	"\aDisplay\x12,.kubevisor.driver.hypervisor.v1.DisplayInput\x1a-.kubevisor.driver.hypervisor.v1.DisplayOutput(\x010\x01\x12j\n" +
 	"\aRecover\x12..kubevisor.driver.hypervisor.v1.RecoverRequest\x1a/.kubevisor.driver.hypervisor.v1.RecoverResponse\x12j\n" +
@@ -1725,7 +1810,7 @@ func file_core_driver_hypervisor_v1_hypervisor_proto_rawDescGZIP() []byte {
 }
 
 var file_core_driver_hypervisor_v1_hypervisor_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_core_driver_hypervisor_v1_hypervisor_proto_msgTypes = make([]protoimpl.MessageInfo, 30)
+var file_core_driver_hypervisor_v1_hypervisor_proto_msgTypes = make([]protoimpl.MessageInfo, 32)
 var file_core_driver_hypervisor_v1_hypervisor_proto_goTypes = []any{
 	(State)(0),                    // 0: kubevisor.driver.hypervisor.v1.State
 	(EventType)(0),                // 1: kubevisor.driver.hypervisor.v1.EventType
@@ -1751,31 +1836,33 @@ var file_core_driver_hypervisor_v1_hypervisor_proto_goTypes = []any{
 	(*ResumeResponse)(nil),        // 21: kubevisor.driver.hypervisor.v1.ResumeResponse
 	(*RebootRequest)(nil),         // 22: kubevisor.driver.hypervisor.v1.RebootRequest
 	(*RebootResponse)(nil),        // 23: kubevisor.driver.hypervisor.v1.RebootResponse
-	(*ConsoleInput)(nil),          // 24: kubevisor.driver.hypervisor.v1.ConsoleInput
-	(*ConsoleOutput)(nil),         // 25: kubevisor.driver.hypervisor.v1.ConsoleOutput
-	(*DisplayInput)(nil),          // 26: kubevisor.driver.hypervisor.v1.DisplayInput
-	(*DisplayOutput)(nil),         // 27: kubevisor.driver.hypervisor.v1.DisplayOutput
-	(*RecoverRequest)(nil),        // 28: kubevisor.driver.hypervisor.v1.RecoverRequest
-	(*RecoverResponse)(nil),       // 29: kubevisor.driver.hypervisor.v1.RecoverResponse
-	(*MigrateRequest)(nil),        // 30: kubevisor.driver.hypervisor.v1.MigrateRequest
-	(*MigrateResponse)(nil),       // 31: kubevisor.driver.hypervisor.v1.MigrateResponse
-	(*v1.DomainSpec)(nil),         // 32: kubevisor.domain.v1.DomainSpec
-	(*durationpb.Duration)(nil),   // 33: google.protobuf.Duration
-	(*timestamppb.Timestamp)(nil), // 34: google.protobuf.Timestamp
+	(*SoftRebootRequest)(nil),     // 24: kubevisor.driver.hypervisor.v1.SoftRebootRequest
+	(*SoftRebootResponse)(nil),    // 25: kubevisor.driver.hypervisor.v1.SoftRebootResponse
+	(*ConsoleInput)(nil),          // 26: kubevisor.driver.hypervisor.v1.ConsoleInput
+	(*ConsoleOutput)(nil),         // 27: kubevisor.driver.hypervisor.v1.ConsoleOutput
+	(*DisplayInput)(nil),          // 28: kubevisor.driver.hypervisor.v1.DisplayInput
+	(*DisplayOutput)(nil),         // 29: kubevisor.driver.hypervisor.v1.DisplayOutput
+	(*RecoverRequest)(nil),        // 30: kubevisor.driver.hypervisor.v1.RecoverRequest
+	(*RecoverResponse)(nil),       // 31: kubevisor.driver.hypervisor.v1.RecoverResponse
+	(*MigrateRequest)(nil),        // 32: kubevisor.driver.hypervisor.v1.MigrateRequest
+	(*MigrateResponse)(nil),       // 33: kubevisor.driver.hypervisor.v1.MigrateResponse
+	(*v1.DomainSpec)(nil),         // 34: kubevisor.domain.v1.DomainSpec
+	(*durationpb.Duration)(nil),   // 35: google.protobuf.Duration
+	(*timestamppb.Timestamp)(nil), // 36: google.protobuf.Timestamp
 }
 var file_core_driver_hypervisor_v1_hypervisor_proto_depIdxs = []int32{
-	32, // 0: kubevisor.driver.hypervisor.v1.CreateRequest.domain:type_name -> kubevisor.domain.v1.DomainSpec
+	34, // 0: kubevisor.driver.hypervisor.v1.CreateRequest.domain:type_name -> kubevisor.domain.v1.DomainSpec
 	2,  // 1: kubevisor.driver.hypervisor.v1.CreateResponse.handle:type_name -> kubevisor.driver.hypervisor.v1.Handle
-	33, // 2: kubevisor.driver.hypervisor.v1.ShutdownRequest.timeout:type_name -> google.protobuf.Duration
+	35, // 2: kubevisor.driver.hypervisor.v1.ShutdownRequest.timeout:type_name -> google.protobuf.Duration
 	15, // 3: kubevisor.driver.hypervisor.v1.StatusResponse.status:type_name -> kubevisor.driver.hypervisor.v1.VMStatus
 	0,  // 4: kubevisor.driver.hypervisor.v1.VMStatus.state:type_name -> kubevisor.driver.hypervisor.v1.State
-	34, // 5: kubevisor.driver.hypervisor.v1.VMStatus.started_at:type_name -> google.protobuf.Timestamp
+	36, // 5: kubevisor.driver.hypervisor.v1.VMStatus.started_at:type_name -> google.protobuf.Timestamp
 	1,  // 6: kubevisor.driver.hypervisor.v1.Event.type:type_name -> kubevisor.driver.hypervisor.v1.EventType
-	34, // 7: kubevisor.driver.hypervisor.v1.Event.time:type_name -> google.protobuf.Timestamp
+	36, // 7: kubevisor.driver.hypervisor.v1.Event.time:type_name -> google.protobuf.Timestamp
 	0,  // 8: kubevisor.driver.hypervisor.v1.Event.state:type_name -> kubevisor.driver.hypervisor.v1.State
 	2,  // 9: kubevisor.driver.hypervisor.v1.RecoverRequest.handle:type_name -> kubevisor.driver.hypervisor.v1.Handle
 	15, // 10: kubevisor.driver.hypervisor.v1.RecoverResponse.status:type_name -> kubevisor.driver.hypervisor.v1.VMStatus
-	33, // 11: kubevisor.driver.hypervisor.v1.MigrateRequest.completion_timeout:type_name -> google.protobuf.Duration
+	35, // 11: kubevisor.driver.hypervisor.v1.MigrateRequest.completion_timeout:type_name -> google.protobuf.Duration
 	3,  // 12: kubevisor.driver.hypervisor.v1.Hypervisor.Create:input_type -> kubevisor.driver.hypervisor.v1.CreateRequest
 	5,  // 13: kubevisor.driver.hypervisor.v1.Hypervisor.Start:input_type -> kubevisor.driver.hypervisor.v1.StartRequest
 	7,  // 14: kubevisor.driver.hypervisor.v1.Hypervisor.Shutdown:input_type -> kubevisor.driver.hypervisor.v1.ShutdownRequest
@@ -1786,26 +1873,28 @@ var file_core_driver_hypervisor_v1_hypervisor_proto_depIdxs = []int32{
 	18, // 19: kubevisor.driver.hypervisor.v1.Hypervisor.Pause:input_type -> kubevisor.driver.hypervisor.v1.PauseRequest
 	20, // 20: kubevisor.driver.hypervisor.v1.Hypervisor.Resume:input_type -> kubevisor.driver.hypervisor.v1.ResumeRequest
 	22, // 21: kubevisor.driver.hypervisor.v1.Hypervisor.Reboot:input_type -> kubevisor.driver.hypervisor.v1.RebootRequest
-	24, // 22: kubevisor.driver.hypervisor.v1.Hypervisor.Console:input_type -> kubevisor.driver.hypervisor.v1.ConsoleInput
-	26, // 23: kubevisor.driver.hypervisor.v1.Hypervisor.Display:input_type -> kubevisor.driver.hypervisor.v1.DisplayInput
-	28, // 24: kubevisor.driver.hypervisor.v1.Hypervisor.Recover:input_type -> kubevisor.driver.hypervisor.v1.RecoverRequest
-	30, // 25: kubevisor.driver.hypervisor.v1.Hypervisor.Migrate:input_type -> kubevisor.driver.hypervisor.v1.MigrateRequest
-	4,  // 26: kubevisor.driver.hypervisor.v1.Hypervisor.Create:output_type -> kubevisor.driver.hypervisor.v1.CreateResponse
-	6,  // 27: kubevisor.driver.hypervisor.v1.Hypervisor.Start:output_type -> kubevisor.driver.hypervisor.v1.StartResponse
-	8,  // 28: kubevisor.driver.hypervisor.v1.Hypervisor.Shutdown:output_type -> kubevisor.driver.hypervisor.v1.ShutdownResponse
-	10, // 29: kubevisor.driver.hypervisor.v1.Hypervisor.Kill:output_type -> kubevisor.driver.hypervisor.v1.KillResponse
-	12, // 30: kubevisor.driver.hypervisor.v1.Hypervisor.Delete:output_type -> kubevisor.driver.hypervisor.v1.DeleteResponse
-	14, // 31: kubevisor.driver.hypervisor.v1.Hypervisor.Status:output_type -> kubevisor.driver.hypervisor.v1.StatusResponse
-	17, // 32: kubevisor.driver.hypervisor.v1.Hypervisor.Events:output_type -> kubevisor.driver.hypervisor.v1.Event
-	19, // 33: kubevisor.driver.hypervisor.v1.Hypervisor.Pause:output_type -> kubevisor.driver.hypervisor.v1.PauseResponse
-	21, // 34: kubevisor.driver.hypervisor.v1.Hypervisor.Resume:output_type -> kubevisor.driver.hypervisor.v1.ResumeResponse
-	23, // 35: kubevisor.driver.hypervisor.v1.Hypervisor.Reboot:output_type -> kubevisor.driver.hypervisor.v1.RebootResponse
-	25, // 36: kubevisor.driver.hypervisor.v1.Hypervisor.Console:output_type -> kubevisor.driver.hypervisor.v1.ConsoleOutput
-	27, // 37: kubevisor.driver.hypervisor.v1.Hypervisor.Display:output_type -> kubevisor.driver.hypervisor.v1.DisplayOutput
-	29, // 38: kubevisor.driver.hypervisor.v1.Hypervisor.Recover:output_type -> kubevisor.driver.hypervisor.v1.RecoverResponse
-	31, // 39: kubevisor.driver.hypervisor.v1.Hypervisor.Migrate:output_type -> kubevisor.driver.hypervisor.v1.MigrateResponse
-	26, // [26:40] is the sub-list for method output_type
-	12, // [12:26] is the sub-list for method input_type
+	24, // 22: kubevisor.driver.hypervisor.v1.Hypervisor.SoftReboot:input_type -> kubevisor.driver.hypervisor.v1.SoftRebootRequest
+	26, // 23: kubevisor.driver.hypervisor.v1.Hypervisor.Console:input_type -> kubevisor.driver.hypervisor.v1.ConsoleInput
+	28, // 24: kubevisor.driver.hypervisor.v1.Hypervisor.Display:input_type -> kubevisor.driver.hypervisor.v1.DisplayInput
+	30, // 25: kubevisor.driver.hypervisor.v1.Hypervisor.Recover:input_type -> kubevisor.driver.hypervisor.v1.RecoverRequest
+	32, // 26: kubevisor.driver.hypervisor.v1.Hypervisor.Migrate:input_type -> kubevisor.driver.hypervisor.v1.MigrateRequest
+	4,  // 27: kubevisor.driver.hypervisor.v1.Hypervisor.Create:output_type -> kubevisor.driver.hypervisor.v1.CreateResponse
+	6,  // 28: kubevisor.driver.hypervisor.v1.Hypervisor.Start:output_type -> kubevisor.driver.hypervisor.v1.StartResponse
+	8,  // 29: kubevisor.driver.hypervisor.v1.Hypervisor.Shutdown:output_type -> kubevisor.driver.hypervisor.v1.ShutdownResponse
+	10, // 30: kubevisor.driver.hypervisor.v1.Hypervisor.Kill:output_type -> kubevisor.driver.hypervisor.v1.KillResponse
+	12, // 31: kubevisor.driver.hypervisor.v1.Hypervisor.Delete:output_type -> kubevisor.driver.hypervisor.v1.DeleteResponse
+	14, // 32: kubevisor.driver.hypervisor.v1.Hypervisor.Status:output_type -> kubevisor.driver.hypervisor.v1.StatusResponse
+	17, // 33: kubevisor.driver.hypervisor.v1.Hypervisor.Events:output_type -> kubevisor.driver.hypervisor.v1.Event
+	19, // 34: kubevisor.driver.hypervisor.v1.Hypervisor.Pause:output_type -> kubevisor.driver.hypervisor.v1.PauseResponse
+	21, // 35: kubevisor.driver.hypervisor.v1.Hypervisor.Resume:output_type -> kubevisor.driver.hypervisor.v1.ResumeResponse
+	23, // 36: kubevisor.driver.hypervisor.v1.Hypervisor.Reboot:output_type -> kubevisor.driver.hypervisor.v1.RebootResponse
+	25, // 37: kubevisor.driver.hypervisor.v1.Hypervisor.SoftReboot:output_type -> kubevisor.driver.hypervisor.v1.SoftRebootResponse
+	27, // 38: kubevisor.driver.hypervisor.v1.Hypervisor.Console:output_type -> kubevisor.driver.hypervisor.v1.ConsoleOutput
+	29, // 39: kubevisor.driver.hypervisor.v1.Hypervisor.Display:output_type -> kubevisor.driver.hypervisor.v1.DisplayOutput
+	31, // 40: kubevisor.driver.hypervisor.v1.Hypervisor.Recover:output_type -> kubevisor.driver.hypervisor.v1.RecoverResponse
+	33, // 41: kubevisor.driver.hypervisor.v1.Hypervisor.Migrate:output_type -> kubevisor.driver.hypervisor.v1.MigrateResponse
+	27, // [27:42] is the sub-list for method output_type
+	12, // [12:27] is the sub-list for method input_type
 	12, // [12:12] is the sub-list for extension type_name
 	12, // [12:12] is the sub-list for extension extendee
 	0,  // [0:12] is the sub-list for field type_name
@@ -1822,7 +1911,7 @@ func file_core_driver_hypervisor_v1_hypervisor_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_core_driver_hypervisor_v1_hypervisor_proto_rawDesc), len(file_core_driver_hypervisor_v1_hypervisor_proto_rawDesc)),
 			NumEnums:      2,
-			NumMessages:   30,
+			NumMessages:   32,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

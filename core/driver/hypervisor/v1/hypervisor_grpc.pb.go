@@ -21,20 +21,21 @@ import (
 const _ = grpc.SupportPackageIsVersion9
 
 const (
-	Hypervisor_Create_FullMethodName   = "/kubevisor.driver.hypervisor.v1.Hypervisor/Create"
-	Hypervisor_Start_FullMethodName    = "/kubevisor.driver.hypervisor.v1.Hypervisor/Start"
-	Hypervisor_Shutdown_FullMethodName = "/kubevisor.driver.hypervisor.v1.Hypervisor/Shutdown"
-	Hypervisor_Kill_FullMethodName     = "/kubevisor.driver.hypervisor.v1.Hypervisor/Kill"
-	Hypervisor_Delete_FullMethodName   = "/kubevisor.driver.hypervisor.v1.Hypervisor/Delete"
-	Hypervisor_Status_FullMethodName   = "/kubevisor.driver.hypervisor.v1.Hypervisor/Status"
-	Hypervisor_Events_FullMethodName   = "/kubevisor.driver.hypervisor.v1.Hypervisor/Events"
-	Hypervisor_Pause_FullMethodName    = "/kubevisor.driver.hypervisor.v1.Hypervisor/Pause"
-	Hypervisor_Resume_FullMethodName   = "/kubevisor.driver.hypervisor.v1.Hypervisor/Resume"
-	Hypervisor_Reboot_FullMethodName   = "/kubevisor.driver.hypervisor.v1.Hypervisor/Reboot"
-	Hypervisor_Console_FullMethodName  = "/kubevisor.driver.hypervisor.v1.Hypervisor/Console"
-	Hypervisor_Display_FullMethodName  = "/kubevisor.driver.hypervisor.v1.Hypervisor/Display"
-	Hypervisor_Recover_FullMethodName  = "/kubevisor.driver.hypervisor.v1.Hypervisor/Recover"
-	Hypervisor_Migrate_FullMethodName  = "/kubevisor.driver.hypervisor.v1.Hypervisor/Migrate"
+	Hypervisor_Create_FullMethodName     = "/kubevisor.driver.hypervisor.v1.Hypervisor/Create"
+	Hypervisor_Start_FullMethodName      = "/kubevisor.driver.hypervisor.v1.Hypervisor/Start"
+	Hypervisor_Shutdown_FullMethodName   = "/kubevisor.driver.hypervisor.v1.Hypervisor/Shutdown"
+	Hypervisor_Kill_FullMethodName       = "/kubevisor.driver.hypervisor.v1.Hypervisor/Kill"
+	Hypervisor_Delete_FullMethodName     = "/kubevisor.driver.hypervisor.v1.Hypervisor/Delete"
+	Hypervisor_Status_FullMethodName     = "/kubevisor.driver.hypervisor.v1.Hypervisor/Status"
+	Hypervisor_Events_FullMethodName     = "/kubevisor.driver.hypervisor.v1.Hypervisor/Events"
+	Hypervisor_Pause_FullMethodName      = "/kubevisor.driver.hypervisor.v1.Hypervisor/Pause"
+	Hypervisor_Resume_FullMethodName     = "/kubevisor.driver.hypervisor.v1.Hypervisor/Resume"
+	Hypervisor_Reboot_FullMethodName     = "/kubevisor.driver.hypervisor.v1.Hypervisor/Reboot"
+	Hypervisor_SoftReboot_FullMethodName = "/kubevisor.driver.hypervisor.v1.Hypervisor/SoftReboot"
+	Hypervisor_Console_FullMethodName    = "/kubevisor.driver.hypervisor.v1.Hypervisor/Console"
+	Hypervisor_Display_FullMethodName    = "/kubevisor.driver.hypervisor.v1.Hypervisor/Display"
+	Hypervisor_Recover_FullMethodName    = "/kubevisor.driver.hypervisor.v1.Hypervisor/Recover"
+	Hypervisor_Migrate_FullMethodName    = "/kubevisor.driver.hypervisor.v1.Hypervisor/Migrate"
 )
 
 // HypervisorClient is the client API for Hypervisor service.
@@ -71,6 +72,10 @@ type HypervisorClient interface {
 	Resume(ctx context.Context, in *ResumeRequest, opts ...grpc.CallOption) (*ResumeResponse, error)
 	// Reboot resets the VM; it keeps running (FEATURE_HYPERVISOR_REBOOT).
 	Reboot(ctx context.Context, in *RebootRequest, opts ...grpc.CallOption) (*RebootResponse, error)
+	// SoftReboot asks the guest to restart (ACPI power button) and returns without waiting; when
+	// the guest shuts down in answer, the VM boots again instead of stopping
+	// (FEATURE_HYPERVISOR_SOFT_REBOOT).
+	SoftReboot(ctx context.Context, in *SoftRebootRequest, opts ...grpc.CallOption) (*SoftRebootResponse, error)
 	// Console attaches to the serial console (FEATURE_HYPERVISOR_CONSOLE). The first message names
 	// the VM; later messages carry input. Output flows back, the driver's recent output first,
 	// until either side closes or the VM stops.
@@ -203,6 +208,16 @@ func (c *hypervisorClient) Reboot(ctx context.Context, in *RebootRequest, opts .
 	return out, nil
 }
 
+func (c *hypervisorClient) SoftReboot(ctx context.Context, in *SoftRebootRequest, opts ...grpc.CallOption) (*SoftRebootResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(SoftRebootResponse)
+	err := c.cc.Invoke(ctx, Hypervisor_SoftReboot_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 func (c *hypervisorClient) Console(ctx context.Context, opts ...grpc.CallOption) (grpc.BidiStreamingClient[ConsoleInput, ConsoleOutput], error) {
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
 	stream, err := c.cc.NewStream(ctx, &Hypervisor_ServiceDesc.Streams[1], Hypervisor_Console_FullMethodName, cOpts...)
@@ -283,6 +298,10 @@ type HypervisorServer interface {
 	Resume(context.Context, *ResumeRequest) (*ResumeResponse, error)
 	// Reboot resets the VM; it keeps running (FEATURE_HYPERVISOR_REBOOT).
 	Reboot(context.Context, *RebootRequest) (*RebootResponse, error)
+	// SoftReboot asks the guest to restart (ACPI power button) and returns without waiting; when
+	// the guest shuts down in answer, the VM boots again instead of stopping
+	// (FEATURE_HYPERVISOR_SOFT_REBOOT).
+	SoftReboot(context.Context, *SoftRebootRequest) (*SoftRebootResponse, error)
 	// Console attaches to the serial console (FEATURE_HYPERVISOR_CONSOLE). The first message names
 	// the VM; later messages carry input. Output flows back, the driver's recent output first,
 	// until either side closes or the VM stops.
@@ -335,6 +354,9 @@ func (UnimplementedHypervisorServer) Resume(context.Context, *ResumeRequest) (*R
 }
 func (UnimplementedHypervisorServer) Reboot(context.Context, *RebootRequest) (*RebootResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method Reboot not implemented")
+}
+func (UnimplementedHypervisorServer) SoftReboot(context.Context, *SoftRebootRequest) (*SoftRebootResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method SoftReboot not implemented")
 }
 func (UnimplementedHypervisorServer) Console(grpc.BidiStreamingServer[ConsoleInput, ConsoleOutput]) error {
 	return status.Error(codes.Unimplemented, "method Console not implemented")
@@ -542,6 +564,24 @@ func _Hypervisor_Reboot_Handler(srv interface{}, ctx context.Context, dec func(i
 	return interceptor(ctx, in, info, handler)
 }
 
+func _Hypervisor_SoftReboot_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(SoftRebootRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(HypervisorServer).SoftReboot(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Hypervisor_SoftReboot_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(HypervisorServer).SoftReboot(ctx, req.(*SoftRebootRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 func _Hypervisor_Console_Handler(srv interface{}, stream grpc.ServerStream) error {
 	return srv.(HypervisorServer).Console(&grpc.GenericServerStream[ConsoleInput, ConsoleOutput]{ServerStream: stream})
 }
@@ -634,6 +674,10 @@ var Hypervisor_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "Reboot",
 			Handler:    _Hypervisor_Reboot_Handler,
+		},
+		{
+			MethodName: "SoftReboot",
+			Handler:    _Hypervisor_SoftReboot_Handler,
 		},
 		{
 			MethodName: "Recover",

@@ -1,0 +1,108 @@
+package conformance
+
+import (
+	"context"
+	"sync"
+
+	"google.golang.org/grpc/codes"
+
+	"github.com/kubevisor/kubevisor/core/driver"
+	basev1 "github.com/kubevisor/kubevisor/core/driver/base/v1"
+	hypervisorv1 "github.com/kubevisor/kubevisor/core/driver/hypervisor/v1"
+)
+
+// checkSoftRebootNotRunning: SoftReboot of a VM that is not running (created, paused) is
+// FailedPrecondition and changes nothing.
+func (s *hvSuite) checkSoftRebootNotRunning(t T) {
+	d := s.hypervisor(t)
+	requireFeature(t, s.capabilities(t, d), basev1.Feature_FEATURE_HYPERVISOR_SOFT_REBOOT)
+	r := optional[driver.SoftRebooter](t, d, basev1.Feature_FEATURE_HYPERVISOR_SOFT_REBOOT)
+	vm := s.create(t, d)
+	expectCode(t, r.SoftReboot(s.ctx(t), vm.id), codes.FailedPrecondition, "SoftReboot of a created VM")
+	s.expectState(t, d, vm.id, hypervisorv1.State_STATE_CREATED, "a refused SoftReboot")
+	p, ok := driver.Optional[driver.Pauser](s.ctx(t), d)
+	if !ok {
+		return
+	}
+	if err := d.Start(s.ctx(t), vm.id); err != nil {
+		t.Fatalf("Start: %s", describe(err))
+	}
+	if err := p.Pause(s.ctx(t), vm.id); err != nil {
+		t.Fatalf("Pause: %s", describe(err))
+	}
+	boots := s.status(t, d, vm.id).GetBoots()
+	expectCode(t, r.SoftReboot(s.ctx(t), vm.id), codes.FailedPrecondition, "SoftReboot of a paused VM")
+	if st := s.expectState(t, d, vm.id, hypervisorv1.State_STATE_PAUSED, "a refused SoftReboot"); st.GetBoots() != boots {
+		t.Errorf("a refused SoftReboot changed boots from %d to %d", boots, st.GetBoots())
+	}
+}
+
+// checkSoftRebootBootsAgain: the guest, asked by SoftReboot, shuts down and boots again in the
+// same VM process: the ready marker once more, one boot more, RUNNING, and on the way no
+// SHUTDOWN, STOPPED or CRASHED event, and the reboot's RESET has reason GuestReset.
+func (s *vmSuite) checkSoftRebootBootsAgain(t T) {
+	_, caps := s.hypervisor(t)
+	requireFeature(t, caps, basev1.Feature_FEATURE_HYPERVISOR_SOFT_REBOOT)
+	vm := s.boot(t, "")
+	r := optional[driver.SoftRebooter](t, vm.d, basev1.Feature_FEATURE_HYPERVISOR_SOFT_REBOOT)
+	before := s.status(t, vm)
+	ready := vm.console.out.Count(s.guest.ReadyMarker)
+
+	ctx, cancel := context.WithCancel(s.ctx(t))
+	var (
+		mu     sync.Mutex
+		events []*hypervisorv1.Event
+	)
+	watching := make(chan struct{})
+	go func() {
+		defer close(watching)
+		_ = vm.d.Events(ctx, vm.id, func(e *hypervisorv1.Event) error {
+			mu.Lock()
+			defer mu.Unlock()
+			events = append(events, e)
+			return nil
+		})
+	}()
+	defer func() { cancel(); <-watching }()
+
+	if err := r.SoftReboot(s.ctx(t), vm.id); err != nil {
+		t.Fatalf("SoftReboot: %s", describe(err))
+	}
+	within := s.opts.ShutdownTimeout + s.guest.BootTimeout
+	if err := vm.console.out.WaitFor(s.ctx(t), s.guest.ReadyMarker, ready+1, within); err != nil {
+		t.Fatalf("the guest did not boot again after SoftReboot: %v", err)
+	}
+	var resets []string
+	ok := poll(s.ctx(t), func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		resets = resets[:0]
+		for _, e := range events {
+			if e.GetType() == hypervisorv1.EventType_EVENT_TYPE_RESET {
+				resets = append(resets, e.GetReason())
+			}
+		}
+		return len(resets) > 0
+	})
+	st := s.expectState(t, vm, hypervisorv1.State_STATE_RUNNING, "the soft reboot")
+	if st.GetBoots() != before.GetBoots()+1 {
+		t.Errorf("after SoftReboot the VM reports %d boots, want %d", st.GetBoots(), before.GetBoots()+1)
+	}
+	if st.GetPid() != before.GetPid() {
+		t.Errorf("after SoftReboot the VM process is pid %d, want the same process (%d)", st.GetPid(), before.GetPid())
+	}
+	switch {
+	case !ok:
+		t.Errorf("no RESET event for the soft reboot")
+	case resets[0] != driver.ReasonGuestReset:
+		t.Errorf("the soft reboot's RESET event has reason %q, want %q", resets[0], driver.ReasonGuestReset)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	for _, e := range events {
+		switch e.GetType() {
+		case hypervisorv1.EventType_EVENT_TYPE_SHUTDOWN, hypervisorv1.EventType_EVENT_TYPE_STOPPED, hypervisorv1.EventType_EVENT_TYPE_CRASHED:
+			t.Errorf("during a soft reboot the driver reported %s (%s): the VM must go on running", e.GetType(), e.GetReason())
+		}
+	}
+}
