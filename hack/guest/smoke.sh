@@ -77,8 +77,9 @@ qmp() {
 token=$(date +%s)-$RANDOM
 step "seed ISOs (token $token)"
 mkdir -p "$work/nocloud" "$work/configdrive/openstack/latest"
-printf '#cloud-config\n# kubevisor smoke %s\nruncmd:\n  - [echo, "hello from user-data"]\n' "$token" \
-  >"$work/nocloud/user-data"
+ssh-keygen -q -t ed25519 -N '' -C "kubevisor-smoke-$token" -f "$work/id_ed25519"
+printf '#cloud-config\n# kubevisor smoke %s\nruncmd:\n  - [echo, "hello from user-data"]\nssh_authorized_keys:\n  - %s\n' \
+  "$token" "$(cat "$work/id_ed25519.pub")" >"$work/nocloud/user-data"
 printf 'instance-id: smoke-nocloud-%s\nlocal-hostname: smoke-nocloud\n' "$token" >"$work/nocloud/meta-data"
 # No final newline on purpose: the guest must still end the block with a marker line of its own.
 printf '#!/bin/sh\necho "kubevisor smoke %s"' "$token" >"$work/configdrive/openstack/latest/user_data"
@@ -94,7 +95,7 @@ run_case() {
   case=$1
   local seed=$2
   shift 2
-  local userdata instance host port t0 ready_ms got
+  local userdata instance host port sshport t0 ready_ms got keys
   case $seed in
     nocloud)
       userdata=$work/nocloud/user-data
@@ -110,6 +111,7 @@ run_case() {
   esac
   log=$work/$case.serial
   port=$(free_port)
+  sshport=$(free_port)
   rm -f "$work/qmp.sock" "$work/console"
   mkfifo "$work/console"
   exec 3<>"$work/console" # held open read-write: QEMU never sees end-of-file on its stdin
@@ -118,7 +120,7 @@ run_case() {
   step "$case: booting (TCG, HTTP forwarded from 127.0.0.1:$port)"
   t0=$(now_ms)
   qemu-system-x86_64 -accel tcg -m 256 -nographic -no-reboot \
-    -netdev "user,id=n0,hostfwd=tcp:127.0.0.1:$port-:80" -device "$nic,netdev=n0" \
+    -netdev "user,id=n0,hostfwd=tcp:127.0.0.1:$port-:80,hostfwd=tcp:127.0.0.1:$sshport-:22" -device "$nic,netdev=n0" \
     -qmp "unix:$work/qmp.sock,server=on,wait=off" "$@" <&3 >"$log" 2>&1 &
   qemu_pid=$!
 
@@ -155,6 +157,20 @@ run_case() {
   done
   [[ $body == *"hostname: $host"* ]] || fail "HTTP reply has no 'hostname: $host': $body"
   step "$case: HTTP: $(head -n 1 <<<"$body"), hostname $host"
+
+  # SSH: the NoCloud user-data authorizes the smoke key; the others authorize none.
+  keys=$(tr -d '\r' <"$log" | sed -n 's/^KUBEVISOR-SSH: \([0-9]*\) authorized keys$/\1/p')
+  if [[ $seed == nocloud ]]; then
+    [[ $keys == 1 ]] || fail "KUBEVISOR-SSH reports '$keys' authorized keys, want 1"
+    # shellcheck disable=SC2016
+    got=$(ssh -i "$work/id_ed25519" -p "$sshport" -o BatchMode=yes -o StrictHostKeyChecking=no \
+      -o UserKnownHostsFile=/dev/null -o LogLevel=ERROR -o ConnectTimeout=30 root@127.0.0.1 \
+      'echo KUBEVISOR-SSH-$((6*7))' 2>&1) || fail "ssh root@127.0.0.1:$sshport: $got"
+    [[ $got == KUBEVISOR-SSH-42 ]] || fail "ssh ran the command and printed '$got'"
+    step "$case: ssh with the user-data's key runs a command"
+  else
+    [[ $keys == 0 ]] || fail "KUBEVISOR-SSH reports '$keys' authorized keys, want 0"
+  fi
 
   # The shell must evaluate the line: its echo would show the unexpanded $((6*7)).
   # shellcheck disable=SC2016

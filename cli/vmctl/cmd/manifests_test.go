@@ -168,7 +168,7 @@ func TestSSHCommand(t *testing.T) {
 	got := sshCommand("/usr/bin/vmctl", []string{"--kubeconfig=/tmp/my config", "--namespace=ns1"}, "ns1", "fedora", "vm/vm1", "vm1", 2222, []string{"-i", "key", "uptime"})
 	want := []string{
 		"-o", "ProxyCommand=/usr/bin/vmctl '--kubeconfig=/tmp/my config' --namespace=ns1 port-forward --stdio vm/vm1 2222",
-		"-o", "HostKeyAlias=vmi.vm1.ns1", "-l", "fedora", "-i", "key", "uptime", "vmi.vm1.ns1",
+		"-o", "HostKeyAlias=vmi.vm1.ns1", "-l", "fedora", "vmi.vm1.ns1", "-i", "key", "uptime",
 	}
 	if !reflect.DeepEqual(got, want) {
 		t.Fatalf("sshCommand =\n%q\nwant\n%q", got, want)

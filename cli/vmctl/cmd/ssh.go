@@ -11,7 +11,8 @@ import (
 )
 
 // sshCommand is the argument list of the system ssh for user@target, with a ProxyCommand that
-// runs self port-forward --stdio (with the connection flags globals) to the guest's port.
+// runs self port-forward --stdio (with the connection flags globals) to the guest's port, and
+// extra (ssh options, then the remote command) after the destination.
 func sshCommand(self string, globals []string, namespace, user, target, name string, port int, extra []string) []string {
 	proxy := []string{shellQuote(self)}
 	for _, g := range globals {
@@ -27,8 +28,9 @@ func sshCommand(self string, globals []string, namespace, user, target, name str
 	if user != "" {
 		args = append(args, "-l", user)
 	}
-	args = append(args, extra...)
-	return append(args, "vmi."+host)
+	// The destination before the caller's arguments: OpenSSH's ssh reads options after the
+	// destination too, and takes the first argument that is not one as the remote command.
+	return append(append(args, "vmi."+host), extra...)
 }
 
 // shellQuote quotes s for the shell that runs ssh's ProxyCommand.
