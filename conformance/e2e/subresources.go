@@ -199,6 +199,25 @@ var _ = Describe("vmctl", Label("Conformance"), func() {
 			Should(And(HavePrefix("HTTP/1."), ContainSubstring(guest.WebAnswer)), "vmctl --stdio stderr: %s", serr)
 	})
 
+	It("ssh runs a command in the guest with the system ssh client, through port-forward, with a key from cloud-init", func(ctx SpecContext) {
+		const name = "ssh"
+		key := filepath.Join(GinkgoT().TempDir(), "id_ed25519")
+		out, err := exec.CommandContext(ctx, "ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", "e2e-"+f.Namespace, "-f", key).CombinedOutput()
+		Expect(err).NotTo(HaveOccurred(), "ssh-keygen: %s", out)
+		pub, err := os.ReadFile(key + ".pub")
+		Expect(err).NotTo(HaveOccurred())
+		f.Apply(ctx, vmManifest(name, "Always", "#cloud-config\nssh_authorized_keys:\n  - "+strings.TrimSpace(string(pub))+"\n"))
+		f.WaitReady(ctx, f.WaitRunning(ctx, name))
+		By("vmctl ssh root@vm/NAME -- -i KEY COMMAND")
+		var got string
+		Eventually(func() (string, error) {
+			got, err = f.Vmctl(ctx, "ssh", "root@vm/"+name, "--", "-i", key, "-o", "BatchMode=yes",
+				"-o", "StrictHostKeyChecking=no", "-o", "UserKnownHostsFile=/dev/null", "-o", "LogLevel=ERROR",
+				"echo ssh-$((6*7)) on $(hostname)")
+			return got, err
+		}).WithContext(ctx).WithTimeout(time.Minute).WithPolling(2*time.Second).Should(ContainSubstring("ssh-42 on "), "vmctl ssh: %s", got)
+	})
+
 	It("pause stops the guest and unpause resumes it where it was, without a reboot", func(ctx SpecContext) {
 		const name = "pause"
 		vmi := f.bootGuest(ctx, name)
@@ -233,7 +252,26 @@ var _ = Describe("vmctl", Label("Conformance"), func() {
 		Expect(f.VMI(ctx, name).UID).To(Equal(vmi.UID))
 	})
 
-	It("stop halts the VM, start runs it again, restart boots a new VMI", func(ctx SpecContext) {
+	It("soft-reboot has the guest reboot itself (ACPI) and reset resets it, both in the same VMI and VM process", func(ctx SpecContext) {
+		const name = "reboot"
+		vmi := f.bootGuest(ctx, name)
+		// One console session throughout: it would end if the VM process did.
+		c := f.OpenConsole(ctx, name)
+		c.WaitFor(ctx, ReadyMarker, time.Minute)
+		for i, action := range []string{"soft-reboot", "reset"} {
+			By("vmctl " + action + ": the guest boots again on the same console, the VMI stays Running")
+			f.VmctlOK(ctx, action, name)
+			Eventually(func() int { return strings.Count(c.Output(), ReadyMarker) }).WithContext(ctx).
+				WithTimeout(Cfg.BootTimeout).WithPolling(time.Second).Should(Equal(i+2), "console: %s", c.out)
+			got := f.VMI(ctx, name)
+			Expect(got.UID).To(Equal(vmi.UID), "vmctl %s made a new VMI", action)
+			Expect(got.Status.Phase).To(Equal(v1alpha1.Running))
+			Expect(got.Status.LauncherPodName).To(Equal(vmi.Status.LauncherPodName), "vmctl %s made a new launcher pod", action)
+			Expect(c.Exited()).To(BeFalse(), "the console ended at vmctl %s: %s", action, c.Stderr())
+		}
+	})
+
+	It("stop halts the VM, start runs it again, restart boots a new VMI that console --follow reconnects to", func(ctx SpecContext) {
 		const name = "power"
 		vmi := f.bootGuest(ctx, name)
 
@@ -254,7 +292,12 @@ var _ = Describe("vmctl", Label("Conformance"), func() {
 		Expect(started.UID).NotTo(Equal(vmi.UID))
 		f.WaitReady(ctx, started)
 
-		By("vmctl restart: another VMI (a new UID) runs and boots")
+		By("vmctl restart: another VMI (a new UID) runs and boots, and console --follow shows it")
+		follow := f.OpenConsole(ctx, name, "--follow")
+		follow.Send("\r")
+		follow.Send("echo follow-$((2+3))\r")
+		follow.WaitFor(ctx, "follow-5", time.Minute) // attached to the shell
+		markers := strings.Count(follow.Output(), ReadyMarker)
 		f.VmctlOK(ctx, "restart", name)
 		var restarted *v1alpha1.VirtualMachineInstance
 		Eventually(func(g Gomega) {
@@ -264,9 +307,13 @@ var _ = Describe("vmctl", Label("Conformance"), func() {
 			g.Expect(restarted.Status.Phase).To(Equal(v1alpha1.Running))
 		}).WithContext(ctx).WithTimeout(Cfg.BootTimeout).WithPolling(time.Second).Should(Succeed())
 		f.WaitReady(ctx, restarted)
+		Eventually(func() int { return strings.Count(follow.Output(), ReadyMarker) }).WithContext(ctx).
+			WithTimeout(Cfg.BootTimeout).WithPolling(time.Second).Should(BeNumerically(">", markers),
+			"vmctl console --follow did not show the new VMI's boot: stderr %s", follow.Stderr())
+		Expect(follow.Exited()).To(BeFalse(), "vmctl console --follow exited at the restart: %s", follow.Stderr())
 	})
 
-	It("a user bound to kubevisor.io:view may neither pause nor open the console; with kubevisor.io:edit pause works", func(ctx SpecContext) {
+	It("a user bound to kubevisor.io:view may neither pause nor open the console; with kubevisor.io:edit both work", func(ctx SpecContext) {
 		const name = "rbac"
 		f.bootGuest(ctx, name)
 		sa := f.ServiceAccount(ctx, "e2e-user")
@@ -298,6 +345,12 @@ var _ = Describe("vmctl", Label("Conformance"), func() {
 		Expect(err).NotTo(HaveOccurred())
 		Eventually(func() bool { return f.paused(ctx, name) }).WithContext(ctx).
 			WithTimeout(30 * time.Second).Should(BeFalse())
+
+		By("edit: vmctl console attaches and the guest's shell answers")
+		c := f.OpenConsoleAs(ctx, kubeconfig, name)
+		c.Send("\r")
+		c.Send("echo edit-$((6*7))\r")
+		c.WaitFor(ctx, "edit-42", time.Minute)
 	})
 })
 

@@ -67,12 +67,19 @@ type Console struct {
 	err    error // once exited is closed
 }
 
-// OpenConsole starts `vmctl console NAME` in the spec's namespace; it is stopped after the
-// spec.
-func (f *Framework) OpenConsole(ctx context.Context, name string) *Console {
+// OpenConsole starts `vmctl console [FLAGS] NAME` in the spec's namespace; it is stopped after
+// the spec.
+func (f *Framework) OpenConsole(ctx context.Context, name string, flags ...string) *Console {
 	GinkgoHelper()
+	return f.OpenConsoleAs(ctx, Cfg.Kubeconfig, name, flags...)
+}
+
+// OpenConsoleAs is OpenConsole with another kubeconfig (KubeconfigFor).
+func (f *Framework) OpenConsoleAs(ctx context.Context, kubeconfig, name string, flags ...string) *Console {
+	GinkgoHelper()
+	args := append(append([]string{"console"}, flags...), name)
 	// Not the spec's context: the process is ended by Close, after the spec's last step.
-	cmd := exec.Command(Cfg.Vmctl, vmctlArgs(Cfg.Kubeconfig, f.Namespace, "console", name)...)
+	cmd := exec.Command(Cfg.Vmctl, vmctlArgs(kubeconfig, f.Namespace, args...)...)
 	c := &Console{cmd: cmd, out: &syncbuf.Buffer{}, errb: &syncbuf.Buffer{}, exited: make(chan struct{})}
 	stdin, err := cmd.StdinPipe()
 	Expect(err).NotTo(HaveOccurred())
