@@ -99,6 +99,8 @@ type entry struct {
 	heldVM *hypervisorv1.VMStatus
 	settle *time.Timer
 	status v1alpha1.VirtualMachineInstanceStatus
+	// timeline is the sync that started the VM, until TakeTimeline takes it.
+	timeline *Timeline
 }
 
 // New starts the configured drivers through a plugin host on cfg.StateDir (reattaching to the

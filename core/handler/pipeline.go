@@ -185,13 +185,20 @@ func vmiName(vmi *v1alpha1.VirtualMachineInstance) string {
 // pipeline checks the VMI, opens its sandbox and runs the sync steps. Its error carries the
 // failure's reason.
 func (h *Handler) pipeline(ctx context.Context, e *entry, vmi *v1alpha1.VirtualMachineInstance) error {
+	tl := &Timeline{Start: time.Now()}
 	r, err := h.newSyncRun(ctx, e, vmi)
 	if err != nil {
 		return err
 	}
+	tl.mark(timelineChecks, time.Now())
+	r.timeline = tl
 	if err := h.runSteps(ctx, r, syncSteps); err != nil {
 		return err
 	}
+	h.mu.Lock()
+	e.timeline = tl
+	h.mu.Unlock()
+	h.log.Info("VMI synced", "vmi", vmiName(vmi), "uid", vmi.UID, "timeline", tl.Note())
 	h.observe(ctx, e)
 	return nil
 }
@@ -213,6 +220,8 @@ type syncRun struct {
 	ifaces      map[string]*networkv1.InterfaceResult // by interface: network Setup's
 	hostDevices []*domainv1.HostDevice                // device Allocate's
 	spec        *domainv1.DomainSpec
+
+	timeline *Timeline // the steps' times, when the pipeline keeps them
 }
 
 // newSyncRun checks a VMI before anything is made for it on the node (the drivers it needs are

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"time"
 )
 
 // step is one stage of a VMI's sync. runSteps runs the steps of a sync in order; a step with an
@@ -55,6 +56,9 @@ func (h *Handler) runSteps(ctx context.Context, r *syncRun, steps []step) error 
 		}
 		if err := s.do(r, ctx); err != nil {
 			return classify(s.reason, err)
+		}
+		if r.timeline != nil {
+			r.timeline.mark(s.name, time.Now())
 		}
 	}
 	return nil

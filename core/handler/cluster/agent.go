@@ -24,6 +24,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/event"
 	crhandler "sigs.k8s.io/controller-runtime/pkg/handler"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+	"sigs.k8s.io/controller-runtime/pkg/recorder"
 	"sigs.k8s.io/controller-runtime/pkg/source"
 
 	"github.com/kubevisor/kubevisor/core/api/v1alpha1"
@@ -90,6 +91,7 @@ func CacheOptions(node string) cache.Options {
 type Agent struct {
 	cfg    AgentConfig
 	client client.Client
+	events recorder.EventRecorder
 	disks  containerDisks
 	h      *handler.Handler
 	// consoles writes each running VMI's serial console into its host directory.
@@ -121,7 +123,7 @@ func NewAgent(ctx context.Context, mgr ctrl.Manager, cfg AgentConfig, hcfg handl
 		hcfg.NodeName = cfg.NodeName
 	}
 	a := &Agent{
-		cfg: cfg, client: mgr.GetClient(), log: cfg.Log,
+		cfg: cfg, client: mgr.GetClient(), log: cfg.Log, events: mgr.GetEventRecorder(EventSource),
 		disks:     containerDisks{root: cfg.HostStateDir, timeout: cfg.DialTimeout, log: cfg.Log, warnOnce: new(sync.Once)},
 		changed:   make(chan event.GenericEvent, 1024),
 		names:     map[types.UID]types.NamespacedName{},
@@ -205,6 +207,7 @@ func (m runnable) Start(ctx context.Context) error { return m(ctx) }
 // +kubebuilder:rbac:groups=kubevisor.io,resources=virtualmachineinstances/status,verbs=patch
 // +kubebuilder:rbac:groups="",resources=pods,verbs=get;list;watch
 // +kubebuilder:rbac:groups="",resources=nodes,verbs=get;list;watch;patch
+// +kubebuilder:rbac:groups=events.k8s.io,resources=events,verbs=create;patch
 
 // Reconcile brings the node to what a VMI and its launcher pod ask for.
 func (a *Agent) Reconcile(ctx context.Context, req reconcile.Request) (reconcile.Result, error) {
@@ -272,9 +275,19 @@ func (a *Agent) Reconcile(ctx context.Context, req reconcile.Request) (reconcile
 	if st.Phase == v1alpha1.Running {
 		// For the launcher pod's guest-console-log container.
 		a.consoles.ensure(context.Background(), vmi.UID)
+		if tl, ok := a.h.TakeTimeline(vmi.UID); ok {
+			// One event per started VM: where the handler's part of its start went.
+			a.events.Eventf(&vmi, pod, corev1.EventTypeNormal, v1alpha1.ReasonStarted, actionStart, "%s", tl.Note())
+		}
 	}
 	return reconcile.Result{}, nil
 }
+
+// EventSource is the reporting controller of the agent's events.
+const EventSource = "kubevisor-handler"
+
+// actionStart is the action of the Started event (events.k8s.io/v1 wants one with every event).
+const actionStart = "Start"
 
 // launcherExited says whether the pod's launcher container terminated. The pod of a VMI with
 // containerDisk volumes stays Running after that: their containers run until the pod is deleted.

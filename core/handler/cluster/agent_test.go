@@ -16,6 +16,7 @@ import (
 	"github.com/go-logr/logr/testr"
 	"github.com/hashicorp/go-hclog"
 	corev1 "k8s.io/api/core/v1"
+	eventsv1 "k8s.io/api/events/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -275,9 +276,35 @@ func TestAgent(t *testing.T) {
 		if waiting.Status.Phase != v1alpha1.Scheduled || slices.Contains(n.h.VMIs(), waiting.UID) {
 			t.Errorf("a VMI without a running launcher pod went %s (handler runs it: %v)", waiting.Status.Phase, slices.Contains(n.h.VMIs(), waiting.UID))
 		}
+		// One Started event with the handler's timeline, as the agent's.
+		var started []eventsv1.Event
+		deadline := time.Now().Add(30 * time.Second)
+		for {
+			var evs eventsv1.EventList
+			if err := n.c.List(ctx, &evs, client.InNamespace("default")); err != nil {
+				t.Fatal(err)
+			}
+			started = started[:0]
+			for _, e := range evs.Items {
+				if e.Regarding.UID == vmi.UID && e.Reason == v1alpha1.ReasonStarted {
+					started = append(started, e)
+				}
+			}
+			if len(started) > 0 || time.Now().After(deadline) {
+				break
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
+		if len(started) != 1 || started[0].ReportingController != EventSource || started[0].Related == nil || started[0].Related.Name != pod.Name {
+			t.Fatalf("Started events of the VMI: %+v, want one from %s about pod %s", started, EventSource, pod.Name)
+		}
+		if tl, err := handler.ParseTimelineNote(started[0].Note); err != nil || len(tl.Steps) < 6 {
+			t.Errorf("Started event note %q: %+v, %v; want the sync's timeline", started[0].Note, tl, err)
+		}
+
 		// The serial console reaches the VMI directory's console log (guest-console-log).
 		consoleLog := layout.ConsoleLog(n.hostDir, vmi.UID)
-		deadline := time.Now().Add(30 * time.Second)
+		deadline = time.Now().Add(30 * time.Second)
 		for {
 			b, _ := os.ReadFile(consoleLog)
 			if strings.Contains(string(b), "Kubevisor fake guest") {
