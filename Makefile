@@ -107,6 +107,12 @@ bench-controlplane: deps-net k8s-bins ## Create 1,000 VMIs against a real kube-a
 	$(GO) build -o $(BIN)/kubevisor-bench ./cmd/kubevisor-bench
 	$(BIN)/kubevisor-bench controlplane --vmis 1000
 
+.PHONY: bench-start
+bench-start: deps-qemu deps-iso deps-net guest $(E2E_CLUSTER) ## One VMI at a time on the local cluster (brought up when not running) against raw QEMU booting the same guest, alternating: create → Running and → console marker, the per-phase timeline (pod, containers, handler steps), medians and the ratio (aim <= 1.25). Run on the node as root.
+	@mkdir -p $(BIN)
+	$(GO) build -o $(BIN)/kubevisor-bench ./cmd/kubevisor-bench
+	$(BIN)/kubevisor-bench start --kubeconfig $(E2E_KUBECONFIG) --guest $(OUT)/guest
+
 .PHONY: bench-e2e
 bench-e2e: deps-net $(E2E_CLUSTER) ## 20 VMIs at once on the local cluster (brought up when not running): P50/P95 of creation to Running and to the console marker, memory per VM on the node beyond QEMU (aim <= 25 MiB), API requests per VMI. Run on the node as root.
 	@mkdir -p $(BIN)

@@ -351,7 +351,13 @@ func (b *bencher) rawBoot(ctx context.Context, s slot, args []string) (time.Dura
 	if err := b.prepare(ctx, s); err != nil {
 		return 0, err
 	}
-	logPath := filepath.Join(s.runDir, "qemu.log")
+	return b.runQEMU(ctx, s.runDir, args)
+}
+
+// runQEMU runs QEMU with args, whose serial socket is in runDir, until the guest's marker, and
+// returns the time from exec to the marker; QEMU is killed then.
+func (b *bencher) runQEMU(ctx context.Context, runDir string, args []string) (time.Duration, error) {
+	logPath := filepath.Join(runDir, "qemu.log")
 	log, err := os.OpenFile(logPath, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o600)
 	if err != nil {
 		return 0, err
@@ -377,7 +383,7 @@ func (b *bencher) rawBoot(ctx context.Context, s slot, args []string) (time.Dura
 	}()
 	ctx, cancel := context.WithTimeout(ctx, b.cfg.BootTimeout)
 	defer cancel()
-	conn, err := dialSerial(ctx, filepath.Join(s.runDir, serialSocket), exited)
+	conn, err := dialSerial(ctx, filepath.Join(runDir, serialSocket), exited)
 	if err != nil {
 		return 0, fmt.Errorf("raw qemu: serial console: %w: %s", err, tail(logPath))
 	}

@@ -24,7 +24,7 @@ const (
 	ExitUsage = 2
 )
 
-const usage = `usage: kubevisor-bench boot|memory|controlplane|e2e|console-latency [flags]
+const usage = `usage: kubevisor-bench boot|memory|controlplane|e2e|console-latency|start [flags]
 
 boot times the test guest (make guest) from start to its console marker, with raw
 qemu-system-x86_64 running the command line the qmp driver builds (less -S), and with the same
@@ -100,6 +100,8 @@ func Run(args []string, stdout, stderr io.Writer) int {
 		return runE2E(args[1:], stdout, stderr)
 	case "console-latency":
 		return runConsole(args[1:], stdout, stderr)
+	case "start":
+		return runStart(args[1:], stdout, stderr)
 	default:
 		fmt.Fprintf(stderr, "kubevisor-bench: unknown command %q\n%s", args[0], usage)
 		return ExitUsage
