@@ -1,6 +1,7 @@
 package launcherpod
 
 import (
+	"slices"
 	"strings"
 	"testing"
 
@@ -116,7 +117,7 @@ func TestBuildMinimal(t *testing.T) {
 				Args:            []string{"--file", dir + "/console.log"},
 				Resources: corev1.ResourceRequirements{
 					Requests: corev1.ResourceList{corev1.ResourceCPU: q("10m"), corev1.ResourceMemory: q("16Mi")},
-					Limits:   corev1.ResourceList{corev1.ResourceCPU: q("10m"), corev1.ResourceMemory: q("16Mi")},
+					Limits:   corev1.ResourceList{corev1.ResourceMemory: q("16Mi")},
 				},
 				VolumeMounts: []corev1.VolumeMount{{Name: VMIDirVolumeName, MountPath: dir, ReadOnly: true}},
 				SecurityContext: &corev1.SecurityContext{
@@ -380,7 +381,7 @@ func TestBuild(t *testing.T) {
 			},
 		},
 		{
-			name: "containerDisk volumes: a container each running the image, the binary's init container, its emptyDir, the socket directory; HostToContainer on the per-VMI directory",
+			name: "containerDisk volumes: a container each running the image and the node's kubevisor-containerdisk (read-only hostPath), the socket directory, no init container; HostToContainer on the per-VMI directory",
 			vmi: testVMI(func(v *v1alpha1.VirtualMachineInstance) {
 				v.Spec.Volumes = []v1alpha1.Volume{
 					{Name: "root", VolumeSource: v1alpha1.VolumeSource{ContainerDisk: &v1alpha1.ContainerDiskSource{Image: "kubevisor/test-guest:latest"}}},
@@ -397,7 +398,7 @@ func TestBuild(t *testing.T) {
 				}
 				wantVolumes := []corev1.Volume{
 					pod.Spec.Volumes[0],
-					{Name: ContainerDiskBinVolumeName, VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{SizeLimit: ptr.To(q("32Mi"))}}},
+					{Name: ContainerDiskBinVolumeName, VolumeSource: corev1.VolumeSource{HostPath: &corev1.HostPathVolumeSource{Path: "/var/run/kubevisor/bin", Type: ptr.To(corev1.HostPathDirectory)}}},
 					{Name: ContainerDiskVolumeName, VolumeSource: corev1.VolumeSource{HostPath: &corev1.HostPathVolumeSource{Path: cdDir, Type: ptr.To(corev1.HostPathDirectoryOrCreate)}}},
 				}
 				if !equality.Semantic.DeepEqual(pod.Spec.Volumes, wantVolumes) {
@@ -410,18 +411,10 @@ func TestBuild(t *testing.T) {
 				}
 				small := corev1.ResourceRequirements{
 					Requests: corev1.ResourceList{corev1.ResourceCPU: q("10m"), corev1.ResourceMemory: q("16Mi")},
-					Limits:   corev1.ResourceList{corev1.ResourceCPU: q("10m"), corev1.ResourceMemory: q("16Mi")},
+					Limits:   corev1.ResourceList{corev1.ResourceMemory: q("16Mi")},
 				}
-				wantInit := []corev1.Container{{
-					Name: "containerdisk-binary", Image: "kubevisor/launcher:test", ImagePullPolicy: corev1.PullIfNotPresent,
-					Command: []string{"kubevisor-containerdisk"}, Args: []string{"--copy-to", "/kubevisor-containerdisk"},
-					Resources:                small,
-					VolumeMounts:             []corev1.VolumeMount{{Name: ContainerDiskBinVolumeName, MountPath: "/kubevisor-containerdisk"}},
-					SecurityContext:          security,
-					TerminationMessagePolicy: corev1.TerminationMessageFallbackToLogsOnError,
-				}}
-				if !equality.Semantic.DeepEqual(pod.Spec.InitContainers, wantInit) {
-					t.Errorf("init containers = %+v\nwant %+v", pod.Spec.InitContainers, wantInit)
+				if len(pod.Spec.InitContainers) != 0 {
+					t.Errorf("init containers = %+v, want none: the node provides kubevisor-containerdisk", pod.Spec.InitContainers)
 				}
 				disk := func(name, image string, pull corev1.PullPolicy, volume string) corev1.Container {
 					return corev1.Container{
@@ -586,5 +579,66 @@ func TestName(t *testing.T) {
 	dotted := Name("a"+strings.Repeat(".b", 30), "uid-a")
 	if errs := validation.IsDNS1123Subdomain(dotted); len(errs) > 0 || len(dotted) > 63 {
 		t.Errorf("Name of a dotted VMI name %q: %v", dotted, errs)
+	}
+}
+
+// podGuaranteed says whether every container of pod has CPU and memory limits equal to its
+// requests: the Guaranteed QoS class.
+func podGuaranteed(pod *corev1.Pod) bool {
+	for _, c := range append(slices.Clone(pod.Spec.InitContainers), pod.Spec.Containers...) {
+		for _, r := range []corev1.ResourceName{corev1.ResourceCPU, corev1.ResourceMemory} {
+			lim, ok := c.Resources.Limits[r]
+			if req, has := c.Resources.Requests[r]; !ok || (has && req.Cmp(lim) != 0) {
+				return false
+			}
+		}
+	}
+	return true
+}
+
+// TestHelperResources: the helper containers (guest-console-log, containerDisk) have no CPU
+// limit beside a compute container without one, which would only throttle their start; beside
+// a Guaranteed compute container they get a CPU limit equal to their request, so that the pod
+// stays Guaranteed.
+func TestHelperResources(t *testing.T) {
+	withDisk := func(v *v1alpha1.VirtualMachineInstance) {
+		v.Spec.Volumes = []v1alpha1.Volume{{Name: "root", VolumeSource: v1alpha1.VolumeSource{ContainerDisk: &v1alpha1.ContainerDiskSource{Image: "kubevisor/test-guest:latest"}}}}
+	}
+	for _, tc := range []struct {
+		name       string
+		edit       func(*v1alpha1.VirtualMachineInstance)
+		guaranteed bool
+		helperCPU  string // request; the limit too when guaranteed
+	}{
+		{"no CPU limit: Burstable, helpers unthrottled", func(v *v1alpha1.VirtualMachineInstance) { withDisk(v) }, false, "10m"},
+		{"CPU limit and requests equal to limits: Guaranteed, helpers too", func(v *v1alpha1.VirtualMachineInstance) {
+			withDisk(v)
+			v.Spec.Domain.Resources.Limits = corev1.ResourceList{corev1.ResourceCPU: q("2")}
+		}, true, "100m"},
+		{"CPU limit above the request: Burstable", func(v *v1alpha1.VirtualMachineInstance) {
+			withDisk(v)
+			v.Spec.Domain.Resources.Requests = corev1.ResourceList{corev1.ResourceCPU: q("1")}
+			v.Spec.Domain.Resources.Limits = corev1.ResourceList{corev1.ResourceCPU: q("2")}
+		}, false, "10m"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			pod, err := Build(testVMI(tc.edit), testClass(), testConfig)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got := podGuaranteed(pod); got != tc.guaranteed {
+				t.Errorf("pod Guaranteed = %v, want %v", got, tc.guaranteed)
+			}
+			if len(pod.Spec.Containers) != 3 {
+				t.Fatalf("containers %d, want compute, guest-console-log, volume-root", len(pod.Spec.Containers))
+			}
+			for _, c := range pod.Spec.Containers[1:] {
+				req, lim := c.Resources.Requests[corev1.ResourceCPU], c.Resources.Limits[corev1.ResourceCPU]
+				_, limited := c.Resources.Limits[corev1.ResourceCPU]
+				if req.Cmp(q(tc.helperCPU)) != 0 || limited != tc.guaranteed || (limited && lim.Cmp(req) != 0) {
+					t.Errorf("%s: cpu request %s, limit %v (%s); want request %s and a limit only when Guaranteed", c.Name, req.String(), limited, lim.String(), tc.helperCPU)
+				}
+			}
+		})
 	}
 }

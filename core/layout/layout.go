@@ -85,6 +85,13 @@ func ConsoleLog(hostStateDir string, uid types.UID) string {
 	return path.Join(VMIDir(hostStateDir, uid), ConsoleLogName)
 }
 
+// BinDir is the node directory of the programs launcher pods run from the node rather than from
+// an image: kubevisor-containerdisk (ContainerDiskCommand), which the handler DaemonSet's init
+// container installs there and the containerDisk containers run from a read-only hostPath.
+func BinDir(hostStateDir string) string {
+	return path.Join(root(hostStateDir), "bin")
+}
+
 // ContainerDiskDir is the directory of the containerDisk volumes' sockets and disks in VMIDir:
 // the containerDisk containers' own hostPath volume, at the same path.
 func ContainerDiskDir(hostStateDir string, uid types.UID) string {

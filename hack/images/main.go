@@ -8,9 +8,10 @@
 // pause is the cluster's sandbox image (hack/images/pause, built static). Component images
 // take the binaries from --bin-dir (make build); an image whose main binary is not built yet is
 // skipped with a note. The launcher image also carries the host's QEMU with its libraries,
-// firmware and TCG module, kubevisor-console-log built static (its guest-console-log
-// container) and kubevisor-containerdisk built static (the launcher pod's init
-// container copies it for the containerDisk containers, whose images hold only the disk). The
+// firmware and TCG module, and kubevisor-console-log built static (its guest-console-log
+// container); the handler image carries kubevisor-containerdisk built static, which its init
+// container installs on the node for the containerDisk containers, whose images hold only the
+// disk. The
 // test guest's containerDisk is built by hack/guest (make guest) and imported as it is. Each image goes to <out>/<name>.tar, tagged <repo>/<name>:<tag>.
 package main
 
@@ -51,9 +52,11 @@ var components = []component{
 	{name: "kubevisor-api", bins: []string{"kubevisor-api"}},
 	// The handler image carries QEMU too: the qmp driver probes it (version, machines,
 	// accelerators) for its fingerprint, though VMs run in the launcher pods.
+	// kubevisor-containerdisk: its init container installs it on the node for the launcher
+	// pods' containerDisk containers (layout.BinDir).
 	{name: "kubevisor-handler", bins: []string{"kubevisor-handler", "kubevisor-driver-*", "kubevisor-deviceplugins"},
-		cni: true, qemu: true, hostBins: []string{"qemu-img"}},
-	{name: "kubevisor-launcher", bins: []string{"kubevisor-launcher"}, qemu: true, static: []string{"kubevisor-containerdisk", "kubevisor-console-log"}},
+		cni: true, qemu: true, hostBins: []string{"qemu-img"}, static: []string{"kubevisor-containerdisk"}},
+	{name: "kubevisor-launcher", bins: []string{"kubevisor-launcher"}, qemu: true, static: []string{"kubevisor-console-log"}},
 }
 
 type options struct {

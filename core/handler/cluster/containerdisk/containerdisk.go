@@ -92,9 +92,11 @@ func (s *Server) Close() error {
 	return err
 }
 
-// CopySelf copies the running executable to dir/layout.ContainerDiskCommand (mode 0555): the launcher image's init
-// container puts the binary in an emptyDir shared with the containerDisk containers, whose
-// images do not have it.
+// CopySelf copies the running executable to dir/layout.ContainerDiskCommand (mode 0555, made
+// under a temporary name and renamed, so that a container starting meanwhile runs the old copy
+// or the new, never half of one), making dir when it is missing. The handler DaemonSet's init
+// container installs the binary so into layout.BinDir, from where the containerDisk
+// containers, whose images hold nothing but a disk, run it.
 func CopySelf(dir string) error {
 	exe, err := os.Executable()
 	if err != nil {
@@ -105,6 +107,9 @@ func CopySelf(dir string) error {
 		return err
 	}
 	defer in.Close()
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return err
+	}
 	dst := filepath.Join(dir, layout.ContainerDiskCommand)
 	tmp := dst + ".tmp"
 	out, err := os.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o555)
