@@ -22,6 +22,7 @@ import (
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/controller"
 
 	"github.com/kubevisor/kubevisor/core/handler"
 	"github.com/kubevisor/kubevisor/core/handler/cluster"
@@ -122,6 +123,7 @@ func serve(args []string) {
 	streamCertDir := fs.String("stream-cert-dir", "/etc/kubevisor/handler-certs", "directory of the stream endpoint's tls.crt, tls.key and client CA ca.crt (the Secret "+nodeapi.HandlerCertSecret+"), read again when they change; the endpoint waits for them")
 	streamClient := fs.String("stream-client-name", nodeapi.ClientName, "the only client certificate common name the stream endpoint accepts")
 	logLevel := fs.String("log-level", "info", "log level: trace, debug, info, warn, error")
+	workers := fs.Int("workers", cluster.DefaultWorkers, "VMIs synced at once (the handler serialises the calls for one VMI)")
 	_ = fs.Parse(args)
 	fail := func(code int, err error) {
 		fmt.Fprintln(os.Stderr, "kubevisor-handler serve:", err)
@@ -153,7 +155,8 @@ func serve(args []string) {
 	log := logr.FromSlogHandler(slog.NewJSONHandler(os.Stderr, nil))
 	ctrl.SetLogger(log)
 	err = cluster.Serve(ctrl.SetupSignalHandler(), cluster.ServeConfig{
-		Rest: rc, Handler: cfg, PluginBinDir: *pluginBinDir, Agent: cluster.AgentConfig{NodeName: *nodeName, HostStateDir: *hostDir},
+		Rest: rc, Handler: cfg, PluginBinDir: *pluginBinDir, Agent: cluster.AgentConfig{NodeName: *nodeName, HostStateDir: *hostDir,
+			Controller: controller.Options{MaxConcurrentReconciles: *workers}},
 		Streams:     streams.Config{Addr: *streamAddr, CertDir: *streamCertDir, ClientName: *streamClient},
 		MetricsAddr: *metricsAddr, HealthAddr: *healthAddr, Logger: logger, Log: log,
 	})

@@ -5,10 +5,12 @@ import (
 	"fmt"
 	"sort"
 
+	admissionv1 "k8s.io/api/admission/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/util/validation/field"
 	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 	"sigs.k8s.io/controller-runtime/pkg/manager"
 	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
 
@@ -115,12 +117,18 @@ func invalid(kind string, name string, errs field.ErrorList) error {
 
 type vmiDefaulter struct{ a *Admission }
 
+// Default defaults the VMI's spec and, on create, adds the teardown finalizer (as KubeVirt's VMI
+// mutator adds its own), which the VMI controller would otherwise add with a patch of its own
+// before it creates the launcher pod.
 func (d vmiDefaulter) Default(ctx context.Context, vmi *v1alpha1.VirtualMachineInstance) error {
 	opts, err := d.a.options(ctx, &vmi.Spec)
 	if err != nil {
 		return err
 	}
 	Default(&vmi.Spec, opts)
+	if req, err := admission.RequestFromContext(ctx); err == nil && req.Operation == admissionv1.Create && vmi.DeletionTimestamp == nil {
+		controllerutil.AddFinalizer(vmi, v1alpha1.TeardownFinalizer)
+	}
 	return nil
 }
 

@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -193,6 +194,9 @@ func TestAdmissionThroughAPIServer(t *testing.T) {
 		}
 		if err := c.Get(ctx, client.ObjectKey{Namespace: "vms", Name: "minimal"}, &admitted); err != nil {
 			t.Fatal(err)
+		}
+		if !slices.Contains(admitted.Finalizers, v1alpha1.TeardownFinalizer) {
+			t.Errorf("finalizers %v, want %s added at admission", admitted.Finalizers, v1alpha1.TeardownFinalizer)
 		}
 		s := admitted.Spec
 		if s.Domain.Machine == nil || s.Domain.Machine.Type != "q35" {

@@ -48,7 +48,8 @@ type AgentConfig struct {
 	// DialTimeout bounds the wait for a VMI's launcher, and for each of its containerDisk
 	// containers, to answer. Default: 10s.
 	DialTimeout time.Duration
-	// Controller are the options of the agent's controller.
+	// Controller are the options of the agent's controller. MaxConcurrentReconciles 0 means
+	// DefaultWorkers.
 	Controller controller.Options
 	// Log receives the agent's logs. Default: the manager's logger.
 	Log logr.Logger
@@ -67,8 +68,16 @@ func (c AgentConfig) withDefaults() (AgentConfig, error) {
 	if c.DialTimeout <= 0 {
 		c.DialTimeout = 10 * time.Second
 	}
+	if c.Controller.MaxConcurrentReconciles <= 0 {
+		c.Controller.MaxConcurrentReconciles = DefaultWorkers
+	}
 	return c, nil
 }
+
+// DefaultWorkers is how many VMIs the agent syncs at once by default. The handler is safe for
+// concurrent use and serialises the calls for one VMI; one worker made 20 VMIs created together
+// wait for each other's storage, network and hypervisor steps.
+const DefaultWorkers = 4
 
 // CacheOptions restrict a manager's cache to what one node's agent needs: the VMIs labelled
 // with the node, and the launcher pods bound to it.
