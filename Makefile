@@ -94,15 +94,15 @@ build: ## Build every binary into bin/ (the example driver too).
 	cd $(EXAMPLES) && $(GO) build -o $(BIN)/hostpath-storage .
 
 .PHONY: bench-boot
-bench-boot: deps-qemu deps-net build guest ## Boot the test guest with raw QEMU and through the qmp driver plugin: medians, their ratio (aim <= 1.10), driver RSS per running VM.
+bench-boot: deps-qemu deps-iso deps-net build guest ## Boot the test guest with raw QEMU and through the qmp driver plugin: medians, their ratio (aim <= 1.10), driver RSS per running VM.
 	$(BIN)/kubevisor-bench boot --guest-dir $(GUEST) --driver $(BIN)/kubevisor-driver-qmp
 
 .PHONY: bench-memory
-bench-memory: deps-qemu deps-net build guest cni-plugins ## Boot 1, 5 and 10 VMs through the node handler, a launcher each: RSS and PSS per VM of QEMU, launcher, handler and drivers (aim <= 25 MiB beyond QEMU). Needs root.
+bench-memory: deps-qemu deps-iso deps-net build guest cni-plugins ## Boot 1, 5 and 10 VMs through the node handler, a launcher each: RSS and PSS per VM of QEMU, launcher, handler and drivers (aim <= 25 MiB beyond QEMU). Needs root.
 	$(BIN)/kubevisor-bench memory --guest-dir $(GUEST) --bin-dir $(BIN) --vmi $(DEMO_VMI)
 
 .PHONY: bench-controlplane
-bench-controlplane: deps-net k8s-bins ## Create 1,000 VMIs against a real kube-apiserver and etcd with kubevisor-controller's manager in process: VMIs/s to launcher pods, create-to-pod latency, API requests per VMI.
+bench-controlplane: deps-iso deps-net k8s-bins ## Create 1,000 VMIs against a real kube-apiserver and etcd with kubevisor-controller's manager in process: VMIs/s to launcher pods, create-to-pod latency, API requests per VMI.
 	@mkdir -p $(BIN)
 	$(GO) build -o $(BIN)/kubevisor-bench ./cmd/kubevisor-bench
 	$(BIN)/kubevisor-bench controlplane --vmis 1000
@@ -114,13 +114,13 @@ bench-start: deps-qemu deps-iso deps-net guest $(E2E_CLUSTER) ## One VMI at a ti
 	$(BIN)/kubevisor-bench start --kubeconfig $(E2E_KUBECONFIG) --guest $(OUT)/guest
 
 .PHONY: bench-e2e
-bench-e2e: deps-net $(E2E_CLUSTER) ## 20 VMIs at once on the local cluster (brought up when not running): P50/P95 of creation to Running and to the console marker, memory per VM on the node beyond QEMU (aim <= 25 MiB), API requests per VMI. Run on the node as root.
+bench-e2e: deps-iso deps-net $(E2E_CLUSTER) ## 20 VMIs at once on the local cluster (brought up when not running): P50/P95 of creation to Running and to the console marker, memory per VM on the node beyond QEMU (aim <= 25 MiB), API requests per VMI. Run on the node as root.
 	@mkdir -p $(BIN)
 	$(GO) build -o $(BIN)/kubevisor-bench ./cmd/kubevisor-bench
 	$(BIN)/kubevisor-bench e2e --kubeconfig $(E2E_KUBECONFIG) --vmis 20
 
 .PHONY: bench-console
-bench-console: deps-net $(E2E_CLUSTER) ## One VMI on the local cluster (brought up when not running): keystroke-to-echo p50/p99 on its serial console through the API server (vmctl's path) and straight to the node handler, their ratio, and vnc open to first frame. Run on the node as root.
+bench-console: deps-iso deps-net $(E2E_CLUSTER) ## One VMI on the local cluster (brought up when not running): keystroke-to-echo p50/p99 on its serial console through the API server (vmctl's path) and straight to the node handler, their ratio, and vnc open to first frame. Run on the node as root.
 	@mkdir -p $(BIN)
 	$(GO) build -o $(BIN)/kubevisor-bench ./cmd/kubevisor-bench
 	$(BIN)/kubevisor-bench console-latency --kubeconfig $(E2E_KUBECONFIG)
