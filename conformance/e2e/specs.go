@@ -163,3 +163,24 @@ spec:
 			WithContext(ctx).WithTimeout(5 * time.Second).ShouldNot(Equal(v1alpha1.Running))
 	})
 })
+
+var _ = Describe("VirtualMachineInstance start", Label("Conformance"), func() {
+	f := NewFramework()
+
+	It("says in its Ready condition that its containerDisk image cannot be pulled, naming the image", func(ctx SpecContext) {
+		const image = "registry.invalid/kubevisor/no-such-disk:v1"
+		spec := strings.ReplaceAll(guestSpec("never"), Cfg.GuestImage, image)
+		Expect(spec).To(ContainSubstring(image))
+		f.Apply(ctx, "apiVersion: kubevisor.io/v1alpha1\nkind: VirtualMachineInstance\nmetadata:\n  name: nopull\nspec:\n"+indent(spec, 2))
+		Eventually(func(g Gomega) {
+			vmi := f.VMI(ctx, "nopull")
+			g.Expect(vmi).NotTo(BeNil())
+			c := v1alpha1.InstanceCondition(vmi.Status.Conditions, v1alpha1.VirtualMachineInstanceReady)
+			g.Expect(c).NotTo(BeNil(), "no Ready condition: %+v", vmi.Status.Conditions)
+			g.Expect(c.Status).To(Equal(corev1.ConditionFalse))
+			g.Expect(c.Reason).To(BeElementOf("ErrImagePull", "ImagePullBackOff"), "Ready: %+v", c)
+			g.Expect(c.Message).To(ContainSubstring(image))
+		}).WithContext(ctx).WithTimeout(2 * time.Minute).WithPolling(time.Second).Should(Succeed())
+		Expect(f.VMI(ctx, "nopull").Status.Phase).To(Equal(v1alpha1.Scheduling))
+	})
+})

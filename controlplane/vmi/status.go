@@ -2,6 +2,7 @@ package vmi
 
 import (
 	"fmt"
+	"slices"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -129,16 +130,19 @@ func deriveStatus(vmi *v1alpha1.VirtualMachineInstance, obs observation, now met
 			if pod.Spec.NodeName != "" && pod.Status.Phase == corev1.PodRunning && pod.DeletionTimestamp == nil {
 				phase = v1alpha1.Scheduled
 			}
-			// Until the handler takes over (Scheduled), Ready says what the pod lacks.
-			switch c := podCondition(pod, corev1.PodReady); {
+			// Until the handler takes over (Scheduled), Ready says what the pod lacks: a
+			// container's error when one has it (an image that cannot be pulled), else that it
+			// is not running yet — one message from creation to Running, so that the pod's
+			// progress on the way (conditions appearing, containers starting) writes nothing.
+			switch reason, msg := containerProblem(pod); {
 			case podDown(pod):
 				notReady(v1alpha1.ReasonPodTerminating, fmt.Sprintf("launcher pod %s is terminating", pod.Name))
 			case phase == v1alpha1.Scheduled:
 				// The handler's from here: the Ready it writes is its own, not laid over this
 				// one (whose reason and message it would not own).
 				st.Conditions = v1alpha1.RemoveCondition(st.Conditions, v1alpha1.VirtualMachineInstanceReady)
-			case c == nil:
-				notReady(v1alpha1.ReasonPodConditionMissing, fmt.Sprintf("launcher pod %s reports no Ready condition", pod.Name))
+			case reason != "":
+				notReady(reason, msg)
 			default:
 				notReady(v1alpha1.ReasonGuestNotRunning, fmt.Sprintf("launcher pod %s is not running yet", pod.Name))
 			}
@@ -156,6 +160,25 @@ func deriveStatus(vmi *v1alpha1.VirtualMachineInstance, obs observation, now met
 			v1alpha1.VirtualMachineInstancePhaseTransitionTimestamp{Phase: phase, PhaseTransitionTimestamp: now})
 	}
 	return st
+}
+
+// containerProblem is the first error a container of pod waits on (ErrImagePull,
+// ImagePullBackOff, CreateContainerConfigError, ...: the kubelet's reason, the condition's
+// reason) with a message naming the pod, the container and the kubelet's message; "" when every
+// container is starting or running normally.
+func containerProblem(pod *corev1.Pod) (reason, message string) {
+	for _, cs := range append(slices.Clone(pod.Status.InitContainerStatuses), pod.Status.ContainerStatuses...) {
+		w := cs.State.Waiting
+		if w == nil || w.Reason == "" || w.Reason == "ContainerCreating" || w.Reason == "PodInitializing" {
+			continue
+		}
+		msg := fmt.Sprintf("launcher pod %s: container %s (image %s): %s", pod.Name, cs.Name, cs.Image, w.Reason)
+		if w.Message != "" {
+			msg += ": " + w.Message
+		}
+		return w.Reason, msg
+	}
+	return "", ""
 }
 
 // describePodEnd says how a finished pod ended: the pod's own reason and message, else the

@@ -100,7 +100,7 @@ func TestDeriveStatus(t *testing.T) {
 			want: want{phase: v1alpha1.Scheduling, podName: "launcher-1", class: "qemu", newPhaseTimestamp: true,
 				conds: map[v1alpha1.VirtualMachineInstanceConditionType]string{
 					v1alpha1.VirtualMachineInstanceLauncherPodCreated: "-",
-					v1alpha1.VirtualMachineInstanceReady:              "False/PodConditionMissing/launcher-1",
+					v1alpha1.VirtualMachineInstanceReady:              "False/GuestNotRunning/launcher-1",
 				}},
 		},
 		{
@@ -133,6 +133,28 @@ func TestDeriveStatus(t *testing.T) {
 			})},
 			want: want{phase: v1alpha1.Scheduling, podName: "launcher-1", nodeName: "n1", conds: map[v1alpha1.VirtualMachineInstanceConditionType]string{
 				v1alpha1.VirtualMachineInstanceReady: "False/GuestNotRunning",
+			}},
+		},
+		{
+			name: "pod created, no conditions yet: the same Ready=False as a bound pod not running yet (no write on the way)",
+			vmi:  vmiWith(v1alpha1.Scheduling, created),
+			obs:  observation{Pod: launcher()},
+			want: want{phase: v1alpha1.Scheduling, podName: "launcher-1", conds: map[v1alpha1.VirtualMachineInstanceConditionType]string{
+				v1alpha1.VirtualMachineInstanceReady: "False/GuestNotRunning/is not running yet",
+			}},
+		},
+		{
+			name: "containerDisk image cannot be pulled: Ready=False with the kubelet's reason, the container, its image and message",
+			vmi:  vmiWith(v1alpha1.Scheduling, created),
+			obs: observation{Pod: launcher(bound("n1"), func(p *corev1.Pod) {
+				p.Status.ContainerStatuses = []corev1.ContainerStatus{
+					{Name: "compute", Image: "kubevisor/kubevisor-launcher:dev", State: corev1.ContainerState{Waiting: &corev1.ContainerStateWaiting{Reason: "ContainerCreating"}}},
+					{Name: "volume-containerdisk", Image: "example.com/missing:v1", State: corev1.ContainerState{Waiting: &corev1.ContainerStateWaiting{
+						Reason: "ErrImagePull", Message: "failed to pull image \"example.com/missing:v1\": not found"}}},
+				}
+			})},
+			want: want{phase: v1alpha1.Scheduling, podName: "launcher-1", nodeName: "n1", conds: map[v1alpha1.VirtualMachineInstanceConditionType]string{
+				v1alpha1.VirtualMachineInstanceReady: `False/ErrImagePull/launcher pod launcher-1: container volume-containerdisk (image example.com/missing:v1): ErrImagePull: failed to pull image "example.com/missing:v1": not found`,
 			}},
 		},
 		{

@@ -96,12 +96,12 @@ const (
 	ReasonPodTerminating = "PodTerminating"
 	// ReasonPodNotExists says the launcher pod does not exist (Ready=False).
 	ReasonPodNotExists = "PodNotExists"
-	// ReasonPodConditionMissing says the launcher pod reports no Ready condition (Ready=False).
-	ReasonPodConditionMissing = "PodConditionMissing"
 	// ReasonPodFailed says the launcher pod failed, or completed, before its VMI was final
 	// (the VMI's phase is Failed).
 	ReasonPodFailed = "PodFailed"
-	// ReasonGuestNotRunning says the guest is not running (Ready=False).
+	// ReasonGuestNotRunning says the guest is not running (Ready=False); before the launcher
+	// pod runs, that the pod is not running yet. A container of the pod that waits on an error
+	// gives Ready=False the kubelet's reason instead (ErrImagePull, ImagePullBackOff, ...).
 	ReasonGuestNotRunning = "GuestNotRunning"
 	// ReasonHypervisorClassNotFound says the named HypervisorClass does not exist, or none is default.
 	ReasonHypervisorClassNotFound = "HypervisorClassNotFound"
