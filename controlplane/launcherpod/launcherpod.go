@@ -345,10 +345,20 @@ func Build(vmi *v1alpha1.VirtualMachineInstance, class *v1alpha1.HypervisorClass
 					Capabilities:             &corev1.Capabilities{Drop: []corev1.Capability{"ALL"}},
 				},
 				TerminationMessagePolicy: corev1.TerminationMessageFallbackToLogsOnError,
-			}, consoleLogContainer(vmi, cfg, mounts[0], helpers)}, diskContainers...),
+			}}, helperContainers(vmi, cfg, mounts[0], helpers, diskContainers)...),
 		},
 	}
 	return pod, nil
+}
+
+// helperContainers are the pod's containers beside compute: guest-console-log when the VMI's
+// serial console is logged (VirtualMachineInstanceSpec.SerialConsoleLogged), then the
+// containerDisk containers.
+func helperContainers(vmi *v1alpha1.VirtualMachineInstance, cfg Config, vmiDir corev1.VolumeMount, res corev1.ResourceRequirements, disks []corev1.Container) []corev1.Container {
+	if !vmi.Spec.SerialConsoleLogged() {
+		return disks
+	}
+	return append([]corev1.Container{consoleLogContainer(vmi, cfg, vmiDir, res)}, disks...)
 }
 
 // consoleLogContainer follows the guest's serial console log, which the node handler writes

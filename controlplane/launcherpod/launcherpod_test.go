@@ -642,3 +642,34 @@ func TestHelperResources(t *testing.T) {
 		})
 	}
 }
+
+// TestSerialConsoleLog: guest-console-log is in the pod only when the serial console is logged.
+func TestSerialConsoleLog(t *testing.T) {
+	off := ptr.To(false)
+	for _, tc := range []struct {
+		name string
+		edit func(*v1alpha1.Devices)
+		want []string
+	}{
+		{"default: logged", func(*v1alpha1.Devices) {}, []string{layout.ComputeContainer, layout.ConsoleLogContainer, "volume-root"}},
+		{"logSerialConsole false", func(d *v1alpha1.Devices) { d.LogSerialConsole = off }, []string{layout.ComputeContainer, "volume-root"}},
+		{"no serial console", func(d *v1alpha1.Devices) { d.AutoattachSerialConsole = off }, []string{layout.ComputeContainer, "volume-root"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			pod, err := Build(testVMI(func(v *v1alpha1.VirtualMachineInstance) {
+				v.Spec.Volumes = []v1alpha1.Volume{{Name: "root", VolumeSource: v1alpha1.VolumeSource{ContainerDisk: &v1alpha1.ContainerDiskSource{Image: "kubevisor/test-guest:latest"}}}}
+				tc.edit(&v.Spec.Domain.Devices)
+			}), testClass(), testConfig)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var got []string
+			for _, c := range pod.Spec.Containers {
+				got = append(got, c.Name)
+			}
+			if !slices.Equal(got, tc.want) {
+				t.Errorf("containers %v, want %v", got, tc.want)
+			}
+		})
+	}
+}

@@ -174,6 +174,12 @@ type Devices struct {
 	// AutoattachSerialConsole attaches the default serial console. Defaults to true.
 	// +optional
 	AutoattachSerialConsole *bool `json:"autoattachSerialConsole,omitempty"`
+	// LogSerialConsole logs the default serial console to the launcher pod's guest-console-log
+	// container (kubectl logs POD -c guest-console-log). Defaults to true. False, or no serial
+	// console (autoattachSerialConsole false), leaves that container out of the pod: one
+	// container less to start per VMI.
+	// +optional
+	LogSerialConsole *bool `json:"logSerialConsole,omitempty"`
 }
 
 // Disk connects a volume to the VMI as a disk or a cdrom.

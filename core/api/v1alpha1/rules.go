@@ -32,6 +32,16 @@ func (s *VirtualMachineInstanceSpec) GracePeriod() time.Duration {
 	return time.Duration(g) * time.Second
 }
 
+// SerialConsoleLogged says whether the VMI's serial console is logged to its launcher pod's
+// guest-console-log container: it has the default serial console (autoattachSerialConsole not
+// false) and logSerialConsole is not false. The launcher pod has the container, and the node
+// agent writes the console log it prints, only then.
+func (s *VirtualMachineInstanceSpec) SerialConsoleLogged() bool {
+	d := s.Domain.Devices
+	return !(d.AutoattachSerialConsole != nil && !*d.AutoattachSerialConsole) &&
+		!(d.LogSerialConsole != nil && !*d.LogSerialConsole)
+}
+
 // VCPUSource is the field of a DomainSpec that its vCPU count comes from (DomainSpec.VCPUs), as
 // a path relative to spec.domain; empty for the default of one vCPU.
 type VCPUSource string

@@ -1,6 +1,7 @@
 package v1alpha1
 
 import (
+	"fmt"
 	"math"
 	"testing"
 	"time"
@@ -78,4 +79,27 @@ func TestVCPUs(t *testing.T) {
 			}
 		})
 	}
+}
+
+func TestSerialConsoleLogged(t *testing.T) {
+	yes, no := true, false
+	for _, tc := range []struct {
+		autoattach, log *bool
+		want            bool
+	}{
+		{nil, nil, true}, {&yes, nil, true}, {nil, &yes, true}, {&yes, &yes, true},
+		{nil, &no, false}, {&no, nil, false}, {&no, &yes, false}, {&yes, &no, false},
+	} {
+		s := VirtualMachineInstanceSpec{Domain: DomainSpec{Devices: Devices{AutoattachSerialConsole: tc.autoattach, LogSerialConsole: tc.log}}}
+		if got := s.SerialConsoleLogged(); got != tc.want {
+			t.Errorf("autoattachSerialConsole %v, logSerialConsole %v: SerialConsoleLogged = %v, want %v", ptrStr(tc.autoattach), ptrStr(tc.log), got, tc.want)
+		}
+	}
+}
+
+func ptrStr(b *bool) string {
+	if b == nil {
+		return "unset"
+	}
+	return fmt.Sprint(*b)
 }

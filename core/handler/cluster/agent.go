@@ -282,8 +282,10 @@ func (a *Agent) Reconcile(ctx context.Context, req reconcile.Request) (reconcile
 		return reconcile.Result{}, err
 	}
 	if st.Phase == v1alpha1.Running {
-		// For the launcher pod's guest-console-log container.
-		a.consoles.ensure(context.Background(), vmi.UID)
+		if vmi.Spec.SerialConsoleLogged() {
+			// For the launcher pod's guest-console-log container.
+			a.consoles.ensure(context.Background(), vmi.UID)
+		}
 		if tl, ok := a.h.TakeTimeline(vmi.UID); ok {
 			// One event per started VM: where the handler's part of its start went.
 			a.events.Eventf(&vmi, pod, corev1.EventTypeNormal, v1alpha1.ReasonStarted, actionStart, "%s", tl.Note())
