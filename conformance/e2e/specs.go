@@ -10,11 +10,13 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/yaml"
 
 	"github.com/kubevisor/kubevisor/conformance/e2e/guest"
 	"github.com/kubevisor/kubevisor/core/api/v1alpha1"
+	"github.com/kubevisor/kubevisor/core/layout"
 )
 
 // guestSpec is the YAML of the test guest's VMI spec (conformance/e2e/guest) at column 0,
@@ -182,5 +184,24 @@ var _ = Describe("VirtualMachineInstance start", Label("Conformance"), func() {
 			g.Expect(c.Message).To(ContainSubstring(image))
 		}).WithContext(ctx).WithTimeout(2 * time.Minute).WithPolling(time.Second).Should(Succeed())
 		Expect(f.VMI(ctx, "nopull").Status.Phase).To(Equal(v1alpha1.Scheduling))
+	})
+
+	It("with logSerialConsole false runs without a guest-console-log container, and vmctl console still reaches the guest", func(ctx SpecContext) {
+		spec := guest.Spec(guest.Options{Image: Cfg.GuestImage, UserData: "no console log"})
+		spec.Domain.Devices.LogSerialConsole = ptr.To(false)
+		b, err := yaml.Marshal(spec)
+		Expect(err).NotTo(HaveOccurred())
+		f.Apply(ctx, "apiVersion: kubevisor.io/v1alpha1\nkind: VirtualMachineInstance\nmetadata:\n  name: nolog\nspec:\n"+indent(string(b), 2))
+		vmi := f.WaitRunning(ctx, "nolog")
+		pods := f.LauncherPods(ctx, vmi.UID)
+		Expect(pods).To(HaveLen(1))
+		var names []string
+		for _, c := range pods[0].Spec.Containers {
+			names = append(names, c.Name)
+		}
+		Expect(names).NotTo(ContainElement(layout.ConsoleLogContainer))
+		Expect(names).To(ContainElement(layout.ComputeContainer))
+		c := f.OpenConsole(ctx, "nolog")
+		c.WaitFor(ctx, ReadyMarker, Cfg.BootTimeout)
 	})
 })
