@@ -793,9 +793,17 @@ func (s *hvSuite) checkRebootNotRunning(t T) {
 	caps := s.capabilities(t, d)
 	requireFeature(t, caps, basev1.Feature_FEATURE_HYPERVISOR_REBOOT)
 	r := optional[driver.Rebooter](t, d, basev1.Feature_FEATURE_HYPERVISOR_REBOOT)
+	s.refusedUnlessRunning(t, d, "Reboot", r.Reboot)
+}
+
+// refusedUnlessRunning checks that op, the operation called name, is FailedPrecondition for a
+// created VM and, when the driver can pause, for a paused one, and changes neither its state
+// nor its boots.
+func (s *hvSuite) refusedUnlessRunning(t T, d driver.Hypervisor, name string, op func(ctx context.Context, id string) error) {
+	t.Helper()
 	vm := s.create(t, d)
-	expectCode(t, r.Reboot(s.ctx(t), vm.id), codes.FailedPrecondition, "Reboot of a created VM")
-	s.expectState(t, d, vm.id, hypervisorv1.State_STATE_CREATED, "a refused Reboot")
+	expectCode(t, op(s.ctx(t), vm.id), codes.FailedPrecondition, name+" of a created VM")
+	s.expectState(t, d, vm.id, hypervisorv1.State_STATE_CREATED, "a refused "+name)
 	p, ok := driver.Optional[driver.Pauser](s.ctx(t), d)
 	if !ok {
 		return
@@ -807,9 +815,9 @@ func (s *hvSuite) checkRebootNotRunning(t T) {
 		t.Fatalf("Pause: %s", describe(err))
 	}
 	boots := s.status(t, d, vm.id).GetBoots()
-	expectCode(t, r.Reboot(s.ctx(t), vm.id), codes.FailedPrecondition, "Reboot of a paused VM")
-	if st := s.expectState(t, d, vm.id, hypervisorv1.State_STATE_PAUSED, "a refused Reboot"); st.GetBoots() != boots {
-		t.Errorf("a refused Reboot changed boots from %d to %d", boots, st.GetBoots())
+	expectCode(t, op(s.ctx(t), vm.id), codes.FailedPrecondition, name+" of a paused VM")
+	if st := s.expectState(t, d, vm.id, hypervisorv1.State_STATE_PAUSED, "a refused "+name); st.GetBoots() != boots {
+		t.Errorf("a refused %s changed boots from %d to %d", name, boots, st.GetBoots())
 	}
 }
 

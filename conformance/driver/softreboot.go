@@ -4,8 +4,6 @@ import (
 	"context"
 	"sync"
 
-	"google.golang.org/grpc/codes"
-
 	"github.com/kubevisor/kubevisor/core/driver"
 	basev1 "github.com/kubevisor/kubevisor/core/driver/base/v1"
 	hypervisorv1 "github.com/kubevisor/kubevisor/core/driver/hypervisor/v1"
@@ -17,24 +15,7 @@ func (s *hvSuite) checkSoftRebootNotRunning(t T) {
 	d := s.hypervisor(t)
 	requireFeature(t, s.capabilities(t, d), basev1.Feature_FEATURE_HYPERVISOR_SOFT_REBOOT)
 	r := optional[driver.SoftRebooter](t, d, basev1.Feature_FEATURE_HYPERVISOR_SOFT_REBOOT)
-	vm := s.create(t, d)
-	expectCode(t, r.SoftReboot(s.ctx(t), vm.id), codes.FailedPrecondition, "SoftReboot of a created VM")
-	s.expectState(t, d, vm.id, hypervisorv1.State_STATE_CREATED, "a refused SoftReboot")
-	p, ok := driver.Optional[driver.Pauser](s.ctx(t), d)
-	if !ok {
-		return
-	}
-	if err := d.Start(s.ctx(t), vm.id); err != nil {
-		t.Fatalf("Start: %s", describe(err))
-	}
-	if err := p.Pause(s.ctx(t), vm.id); err != nil {
-		t.Fatalf("Pause: %s", describe(err))
-	}
-	boots := s.status(t, d, vm.id).GetBoots()
-	expectCode(t, r.SoftReboot(s.ctx(t), vm.id), codes.FailedPrecondition, "SoftReboot of a paused VM")
-	if st := s.expectState(t, d, vm.id, hypervisorv1.State_STATE_PAUSED, "a refused SoftReboot"); st.GetBoots() != boots {
-		t.Errorf("a refused SoftReboot changed boots from %d to %d", boots, st.GetBoots())
-	}
+	s.refusedUnlessRunning(t, d, "SoftReboot", r.SoftReboot)
 }
 
 // checkSoftRebootBootsAgain: the guest, asked by SoftReboot, shuts down and boots again in the

@@ -9,7 +9,6 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/kubevisor/kubevisor/core/driver"
-	hypervisorv1 "github.com/kubevisor/kubevisor/core/driver/hypervisor/v1"
 )
 
 // A soft reboot is the guest's own restart in answer to the ACPI power button, the way libvirt's
@@ -34,19 +33,11 @@ const softRebootWait = 10 * time.Second
 
 // SoftReboot implements driver.SoftRebooter.
 func (d *Driver) SoftReboot(ctx context.Context, id string) error {
-	v, err := d.get(id)
+	v, s, unlock, err := d.lockRunning(id)
 	if err != nil {
 		return err
 	}
-	v.op.Lock()
-	defer v.op.Unlock()
-	s, st, err := v.running()
-	switch {
-	case err != nil:
-		return err
-	case st != hypervisorv1.State_STATE_RUNNING:
-		return status.Errorf(codes.FailedPrecondition, "vm %q is %s, not running", id, driver.StateWord(st))
-	}
+	defer unlock()
 	if err := setShutdownAction(ctx, s.mon, "pause"); err != nil {
 		return status.Errorf(codes.Internal, "vm %q: %v", id, err)
 	}

@@ -736,21 +736,34 @@ func (d *Driver) runState(ctx context.Context, id, command, event string, want h
 	return nil
 }
 
-// Reboot implements driver.Rebooter: system_reset, returning once QEMU reported the reset.
-func (d *Driver) Reboot(ctx context.Context, id string) error {
-	v, err := d.get(id)
-	if err != nil {
-		return err
+// lockRunning takes the operation lock of VM id, which must be running (not paused, not
+// stopping): NotFound or FailedPrecondition otherwise, with the lock released. Call unlock when
+// the operation is done.
+func (d *Driver) lockRunning(id string) (v *vm, s *session, unlock func(), err error) {
+	if v, err = d.get(id); err != nil {
+		return nil, nil, nil, err
 	}
 	v.op.Lock()
-	defer v.op.Unlock()
 	s, st, err := v.running()
 	switch {
 	case err != nil:
-		return err
 	case st != hypervisorv1.State_STATE_RUNNING:
-		return status.Errorf(codes.FailedPrecondition, "vm %q is %s, not running", id, driver.StateWord(st))
+		err = status.Errorf(codes.FailedPrecondition, "vm %q is %s, not running", id, driver.StateWord(st))
 	}
+	if err != nil {
+		v.op.Unlock()
+		return nil, nil, nil, err
+	}
+	return v, s, v.op.Unlock, nil
+}
+
+// Reboot implements driver.Rebooter: system_reset, returning once QEMU reported the reset.
+func (d *Driver) Reboot(ctx context.Context, id string) error {
+	v, s, unlock, err := d.lockRunning(id)
+	if err != nil {
+		return err
+	}
+	defer unlock()
 	v.mu.Lock()
 	boots := v.rec.Boots
 	v.mu.Unlock()
