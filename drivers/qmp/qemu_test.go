@@ -794,10 +794,17 @@ func TestFingerprint(t *testing.T) {
 	defer cancel()
 	got := make(chan *basev1.FingerprintResponse, 1)
 	go func() {
-		_ = h.Fingerprint(ctx, func(r *basev1.FingerprintResponse) error { got <- r; cancel(); return nil })
+		_ = h.Fingerprint(ctx, func(r *basev1.FingerprintResponse) error {
+			select {
+			case got <- r:
+			default: // a later one: the first is what the test reads
+			}
+			return nil
+		})
 	}()
 	select {
 	case r := <-got:
+		cancel() // the stream ends; the select cannot take this for a timeout any more
 		accel := r.GetAttributes()["accel"]
 		switch {
 		case accel == "kvm" && r.GetHealth() == basev1.Health_HEALTH_HEALTHY:
