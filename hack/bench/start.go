@@ -124,7 +124,6 @@ type startRun struct {
 	mu     sync.Mutex
 	sent   time.Time
 	vmi    string
-	uid    string
 	marks  map[string]time.Duration // phase → offset from sent
 	order  []string                 // phases in the order they were first seen
 	failed string
@@ -379,9 +378,6 @@ func (s *starter) vmiBoot(ctx context.Context, i int) (*startRun, error) {
 		return nil, fmt.Errorf("create VMI: %w", err)
 	}
 	run.mark(phaseVMICreated, time.Now())
-	run.mu.Lock()
-	run.uid = string(vmi.UID)
-	run.mu.Unlock()
 
 	consoleLog := layout.ConsoleLog(s.cfg.HostState, vmi.UID)
 	marker := []byte(s.guest.ReadyMarker)
