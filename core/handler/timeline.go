@@ -46,12 +46,20 @@ func (t Timeline) Took() time.Duration { return t.End.Sub(t.Start) }
 // timelinePrefix starts a Timeline's note.
 const timelinePrefix = "VM started: sync took "
 
-// Note is the Timeline as one line, in milliseconds, e.g.
+// timelineBegan is the layout of a Note's start time, the node's clock in UTC.
+const timelineBegan = "2006-01-02T15:04:05.000Z"
+
+// Note is the Timeline as one line, in milliseconds, with the sync's start (the node's clock,
+// UTC, to the millisecond), e.g.
 //
-//	VM started: sync took 812ms: checks 10ms, storage 300ms, network 250ms, domain 2ms, hypervisor 50ms, start 200ms
+//	VM started: sync took 812ms (began 2026-12-02T05:43:06.638Z): checks 10ms, storage 300ms, network 250ms, domain 2ms, hypervisor 50ms, start 200ms
 func (t Timeline) Note() string {
 	var b strings.Builder
-	fmt.Fprintf(&b, "%s%dms:", timelinePrefix, t.Took().Milliseconds())
+	fmt.Fprintf(&b, "%s%dms", timelinePrefix, t.Took().Milliseconds())
+	if !t.Start.IsZero() {
+		fmt.Fprintf(&b, " (began %s)", t.Start.UTC().Format(timelineBegan))
+	}
+	b.WriteByte(':')
 	for i, s := range t.Steps {
 		if i > 0 {
 			b.WriteByte(',')
@@ -61,18 +69,26 @@ func (t Timeline) Note() string {
 	return b.String()
 }
 
-// ParseTimelineNote reads a Note back: the steps and the whole sync (Start is left zero, and
-// End is the sum). It fails on text that is not a Note.
+// ParseTimelineNote reads a Note back: the steps, the start (zero when the note has none) and
+// the whole sync (End is Start plus it). It fails on text that is not a Note.
 func ParseTimelineNote(note string) (Timeline, error) {
 	rest, ok := strings.CutPrefix(note, timelinePrefix)
 	if !ok {
 		return Timeline{}, fmt.Errorf("not a timeline note: %q", note)
 	}
+	var t Timeline
+	if took, began, ok := strings.Cut(rest, " (began "); ok {
+		at, after, ok := strings.Cut(began, ")")
+		start, err := time.Parse(timelineBegan, at)
+		if !ok || err != nil {
+			return Timeline{}, fmt.Errorf("timeline note %q: start %q is not a time", note, at)
+		}
+		rest, t.Start = took+after, start
+	}
 	total, steps, ok := strings.Cut(rest, ":")
 	if !ok {
 		return Timeline{}, fmt.Errorf("timeline note %q: no steps", note)
 	}
-	var t Timeline
 	whole, err := parseMillis(total)
 	if err != nil {
 		return Timeline{}, fmt.Errorf("timeline note %q: %w", note, err)

@@ -8,7 +8,7 @@ import (
 )
 
 func TestTimelineNoteRoundTrip(t *testing.T) {
-	start := time.Date(2026, 12, 2, 3, 0, 0, 0, time.UTC)
+	start := time.Date(2026, 12, 2, 3, 0, 0, 250_000_000, time.UTC)
 	tl := Timeline{Start: start}
 	at := start
 	for _, s := range []struct {
@@ -19,17 +19,23 @@ func TestTimelineNoteRoundTrip(t *testing.T) {
 		tl.mark(s.name, at)
 	}
 	note := tl.Note()
-	if want := "VM started: sync took 1813ms: checks 12ms, storage 301ms, start 1500ms"; note != want {
+	if want := "VM started: sync took 1813ms (began 2026-12-02T03:00:00.250Z): checks 12ms, storage 301ms, start 1500ms"; note != want {
 		t.Fatalf("Note = %q, want %q", note, want)
 	}
 	back, err := ParseTimelineNote(note)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if back.Took() != tl.Took() || !slices.Equal(back.Steps, tl.Steps) {
-		t.Errorf("ParseTimelineNote = %+v, want the steps of %+v", back, tl)
+	if back.Took() != tl.Took() || !back.Start.Equal(start) || !slices.Equal(back.Steps, tl.Steps) {
+		t.Errorf("ParseTimelineNote = %+v, want the start and steps of %+v", back, tl)
 	}
-	for _, bad := range []string{"", "Started the VM", timelinePrefix + "12ms", timelinePrefix + "12ms: storage", timelinePrefix + "x: storage 1ms", timelinePrefix + "1ms: storage 1s"} {
+	// A note without its start (a timeline never started) reads back with a zero Start.
+	old, err := ParseTimelineNote("VM started: sync took 12ms: checks 12ms")
+	if err != nil || !old.Start.IsZero() || old.Took() != 12*time.Millisecond {
+		t.Errorf("note without a start: %+v, %v", old, err)
+	}
+	for _, bad := range []string{"", "Started the VM", timelinePrefix + "12ms", timelinePrefix + "12ms (began yesterday): checks 12ms",
+		timelinePrefix + "12ms (began 2026-12-02T03:00:00.250Z: checks 12ms", timelinePrefix + "12ms: storage", timelinePrefix + "x: storage 1ms", timelinePrefix + "1ms: storage 1s"} {
 		if _, err := ParseTimelineNote(bad); err == nil {
 			t.Errorf("ParseTimelineNote(%q) succeeded", bad)
 		}

@@ -18,6 +18,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	eventsv1 "k8s.io/api/events/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -62,6 +63,10 @@ then:
     (KUBEVISOR-GUEST-READY in the node's <host-state>/vmi/<uid>/console.log, the file the launcher
     writes and the guest-console-log container prints; --console logs reads the container's log
     through the API instead), both also from the bench's create request;
+  - the timeline of the starts: P50, P95, min and max of when each phase was first seen after
+    each VMI's create request (launcher pod created, scheduled, each container started, pod
+    Running, the handler's sync and its steps from its Started event, Running, the console's
+    first byte and marker), as kubevisor-bench start prints for one;
   - per VM, the memory (smaps_rollup RSS, PSS, anonymous) of the launcher pod's processes
     except QEMU (found by their cgroup, pod<UID>), the handler pod's and its driver plugins'
     share (/N), QEMU's own, and the verdict against 25 MiB beyond QEMU;
@@ -69,7 +74,11 @@ then:
     /metrics), by verb and resource, from before the creates until all VMIs were Running with
     their marker, and for the deletion; the idle rate measured for --baseline before, and the
     bench's own requests.
-At the end it deletes the namespace and the class and waits for the launcher pods to go.
+At the end it deletes the namespace and the class and waits for the launcher pods to go; then,
+in a namespace of its own, it measures the node's own pod start as the baseline: --vmis pods of
+--baseline-containers containers (a launcher pod's count) of --baseline-image, with the launcher
+pod's helper resources, created at once: create request to Running, P50/P95/max, and the VMIs'
+against it.
 
 Flags:
 `
@@ -96,6 +105,10 @@ type E2EConfig struct {
 	Baseline time.Duration
 	// Progress is the number of VMIs between progress lines.
 	Progress int
+	// BaselineImage and BaselineContainers make the node's pod start baseline: VMIs pods of
+	// BaselineContainers containers of BaselineImage; none when BaselineContainers is 0.
+	BaselineImage      string
+	BaselineContainers int
 }
 
 func runE2E(args []string, stdout, stderr io.Writer) int {
@@ -116,6 +129,8 @@ func runE2E(args []string, stdout, stderr io.Writer) int {
 	fs.StringVar(&cfg.Console, "console", "file", "where to look for the console marker: file (the node's console.log) or logs (kubectl logs -c guest-console-log)")
 	fs.DurationVar(&cfg.Baseline, "baseline", DefaultE2EBaseline, "how long to measure the API server's idle request rate first")
 	fs.IntVar(&cfg.Progress, "progress", DefaultE2EProgress, "print a progress line every `n` VMIs")
+	fs.StringVar(&cfg.BaselineImage, "baseline-image", DefaultE2EBaselineImage, "pause `image` of the node's pod start baseline")
+	fs.IntVar(&cfg.BaselineContainers, "baseline-containers", DefaultE2EBaselineContainers, "containers per pod of the node's pod start baseline (those of a launcher pod of the bench's VMIs); 0: no baseline")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return ExitOK
@@ -141,8 +156,8 @@ func (cfg *E2EConfig) validate(rest []string) error {
 		return fmt.Errorf("unexpected arguments %q", rest)
 	case cfg.VMIs < 1:
 		return errors.New("--vmis: at least 1")
-	case cfg.Timeout <= 0 || cfg.Baseline < 0 || cfg.Progress < 1:
-		return errors.New("--timeout and --progress must be positive, --baseline not negative")
+	case cfg.Timeout <= 0 || cfg.Baseline < 0 || cfg.Progress < 1 || cfg.BaselineContainers < 0:
+		return errors.New("--timeout and --progress must be positive, --baseline and --baseline-containers not negative")
 	case cfg.Console != "file" && cfg.Console != "logs":
 		return fmt.Errorf("--console: %q, want file or logs", cfg.Console)
 	case cfg.MemoryBytes < 64<<20:
@@ -189,6 +204,8 @@ type e2eVM struct {
 	byPart    map[string]MemUsage // the same by container name (and "pause" for the sandbox)
 	shim      MemUsage            // the pod's containerd-shim, outside the pod's cgroup
 	podProcsN int
+	// timeline is the VMI's start as the bench's watches saw it.
+	timeline *vmiTimeline
 }
 
 // e2eBench runs one `kubevisor-bench e2e`.
@@ -206,6 +223,8 @@ type e2eBench struct {
 	vms map[types.UID]*e2eVM
 	// byName holds the VMIs created so far, for the watch to match events to.
 	byName map[string]*e2eVM
+	// baseline is the node's pod start (nil without one).
+	baseline *podBaseline
 }
 
 // RunE2E runs the e2e benchmark and prints its figures to out.
@@ -264,6 +283,9 @@ func RunE2E(ctx context.Context, cfg E2EConfig, out, logOut io.Writer) (err erro
 		}
 		if err == nil {
 			b.printDelete(deleteReqs, deleteBench, deleteTook)
+		}
+		if err == nil && cfg.BaselineContainers > 0 {
+			err = b.runBaseline(ctx)
 		}
 	}()
 
@@ -420,7 +442,16 @@ func (b *e2eBench) createAll(ctx context.Context) error {
 		if vmis[i], err = e2eVMI(b.cfg, b.ns, b.class, i); err != nil {
 			return err
 		}
-		b.byName[vmis[i].Name] = &e2eVM{name: vmis[i].Name}
+		b.byName[vmis[i].Name] = &e2eVM{name: vmis[i].Name, timeline: newTimeline(vmis[i].Name)}
+	}
+	// The launcher pods' and the handler's Started events give each VMI's timeline.
+	for _, wl := range []client.ObjectList{&corev1.PodList{}, &eventsv1.EventList{}} {
+		tw, err := b.c.Watch(wctx, wl, client.InNamespace(b.ns))
+		if err != nil {
+			return fmt.Errorf("watch %T: %w", wl, err)
+		}
+		defer tw.Stop()
+		go followTimelines(tw, b.timelineOf)
 	}
 	b.start = time.Now()
 	var wg sync.WaitGroup
@@ -429,6 +460,7 @@ func (b *e2eBench) createAll(ctx context.Context) error {
 		wg.Go(func() {
 			vm := b.byName[vmi.Name]
 			sent := time.Now()
+			vm.timeline.setSent(sent)
 			if err := b.c.Create(wctx, vmi); err != nil {
 				errs[i] = fmt.Errorf("create VMI %s: %w", vmi.Name, err)
 				return
@@ -524,9 +556,20 @@ func (b *e2eBench) observe(ev watch.Event, now time.Time) {
 		if vm.running.IsZero() {
 			vm.running, vm.node = now, vmi.Status.NodeName
 		}
+		vm.timeline.mark(phaseVMIRunning, now)
 	case v1alpha1.Failed, v1alpha1.Succeeded:
 		vm.failed = fmt.Sprintf("VMI %s ended %s: %+v", vmi.Name, vmi.Status.Phase, vmi.Status.Conditions)
 	}
+}
+
+// timelineOf returns the timeline of the bench's VMI called name, nil for another.
+func (b *e2eBench) timelineOf(name string) *vmiTimeline {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if vm := b.byName[name]; vm != nil {
+		return vm.timeline
+	}
+	return nil
 }
 
 func (b *e2eBench) counts() (running, marked int, failed string) {
@@ -564,10 +607,15 @@ func (b *e2eBench) watchConsoles(ctx context.Context) {
 		}
 		for _, vm := range todo {
 			text, err := b.console(ctx, vm)
-			if err != nil || !bytes.Contains(text, marker) {
+			if err != nil || len(text) == 0 {
 				continue
 			}
 			now := time.Now()
+			vm.timeline.mark(phaseFirstByte, now)
+			if !bytes.Contains(text, marker) {
+				continue
+			}
+			vm.timeline.mark(phaseMarker, now)
 			b.mu.Lock()
 			vm.marker = now
 			b.mu.Unlock()
@@ -778,6 +826,12 @@ func (b *e2eBench) printLatency() {
 		}
 	}
 	fmt.Fprintf(b.out, "all %d Running with the marker %s after the first create request\n", len(vms), secs(last.Sub(b.start)))
+	fmt.Fprintf(b.out, "\ntimeline of the %d starts (seconds after each VMI's create request, from the bench's watches of VMIs, launcher pods and the handler's Started events; the handler's steps end at the offsets shown):\n", len(vms))
+	tls := make([]*vmiTimeline, len(vms))
+	for i, vm := range vms {
+		tls[i] = vm.timeline
+	}
+	printPhases(b.out, tls)
 }
 
 func (b *e2eBench) printMemory(idle, busy e2eHandler) {

@@ -10,10 +10,7 @@ import (
 	"os/exec"
 	"os/signal"
 	"path/filepath"
-	"slices"
-	"sort"
 	"strings"
-	"sync"
 	"syscall"
 	"time"
 
@@ -31,7 +28,6 @@ import (
 	"github.com/kubevisor/kubevisor/controlplane/manager"
 	"github.com/kubevisor/kubevisor/core/api/v1alpha1"
 	domainv1 "github.com/kubevisor/kubevisor/core/domain/v1"
-	"github.com/kubevisor/kubevisor/core/handler"
 	"github.com/kubevisor/kubevisor/core/layout"
 	"github.com/kubevisor/kubevisor/drivers/qmp"
 )
@@ -118,47 +114,6 @@ func runStart(args []string, stdout, stderr io.Writer) int {
 	return ExitOK
 }
 
-// startRun is what one VMI boot showed: when each thing was first seen, after the create
-// request was sent.
-type startRun struct {
-	mu     sync.Mutex
-	sent   time.Time
-	vmi    string
-	marks  map[string]time.Duration // phase → offset from sent
-	order  []string                 // phases in the order they were first seen
-	failed string
-}
-
-func (r *startRun) mark(phase string, at time.Time) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	if _, ok := r.marks[phase]; ok {
-		return
-	}
-	r.marks[phase] = at.Sub(r.sent)
-	r.order = append(r.order, phase)
-}
-
-func (r *startRun) get(phase string) (time.Duration, bool) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	d, ok := r.marks[phase]
-	return d, ok
-}
-
-// Phases of a VMI boot that every run has.
-const (
-	phaseVMICreated  = "VMI created (create answered)"
-	phasePodCreated  = "launcher pod created"
-	phaseScheduled   = "launcher pod scheduled"
-	phasePodRunning  = "launcher pod Running"
-	phaseSyncStart   = "handler: sync began"
-	phaseVMIRunning  = "VMI Running"
-	phaseFirstByte   = "console: first byte"
-	phaseMarker      = "console: marker"
-	phaseStartedNote = "handler: Started event"
-)
-
 // starter runs one `kubevisor-bench start`.
 type starter struct {
 	cfg   StartConfig
@@ -222,10 +177,10 @@ func RunStart(ctx context.Context, cfg StartConfig, out io.Writer) error {
 	tab.row("", "", "raw", "VMI", "VMI", "")
 	tab.row("run", "first", "exec→marker", "→Running", "→marker", "VMI/raw")
 	var raws []time.Duration
-	var runs []*startRun
+	var runs []*vmiTimeline
 	for i := range cfg.Warmup + cfg.Runs {
 		var raw time.Duration
-		var run *startRun
+		var run *vmiTimeline
 		rawBoot := func() (err error) { raw, err = s.rawBoot(ctx, i); return err }
 		vmiBoot := func() (err error) { run, err = s.vmiBoot(ctx, i); return err }
 		first, order := "raw", []func() error{rawBoot, vmiBoot}
@@ -251,30 +206,9 @@ func RunStart(ctx context.Context, cfg StartConfig, out io.Writer) error {
 }
 
 // summary prints the median timeline of the runs and the verdict.
-func (s *starter) summary(raws []time.Duration, runs []*startRun) {
-	fmt.Fprintf(s.out, "\ntimeline of a VMI start (median over %d runs, seconds after the create request; the handler's steps end at the offsets shown):\n", len(runs))
-	// Phases in the order of the median offsets; those some run did not see say so.
-	seen := map[string][]time.Duration{}
-	for _, r := range runs {
-		r.mu.Lock()
-		for p, d := range r.marks {
-			seen[p] = append(seen[p], d)
-		}
-		r.mu.Unlock()
-	}
-	phases := make([]string, 0, len(seen))
-	for p := range seen {
-		phases = append(phases, p)
-	}
-	med := func(p string) time.Duration { return Median(seen[p]) }
-	sort.SliceStable(phases, func(i, j int) bool { return med(phases[i]) < med(phases[j]) })
-	tab := table{w: s.out, widths: []int{52, 9, 9, 9, 6}}
-	tab.row("phase", "median", "min", "max", "runs")
-	for _, p := range phases {
-		xs := seen[p]
-		tab.row(p, fmt.Sprintf("%.3f", med(p).Seconds()), fmt.Sprintf("%.3f", slices.Min(xs).Seconds()), fmt.Sprintf("%.3f", slices.Max(xs).Seconds()),
-			fmt.Sprintf("%d", len(xs)))
-	}
+func (s *starter) summary(raws []time.Duration, runs []*vmiTimeline) {
+	fmt.Fprintf(s.out, "\ntimeline of a VMI start (%d runs, seconds after the create request; the handler's steps end at the offsets shown):\n", len(runs))
+	printPhases(s.out, runs)
 	rm := Median(raws)
 	var markers, running []time.Duration
 	for _, r := range runs {
@@ -343,7 +277,7 @@ func (s *starter) rawBoot(ctx context.Context, i int) (time.Duration, error) {
 
 // vmiBoot creates the VMI, follows it to its console marker, then deletes it and waits for its
 // launcher pod to go.
-func (s *starter) vmiBoot(ctx context.Context, i int) (*startRun, error) {
+func (s *starter) vmiBoot(ctx context.Context, i int) (*vmiTimeline, error) {
 	ctx, cancel := context.WithTimeout(ctx, s.cfg.Timeout)
 	defer cancel()
 	mem := resource.NewQuantity(int64(s.cfg.MemoryBytes), resource.BinarySI)
@@ -351,7 +285,7 @@ func (s *starter) vmiBoot(ctx context.Context, i int) (*startRun, error) {
 		ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("start-%d", i), Namespace: s.ns},
 		Spec:       guest.Spec(guest.Options{Image: s.cfg.Image, Memory: mem, UserData: fmt.Sprintf("kubevisor-bench start %d", i)}),
 	}
-	run := &startRun{vmi: vmi.Name, marks: map[string]time.Duration{}}
+	run := newTimeline(vmi.Name)
 
 	// The watches start before the create, so that nothing is missed.
 	type watched struct {
@@ -370,10 +304,15 @@ func (s *starter) vmiBoot(ctx context.Context, i int) (*startRun, error) {
 			return nil, fmt.Errorf("watch %s: %w", wl.what, err)
 		}
 		ws = append(ws, w)
-		go s.follow(w, run)
+		go followTimelines(w, func(name string) *vmiTimeline {
+			if name == run.vmi {
+				return run
+			}
+			return nil
+		})
 	}
 
-	run.sent = time.Now()
+	run.setSent(time.Now())
 	if err := s.c.Create(ctx, vmi); err != nil {
 		return nil, fmt.Errorf("create VMI: %w", err)
 	}
@@ -412,71 +351,6 @@ func (s *starter) vmiBoot(ctx context.Context, i int) (*startRun, error) {
 		time.Sleep(50 * time.Millisecond)
 	}
 	return run, s.deleteVMI(context.WithoutCancel(ctx), vmi)
-}
-
-// follow records what a watch shows of run's VMI and its launcher pod.
-func (s *starter) follow(w watch.Interface, run *startRun) {
-	for ev := range w.ResultChan() {
-		now := time.Now()
-		switch o := ev.Object.(type) {
-		case *v1alpha1.VirtualMachineInstance:
-			if o.Name != run.vmi {
-				continue
-			}
-			if o.Status.Phase == v1alpha1.Running {
-				run.mark(phaseVMIRunning, now)
-			}
-			if o.Status.Phase == v1alpha1.Failed {
-				run.mu.Lock()
-				run.failed = fmt.Sprintf("VMI failed: %s", o.Status.Reason)
-				run.mu.Unlock()
-			}
-		case *corev1.Pod:
-			if o.Labels[v1alpha1.VirtualMachineInstanceNameLabel] != run.vmi {
-				continue
-			}
-			run.mark(phasePodCreated, now)
-			if o.Spec.NodeName != "" {
-				run.mark(phaseScheduled, now)
-			}
-			for _, cs := range o.Status.InitContainerStatuses {
-				if cs.State.Terminated != nil {
-					run.mark("init container "+cs.Name+" done", now)
-				} else if cs.State.Running != nil {
-					run.mark("init container "+cs.Name+" started", now)
-				}
-			}
-			for _, cs := range o.Status.ContainerStatuses {
-				if cs.State.Running != nil || cs.State.Terminated != nil {
-					run.mark("container "+cs.Name+" started", now)
-				}
-			}
-			if o.Status.Phase == corev1.PodRunning {
-				run.mark(phasePodRunning, now)
-			}
-		case *eventsv1.Event:
-			if o.Regarding.Kind != "VirtualMachineInstance" || o.Regarding.Name != run.vmi || o.Reason != v1alpha1.ReasonStarted {
-				continue
-			}
-			tl, err := handler.ParseTimelineNote(o.Note)
-			if err != nil {
-				continue
-			}
-			// The event is made right after the sync's last step: its eventTime is the sync's
-			// end on the node's clock, the bench's clock on a one-node cluster.
-			end := o.EventTime.Time
-			if end.IsZero() {
-				end = now
-			}
-			run.mark(phaseStartedNote, now)
-			at := end.Add(-tl.Took())
-			run.mark(phaseSyncStart, at)
-			for _, st := range tl.Steps {
-				at = at.Add(st.Took)
-				run.mark("handler: "+st.Name+" done", at)
-			}
-		}
-	}
 }
 
 // deleteVMI deletes the VMI and waits until it and its launcher pod are gone.
