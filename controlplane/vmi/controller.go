@@ -210,7 +210,13 @@ func (r *reconciler) reconcileNormal(ctx context.Context, vmi *v1alpha1.VirtualM
 	}
 
 	vmi.Status = deriveStatus(vmi, obs, metav1.NewTime(r.now()))
-	if n := vmi.Status.NodeName; n != "" && vmi.Labels[v1alpha1.NodeNameLabel] != n {
+	// The node's handler selects its VMIs by this label: it is set once the pod is bound, before
+	// status.nodeName (Scheduled), so that the handler has the VMI when the pod runs.
+	node := vmi.Status.NodeName
+	if node == "" && obs.Pod != nil && !podDown(obs.Pod) {
+		node = obs.Pod.Spec.NodeName
+	}
+	if n := node; n != "" && vmi.Labels[v1alpha1.NodeNameLabel] != n {
 		if vmi.Labels == nil {
 			vmi.Labels = map[string]string{}
 		}

@@ -275,11 +275,11 @@ func TestController(t *testing.T) {
 		})
 
 		h.bind(t, pod, "node-1")
-		got = h.waitVMI(t, vmi, "nodeName and its label", func(v *v1alpha1.VirtualMachineInstance) bool {
-			return v.Status.NodeName == "node-1" && v.Labels[v1alpha1.NodeNameLabel] == "node-1"
+		got = h.waitVMI(t, vmi, "the node's label", func(v *v1alpha1.VirtualMachineInstance) bool {
+			return v.Labels[v1alpha1.NodeNameLabel] == "node-1"
 		})
-		if got.Status.Phase != v1alpha1.Scheduling {
-			t.Errorf("phase = %s once bound but not running, want Scheduling", got.Status.Phase)
+		if got.Status.Phase != v1alpha1.Scheduling || got.Status.NodeName != "" {
+			t.Errorf("phase %s, nodeName %q once bound but not running, want Scheduling and none yet (set with Scheduled)", got.Status.Phase, got.Status.NodeName)
 		}
 		// The kubelet's part: the pod is scheduled and its container started.
 		h.setPodStatus(t, pod, func(s *corev1.PodStatus) {
@@ -288,7 +288,7 @@ func TestController(t *testing.T) {
 		})
 		got = h.waitVMI(t, vmi, "Scheduled", func(v *v1alpha1.VirtualMachineInstance) bool {
 			c := condition(v.Status, podScheduledCondition)
-			return v.Status.Phase == v1alpha1.Scheduled && c != nil && c.Status == corev1.ConditionTrue
+			return v.Status.Phase == v1alpha1.Scheduled && c != nil && c.Status == corev1.ConditionTrue && v.Status.NodeName == "node-1"
 		})
 		phases := make([]v1alpha1.VirtualMachineInstancePhase, 0, len(got.Status.PhaseTransitionTimestamps))
 		for _, p := range got.Status.PhaseTransitionTimestamps {

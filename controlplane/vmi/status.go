@@ -48,8 +48,8 @@ func podDown(pod *corev1.Pod) bool {
 //	| no class (none default, several, named missing)   | Pending              | LauncherPodCreated=False HypervisorClassNotFound / MultipleDefaultHypervisorClasses |
 //	| pod could not be built or created                 | Pending              | LauncherPodCreated=False FailedCreate    |
 //	| pod exists, not yet bound to a node               | Scheduling           | PodScheduled copied from the pod (Unschedulable + the scheduler's message) |
-//	| pod bound, not yet running                        | Scheduling           | nodeName set                             |
-//	| pod running                                       | Scheduled            | nodeName set, Ready left to the handler  |
+//	| pod bound, not yet running                        | Scheduling           | unchanged (the node's label is set)      |
+//	| pod running                                       | Scheduled            | nodeName and PodScheduled set, Ready left to the handler |
 //	| pod Failed; or Succeeded before the VMI Running   | Failed               | reason PodFailed, Ready=False naming the pod |
 //	| pod had existed and is gone                       | Failed               | reason PodNotExists, Ready=False naming the pod |
 //
@@ -111,12 +111,19 @@ func deriveStatus(vmi *v1alpha1.VirtualMachineInstance, obs observation, now met
 		if st.LauncherPodName == "" {
 			st.LauncherPodName = pod.Name
 		}
-		if c := podCondition(pod, corev1.PodScheduled); c != nil {
+		// A bound pod's PodScheduled=True and its node reach the status with Scheduled (as in
+		// KubeVirt), not in a write of their own while the pod starts; the node's label, which
+		// the node's handler selects on, is set as soon as the pod is bound (reconcile).
+		// PodScheduled=False, and a change of a condition the VMI has, are copied at once.
+		podRuns := pod.Spec.NodeName != "" && pod.Status.Phase == corev1.PodRunning && pod.DeletionTimestamp == nil
+		starting := (phase == v1alpha1.Pending || phase == v1alpha1.Scheduling) && !podRuns && !podDown(pod)
+		if c := podCondition(pod, corev1.PodScheduled); c != nil &&
+			(!starting || c.Status != corev1.ConditionTrue || condition(st, podScheduledCondition) != nil) {
 			setCond(v1alpha1.VirtualMachineInstanceCondition{
 				Type: podScheduledCondition, Status: c.Status, Reason: c.Reason, Message: c.Message,
 			})
 		}
-		if pod.Spec.NodeName != "" && st.NodeName == "" {
+		if pod.Spec.NodeName != "" && st.NodeName == "" && !starting {
 			st.NodeName = pod.Spec.NodeName
 		}
 		beforeRunning := phase == v1alpha1.Pending || phase == v1alpha1.Scheduling || phase == v1alpha1.Scheduled

@@ -126,13 +126,38 @@ func TestDeriveStatus(t *testing.T) {
 			}},
 		},
 		{
-			name: "pod bound, not running yet: nodeName, still Scheduling",
+			name: "pod bound, not running yet: still Scheduling, nodeName and PodScheduled=True wait for Scheduled (no write on the way)",
 			vmi:  vmiWith(v1alpha1.Scheduling, created),
 			obs: observation{Pod: launcher(bound("n1"), func(p *corev1.Pod) {
-				p.Status.Conditions = []corev1.PodCondition{{Type: corev1.PodReady, Status: corev1.ConditionFalse, Reason: "ContainersNotReady"}}
+				p.Status.Conditions = []corev1.PodCondition{{Type: corev1.PodScheduled, Status: corev1.ConditionTrue},
+					{Type: corev1.PodReady, Status: corev1.ConditionFalse, Reason: "ContainersNotReady"}}
 			})},
-			want: want{phase: v1alpha1.Scheduling, podName: "launcher-1", nodeName: "n1", conds: map[v1alpha1.VirtualMachineInstanceConditionType]string{
+			want: want{phase: v1alpha1.Scheduling, podName: "launcher-1", conds: map[v1alpha1.VirtualMachineInstanceConditionType]string{
 				v1alpha1.VirtualMachineInstanceReady: "False/GuestNotRunning",
+				podScheduledCondition:                "-",
+			}},
+		},
+		{
+			name: "bound after Unschedulable: PodScheduled=True replaces the False at once",
+			vmi: vmiWith(v1alpha1.Scheduling, created, withCond(v1alpha1.VirtualMachineInstanceCondition{
+				Type: podScheduledCondition, Status: corev1.ConditionFalse, Reason: "Unschedulable",
+			})),
+			obs: observation{Pod: launcher(bound("n1"), func(p *corev1.Pod) {
+				p.Status.Conditions = []corev1.PodCondition{{Type: corev1.PodScheduled, Status: corev1.ConditionTrue}}
+			})},
+			want: want{phase: v1alpha1.Scheduling, podName: "launcher-1", conds: map[v1alpha1.VirtualMachineInstanceConditionType]string{
+				podScheduledCondition: "True/",
+			}},
+		},
+		{
+			name: "pod running: Scheduled with nodeName and PodScheduled=True",
+			vmi:  vmiWith(v1alpha1.Scheduling, created),
+			obs: observation{Pod: launcher(bound("n1"), podPhase(corev1.PodRunning), func(p *corev1.Pod) {
+				p.Status.Conditions = []corev1.PodCondition{{Type: corev1.PodScheduled, Status: corev1.ConditionTrue}}
+			})},
+			want: want{phase: v1alpha1.Scheduled, podName: "launcher-1", nodeName: "n1", newPhaseTimestamp: true, conds: map[v1alpha1.VirtualMachineInstanceConditionType]string{
+				podScheduledCondition:                "True/",
+				v1alpha1.VirtualMachineInstanceReady: "-",
 			}},
 		},
 		{
@@ -153,7 +178,7 @@ func TestDeriveStatus(t *testing.T) {
 						Reason: "ErrImagePull", Message: "failed to pull image \"example.com/missing:v1\": not found"}}},
 				}
 			})},
-			want: want{phase: v1alpha1.Scheduling, podName: "launcher-1", nodeName: "n1", conds: map[v1alpha1.VirtualMachineInstanceConditionType]string{
+			want: want{phase: v1alpha1.Scheduling, podName: "launcher-1", conds: map[v1alpha1.VirtualMachineInstanceConditionType]string{
 				v1alpha1.VirtualMachineInstanceReady: `False/ErrImagePull/launcher pod launcher-1: container volume-containerdisk (image example.com/missing:v1): ErrImagePull: failed to pull image "example.com/missing:v1": not found`,
 			}},
 		},
