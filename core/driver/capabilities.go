@@ -148,10 +148,10 @@ func Optional[I any](ctx context.Context, d Driver) (I, bool) {
 
 // CheckDomain reports, as a domain.ValidationError (InvalidArgument) with a field path each, what
 // spec asks of a hypervisor driver that caps does not declare: a firmware, Secure Boot, a machine
-// type, a disk bus, a NIC model, a VNC console, host devices, tap descriptors, a launcher. The
-// host runs it before Create (HypervisorClient.Create does), so that a driver is never sent what
-// it did not declare. Empty values (no firmware, machine type, bus or NIC model: the driver's
-// defaults) pass.
+// type, a disk bus, a NIC model, a VNC console, host devices, tap descriptors, a launcher, an
+// optional device (Capabilities.devices). The host runs it before Create (HypervisorClient.Create
+// does), so that a driver is never sent what it did not declare. Empty values (no firmware,
+// machine type, bus or NIC model: the driver's defaults) pass.
 func CheckDomain(caps *basev1.Capabilities, spec *domainv1.DomainSpec) error {
 	var errs domain.ValidationError
 	add := func(field, format string, args ...any) {
@@ -200,6 +200,9 @@ func CheckDomain(caps *basev1.Capabilities, spec *domainv1.DomainSpec) error {
 	if len(spec.GetHostDevices()) > 0 && !caps.GetHostDevices() {
 		add("hostDevices", "host devices are not declared by the driver (Capabilities.host_devices)")
 	}
+	if spec.GetRng() != nil && !slices.Contains(caps.GetDevices(), DeviceRNG) {
+		add("rng", "%s", not("device "+DeviceRNG, caps.GetDevices()))
+	}
 	if spec.GetSandbox().GetLauncherSocket() != "" && !caps.GetLauncher() {
 		add("sandbox.launcherSocket", "starting the VM through the VMI's launcher is not declared by the driver (Capabilities.launcher)")
 	}
@@ -208,6 +211,12 @@ func CheckDomain(caps *basev1.Capabilities, spec *domainv1.DomainSpec) error {
 	}
 	return nil
 }
+
+// Optional devices a hypervisor driver declares in Capabilities.devices.
+const (
+	// DeviceRNG is a virtio entropy device fed from the host's /dev/urandom (DomainSpec.rng).
+	DeviceRNG = "rng"
+)
 
 // MachineTypeDeclared reports whether caps declares machine type t: listed, or matched by an
 // entry ending in "*" as a prefix.

@@ -125,7 +125,7 @@ func TestCheckSupported(t *testing.T) {
 		hypervisor: "hv", network: "net", storage: "st",
 		hypervisorCaps: &basev1.Capabilities{
 			Firmware: []string{"bios", "efi", "kernel"}, DiskBuses: []string{"virtio", "sata", "scsi"}, NicModels: []string{"virtio", "e1000"},
-			MachineTypes: []string{"q35", "pc-q35-*"}, SecureBoot: true, Vnc: true,
+			MachineTypes: []string{"q35", "pc-q35-*"}, SecureBoot: true, Vnc: true, Devices: []string{"rng"},
 		},
 		networkCaps: &basev1.Capabilities{Bindings: []string{"bridge", "masquerade"}},
 		stCaps:      &basev1.Capabilities{VolumeTypes: []string{"containerDisk", "cloudInitNoCloud"}},
@@ -186,6 +186,16 @@ func TestCheckSupported(t *testing.T) {
 				`spec.domain.firmware.bootloader.efi.secureBoot: Secure Boot is not supported by the hypervisor driver "hv"`,
 				`spec.domain.devices.autoattachGraphicsDevice: a VNC console is not supported by the hypervisor driver "hv"`,
 			},
+		},
+		{
+			name: "rng offered",
+			vmi:  func(v *v1alpha1.VirtualMachineInstance) { v.Spec.Domain.Devices.Rng = &v1alpha1.Rng{} },
+		},
+		{
+			name: "rng not offered",
+			vmi:  func(v *v1alpha1.VirtualMachineInstance) { v.Spec.Domain.Devices.Rng = &v1alpha1.Rng{} },
+			caps: func(c *driverCaps) { c.hypervisorCaps.Devices = nil },
+			want: []string{`spec.domain.devices.rng: a virtio entropy device is not supported by the hypervisor driver "hv" (it offers the devices: none)`},
 		},
 	}
 	for _, tt := range tests {

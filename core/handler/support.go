@@ -48,6 +48,10 @@ func checkSupported(vmi *v1alpha1.VirtualMachineInstance, spec *domainv1.DomainS
 	if spec.GetVnc() != nil && !c.hypervisorCaps.GetVnc() {
 		errs.add("spec.domain.devices.autoattachGraphicsDevice", "a VNC console is not supported by the hypervisor driver %q (set autoattachGraphicsDevice: false)", c.hypervisor)
 	}
+	// Optional devices.
+	if spec.GetRng() != nil && !slices.Contains(c.hypervisorCaps.GetDevices(), driver.DeviceRNG) {
+		errs.add("spec.domain.devices.rng", "a virtio entropy device is not supported by the hypervisor driver %q (it offers the devices: %s)", c.hypervisor, list(c.hypervisorCaps.GetDevices()))
+	}
 	// Disk buses, by the VMI disk (or volume) each domain disk comes from.
 	for _, d := range spec.GetDisks() {
 		bus := strings.ToLower(strings.TrimPrefix(d.GetBus().String(), "DISK_BUS_"))

@@ -180,7 +180,16 @@ type Devices struct {
 	// container less to start per VMI.
 	// +optional
 	LogSerialConsole *bool `json:"logSerialConsole,omitempty"`
+	// Rng attaches a virtio entropy device (virtio-rng) fed from the host's /dev/urandom, so
+	// that the guest's kernel does not wait for entropy. The hypervisor driver must offer the
+	// "rng" device (its capabilities); a VMI that asks for it elsewhere is refused.
+	// +optional
+	Rng *Rng `json:"rng,omitempty"`
 }
+
+// Rng is a virtio entropy device. It has no settings (as KubeVirt's): its source is the host's
+// /dev/urandom.
+type Rng struct{}
 
 // Disk connects a volume to the VMI as a disk or a cdrom.
 type Disk struct {

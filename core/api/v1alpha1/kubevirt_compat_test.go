@@ -222,6 +222,9 @@ func TestKubeVirtVMFedora(t *testing.T) {
 	if d.Memory == nil || d.Memory.Guest == nil || d.Memory.Guest.Cmp(resource.MustParse("2Gi")) != 0 {
 		t.Errorf("memory = %+v", d.Memory)
 	}
+	if d.Devices.Rng == nil {
+		t.Error("devices.rng: {} did not decode into a virtio entropy device")
+	}
 	if q := d.Resources.Requests[corev1.ResourceMemory]; q.Cmp(resource.MustParse("2Gi")) != 0 {
 		t.Errorf("memory request = %s", q.String())
 	}

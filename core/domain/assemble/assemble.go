@@ -114,7 +114,8 @@ const (
 //     volume no disk names gets a disk of its own, as KubeVirt's defaulting adds;
 //   - interfaces: model (virtio), the network driver's MAC, tap and MTU, bootOrder;
 //   - the serial console and the VNC server on sockets in the run directory, unless
-//     autoattachSerialConsole / autoattachGraphicsDevice is false.
+//     autoattachSerialConsole / autoattachGraphicsDevice is false;
+//   - devices.rng: a virtio entropy device (rng).
 //
 // What the VMI asks for that the domain spec cannot say is an error with the word "not
 // supported". Every error is in the returned Error.
@@ -186,6 +187,9 @@ func (b *builder) build() *domainv1.DomainSpec {
 	}
 	if !isFalse(d.Devices.AutoattachGraphicsDevice) {
 		spec.Vnc = &domainv1.VNC{SocketPath: filepath.Join(b.in.RunDir, VNCSocketName)}
+	}
+	if d.Devices.Rng != nil {
+		spec.Rng = &domainv1.RNG{}
 	}
 	return spec
 }

@@ -251,6 +251,11 @@ func TestDomain(t *testing.T) {
 			want: func(s *domainv1.DomainSpec) { s.Serial, s.Vnc = nil, nil },
 		},
 		{
+			name: "rng",
+			vmi:  func(v *v1alpha1.VirtualMachineInstance) { v.Spec.Domain.Devices.Rng = &v1alpha1.Rng{} },
+			want: func(s *domainv1.DomainSpec) { s.Rng = &domainv1.RNG{} },
+		},
+		{
 			name: "host devices, acceleration, launcher",
 			inputs: func(in *assemble.Inputs) {
 				in.HostDevices = []*domainv1.HostDevice{{Name: "gpu", PciAddress: "0000:01:00.0"}}

@@ -260,7 +260,10 @@ type DomainSpec struct {
 	// and is writable by the driver; the handler removes it after Delete.
 	RunDir string `protobuf:"bytes,15,opt,name=run_dir,json=runDir,proto3" json:"run_dir,omitempty"`
 	// labels are free-form metadata copied from the VMI for logs and metrics.
-	Labels        map[string]string `protobuf:"bytes,16,rep,name=labels,proto3" json:"labels,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	Labels map[string]string `protobuf:"bytes,16,rep,name=labels,proto3" json:"labels,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	// rng, when set, gives the guest a virtio entropy device fed from the host's /dev/urandom. A
+	// driver must declare the "rng" device (Capabilities.devices) to be sent one.
+	Rng           *RNG `protobuf:"bytes,17,opt,name=rng,proto3" json:"rng,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -407,6 +410,50 @@ func (x *DomainSpec) GetLabels() map[string]string {
 	return nil
 }
 
+func (x *DomainSpec) GetRng() *RNG {
+	if x != nil {
+		return x.Rng
+	}
+	return nil
+}
+
+// RNG is a virtio entropy device (virtio-rng) whose source is the host's /dev/urandom.
+type RNG struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RNG) Reset() {
+	*x = RNG{}
+	mi := &file_core_domain_v1_domain_proto_msgTypes[1]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RNG) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RNG) ProtoMessage() {}
+
+func (x *RNG) ProtoReflect() protoreflect.Message {
+	mi := &file_core_domain_v1_domain_proto_msgTypes[1]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RNG.ProtoReflect.Descriptor instead.
+func (*RNG) Descriptor() ([]byte, []int) {
+	return file_core_domain_v1_domain_proto_rawDescGZIP(), []int{1}
+}
+
 // Machine is the emulated chipset.
 type Machine struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -418,7 +465,7 @@ type Machine struct {
 
 func (x *Machine) Reset() {
 	*x = Machine{}
-	mi := &file_core_domain_v1_domain_proto_msgTypes[1]
+	mi := &file_core_domain_v1_domain_proto_msgTypes[2]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -430,7 +477,7 @@ func (x *Machine) String() string {
 func (*Machine) ProtoMessage() {}
 
 func (x *Machine) ProtoReflect() protoreflect.Message {
-	mi := &file_core_domain_v1_domain_proto_msgTypes[1]
+	mi := &file_core_domain_v1_domain_proto_msgTypes[2]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -443,7 +490,7 @@ func (x *Machine) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Machine.ProtoReflect.Descriptor instead.
 func (*Machine) Descriptor() ([]byte, []int) {
-	return file_core_domain_v1_domain_proto_rawDescGZIP(), []int{1}
+	return file_core_domain_v1_domain_proto_rawDescGZIP(), []int{2}
 }
 
 func (x *Machine) GetType() string {
@@ -467,7 +514,7 @@ type CPU struct {
 
 func (x *CPU) Reset() {
 	*x = CPU{}
-	mi := &file_core_domain_v1_domain_proto_msgTypes[2]
+	mi := &file_core_domain_v1_domain_proto_msgTypes[3]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -479,7 +526,7 @@ func (x *CPU) String() string {
 func (*CPU) ProtoMessage() {}
 
 func (x *CPU) ProtoReflect() protoreflect.Message {
-	mi := &file_core_domain_v1_domain_proto_msgTypes[2]
+	mi := &file_core_domain_v1_domain_proto_msgTypes[3]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -492,7 +539,7 @@ func (x *CPU) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CPU.ProtoReflect.Descriptor instead.
 func (*CPU) Descriptor() ([]byte, []int) {
-	return file_core_domain_v1_domain_proto_rawDescGZIP(), []int{2}
+	return file_core_domain_v1_domain_proto_rawDescGZIP(), []int{3}
 }
 
 func (x *CPU) GetSockets() uint32 {
@@ -534,7 +581,7 @@ type Memory struct {
 
 func (x *Memory) Reset() {
 	*x = Memory{}
-	mi := &file_core_domain_v1_domain_proto_msgTypes[3]
+	mi := &file_core_domain_v1_domain_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -546,7 +593,7 @@ func (x *Memory) String() string {
 func (*Memory) ProtoMessage() {}
 
 func (x *Memory) ProtoReflect() protoreflect.Message {
-	mi := &file_core_domain_v1_domain_proto_msgTypes[3]
+	mi := &file_core_domain_v1_domain_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -559,7 +606,7 @@ func (x *Memory) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Memory.ProtoReflect.Descriptor instead.
 func (*Memory) Descriptor() ([]byte, []int) {
-	return file_core_domain_v1_domain_proto_rawDescGZIP(), []int{3}
+	return file_core_domain_v1_domain_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *Memory) GetGuestBytes() uint64 {
@@ -586,7 +633,7 @@ type Firmware struct {
 
 func (x *Firmware) Reset() {
 	*x = Firmware{}
-	mi := &file_core_domain_v1_domain_proto_msgTypes[4]
+	mi := &file_core_domain_v1_domain_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -598,7 +645,7 @@ func (x *Firmware) String() string {
 func (*Firmware) ProtoMessage() {}
 
 func (x *Firmware) ProtoReflect() protoreflect.Message {
-	mi := &file_core_domain_v1_domain_proto_msgTypes[4]
+	mi := &file_core_domain_v1_domain_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -611,7 +658,7 @@ func (x *Firmware) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Firmware.ProtoReflect.Descriptor instead.
 func (*Firmware) Descriptor() ([]byte, []int) {
-	return file_core_domain_v1_domain_proto_rawDescGZIP(), []int{4}
+	return file_core_domain_v1_domain_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *Firmware) GetBoot() isFirmware_Boot {
@@ -686,7 +733,7 @@ type BIOS struct {
 
 func (x *BIOS) Reset() {
 	*x = BIOS{}
-	mi := &file_core_domain_v1_domain_proto_msgTypes[5]
+	mi := &file_core_domain_v1_domain_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -698,7 +745,7 @@ func (x *BIOS) String() string {
 func (*BIOS) ProtoMessage() {}
 
 func (x *BIOS) ProtoReflect() protoreflect.Message {
-	mi := &file_core_domain_v1_domain_proto_msgTypes[5]
+	mi := &file_core_domain_v1_domain_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -711,7 +758,7 @@ func (x *BIOS) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BIOS.ProtoReflect.Descriptor instead.
 func (*BIOS) Descriptor() ([]byte, []int) {
-	return file_core_domain_v1_domain_proto_rawDescGZIP(), []int{5}
+	return file_core_domain_v1_domain_proto_rawDescGZIP(), []int{6}
 }
 
 // EFI boots from UEFI firmware.
@@ -724,7 +771,7 @@ type EFI struct {
 
 func (x *EFI) Reset() {
 	*x = EFI{}
-	mi := &file_core_domain_v1_domain_proto_msgTypes[6]
+	mi := &file_core_domain_v1_domain_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -736,7 +783,7 @@ func (x *EFI) String() string {
 func (*EFI) ProtoMessage() {}
 
 func (x *EFI) ProtoReflect() protoreflect.Message {
-	mi := &file_core_domain_v1_domain_proto_msgTypes[6]
+	mi := &file_core_domain_v1_domain_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -749,7 +796,7 @@ func (x *EFI) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EFI.ProtoReflect.Descriptor instead.
 func (*EFI) Descriptor() ([]byte, []int) {
-	return file_core_domain_v1_domain_proto_rawDescGZIP(), []int{6}
+	return file_core_domain_v1_domain_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *EFI) GetSecureBoot() bool {
@@ -771,7 +818,7 @@ type KernelBoot struct {
 
 func (x *KernelBoot) Reset() {
 	*x = KernelBoot{}
-	mi := &file_core_domain_v1_domain_proto_msgTypes[7]
+	mi := &file_core_domain_v1_domain_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -783,7 +830,7 @@ func (x *KernelBoot) String() string {
 func (*KernelBoot) ProtoMessage() {}
 
 func (x *KernelBoot) ProtoReflect() protoreflect.Message {
-	mi := &file_core_domain_v1_domain_proto_msgTypes[7]
+	mi := &file_core_domain_v1_domain_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -796,7 +843,7 @@ func (x *KernelBoot) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KernelBoot.ProtoReflect.Descriptor instead.
 func (*KernelBoot) Descriptor() ([]byte, []int) {
-	return file_core_domain_v1_domain_proto_rawDescGZIP(), []int{7}
+	return file_core_domain_v1_domain_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *KernelBoot) GetKernelPath() string {
@@ -843,7 +890,7 @@ type Disk struct {
 
 func (x *Disk) Reset() {
 	*x = Disk{}
-	mi := &file_core_domain_v1_domain_proto_msgTypes[8]
+	mi := &file_core_domain_v1_domain_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -855,7 +902,7 @@ func (x *Disk) String() string {
 func (*Disk) ProtoMessage() {}
 
 func (x *Disk) ProtoReflect() protoreflect.Message {
-	mi := &file_core_domain_v1_domain_proto_msgTypes[8]
+	mi := &file_core_domain_v1_domain_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -868,7 +915,7 @@ func (x *Disk) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Disk.ProtoReflect.Descriptor instead.
 func (*Disk) Descriptor() ([]byte, []int) {
-	return file_core_domain_v1_domain_proto_rawDescGZIP(), []int{8}
+	return file_core_domain_v1_domain_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *Disk) GetName() string {
@@ -959,7 +1006,7 @@ type NIC struct {
 
 func (x *NIC) Reset() {
 	*x = NIC{}
-	mi := &file_core_domain_v1_domain_proto_msgTypes[9]
+	mi := &file_core_domain_v1_domain_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -971,7 +1018,7 @@ func (x *NIC) String() string {
 func (*NIC) ProtoMessage() {}
 
 func (x *NIC) ProtoReflect() protoreflect.Message {
-	mi := &file_core_domain_v1_domain_proto_msgTypes[9]
+	mi := &file_core_domain_v1_domain_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -984,7 +1031,7 @@ func (x *NIC) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NIC.ProtoReflect.Descriptor instead.
 func (*NIC) Descriptor() ([]byte, []int) {
-	return file_core_domain_v1_domain_proto_rawDescGZIP(), []int{9}
+	return file_core_domain_v1_domain_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *NIC) GetName() string {
@@ -1046,7 +1093,7 @@ type Serial struct {
 
 func (x *Serial) Reset() {
 	*x = Serial{}
-	mi := &file_core_domain_v1_domain_proto_msgTypes[10]
+	mi := &file_core_domain_v1_domain_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1058,7 +1105,7 @@ func (x *Serial) String() string {
 func (*Serial) ProtoMessage() {}
 
 func (x *Serial) ProtoReflect() protoreflect.Message {
-	mi := &file_core_domain_v1_domain_proto_msgTypes[10]
+	mi := &file_core_domain_v1_domain_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1071,7 +1118,7 @@ func (x *Serial) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Serial.ProtoReflect.Descriptor instead.
 func (*Serial) Descriptor() ([]byte, []int) {
-	return file_core_domain_v1_domain_proto_rawDescGZIP(), []int{10}
+	return file_core_domain_v1_domain_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *Serial) GetSocketPath() string {
@@ -1091,7 +1138,7 @@ type VNC struct {
 
 func (x *VNC) Reset() {
 	*x = VNC{}
-	mi := &file_core_domain_v1_domain_proto_msgTypes[11]
+	mi := &file_core_domain_v1_domain_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1103,7 +1150,7 @@ func (x *VNC) String() string {
 func (*VNC) ProtoMessage() {}
 
 func (x *VNC) ProtoReflect() protoreflect.Message {
-	mi := &file_core_domain_v1_domain_proto_msgTypes[11]
+	mi := &file_core_domain_v1_domain_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1116,7 +1163,7 @@ func (x *VNC) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use VNC.ProtoReflect.Descriptor instead.
 func (*VNC) Descriptor() ([]byte, []int) {
-	return file_core_domain_v1_domain_proto_rawDescGZIP(), []int{11}
+	return file_core_domain_v1_domain_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *VNC) GetSocketPath() string {
@@ -1138,7 +1185,7 @@ type HostDevice struct {
 
 func (x *HostDevice) Reset() {
 	*x = HostDevice{}
-	mi := &file_core_domain_v1_domain_proto_msgTypes[12]
+	mi := &file_core_domain_v1_domain_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1150,7 +1197,7 @@ func (x *HostDevice) String() string {
 func (*HostDevice) ProtoMessage() {}
 
 func (x *HostDevice) ProtoReflect() protoreflect.Message {
-	mi := &file_core_domain_v1_domain_proto_msgTypes[12]
+	mi := &file_core_domain_v1_domain_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1163,7 +1210,7 @@ func (x *HostDevice) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HostDevice.ProtoReflect.Descriptor instead.
 func (*HostDevice) Descriptor() ([]byte, []int) {
-	return file_core_domain_v1_domain_proto_rawDescGZIP(), []int{12}
+	return file_core_domain_v1_domain_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *HostDevice) GetName() string {
@@ -1194,7 +1241,7 @@ type Sandbox struct {
 
 func (x *Sandbox) Reset() {
 	*x = Sandbox{}
-	mi := &file_core_domain_v1_domain_proto_msgTypes[13]
+	mi := &file_core_domain_v1_domain_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1206,7 +1253,7 @@ func (x *Sandbox) String() string {
 func (*Sandbox) ProtoMessage() {}
 
 func (x *Sandbox) ProtoReflect() protoreflect.Message {
-	mi := &file_core_domain_v1_domain_proto_msgTypes[13]
+	mi := &file_core_domain_v1_domain_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1219,7 +1266,7 @@ func (x *Sandbox) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Sandbox.ProtoReflect.Descriptor instead.
 func (*Sandbox) Descriptor() ([]byte, []int) {
-	return file_core_domain_v1_domain_proto_rawDescGZIP(), []int{13}
+	return file_core_domain_v1_domain_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *Sandbox) GetLauncherSocket() string {
@@ -1240,7 +1287,7 @@ var File_core_domain_v1_domain_proto protoreflect.FileDescriptor
 
 const file_core_domain_v1_domain_proto_rawDesc = "" +
 	"\n" +
-	"\x1bcore/domain/v1/domain.proto\x12\x13kubevisor.domain.v1\"\xb4\x06\n" +
+	"\x1bcore/domain/v1/domain.proto\x12\x13kubevisor.domain.v1\"\xe0\x06\n" +
 	"\n" +
 	"DomainSpec\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x12\n" +
@@ -1259,10 +1306,12 @@ const file_core_domain_v1_domain_proto_rawDesc = "" +
 	"\facceleration\x18\r \x01(\x0e2!.kubevisor.domain.v1.AccelerationR\facceleration\x126\n" +
 	"\asandbox\x18\x0e \x01(\v2\x1c.kubevisor.domain.v1.SandboxR\asandbox\x12\x17\n" +
 	"\arun_dir\x18\x0f \x01(\tR\x06runDir\x12C\n" +
-	"\x06labels\x18\x10 \x03(\v2+.kubevisor.domain.v1.DomainSpec.LabelsEntryR\x06labels\x1a9\n" +
+	"\x06labels\x18\x10 \x03(\v2+.kubevisor.domain.v1.DomainSpec.LabelsEntryR\x06labels\x12*\n" +
+	"\x03rng\x18\x11 \x01(\v2\x18.kubevisor.domain.v1.RNGR\x03rng\x1a9\n" +
 	"\vLabelsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\x1d\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\x05\n" +
+	"\x03RNG\"\x1d\n" +
 	"\aMachine\x12\x12\n" +
 	"\x04type\x18\x01 \x01(\tR\x04type\"e\n" +
 	"\x03CPU\x12\x18\n" +
@@ -1358,52 +1407,54 @@ func file_core_domain_v1_domain_proto_rawDescGZIP() []byte {
 }
 
 var file_core_domain_v1_domain_proto_enumTypes = make([]protoimpl.EnumInfo, 4)
-var file_core_domain_v1_domain_proto_msgTypes = make([]protoimpl.MessageInfo, 15)
+var file_core_domain_v1_domain_proto_msgTypes = make([]protoimpl.MessageInfo, 16)
 var file_core_domain_v1_domain_proto_goTypes = []any{
 	(Acceleration)(0),  // 0: kubevisor.domain.v1.Acceleration
 	(DiskBus)(0),       // 1: kubevisor.domain.v1.DiskBus
 	(DiskFormat)(0),    // 2: kubevisor.domain.v1.DiskFormat
 	(DiskDevice)(0),    // 3: kubevisor.domain.v1.DiskDevice
 	(*DomainSpec)(nil), // 4: kubevisor.domain.v1.DomainSpec
-	(*Machine)(nil),    // 5: kubevisor.domain.v1.Machine
-	(*CPU)(nil),        // 6: kubevisor.domain.v1.CPU
-	(*Memory)(nil),     // 7: kubevisor.domain.v1.Memory
-	(*Firmware)(nil),   // 8: kubevisor.domain.v1.Firmware
-	(*BIOS)(nil),       // 9: kubevisor.domain.v1.BIOS
-	(*EFI)(nil),        // 10: kubevisor.domain.v1.EFI
-	(*KernelBoot)(nil), // 11: kubevisor.domain.v1.KernelBoot
-	(*Disk)(nil),       // 12: kubevisor.domain.v1.Disk
-	(*NIC)(nil),        // 13: kubevisor.domain.v1.NIC
-	(*Serial)(nil),     // 14: kubevisor.domain.v1.Serial
-	(*VNC)(nil),        // 15: kubevisor.domain.v1.VNC
-	(*HostDevice)(nil), // 16: kubevisor.domain.v1.HostDevice
-	(*Sandbox)(nil),    // 17: kubevisor.domain.v1.Sandbox
-	nil,                // 18: kubevisor.domain.v1.DomainSpec.LabelsEntry
+	(*RNG)(nil),        // 5: kubevisor.domain.v1.RNG
+	(*Machine)(nil),    // 6: kubevisor.domain.v1.Machine
+	(*CPU)(nil),        // 7: kubevisor.domain.v1.CPU
+	(*Memory)(nil),     // 8: kubevisor.domain.v1.Memory
+	(*Firmware)(nil),   // 9: kubevisor.domain.v1.Firmware
+	(*BIOS)(nil),       // 10: kubevisor.domain.v1.BIOS
+	(*EFI)(nil),        // 11: kubevisor.domain.v1.EFI
+	(*KernelBoot)(nil), // 12: kubevisor.domain.v1.KernelBoot
+	(*Disk)(nil),       // 13: kubevisor.domain.v1.Disk
+	(*NIC)(nil),        // 14: kubevisor.domain.v1.NIC
+	(*Serial)(nil),     // 15: kubevisor.domain.v1.Serial
+	(*VNC)(nil),        // 16: kubevisor.domain.v1.VNC
+	(*HostDevice)(nil), // 17: kubevisor.domain.v1.HostDevice
+	(*Sandbox)(nil),    // 18: kubevisor.domain.v1.Sandbox
+	nil,                // 19: kubevisor.domain.v1.DomainSpec.LabelsEntry
 }
 var file_core_domain_v1_domain_proto_depIdxs = []int32{
-	5,  // 0: kubevisor.domain.v1.DomainSpec.machine:type_name -> kubevisor.domain.v1.Machine
-	6,  // 1: kubevisor.domain.v1.DomainSpec.cpu:type_name -> kubevisor.domain.v1.CPU
-	7,  // 2: kubevisor.domain.v1.DomainSpec.memory:type_name -> kubevisor.domain.v1.Memory
-	8,  // 3: kubevisor.domain.v1.DomainSpec.firmware:type_name -> kubevisor.domain.v1.Firmware
-	12, // 4: kubevisor.domain.v1.DomainSpec.disks:type_name -> kubevisor.domain.v1.Disk
-	13, // 5: kubevisor.domain.v1.DomainSpec.nics:type_name -> kubevisor.domain.v1.NIC
-	14, // 6: kubevisor.domain.v1.DomainSpec.serial:type_name -> kubevisor.domain.v1.Serial
-	15, // 7: kubevisor.domain.v1.DomainSpec.vnc:type_name -> kubevisor.domain.v1.VNC
-	16, // 8: kubevisor.domain.v1.DomainSpec.host_devices:type_name -> kubevisor.domain.v1.HostDevice
+	6,  // 0: kubevisor.domain.v1.DomainSpec.machine:type_name -> kubevisor.domain.v1.Machine
+	7,  // 1: kubevisor.domain.v1.DomainSpec.cpu:type_name -> kubevisor.domain.v1.CPU
+	8,  // 2: kubevisor.domain.v1.DomainSpec.memory:type_name -> kubevisor.domain.v1.Memory
+	9,  // 3: kubevisor.domain.v1.DomainSpec.firmware:type_name -> kubevisor.domain.v1.Firmware
+	13, // 4: kubevisor.domain.v1.DomainSpec.disks:type_name -> kubevisor.domain.v1.Disk
+	14, // 5: kubevisor.domain.v1.DomainSpec.nics:type_name -> kubevisor.domain.v1.NIC
+	15, // 6: kubevisor.domain.v1.DomainSpec.serial:type_name -> kubevisor.domain.v1.Serial
+	16, // 7: kubevisor.domain.v1.DomainSpec.vnc:type_name -> kubevisor.domain.v1.VNC
+	17, // 8: kubevisor.domain.v1.DomainSpec.host_devices:type_name -> kubevisor.domain.v1.HostDevice
 	0,  // 9: kubevisor.domain.v1.DomainSpec.acceleration:type_name -> kubevisor.domain.v1.Acceleration
-	17, // 10: kubevisor.domain.v1.DomainSpec.sandbox:type_name -> kubevisor.domain.v1.Sandbox
-	18, // 11: kubevisor.domain.v1.DomainSpec.labels:type_name -> kubevisor.domain.v1.DomainSpec.LabelsEntry
-	9,  // 12: kubevisor.domain.v1.Firmware.bios:type_name -> kubevisor.domain.v1.BIOS
-	10, // 13: kubevisor.domain.v1.Firmware.efi:type_name -> kubevisor.domain.v1.EFI
-	11, // 14: kubevisor.domain.v1.Firmware.kernel:type_name -> kubevisor.domain.v1.KernelBoot
-	2,  // 15: kubevisor.domain.v1.Disk.format:type_name -> kubevisor.domain.v1.DiskFormat
-	1,  // 16: kubevisor.domain.v1.Disk.bus:type_name -> kubevisor.domain.v1.DiskBus
-	3,  // 17: kubevisor.domain.v1.Disk.device:type_name -> kubevisor.domain.v1.DiskDevice
-	18, // [18:18] is the sub-list for method output_type
-	18, // [18:18] is the sub-list for method input_type
-	18, // [18:18] is the sub-list for extension type_name
-	18, // [18:18] is the sub-list for extension extendee
-	0,  // [0:18] is the sub-list for field type_name
+	18, // 10: kubevisor.domain.v1.DomainSpec.sandbox:type_name -> kubevisor.domain.v1.Sandbox
+	19, // 11: kubevisor.domain.v1.DomainSpec.labels:type_name -> kubevisor.domain.v1.DomainSpec.LabelsEntry
+	5,  // 12: kubevisor.domain.v1.DomainSpec.rng:type_name -> kubevisor.domain.v1.RNG
+	10, // 13: kubevisor.domain.v1.Firmware.bios:type_name -> kubevisor.domain.v1.BIOS
+	11, // 14: kubevisor.domain.v1.Firmware.efi:type_name -> kubevisor.domain.v1.EFI
+	12, // 15: kubevisor.domain.v1.Firmware.kernel:type_name -> kubevisor.domain.v1.KernelBoot
+	2,  // 16: kubevisor.domain.v1.Disk.format:type_name -> kubevisor.domain.v1.DiskFormat
+	1,  // 17: kubevisor.domain.v1.Disk.bus:type_name -> kubevisor.domain.v1.DiskBus
+	3,  // 18: kubevisor.domain.v1.Disk.device:type_name -> kubevisor.domain.v1.DiskDevice
+	19, // [19:19] is the sub-list for method output_type
+	19, // [19:19] is the sub-list for method input_type
+	19, // [19:19] is the sub-list for extension type_name
+	19, // [19:19] is the sub-list for extension extendee
+	0,  // [0:19] is the sub-list for field type_name
 }
 
 func init() { file_core_domain_v1_domain_proto_init() }
@@ -1411,7 +1462,7 @@ func file_core_domain_v1_domain_proto_init() {
 	if File_core_domain_v1_domain_proto != nil {
 		return
 	}
-	file_core_domain_v1_domain_proto_msgTypes[4].OneofWrappers = []any{
+	file_core_domain_v1_domain_proto_msgTypes[5].OneofWrappers = []any{
 		(*Firmware_Bios)(nil),
 		(*Firmware_Efi)(nil),
 		(*Firmware_Kernel)(nil),
@@ -1422,7 +1473,7 @@ func file_core_domain_v1_domain_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_core_domain_v1_domain_proto_rawDesc), len(file_core_domain_v1_domain_proto_rawDesc)),
 			NumEnums:      4,
-			NumMessages:   15,
+			NumMessages:   16,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

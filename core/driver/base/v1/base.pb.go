@@ -446,7 +446,11 @@ type Capabilities struct {
 	// Hypervisor: the driver honours sandbox.launcher_socket: it starts the VM process through the
 	// VMI's launcher (core/driver/launcher), or runs none. The node handler sets launcher_socket
 	// for every VM, so a driver that does not declare it runs no VM under the handler.
-	Launcher      bool `protobuf:"varint,13,opt,name=launcher,proto3" json:"launcher,omitempty"`
+	Launcher bool `protobuf:"varint,13,opt,name=launcher,proto3" json:"launcher,omitempty"`
+	// Hypervisor: the optional devices the driver gives a guest whose domain spec asks for them
+	// ("rng": DomainSpec.rng). A domain spec with a device the driver does not declare is not
+	// sent to it.
+	Devices       []string `protobuf:"bytes,14,rep,name=devices,proto3" json:"devices,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -570,6 +574,13 @@ func (x *Capabilities) GetLauncher() bool {
 		return x.Launcher
 	}
 	return false
+}
+
+func (x *Capabilities) GetDevices() []string {
+	if x != nil {
+		return x.Devices
+	}
+	return nil
 }
 
 type FingerprintRequest struct {
@@ -794,7 +805,7 @@ const file_core_driver_base_v1_base_proto_rawDesc = "" +
 	"\vdescription\x18\x05 \x01(\tR\vdescription\"\x15\n" +
 	"\x13CapabilitiesRequest\"b\n" +
 	"\x14CapabilitiesResponse\x12J\n" +
-	"\fcapabilities\x18\x01 \x01(\v2&.kubevisor.driver.base.v1.CapabilitiesR\fcapabilities\"\xb2\x03\n" +
+	"\fcapabilities\x18\x01 \x01(\v2&.kubevisor.driver.base.v1.CapabilitiesR\fcapabilities\"\xcc\x03\n" +
 	"\fCapabilities\x12=\n" +
 	"\bfeatures\x18\x01 \x03(\x0e2!.kubevisor.driver.base.v1.FeatureR\bfeatures\x12\x1a\n" +
 	"\bfirmware\x18\x02 \x03(\tR\bfirmware\x12\x1d\n" +
@@ -812,7 +823,8 @@ const file_core_driver_base_v1_base_proto_rawDesc = "" +
 	" \x01(\bR\x03vnc\x12!\n" +
 	"\fhost_devices\x18\v \x01(\bR\vhostDevices\x12\x15\n" +
 	"\x06tap_fd\x18\f \x01(\bR\x05tapFd\x12\x1a\n" +
-	"\blauncher\x18\r \x01(\bR\blauncher\"\x14\n" +
+	"\blauncher\x18\r \x01(\bR\blauncher\x12\x18\n" +
+	"\adevices\x18\x0e \x03(\tR\adevices\"\x14\n" +
 	"\x12FingerprintRequest\"\x9c\x02\n" +
 	"\x13FingerprintResponse\x128\n" +
 	"\x06health\x18\x01 \x01(\x0e2 .kubevisor.driver.base.v1.HealthR\x06health\x12-\n" +
