@@ -40,6 +40,9 @@ type Guest struct {
 	// PoweroffMarker is printed when the guest powers off on an ACPI power-button press.
 	// Without it Shutdown/GracefulWithinTimeout does not look for it.
 	PoweroffMarker string
+	// RNGMarker starts the console line on which the guest lists its kernel's hardware RNGs
+	// before ReadyMarker ("KUBEVISOR-RNG: virtio_rng.0"). Without it Devices/RNG is skipped.
+	RNGMarker string
 	// MemoryBytes is the guest memory. Default: DefaultGuestMemory.
 	MemoryBytes uint64
 	// Machine is the machine type ("q35", "pc"); empty means the hypervisor's default.
@@ -55,6 +58,7 @@ const (
 	GuestUserDataBegin  = "KUBEVISOR-USERDATA-BEGIN"
 	GuestUserDataEnd    = "KUBEVISOR-USERDATA-END"
 	GuestPoweroffMarker = "KUBEVISOR-POWEROFF"
+	GuestRNGMarker      = "KUBEVISOR-RNG:"
 )
 
 // The files of the project's test guest in the directory `make guest` builds it into.
@@ -120,6 +124,7 @@ func GuestFromDir(dir string) (Guest, error) {
 		UserDataBegin:  GuestUserDataBegin,
 		UserDataEnd:    GuestUserDataEnd,
 		PoweroffMarker: GuestPoweroffMarker,
+		RNGMarker:      GuestRNGMarker,
 	}
 	if exists(GuestKernelFile) && exists(GuestInitrdFile) {
 		g.Kernel, g.Initrd = filepath.Join(abs, GuestKernelFile), filepath.Join(abs, GuestInitrdFile)
@@ -182,6 +187,7 @@ func (g Guest) withDefaults() Guest {
 //	SoftReboot/BootsAgain               (FEATURE_HYPERVISOR_SOFT_REBOOT)
 //	Display/RFBSessions                 (FEATURE_HYPERVISOR_DISPLAY)
 //	Recover/AfterDriverKilled           (FEATURE_HYPERVISOR_RECOVER, and WithDriverKill)
+//	Devices/RNG                         (device "rng"; Guest.RNGMarker)
 //	Storage/NotAnImage                  (volume type containerDisk)
 //
 // Every check but Storage/NotAnImage boots a VM of its own and needs the hypervisor to declare
@@ -262,6 +268,9 @@ func VM(t T, hv HypervisorFactory, st StorageFactory, g Guest, opts ...Option) {
 	})
 	t.Run("Recover", func(t T) {
 		t.Run("AfterDriverKilled", s.checkRecoverAfterDriverKilled)
+	})
+	t.Run("Devices", func(t T) {
+		t.Run("RNG", s.checkDevicesRNG)
 	})
 	t.Run("Storage", func(t T) {
 		t.Run("NotAnImage", s.checkStorageNotAnImage)

@@ -13,10 +13,13 @@ import (
 	"time"
 
 	"github.com/hashicorp/go-hclog"
+	"google.golang.org/protobuf/proto"
 
 	conformance "github.com/kubevisor/kubevisor/conformance/driver"
+	domainv1 "github.com/kubevisor/kubevisor/core/domain/v1"
 	"github.com/kubevisor/kubevisor/core/driver"
 	basev1 "github.com/kubevisor/kubevisor/core/driver/base/v1"
+	hypervisorv1 "github.com/kubevisor/kubevisor/core/driver/hypervisor/v1"
 	"github.com/kubevisor/kubevisor/drivers/fake"
 	"github.com/kubevisor/kubevisor/drivers/qmp"
 	"github.com/kubevisor/kubevisor/drivers/storage"
@@ -82,7 +85,7 @@ var knownFailures = map[string]string{}
 var vmChecks = []string{
 	"Boot/ConsoleMarker", "CloudInit/UserDataReachesGuest", "CloudInit/ConfigDrive",
 	"Shutdown/GracefulWithinTimeout", "Kill", "Pause/StopsGuest", "Reboot/SecondBoot", "SoftReboot/BootsAgain", "Display/RFBSessions",
-	"Recover/AfterDriverKilled", "Storage/NotAnImage",
+	"Recover/AfterDriverKilled", "Devices/RNG", "Storage/NotAnImage",
 }
 
 // TestVMRealDrivers runs the VM checks against the QEMU driver (drivers/qmp) and the local
@@ -280,6 +283,7 @@ func TestVMUndeclaredAreSkipped(t *testing.T) {
 			"SoftReboot/BootsAgain":          conformance.StatusSkip,
 			"Display/RFBSessions":            conformance.StatusSkip,
 			"Recover/AfterDriverKilled":      conformance.StatusSkip,
+			"Devices/RNG":                    conformance.StatusSkip,
 			"Storage/NotAnImage":             conformance.StatusSkip,
 		}, map[string]string{
 			"Boot/ConsoleMarker":             console,
@@ -290,6 +294,7 @@ func TestVMUndeclaredAreSkipped(t *testing.T) {
 			"SoftReboot/BootsAgain":          "FEATURE_HYPERVISOR_SOFT_REBOOT",
 			"Display/RFBSessions":            "FEATURE_HYPERVISOR_DISPLAY",
 			"Recover/AfterDriverKilled":      "FEATURE_HYPERVISOR_RECOVER",
+			"Devices/RNG":                    `does not declare the device "rng"`,
 			"Storage/NotAnImage":             "storage driver does not declare volume type containerDisk",
 		})
 	})
@@ -402,4 +407,24 @@ func TestVMTestingChild(t *testing.T) {
 	default:
 		// Run directly (go test ./...): nothing to do; TestVMTesting starts it with a driver set.
 	}
+}
+
+// rngDropped is the QEMU driver declaring the rng device and leaving it out of the VMs it makes.
+type rngDropped struct{ *qmp.Driver }
+
+func (h rngDropped) Create(ctx context.Context, spec *domainv1.DomainSpec) (*hypervisorv1.Handle, error) {
+	spec = proto.CloneOf(spec)
+	spec.Rng = nil
+	return h.Driver.Create(ctx, spec)
+}
+
+// TestVMDevicesRNGIgnored: Devices/RNG fails against a driver that accepts the rng device and
+// does not give it to the guest (the guest's kernel lists no virtio RNG).
+func TestVMDevicesRNGIgnored(t *testing.T) {
+	g := testGuest(t)
+	hv := qmp.New(qmp.WithLogger(qmpLogger()))
+	t.Cleanup(func() { _ = hv.Close() })
+	rec := runVM(t, "Devices/RNG", rngDropped{hv}, storage.New(nil), g)
+	expectStatus(t, rec, map[string]conformance.Status{"Devices/RNG": conformance.StatusFail},
+		map[string]string{"Devices/RNG": "no virtio RNG"})
 }

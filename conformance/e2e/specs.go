@@ -186,6 +186,25 @@ var _ = Describe("VirtualMachineInstance start", Label("Conformance"), func() {
 		Expect(f.VMI(ctx, "nopull").Status.Phase).To(Equal(v1alpha1.Scheduling))
 	})
 
+	It("with devices.rng: {} (as KubeVirt's examples set it) gives the guest a virtio RNG, and without it none", func(ctx SpecContext) {
+		for _, c := range []struct {
+			name string
+			rng  *v1alpha1.Rng
+		}{{"rng", &v1alpha1.Rng{}}, {"norng", nil}} {
+			spec := guest.Spec(guest.Options{Image: Cfg.GuestImage, UserData: c.name})
+			spec.Domain.Devices.Rng = c.rng
+			b, err := yaml.Marshal(spec)
+			Expect(err).NotTo(HaveOccurred())
+			f.Apply(ctx, "apiVersion: kubevisor.io/v1alpha1\nkind: VirtualMachineInstance\nmetadata:\n  name: "+c.name+"\nspec:\n"+indent(string(b), 2))
+		}
+		for name, want := range map[string]string{"rng": "KUBEVISOR-RNG: virtio_rng", "norng": "KUBEVISOR-RNG: none"} {
+			vmi := f.WaitRunning(ctx, name)
+			Eventually(func() string { return f.Console(ctx, vmi) }).WithContext(ctx).
+				WithTimeout(Cfg.BootTimeout).WithPolling(2*time.Second).
+				Should(And(ContainSubstring(want), ContainSubstring(ReadyMarker)), "VMI %s", name)
+		}
+	})
+
 	It("with logSerialConsole false runs without a guest-console-log container, and vmctl console still reaches the guest", func(ctx SpecContext) {
 		spec := guest.Spec(guest.Options{Image: Cfg.GuestImage, UserData: "no console log"})
 		spec.Domain.Devices.LogSerialConsole = ptr.To(false)

@@ -128,7 +128,7 @@ type subscriber struct {
 }
 
 // Capabilities implements driver.Driver: every optional feature, every firmware, disk bus, NIC
-// model and machine type of the domain spec, and every hypervisor flag. It runs no VM process, so
+// model, machine type and optional device of the domain spec, and every hypervisor flag. It runs no VM process, so
 // it honours a launcher socket by starting nothing through it.
 func (h *Hypervisor) Capabilities(context.Context) (*basev1.Capabilities, error) {
 	return &basev1.Capabilities{
@@ -149,6 +149,7 @@ func (h *Hypervisor) Capabilities(context.Context) (*basev1.Capabilities, error)
 		HostDevices:  true,
 		TapFd:        true,
 		Launcher:     true,
+		Devices:      []string{driver.DeviceRNG},
 	}, nil
 }
 

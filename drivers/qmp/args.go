@@ -208,6 +208,10 @@ func (b *argBuilder) build() {
 	}
 	b.firmware()
 	b.add("-device", "pvpanic")
+	if spec.GetRng() != nil {
+		// The host's /dev/urandom, as libvirt's and KubeVirt's default: it never blocks.
+		b.add("-object", "rng-random,id=rng0,filename=/dev/urandom", "-device", "virtio-rng-pci,rng=rng0,id=rng")
+	}
 	b.disks()
 	b.nics()
 	for i, h := range spec.GetHostDevices() {

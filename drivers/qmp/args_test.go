@@ -63,7 +63,7 @@ func TestBuildArgs(t *testing.T) {
 				{"-device", "pvpanic"}, {"-action", "panic=shutdown"},
 				{"-sandbox", "on,obsolete=deny,elevateprivileges=deny,spawn=deny,resourcecontrol=deny"},
 			},
-			not: []string{"-uuid", "-smbios", "-vnc", "-kernel", "-netdev", "-blockdev"},
+			not: []string{"-uuid", "-smbios", "-vnc", "-kernel", "-netdev", "-blockdev", "-object"},
 		},
 		{
 			name: "name defaults to id, commas escaped",
@@ -327,6 +327,11 @@ func TestBuildArgs(t *testing.T) {
 				{"-chardev", "socket,id=serial0,path=/var/run/vmi/console.sock,server=on,wait=off"},
 				{"-device", "VGA,id=video0", "-vnc", "unix:/var/run/vmi/vnc.sock"},
 			},
+		},
+		{
+			name: "virtio entropy device from the host's /dev/urandom",
+			spec: func(s *domainv1.DomainSpec) { s.Rng = &domainv1.RNG{} },
+			want: [][]string{{"-object", "rng-random,id=rng0,filename=/dev/urandom", "-device", "virtio-rng-pci,rng=rng0,id=rng"}},
 		},
 		{
 			name: "efi",

@@ -145,6 +145,7 @@ func (d *Driver) Capabilities(context.Context) (*basev1.Capabilities, error) {
 		HostDevices: true,
 		TapFd:       true,
 		Launcher:    true,
+		Devices:     []string{driver.DeviceRNG},
 	}, nil
 }
 
