@@ -4,8 +4,8 @@ import (
 	"slices"
 	"strings"
 
-	"github.com/kubevisor/kubevisor/core/driver"
 	domainv1 "github.com/kubevisor/kubevisor/core/domain/v1"
+	"github.com/kubevisor/kubevisor/core/driver"
 )
 
 // checkDevicesRNG: a VM whose domain spec asks for a virtio entropy device (rng) boots a guest
