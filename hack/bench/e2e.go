@@ -223,8 +223,6 @@ type e2eBench struct {
 	vms map[types.UID]*e2eVM
 	// byName holds the VMIs created so far, for the watch to match events to.
 	byName map[string]*e2eVM
-	// baseline is the node's pod start (nil without one).
-	baseline *podBaseline
 }
 
 // RunE2E runs the e2e benchmark and prints its figures to out.
