@@ -321,6 +321,8 @@ func Build(vmi *v1alpha1.VirtualMachineInstance, class *v1alpha1.HypervisorClass
 			Hostname:                     hostname(vmi),
 			Subdomain:                    vmi.Spec.Subdomain,
 			NodeSelector:                 nodeSelector,
+			PriorityClassName:            vmi.Spec.PriorityClassName,
+			SchedulerName:                vmi.Spec.SchedulerName,
 			Affinity:                     buildAffinity(vmi, class),
 			Tolerations:                  mergeTolerations(vmi, class),
 			SecurityContext: &corev1.PodSecurityContext{

@@ -510,6 +510,17 @@ func TestBuild(t *testing.T) {
 			},
 		},
 		{
+			name: "priority class and scheduler",
+			vmi: testVMI(func(v *v1alpha1.VirtualMachineInstance) {
+				v.Spec.PriorityClassName, v.Spec.SchedulerName = "vm-critical", "my-scheduler"
+			}),
+			check: func(t *testing.T, pod *corev1.Pod) {
+				if pod.Spec.PriorityClassName != "vm-critical" || pod.Spec.SchedulerName != "my-scheduler" {
+					t.Errorf("priorityClassName %q schedulerName %q, want vm-critical my-scheduler", pod.Spec.PriorityClassName, pod.Spec.SchedulerName)
+				}
+			},
+		},
+		{
 			name:    "VMI name too long for a label value",
 			vmi:     testVMI(func(v *v1alpha1.VirtualMachineInstance) { v.Name = strings.Repeat("a", 64) }),
 			wantErr: "VMI name",

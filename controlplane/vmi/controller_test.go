@@ -11,6 +11,7 @@ import (
 	"github.com/go-logr/logr"
 	corev1 "k8s.io/api/core/v1"
 	eventsv1 "k8s.io/api/events/v1"
+	schedulingv1 "k8s.io/api/scheduling/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/resource"
@@ -257,6 +258,31 @@ func TestController(t *testing.T) {
 		})
 		h.expectEvent(t, vmi, corev1.EventTypeWarning, v1alpha1.ReasonFailedCreate)
 		h.expectNoPods(t, vmi)
+	})
+
+	t.Run("priorityClassName: missing class refused with its name in the status, then the pod gets its priority", func(t *testing.T) {
+		ns := h.namespace(t, "priority")
+		vmi := h.createVMI(t, ns, "vm", h.plainClass(t), func(v *v1alpha1.VirtualMachineInstance) {
+			v.Spec.PriorityClassName = "vm-priority-test"
+		})
+		h.waitVMI(t, vmi, "Pending with FailedCreate naming the PriorityClass", func(v *v1alpha1.VirtualMachineInstance) bool {
+			c := condition(v.Status, v1alpha1.VirtualMachineInstanceLauncherPodCreated)
+			return v.Status.Phase == v1alpha1.Pending && c != nil && c.Reason == v1alpha1.ReasonFailedCreate &&
+				strings.Contains(c.Message, "vm-priority-test")
+		})
+		h.expectNoPods(t, vmi)
+		pc := &schedulingv1.PriorityClass{ObjectMeta: metav1.ObjectMeta{Name: "vm-priority-test"}, Value: 4242}
+		if err := h.c.Create(context.Background(), pc); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = h.c.Delete(context.Background(), pc) })
+		got := h.waitVMI(t, vmi, "Scheduling once the class exists", func(v *v1alpha1.VirtualMachineInstance) bool {
+			return v.Status.Phase == v1alpha1.Scheduling
+		})
+		pod := h.launcherPod(t, got)
+		if pod.Spec.PriorityClassName != "vm-priority-test" || pod.Spec.Priority == nil || *pod.Spec.Priority != 4242 {
+			t.Errorf("launcher pod priorityClassName %q priority %v, want vm-priority-test 4242", pod.Spec.PriorityClassName, pod.Spec.Priority)
+		}
 	})
 
 	t.Run("unschedulable, then scheduled: condition, nodeName, label, Scheduled", func(t *testing.T) {

@@ -85,6 +85,18 @@ type VirtualMachineInstanceSpec struct {
 	// +listType=atomic
 	// +optional
 	Tolerations []corev1.Toleration `json:"tolerations,omitempty"`
+	// PriorityClassName is the launcher pod's PriorityClass: its scheduling priority and
+	// whether it may preempt lower-priority pods. Empty: the cluster's default priority.
+	// +kubebuilder:validation:MaxLength=253
+	// +kubebuilder:validation:Pattern=`^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$`
+	// +optional
+	PriorityClassName string `json:"priorityClassName,omitempty"`
+	// SchedulerName is the scheduler that places the launcher pod. Empty: the default
+	// scheduler.
+	// +kubebuilder:validation:MaxLength=253
+	// +kubebuilder:validation:Pattern=`^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$`
+	// +optional
+	SchedulerName string `json:"schedulerName,omitempty"`
 	// EvictionStrategy says what happens to the VMI when its node is drained.
 	// +optional
 	EvictionStrategy *EvictionStrategy `json:"evictionStrategy,omitempty"`
