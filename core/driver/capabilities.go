@@ -203,6 +203,9 @@ func CheckDomain(caps *basev1.Capabilities, spec *domainv1.DomainSpec) error {
 	if spec.GetRng() != nil && !slices.Contains(caps.GetDevices(), DeviceRNG) {
 		add("rng", "%s", not("device "+DeviceRNG, caps.GetDevices()))
 	}
+	if spec.GetChassis() != nil && !slices.Contains(caps.GetDevices(), DeviceChassis) {
+		add("chassis", "%s", not("device "+DeviceChassis, caps.GetDevices()))
+	}
 	if spec.GetSandbox().GetLauncherSocket() != "" && !caps.GetLauncher() {
 		add("sandbox.launcherSocket", "starting the VM through the VMI's launcher is not declared by the driver (Capabilities.launcher)")
 	}
@@ -216,6 +219,8 @@ func CheckDomain(caps *basev1.Capabilities, spec *domainv1.DomainSpec) error {
 const (
 	// DeviceRNG is a virtio entropy device fed from the host's /dev/urandom (DomainSpec.rng).
 	DeviceRNG = "rng"
+	// DeviceChassis is the SMBIOS chassis information (type 3) of DomainSpec.chassis.
+	DeviceChassis = "chassis"
 )
 
 // MachineTypeDeclared reports whether caps declares machine type t: listed, or matched by an

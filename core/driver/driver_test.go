@@ -213,7 +213,7 @@ func TestCheckDomain(t *testing.T) {
 	all := &basev1.Capabilities{
 		Firmware: []string{"bios", "efi", "kernel"}, DiskBuses: []string{"virtio"}, NicModels: []string{"virtio"},
 		MachineTypes: []string{"q35", "pc-q35-*"}, SecureBoot: true, Vnc: true, HostDevices: true, TapFd: true, Launcher: true,
-		Devices: []string{driver.DeviceRNG},
+		Devices: []string{driver.DeviceRNG, driver.DeviceChassis},
 	}
 	spec := func() *domainv1.DomainSpec {
 		return &domainv1.DomainSpec{
@@ -229,6 +229,7 @@ func TestCheckDomain(t *testing.T) {
 			HostDevices: []*domainv1.HostDevice{{Name: "gpu", PciAddress: "0000:01:00.0"}},
 			Sandbox:     &domainv1.Sandbox{LauncherSocket: "/s"},
 			Rng:         &domainv1.RNG{},
+			Chassis:     &domainv1.Chassis{Serial: "c"},
 		}
 	}
 	if err := driver.CheckDomain(all, spec()); err != nil {
@@ -245,7 +246,7 @@ func TestCheckDomain(t *testing.T) {
 	if status.Code(err) != codes.InvalidArgument {
 		t.Fatalf("CheckDomain = %v, want InvalidArgument", err)
 	}
-	for _, field := range []string{"firmware.efi.secureBoot", "machine.type", "disks[0].bus", "nics[0].model", "nics[0].tapFdPath", "vnc", "hostDevices", "sandbox.launcherSocket", "rng"} {
+	for _, field := range []string{"firmware.efi.secureBoot", "machine.type", "disks[0].bus", "nics[0].model", "nics[0].tapFdPath", "vnc", "hostDevices", "sandbox.launcherSocket", "rng", "chassis"} {
 		if !strings.Contains(err.Error(), field+": ") {
 			t.Errorf("CheckDomain error %q does not name %s", err, field)
 		}

@@ -125,7 +125,7 @@ func TestCheckSupported(t *testing.T) {
 		hypervisor: "hv", network: "net", storage: "st",
 		hypervisorCaps: &basev1.Capabilities{
 			Firmware: []string{"bios", "efi", "kernel"}, DiskBuses: []string{"virtio", "sata", "scsi"}, NicModels: []string{"virtio", "e1000"},
-			MachineTypes: []string{"q35", "pc-q35-*"}, SecureBoot: true, Vnc: true, Devices: []string{"rng"},
+			MachineTypes: []string{"q35", "pc-q35-*"}, SecureBoot: true, Vnc: true, Devices: []string{"rng", "chassis"},
 		},
 		networkCaps: &basev1.Capabilities{Bindings: []string{"bridge", "masquerade"}},
 		stCaps:      &basev1.Capabilities{VolumeTypes: []string{"containerDisk", "cloudInitNoCloud"}},
@@ -196,6 +196,12 @@ func TestCheckSupported(t *testing.T) {
 			vmi:  func(v *v1alpha1.VirtualMachineInstance) { v.Spec.Domain.Devices.Rng = &v1alpha1.Rng{} },
 			caps: func(c *driverCaps) { c.hypervisorCaps.Devices = nil },
 			want: []string{`spec.domain.devices.rng: a virtio entropy device is not supported by the hypervisor driver "hv" (it offers the devices: none)`},
+		},
+		{
+			name: "chassis not offered",
+			vmi:  func(v *v1alpha1.VirtualMachineInstance) { v.Spec.Domain.Chassis = &v1alpha1.Chassis{Serial: "s"} },
+			caps: func(c *driverCaps) { c.hypervisorCaps.Devices = []string{"rng"} },
+			want: []string{`spec.domain.chassis: SMBIOS chassis information is not supported by the hypervisor driver "hv" (it offers the devices: rng)`},
 		},
 	}
 	for _, tt := range tests {

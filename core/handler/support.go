@@ -52,6 +52,9 @@ func checkSupported(vmi *v1alpha1.VirtualMachineInstance, spec *domainv1.DomainS
 	if spec.GetRng() != nil && !slices.Contains(c.hypervisorCaps.GetDevices(), driver.DeviceRNG) {
 		errs.add("spec.domain.devices.rng", "a virtio entropy device is not supported by the hypervisor driver %q (it offers the devices: %s)", c.hypervisor, list(c.hypervisorCaps.GetDevices()))
 	}
+	if spec.GetChassis() != nil && !slices.Contains(c.hypervisorCaps.GetDevices(), driver.DeviceChassis) {
+		errs.add("spec.domain.chassis", "SMBIOS chassis information is not supported by the hypervisor driver %q (it offers the devices: %s)", c.hypervisor, list(c.hypervisorCaps.GetDevices()))
+	}
 	// Disk buses, by the VMI disk (or volume) each domain disk comes from.
 	for _, d := range spec.GetDisks() {
 		bus := strings.ToLower(strings.TrimPrefix(d.GetBus().String(), "DISK_BUS_"))

@@ -39,8 +39,37 @@ type DomainSpec struct {
 	// Firmware selects the firmware, bootloader and SMBIOS identity of the VMI.
 	// +optional
 	Firmware *Firmware `json:"firmware,omitempty"`
+	// Chassis is the SMBIOS chassis information (type 3) the guest reads (dmidecode, /sys/class/dmi).
+	// The hypervisor driver must offer the "chassis" device (its capabilities).
+	// +optional
+	Chassis *Chassis `json:"chassis,omitempty"`
 	// Devices lists the disks, network interfaces and other devices of the VMI.
 	Devices Devices `json:"devices"`
+}
+
+// Chassis is the SMBIOS chassis information of a VMI. Fields left empty are left to the
+// hypervisor's defaults.
+type Chassis struct {
+	// Manufacturer is the chassis manufacturer (chassis_vendor).
+	// +kubebuilder:validation:MaxLength=256
+	// +optional
+	Manufacturer string `json:"manufacturer,omitempty"`
+	// Version is the chassis version.
+	// +kubebuilder:validation:MaxLength=256
+	// +optional
+	Version string `json:"version,omitempty"`
+	// Serial is the chassis serial number.
+	// +kubebuilder:validation:MaxLength=256
+	// +optional
+	Serial string `json:"serial,omitempty"`
+	// Asset is the chassis asset tag.
+	// +kubebuilder:validation:MaxLength=256
+	// +optional
+	Asset string `json:"asset,omitempty"`
+	// Sku is the chassis SKU number.
+	// +kubebuilder:validation:MaxLength=256
+	// +optional
+	Sku string `json:"sku,omitempty"`
 }
 
 // ResourceRequirements describes the compute resources of a VMI.

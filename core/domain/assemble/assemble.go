@@ -115,7 +115,7 @@ const (
 //   - interfaces: model (virtio), the network driver's MAC, tap and MTU, bootOrder;
 //   - the serial console and the VNC server on sockets in the run directory, unless
 //     autoattachSerialConsole / autoattachGraphicsDevice is false;
-//   - devices.rng: a virtio entropy device (rng).
+//   - devices.rng: a virtio entropy device (rng); chassis: the SMBIOS chassis (type 3).
 //
 // What the VMI asks for that the domain spec cannot say is an error with the word "not
 // supported". Every error is in the returned Error.
@@ -190,6 +190,9 @@ func (b *builder) build() *domainv1.DomainSpec {
 	}
 	if d.Devices.Rng != nil {
 		spec.Rng = &domainv1.RNG{}
+	}
+	if c := d.Chassis; c != nil {
+		spec.Chassis = &domainv1.Chassis{Manufacturer: c.Manufacturer, Version: c.Version, Serial: c.Serial, Asset: c.Asset, Sku: c.Sku}
 	}
 	return spec
 }

@@ -256,6 +256,15 @@ func TestDomain(t *testing.T) {
 			want: func(s *domainv1.DomainSpec) { s.Rng = &domainv1.RNG{} },
 		},
 		{
+			name: "chassis",
+			vmi: func(v *v1alpha1.VirtualMachineInstance) {
+				v.Spec.Domain.Chassis = &v1alpha1.Chassis{Manufacturer: "m", Version: "v", Serial: "s", Asset: "a", Sku: "k"}
+			},
+			want: func(s *domainv1.DomainSpec) {
+				s.Chassis = &domainv1.Chassis{Manufacturer: "m", Version: "v", Serial: "s", Asset: "a", Sku: "k"}
+			},
+		},
+		{
 			name: "host devices, acceleration, launcher",
 			inputs: func(in *assemble.Inputs) {
 				in.HostDevices = []*domainv1.HostDevice{{Name: "gpu", PciAddress: "0000:01:00.0"}}
