@@ -28,6 +28,35 @@ func (s *vmSuite) checkDevicesRNG(t T) {
 	}
 }
 
+// checkDevicesChassis: a VM whose domain spec has SMBIOS chassis information boots a guest that
+// reads it back (Guest.DMIMarker's lines: chassis_vendor, chassis_version, chassis_serial,
+// chassis_asset_tag), a comma in a value included.
+func (s *vmSuite) checkDevicesChassis(t T) {
+	_, caps := s.hypervisor(t)
+	if !slices.Contains(caps.GetDevices(), driver.DeviceChassis) {
+		t.Skipf("the hypervisor does not declare the device %q (Capabilities.devices: %v)", driver.DeviceChassis, caps.GetDevices())
+	}
+	if s.guest.DMIMarker == "" {
+		t.Skipf("the guest prints no SMBIOS strings (Guest.DMIMarker)")
+	}
+	serial := "kit-" + strings.ReplaceAll(newID(), "-", "")[:12]
+	ch := &domainv1.Chassis{Manufacturer: "Kubevisor, conformance", Version: "v1", Serial: serial, Asset: "asset-42", Sku: "sku-7"}
+	vm := s.bootWith(t, "", func(spec *domainv1.DomainSpec) { spec.Chassis = ch })
+	seen := map[string]string{}
+	for _, l := range strings.Split(vm.console.out.String(), "\n") {
+		if rest, ok := strings.CutPrefix(strings.TrimSpace(l), s.guest.DMIMarker); ok {
+			if k, v, ok := strings.Cut(strings.TrimSpace(rest), "="); ok {
+				seen[k] = strings.TrimSpace(v)
+			}
+		}
+	}
+	for k, want := range map[string]string{"chassis_vendor": ch.GetManufacturer(), "chassis_version": ch.GetVersion(), "chassis_serial": ch.GetSerial(), "chassis_asset_tag": ch.GetAsset()} {
+		if got, ok := seen[k]; !ok || got != want {
+			t.Errorf("the guest reads %s = %q (printed: %v), want %q from the domain spec's chassis", k, got, ok, want)
+		}
+	}
+}
+
 // markerLine returns the rest of the first console line that starts with marker, trimmed.
 func markerLine(console, marker string) (string, bool) {
 	for _, l := range strings.Split(console, "\n") {

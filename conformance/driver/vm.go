@@ -43,6 +43,10 @@ type Guest struct {
 	// RNGMarker starts the console line on which the guest lists its kernel's hardware RNGs
 	// before ReadyMarker ("KUBEVISOR-RNG: virtio_rng.0"). Without it Devices/RNG is skipped.
 	RNGMarker string
+	// DMIMarker starts the console lines, one per SMBIOS string, on which the guest prints its
+	// chassis information before ReadyMarker ("KUBEVISOR-DMI: chassis_vendor=Acme", with the
+	// keys of Linux's /sys/class/dmi/id). Without it Devices/Chassis is skipped.
+	DMIMarker string
 	// MemoryBytes is the guest memory. Default: DefaultGuestMemory.
 	MemoryBytes uint64
 	// Machine is the machine type ("q35", "pc"); empty means the hypervisor's default.
@@ -59,6 +63,7 @@ const (
 	GuestUserDataEnd    = "KUBEVISOR-USERDATA-END"
 	GuestPoweroffMarker = "KUBEVISOR-POWEROFF"
 	GuestRNGMarker      = "KUBEVISOR-RNG:"
+	GuestDMIMarker      = "KUBEVISOR-DMI:"
 )
 
 // The files of the project's test guest in the directory `make guest` builds it into.
@@ -125,6 +130,7 @@ func GuestFromDir(dir string) (Guest, error) {
 		UserDataEnd:    GuestUserDataEnd,
 		PoweroffMarker: GuestPoweroffMarker,
 		RNGMarker:      GuestRNGMarker,
+		DMIMarker:      GuestDMIMarker,
 	}
 	if exists(GuestKernelFile) && exists(GuestInitrdFile) {
 		g.Kernel, g.Initrd = filepath.Join(abs, GuestKernelFile), filepath.Join(abs, GuestInitrdFile)
@@ -188,6 +194,7 @@ func (g Guest) withDefaults() Guest {
 //	Display/RFBSessions                 (FEATURE_HYPERVISOR_DISPLAY)
 //	Recover/AfterDriverKilled           (FEATURE_HYPERVISOR_RECOVER, and WithDriverKill)
 //	Devices/RNG                         (device "rng"; Guest.RNGMarker)
+//	Devices/Chassis                     (device "chassis"; Guest.DMIMarker)
 //	Storage/NotAnImage                  (volume type containerDisk)
 //
 // Every check but Storage/NotAnImage boots a VM of its own and needs the hypervisor to declare
@@ -271,6 +278,7 @@ func VM(t T, hv HypervisorFactory, st StorageFactory, g Guest, opts ...Option) {
 	})
 	t.Run("Devices", func(t T) {
 		t.Run("RNG", s.checkDevicesRNG)
+		t.Run("Chassis", s.checkDevicesChassis)
 	})
 	t.Run("Storage", func(t T) {
 		t.Run("NotAnImage", s.checkStorageNotAnImage)

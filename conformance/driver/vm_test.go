@@ -85,7 +85,7 @@ var knownFailures = map[string]string{}
 var vmChecks = []string{
 	"Boot/ConsoleMarker", "CloudInit/UserDataReachesGuest", "CloudInit/ConfigDrive",
 	"Shutdown/GracefulWithinTimeout", "Kill", "Pause/StopsGuest", "Reboot/SecondBoot", "SoftReboot/BootsAgain", "Display/RFBSessions",
-	"Recover/AfterDriverKilled", "Devices/RNG", "Storage/NotAnImage",
+	"Recover/AfterDriverKilled", "Devices/RNG", "Devices/Chassis", "Storage/NotAnImage",
 }
 
 // TestVMRealDrivers runs the VM checks against the QEMU driver (drivers/qmp) and the local
@@ -284,6 +284,7 @@ func TestVMUndeclaredAreSkipped(t *testing.T) {
 			"Display/RFBSessions":            conformance.StatusSkip,
 			"Recover/AfterDriverKilled":      conformance.StatusSkip,
 			"Devices/RNG":                    conformance.StatusSkip,
+			"Devices/Chassis":                conformance.StatusSkip,
 			"Storage/NotAnImage":             conformance.StatusSkip,
 		}, map[string]string{
 			"Boot/ConsoleMarker":             console,
@@ -295,6 +296,7 @@ func TestVMUndeclaredAreSkipped(t *testing.T) {
 			"Display/RFBSessions":            "FEATURE_HYPERVISOR_DISPLAY",
 			"Recover/AfterDriverKilled":      "FEATURE_HYPERVISOR_RECOVER",
 			"Devices/RNG":                    `does not declare the device "rng"`,
+			"Devices/Chassis":                `does not declare the device "chassis"`,
 			"Storage/NotAnImage":             "storage driver does not declare volume type containerDisk",
 		})
 	})
@@ -409,22 +411,23 @@ func TestVMTestingChild(t *testing.T) {
 	}
 }
 
-// rngDropped is the QEMU driver declaring the rng device and leaving it out of the VMs it makes.
-type rngDropped struct{ *qmp.Driver }
+// devicesDropped is the QEMU driver declaring the rng and chassis devices and leaving them out
+// of the VMs it makes.
+type devicesDropped struct{ *qmp.Driver }
 
-func (h rngDropped) Create(ctx context.Context, spec *domainv1.DomainSpec) (*hypervisorv1.Handle, error) {
+func (h devicesDropped) Create(ctx context.Context, spec *domainv1.DomainSpec) (*hypervisorv1.Handle, error) {
 	spec = proto.CloneOf(spec)
-	spec.Rng = nil
+	spec.Rng, spec.Chassis = nil, nil
 	return h.Driver.Create(ctx, spec)
 }
 
-// TestVMDevicesRNGIgnored: Devices/RNG fails against a driver that accepts the rng device and
-// does not give it to the guest (the guest's kernel lists no virtio RNG).
-func TestVMDevicesRNGIgnored(t *testing.T) {
+// TestVMDevicesIgnored: Devices/RNG and Devices/Chassis fail against a driver that accepts the
+// devices and does not give them to the guest.
+func TestVMDevicesIgnored(t *testing.T) {
 	g := testGuest(t)
 	hv := qmp.New(qmp.WithLogger(qmpLogger()))
 	t.Cleanup(func() { _ = hv.Close() })
-	rec := runVM(t, "Devices/RNG", rngDropped{hv}, storage.New(nil), g)
-	expectStatus(t, rec, map[string]conformance.Status{"Devices/RNG": conformance.StatusFail},
-		map[string]string{"Devices/RNG": "no virtio RNG"})
+	rec := runVM(t, "Devices", devicesDropped{hv}, storage.New(nil), g)
+	expectStatus(t, rec, map[string]conformance.Status{"Devices/RNG": conformance.StatusFail, "Devices/Chassis": conformance.StatusFail},
+		map[string]string{"Devices/RNG": "no virtio RNG", "Devices/Chassis": "from the domain spec's chassis"})
 }

@@ -7,6 +7,7 @@ import (
 
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
+	gomegatypes "github.com/onsi/gomega/types"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -186,22 +187,31 @@ var _ = Describe("VirtualMachineInstance start", Label("Conformance"), func() {
 		Expect(f.VMI(ctx, "nopull").Status.Phase).To(Equal(v1alpha1.Scheduling))
 	})
 
-	It("with devices.rng: {} (as KubeVirt's examples set it) gives the guest a virtio RNG, and without it none", func(ctx SpecContext) {
+	It("with devices.rng: {} (as KubeVirt's examples set it) and a chassis gives the guest a virtio RNG and its SMBIOS strings; without them, none", func(ctx SpecContext) {
 		for _, c := range []struct {
-			name string
-			rng  *v1alpha1.Rng
-		}{{"rng", &v1alpha1.Rng{}}, {"norng", nil}} {
+			name    string
+			rng     *v1alpha1.Rng
+			chassis *v1alpha1.Chassis
+		}{{"rng", &v1alpha1.Rng{}, &v1alpha1.Chassis{Manufacturer: "Kubevisor e2e", Serial: "e2e-chassis-1", Asset: "asset-e2e"}}, {"norng", nil, nil}} {
 			spec := guest.Spec(guest.Options{Image: Cfg.GuestImage, UserData: c.name})
 			spec.Domain.Devices.Rng = c.rng
+			spec.Domain.Chassis = c.chassis
 			b, err := yaml.Marshal(spec)
 			Expect(err).NotTo(HaveOccurred())
 			f.Apply(ctx, "apiVersion: kubevisor.io/v1alpha1\nkind: VirtualMachineInstance\nmetadata:\n  name: "+c.name+"\nspec:\n"+indent(string(b), 2))
 		}
-		for name, want := range map[string]string{"rng": "KUBEVISOR-RNG: virtio_rng", "norng": "KUBEVISOR-RNG: none"} {
+		for name, want := range map[string][]string{
+			"rng":   {"KUBEVISOR-RNG: virtio_rng", "KUBEVISOR-DMI: chassis_vendor=Kubevisor e2e", "KUBEVISOR-DMI: chassis_serial=e2e-chassis-1", "KUBEVISOR-DMI: chassis_asset_tag=asset-e2e"},
+			"norng": {"KUBEVISOR-RNG: none"},
+		} {
 			vmi := f.WaitRunning(ctx, name)
+			matchers := []gomegatypes.GomegaMatcher{ContainSubstring(ReadyMarker)}
+			for _, w := range want {
+				matchers = append(matchers, ContainSubstring(w))
+			}
 			Eventually(func() string { return f.Console(ctx, vmi) }).WithContext(ctx).
 				WithTimeout(Cfg.BootTimeout).WithPolling(2*time.Second).
-				Should(And(ContainSubstring(want), ContainSubstring(ReadyMarker)), "VMI %s", name)
+				Should(And(matchers...), "VMI %s", name)
 		}
 	})
 

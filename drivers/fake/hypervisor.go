@@ -149,7 +149,7 @@ func (h *Hypervisor) Capabilities(context.Context) (*basev1.Capabilities, error)
 		HostDevices:  true,
 		TapFd:        true,
 		Launcher:     true,
-		Devices:      []string{driver.DeviceRNG},
+		Devices:      []string{driver.DeviceRNG, driver.DeviceChassis},
 	}, nil
 }
 

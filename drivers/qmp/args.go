@@ -195,6 +195,17 @@ func (b *argBuilder) build() {
 	if s := spec.GetFirmware().GetSerial(); s != "" {
 		b.add("-smbios", "type=1,serial="+esc(s))
 	}
+	if c := spec.GetChassis(); c != nil {
+		var opts []string
+		for _, kv := range []struct{ k, v string }{{"manufacturer", c.GetManufacturer()}, {"version", c.GetVersion()}, {"serial", c.GetSerial()}, {"asset", c.GetAsset()}, {"sku", c.GetSku()}} {
+			if kv.v != "" {
+				opts = append(opts, kv.k+"="+esc(kv.v))
+			}
+		}
+		if len(opts) > 0 {
+			b.add("-smbios", "type=3,"+strings.Join(opts, ","))
+		}
+	}
 	b.add("-nodefaults", "-no-user-config", "-display", "none", "-S", "-msg", "timestamp=on")
 	// A panicking guest (pvpanic) ends QEMU, as a guest powering off does: the VM is CRASHED.
 	b.add("-action", "panic=shutdown")

@@ -334,6 +334,13 @@ func TestBuildArgs(t *testing.T) {
 			want: [][]string{{"-object", "rng-random,id=rng0,filename=/dev/urandom", "-device", "virtio-rng-pci,rng=rng0,id=rng"}},
 		},
 		{
+			name: "SMBIOS chassis: the fields set, commas escaped",
+			spec: func(s *domainv1.DomainSpec) {
+				s.Chassis = &domainv1.Chassis{Manufacturer: "Acme, Inc.", Serial: "c-1", Sku: "sku9"}
+			},
+			want: [][]string{{"-smbios", "type=3,manufacturer=Acme,, Inc.,serial=c-1,sku=sku9"}},
+		},
+		{
 			name: "efi",
 			spec: func(s *domainv1.DomainSpec) {
 				s.Firmware = &domainv1.Firmware{Boot: &domainv1.Firmware_Efi{Efi: &domainv1.EFI{}}}

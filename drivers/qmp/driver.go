@@ -145,7 +145,7 @@ func (d *Driver) Capabilities(context.Context) (*basev1.Capabilities, error) {
 		HostDevices: true,
 		TapFd:       true,
 		Launcher:    true,
-		Devices:     []string{driver.DeviceRNG},
+		Devices:     []string{driver.DeviceRNG, driver.DeviceChassis},
 	}, nil
 }
 
