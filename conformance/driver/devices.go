@@ -11,13 +11,7 @@ import (
 // checkDevicesRNG: a VM whose domain spec asks for a virtio entropy device (rng) boots a guest
 // whose kernel lists a virtio RNG among its hardware RNGs (Guest.RNGMarker's line).
 func (s *vmSuite) checkDevicesRNG(t T) {
-	_, caps := s.hypervisor(t)
-	if !slices.Contains(caps.GetDevices(), driver.DeviceRNG) {
-		t.Skipf("the hypervisor does not declare the device %q (Capabilities.devices: %v)", driver.DeviceRNG, caps.GetDevices())
-	}
-	if s.guest.RNGMarker == "" {
-		t.Skipf("the guest lists no hardware RNGs (Guest.RNGMarker)")
-	}
+	s.requireDevice(t, driver.DeviceRNG, s.guest.RNGMarker, "the guest lists no hardware RNGs (Guest.RNGMarker)")
 	vm := s.bootWith(t, "", func(spec *domainv1.DomainSpec) { spec.Rng = &domainv1.RNG{} })
 	line, ok := markerLine(vm.console.out.String(), s.guest.RNGMarker)
 	switch {
@@ -32,13 +26,7 @@ func (s *vmSuite) checkDevicesRNG(t T) {
 // reads it back (Guest.DMIMarker's lines: chassis_vendor, chassis_version, chassis_serial,
 // chassis_asset_tag), a comma in a value included.
 func (s *vmSuite) checkDevicesChassis(t T) {
-	_, caps := s.hypervisor(t)
-	if !slices.Contains(caps.GetDevices(), driver.DeviceChassis) {
-		t.Skipf("the hypervisor does not declare the device %q (Capabilities.devices: %v)", driver.DeviceChassis, caps.GetDevices())
-	}
-	if s.guest.DMIMarker == "" {
-		t.Skipf("the guest prints no SMBIOS strings (Guest.DMIMarker)")
-	}
+	s.requireDevice(t, driver.DeviceChassis, s.guest.DMIMarker, "the guest prints no SMBIOS strings (Guest.DMIMarker)")
 	serial := "kit-" + strings.ReplaceAll(newID(), "-", "")[:12]
 	ch := &domainv1.Chassis{Manufacturer: "Kubevisor, conformance", Version: "v1", Serial: serial, Asset: "asset-42", Sku: "sku-7"}
 	vm := s.bootWith(t, "", func(spec *domainv1.DomainSpec) { spec.Chassis = ch })
@@ -54,6 +42,19 @@ func (s *vmSuite) checkDevicesChassis(t T) {
 		if got, ok := seen[k]; !ok || got != want {
 			t.Errorf("the guest reads %s = %q (printed: %v), want %q from the domain spec's chassis", k, got, ok, want)
 		}
+	}
+}
+
+// requireDevice skips a check when the hypervisor does not declare device, or when the guest
+// has no marker to show it by (noMarker says so).
+func (s *vmSuite) requireDevice(t T, device, marker, noMarker string) {
+	t.Helper()
+	_, caps := s.hypervisor(t)
+	if !slices.Contains(caps.GetDevices(), device) {
+		t.Skipf("the hypervisor does not declare the device %q (Capabilities.devices: %v)", device, caps.GetDevices())
+	}
+	if marker == "" {
+		t.Skipf("%s", noMarker)
 	}
 }
 
