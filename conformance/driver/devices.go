@@ -13,9 +13,10 @@ import (
 func (s *vmSuite) checkDevicesRNG(t T) {
 	s.requireDevice(t, driver.DeviceRNG, s.guest.RNGMarker, "the guest lists no hardware RNGs (Guest.RNGMarker)")
 	vm := s.bootWith(t, "", func(spec *domainv1.DomainSpec) { spec.Rng = &domainv1.RNG{} })
-	line, ok := markerLine(vm.console.out.String(), s.guest.RNGMarker)
+	lines := markerLines(vm.console.out.String(), s.guest.RNGMarker)
+	line := strings.Join(lines, " ")
 	switch {
-	case !ok:
+	case len(lines) == 0:
 		t.Fatalf("the guest printed no %q line before it was ready; %s", s.guest.RNGMarker, vm.console.out.Tail())
 	case !strings.Contains(line, "virtio"):
 		t.Errorf("the guest's hardware RNGs are %q: no virtio RNG, though the domain spec asked for one", line)
@@ -31,11 +32,9 @@ func (s *vmSuite) checkDevicesChassis(t T) {
 	ch := &domainv1.Chassis{Manufacturer: "Kubevisor, conformance", Version: "v1", Serial: serial, Asset: "asset-42", Sku: "sku-7"}
 	vm := s.bootWith(t, "", func(spec *domainv1.DomainSpec) { spec.Chassis = ch })
 	seen := map[string]string{}
-	for _, l := range strings.Split(vm.console.out.String(), "\n") {
-		if rest, ok := strings.CutPrefix(strings.TrimSpace(l), s.guest.DMIMarker); ok {
-			if k, v, ok := strings.Cut(strings.TrimSpace(rest), "="); ok {
-				seen[k] = strings.TrimSpace(v)
-			}
+	for _, l := range markerLines(vm.console.out.String(), s.guest.DMIMarker) {
+		if k, v, ok := strings.Cut(l, "="); ok {
+			seen[k] = v
 		}
 	}
 	for k, want := range map[string]string{"chassis_vendor": ch.GetManufacturer(), "chassis_version": ch.GetVersion(), "chassis_serial": ch.GetSerial(), "chassis_asset_tag": ch.GetAsset()} {
@@ -58,12 +57,13 @@ func (s *vmSuite) requireDevice(t T, device, marker, noMarker string) {
 	}
 }
 
-// markerLine returns the rest of the first console line that starts with marker, trimmed.
-func markerLine(console, marker string) (string, bool) {
+// markerLines returns the rest of every console line that starts with marker, trimmed.
+func markerLines(console, marker string) []string {
+	var out []string
 	for _, l := range strings.Split(console, "\n") {
 		if rest, ok := strings.CutPrefix(strings.TrimSpace(l), marker); ok {
-			return strings.TrimSpace(rest), true
+			out = append(out, strings.TrimSpace(rest))
 		}
 	}
-	return "", false
+	return out
 }

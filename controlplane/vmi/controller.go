@@ -216,11 +216,11 @@ func (r *reconciler) reconcileNormal(ctx context.Context, vmi *v1alpha1.VirtualM
 	if node == "" && obs.Pod != nil && !podDown(obs.Pod) {
 		node = obs.Pod.Spec.NodeName
 	}
-	if n := node; n != "" && vmi.Labels[v1alpha1.NodeNameLabel] != n {
+	if node != "" && vmi.Labels[v1alpha1.NodeNameLabel] != node {
 		if vmi.Labels == nil {
 			vmi.Labels = map[string]string{}
 		}
-		vmi.Labels[v1alpha1.NodeNameLabel] = n
+		vmi.Labels[v1alpha1.NodeNameLabel] = node
 	}
 	// A failed create is in the status (LauncherPodCreated=False); returning it also retries with backoff.
 	return ctrl.Result{}, createErr

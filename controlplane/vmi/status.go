@@ -134,7 +134,7 @@ func deriveStatus(vmi *v1alpha1.VirtualMachineInstance, obs observation, now met
 			notReady(v1alpha1.ReasonPodFailed, fmt.Sprintf("launcher pod %s %s", pod.Name, describePodEnd(pod)))
 		case phase == v1alpha1.Pending || phase == v1alpha1.Scheduling:
 			phase = v1alpha1.Scheduling
-			if pod.Spec.NodeName != "" && pod.Status.Phase == corev1.PodRunning && pod.DeletionTimestamp == nil {
+			if podRuns {
 				phase = v1alpha1.Scheduled
 			}
 			// Until the handler takes over (Scheduled), Ready says what the pod lacks: a

@@ -200,11 +200,8 @@ func CheckDomain(caps *basev1.Capabilities, spec *domainv1.DomainSpec) error {
 	if len(spec.GetHostDevices()) > 0 && !caps.GetHostDevices() {
 		add("hostDevices", "host devices are not declared by the driver (Capabilities.host_devices)")
 	}
-	if spec.GetRng() != nil && !slices.Contains(caps.GetDevices(), DeviceRNG) {
-		add("rng", "%s", not("device "+DeviceRNG, caps.GetDevices()))
-	}
-	if spec.GetChassis() != nil && !slices.Contains(caps.GetDevices(), DeviceChassis) {
-		add("chassis", "%s", not("device "+DeviceChassis, caps.GetDevices()))
+	for _, d := range UndeclaredDevices(caps, spec) {
+		add(d.Field, "%s", not("device "+d.Name, caps.GetDevices()))
 	}
 	if spec.GetSandbox().GetLauncherSocket() != "" && !caps.GetLauncher() {
 		add("sandbox.launcherSocket", "starting the VM through the VMI's launcher is not declared by the driver (Capabilities.launcher)")
@@ -222,6 +219,31 @@ const (
 	// DeviceChassis is the SMBIOS chassis information (type 3) of DomainSpec.chassis.
 	DeviceChassis = "chassis"
 )
+
+// OptionalDevice is an optional device of the domain spec: its name in Capabilities.devices, the
+// domain spec field that asks for it, and whether a spec does.
+type OptionalDevice struct {
+	Name, Field string
+	asked       func(*domainv1.DomainSpec) bool
+}
+
+// OptionalDevices are the optional devices of the domain spec. Adding one is an entry here (and
+// its constant): CheckDomain and the node handler's checks both read this list.
+var OptionalDevices = []OptionalDevice{
+	{Name: DeviceRNG, Field: "rng", asked: func(s *domainv1.DomainSpec) bool { return s.GetRng() != nil }},
+	{Name: DeviceChassis, Field: "chassis", asked: func(s *domainv1.DomainSpec) bool { return s.GetChassis() != nil }},
+}
+
+// UndeclaredDevices returns the optional devices spec asks for that caps does not declare.
+func UndeclaredDevices(caps *basev1.Capabilities, spec *domainv1.DomainSpec) []OptionalDevice {
+	var out []OptionalDevice
+	for _, d := range OptionalDevices {
+		if d.asked(spec) && !slices.Contains(caps.GetDevices(), d.Name) {
+			out = append(out, d)
+		}
+	}
+	return out
+}
 
 // MachineTypeDeclared reports whether caps declares machine type t: listed, or matched by an
 // entry ending in "*" as a prefix.

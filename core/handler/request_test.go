@@ -16,6 +16,7 @@ import (
 	"github.com/kubevisor/kubevisor/core/api/v1alpha1"
 	"github.com/kubevisor/kubevisor/core/domain/assemble"
 	domainv1 "github.com/kubevisor/kubevisor/core/domain/v1"
+	"github.com/kubevisor/kubevisor/core/driver"
 	basev1 "github.com/kubevisor/kubevisor/core/driver/base/v1"
 	networkv1 "github.com/kubevisor/kubevisor/core/driver/network/v1"
 	storagev1 "github.com/kubevisor/kubevisor/core/driver/storage/v1"
@@ -287,5 +288,15 @@ standalone:
 	if _, err := (Config{Acceleration: "fast", DiskBus: "ide"}).withDefaults(); err == nil ||
 		!strings.Contains(err.Error(), "acceleration") || !strings.Contains(err.Error(), "diskBus") {
 		t.Errorf("withDefaults of bad values = %v", err)
+	}
+}
+
+// TestVMIDevicesNameEveryOptionalDevice: every optional device of the domain spec has the VMI
+// field its refusal names.
+func TestVMIDevicesNameEveryOptionalDevice(t *testing.T) {
+	for _, d := range driver.OptionalDevices {
+		if v := vmiDevices[d.Name]; v.field == "" || v.what == "" {
+			t.Errorf("optional device %q has no VMI field and description in vmiDevices", d.Name)
+		}
 	}
 }

@@ -19,6 +19,12 @@ type driverCaps struct {
 	hypervisorCaps, networkCaps, stCaps *basev1.Capabilities
 }
 
+// vmiDevices names, for each of driver.OptionalDevices, the VMI field that asks for it and what it is.
+var vmiDevices = map[string]struct{ field, what string }{
+	driver.DeviceRNG:     {"spec.domain.devices.rng", "a virtio entropy device"},
+	driver.DeviceChassis: {"spec.domain.chassis", "SMBIOS chassis information"},
+}
+
 // checkSupported reports, by VMI field, what spec (the domain spec the VMI gives, built from
 // stand-in driver results) and the plan ask of a driver that the driver does not declare.
 func checkSupported(vmi *v1alpha1.VirtualMachineInstance, spec *domainv1.DomainSpec, p *plan, c driverCaps) error {
@@ -48,12 +54,10 @@ func checkSupported(vmi *v1alpha1.VirtualMachineInstance, spec *domainv1.DomainS
 	if spec.GetVnc() != nil && !c.hypervisorCaps.GetVnc() {
 		errs.add("spec.domain.devices.autoattachGraphicsDevice", "a VNC console is not supported by the hypervisor driver %q (set autoattachGraphicsDevice: false)", c.hypervisor)
 	}
-	// Optional devices.
-	if spec.GetRng() != nil && !slices.Contains(c.hypervisorCaps.GetDevices(), driver.DeviceRNG) {
-		errs.add("spec.domain.devices.rng", "a virtio entropy device is not supported by the hypervisor driver %q (it offers the devices: %s)", c.hypervisor, list(c.hypervisorCaps.GetDevices()))
-	}
-	if spec.GetChassis() != nil && !slices.Contains(c.hypervisorCaps.GetDevices(), driver.DeviceChassis) {
-		errs.add("spec.domain.chassis", "SMBIOS chassis information is not supported by the hypervisor driver %q (it offers the devices: %s)", c.hypervisor, list(c.hypervisorCaps.GetDevices()))
+	// Optional devices, by the VMI field that asks for each.
+	for _, d := range driver.UndeclaredDevices(c.hypervisorCaps, spec) {
+		vmiDev := vmiDevices[d.Name]
+		errs.add(vmiDev.field, "%s is not supported by the hypervisor driver %q (it offers the devices: %s)", vmiDev.what, c.hypervisor, list(c.hypervisorCaps.GetDevices()))
 	}
 	// Disk buses, by the VMI disk (or volume) each domain disk comes from.
 	for _, d := range spec.GetDisks() {

@@ -162,12 +162,24 @@ func printPhases(out io.Writer, runs []*vmiTimeline) {
 		slices.Sort(xs)
 		phases = append(phases, p)
 	}
+	// Phases of the same P50 (the handler's steps end within a millisecond) keep the order the
+	// runs saw them in: their least position in a run's order.
+	pos := map[string]int{}
+	for _, r := range runs {
+		r.mu.Lock()
+		for i, p := range r.order {
+			if j, ok := pos[p]; !ok || i < j {
+				pos[p] = i
+			}
+		}
+		r.mu.Unlock()
+	}
 	p50 := func(p string) time.Duration { return percentile(seen[p], 50) }
 	sort.SliceStable(phases, func(i, j int) bool {
 		if p50(phases[i]) != p50(phases[j]) {
 			return p50(phases[i]) < p50(phases[j])
 		}
-		return phases[i] < phases[j]
+		return pos[phases[i]] < pos[phases[j]]
 	})
 	tab := table{w: out, widths: []int{52, 9, 9, 9, 9, 5}}
 	tab.row("phase", "P50", "P95", "min", "max", "runs")
