@@ -74,13 +74,13 @@ func runConvert(t *testing.T, args ...string) (string, string, error) {
 }
 
 func TestConvertListsTheDroppedPaths(t *testing.T) {
-	out, stderr, err := runConvert(t, "-f", filepath.Join("testdata", "kubevirt-vm-rng.yaml"))
+	out, stderr, err := runConvert(t, "-f", filepath.Join("testdata", "kubevirt-vm-drops.yaml"))
 	if err == nil || !strings.Contains(err.Error(), "2 field(s) dropped") {
 		t.Fatalf("err = %v, want 2 dropped fields", err)
 	}
 	for _, want := range []string{
-		"VirtualMachine/vm-rng: spec.template.spec.domain.devices.rng: not supported (dropped)",
-		"VirtualMachine/vm-rng: spec.dataVolumeTemplates: not supported (dropped)",
+		"VirtualMachine/vm-drops: spec.template.spec.domain.features: not supported (dropped)",
+		"VirtualMachine/vm-drops: spec.dataVolumeTemplates: not supported (dropped)",
 	} {
 		if !strings.Contains(stderr, want) {
 			t.Errorf("stderr lacks %q:\n%s", want, stderr)
@@ -97,8 +97,11 @@ func TestConvertListsTheDroppedPaths(t *testing.T) {
 	if vm.APIVersion != "kubevisor.io/v1alpha1" || vm.Spec.Template.Spec.Volumes[0].ContainerDisk == nil {
 		t.Fatalf("converted VM %+v", vm)
 	}
+	if strings.Contains(stderr, "devices.rng") || vm.Spec.Template.Spec.Domain.Devices.Rng == nil {
+		t.Errorf("devices.rng, which Kubevisor implements, was dropped:\n%s", stderr)
+	}
 	// --allow-drops accepts the same input.
-	if _, _, err := runConvert(t, "--allow-drops", "-f", filepath.Join("testdata", "kubevirt-vm-rng.yaml")); err != nil {
+	if _, _, err := runConvert(t, "--allow-drops", "-f", filepath.Join("testdata", "kubevirt-vm-drops.yaml")); err != nil {
 		t.Fatalf("--allow-drops: %v", err)
 	}
 }
