@@ -500,14 +500,27 @@ func mergeNodeSelector(vmi *v1alpha1.VirtualMachineInstance, class *v1alpha1.Hyp
 	return out, nil
 }
 
-// buildAffinity is the VMI's affinity with one more required node term: the class's hypervisor
-// driver is healthy or degraded on the node (the label its handler publishes). Node selector terms
-// are ORed, so the requirement joins each of the VMI's terms.
+// AccelAttribute is the fingerprint attribute in which a hypervisor driver says how it runs VMs
+// on its node (accel=kvm or accel=tcg; docs/driver-authoring.md, Fingerprint).
+const AccelAttribute = "accel"
+
+// buildAffinity is the VMI's affinity with more required node terms: the class's hypervisor
+// driver is healthy or degraded on the node (the label its handler publishes), and, when the VMI
+// asks for what only exists under hardware virtualisation (DomainSpec.HardwareVirtualisationFields),
+// the driver runs VMs with KVM there. Node selector terms are ORed, so the requirements join each
+// of the VMI's terms.
 func buildAffinity(vmi *v1alpha1.VirtualMachineInstance, class *v1alpha1.HypervisorClass) *corev1.Affinity {
-	driverUp := corev1.NodeSelectorRequirement{
+	reqs := []corev1.NodeSelectorRequirement{{
 		Key:      v1alpha1.DriverHealthLabel("hypervisor", class.Driver),
 		Operator: corev1.NodeSelectorOpIn,
 		Values:   []string{v1alpha1.DriverHealthy, v1alpha1.DriverDegraded},
+	}}
+	if len(vmi.Spec.Domain.HardwareVirtualisationFields()) > 0 {
+		reqs = append(reqs, corev1.NodeSelectorRequirement{
+			Key:      v1alpha1.DriverAttributeLabel(class.Driver, AccelAttribute),
+			Operator: corev1.NodeSelectorOpIn,
+			Values:   []string{"kvm"},
+		})
 	}
 	aff := &corev1.Affinity{}
 	if vmi.Spec.Affinity != nil {
@@ -519,13 +532,13 @@ func buildAffinity(vmi *v1alpha1.VirtualMachineInstance, class *v1alpha1.Hypervi
 	required := aff.NodeAffinity.RequiredDuringSchedulingIgnoredDuringExecution
 	if required == nil || len(required.NodeSelectorTerms) == 0 {
 		aff.NodeAffinity.RequiredDuringSchedulingIgnoredDuringExecution = &corev1.NodeSelector{
-			NodeSelectorTerms: []corev1.NodeSelectorTerm{{MatchExpressions: []corev1.NodeSelectorRequirement{driverUp}}},
+			NodeSelectorTerms: []corev1.NodeSelectorTerm{{MatchExpressions: reqs}},
 		}
 		return aff
 	}
 	for i := range required.NodeSelectorTerms {
 		t := &required.NodeSelectorTerms[i]
-		t.MatchExpressions = append(t.MatchExpressions, driverUp)
+		t.MatchExpressions = append(t.MatchExpressions, reqs...)
 	}
 	return aff
 }

@@ -290,6 +290,20 @@ func TestBuild(t *testing.T) {
 			},
 		},
 		{
+			name: "what needs KVM places the pod on nodes whose driver runs with KVM",
+			vmi: testVMI(func(v *v1alpha1.VirtualMachineInstance) {
+				v.Spec.Domain.Features = &v1alpha1.Features{Hyperv: &v1alpha1.FeatureHyperv{Relaxed: &v1alpha1.FeatureState{}}}
+			}),
+			check: func(t *testing.T, pod *corev1.Pod) {
+				terms := pod.Spec.Affinity.NodeAffinity.RequiredDuringSchedulingIgnoredDuringExecution.NodeSelectorTerms
+				kvm := corev1.NodeSelectorRequirement{Key: "capability.kubevisor.io/" + testClass().Driver + ".accel", Operator: corev1.NodeSelectorOpIn, Values: []string{"kvm"}}
+				want := []corev1.NodeSelectorTerm{{MatchExpressions: []corev1.NodeSelectorRequirement{driverUp, kvm}}}
+				if !equality.Semantic.DeepEqual(terms, want) {
+					t.Errorf("node terms = %+v, want %+v", terms, want)
+				}
+			},
+		},
+		{
 			name: "tolerations of VMI and class, duplicates once",
 			vmi: testVMI(func(v *v1alpha1.VirtualMachineInstance) {
 				v.Spec.Tolerations = []corev1.Toleration{{Key: "a", Operator: corev1.TolerationOpExists}}

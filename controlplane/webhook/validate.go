@@ -8,6 +8,8 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"time"
+	_ "time/tzdata" // clock.timezone is checked against the tz database, present or not on the host
 
 	corev1 "k8s.io/api/core/v1"
 	apiequality "k8s.io/apimachinery/pkg/api/equality"
@@ -160,6 +162,13 @@ func (v *validator) domain() {
 	// CPU topology: no more vCPUs than any domain may have.
 	if n, from := d.VCPUs(); from == v1alpha1.VCPUsFromTopology && n > domain.MaxVCPUs {
 		v.add(field.Invalid(dp.Child("cpu"), n, fmt.Sprintf("%d vCPUs (sockets*cores*threads) exceed the maximum of %d", n, domain.MaxVCPUs)))
+	}
+
+	// Clock: a zone of the tz database (this binary carries it: time/tzdata).
+	if c := d.Clock; c != nil && c.Timezone != nil && *c.Timezone != "" {
+		if _, err := time.LoadLocation(string(*c.Timezone)); err != nil {
+			v.add(field.Invalid(dp.Child("clock", "timezone"), string(*c.Timezone), "not a time zone of the tz database (such as Europe/Paris)"))
+		}
 	}
 
 	// Firmware.

@@ -76,6 +76,30 @@ func TestValidate(t *testing.T) {
 				s.Volumes[0].Name, s.Domain.Devices.Disks[0].Name = "Root_Disk", "Root_Disk"
 			}},
 
+		// Platform: clock, features, inputs (the last two through core/domain/assemble).
+		{name: "unknown time zone", field: "spec.domain.clock.timezone", detail: "not a time zone of the tz database",
+			change: func(s *v1alpha1.VirtualMachineInstanceSpec) {
+				tz := v1alpha1.ClockOffsetTimezone("Mars/Olympus")
+				s.Domain.Clock = &v1alpha1.Clock{ClockOffset: v1alpha1.ClockOffset{Timezone: &tz}}
+			}},
+		{name: "a time zone", change: func(s *v1alpha1.VirtualMachineInstanceSpec) {
+			tz := v1alpha1.ClockOffsetTimezone("America/New_York")
+			s.Domain.Clock = &v1alpha1.Clock{ClockOffset: v1alpha1.ClockOffset{Timezone: &tz}}
+		}},
+		{name: "apic disabled", field: "spec.domain.features.apic.enabled", detail: "always has a local APIC",
+			change: func(s *v1alpha1.VirtualMachineInstanceSpec) {
+				no := false
+				s.Domain.Features = &v1alpha1.Features{APIC: &v1alpha1.FeatureAPIC{Enabled: &no}}
+			}},
+		{name: "synic without vpindex", field: "spec.domain.features.hyperv.synic", detail: "needs vpindex",
+			change: func(s *v1alpha1.VirtualMachineInstanceSpec) {
+				s.Domain.Features = &v1alpha1.Features{Hyperv: &v1alpha1.FeatureHyperv{SyNIC: &v1alpha1.FeatureState{}}}
+			}},
+		{name: "inputs and a watchdog", change: func(s *v1alpha1.VirtualMachineInstanceSpec) {
+			s.Domain.Devices.Inputs = []v1alpha1.Input{{Name: "t", Type: v1alpha1.InputTypeTablet, Bus: v1alpha1.InputBusVirtio}}
+			s.Domain.Devices.Watchdog = &v1alpha1.Watchdog{Name: "w", I6300ESB: &v1alpha1.I6300ESBWatchdog{Action: v1alpha1.WatchdogActionShutdown}}
+		}},
+
 		// Disks and volumes.
 		{name: "disk without volume", field: "spec.domain.devices.disks[1].name", detail: "Not found",
 			change: func(s *v1alpha1.VirtualMachineInstanceSpec) {

@@ -218,6 +218,18 @@ const (
 	DeviceRNG = "rng"
 	// DeviceChassis is the SMBIOS chassis information (type 3) of DomainSpec.chassis.
 	DeviceChassis = "chassis"
+	// DeviceFeatures is the platform features of DomainSpec.features: a driver that declares it
+	// honours every field of Features (refusing, with FailedPrecondition, those that need
+	// hardware virtualisation when the VM would be emulated).
+	DeviceFeatures = "features"
+	// DeviceClock is the real-time clock's start and the timers of DomainSpec.clock.
+	DeviceClock = "clock"
+	// DeviceInput is the tablets and keyboards of DomainSpec.inputs, on usb and virtio.
+	DeviceInput = "input"
+	// DeviceWatchdog is the i6300esb watchdog of DomainSpec.watchdog with its three actions.
+	DeviceWatchdog = "watchdog"
+	// DeviceBalloon is the virtio memory balloon of DomainSpec.balloon.
+	DeviceBalloon = "balloon"
 )
 
 // OptionalDevice is an optional device of the domain spec: its name in Capabilities.devices, the
@@ -232,6 +244,11 @@ type OptionalDevice struct {
 var OptionalDevices = []OptionalDevice{
 	{Name: DeviceRNG, Field: "rng", asked: func(s *domainv1.DomainSpec) bool { return s.GetRng() != nil }},
 	{Name: DeviceChassis, Field: "chassis", asked: func(s *domainv1.DomainSpec) bool { return s.GetChassis() != nil }},
+	{Name: DeviceFeatures, Field: "features", asked: func(s *domainv1.DomainSpec) bool { return s.GetFeatures() != nil }},
+	{Name: DeviceClock, Field: "clock", asked: func(s *domainv1.DomainSpec) bool { return s.GetClock() != nil }},
+	{Name: DeviceInput, Field: "inputs", asked: func(s *domainv1.DomainSpec) bool { return len(s.GetInputs()) > 0 }},
+	{Name: DeviceWatchdog, Field: "watchdog", asked: func(s *domainv1.DomainSpec) bool { return s.GetWatchdog() != nil }},
+	{Name: DeviceBalloon, Field: "balloon", asked: func(s *domainv1.DomainSpec) bool { return s.GetBalloon() != nil }},
 }
 
 // UndeclaredDevices returns the optional devices spec asks for that caps does not declare.

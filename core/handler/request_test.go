@@ -121,12 +121,21 @@ func TestMakePlanRejects(t *testing.T) {
 	}
 }
 
+// allDevices is every optional device of the domain spec.
+func allDevices() []string {
+	var names []string
+	for _, d := range driver.OptionalDevices {
+		names = append(names, d.Name)
+	}
+	return names
+}
+
 func TestCheckSupported(t *testing.T) {
 	full := driverCaps{
 		hypervisor: "hv", network: "net", storage: "st",
 		hypervisorCaps: &basev1.Capabilities{
 			Firmware: []string{"bios", "efi", "kernel"}, DiskBuses: []string{"virtio", "sata", "scsi"}, NicModels: []string{"virtio", "e1000"},
-			MachineTypes: []string{"q35", "pc-q35-*"}, SecureBoot: true, Vnc: true, Devices: []string{"rng", "chassis"},
+			MachineTypes: []string{"q35", "pc-q35-*"}, SecureBoot: true, Vnc: true, Devices: allDevices(),
 		},
 		networkCaps: &basev1.Capabilities{Bindings: []string{"bridge", "masquerade"}},
 		stCaps:      &basev1.Capabilities{VolumeTypes: []string{"containerDisk", "cloudInitNoCloud"}},
@@ -201,8 +210,34 @@ func TestCheckSupported(t *testing.T) {
 		{
 			name: "chassis not offered",
 			vmi:  func(v *v1alpha1.VirtualMachineInstance) { v.Spec.Domain.Chassis = &v1alpha1.Chassis{Serial: "s"} },
+			caps: func(c *driverCaps) { c.hypervisorCaps.Devices = []string{"rng", "balloon"} },
+			want: []string{`spec.domain.chassis: SMBIOS chassis information is not supported by the hypervisor driver "hv" (it offers the devices: rng, balloon)`},
+		},
+		{
+			name: "the default memory balloon not offered",
 			caps: func(c *driverCaps) { c.hypervisorCaps.Devices = []string{"rng"} },
-			want: []string{`spec.domain.chassis: SMBIOS chassis information is not supported by the hypervisor driver "hv" (it offers the devices: rng)`},
+			want: []string{`spec.domain.devices.autoattachMemBalloon: a memory balloon (attached by default: set autoattachMemBalloon: false) is not supported by the hypervisor driver "hv" (it offers the devices: rng)`},
+		},
+		{
+			name: "no memory balloon asked for, none offered",
+			vmi:  func(v *v1alpha1.VirtualMachineInstance) { v.Spec.Domain.Devices.AutoattachMemBalloon = ptr(false) },
+			caps: func(c *driverCaps) { c.hypervisorCaps.Devices = nil },
+		},
+		{
+			name: "features, clock, inputs and watchdog not offered",
+			vmi: func(v *v1alpha1.VirtualMachineInstance) {
+				v.Spec.Domain.Features = &v1alpha1.Features{}
+				v.Spec.Domain.Clock = &v1alpha1.Clock{}
+				v.Spec.Domain.Devices.AutoattachInputDevice = ptr(true)
+				v.Spec.Domain.Devices.Watchdog = &v1alpha1.Watchdog{Name: "wd"}
+			},
+			caps: func(c *driverCaps) { c.hypervisorCaps.Devices = []string{"balloon"} },
+			want: []string{
+				`spec.domain.features: setting platform features is not supported by the hypervisor driver "hv"`,
+				`spec.domain.clock: setting the clock and timers is not supported`,
+				`spec.domain.devices.inputs: an input device (or autoattachInputDevice) is not supported`,
+				`spec.domain.devices.watchdog: a watchdog is not supported`,
+			},
 		},
 	}
 	for _, tt := range tests {

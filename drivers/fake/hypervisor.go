@@ -149,7 +149,8 @@ func (h *Hypervisor) Capabilities(context.Context) (*basev1.Capabilities, error)
 		HostDevices:  true,
 		TapFd:        true,
 		Launcher:     true,
-		Devices:      []string{driver.DeviceRNG, driver.DeviceChassis},
+		Devices: []string{driver.DeviceRNG, driver.DeviceChassis, driver.DeviceFeatures, driver.DeviceClock,
+			driver.DeviceInput, driver.DeviceWatchdog, driver.DeviceBalloon},
 	}, nil
 }
 

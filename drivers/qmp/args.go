@@ -7,6 +7,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"time"
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -57,6 +58,9 @@ type HostEnv struct {
 	MachineTypes []string
 	// BlockDevices are the disk paths that are block devices rather than files.
 	BlockDevices map[string]bool
+	// Now is the time the real-time clock's start is worked out from (clock offsets and time
+	// zones); nil is time.Now.
+	Now func() time.Time
 }
 
 // Cmdline is one QEMU invocation.
@@ -150,6 +154,23 @@ type argBuilder struct {
 	errs         domain.ValidationError
 	missing      string // a host precondition that does not hold
 	q35          bool
+	usb          bool // the USB controller usb0 is on the command line
+}
+
+// usbController adds the USB controller (usb0) the first time a device needs it.
+func (b *argBuilder) usbController() {
+	if !b.usb {
+		b.add("-device", "qemu-xhci,id=usb0")
+		b.usb = true
+	}
+}
+
+// needHardware records that field needs hardware virtualisation when the VM is emulated: a
+// host precondition (FailedPrecondition), as the VMI may run on a node with KVM.
+func (b *argBuilder) needHardware(field, what string) {
+	if b.env.Accel != AccelKVM && b.missing == "" {
+		b.missing = fmt.Sprintf("%s: %s needs hardware virtualisation (KVM), but this VM is emulated (%s)", field, what, b.env.Accel)
+	}
 }
 
 func (b *argBuilder) add(args ...string) { b.args = append(b.args, args...) }
@@ -223,6 +244,12 @@ func (b *argBuilder) build() {
 		// The host's /dev/urandom, as libvirt's and KubeVirt's default: it never blocks.
 		b.add("-object", "rng-random,id=rng0,filename=/dev/urandom", "-device", "virtio-rng-pci,rng=rng0,id=rng")
 	}
+	b.rtc()
+	b.inputs()
+	b.watchdog()
+	if b.spec.GetBalloon() != nil {
+		b.add("-device", "virtio-balloon-pci,id=balloon0")
+	}
 	b.disks()
 	b.nics()
 	for i, h := range spec.GetHostDevices() {
@@ -243,10 +270,8 @@ func (b *argBuilder) machine() {
 	}
 	b.q35 = t == "q35" || strings.HasPrefix(t, "pc-q35-")
 	opts := []string{t}
+	opts = append(opts, b.machineFeatures()...)
 	if efi := b.spec.GetFirmware().GetEfi(); efi != nil {
-		if efi.GetSecureBoot() {
-			opts = append(opts, "smm=on")
-		}
 		opts = append(opts, "pflash0=pflash0", "pflash1=pflash1")
 	}
 	b.add("-machine", strings.Join(opts, ","))
@@ -271,7 +296,7 @@ func (b *argBuilder) cpu() {
 	case b.env.CPUModels != nil && !slices.Contains(b.env.CPUModels, model):
 		b.fail("cpu.model", "%q is not offered by this QEMU", model)
 	}
-	b.add("-cpu", model)
+	b.add("-cpu", strings.Join(append([]string{model}, b.cpuFlags()...), ","))
 	s, c, t := max(cpu.GetSockets(), 1), max(cpu.GetCores(), 1), max(cpu.GetThreads(), 1)
 	b.add("-smp", fmt.Sprintf("%d,sockets=%d,cores=%d,threads=%d", s*c*t, s, c, t))
 }
@@ -344,7 +369,7 @@ func (b *argBuilder) disks() {
 		b.add("-device", "virtio-scsi-pci,id=scsi0")
 	}
 	if need[domainv1.DiskBus_DISK_BUS_USB] {
-		b.add("-device", "qemu-xhci,id=usb0")
+		b.usbController()
 	}
 	sataPort, lun := 0, 0
 	for i, d := range b.spec.GetDisks() {

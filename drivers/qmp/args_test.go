@@ -4,6 +4,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -339,6 +340,116 @@ func TestBuildArgs(t *testing.T) {
 				s.Chassis = &domainv1.Chassis{Manufacturer: "Acme, Inc.", Serial: "c-1", Sku: "sku9"}
 			},
 			want: [][]string{{"-smbios", "type=3,manufacturer=Acme,, Inc.,serial=c-1,sku=sku9"}},
+		},
+		{
+			name: "features on the machine: acpi off, smm off",
+			spec: func(s *domainv1.DomainSpec) {
+				s.Features = &domainv1.Features{Acpi: domainv1.Toggle_TOGGLE_OFF, Smm: domainv1.Toggle_TOGGLE_OFF}
+			},
+			want: [][]string{{"-machine", "q35,acpi=off,smm=off"}, {"-cpu", "max"}},
+		},
+		{
+			name: "features under KVM: Hyper-V, kvm hidden, pvspinlock, eoi",
+			spec: func(s *domainv1.DomainSpec) {
+				s.Features = &domainv1.Features{
+					ApicEoi: true, KvmHidden: true, Pvspinlock: domainv1.Toggle_TOGGLE_OFF,
+					Hyperv:                []string{"relaxed", "spinlocks", "vpindex", "synic", "stimer", "vendor-id"},
+					HypervSpinlockRetries: 8191, HypervVendorId: "KubevisorHv",
+				}
+				s.Clock = &domainv1.Clock{Hyperv: domainv1.Toggle_TOGGLE_ON, Kvm: domainv1.Toggle_TOGGLE_OFF}
+			},
+			env: func(e *HostEnv) { e.Accel = AccelKVM },
+			want: [][]string{{"-cpu", "host,kvm-pv-eoi=on,kvm=off,kvm-pv-unhalt=off,hv-relaxed=on,hv-spinlocks=0x1fff," +
+				"hv-vpindex=on,hv-synic=on,hv-stimer=on,hv-vendor-id=KubevisorHv,kvmclock=off,hv-time=on"}},
+		},
+		{
+			name:   "Hyper-V enlightenments when emulated",
+			spec:   func(s *domainv1.DomainSpec) { s.Features = &domainv1.Features{Hyperv: []string{"relaxed"}} },
+			code:   codes.FailedPrecondition,
+			fields: []string{"features.hyperv"},
+		},
+		{
+			name:   "kvm hidden when emulated",
+			spec:   func(s *domainv1.DomainSpec) { s.Features = &domainv1.Features{KvmHidden: true} },
+			code:   codes.FailedPrecondition,
+			fields: []string{"features.kvmHidden"},
+		},
+		{
+			name: "secure boot with smm off",
+			spec: func(s *domainv1.DomainSpec) {
+				s.Firmware = &domainv1.Firmware{Boot: &domainv1.Firmware_Efi{Efi: &domainv1.EFI{SecureBoot: true}}}
+				s.Features = &domainv1.Features{Smm: domainv1.Toggle_TOGGLE_OFF}
+			},
+			code:   codes.InvalidArgument,
+			fields: []string{"features.smm"},
+		},
+		{
+			name: "clock in a time zone, timers",
+			spec: func(s *domainv1.DomainSpec) {
+				s.Clock = &domainv1.Clock{Timezone: "Asia/Kolkata", Hpet: domainv1.Toggle_TOGGLE_OFF, Pit: domainv1.Toggle_TOGGLE_ON,
+					RtcTrack: "guest", RtcTickPolicy: "catchup", Kvm: domainv1.Toggle_TOGGLE_OFF}
+			},
+			env: func(e *HostEnv) { e.Now = func() time.Time { return time.Date(2026, 12, 2, 10, 0, 0, 0, time.UTC) } },
+			want: [][]string{
+				{"-machine", "q35,hpet=off,pit=on"},
+				{"-rtc", "base=2026-12-02T15:30:00,clock=vm,driftfix=slew"},
+				{"-cpu", "max"},
+			},
+		},
+		{
+			name: "clock: utc offset",
+			spec: func(s *domainv1.DomainSpec) { s.Clock = &domainv1.Clock{UtcOffsetSeconds: -5400} },
+			env:  func(e *HostEnv) { e.Now = func() time.Time { return time.Date(2026, 12, 2, 10, 0, 0, 0, time.UTC) } },
+			want: [][]string{{"-rtc", "base=2026-12-02T08:30:00"}},
+		},
+		{
+			name:   "clock: unknown zone",
+			spec:   func(s *domainv1.DomainSpec) { s.Clock = &domainv1.Clock{Timezone: "Mars/Olympus"} },
+			code:   codes.InvalidArgument,
+			fields: []string{"clock.timezone"},
+		},
+		{
+			name:   "clock: PIT tick policy when emulated",
+			spec:   func(s *domainv1.DomainSpec) { s.Clock = &domainv1.Clock{PitTickPolicy: "delay"} },
+			code:   codes.FailedPrecondition,
+			fields: []string{"clock.pitTickPolicy"},
+		},
+		{
+			name: "clock: PIT tick policy under KVM",
+			spec: func(s *domainv1.DomainSpec) { s.Clock = &domainv1.Clock{PitTickPolicy: "discard"} },
+			env:  func(e *HostEnv) { e.Accel = AccelKVM },
+			want: [][]string{{"-global", "kvm-pit.lost_tick_policy=discard"}},
+			not:  []string{"-rtc"},
+		},
+		{
+			name: "inputs on usb (one controller with a usb disk) and virtio",
+			spec: func(s *domainv1.DomainSpec) {
+				s.Inputs = []*domainv1.Input{{Name: "t", Type: "tablet", Bus: "usb"}, {Name: "k", Type: "keyboard", Bus: "usb"},
+					{Name: "vt", Type: "tablet", Bus: "virtio"}, {Name: "vk", Type: "keyboard", Bus: "virtio"}}
+				s.Disks = []*domainv1.Disk{{Name: "u", Path: "/u.img", Bus: domainv1.DiskBus_DISK_BUS_USB}}
+			},
+			want: [][]string{
+				{"-device", "usb-tablet,id=input0,bus=usb0.0"}, {"-device", "usb-kbd,id=input1,bus=usb0.0"},
+				{"-device", "virtio-tablet-pci,id=input2"}, {"-device", "virtio-keyboard-pci,id=input3"},
+			},
+		},
+		{
+			name: "watchdog and balloon",
+			spec: func(s *domainv1.DomainSpec) {
+				s.Watchdog = &domainv1.Watchdog{Name: "wd", Model: "i6300esb", Action: "poweroff"}
+				s.Balloon = &domainv1.Balloon{}
+			},
+			want: [][]string{{"-device", "i6300esb,id=watchdog0", "-action", "watchdog=poweroff"}, {"-device", "virtio-balloon-pci,id=balloon0"}},
+		},
+		{
+			name: "platform values the driver does not know",
+			spec: func(s *domainv1.DomainSpec) {
+				s.Inputs = []*domainv1.Input{{Name: "m", Type: "mouse", Bus: "ps2"}}
+				s.Watchdog = &domainv1.Watchdog{Model: "diag288", Action: "pause"}
+				s.Clock = &domainv1.Clock{RtcTrack: "moon", RtcTickPolicy: "merge"}
+			},
+			code:   codes.InvalidArgument,
+			fields: []string{"inputs[0]", "watchdog.model", "watchdog.action", "clock.rtcTrack", "clock.rtcTickPolicy"},
 		},
 		{
 			name: "efi",

@@ -43,6 +43,16 @@ type DomainSpec struct {
 	// The hypervisor driver must offer the "chassis" device (its capabilities).
 	// +optional
 	Chassis *Chassis `json:"chassis,omitempty"`
+	// Features turns platform features on or off: ACPI, APIC, SMM, Hyper-V enlightenments, KVM
+	// visibility, paravirtual spinlocks. Those that only exist under hardware virtualisation
+	// (Hyper-V, kvm.hidden, pvspinlock, apic.endOfInterrupt) schedule the VMI onto nodes whose
+	// hypervisor driver runs with KVM. The hypervisor driver must offer "features".
+	// +optional
+	Features *Features `json:"features,omitempty"`
+	// Clock sets the guest's real-time clock (UTC, an offset from it, or a time zone) and its
+	// timers. The hypervisor driver must offer "clock".
+	// +optional
+	Clock *Clock `json:"clock,omitempty"`
 	// Devices lists the disks, network interfaces and other devices of the VMI.
 	Devices Devices `json:"devices"`
 }
@@ -214,6 +224,306 @@ type Devices struct {
 	// "rng" device (its capabilities); a VMI that asks for it elsewhere is refused.
 	// +optional
 	Rng *Rng `json:"rng,omitempty"`
+	// AutoattachMemBalloon attaches a virtio memory balloon, through which the guest reports
+	// its memory use. Defaults to true. The hypervisor driver must offer "balloon" for it.
+	// +optional
+	AutoattachMemBalloon *bool `json:"autoattachMemBalloon,omitempty"`
+	// AutoattachInputDevice adds a USB tablet (named default-0) when inputs lists none, so that a
+	// graphical console's pointer follows the host's. Defaults to false.
+	// +optional
+	AutoattachInputDevice *bool `json:"autoattachInputDevice,omitempty"`
+	// Inputs are the VMI's input devices: tablets and keyboards on the usb or virtio bus. The
+	// hypervisor driver must offer "input".
+	// +listType=map
+	// +listMapKey=name
+	// +kubebuilder:validation:MaxItems=16
+	// +optional
+	Inputs []Input `json:"inputs,omitempty"`
+	// Watchdog is a hardware watchdog the guest must keep feeding; when it stops, the action is
+	// taken. The hypervisor driver must offer "watchdog".
+	// +optional
+	Watchdog *Watchdog `json:"watchdog,omitempty"`
+}
+
+// InputType is the kind of an input device.
+// +kubebuilder:validation:Enum=tablet;keyboard
+type InputType string
+
+// Input device types.
+const (
+	InputTypeTablet   InputType = "tablet"
+	InputTypeKeyboard InputType = "keyboard"
+)
+
+// InputBus is the bus an input device is on.
+// +kubebuilder:validation:Enum=usb;virtio
+type InputBus string
+
+// Input device buses.
+const (
+	InputBusUSB    InputBus = "usb"
+	InputBusVirtio InputBus = "virtio"
+)
+
+// Input is an input device.
+type Input struct {
+	// Name is the device name, unique among the inputs.
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=63
+	Name string `json:"name"`
+	// Type is tablet or keyboard.
+	Type InputType `json:"type"`
+	// Bus is usb (the default) or virtio.
+	// +optional
+	Bus InputBus `json:"bus,omitempty"`
+}
+
+// WatchdogAction is what happens when a watchdog expires.
+// +kubebuilder:validation:Enum=poweroff;reset;shutdown
+type WatchdogAction string
+
+// Watchdog actions.
+const (
+	// WatchdogActionPoweroff stops the VM at once, as pulling its power would.
+	WatchdogActionPoweroff WatchdogAction = "poweroff"
+	// WatchdogActionReset resets the VM.
+	WatchdogActionReset WatchdogAction = "reset"
+	// WatchdogActionShutdown presses the ACPI power button: the guest shuts down if it can.
+	WatchdogActionShutdown WatchdogAction = "shutdown"
+)
+
+// Watchdog is a hardware watchdog device.
+type Watchdog struct {
+	// Name is the device name.
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=63
+	Name string `json:"name"`
+	// I6300ESB is Intel's 6300ESB watchdog, the only model (and the default when none is set).
+	// +optional
+	I6300ESB *I6300ESBWatchdog `json:"i6300esb,omitempty"`
+}
+
+// I6300ESBWatchdog is the i6300esb watchdog.
+type I6300ESBWatchdog struct {
+	// Action is poweroff, reset (the default) or shutdown.
+	// +optional
+	Action WatchdogAction `json:"action,omitempty"`
+}
+
+// FeatureState turns a feature on or off.
+type FeatureState struct {
+	// Enabled turns the feature on (the default) or off.
+	// +optional
+	Enabled *bool `json:"enabled,omitempty"`
+}
+
+// Features are the platform features of a VMI; an unset one is the machine type's default.
+type Features struct {
+	// ACPI gives the guest ACPI tables (power button, CPU and device enumeration). Defaults to
+	// enabled; disabled, the guest cannot be shut down gracefully.
+	// +optional
+	ACPI FeatureState `json:"acpi,omitempty"`
+	// APIC is the local APIC, always present on x86_64 (it cannot be disabled);
+	// endOfInterrupt turns on paravirtual end of interrupt (KVM only).
+	// +optional
+	APIC *FeatureAPIC `json:"apic,omitempty"`
+	// SMM turns System Management Mode on or off (UEFI Secure Boot needs it on).
+	// +optional
+	SMM *FeatureState `json:"smm,omitempty"`
+	// Hyperv turns on Hyper-V enlightenments, for Windows guests (KVM only).
+	// +optional
+	Hyperv *FeatureHyperv `json:"hyperv,omitempty"`
+	// KVM says how KVM shows itself to the guest (KVM only).
+	// +optional
+	KVM *FeatureKVM `json:"kvm,omitempty"`
+	// Pvspinlock tells the guest that the host supports paravirtual spinlocks (KVM only).
+	// +optional
+	Pvspinlock *FeatureState `json:"pvspinlock,omitempty"`
+}
+
+// FeatureAPIC is the local APIC.
+type FeatureAPIC struct {
+	// Enabled must be true (or unset): an x86_64 guest always has a local APIC.
+	// +optional
+	Enabled *bool `json:"enabled,omitempty"`
+	// EndOfInterrupt turns on paravirtual end of interrupt notification (KVM only).
+	// +optional
+	EndOfInterrupt bool `json:"endOfInterrupt,omitempty"`
+}
+
+// FeatureKVM is how KVM shows itself.
+type FeatureKVM struct {
+	// Hidden hides KVM's signature from the guest's CPUID.
+	// +optional
+	Hidden bool `json:"hidden,omitempty"`
+}
+
+// FeatureSpinlocks is the Hyper-V spinlock enlightenment.
+type FeatureSpinlocks struct {
+	// Enabled turns it on (the default) or off.
+	// +optional
+	Enabled *bool `json:"enabled,omitempty"`
+	// Retries is the number of spinlock retries before the guest notifies the hypervisor.
+	// Defaults to 4096.
+	// +kubebuilder:validation:Minimum=4096
+	// +optional
+	Retries *uint32 `json:"spinlocks,omitempty"`
+}
+
+// FeatureVendorID is the Hyper-V vendor ID the guest reads.
+type FeatureVendorID struct {
+	// Enabled turns it on (the default) or off.
+	// +optional
+	Enabled *bool `json:"enabled,omitempty"`
+	// VendorID is up to 12 characters.
+	// +kubebuilder:validation:MaxLength=12
+	// +optional
+	VendorID string `json:"vendorid,omitempty"`
+}
+
+// SyNICTimer is the Hyper-V synthetic timer enlightenment.
+type SyNICTimer struct {
+	// Enabled turns it on (the default) or off.
+	// +optional
+	Enabled *bool `json:"enabled,omitempty"`
+	// Direct turns on direct mode (timer interrupts without the SynIC message path).
+	// +optional
+	Direct *FeatureState `json:"direct,omitempty"`
+}
+
+// FeatureHyperv are the Hyper-V enlightenments; each listed one is on unless it says
+// enabled: false.
+type FeatureHyperv struct {
+	// +optional
+	Relaxed *FeatureState `json:"relaxed,omitempty"`
+	// +optional
+	VAPIC *FeatureState `json:"vapic,omitempty"`
+	// +optional
+	Spinlocks *FeatureSpinlocks `json:"spinlocks,omitempty"`
+	// +optional
+	VPIndex *FeatureState `json:"vpindex,omitempty"`
+	// +optional
+	Runtime *FeatureState `json:"runtime,omitempty"`
+	// SyNIC needs vpindex.
+	// +optional
+	SyNIC *FeatureState `json:"synic,omitempty"`
+	// SyNICTimer needs synic and vpindex.
+	// +optional
+	SyNICTimer *SyNICTimer `json:"synictimer,omitempty"`
+	// +optional
+	Reset *FeatureState `json:"reset,omitempty"`
+	// +optional
+	VendorID *FeatureVendorID `json:"vendorid,omitempty"`
+	// +optional
+	Frequencies *FeatureState `json:"frequencies,omitempty"`
+	// +optional
+	Reenlightenment *FeatureState `json:"reenlightenment,omitempty"`
+	// TLBFlush needs vpindex.
+	// +optional
+	TLBFlush *FeatureState `json:"tlbflush,omitempty"`
+	// IPI needs vpindex.
+	// +optional
+	IPI *FeatureState `json:"ipi,omitempty"`
+	// EVMCS needs vapic.
+	// +optional
+	EVMCS *FeatureState `json:"evmcs,omitempty"`
+}
+
+// Clock is the guest's real-time clock and timers. At most one of utc and timezone is set;
+// neither is UTC.
+type Clock struct {
+	ClockOffset `json:",inline"`
+	// Timer turns timers on or off and sets their tick policies.
+	// +optional
+	Timer *Timer `json:"timer,omitempty"`
+}
+
+// ClockOffset is where the guest's real-time clock starts at each boot.
+type ClockOffset struct {
+	// UTC starts the clock at UTC plus offsetSeconds.
+	// +optional
+	UTC *ClockOffsetUTC `json:"utc,omitempty"`
+	// Timezone starts the clock at the local time of a zone of the tz database
+	// ("America/New_York"), as a guest that keeps local time in its clock expects.
+	// +optional
+	Timezone *ClockOffsetTimezone `json:"timezone,omitempty"`
+}
+
+// ClockOffsetUTC is UTC with an offset.
+type ClockOffsetUTC struct {
+	// OffsetSeconds is added to UTC.
+	// +optional
+	OffsetSeconds *int `json:"offsetSeconds,omitempty"`
+}
+
+// ClockOffsetTimezone is a tz database zone name.
+type ClockOffsetTimezone string
+
+// Timer lists the timers of the guest.
+type Timer struct {
+	// HPET is the high precision event timer.
+	// +optional
+	HPET *HPETTimer `json:"hpet,omitempty"`
+	// KVM is the paravirtual KVM clock (KVM only).
+	// +optional
+	KVM *KVMTimer `json:"kvm,omitempty"`
+	// PIT is the i8254 programmable interval timer.
+	// +optional
+	PIT *PITTimer `json:"pit,omitempty"`
+	// RTC is the real-time clock.
+	// +optional
+	RTC *RTCTimer `json:"rtc,omitempty"`
+	// Hyperv is the Hyper-V reference time counter (KVM only).
+	// +optional
+	Hyperv *HypervTimer `json:"hyperv,omitempty"`
+}
+
+// HPETTimer is the HPET. Its tick policy is the hypervisor's own (QEMU has none to set).
+type HPETTimer struct {
+	// Enabled says whether the timer is present. Defaults to true.
+	// +optional
+	Enabled *bool `json:"present,omitempty"`
+}
+
+// PITTimer is the i8254 PIT.
+type PITTimer struct {
+	// TickPolicy is delay (ticks injected late, guest time delayed) or discard; it needs the
+	// in-kernel PIT (KVM only). QEMU has no catchup for it.
+	// +kubebuilder:validation:Enum=delay;discard
+	// +optional
+	TickPolicy string `json:"tickPolicy,omitempty"`
+	// Enabled says whether the timer is present. Defaults to true.
+	// +optional
+	Enabled *bool `json:"present,omitempty"`
+}
+
+// RTCTimer is the real-time clock.
+type RTCTimer struct {
+	// TickPolicy is delay or catchup (missed ticks injected faster until the guest caught up).
+	// +kubebuilder:validation:Enum=delay;catchup
+	// +optional
+	TickPolicy string `json:"tickPolicy,omitempty"`
+	// Enabled must be true (or unset): the clock cannot be removed.
+	// +optional
+	Enabled *bool `json:"present,omitempty"`
+	// Track is guest (the clock runs while the guest runs) or wall (it follows the host's clock).
+	// +kubebuilder:validation:Enum=guest;wall
+	// +optional
+	Track string `json:"track,omitempty"`
+}
+
+// KVMTimer is the KVM paravirtual clock.
+type KVMTimer struct {
+	// Enabled says whether the timer is present. Defaults to true.
+	// +optional
+	Enabled *bool `json:"present,omitempty"`
+}
+
+// HypervTimer is the Hyper-V reference time counter.
+type HypervTimer struct {
+	// Enabled says whether the timer is present. Defaults to true.
+	// +optional
+	Enabled *bool `json:"present,omitempty"`
 }
 
 // Rng is a virtio entropy device. It has no settings (as KubeVirt's): its source is the host's

@@ -95,3 +95,43 @@ func wholeCPUs(q resource.Quantity) int64 {
 	}
 	return q.Value()
 }
+
+// HardwareVirtualisationFields are the fields of d, as paths relative to spec.domain, that only
+// mean something under hardware virtualisation (KVM): Hyper-V enlightenments and timer, a hidden
+// KVM, paravirtual spinlocks and end of interrupt, the KVM clock, each asked for (turning off what
+// emulation lacks anyway is not), a PIT tick policy,
+// the host-passthrough CPU model. A VMI with any is placed only on nodes whose hypervisor driver
+// fingerprints accel=kvm; empty when it has none.
+func (d *DomainSpec) HardwareVirtualisationFields() []string {
+	var out []string
+	if d.CPU != nil && d.CPU.Model == "host-passthrough" {
+		out = append(out, "cpu.model")
+	}
+	if f := d.Features; f != nil {
+		if f.APIC != nil && f.APIC.EndOfInterrupt {
+			out = append(out, "features.apic.endOfInterrupt")
+		}
+		if f.Hyperv != nil {
+			out = append(out, "features.hyperv")
+		}
+		if f.KVM != nil && f.KVM.Hidden {
+			out = append(out, "features.kvm.hidden")
+		}
+		if f.Pvspinlock != nil && (f.Pvspinlock.Enabled == nil || *f.Pvspinlock.Enabled) {
+			out = append(out, "features.pvspinlock")
+		}
+	}
+	if c := d.Clock; c != nil && c.Timer != nil {
+		t := c.Timer
+		if t.KVM != nil && (t.KVM.Enabled == nil || *t.KVM.Enabled) {
+			out = append(out, "clock.timer.kvm")
+		}
+		if t.Hyperv != nil && (t.Hyperv.Enabled == nil || *t.Hyperv.Enabled) {
+			out = append(out, "clock.timer.hyperv")
+		}
+		if t.PIT != nil && t.PIT.TickPolicy != "" {
+			out = append(out, "clock.timer.pit.tickPolicy")
+		}
+	}
+	return out
+}

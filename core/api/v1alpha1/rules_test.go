@@ -3,6 +3,7 @@ package v1alpha1
 import (
 	"fmt"
 	"math"
+	"slices"
 	"testing"
 	"time"
 
@@ -102,4 +103,38 @@ func ptrStr(b *bool) string {
 		return "unset"
 	}
 	return fmt.Sprint(*b)
+}
+
+func TestHardwareVirtualisationFields(t *testing.T) {
+	yes, no := true, false
+	for _, tc := range []struct {
+		name string
+		d    DomainSpec
+		want []string
+	}{
+		{name: "nothing", d: DomainSpec{}},
+		{
+			name: "what emulation has, or lacks anyway",
+			d: DomainSpec{
+				CPU:      &CPU{Model: "host-model"},
+				Features: &Features{ACPI: FeatureState{Enabled: &no}, SMM: &FeatureState{}, APIC: &FeatureAPIC{}, KVM: &FeatureKVM{}, Pvspinlock: &FeatureState{Enabled: &no}},
+				Clock:    &Clock{Timer: &Timer{HPET: &HPETTimer{Enabled: &no}, RTC: &RTCTimer{TickPolicy: "catchup"}, KVM: &KVMTimer{Enabled: &no}, Hyperv: &HypervTimer{Enabled: &no}}},
+			},
+		},
+		{
+			name: "every field that needs KVM",
+			d: DomainSpec{
+				CPU: &CPU{Model: "host-passthrough"},
+				Features: &Features{APIC: &FeatureAPIC{EndOfInterrupt: true}, Hyperv: &FeatureHyperv{}, KVM: &FeatureKVM{Hidden: true},
+					Pvspinlock: &FeatureState{Enabled: &yes}},
+				Clock: &Clock{Timer: &Timer{KVM: &KVMTimer{}, Hyperv: &HypervTimer{Enabled: &yes}, PIT: &PITTimer{TickPolicy: "delay"}}},
+			},
+			want: []string{"cpu.model", "features.apic.endOfInterrupt", "features.hyperv", "features.kvm.hidden", "features.pvspinlock",
+				"clock.timer.kvm", "clock.timer.hyperv", "clock.timer.pit.tickPolicy"},
+		},
+	} {
+		if got := tc.d.HardwareVirtualisationFields(); !slices.Equal(got, tc.want) {
+			t.Errorf("%s: HardwareVirtualisationFields = %q, want %q", tc.name, got, tc.want)
+		}
+	}
 }

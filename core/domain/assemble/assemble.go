@@ -115,7 +115,13 @@ const (
 //   - interfaces: model (virtio), the network driver's MAC, tap and MTU, bootOrder;
 //   - the serial console and the VNC server on sockets in the run directory, unless
 //     autoattachSerialConsole / autoattachGraphicsDevice is false;
-//   - devices.rng: a virtio entropy device (rng); chassis: the SMBIOS chassis (type 3).
+//   - devices.rng: a virtio entropy device (rng); chassis: the SMBIOS chassis (type 3);
+//   - features (acpi, smm, apic.endOfInterrupt, kvm.hidden, pvspinlock, the Hyper-V
+//     enlightenments by their Hyper-V names, with what each needs checked) and clock (utc offset
+//     or timezone, timers); see platform.go;
+//   - inputs (bus usb unless set), and a usb tablet "default-0" when autoattachInputDevice is
+//     true and inputs lists none; watchdog (i6300esb, action reset unless set); a memory balloon
+//     unless autoattachMemBalloon is false.
 //
 // What the VMI asks for that the domain spec cannot say is an error with the word "not
 // supported". Every error is in the returned Error.
@@ -194,6 +200,11 @@ func (b *builder) build() *domainv1.DomainSpec {
 	if c := d.Chassis; c != nil {
 		spec.Chassis = &domainv1.Chassis{Manufacturer: c.Manufacturer, Version: c.Version, Serial: c.Serial, Asset: c.Asset, Sku: c.Sku}
 	}
+	spec.Features = b.features()
+	spec.Clock = b.clock()
+	spec.Inputs = b.inputs()
+	spec.Watchdog = b.watchdog()
+	spec.Balloon = b.balloon()
 	return spec
 }
 

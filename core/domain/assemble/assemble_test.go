@@ -87,6 +87,7 @@ func wantSpec() *domainv1.DomainSpec {
 		Sandbox: &domainv1.Sandbox{NetnsPath: "/run/netns/kv-6a1f0c1e"},
 		RunDir:  runDir,
 		Labels:  map[string]string{"app": "demo"},
+		Balloon: &domainv1.Balloon{},
 	}
 }
 
@@ -265,6 +266,116 @@ func TestDomain(t *testing.T) {
 			},
 		},
 		{
+			name: "features",
+			vmi: func(v *v1alpha1.VirtualMachineInstance) {
+				v.Spec.Domain.Features = &v1alpha1.Features{
+					ACPI:       v1alpha1.FeatureState{Enabled: ptr(false)},
+					APIC:       &v1alpha1.FeatureAPIC{EndOfInterrupt: true},
+					SMM:        &v1alpha1.FeatureState{},
+					KVM:        &v1alpha1.FeatureKVM{Hidden: true},
+					Pvspinlock: &v1alpha1.FeatureState{Enabled: ptr(false)},
+					Hyperv: &v1alpha1.FeatureHyperv{
+						Relaxed:    &v1alpha1.FeatureState{},
+						VAPIC:      &v1alpha1.FeatureState{Enabled: ptr(true)},
+						VPIndex:    &v1alpha1.FeatureState{},
+						SyNIC:      &v1alpha1.FeatureState{},
+						Reset:      &v1alpha1.FeatureState{Enabled: ptr(false)},
+						Spinlocks:  &v1alpha1.FeatureSpinlocks{Retries: ptr(uint32(8191))},
+						VendorID:   &v1alpha1.FeatureVendorID{VendorID: "KubevisorHv"},
+						SyNICTimer: &v1alpha1.SyNICTimer{Direct: &v1alpha1.FeatureState{}},
+					},
+				}
+				v.Spec.Domain.Clock = &v1alpha1.Clock{Timer: &v1alpha1.Timer{Hyperv: &v1alpha1.HypervTimer{}}}
+			},
+			want: func(s *domainv1.DomainSpec) {
+				s.Features = &domainv1.Features{
+					Acpi: domainv1.Toggle_TOGGLE_OFF, Smm: domainv1.Toggle_TOGGLE_ON, ApicEoi: true, KvmHidden: true,
+					Pvspinlock:            domainv1.Toggle_TOGGLE_OFF,
+					Hyperv:                []string{"relaxed", "vapic", "spinlocks", "vpindex", "synic", "stimer", "stimer-direct", "vendor-id"},
+					HypervSpinlockRetries: 8191, HypervVendorId: "KubevisorHv",
+				}
+				s.Clock = &domainv1.Clock{Hyperv: domainv1.Toggle_TOGGLE_ON}
+			},
+		},
+		{
+			name: "features: acpi {} is the default",
+			vmi: func(v *v1alpha1.VirtualMachineInstance) {
+				v.Spec.Domain.Features = &v1alpha1.Features{}
+			},
+			want: func(s *domainv1.DomainSpec) { s.Features = &domainv1.Features{} },
+		},
+		{
+			name: "clock: timezone and timers",
+			vmi: func(v *v1alpha1.VirtualMachineInstance) {
+				tz := v1alpha1.ClockOffsetTimezone("Asia/Kolkata")
+				v.Spec.Domain.Clock = &v1alpha1.Clock{
+					ClockOffset: v1alpha1.ClockOffset{Timezone: &tz},
+					Timer: &v1alpha1.Timer{
+						HPET: &v1alpha1.HPETTimer{Enabled: ptr(false)},
+						PIT:  &v1alpha1.PITTimer{TickPolicy: "delay"},
+						RTC:  &v1alpha1.RTCTimer{TickPolicy: "catchup", Track: "guest"},
+						KVM:  &v1alpha1.KVMTimer{Enabled: ptr(false)},
+					},
+				}
+			},
+			want: func(s *domainv1.DomainSpec) {
+				s.Clock = &domainv1.Clock{
+					Timezone: "Asia/Kolkata", Hpet: domainv1.Toggle_TOGGLE_OFF, Pit: domainv1.Toggle_TOGGLE_ON, PitTickPolicy: "delay",
+					RtcTickPolicy: "catchup", RtcTrack: "guest", Kvm: domainv1.Toggle_TOGGLE_OFF,
+				}
+			},
+		},
+		{
+			name: "clock: utc offset",
+			vmi: func(v *v1alpha1.VirtualMachineInstance) {
+				v.Spec.Domain.Clock = &v1alpha1.Clock{ClockOffset: v1alpha1.ClockOffset{UTC: &v1alpha1.ClockOffsetUTC{OffsetSeconds: ptr(-3600)}}}
+			},
+			want: func(s *domainv1.DomainSpec) { s.Clock = &domainv1.Clock{UtcOffsetSeconds: -3600} },
+		},
+		{
+			name: "inputs, bus usb by default",
+			vmi: func(v *v1alpha1.VirtualMachineInstance) {
+				v.Spec.Domain.Devices.Inputs = []v1alpha1.Input{
+					{Name: "tablet", Type: v1alpha1.InputTypeTablet},
+					{Name: "kbd", Type: v1alpha1.InputTypeKeyboard, Bus: v1alpha1.InputBusVirtio},
+				}
+				v.Spec.Domain.Devices.AutoattachInputDevice = ptr(true)
+			},
+			want: func(s *domainv1.DomainSpec) {
+				s.Inputs = []*domainv1.Input{{Name: "tablet", Type: "tablet", Bus: "usb"}, {Name: "kbd", Type: "keyboard", Bus: "virtio"}}
+			},
+		},
+		{
+			name: "autoattachInputDevice adds a usb tablet",
+			vmi:  func(v *v1alpha1.VirtualMachineInstance) { v.Spec.Domain.Devices.AutoattachInputDevice = ptr(true) },
+			want: func(s *domainv1.DomainSpec) {
+				s.Inputs = []*domainv1.Input{{Name: "default-0", Type: "tablet", Bus: "usb"}}
+			},
+		},
+		{
+			name: "watchdog, reset by default",
+			vmi: func(v *v1alpha1.VirtualMachineInstance) {
+				v.Spec.Domain.Devices.Watchdog = &v1alpha1.Watchdog{Name: "wd"}
+			},
+			want: func(s *domainv1.DomainSpec) {
+				s.Watchdog = &domainv1.Watchdog{Name: "wd", Model: "i6300esb", Action: "reset"}
+			},
+		},
+		{
+			name: "watchdog action",
+			vmi: func(v *v1alpha1.VirtualMachineInstance) {
+				v.Spec.Domain.Devices.Watchdog = &v1alpha1.Watchdog{Name: "wd", I6300ESB: &v1alpha1.I6300ESBWatchdog{Action: v1alpha1.WatchdogActionPoweroff}}
+			},
+			want: func(s *domainv1.DomainSpec) {
+				s.Watchdog = &domainv1.Watchdog{Name: "wd", Model: "i6300esb", Action: "poweroff"}
+			},
+		},
+		{
+			name: "no memory balloon",
+			vmi:  func(v *v1alpha1.VirtualMachineInstance) { v.Spec.Domain.Devices.AutoattachMemBalloon = ptr(false) },
+			want: func(s *domainv1.DomainSpec) { s.Balloon = nil },
+		},
+		{
 			name: "host devices, acceleration, launcher",
 			inputs: func(in *assemble.Inputs) {
 				in.HostDevices = []*domainv1.HostDevice{{Name: "gpu", PciAddress: "0000:01:00.0"}}
@@ -314,6 +425,55 @@ func TestDomainRejects(t *testing.T) {
 		// want are the "field: detail" parts the error must hold.
 		want []string
 	}{
+		{
+			name: "apic disabled",
+			vmi: func(v *v1alpha1.VirtualMachineInstance) {
+				v.Spec.Domain.Features = &v1alpha1.Features{APIC: &v1alpha1.FeatureAPIC{Enabled: ptr(false)}}
+			},
+			want: []string{`spec.domain.features.apic.enabled: an x86_64 guest always has a local APIC`},
+		},
+		{
+			name: "hyperv enlightenments without what they need",
+			vmi: func(v *v1alpha1.VirtualMachineInstance) {
+				v.Spec.Domain.Features = &v1alpha1.Features{Hyperv: &v1alpha1.FeatureHyperv{
+					SyNIC: &v1alpha1.FeatureState{}, SyNICTimer: &v1alpha1.SyNICTimer{}, EVMCS: &v1alpha1.FeatureState{},
+					Spinlocks: &v1alpha1.FeatureSpinlocks{Retries: ptr(uint32(100))},
+				}}
+			},
+			want: []string{
+				`spec.domain.features.hyperv.synic: needs vpindex`,
+				`spec.domain.features.hyperv.synictimer: needs the hyperv timer (clock.timer.hyperv)`,
+				`spec.domain.features.hyperv.evmcs: needs vapic`,
+				`spec.domain.features.hyperv.spinlocks.spinlocks: 100 retries is fewer than the minimum of 4096`,
+			},
+		},
+		{
+			name: "clock: utc and timezone, rtc removed",
+			vmi: func(v *v1alpha1.VirtualMachineInstance) {
+				tz := v1alpha1.ClockOffsetTimezone("")
+				v.Spec.Domain.Clock = &v1alpha1.Clock{
+					ClockOffset: v1alpha1.ClockOffset{UTC: &v1alpha1.ClockOffsetUTC{}, Timezone: &tz},
+					Timer:       &v1alpha1.Timer{RTC: &v1alpha1.RTCTimer{Enabled: ptr(false)}},
+				}
+			},
+			want: []string{
+				`spec.domain.clock: utc and timezone are mutually exclusive`,
+				`spec.domain.clock.timezone: a time zone name is required`,
+				`spec.domain.clock.timer.rtc.present: the real-time clock cannot be removed`,
+			},
+		},
+		{
+			name: "input and watchdog values",
+			vmi: func(v *v1alpha1.VirtualMachineInstance) {
+				v.Spec.Domain.Devices.Inputs = []v1alpha1.Input{{Name: "m", Type: "mouse", Bus: "ps2"}}
+				v.Spec.Domain.Devices.Watchdog = &v1alpha1.Watchdog{Name: "w", I6300ESB: &v1alpha1.I6300ESBWatchdog{Action: "pause"}}
+			},
+			want: []string{
+				`spec.domain.devices.inputs[0].type: "mouse" is not supported (tablet or keyboard)`,
+				`spec.domain.devices.inputs[0].bus: "ps2" is not supported (usb or virtio)`,
+				`spec.domain.devices.watchdog.i6300esb.action: "pause" is not supported (poweroff, reset or shutdown)`,
+			},
+		},
 		{
 			name: "volume not prepared",
 			inputs: func(in *assemble.Inputs) {

@@ -26,6 +26,56 @@ const (
 	_ = protoimpl.EnforceVersion(protoimpl.MaxVersion - 20)
 )
 
+// Toggle is a feature's state: the machine type's default, on or off.
+type Toggle int32
+
+const (
+	Toggle_TOGGLE_DEFAULT Toggle = 0
+	Toggle_TOGGLE_ON      Toggle = 1
+	Toggle_TOGGLE_OFF     Toggle = 2
+)
+
+// Enum value maps for Toggle.
+var (
+	Toggle_name = map[int32]string{
+		0: "TOGGLE_DEFAULT",
+		1: "TOGGLE_ON",
+		2: "TOGGLE_OFF",
+	}
+	Toggle_value = map[string]int32{
+		"TOGGLE_DEFAULT": 0,
+		"TOGGLE_ON":      1,
+		"TOGGLE_OFF":     2,
+	}
+)
+
+func (x Toggle) Enum() *Toggle {
+	p := new(Toggle)
+	*p = x
+	return p
+}
+
+func (x Toggle) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (Toggle) Descriptor() protoreflect.EnumDescriptor {
+	return file_core_domain_v1_domain_proto_enumTypes[0].Descriptor()
+}
+
+func (Toggle) Type() protoreflect.EnumType {
+	return &file_core_domain_v1_domain_proto_enumTypes[0]
+}
+
+func (x Toggle) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use Toggle.Descriptor instead.
+func (Toggle) EnumDescriptor() ([]byte, []int) {
+	return file_core_domain_v1_domain_proto_rawDescGZIP(), []int{0}
+}
+
 // Acceleration says whether the VM may be emulated when hardware virtualisation is not usable.
 type Acceleration int32
 
@@ -63,11 +113,11 @@ func (x Acceleration) String() string {
 }
 
 func (Acceleration) Descriptor() protoreflect.EnumDescriptor {
-	return file_core_domain_v1_domain_proto_enumTypes[0].Descriptor()
+	return file_core_domain_v1_domain_proto_enumTypes[1].Descriptor()
 }
 
 func (Acceleration) Type() protoreflect.EnumType {
-	return &file_core_domain_v1_domain_proto_enumTypes[0]
+	return &file_core_domain_v1_domain_proto_enumTypes[1]
 }
 
 func (x Acceleration) Number() protoreflect.EnumNumber {
@@ -76,7 +126,7 @@ func (x Acceleration) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use Acceleration.Descriptor instead.
 func (Acceleration) EnumDescriptor() ([]byte, []int) {
-	return file_core_domain_v1_domain_proto_rawDescGZIP(), []int{0}
+	return file_core_domain_v1_domain_proto_rawDescGZIP(), []int{1}
 }
 
 // DiskBus is how a disk is attached.
@@ -119,11 +169,11 @@ func (x DiskBus) String() string {
 }
 
 func (DiskBus) Descriptor() protoreflect.EnumDescriptor {
-	return file_core_domain_v1_domain_proto_enumTypes[1].Descriptor()
+	return file_core_domain_v1_domain_proto_enumTypes[2].Descriptor()
 }
 
 func (DiskBus) Type() protoreflect.EnumType {
-	return &file_core_domain_v1_domain_proto_enumTypes[1]
+	return &file_core_domain_v1_domain_proto_enumTypes[2]
 }
 
 func (x DiskBus) Number() protoreflect.EnumNumber {
@@ -132,7 +182,7 @@ func (x DiskBus) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use DiskBus.Descriptor instead.
 func (DiskBus) EnumDescriptor() ([]byte, []int) {
-	return file_core_domain_v1_domain_proto_rawDescGZIP(), []int{1}
+	return file_core_domain_v1_domain_proto_rawDescGZIP(), []int{2}
 }
 
 // DiskFormat is the on-disk image format.
@@ -169,11 +219,11 @@ func (x DiskFormat) String() string {
 }
 
 func (DiskFormat) Descriptor() protoreflect.EnumDescriptor {
-	return file_core_domain_v1_domain_proto_enumTypes[2].Descriptor()
+	return file_core_domain_v1_domain_proto_enumTypes[3].Descriptor()
 }
 
 func (DiskFormat) Type() protoreflect.EnumType {
-	return &file_core_domain_v1_domain_proto_enumTypes[2]
+	return &file_core_domain_v1_domain_proto_enumTypes[3]
 }
 
 func (x DiskFormat) Number() protoreflect.EnumNumber {
@@ -182,7 +232,7 @@ func (x DiskFormat) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use DiskFormat.Descriptor instead.
 func (DiskFormat) EnumDescriptor() ([]byte, []int) {
-	return file_core_domain_v1_domain_proto_rawDescGZIP(), []int{2}
+	return file_core_domain_v1_domain_proto_rawDescGZIP(), []int{3}
 }
 
 // DiskDevice is what the guest sees.
@@ -216,11 +266,11 @@ func (x DiskDevice) String() string {
 }
 
 func (DiskDevice) Descriptor() protoreflect.EnumDescriptor {
-	return file_core_domain_v1_domain_proto_enumTypes[3].Descriptor()
+	return file_core_domain_v1_domain_proto_enumTypes[4].Descriptor()
 }
 
 func (DiskDevice) Type() protoreflect.EnumType {
-	return &file_core_domain_v1_domain_proto_enumTypes[3]
+	return &file_core_domain_v1_domain_proto_enumTypes[4]
 }
 
 func (x DiskDevice) Number() protoreflect.EnumNumber {
@@ -229,7 +279,7 @@ func (x DiskDevice) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use DiskDevice.Descriptor instead.
 func (DiskDevice) EnumDescriptor() ([]byte, []int) {
-	return file_core_domain_v1_domain_proto_rawDescGZIP(), []int{3}
+	return file_core_domain_v1_domain_proto_rawDescGZIP(), []int{4}
 }
 
 // DomainSpec is one virtual machine. Fields a driver cannot honour are rejected with
@@ -266,7 +316,18 @@ type DomainSpec struct {
 	Rng *RNG `protobuf:"bytes,17,opt,name=rng,proto3" json:"rng,omitempty"`
 	// chassis, when set, is the SMBIOS chassis information (type 3) the guest reads. A driver must
 	// declare the "chassis" device (Capabilities.devices) to be sent one.
-	Chassis       *Chassis `protobuf:"bytes,18,opt,name=chassis,proto3" json:"chassis,omitempty"`
+	Chassis *Chassis `protobuf:"bytes,18,opt,name=chassis,proto3" json:"chassis,omitempty"`
+	// features, when set, turns platform features on or off. A driver must declare "features".
+	Features *Features `protobuf:"bytes,19,opt,name=features,proto3" json:"features,omitempty"`
+	// clock, when set, is where the guest's real-time clock starts and which timers it has. A
+	// driver must declare "clock".
+	Clock *Clock `protobuf:"bytes,20,opt,name=clock,proto3" json:"clock,omitempty"`
+	// inputs are tablets and keyboards. A driver must declare "input" to be sent any.
+	Inputs []*Input `protobuf:"bytes,21,rep,name=inputs,proto3" json:"inputs,omitempty"`
+	// watchdog, when set, is a hardware watchdog. A driver must declare "watchdog".
+	Watchdog *Watchdog `protobuf:"bytes,22,opt,name=watchdog,proto3" json:"watchdog,omitempty"`
+	// balloon, when set, is a virtio memory balloon. A driver must declare "balloon".
+	Balloon       *Balloon `protobuf:"bytes,23,opt,name=balloon,proto3" json:"balloon,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -427,6 +488,434 @@ func (x *DomainSpec) GetChassis() *Chassis {
 	return nil
 }
 
+func (x *DomainSpec) GetFeatures() *Features {
+	if x != nil {
+		return x.Features
+	}
+	return nil
+}
+
+func (x *DomainSpec) GetClock() *Clock {
+	if x != nil {
+		return x.Clock
+	}
+	return nil
+}
+
+func (x *DomainSpec) GetInputs() []*Input {
+	if x != nil {
+		return x.Inputs
+	}
+	return nil
+}
+
+func (x *DomainSpec) GetWatchdog() *Watchdog {
+	if x != nil {
+		return x.Watchdog
+	}
+	return nil
+}
+
+func (x *DomainSpec) GetBalloon() *Balloon {
+	if x != nil {
+		return x.Balloon
+	}
+	return nil
+}
+
+// Features are platform features. Those marked "hardware virtualisation" mean nothing under
+// emulation: a driver refuses them (FailedPrecondition) when the VM would be emulated.
+type Features struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// acpi: the guest's ACPI tables.
+	Acpi Toggle `protobuf:"varint,1,opt,name=acpi,proto3,enum=kubevisor.domain.v1.Toggle" json:"acpi,omitempty"`
+	// smm: System Management Mode.
+	Smm Toggle `protobuf:"varint,2,opt,name=smm,proto3,enum=kubevisor.domain.v1.Toggle" json:"smm,omitempty"`
+	// apic_eoi: paravirtual end of interrupt (hardware virtualisation).
+	ApicEoi bool `protobuf:"varint,3,opt,name=apic_eoi,json=apicEoi,proto3" json:"apic_eoi,omitempty"`
+	// kvm_hidden hides the hypervisor's signature from CPUID (hardware virtualisation).
+	KvmHidden bool `protobuf:"varint,4,opt,name=kvm_hidden,json=kvmHidden,proto3" json:"kvm_hidden,omitempty"`
+	// pvspinlock: paravirtual spinlocks (hardware virtualisation).
+	Pvspinlock Toggle `protobuf:"varint,5,opt,name=pvspinlock,proto3,enum=kubevisor.domain.v1.Toggle" json:"pvspinlock,omitempty"`
+	// hyperv are the Hyper-V enlightenments turned on (hardware virtualisation), by their
+	// Hyper-V names: relaxed, vapic, spinlocks, vpindex, runtime, synic, stimer, stimer-direct,
+	// reset, vendor-id, frequencies, reenlightenment, tlbflush, ipi, evmcs.
+	Hyperv []string `protobuf:"bytes,6,rep,name=hyperv,proto3" json:"hyperv,omitempty"`
+	// hyperv_spinlock_retries, with "spinlocks", is the retry count (>= 4096).
+	HypervSpinlockRetries uint32 `protobuf:"varint,7,opt,name=hyperv_spinlock_retries,json=hypervSpinlockRetries,proto3" json:"hyperv_spinlock_retries,omitempty"`
+	// hyperv_vendor_id, with "vendor-id", is the vendor ID (up to 12 characters).
+	HypervVendorId string `protobuf:"bytes,8,opt,name=hyperv_vendor_id,json=hypervVendorId,proto3" json:"hyperv_vendor_id,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
+}
+
+func (x *Features) Reset() {
+	*x = Features{}
+	mi := &file_core_domain_v1_domain_proto_msgTypes[1]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Features) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Features) ProtoMessage() {}
+
+func (x *Features) ProtoReflect() protoreflect.Message {
+	mi := &file_core_domain_v1_domain_proto_msgTypes[1]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Features.ProtoReflect.Descriptor instead.
+func (*Features) Descriptor() ([]byte, []int) {
+	return file_core_domain_v1_domain_proto_rawDescGZIP(), []int{1}
+}
+
+func (x *Features) GetAcpi() Toggle {
+	if x != nil {
+		return x.Acpi
+	}
+	return Toggle_TOGGLE_DEFAULT
+}
+
+func (x *Features) GetSmm() Toggle {
+	if x != nil {
+		return x.Smm
+	}
+	return Toggle_TOGGLE_DEFAULT
+}
+
+func (x *Features) GetApicEoi() bool {
+	if x != nil {
+		return x.ApicEoi
+	}
+	return false
+}
+
+func (x *Features) GetKvmHidden() bool {
+	if x != nil {
+		return x.KvmHidden
+	}
+	return false
+}
+
+func (x *Features) GetPvspinlock() Toggle {
+	if x != nil {
+		return x.Pvspinlock
+	}
+	return Toggle_TOGGLE_DEFAULT
+}
+
+func (x *Features) GetHyperv() []string {
+	if x != nil {
+		return x.Hyperv
+	}
+	return nil
+}
+
+func (x *Features) GetHypervSpinlockRetries() uint32 {
+	if x != nil {
+		return x.HypervSpinlockRetries
+	}
+	return 0
+}
+
+func (x *Features) GetHypervVendorId() string {
+	if x != nil {
+		return x.HypervVendorId
+	}
+	return ""
+}
+
+// Clock is the guest's real-time clock and timers.
+type Clock struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// At most one of utc_offset_seconds and timezone is set; neither means UTC. The driver
+	// computes the clock's start when the VM starts (a zone's offset changes over the year).
+	UtcOffsetSeconds int64 `protobuf:"varint,1,opt,name=utc_offset_seconds,json=utcOffsetSeconds,proto3" json:"utc_offset_seconds,omitempty"`
+	// timezone is a tz database zone ("Europe/Paris"): the clock starts at its local time.
+	Timezone string `protobuf:"bytes,2,opt,name=timezone,proto3" json:"timezone,omitempty"`
+	// Timers; a present one that is not mentioned here is the machine type's default.
+	Hpet Toggle `protobuf:"varint,3,opt,name=hpet,proto3,enum=kubevisor.domain.v1.Toggle" json:"hpet,omitempty"`
+	Pit  Toggle `protobuf:"varint,4,opt,name=pit,proto3,enum=kubevisor.domain.v1.Toggle" json:"pit,omitempty"`
+	// pit_tick_policy: "", "delay" or "discard" (hardware virtualisation).
+	PitTickPolicy string `protobuf:"bytes,5,opt,name=pit_tick_policy,json=pitTickPolicy,proto3" json:"pit_tick_policy,omitempty"`
+	// rtc_tick_policy: "", "delay" or "catchup".
+	RtcTickPolicy string `protobuf:"bytes,6,opt,name=rtc_tick_policy,json=rtcTickPolicy,proto3" json:"rtc_tick_policy,omitempty"`
+	// rtc_track: "", "guest" (the clock stops with the guest) or "wall" (it follows the host).
+	RtcTrack string `protobuf:"bytes,7,opt,name=rtc_track,json=rtcTrack,proto3" json:"rtc_track,omitempty"`
+	// kvm: the paravirtual KVM clock (hardware virtualisation).
+	Kvm Toggle `protobuf:"varint,8,opt,name=kvm,proto3,enum=kubevisor.domain.v1.Toggle" json:"kvm,omitempty"`
+	// hyperv: the Hyper-V reference time counter (hardware virtualisation).
+	Hyperv        Toggle `protobuf:"varint,9,opt,name=hyperv,proto3,enum=kubevisor.domain.v1.Toggle" json:"hyperv,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Clock) Reset() {
+	*x = Clock{}
+	mi := &file_core_domain_v1_domain_proto_msgTypes[2]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Clock) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Clock) ProtoMessage() {}
+
+func (x *Clock) ProtoReflect() protoreflect.Message {
+	mi := &file_core_domain_v1_domain_proto_msgTypes[2]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Clock.ProtoReflect.Descriptor instead.
+func (*Clock) Descriptor() ([]byte, []int) {
+	return file_core_domain_v1_domain_proto_rawDescGZIP(), []int{2}
+}
+
+func (x *Clock) GetUtcOffsetSeconds() int64 {
+	if x != nil {
+		return x.UtcOffsetSeconds
+	}
+	return 0
+}
+
+func (x *Clock) GetTimezone() string {
+	if x != nil {
+		return x.Timezone
+	}
+	return ""
+}
+
+func (x *Clock) GetHpet() Toggle {
+	if x != nil {
+		return x.Hpet
+	}
+	return Toggle_TOGGLE_DEFAULT
+}
+
+func (x *Clock) GetPit() Toggle {
+	if x != nil {
+		return x.Pit
+	}
+	return Toggle_TOGGLE_DEFAULT
+}
+
+func (x *Clock) GetPitTickPolicy() string {
+	if x != nil {
+		return x.PitTickPolicy
+	}
+	return ""
+}
+
+func (x *Clock) GetRtcTickPolicy() string {
+	if x != nil {
+		return x.RtcTickPolicy
+	}
+	return ""
+}
+
+func (x *Clock) GetRtcTrack() string {
+	if x != nil {
+		return x.RtcTrack
+	}
+	return ""
+}
+
+func (x *Clock) GetKvm() Toggle {
+	if x != nil {
+		return x.Kvm
+	}
+	return Toggle_TOGGLE_DEFAULT
+}
+
+func (x *Clock) GetHyperv() Toggle {
+	if x != nil {
+		return x.Hyperv
+	}
+	return Toggle_TOGGLE_DEFAULT
+}
+
+// Input is an input device.
+type Input struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Name  string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	// type is "tablet" or "keyboard".
+	Type string `protobuf:"bytes,2,opt,name=type,proto3" json:"type,omitempty"`
+	// bus is "usb" or "virtio".
+	Bus           string `protobuf:"bytes,3,opt,name=bus,proto3" json:"bus,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Input) Reset() {
+	*x = Input{}
+	mi := &file_core_domain_v1_domain_proto_msgTypes[3]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Input) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Input) ProtoMessage() {}
+
+func (x *Input) ProtoReflect() protoreflect.Message {
+	mi := &file_core_domain_v1_domain_proto_msgTypes[3]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Input.ProtoReflect.Descriptor instead.
+func (*Input) Descriptor() ([]byte, []int) {
+	return file_core_domain_v1_domain_proto_rawDescGZIP(), []int{3}
+}
+
+func (x *Input) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *Input) GetType() string {
+	if x != nil {
+		return x.Type
+	}
+	return ""
+}
+
+func (x *Input) GetBus() string {
+	if x != nil {
+		return x.Bus
+	}
+	return ""
+}
+
+// Watchdog is a hardware watchdog.
+type Watchdog struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Name  string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	// model is "i6300esb".
+	Model string `protobuf:"bytes,2,opt,name=model,proto3" json:"model,omitempty"`
+	// action, when it expires: "poweroff", "reset" or "shutdown" (the ACPI power button).
+	Action        string `protobuf:"bytes,3,opt,name=action,proto3" json:"action,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Watchdog) Reset() {
+	*x = Watchdog{}
+	mi := &file_core_domain_v1_domain_proto_msgTypes[4]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Watchdog) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Watchdog) ProtoMessage() {}
+
+func (x *Watchdog) ProtoReflect() protoreflect.Message {
+	mi := &file_core_domain_v1_domain_proto_msgTypes[4]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Watchdog.ProtoReflect.Descriptor instead.
+func (*Watchdog) Descriptor() ([]byte, []int) {
+	return file_core_domain_v1_domain_proto_rawDescGZIP(), []int{4}
+}
+
+func (x *Watchdog) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *Watchdog) GetModel() string {
+	if x != nil {
+		return x.Model
+	}
+	return ""
+}
+
+func (x *Watchdog) GetAction() string {
+	if x != nil {
+		return x.Action
+	}
+	return ""
+}
+
+// Balloon is a virtio memory balloon.
+type Balloon struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Balloon) Reset() {
+	*x = Balloon{}
+	mi := &file_core_domain_v1_domain_proto_msgTypes[5]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Balloon) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Balloon) ProtoMessage() {}
+
+func (x *Balloon) ProtoReflect() protoreflect.Message {
+	mi := &file_core_domain_v1_domain_proto_msgTypes[5]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Balloon.ProtoReflect.Descriptor instead.
+func (*Balloon) Descriptor() ([]byte, []int) {
+	return file_core_domain_v1_domain_proto_rawDescGZIP(), []int{5}
+}
+
 // Chassis is SMBIOS type 3 information; an empty field is the hypervisor's default.
 type Chassis struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
@@ -441,7 +930,7 @@ type Chassis struct {
 
 func (x *Chassis) Reset() {
 	*x = Chassis{}
-	mi := &file_core_domain_v1_domain_proto_msgTypes[1]
+	mi := &file_core_domain_v1_domain_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -453,7 +942,7 @@ func (x *Chassis) String() string {
 func (*Chassis) ProtoMessage() {}
 
 func (x *Chassis) ProtoReflect() protoreflect.Message {
-	mi := &file_core_domain_v1_domain_proto_msgTypes[1]
+	mi := &file_core_domain_v1_domain_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -466,7 +955,7 @@ func (x *Chassis) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Chassis.ProtoReflect.Descriptor instead.
 func (*Chassis) Descriptor() ([]byte, []int) {
-	return file_core_domain_v1_domain_proto_rawDescGZIP(), []int{1}
+	return file_core_domain_v1_domain_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *Chassis) GetManufacturer() string {
@@ -513,7 +1002,7 @@ type RNG struct {
 
 func (x *RNG) Reset() {
 	*x = RNG{}
-	mi := &file_core_domain_v1_domain_proto_msgTypes[2]
+	mi := &file_core_domain_v1_domain_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -525,7 +1014,7 @@ func (x *RNG) String() string {
 func (*RNG) ProtoMessage() {}
 
 func (x *RNG) ProtoReflect() protoreflect.Message {
-	mi := &file_core_domain_v1_domain_proto_msgTypes[2]
+	mi := &file_core_domain_v1_domain_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -538,7 +1027,7 @@ func (x *RNG) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RNG.ProtoReflect.Descriptor instead.
 func (*RNG) Descriptor() ([]byte, []int) {
-	return file_core_domain_v1_domain_proto_rawDescGZIP(), []int{2}
+	return file_core_domain_v1_domain_proto_rawDescGZIP(), []int{7}
 }
 
 // Machine is the emulated chipset.
@@ -552,7 +1041,7 @@ type Machine struct {
 
 func (x *Machine) Reset() {
 	*x = Machine{}
-	mi := &file_core_domain_v1_domain_proto_msgTypes[3]
+	mi := &file_core_domain_v1_domain_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -564,7 +1053,7 @@ func (x *Machine) String() string {
 func (*Machine) ProtoMessage() {}
 
 func (x *Machine) ProtoReflect() protoreflect.Message {
-	mi := &file_core_domain_v1_domain_proto_msgTypes[3]
+	mi := &file_core_domain_v1_domain_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -577,7 +1066,7 @@ func (x *Machine) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Machine.ProtoReflect.Descriptor instead.
 func (*Machine) Descriptor() ([]byte, []int) {
-	return file_core_domain_v1_domain_proto_rawDescGZIP(), []int{3}
+	return file_core_domain_v1_domain_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *Machine) GetType() string {
@@ -601,7 +1090,7 @@ type CPU struct {
 
 func (x *CPU) Reset() {
 	*x = CPU{}
-	mi := &file_core_domain_v1_domain_proto_msgTypes[4]
+	mi := &file_core_domain_v1_domain_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -613,7 +1102,7 @@ func (x *CPU) String() string {
 func (*CPU) ProtoMessage() {}
 
 func (x *CPU) ProtoReflect() protoreflect.Message {
-	mi := &file_core_domain_v1_domain_proto_msgTypes[4]
+	mi := &file_core_domain_v1_domain_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -626,7 +1115,7 @@ func (x *CPU) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CPU.ProtoReflect.Descriptor instead.
 func (*CPU) Descriptor() ([]byte, []int) {
-	return file_core_domain_v1_domain_proto_rawDescGZIP(), []int{4}
+	return file_core_domain_v1_domain_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *CPU) GetSockets() uint32 {
@@ -668,7 +1157,7 @@ type Memory struct {
 
 func (x *Memory) Reset() {
 	*x = Memory{}
-	mi := &file_core_domain_v1_domain_proto_msgTypes[5]
+	mi := &file_core_domain_v1_domain_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -680,7 +1169,7 @@ func (x *Memory) String() string {
 func (*Memory) ProtoMessage() {}
 
 func (x *Memory) ProtoReflect() protoreflect.Message {
-	mi := &file_core_domain_v1_domain_proto_msgTypes[5]
+	mi := &file_core_domain_v1_domain_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -693,7 +1182,7 @@ func (x *Memory) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Memory.ProtoReflect.Descriptor instead.
 func (*Memory) Descriptor() ([]byte, []int) {
-	return file_core_domain_v1_domain_proto_rawDescGZIP(), []int{5}
+	return file_core_domain_v1_domain_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *Memory) GetGuestBytes() uint64 {
@@ -720,7 +1209,7 @@ type Firmware struct {
 
 func (x *Firmware) Reset() {
 	*x = Firmware{}
-	mi := &file_core_domain_v1_domain_proto_msgTypes[6]
+	mi := &file_core_domain_v1_domain_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -732,7 +1221,7 @@ func (x *Firmware) String() string {
 func (*Firmware) ProtoMessage() {}
 
 func (x *Firmware) ProtoReflect() protoreflect.Message {
-	mi := &file_core_domain_v1_domain_proto_msgTypes[6]
+	mi := &file_core_domain_v1_domain_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -745,7 +1234,7 @@ func (x *Firmware) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Firmware.ProtoReflect.Descriptor instead.
 func (*Firmware) Descriptor() ([]byte, []int) {
-	return file_core_domain_v1_domain_proto_rawDescGZIP(), []int{6}
+	return file_core_domain_v1_domain_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *Firmware) GetBoot() isFirmware_Boot {
@@ -820,7 +1309,7 @@ type BIOS struct {
 
 func (x *BIOS) Reset() {
 	*x = BIOS{}
-	mi := &file_core_domain_v1_domain_proto_msgTypes[7]
+	mi := &file_core_domain_v1_domain_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -832,7 +1321,7 @@ func (x *BIOS) String() string {
 func (*BIOS) ProtoMessage() {}
 
 func (x *BIOS) ProtoReflect() protoreflect.Message {
-	mi := &file_core_domain_v1_domain_proto_msgTypes[7]
+	mi := &file_core_domain_v1_domain_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -845,7 +1334,7 @@ func (x *BIOS) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BIOS.ProtoReflect.Descriptor instead.
 func (*BIOS) Descriptor() ([]byte, []int) {
-	return file_core_domain_v1_domain_proto_rawDescGZIP(), []int{7}
+	return file_core_domain_v1_domain_proto_rawDescGZIP(), []int{12}
 }
 
 // EFI boots from UEFI firmware.
@@ -858,7 +1347,7 @@ type EFI struct {
 
 func (x *EFI) Reset() {
 	*x = EFI{}
-	mi := &file_core_domain_v1_domain_proto_msgTypes[8]
+	mi := &file_core_domain_v1_domain_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -870,7 +1359,7 @@ func (x *EFI) String() string {
 func (*EFI) ProtoMessage() {}
 
 func (x *EFI) ProtoReflect() protoreflect.Message {
-	mi := &file_core_domain_v1_domain_proto_msgTypes[8]
+	mi := &file_core_domain_v1_domain_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -883,7 +1372,7 @@ func (x *EFI) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EFI.ProtoReflect.Descriptor instead.
 func (*EFI) Descriptor() ([]byte, []int) {
-	return file_core_domain_v1_domain_proto_rawDescGZIP(), []int{8}
+	return file_core_domain_v1_domain_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *EFI) GetSecureBoot() bool {
@@ -905,7 +1394,7 @@ type KernelBoot struct {
 
 func (x *KernelBoot) Reset() {
 	*x = KernelBoot{}
-	mi := &file_core_domain_v1_domain_proto_msgTypes[9]
+	mi := &file_core_domain_v1_domain_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -917,7 +1406,7 @@ func (x *KernelBoot) String() string {
 func (*KernelBoot) ProtoMessage() {}
 
 func (x *KernelBoot) ProtoReflect() protoreflect.Message {
-	mi := &file_core_domain_v1_domain_proto_msgTypes[9]
+	mi := &file_core_domain_v1_domain_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -930,7 +1419,7 @@ func (x *KernelBoot) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KernelBoot.ProtoReflect.Descriptor instead.
 func (*KernelBoot) Descriptor() ([]byte, []int) {
-	return file_core_domain_v1_domain_proto_rawDescGZIP(), []int{9}
+	return file_core_domain_v1_domain_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *KernelBoot) GetKernelPath() string {
@@ -977,7 +1466,7 @@ type Disk struct {
 
 func (x *Disk) Reset() {
 	*x = Disk{}
-	mi := &file_core_domain_v1_domain_proto_msgTypes[10]
+	mi := &file_core_domain_v1_domain_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -989,7 +1478,7 @@ func (x *Disk) String() string {
 func (*Disk) ProtoMessage() {}
 
 func (x *Disk) ProtoReflect() protoreflect.Message {
-	mi := &file_core_domain_v1_domain_proto_msgTypes[10]
+	mi := &file_core_domain_v1_domain_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1002,7 +1491,7 @@ func (x *Disk) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Disk.ProtoReflect.Descriptor instead.
 func (*Disk) Descriptor() ([]byte, []int) {
-	return file_core_domain_v1_domain_proto_rawDescGZIP(), []int{10}
+	return file_core_domain_v1_domain_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *Disk) GetName() string {
@@ -1093,7 +1582,7 @@ type NIC struct {
 
 func (x *NIC) Reset() {
 	*x = NIC{}
-	mi := &file_core_domain_v1_domain_proto_msgTypes[11]
+	mi := &file_core_domain_v1_domain_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1105,7 +1594,7 @@ func (x *NIC) String() string {
 func (*NIC) ProtoMessage() {}
 
 func (x *NIC) ProtoReflect() protoreflect.Message {
-	mi := &file_core_domain_v1_domain_proto_msgTypes[11]
+	mi := &file_core_domain_v1_domain_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1118,7 +1607,7 @@ func (x *NIC) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NIC.ProtoReflect.Descriptor instead.
 func (*NIC) Descriptor() ([]byte, []int) {
-	return file_core_domain_v1_domain_proto_rawDescGZIP(), []int{11}
+	return file_core_domain_v1_domain_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *NIC) GetName() string {
@@ -1180,7 +1669,7 @@ type Serial struct {
 
 func (x *Serial) Reset() {
 	*x = Serial{}
-	mi := &file_core_domain_v1_domain_proto_msgTypes[12]
+	mi := &file_core_domain_v1_domain_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1192,7 +1681,7 @@ func (x *Serial) String() string {
 func (*Serial) ProtoMessage() {}
 
 func (x *Serial) ProtoReflect() protoreflect.Message {
-	mi := &file_core_domain_v1_domain_proto_msgTypes[12]
+	mi := &file_core_domain_v1_domain_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1205,7 +1694,7 @@ func (x *Serial) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Serial.ProtoReflect.Descriptor instead.
 func (*Serial) Descriptor() ([]byte, []int) {
-	return file_core_domain_v1_domain_proto_rawDescGZIP(), []int{12}
+	return file_core_domain_v1_domain_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *Serial) GetSocketPath() string {
@@ -1225,7 +1714,7 @@ type VNC struct {
 
 func (x *VNC) Reset() {
 	*x = VNC{}
-	mi := &file_core_domain_v1_domain_proto_msgTypes[13]
+	mi := &file_core_domain_v1_domain_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1237,7 +1726,7 @@ func (x *VNC) String() string {
 func (*VNC) ProtoMessage() {}
 
 func (x *VNC) ProtoReflect() protoreflect.Message {
-	mi := &file_core_domain_v1_domain_proto_msgTypes[13]
+	mi := &file_core_domain_v1_domain_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1250,7 +1739,7 @@ func (x *VNC) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use VNC.ProtoReflect.Descriptor instead.
 func (*VNC) Descriptor() ([]byte, []int) {
-	return file_core_domain_v1_domain_proto_rawDescGZIP(), []int{13}
+	return file_core_domain_v1_domain_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *VNC) GetSocketPath() string {
@@ -1272,7 +1761,7 @@ type HostDevice struct {
 
 func (x *HostDevice) Reset() {
 	*x = HostDevice{}
-	mi := &file_core_domain_v1_domain_proto_msgTypes[14]
+	mi := &file_core_domain_v1_domain_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1284,7 +1773,7 @@ func (x *HostDevice) String() string {
 func (*HostDevice) ProtoMessage() {}
 
 func (x *HostDevice) ProtoReflect() protoreflect.Message {
-	mi := &file_core_domain_v1_domain_proto_msgTypes[14]
+	mi := &file_core_domain_v1_domain_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1297,7 +1786,7 @@ func (x *HostDevice) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HostDevice.ProtoReflect.Descriptor instead.
 func (*HostDevice) Descriptor() ([]byte, []int) {
-	return file_core_domain_v1_domain_proto_rawDescGZIP(), []int{14}
+	return file_core_domain_v1_domain_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *HostDevice) GetName() string {
@@ -1328,7 +1817,7 @@ type Sandbox struct {
 
 func (x *Sandbox) Reset() {
 	*x = Sandbox{}
-	mi := &file_core_domain_v1_domain_proto_msgTypes[15]
+	mi := &file_core_domain_v1_domain_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1340,7 +1829,7 @@ func (x *Sandbox) String() string {
 func (*Sandbox) ProtoMessage() {}
 
 func (x *Sandbox) ProtoReflect() protoreflect.Message {
-	mi := &file_core_domain_v1_domain_proto_msgTypes[15]
+	mi := &file_core_domain_v1_domain_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1353,7 +1842,7 @@ func (x *Sandbox) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Sandbox.ProtoReflect.Descriptor instead.
 func (*Sandbox) Descriptor() ([]byte, []int) {
-	return file_core_domain_v1_domain_proto_rawDescGZIP(), []int{15}
+	return file_core_domain_v1_domain_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *Sandbox) GetLauncherSocket() string {
@@ -1374,7 +1863,7 @@ var File_core_domain_v1_domain_proto protoreflect.FileDescriptor
 
 const file_core_domain_v1_domain_proto_rawDesc = "" +
 	"\n" +
-	"\x1bcore/domain/v1/domain.proto\x12\x13kubevisor.domain.v1\"\x98\a\n" +
+	"\x1bcore/domain/v1/domain.proto\x12\x13kubevisor.domain.v1\"\xac\t\n" +
 	"\n" +
 	"DomainSpec\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x12\n" +
@@ -1395,10 +1884,46 @@ const file_core_domain_v1_domain_proto_rawDesc = "" +
 	"\arun_dir\x18\x0f \x01(\tR\x06runDir\x12C\n" +
 	"\x06labels\x18\x10 \x03(\v2+.kubevisor.domain.v1.DomainSpec.LabelsEntryR\x06labels\x12*\n" +
 	"\x03rng\x18\x11 \x01(\v2\x18.kubevisor.domain.v1.RNGR\x03rng\x126\n" +
-	"\achassis\x18\x12 \x01(\v2\x1c.kubevisor.domain.v1.ChassisR\achassis\x1a9\n" +
+	"\achassis\x18\x12 \x01(\v2\x1c.kubevisor.domain.v1.ChassisR\achassis\x129\n" +
+	"\bfeatures\x18\x13 \x01(\v2\x1d.kubevisor.domain.v1.FeaturesR\bfeatures\x120\n" +
+	"\x05clock\x18\x14 \x01(\v2\x1a.kubevisor.domain.v1.ClockR\x05clock\x122\n" +
+	"\x06inputs\x18\x15 \x03(\v2\x1a.kubevisor.domain.v1.InputR\x06inputs\x129\n" +
+	"\bwatchdog\x18\x16 \x01(\v2\x1d.kubevisor.domain.v1.WatchdogR\bwatchdog\x126\n" +
+	"\aballoon\x18\x17 \x01(\v2\x1c.kubevisor.domain.v1.BalloonR\aballoon\x1a9\n" +
 	"\vLabelsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\x87\x01\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xdb\x02\n" +
+	"\bFeatures\x12/\n" +
+	"\x04acpi\x18\x01 \x01(\x0e2\x1b.kubevisor.domain.v1.ToggleR\x04acpi\x12-\n" +
+	"\x03smm\x18\x02 \x01(\x0e2\x1b.kubevisor.domain.v1.ToggleR\x03smm\x12\x19\n" +
+	"\bapic_eoi\x18\x03 \x01(\bR\aapicEoi\x12\x1d\n" +
+	"\n" +
+	"kvm_hidden\x18\x04 \x01(\bR\tkvmHidden\x12;\n" +
+	"\n" +
+	"pvspinlock\x18\x05 \x01(\x0e2\x1b.kubevisor.domain.v1.ToggleR\n" +
+	"pvspinlock\x12\x16\n" +
+	"\x06hyperv\x18\x06 \x03(\tR\x06hyperv\x126\n" +
+	"\x17hyperv_spinlock_retries\x18\a \x01(\rR\x15hypervSpinlockRetries\x12(\n" +
+	"\x10hyperv_vendor_id\x18\b \x01(\tR\x0ehypervVendorId\"\x82\x03\n" +
+	"\x05Clock\x12,\n" +
+	"\x12utc_offset_seconds\x18\x01 \x01(\x03R\x10utcOffsetSeconds\x12\x1a\n" +
+	"\btimezone\x18\x02 \x01(\tR\btimezone\x12/\n" +
+	"\x04hpet\x18\x03 \x01(\x0e2\x1b.kubevisor.domain.v1.ToggleR\x04hpet\x12-\n" +
+	"\x03pit\x18\x04 \x01(\x0e2\x1b.kubevisor.domain.v1.ToggleR\x03pit\x12&\n" +
+	"\x0fpit_tick_policy\x18\x05 \x01(\tR\rpitTickPolicy\x12&\n" +
+	"\x0frtc_tick_policy\x18\x06 \x01(\tR\rrtcTickPolicy\x12\x1b\n" +
+	"\trtc_track\x18\a \x01(\tR\brtcTrack\x12-\n" +
+	"\x03kvm\x18\b \x01(\x0e2\x1b.kubevisor.domain.v1.ToggleR\x03kvm\x123\n" +
+	"\x06hyperv\x18\t \x01(\x0e2\x1b.kubevisor.domain.v1.ToggleR\x06hyperv\"A\n" +
+	"\x05Input\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12\x12\n" +
+	"\x04type\x18\x02 \x01(\tR\x04type\x12\x10\n" +
+	"\x03bus\x18\x03 \x01(\tR\x03bus\"L\n" +
+	"\bWatchdog\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12\x14\n" +
+	"\x05model\x18\x02 \x01(\tR\x05model\x12\x16\n" +
+	"\x06action\x18\x03 \x01(\tR\x06action\"\t\n" +
+	"\aBalloon\"\x87\x01\n" +
 	"\aChassis\x12\"\n" +
 	"\fmanufacturer\x18\x01 \x01(\tR\fmanufacturer\x12\x18\n" +
 	"\aversion\x18\x02 \x01(\tR\aversion\x12\x16\n" +
@@ -1467,7 +1992,12 @@ const file_core_domain_v1_domain_proto_rawDesc = "" +
 	"\aSandbox\x12'\n" +
 	"\x0flauncher_socket\x18\x01 \x01(\tR\x0elauncherSocket\x12\x1d\n" +
 	"\n" +
-	"netns_path\x18\x02 \x01(\tR\tnetnsPath*[\n" +
+	"netns_path\x18\x02 \x01(\tR\tnetnsPath*;\n" +
+	"\x06Toggle\x12\x12\n" +
+	"\x0eTOGGLE_DEFAULT\x10\x00\x12\r\n" +
+	"\tTOGGLE_ON\x10\x01\x12\x0e\n" +
+	"\n" +
+	"TOGGLE_OFF\x10\x02*[\n" +
 	"\fAcceleration\x12\x15\n" +
 	"\x11ACCELERATION_AUTO\x10\x00\x12\x19\n" +
 	"\x15ACCELERATION_REQUIRED\x10\x01\x12\x19\n" +
@@ -1500,57 +2030,75 @@ func file_core_domain_v1_domain_proto_rawDescGZIP() []byte {
 	return file_core_domain_v1_domain_proto_rawDescData
 }
 
-var file_core_domain_v1_domain_proto_enumTypes = make([]protoimpl.EnumInfo, 4)
-var file_core_domain_v1_domain_proto_msgTypes = make([]protoimpl.MessageInfo, 17)
+var file_core_domain_v1_domain_proto_enumTypes = make([]protoimpl.EnumInfo, 5)
+var file_core_domain_v1_domain_proto_msgTypes = make([]protoimpl.MessageInfo, 22)
 var file_core_domain_v1_domain_proto_goTypes = []any{
-	(Acceleration)(0),  // 0: kubevisor.domain.v1.Acceleration
-	(DiskBus)(0),       // 1: kubevisor.domain.v1.DiskBus
-	(DiskFormat)(0),    // 2: kubevisor.domain.v1.DiskFormat
-	(DiskDevice)(0),    // 3: kubevisor.domain.v1.DiskDevice
-	(*DomainSpec)(nil), // 4: kubevisor.domain.v1.DomainSpec
-	(*Chassis)(nil),    // 5: kubevisor.domain.v1.Chassis
-	(*RNG)(nil),        // 6: kubevisor.domain.v1.RNG
-	(*Machine)(nil),    // 7: kubevisor.domain.v1.Machine
-	(*CPU)(nil),        // 8: kubevisor.domain.v1.CPU
-	(*Memory)(nil),     // 9: kubevisor.domain.v1.Memory
-	(*Firmware)(nil),   // 10: kubevisor.domain.v1.Firmware
-	(*BIOS)(nil),       // 11: kubevisor.domain.v1.BIOS
-	(*EFI)(nil),        // 12: kubevisor.domain.v1.EFI
-	(*KernelBoot)(nil), // 13: kubevisor.domain.v1.KernelBoot
-	(*Disk)(nil),       // 14: kubevisor.domain.v1.Disk
-	(*NIC)(nil),        // 15: kubevisor.domain.v1.NIC
-	(*Serial)(nil),     // 16: kubevisor.domain.v1.Serial
-	(*VNC)(nil),        // 17: kubevisor.domain.v1.VNC
-	(*HostDevice)(nil), // 18: kubevisor.domain.v1.HostDevice
-	(*Sandbox)(nil),    // 19: kubevisor.domain.v1.Sandbox
-	nil,                // 20: kubevisor.domain.v1.DomainSpec.LabelsEntry
+	(Toggle)(0),        // 0: kubevisor.domain.v1.Toggle
+	(Acceleration)(0),  // 1: kubevisor.domain.v1.Acceleration
+	(DiskBus)(0),       // 2: kubevisor.domain.v1.DiskBus
+	(DiskFormat)(0),    // 3: kubevisor.domain.v1.DiskFormat
+	(DiskDevice)(0),    // 4: kubevisor.domain.v1.DiskDevice
+	(*DomainSpec)(nil), // 5: kubevisor.domain.v1.DomainSpec
+	(*Features)(nil),   // 6: kubevisor.domain.v1.Features
+	(*Clock)(nil),      // 7: kubevisor.domain.v1.Clock
+	(*Input)(nil),      // 8: kubevisor.domain.v1.Input
+	(*Watchdog)(nil),   // 9: kubevisor.domain.v1.Watchdog
+	(*Balloon)(nil),    // 10: kubevisor.domain.v1.Balloon
+	(*Chassis)(nil),    // 11: kubevisor.domain.v1.Chassis
+	(*RNG)(nil),        // 12: kubevisor.domain.v1.RNG
+	(*Machine)(nil),    // 13: kubevisor.domain.v1.Machine
+	(*CPU)(nil),        // 14: kubevisor.domain.v1.CPU
+	(*Memory)(nil),     // 15: kubevisor.domain.v1.Memory
+	(*Firmware)(nil),   // 16: kubevisor.domain.v1.Firmware
+	(*BIOS)(nil),       // 17: kubevisor.domain.v1.BIOS
+	(*EFI)(nil),        // 18: kubevisor.domain.v1.EFI
+	(*KernelBoot)(nil), // 19: kubevisor.domain.v1.KernelBoot
+	(*Disk)(nil),       // 20: kubevisor.domain.v1.Disk
+	(*NIC)(nil),        // 21: kubevisor.domain.v1.NIC
+	(*Serial)(nil),     // 22: kubevisor.domain.v1.Serial
+	(*VNC)(nil),        // 23: kubevisor.domain.v1.VNC
+	(*HostDevice)(nil), // 24: kubevisor.domain.v1.HostDevice
+	(*Sandbox)(nil),    // 25: kubevisor.domain.v1.Sandbox
+	nil,                // 26: kubevisor.domain.v1.DomainSpec.LabelsEntry
 }
 var file_core_domain_v1_domain_proto_depIdxs = []int32{
-	7,  // 0: kubevisor.domain.v1.DomainSpec.machine:type_name -> kubevisor.domain.v1.Machine
-	8,  // 1: kubevisor.domain.v1.DomainSpec.cpu:type_name -> kubevisor.domain.v1.CPU
-	9,  // 2: kubevisor.domain.v1.DomainSpec.memory:type_name -> kubevisor.domain.v1.Memory
-	10, // 3: kubevisor.domain.v1.DomainSpec.firmware:type_name -> kubevisor.domain.v1.Firmware
-	14, // 4: kubevisor.domain.v1.DomainSpec.disks:type_name -> kubevisor.domain.v1.Disk
-	15, // 5: kubevisor.domain.v1.DomainSpec.nics:type_name -> kubevisor.domain.v1.NIC
-	16, // 6: kubevisor.domain.v1.DomainSpec.serial:type_name -> kubevisor.domain.v1.Serial
-	17, // 7: kubevisor.domain.v1.DomainSpec.vnc:type_name -> kubevisor.domain.v1.VNC
-	18, // 8: kubevisor.domain.v1.DomainSpec.host_devices:type_name -> kubevisor.domain.v1.HostDevice
-	0,  // 9: kubevisor.domain.v1.DomainSpec.acceleration:type_name -> kubevisor.domain.v1.Acceleration
-	19, // 10: kubevisor.domain.v1.DomainSpec.sandbox:type_name -> kubevisor.domain.v1.Sandbox
-	20, // 11: kubevisor.domain.v1.DomainSpec.labels:type_name -> kubevisor.domain.v1.DomainSpec.LabelsEntry
-	6,  // 12: kubevisor.domain.v1.DomainSpec.rng:type_name -> kubevisor.domain.v1.RNG
-	5,  // 13: kubevisor.domain.v1.DomainSpec.chassis:type_name -> kubevisor.domain.v1.Chassis
-	11, // 14: kubevisor.domain.v1.Firmware.bios:type_name -> kubevisor.domain.v1.BIOS
-	12, // 15: kubevisor.domain.v1.Firmware.efi:type_name -> kubevisor.domain.v1.EFI
-	13, // 16: kubevisor.domain.v1.Firmware.kernel:type_name -> kubevisor.domain.v1.KernelBoot
-	2,  // 17: kubevisor.domain.v1.Disk.format:type_name -> kubevisor.domain.v1.DiskFormat
-	1,  // 18: kubevisor.domain.v1.Disk.bus:type_name -> kubevisor.domain.v1.DiskBus
-	3,  // 19: kubevisor.domain.v1.Disk.device:type_name -> kubevisor.domain.v1.DiskDevice
-	20, // [20:20] is the sub-list for method output_type
-	20, // [20:20] is the sub-list for method input_type
-	20, // [20:20] is the sub-list for extension type_name
-	20, // [20:20] is the sub-list for extension extendee
-	0,  // [0:20] is the sub-list for field type_name
+	13, // 0: kubevisor.domain.v1.DomainSpec.machine:type_name -> kubevisor.domain.v1.Machine
+	14, // 1: kubevisor.domain.v1.DomainSpec.cpu:type_name -> kubevisor.domain.v1.CPU
+	15, // 2: kubevisor.domain.v1.DomainSpec.memory:type_name -> kubevisor.domain.v1.Memory
+	16, // 3: kubevisor.domain.v1.DomainSpec.firmware:type_name -> kubevisor.domain.v1.Firmware
+	20, // 4: kubevisor.domain.v1.DomainSpec.disks:type_name -> kubevisor.domain.v1.Disk
+	21, // 5: kubevisor.domain.v1.DomainSpec.nics:type_name -> kubevisor.domain.v1.NIC
+	22, // 6: kubevisor.domain.v1.DomainSpec.serial:type_name -> kubevisor.domain.v1.Serial
+	23, // 7: kubevisor.domain.v1.DomainSpec.vnc:type_name -> kubevisor.domain.v1.VNC
+	24, // 8: kubevisor.domain.v1.DomainSpec.host_devices:type_name -> kubevisor.domain.v1.HostDevice
+	1,  // 9: kubevisor.domain.v1.DomainSpec.acceleration:type_name -> kubevisor.domain.v1.Acceleration
+	25, // 10: kubevisor.domain.v1.DomainSpec.sandbox:type_name -> kubevisor.domain.v1.Sandbox
+	26, // 11: kubevisor.domain.v1.DomainSpec.labels:type_name -> kubevisor.domain.v1.DomainSpec.LabelsEntry
+	12, // 12: kubevisor.domain.v1.DomainSpec.rng:type_name -> kubevisor.domain.v1.RNG
+	11, // 13: kubevisor.domain.v1.DomainSpec.chassis:type_name -> kubevisor.domain.v1.Chassis
+	6,  // 14: kubevisor.domain.v1.DomainSpec.features:type_name -> kubevisor.domain.v1.Features
+	7,  // 15: kubevisor.domain.v1.DomainSpec.clock:type_name -> kubevisor.domain.v1.Clock
+	8,  // 16: kubevisor.domain.v1.DomainSpec.inputs:type_name -> kubevisor.domain.v1.Input
+	9,  // 17: kubevisor.domain.v1.DomainSpec.watchdog:type_name -> kubevisor.domain.v1.Watchdog
+	10, // 18: kubevisor.domain.v1.DomainSpec.balloon:type_name -> kubevisor.domain.v1.Balloon
+	0,  // 19: kubevisor.domain.v1.Features.acpi:type_name -> kubevisor.domain.v1.Toggle
+	0,  // 20: kubevisor.domain.v1.Features.smm:type_name -> kubevisor.domain.v1.Toggle
+	0,  // 21: kubevisor.domain.v1.Features.pvspinlock:type_name -> kubevisor.domain.v1.Toggle
+	0,  // 22: kubevisor.domain.v1.Clock.hpet:type_name -> kubevisor.domain.v1.Toggle
+	0,  // 23: kubevisor.domain.v1.Clock.pit:type_name -> kubevisor.domain.v1.Toggle
+	0,  // 24: kubevisor.domain.v1.Clock.kvm:type_name -> kubevisor.domain.v1.Toggle
+	0,  // 25: kubevisor.domain.v1.Clock.hyperv:type_name -> kubevisor.domain.v1.Toggle
+	17, // 26: kubevisor.domain.v1.Firmware.bios:type_name -> kubevisor.domain.v1.BIOS
+	18, // 27: kubevisor.domain.v1.Firmware.efi:type_name -> kubevisor.domain.v1.EFI
+	19, // 28: kubevisor.domain.v1.Firmware.kernel:type_name -> kubevisor.domain.v1.KernelBoot
+	3,  // 29: kubevisor.domain.v1.Disk.format:type_name -> kubevisor.domain.v1.DiskFormat
+	2,  // 30: kubevisor.domain.v1.Disk.bus:type_name -> kubevisor.domain.v1.DiskBus
+	4,  // 31: kubevisor.domain.v1.Disk.device:type_name -> kubevisor.domain.v1.DiskDevice
+	32, // [32:32] is the sub-list for method output_type
+	32, // [32:32] is the sub-list for method input_type
+	32, // [32:32] is the sub-list for extension type_name
+	32, // [32:32] is the sub-list for extension extendee
+	0,  // [0:32] is the sub-list for field type_name
 }
 
 func init() { file_core_domain_v1_domain_proto_init() }
@@ -1558,7 +2106,7 @@ func file_core_domain_v1_domain_proto_init() {
 	if File_core_domain_v1_domain_proto != nil {
 		return
 	}
-	file_core_domain_v1_domain_proto_msgTypes[6].OneofWrappers = []any{
+	file_core_domain_v1_domain_proto_msgTypes[11].OneofWrappers = []any{
 		(*Firmware_Bios)(nil),
 		(*Firmware_Efi)(nil),
 		(*Firmware_Kernel)(nil),
@@ -1568,8 +2116,8 @@ func file_core_domain_v1_domain_proto_init() {
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_core_domain_v1_domain_proto_rawDesc), len(file_core_domain_v1_domain_proto_rawDesc)),
-			NumEnums:      4,
-			NumMessages:   17,
+			NumEnums:      5,
+			NumMessages:   22,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

@@ -448,8 +448,9 @@ type Capabilities struct {
 	// for every VM, so a driver that does not declare it runs no VM under the handler.
 	Launcher bool `protobuf:"varint,13,opt,name=launcher,proto3" json:"launcher,omitempty"`
 	// Hypervisor: the optional devices and platform data the driver gives a guest whose domain
-	// spec asks for them ("rng": DomainSpec.rng; "chassis": DomainSpec.chassis). A domain spec
-	// with one the driver does not declare is not sent to it.
+	// spec asks for them ("rng": DomainSpec.rng; "chassis": DomainSpec.chassis; "features";
+	// "clock"; "input": DomainSpec.inputs; "watchdog"; "balloon"). A domain spec with one the
+	// driver does not declare is not sent to it.
 	Devices       []string `protobuf:"bytes,14,rep,name=devices,proto3" json:"devices,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache

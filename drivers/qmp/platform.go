@@ -1,0 +1,214 @@
+package qmp
+
+import (
+	"fmt"
+	"strings"
+	"time"
+	_ "time/tzdata" // clock.timezone: the tz database, whether or not the node has one
+
+	domainv1 "github.com/kubevisor/kubevisor/core/domain/v1"
+)
+
+// The platform part of the command line: DomainSpec.features and .clock become -machine
+// properties (acpi, smm, hpet, pit), -cpu flags (the KVM and Hyper-V ones) and -rtc; inputs,
+// the watchdog and the balloon become devices. What only exists under KVM is a host
+// precondition when the VM is emulated (needHardware), never dropped.
+
+// hypervFlags maps the domain spec's Hyper-V names to QEMU's -cpu properties.
+var hypervFlags = map[string]string{
+	"relaxed": "hv-relaxed", "vapic": "hv-vapic", "spinlocks": "hv-spinlocks", "vpindex": "hv-vpindex",
+	"runtime": "hv-runtime", "synic": "hv-synic", "stimer": "hv-stimer", "stimer-direct": "hv-stimer-direct",
+	"reset": "hv-reset", "vendor-id": "hv-vendor-id", "frequencies": "hv-frequencies",
+	"reenlightenment": "hv-reenlightenment", "tlbflush": "hv-tlbflush", "ipi": "hv-ipi", "evmcs": "hv-evmcs",
+}
+
+// defaultSpinlockRetries is Hyper-V's spinlock retry count when the spec names none.
+const defaultSpinlockRetries = 4096
+
+func onOffProp(name string, t domainv1.Toggle) []string {
+	switch t {
+	case domainv1.Toggle_TOGGLE_ON:
+		return []string{name + "=on"}
+	case domainv1.Toggle_TOGGLE_OFF:
+		return []string{name + "=off"}
+	}
+	return nil
+}
+
+// machineFeatures are the -machine properties of features and clock: acpi, smm (on for Secure
+// Boot, which needs it), hpet and pit.
+func (b *argBuilder) machineFeatures() []string {
+	f, c := b.spec.GetFeatures(), b.spec.GetClock()
+	var opts []string
+	opts = append(opts, onOffProp("acpi", f.GetAcpi())...)
+	smm := f.GetSmm()
+	if b.spec.GetFirmware().GetEfi().GetSecureBoot() {
+		if smm == domainv1.Toggle_TOGGLE_OFF {
+			b.fail("features.smm", "Secure Boot (firmware.efi.secureBoot) needs SMM")
+		}
+		smm = domainv1.Toggle_TOGGLE_ON
+	}
+	opts = append(opts, onOffProp("smm", smm)...)
+	opts = append(opts, onOffProp("hpet", c.GetHpet())...)
+	opts = append(opts, onOffProp("pit", c.GetPit())...)
+	return opts
+}
+
+// cpuFlags are the -cpu properties of features and clock; each needs KVM.
+func (b *argBuilder) cpuFlags() []string {
+	f, c := b.spec.GetFeatures(), b.spec.GetClock()
+	var flags []string
+	if f.GetApicEoi() {
+		b.needHardware("features.apicEoi", "paravirtual end of interrupt")
+		flags = append(flags, "kvm-pv-eoi=on")
+	}
+	if f.GetKvmHidden() {
+		b.needHardware("features.kvmHidden", "hiding KVM")
+		flags = append(flags, "kvm=off")
+	}
+	switch f.GetPvspinlock() {
+	case domainv1.Toggle_TOGGLE_ON:
+		b.needHardware("features.pvspinlock", "paravirtual spinlocks")
+		flags = append(flags, "kvm-pv-unhalt=on")
+	case domainv1.Toggle_TOGGLE_OFF:
+		// An emulated VM has no paravirtual spinlocks to turn off.
+		if b.env.Accel == AccelKVM {
+			flags = append(flags, "kvm-pv-unhalt=off")
+		}
+	}
+	if len(f.GetHyperv()) > 0 {
+		b.needHardware("features.hyperv", "Hyper-V enlightenments")
+	}
+	for _, name := range f.GetHyperv() {
+		prop, ok := hypervFlags[name]
+		switch {
+		case !ok:
+			b.fail("features.hyperv", "%q is not a Hyper-V enlightenment this driver knows", name)
+		case name == "spinlocks":
+			n := f.GetHypervSpinlockRetries()
+			if n == 0 {
+				n = defaultSpinlockRetries
+			}
+			flags = append(flags, fmt.Sprintf("%s=0x%x", prop, n))
+		case name == "vendor-id":
+			v := f.GetHypervVendorId()
+			if v == "" || len(v) > 12 || strings.ContainsAny(v, ", ") {
+				b.fail("features.hypervVendorId", "%q is not a vendor ID (1 to 12 characters, no comma or space)", v)
+			}
+			flags = append(flags, prop+"="+v)
+		default:
+			flags = append(flags, prop+"=on")
+		}
+	}
+	switch c.GetKvm() {
+	case domainv1.Toggle_TOGGLE_ON:
+		b.needHardware("clock.kvm", "the KVM clock")
+		flags = append(flags, "kvmclock=on")
+	case domainv1.Toggle_TOGGLE_OFF:
+		// An emulated VM has no KVM clock to remove.
+		if b.env.Accel == AccelKVM {
+			flags = append(flags, "kvmclock=off")
+		}
+	}
+	if c.GetHyperv() == domainv1.Toggle_TOGGLE_ON {
+		b.needHardware("clock.hyperv", "the Hyper-V reference time counter")
+		flags = append(flags, "hv-time=on")
+	}
+	return flags
+}
+
+// rtc is -rtc: where the clock starts (UTC, UTC plus an offset, or a zone's local time, worked
+// out now, as the VM starts), what it tracks and how late ticks are made up; and the PIT's
+// tick policy, which only the in-kernel PIT has.
+func (b *argBuilder) rtc() {
+	c := b.spec.GetClock()
+	if c == nil {
+		return
+	}
+	now := time.Now
+	if b.env.Now != nil {
+		now = b.env.Now
+	}
+	var opts []string
+	switch {
+	case c.GetTimezone() != "":
+		loc, err := time.LoadLocation(c.GetTimezone())
+		if err != nil {
+			b.fail("clock.timezone", "%q is not a time zone: %v", c.GetTimezone(), err)
+			break
+		}
+		opts = append(opts, "base="+now().In(loc).Format("2006-01-02T15:04:05"))
+	case c.GetUtcOffsetSeconds() != 0:
+		opts = append(opts, "base="+now().UTC().Add(time.Duration(c.GetUtcOffsetSeconds())*time.Second).Format("2006-01-02T15:04:05"))
+	}
+	switch c.GetRtcTrack() {
+	case "":
+	case "guest":
+		opts = append(opts, "clock=vm")
+	case "wall":
+		opts = append(opts, "clock=host")
+	default:
+		b.fail("clock.rtcTrack", "%q is not supported (guest or wall)", c.GetRtcTrack())
+	}
+	switch c.GetRtcTickPolicy() {
+	case "":
+	case "delay":
+		opts = append(opts, "driftfix=none")
+	case "catchup":
+		opts = append(opts, "driftfix=slew")
+	default:
+		b.fail("clock.rtcTickPolicy", "%q is not supported (delay or catchup)", c.GetRtcTickPolicy())
+	}
+	if len(opts) > 0 {
+		b.add("-rtc", strings.Join(opts, ","))
+	}
+	switch p := c.GetPitTickPolicy(); p {
+	case "":
+	case "delay", "discard":
+		b.needHardware("clock.pitTickPolicy", "a PIT tick policy (the in-kernel PIT)")
+		b.add("-global", "kvm-pit.lost_tick_policy="+p)
+	default:
+		b.fail("clock.pitTickPolicy", "%q is not supported (delay or discard)", p)
+	}
+}
+
+// inputDevices are QEMU's devices for each input type and bus.
+var inputDevices = map[[2]string]string{
+	{"tablet", "usb"}: "usb-tablet", {"keyboard", "usb"}: "usb-kbd",
+	{"tablet", "virtio"}: "virtio-tablet-pci", {"keyboard", "virtio"}: "virtio-keyboard-pci",
+}
+
+func (b *argBuilder) inputs() {
+	for i, in := range b.spec.GetInputs() {
+		dev, ok := inputDevices[[2]string{in.GetType(), in.GetBus()}]
+		if !ok {
+			b.fail(fmt.Sprintf("inputs[%d]", i), "a %q on bus %q is not supported (tablet or keyboard, on usb or virtio)", in.GetType(), in.GetBus())
+			continue
+		}
+		opts := []string{dev, fmt.Sprintf("id=input%d", i)}
+		if in.GetBus() == "usb" {
+			b.usbController()
+			opts = append(opts, "bus=usb0.0")
+		}
+		b.add("-device", strings.Join(opts, ","))
+	}
+}
+
+// watchdogActions are QEMU's -action watchdog= values: poweroff stops at once, shutdown
+// presses the ACPI power button.
+var watchdogActions = map[string]string{"poweroff": "poweroff", "reset": "reset", "shutdown": "shutdown"}
+
+func (b *argBuilder) watchdog() {
+	w := b.spec.GetWatchdog()
+	if w == nil {
+		return
+	}
+	if m := w.GetModel(); m != "i6300esb" {
+		b.fail("watchdog.model", "%q is not supported (i6300esb)", m)
+	}
+	action, ok := watchdogActions[w.GetAction()]
+	if !ok {
+		b.fail("watchdog.action", "%q is not supported (poweroff, reset or shutdown)", w.GetAction())
+	}
+	b.add("-device", "i6300esb,id=watchdog0", "-action", "watchdog="+action)
+}
