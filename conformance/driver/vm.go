@@ -47,6 +47,18 @@ type Guest struct {
 	// chassis information before ReadyMarker ("KUBEVISOR-DMI: chassis_vendor=Acme", with the
 	// keys of Linux's /sys/class/dmi/id). Without it Devices/Chassis is skipped.
 	DMIMarker string
+	// PCIMarker starts the console line on which the guest lists its PCI devices as
+	// vendor:device before ReadyMarker ("KUBEVISOR-PCI: 1af4:1045 8086:25ab"). Without it
+	// Devices/Watchdog, Devices/Balloon and Devices/Input are skipped.
+	PCIMarker string
+	// InputMarker starts the console lines, one per input device its kernel registered, before
+	// ReadyMarker ("KUBEVISOR-INPUT: QEMU Virtio Tablet"). Without it Devices/Input is skipped.
+	InputMarker string
+	// ClockMarker starts the console line on which the guest prints its real-time clock in
+	// seconds since the epoch (read as UTC) and its kernel's clock sources before ReadyMarker
+	// ("KUBEVISOR-CLOCK: rtc=1796220384 clocksources=tsc,hpet,acpi_pm"). Without it Clock/Start is
+	// skipped.
+	ClockMarker string
 	// MemoryBytes is the guest memory. Default: DefaultGuestMemory.
 	MemoryBytes uint64
 	// Machine is the machine type ("q35", "pc"); empty means the hypervisor's default.
@@ -64,6 +76,9 @@ const (
 	GuestPoweroffMarker = "KUBEVISOR-POWEROFF"
 	GuestRNGMarker      = "KUBEVISOR-RNG:"
 	GuestDMIMarker      = "KUBEVISOR-DMI:"
+	GuestPCIMarker      = "KUBEVISOR-PCI:"
+	GuestInputMarker    = "KUBEVISOR-INPUT:"
+	GuestClockMarker    = "KUBEVISOR-CLOCK:"
 )
 
 // The files of the project's test guest in the directory `make guest` builds it into.
@@ -131,6 +146,9 @@ func GuestFromDir(dir string) (Guest, error) {
 		PoweroffMarker: GuestPoweroffMarker,
 		RNGMarker:      GuestRNGMarker,
 		DMIMarker:      GuestDMIMarker,
+		PCIMarker:      GuestPCIMarker,
+		InputMarker:    GuestInputMarker,
+		ClockMarker:    GuestClockMarker,
 	}
 	if exists(GuestKernelFile) && exists(GuestInitrdFile) {
 		g.Kernel, g.Initrd = filepath.Join(abs, GuestKernelFile), filepath.Join(abs, GuestInitrdFile)
@@ -195,6 +213,10 @@ func (g Guest) withDefaults() Guest {
 //	Recover/AfterDriverKilled           (FEATURE_HYPERVISOR_RECOVER, and WithDriverKill)
 //	Devices/RNG                         (device "rng"; Guest.RNGMarker)
 //	Devices/Chassis                     (device "chassis"; Guest.DMIMarker)
+//	Devices/Watchdog                    (device "watchdog"; Guest.PCIMarker)
+//	Devices/Balloon                     (device "balloon"; Guest.PCIMarker)
+//	Devices/Input                       (device "input"; Guest.PCIMarker and InputMarker)
+//	Clock/Start                         (device "clock"; Guest.ClockMarker)
 //	Storage/NotAnImage                  (volume type containerDisk)
 //
 // Every check but Storage/NotAnImage boots a VM of its own and needs the hypervisor to declare
@@ -279,6 +301,12 @@ func VM(t T, hv HypervisorFactory, st StorageFactory, g Guest, opts ...Option) {
 	t.Run("Devices", func(t T) {
 		t.Run("RNG", s.checkDevicesRNG)
 		t.Run("Chassis", s.checkDevicesChassis)
+		t.Run("Watchdog", s.checkDevicesWatchdog)
+		t.Run("Balloon", s.checkDevicesBalloon)
+		t.Run("Input", s.checkDevicesInput)
+	})
+	t.Run("Clock", func(t T) {
+		t.Run("Start", s.checkClockStart)
 	})
 	t.Run("Storage", func(t T) {
 		t.Run("NotAnImage", s.checkStorageNotAnImage)

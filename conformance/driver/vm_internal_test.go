@@ -289,6 +289,7 @@ func TestGuestFromDir(t *testing.T) {
 			Kernel: filepath.Join(dir, GuestKernelFile), Initrd: filepath.Join(dir, GuestInitrdFile), Cmdline: "console=ttyS0 panic=-1",
 			Disk: filepath.Join(dir, GuestDiskFile), ReadyMarker: GuestReadyMarker, UserDataBegin: GuestUserDataBegin,
 			UserDataEnd: GuestUserDataEnd, PoweroffMarker: GuestPoweroffMarker, RNGMarker: GuestRNGMarker, DMIMarker: GuestDMIMarker,
+			PCIMarker: GuestPCIMarker, InputMarker: GuestInputMarker, ClockMarker: GuestClockMarker,
 		}
 		if g != want {
 			t.Errorf("GuestFromDir = %+v, want %+v", g, want)

@@ -85,7 +85,8 @@ var knownFailures = map[string]string{}
 var vmChecks = []string{
 	"Boot/ConsoleMarker", "CloudInit/UserDataReachesGuest", "CloudInit/ConfigDrive",
 	"Shutdown/GracefulWithinTimeout", "Kill", "Pause/StopsGuest", "Reboot/SecondBoot", "SoftReboot/BootsAgain", "Display/RFBSessions",
-	"Recover/AfterDriverKilled", "Devices/RNG", "Devices/Chassis", "Storage/NotAnImage",
+	"Recover/AfterDriverKilled", "Devices/RNG", "Devices/Chassis", "Devices/Watchdog", "Devices/Balloon", "Devices/Input",
+	"Clock/Start", "Storage/NotAnImage",
 }
 
 // TestVMRealDrivers runs the VM checks against the QEMU driver (drivers/qmp) and the local
@@ -285,6 +286,10 @@ func TestVMUndeclaredAreSkipped(t *testing.T) {
 			"Recover/AfterDriverKilled":      conformance.StatusSkip,
 			"Devices/RNG":                    conformance.StatusSkip,
 			"Devices/Chassis":                conformance.StatusSkip,
+			"Devices/Watchdog":               conformance.StatusSkip,
+			"Devices/Balloon":                conformance.StatusSkip,
+			"Devices/Input":                  conformance.StatusSkip,
+			"Clock/Start":                    conformance.StatusSkip,
 			"Storage/NotAnImage":             conformance.StatusSkip,
 		}, map[string]string{
 			"Boot/ConsoleMarker":             console,
@@ -297,6 +302,10 @@ func TestVMUndeclaredAreSkipped(t *testing.T) {
 			"Recover/AfterDriverKilled":      "FEATURE_HYPERVISOR_RECOVER",
 			"Devices/RNG":                    `does not declare the device "rng"`,
 			"Devices/Chassis":                `does not declare the device "chassis"`,
+			"Devices/Watchdog":               `does not declare the device "watchdog"`,
+			"Devices/Balloon":                `does not declare the device "balloon"`,
+			"Devices/Input":                  `does not declare the device "input"`,
+			"Clock/Start":                    `does not declare the device "clock"`,
 			"Storage/NotAnImage":             "storage driver does not declare volume type containerDisk",
 		})
 	})
@@ -411,23 +420,28 @@ func TestVMTestingChild(t *testing.T) {
 	}
 }
 
-// devicesDropped is the QEMU driver declaring the rng and chassis devices and leaving them out
-// of the VMs it makes.
+// devicesDropped is the QEMU driver declaring its optional devices and leaving them out of the
+// VMs it makes.
 type devicesDropped struct{ *qmp.Driver }
 
 func (h devicesDropped) Create(ctx context.Context, spec *domainv1.DomainSpec) (*hypervisorv1.Handle, error) {
 	spec = proto.CloneOf(spec)
-	spec.Rng, spec.Chassis = nil, nil
+	spec.Rng, spec.Chassis, spec.Watchdog, spec.Balloon, spec.Inputs, spec.Clock = nil, nil, nil, nil, nil, nil
 	return h.Driver.Create(ctx, spec)
 }
 
-// TestVMDevicesIgnored: Devices/RNG and Devices/Chassis fail against a driver that accepts the
+// TestVMDevicesIgnored: the Devices and Clock checks fail against a driver that accepts the
 // devices and does not give them to the guest.
 func TestVMDevicesIgnored(t *testing.T) {
 	g := testGuest(t)
 	hv := qmp.New(qmp.WithLogger(qmpLogger()))
 	t.Cleanup(func() { _ = hv.Close() })
-	rec := runVM(t, "Devices", devicesDropped{hv}, storage.New(nil), g)
-	expectStatus(t, rec, map[string]conformance.Status{"Devices/RNG": conformance.StatusFail, "Devices/Chassis": conformance.StatusFail},
-		map[string]string{"Devices/RNG": "no virtio RNG", "Devices/Chassis": "from the domain spec's chassis"})
+	rec := runVM(t, "Devices|Clock", devicesDropped{hv}, storage.New(nil), g)
+	expectStatus(t, rec, map[string]conformance.Status{
+		"Devices/RNG": conformance.StatusFail, "Devices/Chassis": conformance.StatusFail, "Devices/Watchdog": conformance.StatusFail,
+		"Devices/Balloon": conformance.StatusFail, "Devices/Input": conformance.StatusFail, "Clock/Start": conformance.StatusFail,
+	}, map[string]string{
+		"Devices/RNG": "no virtio RNG", "Devices/Chassis": "from the domain spec's chassis", "Devices/Watchdog": "no i6300esb",
+		"Devices/Balloon": "no virtio balloon", "Devices/Input": "want two virtio input devices", "Clock/Start": "ahead of UTC, want 5h30m0s",
+	})
 }

@@ -38,7 +38,7 @@ ROOTFS=hack/guest/rootfs
 MODULES=(
   virtio_pci virtio_net virtio_blk virtio_scsi virtio_balloon virtio_console virtio_rng
   ata_piix ahci sd_mod sr_mod isofs vfat nls_cp437 nls_iso8859_1 nls_utf8
-  e1000 e1000e button evdev
+  e1000 e1000e button evdev virtio_input
 )
 
 start=$SECONDS

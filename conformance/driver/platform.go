@@ -1,0 +1,122 @@
+package conformance
+
+import (
+	"math"
+	"strconv"
+	"strings"
+	"time"
+
+	domainv1 "github.com/kubevisor/kubevisor/core/domain/v1"
+	"github.com/kubevisor/kubevisor/core/driver"
+)
+
+// PCI IDs (vendor:device) the platform checks look for in Guest.PCIMarker's line.
+const (
+	pciI6300ESB = "8086:25ab"
+	// A virtio balloon is 1af4:1045, or 1af4:1002 as a transitional device.
+	pciBalloon, pciBalloonTransitional = "1af4:1045", "1af4:1002"
+	pciVirtioInput                     = "1af4:1052"
+)
+
+// clockZone is the zone Clock/Start asks for: its offset (+05:30) has no daylight saving time,
+// so it is the same whenever the check runs.
+const (
+	clockZone       = "Asia/Kolkata"
+	clockZoneOffset = 5*time.Hour + 30*time.Minute
+	// clockSlack is how far the guest's clock may be from where it should be: the guest reads
+	// it some seconds before it is ready, and a driver works the start out when it starts the VM.
+	clockSlack = 2 * time.Minute
+)
+
+// checkDevicesWatchdog: a VM whose domain spec has an i6300esb watchdog boots a guest that
+// finds it on its PCI bus (Guest.PCIMarker's line).
+func (s *vmSuite) checkDevicesWatchdog(t T) {
+	s.requireDevice(t, driver.DeviceWatchdog, s.guest.PCIMarker, "the guest does not list its PCI devices (Guest.PCIMarker)")
+	vm := s.bootWith(t, "", func(spec *domainv1.DomainSpec) {
+		spec.Watchdog = &domainv1.Watchdog{Name: "watchdog", Model: "i6300esb", Action: "reset"}
+	})
+	if ids := s.pciIDs(t, vm); countField(ids, pciI6300ESB) == 0 {
+		t.Errorf("the guest's PCI devices are %q: no i6300esb (%s), though the domain spec asked for one", ids, pciI6300ESB)
+	}
+}
+
+// checkDevicesBalloon: a VM whose domain spec has a memory balloon boots a guest that finds a
+// virtio balloon on its PCI bus.
+func (s *vmSuite) checkDevicesBalloon(t T) {
+	s.requireDevice(t, driver.DeviceBalloon, s.guest.PCIMarker, "the guest does not list its PCI devices (Guest.PCIMarker)")
+	vm := s.bootWith(t, "", func(spec *domainv1.DomainSpec) { spec.Balloon = &domainv1.Balloon{} })
+	ids := s.pciIDs(t, vm)
+	if countField(ids, pciBalloon)+countField(ids, pciBalloonTransitional) == 0 {
+		t.Errorf("the guest's PCI devices are %q: no virtio balloon (%s or %s), though the domain spec asked for one", ids, pciBalloon, pciBalloonTransitional)
+	}
+}
+
+// checkDevicesInput: a VM whose domain spec has a virtio tablet and a virtio keyboard boots a
+// guest with two virtio input devices on its PCI bus, and a tablet among the input devices its
+// kernel registered (Guest.InputMarker's lines).
+func (s *vmSuite) checkDevicesInput(t T) {
+	s.requireDevice(t, driver.DeviceInput, s.guest.PCIMarker, "the guest does not list its PCI devices (Guest.PCIMarker)")
+	s.requireDevice(t, driver.DeviceInput, s.guest.InputMarker, "the guest does not list its input devices (Guest.InputMarker)")
+	vm := s.bootWith(t, "", func(spec *domainv1.DomainSpec) {
+		spec.Inputs = []*domainv1.Input{{Name: "tablet", Type: "tablet", Bus: "virtio"}, {Name: "keyboard", Type: "keyboard", Bus: "virtio"}}
+	})
+	if ids := s.pciIDs(t, vm); countField(ids, pciVirtioInput) != 2 {
+		t.Errorf("the guest's PCI devices are %q: want two virtio input devices (%s), a tablet and a keyboard", ids, pciVirtioInput)
+	}
+	names := markerLines(vm.console.out.String(), s.guest.InputMarker)
+	tablet := false
+	for _, n := range names {
+		tablet = tablet || strings.Contains(strings.ToLower(n), "tablet")
+	}
+	if !tablet {
+		t.Errorf("the guest's input devices are %q: no tablet, though the domain spec asked for one", names)
+	}
+}
+
+// checkClockStart: a VM whose domain spec starts its clock in a time zone (+05:30) boots a guest
+// whose real-time clock, read as UTC, is that far ahead of UTC (Guest.ClockMarker's rtc=).
+func (s *vmSuite) checkClockStart(t T) {
+	s.requireDevice(t, driver.DeviceClock, s.guest.ClockMarker, "the guest does not print its real-time clock (Guest.ClockMarker)")
+	vm := s.bootWith(t, "", func(spec *domainv1.DomainSpec) { spec.Clock = &domainv1.Clock{Timezone: clockZone} })
+	now := time.Now()
+	lines := markerLines(vm.console.out.String(), s.guest.ClockMarker)
+	if len(lines) == 0 {
+		t.Fatalf("the guest printed no %q line before it was ready; %s", s.guest.ClockMarker, vm.console.out.Tail())
+	}
+	var rtc int64 = math.MinInt64
+	for _, f := range strings.Fields(lines[len(lines)-1]) {
+		if v, ok := strings.CutPrefix(f, "rtc="); ok {
+			if n, err := strconv.ParseInt(v, 10, 64); err == nil {
+				rtc = n
+			}
+		}
+	}
+	if rtc == math.MinInt64 {
+		t.Fatalf("the guest's clock line %q has no rtc=<seconds>", lines[len(lines)-1])
+	}
+	ahead := time.Unix(rtc, 0).Sub(now)
+	if d := ahead - clockZoneOffset; d < -clockSlack || d > clockSlack {
+		t.Errorf("the guest's clock is %v ahead of UTC, want %v (%s), within %v", ahead.Round(time.Second), clockZoneOffset, clockZone, clockSlack)
+	}
+}
+
+// pciIDs is the guest's PCI device list (Guest.PCIMarker's last line); it fails t without one.
+func (s *vmSuite) pciIDs(t T, vm *guestVM) string {
+	t.Helper()
+	lines := markerLines(vm.console.out.String(), s.guest.PCIMarker)
+	if len(lines) == 0 {
+		t.Fatalf("the guest printed no %q line before it was ready; %s", s.guest.PCIMarker, vm.console.out.Tail())
+	}
+	return lines[len(lines)-1]
+}
+
+// countField is how many of the space-separated fields of s are f.
+func countField(s, f string) int {
+	n := 0
+	for _, x := range strings.Fields(s) {
+		if x == f {
+			n++
+		}
+	}
+	return n
+}
