@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"context"
+	"fmt"
 	"strings"
 	"time"
 
@@ -34,6 +35,18 @@ func guestSpec(userData string) string {
 func indent(s string, n int) string {
 	pad := strings.Repeat(" ", n)
 	return pad + strings.ReplaceAll(strings.TrimSuffix(s, "\n"), "\n", "\n"+pad) + "\n"
+}
+
+// consoleField is the rest of the last console line that starts with marker, trimmed; "" when
+// there is none.
+func consoleField(console, marker string) string {
+	out := ""
+	for _, l := range strings.Split(console, "\n") {
+		if rest, ok := strings.CutPrefix(strings.TrimSpace(l), marker); ok {
+			out = strings.TrimSpace(rest)
+		}
+	}
+	return out
 }
 
 // template is a VMI template labelled app=label with the test guest's spec, at column 0.
@@ -187,31 +200,60 @@ var _ = Describe("VirtualMachineInstance start", Label("Conformance"), func() {
 		Expect(f.VMI(ctx, "nopull").Status.Phase).To(Equal(v1alpha1.Scheduling))
 	})
 
-	It("with devices.rng: {} (as KubeVirt's examples set it) and a chassis gives the guest a virtio RNG and its SMBIOS strings; without them, none", func(ctx SpecContext) {
+	It("gives the guest what KubeVirt's device and platform fields ask for (rng, chassis, features, clock, inputs, watchdog, balloon); without them, none", func(ctx SpecContext) {
+		tz := v1alpha1.ClockOffsetTimezone("Asia/Kolkata") // +05:30 all year
 		for _, c := range []struct {
-			name    string
-			rng     *v1alpha1.Rng
-			chassis *v1alpha1.Chassis
-		}{{"rng", &v1alpha1.Rng{}, &v1alpha1.Chassis{Manufacturer: "Kubevisor e2e", Serial: "e2e-chassis-1", Asset: "asset-e2e"}}, {"norng", nil, nil}} {
+			name string
+			edit func(*v1alpha1.VirtualMachineInstanceSpec)
+		}{{"rng", func(s *v1alpha1.VirtualMachineInstanceSpec) {
+			d := &s.Domain
+			d.Devices.Rng = &v1alpha1.Rng{}
+			d.Chassis = &v1alpha1.Chassis{Manufacturer: "Kubevisor e2e", Serial: "e2e-chassis-1", Asset: "asset-e2e"}
+			d.Features = &v1alpha1.Features{ACPI: v1alpha1.FeatureState{}, SMM: &v1alpha1.FeatureState{Enabled: ptr.To(true)}}
+			d.Clock = &v1alpha1.Clock{ClockOffset: v1alpha1.ClockOffset{Timezone: &tz}, Timer: &v1alpha1.Timer{HPET: &v1alpha1.HPETTimer{Enabled: ptr.To(false)}}}
+			d.Devices.Inputs = []v1alpha1.Input{{Name: "tablet", Type: v1alpha1.InputTypeTablet, Bus: v1alpha1.InputBusVirtio}, {Name: "usb", Type: v1alpha1.InputTypeTablet}}
+			d.Devices.Watchdog = &v1alpha1.Watchdog{Name: "wd", I6300ESB: &v1alpha1.I6300ESBWatchdog{Action: v1alpha1.WatchdogActionPoweroff}}
+		}}, {"norng", func(s *v1alpha1.VirtualMachineInstanceSpec) {
+			s.Domain.Devices.AutoattachMemBalloon = ptr.To(false)
+		}}} {
 			spec := guest.Spec(guest.Options{Image: Cfg.GuestImage, UserData: c.name})
-			spec.Domain.Devices.Rng = c.rng
-			spec.Domain.Chassis = c.chassis
+			c.edit(&spec)
 			b, err := yaml.Marshal(spec)
 			Expect(err).NotTo(HaveOccurred())
 			f.Apply(ctx, "apiVersion: kubevisor.io/v1alpha1\nkind: VirtualMachineInstance\nmetadata:\n  name: "+c.name+"\nspec:\n"+indent(string(b), 2))
 		}
+		// PCI IDs: 8086:25ab i6300esb, 1af4:1052 virtio input, 1af4:1002 virtio balloon,
+		// 1b36:000d the USB controller of the usb tablet.
 		for name, want := range map[string][]string{
-			"rng":   {"KUBEVISOR-RNG: virtio_rng", "KUBEVISOR-DMI: chassis_vendor=Kubevisor e2e", "KUBEVISOR-DMI: chassis_serial=e2e-chassis-1", "KUBEVISOR-DMI: chassis_asset_tag=asset-e2e"},
-			"norng": {"KUBEVISOR-RNG: none"},
+			"rng": {"KUBEVISOR-RNG: virtio_rng", "KUBEVISOR-DMI: chassis_vendor=Kubevisor e2e", "KUBEVISOR-DMI: chassis_serial=e2e-chassis-1",
+				"KUBEVISOR-DMI: chassis_asset_tag=asset-e2e", "KUBEVISOR-INPUT: QEMU Virtio Tablet", "KUBEVISOR-ACPI: on"},
+			"norng": {"KUBEVISOR-RNG: none", "KUBEVISOR-ACPI: on"},
 		} {
 			vmi := f.WaitRunning(ctx, name)
 			matchers := []gomegatypes.GomegaMatcher{ContainSubstring(ReadyMarker)}
 			for _, w := range want {
 				matchers = append(matchers, ContainSubstring(w))
 			}
-			Eventually(func() string { return f.Console(ctx, vmi) }).WithContext(ctx).
+			var console string
+			Eventually(func() string { console = f.Console(ctx, vmi); return console }).WithContext(ctx).
 				WithTimeout(Cfg.BootTimeout).WithPolling(2*time.Second).
 				Should(And(matchers...), "VMI %s", name)
+			now := time.Now()
+			pci := " " + consoleField(console, "KUBEVISOR-PCI:") + " "
+			clock := consoleField(console, "KUBEVISOR-CLOCK:")
+			var rtc int64
+			_, err := fmt.Sscanf(clock, "rtc=%d", &rtc)
+			Expect(err).NotTo(HaveOccurred(), "VMI %s: clock line %q", name, clock)
+			ahead := time.Unix(rtc, 0).Sub(now)
+			if name == "rng" {
+				Expect(pci).To(And(ContainSubstring(" 8086:25ab "), ContainSubstring(" 1af4:1052 "), ContainSubstring(" 1af4:1002 "), ContainSubstring(" 1b36:000d ")), "VMI rng: PCI devices")
+				Expect(clock).NotTo(ContainSubstring("hpet"), "VMI rng: the HPET is off")
+				Expect(ahead).To(BeNumerically("~", 5*time.Hour+30*time.Minute, 2*time.Minute), "VMI rng: the clock starts in Asia/Kolkata")
+			} else {
+				Expect(pci).NotTo(Or(ContainSubstring(" 8086:25ab "), ContainSubstring(" 1af4:1052 "), ContainSubstring(" 1af4:1002 "), ContainSubstring(" 1af4:1045 ")), "VMI norng: PCI devices")
+				Expect(clock).To(ContainSubstring("hpet"), "VMI norng: the HPET is there by default")
+				Expect(ahead).To(BeNumerically("~", 0, 2*time.Minute), "VMI norng: the clock starts at UTC")
+			}
 		}
 	})
 

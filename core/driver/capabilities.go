@@ -230,6 +230,9 @@ const (
 	DeviceWatchdog = "watchdog"
 	// DeviceBalloon is the virtio memory balloon of DomainSpec.balloon.
 	DeviceBalloon = "balloon"
+	// DeviceDiskOptions is the disk options of Disk: io, dedicated_iothread, the block sizes,
+	// shareable and error_policy.
+	DeviceDiskOptions = "disk-options"
 )
 
 // OptionalDevice is an optional device of the domain spec: its name in Capabilities.devices, the
@@ -249,6 +252,12 @@ var OptionalDevices = []OptionalDevice{
 	{Name: DeviceInput, Field: "inputs", asked: func(s *domainv1.DomainSpec) bool { return len(s.GetInputs()) > 0 }},
 	{Name: DeviceWatchdog, Field: "watchdog", asked: func(s *domainv1.DomainSpec) bool { return s.GetWatchdog() != nil }},
 	{Name: DeviceBalloon, Field: "balloon", asked: func(s *domainv1.DomainSpec) bool { return s.GetBalloon() != nil }},
+	{Name: DeviceDiskOptions, Field: "disks", asked: func(s *domainv1.DomainSpec) bool {
+		return slices.ContainsFunc(s.GetDisks(), func(d *domainv1.Disk) bool {
+			return d.GetIo() != "" || d.GetDedicatedIothread() || d.GetLogicalBlockSize() != 0 || d.GetPhysicalBlockSize() != 0 ||
+				d.GetShareable() || d.GetErrorPolicy() != ""
+		})
+	}},
 }
 
 // UndeclaredDevices returns the optional devices spec asks for that caps does not declare.

@@ -21,13 +21,14 @@ type driverCaps struct {
 
 // vmiDevices names, for each of driver.OptionalDevices, the VMI field that asks for it and what it is.
 var vmiDevices = map[string]struct{ field, what string }{
-	driver.DeviceRNG:      {"spec.domain.devices.rng", "a virtio entropy device"},
-	driver.DeviceChassis:  {"spec.domain.chassis", "SMBIOS chassis information"},
-	driver.DeviceFeatures: {"spec.domain.features", "setting platform features"},
-	driver.DeviceClock:    {"spec.domain.clock", "setting the clock and timers"},
-	driver.DeviceInput:    {"spec.domain.devices.inputs", "an input device (or autoattachInputDevice)"},
-	driver.DeviceWatchdog: {"spec.domain.devices.watchdog", "a watchdog"},
-	driver.DeviceBalloon:  {"spec.domain.devices.autoattachMemBalloon", "a memory balloon (attached by default: set autoattachMemBalloon: false)"},
+	driver.DeviceRNG:         {"spec.domain.devices.rng", "a virtio entropy device"},
+	driver.DeviceChassis:     {"spec.domain.chassis", "SMBIOS chassis information"},
+	driver.DeviceFeatures:    {"spec.domain.features", "setting platform features"},
+	driver.DeviceClock:       {"spec.domain.clock", "setting the clock and timers"},
+	driver.DeviceInput:       {"spec.domain.devices.inputs", "an input device (or autoattachInputDevice)"},
+	driver.DeviceWatchdog:    {"spec.domain.devices.watchdog", "a watchdog"},
+	driver.DeviceDiskOptions: {"spec.domain.devices.disks", "a disk's io, dedicatedIOThread, blockSize, shareable or errorPolicy"},
+	driver.DeviceBalloon:     {"spec.domain.devices.autoattachMemBalloon", "a memory balloon (attached by default: set autoattachMemBalloon: false)"},
 }
 
 // checkSupported reports, by VMI field, what spec (the domain spec the VMI gives, built from

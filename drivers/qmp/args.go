@@ -409,6 +409,22 @@ func (b *argBuilder) disks() {
 		default:
 			b.fail(f+".cache", "%q is not supported (none, writethrough or writeback)", d.GetCache())
 		}
+		switch d.GetIo() {
+		case "":
+		case "native":
+			if d.GetCache() != "none" {
+				b.fail(f+".io", "native needs cache none")
+			}
+			fileOpts = append(fileOpts, "aio=native")
+		case "threads":
+			fileOpts = append(fileOpts, "aio=threads")
+		default:
+			b.fail(f+".io", "%q is not supported (native or threads)", d.GetIo())
+		}
+		if d.GetShareable() {
+			// Other VMs may hold the image open for writing.
+			fileOpts = append(fileOpts, "locking=off")
+		}
 		fmtOpts := []string{"driver=" + format, fmt.Sprintf("node-name=disk%d", i), fmt.Sprintf("file=file-disk%d", i)}
 		if readOnly {
 			fmtOpts = append(fmtOpts, "read-only=on")
@@ -421,6 +437,10 @@ func (b *argBuilder) disks() {
 				b.fail(f+".bus", "a cdrom cannot be on virtio (use sata or scsi)")
 			}
 			dev = []string{"virtio-blk-pci"}
+			if d.GetDedicatedIothread() {
+				b.add("-object", fmt.Sprintf("iothread,id=iothread-disk%d", i))
+				dev = append(dev, fmt.Sprintf("iothread=iothread-disk%d", i))
+			}
 		case domainv1.DiskBus_DISK_BUS_SATA:
 			if d.GetReadOnly() && !cdrom {
 				b.fail(f+".readOnly", "a read-only disk cannot be on sata (use virtio or scsi)")
@@ -446,7 +466,11 @@ func (b *argBuilder) disks() {
 			b.fail(f+".bus", "%s is not supported", bus)
 			continue
 		}
+		if d.GetDedicatedIothread() && bus != domainv1.DiskBus_DISK_BUS_VIRTIO {
+			b.fail(f+".dedicatedIothread", "only a virtio disk has an I/O thread of its own")
+		}
 		dev = append(dev, fmt.Sprintf("drive=disk%d", i), fmt.Sprintf("id=ua-disk%d", i))
+		dev = append(dev, b.diskDeviceOptions(f, d)...)
 		if writeCache != "" {
 			dev = append(dev, "write-cache="+writeCache)
 		}
@@ -461,6 +485,43 @@ func (b *argBuilder) disks() {
 		}
 		b.add("-blockdev", strings.Join(fileOpts, ","), "-blockdev", strings.Join(fmtOpts, ","), "-device", strings.Join(dev, ","))
 	}
+}
+
+// errorPolicies are the -device werror/rerror values of each error policy: enospace stops on
+// a full host disk only, and reports read errors.
+var errorPolicies = map[string][2]string{
+	"stop": {"stop", "stop"}, "report": {"report", "report"}, "ignore": {"ignore", "ignore"}, "enospace": {"enospc", "report"},
+}
+
+// diskDeviceOptions are a disk device's block sizes, shared writing and error policy.
+func (b *argBuilder) diskDeviceOptions(f string, d *domainv1.Disk) []string {
+	var opts []string
+	for _, bs := range []struct {
+		name string
+		n    uint32
+	}{{"logical_block_size", d.GetLogicalBlockSize()}, {"physical_block_size", d.GetPhysicalBlockSize()}} {
+		if bs.n == 0 {
+			continue
+		}
+		if bs.n < 512 || bs.n > 65536 || bs.n&(bs.n-1) != 0 {
+			b.fail(f+"."+strings.ReplaceAll(bs.name, "_block_size", "BlockSize"), "%d is not a power of two from 512 to 65536", bs.n)
+		}
+		opts = append(opts, fmt.Sprintf("%s=%d", bs.name, bs.n))
+	}
+	if d.GetShareable() {
+		opts = append(opts, "share-rw=on")
+	}
+	if p := d.GetErrorPolicy(); p != "" {
+		e, ok := errorPolicies[p]
+		if !ok {
+			b.fail(f+".errorPolicy", "%q is not supported (stop, report, ignore or enospace)", p)
+		}
+		if d.GetDevice() == domainv1.DiskDevice_DISK_DEVICE_CDROM || d.GetBus() == domainv1.DiskBus_DISK_BUS_USB {
+			b.fail(f+".errorPolicy", "a cdrom or usb disk has no error policy")
+		}
+		opts = append(opts, "werror="+e[0], "rerror="+e[1])
+	}
+	return opts
 }
 
 func (b *argBuilder) nics() {

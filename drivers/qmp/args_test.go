@@ -342,11 +342,25 @@ func TestBuildArgs(t *testing.T) {
 			want: [][]string{{"-smbios", "type=3,manufacturer=Acme,, Inc.,serial=c-1,sku=sku9"}},
 		},
 		{
-			name: "features on the machine: acpi off, smm off",
+			name: "features on the machine: acpi off (pc), smm off",
 			spec: func(s *domainv1.DomainSpec) {
+				s.Machine = &domainv1.Machine{Type: "pc"}
 				s.Features = &domainv1.Features{Acpi: domainv1.Toggle_TOGGLE_OFF, Smm: domainv1.Toggle_TOGGLE_OFF}
 			},
-			want: [][]string{{"-machine", "q35,acpi=off,smm=off"}, {"-cpu", "max"}},
+			want: [][]string{{"-machine", "pc,acpi=off,smm=off"}, {"-cpu", "max"}},
+		},
+		{
+			name: "features on the machine: acpi on, smm on",
+			spec: func(s *domainv1.DomainSpec) {
+				s.Features = &domainv1.Features{Acpi: domainv1.Toggle_TOGGLE_ON, Smm: domainv1.Toggle_TOGGLE_ON}
+			},
+			want: [][]string{{"-machine", "q35,acpi=on,smm=on"}},
+		},
+		{
+			name:   "acpi off on q35",
+			spec:   func(s *domainv1.DomainSpec) { s.Features = &domainv1.Features{Acpi: domainv1.Toggle_TOGGLE_OFF} },
+			code:   codes.InvalidArgument,
+			fields: []string{"features.acpi"},
 		},
 		{
 			name: "features under KVM: Hyper-V, kvm hidden, pvspinlock, eoi",
@@ -432,6 +446,34 @@ func TestBuildArgs(t *testing.T) {
 				{"-device", "usb-tablet,id=input0,bus=usb0.0"}, {"-device", "usb-kbd,id=input1,bus=usb0.0"},
 				{"-device", "virtio-tablet-pci,id=input2"}, {"-device", "virtio-keyboard-pci,id=input3"},
 			},
+		},
+		{
+			name: "disk options: native I/O, its own I/O thread, block sizes, shared, error policy",
+			spec: func(s *domainv1.DomainSpec) {
+				s.Disks = []*domainv1.Disk{
+					{Name: "a", Path: "/a.img", Cache: "none", Io: "native", DedicatedIothread: true, LogicalBlockSize: 4096, PhysicalBlockSize: 4096,
+						Shareable: true, ErrorPolicy: "enospace"},
+					{Name: "b", Path: "/b.img", Bus: domainv1.DiskBus_DISK_BUS_SCSI, Io: "threads", ErrorPolicy: "stop"},
+				}
+			},
+			want: [][]string{
+				{"-object", "iothread,id=iothread-disk0"},
+				{"-blockdev", "driver=file,node-name=file-disk0,filename=/a.img,cache.direct=on,aio=native,locking=off"},
+				{"-device", "virtio-blk-pci,iothread=iothread-disk0,drive=disk0,id=ua-disk0,logical_block_size=4096,physical_block_size=4096,share-rw=on,werror=enospc,rerror=report,write-cache=on"},
+				{"-blockdev", "driver=file,node-name=file-disk1,filename=/b.img,aio=threads"},
+				{"-device", "scsi-hd,bus=scsi0.0,channel=0,scsi-id=0,lun=0,drive=disk1,id=ua-disk1,werror=stop,rerror=stop"},
+			},
+		},
+		{
+			name: "disk options the devices cannot take",
+			spec: func(s *domainv1.DomainSpec) {
+				s.Disks = []*domainv1.Disk{
+					{Name: "a", Path: "/a.img", Io: "native", LogicalBlockSize: 1000},
+					{Name: "b", Path: "/b.iso", Bus: domainv1.DiskBus_DISK_BUS_SCSI, Device: domainv1.DiskDevice_DISK_DEVICE_CDROM, DedicatedIothread: true, ErrorPolicy: "report"},
+				}
+			},
+			code:   codes.InvalidArgument,
+			fields: []string{"disks[0].io", "disks[0].logicalBlockSize", "disks[1].dedicatedIothread", "disks[1].errorPolicy"},
 		},
 		{
 			name: "watchdog and balloon",

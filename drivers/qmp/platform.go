@@ -40,6 +40,11 @@ func onOffProp(name string, t domainv1.Toggle) []string {
 func (b *argBuilder) machineFeatures() []string {
 	f, c := b.spec.GetFeatures(), b.spec.GetClock()
 	var opts []string
+	if f.GetAcpi() == domainv1.Toggle_TOGGLE_OFF && b.q35 {
+		// Measured: without QEMU's tables SeaBIOS makes its own, and the ICH9 chipset's power
+		// management is ACPI, so a q35 guest still has ACPI. Only pc can go without.
+		b.fail("features.acpi", "a q35 machine always has ACPI (its chipset's power management is ACPI): disabling it needs machine type pc")
+	}
 	opts = append(opts, onOffProp("acpi", f.GetAcpi())...)
 	smm := f.GetSmm()
 	if b.spec.GetFirmware().GetEfi().GetSecureBoot() {

@@ -548,6 +548,66 @@ type Disk struct {
 	// Cache is the disk cache mode.
 	// +optional
 	Cache DriverCache `json:"cache,omitempty"`
+	// IO is how the hypervisor does the disk's I/O: native (Linux AIO; needs cache none) or
+	// threads (a thread pool). Unset is the hypervisor's default.
+	// +optional
+	IO DriverIO `json:"io,omitempty"`
+	// DedicatedIOThread gives the disk an I/O thread of its own (virtio disks only).
+	// +optional
+	DedicatedIOThread *bool `json:"dedicatedIOThread,omitempty"`
+	// BlockSize is the logical and physical block size the guest sees.
+	// +optional
+	BlockSize *BlockSize `json:"blockSize,omitempty"`
+	// Shareable lets other VMs open the same volume for writing at the same time (a cluster
+	// file system's shared disk); image locking is off for it.
+	// +optional
+	Shareable *bool `json:"shareable,omitempty"`
+	// ErrorPolicy is what a read or write error does: stop pauses the VM, report gives the
+	// guest the error, ignore drops it, enospace stops on a full host disk only.
+	// +optional
+	ErrorPolicy *DiskErrorPolicy `json:"errorPolicy,omitempty"`
+}
+
+// DriverIO is how a disk's I/O is done.
+// +kubebuilder:validation:Enum=native;threads;default
+type DriverIO string
+
+// Disk I/O modes.
+const (
+	IONative  DriverIO = "native"
+	IOThreads DriverIO = "threads"
+	IODefault DriverIO = "default"
+)
+
+// DiskErrorPolicy is what a disk error does.
+// +kubebuilder:validation:Enum=stop;ignore;report;enospace
+type DiskErrorPolicy string
+
+// Disk error policies.
+const (
+	DiskErrorPolicyStop     DiskErrorPolicy = "stop"
+	DiskErrorPolicyIgnore   DiskErrorPolicy = "ignore"
+	DiskErrorPolicyReport   DiskErrorPolicy = "report"
+	DiskErrorPolicyEnospace DiskErrorPolicy = "enospace"
+)
+
+// BlockSize is the block size a disk shows the guest. Only custom is supported: matchVolume
+// needs the volume's block size, which storage drivers do not report.
+type BlockSize struct {
+	// Custom sets the sizes.
+	// +optional
+	Custom *CustomBlockSize `json:"custom,omitempty"`
+}
+
+// CustomBlockSize is a logical and a physical block size in bytes, each a power of two from
+// 512 to 65536, the logical at most the physical.
+type CustomBlockSize struct {
+	// +kubebuilder:validation:Minimum=512
+	// +kubebuilder:validation:Maximum=65536
+	Logical uint `json:"logical,omitempty"`
+	// +kubebuilder:validation:Minimum=512
+	// +kubebuilder:validation:Maximum=65536
+	Physical uint `json:"physical,omitempty"`
 }
 
 // DiskDevice selects how a volume is presented to the guest. At most one of its members may be set.

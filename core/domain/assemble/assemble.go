@@ -111,7 +111,8 @@ const (
 //     VMI's UID;
 //   - disks: a disk (bus virtio) or cdrom (bus sata, read-only unless it says otherwise) per
 //     spec disk, with the prepared disk's path and format, bootOrder, cache and serial; a
-//     volume no disk names gets a disk of its own, as KubeVirt's defaulting adds;
+//     volume no disk names gets a disk of its own, as KubeVirt's defaulting adds; io,
+//     dedicatedIOThread (virtio), blockSize.custom, shareable, errorPolicy;
 //   - interfaces: model (virtio), the network driver's MAC, tap and MTU, bootOrder;
 //   - the serial console and the VNC server on sockets in the run directory, unless
 //     autoattachSerialConsole / autoattachGraphicsDevice is false;
@@ -416,7 +417,58 @@ func (b *builder) disk(field string, disk v1alpha1.Disk, diskBus, cdromBus domai
 			b.fail(field+".disk.bus", "%q is not supported", bus)
 		}
 	}
+	b.diskOptions(field, disk, d)
 	return d
+}
+
+// diskOptions maps a disk's io, dedicatedIOThread, blockSize, shareable and errorPolicy.
+func (b *builder) diskOptions(field string, disk v1alpha1.Disk, d *domainv1.Disk) {
+	switch disk.IO {
+	case "", v1alpha1.IODefault:
+	case v1alpha1.IONative:
+		if disk.Cache != v1alpha1.CacheNone {
+			b.fail(field+".io", "native needs cache: none (Linux AIO is for direct I/O)")
+		}
+		d.Io = string(disk.IO)
+	case v1alpha1.IOThreads:
+		d.Io = string(disk.IO)
+	default:
+		b.fail(field+".io", "%q is not supported (native, threads or default)", disk.IO)
+	}
+	if disk.DedicatedIOThread != nil && *disk.DedicatedIOThread {
+		if d.Bus != domainv1.DiskBus_DISK_BUS_VIRTIO {
+			b.fail(field+".dedicatedIOThread", "only a virtio disk has an I/O thread of its own")
+		}
+		d.DedicatedIothread = true
+	}
+	if bs := disk.BlockSize; bs != nil {
+		c := bs.Custom
+		if c == nil {
+			b.fail(field+".blockSize.custom", "required (matchVolume is not supported: storage drivers do not report a volume's block size)")
+		} else {
+			for _, v := range []struct {
+				name string
+				n    uint
+			}{{"logical", c.Logical}, {"physical", c.Physical}} {
+				if v.n < 512 || v.n > 65536 || v.n&(v.n-1) != 0 {
+					b.fail(field+".blockSize.custom."+v.name, "%d is not a power of two from 512 to 65536", v.n)
+				}
+			}
+			if c.Logical > c.Physical {
+				b.fail(field+".blockSize.custom.logical", "%d is larger than the physical block size %d", c.Logical, c.Physical)
+			}
+			d.LogicalBlockSize, d.PhysicalBlockSize = uint32(c.Logical), uint32(c.Physical)
+		}
+	}
+	d.Shareable = disk.Shareable != nil && *disk.Shareable
+	if p := disk.ErrorPolicy; p != nil {
+		switch *p {
+		case v1alpha1.DiskErrorPolicyStop, v1alpha1.DiskErrorPolicyIgnore, v1alpha1.DiskErrorPolicyReport, v1alpha1.DiskErrorPolicyEnospace:
+			d.ErrorPolicy = string(*p)
+		default:
+			b.fail(field+".errorPolicy", "%q is not supported (stop, ignore, report or enospace)", *p)
+		}
+	}
 }
 
 // Binding returns the binding of an interface ("bridge", "masquerade"), or "" when it names

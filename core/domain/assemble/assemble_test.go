@@ -268,6 +268,7 @@ func TestDomain(t *testing.T) {
 		{
 			name: "features",
 			vmi: func(v *v1alpha1.VirtualMachineInstance) {
+				v.Spec.Domain.Machine = &v1alpha1.Machine{Type: "pc"}
 				v.Spec.Domain.Features = &v1alpha1.Features{
 					ACPI:       v1alpha1.FeatureState{Enabled: ptr(false)},
 					APIC:       &v1alpha1.FeatureAPIC{EndOfInterrupt: true},
@@ -295,6 +296,7 @@ func TestDomain(t *testing.T) {
 					HypervSpinlockRetries: 8191, HypervVendorId: "KubevisorHv",
 				}
 				s.Clock = &domainv1.Clock{Hyperv: domainv1.Toggle_TOGGLE_ON}
+				s.Machine = &domainv1.Machine{Type: "pc"}
 			},
 		},
 		{
@@ -371,6 +373,21 @@ func TestDomain(t *testing.T) {
 			},
 		},
 		{
+			name: "disk options",
+			vmi: func(v *v1alpha1.VirtualMachineInstance) {
+				d := &v.Spec.Domain.Devices.Disks[0]
+				d.Cache, d.IO, d.DedicatedIOThread, d.Shareable = v1alpha1.CacheNone, v1alpha1.IONative, ptr(true), ptr(true)
+				d.BlockSize = &v1alpha1.BlockSize{Custom: &v1alpha1.CustomBlockSize{Logical: 512, Physical: 4096}}
+				d.ErrorPolicy = ptr(v1alpha1.DiskErrorPolicyReport)
+				v.Spec.Domain.Devices.Disks[1].IO = v1alpha1.IODefault
+			},
+			want: func(s *domainv1.DomainSpec) {
+				d := s.Disks[0]
+				d.Cache, d.Io, d.DedicatedIothread, d.Shareable = "none", "native", true, true
+				d.LogicalBlockSize, d.PhysicalBlockSize, d.ErrorPolicy = 512, 4096, "report"
+			},
+		},
+		{
 			name: "no memory balloon",
 			vmi:  func(v *v1alpha1.VirtualMachineInstance) { v.Spec.Domain.Devices.AutoattachMemBalloon = ptr(false) },
 			want: func(s *domainv1.DomainSpec) { s.Balloon = nil },
@@ -431,6 +448,29 @@ func TestDomainRejects(t *testing.T) {
 				v.Spec.Domain.Features = &v1alpha1.Features{APIC: &v1alpha1.FeatureAPIC{Enabled: ptr(false)}}
 			},
 			want: []string{`spec.domain.features.apic.enabled: an x86_64 guest always has a local APIC`},
+		},
+		{
+			name: "disk options that cannot be",
+			vmi: func(v *v1alpha1.VirtualMachineInstance) {
+				d := &v.Spec.Domain.Devices.Disks[0]
+				d.IO, d.BlockSize = v1alpha1.IONative, &v1alpha1.BlockSize{Custom: &v1alpha1.CustomBlockSize{Logical: 4096, Physical: 1000}}
+				c := &v.Spec.Domain.Devices.Disks[1]
+				c.DedicatedIOThread, c.BlockSize = ptr(true), &v1alpha1.BlockSize{}
+			},
+			want: []string{
+				`spec.domain.devices.disks[0].io: native needs cache: none`,
+				`spec.domain.devices.disks[0].blockSize.custom.physical: 1000 is not a power of two from 512 to 65536`,
+				`spec.domain.devices.disks[0].blockSize.custom.logical: 4096 is larger than the physical block size 1000`,
+				`spec.domain.devices.disks[1].dedicatedIOThread: only a virtio disk has an I/O thread of its own`,
+				`spec.domain.devices.disks[1].blockSize.custom: required (matchVolume is not supported`,
+			},
+		},
+		{
+			name: "acpi disabled on q35",
+			vmi: func(v *v1alpha1.VirtualMachineInstance) {
+				v.Spec.Domain.Features = &v1alpha1.Features{ACPI: v1alpha1.FeatureState{Enabled: ptr(false)}}
+			},
+			want: []string{`spec.domain.features.acpi.enabled: a q35 machine always has ACPI: disabling it needs machine type pc`},
 		},
 		{
 			name: "hyperv enlightenments without what they need",

@@ -2,6 +2,7 @@ package assemble
 
 import (
 	"fmt"
+	"strings"
 
 	"github.com/kubevisor/kubevisor/core/api/v1alpha1"
 	domainv1 "github.com/kubevisor/kubevisor/core/domain/v1"
@@ -48,6 +49,11 @@ func (b *builder) features() *domainv1.Features {
 		Smm:        toggle(f.SMM),
 		Pvspinlock: toggle(f.Pvspinlock),
 		KvmHidden:  f.KVM != nil && f.KVM.Hidden,
+	}
+	if m := b.vmi.Spec.Domain.Machine; isFalse(f.ACPI.Enabled) && (m == nil || m.Type == "" || m.Type == "q35" || strings.HasPrefix(m.Type, "pc-q35-")) {
+		// The ICH9 chipset's power management is ACPI, and SeaBIOS makes tables where the
+		// hypervisor gives none: a q35 guest has ACPI whatever the flag says.
+		b.fail(fieldFeatures+".acpi.enabled", "a q35 machine always has ACPI: disabling it needs machine type pc")
 	}
 	if f.ACPI.Enabled == nil {
 		// acpi: {} and no acpi at all read the same: the default, on.

@@ -1458,8 +1458,20 @@ type Disk struct {
 	BootOrder uint32 `protobuf:"varint,6,opt,name=boot_order,json=bootOrder,proto3" json:"boot_order,omitempty"`
 	ReadOnly  bool   `protobuf:"varint,7,opt,name=read_only,json=readOnly,proto3" json:"read_only,omitempty"`
 	// cache is "none", "writethrough", "writeback" or empty for the driver's default.
-	Cache         string `protobuf:"bytes,8,opt,name=cache,proto3" json:"cache,omitempty"`
-	Serial        string `protobuf:"bytes,9,opt,name=serial,proto3" json:"serial,omitempty"`
+	Cache  string `protobuf:"bytes,8,opt,name=cache,proto3" json:"cache,omitempty"`
+	Serial string `protobuf:"bytes,9,opt,name=serial,proto3" json:"serial,omitempty"`
+	// The disk options below are sent only to a driver declaring "disk-options".
+	// io is "native" (Linux AIO; with cache "none"), "threads" or empty for the default.
+	Io string `protobuf:"bytes,10,opt,name=io,proto3" json:"io,omitempty"`
+	// dedicated_iothread gives the disk an I/O thread of its own (virtio only).
+	DedicatedIothread bool `protobuf:"varint,11,opt,name=dedicated_iothread,json=dedicatedIothread,proto3" json:"dedicated_iothread,omitempty"`
+	// logical_block_size and physical_block_size, when non-zero, are what the guest sees.
+	LogicalBlockSize  uint32 `protobuf:"varint,12,opt,name=logical_block_size,json=logicalBlockSize,proto3" json:"logical_block_size,omitempty"`
+	PhysicalBlockSize uint32 `protobuf:"varint,13,opt,name=physical_block_size,json=physicalBlockSize,proto3" json:"physical_block_size,omitempty"`
+	// shareable lets other VMs write the image at the same time: no image locking.
+	Shareable bool `protobuf:"varint,14,opt,name=shareable,proto3" json:"shareable,omitempty"`
+	// error_policy: "stop", "report", "ignore", "enospace" or empty for the driver's default.
+	ErrorPolicy   string `protobuf:"bytes,15,opt,name=error_policy,json=errorPolicy,proto3" json:"error_policy,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1553,6 +1565,48 @@ func (x *Disk) GetCache() string {
 func (x *Disk) GetSerial() string {
 	if x != nil {
 		return x.Serial
+	}
+	return ""
+}
+
+func (x *Disk) GetIo() string {
+	if x != nil {
+		return x.Io
+	}
+	return ""
+}
+
+func (x *Disk) GetDedicatedIothread() bool {
+	if x != nil {
+		return x.DedicatedIothread
+	}
+	return false
+}
+
+func (x *Disk) GetLogicalBlockSize() uint32 {
+	if x != nil {
+		return x.LogicalBlockSize
+	}
+	return 0
+}
+
+func (x *Disk) GetPhysicalBlockSize() uint32 {
+	if x != nil {
+		return x.PhysicalBlockSize
+	}
+	return 0
+}
+
+func (x *Disk) GetShareable() bool {
+	if x != nil {
+		return x.Shareable
+	}
+	return false
+}
+
+func (x *Disk) GetErrorPolicy() string {
+	if x != nil {
+		return x.ErrorPolicy
 	}
 	return ""
 }
@@ -1957,7 +2011,7 @@ const file_core_domain_v1_domain_proto_rawDesc = "" +
 	"kernelPath\x12\x1f\n" +
 	"\vinitrd_path\x18\x02 \x01(\tR\n" +
 	"initrdPath\x12\x18\n" +
-	"\acmdline\x18\x03 \x01(\tR\acmdline\"\xba\x02\n" +
+	"\acmdline\x18\x03 \x01(\tR\acmdline\"\x98\x04\n" +
 	"\x04Disk\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x12\n" +
 	"\x04path\x18\x02 \x01(\tR\x04path\x127\n" +
@@ -1968,7 +2022,14 @@ const file_core_domain_v1_domain_proto_rawDesc = "" +
 	"boot_order\x18\x06 \x01(\rR\tbootOrder\x12\x1b\n" +
 	"\tread_only\x18\a \x01(\bR\breadOnly\x12\x14\n" +
 	"\x05cache\x18\b \x01(\tR\x05cache\x12\x16\n" +
-	"\x06serial\x18\t \x01(\tR\x06serial\"\xad\x01\n" +
+	"\x06serial\x18\t \x01(\tR\x06serial\x12\x0e\n" +
+	"\x02io\x18\n" +
+	" \x01(\tR\x02io\x12-\n" +
+	"\x12dedicated_iothread\x18\v \x01(\bR\x11dedicatedIothread\x12,\n" +
+	"\x12logical_block_size\x18\f \x01(\rR\x10logicalBlockSize\x12.\n" +
+	"\x13physical_block_size\x18\r \x01(\rR\x11physicalBlockSize\x12\x1c\n" +
+	"\tshareable\x18\x0e \x01(\bR\tshareable\x12!\n" +
+	"\ferror_policy\x18\x0f \x01(\tR\verrorPolicy\"\xad\x01\n" +
 	"\x03NIC\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x19\n" +
 	"\btap_name\x18\x02 \x01(\tR\atapName\x12\x1e\n" +
