@@ -100,6 +100,33 @@ func (s *vmSuite) checkClockStart(t T) {
 	}
 }
 
+// The CPU features CPU/Features asks for: aes off and popcnt required, by names the kernel
+// shares with QEMU. Every x86-64 CPU model since Nehalem has both (and QEMU's TCG emulates them).
+const forbiddenCPUFlag, requiredCPUFlag = "aes", "popcnt"
+
+// checkCPUFeatures: a VM whose domain spec forbids one CPU feature and requires another boots a
+// guest whose CPU has the one and not the other (Guest.CPUFlagsMarker's line).
+func (s *vmSuite) checkCPUFeatures(t T) {
+	s.requireDevice(t, driver.DeviceCPUFeatures, s.guest.CPUFlagsMarker, "the guest does not print its CPU flags (Guest.CPUFlagsMarker)")
+	vm := s.bootWith(t, "", func(spec *domainv1.DomainSpec) {
+		if spec.Cpu == nil {
+			spec.Cpu = &domainv1.CPU{}
+		}
+		spec.Cpu.Features = []*domainv1.CPUFeature{{Name: forbiddenCPUFlag, Policy: "forbid"}, {Name: requiredCPUFlag, Policy: "require"}}
+	})
+	lines := markerLines(vm.console.out.String(), s.guest.CPUFlagsMarker)
+	if len(lines) == 0 {
+		t.Fatalf("the guest printed no %q line before it was ready; %s", s.guest.CPUFlagsMarker, vm.console.out.Tail())
+	}
+	flags := lines[len(lines)-1]
+	if countField(flags, forbiddenCPUFlag) > 0 {
+		t.Errorf("the guest's CPU has %q, which the domain spec forbids (flags: %s)", forbiddenCPUFlag, flags)
+	}
+	if countField(flags, requiredCPUFlag) == 0 {
+		t.Errorf("the guest's CPU lacks %q, which the domain spec requires (flags: %s)", requiredCPUFlag, flags)
+	}
+}
+
 // pciIDs is the guest's PCI device list (Guest.PCIMarker's last line); it fails t without one.
 func (s *vmSuite) pciIDs(t T, vm *guestVM) string {
 	t.Helper()

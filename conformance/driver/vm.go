@@ -59,6 +59,10 @@ type Guest struct {
 	// ("KUBEVISOR-CLOCK: rtc=1796220384 clocksources=tsc,hpet,acpi_pm"). Without it Clock/Start is
 	// skipped.
 	ClockMarker string
+	// CPUFlagsMarker starts the console line on which the guest prints its CPU's flags, by the
+	// kernel's names, before ReadyMarker ("KUBEVISOR-CPUFLAGS: fpu vme ... aes"). Without it
+	// CPU/Features is skipped.
+	CPUFlagsMarker string
 	// MemoryBytes is the guest memory. Default: DefaultGuestMemory.
 	MemoryBytes uint64
 	// Machine is the machine type ("q35", "pc"); empty means the hypervisor's default.
@@ -79,6 +83,7 @@ const (
 	GuestPCIMarker      = "KUBEVISOR-PCI:"
 	GuestInputMarker    = "KUBEVISOR-INPUT:"
 	GuestClockMarker    = "KUBEVISOR-CLOCK:"
+	GuestCPUFlagsMarker = "KUBEVISOR-CPUFLAGS:"
 )
 
 // The files of the project's test guest in the directory `make guest` builds it into.
@@ -149,6 +154,7 @@ func GuestFromDir(dir string) (Guest, error) {
 		PCIMarker:      GuestPCIMarker,
 		InputMarker:    GuestInputMarker,
 		ClockMarker:    GuestClockMarker,
+		CPUFlagsMarker: GuestCPUFlagsMarker,
 	}
 	if exists(GuestKernelFile) && exists(GuestInitrdFile) {
 		g.Kernel, g.Initrd = filepath.Join(abs, GuestKernelFile), filepath.Join(abs, GuestInitrdFile)
@@ -217,6 +223,7 @@ func (g Guest) withDefaults() Guest {
 //	Devices/Balloon                     (device "balloon"; Guest.PCIMarker)
 //	Devices/Input                       (device "input"; Guest.PCIMarker and InputMarker)
 //	Clock/Start                         (device "clock"; Guest.ClockMarker)
+//	CPU/Features                        (device "cpu-features"; Guest.CPUFlagsMarker)
 //	Storage/NotAnImage                  (volume type containerDisk)
 //
 // Every check but Storage/NotAnImage boots a VM of its own and needs the hypervisor to declare
@@ -307,6 +314,9 @@ func VM(t T, hv HypervisorFactory, st StorageFactory, g Guest, opts ...Option) {
 	})
 	t.Run("Clock", func(t T) {
 		t.Run("Start", s.checkClockStart)
+	})
+	t.Run("CPU", func(t T) {
+		t.Run("Features", s.checkCPUFeatures)
 	})
 	t.Run("Storage", func(t T) {
 		t.Run("NotAnImage", s.checkStorageNotAnImage)

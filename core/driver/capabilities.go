@@ -233,6 +233,8 @@ const (
 	// DeviceDiskOptions is the disk options of Disk: io, dedicated_iothread, the block sizes,
 	// shareable and error_policy.
 	DeviceDiskOptions = "disk-options"
+	// DeviceCPUFeatures is CPU.features: CPUID flags on or off by their policies.
+	DeviceCPUFeatures = "cpu-features"
 )
 
 // OptionalDevice is an optional device of the domain spec: its name in Capabilities.devices, the
@@ -252,6 +254,7 @@ var OptionalDevices = []OptionalDevice{
 	{Name: DeviceInput, Field: "inputs", asked: func(s *domainv1.DomainSpec) bool { return len(s.GetInputs()) > 0 }},
 	{Name: DeviceWatchdog, Field: "watchdog", asked: func(s *domainv1.DomainSpec) bool { return s.GetWatchdog() != nil }},
 	{Name: DeviceBalloon, Field: "balloon", asked: func(s *domainv1.DomainSpec) bool { return s.GetBalloon() != nil }},
+	{Name: DeviceCPUFeatures, Field: "cpu.features", asked: func(s *domainv1.DomainSpec) bool { return len(s.GetCpu().GetFeatures()) > 0 }},
 	{Name: DeviceDiskOptions, Field: "disks", asked: func(s *domainv1.DomainSpec) bool {
 		return slices.ContainsFunc(s.GetDisks(), func(d *domainv1.Disk) bool {
 			return d.GetIo() != "" || d.GetDedicatedIothread() || d.GetLogicalBlockSize() != 0 || d.GetPhysicalBlockSize() != 0 ||

@@ -150,7 +150,8 @@ func (h *Hypervisor) Capabilities(context.Context) (*basev1.Capabilities, error)
 		TapFd:        true,
 		Launcher:     true,
 		Devices: []string{driver.DeviceRNG, driver.DeviceChassis, driver.DeviceFeatures, driver.DeviceClock,
-			driver.DeviceInput, driver.DeviceWatchdog, driver.DeviceBalloon, driver.DeviceDiskOptions},
+			driver.DeviceInput, driver.DeviceWatchdog, driver.DeviceBalloon, driver.DeviceDiskOptions,
+			driver.DeviceCPUFeatures},
 	}, nil
 }
 

@@ -56,6 +56,9 @@ type HostEnv struct {
 	// nil skips the check.
 	CPUModels    []string
 	MachineTypes []string
+	// CPUFlags are the CPUID flags this QEMU knows (`-cpu help`'s "Recognized CPUID flags");
+	// nil skips the check.
+	CPUFlags []string
 	// BlockDevices are the disk paths that are block devices rather than files.
 	BlockDevices map[string]bool
 	// Now is the time the real-time clock's start is worked out from (clock offsets and time
@@ -296,7 +299,7 @@ func (b *argBuilder) cpu() {
 	case b.env.CPUModels != nil && !slices.Contains(b.env.CPUModels, model):
 		b.fail("cpu.model", "%q is not offered by this QEMU", model)
 	}
-	b.add("-cpu", strings.Join(append([]string{model}, b.cpuFlags()...), ","))
+	b.add("-cpu", strings.Join(slices.Concat([]string{model}, b.cpuFeatures(), b.cpuFlags()), ","))
 	s, c, t := max(cpu.GetSockets(), 1), max(cpu.GetCores(), 1), max(cpu.GetThreads(), 1)
 	b.add("-smp", fmt.Sprintf("%d,sockets=%d,cores=%d,threads=%d", s*c*t, s, c, t))
 }

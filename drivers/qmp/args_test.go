@@ -476,6 +476,31 @@ func TestBuildArgs(t *testing.T) {
 			fields: []string{"disks[0].io", "disks[0].logicalBlockSize", "disks[1].dedicatedIothread", "disks[1].errorPolicy"},
 		},
 		{
+			name: "cpu features: on, off, enforced when one is required",
+			spec: func(s *domainv1.DomainSpec) {
+				s.Cpu = &domainv1.CPU{Features: []*domainv1.CPUFeature{{Name: "aes", Policy: "forbid"}, {Name: "popcnt", Policy: "require"},
+					{Name: "pcid", Policy: "optional"}, {Name: "x2apic", Policy: "disable"}}}
+			},
+			env:  func(e *HostEnv) { e.CPUFlags = []string{"aes", "popcnt", "pcid", "x2apic"} },
+			want: [][]string{{"-cpu", "max,aes=off,popcnt=on,pcid=on,x2apic=off,enforce"}},
+		},
+		{
+			name: "cpu features without one required: no enforce",
+			spec: func(s *domainv1.DomainSpec) {
+				s.Cpu = &domainv1.CPU{Features: []*domainv1.CPUFeature{{Name: "pcid", Policy: "force"}}}
+			},
+			want: [][]string{{"-cpu", "max,pcid=on"}},
+		},
+		{
+			name: "cpu features this QEMU does not know",
+			spec: func(s *domainv1.DomainSpec) {
+				s.Cpu = &domainv1.CPU{Features: []*domainv1.CPUFeature{{Name: "warp-drive", Policy: "require"}, {Name: "aes", Policy: "maybe"}, {Name: "a,b", Policy: "force"}}}
+			},
+			env:    func(e *HostEnv) { e.CPUFlags = []string{"aes"} },
+			code:   codes.InvalidArgument,
+			fields: []string{"cpu.features[0].name", "cpu.features[1].policy", "cpu.features[2].name"},
+		},
+		{
 			name: "watchdog and balloon",
 			spec: func(s *domainv1.DomainSpec) {
 				s.Watchdog = &domainv1.Watchdog{Name: "wd", Model: "i6300esb", Action: "poweroff"}

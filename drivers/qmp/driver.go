@@ -146,7 +146,8 @@ func (d *Driver) Capabilities(context.Context) (*basev1.Capabilities, error) {
 		TapFd:       true,
 		Launcher:    true,
 		Devices: []string{driver.DeviceRNG, driver.DeviceChassis, driver.DeviceFeatures, driver.DeviceClock,
-			driver.DeviceInput, driver.DeviceWatchdog, driver.DeviceBalloon, driver.DeviceDiskOptions},
+			driver.DeviceInput, driver.DeviceWatchdog, driver.DeviceBalloon, driver.DeviceDiskOptions,
+			driver.DeviceCPUFeatures},
 	}, nil
 }
 

@@ -2,6 +2,8 @@ package qmp
 
 import (
 	"fmt"
+	"regexp"
+	"slices"
 	"strings"
 	"time"
 	_ "time/tzdata" // clock.timezone: the tz database, whether or not the node has one
@@ -58,6 +60,38 @@ func (b *argBuilder) machineFeatures() []string {
 	opts = append(opts, onOffProp("pit", c.GetPit())...)
 	return opts
 }
+
+// cpuFeatures are the -cpu properties of cpu.features: on for force, require and optional, off
+// for disable and forbid, and "enforce" when one is required, so that QEMU refuses to start
+// rather than leave it out (enforce applies to every flag turned on: an optional one beside a
+// required one is required too).
+func (b *argBuilder) cpuFeatures() []string {
+	var flags []string
+	enforce := false
+	for i, f := range b.spec.GetCpu().GetFeatures() {
+		field := fmt.Sprintf("cpu.features[%d]", i)
+		if !cpuFlagRE.MatchString(f.GetName()) || (b.env.CPUFlags != nil && !slices.Contains(b.env.CPUFlags, f.GetName())) {
+			b.fail(field+".name", "%q is not a CPU feature this QEMU knows", f.GetName())
+		}
+		switch f.GetPolicy() {
+		case "require":
+			enforce = true
+			flags = append(flags, f.GetName()+"=on")
+		case "force", "optional":
+			flags = append(flags, f.GetName()+"=on")
+		case "disable", "forbid":
+			flags = append(flags, f.GetName()+"=off")
+		default:
+			b.fail(field+".policy", "%q is not supported (force, require, optional, disable or forbid)", f.GetPolicy())
+		}
+	}
+	if enforce {
+		flags = append(flags, "enforce")
+	}
+	return flags
+}
+
+var cpuFlagRE = regexp.MustCompile(`^[a-z0-9][a-z0-9_.-]*$`)
 
 // cpuFlags are the -cpu properties of features and clock; each needs KVM.
 func (b *argBuilder) cpuFlags() []string {

@@ -77,6 +77,8 @@ type HostInfo struct {
 	// CPUModels and MachineTypes are what `-cpu help` and `-machine help` list.
 	CPUModels    []string
 	MachineTypes []string
+	// CPUFlags are the CPUID flags `-cpu help` lists.
+	CPUFlags []string
 }
 
 // Best is the accelerator VMs get when they do not ask: KVM when it works, else TCG, else "".
@@ -217,6 +219,7 @@ func (p *Prober) probe(ctx context.Context, opts ProbeOptions) *HostInfo {
 	}
 	if out, err := p.Runner.Run(ctx, path, "-cpu", "help"); err == nil {
 		h.CPUModels = parseHelp(out, "x86 ")
+		h.CPUFlags = parseCPUFlags(out)
 	}
 	h.VhostNet = openDevice(opts.VhostNetDevice) == nil
 
@@ -305,6 +308,28 @@ func describeFailure(out []byte, err error) string {
 
 // parseHelp returns the first word of every line of a `-machine help` / `-cpu help` listing
 // (after prefix, when set), skipping the header and anything after the first blank line.
+// parseCPUFlags returns the names listed after "Recognized CPUID flags:" in `-cpu help`.
+func parseCPUFlags(out []byte) []string {
+	_, rest, ok := bytes.Cut(out, []byte("Recognized CPUID flags:"))
+	if !ok {
+		return nil
+	}
+	var flags []string
+	for _, line := range strings.Split(string(rest), "\n") {
+		if strings.TrimSpace(line) == "" {
+			if len(flags) > 0 {
+				break
+			}
+			continue
+		}
+		if !strings.HasPrefix(line, " ") {
+			break
+		}
+		flags = append(flags, strings.Fields(line)...)
+	}
+	return flags
+}
+
 func parseHelp(out []byte, prefix string) []string {
 	var names []string
 	sc := bufio.NewScanner(bytes.NewReader(out))

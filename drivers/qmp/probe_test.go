@@ -191,3 +191,23 @@ func TestLabelValue(t *testing.T) {
 		}
 	}
 }
+
+func TestParseCPUFlags(t *testing.T) {
+	out := []byte("Available CPUs:\nx86 486   (alias configured by machine type)\nx86 max  Enables all features\n\n" +
+		"Recognized CPUID flags:\n  3dnow abm aes\n  avx2 popcnt\n\n")
+	if got, want := parseCPUFlags(out), []string{"3dnow", "abm", "aes", "avx2", "popcnt"}; !slices.Equal(got, want) {
+		t.Errorf("parseCPUFlags = %q, want %q", got, want)
+	}
+	if got := parseCPUFlags([]byte("x86 max\n")); got != nil {
+		t.Errorf("parseCPUFlags without the section = %q, want nil", got)
+	}
+	// The real QEMU's list has the flags the kit's CPU/Features check uses.
+	if out, err := exec.Command("qemu-system-x86_64", "-cpu", "help").Output(); err == nil {
+		flags := parseCPUFlags(out)
+		for _, f := range []string{"aes", "popcnt", "avx2"} {
+			if !slices.Contains(flags, f) {
+				t.Errorf("qemu-system-x86_64 -cpu help: %q not among the %d flags parsed", f, len(flags))
+			}
+		}
+	}
+}

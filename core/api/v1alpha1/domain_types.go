@@ -112,6 +112,26 @@ type CPU struct {
 	// The hypervisor driver decides which models it supports.
 	// +optional
 	Model string `json:"model,omitempty"`
+	// Features turns CPU features (CPUID flags, by the hypervisor's names: "aes", "avx2",
+	// "pcid") on or off on top of the model. The hypervisor driver must offer "cpu-features".
+	// +listType=map
+	// +listMapKey=name
+	// +kubebuilder:validation:MaxItems=64
+	// +optional
+	Features []CPUFeature `json:"features,omitempty"`
+}
+
+// CPUFeature is one CPU feature and what to do with it.
+type CPUFeature struct {
+	// Name is the feature's name.
+	// +kubebuilder:validation:Pattern=`^[a-z0-9][a-z0-9_.-]*$`
+	// +kubebuilder:validation:MaxLength=63
+	Name string `json:"name"`
+	// Policy is require (the default: on, and the VM does not start where the CPU lacks it),
+	// force or optional (on where the CPU has it), disable or forbid (off).
+	// +kubebuilder:validation:Enum=force;require;optional;disable;forbid
+	// +optional
+	Policy string `json:"policy,omitempty"`
 }
 
 // Memory specifies the memory of a VMI.

@@ -216,6 +216,17 @@ func (b *builder) cpu() *domainv1.CPU {
 	cpu := &domainv1.CPU{Sockets: 1, Cores: 1, Threads: 1}
 	if d.CPU != nil {
 		cpu.Model = d.CPU.Model
+		for i, f := range d.CPU.Features {
+			policy := f.Policy
+			switch policy {
+			case "":
+				policy = "require"
+			case "force", "require", "optional", "disable", "forbid":
+			default:
+				b.fail(fmt.Sprintf("%s.cpu.features[%d].policy", fieldDomain, i), "%q is not supported (force, require, optional, disable or forbid)", f.Policy)
+			}
+			cpu.Features = append(cpu.Features, &domainv1.CPUFeature{Name: f.Name, Policy: policy})
+		}
 	}
 	n, from := d.VCPUs()
 	field := fieldDomain + "." + string(from)

@@ -388,6 +388,15 @@ func TestDomain(t *testing.T) {
 			},
 		},
 		{
+			name: "cpu features, require by default",
+			vmi: func(v *v1alpha1.VirtualMachineInstance) {
+				v.Spec.Domain.CPU = &v1alpha1.CPU{Features: []v1alpha1.CPUFeature{{Name: "aes", Policy: "forbid"}, {Name: "popcnt"}}}
+			},
+			want: func(s *domainv1.DomainSpec) {
+				s.Cpu.Features = []*domainv1.CPUFeature{{Name: "aes", Policy: "forbid"}, {Name: "popcnt", Policy: "require"}}
+			},
+		},
+		{
 			name: "no memory balloon",
 			vmi:  func(v *v1alpha1.VirtualMachineInstance) { v.Spec.Domain.Devices.AutoattachMemBalloon = ptr(false) },
 			want: func(s *domainv1.DomainSpec) { s.Balloon = nil },

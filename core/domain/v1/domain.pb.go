@@ -1083,7 +1083,10 @@ type CPU struct {
 	Cores   uint32                 `protobuf:"varint,2,opt,name=cores,proto3" json:"cores,omitempty"`
 	Threads uint32                 `protobuf:"varint,3,opt,name=threads,proto3" json:"threads,omitempty"`
 	// model is a CPU model name, "host-model", "host-passthrough", or empty for the default.
-	Model         string `protobuf:"bytes,4,opt,name=model,proto3" json:"model,omitempty"`
+	Model string `protobuf:"bytes,4,opt,name=model,proto3" json:"model,omitempty"`
+	// features turn CPUID flags on or off on top of the model; sent only to a driver declaring
+	// "cpu-features".
+	Features      []*CPUFeature `protobuf:"bytes,5,rep,name=features,proto3" json:"features,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1146,6 +1149,68 @@ func (x *CPU) GetModel() string {
 	return ""
 }
 
+func (x *CPU) GetFeatures() []*CPUFeature {
+	if x != nil {
+		return x.Features
+	}
+	return nil
+}
+
+// CPUFeature is one CPUID flag, by the hypervisor's name.
+type CPUFeature struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Name  string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	// policy: "require" (on; the VM does not start without it), "force", "optional" (on when
+	// the CPU has it), "disable", "forbid" (off).
+	Policy        string `protobuf:"bytes,2,opt,name=policy,proto3" json:"policy,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CPUFeature) Reset() {
+	*x = CPUFeature{}
+	mi := &file_core_domain_v1_domain_proto_msgTypes[10]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CPUFeature) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CPUFeature) ProtoMessage() {}
+
+func (x *CPUFeature) ProtoReflect() protoreflect.Message {
+	mi := &file_core_domain_v1_domain_proto_msgTypes[10]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CPUFeature.ProtoReflect.Descriptor instead.
+func (*CPUFeature) Descriptor() ([]byte, []int) {
+	return file_core_domain_v1_domain_proto_rawDescGZIP(), []int{10}
+}
+
+func (x *CPUFeature) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *CPUFeature) GetPolicy() string {
+	if x != nil {
+		return x.Policy
+	}
+	return ""
+}
+
 // Memory is the guest memory.
 type Memory struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -1157,7 +1222,7 @@ type Memory struct {
 
 func (x *Memory) Reset() {
 	*x = Memory{}
-	mi := &file_core_domain_v1_domain_proto_msgTypes[10]
+	mi := &file_core_domain_v1_domain_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1169,7 +1234,7 @@ func (x *Memory) String() string {
 func (*Memory) ProtoMessage() {}
 
 func (x *Memory) ProtoReflect() protoreflect.Message {
-	mi := &file_core_domain_v1_domain_proto_msgTypes[10]
+	mi := &file_core_domain_v1_domain_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1182,7 +1247,7 @@ func (x *Memory) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Memory.ProtoReflect.Descriptor instead.
 func (*Memory) Descriptor() ([]byte, []int) {
-	return file_core_domain_v1_domain_proto_rawDescGZIP(), []int{10}
+	return file_core_domain_v1_domain_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *Memory) GetGuestBytes() uint64 {
@@ -1209,7 +1274,7 @@ type Firmware struct {
 
 func (x *Firmware) Reset() {
 	*x = Firmware{}
-	mi := &file_core_domain_v1_domain_proto_msgTypes[11]
+	mi := &file_core_domain_v1_domain_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1221,7 +1286,7 @@ func (x *Firmware) String() string {
 func (*Firmware) ProtoMessage() {}
 
 func (x *Firmware) ProtoReflect() protoreflect.Message {
-	mi := &file_core_domain_v1_domain_proto_msgTypes[11]
+	mi := &file_core_domain_v1_domain_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1234,7 +1299,7 @@ func (x *Firmware) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Firmware.ProtoReflect.Descriptor instead.
 func (*Firmware) Descriptor() ([]byte, []int) {
-	return file_core_domain_v1_domain_proto_rawDescGZIP(), []int{11}
+	return file_core_domain_v1_domain_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *Firmware) GetBoot() isFirmware_Boot {
@@ -1309,7 +1374,7 @@ type BIOS struct {
 
 func (x *BIOS) Reset() {
 	*x = BIOS{}
-	mi := &file_core_domain_v1_domain_proto_msgTypes[12]
+	mi := &file_core_domain_v1_domain_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1321,7 +1386,7 @@ func (x *BIOS) String() string {
 func (*BIOS) ProtoMessage() {}
 
 func (x *BIOS) ProtoReflect() protoreflect.Message {
-	mi := &file_core_domain_v1_domain_proto_msgTypes[12]
+	mi := &file_core_domain_v1_domain_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1334,7 +1399,7 @@ func (x *BIOS) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BIOS.ProtoReflect.Descriptor instead.
 func (*BIOS) Descriptor() ([]byte, []int) {
-	return file_core_domain_v1_domain_proto_rawDescGZIP(), []int{12}
+	return file_core_domain_v1_domain_proto_rawDescGZIP(), []int{13}
 }
 
 // EFI boots from UEFI firmware.
@@ -1347,7 +1412,7 @@ type EFI struct {
 
 func (x *EFI) Reset() {
 	*x = EFI{}
-	mi := &file_core_domain_v1_domain_proto_msgTypes[13]
+	mi := &file_core_domain_v1_domain_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1359,7 +1424,7 @@ func (x *EFI) String() string {
 func (*EFI) ProtoMessage() {}
 
 func (x *EFI) ProtoReflect() protoreflect.Message {
-	mi := &file_core_domain_v1_domain_proto_msgTypes[13]
+	mi := &file_core_domain_v1_domain_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1372,7 +1437,7 @@ func (x *EFI) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EFI.ProtoReflect.Descriptor instead.
 func (*EFI) Descriptor() ([]byte, []int) {
-	return file_core_domain_v1_domain_proto_rawDescGZIP(), []int{13}
+	return file_core_domain_v1_domain_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *EFI) GetSecureBoot() bool {
@@ -1394,7 +1459,7 @@ type KernelBoot struct {
 
 func (x *KernelBoot) Reset() {
 	*x = KernelBoot{}
-	mi := &file_core_domain_v1_domain_proto_msgTypes[14]
+	mi := &file_core_domain_v1_domain_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1406,7 +1471,7 @@ func (x *KernelBoot) String() string {
 func (*KernelBoot) ProtoMessage() {}
 
 func (x *KernelBoot) ProtoReflect() protoreflect.Message {
-	mi := &file_core_domain_v1_domain_proto_msgTypes[14]
+	mi := &file_core_domain_v1_domain_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1419,7 +1484,7 @@ func (x *KernelBoot) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KernelBoot.ProtoReflect.Descriptor instead.
 func (*KernelBoot) Descriptor() ([]byte, []int) {
-	return file_core_domain_v1_domain_proto_rawDescGZIP(), []int{14}
+	return file_core_domain_v1_domain_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *KernelBoot) GetKernelPath() string {
@@ -1478,7 +1543,7 @@ type Disk struct {
 
 func (x *Disk) Reset() {
 	*x = Disk{}
-	mi := &file_core_domain_v1_domain_proto_msgTypes[15]
+	mi := &file_core_domain_v1_domain_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1490,7 +1555,7 @@ func (x *Disk) String() string {
 func (*Disk) ProtoMessage() {}
 
 func (x *Disk) ProtoReflect() protoreflect.Message {
-	mi := &file_core_domain_v1_domain_proto_msgTypes[15]
+	mi := &file_core_domain_v1_domain_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1503,7 +1568,7 @@ func (x *Disk) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Disk.ProtoReflect.Descriptor instead.
 func (*Disk) Descriptor() ([]byte, []int) {
-	return file_core_domain_v1_domain_proto_rawDescGZIP(), []int{15}
+	return file_core_domain_v1_domain_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *Disk) GetName() string {
@@ -1636,7 +1701,7 @@ type NIC struct {
 
 func (x *NIC) Reset() {
 	*x = NIC{}
-	mi := &file_core_domain_v1_domain_proto_msgTypes[16]
+	mi := &file_core_domain_v1_domain_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1648,7 +1713,7 @@ func (x *NIC) String() string {
 func (*NIC) ProtoMessage() {}
 
 func (x *NIC) ProtoReflect() protoreflect.Message {
-	mi := &file_core_domain_v1_domain_proto_msgTypes[16]
+	mi := &file_core_domain_v1_domain_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1661,7 +1726,7 @@ func (x *NIC) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NIC.ProtoReflect.Descriptor instead.
 func (*NIC) Descriptor() ([]byte, []int) {
-	return file_core_domain_v1_domain_proto_rawDescGZIP(), []int{16}
+	return file_core_domain_v1_domain_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *NIC) GetName() string {
@@ -1723,7 +1788,7 @@ type Serial struct {
 
 func (x *Serial) Reset() {
 	*x = Serial{}
-	mi := &file_core_domain_v1_domain_proto_msgTypes[17]
+	mi := &file_core_domain_v1_domain_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1735,7 +1800,7 @@ func (x *Serial) String() string {
 func (*Serial) ProtoMessage() {}
 
 func (x *Serial) ProtoReflect() protoreflect.Message {
-	mi := &file_core_domain_v1_domain_proto_msgTypes[17]
+	mi := &file_core_domain_v1_domain_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1748,7 +1813,7 @@ func (x *Serial) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Serial.ProtoReflect.Descriptor instead.
 func (*Serial) Descriptor() ([]byte, []int) {
-	return file_core_domain_v1_domain_proto_rawDescGZIP(), []int{17}
+	return file_core_domain_v1_domain_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *Serial) GetSocketPath() string {
@@ -1768,7 +1833,7 @@ type VNC struct {
 
 func (x *VNC) Reset() {
 	*x = VNC{}
-	mi := &file_core_domain_v1_domain_proto_msgTypes[18]
+	mi := &file_core_domain_v1_domain_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1780,7 +1845,7 @@ func (x *VNC) String() string {
 func (*VNC) ProtoMessage() {}
 
 func (x *VNC) ProtoReflect() protoreflect.Message {
-	mi := &file_core_domain_v1_domain_proto_msgTypes[18]
+	mi := &file_core_domain_v1_domain_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1793,7 +1858,7 @@ func (x *VNC) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use VNC.ProtoReflect.Descriptor instead.
 func (*VNC) Descriptor() ([]byte, []int) {
-	return file_core_domain_v1_domain_proto_rawDescGZIP(), []int{18}
+	return file_core_domain_v1_domain_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *VNC) GetSocketPath() string {
@@ -1815,7 +1880,7 @@ type HostDevice struct {
 
 func (x *HostDevice) Reset() {
 	*x = HostDevice{}
-	mi := &file_core_domain_v1_domain_proto_msgTypes[19]
+	mi := &file_core_domain_v1_domain_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1827,7 +1892,7 @@ func (x *HostDevice) String() string {
 func (*HostDevice) ProtoMessage() {}
 
 func (x *HostDevice) ProtoReflect() protoreflect.Message {
-	mi := &file_core_domain_v1_domain_proto_msgTypes[19]
+	mi := &file_core_domain_v1_domain_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1840,7 +1905,7 @@ func (x *HostDevice) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HostDevice.ProtoReflect.Descriptor instead.
 func (*HostDevice) Descriptor() ([]byte, []int) {
-	return file_core_domain_v1_domain_proto_rawDescGZIP(), []int{19}
+	return file_core_domain_v1_domain_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *HostDevice) GetName() string {
@@ -1871,7 +1936,7 @@ type Sandbox struct {
 
 func (x *Sandbox) Reset() {
 	*x = Sandbox{}
-	mi := &file_core_domain_v1_domain_proto_msgTypes[20]
+	mi := &file_core_domain_v1_domain_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1883,7 +1948,7 @@ func (x *Sandbox) String() string {
 func (*Sandbox) ProtoMessage() {}
 
 func (x *Sandbox) ProtoReflect() protoreflect.Message {
-	mi := &file_core_domain_v1_domain_proto_msgTypes[20]
+	mi := &file_core_domain_v1_domain_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1896,7 +1961,7 @@ func (x *Sandbox) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Sandbox.ProtoReflect.Descriptor instead.
 func (*Sandbox) Descriptor() ([]byte, []int) {
-	return file_core_domain_v1_domain_proto_rawDescGZIP(), []int{20}
+	return file_core_domain_v1_domain_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *Sandbox) GetLauncherSocket() string {
@@ -1986,12 +2051,17 @@ const file_core_domain_v1_domain_proto_rawDesc = "" +
 	"\x03sku\x18\x05 \x01(\tR\x03sku\"\x05\n" +
 	"\x03RNG\"\x1d\n" +
 	"\aMachine\x12\x12\n" +
-	"\x04type\x18\x01 \x01(\tR\x04type\"e\n" +
+	"\x04type\x18\x01 \x01(\tR\x04type\"\xa2\x01\n" +
 	"\x03CPU\x12\x18\n" +
 	"\asockets\x18\x01 \x01(\rR\asockets\x12\x14\n" +
 	"\x05cores\x18\x02 \x01(\rR\x05cores\x12\x18\n" +
 	"\athreads\x18\x03 \x01(\rR\athreads\x12\x14\n" +
-	"\x05model\x18\x04 \x01(\tR\x05model\")\n" +
+	"\x05model\x18\x04 \x01(\tR\x05model\x12;\n" +
+	"\bfeatures\x18\x05 \x03(\v2\x1f.kubevisor.domain.v1.CPUFeatureR\bfeatures\"8\n" +
+	"\n" +
+	"CPUFeature\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12\x16\n" +
+	"\x06policy\x18\x02 \x01(\tR\x06policy\")\n" +
 	"\x06Memory\x12\x1f\n" +
 	"\vguest_bytes\x18\x01 \x01(\x04R\n" +
 	"guestBytes\"\xc4\x01\n" +
@@ -2092,7 +2162,7 @@ func file_core_domain_v1_domain_proto_rawDescGZIP() []byte {
 }
 
 var file_core_domain_v1_domain_proto_enumTypes = make([]protoimpl.EnumInfo, 5)
-var file_core_domain_v1_domain_proto_msgTypes = make([]protoimpl.MessageInfo, 22)
+var file_core_domain_v1_domain_proto_msgTypes = make([]protoimpl.MessageInfo, 23)
 var file_core_domain_v1_domain_proto_goTypes = []any{
 	(Toggle)(0),        // 0: kubevisor.domain.v1.Toggle
 	(Acceleration)(0),  // 1: kubevisor.domain.v1.Acceleration
@@ -2109,32 +2179,33 @@ var file_core_domain_v1_domain_proto_goTypes = []any{
 	(*RNG)(nil),        // 12: kubevisor.domain.v1.RNG
 	(*Machine)(nil),    // 13: kubevisor.domain.v1.Machine
 	(*CPU)(nil),        // 14: kubevisor.domain.v1.CPU
-	(*Memory)(nil),     // 15: kubevisor.domain.v1.Memory
-	(*Firmware)(nil),   // 16: kubevisor.domain.v1.Firmware
-	(*BIOS)(nil),       // 17: kubevisor.domain.v1.BIOS
-	(*EFI)(nil),        // 18: kubevisor.domain.v1.EFI
-	(*KernelBoot)(nil), // 19: kubevisor.domain.v1.KernelBoot
-	(*Disk)(nil),       // 20: kubevisor.domain.v1.Disk
-	(*NIC)(nil),        // 21: kubevisor.domain.v1.NIC
-	(*Serial)(nil),     // 22: kubevisor.domain.v1.Serial
-	(*VNC)(nil),        // 23: kubevisor.domain.v1.VNC
-	(*HostDevice)(nil), // 24: kubevisor.domain.v1.HostDevice
-	(*Sandbox)(nil),    // 25: kubevisor.domain.v1.Sandbox
-	nil,                // 26: kubevisor.domain.v1.DomainSpec.LabelsEntry
+	(*CPUFeature)(nil), // 15: kubevisor.domain.v1.CPUFeature
+	(*Memory)(nil),     // 16: kubevisor.domain.v1.Memory
+	(*Firmware)(nil),   // 17: kubevisor.domain.v1.Firmware
+	(*BIOS)(nil),       // 18: kubevisor.domain.v1.BIOS
+	(*EFI)(nil),        // 19: kubevisor.domain.v1.EFI
+	(*KernelBoot)(nil), // 20: kubevisor.domain.v1.KernelBoot
+	(*Disk)(nil),       // 21: kubevisor.domain.v1.Disk
+	(*NIC)(nil),        // 22: kubevisor.domain.v1.NIC
+	(*Serial)(nil),     // 23: kubevisor.domain.v1.Serial
+	(*VNC)(nil),        // 24: kubevisor.domain.v1.VNC
+	(*HostDevice)(nil), // 25: kubevisor.domain.v1.HostDevice
+	(*Sandbox)(nil),    // 26: kubevisor.domain.v1.Sandbox
+	nil,                // 27: kubevisor.domain.v1.DomainSpec.LabelsEntry
 }
 var file_core_domain_v1_domain_proto_depIdxs = []int32{
 	13, // 0: kubevisor.domain.v1.DomainSpec.machine:type_name -> kubevisor.domain.v1.Machine
 	14, // 1: kubevisor.domain.v1.DomainSpec.cpu:type_name -> kubevisor.domain.v1.CPU
-	15, // 2: kubevisor.domain.v1.DomainSpec.memory:type_name -> kubevisor.domain.v1.Memory
-	16, // 3: kubevisor.domain.v1.DomainSpec.firmware:type_name -> kubevisor.domain.v1.Firmware
-	20, // 4: kubevisor.domain.v1.DomainSpec.disks:type_name -> kubevisor.domain.v1.Disk
-	21, // 5: kubevisor.domain.v1.DomainSpec.nics:type_name -> kubevisor.domain.v1.NIC
-	22, // 6: kubevisor.domain.v1.DomainSpec.serial:type_name -> kubevisor.domain.v1.Serial
-	23, // 7: kubevisor.domain.v1.DomainSpec.vnc:type_name -> kubevisor.domain.v1.VNC
-	24, // 8: kubevisor.domain.v1.DomainSpec.host_devices:type_name -> kubevisor.domain.v1.HostDevice
+	16, // 2: kubevisor.domain.v1.DomainSpec.memory:type_name -> kubevisor.domain.v1.Memory
+	17, // 3: kubevisor.domain.v1.DomainSpec.firmware:type_name -> kubevisor.domain.v1.Firmware
+	21, // 4: kubevisor.domain.v1.DomainSpec.disks:type_name -> kubevisor.domain.v1.Disk
+	22, // 5: kubevisor.domain.v1.DomainSpec.nics:type_name -> kubevisor.domain.v1.NIC
+	23, // 6: kubevisor.domain.v1.DomainSpec.serial:type_name -> kubevisor.domain.v1.Serial
+	24, // 7: kubevisor.domain.v1.DomainSpec.vnc:type_name -> kubevisor.domain.v1.VNC
+	25, // 8: kubevisor.domain.v1.DomainSpec.host_devices:type_name -> kubevisor.domain.v1.HostDevice
 	1,  // 9: kubevisor.domain.v1.DomainSpec.acceleration:type_name -> kubevisor.domain.v1.Acceleration
-	25, // 10: kubevisor.domain.v1.DomainSpec.sandbox:type_name -> kubevisor.domain.v1.Sandbox
-	26, // 11: kubevisor.domain.v1.DomainSpec.labels:type_name -> kubevisor.domain.v1.DomainSpec.LabelsEntry
+	26, // 10: kubevisor.domain.v1.DomainSpec.sandbox:type_name -> kubevisor.domain.v1.Sandbox
+	27, // 11: kubevisor.domain.v1.DomainSpec.labels:type_name -> kubevisor.domain.v1.DomainSpec.LabelsEntry
 	12, // 12: kubevisor.domain.v1.DomainSpec.rng:type_name -> kubevisor.domain.v1.RNG
 	11, // 13: kubevisor.domain.v1.DomainSpec.chassis:type_name -> kubevisor.domain.v1.Chassis
 	6,  // 14: kubevisor.domain.v1.DomainSpec.features:type_name -> kubevisor.domain.v1.Features
@@ -2149,17 +2220,18 @@ var file_core_domain_v1_domain_proto_depIdxs = []int32{
 	0,  // 23: kubevisor.domain.v1.Clock.pit:type_name -> kubevisor.domain.v1.Toggle
 	0,  // 24: kubevisor.domain.v1.Clock.kvm:type_name -> kubevisor.domain.v1.Toggle
 	0,  // 25: kubevisor.domain.v1.Clock.hyperv:type_name -> kubevisor.domain.v1.Toggle
-	17, // 26: kubevisor.domain.v1.Firmware.bios:type_name -> kubevisor.domain.v1.BIOS
-	18, // 27: kubevisor.domain.v1.Firmware.efi:type_name -> kubevisor.domain.v1.EFI
-	19, // 28: kubevisor.domain.v1.Firmware.kernel:type_name -> kubevisor.domain.v1.KernelBoot
-	3,  // 29: kubevisor.domain.v1.Disk.format:type_name -> kubevisor.domain.v1.DiskFormat
-	2,  // 30: kubevisor.domain.v1.Disk.bus:type_name -> kubevisor.domain.v1.DiskBus
-	4,  // 31: kubevisor.domain.v1.Disk.device:type_name -> kubevisor.domain.v1.DiskDevice
-	32, // [32:32] is the sub-list for method output_type
-	32, // [32:32] is the sub-list for method input_type
-	32, // [32:32] is the sub-list for extension type_name
-	32, // [32:32] is the sub-list for extension extendee
-	0,  // [0:32] is the sub-list for field type_name
+	15, // 26: kubevisor.domain.v1.CPU.features:type_name -> kubevisor.domain.v1.CPUFeature
+	18, // 27: kubevisor.domain.v1.Firmware.bios:type_name -> kubevisor.domain.v1.BIOS
+	19, // 28: kubevisor.domain.v1.Firmware.efi:type_name -> kubevisor.domain.v1.EFI
+	20, // 29: kubevisor.domain.v1.Firmware.kernel:type_name -> kubevisor.domain.v1.KernelBoot
+	3,  // 30: kubevisor.domain.v1.Disk.format:type_name -> kubevisor.domain.v1.DiskFormat
+	2,  // 31: kubevisor.domain.v1.Disk.bus:type_name -> kubevisor.domain.v1.DiskBus
+	4,  // 32: kubevisor.domain.v1.Disk.device:type_name -> kubevisor.domain.v1.DiskDevice
+	33, // [33:33] is the sub-list for method output_type
+	33, // [33:33] is the sub-list for method input_type
+	33, // [33:33] is the sub-list for extension type_name
+	33, // [33:33] is the sub-list for extension extendee
+	0,  // [0:33] is the sub-list for field type_name
 }
 
 func init() { file_core_domain_v1_domain_proto_init() }
@@ -2167,7 +2239,7 @@ func file_core_domain_v1_domain_proto_init() {
 	if File_core_domain_v1_domain_proto != nil {
 		return
 	}
-	file_core_domain_v1_domain_proto_msgTypes[11].OneofWrappers = []any{
+	file_core_domain_v1_domain_proto_msgTypes[12].OneofWrappers = []any{
 		(*Firmware_Bios)(nil),
 		(*Firmware_Efi)(nil),
 		(*Firmware_Kernel)(nil),
@@ -2178,7 +2250,7 @@ func file_core_domain_v1_domain_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_core_domain_v1_domain_proto_rawDesc), len(file_core_domain_v1_domain_proto_rawDesc)),
 			NumEnums:      5,
-			NumMessages:   22,
+			NumMessages:   23,
 			NumExtensions: 0,
 			NumServices:   0,
 		},
