@@ -239,6 +239,10 @@ verify: generate ## Fail when generated files are stale, go.mod is not tidy, cod
 	$(GOTOOL) staticcheck -tags e2e ./conformance/e2e/...
 	$(GO) run ./hack/deps/check
 
+.PHONY: kubevirt-coverage
+kubevirt-coverage: ## Print how many of KubeVirt's VirtualMachineInstanceSpec fields reach admission through the CRDs, are implemented, refused with a reason, or planned (docs/kubevirt-compatibility.md lists them).
+	$(GO) test -count=1 -run '^TestKubeVirtFieldCoverage$$' -v ./core/kubevirtcompat
+
 .PHONY: clean
 clean: ## Remove build output (keeps the Kubernetes binaries in _output/k8s, which take minutes to rebuild).
 	rm -rf $(BIN) $(filter-out $(OUT)/k8s,$(wildcard $(OUT)/*))
