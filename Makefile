@@ -26,7 +26,8 @@ E2E_KUBECONFIG ?= $(or $(KUBECONFIG),$(OUT)/cluster/kubeconfig)
 E2E_CLUSTER    := $(if $(KUBECONFIG),,local-cluster)
 E2E_LABELS     ?= Conformance
 # What make generate writes: verify fails when it differs from what is committed.
-GENERATED := ':(glob)core/**/*.pb.go' ':(glob)core/**/zz_generated.*.go' manifests/crd manifests/webhook manifests/rbac
+GENERATED := ':(glob)core/**/*.pb.go' ':(glob)core/**/zz_generated.*.go' manifests/crd manifests/webhook manifests/rbac \
+             docs/kubevirt-compatibility.md
 
 .PHONY: help
 help: ## List the targets by section. The main command is make up; the tests are make test.
@@ -217,9 +218,10 @@ $(addprefix deps-,$(DEPS_SETS)): deps-%:
 	@hack/deps/install.sh $*
 
 .PHONY: generate
-generate: deps-build ## Regenerate protobuf code, deepcopy functions, CRDs, webhook configurations and per-component RBAC.
+generate: deps-build ## Regenerate protobuf code, deepcopy functions, CRDs, webhook configurations, per-component RBAC, and the KubeVirt field list with docs/kubevirt-compatibility.md.
 	hack/generate-proto.sh
 	hack/generate-api.sh
+	$(GO) run ./hack/kubevirt-compat
 	hack/generate-webhook.sh
 	hack/generate-rbac.sh
 
@@ -236,6 +238,10 @@ verify: generate ## Fail when generated files are stale, go.mod is not tidy, cod
 	$(GOTOOL) staticcheck ./...
 	$(GOTOOL) staticcheck -tags e2e ./conformance/e2e/...
 	$(GO) run ./hack/deps/check
+
+.PHONY: kubevirt-coverage
+kubevirt-coverage: ## Print how many of KubeVirt's VirtualMachineInstanceSpec fields reach admission through the CRDs, are implemented, refused with a reason, or planned (docs/kubevirt-compatibility.md lists them).
+	$(GO) test -count=1 -run '^TestKubeVirtFieldCoverage$$' -v ./core/kubevirtcompat
 
 .PHONY: clean
 clean: ## Remove build output (keeps the Kubernetes binaries in _output/k8s, which take minutes to rebuild).

@@ -15,6 +15,10 @@ controller_gen object:headerFile=hack/boilerplate.go.txt paths=./core/api/...
 rm -f manifests/crd/kubevisor.io_*.yaml
 controller_gen crd:allowDangerousTypes=false,generateEmbeddedObjectMeta=true \
   paths=./core/api/... output:crd:artifacts:config=manifests/crd
+# The schemas of VirtualMachineInstanceSpecs keep unknown fields, so that the admission webhook
+# (not the API server's "unknown field") answers a KubeVirt field Kubevisor does not have, with
+# its reason; the webhook refuses every unknown field, so none is stored.
+go run ./hack/crd-unknown-fields manifests/crd/kubevisor.io_*.yaml
 
 # The kustomization lists exactly the generated CRDs.
 {

@@ -121,6 +121,9 @@ type vmiDefaulter struct{ a *Admission }
 // mutator adds its own), which the VMI controller would otherwise add with a patch of its own
 // before it creates the launcher pod.
 func (d vmiDefaulter) Default(ctx context.Context, vmi *v1alpha1.VirtualMachineInstance) error {
+	if err := refuseUnknownFields(ctx, vmiKind, vmi.Name); err != nil {
+		return err
+	}
 	opts, err := d.a.options(ctx, &vmi.Spec)
 	if err != nil {
 		return err
@@ -135,6 +138,9 @@ func (d vmiDefaulter) Default(ctx context.Context, vmi *v1alpha1.VirtualMachineI
 type vmDefaulter struct{ a *Admission }
 
 func (d vmDefaulter) Default(ctx context.Context, vm *v1alpha1.VirtualMachine) error {
+	if err := refuseUnknownFields(ctx, vmKind, vm.Name); err != nil {
+		return err
+	}
 	if vm.Spec.Template == nil {
 		return nil
 	}
@@ -149,6 +155,9 @@ func (d vmDefaulter) Default(ctx context.Context, vm *v1alpha1.VirtualMachine) e
 type vmirsDefaulter struct{ a *Admission }
 
 func (d vmirsDefaulter) Default(ctx context.Context, rs *v1alpha1.VirtualMachineInstanceReplicaSet) error {
+	if err := refuseUnknownFields(ctx, vmirsKind, rs.Name); err != nil {
+		return err
+	}
 	if rs.Spec.Template == nil {
 		return nil
 	}
@@ -162,14 +171,32 @@ func (d vmirsDefaulter) Default(ctx context.Context, rs *v1alpha1.VirtualMachine
 
 var specPath = field.NewPath("spec")
 
-type vmiValidator struct{}
+// The kinds whose specs carry a VirtualMachineInstanceSpec.
+const (
+	vmiKind   = "VirtualMachineInstance"
+	vmKind    = "VirtualMachine"
+	vmirsKind = "VirtualMachineInstanceReplicaSet"
+)
 
-func (vmiValidator) ValidateCreate(_ context.Context, vmi *v1alpha1.VirtualMachineInstance) (admission.Warnings, error) {
-	return nil, invalid("VirtualMachineInstance", vmi.Name, Validate(&vmi.Spec, specPath))
+// validated is the answer of a validating webhook: the object's unknown fields (which the
+// defaulting webhook has refused already where it runs; a VMI's update has none) and errs, the
+// errors of its typed validation, as one Invalid error.
+func validated(ctx context.Context, kind, name string, errs field.ErrorList) error {
+	unknown, err := unknownFields(ctx, kind)
+	if err != nil {
+		return err
+	}
+	return invalid(kind, name, append(unknown, errs...))
 }
 
-func (vmiValidator) ValidateUpdate(_ context.Context, oldVMI, vmi *v1alpha1.VirtualMachineInstance) (admission.Warnings, error) {
-	return nil, invalid("VirtualMachineInstance", vmi.Name, ValidateVMISpecUpdate(&vmi.Spec, &oldVMI.Spec, specPath))
+type vmiValidator struct{}
+
+func (vmiValidator) ValidateCreate(ctx context.Context, vmi *v1alpha1.VirtualMachineInstance) (admission.Warnings, error) {
+	return nil, validated(ctx, vmiKind, vmi.Name, Validate(&vmi.Spec, specPath))
+}
+
+func (vmiValidator) ValidateUpdate(ctx context.Context, oldVMI, vmi *v1alpha1.VirtualMachineInstance) (admission.Warnings, error) {
+	return nil, validated(ctx, vmiKind, vmi.Name, ValidateVMISpecUpdate(&vmi.Spec, &oldVMI.Spec, specPath))
 }
 
 func (vmiValidator) ValidateDelete(context.Context, *v1alpha1.VirtualMachineInstance) (admission.Warnings, error) {
@@ -178,14 +205,14 @@ func (vmiValidator) ValidateDelete(context.Context, *v1alpha1.VirtualMachineInst
 
 type vmValidator struct{}
 
-func (vmValidator) ValidateCreate(_ context.Context, vm *v1alpha1.VirtualMachine) (admission.Warnings, error) {
-	return nil, invalid("VirtualMachine", vm.Name, ValidateVirtualMachineSpec(&vm.Spec, specPath))
+func (vmValidator) ValidateCreate(ctx context.Context, vm *v1alpha1.VirtualMachine) (admission.Warnings, error) {
+	return nil, validated(ctx, vmKind, vm.Name, ValidateVirtualMachineSpec(&vm.Spec, specPath))
 }
 
 // ValidateUpdate validates the whole spec again: a VM's template may change (the next VMI gets
 // it), as in KubeVirt.
-func (vmValidator) ValidateUpdate(_ context.Context, _, vm *v1alpha1.VirtualMachine) (admission.Warnings, error) {
-	return nil, invalid("VirtualMachine", vm.Name, ValidateVirtualMachineSpec(&vm.Spec, specPath))
+func (vmValidator) ValidateUpdate(ctx context.Context, _, vm *v1alpha1.VirtualMachine) (admission.Warnings, error) {
+	return nil, validated(ctx, vmKind, vm.Name, ValidateVirtualMachineSpec(&vm.Spec, specPath))
 }
 
 func (vmValidator) ValidateDelete(context.Context, *v1alpha1.VirtualMachine) (admission.Warnings, error) {
@@ -194,12 +221,12 @@ func (vmValidator) ValidateDelete(context.Context, *v1alpha1.VirtualMachine) (ad
 
 type vmirsValidator struct{}
 
-func (vmirsValidator) ValidateCreate(_ context.Context, rs *v1alpha1.VirtualMachineInstanceReplicaSet) (admission.Warnings, error) {
-	return nil, invalid("VirtualMachineInstanceReplicaSet", rs.Name, ValidateReplicaSetSpec(&rs.Spec, specPath))
+func (vmirsValidator) ValidateCreate(ctx context.Context, rs *v1alpha1.VirtualMachineInstanceReplicaSet) (admission.Warnings, error) {
+	return nil, validated(ctx, vmirsKind, rs.Name, ValidateReplicaSetSpec(&rs.Spec, specPath))
 }
 
-func (vmirsValidator) ValidateUpdate(_ context.Context, _, rs *v1alpha1.VirtualMachineInstanceReplicaSet) (admission.Warnings, error) {
-	return nil, invalid("VirtualMachineInstanceReplicaSet", rs.Name, ValidateReplicaSetSpec(&rs.Spec, specPath))
+func (vmirsValidator) ValidateUpdate(ctx context.Context, _, rs *v1alpha1.VirtualMachineInstanceReplicaSet) (admission.Warnings, error) {
+	return nil, validated(ctx, vmirsKind, rs.Name, ValidateReplicaSetSpec(&rs.Spec, specPath))
 }
 
 func (vmirsValidator) ValidateDelete(context.Context, *v1alpha1.VirtualMachineInstanceReplicaSet) (admission.Warnings, error) {

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"strings"
 
 	"github.com/spf13/cobra"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -17,6 +18,7 @@ import (
 
 	"github.com/kubevisor/kubevisor/controlplane/webhook"
 	"github.com/kubevisor/kubevisor/core/api/v1alpha1"
+	"github.com/kubevisor/kubevisor/core/kubevirtcompat"
 )
 
 // KubeVirtAPIVersion is the apiVersion convert reads.
@@ -80,16 +82,9 @@ func convertDocument(doc []byte) ([]byte, []Problem, error) {
 	if err != nil {
 		return nil, nil, fmt.Errorf("%s: %w", objName, err)
 	}
-	var problems []Problem
-	for _, e := range strict {
-		p := Problem{Object: objName, Detail: "not supported", Dropped: true}
-		var fe kjson.FieldError
-		if errors.As(e, &fe) {
-			p.Path = fe.FieldPath()
-		} else {
-			p.Path, p.Detail = "?", e.Error()
-		}
-		problems = append(problems, p)
+	problems, err := droppedFields(objName, meta.Kind, jsonDoc, strict)
+	if err != nil {
+		return nil, nil, err
 	}
 	for _, fe := range validate(obj) {
 		problems = append(problems, Problem{Object: objName, Path: fe.Field, Detail: fe.ErrorBody()})
@@ -100,6 +95,40 @@ func convertDocument(doc []byte) ([]byte, []Problem, error) {
 		return nil, nil, fmt.Errorf("%s: encode: %w", objName, err)
 	}
 	return out, problems, nil
+}
+
+// droppedFields lists the fields of the document jsonDoc, of kind, that the Kubevisor types do not
+// have (strict, the errors of strict decoding). Those of the VirtualMachineInstanceSpec get the
+// words the admission webhook answers them with (kubevirtcompat.CheckObject): the reason Kubevisor
+// does not support a KubeVirt field and its alternative, or "unknown field"; others (such as a
+// VM's dataVolumeTemplates) are "not supported".
+func droppedFields(objName, kind string, jsonDoc []byte, strict []error) ([]Problem, error) {
+	specErrs, err := kubevirtcompat.CheckObject(kind, jsonDoc)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", objName, err)
+	}
+	specPrefix := ""
+	if fields, ok := kubevirtcompat.SpecPaths[kind]; ok {
+		specPrefix = strings.Join(fields, ".") + "."
+	}
+	var problems []Problem
+	for _, e := range strict {
+		p := Problem{Object: objName, Detail: "not supported", Dropped: true}
+		var fe kjson.FieldError
+		if errors.As(e, &fe) {
+			p.Path = fe.FieldPath()
+		} else {
+			p.Path, p.Detail = "?", e.Error()
+		}
+		if specPrefix != "" && strings.HasPrefix(p.Path, specPrefix) {
+			continue // in specErrs, with its reason
+		}
+		problems = append(problems, p)
+	}
+	for _, e := range specErrs {
+		problems = append(problems, Problem{Object: objName, Path: e.Field, Detail: e.Detail, Dropped: true})
+	}
+	return problems, nil
 }
 
 func setAPIVersion(obj runtime.Object) {

@@ -1,0 +1,199 @@
+package kubevirtcompat
+
+import (
+	"encoding/json"
+	"testing"
+
+	"k8s.io/apimachinery/pkg/util/validation/field"
+	"sigs.k8s.io/yaml"
+)
+
+// errorStrings is the field errors as admission prints them.
+func errorStrings(errs field.ErrorList) []string {
+	out := make([]string, 0, len(errs))
+	for _, e := range errs {
+		out = append(out, e.Error())
+	}
+	return out
+}
+
+func specOf(t *testing.T, y string) any {
+	t.Helper()
+	var spec any
+	if err := yaml.Unmarshal([]byte(y), &spec); err != nil {
+		t.Fatal(err)
+	}
+	return spec
+}
+
+const planned15SSH = "not supported by Kubevisor yet: planned in issue 15 (SSH keys are to be written into the cloud-init data); use ssh_authorized_keys in cloudInitNoCloud userData"
+
+func TestCheckSpec(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		spec string
+		want []string
+	}{{
+		name: "a spec of Kubevisor's fields only",
+		spec: `
+domain:
+  cpu: {cores: 2}
+  devices:
+    rng: {}
+    disks: [{name: root, disk: {bus: virtio}, bootOrder: 1}]
+    interfaces: [{name: default, masquerade: {}, ports: [{port: 22}]}]
+affinity:
+  nodeAffinity:
+    requiredDuringSchedulingIgnoredDuringExecution:
+      nodeSelectorTerms: [{matchExpressions: [{key: a, operator: In, values: [b]}]}]
+tolerations: [{key: a, operator: Exists}]
+volumes: [{name: root, containerDisk: {image: x}}]
+networks: [{name: default, pod: {}}]
+`,
+	}, {
+		name: "a KubeVirt field and an unknown one",
+		spec: `
+domain:
+  bogus: 1
+  devices:
+    interfaces: [{name: default, masquerade: {}}, {name: user, slirp: {}}]
+`,
+		want: []string{
+			"spec.domain.bogus: Forbidden: " + UnknownField,
+			"spec.domain.devices.interfaces[1].slirp: Forbidden: not supported by Kubevisor: user-mode (slirp) networking is not implemented; use masquerade",
+		},
+	}, {
+		name: "a whole KubeVirt subtree is one error at its top",
+		spec: `
+domain:
+  devices: {}
+livenessProbe: {tcpSocket: {port: 22}, initialDelaySeconds: 5}
+volumes: [{name: data, dataVolume: {name: dv}}]
+`,
+		want: []string{
+			"spec.livenessProbe: Forbidden: not supported by Kubevisor yet: planned in issue 15",
+			"spec.volumes[0].dataVolume: Forbidden: not supported by Kubevisor: needs a data importer (CDI), which Kubevisor does not have; use persistentVolumeClaim, or containerDisk",
+		},
+	}, {
+		name: "a field with an entry of its own inside a covered one is answered with its own",
+		spec: `
+accessCredentials:
+- userPassword: {source: {secret: {secretName: s}}}
+- sshPublicKey: {source: {secret: {secretName: k}}, propagationMethod: {noCloud: {}}}
+`,
+		want: []string{
+			"spec.accessCredentials[0].userPassword: Forbidden: not supported by Kubevisor: needs a guest agent channel, which Kubevisor does not have yet; use a password in cloudInitNoCloud userData",
+			"spec.accessCredentials[1].sshPublicKey.propagationMethod.noCloud: Forbidden: " + planned15SSH,
+			"spec.accessCredentials[1].sshPublicKey.source: Forbidden: " + planned15SSH,
+		},
+	}, {
+		name: "unknown inside a Kubernetes type and inside an empty Kubevisor object",
+		spec: `
+domain:
+  devices: {rng: {rate: 5}}
+tolerations: [{key: a, colour: red}]
+`,
+		want: []string{
+			"spec.domain.devices.rng.rate: Forbidden: " + UnknownField,
+			"spec.tolerations[0].colour: Forbidden: " + UnknownField,
+		},
+	}, {
+		name: "a KubeVirt field inside a field Kubevisor has",
+		spec: `
+domain:
+  devices:
+    disks: [{name: a, disk: {bus: virtio, pciAddress: "0000:81:01.0"}, changedBlockTracking: true}]
+  firmware: {bootloader: {efi: {secureBoot: false, persistent: true}}}
+`,
+		want: []string{
+			"spec.domain.devices.disks[0].changedBlockTracking: Forbidden: not supported by Kubevisor: incremental backups are not implemented",
+			"spec.domain.devices.disks[0].disk.pciAddress: Forbidden: not supported by Kubevisor: the hypervisor driver assigns disks their PCI addresses; use bootOrder or serial to find a disk in the guest",
+			"spec.domain.firmware.bootloader.efi.persistent: Forbidden: not supported by Kubevisor yet: planned in issue 15 (the EFI variable store lives as long as the VMI)",
+		},
+	}} {
+		t.Run(tc.name, func(t *testing.T) {
+			got := errorStrings(CheckSpec(specOf(t, tc.spec), field.NewPath("spec")))
+			if len(got) != len(tc.want) {
+				t.Fatalf("errors\n got %q\nwant %q", got, tc.want)
+			}
+			for i := range got {
+				if got[i] != tc.want[i] {
+					t.Errorf("error %d\n got %q\nwant %q", i, got[i], tc.want[i])
+				}
+			}
+		})
+	}
+}
+
+// TestCheckSpecInsideAnUncoveredObject checks the case of a KubeVirt object Kubevisor does not
+// have that no entry covers as a whole, only its fields do (as when Kubevisor gains some of
+// livenessProbe): each field is answered with its own entry.
+func TestCheckSpecInsideAnUncoveredObject(t *testing.T) {
+	saved := entries
+	defer func() { entries = saved }()
+	entries = nil
+	for _, e := range saved {
+		if e.Path != "livenessProbe" {
+			entries = append(entries, e)
+		}
+	}
+	entries = append(entries,
+		Entry{Path: "livenessProbe.tcpSocket", Issue: 15},
+		Entry{Path: "livenessProbe.httpGet", Reason: "no web servers here"})
+	spec := specOf(t, `
+livenessProbe: {tcpSocket: {port: 22}, httpGet: {port: 80}, colour: red}
+readinessProbe: {}
+`)
+	got := errorStrings(CheckSpec(spec, field.NewPath("spec")))
+	want := []string{
+		"spec.livenessProbe.colour: Forbidden: " + UnknownField,
+		"spec.livenessProbe.httpGet: Forbidden: not supported by Kubevisor: no web servers here",
+		"spec.livenessProbe.tcpSocket: Forbidden: not supported by Kubevisor yet: planned in issue 15",
+		"spec.readinessProbe: Forbidden: not supported by Kubevisor yet: planned in issue 15",
+	}
+	if len(got) != len(want) {
+		t.Fatalf("errors\n got %q\nwant %q", got, want)
+	}
+	for i := range got {
+		if got[i] != want[i] {
+			t.Errorf("error %d\n got %q\nwant %q", i, got[i], want[i])
+		}
+	}
+	// An empty object of such a kind names the table: its fields' reasons differ.
+	got = errorStrings(CheckSpec(specOf(t, "livenessProbe: {}"), field.NewPath("spec")))
+	if len(got) != 1 || got[0] != "spec.livenessProbe: Forbidden: "+docHint {
+		t.Errorf("empty livenessProbe: %q", got)
+	}
+}
+
+func TestCheckObject(t *testing.T) {
+	vm := map[string]any{
+		"apiVersion": "kubevisor.io/v1alpha1", "kind": "VirtualMachine",
+		"spec": map[string]any{"template": map[string]any{"spec": map[string]any{
+			"domain": map[string]any{"devices": map[string]any{}, "bogus": true},
+		}}},
+	}
+	raw, err := json.Marshal(vm)
+	if err != nil {
+		t.Fatal(err)
+	}
+	errs, err := CheckObject("VirtualMachine", raw)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := errorStrings(errs); len(got) != 1 || got[0] != "spec.template.spec.domain.bogus: Forbidden: "+UnknownField {
+		t.Errorf("VirtualMachine: %q", got)
+	}
+	// A VM without a template, and kinds without a VMI spec, have nothing to check.
+	for kind, obj := range map[string]string{
+		"VirtualMachine":                  `{"spec":{"runStrategy":"Halted"}}`,
+		"VirtualMachineInstanceMigration": `{"spec":{"vmiName":"a","bogus":1}}`,
+	} {
+		if errs, err := CheckObject(kind, []byte(obj)); err != nil || len(errs) != 0 {
+			t.Errorf("%s: %v %v", kind, errs, err)
+		}
+	}
+	if _, err := CheckObject("VirtualMachineInstance", []byte("{")); err == nil {
+		t.Error("no error for bad JSON")
+	}
+}

@@ -1,0 +1,119 @@
+package kubevirtcompat
+
+// Entry says why a field of KubeVirt's VirtualMachineInstanceSpec is not in Kubevisor's, for the
+// field at Path and every field under it (a path prefix: "domain.features" covers all of
+// domain.features.*). The entry with the longest Path that covers a field is the one for it.
+type Entry struct {
+	// Path is the field, as Node.Leaves writes paths.
+	Path string
+	// Issue, when not 0, is the issue that plans the field: the field is planned rather than
+	// not supported.
+	Issue int
+	// Reason says why Kubevisor does not have the field (optional for a planned one).
+	Reason string
+	// Alternative is what to use instead, when something is.
+	Alternative string
+}
+
+// Planned says whether an issue plans the field.
+func (e Entry) Planned() bool { return e.Issue != 0 }
+
+// The reasons several entries share.
+const (
+	guestAgentReason   = "needs a guest agent channel, which Kubevisor does not have yet"
+	objectVolumeReason = "Kubevisor has no volume that presents a Kubernetes object to the guest as a disk"
+	objectVolumeAlt    = "cloudInitNoCloud (userData, or secretRef for secret data)"
+	deviceTagReason    = "device role tags reach the guest as device metadata on a config drive, which Kubevisor does not write"
+	pullSecretReason   = "the launcher pod takes no per-volume image pull secret"
+	pullSecretAlt      = "imagePullSecrets on the namespace's default ServiceAccount, which the launcher pod runs as"
+	networkBindingAlt  = "masquerade (pod network) or bridge"
+)
+
+// entries are the fields of KubeVirt's VirtualMachineInstanceSpec that Kubevisor does not
+// support. A field Kubevisor supports has no entry: supported is read from its types (the tests
+// fail on an entry for a field Kubevisor has, on an entry for a path KubeVirt does not have, on
+// an entry no field uses, and on a KubeVirt field that is neither supported nor covered).
+var entries = []Entry{
+	// VMI spec.
+	{Path: "accessCredentials", Issue: 15, Reason: "SSH keys are to be written into the cloud-init data", Alternative: "ssh_authorized_keys in cloudInitNoCloud userData"},
+	{Path: "accessCredentials[].sshPublicKey.propagationMethod.qemuGuestAgent", Reason: guestAgentReason, Alternative: "propagationMethod noCloud or configDrive, once accessCredentials lands (issue 15)"},
+	{Path: "accessCredentials[].userPassword", Reason: guestAgentReason, Alternative: "a password in cloudInitNoCloud userData"},
+	{Path: "architecture", Issue: 15},
+	{Path: "dnsConfig", Issue: 15},
+	{Path: "dnsPolicy", Issue: 15},
+	{Path: "livenessProbe", Issue: 15},
+	{Path: "readinessProbe", Issue: 15},
+	{Path: "startStrategy", Issue: 15, Alternative: "runStrategy Halted on the VirtualMachine, then vmctl start"},
+	{Path: "resourceClaims", Reason: "dynamic resource allocation (DRA) claims are not passed to the launcher pod", Alternative: "devices.kubevisor.io resources through hostDevices and gpus (issue 16)"},
+	{Path: "topologySpreadConstraints", Reason: "not passed on to the launcher pod", Alternative: "affinity (podAntiAffinity)"},
+
+	// domain.
+	{Path: "domain.clock.timer.hpet.tickPolicy", Reason: "QEMU has no tick policy for the HPET", Alternative: "present: false, or rtc.tickPolicy"},
+	{Path: "domain.features.hypervPassthrough", Reason: "passing every Hyper-V enlightenment of the host through is not implemented", Alternative: "features.hyperv with the enlightenments the guest needs"},
+	{Path: "domain.ioThreads", Issue: 15},
+	{Path: "domain.ioThreadsPolicy", Issue: 15},
+	{Path: "domain.launchSecurity", Issue: 15, Reason: "hardware-bound: to be accepted only onto nodes whose drivers fingerprint SEV, SNP or TDX"},
+	{Path: "domain.cpu.dedicatedCpuPlacement", Issue: 15},
+	{Path: "domain.cpu.isolateEmulatorThread", Issue: 15},
+	{Path: "domain.cpu.numa", Issue: 15},
+	{Path: "domain.cpu.maxSockets", Reason: "CPU hotplug is not implemented", Alternative: "sockets, set to what the guest needs"},
+	{Path: "domain.cpu.realtime", Reason: "real-time vCPU tuning is not implemented", Alternative: "dedicatedCpuPlacement, once it lands (issue 15)"},
+	{Path: "domain.memory.hugepages", Issue: 15},
+	{Path: "domain.memory.maxGuest", Reason: "memory hotplug is not implemented", Alternative: "memory.guest, set to what the guest needs"},
+	{Path: "domain.resources.overcommitGuestOverhead", Reason: "the launcher pod always requests the guest's overhead", Alternative: "the overhead of the HypervisorClass"},
+	{Path: "domain.firmware.acpi", Reason: "custom ACPI tables (SLIC, MSDM) are not supported"},
+	{Path: "domain.firmware.bootloader.bios.useSerial", Issue: 15},
+	{Path: "domain.firmware.bootloader.efi.persistent", Issue: 15, Reason: "the EFI variable store lives as long as the VMI"},
+	{Path: "domain.firmware.kernelBoot.container.imagePullSecret", Reason: pullSecretReason, Alternative: pullSecretAlt},
+
+	// domain.devices.
+	{Path: "domain.devices.autoattachPodInterface", Issue: 15},
+	{Path: "domain.devices.autoattachVSOCK", Reason: "Kubevisor gives the guest no vsock device"},
+	{Path: "domain.devices.blockMultiQueue", Issue: 15},
+	{Path: "domain.devices.clientPassthrough", Reason: "USB redirection from a client is not implemented"},
+	{Path: "domain.devices.disableHotplug", Issue: 15},
+	{Path: "domain.devices.downwardMetrics", Reason: "the host metrics service for guests is not implemented"},
+	{Path: "domain.devices.filesystems", Issue: 15, Reason: "virtiofs needs virtiofsd on the node"},
+	{Path: "domain.devices.gpus", Issue: 16, Alternative: "none until device drivers allocate host devices"},
+	{Path: "domain.devices.hostDevices", Issue: 16, Alternative: "none until device drivers allocate host devices"},
+	{Path: "domain.devices.gpus[].tag", Reason: deviceTagReason},
+	{Path: "domain.devices.hostDevices[].tag", Reason: deviceTagReason},
+	{Path: "domain.devices.networkInterfaceMultiqueue", Issue: 15},
+	{Path: "domain.devices.panicDevices", Reason: "Kubevisor gives the guest no panic device"},
+	{Path: "domain.devices.sound", Issue: 15},
+	{Path: "domain.devices.tpm", Issue: 15, Reason: "needs swtpm on the node"},
+	{Path: "domain.devices.useVirtioTransitional", Issue: 15},
+	{Path: "domain.devices.video", Reason: "the hypervisor driver chooses the graphics device's model", Alternative: "autoattachGraphicsDevice"},
+	{Path: "domain.devices.watchdog.diag288", Reason: "diag288 is an s390x watchdog; Kubevisor runs x86_64 guests", Alternative: "i6300esb"},
+
+	// domain.devices.disks[].
+	{Path: "domain.devices.disks[].blockSize.matchVolume", Reason: "storage drivers do not report a volume's block size", Alternative: "blockSize.custom"},
+	{Path: "domain.devices.disks[].blockSize.custom.discardGranularity", Reason: "the discard granularity is the hypervisor's"},
+	{Path: "domain.devices.disks[].changedBlockTracking", Reason: "incremental backups are not implemented"},
+	{Path: "domain.devices.disks[].disk.pciAddress", Reason: "the hypervisor driver assigns disks their PCI addresses", Alternative: "bootOrder or serial to find a disk in the guest"},
+	{Path: "domain.devices.disks[].lun", Issue: 15},
+	{Path: "domain.devices.disks[].tag", Reason: deviceTagReason, Alternative: "serial, to find a disk in the guest"},
+
+	// domain.devices.interfaces[].
+	{Path: "domain.devices.interfaces[].acpiIndex", Issue: 15},
+	{Path: "domain.devices.interfaces[].binding", Reason: "network binding plugins are KubeVirt's; Kubevisor's network drivers are plugins of their own", Alternative: networkBindingAlt},
+	{Path: "domain.devices.interfaces[].dhcpOptions", Issue: 15},
+	{Path: "domain.devices.interfaces[].macvtap", Reason: "the macvtap binding is not implemented by Kubevisor's network driver", Alternative: "bridge"},
+	{Path: "domain.devices.interfaces[].passt", Reason: "the passt binding is not implemented by Kubevisor's network driver", Alternative: "masquerade"},
+	{Path: "domain.devices.interfaces[].pciAddress", Issue: 15},
+	{Path: "domain.devices.interfaces[].slirp", Reason: "user-mode (slirp) networking is not implemented", Alternative: "masquerade"},
+	{Path: "domain.devices.interfaces[].sriov", Reason: "SR-IOV virtual functions are not allocated to VMIs", Alternative: "bridge on a multus network"},
+	{Path: "domain.devices.interfaces[].state", Issue: 15},
+	{Path: "domain.devices.interfaces[].tag", Reason: deviceTagReason, Alternative: "macAddress, to find an interface in the guest"},
+
+	// volumes[].
+	{Path: "volumes[].configMap", Reason: objectVolumeReason, Alternative: objectVolumeAlt},
+	{Path: "volumes[].containerDisk.imagePullSecret", Reason: pullSecretReason, Alternative: pullSecretAlt},
+	{Path: "volumes[].dataVolume", Reason: "needs a data importer (CDI), which Kubevisor does not have", Alternative: "persistentVolumeClaim, or containerDisk"},
+	{Path: "volumes[].downwardAPI", Reason: objectVolumeReason, Alternative: objectVolumeAlt},
+	{Path: "volumes[].downwardMetrics", Reason: "the host metrics service for guests is not implemented"},
+	{Path: "volumes[].memoryDump", Reason: "guest memory dumps are not implemented"},
+	{Path: "volumes[].secret", Reason: objectVolumeReason, Alternative: "cloudInitNoCloud secretRef"},
+	{Path: "volumes[].serviceAccount", Reason: objectVolumeReason},
+	{Path: "volumes[].sysprep", Reason: "Windows sysprep media are not implemented", Alternative: "cloudInitConfigDrive (cloudbase-init)"},
+}
