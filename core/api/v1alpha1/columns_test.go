@@ -1,12 +1,10 @@
-package manifests_test
+package v1alpha1
 
 import (
-	"os"
 	"reflect"
 	"testing"
 
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
-	"sigs.k8s.io/yaml"
 )
 
 // kubeVirtColumns are the printer columns of KubeVirt's kubevirt.io/v1 CRDs, in their order, that
@@ -38,14 +36,12 @@ var kubevisorColumns = map[string][]apiextensionsv1.CustomResourceColumnDefiniti
 }
 
 func TestPrinterColumnsAreKubeVirts(t *testing.T) {
+	crds := loadCRDs(t)
 	for plural, want := range kubeVirtColumns {
-		data, err := os.ReadFile("crd/kubevisor.io_" + plural + ".yaml")
-		if err != nil {
-			t.Fatal(err)
-		}
-		var crd apiextensionsv1.CustomResourceDefinition
-		if err := yaml.Unmarshal(data, &crd); err != nil {
-			t.Fatalf("%s: %v", plural, err)
+		crd, ok := crds[plural+"."+GroupVersion.Group]
+		if !ok {
+			t.Errorf("no CRD %s.%s", plural, GroupVersion.Group)
+			continue
 		}
 		want = append(append([]apiextensionsv1.CustomResourceColumnDefinition(nil), want...), kubevisorColumns[plural]...)
 		for _, v := range crd.Spec.Versions {
