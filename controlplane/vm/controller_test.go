@@ -214,6 +214,41 @@ func TestController(t *testing.T) {
 		h.consistentlyVMI(t, vm, "no VMI", func(n *v1alpha1.VirtualMachineInstance) bool { return n == nil })
 	})
 
+	t.Run("what keeps the VMI from starting: ErrImagePull, then ErrorPvcNotFound, with the VMI's message in Ready", func(t *testing.T) {
+		vm := h.createVM(t, "no-image", func(vm *v1alpha1.VirtualMachine) {
+			vm.Spec.RunStrategy = ptr.To(v1alpha1.RunStrategyAlways)
+		})
+		vmi := h.waitVMI(t, vm, "created", func(*v1alpha1.VirtualMachineInstance) bool { return true })
+		const msg = "launcher pod p: container volume-root (containerDisk volume root, image registry.invalid/disk:v1): ErrImagePull: not found"
+		for _, c := range []struct {
+			reason string
+			want   v1alpha1.VirtualMachinePrintableStatus
+		}{
+			{v1alpha1.ReasonErrImagePull, v1alpha1.VirtualMachineStatusErrImagePull},
+			{v1alpha1.ReasonFailedPvcNotFound, v1alpha1.VirtualMachineStatusPvcNotFound},
+		} {
+			// As the VMI controller writes it while the launcher pod cannot start.
+			err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+				cur := &v1alpha1.VirtualMachineInstance{}
+				if err := h.c.Get(context.Background(), client.ObjectKeyFromObject(vmi), cur); err != nil {
+					return err
+				}
+				cur.Status.Phase = v1alpha1.Scheduling
+				cur.Status.Conditions = []v1alpha1.VirtualMachineInstanceCondition{{
+					Type: v1alpha1.VirtualMachineInstanceReady, Status: corev1.ConditionFalse, Reason: c.reason, Message: msg, LastTransitionTime: metav1.Now(),
+				}}
+				return h.c.Status().Update(context.Background(), cur)
+			})
+			if err != nil {
+				t.Fatal(err)
+			}
+			h.waitVM(t, vm, string(c.want)+" with the VMI's reason and message in Ready", func(vm *v1alpha1.VirtualMachine) bool {
+				r := v1alpha1.FindCondition(vm.Status.Conditions, v1alpha1.VirtualMachineReady)
+				return vm.Status.PrintableStatus == c.want && r != nil && r.Status == corev1.ConditionFalse && r.Reason == c.reason && r.Message == msg
+			})
+		}
+	})
+
 	t.Run("Delete", func(t *testing.T) {
 		vm := h.createVM(t, "deleted", func(vm *v1alpha1.VirtualMachine) {
 			vm.Spec.RunStrategy = ptr.To(v1alpha1.RunStrategyAlways)

@@ -287,7 +287,29 @@ func setObserved(st *v1alpha1.VirtualMachineStatus, vm *v1alpha1.VirtualMachine,
 	}
 }
 
-// printableStatus summarises the VM as kubectl shows it, in KubeVirt's order of precedence.
+// printableStatus summarises the VM as kubectl shows it, with KubeVirt's values in KubeVirt's
+// order of precedence; the first that applies wins:
+//
+//	| status                  | when                                                                  |
+//	|-------------------------|-----------------------------------------------------------------------|
+//	| Terminating             | the VM is being deleted                                               |
+//	| CrashLoopBackOff        | no VMI running, a failed one is waited on (Always, RerunOnFailure)     |
+//	| Stopped                 | no VMI, or it is final                                                |
+//	| Stopping                | the VMI is being deleted, or is about to be                           |
+//	| Migrating               | the VMI runs and a live migration is in progress                      |
+//	| Paused                  | the VMI runs, Paused=True                                             |
+//	| Running                 | the VMI runs                                                          |
+//	| Unknown                 | the VMI's phase is Unknown (its node does not answer)                 |
+//	| ErrorPvcNotFound        | not running yet: a claim of its volumes does not exist (FailedPvcNotFound) |
+//	| ErrorUnschedulable      | not running yet: the scheduler cannot place its launcher pod          |
+//	| Provisioning            | not running yet: Provisioning=True                                    |
+//	| WaitingForVolumeBinding | not running yet: a claim of its volumes is not bound                  |
+//	| ErrImagePull            | not running yet: a container image of its launcher pod cannot be pulled |
+//	| ImagePullBackOff        | not running yet: the kubelet waits before pulling that image again    |
+//	| Starting                | not running yet, nothing wrong known                                  |
+//
+// The not-running reasons are the VMI controller's: its LauncherPodCreated=False or Ready=False
+// (vmiHeldBy), and the PodScheduled it copies from the launcher pod.
 func printableStatus(vm *v1alpha1.VirtualMachine, vmi *v1alpha1.VirtualMachineInstance, st *v1alpha1.VirtualMachineStatus,
 	strategy v1alpha1.VirtualMachineRunStrategy, now time.Time, deleting bool) v1alpha1.VirtualMachinePrintableStatus {
 	crashLoop := (strategy == v1alpha1.RunStrategyAlways || strategy == v1alpha1.RunStrategyRerunOnFailure) &&
@@ -320,19 +342,49 @@ func printableStatus(vm *v1alpha1.VirtualMachine, vmi *v1alpha1.VirtualMachineIn
 	case v1alpha1.Unknown:
 		return v1alpha1.VirtualMachineStatusUnknown
 	}
-	// Not running yet: Pending, Scheduling, Scheduled or no phase.
-	if vmi.Status.Reason == v1alpha1.ReasonUnschedulable {
+	// Not running yet: Pending, Scheduling, Scheduled or no phase. What keeps it from running
+	// comes first, in KubeVirt's order: a claim that does not exist, the scheduler's refusal,
+	// volumes being provisioned, a claim not bound, an image that cannot be pulled.
+	switch {
+	case vmiHeldBy(vmi, v1alpha1.ReasonFailedPvcNotFound):
+		return v1alpha1.VirtualMachineStatusPvcNotFound
+	case unschedulable(vmi):
 		return v1alpha1.VirtualMachineStatusUnschedulable
+	case hasTrueVMICondition(vmi, v1alpha1.VirtualMachineInstanceProvisioning):
+		return v1alpha1.VirtualMachineStatusProvisioning
+	case vmiHeldBy(vmi, v1alpha1.ReasonWaitingForVolumeBinding):
+		return v1alpha1.VirtualMachineStatusWaitingForVolumeBinding
+	case vmiHeldBy(vmi, v1alpha1.ReasonErrImagePull):
+		return v1alpha1.VirtualMachineStatusErrImagePull
+	case vmiHeldBy(vmi, v1alpha1.ReasonImagePullBackOff):
+		return v1alpha1.VirtualMachineStatusImagePullBackOff
+	}
+	return v1alpha1.VirtualMachineStatusStarting
+}
+
+// unschedulable says the VMI's launcher pod cannot be scheduled: the VMI's reason, or a
+// condition that is not True with reason Unschedulable (PodScheduled, copied from the pod).
+func unschedulable(vmi *v1alpha1.VirtualMachineInstance) bool {
+	if vmi.Status.Reason == v1alpha1.ReasonUnschedulable {
+		return true
 	}
 	for _, c := range vmi.Status.Conditions {
 		if c.Reason == v1alpha1.ReasonUnschedulable && c.Status != corev1.ConditionTrue {
-			return v1alpha1.VirtualMachineStatusUnschedulable
+			return true
 		}
 	}
-	if hasTrueVMICondition(vmi, v1alpha1.VirtualMachineInstanceProvisioning) {
-		return v1alpha1.VirtualMachineStatusProvisioning
+	return false
+}
+
+// vmiHeldBy says the VMI controller reports reason as what keeps the VMI from starting: its
+// LauncherPodCreated=False (no pod could be created) or Ready=False (what the pod lacks) carries it.
+func vmiHeldBy(vmi *v1alpha1.VirtualMachineInstance, reason string) bool {
+	for _, t := range []v1alpha1.VirtualMachineInstanceConditionType{v1alpha1.VirtualMachineInstanceLauncherPodCreated, v1alpha1.VirtualMachineInstanceReady} {
+		if c := v1alpha1.InstanceCondition(vmi.Status.Conditions, t); c != nil && c.Status == corev1.ConditionFalse && c.Reason == reason {
+			return true
+		}
 	}
-	return v1alpha1.VirtualMachineStatusStarting
+	return false
 }
 
 func hasTrueVMICondition(vmi *v1alpha1.VirtualMachineInstance, t v1alpha1.VirtualMachineInstanceConditionType) bool {

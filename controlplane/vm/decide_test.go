@@ -269,6 +269,64 @@ func TestDecide(t *testing.T) {
 	}
 }
 
+// TestPrintableStatusBeforeRunning checks the values a VM takes from what keeps its VMI from
+// running, and their precedence (KubeVirt's), from the conditions the VMI controller writes.
+func TestPrintableStatusBeforeRunning(t *testing.T) {
+	notReady := func(reason string) vmiOpt {
+		return vmiCondition(v1alpha1.VirtualMachineInstanceReady, corev1.ConditionFalse, reason)
+	}
+	noPod := func(reason string) vmiOpt {
+		return vmiCondition(v1alpha1.VirtualMachineInstanceLauncherPodCreated, corev1.ConditionFalse, reason)
+	}
+	unschedulable := vmiCondition("PodScheduled", corev1.ConditionFalse, v1alpha1.ReasonUnschedulable)
+	provisioning := vmiCondition(v1alpha1.VirtualMachineInstanceProvisioning, corev1.ConditionTrue, "")
+	tests := []struct {
+		name string
+		vm   *v1alpha1.VirtualMachine
+		vmi  *v1alpha1.VirtualMachineInstance
+		want v1alpha1.VirtualMachinePrintableStatus
+	}{
+		{name: "claim missing, no pod", vmi: newVMI(v1alpha1.Pending, noPod(v1alpha1.ReasonFailedPvcNotFound), notReady(v1alpha1.ReasonFailedPvcNotFound)),
+			want: "ErrorPvcNotFound"},
+		{name: "claim missing, LauncherPodCreated alone says so", vmi: newVMI(v1alpha1.Pending, noPod(v1alpha1.ReasonFailedPvcNotFound)), want: "ErrorPvcNotFound"},
+		{name: "claim deleted after the pod was created", vmi: newVMI(v1alpha1.Scheduling, notReady(v1alpha1.ReasonFailedPvcNotFound)), want: "ErrorPvcNotFound"},
+		{name: "claim missing comes before unschedulable", vmi: newVMI(v1alpha1.Scheduling, unschedulable, notReady(v1alpha1.ReasonFailedPvcNotFound)),
+			want: "ErrorPvcNotFound"},
+		{name: "claim not bound", vmi: newVMI(v1alpha1.Scheduling, notReady(v1alpha1.ReasonWaitingForVolumeBinding)), want: "WaitingForVolumeBinding"},
+		{name: "unschedulable comes before a claim not bound", vmi: newVMI(v1alpha1.Scheduling, unschedulable, notReady(v1alpha1.ReasonWaitingForVolumeBinding)),
+			want: "ErrorUnschedulable"},
+		{name: "provisioning comes before a claim not bound", vmi: newVMI(v1alpha1.Pending, provisioning, notReady(v1alpha1.ReasonWaitingForVolumeBinding)),
+			want: "Provisioning"},
+		{name: "image cannot be pulled", vmi: newVMI(v1alpha1.Scheduling, notReady(v1alpha1.ReasonErrImagePull)), want: "ErrImagePull"},
+		{name: "image pull backing off", vmi: newVMI(v1alpha1.Scheduling, notReady(v1alpha1.ReasonImagePullBackOff)), want: "ImagePullBackOff"},
+		{name: "unschedulable comes before an image", vmi: newVMI(v1alpha1.Scheduling, unschedulable, notReady(v1alpha1.ReasonErrImagePull)),
+			want: "ErrorUnschedulable"},
+		{name: "a True condition with the reason is no problem", vmi: newVMI(v1alpha1.Scheduling,
+			vmiCondition(v1alpha1.VirtualMachineInstanceReady, corev1.ConditionTrue, v1alpha1.ReasonErrImagePull)), want: "Starting"},
+		{name: "the reason on another condition is not the controller's", vmi: newVMI(v1alpha1.Scheduling,
+			vmiCondition(v1alpha1.VirtualMachineInstanceSynchronized, corev1.ConditionFalse, v1alpha1.ReasonErrImagePull)), want: "Starting"},
+		{name: "pod not running yet, nothing wrong", vmi: newVMI(v1alpha1.Scheduling, notReady(v1alpha1.ReasonGuestNotRunning)), want: "Starting"},
+		{name: "running wins over a stale image problem", vmi: newVMI(v1alpha1.Running, notReady(v1alpha1.ReasonErrImagePull)), want: "Running"},
+		{name: "a VMI being deleted is stopping", vmi: newVMI(v1alpha1.Scheduling, vmiDeleting, notReady(v1alpha1.ReasonErrImagePull)), want: "Stopping"},
+		{name: "a final VMI is stopped", vm: newVM(strategy(v1alpha1.RunStrategyOnce)), vmi: newVMI(v1alpha1.Failed, notReady(v1alpha1.ReasonErrImagePull)),
+			want: "Stopped"},
+		{name: "a deleted VM is terminating", vm: newVM(strategy(v1alpha1.RunStrategyAlways), deleting),
+			vmi: newVMI(v1alpha1.Pending, noPod(v1alpha1.ReasonFailedPvcNotFound)), want: "Terminating"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			vm := tt.vm
+			if vm == nil {
+				vm = newVM(strategy(v1alpha1.RunStrategyAlways))
+			}
+			d := Decide(vm, tt.vmi, false, testNow, testBackoff)
+			if d.Status.PrintableStatus != tt.want {
+				t.Errorf("printableStatus = %q, want %q (VMI phase %s, conditions %+v)", d.Status.PrintableStatus, tt.want, tt.vmi.Status.Phase, tt.vmi.Status.Conditions)
+			}
+		})
+	}
+}
+
 func TestDecideCrashLoopBackoffGrows(t *testing.T) {
 	vm := newVM(strategy(v1alpha1.RunStrategyAlways))
 	var last time.Duration

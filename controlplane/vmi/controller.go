@@ -19,11 +19,14 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
+	"sigs.k8s.io/controller-runtime/pkg/event"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
 	"sigs.k8s.io/controller-runtime/pkg/log"
+	"sigs.k8s.io/controller-runtime/pkg/predicate"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 	"sigs.k8s.io/controller-runtime/pkg/recorder"
 
@@ -37,6 +40,11 @@ const controllerName = "vmi"
 // awaitingClassIndex indexes the VMIs that have no launcher pod yet and are not final: the ones a
 // new or changed HypervisorClass may unblock.
 const awaitingClassIndex = "kubevisor.io/vmi-awaiting-class"
+
+// claimIndex indexes the VMIs whose claims are looked at (checksClaims) by the names of the
+// PersistentVolumeClaims their volumes use: the ones a claim's creation, binding or deletion
+// concerns.
+const claimIndex = "kubevisor.io/vmi-claims"
 
 // Event actions (events.k8s.io/v1 wants one with every event).
 const (
@@ -97,6 +105,20 @@ func SetupWithManager(mgr ctrl.Manager, opts Options) error {
 		}); err != nil {
 		return fmt.Errorf("vmi controller: index VMIs awaiting a class: %w", err)
 	}
+	if err := mgr.GetFieldIndexer().IndexField(context.Background(), &v1alpha1.VirtualMachineInstance{}, claimIndex,
+		func(o client.Object) []string {
+			vmi := o.(*v1alpha1.VirtualMachineInstance)
+			if !checksClaims(vmi) {
+				return nil
+			}
+			var names []string
+			for _, ref := range claimRefs(vmi) {
+				names = append(names, ref.Claim)
+			}
+			return names
+		}); err != nil {
+		return fmt.Errorf("vmi controller: index VMIs by claim: %w", err)
+	}
 	copts := controller.Options{MaxConcurrentReconciles: opts.MaxConcurrentReconciles}
 	if opts.SkipNameValidation {
 		copts.SkipNameValidation = &opts.SkipNameValidation
@@ -106,6 +128,8 @@ func SetupWithManager(mgr ctrl.Manager, opts Options) error {
 		For(&v1alpha1.VirtualMachineInstance{}).
 		Owns(&corev1.Pod{}).
 		Watches(&v1alpha1.HypervisorClass{}, handler.EnqueueRequestsFromMapFunc(r.vmisAwaitingClass)).
+		Watches(&corev1.PersistentVolumeClaim{}, handler.EnqueueRequestsFromMapFunc(r.vmisUsingClaim),
+			builder.WithPredicates(claimPhaseChanged)).
 		WithOptions(copts).
 		Complete(r)
 }
@@ -124,6 +148,30 @@ func (r *reconciler) vmisAwaitingClass(ctx context.Context, _ client.Object) []r
 	return reqs
 }
 
+// claimPhaseChanged lets through a claim's creation and deletion, and the updates that change its
+// phase: all that claimsProblem reads of it.
+var claimPhaseChanged = predicate.Funcs{
+	UpdateFunc: func(e event.UpdateEvent) bool {
+		oldPVC, ok1 := e.ObjectOld.(*corev1.PersistentVolumeClaim)
+		newPVC, ok2 := e.ObjectNew.(*corev1.PersistentVolumeClaim)
+		return !ok1 || !ok2 || oldPVC.Status.Phase != newPVC.Status.Phase
+	},
+}
+
+// vmisUsingClaim maps a PersistentVolumeClaim event to the VMIs not yet Scheduled whose volumes use it.
+func (r *reconciler) vmisUsingClaim(ctx context.Context, o client.Object) []reconcile.Request {
+	var list v1alpha1.VirtualMachineInstanceList
+	if err := r.client.List(ctx, &list, client.InNamespace(o.GetNamespace()), client.MatchingFields{claimIndex: o.GetName()}); err != nil {
+		log.FromContext(ctx).Error(err, "list VMIs using a PersistentVolumeClaim", "claim", o.GetName())
+		return nil
+	}
+	reqs := make([]reconcile.Request, 0, len(list.Items))
+	for _, vmi := range list.Items {
+		reqs = append(reqs, reconcile.Request{NamespacedName: types.NamespacedName{Namespace: vmi.Namespace, Name: vmi.Name}})
+	}
+	return reqs
+}
+
 // RBAC: exactly what Reconcile and the watches use; the envtest suite runs the controller with
 // nothing more. virtualmachineinstances/finalizers update lets the API server accept pods whose
 // owner reference blocks the VMI's deletion (OwnerReferencesPermissionEnforcement).
@@ -133,6 +181,7 @@ func (r *reconciler) vmisAwaitingClass(ctx context.Context, _ client.Object) []r
 // +kubebuilder:rbac:groups=kubevisor.io,resources=virtualmachineinstances/finalizers,verbs=update
 // +kubebuilder:rbac:groups=kubevisor.io,resources=hypervisorclasses,verbs=get;list;watch
 // +kubebuilder:rbac:groups="",resources=pods,verbs=get;list;watch;create;delete
+// +kubebuilder:rbac:groups="",resources=persistentvolumeclaims,verbs=list;watch
 // +kubebuilder:rbac:groups=events.k8s.io,resources=events,verbs=create;patch
 
 // Reconcile brings one VMI's launcher pod and status in line (get → finalizer → deferred patch →
@@ -195,13 +244,24 @@ func (r *reconciler) reconcileNormal(ctx context.Context, vmi *v1alpha1.VirtualM
 		r.created.Delete(vmi.UID)
 	}
 	obs.Pod = pod
+	if checksClaims(vmi) {
+		if obs.ClaimProblem, err = r.claimsProblem(ctx, vmi); err != nil {
+			return ctrl.Result{}, err
+		}
+	}
 	if pod == nil && vmi.Status.LauncherPodName != "" {
 		obs.PodGone = true
 		r.events.Eventf(vmi, nil, corev1.EventTypeWarning, v1alpha1.ReasonPodNotExists, actionFollow,
 			"launcher pod %s was deleted before the VMI finished", vmi.Status.LauncherPodName)
 	}
 	var createErr error
-	if pod == nil && !obs.PodGone {
+	switch {
+	case pod != nil || obs.PodGone:
+	case obs.ClaimProblem.holdsPod():
+		// A claim event brings the VMI back.
+		r.events.Eventf(vmi, nil, corev1.EventTypeWarning, obs.ClaimProblem.Reason, actionCreate,
+			"%s; the launcher pod is created once it exists", obs.ClaimProblem.Message)
+	default:
 		createErr = r.createPod(ctx, vmi, &obs)
 	}
 	if pod := obs.Pod; pod != nil && pod.Status.Phase == corev1.PodFailed && vmi.Status.Phase != v1alpha1.Failed {
@@ -253,6 +313,25 @@ func (r *reconciler) launcherPod(ctx context.Context, vmi *v1alpha1.VirtualMachi
 		return nil, fmt.Errorf("launcher pod %s exists and was not created for this VMI (uid %s)", name, vmi.UID)
 	}
 	return pod, nil
+}
+
+// claimsProblem reads, from the cache, the PersistentVolumeClaims the VMI's volumes use and says
+// what they lack (claimsProblem).
+func (r *reconciler) claimsProblem(ctx context.Context, vmi *v1alpha1.VirtualMachineInstance) (*problem, error) {
+	refs := claimRefs(vmi)
+	found := make(map[string]*corev1.PersistentVolumeClaim, len(refs))
+	for _, ref := range refs {
+		pvc := &corev1.PersistentVolumeClaim{}
+		err := r.client.Get(ctx, types.NamespacedName{Namespace: vmi.Namespace, Name: ref.Claim}, pvc)
+		switch {
+		case apierrors.IsNotFound(err):
+		case err != nil:
+			return nil, fmt.Errorf("get PersistentVolumeClaim %s: %w", ref.Claim, err)
+		default:
+			found[ref.Claim] = pvc
+		}
+	}
+	return claimsProblem(vmi.Namespace, refs, found), nil
 }
 
 // createPod resolves the class, builds the pod and creates it, recording the outcome in obs.

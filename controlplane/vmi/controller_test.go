@@ -123,6 +123,7 @@ func TestController(t *testing.T) {
 			}
 			c.DeviceResources = []corev1.ResourceName{v1alpha1.KVMDeviceResource, v1alpha1.TunDeviceResource}
 		})
+		h.createClaim(t, ns, "web-data")
 		vmi := h.createVMI(t, ns, "web", func(v *v1alpha1.VirtualMachineInstance) {
 			v.Labels = map[string]string{"app": "web"}
 			v.Spec.HypervisorClassName = "fast"
@@ -322,6 +323,69 @@ func TestController(t *testing.T) {
 		}
 		if want := []v1alpha1.VirtualMachineInstancePhase{v1alpha1.Pending, v1alpha1.Scheduling, v1alpha1.Scheduled}; !slices.Equal(phases, want) {
 			t.Errorf("phase transitions %v, want %v", phases, want)
+		}
+	})
+
+	t.Run("claims: none, no pod and FailedPvcNotFound naming it; Pending, the pod and WaitingForVolumeBinding; Bound, neither", func(t *testing.T) {
+		ns := h.namespace(t, "claims")
+		vmi := h.createVMI(t, ns, "vm", h.plainClass(t), func(v *v1alpha1.VirtualMachineInstance) {
+			v.Spec.Domain.Devices.Disks = []v1alpha1.Disk{{Name: "data"}}
+			v.Spec.Volumes = []v1alpha1.Volume{{Name: "data", VolumeSource: v1alpha1.VolumeSource{PersistentVolumeClaim: &v1alpha1.PersistentVolumeClaimVolumeSource{
+				PersistentVolumeClaimVolumeSource: corev1.PersistentVolumeClaimVolumeSource{ClaimName: "data-claim"}}}}}
+		})
+		h.waitVMI(t, vmi, "Pending with FailedPvcNotFound naming the claim", func(v *v1alpha1.VirtualMachineInstance) bool {
+			c := condition(v.Status, v1alpha1.VirtualMachineInstanceLauncherPodCreated)
+			r := condition(v.Status, v1alpha1.VirtualMachineInstanceReady)
+			return v.Status.Phase == v1alpha1.Pending && c != nil && c.Status == corev1.ConditionFalse && c.Reason == v1alpha1.ReasonFailedPvcNotFound &&
+				strings.Contains(c.Message, "PersistentVolumeClaim claims/data-claim (volume data) does not exist") &&
+				r != nil && r.Reason == v1alpha1.ReasonFailedPvcNotFound
+		})
+		h.expectNoPods(t, vmi)
+		h.expectEvent(t, vmi, corev1.EventTypeWarning, v1alpha1.ReasonFailedPvcNotFound)
+
+		// No PersistentVolume controller runs: the claim stays unbound until the test binds it.
+		pvc := h.createClaim(t, ns, "data-claim")
+		got := h.waitVMI(t, vmi, "Scheduling with WaitingForVolumeBinding naming the claim", func(v *v1alpha1.VirtualMachineInstance) bool {
+			r := condition(v.Status, v1alpha1.VirtualMachineInstanceReady)
+			return v.Status.Phase == v1alpha1.Scheduling && r != nil && r.Status == corev1.ConditionFalse &&
+				r.Reason == v1alpha1.ReasonWaitingForVolumeBinding &&
+				strings.Contains(r.Message, "PersistentVolumeClaim claims/data-claim (volume data) is not bound to a volume yet")
+		})
+		if c := condition(got.Status, v1alpha1.VirtualMachineInstanceLauncherPodCreated); c != nil {
+			t.Errorf("LauncherPodCreated left once the claim exists: %+v", c)
+		}
+		h.launcherPod(t, got)
+
+		pvc.Status.Phase = corev1.ClaimBound
+		if err := h.c.Status().Update(ctx, pvc); err != nil {
+			t.Fatalf("bind the claim: %v", err)
+		}
+		h.waitVMI(t, vmi, "Ready=False GuestNotRunning once the claim is bound", func(v *v1alpha1.VirtualMachineInstance) bool {
+			r := condition(v.Status, v1alpha1.VirtualMachineInstanceReady)
+			return r != nil && r.Reason == v1alpha1.ReasonGuestNotRunning
+		})
+	})
+
+	t.Run("containerDisk image cannot be pulled: Ready=False ErrImagePull, then ImagePullBackOff, naming the volume and the image", func(t *testing.T) {
+		ns := h.namespace(t, "image-pull")
+		const image = "registry.invalid/kubevisor/no-such-disk:v1"
+		vmi := h.createVMI(t, ns, "vm", h.plainClass(t), func(v *v1alpha1.VirtualMachineInstance) {
+			v.Spec.Domain.Devices.Disks = []v1alpha1.Disk{{Name: "root"}}
+			v.Spec.Volumes = []v1alpha1.Volume{{Name: "root", VolumeSource: v1alpha1.VolumeSource{ContainerDisk: &v1alpha1.ContainerDiskSource{Image: image}}}}
+		})
+		got := h.waitVMI(t, vmi, "Scheduling", func(v *v1alpha1.VirtualMachineInstance) bool { return v.Status.Phase == v1alpha1.Scheduling })
+		pod := h.launcherPod(t, got)
+		h.bind(t, pod, "node-1")
+		for _, reason := range []string{v1alpha1.ReasonErrImagePull, v1alpha1.ReasonImagePullBackOff} {
+			h.setPodStatus(t, pod, func(s *corev1.PodStatus) {
+				s.ContainerStatuses = []corev1.ContainerStatus{{Name: launcherpod.ContainerDiskContainer("root"), Image: image,
+					State: corev1.ContainerState{Waiting: &corev1.ContainerStateWaiting{Reason: reason, Message: "failed to pull image: not found"}}}}
+			})
+			h.waitVMI(t, vmi, "Ready=False "+reason+" naming the volume and the image", func(v *v1alpha1.VirtualMachineInstance) bool {
+				r := condition(v.Status, v1alpha1.VirtualMachineInstanceReady)
+				return v.Status.Phase == v1alpha1.Scheduling && r != nil && r.Status == corev1.ConditionFalse && r.Reason == reason &&
+					strings.Contains(r.Message, "containerDisk volume root, image "+image)
+			})
 		}
 	})
 
@@ -539,6 +603,23 @@ func (h *harness) plainClass(t *testing.T) func(*v1alpha1.VirtualMachineInstance
 		t.Fatal(err)
 	}
 	return func(v *v1alpha1.VirtualMachineInstance) { v.Spec.HypervisorClassName = "plain" }
+}
+
+// createClaim creates a PersistentVolumeClaim of 1Gi; nothing binds it (no PersistentVolume
+// controller runs).
+func (h *harness) createClaim(t *testing.T, ns, name string) *corev1.PersistentVolumeClaim {
+	t.Helper()
+	pvc := &corev1.PersistentVolumeClaim{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns},
+		Spec: corev1.PersistentVolumeClaimSpec{
+			AccessModes: []corev1.PersistentVolumeAccessMode{corev1.ReadWriteOnce},
+			Resources:   corev1.VolumeResourceRequirements{Requests: corev1.ResourceList{corev1.ResourceStorage: resource.MustParse("1Gi")}},
+		},
+	}
+	if err := h.c.Create(context.Background(), pvc); err != nil {
+		t.Fatal(err)
+	}
+	return pvc
 }
 
 func (h *harness) createVMI(t *testing.T, ns, name string, mut ...func(*v1alpha1.VirtualMachineInstance)) *v1alpha1.VirtualMachineInstance {

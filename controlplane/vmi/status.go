@@ -7,6 +7,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"github.com/kubevisor/kubevisor/controlplane/launcherpod"
 	"github.com/kubevisor/kubevisor/core/api/v1alpha1"
 )
 
@@ -31,6 +32,10 @@ type observation struct {
 	Pod *corev1.Pod
 	// PodGone says that the VMI had a launcher pod (status.launcherPodName) and it no longer exists.
 	PodGone bool
+	// ClaimProblem says what the PersistentVolumeClaims of the VMI's volumes lack (claimsProblem),
+	// looked at until the pod runs (checksClaims); nil when they are all bound. One that does not
+	// exist holds the pod's creation back (holdsPod).
+	ClaimProblem *problem
 }
 
 // podDown reports whether a pod is finished or on its way out.
@@ -45,10 +50,11 @@ func podDown(pod *corev1.Pod) bool {
 //	| observed                                          | phase                | reason / conditions                      |
 //	|---------------------------------------------------|----------------------|------------------------------------------|
 //	| VMI final (Succeeded, Failed)                      | unchanged            | unchanged                                |
+//	| a claim of a volume does not exist, no pod        | Pending              | LauncherPodCreated=False FailedPvcNotFound naming the claim |
 //	| no class (none default, several, named missing)   | Pending              | LauncherPodCreated=False HypervisorClassNotFound / MultipleDefaultHypervisorClasses |
 //	| pod could not be built or created                 | Pending              | LauncherPodCreated=False FailedCreate    |
 //	| pod exists, not yet bound to a node               | Scheduling           | PodScheduled copied from the pod (Unschedulable + the scheduler's message) |
-//	| pod bound, not yet running                        | Scheduling           | unchanged (the node's label is set)      |
+//	| pod bound, not yet running                        | Scheduling           | Ready=False: a container's error (ErrImagePull naming the image), else a claim's (WaitingForVolumeBinding naming it), else GuestNotRunning |
 //	| pod running                                       | Scheduled            | nodeName and PodScheduled set, Ready left to the handler |
 //	| pod Failed; or Succeeded before the VMI Running   | Failed               | reason PodFailed, Ready=False naming the pod |
 //	| pod had existed and is gone                       | Failed               | reason PodNotExists, Ready=False naming the pod |
@@ -83,6 +89,9 @@ func deriveStatus(vmi *v1alpha1.VirtualMachineInstance, obs observation, now met
 	syncProblem := obs.ClassProblem
 	if syncProblem == nil {
 		syncProblem = obs.CreateProblem
+	}
+	if obs.Pod == nil && obs.ClaimProblem.holdsPod() {
+		syncProblem = &problem{Reason: obs.ClaimProblem.Reason, Message: obs.ClaimProblem.Message + "; the launcher pod is created once it exists"}
 	}
 	if syncProblem != nil {
 		setCond(v1alpha1.VirtualMachineInstanceCondition{
@@ -138,10 +147,11 @@ func deriveStatus(vmi *v1alpha1.VirtualMachineInstance, obs observation, now met
 				phase = v1alpha1.Scheduled
 			}
 			// Until the handler takes over (Scheduled), Ready says what the pod lacks: a
-			// container's error when one has it (an image that cannot be pulled), else that it
-			// is not running yet — one message from creation to Running, so that the pod's
-			// progress on the way (conditions appearing, containers starting) writes nothing.
-			switch reason, msg := containerProblem(pod); {
+			// container's error when one has it (an image that cannot be pulled), else what a
+			// claim of its volumes lacks, else that it is not running yet — one message from
+			// creation to Running, so that the pod's progress on the way (conditions
+			// appearing, containers starting) writes nothing.
+			switch reason, msg := containerProblem(vmi, pod); {
 			case podDown(pod):
 				notReady(v1alpha1.ReasonPodTerminating, fmt.Sprintf("launcher pod %s is terminating", pod.Name))
 			case phase == v1alpha1.Scheduled:
@@ -150,6 +160,8 @@ func deriveStatus(vmi *v1alpha1.VirtualMachineInstance, obs observation, now met
 				st.Conditions = v1alpha1.RemoveCondition(st.Conditions, v1alpha1.VirtualMachineInstanceReady)
 			case reason != "":
 				notReady(reason, msg)
+			case obs.ClaimProblem != nil:
+				notReady(obs.ClaimProblem.Reason, obs.ClaimProblem.Message)
 			default:
 				notReady(v1alpha1.ReasonGuestNotRunning, fmt.Sprintf("launcher pod %s is not running yet", pod.Name))
 			}
@@ -169,23 +181,45 @@ func deriveStatus(vmi *v1alpha1.VirtualMachineInstance, obs observation, now met
 	return st
 }
 
-// containerProblem is the first error a container of pod waits on (ErrImagePull,
-// ImagePullBackOff, CreateContainerConfigError, ...: the kubelet's reason, the condition's
-// reason) with a message naming the pod, the container and the kubelet's message; "" when every
-// container is starting or running normally.
-func containerProblem(pod *corev1.Pod) (reason, message string) {
+// containerProblem is the first error a container of the VMI's launcher pod waits on
+// (ErrImagePull, ImagePullBackOff, CreateContainerConfigError, ...: the kubelet's reason, the
+// condition's reason) with a message naming the pod, the container, the containerDisk volume
+// whose container it is, its image and the kubelet's message; "" when every container is
+// starting or running normally.
+func containerProblem(vmi *v1alpha1.VirtualMachineInstance, pod *corev1.Pod) (reason, message string) {
 	for _, cs := range append(slices.Clone(pod.Status.InitContainerStatuses), pod.Status.ContainerStatuses...) {
 		w := cs.State.Waiting
 		if w == nil || w.Reason == "" || w.Reason == "ContainerCreating" || w.Reason == "PodInitializing" {
 			continue
 		}
-		msg := fmt.Sprintf("launcher pod %s: container %s (image %s): %s", pod.Name, cs.Name, cs.Image, w.Reason)
+		image := cs.Image
+		if image == "" {
+			image = specImage(pod, cs.Name)
+		}
+		what := "image " + image
+		for _, v := range vmi.Spec.Volumes {
+			if v.ContainerDisk != nil && launcherpod.ContainerDiskContainer(v.Name) == cs.Name {
+				what = "containerDisk volume " + v.Name + ", " + what
+				break
+			}
+		}
+		msg := fmt.Sprintf("launcher pod %s: container %s (%s): %s", pod.Name, cs.Name, what, w.Reason)
 		if w.Message != "" {
 			msg += ": " + w.Message
 		}
 		return w.Reason, msg
 	}
 	return "", ""
+}
+
+// specImage is the image of pod's (init) container name, "" when it has none.
+func specImage(pod *corev1.Pod, name string) string {
+	for _, c := range slices.Concat(pod.Spec.InitContainers, pod.Spec.Containers) {
+		if c.Name == name {
+			return c.Image
+		}
+	}
+	return ""
 }
 
 // describePodEnd says how a finished pod ended: the pod's own reason and message, else the

@@ -169,8 +169,60 @@ func TestDeriveStatus(t *testing.T) {
 			}},
 		},
 		{
-			name: "containerDisk image cannot be pulled: Ready=False with the kubelet's reason, the container, its image and message",
+			name: "a claim does not exist: Pending, no pod, LauncherPodCreated=False and Ready=False naming the claim and its volume",
+			vmi:  vmiWith(v1alpha1.Pending),
+			obs:  observation{ClaimProblem: &problem{v1alpha1.ReasonFailedPvcNotFound, "PersistentVolumeClaim ns/data (volume disk) does not exist"}},
+			want: want{phase: v1alpha1.Pending, conds: map[v1alpha1.VirtualMachineInstanceConditionType]string{
+				v1alpha1.VirtualMachineInstanceLauncherPodCreated: "False/FailedPvcNotFound/PersistentVolumeClaim ns/data (volume disk) does not exist; the launcher pod is created once it exists",
+				v1alpha1.VirtualMachineInstanceReady:              "False/FailedPvcNotFound/ns/data (volume disk) does not exist",
+			}},
+		},
+		{
+			name: "a claim deleted after the pod was created: Ready=False names it, LauncherPodCreated stays gone",
 			vmi:  vmiWith(v1alpha1.Scheduling, created),
+			obs:  observation{Pod: launcher(), ClaimProblem: &problem{v1alpha1.ReasonFailedPvcNotFound, "PersistentVolumeClaim ns/data (volume disk) does not exist"}},
+			want: want{phase: v1alpha1.Scheduling, podName: "launcher-1", conds: map[v1alpha1.VirtualMachineInstanceConditionType]string{
+				v1alpha1.VirtualMachineInstanceLauncherPodCreated: "-",
+				v1alpha1.VirtualMachineInstanceReady:              "False/FailedPvcNotFound/ns/data (volume disk) does not exist",
+			}},
+		},
+		{
+			name: "a claim not bound: the pod is created (binding may wait for it), Ready=False WaitingForVolumeBinding naming the claim",
+			vmi:  vmiWith(v1alpha1.Pending),
+			obs: observation{ClassName: "qemu", Pod: launcher(),
+				ClaimProblem: &problem{v1alpha1.ReasonWaitingForVolumeBinding, "PersistentVolumeClaim ns/data (volume disk) is not bound to a volume yet (phase Pending)"}},
+			want: want{phase: v1alpha1.Scheduling, podName: "launcher-1", class: "qemu", newPhaseTimestamp: true, conds: map[v1alpha1.VirtualMachineInstanceConditionType]string{
+				v1alpha1.VirtualMachineInstanceLauncherPodCreated: "-",
+				v1alpha1.VirtualMachineInstanceReady:              "False/WaitingForVolumeBinding/ns/data (volume disk) is not bound to a volume yet",
+			}},
+		},
+		{
+			name: "a claim not bound and the scheduler's complaint: both on the VMI",
+			vmi:  vmiWith(v1alpha1.Scheduling, created),
+			obs: observation{Pod: launcher(func(p *corev1.Pod) {
+				p.Status.Conditions = []corev1.PodCondition{{Type: corev1.PodScheduled, Status: corev1.ConditionFalse, Reason: "Unschedulable",
+					Message: "0/1 nodes are available: pod has unbound immediate PersistentVolumeClaims."}}
+			}), ClaimProblem: &problem{v1alpha1.ReasonWaitingForVolumeBinding, "PersistentVolumeClaim ns/data (volume disk) is not bound"}},
+			want: want{phase: v1alpha1.Scheduling, podName: "launcher-1", conds: map[v1alpha1.VirtualMachineInstanceConditionType]string{
+				podScheduledCondition:                "False/Unschedulable/unbound immediate PersistentVolumeClaims",
+				v1alpha1.VirtualMachineInstanceReady: "False/WaitingForVolumeBinding/ns/data (volume disk)",
+			}},
+		},
+		{
+			name: "pod running: Scheduled, a claim's problem no longer looked at",
+			vmi:  vmiWith(v1alpha1.Scheduling, created),
+			obs:  observation{Pod: launcher(bound("n1"), podPhase(corev1.PodRunning)), ClaimProblem: &problem{v1alpha1.ReasonWaitingForVolumeBinding, "x"}},
+			want: want{phase: v1alpha1.Scheduled, podName: "launcher-1", nodeName: "n1", newPhaseTimestamp: true,
+				conds: map[v1alpha1.VirtualMachineInstanceConditionType]string{v1alpha1.VirtualMachineInstanceReady: "-"}},
+		},
+		{
+			name: "containerDisk image cannot be pulled: Ready=False with the kubelet's reason, the container, its volume, its image and message",
+			vmi: func() *v1alpha1.VirtualMachineInstance {
+				v := vmiWith(v1alpha1.Scheduling, created)
+				v.Spec.Volumes = []v1alpha1.Volume{{Name: "containerdisk", VolumeSource: v1alpha1.VolumeSource{
+					ContainerDisk: &v1alpha1.ContainerDiskSource{Image: "example.com/missing:v1"}}}}
+				return v
+			}(),
 			obs: observation{Pod: launcher(bound("n1"), func(p *corev1.Pod) {
 				p.Status.ContainerStatuses = []corev1.ContainerStatus{
 					{Name: "compute", Image: "kubevisor/kubevisor-launcher:dev", State: corev1.ContainerState{Waiting: &corev1.ContainerStateWaiting{Reason: "ContainerCreating"}}},
@@ -179,7 +231,19 @@ func TestDeriveStatus(t *testing.T) {
 				}
 			})},
 			want: want{phase: v1alpha1.Scheduling, podName: "launcher-1", conds: map[v1alpha1.VirtualMachineInstanceConditionType]string{
-				v1alpha1.VirtualMachineInstanceReady: `False/ErrImagePull/launcher pod launcher-1: container volume-containerdisk (image example.com/missing:v1): ErrImagePull: failed to pull image "example.com/missing:v1": not found`,
+				v1alpha1.VirtualMachineInstanceReady: `False/ErrImagePull/launcher pod launcher-1: container volume-containerdisk (containerDisk volume containerdisk, image example.com/missing:v1): ErrImagePull: failed to pull image "example.com/missing:v1": not found`,
+			}},
+		},
+		{
+			name: "image pull backing off, no image in the status: ImagePullBackOff naming the pod spec's image",
+			vmi:  vmiWith(v1alpha1.Scheduling, created),
+			obs: observation{Pod: launcher(bound("n1"), func(p *corev1.Pod) {
+				p.Spec.Containers = []corev1.Container{{Name: "volume-root", Image: "example.com/gone:v2"}}
+				p.Status.ContainerStatuses = []corev1.ContainerStatus{{Name: "volume-root", State: corev1.ContainerState{Waiting: &corev1.ContainerStateWaiting{
+					Reason: "ImagePullBackOff", Message: `Back-off pulling image "example.com/gone:v2"`}}}}
+			}), ClaimProblem: &problem{v1alpha1.ReasonWaitingForVolumeBinding, "not this"}},
+			want: want{phase: v1alpha1.Scheduling, podName: "launcher-1", conds: map[v1alpha1.VirtualMachineInstanceConditionType]string{
+				v1alpha1.VirtualMachineInstanceReady: `False/ImagePullBackOff/container volume-root (image example.com/gone:v2): ImagePullBackOff: Back-off pulling image`,
 			}},
 		},
 		{

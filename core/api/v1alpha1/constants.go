@@ -148,4 +148,17 @@ const (
 	ReasonDriverNotLiveMigratable = "DriverNotLiveMigratable"
 	// ReasonCrashLoopBackOff says the VM controller waits before starting a VMI that failed repeatedly.
 	ReasonCrashLoopBackOff = "CrashLoopBackOff"
+	// ReasonErrImagePull is the kubelet's reason for a container whose image could not be
+	// pulled; a launcher pod's container waiting on it gives the VMI Ready=False with it.
+	ReasonErrImagePull = "ErrImagePull"
+	// ReasonImagePullBackOff is the kubelet's reason for a container whose image pull is retried
+	// after failing (Ready=False, as ReasonErrImagePull).
+	ReasonImagePullBackOff = "ImagePullBackOff"
+	// ReasonFailedPvcNotFound says a PersistentVolumeClaim a VMI's volume names does not exist;
+	// no launcher pod is created until it does (LauncherPodCreated=False, Ready=False). The
+	// word is KubeVirt's.
+	ReasonFailedPvcNotFound = "FailedPvcNotFound"
+	// ReasonWaitingForVolumeBinding says a PersistentVolumeClaim a VMI's volume names exists
+	// but is not bound to a volume yet (Ready=False while the launcher pod waits).
+	ReasonWaitingForVolumeBinding = "WaitingForVolumeBinding"
 )

@@ -29,7 +29,7 @@ import (
 // +kubebuilder:subresource:status
 // +kubebuilder:resource:shortName=vm;vms,categories=kubevisor
 // +kubebuilder:printcolumn:name="Age",type="date",JSONPath=".metadata.creationTimestamp"
-// +kubebuilder:printcolumn:name="Status",type="string",JSONPath=".status.printableStatus"
+// +kubebuilder:printcolumn:name="Status",type="string",JSONPath=".status.printableStatus",description="Human Readable Status"
 // +kubebuilder:printcolumn:name="Ready",type="string",JSONPath=".status.conditions[?(@.type=='Ready')].status"
 type VirtualMachine struct {
 	metav1.TypeMeta   `json:",inline"`

@@ -32,6 +32,7 @@ import (
 // +kubebuilder:printcolumn:name="IP",type="string",JSONPath=".status.interfaces[0].ipAddress"
 // +kubebuilder:printcolumn:name="NodeName",type="string",JSONPath=".status.nodeName"
 // +kubebuilder:printcolumn:name="Ready",type="string",JSONPath=".status.conditions[?(@.type=='Ready')].status"
+// +kubebuilder:printcolumn:name="Paused",type="string",JSONPath=".status.conditions[?(@.type=='Paused')].status",priority=1
 // +kubebuilder:printcolumn:name="Class",type="string",JSONPath=".status.hypervisorClassName",priority=1
 // +kubebuilder:validation:XValidation:rule="!has(oldSelf.status) || !has(oldSelf.status.phase) || (has(self.status) && has(self.status.phase))",message="status.phase, once set, is not removed"
 type VirtualMachineInstance struct {
