@@ -281,7 +281,7 @@ spec:
 var _ = Describe("VirtualMachineInstance start", Label("Conformance"), func() {
 	f := NewFramework()
 
-	It("gives the guest what KubeVirt's device and platform fields ask for (rng, chassis, features, clock, inputs, watchdog, balloon); without them, none", func(ctx SpecContext) {
+	It("gives the guest what KubeVirt's device and platform fields ask for (rng, chassis, features, clock, inputs, watchdog, balloon, an interface's PCI address and link state); without them, none", func(ctx SpecContext) {
 		tz := v1alpha1.ClockOffsetTimezone("Asia/Kolkata") // +05:30 all year
 		for _, c := range []struct {
 			name string
@@ -294,8 +294,10 @@ var _ = Describe("VirtualMachineInstance start", Label("Conformance"), func() {
 			d.Clock = &v1alpha1.Clock{ClockOffset: v1alpha1.ClockOffset{Timezone: &tz}, Timer: &v1alpha1.Timer{HPET: &v1alpha1.HPETTimer{Enabled: ptr.To(false)}}}
 			d.Devices.Inputs = []v1alpha1.Input{{Name: "tablet", Type: v1alpha1.InputTypeTablet, Bus: v1alpha1.InputBusVirtio}, {Name: "usb", Type: v1alpha1.InputTypeTablet}}
 			d.Devices.Watchdog = &v1alpha1.Watchdog{Name: "wd", I6300ESB: &v1alpha1.I6300ESBWatchdog{Action: v1alpha1.WatchdogActionPoweroff}}
+			d.Devices.Interfaces[0].PciAddress = "0000:00:10.0"
 		}}, {"norng", func(s *v1alpha1.VirtualMachineInstanceSpec) {
 			s.Domain.Devices.AutoattachMemBalloon = ptr.To(false)
+			s.Domain.Devices.Interfaces[0].State = v1alpha1.InterfaceStateDown
 		}}} {
 			spec := guest.Spec(guest.Options{Image: Cfg.GuestImage, UserData: c.name})
 			c.edit(&spec)
@@ -307,8 +309,9 @@ var _ = Describe("VirtualMachineInstance start", Label("Conformance"), func() {
 		// 1b36:000d the USB controller of the usb tablet.
 		for name, want := range map[string][]string{
 			"rng": {"KUBEVISOR-RNG: virtio_rng", "KUBEVISOR-DMI: chassis_vendor=Kubevisor e2e", "KUBEVISOR-DMI: chassis_serial=e2e-chassis-1",
-				"KUBEVISOR-DMI: chassis_asset_tag=asset-e2e", "KUBEVISOR-INPUT: QEMU Virtio Tablet", "KUBEVISOR-ACPI: on"},
-			"norng": {"KUBEVISOR-RNG: none", "KUBEVISOR-ACPI: on"},
+				"KUBEVISOR-DMI: chassis_asset_tag=asset-e2e", "KUBEVISOR-INPUT: QEMU Virtio Tablet", "KUBEVISOR-ACPI: on",
+				"KUBEVISOR-NIC: eth0 pci=0000:00:10.0 acpi_index=none carrier=1"},
+			"norng": {"KUBEVISOR-RNG: none", "KUBEVISOR-ACPI: on", "carrier=0"},
 		} {
 			vmi := f.WaitRunning(ctx, name)
 			matchers := []gomegatypes.GomegaMatcher{ContainSubstring(ReadyMarker)}

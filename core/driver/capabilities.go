@@ -235,6 +235,8 @@ const (
 	DeviceDiskOptions = "disk-options"
 	// DeviceCPUFeatures is CPU.features: CPUID flags on or off by their policies.
 	DeviceCPUFeatures = "cpu-features"
+	// DeviceNICOptions is the NIC options of NIC: pci_address, acpi_index and link_down.
+	DeviceNICOptions = "nic-options"
 )
 
 // OptionalDevice is an optional device of the domain spec: its name in Capabilities.devices, the
@@ -255,6 +257,11 @@ var OptionalDevices = []OptionalDevice{
 	{Name: DeviceWatchdog, Field: "watchdog", asked: func(s *domainv1.DomainSpec) bool { return s.GetWatchdog() != nil }},
 	{Name: DeviceBalloon, Field: "balloon", asked: func(s *domainv1.DomainSpec) bool { return s.GetBalloon() != nil }},
 	{Name: DeviceCPUFeatures, Field: "cpu.features", asked: func(s *domainv1.DomainSpec) bool { return len(s.GetCpu().GetFeatures()) > 0 }},
+	{Name: DeviceNICOptions, Field: "nics", asked: func(s *domainv1.DomainSpec) bool {
+		return slices.ContainsFunc(s.GetNics(), func(n *domainv1.NIC) bool {
+			return n.GetPciAddress() != "" || n.GetAcpiIndex() != 0 || n.GetLinkDown()
+		})
+	}},
 	{Name: DeviceDiskOptions, Field: "disks", asked: func(s *domainv1.DomainSpec) bool {
 		return slices.ContainsFunc(s.GetDisks(), func(d *domainv1.Disk) bool {
 			return d.GetIo() != "" || d.GetDedicatedIothread() || d.GetLogicalBlockSize() != 0 || d.GetPhysicalBlockSize() != 0 ||

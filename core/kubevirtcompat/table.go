@@ -95,15 +95,12 @@ var entries = []Entry{
 	{Path: "domain.devices.disks[].tag", Reason: deviceTagReason, Alternative: "serial, to find a disk in the guest"},
 
 	// domain.devices.interfaces[].
-	{Path: "domain.devices.interfaces[].acpiIndex", Issue: 15},
 	{Path: "domain.devices.interfaces[].binding", Reason: "network binding plugins are KubeVirt's; Kubevisor's network drivers are plugins of their own", Alternative: networkBindingAlt},
 	{Path: "domain.devices.interfaces[].dhcpOptions", Issue: 15},
 	{Path: "domain.devices.interfaces[].macvtap", Reason: "the macvtap binding is not implemented by Kubevisor's network driver", Alternative: "bridge"},
 	{Path: "domain.devices.interfaces[].passt", Reason: "the passt binding is not implemented by Kubevisor's network driver", Alternative: "masquerade"},
-	{Path: "domain.devices.interfaces[].pciAddress", Issue: 15},
 	{Path: "domain.devices.interfaces[].slirp", Reason: "user-mode (slirp) networking is not implemented", Alternative: "masquerade"},
 	{Path: "domain.devices.interfaces[].sriov", Reason: "SR-IOV virtual functions are not allocated to VMIs", Alternative: "bridge on a multus network"},
-	{Path: "domain.devices.interfaces[].state", Issue: 15},
 	{Path: "domain.devices.interfaces[].tag", Reason: deviceTagReason, Alternative: "macAddress, to find an interface in the guest"},
 
 	// volumes[].

@@ -501,6 +501,43 @@ func TestBuildArgs(t *testing.T) {
 			fields: []string{"cpu.features[0].name", "cpu.features[1].policy", "cpu.features[2].name"},
 		},
 		{
+			name: "a NIC at a PCI address goes first",
+			spec: func(s *domainv1.DomainSpec) {
+				s.Vnc = &domainv1.VNC{SocketPath: "/run/vm1/vnc.sock"}
+				s.Nics = []*domainv1.NIC{
+					{Name: "a", TapName: "tap0", Mac: "52:54:00:00:00:01"},
+					{Name: "b", TapName: "tap1", Mac: "52:54:00:00:00:02", PciAddress: "0000:00:1f.7", LinkDown: true},
+				}
+			},
+			want: [][]string{
+				{"-netdev", "tap,id=net1,ifname=tap1,script=no,downscript=no", "-device", "virtio-net-pci,id=ua-net1,netdev=net1,mac=52:54:00:00:00:02,bus=pcie.0,addr=0x1f.0x7",
+					"-device", "VGA,id=video0"},
+				{"-netdev", "tap,id=net0,ifname=tap0,script=no,downscript=no", "-device", "virtio-net-pci,id=ua-net0,netdev=net0,mac=52:54:00:00:00:01"},
+			},
+		},
+		{
+			name: "a NIC's ACPI index on pc",
+			spec: func(s *domainv1.DomainSpec) {
+				s.Machine = &domainv1.Machine{Type: "pc"}
+				s.Nics = []*domainv1.NIC{{Name: "a", TapName: "tap0", Mac: "52:54:00:00:00:01", PciAddress: "0000:00:10.0", AcpiIndex: 7}}
+			},
+			want: [][]string{{"-device", "virtio-net-pci,id=ua-net0,netdev=net0,mac=52:54:00:00:00:01,bus=pci.0,addr=0x10.0x0,acpi-index=7"}},
+		},
+		{
+			name:   "a NIC's ACPI index on q35",
+			spec:   func(s *domainv1.DomainSpec) { s.Nics = []*domainv1.NIC{{Name: "a", TapName: "tap0", Mac: "52:54:00:00:00:01", AcpiIndex: 7}} },
+			code:   codes.InvalidArgument,
+			fields: []string{"nics[0].acpiIndex"},
+		},
+		{
+			name: "a NIC address off the root bus",
+			spec: func(s *domainv1.DomainSpec) {
+				s.Nics = []*domainv1.NIC{{Name: "a", TapName: "tap0", Mac: "52:54:00:00:00:01", PciAddress: "0000:81:01.0", AcpiIndex: 20000}}
+			},
+			code:   codes.InvalidArgument,
+			fields: []string{"nics[0].pciAddress", "nics[0].acpiIndex"},
+		},
+		{
 			name: "watchdog and balloon",
 			spec: func(s *domainv1.DomainSpec) {
 				s.Watchdog = &domainv1.Watchdog{Name: "wd", Model: "i6300esb", Action: "poweroff"}

@@ -953,7 +953,8 @@ func TestNICs(t *testing.T) {
 	spec := echoSpec(t, "nics", false, domainv1.DiskBus_DISK_BUS_VIRTIO)
 	spec.Nics = []*domainv1.NIC{
 		{Name: "a", TapName: named, Mac: "52:54:00:00:00:0a", Mtu: 1400},
-		{Name: "b", TapFdPath: "/proc/self/fd/" + strconv.Itoa(int(tun.Fd())), Mac: "52:54:00:00:00:0b", Model: "e1000"},
+		{Name: "b", TapFdPath: "/proc/self/fd/" + strconv.Itoa(int(tun.Fd())), Mac: "52:54:00:00:00:0b", Model: "e1000",
+			PciAddress: "0000:00:10.0", LinkDown: true},
 	}
 	if _, err := d.Create(ctx, spec); err != nil {
 		t.Fatalf("Create: %v", err)
@@ -977,6 +978,39 @@ func TestNICs(t *testing.T) {
 		if !strings.Contains(info, want) {
 			t.Errorf("info network lacks %q:\n%s", want, info)
 		}
+	}
+	// NIC b is at slot 0x10 of the root bus, ahead of the devices QEMU placed itself (its
+	// link was taken down with set_link before cont: Start fails when QEMU refuses it; QEMU
+	// shows a link's state to no query).
+	if strings.Index(info, "ua-net1") > strings.Index(info, "ua-net0") {
+		t.Errorf("info network: nics[1], which has a PCI address, is not first on the command line:\n%s", info)
+	}
+	raw, err = s.mon.Run(ctx, "query-pci", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var buses []struct {
+		Devices []struct {
+			Slot, Function int
+			QdevID         string `json:"qdev_id"`
+		}
+	}
+	if err := json.Unmarshal(raw, &buses); err != nil {
+		t.Fatal(err)
+	}
+	found := false
+	for _, bus := range buses {
+		for _, dev := range bus.Devices {
+			if dev.QdevID == "ua-net1" {
+				found = true
+				if dev.Slot != 0x10 || dev.Function != 0 {
+					t.Errorf("nics[1] is at slot %#x function %d, want 0x10.0 (its pciAddress)", dev.Slot, dev.Function)
+				}
+			}
+		}
+	}
+	if !found {
+		t.Errorf("query-pci has no ua-net1: %s", raw)
 	}
 	if err := d.Kill(ctx, spec.GetId()); err != nil {
 		t.Fatalf("Kill: %v", err)

@@ -371,6 +371,10 @@ func (d *Driver) launch(ctx context.Context, v *vm, host *HostInfo) error {
 		return status.Errorf(codes.Internal, "qemu (pid %d): %v: %s", pid, err, tailLog(v.paths.Log, logFrom))
 	}
 	s := d.adopt(v, proc, mon, con, logFrom)
+	if err := setLinksDown(ctx, mon, v.spec); err != nil {
+		_ = d.stop(ctx, v, s, driver.ReasonStartFailed)
+		return status.Errorf(codes.Internal, "qemu (pid %d): %v", pid, err)
+	}
 	if _, err := mon.Run(ctx, "cont", nil); err != nil {
 		_ = d.stop(ctx, v, s, driver.ReasonStartFailed)
 		return status.Errorf(codes.Internal, "qemu (pid %d): %v: %s", pid, err, tailLog(v.paths.Log, logFrom))
@@ -1003,7 +1007,11 @@ func (d *Driver) Recover(ctx context.Context, h *hypervisorv1.Handle) (*hypervis
 	switch {
 	case qs.Status == "prelaunch":
 		// The previous driver died between launch and cont: finish the start.
-		if _, err := mon.Run(ctx, "cont", nil); err != nil {
+		err := setLinksDown(ctx, mon, v.spec)
+		if err == nil {
+			_, err = mon.Run(ctx, "cont", nil)
+		}
+		if err != nil {
 			_ = mon.Close()
 			con.Close()
 			proc.close()
@@ -1122,4 +1130,18 @@ func copyFile(from, to string) error {
 		return err
 	}
 	return out.Close()
+}
+
+// setLinksDown takes down the link of each NIC whose spec says so, before the guest runs: QEMU
+// has no command-line property for it. The device ids are BuildArgs' (ua-net<i>).
+func setLinksDown(ctx context.Context, mon Monitor, spec *domainv1.DomainSpec) error {
+	for i, n := range spec.GetNics() {
+		if !n.GetLinkDown() {
+			continue
+		}
+		if _, err := mon.Run(ctx, "set_link", map[string]any{"name": fmt.Sprintf("ua-net%d", i), "up": false}); err != nil {
+			return fmt.Errorf("set_link nics[%d] down: %w", i, err)
+		}
+	}
+	return nil
 }

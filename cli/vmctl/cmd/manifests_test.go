@@ -86,7 +86,7 @@ func TestConvertListsTheDroppedPaths(t *testing.T) {
 		t.Fatal("no entry for slirp")
 	}
 	for _, want := range []string{
-		"VirtualMachine/vm-drops: spec.template.spec.domain.features: not supported by Kubevisor yet: planned in issue 15 (dropped)",
+		"VirtualMachine/vm-drops: spec.template.spec.domain.devices.autoattachVSOCK: not supported by Kubevisor: Kubevisor gives the guest no vsock device (dropped)",
 		"VirtualMachine/vm-drops: spec.template.spec.domain.devices.interfaces[0].slirp: " + slirp.Message() + " (dropped)",
 		"VirtualMachine/vm-drops: spec.template.spec.domain.devices.interfaces[0].slirp: not supported by Kubevisor: user-mode (slirp) networking is not implemented; use masquerade (dropped)",
 		"VirtualMachine/vm-drops: spec.dataVolumeTemplates: not supported (dropped)",
@@ -108,6 +108,9 @@ func TestConvertListsTheDroppedPaths(t *testing.T) {
 	}
 	if strings.Contains(stderr, "devices.rng") || vm.Spec.Template.Spec.Domain.Devices.Rng == nil {
 		t.Errorf("devices.rng, which Kubevisor implements, was dropped:\n%s", stderr)
+	}
+	if strings.Contains(stderr, "domain.features") || vm.Spec.Template.Spec.Domain.Features == nil {
+		t.Errorf("domain.features, which Kubevisor implements, was dropped:\n%s", stderr)
 	}
 	// --allow-drops accepts the same input.
 	if _, _, err := runConvert(t, "--allow-drops", "-f", filepath.Join("testdata", "kubevirt-vm-drops.yaml")); err != nil {

@@ -727,7 +727,33 @@ type Interface struct {
 	// +kubebuilder:validation:Minimum=1
 	// +optional
 	BootOrder *uint `json:"bootOrder,omitempty"`
+	// PciAddress places the interface at this PCI address of the guest ("0000:00:10.0"); only
+	// the root bus (domain 0000, bus 00) is supported.
+	// +kubebuilder:validation:Pattern=`^[0-9a-fA-F]{4}:[0-9a-fA-F]{2}:[0-1][0-9a-fA-F]\.[0-7]$`
+	// +optional
+	PciAddress string `json:"pciAddress,omitempty"`
+	// ACPIIndex is the interface's ACPI index (1 to 16383): guests that name interfaces by it
+	// (systemd's "eno<index>") name this one the same wherever its PCI slot is.
+	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=16383
+	// +optional
+	ACPIIndex int `json:"acpiIndex,omitempty"`
+	// State is up (the default) or down: the guest sees the link down (no carrier) from boot.
+	// KubeVirt's absent (hot-unplug) is not supported.
+	// +kubebuilder:validation:Enum=up;down;absent
+	// +optional
+	State InterfaceState `json:"state,omitempty"`
 }
+
+// InterfaceState is the link state of an interface.
+type InterfaceState string
+
+// Interface link states.
+const (
+	InterfaceStateUp     InterfaceState = "up"
+	InterfaceStateDown   InterfaceState = "down"
+	InterfaceStateAbsent InterfaceState = "absent"
+)
 
 // InterfaceBindingMethod selects how an interface is connected to the guest. At most one of its members may be set.
 // +kubebuilder:validation:XValidation:rule="!(has(self.bridge) && has(self.masquerade))",message="bridge and masquerade are mutually exclusive"

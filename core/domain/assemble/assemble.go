@@ -7,6 +7,7 @@ package assemble
 import (
 	"fmt"
 	"path/filepath"
+	"regexp"
 	"strings"
 
 	"google.golang.org/grpc/codes"
@@ -113,7 +114,8 @@ const (
 //     spec disk, with the prepared disk's path and format, bootOrder, cache and serial; a
 //     volume no disk names gets a disk of its own, as KubeVirt's defaulting adds; io,
 //     dedicatedIOThread (virtio), blockSize.custom, shareable, errorPolicy;
-//   - interfaces: model (virtio), the network driver's MAC, tap and MTU, bootOrder;
+//   - interfaces: model (virtio), the network driver's MAC, tap and MTU, bootOrder, pciAddress
+//     (the root bus), acpiIndex, state (up or down);
 //   - the serial console and the VNC server on sockets in the run directory, unless
 //     autoattachSerialConsole / autoattachGraphicsDevice is false;
 //   - devices.rng: a virtio entropy device (rng); chassis: the SMBIOS chassis (type 3);
@@ -526,6 +528,7 @@ func CheckInterface(vmi *v1alpha1.VirtualMachineInstance, i int) *domain.FieldEr
 func (b *builder) nics() []*domainv1.NIC {
 	var out []*domainv1.NIC
 	named := map[string]bool{}
+	taken := map[string]string{} // PCI addresses and ACPI indexes, by the field that has each
 	for i := range b.vmi.Spec.Domain.Devices.Interfaces {
 		iface := &b.vmi.Spec.Domain.Devices.Interfaces[i]
 		field := fmt.Sprintf("%s[%d]", fieldInterfaces, i)
@@ -555,14 +558,59 @@ func (b *builder) nics() []*domainv1.NIC {
 		if model == "" {
 			model = DefaultNICModel
 		}
-		out = append(out, &domainv1.NIC{
+		nic := &domainv1.NIC{
 			Name:      iface.Name,
 			TapName:   r.GetTapName(),
 			Mac:       mac,
 			Model:     model,
 			Mtu:       r.GetMtu(),
 			BootOrder: b.takeBoot(field, iface.BootOrder),
-		})
+		}
+		b.nicOptions(field, *iface, nic, taken)
+		out = append(out, nic)
 	}
 	return out
+}
+
+// pciAddressRE is a PCI address on the root bus: domain 0000, bus 00, slot, function.
+var pciAddressRE = regexp.MustCompile(`^0000:00:([0-1][0-9a-fA-F])\.([0-7])$`)
+
+// nicOptions maps an interface's pciAddress (the root bus only; each address once, slot 0 is
+// the host bridge's), acpiIndex (each index once) and state.
+func (b *builder) nicOptions(field string, iface v1alpha1.Interface, nic *domainv1.NIC, seen map[string]string) {
+	if a := iface.PciAddress; a != "" {
+		m := pciAddressRE.FindStringSubmatch(strings.ToLower(a))
+		switch {
+		case m == nil:
+			b.fail(field+".pciAddress", "%q is not a PCI address on the root bus (0000:00:<slot>.<function>)", a)
+		case m[1] == "00":
+			b.fail(field+".pciAddress", "%q: slot 0 is the host bridge's", a)
+		case seen["pci "+strings.ToLower(a)] != "":
+			b.fail(field+".pciAddress", "%q is also the address of %s", a, seen["pci "+strings.ToLower(a)])
+		default:
+			seen["pci "+strings.ToLower(a)] = field
+			nic.PciAddress = strings.ToLower(a)
+		}
+	}
+	if i := iface.ACPIIndex; i != 0 {
+		key := fmt.Sprintf("acpi %d", i)
+		switch {
+		case i < 1 || i > 16383:
+			b.fail(field+".acpiIndex", "%d is out of range (1-16383)", i)
+		case seen[key] != "":
+			b.fail(field+".acpiIndex", "%d is also the ACPI index of %s", i, seen[key])
+		default:
+			seen[key] = field
+			nic.AcpiIndex = uint32(i)
+		}
+	}
+	switch iface.State {
+	case "", v1alpha1.InterfaceStateUp:
+	case v1alpha1.InterfaceStateDown:
+		nic.LinkDown = true
+	case v1alpha1.InterfaceStateAbsent:
+		b.fail(field+".state", "absent (hot-unplug) is not supported: remove the interface and its network")
+	default:
+		b.fail(field+".state", "%q is not supported (up or down)", iface.State)
+	}
 }

@@ -397,6 +397,16 @@ func TestDomain(t *testing.T) {
 			},
 		},
 		{
+			name: "interface options",
+			vmi: func(v *v1alpha1.VirtualMachineInstance) {
+				i := &v.Spec.Domain.Devices.Interfaces[0]
+				i.PciAddress, i.ACPIIndex, i.State = "0000:00:1F.0", 4, v1alpha1.InterfaceStateDown
+			},
+			want: func(s *domainv1.DomainSpec) {
+				s.Nics[0].PciAddress, s.Nics[0].AcpiIndex, s.Nics[0].LinkDown = "0000:00:1f.0", 4, true
+			},
+		},
+		{
 			name: "no memory balloon",
 			vmi:  func(v *v1alpha1.VirtualMachineInstance) { v.Spec.Domain.Devices.AutoattachMemBalloon = ptr(false) },
 			want: func(s *domainv1.DomainSpec) { s.Balloon = nil },
@@ -473,6 +483,32 @@ func TestDomainRejects(t *testing.T) {
 				`spec.domain.devices.disks[1].dedicatedIOThread: only a virtio disk has an I/O thread of its own`,
 				`spec.domain.devices.disks[1].blockSize.custom: required (matchVolume is not supported`,
 			},
+		},
+		{
+			name: "interface options that cannot be",
+			vmi: func(v *v1alpha1.VirtualMachineInstance) {
+				v.Spec.Domain.Devices.Interfaces = append(v.Spec.Domain.Devices.Interfaces,
+					v1alpha1.Interface{Name: "second", InterfaceBindingMethod: v1alpha1.InterfaceBindingMethod{Bridge: &v1alpha1.InterfaceBridge{}}})
+				v.Spec.Networks = append(v.Spec.Networks, v1alpha1.Network{Name: "second", NetworkSource: v1alpha1.NetworkSource{Pod: &v1alpha1.PodNetwork{}}})
+				a, b := &v.Spec.Domain.Devices.Interfaces[0], &v.Spec.Domain.Devices.Interfaces[1]
+				a.PciAddress, a.ACPIIndex, a.State = "0000:00:05.0", 9, v1alpha1.InterfaceStateAbsent
+				b.PciAddress, b.ACPIIndex = "0000:00:05.0", 9
+			},
+			inputs: func(in *assemble.Inputs) {
+				in.Interfaces["second"] = &networkv1.InterfaceResult{Name: "second", TapName: "tap1", Mac: "02:00:00:00:00:02"}
+			},
+			want: []string{
+				`spec.domain.devices.interfaces[0].state: absent (hot-unplug) is not supported`,
+				`spec.domain.devices.interfaces[1].pciAddress: "0000:00:05.0" is also the address of spec.domain.devices.interfaces[0]`,
+				`spec.domain.devices.interfaces[1].acpiIndex: 9 is also the ACPI index of spec.domain.devices.interfaces[0]`,
+			},
+		},
+		{
+			name: "a PCI address off the root bus, slot 0",
+			vmi: func(v *v1alpha1.VirtualMachineInstance) {
+				v.Spec.Domain.Devices.Interfaces[0].PciAddress = "0000:00:00.0"
+			},
+			want: []string{`spec.domain.devices.interfaces[0].pciAddress: "0000:00:00.0": slot 0 is the host bridge's`},
 		},
 		{
 			name: "acpi disabled on q35",

@@ -1692,9 +1692,16 @@ type NIC struct {
 	// mac is the guest MAC address, "aa:bb:cc:dd:ee:ff". Required.
 	Mac string `protobuf:"bytes,4,opt,name=mac,proto3" json:"mac,omitempty"`
 	// model is "virtio", "e1000", "e1000e", "rtl8139" or empty for virtio.
-	Model         string `protobuf:"bytes,5,opt,name=model,proto3" json:"model,omitempty"`
-	Mtu           uint32 `protobuf:"varint,6,opt,name=mtu,proto3" json:"mtu,omitempty"`
-	BootOrder     uint32 `protobuf:"varint,7,opt,name=boot_order,json=bootOrder,proto3" json:"boot_order,omitempty"`
+	Model     string `protobuf:"bytes,5,opt,name=model,proto3" json:"model,omitempty"`
+	Mtu       uint32 `protobuf:"varint,6,opt,name=mtu,proto3" json:"mtu,omitempty"`
+	BootOrder uint32 `protobuf:"varint,7,opt,name=boot_order,json=bootOrder,proto3" json:"boot_order,omitempty"`
+	// The NIC options below are sent only to a driver declaring "nic-options".
+	// pci_address, when set, is the guest PCI address on the root bus ("0000:00:10.0").
+	PciAddress string `protobuf:"bytes,8,opt,name=pci_address,json=pciAddress,proto3" json:"pci_address,omitempty"`
+	// acpi_index, when non-zero, is the NIC's ACPI index (1-16383).
+	AcpiIndex uint32 `protobuf:"varint,9,opt,name=acpi_index,json=acpiIndex,proto3" json:"acpi_index,omitempty"`
+	// link_down starts the NIC with its link down.
+	LinkDown      bool `protobuf:"varint,10,opt,name=link_down,json=linkDown,proto3" json:"link_down,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1776,6 +1783,27 @@ func (x *NIC) GetBootOrder() uint32 {
 		return x.BootOrder
 	}
 	return 0
+}
+
+func (x *NIC) GetPciAddress() string {
+	if x != nil {
+		return x.PciAddress
+	}
+	return ""
+}
+
+func (x *NIC) GetAcpiIndex() uint32 {
+	if x != nil {
+		return x.AcpiIndex
+	}
+	return 0
+}
+
+func (x *NIC) GetLinkDown() bool {
+	if x != nil {
+		return x.LinkDown
+	}
+	return false
 }
 
 // Serial is a serial console on a unix socket.
@@ -2099,7 +2127,7 @@ const file_core_domain_v1_domain_proto_rawDesc = "" +
 	"\x12logical_block_size\x18\f \x01(\rR\x10logicalBlockSize\x12.\n" +
 	"\x13physical_block_size\x18\r \x01(\rR\x11physicalBlockSize\x12\x1c\n" +
 	"\tshareable\x18\x0e \x01(\bR\tshareable\x12!\n" +
-	"\ferror_policy\x18\x0f \x01(\tR\verrorPolicy\"\xad\x01\n" +
+	"\ferror_policy\x18\x0f \x01(\tR\verrorPolicy\"\x8a\x02\n" +
 	"\x03NIC\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x19\n" +
 	"\btap_name\x18\x02 \x01(\tR\atapName\x12\x1e\n" +
@@ -2108,7 +2136,13 @@ const file_core_domain_v1_domain_proto_rawDesc = "" +
 	"\x05model\x18\x05 \x01(\tR\x05model\x12\x10\n" +
 	"\x03mtu\x18\x06 \x01(\rR\x03mtu\x12\x1d\n" +
 	"\n" +
-	"boot_order\x18\a \x01(\rR\tbootOrder\")\n" +
+	"boot_order\x18\a \x01(\rR\tbootOrder\x12\x1f\n" +
+	"\vpci_address\x18\b \x01(\tR\n" +
+	"pciAddress\x12\x1d\n" +
+	"\n" +
+	"acpi_index\x18\t \x01(\rR\tacpiIndex\x12\x1b\n" +
+	"\tlink_down\x18\n" +
+	" \x01(\bR\blinkDown\")\n" +
 	"\x06Serial\x12\x1f\n" +
 	"\vsocket_path\x18\x01 \x01(\tR\n" +
 	"socketPath\"&\n" +
