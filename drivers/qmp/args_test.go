@@ -524,8 +524,10 @@ func TestBuildArgs(t *testing.T) {
 			want: [][]string{{"-device", "virtio-net-pci,id=ua-net0,netdev=net0,mac=52:54:00:00:00:01,bus=pci.0,addr=0x10.0x0,acpi-index=7"}},
 		},
 		{
-			name:   "a NIC's ACPI index on q35",
-			spec:   func(s *domainv1.DomainSpec) { s.Nics = []*domainv1.NIC{{Name: "a", TapName: "tap0", Mac: "52:54:00:00:00:01", AcpiIndex: 7}} },
+			name: "a NIC's ACPI index on q35",
+			spec: func(s *domainv1.DomainSpec) {
+				s.Nics = []*domainv1.NIC{{Name: "a", TapName: "tap0", Mac: "52:54:00:00:00:01", AcpiIndex: 7}}
+			},
 			code:   codes.InvalidArgument,
 			fields: []string{"nics[0].acpiIndex"},
 		},
