@@ -17,6 +17,7 @@ import (
 	. "github.com/onsi/gomega"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/yaml"
 
 	"github.com/kubevisor/kubevisor/conformance/e2e/guest"
 	subv1 "github.com/kubevisor/kubevisor/core/api/subresources/v1alpha1"
@@ -216,6 +217,23 @@ var _ = Describe("vmctl", Label("Conformance"), func() {
 				"echo ssh-$((6*7)) on $(hostname)")
 			return got, err
 		}).WithContext(ctx).WithTimeout(time.Minute).WithPolling(2*time.Second).Should(ContainSubstring("ssh-42 on "), "vmctl ssh: %s", got)
+	})
+
+	It("startStrategy Paused starts the VMI Running and Paused with a guest that never ran; unpause boots it", func(ctx SpecContext) {
+		const name = "startpaused"
+		spec := guest.Spec(guest.Options{Image: Cfg.GuestImage, UserData: name})
+		paused := v1alpha1.StartStrategyPaused
+		spec.StartStrategy = &paused
+		b, err := yaml.Marshal(spec)
+		Expect(err).NotTo(HaveOccurred())
+		f.Apply(ctx, "apiVersion: kubevisor.io/v1alpha1\nkind: VirtualMachineInstance\nmetadata:\n  name: "+name+"\nspec:\n"+indent(string(b), 2))
+		vmi := f.WaitRunning(ctx, name)
+		Eventually(func() bool { return f.paused(ctx, name) }).WithContext(ctx).WithTimeout(30 * time.Second).Should(BeTrue())
+		Consistently(func() string { return f.Console(ctx, vmi) }).WithContext(ctx).
+			WithTimeout(5*time.Second).WithPolling(time.Second).ShouldNot(ContainSubstring(ReadyMarker), "the guest ran while started paused")
+		f.VmctlOK(ctx, "unpause", "vmi", name)
+		f.WaitReady(ctx, vmi)
+		Expect(f.paused(ctx, name)).To(BeFalse())
 	})
 
 	It("pause stops the guest and unpause resumes it where it was, without a reboot", func(ctx SpecContext) {

@@ -473,12 +473,19 @@ func add(list corev1.ResourceList, name corev1.ResourceName, q resource.Quantity
 	list[name] = sum
 }
 
-// mergeNodeSelector is the VMI's node selector and the class's together; a key both set to
-// different values is an error naming both, since no node can satisfy it.
+// mergeNodeSelector is the VMI's node selector, its architecture (kubernetes.io/arch) and the
+// class's node selector together; a key set to different values is an error naming both, since
+// no node can satisfy it.
 func mergeNodeSelector(vmi *v1alpha1.VirtualMachineInstance, class *v1alpha1.HypervisorClass) (map[string]string, error) {
 	out := map[string]string{}
 	for k, v := range vmi.Spec.NodeSelector {
 		out[k] = v
+	}
+	if arch := vmi.Spec.Architecture; arch != "" {
+		if have, ok := out[corev1.LabelArchStable]; ok && have != arch {
+			return nil, fmt.Errorf("node selector %s: the VMI wants %q and its architecture is %q", corev1.LabelArchStable, have, arch)
+		}
+		out[corev1.LabelArchStable] = arch
 	}
 	if class.Scheduling != nil {
 		keys := make([]string, 0, len(class.Scheduling.NodeSelector))

@@ -290,6 +290,22 @@ func TestBuild(t *testing.T) {
 			},
 		},
 		{
+			name: "architecture places the pod on nodes of it",
+			vmi:  testVMI(func(v *v1alpha1.VirtualMachineInstance) { v.Spec.Architecture = "amd64" }),
+			check: func(t *testing.T, pod *corev1.Pod) {
+				if got := pod.Spec.NodeSelector["kubernetes.io/arch"]; got != "amd64" {
+					t.Errorf("node selector kubernetes.io/arch = %q, want amd64", got)
+				}
+			},
+		},
+		{
+			name: "architecture against the VMI's own node selector",
+			vmi: testVMI(func(v *v1alpha1.VirtualMachineInstance) {
+				v.Spec.Architecture, v.Spec.NodeSelector = "amd64", map[string]string{"kubernetes.io/arch": "arm64"}
+			}),
+			wantErr: `node selector kubernetes.io/arch: the VMI wants "arm64" and its architecture is "amd64"`,
+		},
+		{
 			name: "what needs KVM places the pod on nodes whose driver runs with KVM",
 			vmi: testVMI(func(v *v1alpha1.VirtualMachineInstance) {
 				v.Spec.Domain.Features = &v1alpha1.Features{Hyperv: &v1alpha1.FeatureHyperv{Relaxed: &v1alpha1.FeatureState{}}}

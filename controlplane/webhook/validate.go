@@ -539,6 +539,12 @@ func (v *validator) scheduling() {
 			v.add(field.NotSupported(v.path.Child("evictionStrategy"), *es, all))
 		}
 	}
+	if a := v.spec.Architecture; a != "" && a != "amd64" {
+		v.add(field.NotSupported(v.path.Child("architecture"), a, []string{"amd64"}))
+	}
+	if ss := v.spec.StartStrategy; ss != nil && *ss != v1alpha1.StartStrategyPaused {
+		v.add(field.NotSupported(v.path.Child("startStrategy"), *ss, []v1alpha1.StartStrategy{v1alpha1.StartStrategyPaused}))
+	}
 	if h := v.spec.Hostname; h != "" {
 		for _, msg := range validation.IsDNS1123Label(h) {
 			v.add(field.Invalid(v.path.Child("hostname"), h, msg))

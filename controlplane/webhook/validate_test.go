@@ -76,6 +76,14 @@ func TestValidate(t *testing.T) {
 				s.Volumes[0].Name, s.Domain.Devices.Disks[0].Name = "Root_Disk", "Root_Disk"
 			}},
 
+		// Architecture and start strategy.
+		{name: "arm64", field: "spec.architecture", detail: "Unsupported value",
+			change: func(s *v1alpha1.VirtualMachineInstanceSpec) { s.Architecture = "arm64" }},
+		{name: "amd64 and started paused", change: func(s *v1alpha1.VirtualMachineInstanceSpec) {
+			p := v1alpha1.StartStrategyPaused
+			s.Architecture, s.StartStrategy = "amd64", &p
+		}},
+
 		// Platform: clock, features, inputs (the last two through core/domain/assemble).
 		{name: "unknown time zone", field: "spec.domain.clock.timezone", detail: "not a time zone of the tz database",
 			change: func(s *v1alpha1.VirtualMachineInstanceSpec) {

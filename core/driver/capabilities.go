@@ -237,6 +237,8 @@ const (
 	DeviceCPUFeatures = "cpu-features"
 	// DeviceNICOptions is the NIC options of NIC: pci_address, acpi_index and link_down.
 	DeviceNICOptions = "nic-options"
+	// DeviceStartPaused is DomainSpec.start_paused: Start leaves the VM PAUSED.
+	DeviceStartPaused = "start-paused"
 )
 
 // OptionalDevice is an optional device of the domain spec: its name in Capabilities.devices, the
@@ -257,6 +259,7 @@ var OptionalDevices = []OptionalDevice{
 	{Name: DeviceWatchdog, Field: "watchdog", asked: func(s *domainv1.DomainSpec) bool { return s.GetWatchdog() != nil }},
 	{Name: DeviceBalloon, Field: "balloon", asked: func(s *domainv1.DomainSpec) bool { return s.GetBalloon() != nil }},
 	{Name: DeviceCPUFeatures, Field: "cpu.features", asked: func(s *domainv1.DomainSpec) bool { return len(s.GetCpu().GetFeatures()) > 0 }},
+	{Name: DeviceStartPaused, Field: "startPaused", asked: func(s *domainv1.DomainSpec) bool { return s.GetStartPaused() }},
 	{Name: DeviceNICOptions, Field: "nics", asked: func(s *domainv1.DomainSpec) bool {
 		return slices.ContainsFunc(s.GetNics(), func(n *domainv1.NIC) bool {
 			return n.GetPciAddress() != "" || n.GetAcpiIndex() != 0 || n.GetLinkDown()

@@ -38,12 +38,10 @@ var entries = []Entry{
 	{Path: "accessCredentials", Issue: 15, Reason: "SSH keys are to be written into the cloud-init data", Alternative: "ssh_authorized_keys in cloudInitNoCloud userData"},
 	{Path: "accessCredentials[].sshPublicKey.propagationMethod.qemuGuestAgent", Reason: guestAgentReason, Alternative: "propagationMethod noCloud or configDrive, once accessCredentials lands (issue 15)"},
 	{Path: "accessCredentials[].userPassword", Reason: guestAgentReason, Alternative: "a password in cloudInitNoCloud userData"},
-	{Path: "architecture", Issue: 15},
 	{Path: "dnsConfig", Issue: 15},
 	{Path: "dnsPolicy", Issue: 15},
 	{Path: "livenessProbe", Issue: 15},
 	{Path: "readinessProbe", Issue: 15},
-	{Path: "startStrategy", Issue: 15, Alternative: "runStrategy Halted on the VirtualMachine, then vmctl start"},
 	{Path: "resourceClaims", Reason: "dynamic resource allocation (DRA) claims are not passed to the launcher pod", Alternative: "devices.kubevisor.io resources through hostDevices and gpus (issue 16)"},
 	{Path: "topologySpreadConstraints", Reason: "not passed on to the launcher pod", Alternative: "affinity (podAntiAffinity)"},
 

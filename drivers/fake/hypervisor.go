@@ -151,7 +151,8 @@ func (h *Hypervisor) Capabilities(context.Context) (*basev1.Capabilities, error)
 		Launcher:     true,
 		Devices: []string{driver.DeviceRNG, driver.DeviceChassis, driver.DeviceFeatures, driver.DeviceClock,
 			driver.DeviceInput, driver.DeviceWatchdog, driver.DeviceBalloon, driver.DeviceDiskOptions,
-			driver.DeviceCPUFeatures, driver.DeviceNICOptions},
+			driver.DeviceCPUFeatures, driver.DeviceNICOptions,
+			driver.DeviceStartPaused},
 	}, nil
 }
 

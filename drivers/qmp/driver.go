@@ -147,7 +147,8 @@ func (d *Driver) Capabilities(context.Context) (*basev1.Capabilities, error) {
 		Launcher:    true,
 		Devices: []string{driver.DeviceRNG, driver.DeviceChassis, driver.DeviceFeatures, driver.DeviceClock,
 			driver.DeviceInput, driver.DeviceWatchdog, driver.DeviceBalloon, driver.DeviceDiskOptions,
-			driver.DeviceCPUFeatures, driver.DeviceNICOptions},
+			driver.DeviceCPUFeatures, driver.DeviceNICOptions,
+			driver.DeviceStartPaused},
 	}, nil
 }
 

@@ -1016,3 +1016,54 @@ func TestNICs(t *testing.T) {
 		t.Fatalf("Kill: %v", err)
 	}
 }
+
+// TestStartPaused: a VM whose spec starts it paused is PAUSED after Start with its vCPUs never
+// run (QEMU in prelaunch, no console output), stays paused across a driver restart, and boots
+// on Resume.
+func TestStartPaused(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	stateDir := t.TempDir()
+	a := newTestDriver(t, stateDir)
+	spec := echoSpec(t, "startpaused", true, domainv1.DiskBus_DISK_BUS_VIRTIO)
+	spec.StartPaused = true
+	handle, err := a.Create(ctx, spec)
+	if err != nil {
+		t.Fatalf("Create: %v", err)
+	}
+	if err := a.Start(ctx, spec.GetId()); err != nil {
+		t.Fatalf("Start: %v", err)
+	}
+	mustStatus(t, a, spec.GetId(), hypervisorv1.State_STATE_PAUSED)
+	if qs := queryStatus(t, a, spec.GetId()); qs != "prelaunch" {
+		t.Fatalf("query-status = %q, want prelaunch (the vCPUs never ran)", qs)
+	}
+	out, _, done := attachConsole(t, a, spec.GetId())
+	time.Sleep(2 * time.Second)
+	if s := out.String(); strings.Contains(s, BootSectorMarker) {
+		t.Fatalf("the guest booted while started paused: %q", s)
+	}
+
+	// A new driver process finds it paused, not half started.
+	if err := a.Close(); err != nil {
+		t.Fatal(err)
+	}
+	<-done
+	b := newTestDriver(t, stateDir)
+	st, err := b.Recover(ctx, handle)
+	if err != nil {
+		t.Fatalf("Recover: %v", err)
+	}
+	if st.GetState() != hypervisorv1.State_STATE_PAUSED {
+		t.Fatalf("recovered state %s, want PAUSED", st.GetState())
+	}
+	out, _, _ = attachConsole(t, b, spec.GetId())
+	if err := b.Resume(ctx, spec.GetId()); err != nil {
+		t.Fatalf("Resume: %v", err)
+	}
+	mustStatus(t, b, spec.GetId(), hypervisorv1.State_STATE_RUNNING)
+	out.waitCount(t, BootSectorMarker, 1, 30*time.Second)
+	if err := b.Kill(ctx, spec.GetId()); err != nil {
+		t.Fatalf("Kill: %v", err)
+	}
+}

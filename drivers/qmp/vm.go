@@ -375,9 +375,13 @@ func (d *Driver) launch(ctx context.Context, v *vm, host *HostInfo) error {
 		_ = d.stop(ctx, v, s, driver.ReasonStartFailed)
 		return status.Errorf(codes.Internal, "qemu (pid %d): %v", pid, err)
 	}
-	if _, err := mon.Run(ctx, "cont", nil); err != nil {
-		_ = d.stop(ctx, v, s, driver.ReasonStartFailed)
-		return status.Errorf(codes.Internal, "qemu (pid %d): %v: %s", pid, err, tailLog(v.paths.Log, logFrom))
+	// A VM that starts paused keeps its vCPUs stopped (-S) until Resume's cont.
+	startPaused := v.spec.GetStartPaused()
+	if !startPaused {
+		if _, err := mon.Run(ctx, "cont", nil); err != nil {
+			_ = d.stop(ctx, v, s, driver.ReasonStartFailed)
+			return status.Errorf(codes.Internal, "qemu (pid %d): %v: %s", pid, err, tailLog(v.paths.Log, logFrom))
+		}
 	}
 	v.mu.Lock()
 	defer v.mu.Unlock()
@@ -387,6 +391,9 @@ func (d *Driver) launch(ctx context.Context, v *vm, host *HostInfo) error {
 	default:
 	}
 	v.state, v.reason, v.message = hypervisorv1.State_STATE_RUNNING, driver.ReasonStarted, ""
+	if startPaused {
+		v.state, v.message = hypervisorv1.State_STATE_PAUSED, "started paused: the guest runs once resumed"
+	}
 	v.rec.Boots++
 	v.rec.PID = pid
 	v.rec.StartedAt = time.Now()
@@ -1005,6 +1012,9 @@ func (d *Driver) Recover(ctx context.Context, h *hypervisorv1.Handle) (*hypervis
 	}
 	v.reason = driver.ReasonRecovered
 	switch {
+	case qs.Status == "prelaunch" && v.spec.GetStartPaused():
+		// Started paused and not resumed since.
+		v.state = hypervisorv1.State_STATE_PAUSED
 	case qs.Status == "prelaunch":
 		// The previous driver died between launch and cont: finish the start.
 		err := setLinksDown(ctx, mon, v.spec)

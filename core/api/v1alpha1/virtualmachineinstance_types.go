@@ -98,6 +98,17 @@ type VirtualMachineInstanceSpec struct {
 	// +kubebuilder:validation:Pattern=`^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$`
 	// +optional
 	SchedulerName string `json:"schedulerName,omitempty"`
+	// StartStrategy Paused starts the VMI with its guest paused (its vCPUs never ran): it is
+	// Running with the Paused condition until unpaused (vmctl unpause). The hypervisor driver
+	// must offer "start-paused".
+	// +kubebuilder:validation:Enum=Paused
+	// +optional
+	StartStrategy *StartStrategy `json:"startStrategy,omitempty"`
+	// Architecture is the guest's CPU architecture; only amd64 (x86_64) is supported, and the
+	// launcher pod is placed on amd64 nodes (kubernetes.io/arch).
+	// +kubebuilder:validation:Enum=amd64
+	// +optional
+	Architecture string `json:"architecture,omitempty"`
 	// EvictionStrategy says what happens to the VMI when its node is drained.
 	// +optional
 	EvictionStrategy *EvictionStrategy `json:"evictionStrategy,omitempty"`
@@ -360,3 +371,9 @@ type VirtualMachineInstanceStatus struct {
 	// +optional
 	HypervisorClassName string `json:"hypervisorClassName,omitempty"`
 }
+
+// StartStrategy is how a VMI starts.
+type StartStrategy string
+
+// StartStrategyPaused starts the guest paused.
+const StartStrategyPaused StartStrategy = "Paused"

@@ -1941,6 +1941,11 @@ func (in *VirtualMachineInstanceSpec) DeepCopyInto(out *VirtualMachineInstanceSp
 			(*in)[i].DeepCopyInto(&(*out)[i])
 		}
 	}
+	if in.StartStrategy != nil {
+		in, out := &in.StartStrategy, &out.StartStrategy
+		*out = new(StartStrategy)
+		**out = **in
+	}
 	if in.EvictionStrategy != nil {
 		in, out := &in.EvictionStrategy, &out.EvictionStrategy
 		*out = new(EvictionStrategy)

@@ -124,7 +124,7 @@ const (
 //     or timezone, timers); see platform.go;
 //   - inputs (bus usb unless set), and a usb tablet "default-0" when autoattachInputDevice is
 //     true and inputs lists none; watchdog (i6300esb, action reset unless set); a memory balloon
-//     unless autoattachMemBalloon is false.
+//     unless autoattachMemBalloon is false; startStrategy Paused: start_paused.
 //
 // What the VMI asks for that the domain spec cannot say is an error with the word "not
 // supported". Every error is in the returned Error.
@@ -208,6 +208,12 @@ func (b *builder) build() *domainv1.DomainSpec {
 	spec.Inputs = b.inputs()
 	spec.Watchdog = b.watchdog()
 	spec.Balloon = b.balloon()
+	if ss := vmi.Spec.StartStrategy; ss != nil {
+		if *ss != v1alpha1.StartStrategyPaused {
+			b.fail("spec.startStrategy", "%q is not supported (Paused)", *ss)
+		}
+		spec.StartPaused = true
+	}
 	return spec
 }
 

@@ -407,6 +407,11 @@ func TestDomain(t *testing.T) {
 			},
 		},
 		{
+			name: "startStrategy Paused",
+			vmi:  func(v *v1alpha1.VirtualMachineInstance) { v.Spec.StartStrategy = ptr(v1alpha1.StartStrategyPaused) },
+			want: func(s *domainv1.DomainSpec) { s.StartPaused = true },
+		},
+		{
 			name: "no memory balloon",
 			vmi:  func(v *v1alpha1.VirtualMachineInstance) { v.Spec.Domain.Devices.AutoattachMemBalloon = ptr(false) },
 			want: func(s *domainv1.DomainSpec) { s.Balloon = nil },

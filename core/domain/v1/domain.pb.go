@@ -327,7 +327,10 @@ type DomainSpec struct {
 	// watchdog, when set, is a hardware watchdog. A driver must declare "watchdog".
 	Watchdog *Watchdog `protobuf:"bytes,22,opt,name=watchdog,proto3" json:"watchdog,omitempty"`
 	// balloon, when set, is a virtio memory balloon. A driver must declare "balloon".
-	Balloon       *Balloon `protobuf:"bytes,23,opt,name=balloon,proto3" json:"balloon,omitempty"`
+	Balloon *Balloon `protobuf:"bytes,23,opt,name=balloon,proto3" json:"balloon,omitempty"`
+	// start_paused: Start leaves the guest's vCPUs stopped and the VM PAUSED, until Resume. A
+	// driver must declare "start-paused".
+	StartPaused   bool `protobuf:"varint,24,opt,name=start_paused,json=startPaused,proto3" json:"start_paused,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -521,6 +524,13 @@ func (x *DomainSpec) GetBalloon() *Balloon {
 		return x.Balloon
 	}
 	return nil
+}
+
+func (x *DomainSpec) GetStartPaused() bool {
+	if x != nil {
+		return x.StartPaused
+	}
+	return false
 }
 
 // Features are platform features. Those marked "hardware virtualisation" mean nothing under
@@ -2010,7 +2020,7 @@ var File_core_domain_v1_domain_proto protoreflect.FileDescriptor
 
 const file_core_domain_v1_domain_proto_rawDesc = "" +
 	"\n" +
-	"\x1bcore/domain/v1/domain.proto\x12\x13kubevisor.domain.v1\"\xac\t\n" +
+	"\x1bcore/domain/v1/domain.proto\x12\x13kubevisor.domain.v1\"\xcf\t\n" +
 	"\n" +
 	"DomainSpec\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x12\n" +
@@ -2036,7 +2046,8 @@ const file_core_domain_v1_domain_proto_rawDesc = "" +
 	"\x05clock\x18\x14 \x01(\v2\x1a.kubevisor.domain.v1.ClockR\x05clock\x122\n" +
 	"\x06inputs\x18\x15 \x03(\v2\x1a.kubevisor.domain.v1.InputR\x06inputs\x129\n" +
 	"\bwatchdog\x18\x16 \x01(\v2\x1d.kubevisor.domain.v1.WatchdogR\bwatchdog\x126\n" +
-	"\aballoon\x18\x17 \x01(\v2\x1c.kubevisor.domain.v1.BalloonR\aballoon\x1a9\n" +
+	"\aballoon\x18\x17 \x01(\v2\x1c.kubevisor.domain.v1.BalloonR\aballoon\x12!\n" +
+	"\fstart_paused\x18\x18 \x01(\bR\vstartPaused\x1a9\n" +
 	"\vLabelsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xdb\x02\n" +
