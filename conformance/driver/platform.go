@@ -16,6 +16,7 @@ const (
 	// A virtio balloon is 1af4:1045, or 1af4:1002 as a transitional device.
 	pciBalloon, pciBalloonTransitional = "1af4:1045", "1af4:1002"
 	pciVirtioInput                     = "1af4:1052"
+	pciICH9HDA                         = "8086:293e"
 )
 
 // clockZone is the zone Clock/Start asks for: its offset (+05:30) has no daylight saving time,
@@ -48,6 +49,16 @@ func (s *vmSuite) checkDevicesBalloon(t T) {
 	ids := s.pciIDs(t, vm)
 	if countField(ids, pciBalloon)+countField(ids, pciBalloonTransitional) == 0 {
 		t.Errorf("the guest's PCI devices are %q: no virtio balloon (%s or %s), though the domain spec asked for one", ids, pciBalloon, pciBalloonTransitional)
+	}
+}
+
+// checkDevicesSound: a VM whose domain spec has an ich9 sound card boots a guest that finds an
+// Intel HD Audio controller on its PCI bus.
+func (s *vmSuite) checkDevicesSound(t T) {
+	s.requireDevice(t, driver.DeviceSound, s.guest.PCIMarker, "the guest does not list its PCI devices (Guest.PCIMarker)")
+	vm := s.bootWith(t, "", func(spec *domainv1.DomainSpec) { spec.Sound = &domainv1.Sound{Name: "sound", Model: "ich9"} })
+	if ids := s.pciIDs(t, vm); countField(ids, pciICH9HDA) == 0 {
+		t.Errorf("the guest's PCI devices are %q: no Intel HD Audio controller (%s), though the domain spec asked for an ich9 sound card", ids, pciICH9HDA)
 	}
 }
 

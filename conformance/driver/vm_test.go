@@ -86,7 +86,7 @@ var vmChecks = []string{
 	"Boot/ConsoleMarker", "CloudInit/UserDataReachesGuest", "CloudInit/ConfigDrive",
 	"Shutdown/GracefulWithinTimeout", "Kill", "Pause/StopsGuest", "Reboot/SecondBoot", "SoftReboot/BootsAgain", "Display/RFBSessions",
 	"Recover/AfterDriverKilled", "Devices/RNG", "Devices/Chassis", "Devices/Watchdog", "Devices/Balloon", "Devices/Input",
-	"Clock/Start", "CPU/Features", "Storage/NotAnImage",
+	"Devices/Sound", "Clock/Start", "CPU/Features", "Storage/NotAnImage",
 }
 
 // TestVMRealDrivers runs the VM checks against the QEMU driver (drivers/qmp) and the local
@@ -289,6 +289,7 @@ func TestVMUndeclaredAreSkipped(t *testing.T) {
 			"Devices/Watchdog":               conformance.StatusSkip,
 			"Devices/Balloon":                conformance.StatusSkip,
 			"Devices/Input":                  conformance.StatusSkip,
+			"Devices/Sound":                  conformance.StatusSkip,
 			"Clock/Start":                    conformance.StatusSkip,
 			"CPU/Features":                   conformance.StatusSkip,
 			"Storage/NotAnImage":             conformance.StatusSkip,
@@ -306,6 +307,7 @@ func TestVMUndeclaredAreSkipped(t *testing.T) {
 			"Devices/Watchdog":               `does not declare the device "watchdog"`,
 			"Devices/Balloon":                `does not declare the device "balloon"`,
 			"Devices/Input":                  `does not declare the device "input"`,
+			"Devices/Sound":                  `does not declare the device "sound"`,
 			"Clock/Start":                    `does not declare the device "clock"`,
 			"CPU/Features":                   `does not declare the device "cpu-features"`,
 			"Storage/NotAnImage":             "storage driver does not declare volume type containerDisk",
@@ -428,7 +430,7 @@ type devicesDropped struct{ *qmp.Driver }
 
 func (h devicesDropped) Create(ctx context.Context, spec *domainv1.DomainSpec) (*hypervisorv1.Handle, error) {
 	spec = proto.CloneOf(spec)
-	spec.Rng, spec.Chassis, spec.Watchdog, spec.Balloon, spec.Inputs, spec.Clock = nil, nil, nil, nil, nil, nil
+	spec.Rng, spec.Chassis, spec.Watchdog, spec.Balloon, spec.Inputs, spec.Clock, spec.Sound = nil, nil, nil, nil, nil, nil, nil
 	if spec.Cpu != nil {
 		spec.Cpu.Features = nil
 	}
@@ -445,10 +447,10 @@ func TestVMDevicesIgnored(t *testing.T) {
 	expectStatus(t, rec, map[string]conformance.Status{
 		"Devices/RNG": conformance.StatusFail, "Devices/Chassis": conformance.StatusFail, "Devices/Watchdog": conformance.StatusFail,
 		"Devices/Balloon": conformance.StatusFail, "Devices/Input": conformance.StatusFail, "Clock/Start": conformance.StatusFail,
-		"CPU/Features": conformance.StatusFail,
+		"CPU/Features": conformance.StatusFail, "Devices/Sound": conformance.StatusFail,
 	}, map[string]string{
 		"Devices/RNG": "no virtio RNG", "Devices/Chassis": "from the domain spec's chassis", "Devices/Watchdog": "no i6300esb",
 		"Devices/Balloon": "no virtio balloon", "Devices/Input": "want two virtio input devices", "Clock/Start": "ahead of UTC, want 5h30m0s",
-		"CPU/Features": `has "aes", which the domain spec forbids`,
+		"CPU/Features": `has "aes", which the domain spec forbids`, "Devices/Sound": "no Intel HD Audio controller",
 	})
 }

@@ -281,7 +281,7 @@ spec:
 var _ = Describe("VirtualMachineInstance start", Label("Conformance"), func() {
 	f := NewFramework()
 
-	It("gives the guest what KubeVirt's device and platform fields ask for (rng, chassis, features, clock, inputs, watchdog, balloon, an interface's PCI address and link state); without them, none", func(ctx SpecContext) {
+	It("gives the guest what KubeVirt's device and platform fields ask for (rng, chassis, features, clock, inputs, watchdog, balloon, sound, an interface's PCI address and link state); without them, none", func(ctx SpecContext) {
 		tz := v1alpha1.ClockOffsetTimezone("Asia/Kolkata") // +05:30 all year
 		for _, c := range []struct {
 			name string
@@ -295,6 +295,7 @@ var _ = Describe("VirtualMachineInstance start", Label("Conformance"), func() {
 			d.Devices.Inputs = []v1alpha1.Input{{Name: "tablet", Type: v1alpha1.InputTypeTablet, Bus: v1alpha1.InputBusVirtio}, {Name: "usb", Type: v1alpha1.InputTypeTablet}}
 			d.Devices.Watchdog = &v1alpha1.Watchdog{Name: "wd", I6300ESB: &v1alpha1.I6300ESBWatchdog{Action: v1alpha1.WatchdogActionPoweroff}}
 			d.Devices.Interfaces[0].PciAddress = "0000:00:10.0"
+			d.Devices.Sound = &v1alpha1.SoundDevice{Name: "audio"}
 		}}, {"norng", func(s *v1alpha1.VirtualMachineInstanceSpec) {
 			s.Domain.Devices.AutoattachMemBalloon = ptr.To(false)
 			s.Domain.Devices.Interfaces[0].State = v1alpha1.InterfaceStateDown
@@ -306,7 +307,7 @@ var _ = Describe("VirtualMachineInstance start", Label("Conformance"), func() {
 			f.Apply(ctx, "apiVersion: kubevisor.io/v1alpha1\nkind: VirtualMachineInstance\nmetadata:\n  name: "+c.name+"\nspec:\n"+indent(string(b), 2))
 		}
 		// PCI IDs: 8086:25ab i6300esb, 1af4:1052 virtio input, 1af4:1002 virtio balloon,
-		// 1b36:000d the USB controller of the usb tablet.
+		// 1b36:000d the USB controller of the usb tablet, 8086:293e the ich9 sound card.
 		for name, want := range map[string][]string{
 			"rng": {"KUBEVISOR-RNG: virtio_rng", "KUBEVISOR-DMI: chassis_vendor=Kubevisor e2e", "KUBEVISOR-DMI: chassis_serial=e2e-chassis-1",
 				"KUBEVISOR-DMI: chassis_asset_tag=asset-e2e", "KUBEVISOR-INPUT: QEMU Virtio Tablet", "KUBEVISOR-ACPI: on",
@@ -330,7 +331,8 @@ var _ = Describe("VirtualMachineInstance start", Label("Conformance"), func() {
 			Expect(err).NotTo(HaveOccurred(), "VMI %s: clock line %q", name, clock)
 			ahead := time.Unix(rtc, 0).Sub(now)
 			if name == "rng" {
-				Expect(pci).To(And(ContainSubstring(" 8086:25ab "), ContainSubstring(" 1af4:1052 "), ContainSubstring(" 1af4:1002 "), ContainSubstring(" 1b36:000d ")), "VMI rng: PCI devices")
+				Expect(pci).To(And(ContainSubstring(" 8086:25ab "), ContainSubstring(" 1af4:1052 "), ContainSubstring(" 1af4:1002 "), ContainSubstring(" 1b36:000d "),
+					ContainSubstring(" 8086:293e ")), "VMI rng: PCI devices")
 				Expect(clock).NotTo(ContainSubstring("hpet"), "VMI rng: the HPET is off")
 				Expect(ahead).To(BeNumerically("~", 5*time.Hour+30*time.Minute, 2*time.Minute), "VMI rng: the clock starts in Asia/Kolkata")
 			} else {

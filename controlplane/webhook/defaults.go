@@ -30,7 +30,8 @@ type DefaultOptions struct {
 //   - domain.machine.type: opts.MachineType, else q35;
 //   - a disk that is neither disk nor cdrom becomes a disk; a disk's bus defaults to virtio and a
 //     cdrom's to sata (QEMU has no virtio cdrom);
-//   - no interfaces and no networks: a pod network and a masquerade interface, both "default";
+//   - no interfaces and no networks: a pod network and a masquerade interface, both "default",
+//     unless autoattachPodInterface is false (the VMI then has no network interface);
 //     an interface without a binding gets masquerade on the pod network, bridge on a multus one;
 //   - cpu: a topology field left 0 becomes 1; with no topology at all, sockets is the vCPU count
 //     derived from resources (limits.cpu, else requests.cpu, rounded up: DomainSpec.VCPUs), as
@@ -65,7 +66,7 @@ func Default(spec *v1alpha1.VirtualMachineInstanceSpec, opts DefaultOptions) {
 		}
 	}
 
-	if len(d.Devices.Interfaces) == 0 && len(spec.Networks) == 0 {
+	if len(d.Devices.Interfaces) == 0 && len(spec.Networks) == 0 && !isFalse(d.Devices.AutoattachPodInterface) {
 		spec.Networks = []v1alpha1.Network{{
 			Name:          DefaultNetworkName,
 			NetworkSource: v1alpha1.NetworkSource{Pod: &v1alpha1.PodNetwork{}},
@@ -111,3 +112,5 @@ func Default(spec *v1alpha1.VirtualMachineInstanceSpec, opts DefaultOptions) {
 		spec.HypervisorClassName = opts.HypervisorClassName
 	}
 }
+
+func isFalse(b *bool) bool { return b != nil && !*b }

@@ -55,6 +55,18 @@ func TestDefault(t *testing.T) {
 			},
 		},
 		{
+			name: "autoattachPodInterface false: no interface",
+			change: func(s *v1alpha1.VirtualMachineInstanceSpec) {
+				no := false
+				s.Domain.Devices.AutoattachPodInterface = &no
+			},
+			check: func(t *testing.T, s *v1alpha1.VirtualMachineInstanceSpec) {
+				if len(s.Networks) != 0 || len(s.Domain.Devices.Interfaces) != 0 {
+					t.Fatalf("networks %+v, interfaces %+v: want none", s.Networks, s.Domain.Devices.Interfaces)
+				}
+			},
+		},
+		{
 			name: "configured machine type",
 			opts: DefaultOptions{MachineType: "pc"},
 			check: func(t *testing.T, s *v1alpha1.VirtualMachineInstanceSpec) {

@@ -231,7 +231,7 @@ const (
 	// DeviceBalloon is the virtio memory balloon of DomainSpec.balloon.
 	DeviceBalloon = "balloon"
 	// DeviceDiskOptions is the disk options of Disk: io, dedicated_iothread, the block sizes,
-	// shareable and error_policy.
+	// shareable, error_policy and queues.
 	DeviceDiskOptions = "disk-options"
 	// DeviceCPUFeatures is CPU.features: CPUID flags on or off by their policies.
 	DeviceCPUFeatures = "cpu-features"
@@ -239,6 +239,8 @@ const (
 	DeviceNICOptions = "nic-options"
 	// DeviceStartPaused is DomainSpec.start_paused: Start leaves the VM PAUSED.
 	DeviceStartPaused = "start-paused"
+	// DeviceSound is the sound card of DomainSpec.sound (ich9 or ac97).
+	DeviceSound = "sound"
 )
 
 // OptionalDevice is an optional device of the domain spec: its name in Capabilities.devices, the
@@ -259,6 +261,7 @@ var OptionalDevices = []OptionalDevice{
 	{Name: DeviceWatchdog, Field: "watchdog", asked: func(s *domainv1.DomainSpec) bool { return s.GetWatchdog() != nil }},
 	{Name: DeviceBalloon, Field: "balloon", asked: func(s *domainv1.DomainSpec) bool { return s.GetBalloon() != nil }},
 	{Name: DeviceCPUFeatures, Field: "cpu.features", asked: func(s *domainv1.DomainSpec) bool { return len(s.GetCpu().GetFeatures()) > 0 }},
+	{Name: DeviceSound, Field: "sound", asked: func(s *domainv1.DomainSpec) bool { return s.GetSound() != nil }},
 	{Name: DeviceStartPaused, Field: "startPaused", asked: func(s *domainv1.DomainSpec) bool { return s.GetStartPaused() }},
 	{Name: DeviceNICOptions, Field: "nics", asked: func(s *domainv1.DomainSpec) bool {
 		return slices.ContainsFunc(s.GetNics(), func(n *domainv1.NIC) bool {
@@ -268,7 +271,7 @@ var OptionalDevices = []OptionalDevice{
 	{Name: DeviceDiskOptions, Field: "disks", asked: func(s *domainv1.DomainSpec) bool {
 		return slices.ContainsFunc(s.GetDisks(), func(d *domainv1.Disk) bool {
 			return d.GetIo() != "" || d.GetDedicatedIothread() || d.GetLogicalBlockSize() != 0 || d.GetPhysicalBlockSize() != 0 ||
-				d.GetShareable() || d.GetErrorPolicy() != ""
+				d.GetShareable() || d.GetErrorPolicy() != "" || d.GetQueues() != 0
 		})
 	}},
 }

@@ -28,9 +28,10 @@ var vmiDevices = map[string]struct{ field, what string }{
 	driver.DeviceInput:       {"spec.domain.devices.inputs", "an input device (or autoattachInputDevice)"},
 	driver.DeviceWatchdog:    {"spec.domain.devices.watchdog", "a watchdog"},
 	driver.DeviceCPUFeatures: {"spec.domain.cpu.features", "turning CPU features on or off"},
+	driver.DeviceSound:       {"spec.domain.devices.sound", "a sound card"},
 	driver.DeviceStartPaused: {"spec.startStrategy", "starting paused"},
 	driver.DeviceNICOptions:  {"spec.domain.devices.interfaces", "an interface's pciAddress, acpiIndex or state"},
-	driver.DeviceDiskOptions: {"spec.domain.devices.disks", "a disk's io, dedicatedIOThread, blockSize, shareable or errorPolicy"},
+	driver.DeviceDiskOptions: {"spec.domain.devices.disks", "a disk's io, dedicatedIOThread, blockSize, shareable or errorPolicy, or blockMultiQueue"},
 	driver.DeviceBalloon:     {"spec.domain.devices.autoattachMemBalloon", "a memory balloon (attached by default: set autoattachMemBalloon: false)"},
 }
 

@@ -65,9 +65,7 @@ var entries = []Entry{
 	{Path: "domain.firmware.kernelBoot.container.imagePullSecret", Reason: pullSecretReason, Alternative: pullSecretAlt},
 
 	// domain.devices.
-	{Path: "domain.devices.autoattachPodInterface", Issue: 15},
 	{Path: "domain.devices.autoattachVSOCK", Reason: "Kubevisor gives the guest no vsock device"},
-	{Path: "domain.devices.blockMultiQueue", Issue: 15},
 	{Path: "domain.devices.clientPassthrough", Reason: "USB redirection from a client is not implemented"},
 	{Path: "domain.devices.disableHotplug", Issue: 15},
 	{Path: "domain.devices.downwardMetrics", Reason: "the host metrics service for guests is not implemented"},
@@ -78,7 +76,6 @@ var entries = []Entry{
 	{Path: "domain.devices.hostDevices[].tag", Reason: deviceTagReason},
 	{Path: "domain.devices.networkInterfaceMultiqueue", Issue: 15},
 	{Path: "domain.devices.panicDevices", Reason: "Kubevisor gives the guest no panic device"},
-	{Path: "domain.devices.sound", Issue: 15},
 	{Path: "domain.devices.tpm", Issue: 15, Reason: "needs swtpm on the node"},
 	{Path: "domain.devices.useVirtioTransitional", Issue: 15},
 	{Path: "domain.devices.video", Reason: "the hypervisor driver chooses the graphics device's model", Alternative: "autoattachGraphicsDevice"},

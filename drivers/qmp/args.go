@@ -252,6 +252,7 @@ func (b *argBuilder) build() {
 	b.rtc()
 	b.inputs()
 	b.watchdog()
+	b.sound()
 	if b.spec.GetBalloon() != nil {
 		b.add("-device", "virtio-balloon-pci,id=balloon0")
 	}
@@ -442,6 +443,9 @@ func (b *argBuilder) disks() {
 				b.fail(f+".bus", "a cdrom cannot be on virtio (use sata or scsi)")
 			}
 			dev = []string{"virtio-blk-pci"}
+			if q := d.GetQueues(); q > 0 {
+				dev = append(dev, fmt.Sprintf("num-queues=%d", q))
+			}
 			if d.GetDedicatedIothread() {
 				b.add("-object", fmt.Sprintf("iothread,id=iothread-disk%d", i))
 				dev = append(dev, fmt.Sprintf("iothread=iothread-disk%d", i))
@@ -470,6 +474,9 @@ func (b *argBuilder) disks() {
 		default:
 			b.fail(f+".bus", "%s is not supported", bus)
 			continue
+		}
+		if d.GetQueues() > 0 && bus != domainv1.DiskBus_DISK_BUS_VIRTIO {
+			b.fail(f+".queues", "only a virtio disk has queues")
 		}
 		if d.GetDedicatedIothread() && bus != domainv1.DiskBus_DISK_BUS_VIRTIO {
 			b.fail(f+".dedicatedIothread", "only a virtio disk has an I/O thread of its own")

@@ -540,6 +540,30 @@ func TestBuildArgs(t *testing.T) {
 			fields: []string{"nics[0].pciAddress", "nics[0].acpiIndex"},
 		},
 		{
+			name: "sound: ich9 and its codec on a silent backend",
+			spec: func(s *domainv1.DomainSpec) { s.Sound = &domainv1.Sound{Name: "s", Model: "ich9"} },
+			want: [][]string{{"-audiodev", "none,id=audio0", "-device", "ich9-intel-hda,id=sound0", "-device", "hda-duplex,id=sound0-codec0,bus=sound0.0,audiodev=audio0"}},
+		},
+		{
+			name: "sound: ac97",
+			spec: func(s *domainv1.DomainSpec) { s.Sound = &domainv1.Sound{Name: "s", Model: "ac97"} },
+			want: [][]string{{"-audiodev", "none,id=audio0", "-device", "AC97,id=sound0,audiodev=audio0"}},
+		},
+		{
+			name: "virtio disk queues",
+			spec: func(s *domainv1.DomainSpec) { s.Disks = []*domainv1.Disk{{Name: "a", Path: "/a.img", Queues: 4}} },
+			want: [][]string{{"-device", "virtio-blk-pci,num-queues=4,drive=disk0,id=ua-disk0"}},
+		},
+		{
+			name: "sound model and queues the driver cannot give",
+			spec: func(s *domainv1.DomainSpec) {
+				s.Sound = &domainv1.Sound{Name: "s", Model: "sb16"}
+				s.Disks = []*domainv1.Disk{{Name: "a", Path: "/a.img", Bus: domainv1.DiskBus_DISK_BUS_SCSI, Queues: 2}}
+			},
+			code:   codes.InvalidArgument,
+			fields: []string{"sound.model", "disks[0].queues"},
+		},
+		{
 			name: "watchdog and balloon",
 			spec: func(s *domainv1.DomainSpec) {
 				s.Watchdog = &domainv1.Watchdog{Name: "wd", Model: "i6300esb", Action: "poweroff"}

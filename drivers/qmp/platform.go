@@ -237,6 +237,26 @@ func (b *argBuilder) inputs() {
 // presses the ACPI power button.
 var watchdogActions = map[string]string{"poweroff": "poweroff", "reset": "reset", "shutdown": "shutdown"}
 
+// soundDevices are QEMU's devices for each sound model; the audio goes to a "none" backend.
+var soundDevices = map[string][]string{
+	"ich9": {"-device", "ich9-intel-hda,id=sound0", "-device", "hda-duplex,id=sound0-codec0,bus=sound0.0,audiodev=audio0"},
+	"ac97": {"-device", "AC97,id=sound0,audiodev=audio0"},
+}
+
+func (b *argBuilder) sound() {
+	s := b.spec.GetSound()
+	if s == nil {
+		return
+	}
+	dev, ok := soundDevices[s.GetModel()]
+	if !ok {
+		b.fail("sound.model", "%q is not supported (ich9 or ac97)", s.GetModel())
+		return
+	}
+	b.add("-audiodev", "none,id=audio0")
+	b.add(dev...)
+}
+
 func (b *argBuilder) watchdog() {
 	w := b.spec.GetWatchdog()
 	if w == nil {

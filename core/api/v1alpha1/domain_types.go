@@ -227,6 +227,11 @@ type Devices struct {
 	// +kubebuilder:validation:MaxItems=256
 	// +optional
 	Interfaces []Interface `json:"interfaces,omitempty"`
+	// AutoattachPodInterface adds an interface on the pod network (masquerade, named default)
+	// when the VMI lists no interfaces and no networks. Defaults to true; false leaves such a
+	// VMI without a network interface.
+	// +optional
+	AutoattachPodInterface *bool `json:"autoattachPodInterface,omitempty"`
 	// AutoattachGraphicsDevice attaches the default graphics device. Defaults to true.
 	// +optional
 	AutoattachGraphicsDevice *bool `json:"autoattachGraphicsDevice,omitempty"`
@@ -263,6 +268,25 @@ type Devices struct {
 	// taken. The hypervisor driver must offer "watchdog".
 	// +optional
 	Watchdog *Watchdog `json:"watchdog,omitempty"`
+	// Sound is an emulated sound card (its output goes nowhere: the node has no audio). The
+	// hypervisor driver must offer "sound".
+	// +optional
+	Sound *SoundDevice `json:"sound,omitempty"`
+	// BlockMultiQueue gives each virtio disk as many queues as the VMI has vCPUs.
+	// +optional
+	BlockMultiQueue *bool `json:"blockMultiQueue,omitempty"`
+}
+
+// SoundDevice is a sound card.
+type SoundDevice struct {
+	// Name is the device name.
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=63
+	Name string `json:"name"`
+	// Model is ich9 (Intel HD Audio, the default) or ac97.
+	// +kubebuilder:validation:Enum=ich9;ac97
+	// +optional
+	Model string `json:"model,omitempty"`
 }
 
 // InputType is the kind of an input device.

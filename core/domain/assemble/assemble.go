@@ -124,7 +124,8 @@ const (
 //     or timezone, timers); see platform.go;
 //   - inputs (bus usb unless set), and a usb tablet "default-0" when autoattachInputDevice is
 //     true and inputs lists none; watchdog (i6300esb, action reset unless set); a memory balloon
-//     unless autoattachMemBalloon is false; startStrategy Paused: start_paused.
+//     unless autoattachMemBalloon is false; startStrategy Paused: start_paused; sound (ich9
+//     unless ac97); blockMultiQueue: each virtio disk's queues are the vCPUs.
 //
 // What the VMI asks for that the domain spec cannot say is an error with the word "not
 // supported". Every error is in the returned Error.
@@ -208,6 +209,14 @@ func (b *builder) build() *domainv1.DomainSpec {
 	spec.Inputs = b.inputs()
 	spec.Watchdog = b.watchdog()
 	spec.Balloon = b.balloon()
+	spec.Sound = b.sound()
+	if q := d.Devices.BlockMultiQueue; q != nil && *q {
+		for _, disk := range spec.Disks {
+			if disk.GetBus() == domainv1.DiskBus_DISK_BUS_VIRTIO && disk.GetDevice() == domainv1.DiskDevice_DISK_DEVICE_DISK {
+				disk.Queues = spec.GetCpu().GetSockets() * spec.GetCpu().GetCores() * spec.GetCpu().GetThreads()
+			}
+		}
+	}
 	if ss := vmi.Spec.StartStrategy; ss != nil {
 		if *ss != v1alpha1.StartStrategyPaused {
 			b.fail("spec.startStrategy", "%q is not supported (Paused)", *ss)

@@ -412,6 +412,19 @@ func TestDomain(t *testing.T) {
 			want: func(s *domainv1.DomainSpec) { s.StartPaused = true },
 		},
 		{
+			name: "sound, ich9 by default; blockMultiQueue on the virtio disks",
+			vmi: func(v *v1alpha1.VirtualMachineInstance) {
+				v.Spec.Domain.Devices.Sound = &v1alpha1.SoundDevice{Name: "audio"}
+				v.Spec.Domain.Devices.BlockMultiQueue = ptr(true)
+				v.Spec.Domain.CPU = &v1alpha1.CPU{Cores: 2, Threads: 2}
+			},
+			want: func(s *domainv1.DomainSpec) {
+				s.Sound = &domainv1.Sound{Name: "audio", Model: "ich9"}
+				s.Cpu = &domainv1.CPU{Sockets: 1, Cores: 2, Threads: 2}
+				s.Disks[0].Queues = 4
+			},
+		},
+		{
 			name: "no memory balloon",
 			vmi:  func(v *v1alpha1.VirtualMachineInstance) { v.Spec.Domain.Devices.AutoattachMemBalloon = ptr(false) },
 			want: func(s *domainv1.DomainSpec) { s.Balloon = nil },

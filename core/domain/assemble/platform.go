@@ -228,6 +228,23 @@ func (b *builder) watchdog() *domainv1.Watchdog {
 	return &domainv1.Watchdog{Name: w.Name, Model: "i6300esb", Action: string(action)}
 }
 
+// sound is the VMI's sound card, ich9 unless it says ac97.
+func (b *builder) sound() *domainv1.Sound {
+	s := b.vmi.Spec.Domain.Devices.Sound
+	if s == nil {
+		return nil
+	}
+	model := s.Model
+	switch model {
+	case "":
+		model = "ich9"
+	case "ich9", "ac97":
+	default:
+		b.fail(fieldDevices+".sound.model", "%q is not supported (ich9 or ac97)", s.Model)
+	}
+	return &domainv1.Sound{Name: s.Name, Model: model}
+}
+
 // balloon is the memory balloon, attached unless autoattachMemBalloon is false.
 func (b *builder) balloon() *domainv1.Balloon {
 	if isFalse(b.vmi.Spec.Domain.Devices.AutoattachMemBalloon) {
