@@ -241,6 +241,8 @@ const (
 	DeviceStartPaused = "start-paused"
 	// DeviceSound is the sound card of DomainSpec.sound (ich9 or ac97).
 	DeviceSound = "sound"
+	// DeviceBIOSSerial is BIOS.use_serial: the BIOS's output on the serial console.
+	DeviceBIOSSerial = "bios-serial"
 )
 
 // OptionalDevice is an optional device of the domain spec: its name in Capabilities.devices, the
@@ -261,6 +263,7 @@ var OptionalDevices = []OptionalDevice{
 	{Name: DeviceWatchdog, Field: "watchdog", asked: func(s *domainv1.DomainSpec) bool { return s.GetWatchdog() != nil }},
 	{Name: DeviceBalloon, Field: "balloon", asked: func(s *domainv1.DomainSpec) bool { return s.GetBalloon() != nil }},
 	{Name: DeviceCPUFeatures, Field: "cpu.features", asked: func(s *domainv1.DomainSpec) bool { return len(s.GetCpu().GetFeatures()) > 0 }},
+	{Name: DeviceBIOSSerial, Field: "firmware.bios.useSerial", asked: func(s *domainv1.DomainSpec) bool { return s.GetFirmware().GetBios().GetUseSerial() }},
 	{Name: DeviceSound, Field: "sound", asked: func(s *domainv1.DomainSpec) bool { return s.GetSound() != nil }},
 	{Name: DeviceStartPaused, Field: "startPaused", asked: func(s *domainv1.DomainSpec) bool { return s.GetStartPaused() }},
 	{Name: DeviceNICOptions, Field: "nics", asked: func(s *domainv1.DomainSpec) bool {

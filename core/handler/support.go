@@ -28,6 +28,7 @@ var vmiDevices = map[string]struct{ field, what string }{
 	driver.DeviceInput:       {"spec.domain.devices.inputs", "an input device (or autoattachInputDevice)"},
 	driver.DeviceWatchdog:    {"spec.domain.devices.watchdog", "a watchdog"},
 	driver.DeviceCPUFeatures: {"spec.domain.cpu.features", "turning CPU features on or off"},
+	driver.DeviceBIOSSerial:  {"spec.domain.firmware.bootloader.bios.useSerial", "the BIOS's output on the serial console"},
 	driver.DeviceSound:       {"spec.domain.devices.sound", "a sound card"},
 	driver.DeviceStartPaused: {"spec.startStrategy", "starting paused"},
 	driver.DeviceNICOptions:  {"spec.domain.devices.interfaces", "an interface's pciAddress, acpiIndex or state"},

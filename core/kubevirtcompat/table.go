@@ -67,7 +67,6 @@ var entries = []Entry{
 	// domain.devices.
 	{Path: "domain.devices.autoattachVSOCK", Reason: "Kubevisor gives the guest no vsock device"},
 	{Path: "domain.devices.clientPassthrough", Reason: "USB redirection from a client is not implemented"},
-	{Path: "domain.devices.disableHotplug", Issue: 15},
 	{Path: "domain.devices.downwardMetrics", Reason: "the host metrics service for guests is not implemented"},
 	{Path: "domain.devices.filesystems", Issue: 15, Reason: "virtiofs needs virtiofsd on the node"},
 	{Path: "domain.devices.gpus", Issue: 16, Alternative: "none until device drivers allocate host devices"},

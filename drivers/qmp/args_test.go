@@ -545,6 +545,13 @@ func TestBuildArgs(t *testing.T) {
 			want: [][]string{{"-audiodev", "none,id=audio0", "-device", "ich9-intel-hda,id=sound0", "-device", "hda-duplex,id=sound0-codec0,bus=sound0.0,audiodev=audio0"}},
 		},
 		{
+			name: "BIOS output on the serial console",
+			spec: func(s *domainv1.DomainSpec) {
+				s.Firmware = &domainv1.Firmware{Boot: &domainv1.Firmware_Bios{Bios: &domainv1.BIOS{UseSerial: true}}}
+			},
+			want: [][]string{{"-machine", "q35,graphics=off"}},
+		},
+		{
 			name: "sound: ac97",
 			spec: func(s *domainv1.DomainSpec) { s.Sound = &domainv1.Sound{Name: "s", Model: "ac97"} },
 			want: [][]string{{"-audiodev", "none,id=audio0", "-device", "AC97,id=sound0,audiodev=audio0"}},

@@ -56,6 +56,11 @@ func (b *argBuilder) machineFeatures() []string {
 		smm = domainv1.Toggle_TOGGLE_ON
 	}
 	opts = append(opts, onOffProp("smm", smm)...)
+	if b.spec.GetFirmware().GetBios().GetUseSerial() {
+		// graphics=off has SeaBIOS write to the serial port as well (measured: its banner and
+		// "Booting from ..." on ttyS0); the VGA device, if any, keeps working.
+		opts = append(opts, "graphics=off")
+	}
 	opts = append(opts, onOffProp("hpet", c.GetHpet())...)
 	opts = append(opts, onOffProp("pit", c.GetPit())...)
 	return opts

@@ -1067,3 +1067,30 @@ func TestStartPaused(t *testing.T) {
 		t.Fatalf("Kill: %v", err)
 	}
 }
+
+// TestBIOSUseSerial: with the BIOS's output on the serial console the console shows SeaBIOS's
+// banner before the guest's marker; without, only the guest's.
+func TestBIOSUseSerial(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	d := newTestDriver(t, t.TempDir())
+	for _, useSerial := range []bool{true, false} {
+		spec := echoSpec(t, "biosserial-"+strconv.FormatBool(useSerial), true, domainv1.DiskBus_DISK_BUS_VIRTIO)
+		spec.Firmware.Boot = &domainv1.Firmware_Bios{Bios: &domainv1.BIOS{UseSerial: useSerial}}
+		if _, err := d.Create(ctx, spec); err != nil {
+			t.Fatalf("Create: %v", err)
+		}
+		if err := d.Start(ctx, spec.GetId()); err != nil {
+			t.Fatalf("Start: %v", err)
+		}
+		// A console gets the output from the start (the driver keeps it).
+		out, _, _ := attachConsole(t, d, spec.GetId())
+		out.waitCount(t, BootSectorMarker, 1, 30*time.Second)
+		if got := strings.Contains(out.String(), "SeaBIOS"); got != useSerial {
+			t.Errorf("useSerial %v: SeaBIOS on the console = %v: %q", useSerial, got, out.String())
+		}
+		if err := d.Kill(ctx, spec.GetId()); err != nil {
+			t.Fatalf("Kill: %v", err)
+		}
+	}
+}

@@ -177,7 +177,12 @@ type Bootloader struct {
 }
 
 // BIOS selects BIOS firmware.
-type BIOS struct{}
+type BIOS struct {
+	// UseSerial sends the BIOS's own output (its banner, boot menu and messages) to the serial
+	// console as well. The hypervisor driver must offer "bios-serial".
+	// +optional
+	UseSerial *bool `json:"useSerial,omitempty"`
+}
 
 // EFI selects EFI firmware.
 type EFI struct {
@@ -272,6 +277,10 @@ type Devices struct {
 	// hypervisor driver must offer "sound".
 	// +optional
 	Sound *SoundDevice `json:"sound,omitempty"`
+	// DisableHotplug says the VMI takes no disk hotplug. Kubevisor hotplugs no disk into any
+	// VMI, so every VMI is as with true; the field is there for KubeVirt's manifests.
+	// +optional
+	DisableHotplug bool `json:"disableHotplug,omitempty"`
 	// BlockMultiQueue gives each virtio disk as many queues as the VMI has vCPUs.
 	// +optional
 	BlockMultiQueue *bool `json:"blockMultiQueue,omitempty"`

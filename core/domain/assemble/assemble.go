@@ -305,6 +305,9 @@ func (b *builder) firmware() (*domainv1.Firmware, string) {
 		uuid = string(f.UUID)
 	}
 	fw.Serial = f.Serial
+	if bl := f.Bootloader; bl != nil && bl.BIOS != nil && bl.BIOS.UseSerial != nil && *bl.BIOS.UseSerial {
+		fw.Boot = &domainv1.Firmware_Bios{Bios: &domainv1.BIOS{UseSerial: true}}
+	}
 	efi := f.Bootloader != nil && f.Bootloader.EFI != nil
 	if efi {
 		secure := f.Bootloader.EFI.SecureBoot == nil || *f.Bootloader.EFI.SecureBoot

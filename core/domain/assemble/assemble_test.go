@@ -425,6 +425,15 @@ func TestDomain(t *testing.T) {
 			},
 		},
 		{
+			name: "BIOS output on the serial console",
+			vmi: func(v *v1alpha1.VirtualMachineInstance) {
+				v.Spec.Domain.Firmware = &v1alpha1.Firmware{Bootloader: &v1alpha1.Bootloader{BIOS: &v1alpha1.BIOS{UseSerial: ptr(true)}}}
+			},
+			want: func(s *domainv1.DomainSpec) {
+				s.Firmware = &domainv1.Firmware{Boot: &domainv1.Firmware_Bios{Bios: &domainv1.BIOS{UseSerial: true}}}
+			},
+		},
+		{
 			name: "no memory balloon",
 			vmi:  func(v *v1alpha1.VirtualMachineInstance) { v.Spec.Domain.Devices.AutoattachMemBalloon = ptr(false) },
 			want: func(s *domainv1.DomainSpec) { s.Balloon = nil },

@@ -1440,7 +1440,10 @@ func (*Firmware_Kernel) isFirmware_Boot() {}
 
 // BIOS boots from the legacy BIOS.
 type BIOS struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// use_serial sends the BIOS's output to the serial console too; sent only to a driver
+	// declaring "bios-serial".
+	UseSerial     bool `protobuf:"varint,1,opt,name=use_serial,json=useSerial,proto3" json:"use_serial,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1473,6 +1476,13 @@ func (x *BIOS) ProtoReflect() protoreflect.Message {
 // Deprecated: Use BIOS.ProtoReflect.Descriptor instead.
 func (*BIOS) Descriptor() ([]byte, []int) {
 	return file_core_domain_v1_domain_proto_rawDescGZIP(), []int{14}
+}
+
+func (x *BIOS) GetUseSerial() bool {
+	if x != nil {
+		return x.UseSerial
+	}
+	return false
 }
 
 // EFI boots from UEFI firmware.
@@ -2186,8 +2196,10 @@ const file_core_domain_v1_domain_proto_rawDesc = "" +
 	"\x03efi\x18\x02 \x01(\v2\x18.kubevisor.domain.v1.EFIH\x00R\x03efi\x129\n" +
 	"\x06kernel\x18\x03 \x01(\v2\x1f.kubevisor.domain.v1.KernelBootH\x00R\x06kernel\x12\x16\n" +
 	"\x06serial\x18\x04 \x01(\tR\x06serialB\x06\n" +
-	"\x04boot\"\x06\n" +
-	"\x04BIOS\"&\n" +
+	"\x04boot\"%\n" +
+	"\x04BIOS\x12\x1d\n" +
+	"\n" +
+	"use_serial\x18\x01 \x01(\bR\tuseSerial\"&\n" +
 	"\x03EFI\x12\x1f\n" +
 	"\vsecure_boot\x18\x01 \x01(\bR\n" +
 	"secureBoot\"h\n" +
