@@ -60,7 +60,6 @@ var entries = []Entry{
 	{Path: "domain.memory.maxGuest", Reason: "memory hotplug is not implemented", Alternative: "memory.guest, set to what the guest needs"},
 	{Path: "domain.resources.overcommitGuestOverhead", Reason: "the launcher pod always requests the guest's overhead", Alternative: "the overhead of the HypervisorClass"},
 	{Path: "domain.firmware.acpi", Reason: "custom ACPI tables (SLIC, MSDM) are not supported"},
-	{Path: "domain.firmware.bootloader.bios.useSerial", Issue: 15},
 	{Path: "domain.firmware.bootloader.efi.persistent", Issue: 15, Reason: "the EFI variable store lives as long as the VMI"},
 	{Path: "domain.firmware.kernelBoot.container.imagePullSecret", Reason: pullSecretReason, Alternative: pullSecretAlt},
 
