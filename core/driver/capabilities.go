@@ -231,7 +231,7 @@ const (
 	// DeviceBalloon is the virtio memory balloon of DomainSpec.balloon.
 	DeviceBalloon = "balloon"
 	// DeviceDiskOptions is the disk options of Disk: io, dedicated_iothread, the block sizes,
-	// shareable, error_policy and queues.
+	// shareable, error_policy, queues and iothread.
 	DeviceDiskOptions = "disk-options"
 	// DeviceCPUFeatures is CPU.features: CPUID flags on or off by their policies.
 	DeviceCPUFeatures = "cpu-features"
@@ -274,7 +274,7 @@ var OptionalDevices = []OptionalDevice{
 	{Name: DeviceDiskOptions, Field: "disks", asked: func(s *domainv1.DomainSpec) bool {
 		return slices.ContainsFunc(s.GetDisks(), func(d *domainv1.Disk) bool {
 			return d.GetIo() != "" || d.GetDedicatedIothread() || d.GetLogicalBlockSize() != 0 || d.GetPhysicalBlockSize() != 0 ||
-				d.GetShareable() || d.GetErrorPolicy() != "" || d.GetQueues() != 0
+				d.GetShareable() || d.GetErrorPolicy() != "" || d.GetQueues() != 0 || d.GetIothread() != ""
 		})
 	}},
 }

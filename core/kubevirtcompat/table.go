@@ -48,8 +48,6 @@ var entries = []Entry{
 	// domain.
 	{Path: "domain.clock.timer.hpet.tickPolicy", Reason: "QEMU has no tick policy for the HPET", Alternative: "present: false, or rtc.tickPolicy"},
 	{Path: "domain.features.hypervPassthrough", Reason: "passing every Hyper-V enlightenment of the host through is not implemented", Alternative: "features.hyperv with the enlightenments the guest needs"},
-	{Path: "domain.ioThreads", Issue: 15},
-	{Path: "domain.ioThreadsPolicy", Issue: 15},
 	{Path: "domain.launchSecurity", Issue: 15, Reason: "hardware-bound: to be accepted only onto nodes whose drivers fingerprint SEV, SNP or TDX"},
 	{Path: "domain.cpu.dedicatedCpuPlacement", Issue: 15},
 	{Path: "domain.cpu.isolateEmulatorThread", Issue: 15},

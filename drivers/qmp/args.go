@@ -157,8 +157,11 @@ type argBuilder struct {
 	errs         domain.ValidationError
 	missing      string // a host precondition that does not hold
 	q35          bool
-	usb          bool // the USB controller usb0 is on the command line
+	usb          bool     // the USB controller usb0 is on the command line
+	iothreads    []string // the pool I/O threads on the command line
 }
+
+var iothreadRE = regexp.MustCompile(`^iothread[0-9]+$`)
 
 // usbController adds the USB controller (usb0) the first time a device needs it.
 func (b *argBuilder) usbController() {
@@ -446,9 +449,19 @@ func (b *argBuilder) disks() {
 			if q := d.GetQueues(); q > 0 {
 				dev = append(dev, fmt.Sprintf("num-queues=%d", q))
 			}
-			if d.GetDedicatedIothread() {
+			switch t := d.GetIothread(); {
+			case d.GetDedicatedIothread():
 				b.add("-object", fmt.Sprintf("iothread,id=iothread-disk%d", i))
 				dev = append(dev, fmt.Sprintf("iothread=iothread-disk%d", i))
+			case t != "":
+				if !iothreadRE.MatchString(t) {
+					b.fail(f+".iothread", "%q is not an I/O thread name (iothread<n>)", t)
+				}
+				if !slices.Contains(b.iothreads, t) {
+					b.iothreads = append(b.iothreads, t)
+					b.add("-object", "iothread,id="+t)
+				}
+				dev = append(dev, "iothread="+t)
 			}
 		case domainv1.DiskBus_DISK_BUS_SATA:
 			if d.GetReadOnly() && !cdrom {
@@ -477,6 +490,9 @@ func (b *argBuilder) disks() {
 		}
 		if d.GetQueues() > 0 && bus != domainv1.DiskBus_DISK_BUS_VIRTIO {
 			b.fail(f+".queues", "only a virtio disk has queues")
+		}
+		if d.GetIothread() != "" && bus != domainv1.DiskBus_DISK_BUS_VIRTIO {
+			b.fail(f+".iothread", "only a virtio disk has an I/O thread")
 		}
 		if d.GetDedicatedIothread() && bus != domainv1.DiskBus_DISK_BUS_VIRTIO {
 			b.fail(f+".dedicatedIothread", "only a virtio disk has an I/O thread of its own")

@@ -557,6 +557,20 @@ func TestBuildArgs(t *testing.T) {
 			want: [][]string{{"-audiodev", "none,id=audio0", "-device", "AC97,id=sound0,audiodev=audio0"}},
 		},
 		{
+			name: "pool I/O threads: each created once, a dedicated one beside them",
+			spec: func(s *domainv1.DomainSpec) {
+				s.Disks = []*domainv1.Disk{{Name: "a", Path: "/a.img", Iothread: "iothread0"}, {Name: "b", Path: "/b.img", Iothread: "iothread0"},
+					{Name: "c", Path: "/c.img", DedicatedIothread: true, Iothread: "iothread0"}}
+			},
+			want: [][]string{
+				{"-object", "iothread,id=iothread0", "-blockdev"},
+				{"-device", "virtio-blk-pci,iothread=iothread0,drive=disk0,id=ua-disk0"},
+				{"-device", "virtio-blk-pci,iothread=iothread0,drive=disk1,id=ua-disk1"},
+				{"-object", "iothread,id=iothread-disk2"},
+				{"-device", "virtio-blk-pci,iothread=iothread-disk2,drive=disk2,id=ua-disk2"},
+			},
+		},
+		{
 			name: "virtio disk queues",
 			spec: func(s *domainv1.DomainSpec) { s.Disks = []*domainv1.Disk{{Name: "a", Path: "/a.img", Queues: 4}} },
 			want: [][]string{{"-device", "virtio-blk-pci,num-queues=4,drive=disk0,id=ua-disk0"}},

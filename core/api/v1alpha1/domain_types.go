@@ -53,6 +53,16 @@ type DomainSpec struct {
 	// timers. The hypervisor driver must offer "clock".
 	// +optional
 	Clock *Clock `json:"clock,omitempty"`
+	// IOThreadsPolicy gives the virtio disks I/O threads: shared (one for all), auto (a pool of
+	// at most two per vCPU, the disks spread over it) or supplementalPool (a pool of
+	// ioThreads.supplementalPoolThreadCount). A disk with dedicatedIOThread has its own
+	// whatever the policy. Unset: no I/O threads.
+	// +kubebuilder:validation:Enum=shared;auto;supplementalPool
+	// +optional
+	IOThreadsPolicy *IOThreadsPolicy `json:"ioThreadsPolicy,omitempty"`
+	// IOThreads sizes the supplementalPool policy's pool.
+	// +optional
+	IOThreads *DiskIOThreads `json:"ioThreads,omitempty"`
 	// Devices lists the disks, network interfaces and other devices of the VMI.
 	Devices Devices `json:"devices"`
 }
@@ -818,4 +828,23 @@ type Port struct {
 	// +kubebuilder:validation:Minimum=1
 	// +kubebuilder:validation:Maximum=65535
 	Port int32 `json:"port"`
+}
+
+// IOThreadsPolicy is how virtio disks get I/O threads.
+type IOThreadsPolicy string
+
+// I/O thread policies.
+const (
+	IOThreadsPolicyShared           IOThreadsPolicy = "shared"
+	IOThreadsPolicyAuto             IOThreadsPolicy = "auto"
+	IOThreadsPolicySupplementalPool IOThreadsPolicy = "supplementalPool"
+)
+
+// DiskIOThreads sizes an I/O thread pool.
+type DiskIOThreads struct {
+	// SupplementalPoolThreadCount is the pool's size for the supplementalPool policy (1 to 64).
+	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=64
+	// +optional
+	SupplementalPoolThreadCount *uint32 `json:"supplementalPoolThreadCount,omitempty"`
 }

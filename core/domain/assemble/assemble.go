@@ -210,6 +210,7 @@ func (b *builder) build() *domainv1.DomainSpec {
 	spec.Watchdog = b.watchdog()
 	spec.Balloon = b.balloon()
 	spec.Sound = b.sound()
+	b.ioThreads(spec)
 	if q := d.Devices.BlockMultiQueue; q != nil && *q {
 		for _, disk := range spec.Disks {
 			if disk.GetBus() == domainv1.DiskBus_DISK_BUS_VIRTIO && disk.GetDevice() == domainv1.DiskDevice_DISK_DEVICE_DISK {

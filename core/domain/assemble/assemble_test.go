@@ -434,6 +434,39 @@ func TestDomain(t *testing.T) {
 			},
 		},
 		{
+			name: "ioThreadsPolicy auto: at most two threads per vCPU, round robin; dedicated apart",
+			vmi: func(v *v1alpha1.VirtualMachineInstance) {
+				auto := v1alpha1.IOThreadsPolicyAuto
+				v.Spec.Domain.IOThreadsPolicy = &auto
+				for _, n := range []string{"d1", "d2", "d3"} {
+					v.Spec.Domain.Devices.Disks = append(v.Spec.Domain.Devices.Disks, v1alpha1.Disk{Name: n})
+					v.Spec.Volumes = append(v.Spec.Volumes, v1alpha1.Volume{Name: n, VolumeSource: v1alpha1.VolumeSource{EmptyDisk: &v1alpha1.EmptyDiskSource{}}})
+				}
+				v.Spec.Domain.Devices.Disks[3].DedicatedIOThread = ptr(true)
+			},
+			inputs: func(in *assemble.Inputs) {
+				for _, n := range []string{"d1", "d2", "d3"} {
+					in.Disks[n] = &storagev1.PreparedDisk{VolumeName: n, Path: "/v/" + n, Format: domainv1.DiskFormat_DISK_FORMAT_RAW}
+				}
+			},
+			want: func(s *domainv1.DomainSpec) {
+				for _, n := range []string{"d1", "d2", "d3"} {
+					s.Disks = append(s.Disks, &domainv1.Disk{Name: n, Path: "/v/" + n, Format: domainv1.DiskFormat_DISK_FORMAT_RAW, Bus: domainv1.DiskBus_DISK_BUS_VIRTIO})
+				}
+				// 1 vCPU: a pool of 2 for root, d1 and d3 (d2 has its own; the cdrom none).
+				s.Disks[0].Iothread, s.Disks[2].Iothread, s.Disks[4].Iothread = "iothread0", "iothread1", "iothread0"
+				s.Disks[3].DedicatedIothread = true
+			},
+		},
+		{
+			name: "ioThreadsPolicy shared",
+			vmi: func(v *v1alpha1.VirtualMachineInstance) {
+				shared := v1alpha1.IOThreadsPolicyShared
+				v.Spec.Domain.IOThreadsPolicy = &shared
+			},
+			want: func(s *domainv1.DomainSpec) { s.Disks[0].Iothread = "iothread0" },
+		},
+		{
 			name: "no memory balloon",
 			vmi:  func(v *v1alpha1.VirtualMachineInstance) { v.Spec.Domain.Devices.AutoattachMemBalloon = ptr(false) },
 			want: func(s *domainv1.DomainSpec) { s.Balloon = nil },
@@ -536,6 +569,14 @@ func TestDomainRejects(t *testing.T) {
 				v.Spec.Domain.Devices.Interfaces[0].PciAddress = "0000:00:00.0"
 			},
 			want: []string{`spec.domain.devices.interfaces[0].pciAddress: "0000:00:00.0": slot 0 is the host bridge's`},
+		},
+		{
+			name: "supplementalPool without its size",
+			vmi: func(v *v1alpha1.VirtualMachineInstance) {
+				p := v1alpha1.IOThreadsPolicySupplementalPool
+				v.Spec.Domain.IOThreadsPolicy = &p
+			},
+			want: []string{`spec.domain.ioThreads.supplementalPoolThreadCount: required (> 0) with ioThreadsPolicy supplementalPool`},
 		},
 		{
 			name: "acpi disabled on q35",

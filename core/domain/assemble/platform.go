@@ -245,6 +245,45 @@ func (b *builder) sound() *domainv1.Sound {
 	return &domainv1.Sound{Name: s.Name, Model: model}
 }
 
+// ioThreads spreads the virtio disks without a dedicated I/O thread over the pool the
+// ioThreadsPolicy makes: one thread (shared), at most two per vCPU (auto), or
+// supplementalPoolThreadCount (supplementalPool), in disk order, round robin.
+func (b *builder) ioThreads(spec *domainv1.DomainSpec) {
+	d := &b.vmi.Spec.Domain
+	if d.IOThreadsPolicy == nil {
+		if d.IOThreads != nil {
+			b.fail(fieldDomain+".ioThreads", "needs ioThreadsPolicy supplementalPool")
+		}
+		return
+	}
+	var disks []*domainv1.Disk
+	for _, disk := range spec.GetDisks() {
+		if disk.GetBus() == domainv1.DiskBus_DISK_BUS_VIRTIO && disk.GetDevice() == domainv1.DiskDevice_DISK_DEVICE_DISK && !disk.GetDedicatedIothread() {
+			disks = append(disks, disk)
+		}
+	}
+	vcpus := spec.GetCpu().GetSockets() * spec.GetCpu().GetCores() * spec.GetCpu().GetThreads()
+	var pool uint32
+	switch *d.IOThreadsPolicy {
+	case v1alpha1.IOThreadsPolicyShared:
+		pool = 1
+	case v1alpha1.IOThreadsPolicyAuto:
+		pool = min(uint32(len(disks)), 2*max(vcpus, 1))
+	case v1alpha1.IOThreadsPolicySupplementalPool:
+		if d.IOThreads == nil || d.IOThreads.SupplementalPoolThreadCount == nil || *d.IOThreads.SupplementalPoolThreadCount == 0 {
+			b.fail(fieldDomain+".ioThreads.supplementalPoolThreadCount", "required (> 0) with ioThreadsPolicy supplementalPool")
+			return
+		}
+		pool = *d.IOThreads.SupplementalPoolThreadCount
+	default:
+		b.fail(fieldDomain+".ioThreadsPolicy", "%q is not supported (shared, auto or supplementalPool)", *d.IOThreadsPolicy)
+		return
+	}
+	for i, disk := range disks {
+		disk.Iothread = fmt.Sprintf("iothread%d", uint32(i)%max(pool, 1))
+	}
+}
+
 // balloon is the memory balloon, attached unless autoattachMemBalloon is false.
 func (b *builder) balloon() *domainv1.Balloon {
 	if isFalse(b.vmi.Spec.Domain.Devices.AutoattachMemBalloon) {

@@ -1621,7 +1621,10 @@ type Disk struct {
 	// error_policy: "stop", "report", "ignore", "enospace" or empty for the driver's default.
 	ErrorPolicy string `protobuf:"bytes,15,opt,name=error_policy,json=errorPolicy,proto3" json:"error_policy,omitempty"`
 	// queues, when non-zero, is the number of queues of a virtio disk.
-	Queues        uint32 `protobuf:"varint,16,opt,name=queues,proto3" json:"queues,omitempty"`
+	Queues uint32 `protobuf:"varint,16,opt,name=queues,proto3" json:"queues,omitempty"`
+	// iothread, when set, names a pool I/O thread the virtio disk shares with the disks that
+	// name the same ("iothread0", ...); dedicated_iothread wins over it.
+	Iothread      string `protobuf:"bytes,17,opt,name=iothread,proto3" json:"iothread,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1766,6 +1769,13 @@ func (x *Disk) GetQueues() uint32 {
 		return x.Queues
 	}
 	return 0
+}
+
+func (x *Disk) GetIothread() string {
+	if x != nil {
+		return x.Iothread
+	}
+	return ""
 }
 
 // NIC is one guest network interface, already set up by a network driver.
@@ -2209,7 +2219,7 @@ const file_core_domain_v1_domain_proto_rawDesc = "" +
 	"kernelPath\x12\x1f\n" +
 	"\vinitrd_path\x18\x02 \x01(\tR\n" +
 	"initrdPath\x12\x18\n" +
-	"\acmdline\x18\x03 \x01(\tR\acmdline\"\xb0\x04\n" +
+	"\acmdline\x18\x03 \x01(\tR\acmdline\"\xcc\x04\n" +
 	"\x04Disk\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x12\n" +
 	"\x04path\x18\x02 \x01(\tR\x04path\x127\n" +
@@ -2228,7 +2238,8 @@ const file_core_domain_v1_domain_proto_rawDesc = "" +
 	"\x13physical_block_size\x18\r \x01(\rR\x11physicalBlockSize\x12\x1c\n" +
 	"\tshareable\x18\x0e \x01(\bR\tshareable\x12!\n" +
 	"\ferror_policy\x18\x0f \x01(\tR\verrorPolicy\x12\x16\n" +
-	"\x06queues\x18\x10 \x01(\rR\x06queues\"\x8a\x02\n" +
+	"\x06queues\x18\x10 \x01(\rR\x06queues\x12\x1a\n" +
+	"\biothread\x18\x11 \x01(\tR\biothread\"\x8a\x02\n" +
 	"\x03NIC\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x19\n" +
 	"\btap_name\x18\x02 \x01(\tR\atapName\x12\x1e\n" +
