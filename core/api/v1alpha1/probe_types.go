@@ -58,3 +58,20 @@ type ProbeHandler struct {
 	// +optional
 	TCPSocket *corev1.TCPSocketAction `json:"tcpSocket,omitempty"`
 }
+
+// String names the probe's check for messages: "httpGet port 80 path /", "tcpSocket port 22".
+func (p *Probe) String() string {
+	switch {
+	case p == nil:
+		return "no probe"
+	case p.HTTPGet != nil:
+		s := "httpGet port " + p.HTTPGet.Port.String()
+		if p.HTTPGet.Path != "" {
+			s += " path " + p.HTTPGet.Path
+		}
+		return s
+	case p.TCPSocket != nil:
+		return "tcpSocket port " + p.TCPSocket.Port.String()
+	}
+	return "a probe with no check"
+}
