@@ -3,6 +3,7 @@ package cluster
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strings"
 
 	corev1 "k8s.io/api/core/v1"
@@ -32,20 +33,35 @@ func withProbes(vmi *v1alpha1.VirtualMachineInstance, pod *corev1.Pod, livenessF
 			if c != nil && c.Message != "" {
 				msg += ": " + c.Message
 			}
-			st.Conditions = v1alpha1.SetInstanceCondition(st.Conditions, v1alpha1.VirtualMachineInstanceCondition{
-				Type: v1alpha1.VirtualMachineInstanceReady, Status: corev1.ConditionFalse,
-				Reason: v1alpha1.ReasonReadinessProbeFailed, Message: msg,
-			}, now)
+			setReady(&st, vmi, v1alpha1.ReasonReadinessProbeFailed, msg, now)
 		}
 	}
 	if vmi.Spec.LivenessProbe != nil && livenessFailure != "" && st.Phase == v1alpha1.Failed && !vmi.Status.Phase.IsFinal() {
 		st.Reason = v1alpha1.ReasonLivenessProbeFailed
-		st.Conditions = v1alpha1.SetInstanceCondition(st.Conditions, v1alpha1.VirtualMachineInstanceCondition{
-			Type: v1alpha1.VirtualMachineInstanceReady, Status: corev1.ConditionFalse,
-			Reason: v1alpha1.ReasonLivenessProbeFailed, Message: livenessFailure,
-		}, now)
+		setReady(&st, vmi, v1alpha1.ReasonLivenessProbeFailed, livenessFailure, now)
 	}
 	return st
+}
+
+// setReady sets st's Ready condition False with reason and message. The handler derives its
+// Ready from its own record, which does not have this one, so the transition time is the stored
+// VMI's while that already says the same: a status that does not change is not written again.
+func setReady(st *v1alpha1.VirtualMachineInstanceStatus, vmi *v1alpha1.VirtualMachineInstance, reason, message string, now metav1.Time) {
+	c := v1alpha1.VirtualMachineInstanceCondition{
+		Type: v1alpha1.VirtualMachineInstanceReady, Status: corev1.ConditionFalse,
+		Reason: reason, Message: message, LastTransitionTime: now,
+	}
+	if old := v1alpha1.InstanceCondition(st.Conditions, c.Type); old != nil {
+		c.LastProbeTime, c.ObservedGeneration = old.LastProbeTime, old.ObservedGeneration
+		if old.Status == c.Status {
+			c.LastTransitionTime = old.LastTransitionTime
+		}
+	}
+	if stored := v1alpha1.InstanceCondition(vmi.Status.Conditions, c.Type); stored != nil && stored.Status == c.Status {
+		c.LastTransitionTime = stored.LastTransitionTime
+	}
+	st.Conditions = slices.DeleteFunc(st.Conditions, func(o v1alpha1.VirtualMachineInstanceCondition) bool { return o.Type == c.Type })
+	st.Conditions = append([]v1alpha1.VirtualMachineInstanceCondition{c}, st.Conditions...)
 }
 
 // livenessKill says, from the events of the VMI's launcher pod, whether the kubelet stopped

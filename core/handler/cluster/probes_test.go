@@ -144,3 +144,27 @@ func TestLivenessKill(t *testing.T) {
 		})
 	}
 }
+
+// TestWithProbesKeepsTheStoredTransition checks that a readiness probe that keeps failing
+// yields the same status on every sync, so that the handler does not write it again: the
+// handler's own record says Ready=True, the stored VMI already says why not.
+func TestWithProbesKeepsTheStoredTransition(t *testing.T) {
+	http80 := &v1alpha1.Probe{ProbeHandler: v1alpha1.ProbeHandler{HTTPGet: &corev1.HTTPGetAction{Port: intstr.FromInt(80)}}}
+	vmi := probeVMI(nil, http80, v1alpha1.Running)
+	pod := launcherPodReady(corev1.ConditionFalse, "containers with unready status: [compute]")
+	t0 := metav1.NewTime(time.Date(2026, 12, 2, 15, 0, 0, 0, time.UTC))
+	node := statusWithReady(v1alpha1.Running, corev1.ConditionTrue, "")
+	node.Conditions[0].LastTransitionTime = t0
+
+	first := withProbes(vmi, pod, "", node, metav1.NewTime(t0.Add(time.Minute)))
+	vmi.Status = first
+	second := withProbes(vmi, pod, "", node, metav1.NewTime(t0.Add(time.Hour)))
+	a := v1alpha1.InstanceCondition(first.Conditions, v1alpha1.VirtualMachineInstanceReady)
+	b := v1alpha1.InstanceCondition(second.Conditions, v1alpha1.VirtualMachineInstanceReady)
+	if !a.LastTransitionTime.Equal(&b.LastTransitionTime) || *a != *b {
+		t.Errorf("second sync changed Ready:\n first %+v\nsecond %+v", a, b)
+	}
+	if want := t0.Add(time.Minute); !a.LastTransitionTime.Time.Equal(want) {
+		t.Errorf("transition at %v, want %v (when it became False)", a.LastTransitionTime, want)
+	}
+}
