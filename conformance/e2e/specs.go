@@ -12,6 +12,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/yaml"
@@ -360,5 +361,79 @@ var _ = Describe("VirtualMachineInstance start", Label("Conformance"), func() {
 		Expect(names).To(ContainElement(layout.ComputeContainer))
 		c := f.OpenConsole(ctx, "nolog")
 		c.WaitFor(ctx, ReadyMarker, Cfg.BootTimeout)
+	})
+})
+
+var _ = Describe("VirtualMachineInstance probes", Label("Conformance", "Probes"), func() {
+	f := NewFramework()
+
+	It("is Ready only while its readinessProbe succeeds, and ends Failed naming its livenessProbe when that fails", func(ctx SpecContext) {
+		// 1234 is forwarded to the guest (masquerade lists its ports) but nothing listens there.
+		const closed = 1234
+		tcp := func(port int) v1alpha1.ProbeHandler {
+			return v1alpha1.ProbeHandler{TCPSocket: &corev1.TCPSocketAction{Port: intstr.FromInt(port)}}
+		}
+		for _, c := range []struct {
+			name string
+			edit func(*v1alpha1.VirtualMachineInstanceSpec)
+		}{{"ready", func(s *v1alpha1.VirtualMachineInstanceSpec) {
+			s.ReadinessProbe = &v1alpha1.Probe{
+				ProbeHandler:  v1alpha1.ProbeHandler{HTTPGet: &corev1.HTTPGetAction{Path: "/", Port: intstr.FromInt(80)}},
+				PeriodSeconds: 2, FailureThreshold: 2,
+			}
+		}}, {"unready", func(s *v1alpha1.VirtualMachineInstanceSpec) {
+			s.ReadinessProbe = &v1alpha1.Probe{ProbeHandler: tcp(closed), PeriodSeconds: 2, FailureThreshold: 2}
+		}}, {"unlive", func(s *v1alpha1.VirtualMachineInstanceSpec) {
+			// The delay lets the guest start first; the short grace period ends the stopped
+			// compute container soon after.
+			s.LivenessProbe = &v1alpha1.Probe{ProbeHandler: tcp(closed), InitialDelaySeconds: 10, PeriodSeconds: 2, FailureThreshold: 2}
+			s.TerminationGracePeriodSeconds = ptr.To[int64](2)
+		}}} {
+			spec := guest.Spec(guest.Options{Image: Cfg.GuestImage, UserData: c.name})
+			spec.Domain.Devices.Interfaces[0].Ports = append(spec.Domain.Devices.Interfaces[0].Ports, v1alpha1.Port{Port: closed})
+			c.edit(&spec)
+			b, err := yaml.Marshal(spec)
+			Expect(err).NotTo(HaveOccurred())
+			f.Apply(ctx, "apiVersion: kubevisor.io/v1alpha1\nkind: VirtualMachineInstance\nmetadata:\n  name: "+c.name+"\nspec:\n"+indent(string(b), 2))
+		}
+		ready := func(name string) *v1alpha1.VirtualMachineInstanceCondition {
+			vmi := f.VMI(ctx, name)
+			if vmi == nil {
+				return nil
+			}
+			return v1alpha1.InstanceCondition(vmi.Status.Conditions, v1alpha1.VirtualMachineInstanceReady)
+		}
+
+		By("an httpGet readinessProbe on the guest's web server: Ready")
+		f.WaitRunning(ctx, "ready")
+		Eventually(func(g Gomega) {
+			c := ready("ready")
+			g.Expect(c).NotTo(BeNil())
+			g.Expect(c.Status).To(Equal(corev1.ConditionTrue), "Ready: %+v", c)
+		}).WithContext(ctx).WithTimeout(Cfg.BootTimeout).WithPolling(time.Second).Should(Succeed())
+
+		By("a readinessProbe on a closed port: Running, and Ready=False naming the probe")
+		f.WaitRunning(ctx, "unready")
+		notReady := func(g Gomega) {
+			c := ready("unready")
+			g.Expect(c).NotTo(BeNil())
+			g.Expect(c.Status).To(Equal(corev1.ConditionFalse), "Ready: %+v", c)
+			g.Expect(c.Reason).To(Equal(v1alpha1.ReasonReadinessProbeFailed), "Ready: %+v", c)
+			g.Expect(c.Message).To(ContainSubstring(fmt.Sprintf("readiness probe (tcpSocket port %d)", closed)), "Ready: %+v", c)
+		}
+		Eventually(notReady).WithContext(ctx).WithTimeout(time.Minute).WithPolling(time.Second).Should(Succeed())
+		Consistently(notReady).WithContext(ctx).WithTimeout(10 * time.Second).WithPolling(2 * time.Second).Should(Succeed())
+		Expect(f.VMI(ctx, "unready").Status.Phase).To(Equal(v1alpha1.Running))
+
+		By("a livenessProbe on a closed port: Failed, naming the probe")
+		Eventually(func(g Gomega) {
+			vmi := f.VMI(ctx, "unlive")
+			g.Expect(vmi).NotTo(BeNil())
+			g.Expect(vmi.Status.Phase).To(Equal(v1alpha1.Failed), "status: %+v", vmi.Status)
+			g.Expect(vmi.Status.Reason).To(Equal(v1alpha1.ReasonLivenessProbeFailed), "status: %+v", vmi.Status)
+			c := v1alpha1.InstanceCondition(vmi.Status.Conditions, v1alpha1.VirtualMachineInstanceReady)
+			g.Expect(c).NotTo(BeNil())
+			g.Expect(c.Message).To(ContainSubstring(fmt.Sprintf("liveness probe (tcpSocket port %d) failed", closed)), "Ready: %+v", c)
+		}).WithContext(ctx).WithTimeout(3 * time.Minute).WithPolling(time.Second).Should(Succeed())
 	})
 })

@@ -339,8 +339,10 @@ func Build(vmi *v1alpha1.VirtualMachineInstance, class *v1alpha1.HypervisorClass
 					"--vmi", vmi.Namespace + "/" + vmi.Name,
 					"--grace-period", fmt.Sprintf("%ds", vmiGrace),
 				},
-				Resources:    resources,
-				VolumeMounts: mounts,
+				Resources:      resources,
+				VolumeMounts:   mounts,
+				LivenessProbe:  KubeletProbe(vmi.Spec.LivenessProbe),
+				ReadinessProbe: KubeletProbe(vmi.Spec.ReadinessProbe),
 				SecurityContext: &corev1.SecurityContext{
 					Privileged:               ptr.To(false),
 					AllowPrivilegeEscalation: ptr.To(false),
@@ -707,4 +709,29 @@ func buildContainerDisks(vmi *v1alpha1.VirtualMachineInstance, cfg Config, taken
 		}}},
 	}
 	return containers, volumes, nil
+}
+
+// KubeletProbe is the compute container's probe for a VMI's probe, nil for none. The kubelet
+// runs it against the pod's address, which the guest's pod-network interface answers on
+// (masquerade forwards the pod's ports to the guest, bridge gives the guest the pod's address),
+// so an httpGet or tcpSocket of the VMI's is the container's as it is; timings are copied, and
+// a zero one is the kubelet's default, as in KubeVirt.
+func KubeletProbe(p *v1alpha1.Probe) *corev1.Probe {
+	if p == nil {
+		return nil
+	}
+	out := &corev1.Probe{
+		InitialDelaySeconds: p.InitialDelaySeconds,
+		TimeoutSeconds:      p.TimeoutSeconds,
+		PeriodSeconds:       p.PeriodSeconds,
+		SuccessThreshold:    p.SuccessThreshold,
+		FailureThreshold:    p.FailureThreshold,
+	}
+	if h := p.HTTPGet; h != nil {
+		out.HTTPGet = h.DeepCopy()
+	}
+	if t := p.TCPSocket; t != nil {
+		out.TCPSocket = t.DeepCopy()
+	}
+	return out
 }

@@ -10,6 +10,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/utils/ptr"
 
@@ -710,6 +711,78 @@ func TestSerialConsoleLog(t *testing.T) {
 			}
 			if !slices.Equal(got, tc.want) {
 				t.Errorf("containers %v, want %v", got, tc.want)
+			}
+		})
+	}
+}
+
+// TestProbes checks that a VMI's probes become the compute container's, targeting the pod's
+// address (no host), and that the other containers get none.
+func TestProbes(t *testing.T) {
+	tests := []struct {
+		name                string
+		liveness, readiness *v1alpha1.Probe
+		wantLive, wantReady *corev1.Probe
+	}{
+		{name: "none"},
+		{
+			name: "httpGet readiness with its timings",
+			readiness: &v1alpha1.Probe{
+				ProbeHandler:        v1alpha1.ProbeHandler{HTTPGet: &corev1.HTTPGetAction{Path: "/healthz", Port: intstr.FromInt(80)}},
+				InitialDelaySeconds: 3, TimeoutSeconds: 2, PeriodSeconds: 2, SuccessThreshold: 2, FailureThreshold: 4,
+			},
+			wantReady: &corev1.Probe{
+				ProbeHandler:        corev1.ProbeHandler{HTTPGet: &corev1.HTTPGetAction{Path: "/healthz", Port: intstr.FromInt(80)}},
+				InitialDelaySeconds: 3, TimeoutSeconds: 2, PeriodSeconds: 2, SuccessThreshold: 2, FailureThreshold: 4,
+			},
+		},
+		{
+			name:     "tcpSocket liveness, defaults left to the kubelet",
+			liveness: &v1alpha1.Probe{ProbeHandler: v1alpha1.ProbeHandler{TCPSocket: &corev1.TCPSocketAction{Port: intstr.FromInt(22)}}},
+			wantLive: &corev1.Probe{ProbeHandler: corev1.ProbeHandler{TCPSocket: &corev1.TCPSocketAction{Port: intstr.FromInt(22)}}},
+		},
+		{
+			name:      "both",
+			liveness:  &v1alpha1.Probe{ProbeHandler: v1alpha1.ProbeHandler{TCPSocket: &corev1.TCPSocketAction{Port: intstr.FromInt(22)}}, PeriodSeconds: 2, FailureThreshold: 2},
+			readiness: &v1alpha1.Probe{ProbeHandler: v1alpha1.ProbeHandler{HTTPGet: &corev1.HTTPGetAction{Port: intstr.FromInt(80), Scheme: corev1.URISchemeHTTPS}}},
+			wantLive:  &corev1.Probe{ProbeHandler: corev1.ProbeHandler{TCPSocket: &corev1.TCPSocketAction{Port: intstr.FromInt(22)}}, PeriodSeconds: 2, FailureThreshold: 2},
+			wantReady: &corev1.Probe{ProbeHandler: corev1.ProbeHandler{HTTPGet: &corev1.HTTPGetAction{Port: intstr.FromInt(80), Scheme: corev1.URISchemeHTTPS}}},
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			vmi := testVMI(func(v *v1alpha1.VirtualMachineInstance) {
+				v.Spec.LivenessProbe, v.Spec.ReadinessProbe = tt.liveness, tt.readiness
+				v.Spec.Volumes = []v1alpha1.Volume{{Name: "root", VolumeSource: v1alpha1.VolumeSource{
+					ContainerDisk: &v1alpha1.ContainerDiskSource{Image: "example.org/disk:1"},
+				}}}
+			})
+			pod, err := Build(vmi, testClass(), testConfig)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, c := range pod.Spec.Containers {
+				live, ready := c.LivenessProbe, c.ReadinessProbe
+				wantLive, wantReady := tt.wantLive, tt.wantReady
+				if c.Name != layout.ComputeContainer {
+					wantLive, wantReady = nil, nil
+				}
+				if !equality.Semantic.DeepEqual(live, wantLive) {
+					t.Errorf("%s: livenessProbe = %+v, want %+v", c.Name, live, wantLive)
+				}
+				if !equality.Semantic.DeepEqual(ready, wantReady) {
+					t.Errorf("%s: readinessProbe = %+v, want %+v", c.Name, ready, wantReady)
+				}
+			}
+			if len(pod.Spec.Containers) < 2 {
+				t.Fatalf("want compute and a containerDisk container, got %d containers", len(pod.Spec.Containers))
+			}
+			// The VMI's probe is not shared with the pod's: changing one leaves the other.
+			if tt.readiness != nil {
+				tt.readiness.HTTPGet.Path = "/changed"
+				if pod.Spec.Containers[0].ReadinessProbe.HTTPGet.Path == "/changed" {
+					t.Error("the pod's probe aliases the VMI's")
+				}
 			}
 		})
 	}

@@ -16,6 +16,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -109,6 +110,39 @@ func TestController(t *testing.T) {
 		h.waitVMI(t, vmi, "Scheduling with the named class", func(v *v1alpha1.VirtualMachineInstance) bool {
 			return v.Status.Phase == v1alpha1.Scheduling && v.Status.HypervisorClassName == "later"
 		})
+	})
+
+	t.Run("probes reach the compute container through the API server, which defaults their timings", func(t *testing.T) {
+		ns := h.namespace(t, "probes")
+		vmi := h.createVMI(t, ns, "probed", h.plainClass(t), func(v *v1alpha1.VirtualMachineInstance) {
+			v.Spec.ReadinessProbe = &v1alpha1.Probe{
+				ProbeHandler:  v1alpha1.ProbeHandler{HTTPGet: &corev1.HTTPGetAction{Path: "/", Port: intstr.FromInt(80)}},
+				PeriodSeconds: 2,
+			}
+			v.Spec.LivenessProbe = &v1alpha1.Probe{
+				ProbeHandler:     v1alpha1.ProbeHandler{TCPSocket: &corev1.TCPSocketAction{Port: intstr.FromInt(22)}},
+				FailureThreshold: 2, InitialDelaySeconds: 10,
+			}
+		})
+		got := h.waitVMI(t, vmi, "Scheduling", func(v *v1alpha1.VirtualMachineInstance) bool { return v.Status.LauncherPodName != "" })
+		pod := h.launcherPod(t, got)
+		c := pod.Spec.Containers[0]
+		if c.Name != layout.ComputeContainer {
+			t.Fatalf("first container %q, want %s", c.Name, layout.ComputeContainer)
+		}
+		r, l := c.ReadinessProbe, c.LivenessProbe
+		if r == nil || r.HTTPGet == nil || r.HTTPGet.Port.IntValue() != 80 || r.HTTPGet.Path != "/" || r.HTTPGet.Host != "" ||
+			r.HTTPGet.Scheme != corev1.URISchemeHTTP || r.PeriodSeconds != 2 || r.FailureThreshold != 3 || r.TimeoutSeconds != 1 {
+			t.Errorf("compute readinessProbe = %+v", r)
+		}
+		if l == nil || l.TCPSocket == nil || l.TCPSocket.Port.IntValue() != 22 || l.FailureThreshold != 2 || l.InitialDelaySeconds != 10 || l.PeriodSeconds != 10 {
+			t.Errorf("compute livenessProbe = %+v", l)
+		}
+		for _, other := range pod.Spec.Containers[1:] {
+			if other.ReadinessProbe != nil || other.LivenessProbe != nil {
+				t.Errorf("container %s has the VMI's probes", other.Name)
+			}
+		}
 	})
 
 	t.Run("launcher pod: resources, device requests, scheduling, volumes, labels, owner", func(t *testing.T) {

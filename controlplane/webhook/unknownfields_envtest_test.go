@@ -165,3 +165,44 @@ func TestKubeVirtFieldsRefusedThroughAPIServer(t *testing.T) {
 		}
 	})
 }
+
+// TestProbesThroughAPIServer checks through a real API server that a VMI's httpGet and
+// tcpSocket probes are admitted and stored as written, that exec and guestAgentPing are refused
+// for want of a guest agent, and that a probe the kubelet could not get to the guest is refused
+// with its field path.
+func TestProbesThroughAPIServer(t *testing.T) {
+	c, _ := startAPI(t)
+	ctx := context.Background()
+	strict := client.FieldValidation(metav1.FieldValidationStrict)
+	base := strings.ReplaceAll(strings.ReplaceAll(vmiSpecYAML, "  bogus: true\n", ""), "slirp: {}", "masquerade: {}, ports: [{port: 80}]")
+
+	ok := object(t, vmiKind, "probed", base+"readinessProbe: {httpGet: {path: /, port: 80}, periodSeconds: 2}\nlivenessProbe: {tcpSocket: {port: 80}, failureThreshold: 2}\n", "spec")
+	if err := c.Create(ctx, ok, strict); err != nil {
+		t.Fatalf("httpGet and tcpSocket probes: %v", err)
+	}
+	var stored v1alpha1.VirtualMachineInstance
+	if err := c.Get(ctx, client.ObjectKey{Namespace: "vms", Name: "probed"}, &stored); err != nil {
+		t.Fatal(err)
+	}
+	if r := stored.Spec.ReadinessProbe; r == nil || r.HTTPGet == nil || r.HTTPGet.Port.IntValue() != 80 || r.PeriodSeconds != 2 {
+		t.Errorf("stored readinessProbe %+v", r)
+	}
+	if l := stored.Spec.LivenessProbe; l == nil || l.TCPSocket == nil || l.FailureThreshold != 2 {
+		t.Errorf("stored livenessProbe %+v", l)
+	}
+
+	const agent = "not supported by Kubevisor: needs a guest agent channel, which Kubevisor does not have yet"
+	for _, tc := range []struct{ name, probes, path, words string }{
+		{"exec", "livenessProbe: {exec: {command: [\"true\"]}}\n", "spec.livenessProbe.exec", agent},
+		{"ping", "readinessProbe: {guestAgentPing: {}}\n", "spec.readinessProbe.guestAgentPing", agent},
+		{"notforwarded", "readinessProbe: {tcpSocket: {port: 22}}\n", "spec.readinessProbe.tcpSocket.port", "does not forward TCP port 22"},
+		{"nohandler", "livenessProbe: {periodSeconds: 2}\n", "spec.livenessProbe", "exactly one of httpGet and tcpSocket is required"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			err := c.Create(ctx, object(t, vmiKind, tc.name, base+tc.probes, "spec"), strict)
+			if got := causes(t, err); !strings.Contains(got[tc.path], tc.words) {
+				t.Fatalf("causes %v, want %s: ...%s...", got, tc.path, tc.words)
+			}
+		})
+	}
+}

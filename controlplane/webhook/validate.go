@@ -56,6 +56,8 @@ const notSupported = "not supported"
 //   - memory given (memory.guest, resources.requests.memory or resources.limits.memory), and for
 //     cpu and memory requests ≤ limits, and memory.guest ≤ limits.memory;
 //   - inline cloud-init data within MaxCloudInitUserDataBytes / MaxCloudInitNetworkDataBytes;
+//   - livenessProbe and readinessProbe: one of httpGet and tcpSocket, on a numeric port the
+//     kubelet reaches the guest at through the pod network (probes);
 //   - fields the node runtime does not support rejected with "not supported".
 //
 // When those structural rules hold, the spec is also run through core/domain/assemble with stand-in
@@ -76,6 +78,7 @@ func Validate(spec *v1alpha1.VirtualMachineInstanceSpec, path *field.Path) field
 	v.networks()
 	v.interfaces()
 	v.scheduling()
+	v.probes()
 	if len(v.errs) == 0 {
 		v.build()
 	}

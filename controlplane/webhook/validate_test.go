@@ -8,6 +8,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/apimachinery/pkg/util/validation/field"
 	"k8s.io/utils/ptr"
 
@@ -402,4 +403,100 @@ func assertErrs(t *testing.T, errs field.ErrorList, wantField, detail string) {
 		}
 	}
 	t.Fatalf("want an error at %s saying %q, got %v", wantField, detail, errs.ToAggregate())
+}
+
+// TestValidateProbes has one row per rule of livenessProbe and readinessProbe: the change to a
+// valid spec (masquerade on the pod network, every port forwarded) and the field path and words
+// of the rejection (empty field: accepted).
+func TestValidateProbes(t *testing.T) {
+	httpGet := func(port intstr.IntOrString) *v1alpha1.Probe {
+		return &v1alpha1.Probe{ProbeHandler: v1alpha1.ProbeHandler{HTTPGet: &corev1.HTTPGetAction{Path: "/", Port: port}}, PeriodSeconds: 2}
+	}
+	tcp := func(port int) *v1alpha1.Probe {
+		return &v1alpha1.Probe{ProbeHandler: v1alpha1.ProbeHandler{TCPSocket: &corev1.TCPSocketAction{Port: intstr.FromInt(port)}}}
+	}
+	tests := []struct {
+		name   string
+		change func(s *v1alpha1.VirtualMachineInstanceSpec)
+		field  string
+		detail string
+	}{
+		{name: "httpGet readiness and tcp liveness on masquerade", change: func(s *v1alpha1.VirtualMachineInstanceSpec) {
+			s.ReadinessProbe, s.LivenessProbe = httpGet(intstr.FromInt(80)), tcp(22)
+		}},
+		{name: "https with headers", change: func(s *v1alpha1.VirtualMachineInstanceSpec) {
+			s.ReadinessProbe = httpGet(intstr.FromInt(443))
+			s.ReadinessProbe.HTTPGet.Scheme = corev1.URISchemeHTTPS
+			s.ReadinessProbe.HTTPGet.HTTPHeaders = []corev1.HTTPHeader{{Name: "X-Probe", Value: "1"}}
+		}},
+		{name: "no handler", field: "spec.readinessProbe", detail: "exactly one of httpGet and tcpSocket is required",
+			change: func(s *v1alpha1.VirtualMachineInstanceSpec) { s.ReadinessProbe = &v1alpha1.Probe{PeriodSeconds: 2} }},
+		{name: "two handlers", field: "spec.livenessProbe", detail: "exactly one of httpGet and tcpSocket may be set",
+			change: func(s *v1alpha1.VirtualMachineInstanceSpec) {
+				s.LivenessProbe = tcp(22)
+				s.LivenessProbe.HTTPGet = &corev1.HTTPGetAction{Port: intstr.FromInt(80)}
+			}},
+		{name: "named port", field: "spec.readinessProbe.httpGet.port", detail: "a named port is not supported",
+			change: func(s *v1alpha1.VirtualMachineInstanceSpec) { s.ReadinessProbe = httpGet(intstr.FromString("http")) }},
+		{name: "port out of range", field: "spec.livenessProbe.tcpSocket.port", detail: "between 1 and 65535",
+			change: func(s *v1alpha1.VirtualMachineInstanceSpec) { s.LivenessProbe = tcp(0) }},
+		{name: "a host of its own", field: "spec.livenessProbe.tcpSocket.host", detail: "the launcher pod's address",
+			change: func(s *v1alpha1.VirtualMachineInstanceSpec) {
+				s.LivenessProbe = tcp(22)
+				s.LivenessProbe.TCPSocket.Host = "192.0.2.1"
+			}},
+		{name: "unknown scheme", field: "spec.readinessProbe.httpGet.scheme", detail: "Unsupported value",
+			change: func(s *v1alpha1.VirtualMachineInstanceSpec) {
+				s.ReadinessProbe = httpGet(intstr.FromInt(80))
+				s.ReadinessProbe.HTTPGet.Scheme = "FTP"
+			}},
+		{name: "liveness success threshold above 1", field: "spec.livenessProbe.successThreshold", detail: "must be 1 for a liveness probe",
+			change: func(s *v1alpha1.VirtualMachineInstanceSpec) {
+				s.LivenessProbe = tcp(22)
+				s.LivenessProbe.SuccessThreshold = 2
+			}},
+		{name: "readiness success threshold above 1", change: func(s *v1alpha1.VirtualMachineInstanceSpec) {
+			s.ReadinessProbe = tcp(22)
+			s.ReadinessProbe.SuccessThreshold = 2
+		}},
+		{name: "masquerade forwarding the probed port", change: func(s *v1alpha1.VirtualMachineInstanceSpec) {
+			s.Domain.Devices.Interfaces[0].Ports = []v1alpha1.Port{{Port: 22}, {Port: 80, Protocol: "TCP"}}
+			s.ReadinessProbe = httpGet(intstr.FromInt(80))
+		}},
+		{name: "masquerade not forwarding the probed port", field: "spec.readinessProbe.httpGet.port",
+			detail: "spec.domain.devices.interfaces[0].ports does not forward TCP port 80",
+			change: func(s *v1alpha1.VirtualMachineInstanceSpec) {
+				s.Domain.Devices.Interfaces[0].Ports = []v1alpha1.Port{{Port: 22}, {Port: 80, Protocol: "UDP"}}
+				s.ReadinessProbe = httpGet(intstr.FromInt(80))
+			}},
+		{name: "bridge on the pod network", change: func(s *v1alpha1.VirtualMachineInstanceSpec) {
+			s.Domain.Devices.Interfaces[0].InterfaceBindingMethod = v1alpha1.InterfaceBindingMethod{Bridge: &v1alpha1.InterfaceBridge{}}
+			s.LivenessProbe = tcp(22)
+		}},
+		{name: "no pod network", field: "spec.livenessProbe.tcpSocket.port", detail: "needs an interface on the pod network",
+			change: func(s *v1alpha1.VirtualMachineInstanceSpec) {
+				s.Networks = []v1alpha1.Network{{Name: "default", NetworkSource: v1alpha1.NetworkSource{Multus: &v1alpha1.MultusNetwork{NetworkName: "lan"}}}}
+				s.Domain.Devices.Interfaces[0].InterfaceBindingMethod = v1alpha1.InterfaceBindingMethod{Bridge: &v1alpha1.InterfaceBridge{}}
+				s.LivenessProbe = tcp(22)
+			}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			s := validSpec()
+			tt.change(s)
+			errs := Validate(s, field.NewPath("spec"))
+			if tt.field == "" {
+				if len(errs) != 0 {
+					t.Fatalf("want accepted, got %v", errs)
+				}
+				return
+			}
+			for _, e := range errs {
+				if e.Field == tt.field && strings.Contains(e.Error(), tt.detail) {
+					return
+				}
+			}
+			t.Fatalf("want an error at %s containing %q, got %v", tt.field, tt.detail, errs)
+		})
+	}
 }

@@ -67,12 +67,22 @@ domain:
 		spec: `
 domain:
   devices: {}
-livenessProbe: {tcpSocket: {port: 22}, initialDelaySeconds: 5}
+dnsConfig: {nameservers: [192.0.2.53], searches: [example.org]}
 volumes: [{name: data, dataVolume: {name: dv}}]
 `,
 		want: []string{
-			"spec.livenessProbe: Forbidden: not supported by Kubevisor yet: planned in issue 15",
+			"spec.dnsConfig: Forbidden: not supported by Kubevisor yet: planned in issue 15",
 			"spec.volumes[0].dataVolume: Forbidden: not supported by Kubevisor: needs a data importer (CDI), which Kubevisor does not have; use persistentVolumeClaim, or containerDisk",
+		},
+	}, {
+		name: "probes through the guest agent",
+		spec: `
+livenessProbe: {exec: {command: ["true"]}, periodSeconds: 2}
+readinessProbe: {guestAgentPing: {}, tcpSocket: {port: 22}}
+`,
+		want: []string{
+			"spec.livenessProbe.exec: Forbidden: not supported by Kubevisor: needs a guest agent channel, which Kubevisor does not have yet; use httpGet or tcpSocket, which the kubelet runs against the guest through the pod's address",
+			"spec.readinessProbe.guestAgentPing: Forbidden: not supported by Kubevisor: needs a guest agent channel, which Kubevisor does not have yet; use tcpSocket on a port the guest serves",
 		},
 	}, {
 		name: "a field with an entry of its own inside a covered one is answered with its own",
@@ -127,29 +137,31 @@ domain:
 
 // TestCheckSpecInsideAnUncoveredObject checks the case of a KubeVirt object Kubevisor does not
 // have that no entry covers as a whole, only its fields do (as when Kubevisor gains some of
-// livenessProbe): each field is answered with its own entry.
+// domain.launchSecurity): each field is answered with its own entry.
 func TestCheckSpecInsideAnUncoveredObject(t *testing.T) {
 	saved := entries
 	defer func() { entries = saved }()
 	entries = nil
 	for _, e := range saved {
-		if e.Path != "livenessProbe" {
+		if e.Path != "domain.launchSecurity" {
 			entries = append(entries, e)
 		}
 	}
 	entries = append(entries,
-		Entry{Path: "livenessProbe.tcpSocket", Issue: 15},
-		Entry{Path: "livenessProbe.httpGet", Reason: "no web servers here"})
+		Entry{Path: "domain.launchSecurity.sev", Issue: 15},
+		Entry{Path: "domain.launchSecurity.snp", Reason: "no SNP here"},
+		Entry{Path: "domain.launchSecurity.tdx", Reason: "no TDX here"})
 	spec := specOf(t, `
-livenessProbe: {tcpSocket: {port: 22}, httpGet: {port: 80}, colour: red}
-readinessProbe: {}
+domain:
+  launchSecurity: {sev: {policy: {encryptedState: true}}, snp: {}, colour: red}
+dnsConfig: {}
 `)
 	got := errorStrings(CheckSpec(spec, field.NewPath("spec")))
 	want := []string{
-		"spec.livenessProbe.colour: Forbidden: " + UnknownField,
-		"spec.livenessProbe.httpGet: Forbidden: not supported by Kubevisor: no web servers here",
-		"spec.livenessProbe.tcpSocket: Forbidden: not supported by Kubevisor yet: planned in issue 15",
-		"spec.readinessProbe: Forbidden: not supported by Kubevisor yet: planned in issue 15",
+		"spec.dnsConfig: Forbidden: not supported by Kubevisor yet: planned in issue 15",
+		"spec.domain.launchSecurity.colour: Forbidden: " + UnknownField,
+		"spec.domain.launchSecurity.sev: Forbidden: not supported by Kubevisor yet: planned in issue 15",
+		"spec.domain.launchSecurity.snp: Forbidden: not supported by Kubevisor: no SNP here",
 	}
 	if len(got) != len(want) {
 		t.Fatalf("errors\n got %q\nwant %q", got, want)
@@ -160,9 +172,9 @@ readinessProbe: {}
 		}
 	}
 	// An empty object of such a kind names the table: its fields' reasons differ.
-	got = errorStrings(CheckSpec(specOf(t, "livenessProbe: {}"), field.NewPath("spec")))
-	if len(got) != 1 || got[0] != "spec.livenessProbe: Forbidden: "+docHint {
-		t.Errorf("empty livenessProbe: %q", got)
+	got = errorStrings(CheckSpec(specOf(t, "domain: {launchSecurity: {}}"), field.NewPath("spec")))
+	if len(got) != 1 || got[0] != "spec.domain.launchSecurity: Forbidden: "+docHint {
+		t.Errorf("empty launchSecurity: %q", got)
 	}
 }
 

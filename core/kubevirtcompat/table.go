@@ -40,8 +40,10 @@ var entries = []Entry{
 	{Path: "accessCredentials[].userPassword", Reason: guestAgentReason, Alternative: "a password in cloudInitNoCloud userData"},
 	{Path: "dnsConfig", Issue: 15},
 	{Path: "dnsPolicy", Issue: 15},
-	{Path: "livenessProbe", Issue: 15},
-	{Path: "readinessProbe", Issue: 15},
+	{Path: "livenessProbe.exec", Reason: guestAgentReason, Alternative: "httpGet or tcpSocket, which the kubelet runs against the guest through the pod's address"},
+	{Path: "livenessProbe.guestAgentPing", Reason: guestAgentReason, Alternative: "tcpSocket on a port the guest serves"},
+	{Path: "readinessProbe.exec", Reason: guestAgentReason, Alternative: "httpGet or tcpSocket, which the kubelet runs against the guest through the pod's address"},
+	{Path: "readinessProbe.guestAgentPing", Reason: guestAgentReason, Alternative: "tcpSocket on a port the guest serves"},
 	{Path: "resourceClaims", Reason: "dynamic resource allocation (DRA) claims are not passed to the launcher pod", Alternative: "devices.kubevisor.io resources through hostDevices and gpus (issue 16)"},
 	{Path: "topologySpreadConstraints", Reason: "not passed on to the launcher pod", Alternative: "affinity (podAntiAffinity)"},
 

@@ -52,7 +52,11 @@ func TestSupportedIsReadFromTheTypes(t *testing.T) {
 		"volumes[].dataVolume.name":                                 NotSupported,
 		"domain.features.hyperv.relaxed.enabled":                    Supported,
 		"domain.features.hypervPassthrough.enabled":                 NotSupported,
-		"livenessProbe.tcpSocket.port":                              Planned,
+		"livenessProbe.tcpSocket":                                   Supported,
+		"readinessProbe.httpGet":                                    Supported,
+		"livenessProbe.exec":                                        NotSupported,
+		"readinessProbe.guestAgentPing":                             NotSupported,
+		"dnsConfig":                                                 Planned,
 		"accessCredentials[].userPassword.source.secret.secretName": NotSupported,
 		"accessCredentials[].sshPublicKey.source.secret.secretName": Planned,
 	} {

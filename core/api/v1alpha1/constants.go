@@ -103,6 +103,12 @@ const (
 	// pod runs, that the pod is not running yet. A container of the pod that waits on an error
 	// gives Ready=False the kubelet's reason instead (ErrImagePull, ImagePullBackOff, ...).
 	ReasonGuestNotRunning = "GuestNotRunning"
+	// ReasonReadinessProbeFailed says the guest runs but the VMI's readiness probe has not
+	// succeeded (Ready=False): the launcher pod is not Ready.
+	ReasonReadinessProbeFailed = "ReadinessProbeFailed"
+	// ReasonLivenessProbeFailed is the reason of a Failed VMI whose liveness probe failed: the
+	// kubelet stopped the launcher pod's compute container, which held the guest.
+	ReasonLivenessProbeFailed = "LivenessProbeFailed"
 	// ReasonHypervisorClassNotFound says the named HypervisorClass does not exist, or none is default.
 	ReasonHypervisorClassNotFound = "HypervisorClassNotFound"
 	// ReasonMultipleDefaultHypervisorClasses says more than one HypervisorClass is marked default.

@@ -122,6 +122,14 @@ type VirtualMachineInstanceSpec struct {
 	// +kubebuilder:validation:MaxItems=256
 	// +optional
 	Volumes []Volume `json:"volumes,omitempty"`
+	// LivenessProbe is a periodic check of the guest: when it fails, the kubelet stops the
+	// launcher's compute container and the VMI ends Failed.
+	// +optional
+	LivenessProbe *Probe `json:"livenessProbe,omitempty"`
+	// ReadinessProbe is a periodic check of the guest: the VMI is Ready, and its launcher pod
+	// an endpoint of the Services that select it, only while it succeeds.
+	// +optional
+	ReadinessProbe *Probe `json:"readinessProbe,omitempty"`
 	// Hostname of the guest. Defaults to the name of the VMI.
 	// +optional
 	Hostname string `json:"hostname,omitempty"`

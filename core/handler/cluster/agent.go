@@ -100,6 +100,8 @@ func CacheOptions(node string) cache.Options {
 type Agent struct {
 	cfg    AgentConfig
 	client client.Client
+	// reader reads from the API server what the agent does not cache (a pod's events).
+	reader client.Reader
 	events recorder.EventRecorder
 	disks  containerDisks
 	h      *handler.Handler
@@ -132,7 +134,7 @@ func NewAgent(ctx context.Context, mgr ctrl.Manager, cfg AgentConfig, hcfg handl
 		hcfg.NodeName = cfg.NodeName
 	}
 	a := &Agent{
-		cfg: cfg, client: mgr.GetClient(), log: cfg.Log, events: mgr.GetEventRecorder(EventSource),
+		cfg: cfg, client: mgr.GetClient(), reader: mgr.GetAPIReader(), log: cfg.Log, events: mgr.GetEventRecorder(EventSource),
 		disks:     containerDisks{root: cfg.HostStateDir, timeout: cfg.DialTimeout, log: cfg.Log, warnOnce: new(sync.Once)},
 		changed:   make(chan event.GenericEvent, 1024),
 		names:     map[types.UID]types.NamespacedName{},
@@ -215,6 +217,7 @@ func (m runnable) Start(ctx context.Context) error { return m(ctx) }
 // +kubebuilder:rbac:groups=kubevisor.io,resources=virtualmachineinstances,verbs=get;list;watch
 // +kubebuilder:rbac:groups=kubevisor.io,resources=virtualmachineinstances/status,verbs=patch
 // +kubebuilder:rbac:groups="",resources=pods,verbs=get;list;watch
+// +kubebuilder:rbac:groups="",resources=events,verbs=list
 // +kubebuilder:rbac:groups="",resources=nodes,verbs=get;list;watch;patch
 // +kubebuilder:rbac:groups=events.k8s.io,resources=events,verbs=create;patch
 
@@ -261,7 +264,7 @@ func (a *Agent) Reconcile(ctx context.Context, req reconcile.Request) (reconcile
 		a.consoles.stop(vmi.UID)
 		// Stop closes the VMI's sandbox last, which releases its containerDisk mounts.
 		st, err := a.h.Stop(ctx, &vmi, grace(&vmi))
-		if werr := a.writeStatus(ctx, req.NamespacedName, st); werr != nil {
+		if werr := a.writeStatus(ctx, req.NamespacedName, a.probed(ctx, &vmi, pod, st)); werr != nil {
 			err = errors.Join(err, werr)
 		}
 		return reconcile.Result{}, err
@@ -273,6 +276,7 @@ func (a *Agent) Reconcile(ctx context.Context, req reconcile.Request) (reconcile
 		return reconcile.Result{}, nil
 	}
 	st, err := a.h.Sync(ctx, &vmi)
+	st = a.probed(ctx, &vmi, pod, st)
 	if werr := a.writeStatus(ctx, req.NamespacedName, st); werr != nil {
 		return reconcile.Result{}, errors.Join(err, werr)
 	}
