@@ -79,12 +79,12 @@ volumes: [{name: data, dataVolume: {name: dv}}]
 		spec: `
 accessCredentials:
 - userPassword: {source: {secret: {secretName: s}}}
+- sshPublicKey: {source: {secret: {secretName: k}}, propagationMethod: {qemuGuestAgent: {users: [root]}}}
 - sshPublicKey: {source: {secret: {secretName: k}}, propagationMethod: {noCloud: {}}}
 `,
 		want: []string{
 			"spec.accessCredentials[0].userPassword: Forbidden: not supported by Kubevisor: needs a guest agent channel, which Kubevisor does not have yet; use a password in cloudInitNoCloud userData",
-			"spec.accessCredentials[1].sshPublicKey.propagationMethod.noCloud: Forbidden: " + planned15SSH,
-			"spec.accessCredentials[1].sshPublicKey.source: Forbidden: " + planned15SSH,
+			"spec.accessCredentials[1].sshPublicKey.propagationMethod.qemuGuestAgent: Forbidden: not supported by Kubevisor: needs a guest agent channel, which Kubevisor does not have yet; use propagationMethod noCloud or configDrive (the keys go into the cloud-init user data)",
 		},
 	}, {
 		name: "unknown inside a Kubernetes type and inside an empty Kubevisor object",

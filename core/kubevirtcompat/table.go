@@ -35,12 +35,9 @@ const (
 // an entry no field uses, and on a KubeVirt field that is neither supported nor covered).
 var entries = []Entry{
 	// VMI spec.
-	{Path: "accessCredentials", Issue: 15, Reason: "SSH keys are to be written into the cloud-init data", Alternative: "ssh_authorized_keys in cloudInitNoCloud userData"},
-	{Path: "accessCredentials[].sshPublicKey.propagationMethod.qemuGuestAgent", Reason: guestAgentReason, Alternative: "propagationMethod noCloud or configDrive, once accessCredentials lands (issue 15)"},
+	{Path: "accessCredentials[].sshPublicKey.propagationMethod.qemuGuestAgent", Reason: guestAgentReason, Alternative: "propagationMethod noCloud or configDrive (the keys go into the cloud-init user data)"},
 	{Path: "accessCredentials[].userPassword", Reason: guestAgentReason, Alternative: "a password in cloudInitNoCloud userData"},
 	{Path: "architecture", Issue: 15},
-	{Path: "dnsConfig", Issue: 15},
-	{Path: "dnsPolicy", Issue: 15},
 	{Path: "livenessProbe", Issue: 15},
 	{Path: "readinessProbe", Issue: 15},
 	{Path: "startStrategy", Issue: 15, Alternative: "runStrategy Halted on the VirtualMachine, then vmctl start"},

@@ -45,16 +45,19 @@ func TestEntriesAreCurrent(t *testing.T) {
 
 func TestSupportedIsReadFromTheTypes(t *testing.T) {
 	for path, want := range map[string]Class{
-		"domain.devices.rng":                                        Supported,
-		"domain.devices.interfaces[].masquerade":                    Supported,
-		"volumes[].containerDisk.image":                             Supported,
-		"domain.devices.interfaces[].slirp":                         NotSupported,
-		"volumes[].dataVolume.name":                                 NotSupported,
-		"domain.features.hyperv.relaxed.enabled":                    Supported,
-		"domain.features.hypervPassthrough.enabled":                 NotSupported,
-		"livenessProbe.tcpSocket.port":                              Planned,
-		"accessCredentials[].userPassword.source.secret.secretName": NotSupported,
-		"accessCredentials[].sshPublicKey.source.secret.secretName": Planned,
+		"domain.devices.rng":                                                      Supported,
+		"domain.devices.interfaces[].masquerade":                                  Supported,
+		"volumes[].containerDisk.image":                                           Supported,
+		"domain.devices.interfaces[].slirp":                                       NotSupported,
+		"volumes[].dataVolume.name":                                               NotSupported,
+		"domain.features.hyperv.relaxed.enabled":                                  Supported,
+		"domain.features.hypervPassthrough.enabled":                               NotSupported,
+		"livenessProbe.tcpSocket.port":                                            Planned,
+		"accessCredentials[].userPassword.source.secret.secretName":               NotSupported,
+		"accessCredentials[].sshPublicKey.source.secret.secretName":               Supported,
+		"accessCredentials[].sshPublicKey.propagationMethod.qemuGuestAgent.users": NotSupported,
+		"dnsConfig": Supported,
+		"dnsPolicy": Supported,
 	} {
 		if got := Classify([]string{path})[0].Class; got != want {
 			t.Errorf("%s: %s, want %s", path, got, want)
