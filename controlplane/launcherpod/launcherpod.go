@@ -320,11 +320,15 @@ func Build(vmi *v1alpha1.VirtualMachineInstance, class *v1alpha1.HypervisorClass
 			EnableServiceLinks:           ptr.To(false),
 			Hostname:                     hostname(vmi),
 			Subdomain:                    vmi.Spec.Subdomain,
-			NodeSelector:                 nodeSelector,
-			PriorityClassName:            vmi.Spec.PriorityClassName,
-			SchedulerName:                vmi.Spec.SchedulerName,
-			Affinity:                     buildAffinity(vmi, class),
-			Tolerations:                  mergeTolerations(vmi, class),
+			// The guest resolves names through the pod's resolv.conf (the network driver's DNS
+			// forwarding), so the VMI's DNS settings are the pod's, as in KubeVirt.
+			DNSPolicy:         vmi.Spec.DNSPolicy,
+			DNSConfig:         vmi.Spec.DNSConfig.DeepCopy(),
+			NodeSelector:      nodeSelector,
+			PriorityClassName: vmi.Spec.PriorityClassName,
+			SchedulerName:     vmi.Spec.SchedulerName,
+			Affinity:          buildAffinity(vmi, class),
+			Tolerations:       mergeTolerations(vmi, class),
 			SecurityContext: &corev1.PodSecurityContext{
 				SeccompProfile: &corev1.SeccompProfile{Type: corev1.SeccompProfileTypeRuntimeDefault},
 			},

@@ -524,6 +524,45 @@ func TestBuild(t *testing.T) {
 			},
 		},
 		{
+			name: "hostname of the VMI",
+			vmi: testVMI(func(v *v1alpha1.VirtualMachineInstance) {
+				v.Spec.Hostname = "db-0"
+			}),
+			check: func(t *testing.T, pod *corev1.Pod) {
+				if pod.Spec.Hostname != "db-0" {
+					t.Errorf("hostname %q, want db-0", pod.Spec.Hostname)
+				}
+			},
+		},
+		{
+			name: "dns policy and config",
+			vmi: testVMI(func(v *v1alpha1.VirtualMachineInstance) {
+				v.Spec.DNSPolicy = corev1.DNSNone
+				v.Spec.DNSConfig = &corev1.PodDNSConfig{
+					Nameservers: []string{"10.96.0.10"}, Searches: []string{"example.org"},
+					Options: []corev1.PodDNSConfigOption{{Name: "ndots", Value: ptr.To("2")}},
+				}
+			}),
+			check: func(t *testing.T, pod *corev1.Pod) {
+				want := &corev1.PodDNSConfig{
+					Nameservers: []string{"10.96.0.10"}, Searches: []string{"example.org"},
+					Options: []corev1.PodDNSConfigOption{{Name: "ndots", Value: ptr.To("2")}},
+				}
+				if pod.Spec.DNSPolicy != corev1.DNSNone || !equality.Semantic.DeepEqual(pod.Spec.DNSConfig, want) {
+					t.Errorf("dnsPolicy %q dnsConfig %+v, want None %+v", pod.Spec.DNSPolicy, pod.Spec.DNSConfig, want)
+				}
+			},
+		},
+		{
+			name: "no dns settings: the pod's defaults",
+			vmi:  testVMI(),
+			check: func(t *testing.T, pod *corev1.Pod) {
+				if pod.Spec.DNSPolicy != "" || pod.Spec.DNSConfig != nil {
+					t.Errorf("dnsPolicy %q dnsConfig %+v, want neither", pod.Spec.DNSPolicy, pod.Spec.DNSConfig)
+				}
+			},
+		},
+		{
 			name: "priority class and scheduler",
 			vmi: testVMI(func(v *v1alpha1.VirtualMachineInstance) {
 				v.Spec.PriorityClassName, v.Spec.SchedulerName = "vm-critical", "my-scheduler"
