@@ -92,11 +92,15 @@ func AddAuthorizedKeys(userData []byte, keys []string) ([]byte, error) {
 			list.Content = append(list.Content, &yaml.Node{Kind: yaml.ScalarNode, Tag: "!!str", Value: k})
 		}
 	}
-	// The header is a comment, which the YAML library keeps as the document's head comment
-	// (or its first key's); it must stay the first line.
-	if !strings.HasPrefix(doc.HeadComment, CloudConfigHeader) && len(root.Content) > 0 &&
-		strings.HasPrefix(root.Content[0].HeadComment, CloudConfigHeader) {
-		doc.HeadComment, root.Content[0].HeadComment = root.Content[0].HeadComment, ""
+	// The header is a comment, which the YAML library keeps as the document's head comment or
+	// its first key's; it must stay the first line, and is written as the first key's, which
+	// the library puts right above the key (a document's comes with a blank line after it).
+	if doc.HeadComment != "" && len(root.Content) > 0 {
+		c := doc.HeadComment
+		if root.Content[0].HeadComment != "" {
+			c += "\n\n" + root.Content[0].HeadComment
+		}
+		doc.HeadComment, root.Content[0].HeadComment = "", c
 	}
 	var out bytes.Buffer
 	enc := yaml.NewEncoder(&out)
