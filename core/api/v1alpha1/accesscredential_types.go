@@ -16,6 +16,12 @@ limitations under the License.
 
 package v1alpha1
 
+import (
+	"slices"
+
+	corev1 "k8s.io/api/core/v1"
+)
+
 // AccessCredential is a credential that lets someone into the guest. Only sshPublicKey exists:
 // KubeVirt's userPassword needs a guest agent, which Kubevisor does not have.
 type AccessCredential struct {
@@ -65,3 +71,32 @@ type ConfigDriveSSHPublicKeyAccessCredentialPropagation struct{}
 
 // NoCloudSSHPublicKeyAccessCredentialPropagation selects the cloudInitNoCloud volume.
 type NoCloudSSHPublicKeyAccessCredentialPropagation struct{}
+
+// SecretNames are the Secrets of the VMI's namespace that the spec names, sorted and without
+// duplicates: cloud-init user and network data (secretRef, networkDataSecretRef) and access
+// credentials. The launcher pod mounts each; the node handler reads them there.
+func (s *VirtualMachineInstanceSpec) SecretNames() []string {
+	var names []string
+	ref := func(r *corev1.LocalObjectReference) {
+		if r != nil && r.Name != "" {
+			names = append(names, r.Name)
+		}
+	}
+	for _, v := range s.Volumes {
+		if ci := v.CloudInitNoCloud; ci != nil {
+			ref(ci.UserDataSecretRef)
+			ref(ci.NetworkDataSecretRef)
+		}
+		if ci := v.CloudInitConfigDrive; ci != nil {
+			ref(ci.UserDataSecretRef)
+			ref(ci.NetworkDataSecretRef)
+		}
+	}
+	for _, ac := range s.AccessCredentials {
+		if ssh := ac.SSHPublicKey; ssh != nil && ssh.Source.Secret != nil && ssh.Source.Secret.SecretName != "" {
+			names = append(names, ssh.Source.Secret.SecretName)
+		}
+	}
+	slices.Sort(names)
+	return slices.Compact(names)
+}
