@@ -265,7 +265,9 @@ func cloudInit(ctx context.Context, vmi *v1alpha1.VirtualMachineInstance, r Reso
 	if ci.Hostname == "" {
 		ci.Hostname = vmi.Name
 	}
-	resolve := func(what, inline, b64, secret string, keys ...string) []byte {
+	// secretField is the JSON name of the reference: secretRef for user data (KubeVirt's name),
+	// networkDataSecretRef for network data.
+	resolve := func(what, secretField, inline, b64, secret string, keys ...string) []byte {
 		set := 0
 		for _, s := range []string{inline, b64, secret} {
 			if s != "" {
@@ -288,7 +290,7 @@ func cloudInit(ctx context.Context, vmi *v1alpha1.VirtualMachineInstance, r Reso
 		case secret != "":
 			data, err := r.Secret(ctx, vmi, secret)
 			if err != nil {
-				errs.add(field+"."+what+"SecretRef", "%v", err)
+				errs.add(field+"."+secretField, "%v", err)
 				return nil
 			}
 			for _, k := range keys {
@@ -296,12 +298,12 @@ func cloudInit(ctx context.Context, vmi *v1alpha1.VirtualMachineInstance, r Reso
 					return v
 				}
 			}
-			errs.add(field+"."+what+"SecretRef", "secret %q has none of the keys %v", secret, keys)
+			errs.add(field+"."+secretField, "secret %q has none of the keys %v", secret, keys)
 		}
 		return nil
 	}
-	ci.UserData = resolve("userData", userData, userDataB64, userSecret, "userdata", "userData")
-	ci.NetworkData = resolve("networkData", netData, netDataB64, netSecret, "networkdata", "networkData")
+	ci.UserData = resolve("userData", "secretRef", userData, userDataB64, userSecret, "userdata", "userData")
+	ci.NetworkData = resolve("networkData", "networkDataSecretRef", netData, netDataB64, netSecret, "networkdata", "networkData")
 	return ci
 }
 
