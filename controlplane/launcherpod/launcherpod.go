@@ -328,7 +328,7 @@ func Build(vmi *v1alpha1.VirtualMachineInstance, class *v1alpha1.HypervisorClass
 			// The launcher talks to nobody but the handler, through its socket.
 			AutomountServiceAccountToken: ptr.To(false),
 			EnableServiceLinks:           ptr.To(false),
-			Hostname:                     hostname(vmi),
+			Hostname:                     vmi.GuestHostname(),
 			Subdomain:                    vmi.Spec.Subdomain,
 			// The guest resolves names through the pod's resolv.conf (the network driver's DNS
 			// forwarding), so the VMI's DNS settings are the pod's, as in KubeVirt.
@@ -572,19 +572,6 @@ func mergeTolerations(vmi *v1alpha1.VirtualMachineInstance, class *v1alpha1.Hype
 		}
 	}
 	return out
-}
-
-// hostname is the pod's hostname: the VMI's, else its name made a DNS label (KubeVirt's rule).
-func hostname(vmi *v1alpha1.VirtualMachineInstance) string {
-	h := vmi.Spec.Hostname
-	if h == "" {
-		h = vmi.Name
-	}
-	h = strings.ReplaceAll(h, ".", "-")
-	if len(h) > validation.DNS1123LabelMaxLength {
-		h = h[:validation.DNS1123LabelMaxLength]
-	}
-	return strings.TrimRight(h, "-")
 }
 
 // buildVolumes returns the pod's volumes and the launcher container's mounts (see the table in

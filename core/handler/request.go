@@ -261,10 +261,7 @@ func (e fieldErrors) Error() string { return assemble.Error(e).Error() }
 // cloudInit resolves cloud-init data given inline, base64-encoded, or in a secret.
 func cloudInit(ctx context.Context, vmi *v1alpha1.VirtualMachineInstance, r Resolver, field string, errs *fieldErrors,
 	userData, userDataB64, userSecret, netData, netDataB64, netSecret string) *storagev1.CloudInit {
-	ci := &storagev1.CloudInit{Hostname: vmi.Spec.Hostname}
-	if ci.Hostname == "" {
-		ci.Hostname = vmi.Name
-	}
+	ci := &storagev1.CloudInit{Hostname: vmi.GuestHostname()}
 	// secretField is the JSON name of the reference: secretRef for user data (KubeVirt's name),
 	// networkDataSecretRef for network data.
 	resolve := func(what, secretField, inline, b64, secret string, keys ...string) []byte {
