@@ -26,8 +26,6 @@ func specOf(t *testing.T, y string) any {
 	return spec
 }
 
-const planned15SSH = "not supported by Kubevisor yet: planned in issue 15 (SSH keys are to be written into the cloud-init data); use ssh_authorized_keys in cloudInitNoCloud userData"
-
 func TestCheckSpec(t *testing.T) {
 	for _, tc := range []struct {
 		name string
