@@ -236,6 +236,44 @@ var _ = Describe("vmctl", Label("Conformance"), func() {
 		Expect(f.paused(ctx, name)).To(BeFalse())
 	})
 
+	It("ssh logs in with a key of accessCredentials, into user data from a Secret, and the guest's hostname is spec.hostname", func(ctx SpecContext) {
+		const name = "access"
+		key := filepath.Join(GinkgoT().TempDir(), "id_ed25519")
+		out, err := exec.CommandContext(ctx, "ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", "e2e-"+f.Namespace, "-f", key).CombinedOutput()
+		Expect(err).NotTo(HaveOccurred(), "ssh-keygen: %s", out)
+		pub, err := os.ReadFile(key + ".pub")
+		Expect(err).NotTo(HaveOccurred())
+		By("a Secret of keys and a Secret of user data, which the launcher pod mounts and the handler reads there")
+		f.Apply(ctx, "apiVersion: v1\nkind: Secret\nmetadata:\n  name: access-keys\nstringData:\n  key: "+strings.TrimSpace(string(pub))+"\n"+
+			"---\napiVersion: v1\nkind: Secret\nmetadata:\n  name: access-userdata\nstringData:\n  userdata: |\n    #cloud-config\n    # access\n")
+		spec := guest.Spec(guest.Options{Image: Cfg.GuestImage, UserData: name})
+		spec.Hostname = "db-0"
+		for i := range spec.Volumes {
+			if ci := spec.Volumes[i].CloudInitNoCloud; ci != nil {
+				ci.UserData, ci.UserDataSecretRef = "", &corev1.LocalObjectReference{Name: "access-userdata"}
+			}
+		}
+		spec.AccessCredentials = []v1alpha1.AccessCredential{{SSHPublicKey: &v1alpha1.SSHPublicKeyAccessCredential{
+			Source:            v1alpha1.SSHPublicKeyAccessCredentialSource{Secret: &v1alpha1.AccessCredentialSecretSource{SecretName: "access-keys"}},
+			PropagationMethod: v1alpha1.SSHPublicKeyAccessCredentialPropagationMethod{NoCloud: &v1alpha1.NoCloudSSHPublicKeyAccessCredentialPropagation{}},
+		}}}
+		b, err := yaml.Marshal(spec)
+		Expect(err).NotTo(HaveOccurred())
+		f.Apply(ctx, "apiVersion: kubevisor.io/v1alpha1\nkind: VirtualMachineInstance\nmetadata:\n  name: "+name+"\nspec:\n"+indent(string(b), 2))
+		vmi := f.WaitRunning(ctx, name)
+		Eventually(func() string { return f.Console(ctx, vmi) }).WithContext(ctx).WithTimeout(Cfg.BootTimeout).WithPolling(2 * time.Second).
+			Should(ContainSubstring("KUBEVISOR-SSH: 1 authorized keys"))
+		f.WaitReady(ctx, vmi)
+		By("vmctl ssh root@vmi/NAME -- -i KEY COMMAND")
+		var got string
+		Eventually(func() (string, error) {
+			got, err = f.Vmctl(ctx, "ssh", "root@vmi/"+name, "--", "-i", key, "-o", "BatchMode=yes",
+				"-o", "StrictHostKeyChecking=no", "-o", "UserKnownHostsFile=/dev/null", "-o", "LogLevel=ERROR",
+				"echo ssh-$((6*7)) on $(hostname)")
+			return got, err
+		}).WithContext(ctx).WithTimeout(time.Minute).WithPolling(2*time.Second).Should(ContainSubstring("ssh-42 on db-0"), "vmctl ssh: %s", got)
+	})
+
 	It("pause stops the guest and unpause resumes it where it was, without a reboot", func(ctx SpecContext) {
 		const name = "pause"
 		vmi := f.bootGuest(ctx, name)

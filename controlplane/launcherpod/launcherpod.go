@@ -32,6 +32,14 @@
 //	| hostDisk               | hostPath of the image's directory, at the same path               |
 //	| containerDisk          | a container running the volume's image (ContainerDiskContainer)   |
 //	| emptyDisk, cloudInit*  | nothing: the storage driver creates them in the per-VMI directory |
+//	| a Secret it names      | the Secret, read-only, at layout.SecretDir(<secret>) (see below)  |
+//
+// Each Secret the VMI names (VirtualMachineInstanceSpec.SecretNames: cloud-init secretRef and
+// networkDataSecretRef, accessCredentials) is a Secret volume of the launcher container. The
+// kubelet fetches it with the node's credentials, which the node authorizer limits to the
+// Secrets of pods bound to that node; the node handler reads the files from the launcher
+// process's root to resolve the cloud-init data. So neither the handler nor the launcher needs
+// a right on Secrets, and a VMI reaches only Secrets of its own namespace, as a pod does.
 //
 // Claims are attached by the kubelet so that the scheduler, the attach/detach controller and CSI
 // see them as used by the pod.
@@ -98,6 +106,8 @@ const (
 	DiskMountDir = "/var/run/kubevisor-private/vmi-disks"
 	// VMIDirVolumeName is the name of the pod volume of the per-VMI directory.
 	VMIDirVolumeName = "kubevisor-vmi-dir"
+	// SecretVolumePrefix starts the names of the pod's Secret volumes (SecretVolumeName).
+	SecretVolumePrefix = "secret-"
 	// NamePrefix starts the name of every launcher pod.
 	NamePrefix = "kubevisor-launcher-"
 
@@ -318,13 +328,17 @@ func Build(vmi *v1alpha1.VirtualMachineInstance, class *v1alpha1.HypervisorClass
 			// The launcher talks to nobody but the handler, through its socket.
 			AutomountServiceAccountToken: ptr.To(false),
 			EnableServiceLinks:           ptr.To(false),
-			Hostname:                     hostname(vmi),
+			Hostname:                     vmi.GuestHostname(),
 			Subdomain:                    vmi.Spec.Subdomain,
-			NodeSelector:                 nodeSelector,
-			PriorityClassName:            vmi.Spec.PriorityClassName,
-			SchedulerName:                vmi.Spec.SchedulerName,
-			Affinity:                     buildAffinity(vmi, class),
-			Tolerations:                  mergeTolerations(vmi, class),
+			// The guest resolves names through the pod's resolv.conf (the network driver's DNS
+			// forwarding), so the VMI's DNS settings are the pod's, as in KubeVirt.
+			DNSPolicy:         vmi.Spec.DNSPolicy,
+			DNSConfig:         vmi.Spec.DNSConfig.DeepCopy(),
+			NodeSelector:      nodeSelector,
+			PriorityClassName: vmi.Spec.PriorityClassName,
+			SchedulerName:     vmi.Spec.SchedulerName,
+			Affinity:          buildAffinity(vmi, class),
+			Tolerations:       mergeTolerations(vmi, class),
 			SecurityContext: &corev1.PodSecurityContext{
 				SeccompProfile: &corev1.SeccompProfile{Type: corev1.SeccompProfileTypeRuntimeDefault},
 			},
@@ -569,19 +583,6 @@ func mergeTolerations(vmi *v1alpha1.VirtualMachineInstance, class *v1alpha1.Hype
 	return out
 }
 
-// hostname is the pod's hostname: the VMI's, else its name made a DNS label (KubeVirt's rule).
-func hostname(vmi *v1alpha1.VirtualMachineInstance) string {
-	h := vmi.Spec.Hostname
-	if h == "" {
-		h = vmi.Name
-	}
-	h = strings.ReplaceAll(h, ".", "-")
-	if len(h) > validation.DNS1123LabelMaxLength {
-		h = h[:validation.DNS1123LabelMaxLength]
-	}
-	return strings.TrimRight(h, "-")
-}
-
 // buildVolumes returns the pod's volumes and the launcher container's mounts (see the table in
 // the package documentation).
 func buildVolumes(vmi *v1alpha1.VirtualMachineInstance, cfg Config) ([]corev1.Volume, []corev1.VolumeMount, error) {
@@ -641,7 +642,24 @@ func buildVolumes(vmi *v1alpha1.VirtualMachineInstance, cfg Config) ([]corev1.Vo
 			return nil, nil, err
 		}
 	}
+	for _, name := range vmi.Spec.SecretNames() {
+		// Read-only, and readable by the launcher's user (root) only. Not optional: a missing
+		// Secret keeps the pod from starting, and the kubelet's event names it.
+		err := addVolume(SecretVolumeName(name),
+			corev1.VolumeSource{Secret: &corev1.SecretVolumeSource{SecretName: name, DefaultMode: ptr.To[int32](0o400)}},
+			corev1.VolumeMount{Name: SecretVolumeName(name), MountPath: layout.SecretDir(name), ReadOnly: true})
+		if err != nil {
+			return nil, nil, err
+		}
+	}
 	return volumes, mounts, nil
+}
+
+// SecretVolumeName is the launcher pod's volume of a Secret the VMI names: "secret-" and a hash
+// of the Secret's name, which may be longer than a volume name can be.
+func SecretVolumeName(secret string) string {
+	sum := sha256.Sum256([]byte(secret))
+	return SecretVolumePrefix + hex.EncodeToString(sum[:])[:12]
 }
 
 // security is the security context of the launcher pod's small helper containers.

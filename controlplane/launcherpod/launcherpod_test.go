@@ -541,6 +541,99 @@ func TestBuild(t *testing.T) {
 			},
 		},
 		{
+			name: "hostname of the VMI",
+			vmi: testVMI(func(v *v1alpha1.VirtualMachineInstance) {
+				v.Spec.Hostname = "db-0"
+			}),
+			check: func(t *testing.T, pod *corev1.Pod) {
+				if pod.Spec.Hostname != "db-0" {
+					t.Errorf("hostname %q, want db-0", pod.Spec.Hostname)
+				}
+			},
+		},
+		{
+			name: "secrets of cloud-init and access credentials",
+			vmi: testVMI(func(v *v1alpha1.VirtualMachineInstance) {
+				v.Spec.Volumes = []v1alpha1.Volume{
+					{Name: "ci", VolumeSource: v1alpha1.VolumeSource{CloudInitNoCloud: &v1alpha1.CloudInitNoCloudSource{
+						UserDataSecretRef: &corev1.LocalObjectReference{Name: "user-data"}, NetworkDataSecretRef: &corev1.LocalObjectReference{Name: "net"},
+					}}},
+					{Name: "cd", VolumeSource: v1alpha1.VolumeSource{CloudInitConfigDrive: &v1alpha1.CloudInitConfigDriveSource{
+						UserDataSecretRef: &corev1.LocalObjectReference{Name: "user-data"},
+					}}},
+				}
+				v.Spec.AccessCredentials = []v1alpha1.AccessCredential{{SSHPublicKey: &v1alpha1.SSHPublicKeyAccessCredential{
+					Source:            v1alpha1.SSHPublicKeyAccessCredentialSource{Secret: &v1alpha1.AccessCredentialSecretSource{SecretName: "my.keys"}},
+					PropagationMethod: v1alpha1.SSHPublicKeyAccessCredentialPropagationMethod{NoCloud: &v1alpha1.NoCloudSSHPublicKeyAccessCredentialPropagation{}},
+				}}}
+			}),
+			check: func(t *testing.T, pod *corev1.Pod) {
+				mounts := map[string]corev1.VolumeMount{}
+				for _, m := range pod.Spec.Containers[0].VolumeMounts {
+					mounts[m.Name] = m
+				}
+				var got []string
+				for _, vol := range pod.Spec.Volumes {
+					if vol.Secret == nil {
+						continue
+					}
+					name := vol.Secret.SecretName
+					got = append(got, name)
+					if vol.Name != SecretVolumeName(name) || len(validation.IsDNS1123Label(vol.Name)) > 0 {
+						t.Errorf("secret %s: volume %q", name, vol.Name)
+					}
+					if vol.Secret.Optional != nil && *vol.Secret.Optional {
+						t.Errorf("secret %s: optional", name)
+					}
+					if vol.Secret.DefaultMode == nil || *vol.Secret.DefaultMode != 0o400 {
+						t.Errorf("secret %s: mode %v, want 0400", name, vol.Secret.DefaultMode)
+					}
+					m, ok := mounts[vol.Name]
+					if !ok || !m.ReadOnly || m.MountPath != layout.SecretDir(name) {
+						t.Errorf("secret %s: compute mount %+v, want read-only at %s", name, m, layout.SecretDir(name))
+					}
+				}
+				if want := []string{"my.keys", "net", "user-data"}; !slices.Equal(got, want) {
+					t.Errorf("secret volumes %v, want %v (each once)", got, want)
+				}
+				for _, c := range pod.Spec.Containers[1:] {
+					for _, m := range c.VolumeMounts {
+						if strings.HasPrefix(m.Name, SecretVolumePrefix) {
+							t.Errorf("container %s mounts secret volume %s", c.Name, m.Name)
+						}
+					}
+				}
+			},
+		},
+		{
+			name: "dns policy and config",
+			vmi: testVMI(func(v *v1alpha1.VirtualMachineInstance) {
+				v.Spec.DNSPolicy = corev1.DNSNone
+				v.Spec.DNSConfig = &corev1.PodDNSConfig{
+					Nameservers: []string{"10.96.0.10"}, Searches: []string{"example.org"},
+					Options: []corev1.PodDNSConfigOption{{Name: "ndots", Value: ptr.To("2")}},
+				}
+			}),
+			check: func(t *testing.T, pod *corev1.Pod) {
+				want := &corev1.PodDNSConfig{
+					Nameservers: []string{"10.96.0.10"}, Searches: []string{"example.org"},
+					Options: []corev1.PodDNSConfigOption{{Name: "ndots", Value: ptr.To("2")}},
+				}
+				if pod.Spec.DNSPolicy != corev1.DNSNone || !equality.Semantic.DeepEqual(pod.Spec.DNSConfig, want) {
+					t.Errorf("dnsPolicy %q dnsConfig %+v, want None %+v", pod.Spec.DNSPolicy, pod.Spec.DNSConfig, want)
+				}
+			},
+		},
+		{
+			name: "no dns settings: the pod's defaults",
+			vmi:  testVMI(),
+			check: func(t *testing.T, pod *corev1.Pod) {
+				if pod.Spec.DNSPolicy != "" || pod.Spec.DNSConfig != nil {
+					t.Errorf("dnsPolicy %q dnsConfig %+v, want neither", pod.Spec.DNSPolicy, pod.Spec.DNSConfig)
+				}
+			},
+		},
+		{
 			name: "priority class and scheduler",
 			vmi: testVMI(func(v *v1alpha1.VirtualMachineInstance) {
 				v.Spec.PriorityClassName, v.Spec.SchedulerName = "vm-critical", "my-scheduler"

@@ -188,6 +188,48 @@ func TestAdmissionThroughAPIServer(t *testing.T) {
 		}
 	})
 
+	t.Run("access credentials and DNS settings are admitted and kept", func(t *testing.T) {
+		s := minimalSpec()
+		withCloudInit(s, &v1alpha1.CloudInitNoCloudSource{UserData: "#cloud-config\npackages: [vim]\n"})
+		s.AccessCredentials = []v1alpha1.AccessCredential{sshKey("my-keys", true, false)}
+		s.DNSPolicy = corev1.DNSNone
+		s.DNSConfig = &corev1.PodDNSConfig{Nameservers: []string{"10.96.0.10"}, Searches: []string{"example.org"}}
+		if err := c.Create(ctx, vmi("with-keys", s)); err != nil {
+			t.Fatal(err)
+		}
+		var got v1alpha1.VirtualMachineInstance
+		if err := c.Get(ctx, client.ObjectKey{Namespace: "vms", Name: "with-keys"}, &got); err != nil {
+			t.Fatal(err)
+		}
+		ac := got.Spec.AccessCredentials
+		if len(ac) != 1 || ac[0].SSHPublicKey == nil || ac[0].SSHPublicKey.Source.Secret.SecretName != "my-keys" ||
+			ac[0].SSHPublicKey.PropagationMethod.NoCloud == nil {
+			t.Errorf("accessCredentials %+v, want my-keys by noCloud", ac)
+		}
+		if got.Spec.DNSPolicy != corev1.DNSNone || got.Spec.DNSConfig == nil || len(got.Spec.DNSConfig.Nameservers) != 1 {
+			t.Errorf("dnsPolicy %q dnsConfig %+v", got.Spec.DNSPolicy, got.Spec.DNSConfig)
+		}
+	})
+
+	t.Run("access credentials into a script are refused at the volume", func(t *testing.T) {
+		s := minimalSpec()
+		withCloudInit(s, &v1alpha1.CloudInitNoCloudSource{UserData: "#!/bin/sh\necho hi\n"})
+		s.AccessCredentials = []v1alpha1.AccessCredential{sshKey("my-keys", true, false)}
+		err := c.Create(ctx, vmi("keys-into-script", s))
+		if !causeAt(err, "spec.volumes[1].cloudInitNoCloud.userData", "not cloud-config") {
+			t.Fatalf("got %v", err)
+		}
+	})
+
+	t.Run("dnsPolicy None without a nameserver is refused", func(t *testing.T) {
+		s := minimalSpec()
+		s.DNSPolicy = corev1.DNSNone
+		err := c.Create(ctx, vmi("dns-none", s))
+		if !causeAt(err, "spec.dnsConfig.nameservers", "when dnsPolicy is None") {
+			t.Fatalf("got %v", err)
+		}
+	})
+
 	var admitted v1alpha1.VirtualMachineInstance
 	t.Run("minimal VMI is admitted and defaulted", func(t *testing.T) {
 		if err := c.Create(ctx, vmi("minimal", minimalSpec())); err != nil {

@@ -20,6 +20,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/validation/field"
 
 	"github.com/kubevisor/kubevisor/core/api/v1alpha1"
+	"github.com/kubevisor/kubevisor/core/cloudinit"
 	"github.com/kubevisor/kubevisor/core/domain"
 	"github.com/kubevisor/kubevisor/core/domain/assemble"
 )
@@ -58,6 +59,9 @@ const notSupported = "not supported"
 //   - inline cloud-init data within MaxCloudInitUserDataBytes / MaxCloudInitNetworkDataBytes;
 //   - livenessProbe and readinessProbe: one of httpGet and tcpSocket, on a numeric port the
 //     kubelet reaches the guest at through the pod network (probes);
+//   - dnsPolicy and dnsConfig as Kubernetes checks them for a pod;
+//   - each access credential names a Secret and one propagation method whose cloud-init volume
+//     exists, with user data SSH keys can be added to (cloud-config) when it is inline;
 //   - fields the node runtime does not support rejected with "not supported".
 //
 // When those structural rules hold, the spec is also run through core/domain/assemble with stand-in
@@ -79,6 +83,8 @@ func Validate(spec *v1alpha1.VirtualMachineInstanceSpec, path *field.Path) field
 	v.interfaces()
 	v.scheduling()
 	v.probes()
+	v.dns()
+	v.accessCredentials()
 	if len(v.errs) == 0 {
 		v.build()
 	}
@@ -572,6 +578,132 @@ func (v *validator) scheduling() {
 			v.add(field.Invalid(p, val, msg))
 		}
 	}
+}
+
+// The limits Kubernetes puts on a pod's dnsConfig (k8s.io/kubernetes/pkg/apis/core/validation).
+const (
+	maxDNSNameservers     = 3
+	maxDNSSearchPaths     = 32
+	maxDNSSearchListChars = 2048
+)
+
+// dns checks dnsPolicy and dnsConfig as the API server checks them for a pod, which they are
+// copied to: a known policy, None only with a nameserver, at most 3 IP nameservers, at most 32
+// search domains of at most 2048 characters together, options with names.
+func (v *validator) dns() {
+	policies := []corev1.DNSPolicy{corev1.DNSClusterFirstWithHostNet, corev1.DNSClusterFirst, corev1.DNSDefault, corev1.DNSNone}
+	if p := v.spec.DNSPolicy; p != "" && !slices.Contains(policies, p) {
+		v.add(field.NotSupported(v.path.Child("dnsPolicy"), p, policies))
+	}
+	cp := v.path.Child("dnsConfig")
+	c := v.spec.DNSConfig
+	if v.spec.DNSPolicy == corev1.DNSNone && (c == nil || len(c.Nameservers) == 0) {
+		v.add(field.Required(cp.Child("nameservers"), "at least one nameserver is required when dnsPolicy is None"))
+	}
+	if c == nil {
+		return
+	}
+	np := cp.Child("nameservers")
+	if len(c.Nameservers) > maxDNSNameservers {
+		v.add(field.Invalid(np, c.Nameservers, fmt.Sprintf("must not have more than %d nameservers", maxDNSNameservers)))
+	}
+	for i, ns := range c.Nameservers {
+		v.errs = append(v.errs, validation.IsValidIP(np.Index(i), ns)...)
+	}
+	sp := cp.Child("searches")
+	if len(c.Searches) > maxDNSSearchPaths {
+		v.add(field.Invalid(sp, c.Searches, fmt.Sprintf("must not have more than %d search paths", maxDNSSearchPaths)))
+	}
+	if n := len(strings.Join(c.Searches, " ")); n > maxDNSSearchListChars {
+		v.add(field.Invalid(sp, c.Searches, fmt.Sprintf("must not have more than %d characters (including spaces) in the search list", maxDNSSearchListChars)))
+	}
+	for i, s := range c.Searches {
+		if s == "." {
+			continue // the root domain, as Kubernetes allows
+		}
+		for _, msg := range validation.IsDNS1123Subdomain(strings.TrimSuffix(s, ".")) {
+			v.add(field.Invalid(sp.Index(i), s, msg))
+		}
+	}
+	for i, o := range c.Options {
+		if o.Name == "" {
+			v.add(field.Required(cp.Child("options").Index(i).Child("name"), ""))
+		}
+	}
+}
+
+// accessCredentials checks each credential: a Secret name, exactly one propagation method, and
+// a cloud-init volume of that kind whose user data, when inline, is cloud-config or empty (a
+// script cannot take keys: refused here rather than found on the node). User data in a Secret
+// is checked by the node handler, which reads it.
+func (v *validator) accessCredentials() {
+	var noCloud, configDrive *field.Path
+	var noCloudData, configDriveData []byte
+	for i, vol := range v.spec.Volumes {
+		p := v.path.Child("volumes").Index(i)
+		if ci := vol.CloudInitNoCloud; ci != nil && noCloud == nil {
+			noCloud = p.Child("cloudInitNoCloud")
+			noCloudData = inlineUserData(ci.UserData, ci.UserDataBase64)
+		}
+		if ci := vol.CloudInitConfigDrive; ci != nil && configDrive == nil {
+			configDrive = p.Child("cloudInitConfigDrive")
+			configDriveData = inlineUserData(ci.UserData, ci.UserDataBase64)
+		}
+	}
+	checked := map[*field.Path]bool{}
+	for i, ac := range v.spec.AccessCredentials {
+		p := v.path.Child("accessCredentials").Index(i)
+		ssh := ac.SSHPublicKey
+		if ssh == nil {
+			v.add(field.Required(p.Child("sshPublicKey"), "the only access credential Kubevisor supports"))
+			continue
+		}
+		p = p.Child("sshPublicKey")
+		if s := ssh.Source.Secret; s == nil {
+			v.add(field.Required(p.Child("source", "secret"), ""))
+		} else {
+			for _, msg := range validation.IsDNS1123Subdomain(s.SecretName) {
+				v.add(field.Invalid(p.Child("source", "secret", "secretName"), s.SecretName, msg))
+			}
+		}
+		pm, pp := ssh.PropagationMethod, p.Child("propagationMethod")
+		var vol *field.Path
+		var data []byte
+		var kind string
+		switch {
+		case pm.NoCloud != nil && pm.ConfigDrive != nil:
+			v.add(field.Invalid(pp, "noCloud, configDrive", "only one of noCloud and configDrive may be set"))
+			continue
+		case pm.NoCloud != nil:
+			vol, data, kind, pp = noCloud, noCloudData, "cloudInitNoCloud", pp.Child("noCloud")
+		case pm.ConfigDrive != nil:
+			vol, data, kind, pp = configDrive, configDriveData, "cloudInitConfigDrive", pp.Child("configDrive")
+		default:
+			v.add(field.Required(pp, "one of noCloud and configDrive (the keys go into that cloud-init volume's user data)"))
+			continue
+		}
+		if vol == nil {
+			v.add(field.Invalid(pp, "{}", "needs a "+kind+" volume, whose user data the keys are added to"))
+			continue
+		}
+		if checked[vol] {
+			continue
+		}
+		checked[vol] = true
+		if err := cloudinit.CanAddKeys(data); err != nil {
+			v.add(field.Invalid(vol.Child("userData"), "<user data>", "accessCredentials add SSH keys to this user data: "+err.Error()))
+		}
+	}
+}
+
+// inlineUserData is cloud-init user data given in the object (nil for a Secret's, or undecodable
+// base64, which the volume's check reports).
+func inlineUserData(inline, b64 string) []byte {
+	if inline != "" {
+		return []byte(inline)
+	}
+	b, _ := base64.StdEncoding.DecodeString(b64)
+	return b
 }
 
 // build runs the spec through core/domain/assemble with stand-in driver results

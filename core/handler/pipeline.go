@@ -362,7 +362,7 @@ func (h *Handler) releaseStorage(ctx context.Context, st *vmiState) error {
 // setupNetwork is network Setup of the VMI's interfaces in the sandbox's network namespace. The
 // request is recorded before the call, for Teardown, and the result after it, for the status.
 func (r *syncRun) setupNetwork(ctx context.Context) error {
-	req := &networkv1.SetupRequest{VmiId: string(r.vmi.UID), NetnsPath: r.sandbox.NetNSPath, Interfaces: r.p.interfaces}
+	req := &networkv1.SetupRequest{VmiId: string(r.vmi.UID), NetnsPath: r.sandbox.NetNSPath, Interfaces: r.p.interfaces, Hostname: r.vmi.GuestHostname()}
 	if err := r.record(func(st *vmiState) { st.Network = marshalProto(req) }); err != nil {
 		return err
 	}

@@ -235,7 +235,7 @@ func TestBadInput(t *testing.T) {
 				v.Spec.Volumes[1].CloudInitNoCloud = &v1alpha1.CloudInitNoCloudSource{UserDataSecretRef: &corev1.LocalObjectReference{Name: "my-userdata"}}
 			},
 			reason:  ReasonInvalidSpec,
-			message: []string{`spec.volumes[1].cloudInitNoCloud.userDataSecretRef: secret "my-userdata": not supported without a cluster`},
+			message: []string{`spec.volumes[1].cloudInitNoCloud.secretRef: secret "my-userdata": not supported without a cluster`},
 		},
 		{
 			name:    "storage fails",

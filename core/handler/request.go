@@ -7,11 +7,13 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 
 	corev1 "k8s.io/api/core/v1"
 
 	"github.com/kubevisor/kubevisor/core/api/v1alpha1"
+	"github.com/kubevisor/kubevisor/core/cloudinit"
 	"github.com/kubevisor/kubevisor/core/domain"
 	"github.com/kubevisor/kubevisor/core/domain/assemble"
 	networkv1 "github.com/kubevisor/kubevisor/core/driver/network/v1"
@@ -122,6 +124,7 @@ func makePlan(ctx context.Context, vmi *v1alpha1.VirtualMachineInstance, r Resol
 		}
 		p.volumes = append(p.volumes, vol)
 	}
+	addAccessCredentials(ctx, vmi, r, p.volumes, &errs)
 	for i := range vmi.Spec.Domain.Devices.Interfaces {
 		if fe := assemble.CheckInterface(vmi, i); fe != nil {
 			errs = append(errs, *fe)
@@ -258,11 +261,10 @@ func (e fieldErrors) Error() string { return assemble.Error(e).Error() }
 // cloudInit resolves cloud-init data given inline, base64-encoded, or in a secret.
 func cloudInit(ctx context.Context, vmi *v1alpha1.VirtualMachineInstance, r Resolver, field string, errs *fieldErrors,
 	userData, userDataB64, userSecret, netData, netDataB64, netSecret string) *storagev1.CloudInit {
-	ci := &storagev1.CloudInit{Hostname: vmi.Spec.Hostname}
-	if ci.Hostname == "" {
-		ci.Hostname = vmi.Name
-	}
-	resolve := func(what, inline, b64, secret string, keys ...string) []byte {
+	ci := &storagev1.CloudInit{Hostname: vmi.GuestHostname()}
+	// secretField is the JSON name of the reference: secretRef for user data (KubeVirt's name),
+	// networkDataSecretRef for network data.
+	resolve := func(what, secretField, inline, b64, secret string, keys ...string) []byte {
 		set := 0
 		for _, s := range []string{inline, b64, secret} {
 			if s != "" {
@@ -285,7 +287,7 @@ func cloudInit(ctx context.Context, vmi *v1alpha1.VirtualMachineInstance, r Reso
 		case secret != "":
 			data, err := r.Secret(ctx, vmi, secret)
 			if err != nil {
-				errs.add(field+"."+what+"SecretRef", "%v", err)
+				errs.add(field+"."+secretField, "%v", err)
 				return nil
 			}
 			for _, k := range keys {
@@ -293,13 +295,97 @@ func cloudInit(ctx context.Context, vmi *v1alpha1.VirtualMachineInstance, r Reso
 					return v
 				}
 			}
-			errs.add(field+"."+what+"SecretRef", "secret %q has none of the keys %v", secret, keys)
+			errs.add(field+"."+secretField, "secret %q has none of the keys %v", secret, keys)
 		}
 		return nil
 	}
-	ci.UserData = resolve("userData", userData, userDataB64, userSecret, "userdata", "userData")
-	ci.NetworkData = resolve("networkData", netData, netDataB64, netSecret, "networkdata", "networkData")
+	ci.UserData = resolve("userData", "secretRef", userData, userDataB64, userSecret, "userdata", "userData")
+	ci.NetworkData = resolve("networkData", "networkDataSecretRef", netData, netDataB64, netSecret, "networkdata", "networkData")
 	return ci
+}
+
+// addAccessCredentials adds the SSH public keys of the VMI's access credentials to the user data
+// of its cloud-init volume of the kind each names (propagationMethod noCloud or configDrive),
+// as ssh_authorized_keys (core/cloudinit). The webhook refuses a credential without such a
+// volume and inline user data that is not cloud-config; user data from a Secret is only seen
+// here, and is reported at the volume's field. Errors name the Secret, never its data.
+func addAccessCredentials(ctx context.Context, vmi *v1alpha1.VirtualMachineInstance, r Resolver, vols []*storagev1.Volume, errs *fieldErrors) {
+	if len(vmi.Spec.AccessCredentials) == 0 {
+		return
+	}
+	// The first volume of each kind, as built (a volume that failed to build is reported already).
+	var noCloud, configDrive *storagev1.CloudInit
+	var noCloudField, configDriveField string
+	for i, v := range vmi.Spec.Volumes {
+		for _, vol := range vols {
+			if vol.Name != v.Name {
+				continue
+			}
+			if ci := vol.GetCloudInitNoCloud(); ci != nil && noCloud == nil {
+				noCloud, noCloudField = ci, fmt.Sprintf("spec.volumes[%d].cloudInitNoCloud", i)
+			}
+			if ci := vol.GetCloudInitConfigDrive(); ci != nil && configDrive == nil {
+				configDrive, configDriveField = ci, fmt.Sprintf("spec.volumes[%d].cloudInitConfigDrive", i)
+			}
+		}
+	}
+	var noCloudKeys, configDriveKeys []string
+	for i, ac := range vmi.Spec.AccessCredentials {
+		field := fmt.Sprintf("spec.accessCredentials[%d].sshPublicKey", i)
+		ssh := ac.SSHPublicKey
+		if ssh == nil {
+			errs.add(field, "required")
+			continue
+		}
+		if ssh.Source.Secret == nil || ssh.Source.Secret.SecretName == "" {
+			errs.add(field+".source.secret.secretName", "required")
+			continue
+		}
+		pm := ssh.PropagationMethod
+		if (pm.NoCloud != nil) == (pm.ConfigDrive != nil) {
+			errs.add(field+".propagationMethod", "exactly one of noCloud and configDrive must be set")
+			continue
+		}
+		name := ssh.Source.Secret.SecretName
+		data, err := r.Secret(ctx, vmi, name)
+		if err != nil {
+			errs.add(field+".source.secret.secretName", "%v", err)
+			continue
+		}
+		keys := cloudinit.KeysOf(data)
+		if len(keys) == 0 {
+			errs.add(field+".source.secret.secretName", "secret %q holds no SSH public key", name)
+			continue
+		}
+		if pm.NoCloud != nil {
+			noCloudKeys = append(noCloudKeys, keys...)
+		} else {
+			configDriveKeys = append(configDriveKeys, keys...)
+		}
+	}
+	for _, t := range []struct {
+		ci                  *storagev1.CloudInit
+		field, kind, method string
+		keys                []string
+	}{{noCloud, noCloudField, "cloudInitNoCloud", "noCloud", noCloudKeys}, {configDrive, configDriveField, "cloudInitConfigDrive", "configDrive", configDriveKeys}} {
+		if len(t.keys) == 0 {
+			continue
+		}
+		if t.ci == nil {
+			if !slices.ContainsFunc(vmi.Spec.Volumes, func(v v1alpha1.Volume) bool {
+				return (t.kind == "cloudInitNoCloud" && v.CloudInitNoCloud != nil) || (t.kind == "cloudInitConfigDrive" && v.CloudInitConfigDrive != nil)
+			}) {
+				errs.add("spec.accessCredentials", "SSH keys propagated by %s need a %s volume", t.method, t.kind)
+			}
+			continue
+		}
+		ud, err := cloudinit.AddAuthorizedKeys(t.ci.UserData, t.keys)
+		if err != nil {
+			errs.add(t.field+".userData", "accessCredentials: %v", err)
+			continue
+		}
+		t.ci.UserData = ud
+	}
 }
 
 func refName(r *corev1.LocalObjectReference) string {

@@ -26,8 +26,6 @@ func specOf(t *testing.T, y string) any {
 	return spec
 }
 
-const planned15SSH = "not supported by Kubevisor yet: planned in issue 15 (SSH keys are to be written into the cloud-init data); use ssh_authorized_keys in cloudInitNoCloud userData"
-
 func TestCheckSpec(t *testing.T) {
 	for _, tc := range []struct {
 		name string
@@ -67,11 +65,11 @@ domain:
 		spec: `
 domain:
   devices: {}
-dnsConfig: {nameservers: [192.0.2.53], searches: [example.org]}
+  memory: {hugepages: {pageSize: 2Mi}}
 volumes: [{name: data, dataVolume: {name: dv}}]
 `,
 		want: []string{
-			"spec.dnsConfig: Forbidden: not supported by Kubevisor yet: planned in issue 15",
+			"spec.domain.memory.hugepages: Forbidden: not supported by Kubevisor yet: planned in issue 15",
 			"spec.volumes[0].dataVolume: Forbidden: not supported by Kubevisor: needs a data importer (CDI), which Kubevisor does not have; use persistentVolumeClaim, or containerDisk",
 		},
 	}, {
@@ -89,12 +87,12 @@ readinessProbe: {guestAgentPing: {}, tcpSocket: {port: 22}}
 		spec: `
 accessCredentials:
 - userPassword: {source: {secret: {secretName: s}}}
+- sshPublicKey: {source: {secret: {secretName: k}}, propagationMethod: {qemuGuestAgent: {users: [root]}}}
 - sshPublicKey: {source: {secret: {secretName: k}}, propagationMethod: {noCloud: {}}}
 `,
 		want: []string{
 			"spec.accessCredentials[0].userPassword: Forbidden: not supported by Kubevisor: needs a guest agent channel, which Kubevisor does not have yet; use a password in cloudInitNoCloud userData",
-			"spec.accessCredentials[1].sshPublicKey.propagationMethod.noCloud: Forbidden: " + planned15SSH,
-			"spec.accessCredentials[1].sshPublicKey.source: Forbidden: " + planned15SSH,
+			"spec.accessCredentials[1].sshPublicKey.propagationMethod.qemuGuestAgent: Forbidden: not supported by Kubevisor: needs a guest agent channel, which Kubevisor does not have yet; use propagationMethod noCloud or configDrive (the keys go into the cloud-init user data)",
 		},
 	}, {
 		name: "unknown inside a Kubernetes type and inside an empty Kubevisor object",
@@ -154,11 +152,11 @@ func TestCheckSpecInsideAnUncoveredObject(t *testing.T) {
 	spec := specOf(t, `
 domain:
   launchSecurity: {sev: {policy: {encryptedState: true}}, snp: {}, colour: red}
-dnsConfig: {}
+  cpu: {numa: {}}
 `)
 	got := errorStrings(CheckSpec(spec, field.NewPath("spec")))
 	want := []string{
-		"spec.dnsConfig: Forbidden: not supported by Kubevisor yet: planned in issue 15",
+		"spec.domain.cpu.numa: Forbidden: not supported by Kubevisor yet: planned in issue 15",
 		"spec.domain.launchSecurity.colour: Forbidden: " + UnknownField,
 		"spec.domain.launchSecurity.sev: Forbidden: not supported by Kubevisor yet: planned in issue 15",
 		"spec.domain.launchSecurity.snp: Forbidden: not supported by Kubevisor: no SNP here",

@@ -35,11 +35,8 @@ const (
 // an entry no field uses, and on a KubeVirt field that is neither supported nor covered).
 var entries = []Entry{
 	// VMI spec.
-	{Path: "accessCredentials", Issue: 15, Reason: "SSH keys are to be written into the cloud-init data", Alternative: "ssh_authorized_keys in cloudInitNoCloud userData"},
-	{Path: "accessCredentials[].sshPublicKey.propagationMethod.qemuGuestAgent", Reason: guestAgentReason, Alternative: "propagationMethod noCloud or configDrive, once accessCredentials lands (issue 15)"},
+	{Path: "accessCredentials[].sshPublicKey.propagationMethod.qemuGuestAgent", Reason: guestAgentReason, Alternative: "propagationMethod noCloud or configDrive (the keys go into the cloud-init user data)"},
 	{Path: "accessCredentials[].userPassword", Reason: guestAgentReason, Alternative: "a password in cloudInitNoCloud userData"},
-	{Path: "dnsConfig", Issue: 15},
-	{Path: "dnsPolicy", Issue: 15},
 	{Path: "livenessProbe.exec", Reason: guestAgentReason, Alternative: "httpGet or tcpSocket, which the kubelet runs against the guest through the pod's address"},
 	{Path: "livenessProbe.guestAgentPing", Reason: guestAgentReason, Alternative: "tcpSocket on a port the guest serves"},
 	{Path: "readinessProbe.exec", Reason: guestAgentReason, Alternative: "httpGet or tcpSocket, which the kubelet runs against the guest through the pod's address"},

@@ -56,9 +56,12 @@ func TestSupportedIsReadFromTheTypes(t *testing.T) {
 		"readinessProbe.httpGet":                                    Supported,
 		"livenessProbe.exec":                                        NotSupported,
 		"readinessProbe.guestAgentPing":                             NotSupported,
-		"dnsConfig":                                                 Planned,
+		"dnsConfig":                                                 Supported,
+		"dnsPolicy":                                                 Supported,
 		"accessCredentials[].userPassword.source.secret.secretName": NotSupported,
-		"accessCredentials[].sshPublicKey.source.secret.secretName": Planned,
+		"accessCredentials[].sshPublicKey.source.secret.secretName": Supported,
+		"accessCredentials[].sshPublicKey.propagationMethod.qemuGuestAgent.users": NotSupported,
+		"domain.cpu.numa.guestMappingPassthrough":                                 Planned,
 	} {
 		if got := Classify([]string{path})[0].Class; got != want {
 			t.Errorf("%s: %s, want %s", path, got, want)

@@ -109,3 +109,14 @@ func ContainerDiskSocket(hostStateDir string, uid types.UID, volume string) stri
 func ContainerDiskImage(hostStateDir string, uid types.UID, volume string) string {
 	return path.Join(ContainerDiskDir(hostStateDir, uid), volume+".img")
 }
+
+// SecretsDir is where the launcher pod's compute container has the Secrets its VMI names
+// (cloud-init secretRef and networkDataSecretRef, accessCredentials), one read-only Secret
+// volume per Secret at SecretDir. The kubelet fetches them with the node's credentials, which
+// reach only the Secrets of pods bound to the node; the node handler reads them from the
+// launcher process's root, so it needs no right on Secrets of its own.
+const SecretsDir = "/var/run/kubevisor-private/secrets"
+
+// SecretDir is where the compute container has the Secret name (a DNS subdomain, so one path
+// element): a file per key.
+func SecretDir(name string) string { return path.Join(SecretsDir, name) }

@@ -32,6 +32,8 @@ type lease struct {
 	DNS    []netip.Addr
 	Search []string
 	MTU    int
+	// Hostname is sent as the host name option (12) when set.
+	Hostname string
 }
 
 type staticRoute struct {
@@ -160,6 +162,9 @@ func (l *lease) reply(req *dhcpv4.DHCPv4) (*dhcpv4.DHCPv4, error) {
 	}
 	if len(l.Search) > 0 {
 		mods = append(mods, dhcpv4.WithDomainSearchList(l.Search...))
+	}
+	if l.Hostname != "" {
+		mods = append(mods, dhcpv4.WithOption(dhcpv4.OptHostName(l.Hostname)))
 	}
 	if l.MTU > 0 {
 		mods = append(mods, dhcpv4.WithGeneric(dhcpv4.OptionInterfaceMTU, binary.BigEndian.AppendUint16(nil, uint16(l.MTU))))

@@ -45,11 +45,20 @@ func (s *session) save() error { return s.store.save(s.st) }
 // driver) and returns the same result. When it fails, it removes what the VMI has, so that
 // the error is the only trace.
 func (d *Driver) Setup(ctx context.Context, req *networkv1.SetupRequest) (*networkv1.SetupResponse, error) {
+	if h := req.GetHostname(); h != "" && !hostnameRE.MatchString(h) {
+		return nil, invalid("hostname %q is not a DNS label (at most 63 of a-z, 0-9 and '-', starting and ending with a letter or digit)", h)
+	}
 	s, plans, err := d.begin(ctx, req.GetVmiId(), req.GetNetnsPath(), req.GetInterfaces(), true)
 	if err != nil {
 		return nil, err
 	}
 	defer s.end()
+	if s.st.Hostname != req.GetHostname() {
+		s.st.Hostname = req.GetHostname()
+		if err := s.save(); err != nil {
+			return nil, status.Errorf(codes.Internal, "VMI %s: %v", s.st.VMIID, err)
+		}
+	}
 	resp := &networkv1.SetupResponse{}
 	for i, p := range plans {
 		is := s.st.Interfaces[i]
@@ -278,6 +287,9 @@ func (s *session) bridgeBinding(p *ifacePlan, is *ifaceState) error {
 	return s.ensureDHCP(p, is, ifindex)
 }
 
+// hostnameRE is a DNS label (RFC 1123), what SetupRequest.hostname must be.
+var hostnameRE = regexp.MustCompile(`^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$`)
+
 // ensureDHCP runs the interface's DHCP server, if its guest has an address to get.
 func (s *session) ensureDHCP(p *ifacePlan, is *ifaceState, ifindex int) error {
 	l, err := s.lease(p, is)
@@ -302,10 +314,14 @@ func (s *session) lease(p *ifacePlan, is *ifaceState) (*lease, error) {
 	if err != nil {
 		return nil, fmt.Errorf("guest MAC %q: %w", is.GuestMAC, err)
 	}
+	var l *lease
 	if p.binding == BindingMasquerade {
-		return masqueradeLease(mac, is.Pod), nil
+		l = masqueradeLease(mac, is.Pod)
+	} else if l, err = bridgeLease(mac, is.Pod, bridgeFakeIP(p.index).Addr()); err != nil || l == nil {
+		return l, err
 	}
-	return bridgeLease(mac, is.Pod, bridgeFakeIP(p.index).Addr())
+	l.Hostname = s.st.Hostname
+	return l, nil
 }
 
 // Sysctls the masquerade binding sets in the namespace.

@@ -19,7 +19,9 @@ type vmiState struct {
 	VMIID string `json:"vmiId"`
 	NetNS string `json:"netns"`
 	// NSID is the identity of the namespace Setup worked in.
-	NSID       nsID          `json:"nsId"`
+	NSID nsID `json:"nsId"`
+	// Hostname is the guest's host name (SetupRequest.hostname), sent in DHCP answers.
+	Hostname   string        `json:"hostname,omitempty"`
 	Interfaces []*ifaceState `json:"interfaces"`
 }
 

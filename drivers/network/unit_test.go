@@ -222,3 +222,23 @@ func TestFingerprint(t *testing.T) {
 	}
 	t.Logf("fingerprint: %v", fp)
 }
+
+// TestLeaseReplyHostname: the guest's host name goes into OFFER and ACK (option 12), and a
+// lease without one sends none.
+func TestLeaseReplyHostname(t *testing.T) {
+	mac := net.HardwareAddr{0x02, 0, 0, 0, 0, 1}
+	l := masqueradeLease(mac, &podInfo{MTU: 1500})
+	discover, _ := dhcpv4.NewDiscovery(mac)
+	if offer, _ := l.reply(discover); offer == nil || offer.HostName() != "" {
+		t.Errorf("OFFER without a host name: %v", offer)
+	}
+	l.Hostname = "db-0"
+	offer, _ := l.reply(discover)
+	if offer == nil || offer.HostName() != "db-0" {
+		t.Fatalf("OFFER host name %q, want db-0", offer.HostName())
+	}
+	request, _ := dhcpv4.NewRequestFromOffer(offer)
+	if ack, _ := l.reply(request); ack == nil || ack.HostName() != "db-0" {
+		t.Errorf("ACK host name %v, want db-0", ack)
+	}
+}

@@ -3,10 +3,12 @@ package v1alpha1
 import (
 	"math"
 	"math/bits"
+	"strings"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
+	"k8s.io/apimachinery/pkg/util/validation"
 
 	"github.com/kubevisor/kubevisor/core/layout"
 )
@@ -134,4 +136,19 @@ func (d *DomainSpec) HardwareVirtualisationFields() []string {
 		}
 	}
 	return out
+}
+
+// GuestHostname is the host name of the VMI's guest and launcher pod: spec.hostname, else the
+// VMI's name made a DNS label (dots become dashes, at most 63 characters, no trailing dash), as
+// KubeVirt does. The launcher pod's hostname, the cloud-init meta-data's local-hostname and the
+// DHCP answers of the network driver all take it from here.
+func (vmi *VirtualMachineInstance) GuestHostname() string {
+	if vmi.Spec.Hostname != "" {
+		return vmi.Spec.Hostname
+	}
+	h := strings.ReplaceAll(vmi.Name, ".", "-")
+	if len(h) > validation.DNS1123LabelMaxLength {
+		h = h[:validation.DNS1123LabelMaxLength]
+	}
+	return strings.TrimRight(h, "-")
 }

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -135,6 +136,22 @@ func TestHardwareVirtualisationFields(t *testing.T) {
 	} {
 		if got := tc.d.HardwareVirtualisationFields(); !slices.Equal(got, tc.want) {
 			t.Errorf("%s: HardwareVirtualisationFields = %q, want %q", tc.name, got, tc.want)
+		}
+	}
+}
+
+func TestGuestHostname(t *testing.T) {
+	long := strings.Repeat("a", 62) + ".b" + strings.Repeat("c", 10)
+	for _, tc := range []struct{ name, hostname, want string }{
+		{"vm1", "", "vm1"},
+		{"web.example", "", "web-example"},
+		{"web.example", "db-0", "db-0"},
+		{long, "", strings.Repeat("a", 62)}, // cut at 63, the trailing dash dropped
+	} {
+		vmi := &VirtualMachineInstance{}
+		vmi.Name, vmi.Spec.Hostname = tc.name, tc.hostname
+		if got := vmi.GuestHostname(); got != tc.want {
+			t.Errorf("GuestHostname(%q, %q) = %q, want %q", tc.name, tc.hostname, got, tc.want)
 		}
 	}
 }

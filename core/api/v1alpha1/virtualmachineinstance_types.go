@@ -130,12 +130,29 @@ type VirtualMachineInstanceSpec struct {
 	// an endpoint of the Services that select it, only while it succeeds.
 	// +optional
 	ReadinessProbe *Probe `json:"readinessProbe,omitempty"`
-	// Hostname of the guest. Defaults to the name of the VMI.
+	// Hostname of the guest and of the launcher pod. Defaults to the name of the VMI. The guest
+	// gets it as cloud-init's local-hostname and in the DHCP answers of the pod network.
 	// +optional
 	Hostname string `json:"hostname,omitempty"`
 	// Subdomain makes the guest's FQDN "<hostname>.<subdomain>.<namespace>.svc.<cluster domain>".
 	// +optional
 	Subdomain string `json:"subdomain,omitempty"`
+	// DNSPolicy is the launcher pod's DNS policy, which the guest's DNS follows through the pod
+	// network (ClusterFirst, ClusterFirstWithHostNet, Default or None). Empty: ClusterFirst.
+	// +kubebuilder:validation:Enum=ClusterFirstWithHostNet;ClusterFirst;Default;None
+	// +optional
+	DNSPolicy corev1.DNSPolicy `json:"dnsPolicy,omitempty"`
+	// DNSConfig is merged into the DNS configuration that DNSPolicy gives the launcher pod;
+	// with DNSPolicy None it is all of it, and must name a nameserver.
+	// +optional
+	DNSConfig *corev1.PodDNSConfig `json:"dnsConfig,omitempty"`
+	// AccessCredentials are SSH public keys to give the guest: the keys of each one's Secret are
+	// added to the ssh_authorized_keys of the VMI's cloud-init user data (propagationMethod
+	// noCloud or configDrive names which cloud-init volume's).
+	// +listType=atomic
+	// +kubebuilder:validation:MaxItems=256
+	// +optional
+	AccessCredentials []AccessCredential `json:"accessCredentials,omitempty"`
 	// Networks that the VMI's interfaces refer to.
 	// +listType=map
 	// +listMapKey=name

@@ -117,7 +117,8 @@ type Agent struct {
 }
 
 // NewAgent makes the agent of cfg.NodeName on mgr, with its node handler: it starts the handler
-// (handler.New with hcfg, and with hopts given the agent's sandboxes and containerDisk resolver;
+// (handler.New with hcfg, and with hopts given the agent's sandboxes, containerDisk resolver and,
+// unless hopts has one, the Resolver that reads Secrets from the launcher pod (podSecrets);
 // an OnStatus of hopts is still called) and registers the agent's controller and background
 // work with mgr. ctx bounds the drivers' first start. The handler outlives mgr: once mgr has
 // stopped, end it with Handler().Detach, which leaves the VMs running for the next handler, or
@@ -143,6 +144,9 @@ func NewAgent(ctx context.Context, mgr ctrl.Manager, cfg AgentConfig, hcfg handl
 	next := hopts.OnStatus
 	hopts.Sandboxes = handler.SandboxesFunc(func(vmi *v1alpha1.VirtualMachineInstance) handler.Sandbox { return a.sandbox(vmi) })
 	hopts.ContainerDisks = diskResolver{disks: a.disks}
+	if hopts.Resolver == nil {
+		hopts.Resolver = podSecrets{MapResolver: handler.MapResolver{Images: hcfg.Images, Claims: hcfg.Claims}, a: a}
+	}
 	hopts.OnStatus = func(uid types.UID, st v1alpha1.VirtualMachineInstanceStatus) {
 		if next != nil {
 			next(uid, st)

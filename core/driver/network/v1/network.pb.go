@@ -172,8 +172,11 @@ type SetupRequest struct {
 	// vmi_id is the VMI's UID; results are stable per (vmi_id, interface name).
 	VmiId string `protobuf:"bytes,1,opt,name=vmi_id,json=vmiId,proto3" json:"vmi_id,omitempty"`
 	// netns_path is the sandbox's network namespace.
-	NetnsPath     string       `protobuf:"bytes,2,opt,name=netns_path,json=netnsPath,proto3" json:"netns_path,omitempty"`
-	Interfaces    []*Interface `protobuf:"bytes,3,rep,name=interfaces,proto3" json:"interfaces,omitempty"`
+	NetnsPath  string       `protobuf:"bytes,2,opt,name=netns_path,json=netnsPath,proto3" json:"netns_path,omitempty"`
+	Interfaces []*Interface `protobuf:"bytes,3,rep,name=interfaces,proto3" json:"interfaces,omitempty"`
+	// hostname is the guest's host name (a DNS label: the VMI's spec.hostname, else its name made
+	// one). A driver that answers the guest's DHCP SHOULD send it (DHCPv4 option 12); empty: none.
+	Hostname      string `protobuf:"bytes,4,opt,name=hostname,proto3" json:"hostname,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -227,6 +230,13 @@ func (x *SetupRequest) GetInterfaces() []*Interface {
 		return x.Interfaces
 	}
 	return nil
+}
+
+func (x *SetupRequest) GetHostname() string {
+	if x != nil {
+		return x.Hostname
+	}
+	return ""
 }
 
 // InterfaceResult is what Setup made for one interface.
@@ -587,14 +597,15 @@ const file_core_driver_network_v1_network_proto_rawDesc = "" +
 	"\x04Port\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x1a\n" +
 	"\bprotocol\x18\x02 \x01(\tR\bprotocol\x12\x12\n" +
-	"\x04port\x18\x03 \x01(\x05R\x04port\"\x8c\x01\n" +
+	"\x04port\x18\x03 \x01(\x05R\x04port\"\xa8\x01\n" +
 	"\fSetupRequest\x12\x15\n" +
 	"\x06vmi_id\x18\x01 \x01(\tR\x05vmiId\x12\x1d\n" +
 	"\n" +
 	"netns_path\x18\x02 \x01(\tR\tnetnsPath\x12F\n" +
 	"\n" +
 	"interfaces\x18\x03 \x03(\v2&.kubevisor.driver.network.v1.InterfaceR\n" +
-	"interfaces\"\xdd\x01\n" +
+	"interfaces\x12\x1a\n" +
+	"\bhostname\x18\x04 \x01(\tR\bhostname\"\xdd\x01\n" +
 	"\x0fInterfaceResult\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x19\n" +
 	"\btap_name\x18\x02 \x01(\tR\atapName\x12\x10\n" +

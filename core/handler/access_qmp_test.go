@@ -1,0 +1,80 @@
+package handler
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/kubevisor/kubevisor/core/api/v1alpha1"
+	"github.com/kubevisor/kubevisor/core/driver"
+	"github.com/kubevisor/kubevisor/core/plugin"
+)
+
+// TestAccessCredentialsAndHostnameInGuest boots the test guest through the qmp and local
+// driver plugins (TCG) with a cloud-config that has one key of its own and two access
+// credentials' Secrets with two more keys: the guest reports three authorized keys, and its
+// hostname is the VMI's spec.hostname (cloud-init meta-data local-hostname).
+func TestAccessCredentialsAndHostnameInGuest(t *testing.T) {
+	dir := guestDir(t)
+	cmdline := "console=ttyS0"
+	if b, err := os.ReadFile(filepath.Join(dir, "cmdline")); err == nil {
+		cmdline = strings.TrimSpace(string(b))
+	}
+	e := newEnv(t, DriverSet{Hypervisor: "qmp", Network: testNetwork, Storage: "local"}, []plugin.Manifest{
+		manifest(t, bins.qmp, driver.KindHypervisor, "qmp"),
+		manifest(t, bins.local, driver.KindStorage, "local"),
+		manifest(t, bins.testdriver, driver.KindNetwork, testNetwork, driver.KindNetwork, "name="+testNetwork),
+	})
+	e.cfg.Images = map[string]string{guestKernel: dir}
+	e.cfg.DriverConfig = map[string]json.RawMessage{"qmp": json.RawMessage(`{"disableKVM": true}`)}
+	e.opts.Resolver = secretResolver{
+		MapResolver: MapResolver{Images: e.cfg.Images},
+		secrets: map[string]map[string][]byte{
+			"alice": {"key": []byte(keyA + "\n")},
+			"team":  {"b": []byte(keyB), "c": []byte("# carol\n" + keyC + "\n")},
+		},
+	}
+	h := e.start()
+
+	vmi := guestVMI("ssh-guest", types.UID("00000000-0000-4000-8000-0000000000a1"), cmdline)
+	vmi.Spec.Hostname = "db-0"
+	vmi.Spec.Volumes[0].CloudInitNoCloud.UserData = "#cloud-config\nssh_authorized_keys:\n  - ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIZ own@example\n"
+	vmi.Spec.AccessCredentials = []v1alpha1.AccessCredential{sshCredential("alice", false), sshCredential("team", false)}
+	mustRun(t, h, vmi)
+	c := attach(t, h, vmi.UID)
+	eventually(t, "the guest boots", 3*time.Minute, func() error {
+		if c.count(guestReady) == 0 {
+			return fmt.Errorf("no %s on the console yet", guestReady)
+		}
+		return nil
+	})
+	if c.count("KUBEVISOR-SSH: 4 authorized keys") != 1 {
+		c.mu.Lock()
+		out := c.out.String()
+		c.mu.Unlock()
+		t.Fatalf("want KUBEVISOR-SSH: 4 authorized keys (one of the user data, three of the Secrets) on the console:\n%s", out)
+	}
+	if _, err := io.WriteString(c.in, "\necho kv-host-$(hostname)-end\n"); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "the guest answers with its hostname", time.Minute, func() error {
+		if c.count("kv-host-db-0-end") == 0 {
+			return fmt.Errorf("no kv-host-db-0-end on the console")
+		}
+		return nil
+	})
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	if final, err := h.Stop(ctx, vmi, 30*time.Second); err != nil || final.Phase != v1alpha1.Succeeded {
+		t.Errorf("Stop = %s, %v", final.Phase, err)
+	}
+	requireNothingLeft(t, h, vmi.UID)
+}
