@@ -1,6 +1,8 @@
 package webhook
 
 import (
+	"k8s.io/utils/ptr"
+
 	"github.com/kubevisor/kubevisor/core/api/v1alpha1"
 	"github.com/kubevisor/kubevisor/core/domain"
 )
@@ -66,7 +68,7 @@ func Default(spec *v1alpha1.VirtualMachineInstanceSpec, opts DefaultOptions) {
 		}
 	}
 
-	if len(d.Devices.Interfaces) == 0 && len(spec.Networks) == 0 && !isFalse(d.Devices.AutoattachPodInterface) {
+	if len(d.Devices.Interfaces) == 0 && len(spec.Networks) == 0 && ptr.Deref(d.Devices.AutoattachPodInterface, true) {
 		spec.Networks = []v1alpha1.Network{{
 			Name:          DefaultNetworkName,
 			NetworkSource: v1alpha1.NetworkSource{Pod: &v1alpha1.PodNetwork{}},
@@ -112,5 +114,3 @@ func Default(spec *v1alpha1.VirtualMachineInstanceSpec, opts DefaultOptions) {
 		spec.HypervisorClassName = opts.HypervisorClassName
 	}
 }
-
-func isFalse(b *bool) bool { return b != nil && !*b }

@@ -2,39 +2,22 @@ package handler
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"io"
-	"os"
-	"path/filepath"
-	"strings"
 	"testing"
 	"time"
 
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/kubevisor/kubevisor/core/api/v1alpha1"
-	"github.com/kubevisor/kubevisor/core/driver"
-	"github.com/kubevisor/kubevisor/core/plugin"
 )
 
 // TestAccessCredentialsAndHostnameInGuest boots the test guest through the qmp and local
 // driver plugins (TCG) with a cloud-config that has one key of its own and two access
-// credentials' Secrets with two more keys: the guest reports three authorized keys, and its
+// credentials' Secrets with three more keys: the guest reports four authorized keys, and its
 // hostname is the VMI's spec.hostname (cloud-init meta-data local-hostname).
 func TestAccessCredentialsAndHostnameInGuest(t *testing.T) {
-	dir := guestDir(t)
-	cmdline := "console=ttyS0"
-	if b, err := os.ReadFile(filepath.Join(dir, "cmdline")); err == nil {
-		cmdline = strings.TrimSpace(string(b))
-	}
-	e := newEnv(t, DriverSet{Hypervisor: "qmp", Network: testNetwork, Storage: "local"}, []plugin.Manifest{
-		manifest(t, bins.qmp, driver.KindHypervisor, "qmp"),
-		manifest(t, bins.local, driver.KindStorage, "local"),
-		manifest(t, bins.testdriver, driver.KindNetwork, testNetwork, driver.KindNetwork, "name="+testNetwork),
-	})
-	e.cfg.Images = map[string]string{guestKernel: dir}
-	e.cfg.DriverConfig = map[string]json.RawMessage{"qmp": json.RawMessage(`{"disableKVM": true}`)}
+	e, cmdline := newQMPGuestEnv(t)
 	e.opts.Resolver = secretResolver{
 		MapResolver: MapResolver{Images: e.cfg.Images},
 		secrets: map[string]map[string][]byte{

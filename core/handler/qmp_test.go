@@ -106,24 +106,32 @@ func attach(t *testing.T, h *Handler, uid types.UID) *console {
 	return c
 }
 
-// TestRecoverQMPAfterPluginKilled is TestRecoverAfterHypervisorPluginKilled with QEMU and the
-// project's test guest (TCG): three guests boot through the qmp and local driver plugins; the
-// qmp plugin is killed with SIGKILL; the host restarts it and the handler re-adopts the QEMU
-// processes (qmp's Recover). Same QEMU pids, no new boot, status never Failed, and each guest
-// still answers on its console.
-func TestRecoverQMPAfterPluginKilled(t *testing.T) {
+// newQMPGuestEnv is an env with the qmp (TCG) and local driver plugins and the test network
+// driver, the project's test guest as the kernel image; cmdline is its kernel command line.
+func newQMPGuestEnv(t *testing.T) (e *env, cmdline string) {
+	t.Helper()
 	dir := guestDir(t)
-	cmdline := "console=ttyS0"
+	cmdline = "console=ttyS0"
 	if b, err := os.ReadFile(filepath.Join(dir, "cmdline")); err == nil {
 		cmdline = strings.TrimSpace(string(b))
 	}
-	e := newEnv(t, DriverSet{Hypervisor: "qmp", Network: testNetwork, Storage: "local"}, []plugin.Manifest{
+	e = newEnv(t, DriverSet{Hypervisor: "qmp", Network: testNetwork, Storage: "local"}, []plugin.Manifest{
 		manifest(t, bins.qmp, driver.KindHypervisor, "qmp"),
 		manifest(t, bins.local, driver.KindStorage, "local"),
 		manifest(t, bins.testdriver, driver.KindNetwork, testNetwork, driver.KindNetwork, "name="+testNetwork),
 	})
 	e.cfg.Images = map[string]string{guestKernel: dir}
 	e.cfg.DriverConfig = map[string]json.RawMessage{"qmp": json.RawMessage(`{"disableKVM": true}`)}
+	return e, cmdline
+}
+
+// TestRecoverQMPAfterPluginKilled is TestRecoverAfterHypervisorPluginKilled with QEMU and the
+// project's test guest (TCG): three guests boot through the qmp and local driver plugins; the
+// qmp plugin is killed with SIGKILL; the host restarts it and the handler re-adopts the QEMU
+// processes (qmp's Recover). Same QEMU pids, no new boot, status never Failed, and each guest
+// still answers on its console.
+func TestRecoverQMPAfterPluginKilled(t *testing.T) {
+	e, cmdline := newQMPGuestEnv(t)
 	h := e.start()
 
 	const n = 3

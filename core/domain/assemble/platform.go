@@ -45,7 +45,6 @@ func (b *builder) features() *domainv1.Features {
 		return nil
 	}
 	out := &domainv1.Features{
-		Acpi:       onOff(f.ACPI.Enabled),
 		Smm:        toggle(f.SMM),
 		Pvspinlock: toggle(f.Pvspinlock),
 		KvmHidden:  f.KVM != nil && f.KVM.Hidden,
@@ -55,9 +54,9 @@ func (b *builder) features() *domainv1.Features {
 		// hypervisor gives none: a q35 guest has ACPI whatever the flag says.
 		b.fail(fieldFeatures+".acpi.enabled", "a q35 machine always has ACPI: disabling it needs machine type pc")
 	}
-	if f.ACPI.Enabled == nil {
+	if f.ACPI.Enabled != nil {
 		// acpi: {} and no acpi at all read the same: the default, on.
-		out.Acpi = domainv1.Toggle_TOGGLE_DEFAULT
+		out.Acpi = onOff(f.ACPI.Enabled)
 	}
 	if a := f.APIC; a != nil {
 		if isFalse(a.Enabled) {
