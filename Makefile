@@ -115,7 +115,7 @@ bench-start: deps-qemu deps-iso deps-net guest $(E2E_CLUSTER) ## One VMI at a ti
 	$(BIN)/kubevisor-bench start --kubeconfig $(E2E_KUBECONFIG) --guest $(OUT)/guest
 
 .PHONY: bench-e2e
-bench-e2e: deps-iso deps-net $(E2E_CLUSTER) ## 20 VMIs at once on the local cluster (brought up when not running): P50/P95 of creation to Running and to the console marker, memory per VM on the node beyond QEMU (aim <= 25 MiB), API requests per VMI. Run on the node as root.
+bench-e2e: deps-iso deps-net $(E2E_CLUSTER) ## 20 VMIs at once on the local cluster (brought up when not running): P50/P95 of creation to Running and to the console marker, memory per VM on the node beyond QEMU (aim <= 25 MiB), API requests per VMI, against the node's own start of as many idle and busy (burning a guest boot's CPU) pods. Run on the node as root.
 	@mkdir -p $(BIN)
 	$(GO) build -o $(BIN)/kubevisor-bench ./cmd/kubevisor-bench
 	$(BIN)/kubevisor-bench e2e --kubeconfig $(E2E_KUBECONFIG) --vmis 20

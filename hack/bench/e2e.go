@@ -78,7 +78,10 @@ At the end it deletes the namespace and the class and waits for the launcher pod
 in a namespace of its own, it measures the node's own pod start as the baseline: --vmis pods of
 --baseline-containers containers (a launcher pod's count) of --baseline-image, with the launcher
 pod's helper resources, created at once: create request to Running, P50/P95/max, and the VMIs'
-against it.
+against it; twice: idle pods, then busy ones whose first container spends, from its start, the
+VMIs' median QEMU CPU time up to the console marker (pause -burn; read from /proc/<pid>/stat
+twice after the markers, the idle guest's rate taken off): the contention the VMIs' pods met,
+since every booting TCG guest keeps a core busy. VMI/busy baseline is what Kubevisor adds.
 
 Flags:
 `
@@ -200,6 +203,8 @@ type e2eVM struct {
 	failed    string
 	launcher  *corev1.Pod
 	qemu      MemUsage
+	qemuPID   int
+	bootCPU   time.Duration       // QEMU's CPU time up to the marker (e2ecpu.go)
 	pod       MemUsage            // the launcher pod's processes but QEMU
 	byPart    map[string]MemUsage // the same by container name (and "pause" for the sandbox)
 	shim      MemUsage            // the pod's containerd-shim, outside the pod's cgroup
@@ -330,6 +335,9 @@ func RunE2E(ctx context.Context, cfg E2EConfig, out, logOut io.Writer) (err erro
 		return fmt.Errorf("handler memory with the VMIs: %w", err)
 	}
 	if err := b.readVMs(ctx, procs); err != nil {
+		return err
+	}
+	if err := b.readBootCPU(ctx); err != nil {
 		return err
 	}
 
@@ -752,6 +760,7 @@ func (b *e2eBench) readVMs(ctx context.Context, procs []nodeProc) error {
 			m := mem[p.pid]
 			if isQEMU(p.comm) {
 				f.vm.qemu = f.vm.qemu.Add(m)
+				f.vm.qemuPID = p.pid
 				qemus++
 				continue
 			}

@@ -39,44 +39,70 @@ type podBaseline struct {
 const baselineSettle = 10 * time.Second
 
 // runBaseline measures the node's pod start, after the VMIs are gone, in a namespace of its own,
-// and prints it with the VMIs' creation → Running against it.
+// twice: idle pods, then busy ones whose first container spends the VMIs' median boot CPU from
+// its start (pause -burn), as the VMIs' QEMUs do; and prints the VMIs' creation → Running
+// against both.
 func (b *e2eBench) runBaseline(ctx context.Context) error {
-	if err := sleep(ctx, baselineSettle); err != nil {
-		return err
-	}
-	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{GenerateName: "kv-bench-baseline-", Labels: map[string]string{"kubevisor.io/bench": "e2e"}}}
-	if err := b.c.Create(ctx, ns); err != nil {
-		return fmt.Errorf("create the baseline's namespace: %w", err)
-	}
-	bl, err := b.baselinePods(ctx, ns.Name)
-	if derr := b.c.Delete(context.WithoutCancel(ctx), ns); client.IgnoreNotFound(derr) != nil {
-		err = errors.Join(err, fmt.Errorf("delete namespace %s: %w", ns.Name, derr))
-	}
+	vms := b.sortedVMs()
+	vmiRunning := e2eLatencies(vms, func(vm *e2eVM) time.Time { return vm.sent }, func(vm *e2eVM) time.Time { return vm.running })
+	burn := b.medianBootCPU()
+	idle, err := b.baseline(ctx, 0)
 	if err != nil {
 		return err
 	}
-	vms := b.sortedVMs()
-	vmiRunning := e2eLatencies(vms, func(vm *e2eVM) time.Time { return vm.sent }, func(vm *e2eVM) time.Time { return vm.running })
-	fmt.Fprintf(b.out, "\nthe node's own pod start, %s after the VMIs were gone: %d pods of %d %s containers (a launcher pod's count, its helper resources) created at once in namespace %s:\n",
-		baselineSettle, bl.pods, bl.containers, b.cfg.BaselineImage, ns.Name)
+	var busy *podBaseline
+	if burn > 0 {
+		if busy, err = b.baseline(ctx, burn); err != nil {
+			return err
+		}
+	}
+	fmt.Fprintf(b.out, "\nthe node's own pod start, %s after the VMIs were gone: %d pods of %d %s containers (a launcher pod's count, its helper resources) created at once; busy: the first container spends %s of CPU from its start (the VMIs' median QEMU CPU up to the marker):\n",
+		baselineSettle, idle.pods, idle.containers, b.cfg.BaselineImage, burn)
 	tab := table{w: b.out, widths: []int{46, 9, 9, 9, 5}}
 	tab.row("", "P50", "P95", "max", "pods")
-	tab.row("baseline pod: create request → Running", secs(percentile(bl.running, 50)), secs(percentile(bl.running, 95)), secs(percentile(bl.running, 100)), fmt.Sprint(len(bl.running)))
-	tab.row("VMI: create request → Running", secs(percentile(vmiRunning, 50)), secs(percentile(vmiRunning, 95)), secs(percentile(vmiRunning, 100)), fmt.Sprint(len(vmiRunning)))
+	row := func(name string, d []time.Duration) {
+		tab.row(name, secs(percentile(d, 50)), secs(percentile(d, 95)), secs(percentile(d, 100)), fmt.Sprint(len(d)))
+	}
+	row("idle baseline pod: create request → Running", idle.running)
+	if busy != nil {
+		row("busy baseline pod: create request → Running", busy.running)
+	}
+	row("VMI: create request → Running", vmiRunning)
 	for _, vm := range vms {
-		if vm.launcher != nil && len(vm.launcher.Spec.Containers) != bl.containers {
-			fmt.Fprintf(b.out, "warning: launcher pod %s has %d containers, the baseline's pods %d (--baseline-containers)\n", vm.launcher.Name, len(vm.launcher.Spec.Containers), bl.containers)
+		if vm.launcher != nil && len(vm.launcher.Spec.Containers) != idle.containers {
+			fmt.Fprintf(b.out, "warning: launcher pod %s has %d containers, the baseline's pods %d (--baseline-containers)\n", vm.launcher.Name, len(vm.launcher.Spec.Containers), idle.containers)
 			break
 		}
 	}
-	fmt.Fprintf(b.out, "VMI/baseline pod at P50: %s, at P95: %s (what Kubevisor and the VMs' own start add to the node's pod start, with the first VMs' QEMU booting meanwhile)\n",
-		ratio(percentile(vmiRunning, 50), percentile(bl.running, 50)), ratio(percentile(vmiRunning, 95), percentile(bl.running, 95)))
+	fmt.Fprintf(b.out, "VMI/idle baseline pod at P50: %s, at P95: %s (what Kubevisor and the VMs' own start add to the node's pod start, with the first VMs' QEMU booting meanwhile)\n",
+		ratio(percentile(vmiRunning, 50), percentile(idle.running, 50)), ratio(percentile(vmiRunning, 95), percentile(idle.running, 95)))
+	if busy != nil {
+		fmt.Fprintf(b.out, "VMI/busy baseline pod at P50: %s, at P95: %s (what Kubevisor adds to a pod start under the same CPU contention)\n",
+			ratio(percentile(vmiRunning, 50), percentile(busy.running, 50)), ratio(percentile(vmiRunning, 95), percentile(busy.running, 95)))
+	}
 	return nil
 }
 
-// baselinePods creates the baseline pods in namespace ns, waits until all are Running, deletes them and waits
-// until they are gone.
-func (b *e2eBench) baselinePods(ctx context.Context, ns string) (*podBaseline, error) {
+// baseline runs one baseline, its pods' first container spending burn of CPU (none when 0), in
+// a namespace of its own, after baselineSettle.
+func (b *e2eBench) baseline(ctx context.Context, burn time.Duration) (*podBaseline, error) {
+	if err := sleep(ctx, baselineSettle); err != nil {
+		return nil, err
+	}
+	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{GenerateName: "kv-bench-baseline-", Labels: map[string]string{"kubevisor.io/bench": "e2e"}}}
+	if err := b.c.Create(ctx, ns); err != nil {
+		return nil, fmt.Errorf("create the baseline's namespace: %w", err)
+	}
+	bl, err := b.baselinePods(ctx, ns.Name, burn)
+	if derr := b.c.Delete(context.WithoutCancel(ctx), ns); client.IgnoreNotFound(derr) != nil {
+		err = errors.Join(err, fmt.Errorf("delete namespace %s: %w", ns.Name, derr))
+	}
+	return bl, err
+}
+
+// baselinePods creates the baseline pods in namespace ns (their first containers spending burn
+// of CPU), waits until all are Running, deletes them and waits until they are gone.
+func (b *e2eBench) baselinePods(ctx context.Context, ns string, burn time.Duration) (*podBaseline, error) {
 	n, per := b.cfg.VMIs, b.cfg.BaselineContainers
 	ctx, cancel := context.WithTimeout(ctx, b.cfg.Timeout)
 	defer cancel()
@@ -91,7 +117,7 @@ func (b *e2eBench) baselinePods(ctx context.Context, ns string) (*podBaseline, e
 	errs := make([]error, n)
 	for i := range n {
 		wg.Go(func() {
-			if err := b.c.Create(ctx, baselinePod(ns, b.cfg.BaselineImage, i, per)); err != nil {
+			if err := b.c.Create(ctx, baselinePod(ns, b.cfg.BaselineImage, i, per, burn)); err != nil {
 				errs[i] = fmt.Errorf("create baseline pod %d: %w", i, err)
 			}
 		})
@@ -127,8 +153,9 @@ func (b *e2eBench) baselinePods(ctx context.Context, ns string) (*podBaseline, e
 }
 
 // baselinePod is baseline pod i: per pause containers, each with the launcher pod's helper
-// resources (launcherpod.HelperCPU request, launcherpod.HelperMemory request and limit).
-func baselinePod(ns, image string, i, per int) *corev1.Pod {
+// resources (launcherpod.HelperCPU request, launcherpod.HelperMemory request and limit), the
+// first running `pause -burn burn` when burn is not 0.
+func baselinePod(ns, image string, i, per int, burn time.Duration) *corev1.Pod {
 	zero := int64(0)
 	no := false
 	pod := &corev1.Pod{
@@ -147,6 +174,9 @@ func baselinePod(ns, image string, i, per int) *corev1.Pod {
 		pod.Spec.Containers = append(pod.Spec.Containers, corev1.Container{
 			Name: fmt.Sprintf("c%d", c), Image: image, ImagePullPolicy: corev1.PullIfNotPresent, Resources: res,
 		})
+	}
+	if burn > 0 && per > 0 {
+		pod.Spec.Containers[0].Args = []string{"-burn", burn.String()}
 	}
 	return pod
 }
