@@ -81,7 +81,8 @@ type PCISelector struct {
 }
 
 // DefaultConfig returns the configuration for the devices every VM node needs: /dev/kvm,
-// /dev/net/tun and /dev/vhost-net with DefaultSlots each, and no PCI devices. All three are
+// /dev/net/tun and /dev/vhost-net with DefaultSlots each, /dev/sev (unhealthy, so none
+// allocatable, where the host has no SEV), and no PCI devices. All four are
 // granted "rw" only: the runtime creates the node in the container, and nothing in a launcher
 // needs to mknod it again ("m"), which a configuration can still grant per device.
 func DefaultConfig() Config {
@@ -90,6 +91,8 @@ func DefaultConfig() Config {
 			{ResourceName: v1alpha1.KVMDeviceResource, Path: "/dev/kvm", Permissions: "rw"},
 			{ResourceName: v1alpha1.TunDeviceResource, Path: "/dev/net/tun", Permissions: "rw"},
 			{ResourceName: v1alpha1.VhostNetDeviceResource, Path: "/dev/vhost-net", Permissions: "rw"},
+			// Healthy only on AMD hosts with SEV enabled: launchSecurity.sev VMIs ask for it.
+			{ResourceName: v1alpha1.SEVDeviceResource, Path: "/dev/sev", Permissions: "rw"},
 		},
 	}
 }

@@ -77,7 +77,7 @@ func TestAllocate(t *testing.T) {
 		for k := range plugins {
 			yield(k)
 		}
-	}); !slices.Equal(got, []string{v1alpha1.KVMDeviceResource, pciResource, v1alpha1.TunDeviceResource, v1alpha1.VhostNetDeviceResource}) {
+	}); !slices.Equal(got, []string{v1alpha1.KVMDeviceResource, pciResource, v1alpha1.SEVDeviceResource, v1alpha1.TunDeviceResource, v1alpha1.VhostNetDeviceResource}) {
 		t.Fatalf("plugins %v", got)
 	}
 	ctx := context.Background()
@@ -225,7 +225,7 @@ func TestHealthFollowsDeviceNodes(t *testing.T) {
 	dir := pluginDir(t)
 	k := startFakeKubelet(t, dir)
 	runManager(t, h.config(dir, time.Hour))
-	regs := k.registrations(t, 4, 10*time.Second)
+	regs := k.registrations(t, 5, 10*time.Second)
 
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
@@ -390,7 +390,7 @@ func TestRegistrationAndKubeletRestart(t *testing.T) {
 			cancel()
 		}
 	}
-	check("first start", k.registrations(t, 4, 10*time.Second))
+	check("first start", k.registrations(t, 5, 10*time.Second))
 	waitFor(t, "registrations answered", func() bool {
 		for _, p := range m.Plugins() {
 			if p.Registrations() != 1 {
@@ -415,13 +415,13 @@ func TestRegistrationAndKubeletRestart(t *testing.T) {
 			removed++
 		}
 	}
-	if removed != 4 {
-		t.Errorf("removed %d sockets, want the 4 plugins' (kubelet.sock is unlinked by its server)", removed)
+	if removed != 5 {
+		t.Errorf("removed %d sockets, want the 5 plugins' (kubelet.sock is unlinked by its server)", removed)
 	}
 	time.Sleep(500 * time.Millisecond) // the plugins' first attempts find no kubelet
 	start := time.Now()
 	k = startFakeKubelet(t, dir)
-	regs := k.registrations(t, 4, 5*time.Second)
+	regs := k.registrations(t, 5, 5*time.Second)
 	t.Logf("re-registered %v after the new kubelet started", time.Since(start).Round(time.Millisecond))
 	check("after kubelet restart", regs)
 

@@ -39,7 +39,7 @@ func newFakeHost(t *testing.T) *fakeHost {
 	t.Helper()
 	root := t.TempDir()
 	h := &fakeHost{devRoot: filepath.Join(root, "host"), sysRoot: filepath.Join(root, "sys")}
-	for _, p := range []string{"/dev/kvm", "/dev/net/tun", "/dev/vhost-net", "/dev/vfio/vfio", "/dev/vfio/12", "/dev/vfio/13", "/dev/vfio/14", "/dev/vfio/15"} {
+	for _, p := range []string{"/dev/kvm", "/dev/net/tun", "/dev/vhost-net", "/dev/sev", "/dev/vfio/vfio", "/dev/vfio/12", "/dev/vfio/13", "/dev/vfio/14", "/dev/vfio/15"} {
 		h.touch(t, p)
 	}
 	for _, d := range fakePCI {
@@ -110,7 +110,7 @@ func mustSymlink(t *testing.T, target, link string) {
 	}
 }
 
-// testConfig is the fake host's configuration: the three character devices with 4 slots and
+// testConfig is the fake host's configuration: the four character devices with 4 slots and
 // the NVIDIA ID under its default resource name.
 func (h *fakeHost) config(pluginDir string, poll time.Duration) Config {
 	cfg := DefaultConfig()

@@ -480,6 +480,10 @@ func buildResources(vmi *v1alpha1.VirtualMachineInstance, class *v1alpha1.Hyperv
 		}
 		req[d], lim[d] = resource.MustParse("1"), resource.MustParse("1")
 	}
+	if ls := vmi.Spec.Domain.LaunchSecurity; ls != nil && ls.SEV != nil {
+		// QEMU opens /dev/sev to launch the guest; only nodes that offer it can run the VMI.
+		req[v1alpha1.SEVDeviceResource], lim[v1alpha1.SEVDeviceResource] = resource.MustParse("1"), resource.MustParse("1")
+	}
 	return corev1.ResourceRequirements{Requests: req, Limits: lim}, nil
 }
 

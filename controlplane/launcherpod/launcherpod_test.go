@@ -321,6 +321,25 @@ func TestBuild(t *testing.T) {
 			},
 		},
 		{
+			name: "AMD SEV asks for /dev/sev and a node whose driver runs with KVM",
+			vmi: testVMI(func(v *v1alpha1.VirtualMachineInstance) {
+				v.Spec.Domain.LaunchSecurity = &v1alpha1.LaunchSecurity{SEV: &v1alpha1.SEV{}}
+			}),
+			check: func(t *testing.T, pod *corev1.Pod) {
+				c := pod.Spec.Containers[0]
+				for _, list := range []corev1.ResourceList{c.Resources.Requests, c.Resources.Limits} {
+					if q, ok := list[v1alpha1.SEVDeviceResource]; !ok || q.Value() != 1 {
+						t.Errorf("compute resources %v: want one %s", list, v1alpha1.SEVDeviceResource)
+					}
+				}
+				terms := pod.Spec.Affinity.NodeAffinity.RequiredDuringSchedulingIgnoredDuringExecution.NodeSelectorTerms
+				kvm := corev1.NodeSelectorRequirement{Key: "capability.kubevisor.io/" + testClass().Driver + ".accel", Operator: corev1.NodeSelectorOpIn, Values: []string{"kvm"}}
+				if want := []corev1.NodeSelectorTerm{{MatchExpressions: []corev1.NodeSelectorRequirement{driverUp, kvm}}}; !equality.Semantic.DeepEqual(terms, want) {
+					t.Errorf("node terms = %+v, want %+v", terms, want)
+				}
+			},
+		},
+		{
 			name: "tolerations of VMI and class, duplicates once",
 			vmi: testVMI(func(v *v1alpha1.VirtualMachineInstance) {
 				v.Spec.Tolerations = []corev1.Toleration{{Key: "a", Operator: corev1.TolerationOpExists}}

@@ -241,6 +241,9 @@ const (
 	DeviceStartPaused = "start-paused"
 	// DeviceSound is the sound card of DomainSpec.sound (ich9 or ac97).
 	DeviceSound = "sound"
+	// DeviceLaunchSecurity is DomainSpec.launch_security: memory encryption by the host CPU (AMD
+	// SEV), with every virtio device behind the platform IOMMU.
+	DeviceLaunchSecurity = "launch-security"
 	// DeviceBIOSSerial is BIOS.use_serial: the BIOS's output on the serial console.
 	DeviceBIOSSerial = "bios-serial"
 )
@@ -265,6 +268,7 @@ var OptionalDevices = []OptionalDevice{
 	{Name: DeviceCPUFeatures, Field: "cpu.features", asked: func(s *domainv1.DomainSpec) bool { return len(s.GetCpu().GetFeatures()) > 0 }},
 	{Name: DeviceBIOSSerial, Field: "firmware.bios.useSerial", asked: func(s *domainv1.DomainSpec) bool { return s.GetFirmware().GetBios().GetUseSerial() }},
 	{Name: DeviceSound, Field: "sound", asked: func(s *domainv1.DomainSpec) bool { return s.GetSound() != nil }},
+	{Name: DeviceLaunchSecurity, Field: "launchSecurity", asked: func(s *domainv1.DomainSpec) bool { return s.GetLaunchSecurity() != nil }},
 	{Name: DeviceStartPaused, Field: "startPaused", asked: func(s *domainv1.DomainSpec) bool { return s.GetStartPaused() }},
 	{Name: DeviceNICOptions, Field: "nics", asked: func(s *domainv1.DomainSpec) bool {
 		return slices.ContainsFunc(s.GetNics(), func(n *domainv1.NIC) bool {

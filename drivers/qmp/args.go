@@ -61,6 +61,9 @@ type HostEnv struct {
 	CPUFlags []string
 	// BlockDevices are the disk paths that are block devices rather than files.
 	BlockDevices map[string]bool
+	// SEV is what the host offers for AMD SEV guests, nil when nothing; SEVReason says why not.
+	SEV       *SEVHost
+	SEVReason string
 	// Now is the time the real-time clock's start is worked out from (clock offsets and time
 	// zones); nil is time.Now.
 	Now func() time.Time
@@ -159,6 +162,7 @@ type argBuilder struct {
 	q35          bool
 	usb          bool     // the USB controller usb0 is on the command line
 	iothreads    []string // the pool I/O threads on the command line
+	sev          bool     // an SEV guest: virtio devices behind the platform IOMMU
 }
 
 var iothreadRE = regexp.MustCompile(`^iothread[0-9]+$`)
@@ -264,6 +268,9 @@ func (b *argBuilder) build() {
 	for i, h := range spec.GetHostDevices() {
 		b.add("-device", fmt.Sprintf("vfio-pci,host=%s,id=hostdev%d", h.GetPciAddress(), i))
 	}
+	if b.sev {
+		b.iommuPlatform()
+	}
 }
 
 func (b *argBuilder) machine() {
@@ -282,6 +289,9 @@ func (b *argBuilder) machine() {
 	opts = append(opts, b.machineFeatures()...)
 	if efi := b.spec.GetFirmware().GetEfi(); efi != nil {
 		opts = append(opts, "pflash0=pflash0", "pflash1=pflash1")
+	}
+	if enc := b.launchSecurity(); enc != "" {
+		opts = append(opts, enc)
 	}
 	b.add("-machine", strings.Join(opts, ","))
 }

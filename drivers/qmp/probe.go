@@ -79,6 +79,10 @@ type HostInfo struct {
 	MachineTypes []string
 	// CPUFlags are the CPUID flags `-cpu help` lists.
 	CPUFlags []string
+	// SEV is what the host offers AMD SEV guests (only looked for where KVM runs), nil when
+	// nothing; SEVReason says why not.
+	SEV       *SEVHost
+	SEVReason string
 }
 
 // Best is the accelerator VMs get when they do not ask: KVM when it works, else TCG, else "".
@@ -104,6 +108,12 @@ func (h *HostInfo) Fingerprint() *basev1.FingerprintResponse {
 		return &basev1.FingerprintResponse{Health: basev1.Health_HEALTH_UNHEALTHY, HealthDescription: h.Problem, Attributes: attrs}
 	case h.KVM:
 		attrs["accel"] = string(AccelKVM)
+		if h.SEV != nil {
+			attrs["sev"] = "sev"
+			if h.SEV.ES {
+				attrs["sev"] = "sev-es"
+			}
+		}
 		return &basev1.FingerprintResponse{Health: basev1.Health_HEALTH_HEALTHY, HealthDescription: "QEMU " + h.Version + " with KVM", Attributes: attrs}
 	default:
 		attrs["accel"] = string(AccelTCG)
@@ -136,6 +146,10 @@ type Prober struct {
 	OpenDevice func(path string) error
 	// TempDir is where the test disk images go (os.TempDir() when empty).
 	TempDir string
+	// Sysfs is where sysfs is mounted ("/sys" when empty) and CPUID reads a CPUID leaf (the
+	// CPU's when nil): for AMD SEV.
+	Sysfs string
+	CPUID func(leaf uint32) (eax, ebx, ecx, edx uint32)
 
 	mu   sync.Mutex
 	memo map[ProbeOptions]*HostInfo
@@ -247,6 +261,17 @@ func (p *Prober) probe(ctx context.Context, opts ProbeOptions) *HostInfo {
 			break
 		}
 		h.KVM, h.KVMReason = p.boot(ctx, path, AccelKVM, dir, opts.Timeout)
+	}
+	h.SEVReason = "KVM is not usable"
+	if h.KVM {
+		sysfs, id := p.Sysfs, p.CPUID
+		if sysfs == "" {
+			sysfs = "/sys"
+		}
+		if id == nil {
+			id = cpuid
+		}
+		h.SEV, h.SEVReason = DetectSEV(sysfs, openDevice("/dev/sev") == nil, id)
 	}
 	wg.Wait()
 	if !h.TCG && !h.KVM {

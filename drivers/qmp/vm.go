@@ -224,6 +224,7 @@ func (d *Driver) hostEnv(host *HostInfo, accel Accel, runDir string, spec *domai
 	return HostEnv{
 		Accel: accel, RunDir: runDir, OVMF: ovmf, VhostNet: host.VhostNet,
 		CPUModels: host.CPUModels, MachineTypes: host.MachineTypes, CPUFlags: host.CPUFlags, BlockDevices: blk,
+		SEV: host.SEV, SEVReason: host.SEVReason,
 	}
 }
 

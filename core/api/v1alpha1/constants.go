@@ -66,6 +66,8 @@ const (
 	TunDeviceResource = DeviceResourcePrefix + "tun"
 	// VhostNetDeviceResource grants /dev/vhost-net.
 	VhostNetDeviceResource = DeviceResourcePrefix + "vhost-net"
+	// SEVDeviceResource grants /dev/sev, which QEMU opens to launch an AMD SEV guest.
+	SEVDeviceResource = DeviceResourcePrefix + "sev"
 )
 
 // Values of a DriverHealthLabel.

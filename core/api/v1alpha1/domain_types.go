@@ -63,8 +63,37 @@ type DomainSpec struct {
 	// IOThreads sizes the supplementalPool policy's pool.
 	// +optional
 	IOThreads *DiskIOThreads `json:"ioThreads,omitempty"`
+	// LaunchSecurity runs the guest with its memory encrypted by the host CPU (AMD SEV), which
+	// the host cannot read. Such a VMI is placed only onto nodes whose hypervisor driver runs
+	// with KVM and that offer /dev/sev (the devices.kubevisor.io/sev resource); it needs EFI
+	// firmware without secure boot, and every virtio device reaches its memory through the
+	// platform IOMMU. The hypervisor driver must offer "launch-security".
+	// +optional
+	LaunchSecurity *LaunchSecurity `json:"launchSecurity,omitempty"`
 	// Devices lists the disks, network interfaces and other devices of the VMI.
 	Devices Devices `json:"devices"`
+}
+
+// LaunchSecurity selects the memory encryption technology of a VMI.
+type LaunchSecurity struct {
+	// SEV is AMD Secure Encrypted Virtualization.
+	// +optional
+	SEV *SEV `json:"sev,omitempty"`
+}
+
+// SEV configures an AMD SEV guest. Debugging the guest is never allowed (the policy's NoDebug
+// bit is always set), as with KubeVirt.
+type SEV struct {
+	// Policy is the guest policy of the AMD SEV API.
+	// +optional
+	Policy *SEVPolicy `json:"policy,omitempty"`
+}
+
+// SEVPolicy holds the guest policy flags a VMI may choose.
+type SEVPolicy struct {
+	// EncryptedState requires SEV-ES: the vCPUs' register state is encrypted too. Default false.
+	// +optional
+	EncryptedState *bool `json:"encryptedState,omitempty"`
 }
 
 // Chassis is the SMBIOS chassis information of a VMI. Fields left empty are left to the

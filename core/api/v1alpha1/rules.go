@@ -102,12 +102,15 @@ func wholeCPUs(q resource.Quantity) int64 {
 // mean something under hardware virtualisation (KVM): Hyper-V enlightenments and timer, a hidden
 // KVM, paravirtual spinlocks and end of interrupt, the KVM clock, each asked for (turning off what
 // emulation lacks anyway is not), a PIT tick policy,
-// the host-passthrough CPU model. A VMI with any is placed only on nodes whose hypervisor driver
+// the host-passthrough CPU model, AMD SEV. A VMI with any is placed only on nodes whose hypervisor driver
 // fingerprints accel=kvm; empty when it has none.
 func (d *DomainSpec) HardwareVirtualisationFields() []string {
 	var out []string
 	if d.CPU != nil && d.CPU.Model == "host-passthrough" {
 		out = append(out, "cpu.model")
+	}
+	if d.LaunchSecurity != nil && d.LaunchSecurity.SEV != nil {
+		out = append(out, "launchSecurity.sev")
 	}
 	if f := d.Features; f != nil {
 		if f.APIC != nil && f.APIC.EndOfInterrupt {

@@ -125,12 +125,13 @@ func TestHardwareVirtualisationFields(t *testing.T) {
 		{
 			name: "every field that needs KVM",
 			d: DomainSpec{
-				CPU: &CPU{Model: "host-passthrough"},
+				CPU:            &CPU{Model: "host-passthrough"},
+				LaunchSecurity: &LaunchSecurity{SEV: &SEV{}},
 				Features: &Features{APIC: &FeatureAPIC{EndOfInterrupt: true}, Hyperv: &FeatureHyperv{}, KVM: &FeatureKVM{Hidden: true},
 					Pvspinlock: &FeatureState{Enabled: &yes}},
 				Clock: &Clock{Timer: &Timer{KVM: &KVMTimer{}, Hyperv: &HypervTimer{Enabled: &yes}, PIT: &PITTimer{TickPolicy: "delay"}}},
 			},
-			want: []string{"cpu.model", "features.apic.endOfInterrupt", "features.hyperv", "features.kvm.hidden", "features.pvspinlock",
+			want: []string{"cpu.model", "launchSecurity.sev", "features.apic.endOfInterrupt", "features.hyperv", "features.kvm.hidden", "features.pvspinlock",
 				"clock.timer.kvm", "clock.timer.hyperv", "clock.timer.pit.tickPolicy"},
 		},
 	} {

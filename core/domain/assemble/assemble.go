@@ -210,6 +210,7 @@ func (b *builder) build() *domainv1.DomainSpec {
 	spec.Watchdog = b.watchdog()
 	spec.Balloon = b.balloon()
 	spec.Sound = b.sound()
+	spec.LaunchSecurity = b.launchSecurity()
 	b.ioThreads(spec)
 	if q := d.Devices.BlockMultiQueue; q != nil && *q {
 		for _, disk := range spec.Disks {

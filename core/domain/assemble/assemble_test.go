@@ -168,6 +168,28 @@ func TestDomain(t *testing.T) {
 			},
 		},
 		{
+			name: "AMD SEV: NoDebug always, ES when asked",
+			vmi: func(v *v1alpha1.VirtualMachineInstance) {
+				v.Spec.Domain.Firmware = &v1alpha1.Firmware{Bootloader: &v1alpha1.Bootloader{EFI: &v1alpha1.EFI{SecureBoot: ptr(false)}}}
+				v.Spec.Domain.LaunchSecurity = &v1alpha1.LaunchSecurity{SEV: &v1alpha1.SEV{Policy: &v1alpha1.SEVPolicy{EncryptedState: ptr(true)}}}
+			},
+			want: func(s *domainv1.DomainSpec) {
+				s.Firmware.Boot = &domainv1.Firmware_Efi{Efi: &domainv1.EFI{}}
+				s.LaunchSecurity = &domainv1.LaunchSecurity{Sev: &domainv1.SEV{Policy: 0x5}}
+			},
+		},
+		{
+			name: "AMD SEV without a policy",
+			vmi: func(v *v1alpha1.VirtualMachineInstance) {
+				v.Spec.Domain.Firmware = &v1alpha1.Firmware{Bootloader: &v1alpha1.Bootloader{EFI: &v1alpha1.EFI{SecureBoot: ptr(false)}}}
+				v.Spec.Domain.LaunchSecurity = &v1alpha1.LaunchSecurity{SEV: &v1alpha1.SEV{}}
+			},
+			want: func(s *domainv1.DomainSpec) {
+				s.Firmware.Boot = &domainv1.Firmware_Efi{Efi: &domainv1.EFI{}}
+				s.LaunchSecurity = &domainv1.LaunchSecurity{Sev: &domainv1.SEV{Policy: 0x1}}
+			},
+		},
+		{
 			name: "kernel boot",
 			vmi: func(v *v1alpha1.VirtualMachineInstance) {
 				v.Spec.Domain.Firmware = &v1alpha1.Firmware{KernelBoot: &v1alpha1.KernelBoot{
@@ -614,6 +636,21 @@ func TestDomainRejects(t *testing.T) {
 				`spec.domain.clock.timezone: a time zone name is required`,
 				`spec.domain.clock.timer.rtc.present: the real-time clock cannot be removed`,
 			},
+		},
+		{
+			name: "AMD SEV with BIOS",
+			vmi: func(v *v1alpha1.VirtualMachineInstance) {
+				v.Spec.Domain.LaunchSecurity = &v1alpha1.LaunchSecurity{SEV: &v1alpha1.SEV{}}
+			},
+			want: []string{`spec.domain.launchSecurity.sev: needs EFI firmware (firmware.bootloader.efi with secureBoot: false)`},
+		},
+		{
+			name: "AMD SEV with secure boot (EFI's default)",
+			vmi: func(v *v1alpha1.VirtualMachineInstance) {
+				v.Spec.Domain.Firmware = &v1alpha1.Firmware{Bootloader: &v1alpha1.Bootloader{EFI: &v1alpha1.EFI{}}}
+				v.Spec.Domain.LaunchSecurity = &v1alpha1.LaunchSecurity{SEV: &v1alpha1.SEV{}}
+			},
+			want: []string{`spec.domain.launchSecurity.sev: does not work with secure boot: set firmware.bootloader.efi.secureBoot to false`},
 		},
 		{
 			name: "input and watchdog values",

@@ -290,3 +290,35 @@ func (b *builder) balloon() *domainv1.Balloon {
 	}
 	return &domainv1.Balloon{}
 }
+
+// SEV guest policy bits of the AMD SEV API that the assembler sets.
+const (
+	sevPolicyNoDebug = 1 << 0 // the guest cannot be debugged: always set, as KubeVirt does
+	sevPolicyES      = 1 << 2 // SEV-ES: the register state is encrypted too
+)
+
+// launchSecurity is the VMI's memory encryption. AMD SEV needs EFI firmware without secure boot
+// (what KubeVirt asks for too: OVMF measures what it launches, and the secure boot variable
+// store is not part of the launch measurement).
+func (b *builder) launchSecurity() *domainv1.LaunchSecurity {
+	ls := b.vmi.Spec.Domain.LaunchSecurity
+	if ls == nil || ls.SEV == nil {
+		return nil
+	}
+	const field = fieldDomain + ".launchSecurity.sev"
+	var bl *v1alpha1.Bootloader
+	if fw := b.vmi.Spec.Domain.Firmware; fw != nil {
+		bl = fw.Bootloader
+	}
+	switch {
+	case bl == nil || bl.EFI == nil:
+		b.fail(field, "needs EFI firmware (firmware.bootloader.efi with secureBoot: false)")
+	case bl.EFI.SecureBoot == nil || *bl.EFI.SecureBoot:
+		b.fail(field, "does not work with secure boot: set firmware.bootloader.efi.secureBoot to false")
+	}
+	policy := uint32(sevPolicyNoDebug)
+	if p := ls.SEV.Policy; p != nil && p.EncryptedState != nil && *p.EncryptedState {
+		policy |= sevPolicyES
+	}
+	return &domainv1.LaunchSecurity{Sev: &domainv1.SEV{Policy: policy}}
+}

@@ -332,9 +332,12 @@ type DomainSpec struct {
 	// driver must declare "start-paused".
 	StartPaused bool `protobuf:"varint,24,opt,name=start_paused,json=startPaused,proto3" json:"start_paused,omitempty"`
 	// sound, when set, is a sound card. A driver must declare "sound".
-	Sound         *Sound `protobuf:"bytes,25,opt,name=sound,proto3" json:"sound,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	Sound *Sound `protobuf:"bytes,25,opt,name=sound,proto3" json:"sound,omitempty"`
+	// launch_security, when set, encrypts the guest's memory with the host CPU's key (hardware
+	// virtualisation). A driver must declare "launch-security".
+	LaunchSecurity *LaunchSecurity `protobuf:"bytes,30,opt,name=launch_security,json=launchSecurity,proto3" json:"launch_security,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
 }
 
 func (x *DomainSpec) Reset() {
@@ -542,6 +545,107 @@ func (x *DomainSpec) GetSound() *Sound {
 	return nil
 }
 
+func (x *DomainSpec) GetLaunchSecurity() *LaunchSecurity {
+	if x != nil {
+		return x.LaunchSecurity
+	}
+	return nil
+}
+
+// LaunchSecurity is memory encryption by the host CPU. One member is set.
+type LaunchSecurity struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// sev is AMD SEV: the driver launches the guest with /dev/sev, EFI firmware, and every virtio
+	// device behind the platform IOMMU (the guest bounces DMA through memory it shares).
+	Sev           *SEV `protobuf:"bytes,1,opt,name=sev,proto3" json:"sev,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *LaunchSecurity) Reset() {
+	*x = LaunchSecurity{}
+	mi := &file_core_domain_v1_domain_proto_msgTypes[1]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *LaunchSecurity) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*LaunchSecurity) ProtoMessage() {}
+
+func (x *LaunchSecurity) ProtoReflect() protoreflect.Message {
+	mi := &file_core_domain_v1_domain_proto_msgTypes[1]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use LaunchSecurity.ProtoReflect.Descriptor instead.
+func (*LaunchSecurity) Descriptor() ([]byte, []int) {
+	return file_core_domain_v1_domain_proto_rawDescGZIP(), []int{1}
+}
+
+func (x *LaunchSecurity) GetSev() *SEV {
+	if x != nil {
+		return x.Sev
+	}
+	return nil
+}
+
+// SEV is an AMD SEV guest.
+type SEV struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// policy is the guest policy of the AMD SEV API (bit 0 NoDebug, bit 2 ES, ...). The
+	// assembler always sets NoDebug.
+	Policy        uint32 `protobuf:"varint,1,opt,name=policy,proto3" json:"policy,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SEV) Reset() {
+	*x = SEV{}
+	mi := &file_core_domain_v1_domain_proto_msgTypes[2]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SEV) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SEV) ProtoMessage() {}
+
+func (x *SEV) ProtoReflect() protoreflect.Message {
+	mi := &file_core_domain_v1_domain_proto_msgTypes[2]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SEV.ProtoReflect.Descriptor instead.
+func (*SEV) Descriptor() ([]byte, []int) {
+	return file_core_domain_v1_domain_proto_rawDescGZIP(), []int{2}
+}
+
+func (x *SEV) GetPolicy() uint32 {
+	if x != nil {
+		return x.Policy
+	}
+	return 0
+}
+
 // Sound is a sound card.
 type Sound struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -554,7 +658,7 @@ type Sound struct {
 
 func (x *Sound) Reset() {
 	*x = Sound{}
-	mi := &file_core_domain_v1_domain_proto_msgTypes[1]
+	mi := &file_core_domain_v1_domain_proto_msgTypes[3]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -566,7 +670,7 @@ func (x *Sound) String() string {
 func (*Sound) ProtoMessage() {}
 
 func (x *Sound) ProtoReflect() protoreflect.Message {
-	mi := &file_core_domain_v1_domain_proto_msgTypes[1]
+	mi := &file_core_domain_v1_domain_proto_msgTypes[3]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -579,7 +683,7 @@ func (x *Sound) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Sound.ProtoReflect.Descriptor instead.
 func (*Sound) Descriptor() ([]byte, []int) {
-	return file_core_domain_v1_domain_proto_rawDescGZIP(), []int{1}
+	return file_core_domain_v1_domain_proto_rawDescGZIP(), []int{3}
 }
 
 func (x *Sound) GetName() string {
@@ -624,7 +728,7 @@ type Features struct {
 
 func (x *Features) Reset() {
 	*x = Features{}
-	mi := &file_core_domain_v1_domain_proto_msgTypes[2]
+	mi := &file_core_domain_v1_domain_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -636,7 +740,7 @@ func (x *Features) String() string {
 func (*Features) ProtoMessage() {}
 
 func (x *Features) ProtoReflect() protoreflect.Message {
-	mi := &file_core_domain_v1_domain_proto_msgTypes[2]
+	mi := &file_core_domain_v1_domain_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -649,7 +753,7 @@ func (x *Features) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Features.ProtoReflect.Descriptor instead.
 func (*Features) Descriptor() ([]byte, []int) {
-	return file_core_domain_v1_domain_proto_rawDescGZIP(), []int{2}
+	return file_core_domain_v1_domain_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *Features) GetAcpi() Toggle {
@@ -735,7 +839,7 @@ type Clock struct {
 
 func (x *Clock) Reset() {
 	*x = Clock{}
-	mi := &file_core_domain_v1_domain_proto_msgTypes[3]
+	mi := &file_core_domain_v1_domain_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -747,7 +851,7 @@ func (x *Clock) String() string {
 func (*Clock) ProtoMessage() {}
 
 func (x *Clock) ProtoReflect() protoreflect.Message {
-	mi := &file_core_domain_v1_domain_proto_msgTypes[3]
+	mi := &file_core_domain_v1_domain_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -760,7 +864,7 @@ func (x *Clock) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Clock.ProtoReflect.Descriptor instead.
 func (*Clock) Descriptor() ([]byte, []int) {
-	return file_core_domain_v1_domain_proto_rawDescGZIP(), []int{3}
+	return file_core_domain_v1_domain_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *Clock) GetUtcOffsetSeconds() int64 {
@@ -840,7 +944,7 @@ type Input struct {
 
 func (x *Input) Reset() {
 	*x = Input{}
-	mi := &file_core_domain_v1_domain_proto_msgTypes[4]
+	mi := &file_core_domain_v1_domain_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -852,7 +956,7 @@ func (x *Input) String() string {
 func (*Input) ProtoMessage() {}
 
 func (x *Input) ProtoReflect() protoreflect.Message {
-	mi := &file_core_domain_v1_domain_proto_msgTypes[4]
+	mi := &file_core_domain_v1_domain_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -865,7 +969,7 @@ func (x *Input) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Input.ProtoReflect.Descriptor instead.
 func (*Input) Descriptor() ([]byte, []int) {
-	return file_core_domain_v1_domain_proto_rawDescGZIP(), []int{4}
+	return file_core_domain_v1_domain_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *Input) GetName() string {
@@ -903,7 +1007,7 @@ type Watchdog struct {
 
 func (x *Watchdog) Reset() {
 	*x = Watchdog{}
-	mi := &file_core_domain_v1_domain_proto_msgTypes[5]
+	mi := &file_core_domain_v1_domain_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -915,7 +1019,7 @@ func (x *Watchdog) String() string {
 func (*Watchdog) ProtoMessage() {}
 
 func (x *Watchdog) ProtoReflect() protoreflect.Message {
-	mi := &file_core_domain_v1_domain_proto_msgTypes[5]
+	mi := &file_core_domain_v1_domain_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -928,7 +1032,7 @@ func (x *Watchdog) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Watchdog.ProtoReflect.Descriptor instead.
 func (*Watchdog) Descriptor() ([]byte, []int) {
-	return file_core_domain_v1_domain_proto_rawDescGZIP(), []int{5}
+	return file_core_domain_v1_domain_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *Watchdog) GetName() string {
@@ -961,7 +1065,7 @@ type Balloon struct {
 
 func (x *Balloon) Reset() {
 	*x = Balloon{}
-	mi := &file_core_domain_v1_domain_proto_msgTypes[6]
+	mi := &file_core_domain_v1_domain_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -973,7 +1077,7 @@ func (x *Balloon) String() string {
 func (*Balloon) ProtoMessage() {}
 
 func (x *Balloon) ProtoReflect() protoreflect.Message {
-	mi := &file_core_domain_v1_domain_proto_msgTypes[6]
+	mi := &file_core_domain_v1_domain_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -986,7 +1090,7 @@ func (x *Balloon) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Balloon.ProtoReflect.Descriptor instead.
 func (*Balloon) Descriptor() ([]byte, []int) {
-	return file_core_domain_v1_domain_proto_rawDescGZIP(), []int{6}
+	return file_core_domain_v1_domain_proto_rawDescGZIP(), []int{8}
 }
 
 // Chassis is SMBIOS type 3 information; an empty field is the hypervisor's default.
@@ -1003,7 +1107,7 @@ type Chassis struct {
 
 func (x *Chassis) Reset() {
 	*x = Chassis{}
-	mi := &file_core_domain_v1_domain_proto_msgTypes[7]
+	mi := &file_core_domain_v1_domain_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1015,7 +1119,7 @@ func (x *Chassis) String() string {
 func (*Chassis) ProtoMessage() {}
 
 func (x *Chassis) ProtoReflect() protoreflect.Message {
-	mi := &file_core_domain_v1_domain_proto_msgTypes[7]
+	mi := &file_core_domain_v1_domain_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1028,7 +1132,7 @@ func (x *Chassis) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Chassis.ProtoReflect.Descriptor instead.
 func (*Chassis) Descriptor() ([]byte, []int) {
-	return file_core_domain_v1_domain_proto_rawDescGZIP(), []int{7}
+	return file_core_domain_v1_domain_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *Chassis) GetManufacturer() string {
@@ -1075,7 +1179,7 @@ type RNG struct {
 
 func (x *RNG) Reset() {
 	*x = RNG{}
-	mi := &file_core_domain_v1_domain_proto_msgTypes[8]
+	mi := &file_core_domain_v1_domain_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1087,7 +1191,7 @@ func (x *RNG) String() string {
 func (*RNG) ProtoMessage() {}
 
 func (x *RNG) ProtoReflect() protoreflect.Message {
-	mi := &file_core_domain_v1_domain_proto_msgTypes[8]
+	mi := &file_core_domain_v1_domain_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1100,7 +1204,7 @@ func (x *RNG) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RNG.ProtoReflect.Descriptor instead.
 func (*RNG) Descriptor() ([]byte, []int) {
-	return file_core_domain_v1_domain_proto_rawDescGZIP(), []int{8}
+	return file_core_domain_v1_domain_proto_rawDescGZIP(), []int{10}
 }
 
 // Machine is the emulated chipset.
@@ -1114,7 +1218,7 @@ type Machine struct {
 
 func (x *Machine) Reset() {
 	*x = Machine{}
-	mi := &file_core_domain_v1_domain_proto_msgTypes[9]
+	mi := &file_core_domain_v1_domain_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1126,7 +1230,7 @@ func (x *Machine) String() string {
 func (*Machine) ProtoMessage() {}
 
 func (x *Machine) ProtoReflect() protoreflect.Message {
-	mi := &file_core_domain_v1_domain_proto_msgTypes[9]
+	mi := &file_core_domain_v1_domain_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1139,7 +1243,7 @@ func (x *Machine) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Machine.ProtoReflect.Descriptor instead.
 func (*Machine) Descriptor() ([]byte, []int) {
-	return file_core_domain_v1_domain_proto_rawDescGZIP(), []int{9}
+	return file_core_domain_v1_domain_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *Machine) GetType() string {
@@ -1166,7 +1270,7 @@ type CPU struct {
 
 func (x *CPU) Reset() {
 	*x = CPU{}
-	mi := &file_core_domain_v1_domain_proto_msgTypes[10]
+	mi := &file_core_domain_v1_domain_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1178,7 +1282,7 @@ func (x *CPU) String() string {
 func (*CPU) ProtoMessage() {}
 
 func (x *CPU) ProtoReflect() protoreflect.Message {
-	mi := &file_core_domain_v1_domain_proto_msgTypes[10]
+	mi := &file_core_domain_v1_domain_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1191,7 +1295,7 @@ func (x *CPU) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CPU.ProtoReflect.Descriptor instead.
 func (*CPU) Descriptor() ([]byte, []int) {
-	return file_core_domain_v1_domain_proto_rawDescGZIP(), []int{10}
+	return file_core_domain_v1_domain_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *CPU) GetSockets() uint32 {
@@ -1242,7 +1346,7 @@ type CPUFeature struct {
 
 func (x *CPUFeature) Reset() {
 	*x = CPUFeature{}
-	mi := &file_core_domain_v1_domain_proto_msgTypes[11]
+	mi := &file_core_domain_v1_domain_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1254,7 +1358,7 @@ func (x *CPUFeature) String() string {
 func (*CPUFeature) ProtoMessage() {}
 
 func (x *CPUFeature) ProtoReflect() protoreflect.Message {
-	mi := &file_core_domain_v1_domain_proto_msgTypes[11]
+	mi := &file_core_domain_v1_domain_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1267,7 +1371,7 @@ func (x *CPUFeature) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CPUFeature.ProtoReflect.Descriptor instead.
 func (*CPUFeature) Descriptor() ([]byte, []int) {
-	return file_core_domain_v1_domain_proto_rawDescGZIP(), []int{11}
+	return file_core_domain_v1_domain_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *CPUFeature) GetName() string {
@@ -1295,7 +1399,7 @@ type Memory struct {
 
 func (x *Memory) Reset() {
 	*x = Memory{}
-	mi := &file_core_domain_v1_domain_proto_msgTypes[12]
+	mi := &file_core_domain_v1_domain_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1307,7 +1411,7 @@ func (x *Memory) String() string {
 func (*Memory) ProtoMessage() {}
 
 func (x *Memory) ProtoReflect() protoreflect.Message {
-	mi := &file_core_domain_v1_domain_proto_msgTypes[12]
+	mi := &file_core_domain_v1_domain_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1320,7 +1424,7 @@ func (x *Memory) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Memory.ProtoReflect.Descriptor instead.
 func (*Memory) Descriptor() ([]byte, []int) {
-	return file_core_domain_v1_domain_proto_rawDescGZIP(), []int{12}
+	return file_core_domain_v1_domain_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *Memory) GetGuestBytes() uint64 {
@@ -1347,7 +1451,7 @@ type Firmware struct {
 
 func (x *Firmware) Reset() {
 	*x = Firmware{}
-	mi := &file_core_domain_v1_domain_proto_msgTypes[13]
+	mi := &file_core_domain_v1_domain_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1359,7 +1463,7 @@ func (x *Firmware) String() string {
 func (*Firmware) ProtoMessage() {}
 
 func (x *Firmware) ProtoReflect() protoreflect.Message {
-	mi := &file_core_domain_v1_domain_proto_msgTypes[13]
+	mi := &file_core_domain_v1_domain_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1372,7 +1476,7 @@ func (x *Firmware) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Firmware.ProtoReflect.Descriptor instead.
 func (*Firmware) Descriptor() ([]byte, []int) {
-	return file_core_domain_v1_domain_proto_rawDescGZIP(), []int{13}
+	return file_core_domain_v1_domain_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *Firmware) GetBoot() isFirmware_Boot {
@@ -1450,7 +1554,7 @@ type BIOS struct {
 
 func (x *BIOS) Reset() {
 	*x = BIOS{}
-	mi := &file_core_domain_v1_domain_proto_msgTypes[14]
+	mi := &file_core_domain_v1_domain_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1462,7 +1566,7 @@ func (x *BIOS) String() string {
 func (*BIOS) ProtoMessage() {}
 
 func (x *BIOS) ProtoReflect() protoreflect.Message {
-	mi := &file_core_domain_v1_domain_proto_msgTypes[14]
+	mi := &file_core_domain_v1_domain_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1475,7 +1579,7 @@ func (x *BIOS) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BIOS.ProtoReflect.Descriptor instead.
 func (*BIOS) Descriptor() ([]byte, []int) {
-	return file_core_domain_v1_domain_proto_rawDescGZIP(), []int{14}
+	return file_core_domain_v1_domain_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *BIOS) GetUseSerial() bool {
@@ -1495,7 +1599,7 @@ type EFI struct {
 
 func (x *EFI) Reset() {
 	*x = EFI{}
-	mi := &file_core_domain_v1_domain_proto_msgTypes[15]
+	mi := &file_core_domain_v1_domain_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1507,7 +1611,7 @@ func (x *EFI) String() string {
 func (*EFI) ProtoMessage() {}
 
 func (x *EFI) ProtoReflect() protoreflect.Message {
-	mi := &file_core_domain_v1_domain_proto_msgTypes[15]
+	mi := &file_core_domain_v1_domain_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1520,7 +1624,7 @@ func (x *EFI) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EFI.ProtoReflect.Descriptor instead.
 func (*EFI) Descriptor() ([]byte, []int) {
-	return file_core_domain_v1_domain_proto_rawDescGZIP(), []int{15}
+	return file_core_domain_v1_domain_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *EFI) GetSecureBoot() bool {
@@ -1542,7 +1646,7 @@ type KernelBoot struct {
 
 func (x *KernelBoot) Reset() {
 	*x = KernelBoot{}
-	mi := &file_core_domain_v1_domain_proto_msgTypes[16]
+	mi := &file_core_domain_v1_domain_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1554,7 +1658,7 @@ func (x *KernelBoot) String() string {
 func (*KernelBoot) ProtoMessage() {}
 
 func (x *KernelBoot) ProtoReflect() protoreflect.Message {
-	mi := &file_core_domain_v1_domain_proto_msgTypes[16]
+	mi := &file_core_domain_v1_domain_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1567,7 +1671,7 @@ func (x *KernelBoot) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KernelBoot.ProtoReflect.Descriptor instead.
 func (*KernelBoot) Descriptor() ([]byte, []int) {
-	return file_core_domain_v1_domain_proto_rawDescGZIP(), []int{16}
+	return file_core_domain_v1_domain_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *KernelBoot) GetKernelPath() string {
@@ -1631,7 +1735,7 @@ type Disk struct {
 
 func (x *Disk) Reset() {
 	*x = Disk{}
-	mi := &file_core_domain_v1_domain_proto_msgTypes[17]
+	mi := &file_core_domain_v1_domain_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1643,7 +1747,7 @@ func (x *Disk) String() string {
 func (*Disk) ProtoMessage() {}
 
 func (x *Disk) ProtoReflect() protoreflect.Message {
-	mi := &file_core_domain_v1_domain_proto_msgTypes[17]
+	mi := &file_core_domain_v1_domain_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1656,7 +1760,7 @@ func (x *Disk) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Disk.ProtoReflect.Descriptor instead.
 func (*Disk) Descriptor() ([]byte, []int) {
-	return file_core_domain_v1_domain_proto_rawDescGZIP(), []int{17}
+	return file_core_domain_v1_domain_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *Disk) GetName() string {
@@ -1810,7 +1914,7 @@ type NIC struct {
 
 func (x *NIC) Reset() {
 	*x = NIC{}
-	mi := &file_core_domain_v1_domain_proto_msgTypes[18]
+	mi := &file_core_domain_v1_domain_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1822,7 +1926,7 @@ func (x *NIC) String() string {
 func (*NIC) ProtoMessage() {}
 
 func (x *NIC) ProtoReflect() protoreflect.Message {
-	mi := &file_core_domain_v1_domain_proto_msgTypes[18]
+	mi := &file_core_domain_v1_domain_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1835,7 +1939,7 @@ func (x *NIC) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NIC.ProtoReflect.Descriptor instead.
 func (*NIC) Descriptor() ([]byte, []int) {
-	return file_core_domain_v1_domain_proto_rawDescGZIP(), []int{18}
+	return file_core_domain_v1_domain_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *NIC) GetName() string {
@@ -1918,7 +2022,7 @@ type Serial struct {
 
 func (x *Serial) Reset() {
 	*x = Serial{}
-	mi := &file_core_domain_v1_domain_proto_msgTypes[19]
+	mi := &file_core_domain_v1_domain_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1930,7 +2034,7 @@ func (x *Serial) String() string {
 func (*Serial) ProtoMessage() {}
 
 func (x *Serial) ProtoReflect() protoreflect.Message {
-	mi := &file_core_domain_v1_domain_proto_msgTypes[19]
+	mi := &file_core_domain_v1_domain_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1943,7 +2047,7 @@ func (x *Serial) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Serial.ProtoReflect.Descriptor instead.
 func (*Serial) Descriptor() ([]byte, []int) {
-	return file_core_domain_v1_domain_proto_rawDescGZIP(), []int{19}
+	return file_core_domain_v1_domain_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *Serial) GetSocketPath() string {
@@ -1963,7 +2067,7 @@ type VNC struct {
 
 func (x *VNC) Reset() {
 	*x = VNC{}
-	mi := &file_core_domain_v1_domain_proto_msgTypes[20]
+	mi := &file_core_domain_v1_domain_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1975,7 +2079,7 @@ func (x *VNC) String() string {
 func (*VNC) ProtoMessage() {}
 
 func (x *VNC) ProtoReflect() protoreflect.Message {
-	mi := &file_core_domain_v1_domain_proto_msgTypes[20]
+	mi := &file_core_domain_v1_domain_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1988,7 +2092,7 @@ func (x *VNC) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use VNC.ProtoReflect.Descriptor instead.
 func (*VNC) Descriptor() ([]byte, []int) {
-	return file_core_domain_v1_domain_proto_rawDescGZIP(), []int{20}
+	return file_core_domain_v1_domain_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *VNC) GetSocketPath() string {
@@ -2010,7 +2114,7 @@ type HostDevice struct {
 
 func (x *HostDevice) Reset() {
 	*x = HostDevice{}
-	mi := &file_core_domain_v1_domain_proto_msgTypes[21]
+	mi := &file_core_domain_v1_domain_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2022,7 +2126,7 @@ func (x *HostDevice) String() string {
 func (*HostDevice) ProtoMessage() {}
 
 func (x *HostDevice) ProtoReflect() protoreflect.Message {
-	mi := &file_core_domain_v1_domain_proto_msgTypes[21]
+	mi := &file_core_domain_v1_domain_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2035,7 +2139,7 @@ func (x *HostDevice) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HostDevice.ProtoReflect.Descriptor instead.
 func (*HostDevice) Descriptor() ([]byte, []int) {
-	return file_core_domain_v1_domain_proto_rawDescGZIP(), []int{21}
+	return file_core_domain_v1_domain_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *HostDevice) GetName() string {
@@ -2066,7 +2170,7 @@ type Sandbox struct {
 
 func (x *Sandbox) Reset() {
 	*x = Sandbox{}
-	mi := &file_core_domain_v1_domain_proto_msgTypes[22]
+	mi := &file_core_domain_v1_domain_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2078,7 +2182,7 @@ func (x *Sandbox) String() string {
 func (*Sandbox) ProtoMessage() {}
 
 func (x *Sandbox) ProtoReflect() protoreflect.Message {
-	mi := &file_core_domain_v1_domain_proto_msgTypes[22]
+	mi := &file_core_domain_v1_domain_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2091,7 +2195,7 @@ func (x *Sandbox) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Sandbox.ProtoReflect.Descriptor instead.
 func (*Sandbox) Descriptor() ([]byte, []int) {
-	return file_core_domain_v1_domain_proto_rawDescGZIP(), []int{22}
+	return file_core_domain_v1_domain_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *Sandbox) GetLauncherSocket() string {
@@ -2112,7 +2216,7 @@ var File_core_domain_v1_domain_proto protoreflect.FileDescriptor
 
 const file_core_domain_v1_domain_proto_rawDesc = "" +
 	"\n" +
-	"\x1bcore/domain/v1/domain.proto\x12\x13kubevisor.domain.v1\"\x81\n" +
+	"\x1bcore/domain/v1/domain.proto\x12\x13kubevisor.domain.v1\"\xcf\n" +
 	"\n" +
 	"\n" +
 	"DomainSpec\x12\x0e\n" +
@@ -2141,10 +2245,15 @@ const file_core_domain_v1_domain_proto_rawDesc = "" +
 	"\bwatchdog\x18\x16 \x01(\v2\x1d.kubevisor.domain.v1.WatchdogR\bwatchdog\x126\n" +
 	"\aballoon\x18\x17 \x01(\v2\x1c.kubevisor.domain.v1.BalloonR\aballoon\x12!\n" +
 	"\fstart_paused\x18\x18 \x01(\bR\vstartPaused\x120\n" +
-	"\x05sound\x18\x19 \x01(\v2\x1a.kubevisor.domain.v1.SoundR\x05sound\x1a9\n" +
+	"\x05sound\x18\x19 \x01(\v2\x1a.kubevisor.domain.v1.SoundR\x05sound\x12L\n" +
+	"\x0flaunch_security\x18\x1e \x01(\v2#.kubevisor.domain.v1.LaunchSecurityR\x0elaunchSecurity\x1a9\n" +
 	"\vLabelsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"1\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"<\n" +
+	"\x0eLaunchSecurity\x12*\n" +
+	"\x03sev\x18\x01 \x01(\v2\x18.kubevisor.domain.v1.SEVR\x03sev\"\x1d\n" +
+	"\x03SEV\x12\x16\n" +
+	"\x06policy\x18\x01 \x01(\rR\x06policy\"1\n" +
 	"\x05Sound\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x14\n" +
 	"\x05model\x18\x02 \x01(\tR\x05model\"\xdb\x02\n" +
@@ -2308,78 +2417,82 @@ func file_core_domain_v1_domain_proto_rawDescGZIP() []byte {
 }
 
 var file_core_domain_v1_domain_proto_enumTypes = make([]protoimpl.EnumInfo, 5)
-var file_core_domain_v1_domain_proto_msgTypes = make([]protoimpl.MessageInfo, 24)
+var file_core_domain_v1_domain_proto_msgTypes = make([]protoimpl.MessageInfo, 26)
 var file_core_domain_v1_domain_proto_goTypes = []any{
-	(Toggle)(0),        // 0: kubevisor.domain.v1.Toggle
-	(Acceleration)(0),  // 1: kubevisor.domain.v1.Acceleration
-	(DiskBus)(0),       // 2: kubevisor.domain.v1.DiskBus
-	(DiskFormat)(0),    // 3: kubevisor.domain.v1.DiskFormat
-	(DiskDevice)(0),    // 4: kubevisor.domain.v1.DiskDevice
-	(*DomainSpec)(nil), // 5: kubevisor.domain.v1.DomainSpec
-	(*Sound)(nil),      // 6: kubevisor.domain.v1.Sound
-	(*Features)(nil),   // 7: kubevisor.domain.v1.Features
-	(*Clock)(nil),      // 8: kubevisor.domain.v1.Clock
-	(*Input)(nil),      // 9: kubevisor.domain.v1.Input
-	(*Watchdog)(nil),   // 10: kubevisor.domain.v1.Watchdog
-	(*Balloon)(nil),    // 11: kubevisor.domain.v1.Balloon
-	(*Chassis)(nil),    // 12: kubevisor.domain.v1.Chassis
-	(*RNG)(nil),        // 13: kubevisor.domain.v1.RNG
-	(*Machine)(nil),    // 14: kubevisor.domain.v1.Machine
-	(*CPU)(nil),        // 15: kubevisor.domain.v1.CPU
-	(*CPUFeature)(nil), // 16: kubevisor.domain.v1.CPUFeature
-	(*Memory)(nil),     // 17: kubevisor.domain.v1.Memory
-	(*Firmware)(nil),   // 18: kubevisor.domain.v1.Firmware
-	(*BIOS)(nil),       // 19: kubevisor.domain.v1.BIOS
-	(*EFI)(nil),        // 20: kubevisor.domain.v1.EFI
-	(*KernelBoot)(nil), // 21: kubevisor.domain.v1.KernelBoot
-	(*Disk)(nil),       // 22: kubevisor.domain.v1.Disk
-	(*NIC)(nil),        // 23: kubevisor.domain.v1.NIC
-	(*Serial)(nil),     // 24: kubevisor.domain.v1.Serial
-	(*VNC)(nil),        // 25: kubevisor.domain.v1.VNC
-	(*HostDevice)(nil), // 26: kubevisor.domain.v1.HostDevice
-	(*Sandbox)(nil),    // 27: kubevisor.domain.v1.Sandbox
-	nil,                // 28: kubevisor.domain.v1.DomainSpec.LabelsEntry
+	(Toggle)(0),            // 0: kubevisor.domain.v1.Toggle
+	(Acceleration)(0),      // 1: kubevisor.domain.v1.Acceleration
+	(DiskBus)(0),           // 2: kubevisor.domain.v1.DiskBus
+	(DiskFormat)(0),        // 3: kubevisor.domain.v1.DiskFormat
+	(DiskDevice)(0),        // 4: kubevisor.domain.v1.DiskDevice
+	(*DomainSpec)(nil),     // 5: kubevisor.domain.v1.DomainSpec
+	(*LaunchSecurity)(nil), // 6: kubevisor.domain.v1.LaunchSecurity
+	(*SEV)(nil),            // 7: kubevisor.domain.v1.SEV
+	(*Sound)(nil),          // 8: kubevisor.domain.v1.Sound
+	(*Features)(nil),       // 9: kubevisor.domain.v1.Features
+	(*Clock)(nil),          // 10: kubevisor.domain.v1.Clock
+	(*Input)(nil),          // 11: kubevisor.domain.v1.Input
+	(*Watchdog)(nil),       // 12: kubevisor.domain.v1.Watchdog
+	(*Balloon)(nil),        // 13: kubevisor.domain.v1.Balloon
+	(*Chassis)(nil),        // 14: kubevisor.domain.v1.Chassis
+	(*RNG)(nil),            // 15: kubevisor.domain.v1.RNG
+	(*Machine)(nil),        // 16: kubevisor.domain.v1.Machine
+	(*CPU)(nil),            // 17: kubevisor.domain.v1.CPU
+	(*CPUFeature)(nil),     // 18: kubevisor.domain.v1.CPUFeature
+	(*Memory)(nil),         // 19: kubevisor.domain.v1.Memory
+	(*Firmware)(nil),       // 20: kubevisor.domain.v1.Firmware
+	(*BIOS)(nil),           // 21: kubevisor.domain.v1.BIOS
+	(*EFI)(nil),            // 22: kubevisor.domain.v1.EFI
+	(*KernelBoot)(nil),     // 23: kubevisor.domain.v1.KernelBoot
+	(*Disk)(nil),           // 24: kubevisor.domain.v1.Disk
+	(*NIC)(nil),            // 25: kubevisor.domain.v1.NIC
+	(*Serial)(nil),         // 26: kubevisor.domain.v1.Serial
+	(*VNC)(nil),            // 27: kubevisor.domain.v1.VNC
+	(*HostDevice)(nil),     // 28: kubevisor.domain.v1.HostDevice
+	(*Sandbox)(nil),        // 29: kubevisor.domain.v1.Sandbox
+	nil,                    // 30: kubevisor.domain.v1.DomainSpec.LabelsEntry
 }
 var file_core_domain_v1_domain_proto_depIdxs = []int32{
-	14, // 0: kubevisor.domain.v1.DomainSpec.machine:type_name -> kubevisor.domain.v1.Machine
-	15, // 1: kubevisor.domain.v1.DomainSpec.cpu:type_name -> kubevisor.domain.v1.CPU
-	17, // 2: kubevisor.domain.v1.DomainSpec.memory:type_name -> kubevisor.domain.v1.Memory
-	18, // 3: kubevisor.domain.v1.DomainSpec.firmware:type_name -> kubevisor.domain.v1.Firmware
-	22, // 4: kubevisor.domain.v1.DomainSpec.disks:type_name -> kubevisor.domain.v1.Disk
-	23, // 5: kubevisor.domain.v1.DomainSpec.nics:type_name -> kubevisor.domain.v1.NIC
-	24, // 6: kubevisor.domain.v1.DomainSpec.serial:type_name -> kubevisor.domain.v1.Serial
-	25, // 7: kubevisor.domain.v1.DomainSpec.vnc:type_name -> kubevisor.domain.v1.VNC
-	26, // 8: kubevisor.domain.v1.DomainSpec.host_devices:type_name -> kubevisor.domain.v1.HostDevice
+	16, // 0: kubevisor.domain.v1.DomainSpec.machine:type_name -> kubevisor.domain.v1.Machine
+	17, // 1: kubevisor.domain.v1.DomainSpec.cpu:type_name -> kubevisor.domain.v1.CPU
+	19, // 2: kubevisor.domain.v1.DomainSpec.memory:type_name -> kubevisor.domain.v1.Memory
+	20, // 3: kubevisor.domain.v1.DomainSpec.firmware:type_name -> kubevisor.domain.v1.Firmware
+	24, // 4: kubevisor.domain.v1.DomainSpec.disks:type_name -> kubevisor.domain.v1.Disk
+	25, // 5: kubevisor.domain.v1.DomainSpec.nics:type_name -> kubevisor.domain.v1.NIC
+	26, // 6: kubevisor.domain.v1.DomainSpec.serial:type_name -> kubevisor.domain.v1.Serial
+	27, // 7: kubevisor.domain.v1.DomainSpec.vnc:type_name -> kubevisor.domain.v1.VNC
+	28, // 8: kubevisor.domain.v1.DomainSpec.host_devices:type_name -> kubevisor.domain.v1.HostDevice
 	1,  // 9: kubevisor.domain.v1.DomainSpec.acceleration:type_name -> kubevisor.domain.v1.Acceleration
-	27, // 10: kubevisor.domain.v1.DomainSpec.sandbox:type_name -> kubevisor.domain.v1.Sandbox
-	28, // 11: kubevisor.domain.v1.DomainSpec.labels:type_name -> kubevisor.domain.v1.DomainSpec.LabelsEntry
-	13, // 12: kubevisor.domain.v1.DomainSpec.rng:type_name -> kubevisor.domain.v1.RNG
-	12, // 13: kubevisor.domain.v1.DomainSpec.chassis:type_name -> kubevisor.domain.v1.Chassis
-	7,  // 14: kubevisor.domain.v1.DomainSpec.features:type_name -> kubevisor.domain.v1.Features
-	8,  // 15: kubevisor.domain.v1.DomainSpec.clock:type_name -> kubevisor.domain.v1.Clock
-	9,  // 16: kubevisor.domain.v1.DomainSpec.inputs:type_name -> kubevisor.domain.v1.Input
-	10, // 17: kubevisor.domain.v1.DomainSpec.watchdog:type_name -> kubevisor.domain.v1.Watchdog
-	11, // 18: kubevisor.domain.v1.DomainSpec.balloon:type_name -> kubevisor.domain.v1.Balloon
-	6,  // 19: kubevisor.domain.v1.DomainSpec.sound:type_name -> kubevisor.domain.v1.Sound
-	0,  // 20: kubevisor.domain.v1.Features.acpi:type_name -> kubevisor.domain.v1.Toggle
-	0,  // 21: kubevisor.domain.v1.Features.smm:type_name -> kubevisor.domain.v1.Toggle
-	0,  // 22: kubevisor.domain.v1.Features.pvspinlock:type_name -> kubevisor.domain.v1.Toggle
-	0,  // 23: kubevisor.domain.v1.Clock.hpet:type_name -> kubevisor.domain.v1.Toggle
-	0,  // 24: kubevisor.domain.v1.Clock.pit:type_name -> kubevisor.domain.v1.Toggle
-	0,  // 25: kubevisor.domain.v1.Clock.kvm:type_name -> kubevisor.domain.v1.Toggle
-	0,  // 26: kubevisor.domain.v1.Clock.hyperv:type_name -> kubevisor.domain.v1.Toggle
-	16, // 27: kubevisor.domain.v1.CPU.features:type_name -> kubevisor.domain.v1.CPUFeature
-	19, // 28: kubevisor.domain.v1.Firmware.bios:type_name -> kubevisor.domain.v1.BIOS
-	20, // 29: kubevisor.domain.v1.Firmware.efi:type_name -> kubevisor.domain.v1.EFI
-	21, // 30: kubevisor.domain.v1.Firmware.kernel:type_name -> kubevisor.domain.v1.KernelBoot
-	3,  // 31: kubevisor.domain.v1.Disk.format:type_name -> kubevisor.domain.v1.DiskFormat
-	2,  // 32: kubevisor.domain.v1.Disk.bus:type_name -> kubevisor.domain.v1.DiskBus
-	4,  // 33: kubevisor.domain.v1.Disk.device:type_name -> kubevisor.domain.v1.DiskDevice
-	34, // [34:34] is the sub-list for method output_type
-	34, // [34:34] is the sub-list for method input_type
-	34, // [34:34] is the sub-list for extension type_name
-	34, // [34:34] is the sub-list for extension extendee
-	0,  // [0:34] is the sub-list for field type_name
+	29, // 10: kubevisor.domain.v1.DomainSpec.sandbox:type_name -> kubevisor.domain.v1.Sandbox
+	30, // 11: kubevisor.domain.v1.DomainSpec.labels:type_name -> kubevisor.domain.v1.DomainSpec.LabelsEntry
+	15, // 12: kubevisor.domain.v1.DomainSpec.rng:type_name -> kubevisor.domain.v1.RNG
+	14, // 13: kubevisor.domain.v1.DomainSpec.chassis:type_name -> kubevisor.domain.v1.Chassis
+	9,  // 14: kubevisor.domain.v1.DomainSpec.features:type_name -> kubevisor.domain.v1.Features
+	10, // 15: kubevisor.domain.v1.DomainSpec.clock:type_name -> kubevisor.domain.v1.Clock
+	11, // 16: kubevisor.domain.v1.DomainSpec.inputs:type_name -> kubevisor.domain.v1.Input
+	12, // 17: kubevisor.domain.v1.DomainSpec.watchdog:type_name -> kubevisor.domain.v1.Watchdog
+	13, // 18: kubevisor.domain.v1.DomainSpec.balloon:type_name -> kubevisor.domain.v1.Balloon
+	8,  // 19: kubevisor.domain.v1.DomainSpec.sound:type_name -> kubevisor.domain.v1.Sound
+	6,  // 20: kubevisor.domain.v1.DomainSpec.launch_security:type_name -> kubevisor.domain.v1.LaunchSecurity
+	7,  // 21: kubevisor.domain.v1.LaunchSecurity.sev:type_name -> kubevisor.domain.v1.SEV
+	0,  // 22: kubevisor.domain.v1.Features.acpi:type_name -> kubevisor.domain.v1.Toggle
+	0,  // 23: kubevisor.domain.v1.Features.smm:type_name -> kubevisor.domain.v1.Toggle
+	0,  // 24: kubevisor.domain.v1.Features.pvspinlock:type_name -> kubevisor.domain.v1.Toggle
+	0,  // 25: kubevisor.domain.v1.Clock.hpet:type_name -> kubevisor.domain.v1.Toggle
+	0,  // 26: kubevisor.domain.v1.Clock.pit:type_name -> kubevisor.domain.v1.Toggle
+	0,  // 27: kubevisor.domain.v1.Clock.kvm:type_name -> kubevisor.domain.v1.Toggle
+	0,  // 28: kubevisor.domain.v1.Clock.hyperv:type_name -> kubevisor.domain.v1.Toggle
+	18, // 29: kubevisor.domain.v1.CPU.features:type_name -> kubevisor.domain.v1.CPUFeature
+	21, // 30: kubevisor.domain.v1.Firmware.bios:type_name -> kubevisor.domain.v1.BIOS
+	22, // 31: kubevisor.domain.v1.Firmware.efi:type_name -> kubevisor.domain.v1.EFI
+	23, // 32: kubevisor.domain.v1.Firmware.kernel:type_name -> kubevisor.domain.v1.KernelBoot
+	3,  // 33: kubevisor.domain.v1.Disk.format:type_name -> kubevisor.domain.v1.DiskFormat
+	2,  // 34: kubevisor.domain.v1.Disk.bus:type_name -> kubevisor.domain.v1.DiskBus
+	4,  // 35: kubevisor.domain.v1.Disk.device:type_name -> kubevisor.domain.v1.DiskDevice
+	36, // [36:36] is the sub-list for method output_type
+	36, // [36:36] is the sub-list for method input_type
+	36, // [36:36] is the sub-list for extension type_name
+	36, // [36:36] is the sub-list for extension extendee
+	0,  // [0:36] is the sub-list for field type_name
 }
 
 func init() { file_core_domain_v1_domain_proto_init() }
@@ -2387,7 +2500,7 @@ func file_core_domain_v1_domain_proto_init() {
 	if File_core_domain_v1_domain_proto != nil {
 		return
 	}
-	file_core_domain_v1_domain_proto_msgTypes[13].OneofWrappers = []any{
+	file_core_domain_v1_domain_proto_msgTypes[15].OneofWrappers = []any{
 		(*Firmware_Bios)(nil),
 		(*Firmware_Efi)(nil),
 		(*Firmware_Kernel)(nil),
@@ -2398,7 +2511,7 @@ func file_core_domain_v1_domain_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_core_domain_v1_domain_proto_rawDesc), len(file_core_domain_v1_domain_proto_rawDesc)),
 			NumEnums:      5,
-			NumMessages:   24,
+			NumMessages:   26,
 			NumExtensions: 0,
 			NumServices:   0,
 		},
