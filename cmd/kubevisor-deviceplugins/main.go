@@ -1,6 +1,6 @@
 // Command kubevisor-deviceplugins runs Kubevisor's kubelet device plugins (package deviceplugins) on a node:
 //
-//	kubevisor-deviceplugins [--devices kvm,tun,vhost-net] [--slots 110] [--pci 10de:1eb8[=name]]...
+//	kubevisor-deviceplugins [--devices kvm,tun,vhost-net,sev] [--slots 110] [--pci 10de:1eb8[=name]]...
 package main
 
 import (
@@ -23,8 +23,9 @@ import (
 
 const usage = `usage: kubevisor-deviceplugins [flags]
 
-Advertises host devices to the kubelet as extended resources: /dev/kvm, /dev/net/tun and
-/dev/vhost-net as devices.kubevisor.io/{kvm,tun,vhost-net}, each shareable by --slots pods, and
+Advertises host devices to the kubelet as extended resources: /dev/kvm, /dev/net/tun,
+/dev/vhost-net and /dev/sev (AMD SEV hosts; unhealthy elsewhere) as
+devices.kubevisor.io/{kvm,tun,vhost-net,sev}, each shareable by --slots pods, and
 the PCI functions bound to vfio-pci with the IDs given by --pci. Needs root: the sockets live in
 the kubelet's root-only device plugin directory. A --config file (YAML or JSON, the fields of
 deviceplugins.Config) is read first; flags given on the command line override it.
@@ -55,7 +56,7 @@ func main() {
 	devRoot := fs.String("dev-root", "/", "where the host's /dev is found, for health checks")
 	sysfsRoot := fs.String("sysfs-root", "/sys", "the host's sysfs, for VFIO discovery")
 	poll := fs.Duration("health-poll-interval", deviceplugins.DefaultHealthPollInterval, "how often device health is re-read besides fsnotify")
-	devices := fs.String("devices", "kvm,tun,vhost-net", "character devices to advertise, comma-separated (empty for none)")
+	devices := fs.String("devices", "kvm,tun,vhost-net,sev", "character devices to advertise, comma-separated (empty for none)")
 	slots := fs.Int("slots", deviceplugins.DefaultSlots, "pods that may share each character device")
 	var pci pciFlags
 	fs.Var(&pci, "pci", "vendor:device[=resource] of VFIO PCI devices to advertise (repeatable); default resource pci-<vendor>-<device>")
@@ -101,7 +102,7 @@ func main() {
 			}
 		}
 		if len(want) > 0 {
-			fail(2, fmt.Errorf("--devices: unknown %s (known: kvm, tun, vhost-net)", strings.Join(want, ", ")))
+			fail(2, fmt.Errorf("--devices: unknown %s (known: kvm, tun, vhost-net, sev)", strings.Join(want, ", ")))
 		}
 		cfg.CharDevices = chars
 	}
