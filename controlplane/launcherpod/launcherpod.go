@@ -33,6 +33,7 @@
 //	| containerDisk          | a container running the volume's image (ContainerDiskContainer)   |
 //	| emptyDisk, cloudInit*  | nothing: the storage driver creates them in the per-VMI directory |
 //	| a Secret it names      | the Secret, read-only, at layout.SecretDir(<secret>) (see below)  |
+//	| memory.hugepages       | an emptyDir of medium HugePages-<pageSize> at layout.HugepagesDir |
 //
 // Each Secret the VMI names (VirtualMachineInstanceSpec.SecretNames: cloud-init secretRef and
 // networkDataSecretRef, accessCredentials) is a Secret volume of the launcher container. The
@@ -106,6 +107,8 @@ const (
 	DiskMountDir = "/var/run/kubevisor-private/vmi-disks"
 	// VMIDirVolumeName is the name of the pod volume of the per-VMI directory.
 	VMIDirVolumeName = "kubevisor-vmi-dir"
+	// HugepagesVolumeName is the name of the pod volume of the guest memory's huge pages.
+	HugepagesVolumeName = "kubevisor-hugepages"
 	// SecretVolumePrefix starts the names of the pod's Secret volumes (SecretVolumeName).
 	SecretVolumePrefix = "secret-"
 	// NamePrefix starts the name of every launcher pod.
@@ -421,6 +424,13 @@ func guestMemory(vmi *v1alpha1.VirtualMachineInstance) (resource.Quantity, error
 //
 // A memory limit is always set: a VM's footprint is its guest memory plus a bounded overhead,
 // and an unbounded one would let a guest take memory the scheduler gave to other pods.
+//
+// With memory.hugepages the guest memory is not ordinary memory: it is requested and limited
+// as hugepages-<pageSize> (requests = limits, as Kubernetes requires of huge pages), so the
+// scheduler places the pod only on a node with that many free pages of the size, and it is
+// taken out of the memory request and limit above, which keep what requests.memory and
+// limits.memory exceed the guest memory by, the launcher overhead and podFixed: QEMU's own
+// memory, which is not on huge pages.
 func buildResources(vmi *v1alpha1.VirtualMachineInstance, class *v1alpha1.HypervisorClass, cfg Config) (corev1.ResourceRequirements, error) {
 	guest, err := guestMemory(vmi)
 	if err != nil {
@@ -442,6 +452,13 @@ func buildResources(vmi *v1alpha1.VirtualMachineInstance, class *v1alpha1.Hyperv
 			return corev1.ResourceRequirements{}, fmt.Errorf("memory limit %s is below the memory request %s", q.String(), memReq.String())
 		}
 		memLim = q.DeepCopy()
+	}
+	if h := vmi.Spec.Domain.MemoryHugepages(); h != nil {
+		if h.PageSizeBytes() == 0 {
+			return corev1.ResourceRequirements{}, fmt.Errorf("huge page size %q is not one of %s", h.PageSize, strings.Join(v1alpha1.HugepageSizes, ", "))
+		}
+		req[h.ResourceName()], lim[h.ResourceName()] = guest.DeepCopy(), guest.DeepCopy()
+		memReq, memLim = beyond(memReq, guest), beyond(memLim, guest)
 	}
 	memReq.Add(cfg.LauncherMemoryOverhead)
 	memLim.Add(cfg.LauncherMemoryOverhead)
@@ -485,6 +502,16 @@ func buildResources(vmi *v1alpha1.VirtualMachineInstance, class *v1alpha1.Hyperv
 		req[v1alpha1.SEVDeviceResource], lim[v1alpha1.SEVDeviceResource] = resource.MustParse("1"), resource.MustParse("1")
 	}
 	return corev1.ResourceRequirements{Requests: req, Limits: lim}, nil
+}
+
+// beyond is what q exceeds base by, or zero.
+func beyond(q, base resource.Quantity) resource.Quantity {
+	q = q.DeepCopy()
+	q.Sub(base)
+	if q.Sign() < 0 {
+		return resource.Quantity{Format: q.Format}
+	}
+	return q
 }
 
 func add(list corev1.ResourceList, name corev1.ResourceName, q resource.Quantity) {
@@ -642,6 +669,16 @@ func buildVolumes(vmi *v1alpha1.VirtualMachineInstance, cfg Config) ([]corev1.Vo
 			err = addVolume(v.Name, corev1.VolumeSource{HostPath: &corev1.HostPathVolumeSource{Path: hostDir, Type: ptr.To(typ)}},
 				corev1.VolumeMount{Name: v.Name, MountPath: hostDir})
 		}
+		if err != nil {
+			return nil, nil, err
+		}
+	}
+	if h := vmi.Spec.Domain.MemoryHugepages(); h != nil {
+		// The kubelet mounts a hugetlbfs of the page size, limited to the pod's request of it;
+		// QEMU makes the guest memory's file there (drivers see it as SandboxSpec.HugepagesDir).
+		err := addVolume(HugepagesVolumeName,
+			corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{Medium: h.HugepagesMedium()}},
+			corev1.VolumeMount{Name: HugepagesVolumeName, MountPath: layout.HugepagesDir})
 		if err != nil {
 			return nil, nil, err
 		}

@@ -899,3 +899,145 @@ func TestProbes(t *testing.T) {
 		})
 	}
 }
+
+// TestHugepages: a VMI on huge pages requests its guest memory as hugepages-<size> (requests =
+// limits) and keeps only the rest in its memory request and limit; compute, and compute alone,
+// mounts an emptyDir of medium HugePages-<size> at layout.HugepagesDir.
+func TestHugepages(t *testing.T) {
+	res := func(pairs ...string) corev1.ResourceList {
+		l := corev1.ResourceList{}
+		for i := 0; i < len(pairs); i += 2 {
+			l[corev1.ResourceName(pairs[i])] = q(pairs[i+1])
+		}
+		return l
+	}
+	hugepages := func(size string, mut ...func(*v1alpha1.VirtualMachineInstance)) *v1alpha1.VirtualMachineInstance {
+		return testVMI(append([]func(*v1alpha1.VirtualMachineInstance){func(v *v1alpha1.VirtualMachineInstance) {
+			v.Spec.Domain.Memory.Hugepages = &v1alpha1.Hugepages{PageSize: size}
+		}}, mut...)...)
+	}
+	tests := []struct {
+		name          string
+		vmi           *v1alpha1.VirtualMachineInstance
+		class         *v1alpha1.HypervisorClass
+		req, lim      corev1.ResourceList
+		medium        corev1.StorageMedium // "": no hugepages volume
+		wantErr       string
+	}{
+		{
+			name: "no hugepages: guest memory in the memory request",
+			vmi:  testVMI(),
+			req:  res("memory", "1124Mi", "cpu", "100m"), lim: res("memory", "1124Mi"),
+		},
+		{
+			name: "2Mi: the guest memory as hugepages-2Mi, only the overhead as memory",
+			vmi:  hugepages("2Mi"),
+			req:  res("memory", "100Mi", "cpu", "100m", "hugepages-2Mi", "1Gi"),
+			lim:  res("memory", "100Mi", "hugepages-2Mi", "1Gi"),
+			medium: "HugePages-2Mi",
+		},
+		{
+			name: "1Gi with guest memory from requests.memory",
+			vmi: hugepages("1Gi", func(v *v1alpha1.VirtualMachineInstance) {
+				v.Spec.Domain.Memory.Guest = nil
+				v.Spec.Domain.Resources.Requests = res("memory", "2Gi")
+			}),
+			req:    res("memory", "100Mi", "cpu", "100m", "hugepages-1Gi", "2Gi"),
+			lim:    res("memory", "100Mi", "hugepages-1Gi", "2Gi"),
+			medium: "HugePages-1Gi",
+		},
+		{
+			name: "requests and limits above the guest memory keep the difference as memory",
+			vmi: hugepages("2Mi", func(v *v1alpha1.VirtualMachineInstance) {
+				v.Spec.Domain.Resources.Requests = res("memory", "1124Mi", "cpu", "1")
+				v.Spec.Domain.Resources.Limits = res("memory", "1224Mi", "cpu", "1")
+			}),
+			req:    res("memory", "200Mi", "cpu", "1", "hugepages-2Mi", "1Gi"),
+			lim:    res("memory", "300Mi", "cpu", "1", "hugepages-2Mi", "1Gi"),
+			medium: "HugePages-2Mi",
+		},
+		{
+			name: "overcommit: a memory request below the guest memory keeps no guest memory",
+			vmi: hugepages("2Mi", func(v *v1alpha1.VirtualMachineInstance) {
+				v.Spec.Domain.Resources.Requests = res("memory", "512Mi")
+			}),
+			req:    res("memory", "100Mi", "cpu", "100m", "hugepages-2Mi", "1Gi"),
+			lim:    res("memory", "100Mi", "hugepages-2Mi", "1Gi"),
+			medium: "HugePages-2Mi",
+		},
+		{
+			name: "class overhead stays memory",
+			vmi:  hugepages("2Mi"),
+			class: testClass(func(c *v1alpha1.HypervisorClass) {
+				c.Overhead = &v1alpha1.HypervisorClassOverhead{PodFixed: res("memory", "64Mi")}
+			}),
+			req:    res("memory", "164Mi", "cpu", "100m", "hugepages-2Mi", "1Gi"),
+			lim:    res("memory", "164Mi", "hugepages-2Mi", "1Gi"),
+			medium: "HugePages-2Mi",
+		},
+		{
+			name:    "a page size x86_64 lacks",
+			vmi:     hugepages("4Mi"),
+			wantErr: `huge page size "4Mi" is not one of 2Mi, 1Gi`,
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			class := tt.class
+			if class == nil {
+				class = testClass()
+			}
+			pod, err := Build(tt.vmi, class, testConfig)
+			if tt.wantErr != "" {
+				if err == nil || !strings.Contains(err.Error(), tt.wantErr) {
+					t.Fatalf("error = %v, want one containing %q", err, tt.wantErr)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			got := pod.Spec.Containers[0].Resources
+			if !equality.Semantic.DeepEqual(got.Requests, tt.req) {
+				t.Errorf("requests = %v, want %v", got.Requests, tt.req)
+			}
+			if !equality.Semantic.DeepEqual(got.Limits, tt.lim) {
+				t.Errorf("limits = %v, want %v", got.Limits, tt.lim)
+			}
+			var vols []corev1.Volume
+			for _, v := range pod.Spec.Volumes {
+				if v.Name == HugepagesVolumeName {
+					vols = append(vols, v)
+				}
+			}
+			var mounts []corev1.VolumeMount
+			for _, m := range pod.Spec.Containers[0].VolumeMounts {
+				if m.Name == HugepagesVolumeName {
+					mounts = append(mounts, m)
+				}
+			}
+			if tt.medium == "" {
+				if len(vols) != 0 || len(mounts) != 0 {
+					t.Fatalf("hugepages volumes %+v and mounts %+v, want none", vols, mounts)
+				}
+				return
+			}
+			if len(vols) != 1 || vols[0].EmptyDir == nil || vols[0].EmptyDir.Medium != tt.medium || vols[0].EmptyDir.SizeLimit != nil {
+				t.Fatalf("hugepages volumes %+v, want one emptyDir of medium %s", vols, tt.medium)
+			}
+			if len(mounts) != 1 || mounts[0].MountPath != layout.HugepagesDir || mounts[0].ReadOnly {
+				t.Fatalf("compute's hugepages mounts %+v, want one at %s", mounts, layout.HugepagesDir)
+			}
+			for _, c := range pod.Spec.Containers[1:] {
+				for _, m := range c.VolumeMounts {
+					if m.Name == HugepagesVolumeName {
+						t.Errorf("container %s mounts the huge pages", c.Name)
+					}
+				}
+				if _, ok := c.Resources.Requests[tt.vmi.Spec.Domain.Memory.Hugepages.ResourceName()]; ok {
+					t.Errorf("container %s requests huge pages", c.Name)
+				}
+			}
+		})
+	}
+}

@@ -56,6 +56,8 @@ const notSupported = "not supported"
 //   - boot orders positive and distinct across disks and interfaces;
 //   - memory given (memory.guest, resources.requests.memory or resources.limits.memory), and for
 //     cpu and memory requests ≤ limits, and memory.guest ≤ limits.memory;
+//   - memory.hugepages: pageSize 2Mi or 1Gi (x86_64's huge page sizes), and the guest memory a
+//     multiple of it;
 //   - inline cloud-init data within MaxCloudInitUserDataBytes / MaxCloudInitNetworkDataBytes;
 //   - livenessProbe and readinessProbe: one of httpGet and tcpSocket, on a numeric port the
 //     kubelet reaches the guest at through the pod network (probes);
@@ -166,6 +168,27 @@ func (v *validator) domain() {
 	default:
 		v.add(field.Required(rp.Child("requests").Key(string(corev1.ResourceMemory)),
 			"the guest needs memory: set resources.requests.memory, resources.limits.memory or memory.guest"))
+	}
+
+	// Huge pages: a size x86_64 has, and whole pages of guest memory.
+	if h := d.MemoryHugepages(); h != nil {
+		hp := dp.Child("memory", "hugepages", "pageSize")
+		size := h.PageSizeBytes()
+		gp, g := dp.Child("memory", "guest"), guest
+		if g == nil {
+			gp, g = rp.Child("requests").Key(string(corev1.ResourceMemory)), &reqMem
+			if !hasReqMem {
+				gp, g = rp.Child("limits").Key(string(corev1.ResourceMemory)), &limMem
+			}
+		}
+		switch {
+		case h.PageSize == "":
+			v.add(field.Required(hp, "the huge page size: "+strings.Join(v1alpha1.HugepageSizes, " or ")))
+		case size == 0:
+			v.add(field.NotSupported(hp, h.PageSize, v1alpha1.HugepageSizes))
+		case g.Sign() > 0 && g.Value()%size != 0:
+			v.add(field.Invalid(gp, g.String(), fmt.Sprintf("must be a multiple of the huge page size %s (memory.hugepages.pageSize)", h.PageSize)))
+		}
 	}
 
 	// CPU topology: no more vCPUs than any domain may have.

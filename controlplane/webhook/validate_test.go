@@ -190,6 +190,41 @@ func TestValidate(t *testing.T) {
 			change: func(s *v1alpha1.VirtualMachineInstanceSpec) {
 				s.Domain.Resources.Requests["nvidia.com/gpu"] = resource.MustParse("1")
 			}},
+
+		// Huge pages.
+		{name: "hugepages 2Mi, requests.memory whole pages", change: func(s *v1alpha1.VirtualMachineInstanceSpec) {
+			s.Domain.Memory = &v1alpha1.Memory{Hugepages: &v1alpha1.Hugepages{PageSize: "2Mi"}}
+		}},
+		{name: "hugepages 1Gi, memory.guest whole pages", change: func(s *v1alpha1.VirtualMachineInstanceSpec) {
+			s.Domain.Memory = &v1alpha1.Memory{Guest: ptr.To(resource.MustParse("2Gi")), Hugepages: &v1alpha1.Hugepages{PageSize: "1Gi"}}
+		}},
+		{name: "hugepages with no page size", field: "spec.domain.memory.hugepages.pageSize", detail: "Required value: the huge page size: 2Mi or 1Gi",
+			change: func(s *v1alpha1.VirtualMachineInstanceSpec) {
+				s.Domain.Memory = &v1alpha1.Memory{Hugepages: &v1alpha1.Hugepages{}}
+			}},
+		{name: "hugepages of a size x86_64 lacks", field: "spec.domain.memory.hugepages.pageSize", detail: `Unsupported value: "4Mi": supported values: "2Mi", "1Gi"`,
+			change: func(s *v1alpha1.VirtualMachineInstanceSpec) {
+				s.Domain.Memory = &v1alpha1.Memory{Hugepages: &v1alpha1.Hugepages{PageSize: "4Mi"}}
+			}},
+		{name: "hugepages size written in bytes", field: "spec.domain.memory.hugepages.pageSize", detail: "Unsupported value",
+			change: func(s *v1alpha1.VirtualMachineInstanceSpec) {
+				s.Domain.Memory = &v1alpha1.Memory{Hugepages: &v1alpha1.Hugepages{PageSize: "2097152"}}
+			}},
+		{name: "memory.guest not whole huge pages", field: "spec.domain.memory.guest", detail: "must be a multiple of the huge page size 1Gi",
+			change: func(s *v1alpha1.VirtualMachineInstanceSpec) {
+				s.Domain.Memory = &v1alpha1.Memory{Guest: ptr.To(resource.MustParse("1536Mi")), Hugepages: &v1alpha1.Hugepages{PageSize: "1Gi"}}
+			}},
+		{name: "requests.memory not whole huge pages", field: "spec.domain.resources.requests[memory]", detail: "must be a multiple of the huge page size 2Mi",
+			change: func(s *v1alpha1.VirtualMachineInstanceSpec) {
+				s.Domain.Resources.Requests[corev1.ResourceMemory] = resource.MustParse("129Mi")
+				s.Domain.Memory = &v1alpha1.Memory{Hugepages: &v1alpha1.Hugepages{PageSize: "2Mi"}}
+			}},
+		{name: "limits.memory not whole huge pages", field: "spec.domain.resources.limits[memory]", detail: "must be a multiple of the huge page size 2Mi",
+			change: func(s *v1alpha1.VirtualMachineInstanceSpec) {
+				s.Domain.Resources.Requests = nil
+				s.Domain.Resources.Limits = corev1.ResourceList{corev1.ResourceMemory: resource.MustParse("100M")}
+				s.Domain.Memory = &v1alpha1.Memory{Hugepages: &v1alpha1.Hugepages{PageSize: "2Mi"}}
+			}},
 		{name: "too many vCPUs", field: "spec.domain.cpu", detail: "exceed the maximum",
 			change: func(s *v1alpha1.VirtualMachineInstanceSpec) { s.Domain.CPU.Sockets, s.Domain.CPU.Cores = 64, 64 }},
 

@@ -62,6 +62,18 @@ func Validate(spec *domainv1.DomainSpec) error {
 	if spec.GetMemory().GetGuestBytes() == 0 {
 		add("memory.guestBytes", "required and > 0")
 	}
+	if h := spec.GetMemory().GetHugepages(); h != nil {
+		size := h.GetPageSizeBytes()
+		switch {
+		case size == 0 || size&(size-1) != 0:
+			add("memory.hugepages.pageSizeBytes", "must be a power of two, not %d", size)
+		case spec.GetMemory().GetGuestBytes()%size != 0:
+			add("memory.guestBytes", "%d is not a multiple of the huge page size %d", spec.GetMemory().GetGuestBytes(), size)
+		}
+		if !filepath.IsAbs(h.GetPath()) {
+			add("memory.hugepages.path", "must be an absolute path, not %q", h.GetPath())
+		}
+	}
 	if cpu := spec.GetCpu(); cpu != nil {
 		n := uint64(max(cpu.GetSockets(), 1)) * uint64(max(cpu.GetCores(), 1)) * uint64(max(cpu.GetThreads(), 1))
 		if n > MaxVCPUs {

@@ -46,6 +46,15 @@ func TestValidateRejects(t *testing.T) {
 	}{
 		{"no id", func(s *domainv1.DomainSpec) { s.Id = "" }, "id"},
 		{"no memory", func(s *domainv1.DomainSpec) { s.Memory = nil }, "memory.guestBytes"},
+		{"huge page size not a power of two", func(s *domainv1.DomainSpec) {
+			s.Memory.Hugepages = &domainv1.Hugepages{PageSizeBytes: 3 << 20, Path: "/huge"}
+		}, "memory.hugepages.pageSizeBytes"},
+		{"guest memory not whole huge pages", func(s *domainv1.DomainSpec) {
+			s.Memory.Hugepages = &domainv1.Hugepages{PageSizeBytes: 1 << 30, Path: "/huge"}
+		}, "memory.guestBytes"},
+		{"relative hugetlbfs path", func(s *domainv1.DomainSpec) {
+			s.Memory.Hugepages = &domainv1.Hugepages{PageSizeBytes: 2 << 20, Path: "huge"}
+		}, "memory.hugepages.path"},
 		{"too many vcpus", func(s *domainv1.DomainSpec) { s.Cpu = &domainv1.CPU{Sockets: 4, Cores: 64, Threads: 4} }, "cpu"},
 		{"relative kernel", func(s *domainv1.DomainSpec) { s.GetFirmware().GetKernel().KernelPath = "vmlinuz" }, "firmware.kernel.kernelPath"},
 		{"missing kernel", func(s *domainv1.DomainSpec) { s.GetFirmware().GetKernel().KernelPath = "" }, "firmware.kernel.kernelPath"},

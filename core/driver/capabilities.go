@@ -246,6 +246,8 @@ const (
 	DeviceLaunchSecurity = "launch-security"
 	// DeviceBIOSSerial is BIOS.use_serial: the BIOS's output on the serial console.
 	DeviceBIOSSerial = "bios-serial"
+	// DeviceHugepages is Memory.hugepages: the guest RAM in a file on the hugetlbfs at its path.
+	DeviceHugepages = "hugepages"
 )
 
 // OptionalDevice is an optional device of the domain spec: its name in Capabilities.devices, the
@@ -269,6 +271,7 @@ var OptionalDevices = []OptionalDevice{
 	{Name: DeviceBIOSSerial, Field: "firmware.bios.useSerial", asked: func(s *domainv1.DomainSpec) bool { return s.GetFirmware().GetBios().GetUseSerial() }},
 	{Name: DeviceSound, Field: "sound", asked: func(s *domainv1.DomainSpec) bool { return s.GetSound() != nil }},
 	{Name: DeviceLaunchSecurity, Field: "launchSecurity", asked: func(s *domainv1.DomainSpec) bool { return s.GetLaunchSecurity() != nil }},
+	{Name: DeviceHugepages, Field: "memory.hugepages", asked: func(s *domainv1.DomainSpec) bool { return s.GetMemory().GetHugepages() != nil }},
 	{Name: DeviceStartPaused, Field: "startPaused", asked: func(s *domainv1.DomainSpec) bool { return s.GetStartPaused() }},
 	{Name: DeviceNICOptions, Field: "nics", asked: func(s *domainv1.DomainSpec) bool {
 		return slices.ContainsFunc(s.GetNics(), func(n *domainv1.NIC) bool {

@@ -418,6 +418,7 @@ func (r *syncRun) buildDomain(context.Context) error {
 		Disks: r.disks, Interfaces: r.ifaces, HostDevices: r.hostDevices, RunDir: r.st.RunDir,
 		Sandbox:      &domainv1.Sandbox{LauncherSocket: r.sandbox.LauncherSocket, NetnsPath: r.sandbox.NetNSPath},
 		Acceleration: r.accel, Kernel: r.p.kernel, DiskBus: r.diskBus, CDROMBus: r.cdromBus,
+		HugepagesDir: r.sandbox.HugepagesDir,
 	}
 	spec, err := assemble.Domain(r.vmi, in)
 	if err != nil {

@@ -68,6 +68,11 @@ type SandboxSpec struct {
 	// not Dir itself: the handler removes them when it undoes a VMI, and Dir holds what is not
 	// the handler's (the launcher's socket directory).
 	Dir string `json:"dir,omitempty"`
+	// HugepagesDir, when set, is a directory on a hugetlbfs of the VMI's huge page size
+	// (memory.hugepages), as the VM process sees it: in a cluster the launcher pod's emptyDir
+	// of medium HugePages-<size> (layout.HugepagesDir). A VMI on huge pages in a sandbox
+	// without one fails with the field's path.
+	HugepagesDir string `json:"hugepagesDir,omitempty"`
 }
 
 // sandboxSettle is how long the end of a VM whose sandbox holds its process waits for the

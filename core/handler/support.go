@@ -30,6 +30,7 @@ var vmiDevices = map[string]struct{ field, what string }{
 	driver.DeviceCPUFeatures: {"spec.domain.cpu.features", "turning CPU features on or off"},
 	driver.DeviceBIOSSerial:  {"spec.domain.firmware.bootloader.bios.useSerial", "the BIOS's output on the serial console"},
 	driver.DeviceSound:       {"spec.domain.devices.sound", "a sound card"},
+	driver.DeviceHugepages:   {"spec.domain.memory.hugepages", "guest memory on huge pages"},
 	driver.DeviceStartPaused: {"spec.startStrategy", "starting paused"},
 	driver.DeviceNICOptions:  {"spec.domain.devices.interfaces", "an interface's pciAddress, acpiIndex or state"},
 	driver.DeviceDiskOptions: {"spec.domain.devices.disks", "a disk's io, dedicatedIOThread, blockSize, shareable or errorPolicy, or blockMultiQueue"},

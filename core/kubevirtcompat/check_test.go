@@ -65,11 +65,11 @@ domain:
 		spec: `
 domain:
   devices: {}
-  memory: {hugepages: {pageSize: 2Mi}}
+  launchSecurity: {sev: {policy: {encryptedState: true}}}
 volumes: [{name: data, dataVolume: {name: dv}}]
 `,
 		want: []string{
-			"spec.domain.memory.hugepages: Forbidden: not supported by Kubevisor yet: planned in issue 15",
+			"spec.domain.launchSecurity: Forbidden: not supported by Kubevisor yet: planned in issue 15 (hardware-bound: to be accepted only onto nodes whose drivers fingerprint SEV, SNP or TDX)",
 			"spec.volumes[0].dataVolume: Forbidden: not supported by Kubevisor: needs a data importer (CDI), which Kubevisor does not have; use persistentVolumeClaim, or containerDisk",
 		},
 	}, {

@@ -60,7 +60,6 @@ var entries = []Entry{
 	{Path: "domain.cpu.numa", Issue: 15},
 	{Path: "domain.cpu.maxSockets", Reason: "CPU hotplug is not implemented", Alternative: "sockets, set to what the guest needs"},
 	{Path: "domain.cpu.realtime", Reason: "real-time vCPU tuning is not implemented", Alternative: "dedicatedCpuPlacement, once it lands (issue 15)"},
-	{Path: "domain.memory.hugepages", Issue: 15},
 	{Path: "domain.memory.maxGuest", Reason: "memory hotplug is not implemented", Alternative: "memory.guest, set to what the guest needs"},
 	{Path: "domain.resources.overcommitGuestOverhead", Reason: "the launcher pod always requests the guest's overhead", Alternative: "the overhead of the HypervisorClass"},
 	{Path: "domain.firmware.acpi", Reason: "custom ACPI tables (SLIC, MSDM) are not supported"},

@@ -120,3 +120,9 @@ const SecretsDir = "/var/run/kubevisor-private/secrets"
 // SecretDir is where the compute container has the Secret name (a DNS subdomain, so one path
 // element): a file per key.
 func SecretDir(name string) string { return path.Join(SecretsDir, name) }
+
+// HugepagesDir is where the launcher pod's compute container has the hugetlbfs of its VMI's
+// huge pages (memory.hugepages), an emptyDir of medium HugePages-<pageSize>: the VM process
+// makes its guest memory's file there. It is a path in the container only; nothing on the node
+// side opens it.
+const HugepagesDir = "/var/run/kubevisor-private/hugepages"

@@ -179,6 +179,19 @@ type Memory struct {
 	// Defaults to the requested memory of the resources section.
 	// +optional
 	Guest *resource.Quantity `json:"guest,omitempty"`
+	// Hugepages backs the guest memory with huge pages of pageSize instead of regular memory.
+	// The launcher pod then requests the guest memory as the hugepages-<pageSize> resource
+	// (requests = limits), so it is scheduled only onto nodes that have such pages free, and
+	// its memory request keeps only the overhead. The guest memory must be a multiple of the
+	// page size. The hypervisor driver must offer "hugepages".
+	// +optional
+	Hugepages *Hugepages `json:"hugepages,omitempty"`
+}
+
+// Hugepages is the huge page size that backs a VMI's guest memory.
+type Hugepages struct {
+	// PageSize is the size of the huge pages: 2Mi or 1Gi (x86_64's).
+	PageSize string `json:"pageSize,omitempty"`
 }
 
 // Machine selects the machine type of a VMI.

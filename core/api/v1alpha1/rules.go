@@ -155,3 +155,43 @@ func (vmi *VirtualMachineInstance) GuestHostname() string {
 	}
 	return strings.TrimRight(h, "-")
 }
+
+// Huge page sizes a VMI's memory.hugepages.pageSize may name: those of Linux on x86_64.
+const (
+	HugepageSize2Mi = "2Mi"
+	HugepageSize1Gi = "1Gi"
+)
+
+// HugepageSizes are the page sizes memory.hugepages.pageSize may name, smallest first.
+var HugepageSizes = []string{HugepageSize2Mi, HugepageSize1Gi}
+
+// PageSizeBytes is the huge page size in bytes, or 0 when pageSize is not one of HugepageSizes.
+func (h *Hugepages) PageSizeBytes() int64 {
+	switch h.PageSize {
+	case HugepageSize2Mi:
+		return 2 << 20
+	case HugepageSize1Gi:
+		return 1 << 30
+	}
+	return 0
+}
+
+// ResourceName is the node resource of the huge pages, hugepages-<pageSize> (hugepages-2Mi),
+// which the launcher pod requests for the guest memory.
+func (h *Hugepages) ResourceName() corev1.ResourceName {
+	return corev1.ResourceName(corev1.ResourceHugePagesPrefix + h.PageSize)
+}
+
+// HugepagesMedium is the medium of the launcher pod's emptyDir of the huge pages
+// (HugePages-<pageSize>): the kubelet mounts a hugetlbfs of that page size.
+func (h *Hugepages) HugepagesMedium() corev1.StorageMedium {
+	return corev1.StorageMedium(string(corev1.StorageMediumHugePagesPrefix) + h.PageSize)
+}
+
+// MemoryHugepages is memory.hugepages, nil when the guest memory is not on huge pages.
+func (d *DomainSpec) MemoryHugepages() *Hugepages {
+	if d.Memory == nil {
+		return nil
+	}
+	return d.Memory.Hugepages
+}

@@ -64,6 +64,10 @@ type Inputs struct {
 	// Kernel holds the node paths of the kernel and initrd of spec.domain.firmware.kernelBoot,
 	// resolved by the caller from its container. Required when the VMI boots a kernel.
 	Kernel *KernelArtifacts
+	// HugepagesDir is a directory on a hugetlbfs of the VMI's huge page size, as the VM process
+	// sees it (the sandbox's, SandboxSpec.HugepagesDir). Required when the VMI has
+	// memory.hugepages.
+	HugepagesDir string
 	// DiskBus and CDROMBus replace DefaultDiskBus and DefaultCDROMBus for disks and cdroms whose
 	// VMI names no bus (a guest without AHCI needs its cdroms on scsi, for one).
 	DiskBus, CDROMBus domainv1.DiskBus
@@ -107,6 +111,7 @@ const (
 //     vCPUs are the CPU limit, else request, rounded up, as sockets; else 1 vCPU
 //     (v1alpha1.DomainSpec.VCPUs);
 //   - memory: memory.guest, else resources.requests.memory, else resources.limits.memory;
+//     memory.hugepages: the guest memory on huge pages of pageSize in in.HugepagesDir;
 //   - machine.type; firmware: bios (default), efi (secureBoot defaults to true), kernelBoot
 //     (in.Kernel's paths, kernelArgs as the command line), serial; uuid: firmware.uuid, else the
 //     VMI's UID;
@@ -292,7 +297,22 @@ func (b *builder) memory() *domainv1.Memory {
 		b.fail(field, "must be > 0")
 		return nil
 	}
-	return &domainv1.Memory{GuestBytes: uint64(guest)}
+	mem := &domainv1.Memory{GuestBytes: uint64(guest)}
+	if h := d.MemoryHugepages(); h != nil {
+		const hfield = fieldDomain + ".memory.hugepages"
+		size := h.PageSizeBytes()
+		switch {
+		case size == 0:
+			b.fail(hfield+".pageSize", "%q is not supported (%s)", h.PageSize, strings.Join(v1alpha1.HugepageSizes, " or "))
+		case guest%size != 0:
+			b.fail(field, "%d bytes is not a multiple of the huge page size %s", guest, h.PageSize)
+		case b.in.HugepagesDir == "":
+			b.fail(hfield, "the VMI's sandbox has no hugetlbfs of %s pages", h.PageSize)
+		default:
+			mem.Hugepages = &domainv1.Hugepages{PageSizeBytes: uint64(size), Path: b.in.HugepagesDir}
+		}
+	}
+	return mem
 }
 
 func (b *builder) firmware() (*domainv1.Firmware, string) {

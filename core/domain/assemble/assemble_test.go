@@ -507,6 +507,16 @@ func TestDomain(t *testing.T) {
 			},
 		},
 		{
+			name: "guest memory on huge pages in the sandbox's hugetlbfs",
+			vmi: func(v *v1alpha1.VirtualMachineInstance) {
+				v.Spec.Domain.Memory.Hugepages = &v1alpha1.Hugepages{PageSize: "2Mi"}
+			},
+			inputs: func(in *assemble.Inputs) { in.HugepagesDir = "/var/run/kubevisor-private/hugepages" },
+			want: func(s *domainv1.DomainSpec) {
+				s.Memory.Hugepages = &domainv1.Hugepages{PageSizeBytes: 2 << 20, Path: "/var/run/kubevisor-private/hugepages"}
+			},
+		},
+		{
 			name: "no namespace",
 			vmi:  func(v *v1alpha1.VirtualMachineInstance) { v.Namespace = "" },
 			want: func(s *domainv1.DomainSpec) { s.Name = "demo" },
@@ -543,6 +553,29 @@ func TestDomainRejects(t *testing.T) {
 		// want are the "field: detail" parts the error must hold.
 		want []string
 	}{
+		{
+			name: "huge pages: a size x86_64 lacks",
+			vmi: func(v *v1alpha1.VirtualMachineInstance) {
+				v.Spec.Domain.Memory.Hugepages = &v1alpha1.Hugepages{PageSize: "16Ki"}
+			},
+			inputs: func(in *assemble.Inputs) { in.HugepagesDir = "/huge" },
+			want:   []string{`spec.domain.memory.hugepages.pageSize: "16Ki" is not supported (2Mi or 1Gi)`},
+		},
+		{
+			name: "huge pages: guest memory not whole pages",
+			vmi: func(v *v1alpha1.VirtualMachineInstance) {
+				v.Spec.Domain.Memory.Hugepages = &v1alpha1.Hugepages{PageSize: "1Gi"}
+			},
+			inputs: func(in *assemble.Inputs) { in.HugepagesDir = "/huge" },
+			want:   []string{`spec.domain.memory.guest: 268435456 bytes is not a multiple of the huge page size 1Gi`},
+		},
+		{
+			name: "huge pages: a sandbox without a hugetlbfs",
+			vmi: func(v *v1alpha1.VirtualMachineInstance) {
+				v.Spec.Domain.Memory.Hugepages = &v1alpha1.Hugepages{PageSize: "2Mi"}
+			},
+			want: []string{`spec.domain.memory.hugepages: the VMI's sandbox has no hugetlbfs of 2Mi pages`},
+		},
 		{
 			name: "apic disabled",
 			vmi: func(v *v1alpha1.VirtualMachineInstance) {

@@ -13,7 +13,7 @@ const StandInDir = "/stand-in"
 
 // StandIns are Inputs with a stand-in for every driver result Domain needs: a prepared raw disk
 // for each of volumes (by name), an interface result with its own tap and MAC for each of
-// interfaces, a run directory and a kernel. Given them, Domain reports only what is wrong with
+// interfaces, a run directory, a kernel and a hugetlbfs directory. Given them, Domain reports only what is wrong with
 // the VMI itself: the admission webhook's dry run, where there are no drivers, and the node
 // handler's check of a VMI before it calls any driver use them. The caller sets what is the
 // node's rather than a driver's (Acceleration, the buses, a kernel it has resolved).
@@ -23,6 +23,8 @@ func StandIns(volumes, interfaces []string) Inputs {
 		Interfaces: make(map[string]*networkv1.InterfaceResult, len(interfaces)),
 		RunDir:     StandInDir,
 		Kernel:     &KernelArtifacts{KernelPath: StandInDir + "/kernel"},
+		// Whether the sandbox has the VMI's huge pages is the sandbox's business.
+		HugepagesDir: StandInDir + "/hugepages",
 	}
 	for _, v := range volumes {
 		in.Disks[v] = &storagev1.PreparedDisk{VolumeName: v, Path: StandInDir + "/" + v, Format: domainv1.DiskFormat_DISK_FORMAT_RAW}

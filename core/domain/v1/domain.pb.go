@@ -1392,7 +1392,10 @@ func (x *CPUFeature) GetPolicy() string {
 type Memory struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// guest_bytes is the RAM the guest sees. Required, > 0.
-	GuestBytes    uint64 `protobuf:"varint,1,opt,name=guest_bytes,json=guestBytes,proto3" json:"guest_bytes,omitempty"`
+	GuestBytes uint64 `protobuf:"varint,1,opt,name=guest_bytes,json=guestBytes,proto3" json:"guest_bytes,omitempty"`
+	// hugepages, when set, backs all of the guest RAM with huge pages. A driver must declare
+	// "hugepages".
+	Hugepages     *Hugepages `protobuf:"bytes,2,opt,name=hugepages,proto3" json:"hugepages,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1434,6 +1437,71 @@ func (x *Memory) GetGuestBytes() uint64 {
 	return 0
 }
 
+func (x *Memory) GetHugepages() *Hugepages {
+	if x != nil {
+		return x.Hugepages
+	}
+	return nil
+}
+
+// Hugepages is the hugetlbfs that backs the guest RAM.
+type Hugepages struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// page_size_bytes is the huge page size (2 MiB or 1 GiB on x86_64); guest_bytes is a multiple
+	// of it. Required.
+	PageSizeBytes uint64 `protobuf:"varint,1,opt,name=page_size_bytes,json=pageSizeBytes,proto3" json:"page_size_bytes,omitempty"`
+	// path is a directory on a hugetlbfs mount of that page size, as the VM process sees it (in
+	// its sandbox, the launcher pod's emptyDir of medium HugePages-<size>): the driver makes the
+	// guest RAM's file there. Required, absolute.
+	Path          string `protobuf:"bytes,2,opt,name=path,proto3" json:"path,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Hugepages) Reset() {
+	*x = Hugepages{}
+	mi := &file_core_domain_v1_domain_proto_msgTypes[15]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Hugepages) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Hugepages) ProtoMessage() {}
+
+func (x *Hugepages) ProtoReflect() protoreflect.Message {
+	mi := &file_core_domain_v1_domain_proto_msgTypes[15]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Hugepages.ProtoReflect.Descriptor instead.
+func (*Hugepages) Descriptor() ([]byte, []int) {
+	return file_core_domain_v1_domain_proto_rawDescGZIP(), []int{15}
+}
+
+func (x *Hugepages) GetPageSizeBytes() uint64 {
+	if x != nil {
+		return x.PageSizeBytes
+	}
+	return 0
+}
+
+func (x *Hugepages) GetPath() string {
+	if x != nil {
+		return x.Path
+	}
+	return ""
+}
+
 // Firmware is how the VM boots.
 type Firmware struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -1451,7 +1519,7 @@ type Firmware struct {
 
 func (x *Firmware) Reset() {
 	*x = Firmware{}
-	mi := &file_core_domain_v1_domain_proto_msgTypes[15]
+	mi := &file_core_domain_v1_domain_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1463,7 +1531,7 @@ func (x *Firmware) String() string {
 func (*Firmware) ProtoMessage() {}
 
 func (x *Firmware) ProtoReflect() protoreflect.Message {
-	mi := &file_core_domain_v1_domain_proto_msgTypes[15]
+	mi := &file_core_domain_v1_domain_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1476,7 +1544,7 @@ func (x *Firmware) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Firmware.ProtoReflect.Descriptor instead.
 func (*Firmware) Descriptor() ([]byte, []int) {
-	return file_core_domain_v1_domain_proto_rawDescGZIP(), []int{15}
+	return file_core_domain_v1_domain_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *Firmware) GetBoot() isFirmware_Boot {
@@ -1554,7 +1622,7 @@ type BIOS struct {
 
 func (x *BIOS) Reset() {
 	*x = BIOS{}
-	mi := &file_core_domain_v1_domain_proto_msgTypes[16]
+	mi := &file_core_domain_v1_domain_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1566,7 +1634,7 @@ func (x *BIOS) String() string {
 func (*BIOS) ProtoMessage() {}
 
 func (x *BIOS) ProtoReflect() protoreflect.Message {
-	mi := &file_core_domain_v1_domain_proto_msgTypes[16]
+	mi := &file_core_domain_v1_domain_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1579,7 +1647,7 @@ func (x *BIOS) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BIOS.ProtoReflect.Descriptor instead.
 func (*BIOS) Descriptor() ([]byte, []int) {
-	return file_core_domain_v1_domain_proto_rawDescGZIP(), []int{16}
+	return file_core_domain_v1_domain_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *BIOS) GetUseSerial() bool {
@@ -1599,7 +1667,7 @@ type EFI struct {
 
 func (x *EFI) Reset() {
 	*x = EFI{}
-	mi := &file_core_domain_v1_domain_proto_msgTypes[17]
+	mi := &file_core_domain_v1_domain_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1611,7 +1679,7 @@ func (x *EFI) String() string {
 func (*EFI) ProtoMessage() {}
 
 func (x *EFI) ProtoReflect() protoreflect.Message {
-	mi := &file_core_domain_v1_domain_proto_msgTypes[17]
+	mi := &file_core_domain_v1_domain_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1624,7 +1692,7 @@ func (x *EFI) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EFI.ProtoReflect.Descriptor instead.
 func (*EFI) Descriptor() ([]byte, []int) {
-	return file_core_domain_v1_domain_proto_rawDescGZIP(), []int{17}
+	return file_core_domain_v1_domain_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *EFI) GetSecureBoot() bool {
@@ -1646,7 +1714,7 @@ type KernelBoot struct {
 
 func (x *KernelBoot) Reset() {
 	*x = KernelBoot{}
-	mi := &file_core_domain_v1_domain_proto_msgTypes[18]
+	mi := &file_core_domain_v1_domain_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1658,7 +1726,7 @@ func (x *KernelBoot) String() string {
 func (*KernelBoot) ProtoMessage() {}
 
 func (x *KernelBoot) ProtoReflect() protoreflect.Message {
-	mi := &file_core_domain_v1_domain_proto_msgTypes[18]
+	mi := &file_core_domain_v1_domain_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1671,7 +1739,7 @@ func (x *KernelBoot) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KernelBoot.ProtoReflect.Descriptor instead.
 func (*KernelBoot) Descriptor() ([]byte, []int) {
-	return file_core_domain_v1_domain_proto_rawDescGZIP(), []int{18}
+	return file_core_domain_v1_domain_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *KernelBoot) GetKernelPath() string {
@@ -1735,7 +1803,7 @@ type Disk struct {
 
 func (x *Disk) Reset() {
 	*x = Disk{}
-	mi := &file_core_domain_v1_domain_proto_msgTypes[19]
+	mi := &file_core_domain_v1_domain_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1747,7 +1815,7 @@ func (x *Disk) String() string {
 func (*Disk) ProtoMessage() {}
 
 func (x *Disk) ProtoReflect() protoreflect.Message {
-	mi := &file_core_domain_v1_domain_proto_msgTypes[19]
+	mi := &file_core_domain_v1_domain_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1760,7 +1828,7 @@ func (x *Disk) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Disk.ProtoReflect.Descriptor instead.
 func (*Disk) Descriptor() ([]byte, []int) {
-	return file_core_domain_v1_domain_proto_rawDescGZIP(), []int{19}
+	return file_core_domain_v1_domain_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *Disk) GetName() string {
@@ -1914,7 +1982,7 @@ type NIC struct {
 
 func (x *NIC) Reset() {
 	*x = NIC{}
-	mi := &file_core_domain_v1_domain_proto_msgTypes[20]
+	mi := &file_core_domain_v1_domain_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1926,7 +1994,7 @@ func (x *NIC) String() string {
 func (*NIC) ProtoMessage() {}
 
 func (x *NIC) ProtoReflect() protoreflect.Message {
-	mi := &file_core_domain_v1_domain_proto_msgTypes[20]
+	mi := &file_core_domain_v1_domain_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1939,7 +2007,7 @@ func (x *NIC) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NIC.ProtoReflect.Descriptor instead.
 func (*NIC) Descriptor() ([]byte, []int) {
-	return file_core_domain_v1_domain_proto_rawDescGZIP(), []int{20}
+	return file_core_domain_v1_domain_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *NIC) GetName() string {
@@ -2022,7 +2090,7 @@ type Serial struct {
 
 func (x *Serial) Reset() {
 	*x = Serial{}
-	mi := &file_core_domain_v1_domain_proto_msgTypes[21]
+	mi := &file_core_domain_v1_domain_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2034,7 +2102,7 @@ func (x *Serial) String() string {
 func (*Serial) ProtoMessage() {}
 
 func (x *Serial) ProtoReflect() protoreflect.Message {
-	mi := &file_core_domain_v1_domain_proto_msgTypes[21]
+	mi := &file_core_domain_v1_domain_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2047,7 +2115,7 @@ func (x *Serial) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Serial.ProtoReflect.Descriptor instead.
 func (*Serial) Descriptor() ([]byte, []int) {
-	return file_core_domain_v1_domain_proto_rawDescGZIP(), []int{21}
+	return file_core_domain_v1_domain_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *Serial) GetSocketPath() string {
@@ -2067,7 +2135,7 @@ type VNC struct {
 
 func (x *VNC) Reset() {
 	*x = VNC{}
-	mi := &file_core_domain_v1_domain_proto_msgTypes[22]
+	mi := &file_core_domain_v1_domain_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2079,7 +2147,7 @@ func (x *VNC) String() string {
 func (*VNC) ProtoMessage() {}
 
 func (x *VNC) ProtoReflect() protoreflect.Message {
-	mi := &file_core_domain_v1_domain_proto_msgTypes[22]
+	mi := &file_core_domain_v1_domain_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2092,7 +2160,7 @@ func (x *VNC) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use VNC.ProtoReflect.Descriptor instead.
 func (*VNC) Descriptor() ([]byte, []int) {
-	return file_core_domain_v1_domain_proto_rawDescGZIP(), []int{22}
+	return file_core_domain_v1_domain_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *VNC) GetSocketPath() string {
@@ -2114,7 +2182,7 @@ type HostDevice struct {
 
 func (x *HostDevice) Reset() {
 	*x = HostDevice{}
-	mi := &file_core_domain_v1_domain_proto_msgTypes[23]
+	mi := &file_core_domain_v1_domain_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2126,7 +2194,7 @@ func (x *HostDevice) String() string {
 func (*HostDevice) ProtoMessage() {}
 
 func (x *HostDevice) ProtoReflect() protoreflect.Message {
-	mi := &file_core_domain_v1_domain_proto_msgTypes[23]
+	mi := &file_core_domain_v1_domain_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2139,7 +2207,7 @@ func (x *HostDevice) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HostDevice.ProtoReflect.Descriptor instead.
 func (*HostDevice) Descriptor() ([]byte, []int) {
-	return file_core_domain_v1_domain_proto_rawDescGZIP(), []int{23}
+	return file_core_domain_v1_domain_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *HostDevice) GetName() string {
@@ -2170,7 +2238,7 @@ type Sandbox struct {
 
 func (x *Sandbox) Reset() {
 	*x = Sandbox{}
-	mi := &file_core_domain_v1_domain_proto_msgTypes[24]
+	mi := &file_core_domain_v1_domain_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2182,7 +2250,7 @@ func (x *Sandbox) String() string {
 func (*Sandbox) ProtoMessage() {}
 
 func (x *Sandbox) ProtoReflect() protoreflect.Message {
-	mi := &file_core_domain_v1_domain_proto_msgTypes[24]
+	mi := &file_core_domain_v1_domain_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2195,7 +2263,7 @@ func (x *Sandbox) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Sandbox.ProtoReflect.Descriptor instead.
 func (*Sandbox) Descriptor() ([]byte, []int) {
-	return file_core_domain_v1_domain_proto_rawDescGZIP(), []int{24}
+	return file_core_domain_v1_domain_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *Sandbox) GetLauncherSocket() string {
@@ -2306,10 +2374,14 @@ const file_core_domain_v1_domain_proto_rawDesc = "" +
 	"\n" +
 	"CPUFeature\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x16\n" +
-	"\x06policy\x18\x02 \x01(\tR\x06policy\")\n" +
+	"\x06policy\x18\x02 \x01(\tR\x06policy\"g\n" +
 	"\x06Memory\x12\x1f\n" +
 	"\vguest_bytes\x18\x01 \x01(\x04R\n" +
-	"guestBytes\"\xc4\x01\n" +
+	"guestBytes\x12<\n" +
+	"\thugepages\x18\x02 \x01(\v2\x1e.kubevisor.domain.v1.HugepagesR\thugepages\"G\n" +
+	"\tHugepages\x12&\n" +
+	"\x0fpage_size_bytes\x18\x01 \x01(\x04R\rpageSizeBytes\x12\x12\n" +
+	"\x04path\x18\x02 \x01(\tR\x04path\"\xc4\x01\n" +
 	"\bFirmware\x12/\n" +
 	"\x04bios\x18\x01 \x01(\v2\x19.kubevisor.domain.v1.BIOSH\x00R\x04bios\x12,\n" +
 	"\x03efi\x18\x02 \x01(\v2\x18.kubevisor.domain.v1.EFIH\x00R\x03efi\x129\n" +
@@ -2417,7 +2489,7 @@ func file_core_domain_v1_domain_proto_rawDescGZIP() []byte {
 }
 
 var file_core_domain_v1_domain_proto_enumTypes = make([]protoimpl.EnumInfo, 5)
-var file_core_domain_v1_domain_proto_msgTypes = make([]protoimpl.MessageInfo, 26)
+var file_core_domain_v1_domain_proto_msgTypes = make([]protoimpl.MessageInfo, 27)
 var file_core_domain_v1_domain_proto_goTypes = []any{
 	(Toggle)(0),            // 0: kubevisor.domain.v1.Toggle
 	(Acceleration)(0),      // 1: kubevisor.domain.v1.Acceleration
@@ -2439,31 +2511,32 @@ var file_core_domain_v1_domain_proto_goTypes = []any{
 	(*CPU)(nil),            // 17: kubevisor.domain.v1.CPU
 	(*CPUFeature)(nil),     // 18: kubevisor.domain.v1.CPUFeature
 	(*Memory)(nil),         // 19: kubevisor.domain.v1.Memory
-	(*Firmware)(nil),       // 20: kubevisor.domain.v1.Firmware
-	(*BIOS)(nil),           // 21: kubevisor.domain.v1.BIOS
-	(*EFI)(nil),            // 22: kubevisor.domain.v1.EFI
-	(*KernelBoot)(nil),     // 23: kubevisor.domain.v1.KernelBoot
-	(*Disk)(nil),           // 24: kubevisor.domain.v1.Disk
-	(*NIC)(nil),            // 25: kubevisor.domain.v1.NIC
-	(*Serial)(nil),         // 26: kubevisor.domain.v1.Serial
-	(*VNC)(nil),            // 27: kubevisor.domain.v1.VNC
-	(*HostDevice)(nil),     // 28: kubevisor.domain.v1.HostDevice
-	(*Sandbox)(nil),        // 29: kubevisor.domain.v1.Sandbox
-	nil,                    // 30: kubevisor.domain.v1.DomainSpec.LabelsEntry
+	(*Hugepages)(nil),      // 20: kubevisor.domain.v1.Hugepages
+	(*Firmware)(nil),       // 21: kubevisor.domain.v1.Firmware
+	(*BIOS)(nil),           // 22: kubevisor.domain.v1.BIOS
+	(*EFI)(nil),            // 23: kubevisor.domain.v1.EFI
+	(*KernelBoot)(nil),     // 24: kubevisor.domain.v1.KernelBoot
+	(*Disk)(nil),           // 25: kubevisor.domain.v1.Disk
+	(*NIC)(nil),            // 26: kubevisor.domain.v1.NIC
+	(*Serial)(nil),         // 27: kubevisor.domain.v1.Serial
+	(*VNC)(nil),            // 28: kubevisor.domain.v1.VNC
+	(*HostDevice)(nil),     // 29: kubevisor.domain.v1.HostDevice
+	(*Sandbox)(nil),        // 30: kubevisor.domain.v1.Sandbox
+	nil,                    // 31: kubevisor.domain.v1.DomainSpec.LabelsEntry
 }
 var file_core_domain_v1_domain_proto_depIdxs = []int32{
 	16, // 0: kubevisor.domain.v1.DomainSpec.machine:type_name -> kubevisor.domain.v1.Machine
 	17, // 1: kubevisor.domain.v1.DomainSpec.cpu:type_name -> kubevisor.domain.v1.CPU
 	19, // 2: kubevisor.domain.v1.DomainSpec.memory:type_name -> kubevisor.domain.v1.Memory
-	20, // 3: kubevisor.domain.v1.DomainSpec.firmware:type_name -> kubevisor.domain.v1.Firmware
-	24, // 4: kubevisor.domain.v1.DomainSpec.disks:type_name -> kubevisor.domain.v1.Disk
-	25, // 5: kubevisor.domain.v1.DomainSpec.nics:type_name -> kubevisor.domain.v1.NIC
-	26, // 6: kubevisor.domain.v1.DomainSpec.serial:type_name -> kubevisor.domain.v1.Serial
-	27, // 7: kubevisor.domain.v1.DomainSpec.vnc:type_name -> kubevisor.domain.v1.VNC
-	28, // 8: kubevisor.domain.v1.DomainSpec.host_devices:type_name -> kubevisor.domain.v1.HostDevice
+	21, // 3: kubevisor.domain.v1.DomainSpec.firmware:type_name -> kubevisor.domain.v1.Firmware
+	25, // 4: kubevisor.domain.v1.DomainSpec.disks:type_name -> kubevisor.domain.v1.Disk
+	26, // 5: kubevisor.domain.v1.DomainSpec.nics:type_name -> kubevisor.domain.v1.NIC
+	27, // 6: kubevisor.domain.v1.DomainSpec.serial:type_name -> kubevisor.domain.v1.Serial
+	28, // 7: kubevisor.domain.v1.DomainSpec.vnc:type_name -> kubevisor.domain.v1.VNC
+	29, // 8: kubevisor.domain.v1.DomainSpec.host_devices:type_name -> kubevisor.domain.v1.HostDevice
 	1,  // 9: kubevisor.domain.v1.DomainSpec.acceleration:type_name -> kubevisor.domain.v1.Acceleration
-	29, // 10: kubevisor.domain.v1.DomainSpec.sandbox:type_name -> kubevisor.domain.v1.Sandbox
-	30, // 11: kubevisor.domain.v1.DomainSpec.labels:type_name -> kubevisor.domain.v1.DomainSpec.LabelsEntry
+	30, // 10: kubevisor.domain.v1.DomainSpec.sandbox:type_name -> kubevisor.domain.v1.Sandbox
+	31, // 11: kubevisor.domain.v1.DomainSpec.labels:type_name -> kubevisor.domain.v1.DomainSpec.LabelsEntry
 	15, // 12: kubevisor.domain.v1.DomainSpec.rng:type_name -> kubevisor.domain.v1.RNG
 	14, // 13: kubevisor.domain.v1.DomainSpec.chassis:type_name -> kubevisor.domain.v1.Chassis
 	9,  // 14: kubevisor.domain.v1.DomainSpec.features:type_name -> kubevisor.domain.v1.Features
@@ -2482,17 +2555,18 @@ var file_core_domain_v1_domain_proto_depIdxs = []int32{
 	0,  // 27: kubevisor.domain.v1.Clock.kvm:type_name -> kubevisor.domain.v1.Toggle
 	0,  // 28: kubevisor.domain.v1.Clock.hyperv:type_name -> kubevisor.domain.v1.Toggle
 	18, // 29: kubevisor.domain.v1.CPU.features:type_name -> kubevisor.domain.v1.CPUFeature
-	21, // 30: kubevisor.domain.v1.Firmware.bios:type_name -> kubevisor.domain.v1.BIOS
-	22, // 31: kubevisor.domain.v1.Firmware.efi:type_name -> kubevisor.domain.v1.EFI
-	23, // 32: kubevisor.domain.v1.Firmware.kernel:type_name -> kubevisor.domain.v1.KernelBoot
-	3,  // 33: kubevisor.domain.v1.Disk.format:type_name -> kubevisor.domain.v1.DiskFormat
-	2,  // 34: kubevisor.domain.v1.Disk.bus:type_name -> kubevisor.domain.v1.DiskBus
-	4,  // 35: kubevisor.domain.v1.Disk.device:type_name -> kubevisor.domain.v1.DiskDevice
-	36, // [36:36] is the sub-list for method output_type
-	36, // [36:36] is the sub-list for method input_type
-	36, // [36:36] is the sub-list for extension type_name
-	36, // [36:36] is the sub-list for extension extendee
-	0,  // [0:36] is the sub-list for field type_name
+	20, // 30: kubevisor.domain.v1.Memory.hugepages:type_name -> kubevisor.domain.v1.Hugepages
+	22, // 31: kubevisor.domain.v1.Firmware.bios:type_name -> kubevisor.domain.v1.BIOS
+	23, // 32: kubevisor.domain.v1.Firmware.efi:type_name -> kubevisor.domain.v1.EFI
+	24, // 33: kubevisor.domain.v1.Firmware.kernel:type_name -> kubevisor.domain.v1.KernelBoot
+	3,  // 34: kubevisor.domain.v1.Disk.format:type_name -> kubevisor.domain.v1.DiskFormat
+	2,  // 35: kubevisor.domain.v1.Disk.bus:type_name -> kubevisor.domain.v1.DiskBus
+	4,  // 36: kubevisor.domain.v1.Disk.device:type_name -> kubevisor.domain.v1.DiskDevice
+	37, // [37:37] is the sub-list for method output_type
+	37, // [37:37] is the sub-list for method input_type
+	37, // [37:37] is the sub-list for extension type_name
+	37, // [37:37] is the sub-list for extension extendee
+	0,  // [0:37] is the sub-list for field type_name
 }
 
 func init() { file_core_domain_v1_domain_proto_init() }
@@ -2500,7 +2574,7 @@ func file_core_domain_v1_domain_proto_init() {
 	if File_core_domain_v1_domain_proto != nil {
 		return
 	}
-	file_core_domain_v1_domain_proto_msgTypes[15].OneofWrappers = []any{
+	file_core_domain_v1_domain_proto_msgTypes[16].OneofWrappers = []any{
 		(*Firmware_Bios)(nil),
 		(*Firmware_Efi)(nil),
 		(*Firmware_Kernel)(nil),
@@ -2511,7 +2585,7 @@ func file_core_domain_v1_domain_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_core_domain_v1_domain_proto_rawDesc), len(file_core_domain_v1_domain_proto_rawDesc)),
 			NumEnums:      5,
-			NumMessages:   26,
+			NumMessages:   27,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

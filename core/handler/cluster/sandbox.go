@@ -66,6 +66,10 @@ func (s *podSandbox) Open(ctx context.Context) (handler.SandboxSpec, error) {
 	return handler.SandboxSpec{
 		LauncherSocket: socket, NetNSPath: fmt.Sprintf("/proc/%d/ns/net", pid),
 		Dir: layout.VMIDir(cfg.HostStateDir, s.vmi.UID),
+		// The launcher pod of a VMI on huge pages has an emptyDir of its page size there
+		// (controlplane/launcherpod); the domain spec names it only for such a VMI. Set
+		// whatever the VMI, since s.vmi may be the stub of a VMI known from its state alone.
+		HugepagesDir: layout.HugepagesDir,
 	}, nil
 }
 
