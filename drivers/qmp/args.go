@@ -293,6 +293,9 @@ func (b *argBuilder) machine() {
 	if enc := b.launchSecurity(); enc != "" {
 		opts = append(opts, enc)
 	}
+	if b.spec.GetMemory().GetHugepages() != nil {
+		opts = append(opts, "memory-backend="+guestMemoryID)
+	}
 	b.add("-machine", strings.Join(opts, ","))
 }
 
@@ -320,14 +323,40 @@ func (b *argBuilder) cpu() {
 	b.add("-smp", fmt.Sprintf("%d,sockets=%d,cores=%d,threads=%d", s*c*t, s, c, t))
 }
 
+// guestMemoryID is the id of the memory backend of guest RAM on huge pages, which -machine
+// memory-backend names.
+const guestMemoryID = "mem0"
+
+// memory is -m, and for guest RAM on huge pages its backend: a file QEMU makes (and unlinks)
+// in the hugetlbfs directory, private to QEMU (share=off: nothing else maps the guest's RAM),
+// preallocated (prealloc=on): the pod's hugepages request holds the pages for this VM alone,
+// so taking them all at start costs no one, and a shortfall (too few free pages, the hugetlb
+// cgroup's limit) fails the start with QEMU's error instead of killing the running guest with
+// SIGBUS at its first touch of a page that is not there. The backend's size must equal -m.
 func (b *argBuilder) memory() {
 	const mib = 1 << 20
 	n := b.spec.GetMemory().GetGuestBytes()
+	size := strconv.FormatUint(n, 10) + "B"
 	if n%mib == 0 {
-		b.add("-m", strconv.FormatUint(n/mib, 10)+"M")
-	} else {
-		b.add("-m", strconv.FormatUint(n, 10)+"B")
+		size = strconv.FormatUint(n/mib, 10) + "M"
 	}
+	b.add("-m", size)
+	h := b.spec.GetMemory().GetHugepages()
+	if h == nil {
+		return
+	}
+	switch ps := h.GetPageSizeBytes(); ps {
+	case 2 << 20, 1 << 30:
+		if n%ps != 0 {
+			b.fail("memory.guestBytes", "%d is not a multiple of the huge page size %d", n, ps)
+		}
+	default:
+		b.fail("memory.hugepages.pageSizeBytes", "%d is not supported (2 MiB or 1 GiB)", ps)
+	}
+	if !filepath.IsAbs(h.GetPath()) {
+		b.fail("memory.hugepages.path", "must be an absolute path, not %q", h.GetPath())
+	}
+	b.add("-object", "memory-backend-file,id="+guestMemoryID+",size="+size+",mem-path="+esc(h.GetPath())+",prealloc=on,share=off")
 }
 
 func (b *argBuilder) firmware() {

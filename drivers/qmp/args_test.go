@@ -123,6 +123,45 @@ func TestBuildArgs(t *testing.T) {
 			want: [][]string{{"-m", "1000000000B"}},
 		},
 		{
+			name: "guest memory on 2 MiB huge pages",
+			spec: func(s *domainv1.DomainSpec) {
+				s.Memory = &domainv1.Memory{GuestBytes: 128 << 20, Hugepages: &domainv1.Hugepages{PageSizeBytes: 2 << 20, Path: "/var/run/kubevisor-private/hugepages"}}
+			},
+			want: [][]string{
+				{"-machine", "q35,memory-backend=mem0"}, {"-m", "128M"},
+				{"-object", "memory-backend-file,id=mem0,size=128M,mem-path=/var/run/kubevisor-private/hugepages,prealloc=on,share=off"},
+			},
+		},
+		{
+			name: "guest memory on 1 GiB huge pages, after the machine's features and pflash",
+			spec: func(s *domainv1.DomainSpec) {
+				s.Memory = &domainv1.Memory{GuestBytes: 2 << 30, Hugepages: &domainv1.Hugepages{PageSizeBytes: 1 << 30, Path: "/huge,1G"}}
+				s.Features = &domainv1.Features{Smm: domainv1.Toggle_TOGGLE_ON}
+				s.Firmware = &domainv1.Firmware{Boot: &domainv1.Firmware_Efi{Efi: &domainv1.EFI{}}}
+			},
+			want: [][]string{
+				{"-machine", "q35,smm=on,pflash0=pflash0,pflash1=pflash1,memory-backend=mem0"}, {"-m", "2048M"},
+				{"-object", "memory-backend-file,id=mem0,size=2048M,mem-path=/huge,,1G,prealloc=on,share=off"},
+			},
+			vars: "/usr/share/OVMF/OVMF_VARS_4M.fd",
+		},
+		{
+			name: "huge pages of a size x86_64 lacks",
+			spec: func(s *domainv1.DomainSpec) {
+				s.Memory = &domainv1.Memory{GuestBytes: 64 << 20, Hugepages: &domainv1.Hugepages{PageSizeBytes: 4 << 20, Path: "/huge"}}
+			},
+			code:   codes.InvalidArgument,
+			fields: []string{"memory.hugepages.pageSizeBytes"},
+		},
+		{
+			name: "guest memory not whole huge pages, relative hugetlbfs path",
+			spec: func(s *domainv1.DomainSpec) {
+				s.Memory = &domainv1.Memory{GuestBytes: 65 << 20, Hugepages: &domainv1.Hugepages{PageSizeBytes: 2 << 20, Path: "huge"}}
+			},
+			code:   codes.InvalidArgument,
+			fields: []string{"memory.guestBytes", "memory.hugepages.path"},
+		},
+		{
 			name: "uuid and smbios serial",
 			spec: func(s *domainv1.DomainSpec) {
 				s.Uuid = "6a1f2b3c-1111-4222-8333-444455556666"

@@ -831,6 +831,27 @@ func TestFingerprint(t *testing.T) {
 }
 
 // guestDir is where the project's test guest is built.
+// realGuestSpec is a VM booting the project's test guest's kernel and initramfs with 256 MiB,
+// no disk; the test needs the guest built (make guest).
+func realGuestSpec(t *testing.T, id string) *domainv1.DomainSpec {
+	t.Helper()
+	dir := guestDir()
+	for _, f := range []string{"vmlinuz", "initramfs.cpio.gz"} {
+		testenv.File(t, filepath.Join(dir, f), "guest")
+	}
+	spec := echoSpec(t, id, false, domainv1.DiskBus_DISK_BUS_VIRTIO)
+	spec.Disks = nil
+	spec.Memory.GuestBytes = 256 << 20
+	cmdline := "console=ttyS0"
+	if raw, err := os.ReadFile(filepath.Join(dir, "cmdline")); err == nil {
+		cmdline = strings.TrimSpace(string(raw))
+	}
+	spec.Firmware = &domainv1.Firmware{Boot: &domainv1.Firmware_Kernel{Kernel: &domainv1.KernelBoot{
+		KernelPath: filepath.Join(dir, "vmlinuz"), InitrdPath: filepath.Join(dir, "initramfs.cpio.gz"), Cmdline: cmdline,
+	}}}
+	return spec
+}
+
 func guestDir() string {
 	if d := os.Getenv("KUBEVISOR_GUEST_DIR"); d != "" {
 		return d
@@ -844,22 +865,10 @@ func guestDir() string {
 func TestRealGuest(t *testing.T) {
 	t.Parallel()
 	dir := guestDir()
-	for _, f := range []string{"vmlinuz", "initramfs.cpio.gz"} {
-		testenv.File(t, filepath.Join(dir, f), "guest")
-	}
 	d := newTestDriver(t, t.TempDir())
 	h := inProcess(t, d)
 	ctx := context.Background()
-	spec := echoSpec(t, "guest", false, domainv1.DiskBus_DISK_BUS_VIRTIO)
-	spec.Disks = nil
-	spec.Memory.GuestBytes = 256 << 20
-	cmdline := "console=ttyS0"
-	if raw, err := os.ReadFile(filepath.Join(dir, "cmdline")); err == nil {
-		cmdline = strings.TrimSpace(string(raw))
-	}
-	spec.Firmware = &domainv1.Firmware{Boot: &domainv1.Firmware_Kernel{Kernel: &domainv1.KernelBoot{
-		KernelPath: filepath.Join(dir, "vmlinuz"), InitrdPath: filepath.Join(dir, "initramfs.cpio.gz"), Cmdline: cmdline,
-	}}}
+	spec := realGuestSpec(t, "guest")
 	if base := filepath.Join(dir, "disk.qcow2"); fileExists(base) {
 		overlay := filepath.Join(t.TempDir(), "disk.qcow2")
 		if out, err := exec.Command("qemu-img", "create", "-q", "-f", "qcow2", "-F", "qcow2", "-b", base, overlay).CombinedOutput(); err != nil {
