@@ -917,12 +917,12 @@ func TestHugepages(t *testing.T) {
 		}}, mut...)...)
 	}
 	tests := []struct {
-		name          string
-		vmi           *v1alpha1.VirtualMachineInstance
-		class         *v1alpha1.HypervisorClass
-		req, lim      corev1.ResourceList
-		medium        corev1.StorageMedium // "": no hugepages volume
-		wantErr       string
+		name     string
+		vmi      *v1alpha1.VirtualMachineInstance
+		class    *v1alpha1.HypervisorClass
+		req, lim corev1.ResourceList
+		medium   corev1.StorageMedium // "": no hugepages volume
+		wantErr  string
 	}{
 		{
 			name: "no hugepages: guest memory in the memory request",
@@ -930,10 +930,10 @@ func TestHugepages(t *testing.T) {
 			req:  res("memory", "1124Mi", "cpu", "100m"), lim: res("memory", "1124Mi"),
 		},
 		{
-			name: "2Mi: the guest memory as hugepages-2Mi, only the overhead as memory",
-			vmi:  hugepages("2Mi"),
-			req:  res("memory", "100Mi", "cpu", "100m", "hugepages-2Mi", "1Gi"),
-			lim:  res("memory", "100Mi", "hugepages-2Mi", "1Gi"),
+			name:   "2Mi: the guest memory as hugepages-2Mi, only the overhead as memory",
+			vmi:    hugepages("2Mi"),
+			req:    res("memory", "100Mi", "cpu", "100m", "hugepages-2Mi", "1Gi"),
+			lim:    res("memory", "100Mi", "hugepages-2Mi", "1Gi"),
 			medium: "HugePages-2Mi",
 		},
 		{

@@ -225,11 +225,15 @@ func TestCheckSupported(t *testing.T) {
 		},
 		{
 			name: "hugepages offered",
-			vmi:  func(v *v1alpha1.VirtualMachineInstance) { v.Spec.Domain.Memory.Hugepages = &v1alpha1.Hugepages{PageSize: "2Mi"} },
+			vmi: func(v *v1alpha1.VirtualMachineInstance) {
+				v.Spec.Domain.Memory.Hugepages = &v1alpha1.Hugepages{PageSize: "2Mi"}
+			},
 		},
 		{
 			name: "hugepages not offered",
-			vmi:  func(v *v1alpha1.VirtualMachineInstance) { v.Spec.Domain.Memory.Hugepages = &v1alpha1.Hugepages{PageSize: "2Mi"} },
+			vmi: func(v *v1alpha1.VirtualMachineInstance) {
+				v.Spec.Domain.Memory.Hugepages = &v1alpha1.Hugepages{PageSize: "2Mi"}
+			},
 			caps: func(c *driverCaps) { c.hypervisorCaps.Devices = []string{"balloon"} },
 			want: []string{`spec.domain.memory.hugepages: guest memory on huge pages is not supported by the hypervisor driver "hv" (it offers the devices: balloon)`},
 		},
