@@ -64,12 +64,11 @@ domain:
 		name: "a whole KubeVirt subtree is one error at its top",
 		spec: `
 domain:
-  devices: {}
-  launchSecurity: {sev: {policy: {encryptedState: true}}}
+  devices: {tpm: {persistent: true}}
 volumes: [{name: data, dataVolume: {name: dv}}]
 `,
 		want: []string{
-			"spec.domain.launchSecurity: Forbidden: not supported by Kubevisor yet: planned in issue 15 (hardware-bound: to be accepted only onto nodes whose drivers fingerprint SEV, SNP or TDX)",
+			"spec.domain.devices.tpm: Forbidden: not supported by Kubevisor yet: planned in issue 15 (needs swtpm on the node)",
 			"spec.volumes[0].dataVolume: Forbidden: not supported by Kubevisor: needs a data importer (CDI), which Kubevisor does not have; use persistentVolumeClaim, or containerDisk",
 		},
 	}, {
