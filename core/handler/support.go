@@ -21,20 +21,21 @@ type driverCaps struct {
 
 // vmiDevices names, for each of driver.OptionalDevices, the VMI field that asks for it and what it is.
 var vmiDevices = map[string]struct{ field, what string }{
-	driver.DeviceRNG:         {"spec.domain.devices.rng", "a virtio entropy device"},
-	driver.DeviceChassis:     {"spec.domain.chassis", "SMBIOS chassis information"},
-	driver.DeviceFeatures:    {"spec.domain.features", "setting platform features"},
-	driver.DeviceClock:       {"spec.domain.clock", "setting the clock and timers"},
-	driver.DeviceInput:       {"spec.domain.devices.inputs", "an input device (or autoattachInputDevice)"},
-	driver.DeviceWatchdog:    {"spec.domain.devices.watchdog", "a watchdog"},
-	driver.DeviceCPUFeatures: {"spec.domain.cpu.features", "turning CPU features on or off"},
-	driver.DeviceBIOSSerial:  {"spec.domain.firmware.bootloader.bios.useSerial", "the BIOS's output on the serial console"},
-	driver.DeviceSound:       {"spec.domain.devices.sound", "a sound card"},
-	driver.DeviceHugepages:   {"spec.domain.memory.hugepages", "guest memory on huge pages"},
-	driver.DeviceStartPaused: {"spec.startStrategy", "starting paused"},
-	driver.DeviceNICOptions:  {"spec.domain.devices.interfaces", "an interface's pciAddress, acpiIndex or state"},
-	driver.DeviceDiskOptions: {"spec.domain.devices.disks", "a disk's io, dedicatedIOThread, blockSize, shareable or errorPolicy, or blockMultiQueue"},
-	driver.DeviceBalloon:     {"spec.domain.devices.autoattachMemBalloon", "a memory balloon (attached by default: set autoattachMemBalloon: false)"},
+	driver.DeviceRNG:            {"spec.domain.devices.rng", "a virtio entropy device"},
+	driver.DeviceChassis:        {"spec.domain.chassis", "SMBIOS chassis information"},
+	driver.DeviceFeatures:       {"spec.domain.features", "setting platform features"},
+	driver.DeviceClock:          {"spec.domain.clock", "setting the clock and timers"},
+	driver.DeviceInput:          {"spec.domain.devices.inputs", "an input device (or autoattachInputDevice)"},
+	driver.DeviceWatchdog:       {"spec.domain.devices.watchdog", "a watchdog"},
+	driver.DeviceCPUFeatures:    {"spec.domain.cpu.features", "turning CPU features on or off"},
+	driver.DeviceBIOSSerial:     {"spec.domain.firmware.bootloader.bios.useSerial", "the BIOS's output on the serial console"},
+	driver.DeviceSound:          {"spec.domain.devices.sound", "a sound card"},
+	driver.DeviceHugepages:      {"spec.domain.memory.hugepages", "guest memory on huge pages"},
+	driver.DeviceLaunchSecurity: {"spec.domain.launchSecurity", "memory encryption (launchSecurity)"},
+	driver.DeviceStartPaused:    {"spec.startStrategy", "starting paused"},
+	driver.DeviceNICOptions:     {"spec.domain.devices.interfaces", "an interface's pciAddress, acpiIndex or state"},
+	driver.DeviceDiskOptions:    {"spec.domain.devices.disks", "a disk's io, dedicatedIOThread, blockSize, shareable or errorPolicy, or blockMultiQueue"},
+	driver.DeviceBalloon:        {"spec.domain.devices.autoattachMemBalloon", "a memory balloon (attached by default: set autoattachMemBalloon: false)"},
 }
 
 // checkSupported reports, by VMI field, what spec (the domain spec the VMI gives, built from
