@@ -10,6 +10,7 @@ import (
 	domainv1 "github.com/kubevisor/kubevisor/core/domain/v1"
 	"github.com/kubevisor/kubevisor/core/driver"
 	basev1 "github.com/kubevisor/kubevisor/core/driver/base/v1"
+	networkv1 "github.com/kubevisor/kubevisor/core/driver/network/v1"
 	storagev1 "github.com/kubevisor/kubevisor/core/driver/storage/v1"
 )
 
@@ -21,19 +22,21 @@ type driverCaps struct {
 
 // vmiDevices names, for each of driver.OptionalDevices, the VMI field that asks for it and what it is.
 var vmiDevices = map[string]struct{ field, what string }{
-	driver.DeviceRNG:         {"spec.domain.devices.rng", "a virtio entropy device"},
-	driver.DeviceChassis:     {"spec.domain.chassis", "SMBIOS chassis information"},
-	driver.DeviceFeatures:    {"spec.domain.features", "setting platform features"},
-	driver.DeviceClock:       {"spec.domain.clock", "setting the clock and timers"},
-	driver.DeviceInput:       {"spec.domain.devices.inputs", "an input device (or autoattachInputDevice)"},
-	driver.DeviceWatchdog:    {"spec.domain.devices.watchdog", "a watchdog"},
-	driver.DeviceCPUFeatures: {"spec.domain.cpu.features", "turning CPU features on or off"},
-	driver.DeviceBIOSSerial:  {"spec.domain.firmware.bootloader.bios.useSerial", "the BIOS's output on the serial console"},
-	driver.DeviceSound:       {"spec.domain.devices.sound", "a sound card"},
-	driver.DeviceStartPaused: {"spec.startStrategy", "starting paused"},
-	driver.DeviceNICOptions:  {"spec.domain.devices.interfaces", "an interface's pciAddress, acpiIndex or state"},
-	driver.DeviceDiskOptions: {"spec.domain.devices.disks", "a disk's io, dedicatedIOThread, blockSize, shareable or errorPolicy, or blockMultiQueue"},
-	driver.DeviceBalloon:     {"spec.domain.devices.autoattachMemBalloon", "a memory balloon (attached by default: set autoattachMemBalloon: false)"},
+	driver.DeviceRNG:                {"spec.domain.devices.rng", "a virtio entropy device"},
+	driver.DeviceChassis:            {"spec.domain.chassis", "SMBIOS chassis information"},
+	driver.DeviceFeatures:           {"spec.domain.features", "setting platform features"},
+	driver.DeviceClock:              {"spec.domain.clock", "setting the clock and timers"},
+	driver.DeviceInput:              {"spec.domain.devices.inputs", "an input device (or autoattachInputDevice)"},
+	driver.DeviceWatchdog:           {"spec.domain.devices.watchdog", "a watchdog"},
+	driver.DeviceCPUFeatures:        {"spec.domain.cpu.features", "turning CPU features on or off"},
+	driver.DeviceBIOSSerial:         {"spec.domain.firmware.bootloader.bios.useSerial", "the BIOS's output on the serial console"},
+	driver.DeviceSound:              {"spec.domain.devices.sound", "a sound card"},
+	driver.DeviceStartPaused:        {"spec.startStrategy", "starting paused"},
+	driver.DeviceNICOptions:         {"spec.domain.devices.interfaces", "an interface's pciAddress, acpiIndex or state"},
+	driver.DeviceDiskOptions:        {"spec.domain.devices.disks", "a disk's io, dedicatedIOThread, blockSize, shareable or errorPolicy, or blockMultiQueue"},
+	driver.DeviceBalloon:            {"spec.domain.devices.autoattachMemBalloon", "a memory balloon (attached by default: set autoattachMemBalloon: false)"},
+	driver.DeviceNICMultiQueue:      {"spec.domain.devices.networkInterfaceMultiqueue", "a virtio interface with a queue pair per vCPU"},
+	driver.DeviceVirtioTransitional: {"spec.domain.devices.useVirtioTransitional", "making the virtio devices transitional (legacy and modern)"},
 }
 
 // checkSupported reports, by VMI field, what spec (the domain spec the VMI gives, built from
@@ -91,6 +94,10 @@ func checkSupported(vmi *v1alpha1.VirtualMachineInstance, spec *domainv1.DomainS
 		if have := c.networkCaps.GetBindings(); !slices.Contains(have, binding) {
 			unsupported(field+"."+binding, "binding", binding, "network", c.network, have)
 		}
+	}
+	// Multi-queue taps, for the queues of networkInterfaceMultiqueue.
+	if slices.ContainsFunc(p.interfaces, func(i *networkv1.Interface) bool { return i.GetQueues() > 1 }) && !c.networkCaps.GetMultiQueueTaps() {
+		errs.add("spec.domain.devices.networkInterfaceMultiqueue", "multi-queue taps are not supported by the network driver %q (Capabilities.multi_queue_taps)", c.network)
 	}
 	// Volume types.
 	for i, v := range p.volumes {
