@@ -268,6 +268,9 @@ func (s *suite) checkCapabilitiesValid(t T) {
 			}
 		}
 	}
+	if s.kind != basev1.Kind_KIND_NETWORK && caps.GetMultiQueueTaps() {
+		t.Errorf("Capabilities multi_queue_taps is set but is not for a %s driver", driver.KindName(s.kind))
+	}
 	for _, l := range lists {
 		if len(l.values) > 0 && l.kind != s.kind {
 			t.Errorf("Capabilities %s is set (%v) but is not for a %s driver", l.field, l.values, driver.KindName(s.kind))

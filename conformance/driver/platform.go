@@ -13,7 +13,8 @@ import (
 // PCI IDs (vendor:device) the platform checks look for in Guest.PCIMarker's line.
 const (
 	pciI6300ESB = "8086:25ab"
-	// A virtio balloon is 1af4:1045, or 1af4:1002 as a transitional device.
+	// A virtio balloon is 1af4:1045, modern only (virtio 1.0), or 1af4:1002 as a transitional
+	// device (legacy and modern).
 	pciBalloon, pciBalloonTransitional = "1af4:1045", "1af4:1002"
 	pciVirtioInput                     = "1af4:1052"
 	pciICH9HDA                         = "8086:293e"
@@ -42,13 +43,27 @@ func (s *vmSuite) checkDevicesWatchdog(t T) {
 }
 
 // checkDevicesBalloon: a VM whose domain spec has a memory balloon boots a guest that finds a
-// virtio balloon on its PCI bus.
+// virtio balloon on its PCI bus, modern only as every virtio device without virtio_transitional.
 func (s *vmSuite) checkDevicesBalloon(t T) {
 	s.requireDevice(t, driver.DeviceBalloon, s.guest.PCIMarker, "the guest does not list its PCI devices (Guest.PCIMarker)")
 	vm := s.bootWith(t, "", func(spec *domainv1.DomainSpec) { spec.Balloon = &domainv1.Balloon{} })
-	ids := s.pciIDs(t, vm)
-	if countField(ids, pciBalloon)+countField(ids, pciBalloonTransitional) == 0 {
-		t.Errorf("the guest's PCI devices are %q: no virtio balloon (%s or %s), though the domain spec asked for one", ids, pciBalloon, pciBalloonTransitional)
+	switch ids := s.pciIDs(t, vm); {
+	case countField(ids, pciBalloonTransitional) > 0:
+		t.Errorf("the guest's PCI devices are %q: a transitional virtio balloon (%s), though the domain spec's virtio_transitional is false: without it virtio devices are modern only (%s)",
+			ids, pciBalloonTransitional, pciBalloon)
+	case countField(ids, pciBalloon) == 0:
+		t.Errorf("the guest's PCI devices are %q: no virtio balloon (%s), though the domain spec asked for one", ids, pciBalloon)
+	}
+}
+
+// checkDevicesVirtioTransitional: a VM whose domain spec has virtio_transitional and a memory
+// balloon boots a guest that finds a transitional virtio balloon (legacy and modern).
+func (s *vmSuite) checkDevicesVirtioTransitional(t T) {
+	s.requireDevice(t, driver.DeviceBalloon, s.guest.PCIMarker, "the guest does not list its PCI devices (Guest.PCIMarker)")
+	s.requireDevice(t, driver.DeviceVirtioTransitional, s.guest.PCIMarker, "the guest does not list its PCI devices (Guest.PCIMarker)")
+	vm := s.bootWith(t, "", func(spec *domainv1.DomainSpec) { spec.Balloon, spec.VirtioTransitional = &domainv1.Balloon{}, true })
+	if ids := s.pciIDs(t, vm); countField(ids, pciBalloonTransitional) == 0 {
+		t.Errorf("the guest's PCI devices are %q: no transitional virtio balloon (%s), though the domain spec's virtio_transitional asked for transitional virtio devices", ids, pciBalloonTransitional)
 	}
 }
 

@@ -49,7 +49,8 @@ type Guest struct {
 	DMIMarker string
 	// PCIMarker starts the console line on which the guest lists its PCI devices as
 	// vendor:device before ReadyMarker ("KUBEVISOR-PCI: 1af4:1045 8086:25ab"). Without it
-	// Devices/Watchdog, Devices/Balloon, Devices/Input and Devices/Sound are skipped.
+	// Devices/Watchdog, Devices/Balloon, Devices/VirtioTransitional, Devices/Input and
+	// Devices/Sound are skipped.
 	PCIMarker string
 	// InputMarker starts the console lines, one per input device its kernel registered, before
 	// ReadyMarker ("KUBEVISOR-INPUT: QEMU Virtio Tablet"). Without it Devices/Input is skipped.
@@ -223,6 +224,7 @@ func (g Guest) withDefaults() Guest {
 //	Devices/Balloon                     (device "balloon"; Guest.PCIMarker)
 //	Devices/Input                       (device "input"; Guest.PCIMarker and InputMarker)
 //	Devices/Sound                       (device "sound"; Guest.PCIMarker)
+//	Devices/VirtioTransitional          (devices "balloon" and "virtio-transitional"; Guest.PCIMarker)
 //	Clock/Start                         (device "clock"; Guest.ClockMarker)
 //	CPU/Features                        (device "cpu-features"; Guest.CPUFlagsMarker)
 //	Storage/NotAnImage                  (volume type containerDisk)
@@ -313,6 +315,7 @@ func VM(t T, hv HypervisorFactory, st StorageFactory, g Guest, opts ...Option) {
 		t.Run("Balloon", s.checkDevicesBalloon)
 		t.Run("Input", s.checkDevicesInput)
 		t.Run("Sound", s.checkDevicesSound)
+		t.Run("VirtioTransitional", s.checkDevicesVirtioTransitional)
 	})
 	t.Run("Clock", func(t T) {
 		t.Run("Start", s.checkClockStart)

@@ -282,7 +282,7 @@ spec:
 var _ = Describe("VirtualMachineInstance start", Label("Conformance"), func() {
 	f := NewFramework()
 
-	It("gives the guest what KubeVirt's device and platform fields ask for (rng, chassis, features, clock, inputs, watchdog, balloon, sound, an interface's PCI address and link state); without them, none", func(ctx SpecContext) {
+	It("gives the guest what KubeVirt's device and platform fields ask for (rng, chassis, features, clock, inputs, watchdog, balloon, sound, an interface's PCI address and link state, multi-queue interfaces, transitional virtio); without them, none", func(ctx SpecContext) {
 		tz := v1alpha1.ClockOffsetTimezone("Asia/Kolkata") // +05:30 all year
 		for _, c := range []struct {
 			name string
@@ -297,8 +297,11 @@ var _ = Describe("VirtualMachineInstance start", Label("Conformance"), func() {
 			d.Devices.Watchdog = &v1alpha1.Watchdog{Name: "wd", I6300ESB: &v1alpha1.I6300ESBWatchdog{Action: v1alpha1.WatchdogActionPoweroff}}
 			d.Devices.Interfaces[0].PciAddress = "0000:00:10.0"
 			d.Devices.Sound = &v1alpha1.SoundDevice{Name: "audio"}
+			d.Devices.NetworkInterfaceMultiQueue = ptr.To(true)
+			d.CPU = &v1alpha1.CPU{Cores: 2}
 		}}, {"norng", func(s *v1alpha1.VirtualMachineInstanceSpec) {
 			s.Domain.Devices.AutoattachMemBalloon = ptr.To(false)
+			s.Domain.Devices.UseVirtioTransitional = ptr.To(true)
 			s.Domain.Devices.Interfaces[0].State = v1alpha1.InterfaceStateDown
 		}}} {
 			spec := guest.Spec(guest.Options{Image: Cfg.GuestImage, UserData: c.name})
@@ -307,12 +310,14 @@ var _ = Describe("VirtualMachineInstance start", Label("Conformance"), func() {
 			Expect(err).NotTo(HaveOccurred())
 			f.Apply(ctx, "apiVersion: kubevisor.io/v1alpha1\nkind: VirtualMachineInstance\nmetadata:\n  name: "+c.name+"\nspec:\n"+indent(string(b), 2))
 		}
-		// PCI IDs: 8086:25ab i6300esb, 1af4:1052 virtio input, 1af4:1002 virtio balloon,
-		// 1b36:000d the USB controller of the usb tablet, 8086:293e the ich9 sound card.
+		// PCI IDs: 8086:25ab i6300esb, 1af4:1052 virtio input, 1af4:1045 virtio balloon (modern
+		// only, as every virtio device without useVirtioTransitional), 1af4:1041 a modern virtio
+		// NIC and 1af4:1000 a transitional one, 1b36:000d the USB controller of the usb
+		// tablet, 8086:293e the ich9 sound card.
 		for name, want := range map[string][]string{
 			"rng": {"KUBEVISOR-RNG: virtio_rng", "KUBEVISOR-DMI: chassis_vendor=Kubevisor e2e", "KUBEVISOR-DMI: chassis_serial=e2e-chassis-1",
 				"KUBEVISOR-DMI: chassis_asset_tag=asset-e2e", "KUBEVISOR-INPUT: QEMU Virtio Tablet", "KUBEVISOR-ACPI: on",
-				"KUBEVISOR-NIC: eth0 pci=0000:00:10.0 acpi_index=none carrier=1"},
+				"KUBEVISOR-NIC: eth0 pci=0000:00:10.0 acpi_index=none carrier=1 queues=2"},
 			"norng": {"KUBEVISOR-RNG: none", "KUBEVISOR-ACPI: on", "carrier=0"},
 		} {
 			vmi := f.WaitRunning(ctx, name)
@@ -332,12 +337,16 @@ var _ = Describe("VirtualMachineInstance start", Label("Conformance"), func() {
 			Expect(err).NotTo(HaveOccurred(), "VMI %s: clock line %q", name, clock)
 			ahead := time.Unix(rtc, 0).Sub(now)
 			if name == "rng" {
-				Expect(pci).To(And(ContainSubstring(" 8086:25ab "), ContainSubstring(" 1af4:1052 "), ContainSubstring(" 1af4:1002 "), ContainSubstring(" 1b36:000d "),
-					ContainSubstring(" 8086:293e ")), "VMI rng: PCI devices")
+				Expect(pci).To(And(ContainSubstring(" 8086:25ab "), ContainSubstring(" 1af4:1052 "), ContainSubstring(" 1af4:1045 "), ContainSubstring(" 1b36:000d "),
+					ContainSubstring(" 8086:293e "), ContainSubstring(" 1af4:1041 ")), "VMI rng: PCI devices")
+				Expect(pci).NotTo(Or(ContainSubstring(" 1af4:1000 "), ContainSubstring(" 1af4:1001 "), ContainSubstring(" 1af4:1002 "), ContainSubstring(" 1af4:1005 ")),
+					"VMI rng: no transitional virtio device")
 				Expect(clock).NotTo(ContainSubstring("hpet"), "VMI rng: the HPET is off")
 				Expect(ahead).To(BeNumerically("~", 5*time.Hour+30*time.Minute, 2*time.Minute), "VMI rng: the clock starts in Asia/Kolkata")
 			} else {
-				Expect(pci).NotTo(Or(ContainSubstring(" 8086:25ab "), ContainSubstring(" 1af4:1052 "), ContainSubstring(" 1af4:1002 "), ContainSubstring(" 1af4:1045 ")), "VMI norng: PCI devices")
+				Expect(pci).NotTo(Or(ContainSubstring(" 8086:25ab "), ContainSubstring(" 1af4:1052 "), ContainSubstring(" 1af4:1002 "), ContainSubstring(" 1af4:1045 "),
+					ContainSubstring(" 1af4:1041 ")), "VMI norng: PCI devices")
+				Expect(pci).To(ContainSubstring(" 1af4:1000 "), "VMI norng: a transitional virtio NIC (useVirtioTransitional)")
 				Expect(clock).To(ContainSubstring("hpet"), "VMI norng: the HPET is there by default")
 				Expect(ahead).To(BeNumerically("~", 0, 2*time.Minute), "VMI norng: the clock starts at UTC")
 			}

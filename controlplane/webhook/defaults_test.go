@@ -55,6 +55,21 @@ func TestDefault(t *testing.T) {
 			},
 		},
 		{
+			name: "networkInterfaceMultiqueue and useVirtioTransitional: not defaulted (unset is one queue and modern virtio, as KubeVirt's)",
+			change: func(s *v1alpha1.VirtualMachineInstanceSpec) {
+				yes := true
+				s.Domain.Devices.NetworkInterfaceMultiQueue = &yes
+			},
+			check: func(t *testing.T, s *v1alpha1.VirtualMachineInstanceSpec) {
+				if q := s.Domain.Devices.NetworkInterfaceMultiQueue; q == nil || !*q {
+					t.Fatalf("networkInterfaceMultiqueue %v, want true as given", q)
+				}
+				if s.Domain.Devices.UseVirtioTransitional != nil {
+					t.Fatalf("useVirtioTransitional %v, want unset", *s.Domain.Devices.UseVirtioTransitional)
+				}
+			},
+		},
+		{
 			name: "autoattachPodInterface false: no interface",
 			change: func(s *v1alpha1.VirtualMachineInstanceSpec) {
 				no := false

@@ -109,6 +109,17 @@ func TestValidate(t *testing.T) {
 			s.Domain.Devices.Watchdog = &v1alpha1.Watchdog{Name: "w", I6300ESB: &v1alpha1.I6300ESBWatchdog{Action: v1alpha1.WatchdogActionShutdown}}
 		}},
 
+		// Multi-queue interfaces and transitional virtio: the queues are capped, not refused;
+		// a non-virtio interface keeps one queue (KubeVirt's).
+		{name: "networkInterfaceMultiqueue on virtio and e1000 interfaces, useVirtioTransitional", change: func(s *v1alpha1.VirtualMachineInstanceSpec) {
+			yes := true
+			s.Domain.Devices.NetworkInterfaceMultiQueue, s.Domain.Devices.UseVirtioTransitional = &yes, &yes
+			s.Domain.CPU = &v1alpha1.CPU{Sockets: 2, Cores: 200, Threads: 1}
+			s.Domain.Devices.Interfaces = append(s.Domain.Devices.Interfaces, v1alpha1.Interface{Name: "old", Model: "e1000",
+				InterfaceBindingMethod: v1alpha1.InterfaceBindingMethod{Bridge: &v1alpha1.InterfaceBridge{}}})
+			s.Networks = append(s.Networks, v1alpha1.Network{Name: "old", NetworkSource: v1alpha1.NetworkSource{Multus: &v1alpha1.MultusNetwork{NetworkName: "br"}}})
+		}},
+
 		// Disks and volumes.
 		{name: "disk without volume", field: "spec.domain.devices.disks[1].name", detail: "Not found",
 			change: func(s *v1alpha1.VirtualMachineInstanceSpec) {

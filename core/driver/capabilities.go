@@ -248,6 +248,12 @@ const (
 	DeviceBIOSSerial = "bios-serial"
 	// DeviceHugepages is Memory.hugepages: the guest RAM in a file on the hugetlbfs at its path.
 	DeviceHugepages = "hugepages"
+	// DeviceNICMultiQueue is NIC.queues: a virtio NIC with that many queue pairs on a
+	// multi-queue tap.
+	DeviceNICMultiQueue = "nic-multiqueue"
+	// DeviceVirtioTransitional is DomainSpec.virtio_transitional: transitional (legacy and
+	// modern) virtio devices. Without it a driver still gives modern-only ones.
+	DeviceVirtioTransitional = "virtio-transitional"
 )
 
 // OptionalDevice is an optional device of the domain spec: its name in Capabilities.devices, the
@@ -278,6 +284,10 @@ var OptionalDevices = []OptionalDevice{
 			return n.GetPciAddress() != "" || n.GetAcpiIndex() != 0 || n.GetLinkDown()
 		})
 	}},
+	{Name: DeviceNICMultiQueue, Field: "nics", asked: func(s *domainv1.DomainSpec) bool {
+		return slices.ContainsFunc(s.GetNics(), func(n *domainv1.NIC) bool { return n.GetQueues() > 1 })
+	}},
+	{Name: DeviceVirtioTransitional, Field: "virtioTransitional", asked: func(s *domainv1.DomainSpec) bool { return s.GetVirtioTransitional() }},
 	{Name: DeviceDiskOptions, Field: "disks", asked: func(s *domainv1.DomainSpec) bool {
 		return slices.ContainsFunc(s.GetDisks(), func(d *domainv1.Disk) bool {
 			return d.GetIo() != "" || d.GetDedicatedIothread() || d.GetLogicalBlockSize() != 0 || d.GetPhysicalBlockSize() != 0 ||

@@ -131,7 +131,7 @@ func makePlan(ctx context.Context, vmi *v1alpha1.VirtualMachineInstance, r Resol
 			continue
 		}
 		iface := &vmi.Spec.Domain.Devices.Interfaces[i]
-		ni := &networkv1.Interface{Name: iface.Name, Binding: assemble.Binding(iface), Mac: iface.MacAddress}
+		ni := &networkv1.Interface{Name: iface.Name, Binding: assemble.Binding(iface), Mac: iface.MacAddress, Queues: assemble.NICQueues(vmi, iface)}
 		for _, n := range vmi.Spec.Networks {
 			if n.Name == iface.Name && n.Multus != nil {
 				ni.NetworkName = n.Multus.NetworkName

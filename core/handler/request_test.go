@@ -49,9 +49,12 @@ func TestMakePlan(t *testing.T) {
 			UserDataBase64: base64.StdEncoding.EncodeToString([]byte("#!/bin/sh\necho hi\n")), NetworkData: "version: 2\n"}}},
 	)
 	vmi.Spec.Domain.Devices.Interfaces = append(vmi.Spec.Domain.Devices.Interfaces, v1alpha1.Interface{
-		Name: "sec", MacAddress: "02:00:00:00:00:09",
+		Name: "sec", MacAddress: "02:00:00:00:00:09", Model: "e1000",
 		InterfaceBindingMethod: v1alpha1.InterfaceBindingMethod{Bridge: &v1alpha1.InterfaceBridge{}},
 	})
+	// Multi-queue: the virtio interface's tap gets a queue per vCPU, the e1000's one.
+	vmi.Spec.Domain.Devices.NetworkInterfaceMultiQueue = ptr(true)
+	vmi.Spec.Domain.CPU = &v1alpha1.CPU{Cores: 2}
 	vmi.Spec.Domain.Devices.Interfaces[0].Ports = []v1alpha1.Port{{Name: "http", Protocol: "TCP", Port: 80}}
 	vmi.Spec.Networks = append(vmi.Spec.Networks, v1alpha1.Network{Name: "sec", NetworkSource: v1alpha1.NetworkSource{Multus: &v1alpha1.MultusNetwork{NetworkName: "ns/net-a"}}})
 	vmi.Spec.Domain.Firmware = &v1alpha1.Firmware{KernelBoot: &v1alpha1.KernelBoot{KernelArgs: "console=ttyS0", Container: &v1alpha1.KernelBootContainer{
@@ -80,7 +83,7 @@ func TestMakePlan(t *testing.T) {
 		}
 	}
 	wantIfaces := []*networkv1.Interface{
-		{Name: "default", Binding: "masquerade", Ports: []*networkv1.Port{{Name: "http", Protocol: "TCP", Port: 80}}},
+		{Name: "default", Binding: "masquerade", Ports: []*networkv1.Port{{Name: "http", Protocol: "TCP", Port: 80}}, Queues: 2},
 		{Name: "sec", Binding: "bridge", NetworkName: "ns/net-a", Mac: "02:00:00:00:00:09"},
 	}
 	for i := range wantIfaces {
@@ -137,7 +140,7 @@ func TestCheckSupported(t *testing.T) {
 			Firmware: []string{"bios", "efi", "kernel"}, DiskBuses: []string{"virtio", "sata", "scsi"}, NicModels: []string{"virtio", "e1000"},
 			MachineTypes: []string{"q35", "pc-q35-*"}, SecureBoot: true, Vnc: true, Devices: allDevices(),
 		},
-		networkCaps: &basev1.Capabilities{Bindings: []string{"bridge", "masquerade"}},
+		networkCaps: &basev1.Capabilities{Bindings: []string{"bridge", "masquerade"}, MultiQueueTaps: true},
 		stCaps:      &basev1.Capabilities{VolumeTypes: []string{"containerDisk", "cloudInitNoCloud"}},
 	}
 	tests := []struct {
@@ -252,6 +255,50 @@ func TestCheckSupported(t *testing.T) {
 				`spec.domain.devices.inputs: an input device (or autoattachInputDevice) is not supported`,
 				`spec.domain.devices.watchdog: a watchdog is not supported`,
 			},
+		},
+		{
+			name: "networkInterfaceMultiqueue with two vCPUs, offered by both drivers",
+			vmi: func(v *v1alpha1.VirtualMachineInstance) {
+				v.Spec.Domain.Devices.NetworkInterfaceMultiQueue = ptr(true)
+				v.Spec.Domain.CPU = &v1alpha1.CPU{Sockets: 2}
+			},
+		},
+		{
+			name: "networkInterfaceMultiqueue offered by neither driver",
+			vmi: func(v *v1alpha1.VirtualMachineInstance) {
+				v.Spec.Domain.Devices.NetworkInterfaceMultiQueue = ptr(true)
+				v.Spec.Domain.CPU = &v1alpha1.CPU{Sockets: 2}
+			},
+			caps: func(c *driverCaps) {
+				c.hypervisorCaps.Devices = []string{"balloon"}
+				c.networkCaps = &basev1.Capabilities{Bindings: []string{"masquerade"}}
+			},
+			want: []string{
+				`spec.domain.devices.networkInterfaceMultiqueue: a virtio interface with a queue pair per vCPU is not supported by the hypervisor driver "hv" (it offers the devices: balloon)`,
+				`spec.domain.devices.networkInterfaceMultiqueue: multi-queue taps are not supported by the network driver "net"`,
+			},
+		},
+		{
+			name: "networkInterfaceMultiqueue with one vCPU, or on an e1000: one queue, which every driver gives",
+			vmi: func(v *v1alpha1.VirtualMachineInstance) {
+				v.Spec.Domain.Devices.NetworkInterfaceMultiQueue = ptr(true)
+				v.Spec.Domain.Devices.Interfaces[0].Model = "e1000"
+			},
+			caps: func(c *driverCaps) {
+				c.hypervisorCaps.Devices = []string{"balloon"}
+				c.networkCaps = &basev1.Capabilities{Bindings: []string{"masquerade"}}
+			},
+		},
+		{
+			name: "useVirtioTransitional not offered",
+			vmi:  func(v *v1alpha1.VirtualMachineInstance) { v.Spec.Domain.Devices.UseVirtioTransitional = ptr(true) },
+			caps: func(c *driverCaps) { c.hypervisorCaps.Devices = []string{"balloon"} },
+			want: []string{`spec.domain.devices.useVirtioTransitional: making the virtio devices transitional (legacy and modern) is not supported by the hypervisor driver "hv"`},
+		},
+		{
+			name: "useVirtioTransitional false: modern virtio, which asks nothing of the driver",
+			vmi:  func(v *v1alpha1.VirtualMachineInstance) { v.Spec.Domain.Devices.UseVirtioTransitional = ptr(false) },
+			caps: func(c *driverCaps) { c.hypervisorCaps.Devices = []string{"balloon"} },
 		},
 	}
 	for _, tt := range tests {

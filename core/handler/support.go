@@ -10,6 +10,7 @@ import (
 	domainv1 "github.com/kubevisor/kubevisor/core/domain/v1"
 	"github.com/kubevisor/kubevisor/core/driver"
 	basev1 "github.com/kubevisor/kubevisor/core/driver/base/v1"
+	networkv1 "github.com/kubevisor/kubevisor/core/driver/network/v1"
 	storagev1 "github.com/kubevisor/kubevisor/core/driver/storage/v1"
 )
 
@@ -36,6 +37,8 @@ var vmiDevices = map[string]struct{ field, what string }{
 	driver.DeviceNICOptions:     {"spec.domain.devices.interfaces", "an interface's pciAddress, acpiIndex or state"},
 	driver.DeviceDiskOptions:    {"spec.domain.devices.disks", "a disk's io, dedicatedIOThread, blockSize, shareable or errorPolicy, or blockMultiQueue"},
 	driver.DeviceBalloon:        {"spec.domain.devices.autoattachMemBalloon", "a memory balloon (attached by default: set autoattachMemBalloon: false)"},
+	driver.DeviceNICMultiQueue:      {"spec.domain.devices.networkInterfaceMultiqueue", "a virtio interface with a queue pair per vCPU"},
+	driver.DeviceVirtioTransitional: {"spec.domain.devices.useVirtioTransitional", "making the virtio devices transitional (legacy and modern)"},
 }
 
 // checkSupported reports, by VMI field, what spec (the domain spec the VMI gives, built from
@@ -93,6 +96,10 @@ func checkSupported(vmi *v1alpha1.VirtualMachineInstance, spec *domainv1.DomainS
 		if have := c.networkCaps.GetBindings(); !slices.Contains(have, binding) {
 			unsupported(field+"."+binding, "binding", binding, "network", c.network, have)
 		}
+	}
+	// Multi-queue taps, for the queues of networkInterfaceMultiqueue.
+	if slices.ContainsFunc(p.interfaces, func(i *networkv1.Interface) bool { return i.GetQueues() > 1 }) && !c.networkCaps.GetMultiQueueTaps() {
+		errs.add("spec.domain.devices.networkInterfaceMultiqueue", "multi-queue taps are not supported by the network driver %q (Capabilities.multi_queue_taps)", c.network)
 	}
 	// Volume types.
 	for i, v := range p.volumes {

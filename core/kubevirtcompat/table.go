@@ -75,10 +75,8 @@ var entries = []Entry{
 	{Path: "domain.devices.hostDevices", Issue: 16, Alternative: "none until device drivers allocate host devices"},
 	{Path: "domain.devices.gpus[].tag", Reason: deviceTagReason},
 	{Path: "domain.devices.hostDevices[].tag", Reason: deviceTagReason},
-	{Path: "domain.devices.networkInterfaceMultiqueue", Issue: 15},
 	{Path: "domain.devices.panicDevices", Reason: "Kubevisor gives the guest no panic device"},
 	{Path: "domain.devices.tpm", Issue: 15, Reason: "needs swtpm on the node"},
-	{Path: "domain.devices.useVirtioTransitional", Issue: 15},
 	{Path: "domain.devices.video", Reason: "the hypervisor driver chooses the graphics device's model", Alternative: "autoattachGraphicsDevice"},
 	{Path: "domain.devices.watchdog.diag288", Reason: "diag288 is an s390x watchdog; Kubevisor runs x86_64 guests", Alternative: "i6300esb"},
 

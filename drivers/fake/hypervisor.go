@@ -152,7 +152,8 @@ func (h *Hypervisor) Capabilities(context.Context) (*basev1.Capabilities, error)
 		Devices: []string{driver.DeviceRNG, driver.DeviceChassis, driver.DeviceFeatures, driver.DeviceClock,
 			driver.DeviceInput, driver.DeviceWatchdog, driver.DeviceBalloon, driver.DeviceDiskOptions,
 			driver.DeviceCPUFeatures, driver.DeviceNICOptions,
-			driver.DeviceStartPaused, driver.DeviceSound, driver.DeviceBIOSSerial, driver.DeviceHugepages},
+			driver.DeviceStartPaused, driver.DeviceSound, driver.DeviceBIOSSerial, driver.DeviceHugepages,
+			driver.DeviceNICMultiQueue, driver.DeviceVirtioTransitional},
 	}, nil
 }
 

@@ -54,11 +54,13 @@ func NewNetwork() *Network {
 	}
 }
 
-// Capabilities implements driver.Driver: Check, and the bridge and masquerade bindings.
+// Capabilities implements driver.Driver: Check, the bridge and masquerade bindings, and
+// multi-queue taps (none is made).
 func (n *Network) Capabilities(context.Context) (*basev1.Capabilities, error) {
 	return &basev1.Capabilities{
-		Features: []basev1.Feature{basev1.Feature_FEATURE_NETWORK_CHECK},
-		Bindings: slices.Clone(bindings),
+		Features:       []basev1.Feature{basev1.Feature_FEATURE_NETWORK_CHECK},
+		Bindings:       slices.Clone(bindings),
+		MultiQueueTaps: true,
 	}, nil
 }
 
@@ -134,6 +136,9 @@ func validateInterfaces(ifaces []*networkv1.Interface) error {
 			if err != nil || len(hw) != 6 || hw[0]&1 == 1 {
 				return invalid("%s: mac %q is not a unicast MAC address", field, mac)
 			}
+		}
+		if q := iface.GetQueues(); q > 256 {
+			return invalid("%s: queues %d is more than a tap has (256)", field, q)
 		}
 		if len(iface.GetPorts()) > 0 && iface.GetBinding() != "masquerade" {
 			return invalid("%s: ports are only forwarded with the masquerade binding", field)

@@ -46,7 +46,7 @@ func probeKernel() error {
 		if err != nil {
 			return err
 		}
-		if _, err := ensureTap("kvprobe-tap", "kubevisor:probe", br, 1500, 0, 0); err != nil {
+		if _, err := ensureTap("kvprobe-tap", "kubevisor:probe", br, 1500, 0, 0, false); err != nil {
 			return err
 		}
 		if _, err := netlink.LinkByName("kvprobe-tap"); err != nil {

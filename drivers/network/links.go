@@ -138,18 +138,26 @@ func ensureBridge(name, alias string, mtu int, mac net.HardwareAddr) (netlink.Li
 	return link, nil
 }
 
-// ensureTap makes the tap name in bridge (or checks the one there), with mtu, up.
-func ensureTap(name, alias string, bridge netlink.Link, mtu int, uid, gid uint32) (netlink.Link, error) {
+// ensureTap makes the tap name in bridge (or checks the one there), with mtu, up. A
+// multi-queue tap (IFF_MULTI_QUEUE) is what a hypervisor opening it several times, one
+// descriptor per queue, needs; the kernel refuses to open a tap whose queue mode differs
+// from the opener's, so a tap that is there already must be as asked.
+func ensureTap(name, alias string, bridge netlink.Link, mtu int, uid, gid uint32, multiQueue bool) (netlink.Link, error) {
 	link, err := ownedLink(name, alias)
 	if err != nil {
 		return nil, err
 	}
 	if link == nil {
+		// No packet information, virtio-net headers: what QEMU opens by ifname.
+		flags := netlink.TUNTAP_NO_PI | netlink.TUNTAP_VNET_HDR | unix.IFF_TUN_EXCL
+		if multiQueue {
+			flags |= netlink.TUNTAP_MULTI_QUEUE
+		}
 		tap := &netlink.Tuntap{
 			LinkAttrs: netlink.LinkAttrs{Name: name},
 			Mode:      netlink.TUNTAP_MODE_TAP,
-			// One queue, no packet information, virtio-net headers: what QEMU opens by ifname.
-			Flags: netlink.TUNTAP_NO_PI | netlink.TUNTAP_VNET_HDR | unix.IFF_TUN_EXCL,
+			// Queues 0: netlink opens the tap once to make it persistent, then closes it.
+			Flags: flags,
 			Owner: uid,
 			Group: gid,
 		}
@@ -166,6 +174,9 @@ func ensureTap(name, alias string, bridge netlink.Link, mtu int, uid, gid uint32
 	} else if link.Type() != "tuntap" {
 		return nil, fmt.Errorf("%s is a %s, not a tap", name, link.Type())
 	}
+	if err := tapQueueMode(link, multiQueue); err != nil {
+		return nil, err
+	}
 	if link.Attrs().MTU != mtu {
 		if err := netlink.LinkSetMTU(link, mtu); err != nil {
 			return nil, fmt.Errorf("set MTU of %s: %w", name, err)
@@ -180,6 +191,21 @@ func ensureTap(name, alias string, bridge netlink.Link, mtu int, uid, gid uint32
 		return nil, fmt.Errorf("set %s up: %w", name, err)
 	}
 	return link, nil
+}
+
+// tapQueueMode reports, as FailedPrecondition, a tap whose queue mode is not the one asked
+// (multi-queue or single-queue).
+func tapQueueMode(link netlink.Link, multiQueue bool) error {
+	t, ok := link.(*netlink.Tuntap)
+	if !ok {
+		return fmt.Errorf("%s is a %s, not a tap", link.Attrs().Name, link.Type())
+	}
+	if has := t.Flags&netlink.TUNTAP_MULTI_QUEUE != 0; has != multiQueue {
+		mode := map[bool]string{true: "multi-queue", false: "single-queue"}
+		return status.Errorf(codes.FailedPrecondition, "tap %s is %s, but the interface needs a %s tap (remove it, or tear the VMI down first)",
+			link.Attrs().Name, mode[has], mode[multiQueue])
+	}
+	return nil
 }
 
 // ensureAddr puts the address on link unless it is there.

@@ -17,6 +17,9 @@ import (
 // maxLinkName is the longest Linux interface name (IFNAMSIZ - 1).
 const maxLinkName = 15
 
+// maxTapQueues is the most queues a Linux tap has (the kernel's MAX_TAP_QUEUES).
+const maxTapQueues = 256
+
 // Address plan of the masquerade binding (KubeVirt's defaults: vmNetworkCIDR 10.0.2.0/24 and
 // vmIPv6NetworkCIDR fd10:0:2::/120).
 const (
@@ -37,12 +40,17 @@ type ifacePlan struct {
 	// mac is the requested guest MAC, "" when none.
 	mac   string
 	ports []*networkv1.Port
+	// queues is Interface.queues: above 1, the tap is multi-queue.
+	queues uint32
 
 	// podIface is the sandbox interface: the configured pod interface, or net1, net2, ...
 	podIface string
 	bridge   string
 	tap      string
 }
+
+// multiQueue reports whether the interface's tap is multi-queue.
+func (p *ifacePlan) multiQueue() bool { return p.queues > 1 }
 
 // key identifies the interface of a VMI in the driver's maps.
 func (p *ifacePlan) key(vmiID string) string { return vmiID + "/" + p.name }
@@ -71,7 +79,7 @@ func planInterfaces(ifaces []*networkv1.Interface, podIface string) ([]*ifacePla
 		}
 		p := &ifacePlan{
 			index: i, name: iface.GetName(), binding: iface.GetBinding(), network: iface.GetNetworkName(),
-			mac: iface.GetMac(), ports: iface.GetPorts(),
+			mac: iface.GetMac(), ports: iface.GetPorts(), queues: iface.GetQueues(),
 		}
 		if names[p.name] {
 			return nil, invalid("%s: more than one interface has this name", p.what())
@@ -86,6 +94,9 @@ func planInterfaces(ifaces []*networkv1.Interface, podIface string) ([]*ifacePla
 				return nil, invalid("%s: mac %q is not a unicast MAC address", p.what(), p.mac)
 			}
 			p.mac = hw.String()
+		}
+		if p.queues > maxTapQueues {
+			return nil, invalid("%s: queues %d is more than a tap has (%d)", p.what(), p.queues, maxTapQueues)
 		}
 		if err := checkPorts(p); err != nil {
 			return nil, err

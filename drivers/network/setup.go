@@ -276,7 +276,7 @@ func (s *session) bridgeBinding(p *ifacePlan, is *ifaceState) error {
 		if err := ensureAddr(br, fakeIP.String()); err != nil {
 			return err
 		}
-		if _, err := ensureTap(p.tap, alias, br, is.Pod.MTU, s.cfg.TapOwner, s.cfg.TapGroup); err != nil {
+		if _, err := ensureTap(p.tap, alias, br, is.Pod.MTU, s.cfg.TapOwner, s.cfg.TapGroup, p.multiQueue()); err != nil {
 			return err
 		}
 		return enslavePod(p.podIface, br, is.Pod, s.podSideMAC(p, is))
@@ -386,7 +386,7 @@ func (s *session) masqueradeBinding(p *ifacePlan, is *ifaceState) error {
 				return err
 			}
 		}
-		if _, err := ensureTap(p.tap, alias, br, is.Pod.MTU, s.cfg.TapOwner, s.cfg.TapGroup); err != nil {
+		if _, err := ensureTap(p.tap, alias, br, is.Pod.MTU, s.cfg.TapOwner, s.cfg.TapGroup, p.multiQueue()); err != nil {
 			return err
 		}
 		for _, sc := range sysctls {
@@ -452,6 +452,9 @@ func (s *session) checkInterface(p *ifacePlan, is *ifaceState) error {
 		}
 		if tap.Attrs().MasterIndex != ifindex {
 			return status.Errorf(codes.FailedPrecondition, "tap %s is not a port of %s", p.tap, p.bridge)
+		}
+		if err := tapQueueMode(tap, p.multiQueue()); err != nil {
+			return err
 		}
 		pod, err := netlink.LinkByName(p.podIface)
 		if err != nil {

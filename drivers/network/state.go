@@ -39,6 +39,9 @@ type ifaceState struct {
 	Pod      *podInfo          `json:"pod,omitempty"`
 	CNI      *cniState         `json:"cni,omitempty"`
 	Sysctls  map[string]string `json:"sysctls,omitempty"`
+	// MultiQueue says the tap is multi-queue (Interface.queues above 1); a state written
+	// before the field has single-queue taps.
+	MultiQueue bool `json:"multiQueue,omitempty"`
 	// Done is set once the interface was set up completely.
 	Done bool `json:"done,omitempty"`
 }
@@ -90,7 +93,7 @@ type cniState struct {
 func newIfaceState(p *ifacePlan) *ifaceState {
 	s := &ifaceState{
 		Name: p.name, Binding: p.binding, Network: p.network, MAC: p.mac,
-		PodIface: p.podIface, Bridge: p.bridge, Tap: p.tap,
+		PodIface: p.podIface, Bridge: p.bridge, Tap: p.tap, MultiQueue: p.multiQueue(),
 	}
 	for _, port := range p.ports {
 		proto := port.GetProtocol()
@@ -106,7 +109,7 @@ func newIfaceState(p *ifacePlan) *ifaceState {
 func (s *ifaceState) sameAs(p *ifacePlan) bool {
 	n := newIfaceState(p)
 	return s.Name == n.Name && s.Binding == n.Binding && s.Network == n.Network && s.MAC == n.MAC &&
-		slices.Equal(s.Ports, n.Ports) && s.PodIface == n.PodIface
+		slices.Equal(s.Ports, n.Ports) && s.PodIface == n.PodIface && s.MultiQueue == n.MultiQueue
 }
 
 // result is what Setup returns for the interface.

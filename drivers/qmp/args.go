@@ -128,7 +128,23 @@ const (
 	sataPorts = 6
 	// maxSerial is the longest disk serial the IDE and virtio-blk devices keep.
 	maxSerial = 20
+	// maxNICQueues is the most queues a Linux tap has (MAX_TAP_QUEUES).
+	maxNICQueues = 256
 )
+
+// virtio is the QEMU device of a virtio PCI device model ("virtio-blk-pci"), as the domain
+// spec's virtio_transitional wants it: its -transitional variant (legacy and modern
+// interfaces) or its -non-transitional one (modern only, virtio 1.0). The named variants are
+// explicit wherever the device sits: the plain device is transitional on a q35 machine's root
+// bus and on pc, and modern only behind a PCIe root port (disable-legacy=auto). QEMU has had
+// them since 4.0; libvirt's virtio-transitional and virtio-non-transitional models, which
+// KubeVirt uses, are the same devices.
+func (b *argBuilder) virtio(dev string) string {
+	if b.spec.GetVirtioTransitional() {
+		return dev + "-transitional"
+	}
+	return dev + "-non-transitional"
+}
 
 // esc escapes a value for QEMU's comma-separated option syntax.
 func esc(s string) string { return strings.ReplaceAll(s, ",", ",,") }
@@ -254,14 +270,14 @@ func (b *argBuilder) build() {
 	b.add("-device", "pvpanic")
 	if spec.GetRng() != nil {
 		// The host's /dev/urandom, as libvirt's and KubeVirt's default: it never blocks.
-		b.add("-object", "rng-random,id=rng0,filename=/dev/urandom", "-device", "virtio-rng-pci,rng=rng0,id=rng")
+		b.add("-object", "rng-random,id=rng0,filename=/dev/urandom", "-device", b.virtio("virtio-rng-pci")+",rng=rng0,id=rng")
 	}
 	b.rtc()
 	b.inputs()
 	b.watchdog()
 	b.sound()
 	if b.spec.GetBalloon() != nil {
-		b.add("-device", "virtio-balloon-pci,id=balloon0")
+		b.add("-device", b.virtio("virtio-balloon-pci")+",id=balloon0")
 	}
 	b.disks()
 	b.add(otherNICs...)
@@ -414,7 +430,7 @@ func (b *argBuilder) disks() {
 		b.add("-device", "ich9-ahci,id=sata0")
 	}
 	if need[domainv1.DiskBus_DISK_BUS_SCSI] {
-		b.add("-device", "virtio-scsi-pci,id=scsi0")
+		b.add("-device", b.virtio("virtio-scsi-pci")+",id=scsi0")
 	}
 	if need[domainv1.DiskBus_DISK_BUS_USB] {
 		b.usbController()
@@ -484,7 +500,7 @@ func (b *argBuilder) disks() {
 			if cdrom {
 				b.fail(f+".bus", "a cdrom cannot be on virtio (use sata or scsi)")
 			}
-			dev = []string{"virtio-blk-pci"}
+			dev = []string{b.virtio("virtio-blk-pci")}
 			if q := d.GetQueues(); q > 0 {
 				dev = append(dev, fmt.Sprintf("num-queues=%d", q))
 			}
@@ -623,6 +639,9 @@ func (b *argBuilder) buildNICs() []nicArgs {
 		if !ok {
 			b.fail(f+".model", "%q is not supported (%s)", model, strings.Join(supportedNICModels, ", "))
 		}
+		if model == "virtio" {
+			devName = b.virtio(devName)
+		}
 		netdev := []string{"tap", fmt.Sprintf("id=net%d", i)}
 		switch {
 		case n.GetTapName() != "":
@@ -641,6 +660,20 @@ func (b *argBuilder) buildNICs() []nicArgs {
 			netdev = append(netdev, "vhost=on")
 		}
 		dev := []string{devName, fmt.Sprintf("id=ua-net%d", i), fmt.Sprintf("netdev=net%d", i), "mac=" + strings.ToLower(n.GetMac())}
+		if q := n.GetQueues(); q > 1 {
+			switch {
+			case model != "virtio":
+				b.fail(f+".queues", "only a virtio NIC has more than one queue, not %q", model)
+			case n.GetTapFdPath() != "":
+				b.fail(f+".queues", "a tap passed as a descriptor has one queue (pass tapName)")
+			case q > maxNICQueues:
+				b.fail(f+".queues", "%d is more than a tap has (%d)", q, maxNICQueues)
+			}
+			// QEMU opens the multi-queue tap q times; the guest gets q queue pairs, whose rx
+			// and tx interrupts, with the config and control ones, take 2q+2 MSI-X vectors.
+			netdev = append(netdev, fmt.Sprintf("queues=%d", q))
+			dev = append(dev, "mq=on", fmt.Sprintf("vectors=%d", 2*q+2))
+		}
 		if mtu := n.GetMtu(); mtu > 0 {
 			// The tap carries the MTU for every model (the network driver set it); virtio
 			// also tells the guest.

@@ -199,7 +199,7 @@ func TestBuildArgs(t *testing.T) {
 			want: [][]string{
 				{"-blockdev", "driver=file,node-name=file-disk0,filename=/img/root,,1.qcow2,cache.direct=on"},
 				{"-blockdev", "driver=qcow2,node-name=disk0,file=file-disk0"},
-				{"-device", "virtio-blk-pci,drive=disk0,id=ua-disk0,write-cache=on,serial=root-1,bootindex=1"},
+				{"-device", "virtio-blk-pci-non-transitional,drive=disk0,id=ua-disk0,write-cache=on,serial=root-1,bootindex=1"},
 			},
 		},
 		{
@@ -208,7 +208,7 @@ func TestBuildArgs(t *testing.T) {
 			want: [][]string{
 				{"-blockdev", "driver=file,node-name=file-disk0,filename=/img/d.raw,read-only=on"},
 				{"-blockdev", "driver=raw,node-name=disk0,file=file-disk0,read-only=on"},
-				{"-device", "virtio-blk-pci,drive=disk0,id=ua-disk0"},
+				{"-device", "virtio-blk-pci-non-transitional,drive=disk0,id=ua-disk0"},
 			},
 		},
 		{
@@ -217,7 +217,7 @@ func TestBuildArgs(t *testing.T) {
 			env:  func(e *HostEnv) { e.BlockDevices = map[string]bool{"/dev/sdb": true} },
 			want: [][]string{
 				{"-blockdev", "driver=host_device,node-name=file-disk0,filename=/dev/sdb"},
-				{"-device", "virtio-blk-pci,drive=disk0,id=ua-disk0,write-cache=off"},
+				{"-device", "virtio-blk-pci-non-transitional,drive=disk0,id=ua-disk0,write-cache=off"},
 			},
 		},
 		{
@@ -253,7 +253,7 @@ func TestBuildArgs(t *testing.T) {
 				}
 			},
 			want: [][]string{
-				{"-device", "virtio-scsi-pci,id=scsi0", "-blockdev"},
+				{"-device", "virtio-scsi-pci-non-transitional,id=scsi0", "-blockdev"},
 				{"-device", "scsi-hd,bus=scsi0.0,channel=0,scsi-id=0,lun=0,drive=disk0,id=ua-disk0"},
 				{"-device", "scsi-cd,bus=scsi0.0,channel=0,scsi-id=0,lun=1,drive=disk1,id=ua-disk1"},
 			},
@@ -309,7 +309,7 @@ func TestBuildArgs(t *testing.T) {
 			env:  func(e *HostEnv) { e.VhostNet = true },
 			want: [][]string{
 				{"-netdev", "tap,id=net0,ifname=tap0,script=no,downscript=no,vhost=on"},
-				{"-device", "virtio-net-pci,id=ua-net0,netdev=net0,mac=52:54:00:ab:cd:ef,host_mtu=1400,bootindex=2"},
+				{"-device", "virtio-net-pci-non-transitional,id=ua-net0,netdev=net0,mac=52:54:00:ab:cd:ef,host_mtu=1400,bootindex=2"},
 			},
 		},
 		{
@@ -346,6 +346,69 @@ func TestBuildArgs(t *testing.T) {
 			files: []string{"/proc/self/fd/7", "/proc/self/fd/9"},
 		},
 		{
+			name: "multi-queue virtio NIC: queues on the tap, mq and 2n+2 vectors on the device",
+			spec: nic(&domainv1.NIC{Name: "default", TapName: "tap0", Mac: mac, Queues: 4}),
+			env:  func(e *HostEnv) { e.VhostNet = true },
+			want: [][]string{{"-netdev", "tap,id=net0,ifname=tap0,script=no,downscript=no,vhost=on,queues=4",
+				"-device", "virtio-net-pci-non-transitional,id=ua-net0,netdev=net0,mac=" + mac + ",mq=on,vectors=10"}},
+		},
+		{
+			name: "one queue is the single-queue NIC",
+			spec: nic(&domainv1.NIC{Name: "default", TapName: "tap0", Mac: mac, Queues: 1}),
+			want: [][]string{{"-netdev", "tap,id=net0,ifname=tap0,script=no,downscript=no",
+				"-device", "virtio-net-pci-non-transitional,id=ua-net0,netdev=net0,mac=" + mac}},
+			not: []string{"mq=on"},
+		},
+		{
+			name: "queues on an e1000, on a tap descriptor, and above a tap's 256",
+			spec: func(s *domainv1.DomainSpec) {
+				s.Nics = []*domainv1.NIC{
+					{Name: "a", TapName: "tap0", Mac: mac, Model: "e1000", Queues: 2},
+					{Name: "b", TapFdPath: "/proc/self/fd/7", Mac: "52:54:00:12:34:57", Queues: 2},
+					{Name: "c", TapName: "tap2", Mac: "52:54:00:12:34:58", Queues: 257},
+				}
+			},
+			code:   codes.InvalidArgument,
+			fields: []string{"nics[0].queues", "nics[1].queues", "nics[2].queues"},
+		},
+		{
+			name: "virtio devices are modern only by default",
+			spec: func(s *domainv1.DomainSpec) {
+				s.Disks = []*domainv1.Disk{{Name: "a", Path: "/a.img"}, {Name: "b", Path: "/b.img", Bus: domainv1.DiskBus_DISK_BUS_SCSI}}
+				s.Nics = []*domainv1.NIC{{Name: "n", TapName: "tap0", Mac: mac}, {Name: "e", TapName: "tap1", Mac: "52:54:00:12:34:57", Model: "e1000"}}
+				s.Rng, s.Balloon = &domainv1.RNG{}, &domainv1.Balloon{}
+				s.Inputs = []*domainv1.Input{{Name: "t", Type: "tablet", Bus: "virtio"}}
+			},
+			want: [][]string{
+				{"-device", "virtio-blk-pci-non-transitional,drive=disk0,id=ua-disk0"},
+				{"-device", "virtio-scsi-pci-non-transitional,id=scsi0"},
+				{"-device", "virtio-net-pci-non-transitional,id=ua-net0,netdev=net0,mac=" + mac},
+				{"-device", "e1000,id=ua-net1,netdev=net1,mac=52:54:00:12:34:57"},
+				{"-device", "virtio-rng-pci-non-transitional,rng=rng0,id=rng"},
+				{"-device", "virtio-balloon-pci-non-transitional,id=balloon0"},
+				{"-device", "virtio-tablet-pci,id=input0"},
+			},
+		},
+		{
+			name: "virtio_transitional: every virtio device transitional, but the modern-only input",
+			spec: func(s *domainv1.DomainSpec) {
+				s.VirtioTransitional = true
+				s.Disks = []*domainv1.Disk{{Name: "a", Path: "/a.img"}, {Name: "b", Path: "/b.img", Bus: domainv1.DiskBus_DISK_BUS_SCSI}}
+				s.Nics = []*domainv1.NIC{{Name: "n", TapName: "tap0", Mac: mac, Queues: 2}}
+				s.Rng, s.Balloon = &domainv1.RNG{}, &domainv1.Balloon{}
+				s.Inputs = []*domainv1.Input{{Name: "t", Type: "tablet", Bus: "virtio"}}
+			},
+			want: [][]string{
+				{"-device", "virtio-blk-pci-transitional,drive=disk0,id=ua-disk0"},
+				{"-device", "virtio-scsi-pci-transitional,id=scsi0"},
+				{"-device", "virtio-net-pci-transitional,id=ua-net0,netdev=net0,mac=" + mac + ",mq=on,vectors=6"},
+				{"-device", "virtio-rng-pci-transitional,rng=rng0,id=rng"},
+				{"-device", "virtio-balloon-pci-transitional,id=balloon0"},
+				{"-device", "virtio-tablet-pci,id=input0"},
+			},
+			not: []string{"non-transitional"},
+		},
+		{
 			name:   "unknown nic model",
 			spec:   nic(&domainv1.NIC{Name: "a", TapName: "tap0", Mac: mac, Model: "ne2k_pci"}),
 			code:   codes.InvalidArgument,
@@ -371,7 +434,7 @@ func TestBuildArgs(t *testing.T) {
 		{
 			name: "virtio entropy device from the host's /dev/urandom",
 			spec: func(s *domainv1.DomainSpec) { s.Rng = &domainv1.RNG{} },
-			want: [][]string{{"-object", "rng-random,id=rng0,filename=/dev/urandom", "-device", "virtio-rng-pci,rng=rng0,id=rng"}},
+			want: [][]string{{"-object", "rng-random,id=rng0,filename=/dev/urandom", "-device", "virtio-rng-pci-non-transitional,rng=rng0,id=rng"}},
 		},
 		{
 			name: "SMBIOS chassis: the fields set, commas escaped",
@@ -498,7 +561,7 @@ func TestBuildArgs(t *testing.T) {
 			want: [][]string{
 				{"-object", "iothread,id=iothread-disk0"},
 				{"-blockdev", "driver=file,node-name=file-disk0,filename=/a.img,cache.direct=on,aio=native,locking=off"},
-				{"-device", "virtio-blk-pci,iothread=iothread-disk0,drive=disk0,id=ua-disk0,logical_block_size=4096,physical_block_size=4096,share-rw=on,werror=enospc,rerror=report,write-cache=on"},
+				{"-device", "virtio-blk-pci-non-transitional,iothread=iothread-disk0,drive=disk0,id=ua-disk0,logical_block_size=4096,physical_block_size=4096,share-rw=on,werror=enospc,rerror=report,write-cache=on"},
 				{"-blockdev", "driver=file,node-name=file-disk1,filename=/b.img,aio=threads"},
 				{"-device", "scsi-hd,bus=scsi0.0,channel=0,scsi-id=0,lun=0,drive=disk1,id=ua-disk1,werror=stop,rerror=stop"},
 			},
@@ -549,9 +612,9 @@ func TestBuildArgs(t *testing.T) {
 				}
 			},
 			want: [][]string{
-				{"-netdev", "tap,id=net1,ifname=tap1,script=no,downscript=no", "-device", "virtio-net-pci,id=ua-net1,netdev=net1,mac=52:54:00:00:00:02,bus=pcie.0,addr=0x1f.0x7",
+				{"-netdev", "tap,id=net1,ifname=tap1,script=no,downscript=no", "-device", "virtio-net-pci-non-transitional,id=ua-net1,netdev=net1,mac=52:54:00:00:00:02,bus=pcie.0,addr=0x1f.0x7",
 					"-device", "VGA,id=video0"},
-				{"-netdev", "tap,id=net0,ifname=tap0,script=no,downscript=no", "-device", "virtio-net-pci,id=ua-net0,netdev=net0,mac=52:54:00:00:00:01"},
+				{"-netdev", "tap,id=net0,ifname=tap0,script=no,downscript=no", "-device", "virtio-net-pci-non-transitional,id=ua-net0,netdev=net0,mac=52:54:00:00:00:01"},
 			},
 		},
 		{
@@ -560,7 +623,7 @@ func TestBuildArgs(t *testing.T) {
 				s.Machine = &domainv1.Machine{Type: "pc"}
 				s.Nics = []*domainv1.NIC{{Name: "a", TapName: "tap0", Mac: "52:54:00:00:00:01", PciAddress: "0000:00:10.0", AcpiIndex: 7}}
 			},
-			want: [][]string{{"-device", "virtio-net-pci,id=ua-net0,netdev=net0,mac=52:54:00:00:00:01,bus=pci.0,addr=0x10.0x0,acpi-index=7"}},
+			want: [][]string{{"-device", "virtio-net-pci-non-transitional,id=ua-net0,netdev=net0,mac=52:54:00:00:00:01,bus=pci.0,addr=0x10.0x0,acpi-index=7"}},
 		},
 		{
 			name: "a NIC's ACPI index on q35",
@@ -603,16 +666,16 @@ func TestBuildArgs(t *testing.T) {
 			},
 			want: [][]string{
 				{"-object", "iothread,id=iothread0", "-blockdev"},
-				{"-device", "virtio-blk-pci,iothread=iothread0,drive=disk0,id=ua-disk0"},
-				{"-device", "virtio-blk-pci,iothread=iothread0,drive=disk1,id=ua-disk1"},
+				{"-device", "virtio-blk-pci-non-transitional,iothread=iothread0,drive=disk0,id=ua-disk0"},
+				{"-device", "virtio-blk-pci-non-transitional,iothread=iothread0,drive=disk1,id=ua-disk1"},
 				{"-object", "iothread,id=iothread-disk2"},
-				{"-device", "virtio-blk-pci,iothread=iothread-disk2,drive=disk2,id=ua-disk2"},
+				{"-device", "virtio-blk-pci-non-transitional,iothread=iothread-disk2,drive=disk2,id=ua-disk2"},
 			},
 		},
 		{
 			name: "virtio disk queues",
 			spec: func(s *domainv1.DomainSpec) { s.Disks = []*domainv1.Disk{{Name: "a", Path: "/a.img", Queues: 4}} },
-			want: [][]string{{"-device", "virtio-blk-pci,num-queues=4,drive=disk0,id=ua-disk0"}},
+			want: [][]string{{"-device", "virtio-blk-pci-non-transitional,num-queues=4,drive=disk0,id=ua-disk0"}},
 		},
 		{
 			name: "sound model and queues the driver cannot give",
@@ -629,7 +692,7 @@ func TestBuildArgs(t *testing.T) {
 				s.Watchdog = &domainv1.Watchdog{Name: "wd", Model: "i6300esb", Action: "poweroff"}
 				s.Balloon = &domainv1.Balloon{}
 			},
-			want: [][]string{{"-device", "i6300esb,id=watchdog0", "-action", "watchdog=poweroff"}, {"-device", "virtio-balloon-pci,id=balloon0"}},
+			want: [][]string{{"-device", "i6300esb,id=watchdog0", "-action", "watchdog=poweroff"}, {"-device", "virtio-balloon-pci-non-transitional,id=balloon0"}},
 		},
 		{
 			name: "platform values the driver does not know",

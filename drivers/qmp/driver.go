@@ -148,7 +148,8 @@ func (d *Driver) Capabilities(context.Context) (*basev1.Capabilities, error) {
 		Devices: []string{driver.DeviceRNG, driver.DeviceChassis, driver.DeviceFeatures, driver.DeviceClock,
 			driver.DeviceInput, driver.DeviceWatchdog, driver.DeviceBalloon, driver.DeviceDiskOptions,
 			driver.DeviceCPUFeatures, driver.DeviceNICOptions,
-			driver.DeviceStartPaused, driver.DeviceSound, driver.DeviceBIOSSerial, driver.DeviceLaunchSecurity, driver.DeviceHugepages},
+			driver.DeviceStartPaused, driver.DeviceSound, driver.DeviceBIOSSerial, driver.DeviceLaunchSecurity, driver.DeviceHugepages,
+			driver.DeviceNICMultiQueue, driver.DeviceVirtioTransitional},
 	}, nil
 }
 

@@ -216,7 +216,8 @@ func (b *argBuilder) rtc() {
 	}
 }
 
-// inputDevices are QEMU's devices for each input type and bus.
+// inputDevices are QEMU's devices for each input type and bus. The virtio ones are modern
+// only (virtio 1.0 devices, which have no legacy interface), whatever virtio_transitional says.
 var inputDevices = map[[2]string]string{
 	{"tablet", "usb"}: "usb-tablet", {"keyboard", "usb"}: "usb-kbd",
 	{"tablet", "virtio"}: "virtio-tablet-pci", {"keyboard", "virtio"}: "virtio-keyboard-pci",

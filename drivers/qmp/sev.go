@@ -89,9 +89,11 @@ func (b *argBuilder) launchSecurity() string {
 }
 
 // iommuPlatform puts every virtio PCI device behind the platform IOMMU, as an SEV guest needs:
-// its memory is encrypted, so devices may only touch what the guest shares. The devices become
-// modern-only (disable-legacy=on): QEMU refuses iommu_platform on a transitional device, which
-// virtio devices on a q35 root bus are by default.
+// its memory is encrypted, so devices may only touch what the guest shares. QEMU refuses
+// iommu_platform on a transitional device: the -non-transitional models (the default) are
+// modern-only already, and a plain virtio-*-pci model is made so with disable-legacy=on (the
+// -non-transitional models have no such property). The assembler refuses SEV with
+// useVirtioTransitional.
 func (b *argBuilder) iommuPlatform() {
 	for i := 0; i+1 < len(b.args); i++ {
 		if b.args[i] != "-device" {
@@ -99,7 +101,13 @@ func (b *argBuilder) iommuPlatform() {
 		}
 		dev := b.args[i+1]
 		model, _, _ := strings.Cut(dev, ",")
-		if strings.HasPrefix(model, "virtio-") && strings.Contains(model, "-pci") {
+		switch {
+		case !strings.HasPrefix(model, "virtio-") || !strings.Contains(model, "-pci"):
+		case strings.HasSuffix(model, "-non-transitional"):
+			b.args[i+1] = dev + ",iommu_platform=on"
+		case strings.HasSuffix(model, "-transitional"):
+			b.fail("launchSecurity.sev", "the transitional virtio device %s cannot be behind the platform IOMMU", model)
+		default:
 			b.args[i+1] = dev + ",disable-legacy=on,iommu_platform=on"
 		}
 	}

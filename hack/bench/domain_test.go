@@ -28,7 +28,7 @@ func TestGuestDomainBuildsTheDriversCommandLine(t *testing.T) {
 		"-m 256M",
 		"-kernel /g/vmlinuz -initrd /g/initramfs.cpio.gz -append console=ttyS0 panic=-1",
 		"filename=/tmp/kvb/vm3/disk.qcow2",
-		"-blockdev driver=qcow2,node-name=disk0,file=file-disk0 -device virtio-blk-pci,drive=disk0",
+		"-blockdev driver=qcow2,node-name=disk0,file=file-disk0 -device virtio-blk-pci-non-transitional,drive=disk0",
 		"path=/tmp/kvb/vm3/serial.sock,server=on,wait=off -serial chardev:serial0",
 		"-pidfile /tmp/kvb/vm3/qemu.pid",
 	} {

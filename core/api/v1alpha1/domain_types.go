@@ -336,6 +336,22 @@ type Devices struct {
 	// BlockMultiQueue gives each virtio disk as many queues as the VMI has vCPUs.
 	// +optional
 	BlockMultiQueue *bool `json:"blockMultiQueue,omitempty"`
+	// NetworkInterfaceMultiQueue gives each virtio interface as many queue pairs as the VMI has
+	// vCPUs (sockets*cores*threads), at most 256 (the most a Linux tap has), so that the guest
+	// spreads its network traffic over its vCPUs. As in KubeVirt it applies to the virtio model
+	// only: an interface of another model (e1000, e1000e, rtl8139) keeps its one queue. With
+	// one vCPU nothing changes. With more, the hypervisor driver must offer "nic-multiqueue"
+	// and the network driver must make multi-queue taps; a VMI whose drivers do not is refused.
+	// +optional
+	NetworkInterfaceMultiQueue *bool `json:"networkInterfaceMultiqueue,omitempty"`
+	// UseVirtioTransitional makes the VMI's virtio devices (disks, interfaces, the entropy
+	// device, the memory balloon, the virtio-scsi controller) transitional: they offer the
+	// legacy (virtio 0.9) interface besides the modern (virtio 1.0) one, for guests too old for
+	// virtio 1.0 (Linux before 4.0, RHEL 6). Unset or false, as in KubeVirt, they are modern
+	// only (PCI device IDs 1af4:1040 and up). Virtio input devices are modern only either way.
+	// The hypervisor driver must offer "virtio-transitional" for true.
+	// +optional
+	UseVirtioTransitional *bool `json:"useVirtioTransitional,omitempty"`
 }
 
 // SoundDevice is a sound card.

@@ -13,6 +13,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/utils/ptr"
 
 	"github.com/kubevisor/kubevisor/core/api/v1alpha1"
 	"github.com/kubevisor/kubevisor/core/domain"
@@ -43,7 +44,27 @@ const (
 	DefaultDiskBus = domainv1.DiskBus_DISK_BUS_VIRTIO
 	// DefaultCDROMBus is the bus of a cdrom that names none.
 	DefaultCDROMBus = domainv1.DiskBus_DISK_BUS_SATA
+	// MaxNICQueues caps the queue pairs networkInterfaceMultiqueue gives a virtio interface:
+	// a Linux tap has at most 256 queues (as KubeVirt caps them).
+	MaxNICQueues = 256
 )
+
+// NICQueues is the number of queue pairs interface iface of vmi gets: with
+// networkInterfaceMultiqueue, the vCPUs (at most MaxNICQueues) for a virtio interface;
+// else 0, one queue. It is 0 for one vCPU too, which is one queue. The node handler sends it to
+// the network driver (Interface.queues, the tap's queues) and Domain to the hypervisor driver
+// (NIC.queues): one rule for both.
+func NICQueues(vmi *v1alpha1.VirtualMachineInstance, iface *v1alpha1.Interface) uint32 {
+	d := &vmi.Spec.Domain
+	if !ptr.Deref(d.Devices.NetworkInterfaceMultiQueue, false) || (iface.Model != "" && iface.Model != DefaultNICModel) {
+		return 0
+	}
+	n, _ := d.VCPUs()
+	if n <= 1 {
+		return 0
+	}
+	return uint32(min(n, MaxNICQueues))
+}
 
 // Inputs is what Domain needs besides the VMI: the results of the storage, network and
 // device drivers, and where the VM lives on the node.
@@ -130,7 +151,9 @@ const (
 //   - inputs (bus usb unless set), and a usb tablet "default-0" when autoattachInputDevice is
 //     true and inputs lists none; watchdog (i6300esb, action reset unless set); a memory balloon
 //     unless autoattachMemBalloon is false; startStrategy Paused: start_paused; sound (ich9
-//     unless ac97); blockMultiQueue: each virtio disk's queues are the vCPUs.
+//     unless ac97); blockMultiQueue: each virtio disk's queues are the vCPUs;
+//     networkInterfaceMultiqueue: each virtio interface's queues (NICQueues);
+//     useVirtioTransitional: virtio_transitional (modern-only virtio devices without it).
 //
 // What the VMI asks for that the domain spec cannot say is an error with the word "not
 // supported". Every error is in the returned Error.
@@ -216,6 +239,7 @@ func (b *builder) build() *domainv1.DomainSpec {
 	spec.Balloon = b.balloon()
 	spec.Sound = b.sound()
 	spec.LaunchSecurity = b.launchSecurity()
+	spec.VirtioTransitional = ptr.Deref(d.Devices.UseVirtioTransitional, false)
 	b.ioThreads(spec)
 	if q := d.Devices.BlockMultiQueue; q != nil && *q {
 		for _, disk := range spec.Disks {
@@ -605,6 +629,7 @@ func (b *builder) nics() []*domainv1.NIC {
 			Model:     model,
 			Mtu:       r.GetMtu(),
 			BootOrder: b.takeBoot(field, iface.BootOrder),
+			Queues:    NICQueues(b.vmi, iface),
 		}
 		b.nicOptions(field, *iface, nic, taken)
 		out = append(out, nic)

@@ -489,6 +489,56 @@ func TestDomain(t *testing.T) {
 			want: func(s *domainv1.DomainSpec) { s.Disks[0].Iothread = "iothread0" },
 		},
 		{
+			name: "networkInterfaceMultiqueue: a virtio interface gets a queue pair per vCPU, an e1000 one",
+			vmi: func(v *v1alpha1.VirtualMachineInstance) {
+				v.Spec.Domain.Devices.NetworkInterfaceMultiQueue = ptr(true)
+				v.Spec.Domain.CPU = &v1alpha1.CPU{Sockets: 2, Cores: 3}
+				v.Spec.Domain.Devices.Interfaces = append(v.Spec.Domain.Devices.Interfaces, v1alpha1.Interface{
+					Name: "old", Model: "e1000", InterfaceBindingMethod: v1alpha1.InterfaceBindingMethod{Bridge: &v1alpha1.InterfaceBridge{}}})
+				v.Spec.Networks = append(v.Spec.Networks, v1alpha1.Network{Name: "old", NetworkSource: v1alpha1.NetworkSource{Multus: &v1alpha1.MultusNetwork{NetworkName: "br"}}})
+			},
+			inputs: func(in *assemble.Inputs) {
+				in.Interfaces["old"] = &networkv1.InterfaceResult{Name: "old", TapName: "tapnet1", Mac: "02:00:00:00:00:02"}
+			},
+			want: func(s *domainv1.DomainSpec) {
+				s.Cpu = &domainv1.CPU{Sockets: 2, Cores: 3, Threads: 1}
+				s.Nics[0].Queues = 6
+				s.Nics = append(s.Nics, &domainv1.NIC{Name: "old", TapName: "tapnet1", Mac: "02:00:00:00:00:02", Model: "e1000"})
+			},
+		},
+		{
+			name: "networkInterfaceMultiqueue with one vCPU: one queue",
+			vmi:  func(v *v1alpha1.VirtualMachineInstance) { v.Spec.Domain.Devices.NetworkInterfaceMultiQueue = ptr(true) },
+		},
+		{
+			name: "networkInterfaceMultiqueue: at most a tap's 256 queues",
+			vmi: func(v *v1alpha1.VirtualMachineInstance) {
+				v.Spec.Domain.Devices.NetworkInterfaceMultiQueue = ptr(true)
+				v.Spec.Domain.CPU = &v1alpha1.CPU{Sockets: 2, Cores: 150}
+			},
+			want: func(s *domainv1.DomainSpec) {
+				s.Cpu = &domainv1.CPU{Sockets: 2, Cores: 150, Threads: 1}
+				s.Nics[0].Queues = assemble.MaxNICQueues
+			},
+		},
+		{
+			name: "networkInterfaceMultiqueue false: one queue",
+			vmi: func(v *v1alpha1.VirtualMachineInstance) {
+				v.Spec.Domain.Devices.NetworkInterfaceMultiQueue = ptr(false)
+				v.Spec.Domain.CPU = &v1alpha1.CPU{Cores: 4}
+			},
+			want: func(s *domainv1.DomainSpec) { s.Cpu = &domainv1.CPU{Sockets: 1, Cores: 4, Threads: 1} },
+		},
+		{
+			name: "useVirtioTransitional",
+			vmi:  func(v *v1alpha1.VirtualMachineInstance) { v.Spec.Domain.Devices.UseVirtioTransitional = ptr(true) },
+			want: func(s *domainv1.DomainSpec) { s.VirtioTransitional = true },
+		},
+		{
+			name: "useVirtioTransitional false: modern only, as unset",
+			vmi:  func(v *v1alpha1.VirtualMachineInstance) { v.Spec.Domain.Devices.UseVirtioTransitional = ptr(false) },
+		},
+		{
 			name: "no memory balloon",
 			vmi:  func(v *v1alpha1.VirtualMachineInstance) { v.Spec.Domain.Devices.AutoattachMemBalloon = ptr(false) },
 			want: func(s *domainv1.DomainSpec) { s.Balloon = nil },

@@ -316,6 +316,9 @@ func (b *builder) launchSecurity() *domainv1.LaunchSecurity {
 	case bl.EFI.SecureBoot == nil || *bl.EFI.SecureBoot:
 		b.fail(field, "does not work with secure boot: set firmware.bootloader.efi.secureBoot to false")
 	}
+	if t := b.vmi.Spec.Domain.Devices.UseVirtioTransitional; t != nil && *t {
+		b.fail(field, "needs modern-only virtio devices (behind the platform IOMMU): useVirtioTransitional must not be true")
+	}
 	policy := uint32(sevPolicyNoDebug)
 	if p := ls.SEV.Policy; p != nil && p.EncryptedState != nil && *p.EncryptedState {
 		policy |= sevPolicyES

@@ -333,6 +333,13 @@ type DomainSpec struct {
 	StartPaused bool `protobuf:"varint,24,opt,name=start_paused,json=startPaused,proto3" json:"start_paused,omitempty"`
 	// sound, when set, is a sound card. A driver must declare "sound".
 	Sound *Sound `protobuf:"bytes,25,opt,name=sound,proto3" json:"sound,omitempty"`
+	// virtio_transitional makes every virtio PCI device the driver gives the guest (disks,
+	// NICs, the entropy device, the balloon, the virtio-scsi controller) transitional: legacy
+	// (virtio 0.9) and modern (virtio 1.0) interfaces, for guests without virtio 1.0. False, the
+	// default, is modern only: a driver MUST then give modern-only virtio devices (PCI device IDs
+	// 1af4:1040 and up), as KubeVirt does. A driver must declare "virtio-transitional" to be sent
+	// true. Devices that are modern only by their nature (virtio input) stay so.
+	VirtioTransitional bool `protobuf:"varint,26,opt,name=virtio_transitional,json=virtioTransitional,proto3" json:"virtio_transitional,omitempty"`
 	// launch_security, when set, encrypts the guest's memory with the host CPU's key (hardware
 	// virtualisation). A driver must declare "launch-security".
 	LaunchSecurity *LaunchSecurity `protobuf:"bytes,30,opt,name=launch_security,json=launchSecurity,proto3" json:"launch_security,omitempty"`
@@ -543,6 +550,13 @@ func (x *DomainSpec) GetSound() *Sound {
 		return x.Sound
 	}
 	return nil
+}
+
+func (x *DomainSpec) GetVirtioTransitional() bool {
+	if x != nil {
+		return x.VirtioTransitional
+	}
+	return false
 }
 
 func (x *DomainSpec) GetLaunchSecurity() *LaunchSecurity {
@@ -1975,7 +1989,11 @@ type NIC struct {
 	// acpi_index, when non-zero, is the NIC's ACPI index (1-16383).
 	AcpiIndex uint32 `protobuf:"varint,9,opt,name=acpi_index,json=acpiIndex,proto3" json:"acpi_index,omitempty"`
 	// link_down starts the NIC with its link down.
-	LinkDown      bool `protobuf:"varint,10,opt,name=link_down,json=linkDown,proto3" json:"link_down,omitempty"`
+	LinkDown bool `protobuf:"varint,10,opt,name=link_down,json=linkDown,proto3" json:"link_down,omitempty"`
+	// queues, when above 1, is the number of queue pairs of a virtio NIC (at most 256); 0 or 1 is
+	// one. The network driver made its tap multi-queue (IFF_MULTI_QUEUE), so the driver opens
+	// tap_name that many times. Sent only to a driver declaring "nic-multiqueue".
+	Queues        uint32 `protobuf:"varint,11,opt,name=queues,proto3" json:"queues,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2078,6 +2096,13 @@ func (x *NIC) GetLinkDown() bool {
 		return x.LinkDown
 	}
 	return false
+}
+
+func (x *NIC) GetQueues() uint32 {
+	if x != nil {
+		return x.Queues
+	}
+	return 0
 }
 
 // Serial is a serial console on a unix socket.
@@ -2284,8 +2309,7 @@ var File_core_domain_v1_domain_proto protoreflect.FileDescriptor
 
 const file_core_domain_v1_domain_proto_rawDesc = "" +
 	"\n" +
-	"\x1bcore/domain/v1/domain.proto\x12\x13kubevisor.domain.v1\"\xcf\n" +
-	"\n" +
+	"\x1bcore/domain/v1/domain.proto\x12\x13kubevisor.domain.v1\"\x80\v\n" +
 	"\n" +
 	"DomainSpec\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x12\n" +
@@ -2313,7 +2337,8 @@ const file_core_domain_v1_domain_proto_rawDesc = "" +
 	"\bwatchdog\x18\x16 \x01(\v2\x1d.kubevisor.domain.v1.WatchdogR\bwatchdog\x126\n" +
 	"\aballoon\x18\x17 \x01(\v2\x1c.kubevisor.domain.v1.BalloonR\aballoon\x12!\n" +
 	"\fstart_paused\x18\x18 \x01(\bR\vstartPaused\x120\n" +
-	"\x05sound\x18\x19 \x01(\v2\x1a.kubevisor.domain.v1.SoundR\x05sound\x12L\n" +
+	"\x05sound\x18\x19 \x01(\v2\x1a.kubevisor.domain.v1.SoundR\x05sound\x12/\n" +
+	"\x13virtio_transitional\x18\x1a \x01(\bR\x12virtioTransitional\x12L\n" +
 	"\x0flaunch_security\x18\x1e \x01(\v2#.kubevisor.domain.v1.LaunchSecurityR\x0elaunchSecurity\x1a9\n" +
 	"\vLabelsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
@@ -2420,7 +2445,7 @@ const file_core_domain_v1_domain_proto_rawDesc = "" +
 	"\tshareable\x18\x0e \x01(\bR\tshareable\x12!\n" +
 	"\ferror_policy\x18\x0f \x01(\tR\verrorPolicy\x12\x16\n" +
 	"\x06queues\x18\x10 \x01(\rR\x06queues\x12\x1a\n" +
-	"\biothread\x18\x11 \x01(\tR\biothread\"\x8a\x02\n" +
+	"\biothread\x18\x11 \x01(\tR\biothread\"\xa2\x02\n" +
 	"\x03NIC\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x19\n" +
 	"\btap_name\x18\x02 \x01(\tR\atapName\x12\x1e\n" +
@@ -2435,7 +2460,8 @@ const file_core_domain_v1_domain_proto_rawDesc = "" +
 	"\n" +
 	"acpi_index\x18\t \x01(\rR\tacpiIndex\x12\x1b\n" +
 	"\tlink_down\x18\n" +
-	" \x01(\bR\blinkDown\")\n" +
+	" \x01(\bR\blinkDown\x12\x16\n" +
+	"\x06queues\x18\v \x01(\rR\x06queues\")\n" +
 	"\x06Serial\x12\x1f\n" +
 	"\vsocket_path\x18\x01 \x01(\tR\n" +
 	"socketPath\"&\n" +

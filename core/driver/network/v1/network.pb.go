@@ -36,7 +36,12 @@ type Interface struct {
 	// mac is the requested guest MAC; empty lets the driver choose a stable one.
 	Mac string `protobuf:"bytes,4,opt,name=mac,proto3" json:"mac,omitempty"`
 	// ports are forwarded to the guest (masquerade).
-	Ports         []*Port `protobuf:"bytes,5,rep,name=ports,proto3" json:"ports,omitempty"`
+	Ports []*Port `protobuf:"bytes,5,rep,name=ports,proto3" json:"ports,omitempty"`
+	// queues, when above 1, is the number of queue pairs the hypervisor opens the interface's tap
+	// with: the driver MUST make the tap multi-queue (IFF_MULTI_QUEUE), and a tap that is there
+	// already must be one. 0 or 1: a single-queue tap, as before this field. Sent above 1 only to
+	// a driver declaring Capabilities.multi_queue_taps; at most 256.
+	Queues        uint32 `protobuf:"varint,6,opt,name=queues,proto3" json:"queues,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -104,6 +109,13 @@ func (x *Interface) GetPorts() []*Port {
 		return x.Ports
 	}
 	return nil
+}
+
+func (x *Interface) GetQueues() uint32 {
+	if x != nil {
+		return x.Queues
+	}
+	return 0
 }
 
 type Port struct {
@@ -587,13 +599,14 @@ var File_core_driver_network_v1_network_proto protoreflect.FileDescriptor
 
 const file_core_driver_network_v1_network_proto_rawDesc = "" +
 	"\n" +
-	"$core/driver/network/v1/network.proto\x12\x1bkubevisor.driver.network.v1\"\xa7\x01\n" +
+	"$core/driver/network/v1/network.proto\x12\x1bkubevisor.driver.network.v1\"\xbf\x01\n" +
 	"\tInterface\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x18\n" +
 	"\abinding\x18\x02 \x01(\tR\abinding\x12!\n" +
 	"\fnetwork_name\x18\x03 \x01(\tR\vnetworkName\x12\x10\n" +
 	"\x03mac\x18\x04 \x01(\tR\x03mac\x127\n" +
-	"\x05ports\x18\x05 \x03(\v2!.kubevisor.driver.network.v1.PortR\x05ports\"J\n" +
+	"\x05ports\x18\x05 \x03(\v2!.kubevisor.driver.network.v1.PortR\x05ports\x12\x16\n" +
+	"\x06queues\x18\x06 \x01(\rR\x06queues\"J\n" +
 	"\x04Port\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x1a\n" +
 	"\bprotocol\x18\x02 \x01(\tR\bprotocol\x12\x12\n" +
