@@ -451,9 +451,13 @@ type Capabilities struct {
 	// spec asks for them ("rng": DomainSpec.rng; "chassis": DomainSpec.chassis; "features";
 	// "clock"; "input": DomainSpec.inputs; "watchdog"; "balloon"). A domain spec with one the
 	// driver does not declare is not sent to it.
-	Devices       []string `protobuf:"bytes,14,rep,name=devices,proto3" json:"devices,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	Devices []string `protobuf:"bytes,14,rep,name=devices,proto3" json:"devices,omitempty"`
+	// Network: the optional settings of an interface the driver honours ("dhcp-options":
+	// Interface.dhcp_options). An interface with one the driver does not declare is not sent to
+	// it.
+	InterfaceOptions []string `protobuf:"bytes,15,rep,name=interface_options,json=interfaceOptions,proto3" json:"interface_options,omitempty"`
+	unknownFields    protoimpl.UnknownFields
+	sizeCache        protoimpl.SizeCache
 }
 
 func (x *Capabilities) Reset() {
@@ -580,6 +584,13 @@ func (x *Capabilities) GetLauncher() bool {
 func (x *Capabilities) GetDevices() []string {
 	if x != nil {
 		return x.Devices
+	}
+	return nil
+}
+
+func (x *Capabilities) GetInterfaceOptions() []string {
+	if x != nil {
+		return x.InterfaceOptions
 	}
 	return nil
 }
@@ -806,7 +817,7 @@ const file_core_driver_base_v1_base_proto_rawDesc = "" +
 	"\vdescription\x18\x05 \x01(\tR\vdescription\"\x15\n" +
 	"\x13CapabilitiesRequest\"b\n" +
 	"\x14CapabilitiesResponse\x12J\n" +
-	"\fcapabilities\x18\x01 \x01(\v2&.kubevisor.driver.base.v1.CapabilitiesR\fcapabilities\"\xcc\x03\n" +
+	"\fcapabilities\x18\x01 \x01(\v2&.kubevisor.driver.base.v1.CapabilitiesR\fcapabilities\"\xf9\x03\n" +
 	"\fCapabilities\x12=\n" +
 	"\bfeatures\x18\x01 \x03(\x0e2!.kubevisor.driver.base.v1.FeatureR\bfeatures\x12\x1a\n" +
 	"\bfirmware\x18\x02 \x03(\tR\bfirmware\x12\x1d\n" +
@@ -825,7 +836,8 @@ const file_core_driver_base_v1_base_proto_rawDesc = "" +
 	"\fhost_devices\x18\v \x01(\bR\vhostDevices\x12\x15\n" +
 	"\x06tap_fd\x18\f \x01(\bR\x05tapFd\x12\x1a\n" +
 	"\blauncher\x18\r \x01(\bR\blauncher\x12\x18\n" +
-	"\adevices\x18\x0e \x03(\tR\adevices\"\x14\n" +
+	"\adevices\x18\x0e \x03(\tR\adevices\x12+\n" +
+	"\x11interface_options\x18\x0f \x03(\tR\x10interfaceOptions\"\x14\n" +
 	"\x12FingerprintRequest\"\x9c\x02\n" +
 	"\x13FingerprintResponse\x128\n" +
 	"\x06health\x18\x01 \x01(\x0e2 .kubevisor.driver.base.v1.HealthR\x06health\x12-\n" +
