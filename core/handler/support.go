@@ -36,6 +36,11 @@ var vmiDevices = map[string]struct{ field, what string }{
 	driver.DeviceBalloon:     {"spec.domain.devices.autoattachMemBalloon", "a memory balloon (attached by default: set autoattachMemBalloon: false)"},
 }
 
+// vmiInterfaceSettings says, for each of driver.OptionalInterfaceSettings, what it is.
+var vmiInterfaceSettings = map[string]string{
+	driver.InterfaceDHCPOptions: "sending the guest extra DHCP options",
+}
+
 // checkSupported reports, by VMI field, what spec (the domain spec the VMI gives, built from
 // stand-in driver results) and the plan ask of a driver that the driver does not declare.
 func checkSupported(vmi *v1alpha1.VirtualMachineInstance, spec *domainv1.DomainSpec, p *plan, c driverCaps) error {
@@ -90,6 +95,13 @@ func checkSupported(vmi *v1alpha1.VirtualMachineInstance, spec *domainv1.DomainS
 		binding := assemble.Binding(&vmi.Spec.Domain.Devices.Interfaces[i])
 		if have := c.networkCaps.GetBindings(); !slices.Contains(have, binding) {
 			unsupported(field+"."+binding, "binding", binding, "network", c.network, have)
+		}
+	}
+	// Optional interface settings, by the VMI interface that asks for each.
+	for i, ni := range p.interfaces {
+		for _, o := range driver.UndeclaredInterfaceSettings(c.networkCaps, ni) {
+			errs.add(fmt.Sprintf("spec.domain.devices.interfaces[%d].%s", i, o.Field), "%s is not supported by the network driver %q (it offers the interface options: %s)",
+				vmiInterfaceSettings[o.Name], c.network, list(c.networkCaps.GetInterfaceOptions()))
 		}
 	}
 	// Volume types.
