@@ -197,11 +197,14 @@ func (d *Driver) Info(context.Context) (*basev1.InfoResponse, error) {
 	}, nil
 }
 
-// Capabilities implements driver.Driver: Check, and the bridge and masquerade bindings.
+// Capabilities implements driver.Driver: Check, the bridge and masquerade bindings, and an
+// interface's DHCP options (both bindings' guests get their address from the driver's DHCP
+// server).
 func (d *Driver) Capabilities(context.Context) (*basev1.Capabilities, error) {
 	return &basev1.Capabilities{
-		Features: []basev1.Feature{basev1.Feature_FEATURE_NETWORK_CHECK},
-		Bindings: slices.Clone(Bindings),
+		Features:         []basev1.Feature{basev1.Feature_FEATURE_NETWORK_CHECK},
+		Bindings:         slices.Clone(Bindings),
+		InterfaceOptions: []string{driver.InterfaceDHCPOptions},
 	}, nil
 }
 

@@ -37,6 +37,8 @@ type ifacePlan struct {
 	// mac is the requested guest MAC, "" when none.
 	mac   string
 	ports []*networkv1.Port
+	// dhcp is the interface's extra DHCP options, nil for none.
+	dhcp *dhcpOptions
 
 	// podIface is the sandbox interface: the configured pod interface, or net1, net2, ...
 	podIface string
@@ -65,6 +67,7 @@ func planInterfaces(ifaces []*networkv1.Interface, podIface string) ([]*ifacePla
 	names := map[string]bool{}
 	podNetwork := ""
 	secondary := 0
+	var err error
 	for i, iface := range ifaces {
 		if iface.GetName() == "" {
 			return nil, invalid("interfaces[%d]: name is required", i)
@@ -89,6 +92,9 @@ func planInterfaces(ifaces []*networkv1.Interface, podIface string) ([]*ifacePla
 		}
 		if err := checkPorts(p); err != nil {
 			return nil, err
+		}
+		if p.dhcp, err = parseDHCPOptions(iface.GetDhcpOptions()); err != nil {
+			return nil, invalid("%s: dhcpOptions.%v", p.what(), err)
 		}
 		if p.secondary() {
 			if err := checkNetworkName(p.network); err != nil {

@@ -39,6 +39,8 @@ type ifaceState struct {
 	Pod      *podInfo          `json:"pod,omitempty"`
 	CNI      *cniState         `json:"cni,omitempty"`
 	Sysctls  map[string]string `json:"sysctls,omitempty"`
+	// DHCP is the interface's extra DHCP options (Interface.dhcp_options) of the last Setup.
+	DHCP *dhcpOptions `json:"dhcpOptions,omitempty"`
 	// Done is set once the interface was set up completely.
 	Done bool `json:"done,omitempty"`
 }
@@ -90,7 +92,7 @@ type cniState struct {
 func newIfaceState(p *ifacePlan) *ifaceState {
 	s := &ifaceState{
 		Name: p.name, Binding: p.binding, Network: p.network, MAC: p.mac,
-		PodIface: p.podIface, Bridge: p.bridge, Tap: p.tap,
+		PodIface: p.podIface, Bridge: p.bridge, Tap: p.tap, DHCP: p.dhcp,
 	}
 	for _, port := range p.ports {
 		proto := port.GetProtocol()
