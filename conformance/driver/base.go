@@ -238,6 +238,15 @@ var (
 	resourceName     = regexp.MustCompile(`^[a-z0-9]([a-z0-9.-]{0,61}[a-z0-9])?$`)
 )
 
+// knownInterfaceOptions are the names of driver.OptionalInterfaceSettings.
+func knownInterfaceOptions() []string {
+	var names []string
+	for _, o := range driver.OptionalInterfaceSettings {
+		names = append(names, o.Name)
+	}
+	return names
+}
+
 // checkCapabilitiesValid: Capabilities declare only features of the driver's kind, fill only
 // the lists of its kind, with values the host knows and no duplicates.
 func (s *suite) checkCapabilitiesValid(t T) {
@@ -260,6 +269,7 @@ func (s *suite) checkCapabilitiesValid(t T) {
 		{"volume_types", basev1.Kind_KIND_STORAGE, caps.GetVolumeTypes(), knownVolumeTypes},
 		{"resources", basev1.Kind_KIND_DEVICE, caps.GetResources(), nil},
 		{"machine_types", basev1.Kind_KIND_HYPERVISOR, caps.GetMachineTypes(), nil},
+		{"interface_options", basev1.Kind_KIND_NETWORK, caps.GetInterfaceOptions(), knownInterfaceOptions()},
 	}
 	if s.kind != basev1.Kind_KIND_HYPERVISOR {
 		for field, set := range map[string]bool{"secure_boot": caps.GetSecureBoot(), "vnc": caps.GetVnc(), "host_devices": caps.GetHostDevices(), "tap_fd": caps.GetTapFd(), "launcher": caps.GetLauncher()} {

@@ -316,6 +316,25 @@ func TestBrokenNetworkUnstableMAC(t *testing.T) {
 	})
 }
 
+// dhcpUnchecked breaks the Network contract: it declares the interface option dhcp-options but
+// takes options the contract refuses.
+type dhcpUnchecked struct{ *fake.Network }
+
+func (n dhcpUnchecked) Capabilities(ctx context.Context) (*basev1.Capabilities, error) {
+	c, err := n.Network.Capabilities(ctx)
+	if c != nil {
+		c.InterfaceOptions = []string{driver.InterfaceDHCPOptions}
+	}
+	return c, err
+}
+
+func TestBrokenNetworkDHCPOptionsUnchecked(t *testing.T) {
+	rec := runKit(t, basev1.Kind_KIND_NETWORK, dhcpUnchecked{fake.NewNetwork()})
+	expectFailures(t, rec, map[string]string{
+		"Setup/BadDHCPOptions": "got no error, want InvalidArgument",
+	})
+}
+
 // releaseEverything breaks the Storage contract: Release empties the work directory.
 type releaseEverything struct{ *fake.Storage }
 

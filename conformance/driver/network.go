@@ -3,6 +3,7 @@ package conformance
 import (
 	"net"
 	"net/netip"
+	"slices"
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/protobuf/proto"
@@ -16,6 +17,7 @@ import (
 // every driver, then
 //
 //	Setup/Idempotent, Setup/StableMAC, Setup/RequestedMAC, Setup/UnknownBinding
+//	Setup/DHCPOptions, Setup/BadDHCPOptions   (interface option "dhcp-options")
 //	Teardown/Twice, Teardown/WithoutSetup
 //	Check/AfterSetup, Check/NotSetUp     (FEATURE_NETWORK_CHECK)
 //
@@ -30,6 +32,8 @@ func Network(t T, f NetworkFactory, opts ...Option) {
 		t.Run("StableMAC", s.checkSetupStableMAC)
 		t.Run("RequestedMAC", s.checkSetupRequestedMAC)
 		t.Run("UnknownBinding", s.checkSetupUnknownBinding)
+		t.Run("DHCPOptions", s.checkSetupDHCPOptions)
+		t.Run("BadDHCPOptions", s.checkSetupBadDHCPOptions)
 	})
 	t.Run("Teardown", func(t T) {
 		t.Run("Twice", s.checkTeardownTwice)
@@ -197,6 +201,65 @@ func (s *netSuite) checkSetupUnknownBinding(t T) {
 		expectCode(t, err, codes.FailedPrecondition, "Check after a failed Setup (it must undo what it made)")
 	}
 	expectCode(t, d.Teardown(s.ctx(t), v.teardown()), codes.OK, "Teardown after a failed Setup")
+}
+
+// requireInterfaceOption skips the check unless the driver declares the interface option.
+func requireInterfaceOption(t T, caps *basev1.Capabilities, name string) {
+	t.Helper()
+	if !slices.Contains(caps.GetInterfaceOptions(), name) {
+		t.Skipf("driver does not declare the interface option %q (Capabilities.interface_options)", name)
+	}
+}
+
+// conformanceDHCPOptions are DHCP options of every kind, all valid.
+func conformanceDHCPOptions() *networkv1.DHCPOptions {
+	return &networkv1.DHCPOptions{
+		BootFileName: "conformance.efi", TftpServerName: "192.0.2.69", NtpServers: []string{"192.0.2.123"},
+		PrivateOptions: []*networkv1.DHCPPrivateOption{{Code: 224, Value: "conformance"}, {Code: 254, Value: ""}},
+	}
+}
+
+// checkSetupDHCPOptions: an interface with valid DHCP options is set up, and again with other
+// ones (what the guest receives is the driver's own tests' to show: the kit runs no DHCP
+// client).
+func (s *netSuite) checkSetupDHCPOptions(t T) {
+	d, caps := s.network(t)
+	requireInterfaceOption(t, caps, driver.InterfaceDHCPOptions)
+	v := s.newVMI(t, caps)
+	v.interfaces[0].DhcpOptions = conformanceDHCPOptions()
+	first := s.setup(t, d, v)
+	v.interfaces[0].DhcpOptions = &networkv1.DHCPOptions{BootFileName: "other.efi"}
+	again, err := d.Setup(s.ctx(t), v.setup())
+	if err != nil {
+		t.Fatalf("Setup with other DHCP options: %s", describe(err))
+	}
+	if !proto.Equal(first, again) {
+		t.Errorf("Setup with other DHCP options returned other results:\nfirst: %v\nagain: %v", first, again)
+	}
+}
+
+// checkSetupBadDHCPOptions: DHCP options the contract refuses (a private option code outside
+// 224-254, an NTP server that is not an IPv4 address) are InvalidArgument naming the interface.
+func (s *netSuite) checkSetupBadDHCPOptions(t T) {
+	d, caps := s.network(t)
+	requireInterfaceOption(t, caps, driver.InterfaceDHCPOptions)
+	for what, o := range map[string]*networkv1.DHCPOptions{
+		"a private option code of 100": {PrivateOptions: []*networkv1.DHCPPrivateOption{{Code: 100, Value: "x"}}},
+		"an IPv6 NTP server":           {NtpServers: []string{"2001:db8::123"}},
+	} {
+		v := s.newVMI(t, caps)
+		v.interfaces[0].DhcpOptions = o
+		t.Cleanup(func() {
+			ctx, cancel := s.cleanupCtx()
+			defer cancel()
+			_ = d.Teardown(ctx, v.teardown())
+		})
+		_, err := d.Setup(s.ctx(t), v.setup())
+		what := "Setup of an interface with " + what
+		if expectCode(t, err, codes.InvalidArgument, what) {
+			expectMessageNames(t, err, what, v.interfaces[0].GetName())
+		}
+	}
 }
 
 // checkTeardownTwice: Teardown succeeds twice.

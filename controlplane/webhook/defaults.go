@@ -1,6 +1,7 @@
 package webhook
 
 import (
+	netutils "k8s.io/utils/net"
 	"k8s.io/utils/ptr"
 
 	"github.com/kubevisor/kubevisor/core/api/v1alpha1"
@@ -35,6 +36,8 @@ type DefaultOptions struct {
 //   - no interfaces and no networks: a pod network and a masquerade interface, both "default",
 //     unless autoattachPodInterface is false (the VMI then has no network interface);
 //     an interface without a binding gets masquerade on the pod network, bridge on a multus one;
+//   - an interface's dhcpOptions.ntpServers written in canonical form, as KubeVirt does when it
+//     reads them ("010.0.0.1" is 10.0.0.1, "::ffff:192.0.2.1" is 192.0.2.1);
 //   - cpu: a topology field left 0 becomes 1; with no topology at all, sockets is the vCPU count
 //     derived from resources (limits.cpu, else requests.cpu, rounded up: DomainSpec.VCPUs), as
 //     the node builds it;
@@ -80,6 +83,14 @@ func Default(spec *v1alpha1.VirtualMachineInstanceSpec, opts DefaultOptions) {
 	}
 	for i := range d.Devices.Interfaces {
 		iface := &d.Devices.Interfaces[i]
+		if o := iface.DHCPOptions; o != nil {
+			// As KubeVirt reads them: "010.0.0.1" is 10.0.0.1, "::ffff:192.0.2.1" is 192.0.2.1.
+			for j, s := range o.NTPServers {
+				if ip := netutils.ParseIPSloppy(s); ip != nil {
+					o.NTPServers[j] = ip.String()
+				}
+			}
+		}
 		if iface.Bridge != nil || iface.Masquerade != nil {
 			continue
 		}

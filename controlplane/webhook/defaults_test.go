@@ -129,6 +129,21 @@ func TestDefault(t *testing.T) {
 				}
 			},
 		},
+		{
+			name: "NTP servers in canonical form, as KubeVirt reads them",
+			change: func(s *v1alpha1.VirtualMachineInstanceSpec) {
+				s.Networks = []v1alpha1.Network{{Name: "pod", NetworkSource: v1alpha1.NetworkSource{Pod: &v1alpha1.PodNetwork{}}}}
+				s.Domain.Devices.Interfaces = []v1alpha1.Interface{{Name: "pod", DHCPOptions: &v1alpha1.DHCPOptions{
+					NTPServers: []string{"192.0.2.1", "010.000.002.001", "::ffff:192.0.2.3"},
+				}}}
+			},
+			check: func(t *testing.T, s *v1alpha1.VirtualMachineInstanceSpec) {
+				want := []string{"192.0.2.1", "10.0.2.1", "192.0.2.3"}
+				if d := cmp.Diff(want, s.Domain.Devices.Interfaces[0].DHCPOptions.NTPServers); d != "" {
+					t.Fatalf("ntpServers (-want +got):\n%s", d)
+				}
+			},
+		},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -221,6 +221,45 @@ func TestAdmissionThroughAPIServer(t *testing.T) {
 		}
 	})
 
+	t.Run("DHCP options are admitted and kept, NTP servers in canonical form", func(t *testing.T) {
+		s := minimalSpec()
+		s.Networks = []v1alpha1.Network{{Name: "pod", NetworkSource: v1alpha1.NetworkSource{Pod: &v1alpha1.PodNetwork{}}}}
+		s.Domain.Devices.Interfaces = []v1alpha1.Interface{{Name: "pod", DHCPOptions: &v1alpha1.DHCPOptions{
+			BootFileName: "pxelinux.0", TFTPServerName: "tftp.example.org", NTPServers: []string{"192.0.2.1", "010.0.0.1"},
+			PrivateOptions: []v1alpha1.DHCPPrivateOptions{{Option: 224, Value: "a"}},
+		}}}
+		if err := c.Create(ctx, vmi("with-dhcp-options", s)); err != nil {
+			t.Fatal(err)
+		}
+		var got v1alpha1.VirtualMachineInstance
+		if err := c.Get(ctx, client.ObjectKey{Namespace: "vms", Name: "with-dhcp-options"}, &got); err != nil {
+			t.Fatal(err)
+		}
+		o := got.Spec.Domain.Devices.Interfaces[0].DHCPOptions
+		if o == nil || o.BootFileName != "pxelinux.0" || o.TFTPServerName != "tftp.example.org" || !slices.Equal(o.NTPServers, []string{"192.0.2.1", "10.0.0.1"}) ||
+			len(o.PrivateOptions) != 1 || o.PrivateOptions[0] != (v1alpha1.DHCPPrivateOptions{Option: 224, Value: "a"}) {
+			t.Errorf("dhcpOptions %+v", o)
+		}
+	})
+
+	t.Run("DHCP options out of range are refused with their field paths", func(t *testing.T) {
+		s := minimalSpec()
+		s.Networks = []v1alpha1.Network{{Name: "pod", NetworkSource: v1alpha1.NetworkSource{Pod: &v1alpha1.PodNetwork{}}}}
+		s.Domain.Devices.Interfaces = []v1alpha1.Interface{{Name: "pod", DHCPOptions: &v1alpha1.DHCPOptions{
+			NTPServers: []string{"192.0.2.1", "pool.ntp.org"},
+		}}}
+		err := c.Create(ctx, vmi("bad-ntp", s))
+		if !causeAt(err, "spec.domain.devices.interfaces[0].dhcpOptions.ntpServers[1]", "must be an IPv4 address") {
+			t.Fatalf("got %v", err)
+		}
+		// The CRD's schema refuses a private option code before the webhook sees it.
+		s.Domain.Devices.Interfaces[0].DHCPOptions = &v1alpha1.DHCPOptions{PrivateOptions: []v1alpha1.DHCPPrivateOptions{{Option: 100, Value: "x"}}}
+		err = c.Create(ctx, vmi("bad-private-option", s))
+		if !causeAt(err, "spec.domain.devices.interfaces[0].dhcpOptions.privateOptions[0].option", "224") {
+			t.Fatalf("got %v", err)
+		}
+	})
+
 	t.Run("dnsPolicy None without a nameserver is refused", func(t *testing.T) {
 		s := minimalSpec()
 		s.DNSPolicy = corev1.DNSNone

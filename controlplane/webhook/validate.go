@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"maps"
 	"net"
+	"net/netip"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -53,6 +54,8 @@ const notSupported = "not supported"
 //   - disk, volume, interface and network names unique; volume and network names DNS labels;
 //   - every disk names a volume and every volume is used by a disk;
 //   - every interface names a network and every network is used by an interface;
+//   - an interface's dhcpOptions: values of at most 255 bytes, ntpServers IPv4 addresses,
+//     privateOptions with codes 224 to 254, each once;
 //   - boot orders positive and distinct across disks and interfaces;
 //   - memory given (memory.guest, resources.requests.memory or resources.limits.memory), and for
 //     cpu and memory requests ≤ limits, and memory.guest ≤ limits.memory;
@@ -557,6 +560,42 @@ func (v *validator) interfaces() {
 			}
 		}
 		v.bootOrder(p, iface.BootOrder)
+		v.dhcpOptions(p.Child("dhcpOptions"), iface.DHCPOptions)
+	}
+}
+
+// dhcpOptions checks an interface's DHCP options: values that fit in one option, NTP servers
+// that are IPv4 addresses, private options with site-specific codes, each once.
+func (v *validator) dhcpOptions(p *field.Path, o *v1alpha1.DHCPOptions) {
+	if o == nil {
+		return
+	}
+	long := func(p *field.Path, s string) {
+		if len(s) > v1alpha1.DHCPOptionMaxBytes {
+			v.add(field.TooLong(p, "", v1alpha1.DHCPOptionMaxBytes))
+		}
+	}
+	long(p.Child("bootFileName"), o.BootFileName)
+	long(p.Child("tftpServerName"), o.TFTPServerName)
+	for i, s := range o.NTPServers {
+		if a, err := netip.ParseAddr(s); err != nil || !a.Is4() {
+			v.add(field.Invalid(p.Child("ntpServers").Index(i), s, "must be an IPv4 address such as 192.0.2.1"))
+		}
+	}
+	if n := len(o.NTPServers); n*4 > v1alpha1.DHCPOptionMaxBytes {
+		v.add(field.TooMany(p.Child("ntpServers"), n, v1alpha1.DHCPOptionMaxBytes/4))
+	}
+	seen := map[int]bool{}
+	for i, po := range o.PrivateOptions {
+		pp := p.Child("privateOptions").Index(i)
+		switch {
+		case po.Option < v1alpha1.DHCPPrivateOptionMin || po.Option > v1alpha1.DHCPPrivateOptionMax:
+			v.add(field.Invalid(pp.Child("option"), po.Option, fmt.Sprintf("must be between %d and %d, the site-specific DHCP options", v1alpha1.DHCPPrivateOptionMin, v1alpha1.DHCPPrivateOptionMax)))
+		case seen[po.Option]:
+			v.add(field.Duplicate(pp.Child("option"), po.Option))
+		}
+		seen[po.Option] = true
+		long(pp.Child("value"), po.Value)
 	}
 }
 

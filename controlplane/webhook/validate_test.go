@@ -2,6 +2,7 @@ package webhook
 
 import (
 	"encoding/base64"
+	"slices"
 	"strings"
 	"testing"
 
@@ -449,6 +450,64 @@ func assertErrs(t *testing.T, errs field.ErrorList, wantField, detail string) {
 		}
 	}
 	t.Fatalf("want an error at %s saying %q, got %v", wantField, detail, errs.ToAggregate())
+}
+
+// TestValidateDHCPOptions has one row per rule of an interface's dhcpOptions: the options of
+// interface 0 of a valid spec (masquerade on the pod network), and the field path and words of
+// the rejection (empty field: accepted).
+func TestValidateDHCPOptions(t *testing.T) {
+	const p = "spec.domain.devices.interfaces[0].dhcpOptions"
+	long := strings.Repeat("x", 256)
+	tests := []struct {
+		name   string
+		opts   v1alpha1.DHCPOptions
+		field  string
+		detail string
+	}{
+		{name: "every option", opts: v1alpha1.DHCPOptions{
+			BootFileName: "pxelinux.0", TFTPServerName: "tftp.example.org", NTPServers: []string{"192.0.2.1", "192.0.2.2"},
+			PrivateOptions: []v1alpha1.DHCPPrivateOptions{{Option: 224, Value: "first"}, {Option: 254, Value: "last"}, {Option: 240, Value: ""}},
+		}},
+		{name: "values of 255 bytes", opts: v1alpha1.DHCPOptions{
+			BootFileName: long[:255], TFTPServerName: long[:255], PrivateOptions: []v1alpha1.DHCPPrivateOptions{{Option: 230, Value: long[:255]}},
+		}},
+		{name: "none", opts: v1alpha1.DHCPOptions{}},
+		{name: "private option below 224", field: p + ".privateOptions[1].option", detail: "must be between 224 and 254",
+			opts: v1alpha1.DHCPOptions{PrivateOptions: []v1alpha1.DHCPPrivateOptions{{Option: 224}, {Option: 223}}}},
+		{name: "private option above 254", field: p + ".privateOptions[0].option", detail: "must be between 224 and 254",
+			opts: v1alpha1.DHCPOptions{PrivateOptions: []v1alpha1.DHCPPrivateOptions{{Option: 255, Value: "end"}}}},
+		{name: "a standard option as a private one", field: p + ".privateOptions[0].option", detail: "Invalid value: 67",
+			opts: v1alpha1.DHCPOptions{PrivateOptions: []v1alpha1.DHCPPrivateOptions{{Option: 67, Value: "boot.ipxe"}}}},
+		{name: "private option twice", field: p + ".privateOptions[2].option", detail: "Duplicate value: 225",
+			opts: v1alpha1.DHCPOptions{PrivateOptions: []v1alpha1.DHCPPrivateOptions{{Option: 225}, {Option: 226}, {Option: 225}}}},
+		{name: "NTP server not an address", field: p + ".ntpServers[1]", detail: "must be an IPv4 address",
+			opts: v1alpha1.DHCPOptions{NTPServers: []string{"192.0.2.1", "pool.ntp.org"}}},
+		{name: "NTP server IPv6", field: p + ".ntpServers[0]", detail: `Invalid value: "2001:db8::1": must be an IPv4 address`,
+			opts: v1alpha1.DHCPOptions{NTPServers: []string{"2001:db8::1"}}},
+		{name: "NTP server with a prefix length", field: p + ".ntpServers[0]", detail: "must be an IPv4 address",
+			opts: v1alpha1.DHCPOptions{NTPServers: []string{"192.0.2.0/24"}}},
+		{name: "64 NTP servers", field: p + ".ntpServers", detail: "must have at most 63 items",
+			opts: v1alpha1.DHCPOptions{NTPServers: slices.Repeat([]string{"192.0.2.1"}, 64)}},
+		{name: "boot file name too long", field: p + ".bootFileName", detail: "Too long",
+			opts: v1alpha1.DHCPOptions{BootFileName: long}},
+		{name: "TFTP server name too long", field: p + ".tftpServerName", detail: "Too long",
+			opts: v1alpha1.DHCPOptions{TFTPServerName: long}},
+		{name: "private value too long", field: p + ".privateOptions[0].value", detail: "Too long",
+			opts: v1alpha1.DHCPOptions{PrivateOptions: []v1alpha1.DHCPPrivateOptions{{Option: 250, Value: long}}}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			s := validSpec()
+			opts := tt.opts
+			s.Domain.Devices.Interfaces[0].DHCPOptions = &opts
+			assertErrs(t, Validate(s, field.NewPath("spec")), tt.field, tt.detail)
+		})
+	}
+	// The bridge binding's guest gets them too.
+	s := validSpec()
+	s.Domain.Devices.Interfaces[0].InterfaceBindingMethod = v1alpha1.InterfaceBindingMethod{Bridge: &v1alpha1.InterfaceBridge{}}
+	s.Domain.Devices.Interfaces[0].DHCPOptions = &v1alpha1.DHCPOptions{BootFileName: "boot.ipxe"}
+	assertErrs(t, Validate(s, field.NewPath("spec")), "", "")
 }
 
 // TestValidateProbes has one row per rule of livenessProbe and readinessProbe: the change to a

@@ -6,9 +6,13 @@ import (
 	"slices"
 	"strings"
 
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
 	"github.com/kubevisor/kubevisor/core/domain"
 	domainv1 "github.com/kubevisor/kubevisor/core/domain/v1"
 	basev1 "github.com/kubevisor/kubevisor/core/driver/base/v1"
+	networkv1 "github.com/kubevisor/kubevisor/core/driver/network/v1"
 )
 
 // Kind names as they appear in plugin manifests and plugin sets.
@@ -305,6 +309,57 @@ func UndeclaredDevices(caps *basev1.Capabilities, spec *domainv1.DomainSpec) []O
 		}
 	}
 	return out
+}
+
+// Optional interface settings a network driver declares in Capabilities.interface_options.
+const (
+	// InterfaceDHCPOptions is Interface.dhcp_options: the driver's DHCP server sends them to the
+	// interface's guest.
+	InterfaceDHCPOptions = "dhcp-options"
+)
+
+// OptionalInterfaceSetting is an optional setting of a network Interface: its name in
+// Capabilities.interface_options, the Interface field that asks for it, and whether an
+// interface does.
+type OptionalInterfaceSetting struct {
+	Name, Field string
+	asked       func(*networkv1.Interface) bool
+}
+
+// OptionalInterfaceSettings are the optional settings of a network Interface. Adding one is an
+// entry here (and its constant): CheckSetup and the node handler's checks both read this list.
+var OptionalInterfaceSettings = []OptionalInterfaceSetting{
+	{Name: InterfaceDHCPOptions, Field: "dhcpOptions", asked: func(i *networkv1.Interface) bool { return i.GetDhcpOptions() != nil }},
+}
+
+// UndeclaredInterfaceSettings returns the optional settings iface asks for that caps does not
+// declare.
+func UndeclaredInterfaceSettings(caps *basev1.Capabilities, iface *networkv1.Interface) []OptionalInterfaceSetting {
+	var out []OptionalInterfaceSetting
+	for _, o := range OptionalInterfaceSettings {
+		if o.asked(iface) && !slices.Contains(caps.GetInterfaceOptions(), o.Name) {
+			out = append(out, o)
+		}
+	}
+	return out
+}
+
+// CheckSetup reports, as InvalidArgument with a field path each, what req asks of a network
+// driver that caps does not declare: an optional interface setting (Capabilities.
+// interface_options). The host's network client runs it before Setup, so that a driver is
+// never sent what it did not declare. Bindings are the driver's to refuse (Setup's contract).
+func CheckSetup(caps *basev1.Capabilities, req *networkv1.SetupRequest) error {
+	var errs []string
+	for i, iface := range req.GetInterfaces() {
+		for _, o := range UndeclaredInterfaceSettings(caps, iface) {
+			errs = append(errs, fmt.Sprintf("interfaces[%d].%s: interface %q: %s is not declared by the driver (Capabilities.interface_options declares: %s)",
+				i, o.Field, iface.GetName(), o.Name, listOrNone(caps.GetInterfaceOptions())))
+		}
+	}
+	if len(errs) > 0 {
+		return status.Error(codes.InvalidArgument, strings.Join(errs, "; "))
+	}
+	return nil
 }
 
 // MachineTypeDeclared reports whether caps declares machine type t: listed, or matched by an

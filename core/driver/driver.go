@@ -88,10 +88,10 @@ import (
 //   - MUST declare only optional features it implements and that belong to its kind (Serve
 //     refuses to run a driver that does not: CheckCapabilities);
 //   - SHOULD list every input it accepts (firmware, disk buses, machine types, volume types,
-//     bindings, resources, and the hypervisor flags vnc, host_devices, tap_fd, launcher,
-//     secure_boot): the host checks each request against them before it calls the driver
-//     (CheckDomain for a hypervisor), does not send what is not listed, and the conformance kit
-//     exercises what is listed and skips the rest.
+//     bindings, interface options, resources, and the hypervisor flags vnc, host_devices, tap_fd,
+//     launcher, secure_boot): the host checks each request against them before it calls the
+//     driver (CheckDomain for a hypervisor, CheckSetup for a network driver), does not send what
+//     is not listed, and the conformance kit exercises what is listed and skips the rest.
 //
 // Fingerprint:
 //
@@ -377,6 +377,10 @@ type Migrator interface {
 //   - MUST return for each interface its tap_name in the sandbox's namespace and its mac;
 //   - MUST remove what it made before it returns an error;
 //   - MUST return InvalidArgument naming the interface for a binding it does not declare;
+//   - with the interface option "dhcp-options" declared (Capabilities.interface_options), MUST
+//     send an interface's dhcp_options in every DHCPv4 OFFER and ACK its guest gets, and return
+//     InvalidArgument naming the interface for options it cannot send as asked (DHCPOptions);
+//     the host sends dhcp_options to no other driver (CheckSetup);
 //   - SHOULD fill ip_addresses (CIDR), mtu and pod_interface, forward the interface's ports with
 //     the masquerade binding, and fill reachable_addresses when others reach the guest at other
 //     addresses than its own (NAT).

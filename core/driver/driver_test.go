@@ -17,6 +17,7 @@ import (
 	"github.com/kubevisor/kubevisor/core/driver"
 	basev1 "github.com/kubevisor/kubevisor/core/driver/base/v1"
 	hypervisorv1 "github.com/kubevisor/kubevisor/core/driver/hypervisor/v1"
+	networkv1 "github.com/kubevisor/kubevisor/core/driver/network/v1"
 )
 
 // echoHypervisor is the least a hypervisor must be, plus a console that echoes input upper-cased;
@@ -342,5 +343,77 @@ func TestKindNames(t *testing.T) {
 	}
 	if _, err := driver.ParseKind("gpu"); err == nil {
 		t.Error("ParseKind(gpu) succeeded")
+	}
+}
+
+// countingNetwork is the least a network driver must be, declaring interfaceOptions; it counts
+// the Setups that reach it.
+type countingNetwork struct {
+	interfaceOptions []string
+	setups           atomic.Int32
+}
+
+func (n *countingNetwork) Info(context.Context) (*basev1.InfoResponse, error) {
+	return &basev1.InfoResponse{Name: "counting", Version: "0.1.0"}, nil
+}
+func (n *countingNetwork) Capabilities(context.Context) (*basev1.Capabilities, error) {
+	return &basev1.Capabilities{Bindings: []string{"bridge"}, InterfaceOptions: n.interfaceOptions}, nil
+}
+func (n *countingNetwork) Fingerprint(ctx context.Context, send func(*basev1.FingerprintResponse) error) error {
+	if err := send(&basev1.FingerprintResponse{Health: basev1.Health_HEALTH_HEALTHY}); err != nil {
+		return err
+	}
+	<-ctx.Done()
+	return nil
+}
+func (n *countingNetwork) Configure(context.Context, *basev1.ConfigureRequest) error { return nil }
+func (n *countingNetwork) Setup(_ context.Context, req *networkv1.SetupRequest) (*networkv1.SetupResponse, error) {
+	n.setups.Add(1)
+	return &networkv1.SetupResponse{}, nil
+}
+func (n *countingNetwork) Teardown(context.Context, *networkv1.TeardownRequest) error { return nil }
+
+// TestSetupRefusesWhatIsNotDeclared: the host's network client does not send an interface's
+// DHCP options to a driver that does not declare the interface option dhcp-options
+// (InvalidArgument naming the field and the interface, without a call), and does to one that
+// does; an interface without options reaches either.
+func TestSetupRefusesWhatIsNotDeclared(t *testing.T) {
+	req := &networkv1.SetupRequest{VmiId: "vmi", NetnsPath: "/run/netns/x", Interfaces: []*networkv1.Interface{
+		{Name: "default", Binding: "bridge"},
+		{Name: "pxe", Binding: "bridge", NetworkName: "lan", DhcpOptions: &networkv1.DHCPOptions{BootFileName: "boot.ipxe"}},
+	}}
+	for _, tc := range []struct {
+		name     string
+		declared []string
+		req      *networkv1.SetupRequest
+		refused  bool
+	}{
+		{"NotDeclared", nil, req, true},
+		{"OtherOptionDeclared", []string{"something-else"}, req, true},
+		{"Declared", []string{driver.InterfaceDHCPOptions}, req, false},
+		{"NoOptionsAsked", nil, &networkv1.SetupRequest{VmiId: "vmi", Interfaces: req.Interfaces[:1]}, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			impl := &countingNetwork{interfaceOptions: tc.declared}
+			c, stop, err := driver.InProcess(basev1.Kind_KIND_NETWORK, impl)
+			if err != nil {
+				t.Fatalf("InProcess: %v", err)
+			}
+			t.Cleanup(stop)
+			_, err = c.(*driver.NetworkClient).Setup(context.Background(), tc.req)
+			if !tc.refused {
+				if err != nil || impl.setups.Load() != 1 {
+					t.Fatalf("Setup = %v with %d calls of the driver, want success with 1", err, impl.setups.Load())
+				}
+				return
+			}
+			want := `interfaces[1].dhcpOptions: interface "pxe": dhcp-options is not declared by the driver`
+			if status.Code(err) != codes.InvalidArgument || !strings.Contains(err.Error(), want) {
+				t.Fatalf("Setup = %v, want InvalidArgument saying %q", err, want)
+			}
+			if n := impl.setups.Load(); n != 0 {
+				t.Fatalf("driver saw %d Setups, want 0", n)
+			}
+		})
 	}
 }

@@ -32,7 +32,8 @@ func (s *networkServer) Teardown(ctx context.Context, req *networkv1.TeardownReq
 
 // NetworkClient is the host's Network: it calls a network plugin over gRPC. It implements
 // Network only; NetworkChecker is reached through Optional, for a driver that declares
-// FEATURE_NETWORK_CHECK.
+// FEATURE_NETWORK_CHECK. Setup checks the request against the driver's Capabilities first
+// (CheckSetup), without reaching the plugin when it fails.
 type NetworkClient struct {
 	baseClient
 	net networkv1.NetworkClient
@@ -49,8 +50,16 @@ func NewNetworkClient(conn grpc.ClientConnInterface) *NetworkClient {
 	return &NetworkClient{baseClient: baseClient{base: basev1.NewDriverClient(conn)}, net: networkv1.NewNetworkClient(conn)}
 }
 
-// Setup implements Network.
+// Setup implements Network. It checks req against the driver's Capabilities first
+// (CheckSetup), without reaching the plugin when it fails.
 func (c *NetworkClient) Setup(ctx context.Context, req *networkv1.SetupRequest) (*networkv1.SetupResponse, error) {
+	caps, err := c.Capabilities(ctx)
+	if err != nil {
+		return nil, err
+	}
+	if err := CheckSetup(caps, req); err != nil {
+		return nil, err
+	}
 	return c.net.Setup(ctx, req)
 }
 

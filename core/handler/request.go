@@ -140,6 +140,7 @@ func makePlan(ctx context.Context, vmi *v1alpha1.VirtualMachineInstance, r Resol
 		for _, port := range iface.Ports {
 			ni.Ports = append(ni.Ports, &networkv1.Port{Name: port.Name, Protocol: port.Protocol, Port: port.Port})
 		}
+		ni.DhcpOptions = dhcpOptions(iface.DHCPOptions)
 		p.interfaces = append(p.interfaces, ni)
 	}
 	if fw := vmi.Spec.Domain.Firmware; fw != nil && fw.KernelBoot != nil {
@@ -166,6 +167,20 @@ func makePlan(ctx context.Context, vmi *v1alpha1.VirtualMachineInstance, r Resol
 		return nil, err
 	}
 	return p, nil
+}
+
+// dhcpOptions translates an interface's DHCP options into the network driver's; nil for none.
+func dhcpOptions(o *v1alpha1.DHCPOptions) *networkv1.DHCPOptions {
+	if o == nil {
+		return nil
+	}
+	out := &networkv1.DHCPOptions{BootFileName: o.BootFileName, TftpServerName: o.TFTPServerName, NtpServers: o.NTPServers}
+	for _, po := range o.PrivateOptions {
+		// Codes out of range (the webhook refuses them) stay out of range, not wrapped into valid ones.
+		code := uint32(min(max(po.Option, 0), 1<<16))
+		out.PrivateOptions = append(out.PrivateOptions, &networkv1.DHCPPrivateOption{Code: code, Value: po.Value})
+	}
+	return out
 }
 
 // storageVolume translates one VMI volume into the storage driver's.

@@ -300,6 +300,22 @@ func TestCheckSupported(t *testing.T) {
 			vmi:  func(v *v1alpha1.VirtualMachineInstance) { v.Spec.Domain.Devices.UseVirtioTransitional = ptr(false) },
 			caps: func(c *driverCaps) { c.hypervisorCaps.Devices = []string{"balloon"} },
 		},
+		{
+			name: "DHCP options offered",
+			vmi: func(v *v1alpha1.VirtualMachineInstance) {
+				v.Spec.Domain.Devices.Interfaces[0].DHCPOptions = &v1alpha1.DHCPOptions{BootFileName: "boot.ipxe"}
+			},
+			caps: func(c *driverCaps) {
+				c.networkCaps = &basev1.Capabilities{Bindings: []string{"bridge", "masquerade"}, InterfaceOptions: []string{"dhcp-options"}}
+			},
+		},
+		{
+			name: "DHCP options not offered",
+			vmi: func(v *v1alpha1.VirtualMachineInstance) {
+				v.Spec.Domain.Devices.Interfaces[0].DHCPOptions = &v1alpha1.DHCPOptions{NTPServers: []string{"192.0.2.1"}}
+			},
+			want: []string{`spec.domain.devices.interfaces[0].dhcpOptions: sending the guest extra DHCP options is not supported by the network driver "net" (it offers the interface options: none)`},
+		},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -384,6 +400,43 @@ standalone:
 	if _, err := (Config{Acceleration: "fast", DiskBus: "ide"}).withDefaults(); err == nil ||
 		!strings.Contains(err.Error(), "acceleration") || !strings.Contains(err.Error(), "diskBus") {
 		t.Errorf("withDefaults of bad values = %v", err)
+	}
+}
+
+// TestPlanDHCPOptions: an interface's DHCP options reach the network driver's request as they
+// are, and an interface without any sends none.
+func TestPlanDHCPOptions(t *testing.T) {
+	vmi := testVMI("demo", "uid", "/images/root.qcow2")
+	p, err := makePlan(context.Background(), vmi, MapResolver{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if o := p.interfaces[0].GetDhcpOptions(); o != nil {
+		t.Errorf("DHCP options %v of an interface without any", o)
+	}
+	vmi.Spec.Domain.Devices.Interfaces[0].DHCPOptions = &v1alpha1.DHCPOptions{
+		BootFileName: "pxelinux.0", TFTPServerName: "192.0.2.9", NTPServers: []string{"192.0.2.1", "192.0.2.2"},
+		PrivateOptions: []v1alpha1.DHCPPrivateOptions{{Option: 224, Value: "a"}, {Option: 254, Value: "b"}},
+	}
+	if p, err = makePlan(context.Background(), vmi, MapResolver{}); err != nil {
+		t.Fatal(err)
+	}
+	want := &networkv1.DHCPOptions{
+		BootFileName: "pxelinux.0", TftpServerName: "192.0.2.9", NtpServers: []string{"192.0.2.1", "192.0.2.2"},
+		PrivateOptions: []*networkv1.DHCPPrivateOption{{Code: 224, Value: "a"}, {Code: 254, Value: "b"}},
+	}
+	if got := p.interfaces[0].GetDhcpOptions(); !proto.Equal(got, want) {
+		t.Errorf("DHCP options %v, want %v", got, want)
+	}
+}
+
+// TestVMIInterfaceSettingsNameEveryOptionalSetting: every optional interface setting has the
+// words its refusal uses.
+func TestVMIInterfaceSettingsNameEveryOptionalSetting(t *testing.T) {
+	for _, o := range driver.OptionalInterfaceSettings {
+		if vmiInterfaceSettings[o.Name] == "" {
+			t.Errorf("optional interface setting %q has no description in vmiInterfaceSettings", o.Name)
+		}
 	}
 }
 

@@ -41,6 +41,11 @@ var vmiDevices = map[string]struct{ field, what string }{
 	driver.DeviceVirtioTransitional: {"spec.domain.devices.useVirtioTransitional", "making the virtio devices transitional (legacy and modern)"},
 }
 
+// vmiInterfaceSettings says, for each of driver.OptionalInterfaceSettings, what it is.
+var vmiInterfaceSettings = map[string]string{
+	driver.InterfaceDHCPOptions: "sending the guest extra DHCP options",
+}
+
 // checkSupported reports, by VMI field, what spec (the domain spec the VMI gives, built from
 // stand-in driver results) and the plan ask of a driver that the driver does not declare.
 func checkSupported(vmi *v1alpha1.VirtualMachineInstance, spec *domainv1.DomainSpec, p *plan, c driverCaps) error {
@@ -100,6 +105,13 @@ func checkSupported(vmi *v1alpha1.VirtualMachineInstance, spec *domainv1.DomainS
 	// Multi-queue taps, for the queues of networkInterfaceMultiqueue.
 	if slices.ContainsFunc(p.interfaces, func(i *networkv1.Interface) bool { return i.GetQueues() > 1 }) && !c.networkCaps.GetMultiQueueTaps() {
 		errs.add("spec.domain.devices.networkInterfaceMultiqueue", "multi-queue taps are not supported by the network driver %q (Capabilities.multi_queue_taps)", c.network)
+	}
+	// Optional interface settings, by the VMI interface that asks for each.
+	for i, ni := range p.interfaces {
+		for _, o := range driver.UndeclaredInterfaceSettings(c.networkCaps, ni) {
+			errs.add(fmt.Sprintf("spec.domain.devices.interfaces[%d].%s", i, o.Field), "%s is not supported by the network driver %q (it offers the interface options: %s)",
+				vmiInterfaceSettings[o.Name], c.network, list(c.networkCaps.GetInterfaceOptions()))
+		}
 	}
 	// Volume types.
 	for i, v := range p.volumes {

@@ -90,7 +90,6 @@ var entries = []Entry{
 
 	// domain.devices.interfaces[].
 	{Path: "domain.devices.interfaces[].binding", Reason: "network binding plugins are KubeVirt's; Kubevisor's network drivers are plugins of their own", Alternative: networkBindingAlt},
-	{Path: "domain.devices.interfaces[].dhcpOptions", Issue: 15},
 	{Path: "domain.devices.interfaces[].macvtap", Reason: "the macvtap binding is not implemented by Kubevisor's network driver", Alternative: "bridge"},
 	{Path: "domain.devices.interfaces[].passt", Reason: "the passt binding is not implemented by Kubevisor's network driver", Alternative: "masquerade"},
 	{Path: "domain.devices.interfaces[].slirp", Reason: "user-mode (slirp) networking is not implemented", Alternative: "masquerade"},

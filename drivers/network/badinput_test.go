@@ -52,6 +52,8 @@ func TestBadInput(t *testing.T) {
 		{"PortsOnBridge", "x", p.ns, []*networkv1.Interface{iface("default", BindingBridge, "", &networkv1.Port{Port: 80})}, codes.InvalidArgument, []string{`interface "default"`, "ports"}},
 		{"BadPort", "x", p.ns, []*networkv1.Interface{iface("default", BindingMasquerade, "", &networkv1.Port{Protocol: "SCTP", Port: 80})}, codes.InvalidArgument, []string{`interface "default"`, "SCTP"}},
 		{"BadMAC", "x", p.ns, []*networkv1.Interface{{Name: "default", Binding: BindingBridge, Mac: "01:00:5e:00:00:01"}}, codes.InvalidArgument, []string{`interface "default"`, "unicast"}},
+		{"BadDHCPOption", "x", p.ns, []*networkv1.Interface{good, withDHCP(iface("blue", BindingBridge, "net-a"), &networkv1.DHCPOptions{PrivateOptions: []*networkv1.DHCPPrivateOption{{Code: 67, Value: "boot"}}})},
+			codes.InvalidArgument, []string{`interface "blue"`, "dhcpOptions.privateOptions[0]: code 67 is not a site-specific option"}},
 		{"BadNetworkName", "x", p.ns, []*networkv1.Interface{good, iface("blue", BindingBridge, "a/b/c")}, codes.InvalidArgument, []string{`interface "blue"`, "a/b/c"}},
 		{"NetworkListMissing", "x", p.ns, []*networkv1.Interface{good, iface("blue", BindingBridge, "tenant/net-nope")}, codes.FailedPrecondition, []string{`interface "blue"`, `no CNI network list named "tenant/net-nope" or "net-nope"`, "zz-garbage.conflist"}},
 		{"NetworkListUnparsable", "x", p.ns, []*networkv1.Interface{good, iface("blue", BindingBridge, "net-broken")}, codes.FailedPrecondition, []string{`interface "blue"`, `"net-broken"`, "does not parse"}},
@@ -79,4 +81,10 @@ func TestBadInput(t *testing.T) {
 			}
 		})
 	}
+}
+
+// withDHCP is ifc with DHCP options.
+func withDHCP(ifc *networkv1.Interface, o *networkv1.DHCPOptions) *networkv1.Interface {
+	ifc.DhcpOptions = o
+	return ifc
 }

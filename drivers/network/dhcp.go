@@ -13,6 +13,8 @@ import (
 
 	"github.com/insomniacslk/dhcp/dhcpv4"
 	"github.com/insomniacslk/dhcp/dhcpv4/server4"
+
+	networkv1 "github.com/kubevisor/kubevisor/core/driver/network/v1"
 )
 
 // lease is what a guest's DHCP server hands out: one address, for ever, to one MAC.
@@ -34,6 +36,101 @@ type lease struct {
 	MTU    int
 	// Hostname is sent as the host name option (12) when set.
 	Hostname string
+	// Extra are the interface's DHCP options (Interface.dhcp_options), sent in every answer
+	// with an address (OFFER, ACK), and in the ACK of an INFORM, whether or not the client
+	// asks for them; nil for none.
+	Extra *dhcpOptions
+}
+
+// dhcpOptions are the extra DHCP options of an interface (Interface.dhcp_options), checked.
+type dhcpOptions struct {
+	// BootFileName is sent as option 67, TFTPServerName as option 66, when set.
+	BootFileName   string `json:"bootFileName,omitempty"`
+	TFTPServerName string `json:"tftpServerName,omitempty"`
+	// NTPServers are sent as option 42, in order, when any.
+	NTPServers []netip.Addr `json:"ntpServers,omitempty"`
+	// Private are site-specific options, each sent as its value's bytes.
+	Private []privateOption `json:"private,omitempty"`
+}
+
+// privateOption is a site-specific DHCP option (code 224 to 254).
+type privateOption struct {
+	Code  uint8  `json:"code"`
+	Value string `json:"value"`
+}
+
+// Limits of Interface.dhcp_options (the contract's DHCPOptions).
+const (
+	// maxOptionBytes is the longest value of one DHCP option (its length is one byte). Longer
+	// values would be split in several options (RFC 3396), which not every client joins.
+	maxOptionBytes = 255
+	// privateOptionMin to privateOptionMax are the site-specific option codes (RFC 3942).
+	privateOptionMin = 224
+	privateOptionMax = 254
+)
+
+// parseDHCPOptions checks an interface's DHCP options; nil for none. Its errors name the field
+// under dhcpOptions.
+func parseDHCPOptions(o *networkv1.DHCPOptions) (*dhcpOptions, error) {
+	if o == nil {
+		return nil, nil
+	}
+	out := &dhcpOptions{BootFileName: o.GetBootFileName(), TFTPServerName: o.GetTftpServerName()}
+	for _, f := range []struct{ name, value string }{{"bootFileName", out.BootFileName}, {"tftpServerName", out.TFTPServerName}} {
+		if len(f.value) > maxOptionBytes {
+			return nil, fmt.Errorf("%s: %d bytes, more than one DHCP option holds (%d)", f.name, len(f.value), maxOptionBytes)
+		}
+	}
+	for i, s := range o.GetNtpServers() {
+		a, err := netip.ParseAddr(s)
+		if err != nil || !a.Is4() {
+			return nil, fmt.Errorf("ntpServers[%d]: %q is not an IPv4 address", i, s)
+		}
+		out.NTPServers = append(out.NTPServers, a)
+	}
+	if n := len(out.NTPServers); n*4 > maxOptionBytes {
+		return nil, fmt.Errorf("ntpServers: %d addresses, more than one DHCP option holds (%d)", n, maxOptionBytes/4)
+	}
+	seen := map[uint32]bool{}
+	for i, po := range o.GetPrivateOptions() {
+		code := po.GetCode()
+		switch {
+		case code < privateOptionMin || code > privateOptionMax:
+			return nil, fmt.Errorf("privateOptions[%d]: code %d is not a site-specific option (%d to %d)", i, code, privateOptionMin, privateOptionMax)
+		case seen[code]:
+			return nil, fmt.Errorf("privateOptions[%d]: code %d is given twice", i, code)
+		case len(po.GetValue()) > maxOptionBytes:
+			return nil, fmt.Errorf("privateOptions[%d]: value of %d bytes, more than one DHCP option holds (%d)", i, len(po.GetValue()), maxOptionBytes)
+		}
+		seen[code] = true
+		out.Private = append(out.Private, privateOption{Code: uint8(code), Value: po.GetValue()})
+	}
+	return out, nil
+}
+
+// modifiers are the options of o for a reply.
+func (o *dhcpOptions) modifiers() []dhcpv4.Modifier {
+	if o == nil {
+		return nil
+	}
+	var mods []dhcpv4.Modifier
+	if o.TFTPServerName != "" {
+		mods = append(mods, dhcpv4.WithOption(dhcpv4.OptTFTPServerName(o.TFTPServerName)))
+	}
+	if o.BootFileName != "" {
+		mods = append(mods, dhcpv4.WithOption(dhcpv4.OptBootFileName(o.BootFileName)))
+	}
+	if len(o.NTPServers) > 0 {
+		var ips []net.IP
+		for _, a := range o.NTPServers {
+			ips = append(ips, a.AsSlice())
+		}
+		mods = append(mods, dhcpv4.WithOption(dhcpv4.OptNTPServers(ips...)))
+	}
+	for _, po := range o.Private {
+		mods = append(mods, dhcpv4.WithGeneric(dhcpv4.GenericOptionCode(po.Code), []byte(po.Value)))
+	}
+	return mods
 }
 
 type staticRoute struct {
@@ -169,6 +266,7 @@ func (l *lease) reply(req *dhcpv4.DHCPv4) (*dhcpv4.DHCPv4, error) {
 	if l.MTU > 0 {
 		mods = append(mods, dhcpv4.WithGeneric(dhcpv4.OptionInterfaceMTU, binary.BigEndian.AppendUint16(nil, uint16(l.MTU))))
 	}
+	mods = append(mods, l.Extra.modifiers()...)
 	return dhcpv4.NewReplyFromRequest(req, mods...)
 }
 

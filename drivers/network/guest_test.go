@@ -3,10 +3,12 @@ package network
 import (
 	"bytes"
 	"context"
+	"encoding/hex"
 	"io"
 	"os"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -27,6 +29,11 @@ const (
 
 // guestIPLine is the console line of each DHCP lease: "KUBEVISOR-IP: <addr> <iface> <mac>".
 var guestIPLine = regexp.MustCompile(`KUBEVISOR-IP: (\S+) (\S+) (\S+)`)
+
+// guestDHCPOptionsLine is the console line of each lease's extra options, just before its IP
+// line: "KUBEVISOR-DHCP-OPTIONS: <iface> tftp=... bootfile=... ntpsrv=a,b optNNN=<hex> ..." or
+// "<iface> none".
+var guestDHCPOptionsLine = regexp.MustCompile(`KUBEVISOR-DHCP-OPTIONS: (\S+)(.*)`)
 
 // guestDir is where `make guest` builds the test guest, or $KUBEVISOR_GUEST_DIR.
 func guestDir(t tb) string {
@@ -164,8 +171,9 @@ func bootGuest(t tb, podNS string, results []*networkv1.InterfaceResult) *consol
 }
 
 // TestGuest boots the project's test guest with the qmp driver in a pod namespace, on the
-// tap of each binding: it gets its address by DHCP, and answers ping and HTTP from the node
-// (bridge: at the pod address; masquerade: the declared port 80 through the DNAT).
+// tap of each binding: it gets its address by DHCP, with the interface's DHCP options as its
+// DHCP client (busybox udhcpc) reads them, and answers ping and HTTP from the node (bridge: at
+// the pod address; masquerade: the declared port 80 through the DNAT).
 func TestGuest(t *testing.T) {
 	requireRoot(t)
 	requireGuest(t)
@@ -180,6 +188,7 @@ func TestGuest(t *testing.T) {
 			if binding == BindingMasquerade {
 				ifc.Ports = []*networkv1.Port{{Name: "http", Protocol: "TCP", Port: 80}}
 			}
+			ifc.DhcpOptions = testDHCPOptions()
 			resp, err := d.Setup(ctx, setupReq(vmi, p.ns, ifc))
 			if err != nil {
 				t.Fatalf("Setup: %v", err)
@@ -198,6 +207,15 @@ func TestGuest(t *testing.T) {
 				t.Fatalf("guest lease %s on %s (MAC %s); want %s with MAC %s", m[1], m[2], m[3], want, r.GetMac())
 			}
 			t.Logf("guest: %s", m[0])
+			// udhcpc names 66, 67 and 42, and gives 224 and 254 as hex.
+			opts := con.wait(t, guestDHCPOptionsLine, time.Second)
+			for _, want := range []string{"tftp=tftp.example.org", "bootfile=pxelinux.0", "ntpsrv=192.0.2.1,192.0.2.2",
+				"opt224=" + hex.EncodeToString([]byte("kubevisor")), "opt254=" + hex.EncodeToString([]byte("last one"))} {
+				if !slices.Contains(strings.Fields(opts[2]), want) {
+					t.Errorf("guest's DHCP options %q lack %s", strings.TrimSpace(opts[0]), want)
+				}
+			}
+			t.Logf("guest: %s", strings.TrimSpace(opts[0]))
 
 			url := "http://" + p.ip.Addr().String() + "/"
 			var body string

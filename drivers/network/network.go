@@ -197,13 +197,15 @@ func (d *Driver) Info(context.Context) (*basev1.InfoResponse, error) {
 	}, nil
 }
 
-// Capabilities implements driver.Driver: Check, the bridge and masquerade bindings, and
-// multi-queue taps.
+// Capabilities implements driver.Driver: Check, the bridge and masquerade bindings,
+// multi-queue taps, and an interface's DHCP options (both bindings' guests get their address from the driver's DHCP
+// server).
 func (d *Driver) Capabilities(context.Context) (*basev1.Capabilities, error) {
 	return &basev1.Capabilities{
-		Features:       []basev1.Feature{basev1.Feature_FEATURE_NETWORK_CHECK},
-		Bindings:       slices.Clone(Bindings),
-		MultiQueueTaps: true,
+		Features:         []basev1.Feature{basev1.Feature_FEATURE_NETWORK_CHECK},
+		Bindings:         slices.Clone(Bindings),
+		InterfaceOptions: []string{driver.InterfaceDHCPOptions},
+		MultiQueueTaps:   true,
 	}, nil
 }
 

@@ -42,6 +42,8 @@ type ifacePlan struct {
 	ports []*networkv1.Port
 	// queues is Interface.queues: above 1, the tap is multi-queue.
 	queues uint32
+	// dhcp is the interface's extra DHCP options, nil for none.
+	dhcp *dhcpOptions
 
 	// podIface is the sandbox interface: the configured pod interface, or net1, net2, ...
 	podIface string
@@ -73,6 +75,7 @@ func planInterfaces(ifaces []*networkv1.Interface, podIface string) ([]*ifacePla
 	names := map[string]bool{}
 	podNetwork := ""
 	secondary := 0
+	var err error
 	for i, iface := range ifaces {
 		if iface.GetName() == "" {
 			return nil, invalid("interfaces[%d]: name is required", i)
@@ -100,6 +103,9 @@ func planInterfaces(ifaces []*networkv1.Interface, podIface string) ([]*ifacePla
 		}
 		if err := checkPorts(p); err != nil {
 			return nil, err
+		}
+		if p.dhcp, err = parseDHCPOptions(iface.GetDhcpOptions()); err != nil {
+			return nil, invalid("%s: dhcpOptions.%v", p.what(), err)
 		}
 		if p.secondary() {
 			if err := checkNetworkName(p.network); err != nil {

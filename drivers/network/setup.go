@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net"
 	"net/netip"
+	"reflect"
 	"regexp"
 	"strings"
 	"time"
@@ -53,8 +54,16 @@ func (d *Driver) Setup(ctx context.Context, req *networkv1.SetupRequest) (*netwo
 		return nil, err
 	}
 	defer s.end()
-	if s.st.Hostname != req.GetHostname() {
-		s.st.Hostname = req.GetHostname()
+	// The host name and the DHCP options are what the DHCP servers send: a Setup that changes
+	// them changes the servers' answers, and they are kept for a server made again.
+	changed := s.st.Hostname != req.GetHostname()
+	s.st.Hostname = req.GetHostname()
+	for i, p := range plans {
+		if is := s.st.Interfaces[i]; !reflect.DeepEqual(is.DHCP, p.dhcp) {
+			is.DHCP, changed = p.dhcp, true
+		}
+	}
+	if changed {
 		if err := s.save(); err != nil {
 			return nil, status.Errorf(codes.Internal, "VMI %s: %v", s.st.VMIID, err)
 		}
@@ -321,6 +330,7 @@ func (s *session) lease(p *ifacePlan, is *ifaceState) (*lease, error) {
 		return l, err
 	}
 	l.Hostname = s.st.Hostname
+	l.Extra = is.DHCP
 	return l, nil
 }
 

@@ -42,6 +42,8 @@ type ifaceState struct {
 	// MultiQueue says the tap is multi-queue (Interface.queues above 1); a state written
 	// before the field has single-queue taps.
 	MultiQueue bool `json:"multiQueue,omitempty"`
+	// DHCP is the interface's extra DHCP options (Interface.dhcp_options) of the last Setup.
+	DHCP *dhcpOptions `json:"dhcpOptions,omitempty"`
 	// Done is set once the interface was set up completely.
 	Done bool `json:"done,omitempty"`
 }
@@ -93,7 +95,7 @@ type cniState struct {
 func newIfaceState(p *ifacePlan) *ifaceState {
 	s := &ifaceState{
 		Name: p.name, Binding: p.binding, Network: p.network, MAC: p.mac,
-		PodIface: p.podIface, Bridge: p.bridge, Tap: p.tap, MultiQueue: p.multiQueue(),
+		PodIface: p.podIface, Bridge: p.bridge, Tap: p.tap, MultiQueue: p.multiQueue(), DHCP: p.dhcp,
 	}
 	for _, port := range p.ports {
 		proto := port.GetProtocol()

@@ -844,6 +844,59 @@ type Interface struct {
 	// +kubebuilder:validation:Enum=up;down;absent
 	// +optional
 	State InterfaceState `json:"state,omitempty"`
+	// DHCPOptions are extra options the network driver's DHCP server sends the guest on this
+	// interface, with the masquerade and the bridge binding (DHCPv4 only). A network driver that
+	// does not declare the "dhcp-options" interface option cannot run the VMI.
+	// +optional
+	DHCPOptions *DHCPOptions `json:"dhcpOptions,omitempty"`
+}
+
+// DHCPOptions are extra DHCPv4 options for the guest of an interface. The server sends each one
+// set in every OFFER and ACK, whether or not the client asks for it in its parameter request
+// list (option 55); a client ignores an option it does not use. Each value is at most 255 bytes,
+// the length of one DHCP option.
+type DHCPOptions struct {
+	// BootFileName is sent as the boot file name option (67), for a network boot.
+	// +kubebuilder:validation:MaxLength=255
+	// +optional
+	BootFileName string `json:"bootFileName,omitempty"`
+	// TFTPServerName is sent as the TFTP server name option (66), for a network boot.
+	// +kubebuilder:validation:MaxLength=255
+	// +optional
+	TFTPServerName string `json:"tftpServerName,omitempty"`
+	// NTPServers are IPv4 addresses ("192.0.2.1"), sent in this order as the NTP servers option
+	// (42).
+	// +kubebuilder:validation:MaxItems=63
+	// +listType=atomic
+	// +optional
+	NTPServers []string `json:"ntpServers,omitempty"`
+	// PrivateOptions are site-specific options (codes 224 to 254), each code at most once.
+	// +kubebuilder:validation:MaxItems=31
+	// +listType=atomic
+	// +optional
+	PrivateOptions []DHCPPrivateOptions `json:"privateOptions,omitempty"`
+}
+
+// Limits of DHCPOptions, which the webhook enforces.
+const (
+	// DHCPOptionMaxBytes is the longest value of one DHCP option (its length is one byte).
+	DHCPOptionMaxBytes = 255
+	// DHCPPrivateOptionMin to DHCPPrivateOptionMax are the site-specific option codes (RFC 3942),
+	// the only ones DHCPPrivateOptions.Option may be (as KubeVirt's).
+	DHCPPrivateOptionMin = 224
+	DHCPPrivateOptionMax = 254
+)
+
+// DHCPPrivateOptions is one site-specific DHCP option: its code and its value, sent as the
+// value's bytes.
+type DHCPPrivateOptions struct {
+	// Option is the option's code, 224 to 254.
+	// +kubebuilder:validation:Minimum=224
+	// +kubebuilder:validation:Maximum=254
+	Option int `json:"option"`
+	// Value is the option's value, sent as its bytes (at most 255).
+	// +kubebuilder:validation:MaxLength=255
+	Value string `json:"value"`
 }
 
 // InterfaceState is the link state of an interface.

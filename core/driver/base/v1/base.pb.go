@@ -455,8 +455,12 @@ type Capabilities struct {
 	// Network: the driver makes the tap of an Interface with queues above 1 a multi-queue tap
 	// (IFF_MULTI_QUEUE) that a hypervisor opens that many times (Interface.queues).
 	MultiQueueTaps bool `protobuf:"varint,15,opt,name=multi_queue_taps,json=multiQueueTaps,proto3" json:"multi_queue_taps,omitempty"`
-	unknownFields  protoimpl.UnknownFields
-	sizeCache      protoimpl.SizeCache
+	// Network: the optional settings of an interface the driver honours ("dhcp-options":
+	// Interface.dhcp_options). An interface with one the driver does not declare is not sent to
+	// it.
+	InterfaceOptions []string `protobuf:"bytes,16,rep,name=interface_options,json=interfaceOptions,proto3" json:"interface_options,omitempty"`
+	unknownFields    protoimpl.UnknownFields
+	sizeCache        protoimpl.SizeCache
 }
 
 func (x *Capabilities) Reset() {
@@ -592,6 +596,13 @@ func (x *Capabilities) GetMultiQueueTaps() bool {
 		return x.MultiQueueTaps
 	}
 	return false
+}
+
+func (x *Capabilities) GetInterfaceOptions() []string {
+	if x != nil {
+		return x.InterfaceOptions
+	}
+	return nil
 }
 
 type FingerprintRequest struct {
@@ -816,7 +827,7 @@ const file_core_driver_base_v1_base_proto_rawDesc = "" +
 	"\vdescription\x18\x05 \x01(\tR\vdescription\"\x15\n" +
 	"\x13CapabilitiesRequest\"b\n" +
 	"\x14CapabilitiesResponse\x12J\n" +
-	"\fcapabilities\x18\x01 \x01(\v2&.kubevisor.driver.base.v1.CapabilitiesR\fcapabilities\"\xf6\x03\n" +
+	"\fcapabilities\x18\x01 \x01(\v2&.kubevisor.driver.base.v1.CapabilitiesR\fcapabilities\"\xa3\x04\n" +
 	"\fCapabilities\x12=\n" +
 	"\bfeatures\x18\x01 \x03(\x0e2!.kubevisor.driver.base.v1.FeatureR\bfeatures\x12\x1a\n" +
 	"\bfirmware\x18\x02 \x03(\tR\bfirmware\x12\x1d\n" +
@@ -836,7 +847,8 @@ const file_core_driver_base_v1_base_proto_rawDesc = "" +
 	"\x06tap_fd\x18\f \x01(\bR\x05tapFd\x12\x1a\n" +
 	"\blauncher\x18\r \x01(\bR\blauncher\x12\x18\n" +
 	"\adevices\x18\x0e \x03(\tR\adevices\x12(\n" +
-	"\x10multi_queue_taps\x18\x0f \x01(\bR\x0emultiQueueTaps\"\x14\n" +
+	"\x10multi_queue_taps\x18\x0f \x01(\bR\x0emultiQueueTaps\x12+\n" +
+	"\x11interface_options\x18\x10 \x03(\tR\x10interfaceOptions\"\x14\n" +
 	"\x12FingerprintRequest\"\x9c\x02\n" +
 	"\x13FingerprintResponse\x128\n" +
 	"\x06health\x18\x01 \x01(\x0e2 .kubevisor.driver.base.v1.HealthR\x06health\x12-\n" +

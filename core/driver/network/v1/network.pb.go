@@ -41,7 +41,13 @@ type Interface struct {
 	// with: the driver MUST make the tap multi-queue (IFF_MULTI_QUEUE), and a tap that is there
 	// already must be one. 0 or 1: a single-queue tap, as before this field. Sent above 1 only to
 	// a driver declaring Capabilities.multi_queue_taps; at most 256.
-	Queues        uint32 `protobuf:"varint,6,opt,name=queues,proto3" json:"queues,omitempty"`
+	Queues uint32 `protobuf:"varint,6,opt,name=queues,proto3" json:"queues,omitempty"`
+	// dhcp_options are extra DHCPv4 options for the guest of this interface. Only a driver that
+	// declares the interface option "dhcp-options" (Capabilities.interface_options) is sent them;
+	// the host refuses a VMI that asks for them of another driver. A driver that declares it and
+	// answers the guest's DHCP on this interface MUST send each option set; one that does not
+	// answer the guest's DHCP (the guest configures itself) MUST NOT declare it.
+	DhcpOptions   *DHCPOptions `protobuf:"bytes,7,opt,name=dhcp_options,json=dhcpOptions,proto3" json:"dhcp_options,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -118,6 +124,147 @@ func (x *Interface) GetQueues() uint32 {
 	return 0
 }
 
+func (x *Interface) GetDhcpOptions() *DHCPOptions {
+	if x != nil {
+		return x.DhcpOptions
+	}
+	return nil
+}
+
+// DHCPOptions are extra DHCPv4 options a driver sends the guest of an interface, in every OFFER
+// and ACK (the ACK of an INFORM too), whether or not the client lists them in its parameter
+// request list (option 55). A driver MUST return InvalidArgument naming the interface for a
+// value it cannot send as asked: a value longer than 255 bytes, an NTP server that is not an
+// IPv4 address, a private option code outside 224-254 or given twice. An unset field sends
+// nothing.
+type DHCPOptions struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// boot_file_name is sent as the boot file name option (67).
+	BootFileName string `protobuf:"bytes,1,opt,name=boot_file_name,json=bootFileName,proto3" json:"boot_file_name,omitempty"`
+	// tftp_server_name is sent as the TFTP server name option (66).
+	TftpServerName string `protobuf:"bytes,2,opt,name=tftp_server_name,json=tftpServerName,proto3" json:"tftp_server_name,omitempty"`
+	// ntp_servers are IPv4 addresses in dotted-quad form, sent in this order as the NTP servers
+	// option (42).
+	NtpServers []string `protobuf:"bytes,3,rep,name=ntp_servers,json=ntpServers,proto3" json:"ntp_servers,omitempty"`
+	// private_options are site-specific options (RFC 3942: codes 224 to 254, each at most once).
+	PrivateOptions []*DHCPPrivateOption `protobuf:"bytes,4,rep,name=private_options,json=privateOptions,proto3" json:"private_options,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
+}
+
+func (x *DHCPOptions) Reset() {
+	*x = DHCPOptions{}
+	mi := &file_core_driver_network_v1_network_proto_msgTypes[1]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DHCPOptions) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DHCPOptions) ProtoMessage() {}
+
+func (x *DHCPOptions) ProtoReflect() protoreflect.Message {
+	mi := &file_core_driver_network_v1_network_proto_msgTypes[1]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DHCPOptions.ProtoReflect.Descriptor instead.
+func (*DHCPOptions) Descriptor() ([]byte, []int) {
+	return file_core_driver_network_v1_network_proto_rawDescGZIP(), []int{1}
+}
+
+func (x *DHCPOptions) GetBootFileName() string {
+	if x != nil {
+		return x.BootFileName
+	}
+	return ""
+}
+
+func (x *DHCPOptions) GetTftpServerName() string {
+	if x != nil {
+		return x.TftpServerName
+	}
+	return ""
+}
+
+func (x *DHCPOptions) GetNtpServers() []string {
+	if x != nil {
+		return x.NtpServers
+	}
+	return nil
+}
+
+func (x *DHCPOptions) GetPrivateOptions() []*DHCPPrivateOption {
+	if x != nil {
+		return x.PrivateOptions
+	}
+	return nil
+}
+
+// DHCPPrivateOption is one site-specific DHCP option.
+type DHCPPrivateOption struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// code is the option's code, 224 to 254.
+	Code uint32 `protobuf:"varint,1,opt,name=code,proto3" json:"code,omitempty"`
+	// value is sent as the option's data, byte for byte.
+	Value         string `protobuf:"bytes,2,opt,name=value,proto3" json:"value,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DHCPPrivateOption) Reset() {
+	*x = DHCPPrivateOption{}
+	mi := &file_core_driver_network_v1_network_proto_msgTypes[2]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DHCPPrivateOption) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DHCPPrivateOption) ProtoMessage() {}
+
+func (x *DHCPPrivateOption) ProtoReflect() protoreflect.Message {
+	mi := &file_core_driver_network_v1_network_proto_msgTypes[2]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DHCPPrivateOption.ProtoReflect.Descriptor instead.
+func (*DHCPPrivateOption) Descriptor() ([]byte, []int) {
+	return file_core_driver_network_v1_network_proto_rawDescGZIP(), []int{2}
+}
+
+func (x *DHCPPrivateOption) GetCode() uint32 {
+	if x != nil {
+		return x.Code
+	}
+	return 0
+}
+
+func (x *DHCPPrivateOption) GetValue() string {
+	if x != nil {
+		return x.Value
+	}
+	return ""
+}
+
 type Port struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	Name  string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
@@ -130,7 +277,7 @@ type Port struct {
 
 func (x *Port) Reset() {
 	*x = Port{}
-	mi := &file_core_driver_network_v1_network_proto_msgTypes[1]
+	mi := &file_core_driver_network_v1_network_proto_msgTypes[3]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -142,7 +289,7 @@ func (x *Port) String() string {
 func (*Port) ProtoMessage() {}
 
 func (x *Port) ProtoReflect() protoreflect.Message {
-	mi := &file_core_driver_network_v1_network_proto_msgTypes[1]
+	mi := &file_core_driver_network_v1_network_proto_msgTypes[3]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -155,7 +302,7 @@ func (x *Port) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Port.ProtoReflect.Descriptor instead.
 func (*Port) Descriptor() ([]byte, []int) {
-	return file_core_driver_network_v1_network_proto_rawDescGZIP(), []int{1}
+	return file_core_driver_network_v1_network_proto_rawDescGZIP(), []int{3}
 }
 
 func (x *Port) GetName() string {
@@ -195,7 +342,7 @@ type SetupRequest struct {
 
 func (x *SetupRequest) Reset() {
 	*x = SetupRequest{}
-	mi := &file_core_driver_network_v1_network_proto_msgTypes[2]
+	mi := &file_core_driver_network_v1_network_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -207,7 +354,7 @@ func (x *SetupRequest) String() string {
 func (*SetupRequest) ProtoMessage() {}
 
 func (x *SetupRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_core_driver_network_v1_network_proto_msgTypes[2]
+	mi := &file_core_driver_network_v1_network_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -220,7 +367,7 @@ func (x *SetupRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetupRequest.ProtoReflect.Descriptor instead.
 func (*SetupRequest) Descriptor() ([]byte, []int) {
-	return file_core_driver_network_v1_network_proto_rawDescGZIP(), []int{2}
+	return file_core_driver_network_v1_network_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *SetupRequest) GetVmiId() string {
@@ -274,7 +421,7 @@ type InterfaceResult struct {
 
 func (x *InterfaceResult) Reset() {
 	*x = InterfaceResult{}
-	mi := &file_core_driver_network_v1_network_proto_msgTypes[3]
+	mi := &file_core_driver_network_v1_network_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -286,7 +433,7 @@ func (x *InterfaceResult) String() string {
 func (*InterfaceResult) ProtoMessage() {}
 
 func (x *InterfaceResult) ProtoReflect() protoreflect.Message {
-	mi := &file_core_driver_network_v1_network_proto_msgTypes[3]
+	mi := &file_core_driver_network_v1_network_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -299,7 +446,7 @@ func (x *InterfaceResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use InterfaceResult.ProtoReflect.Descriptor instead.
 func (*InterfaceResult) Descriptor() ([]byte, []int) {
-	return file_core_driver_network_v1_network_proto_rawDescGZIP(), []int{3}
+	return file_core_driver_network_v1_network_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *InterfaceResult) GetName() string {
@@ -360,7 +507,7 @@ type SetupResponse struct {
 
 func (x *SetupResponse) Reset() {
 	*x = SetupResponse{}
-	mi := &file_core_driver_network_v1_network_proto_msgTypes[4]
+	mi := &file_core_driver_network_v1_network_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -372,7 +519,7 @@ func (x *SetupResponse) String() string {
 func (*SetupResponse) ProtoMessage() {}
 
 func (x *SetupResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_core_driver_network_v1_network_proto_msgTypes[4]
+	mi := &file_core_driver_network_v1_network_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -385,7 +532,7 @@ func (x *SetupResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetupResponse.ProtoReflect.Descriptor instead.
 func (*SetupResponse) Descriptor() ([]byte, []int) {
-	return file_core_driver_network_v1_network_proto_rawDescGZIP(), []int{4}
+	return file_core_driver_network_v1_network_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *SetupResponse) GetInterfaces() []*InterfaceResult {
@@ -406,7 +553,7 @@ type CheckRequest struct {
 
 func (x *CheckRequest) Reset() {
 	*x = CheckRequest{}
-	mi := &file_core_driver_network_v1_network_proto_msgTypes[5]
+	mi := &file_core_driver_network_v1_network_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -418,7 +565,7 @@ func (x *CheckRequest) String() string {
 func (*CheckRequest) ProtoMessage() {}
 
 func (x *CheckRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_core_driver_network_v1_network_proto_msgTypes[5]
+	mi := &file_core_driver_network_v1_network_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -431,7 +578,7 @@ func (x *CheckRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CheckRequest.ProtoReflect.Descriptor instead.
 func (*CheckRequest) Descriptor() ([]byte, []int) {
-	return file_core_driver_network_v1_network_proto_rawDescGZIP(), []int{5}
+	return file_core_driver_network_v1_network_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *CheckRequest) GetVmiId() string {
@@ -464,7 +611,7 @@ type CheckResponse struct {
 
 func (x *CheckResponse) Reset() {
 	*x = CheckResponse{}
-	mi := &file_core_driver_network_v1_network_proto_msgTypes[6]
+	mi := &file_core_driver_network_v1_network_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -476,7 +623,7 @@ func (x *CheckResponse) String() string {
 func (*CheckResponse) ProtoMessage() {}
 
 func (x *CheckResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_core_driver_network_v1_network_proto_msgTypes[6]
+	mi := &file_core_driver_network_v1_network_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -489,7 +636,7 @@ func (x *CheckResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CheckResponse.ProtoReflect.Descriptor instead.
 func (*CheckResponse) Descriptor() ([]byte, []int) {
-	return file_core_driver_network_v1_network_proto_rawDescGZIP(), []int{6}
+	return file_core_driver_network_v1_network_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *CheckResponse) GetInterfaces() []*InterfaceResult {
@@ -510,7 +657,7 @@ type TeardownRequest struct {
 
 func (x *TeardownRequest) Reset() {
 	*x = TeardownRequest{}
-	mi := &file_core_driver_network_v1_network_proto_msgTypes[7]
+	mi := &file_core_driver_network_v1_network_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -522,7 +669,7 @@ func (x *TeardownRequest) String() string {
 func (*TeardownRequest) ProtoMessage() {}
 
 func (x *TeardownRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_core_driver_network_v1_network_proto_msgTypes[7]
+	mi := &file_core_driver_network_v1_network_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -535,7 +682,7 @@ func (x *TeardownRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TeardownRequest.ProtoReflect.Descriptor instead.
 func (*TeardownRequest) Descriptor() ([]byte, []int) {
-	return file_core_driver_network_v1_network_proto_rawDescGZIP(), []int{7}
+	return file_core_driver_network_v1_network_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *TeardownRequest) GetVmiId() string {
@@ -567,7 +714,7 @@ type TeardownResponse struct {
 
 func (x *TeardownResponse) Reset() {
 	*x = TeardownResponse{}
-	mi := &file_core_driver_network_v1_network_proto_msgTypes[8]
+	mi := &file_core_driver_network_v1_network_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -579,7 +726,7 @@ func (x *TeardownResponse) String() string {
 func (*TeardownResponse) ProtoMessage() {}
 
 func (x *TeardownResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_core_driver_network_v1_network_proto_msgTypes[8]
+	mi := &file_core_driver_network_v1_network_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -592,21 +739,31 @@ func (x *TeardownResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TeardownResponse.ProtoReflect.Descriptor instead.
 func (*TeardownResponse) Descriptor() ([]byte, []int) {
-	return file_core_driver_network_v1_network_proto_rawDescGZIP(), []int{8}
+	return file_core_driver_network_v1_network_proto_rawDescGZIP(), []int{10}
 }
 
 var File_core_driver_network_v1_network_proto protoreflect.FileDescriptor
 
 const file_core_driver_network_v1_network_proto_rawDesc = "" +
 	"\n" +
-	"$core/driver/network/v1/network.proto\x12\x1bkubevisor.driver.network.v1\"\xbf\x01\n" +
+	"$core/driver/network/v1/network.proto\x12\x1bkubevisor.driver.network.v1\"\x8c\x02\n" +
 	"\tInterface\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x18\n" +
 	"\abinding\x18\x02 \x01(\tR\abinding\x12!\n" +
 	"\fnetwork_name\x18\x03 \x01(\tR\vnetworkName\x12\x10\n" +
 	"\x03mac\x18\x04 \x01(\tR\x03mac\x127\n" +
 	"\x05ports\x18\x05 \x03(\v2!.kubevisor.driver.network.v1.PortR\x05ports\x12\x16\n" +
-	"\x06queues\x18\x06 \x01(\rR\x06queues\"J\n" +
+	"\x06queues\x18\x06 \x01(\rR\x06queues\x12K\n" +
+	"\fdhcp_options\x18\a \x01(\v2(.kubevisor.driver.network.v1.DHCPOptionsR\vdhcpOptions\"\xd7\x01\n" +
+	"\vDHCPOptions\x12$\n" +
+	"\x0eboot_file_name\x18\x01 \x01(\tR\fbootFileName\x12(\n" +
+	"\x10tftp_server_name\x18\x02 \x01(\tR\x0etftpServerName\x12\x1f\n" +
+	"\vntp_servers\x18\x03 \x03(\tR\n" +
+	"ntpServers\x12W\n" +
+	"\x0fprivate_options\x18\x04 \x03(\v2..kubevisor.driver.network.v1.DHCPPrivateOptionR\x0eprivateOptions\"=\n" +
+	"\x11DHCPPrivateOption\x12\x12\n" +
+	"\x04code\x18\x01 \x01(\rR\x04code\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value\"J\n" +
 	"\x04Port\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x1a\n" +
 	"\bprotocol\x18\x02 \x01(\tR\bprotocol\x12\x12\n" +
@@ -667,36 +824,40 @@ func file_core_driver_network_v1_network_proto_rawDescGZIP() []byte {
 	return file_core_driver_network_v1_network_proto_rawDescData
 }
 
-var file_core_driver_network_v1_network_proto_msgTypes = make([]protoimpl.MessageInfo, 9)
+var file_core_driver_network_v1_network_proto_msgTypes = make([]protoimpl.MessageInfo, 11)
 var file_core_driver_network_v1_network_proto_goTypes = []any{
-	(*Interface)(nil),        // 0: kubevisor.driver.network.v1.Interface
-	(*Port)(nil),             // 1: kubevisor.driver.network.v1.Port
-	(*SetupRequest)(nil),     // 2: kubevisor.driver.network.v1.SetupRequest
-	(*InterfaceResult)(nil),  // 3: kubevisor.driver.network.v1.InterfaceResult
-	(*SetupResponse)(nil),    // 4: kubevisor.driver.network.v1.SetupResponse
-	(*CheckRequest)(nil),     // 5: kubevisor.driver.network.v1.CheckRequest
-	(*CheckResponse)(nil),    // 6: kubevisor.driver.network.v1.CheckResponse
-	(*TeardownRequest)(nil),  // 7: kubevisor.driver.network.v1.TeardownRequest
-	(*TeardownResponse)(nil), // 8: kubevisor.driver.network.v1.TeardownResponse
+	(*Interface)(nil),         // 0: kubevisor.driver.network.v1.Interface
+	(*DHCPOptions)(nil),       // 1: kubevisor.driver.network.v1.DHCPOptions
+	(*DHCPPrivateOption)(nil), // 2: kubevisor.driver.network.v1.DHCPPrivateOption
+	(*Port)(nil),              // 3: kubevisor.driver.network.v1.Port
+	(*SetupRequest)(nil),      // 4: kubevisor.driver.network.v1.SetupRequest
+	(*InterfaceResult)(nil),   // 5: kubevisor.driver.network.v1.InterfaceResult
+	(*SetupResponse)(nil),     // 6: kubevisor.driver.network.v1.SetupResponse
+	(*CheckRequest)(nil),      // 7: kubevisor.driver.network.v1.CheckRequest
+	(*CheckResponse)(nil),     // 8: kubevisor.driver.network.v1.CheckResponse
+	(*TeardownRequest)(nil),   // 9: kubevisor.driver.network.v1.TeardownRequest
+	(*TeardownResponse)(nil),  // 10: kubevisor.driver.network.v1.TeardownResponse
 }
 var file_core_driver_network_v1_network_proto_depIdxs = []int32{
-	1, // 0: kubevisor.driver.network.v1.Interface.ports:type_name -> kubevisor.driver.network.v1.Port
-	0, // 1: kubevisor.driver.network.v1.SetupRequest.interfaces:type_name -> kubevisor.driver.network.v1.Interface
-	3, // 2: kubevisor.driver.network.v1.SetupResponse.interfaces:type_name -> kubevisor.driver.network.v1.InterfaceResult
-	0, // 3: kubevisor.driver.network.v1.CheckRequest.interfaces:type_name -> kubevisor.driver.network.v1.Interface
-	3, // 4: kubevisor.driver.network.v1.CheckResponse.interfaces:type_name -> kubevisor.driver.network.v1.InterfaceResult
-	0, // 5: kubevisor.driver.network.v1.TeardownRequest.interfaces:type_name -> kubevisor.driver.network.v1.Interface
-	2, // 6: kubevisor.driver.network.v1.Network.Setup:input_type -> kubevisor.driver.network.v1.SetupRequest
-	5, // 7: kubevisor.driver.network.v1.Network.Check:input_type -> kubevisor.driver.network.v1.CheckRequest
-	7, // 8: kubevisor.driver.network.v1.Network.Teardown:input_type -> kubevisor.driver.network.v1.TeardownRequest
-	4, // 9: kubevisor.driver.network.v1.Network.Setup:output_type -> kubevisor.driver.network.v1.SetupResponse
-	6, // 10: kubevisor.driver.network.v1.Network.Check:output_type -> kubevisor.driver.network.v1.CheckResponse
-	8, // 11: kubevisor.driver.network.v1.Network.Teardown:output_type -> kubevisor.driver.network.v1.TeardownResponse
-	9, // [9:12] is the sub-list for method output_type
-	6, // [6:9] is the sub-list for method input_type
-	6, // [6:6] is the sub-list for extension type_name
-	6, // [6:6] is the sub-list for extension extendee
-	0, // [0:6] is the sub-list for field type_name
+	3,  // 0: kubevisor.driver.network.v1.Interface.ports:type_name -> kubevisor.driver.network.v1.Port
+	1,  // 1: kubevisor.driver.network.v1.Interface.dhcp_options:type_name -> kubevisor.driver.network.v1.DHCPOptions
+	2,  // 2: kubevisor.driver.network.v1.DHCPOptions.private_options:type_name -> kubevisor.driver.network.v1.DHCPPrivateOption
+	0,  // 3: kubevisor.driver.network.v1.SetupRequest.interfaces:type_name -> kubevisor.driver.network.v1.Interface
+	5,  // 4: kubevisor.driver.network.v1.SetupResponse.interfaces:type_name -> kubevisor.driver.network.v1.InterfaceResult
+	0,  // 5: kubevisor.driver.network.v1.CheckRequest.interfaces:type_name -> kubevisor.driver.network.v1.Interface
+	5,  // 6: kubevisor.driver.network.v1.CheckResponse.interfaces:type_name -> kubevisor.driver.network.v1.InterfaceResult
+	0,  // 7: kubevisor.driver.network.v1.TeardownRequest.interfaces:type_name -> kubevisor.driver.network.v1.Interface
+	4,  // 8: kubevisor.driver.network.v1.Network.Setup:input_type -> kubevisor.driver.network.v1.SetupRequest
+	7,  // 9: kubevisor.driver.network.v1.Network.Check:input_type -> kubevisor.driver.network.v1.CheckRequest
+	9,  // 10: kubevisor.driver.network.v1.Network.Teardown:input_type -> kubevisor.driver.network.v1.TeardownRequest
+	6,  // 11: kubevisor.driver.network.v1.Network.Setup:output_type -> kubevisor.driver.network.v1.SetupResponse
+	8,  // 12: kubevisor.driver.network.v1.Network.Check:output_type -> kubevisor.driver.network.v1.CheckResponse
+	10, // 13: kubevisor.driver.network.v1.Network.Teardown:output_type -> kubevisor.driver.network.v1.TeardownResponse
+	11, // [11:14] is the sub-list for method output_type
+	8,  // [8:11] is the sub-list for method input_type
+	8,  // [8:8] is the sub-list for extension type_name
+	8,  // [8:8] is the sub-list for extension extendee
+	0,  // [0:8] is the sub-list for field type_name
 }
 
 func init() { file_core_driver_network_v1_network_proto_init() }
@@ -710,7 +871,7 @@ func file_core_driver_network_v1_network_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_core_driver_network_v1_network_proto_rawDesc), len(file_core_driver_network_v1_network_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   9,
+			NumMessages:   11,
 			NumExtensions: 0,
 			NumServices:   1,
 		},
