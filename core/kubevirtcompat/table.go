@@ -20,7 +20,7 @@ func (e Entry) Planned() bool { return e.Issue != 0 }
 
 // The reasons several entries share.
 const (
-	guestAgentReason   = "needs a guest agent channel, which Kubevisor does not have yet"
+	guestAgentReason   = "needs the guest agent to act in the guest, which Kubevisor's agent channel does not do yet (it reads the guest's OS information only)"
 	objectVolumeReason = "Kubevisor has no volume that presents a Kubernetes object to the guest as a disk"
 	objectVolumeAlt    = "cloudInitNoCloud (userData, or secretRef for secret data)"
 	deviceTagReason    = "device role tags reach the guest as device metadata on a config drive, which Kubevisor does not write"
