@@ -317,6 +317,7 @@ type allOptional struct {
 	driver.Pauser
 	driver.Rebooter
 	driver.SoftRebooter
+	driver.GuestAgent
 	driver.Consoler
 	driver.Displayer
 	driver.Recoverer

@@ -135,6 +135,14 @@ type softRebootAnything struct{ *fake.Hypervisor }
 
 func (softRebootAnything) SoftReboot(context.Context, string) error { return nil }
 
+// agentAnything declares FEATURE_HYPERVISOR_GUEST_AGENT and answers "not connected" for any id,
+// running or not.
+type agentAnything struct{ *fake.Hypervisor }
+
+func (agentAnything) GuestAgentInfo(context.Context, string) (*hypervisorv1.GuestAgentInfoResponse, error) {
+	return &hypervisorv1.GuestAgentInfoResponse{}, nil
+}
+
 // rebootDoesNothing declares FEATURE_HYPERVISOR_REBOOT but Reboot does not boot again.
 type rebootDoesNothing struct{ *fake.Hypervisor }
 
@@ -199,6 +207,7 @@ func TestBrokenHypervisors(t *testing.T) {
 			"Events/Sequence":       "after Pause, no such event",
 			"Reboot/NotRunning":     "Reboot of a paused VM: got no error, want FailedPrecondition",
 			"SoftReboot/NotRunning": "SoftReboot of a paused VM: got no error, want FailedPrecondition",
+			"GuestAgent/NotRunning": "GuestAgentInfo of a paused VM: got no error, want FailedPrecondition",
 		}},
 		{"EventsUnfiltered", eventsUnfiltered{fake.NewHypervisor()}, nil, map[string]string{"Events/StartStop": "got an event of VM"}},
 		{"RebootDoesNothing", rebootDoesNothing{fake.NewHypervisor()}, []conformance.Option{conformance.WithTimeout(300 * time.Millisecond)},
@@ -210,6 +219,10 @@ func TestBrokenHypervisors(t *testing.T) {
 		{"SoftRebootAnything", softRebootAnything{fake.NewHypervisor()}, nil, map[string]string{
 			"SoftReboot/NotRunning": "SoftReboot of a created VM: got no error, want FailedPrecondition",
 			"Unknown/NotFound":      "SoftReboot of an unknown VM: got no error, want NotFound",
+		}},
+		{"AgentAnything", agentAnything{fake.NewHypervisor()}, nil, map[string]string{
+			"GuestAgent/NotRunning": "GuestAgentInfo of a created VM: got no error, want FailedPrecondition",
+			"Unknown/NotFound":      "GuestAgentInfo of an unknown VM: got no error, want NotFound",
 		}},
 		{"DeleteAnything", deleteAnything{fake.NewHypervisor()}, nil, map[string]string{"Delete/Running": "want FailedPrecondition"}},
 		{"ShutdownOnlyRunning", shutdownOnlyRunning{fake.NewHypervisor()}, nil, map[string]string{"Shutdown/Idempotent": "Shutdown, call 2: FailedPrecondition"}},
@@ -249,6 +262,7 @@ func TestUndeclaredFeaturesAreSkipped(t *testing.T) {
 		"Reboot/SecondBoot":      "driver does not declare FEATURE_HYPERVISOR_REBOOT",
 		"Reboot/NotRunning":      "driver does not declare FEATURE_HYPERVISOR_REBOOT",
 		"SoftReboot/NotRunning":  "driver does not declare FEATURE_HYPERVISOR_SOFT_REBOOT",
+		"GuestAgent/NotRunning":  "driver does not declare FEATURE_HYPERVISOR_GUEST_AGENT",
 		"Console/Output":         "driver does not declare FEATURE_HYPERVISOR_CONSOLE",
 		"Console/EndsOnStop":     "driver does not declare FEATURE_HYPERVISOR_CONSOLE",
 		"Console/BeforeStart":    "driver does not declare FEATURE_HYPERVISOR_CONSOLE",

@@ -34,6 +34,7 @@ import (
 //	Reboot/SecondBoot, Reboot/NotRunning (FEATURE_HYPERVISOR_REBOOT)
 //	SoftReboot/NotRunning               (FEATURE_HYPERVISOR_SOFT_REBOOT; the VM suite boots a
 //	                                    guest that answers it: SoftReboot/BootsAgain)
+//	GuestAgent/NotRunning               (FEATURE_HYPERVISOR_GUEST_AGENT)
 //	Console/Output, Console/EndsOnStop, Console/BeforeStart, Console/SeveralReaders
 //	                                    (FEATURE_HYPERVISOR_CONSOLE; SeveralReaders needs WithConsoleMarker)
 //	Recover/Running, Recover/Created, Recover/Stopped, Recover/Gone
@@ -86,6 +87,9 @@ func Hypervisor(t T, f HypervisorFactory, opts ...Option) {
 	})
 	t.Run("SoftReboot", func(t T) {
 		t.Run("NotRunning", s.checkSoftRebootNotRunning)
+	})
+	t.Run("GuestAgent", func(t T) {
+		t.Run("NotRunning", s.checkGuestAgentNotRunning)
 	})
 	t.Run("Console", func(t T) {
 		t.Run("Output", s.checkConsoleOutput)
@@ -319,6 +323,10 @@ func (s *hvSuite) checkUnknownNotFound(t T) {
 	}
 	if r, ok := driver.Optional[driver.SoftRebooter](ctx, d); ok {
 		expectCode(t, r.SoftReboot(ctx, id), codes.NotFound, "SoftReboot of an unknown VM")
+	}
+	if g, ok := driver.Optional[driver.GuestAgent](ctx, d); ok {
+		_, err := g.GuestAgentInfo(ctx, id)
+		expectCode(t, err, codes.NotFound, "GuestAgentInfo of an unknown VM")
 	}
 	if c, ok := driver.Optional[driver.Consoler](ctx, d); ok {
 		cctx, cancel := context.WithTimeout(ctx, eventWithin)

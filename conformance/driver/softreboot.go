@@ -18,6 +18,18 @@ func (s *hvSuite) checkSoftRebootNotRunning(t T) {
 	s.refusedUnlessRunning(t, d, "SoftReboot", r.SoftReboot)
 }
 
+// checkGuestAgentNotRunning: GuestAgentInfo of a VM that is not running (created, paused) is
+// FailedPrecondition and changes nothing.
+func (s *hvSuite) checkGuestAgentNotRunning(t T) {
+	d := s.hypervisor(t)
+	requireFeature(t, s.capabilities(t, d), basev1.Feature_FEATURE_HYPERVISOR_GUEST_AGENT)
+	g := optional[driver.GuestAgent](t, d, basev1.Feature_FEATURE_HYPERVISOR_GUEST_AGENT)
+	s.refusedUnlessRunning(t, d, "GuestAgentInfo", func(ctx context.Context, id string) error {
+		_, err := g.GuestAgentInfo(ctx, id)
+		return err
+	})
+}
+
 // checkSoftRebootBootsAgain: the guest, asked by SoftReboot, shuts down and boots again in the
 // same VM process: the ready marker once more, one boot more, RUNNING with reason GuestReset,
 // and on the way no SHUTDOWN, STOPPED or CRASHED event (a RESET event has reason GuestReset).

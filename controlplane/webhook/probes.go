@@ -16,7 +16,7 @@ import (
 // pod's address, so each needs a guest interface on the pod network that the kubelet reaches
 // there: masquerade forwards the pod's ports to the guest (those of interfaces[].ports when it
 // lists any), bridge gives the guest the pod's own address. A probe has exactly one of httpGet
-// and tcpSocket (exec and guestAgentPing never get here: they need a guest agent, and admission
+// and tcpSocket (exec and guestAgentPing never get here: they act through the guest agent, and admission
 // refuses them with core/kubevirtcompat's reason), a numeric port, and no host of its own.
 func (v *validator) probes() {
 	for _, pr := range []struct {
@@ -56,7 +56,7 @@ func (v *validator) probe(p *field.Path, pr *v1alpha1.Probe, liveness bool) {
 			v.add(field.Invalid(pp.Child("host"), h.TCPSocket.Host, "a host is "+notSupported+": the kubelet probes the guest at the launcher pod's address"))
 		}
 	default:
-		v.add(field.Required(p, "exactly one of httpGet and tcpSocket is required (exec and guestAgentPing need a guest agent, which Kubevisor does not have)"))
+		v.add(field.Required(p, "exactly one of httpGet and tcpSocket is required (exec and guestAgentPing are not supported)"))
 		return
 	}
 	portPath := pp.Child("port")

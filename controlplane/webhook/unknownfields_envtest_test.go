@@ -191,7 +191,7 @@ func TestProbesThroughAPIServer(t *testing.T) {
 		t.Errorf("stored livenessProbe %+v", l)
 	}
 
-	const agent = "not supported by Kubevisor: needs a guest agent channel, which Kubevisor does not have yet"
+	const agent = "not supported by Kubevisor: needs the guest agent to act in the guest, which Kubevisor's agent channel does not do yet (it reads the guest's OS information only)"
 	for _, tc := range []struct{ name, probes, path, words string }{
 		{"exec", "livenessProbe: {exec: {command: [\"true\"]}}\n", "spec.livenessProbe.exec", agent},
 		{"ping", "readinessProbe: {guestAgentPing: {}}\n", "spec.readinessProbe.guestAgentPing", agent},

@@ -58,6 +58,7 @@ var featureImpl = map[basev1.Feature]struct {
 	basev1.Feature_FEATURE_HYPERVISOR_PAUSE:       {basev1.Kind_KIND_HYPERVISOR, "driver.Pauser", is[Pauser]},
 	basev1.Feature_FEATURE_HYPERVISOR_REBOOT:      {basev1.Kind_KIND_HYPERVISOR, "driver.Rebooter", is[Rebooter]},
 	basev1.Feature_FEATURE_HYPERVISOR_SOFT_REBOOT: {basev1.Kind_KIND_HYPERVISOR, "driver.SoftRebooter", is[SoftRebooter]},
+	basev1.Feature_FEATURE_HYPERVISOR_GUEST_AGENT: {basev1.Kind_KIND_HYPERVISOR, "driver.GuestAgent", is[GuestAgent]},
 	basev1.Feature_FEATURE_HYPERVISOR_CONSOLE:     {basev1.Kind_KIND_HYPERVISOR, "driver.Consoler", is[Consoler]},
 	basev1.Feature_FEATURE_HYPERVISOR_DISPLAY:     {basev1.Kind_KIND_HYPERVISOR, "driver.Displayer", is[Displayer]},
 	basev1.Feature_FEATURE_HYPERVISOR_RECOVER:     {basev1.Kind_KIND_HYPERVISOR, "driver.Recoverer", is[Recoverer]},
@@ -100,6 +101,8 @@ func optionalFeature[I any]() (basev1.Feature, bool) {
 		return basev1.Feature_FEATURE_HYPERVISOR_REBOOT, true
 	case *SoftRebooter:
 		return basev1.Feature_FEATURE_HYPERVISOR_SOFT_REBOOT, true
+	case *GuestAgent:
+		return basev1.Feature_FEATURE_HYPERVISOR_GUEST_AGENT, true
 	case *Consoler:
 		return basev1.Feature_FEATURE_HYPERVISOR_CONSOLE, true
 	case *Displayer:
@@ -122,9 +125,9 @@ type gated interface {
 	optional(f basev1.Feature) any
 }
 
-// Optional returns d as its optional interface I (Pauser, Rebooter, Consoler, Recoverer,
-// Migrator, NetworkChecker or DeviceWatcher) when d declares I's feature in its Capabilities and
-// offers it, and false otherwise, also when Capabilities fails or I is no optional interface.
+// Optional returns d as its optional interface I (Pauser, Rebooter, SoftRebooter, GuestAgent,
+// Consoler, Displayer, Recoverer, Migrator, NetworkChecker or DeviceWatcher) when d declares I's
+// feature in its Capabilities and offers it, and false otherwise, also when Capabilities fails or I is no optional interface.
 //
 // It is how the host reaches an optional operation. A host client (HypervisorClient,
 // NetworkClient, DeviceClient) does not implement the optional interfaces itself, so a type

@@ -285,6 +285,29 @@ type SoftRebooter interface {
 	SoftReboot(ctx context.Context, id string) error
 }
 
+// GuestAgent is the optional FEATURE_HYPERVISOR_GUEST_AGENT: what the guest agent inside a VM
+// reports of the guest (its OS, host name, time zone, the agent's version).
+//
+// The driver owns the agent's channel: it gives every VM it starts one (the qmp driver: a
+// virtio-serial port named org.qemu.guest_agent.0, the QEMU guest agent's), and the host reaches
+// the agent only through GuestAgentInfo, never by connecting to the channel itself.
+//
+// GuestAgentInfo:
+//
+//   - MUST answer connected true, with what the agent reported, when the agent answered;
+//   - MUST answer connected false with a message saying why, not an error, when the guest has no
+//     agent or the agent does not answer (a guest that is booting, an agent that is stopped);
+//   - MUST return within a few seconds (SHOULD be at most 5 s) whatever the guest does, and
+//     MUST NOT block the VM's other operations meanwhile: the host polls it for every running
+//     VM;
+//   - SHOULD fill every field the agent reports; a query of the agent that fails leaves its
+//     fields empty and is named in message, connected staying true;
+//   - MUST return FailedPrecondition for a VM that is not running (created, paused, shutting
+//     down, stopped).
+type GuestAgent interface {
+	GuestAgentInfo(ctx context.Context, id string) (*hypervisorv1.GuestAgentInfoResponse, error)
+}
+
 // Displayer is the optional FEATURE_HYPERVISOR_DISPLAY: the VM's graphical display as an RFB
 // (VNC) byte stream.
 //

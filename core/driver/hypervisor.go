@@ -98,6 +98,14 @@ func (s *hypervisorServer) SoftReboot(ctx context.Context, req *hypervisorv1.Sof
 	return &hypervisorv1.SoftRebootResponse{}, r.SoftReboot(ctx, req.GetId())
 }
 
+func (s *hypervisorServer) GuestAgentInfo(ctx context.Context, req *hypervisorv1.GuestAgentInfoRequest) (*hypervisorv1.GuestAgentInfoResponse, error) {
+	g, ok := s.impl.(GuestAgent)
+	if !ok {
+		return nil, unimplemented("guest agent info")
+	}
+	return g.GuestAgentInfo(ctx, req.GetId())
+}
+
 func (s *hypervisorServer) Recover(ctx context.Context, req *hypervisorv1.RecoverRequest) (*hypervisorv1.RecoverResponse, error) {
 	r, ok := s.impl.(Recoverer)
 	if !ok {
@@ -201,6 +209,7 @@ var (
 	_ Pauser       = hvPauser{}
 	_ Rebooter     = hvRebooter{}
 	_ SoftRebooter = hvSoftRebooter{}
+	_ GuestAgent   = hvGuestAgent{}
 	_ Consoler     = hvConsoler{}
 	_ Displayer    = hvDisplayer{}
 	_ Recoverer    = hvRecoverer{}
@@ -221,6 +230,8 @@ func (c *HypervisorClient) optional(f basev1.Feature) any {
 		return hvRebooter{c}
 	case basev1.Feature_FEATURE_HYPERVISOR_SOFT_REBOOT:
 		return hvSoftRebooter{c}
+	case basev1.Feature_FEATURE_HYPERVISOR_GUEST_AGENT:
+		return hvGuestAgent{c}
 	case basev1.Feature_FEATURE_HYPERVISOR_CONSOLE:
 		return hvConsoler{c}
 	case basev1.Feature_FEATURE_HYPERVISOR_DISPLAY:
@@ -292,6 +303,7 @@ type (
 	hvPauser       struct{ c *HypervisorClient }
 	hvRebooter     struct{ c *HypervisorClient }
 	hvSoftRebooter struct{ c *HypervisorClient }
+	hvGuestAgent   struct{ c *HypervisorClient }
 	hvConsoler     struct{ c *HypervisorClient }
 	hvDisplayer    struct{ c *HypervisorClient }
 	hvRecoverer    struct{ c *HypervisorClient }
@@ -323,6 +335,11 @@ func (r hvRebooter) Reboot(ctx context.Context, id string) error {
 func (r hvSoftRebooter) SoftReboot(ctx context.Context, id string) error {
 	_, err := r.c.hv.SoftReboot(ctx, &hypervisorv1.SoftRebootRequest{Id: id})
 	return err
+}
+
+// GuestAgentInfo implements GuestAgent.
+func (g hvGuestAgent) GuestAgentInfo(ctx context.Context, id string) (*hypervisorv1.GuestAgentInfoResponse, error) {
+	return g.c.hv.GuestAgentInfo(ctx, &hypervisorv1.GuestAgentInfoRequest{Id: id})
 }
 
 // Recover implements Recoverer.

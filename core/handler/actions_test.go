@@ -23,6 +23,7 @@ import (
 	basev1 "github.com/kubevisor/kubevisor/core/driver/base/v1"
 	hypervisorv1 "github.com/kubevisor/kubevisor/core/driver/hypervisor/v1"
 	networkv1 "github.com/kubevisor/kubevisor/core/driver/network/v1"
+	"github.com/kubevisor/kubevisor/drivers/fake"
 	"github.com/kubevisor/kubevisor/internal/testenv"
 )
 
@@ -112,10 +113,12 @@ func TestActionsChangeTheVMAndItsStatus(t *testing.T) {
 		return nil
 	})
 
-	// No guest agent, no display in the fake driver's protocol.
-	if _, err := h.GuestOSInfo(ctx, vmi.UID); status.Code(err) != codes.Unimplemented || !strings.Contains(err.Error(), "no guest agent") {
-		t.Errorf("GuestOSInfo = %v, want Unimplemented: no guest agent", err)
+	// The fake driver's simulated guest agent answers at once.
+	if info, err := h.GuestOSInfo(ctx, vmi.UID); err != nil || info.Name != fake.FakeGuestOS.Name || info.Version != fake.FakeGuestOS.VersionId ||
+		info.KernelRelease != fake.FakeGuestOS.KernelRelease || info.Machine != fake.FakeGuestOS.Machine {
+		t.Errorf("GuestOSInfo = %+v, %v; want the fake agent's %v", info, err, fake.FakeGuestOS)
 	}
+	// No display in the fake driver's protocol.
 	for what, err := range map[string]error{
 		"CheckStream(vnc)": h.CheckStream(ctx, vmi.UID, StreamVNC),
 		"Display":          h.Display(ctx, vmi.UID, strings.NewReader(""), io.Discard),
@@ -130,11 +133,12 @@ func TestActionsChangeTheVMAndItsStatus(t *testing.T) {
 // not called: Unimplemented naming the feature, and the VM runs on.
 func TestActionsUndeclared(t *testing.T) {
 	e := newEnv(t, testHVSet, withoutFeatures(t, basev1.Feature_FEATURE_HYPERVISOR_PAUSE, basev1.Feature_FEATURE_HYPERVISOR_REBOOT,
-		basev1.Feature_FEATURE_HYPERVISOR_SOFT_REBOOT, basev1.Feature_FEATURE_HYPERVISOR_CONSOLE))
+		basev1.Feature_FEATURE_HYPERVISOR_SOFT_REBOOT, basev1.Feature_FEATURE_HYPERVISOR_CONSOLE, basev1.Feature_FEATURE_HYPERVISOR_GUEST_AGENT))
 	h := e.start()
 	vmi := testVMI("demo", "uid-undeclared", e.disk)
 	mustRun(t, h, vmi)
 	ctx := ctx5s(t)
+	_, osErr := h.GuestOSInfo(ctx, vmi.UID)
 	for name, c := range map[string]struct {
 		err     error
 		feature string
@@ -144,6 +148,7 @@ func TestActionsUndeclared(t *testing.T) {
 		"Reset":                {h.Reset(ctx, vmi.UID), "FEATURE_HYPERVISOR_REBOOT"},
 		"SoftReboot":           {h.SoftReboot(ctx, vmi.UID), "FEATURE_HYPERVISOR_SOFT_REBOOT"},
 		"CheckStream(console)": {h.CheckStream(ctx, vmi.UID, StreamConsole), "FEATURE_HYPERVISOR_CONSOLE"},
+		"GuestOSInfo":          {osErr, "FEATURE_HYPERVISOR_GUEST_AGENT"},
 	} {
 		if status.Code(c.err) != codes.Unimplemented || !strings.Contains(c.err.Error(), c.feature) || !strings.Contains(c.err.Error(), testHV) {
 			t.Errorf("%s = %v, want Unimplemented naming %s and the driver", name, c.err, c.feature)

@@ -21,6 +21,9 @@ const (
 	DefaultRunDir       = "/run/kubevisor/vmis"
 	DefaultPluginDir    = "/etc/kubevisor/plugins"
 	DefaultResyncPeriod = 30 * time.Second
+	// DefaultGuestAgentPollInterval is how often the guest agent of every running VM is asked,
+	// as KubeVirt's agent poller asks for the guest's OS info.
+	DefaultGuestAgentPollInterval = 10 * time.Second
 )
 
 // Config is the handler's configuration file (YAML or JSON):
@@ -71,6 +74,11 @@ type Config struct {
 	// ResyncPeriod is how often the handler asks the hypervisor driver for the status of every
 	// VM, besides following its events. Default: DefaultResyncPeriod.
 	ResyncPeriod metav1.Duration `json:"resyncPeriod,omitzero"`
+	// GuestAgentPollInterval is how often the handler asks the hypervisor driver what the guest
+	// agent of every running VM reports (driver.GuestAgent), besides shortly after each start;
+	// the VMI's guestOSInfo and AgentConnected condition are written when the answer changes.
+	// Default: DefaultGuestAgentPollInterval.
+	GuestAgentPollInterval metav1.Duration `json:"guestAgentPollInterval,omitzero"`
 	// Standalone configures `kubevisor-handler run` (package core/handler/standalone).
 	Standalone *StandaloneConfig `json:"standalone,omitempty"`
 }
@@ -184,6 +192,9 @@ func (c Config) withDefaults() (Config, error) {
 	}
 	if c.ResyncPeriod.Duration <= 0 {
 		c.ResyncPeriod.Duration = DefaultResyncPeriod
+	}
+	if c.GuestAgentPollInterval.Duration <= 0 {
+		c.GuestAgentPollInterval.Duration = DefaultGuestAgentPollInterval
 	}
 	var errs []error
 	for field, p := range map[string]string{"stateDir": c.StateDir, "runDir": c.RunDir, "volumeDir": c.VolumeDir} {

@@ -68,6 +68,9 @@ type Handler struct {
 
 	pubMu sync.Mutex // serialises publish, so that OnStatus sees changes in order
 
+	// agentKick asks pollAgents for a round now (a VM started).
+	agentKick chan struct{}
+
 	mu           sync.Mutex
 	loaded       map[string]string // kind → name of the drivers running
 	loadErrs     map[string]error  // kind → why the configured driver is not running
@@ -101,6 +104,8 @@ type entry struct {
 	status v1alpha1.VirtualMachineInstanceStatus
 	// timeline is the sync that started the VM, until TakeTimeline takes it.
 	timeline *Timeline
+	// agent is the hypervisor driver's last answer about the VM's guest agent (pollAgents).
+	agent *hypervisorv1.GuestAgentInfoResponse
 }
 
 // New starts the configured drivers through a plugin host on cfg.StateDir (reattaching to the
@@ -148,6 +153,7 @@ func New(ctx context.Context, cfg Config, opts Options) (*Handler, error) {
 		caps:         map[string]*basev1.Capabilities{},
 		fingerprints: map[string]*basev1.FingerprintResponse{},
 		vmis:         map[types.UID]*entry{},
+		agentKick:    make(chan struct{}, 1),
 	}
 	h.ctx, h.cancel = context.WithCancel(context.Background())
 	h.loadDrivers(ctx)
@@ -164,6 +170,7 @@ func New(ctx context.Context, cfg Config, opts Options) (*Handler, error) {
 	if name := h.loaded[driver.KindHypervisor]; name != "" {
 		h.wg.Go(h.watchHypervisor)
 		h.wg.Go(h.resync)
+		h.wg.Go(h.pollAgents)
 	}
 	for kind, name := range h.loaded {
 		h.wg.Go(func() { h.watchFingerprint(kind, name) })
@@ -396,6 +403,7 @@ func (h *Handler) publish(e *entry) v1alpha1.VirtualMachineInstanceStatus {
 		VM:            e.vm,
 		Stopping:      e.stopping,
 		SandboxExited: e.sandboxExited,
+		Agent:         e.agent,
 	}
 	if st := e.state; st != nil {
 		obs.Created = st.began(stepHypervisor)

@@ -467,6 +467,7 @@ func (r *syncRun) startVM(ctx context.Context) error {
 		// The VM runs; the handler forgets it on restart only if this write was lost.
 		r.h.log.Error("VM started but its state was not saved", "uid", id, "error", err)
 	}
+	r.h.kickAgents()
 	return nil
 }
 

@@ -77,6 +77,9 @@ type Observation struct {
 	Interfaces []InterfaceObservation
 	// SandboxExited, when set, says why the sandbox that holds the VM process ended.
 	SandboxExited string
+	// Agent is what the hypervisor driver last said of the VM's guest agent (GuestAgentInfo);
+	// nil when the driver has no guest agent or has not been asked since the VM started.
+	Agent *hypervisorv1.GuestAgentInfoResponse
 }
 
 // InterfaceObservation is one interface of a VMI and what the network driver made of it.
@@ -99,10 +102,14 @@ type InterfaceObservation struct {
 //   - conditions: Ready (True while the guest runs, False with GuestNotRunning otherwise),
 //     Paused (while paused), Synchronized=False with the failed step as its reason;
 //   - interfaces: name, MAC, addresses (without prefix length) and pod interface from the
-//     network driver's results; nodeName; a phase transition timestamp per new phase.
+//     network driver's results; nodeName; a phase transition timestamp per new phase;
+//   - AgentConnected (while the VM runs or is paused, once the driver was asked of its guest
+//     agent): True when the agent answered, False with GuestAgentNotConnected otherwise; gone
+//     once the VM no longer runs. guestOSInfo is what a connected agent last reported, kept
+//     while it is not connected and after the VM stopped.
 //
-// Fields the handler does not own (guest OS info, migration state, launcher pod name, class)
-// are kept from prev.
+// Fields the handler does not own (migration state, launcher pod name, class) are kept from
+// prev.
 func DeriveStatus(prev v1alpha1.VirtualMachineInstanceStatus, obs Observation, now time.Time) v1alpha1.VirtualMachineInstanceStatus {
 	st := *prev.DeepCopy()
 	st.NodeName = obs.NodeName
@@ -149,6 +156,11 @@ func DeriveStatus(prev v1alpha1.VirtualMachineInstanceStatus, obs Observation, n
 		st.Conditions = removeCondition(st.Conditions, v1alpha1.VirtualMachineInstanceSynchronized)
 	}
 
+	// AgentConnected and guestOSInfo.
+	if vmKnown || !obs.Created {
+		deriveAgent(&st, obs, phase, ts)
+	}
+
 	st.Interfaces = nil
 	for _, i := range obs.Interfaces {
 		if i.Result == nil {
@@ -178,6 +190,38 @@ func DeriveStatus(prev v1alpha1.VirtualMachineInstanceStatus, obs Observation, n
 		st.Interfaces = append(st.Interfaces, ni)
 	}
 	return st
+}
+
+// deriveAgent sets the AgentConnected condition and guestOSInfo of st from obs.Agent.
+func deriveAgent(st *v1alpha1.VirtualMachineInstanceStatus, obs Observation, phase v1alpha1.VirtualMachineInstancePhase, ts metav1.Time) {
+	state := obs.VM.GetState()
+	runs := phase == v1alpha1.Running && (state == hypervisorv1.State_STATE_RUNNING || state == hypervisorv1.State_STATE_PAUSED)
+	if !runs {
+		st.Conditions = removeCondition(st.Conditions, v1alpha1.VirtualMachineInstanceAgentConnected)
+		return
+	}
+	a := obs.Agent
+	if a == nil {
+		return // not asked yet (a handler restart): what the VMI shows stays
+	}
+	c := v1alpha1.VirtualMachineInstanceCondition{
+		Type: v1alpha1.VirtualMachineInstanceAgentConnected, Status: corev1.ConditionFalse,
+		Reason: v1alpha1.ReasonGuestAgentNotConnected, Message: orDefault(a.GetMessage(), "the guest agent does not answer"),
+	}
+	if a.GetConnected() {
+		c.Status, c.Reason, c.Message = corev1.ConditionTrue, v1alpha1.ReasonGuestAgentConnected, ""
+		st.GuestOSInfo = GuestOSInfo(a.GetOs())
+	}
+	st.Conditions = v1alpha1.SetInstanceCondition(st.Conditions, c, ts)
+}
+
+// GuestOSInfo is the VMI status field of what a guest agent reported.
+func GuestOSInfo(os *hypervisorv1.GuestOSInfo) v1alpha1.VirtualMachineInstanceGuestOSInfo {
+	return v1alpha1.VirtualMachineInstanceGuestOSInfo{
+		Name: os.GetName(), KernelRelease: os.GetKernelRelease(), Version: os.GetVersion(),
+		PrettyName: os.GetPrettyName(), VersionID: os.GetVersionId(), KernelVersion: os.GetKernelVersion(),
+		Machine: os.GetMachine(), ID: os.GetId(),
+	}
 }
 
 // derivePhase returns the phase and reason of a VMI, and whether the VM's state is known.

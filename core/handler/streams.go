@@ -2,6 +2,7 @@ package handler
 
 import (
 	"context"
+	"fmt"
 	"io"
 	"net"
 	"net/netip"
@@ -162,12 +163,25 @@ func parseAddr(s string) (netip.Addr, error) {
 	return netip.ParseAddr(s)
 }
 
-// GuestOSInfo returns what is known of VMI uid's guest operating system. Nothing reports it
-// today: there is no guest agent, and no hypervisor driver's status carries it, so it is
-// Unimplemented for a VMI the handler runs.
-func (h *Handler) GuestOSInfo(_ context.Context, uid types.UID) (*subv1.GuestOSInfo, error) {
-	if _, _, err := h.startedVM(uid); err != nil && status.Code(err) == codes.NotFound {
+// GuestOSInfo returns what VMI uid's guest agent reports of its operating system, asked now
+// (driver.GuestAgent): Unimplemented when the hypervisor driver has no guest agent,
+// FailedPrecondition when the VM does not run or its agent does not answer.
+func (h *Handler) GuestOSInfo(ctx context.Context, uid types.UID) (*subv1.GuestOSInfo, error) {
+	_, hv, err := h.startedVM(uid)
+	if err != nil {
 		return nil, err
 	}
-	return nil, status.Error(codes.Unimplemented, "no guest agent: guest OS information is not available")
+	ga, ok := driver.Optional[driver.GuestAgent](ctx, hv)
+	if !ok {
+		return nil, h.unoffered("guest OS information: no guest agent (it does not declare FEATURE_HYPERVISOR_GUEST_AGENT)")
+	}
+	info, err := ga.GuestAgentInfo(ctx, string(uid))
+	if err != nil {
+		return nil, fmt.Errorf("guest agent: %w", err)
+	}
+	if !info.GetConnected() {
+		return nil, status.Errorf(codes.FailedPrecondition, "the guest agent is not connected: %s", info.GetMessage())
+	}
+	os := info.GetOs()
+	return &subv1.GuestOSInfo{Name: os.GetName(), Version: os.GetVersionId(), KernelRelease: os.GetKernelRelease(), Machine: os.GetMachine()}, nil
 }

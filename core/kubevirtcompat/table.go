@@ -20,7 +20,7 @@ func (e Entry) Planned() bool { return e.Issue != 0 }
 
 // The reasons several entries share.
 const (
-	guestAgentReason = "needs a guest agent channel, which Kubevisor does not have yet"
+	guestAgentReason = "needs the guest agent to act in the guest, which Kubevisor's agent channel does not do yet (it reads the guest's OS information only)"
 	// KubeVirt's SEV attestation: a paused launch, the launch measurement read through a
 	// subresource, then secrets injected before the guest runs.
 	sevAttestationReason = "SEV attestation (a paused launch whose measurement the guest owner checks, with their session and Diffie-Hellman certificate) is not implemented"

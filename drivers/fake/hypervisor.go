@@ -45,6 +45,11 @@ type HypervisorConfig struct {
 	// ShutdownDelay is how long a guest takes to power off once asked. A guest slower than the
 	// Shutdown timeout is stopped forcibly.
 	ShutdownDelay Duration `json:"shutdownDelay,omitempty"`
+	// AgentDelay is how long after a boot the simulated guest agent starts answering
+	// GuestAgentInfo; before, it is not connected.
+	AgentDelay Duration `json:"agentDelay,omitempty"`
+	// NoAgent simulates guests without a guest agent: never connected.
+	NoAgent bool `json:"noAgent,omitempty"`
 }
 
 // Hypervisor is the fake hypervisor driver. VMs are in-memory records that go through the
@@ -65,6 +70,7 @@ var (
 	_ driver.Pauser       = (*Hypervisor)(nil)
 	_ driver.Rebooter     = (*Hypervisor)(nil)
 	_ driver.SoftRebooter = (*Hypervisor)(nil)
+	_ driver.GuestAgent   = (*Hypervisor)(nil)
 	_ driver.Consoler     = (*Hypervisor)(nil)
 	_ driver.Recoverer    = (*Hypervisor)(nil)
 	_ driver.Migrator     = (*Hypervisor)(nil)
@@ -136,6 +142,7 @@ func (h *Hypervisor) Capabilities(context.Context) (*basev1.Capabilities, error)
 			basev1.Feature_FEATURE_HYPERVISOR_PAUSE,
 			basev1.Feature_FEATURE_HYPERVISOR_REBOOT,
 			basev1.Feature_FEATURE_HYPERVISOR_SOFT_REBOOT,
+			basev1.Feature_FEATURE_HYPERVISOR_GUEST_AGENT,
 			basev1.Feature_FEATURE_HYPERVISOR_CONSOLE,
 			basev1.Feature_FEATURE_HYPERVISOR_RECOVER,
 			basev1.Feature_FEATURE_HYPERVISOR_MIGRATE,
@@ -514,6 +521,33 @@ func (h *Hypervisor) SoftReboot(_ context.Context, id string) error {
 	gen := v.gen
 	time.AfterFunc(time.Duration(h.cfg.ShutdownDelay), func() { h.guestRestarted(id, gen) })
 	return nil
+}
+
+// FakeGuestOS is the operating system the simulated guest agent reports.
+var FakeGuestOS = &hypervisorv1.GuestOSInfo{
+	Name: "Fake Linux", KernelRelease: "6.1.0-fake", Version: "1 (fake)", PrettyName: "Fake Linux 1",
+	VersionId: "1", KernelVersion: "#1 SMP fake", Machine: "x86_64", Id: "fake",
+}
+
+// GuestAgentInfo implements driver.GuestAgent. The simulated agent answers
+// HypervisorConfig.AgentDelay after each boot (never with NoAgent) with FakeGuestOS, the VM's
+// name as host name, and UTC.
+func (h *Hypervisor) GuestAgentInfo(_ context.Context, id string) (*hypervisorv1.GuestAgentInfoResponse, error) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	v, err := h.getLocked(id)
+	if err != nil {
+		return nil, err
+	}
+	if v.state != hypervisorv1.State_STATE_RUNNING {
+		return nil, precondition("VM %q is %s, not running", id, driver.StateWord(v.state))
+	}
+	if h.cfg.NoAgent || time.Since(v.rec.StartedAt) < time.Duration(h.cfg.AgentDelay) {
+		return &hypervisorv1.GuestAgentInfoResponse{Message: "the simulated guest agent does not answer"}, nil
+	}
+	return &hypervisorv1.GuestAgentInfoResponse{
+		Connected: true, Version: "fake-1", Os: FakeGuestOS, HostName: v.rec.Name, Timezone: "UTC",
+	}, nil
 }
 
 // guestRestarted is the simulated guest restarting after a SoftReboot.

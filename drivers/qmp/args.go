@@ -86,6 +86,8 @@ type Paths struct {
 	PID    string
 	Log    string
 	Vars   string
+	// Agent is the host side of the guest agent's virtio-serial port (AgentPort).
+	Agent string
 }
 
 // RunPaths returns the paths of a VM's files in runDir. The serial socket is the spec's when it
@@ -97,6 +99,7 @@ func RunPaths(spec *domainv1.DomainSpec, runDir string) Paths {
 		PID:    filepath.Join(runDir, "qemu.pid"),
 		Log:    filepath.Join(runDir, "qemu.log"),
 		Vars:   filepath.Join(runDir, "OVMF_VARS.fd"),
+		Agent:  filepath.Join(runDir, "qga.sock"),
 	}
 	if s := spec.GetSerial().GetSocketPath(); s != "" {
 		p.Serial = s
@@ -268,6 +271,7 @@ func (b *argBuilder) build() {
 	}
 	b.firmware()
 	b.add("-device", "pvpanic")
+	b.guestAgent()
 	if spec.GetRng() != nil {
 		// The host's /dev/urandom, as libvirt's and KubeVirt's default: it never blocks.
 		b.add("-object", "rng-random,id=rng0,filename=/dev/urandom", "-device", b.virtio("virtio-rng-pci")+",rng=rng0,id=rng")
@@ -287,6 +291,19 @@ func (b *argBuilder) build() {
 	if b.sev {
 		b.iommuPlatform()
 	}
+}
+
+// AgentPort is the name of the guest agent's virtio-serial port, the QEMU guest agent's
+// (qemu-ga looks for /dev/virtio-ports/org.qemu.guest_agent.0).
+const AgentPort = "org.qemu.guest_agent.0"
+
+// guestAgent adds the guest agent's channel, to every VM as KubeVirt does whether or not the
+// guest runs an agent: a virtio-serial controller with one port named AgentPort, whose host side
+// is a socket chardev in the run dir that the driver alone connects to (GuestAgentInfo).
+func (b *argBuilder) guestAgent() {
+	b.add("-device", b.virtio("virtio-serial-pci")+",id=virtio-serial0",
+		"-chardev", "socket,id=qga0,path="+esc(b.paths.Agent)+",server=on,wait=off",
+		"-device", "virtserialport,bus=virtio-serial0.0,chardev=qga0,name="+AgentPort)
 }
 
 func (b *argBuilder) machine() {

@@ -62,6 +62,9 @@ func TestBuildArgs(t *testing.T) {
 				{"-chardev", "socket,id=qmp,path=/run/vm1/qmp.sock,server=on,wait=off", "-mon", "chardev=qmp,mode=control"},
 				{"-chardev", "socket,id=serial0,path=/run/vm1/serial.sock,server=on,wait=off", "-serial", "chardev:serial0"},
 				{"-device", "pvpanic"}, {"-action", "panic=shutdown"},
+				{"-device", "virtio-serial-pci-non-transitional,id=virtio-serial0",
+					"-chardev", "socket,id=qga0,path=/run/vm1/qga.sock,server=on,wait=off",
+					"-device", "virtserialport,bus=virtio-serial0.0,chardev=qga0,name=org.qemu.guest_agent.0"},
 				{"-sandbox", "on,obsolete=deny,elevateprivileges=deny,spawn=deny,resourcecontrol=deny"},
 			},
 			not: []string{"-uuid", "-smbios", "-vnc", "-kernel", "-netdev", "-blockdev", "-object"},
@@ -837,7 +840,7 @@ func TestBuildArgs(t *testing.T) {
 
 func TestRunPaths(t *testing.T) {
 	p := RunPaths(baseSpec(), "/r")
-	want := Paths{QMP: "/r/qmp.sock", Serial: "/r/serial.sock", PID: "/r/qemu.pid", Log: "/r/qemu.log", Vars: "/r/OVMF_VARS.fd"}
+	want := Paths{QMP: "/r/qmp.sock", Serial: "/r/serial.sock", PID: "/r/qemu.pid", Log: "/r/qemu.log", Vars: "/r/OVMF_VARS.fd", Agent: "/r/qga.sock"}
 	if p != want {
 		t.Fatalf("RunPaths = %+v, want %+v", p, want)
 	}

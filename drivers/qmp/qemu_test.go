@@ -822,8 +822,9 @@ func TestFingerprint(t *testing.T) {
 	}
 	want := []basev1.Feature{
 		basev1.Feature_FEATURE_HYPERVISOR_PAUSE, basev1.Feature_FEATURE_HYPERVISOR_REBOOT,
-		basev1.Feature_FEATURE_HYPERVISOR_SOFT_REBOOT, basev1.Feature_FEATURE_HYPERVISOR_CONSOLE,
-		basev1.Feature_FEATURE_HYPERVISOR_DISPLAY, basev1.Feature_FEATURE_HYPERVISOR_RECOVER,
+		basev1.Feature_FEATURE_HYPERVISOR_SOFT_REBOOT, basev1.Feature_FEATURE_HYPERVISOR_GUEST_AGENT,
+		basev1.Feature_FEATURE_HYPERVISOR_CONSOLE, basev1.Feature_FEATURE_HYPERVISOR_DISPLAY,
+		basev1.Feature_FEATURE_HYPERVISOR_RECOVER,
 	}
 	if got := caps.GetFeatures(); !slices.Equal(got, want) {
 		t.Fatalf("Capabilities features = %v, want %v", got, want)

@@ -82,6 +82,8 @@ type vm struct {
 	sess    *session      // the running QEMU, nil when there is none
 	changed chan struct{} // closed and replaced on every change
 	reset   time.Time     // when QEMU last reported a reset counted in rec.Boots
+
+	agent sync.Mutex // serialises the guest agent's exchanges (GuestAgentInfo)
 }
 
 // session is one QEMU process of a VM and the driver's connections to it.
@@ -805,7 +807,7 @@ func (d *Driver) Delete(_ context.Context, id string) error {
 		return status.Errorf(codes.FailedPrecondition, "vm %q is %s: stop it first", id, st)
 	}
 	v.mu.Unlock()
-	made := []string{v.paths.QMP, v.paths.Serial, v.paths.PID, v.paths.Log, v.paths.Vars, v.spec.GetVnc().GetSocketPath()}
+	made := []string{v.paths.QMP, v.paths.Serial, v.paths.PID, v.paths.Log, v.paths.Vars, v.paths.Agent, v.spec.GetVnc().GetSocketPath()}
 	for _, p := range made {
 		if p != "" {
 			if err := os.Remove(p); err != nil && !errors.Is(err, os.ErrNotExist) {

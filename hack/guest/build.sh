@@ -2,8 +2,9 @@
 # Builds Kubevisor's own test guest from Debian packages only (`make guest` runs this):
 #
 #   $OUT/vmlinuz            Debian's cloud kernel (linux-image-cloud-amd64), for direct kernel boot
-#   $OUT/initramfs.cpio.gz  busybox-static + the kernel modules it needs + dropbear (sshd) and
-#                           the libraries it links + hack/guest/rootfs
+#   $OUT/initramfs.cpio.gz  busybox-static + the kernel modules it needs + dropbear (sshd),
+#                           qemu-ga (the QEMU guest agent) and the libraries they link +
+#                           hack/guest/rootfs
 #                           (its /init prints the markers that tests look for: see
 #                           rootfs/sbin/kubevisor-setup)
 #   $OUT/cmdline            the kernel command line to boot them with
@@ -15,7 +16,7 @@
 #                           and a `docker save` tarball for `ctr images import` (written by
 #                           hack/guest/containerdisk, with go run: $GO, default go)
 #
-# The kernel, busybox and dropbear .debs are fetched with `apt-get download` into $CACHE and unpacked
+# The kernel, busybox, dropbear and qemu-guest-agent .debs are fetched with `apt-get download` into $CACHE and unpacked
 # in a temporary directory: nothing is installed on the host for the guest's contents. The
 # host tools (cpio, dosfstools, mtools, syslinux, fdisk, qemu-utils) come from the Makefile's
 # deps sets (make guest). Environment: OUT (default _output/guest), CACHE (default $OUT/.cache),
@@ -127,19 +128,26 @@ for m in "${MODULES[@]}"; do
     absent+=("$m")
   fi
 done
-# dropbear, the SSH server (vmctl ssh), with the shared libraries it needs, found through
-# the ELF NEEDED entries of what is copied (objdump from binutils, which gcc brings).
-step "initramfs: dropbear and its libraries"
-ssh_debs=(dropbear-bin libtomcrypt1 libtommath1 libgmp10 libcrypt1 zlib1g libc6)
-ssh_versions=()
-for p in "${ssh_debs[@]}"; do
+# dropbear, the SSH server (vmctl ssh), and qemu-ga, the QEMU guest agent (on the virtio-serial
+# port org.qemu.guest_agent.0), with the shared libraries they need, found through the ELF
+# NEEDED entries of what is copied (objdump from binutils, which gcc brings). base-files gives
+# Debian's os-release, which the agent reports (guest-get-osinfo).
+step "initramfs: dropbear, qemu-guest-agent and their libraries"
+user_debs=(dropbear-bin libtomcrypt1 libtommath1 libgmp10 libcrypt1 zlib1g libc6
+  qemu-guest-agent libglib2.0-0 libpcre2-8-0 libnuma1
+  libudev1 liburing2 base-files)
+user_versions=()
+for p in "${user_debs[@]}"; do
   fetch_deb "$p"
-  dpkg-deb -x "$deb" "$work/ssh"
-  ssh_versions+=("$p $(dpkg-deb -f "$deb" Version)")
+  dpkg-deb -x "$deb" "$work/user"
+  user_versions+=("$p $(dpkg-deb -f "$deb" Version)")
 done
-install -m 0755 "$work/ssh/usr/sbin/dropbear" "$root/usr/sbin/dropbear"
+install -m 0755 "$work/user/usr/sbin/dropbear" "$root/usr/sbin/dropbear"
+install -m 0755 "$work/user/usr/sbin/qemu-ga" "$root/usr/sbin/qemu-ga"
+install -D -m 0644 "$work/user/usr/lib/os-release" "$root/usr/lib/os-release"
+ln -s ../usr/lib/os-release "$root/etc/os-release"
 mkdir -p "$root/lib/x86_64-linux-gnu" "$root/lib64"
-libs=("$work/ssh/usr/sbin/dropbear")
+libs=("$work/user/usr/sbin/dropbear" "$work/user/usr/sbin/qemu-ga")
 declare -A have_lib=()
 while ((${#libs[@]})); do
   elf=${libs[0]}
@@ -147,16 +155,16 @@ while ((${#libs[@]})); do
   while read -r needed; do
     [[ -z ${have_lib[$needed]:-} ]] || continue
     have_lib[$needed]=1
-    lib=$(find "$work/ssh" -name "$needed" \( -type f -o -type l \) | head -n 1)
-    [[ -n $lib ]] || die "dropbear needs $needed, which none of ${ssh_debs[*]} has"
+    lib=$(find "$work/user" -name "$needed" \( -type f -o -type l \) | head -n 1)
+    [[ -n $lib ]] || die "$(basename "$elf") needs $needed, which none of ${user_debs[*]} has"
     install -m 0755 "$(readlink -f "$lib")" "$root/lib/x86_64-linux-gnu/$needed"
     libs+=("$(readlink -f "$lib")")
   done < <(objdump -p "$elf" | awk '$1 == "NEEDED" { print $2 }')
 done
-ld=$(find "$work/ssh" -name 'ld-linux-x86-64.so.2' | head -n 1)
+ld=$(find "$work/user" -name 'ld-linux-x86-64.so.2' | head -n 1)
 [[ -n $ld ]] || die "libc6 has no ld-linux-x86-64.so.2"
 install -m 0755 "$(readlink -f "$ld")" "$root/lib64/ld-linux-x86-64.so.2"
-echo "    ${ssh_versions[*]}; libraries: ${!have_lib[*]}"
+echo "    ${user_versions[*]}; libraries: ${!have_lib[*]}"
 printf '%s\n' "${loaded[@]}" >"$root/etc/modules"
 cp "$kmods/modules.builtin" "$root/lib/modules/$kver/"
 "$bb" depmod -b "$root" "$kver"
@@ -200,7 +208,7 @@ qemu-img convert -f raw -O qcow2 "$work/disk.raw" "$work/disk.qcow2"
   echo "kernel-package=$kpkg $(dpkg-deb -f "$kdeb" Version)"
   echo "kernel-release=$kver"
   echo "busybox=busybox-static $(dpkg-deb -f "$bdeb" Version)"
-  echo "ssh=${ssh_versions[*]}"
+  echo "user=${user_versions[*]}"
   echo "cmdline=$CMDLINE"
   echo "modules=${loaded[*]}"
   (cd "$work" && sha256sum vmlinuz initramfs.cpio.gz disk.raw disk.qcow2)

@@ -6,6 +6,8 @@
 #   - eth0 gets 10.0.2.15 from QEMU's user-mode DHCP (KUBEVISOR-IP);
 #   - the guest's HTTP server answers `kubevisor-guest ok` through a host port forward;
 #   - the console shell runs what is typed on the serial line;
+#   - qemu-ga answers guest-get-osinfo (Debian 12) on the virtio-serial port
+#     org.qemu.guest_agent.0 (KUBEVISOR-AGENT);
 #   - QMP `system_powerdown` (ACPI power button) makes QEMU exit within 60 s.
 # Cases: direct kernel boot with the NoCloud ISO on IDE, the qcow2 disk (SeaBIOS + syslinux)
 # with the ISO on virtio-scsi (q35), the raw disk on IDE, direct kernel boot with a
@@ -112,7 +114,7 @@ run_case() {
   log=$work/$case.serial
   port=$(free_port)
   sshport=$(free_port)
-  rm -f "$work/qmp.sock" "$work/console"
+  rm -f "$work/qmp.sock" "$work/qga.sock" "$work/console"
   mkfifo "$work/console"
   exec 3<>"$work/console" # held open read-write: QEMU never sees end-of-file on its stdin
 
@@ -121,7 +123,10 @@ run_case() {
   t0=$(now_ms)
   qemu-system-x86_64 -accel tcg -m 256 -nographic -no-reboot \
     -netdev "user,id=n0,hostfwd=tcp:127.0.0.1:$port-:80,hostfwd=tcp:127.0.0.1:$sshport-:22" -device "$nic,netdev=n0" \
-    -qmp "unix:$work/qmp.sock,server=on,wait=off" "$@" <&3 >"$log" 2>&1 &
+    -qmp "unix:$work/qmp.sock,server=on,wait=off" \
+    -device virtio-serial-pci,id=virtio-serial0 -chardev "socket,id=qga0,path=$work/qga.sock,server=on,wait=off" \
+    -device virtserialport,bus=virtio-serial0.0,chardev=qga0,name=org.qemu.guest_agent.0 \
+    "$@" <&3 >"$log" 2>&1 &
   qemu_pid=$!
 
   wait_for '^KUBEVISOR-GUEST-READY' "$BOOT_TIMEOUT"
@@ -171,6 +176,14 @@ run_case() {
   else
     [[ $keys == 0 ]] || fail "KUBEVISOR-SSH reports '$keys' authorized keys, want 0"
   fi
+
+  # The guest agent: a resync (0xFF, guest-sync-delimited), then guest-get-osinfo.
+  grep -q '^KUBEVISOR-AGENT: org.qemu.guest_agent.0 ' "$log" || fail "no 'KUBEVISOR-AGENT: org.qemu.guest_agent.0' line"
+  got=$(printf '\377{"execute":"guest-sync-delimited","arguments":{"id":4242}}\n{"execute":"guest-get-osinfo"}\n' |
+    socat -t 5 - "UNIX-CONNECT:$work/qga.sock" 2>&1 | tr -d '\377') || fail "guest agent socket: $got"
+  [[ $got == *'"return": 4242'* && $got == *'"version-id": "12"'* && $got == *'"id": "debian"'* ]] ||
+    fail "qemu-ga guest-get-osinfo: '$got', want Debian 12"
+  step "$case: qemu-ga: $(grep -o '"pretty-name": "[^"]*"' <<<"$got")"
 
   # The shell must evaluate the line: its echo would show the unexpanded $((6*7)).
   # shellcheck disable=SC2016

@@ -23,7 +23,8 @@ import (
 )
 
 // AccessCredential is a credential that lets someone into the guest. Only sshPublicKey exists:
-// KubeVirt's userPassword needs a guest agent, which Kubevisor does not have.
+// KubeVirt's userPassword needs the guest agent to set the password, which Kubevisor does not
+// do.
 type AccessCredential struct {
 	// SSHPublicKey is a set of SSH public keys and how they reach the guest.
 	// +optional

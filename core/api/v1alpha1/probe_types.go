@@ -48,8 +48,8 @@ type Probe struct {
 }
 
 // ProbeHandler is what a probe checks. Exactly one member must be set. KubeVirt's exec and
-// guestAgentPing, which go through a guest agent, are not here: Kubevisor has no guest agent
-// channel yet, and admission says so (core/kubevirtcompat).
+// guestAgentPing, which go through the guest agent, are not here, and admission says so
+// (core/kubevirtcompat).
 type ProbeHandler struct {
 	// HTTPGet sends an HTTP GET to the guest; a status from 200 to 399 is a success.
 	// +optional

@@ -209,6 +209,18 @@ const (
 	// VMI's launcher pod (no HypervisorClass, the pod could not be built or created); it is gone
 	// once the pod exists.
 	VirtualMachineInstanceLauncherPodCreated VirtualMachineInstanceConditionType = "LauncherPodCreated"
+	// VirtualMachineInstanceAgentConnected is True while the guest agent answers the node
+	// handler (guestOSInfo then holds what it reports), False with a reason while the VMI runs
+	// and it does not; it is there only when the VMI's hypervisor driver talks to a guest agent.
+	VirtualMachineInstanceAgentConnected VirtualMachineInstanceConditionType = "AgentConnected"
+)
+
+// Reasons of the AgentConnected condition.
+const (
+	// ReasonGuestAgentConnected: the guest agent answered.
+	ReasonGuestAgentConnected = "GuestAgentConnected"
+	// ReasonGuestAgentNotConnected: the guest has no agent running, or it does not answer.
+	ReasonGuestAgentNotConnected = "GuestAgentNotConnected"
 )
 
 // VirtualMachineInstanceCondition is one aspect of the state of a VMI.

@@ -14,6 +14,7 @@ import (
 var handlerConditions = []v1alpha1.VirtualMachineInstanceConditionType{
 	v1alpha1.VirtualMachineInstancePaused,
 	v1alpha1.VirtualMachineInstanceSynchronized,
+	v1alpha1.VirtualMachineInstanceAgentConnected,
 }
 
 // statusWrite is what the node handler writes of a VMI's status by server-side apply.
@@ -31,8 +32,9 @@ type statusWrite struct {
 }
 
 // handlerStatus decides what the handler of manager writes of the status node it derived for
-// the VMI stored. It is a pure function. The handler owns the Paused and Synchronized
-// conditions and status.interfaces, and the lifecycle fields from its first write on:
+// the VMI stored. It is a pure function. The handler owns the Paused, Synchronized and
+// AgentConnected conditions, status.interfaces and status.guestOSInfo, and the lifecycle fields
+// from its first write on:
 //
 //   - a VMI that is not final: the handler writes its lifecycle fields, taking them over when
 //     another writer (the VMI controller, up to Scheduled) owns them; a phase that would move
@@ -87,9 +89,9 @@ func handlerStatus(stored *v1alpha1.VirtualMachineInstance, node v1alpha1.Virtua
 }
 
 // handlerFields returns of st the fields the handler owns besides the lifecycle fields: the
-// Paused and Synchronized conditions and the interfaces.
+// Paused, Synchronized and AgentConnected conditions, the interfaces and the guest OS info.
 func handlerFields(st v1alpha1.VirtualMachineInstanceStatus) v1alpha1.VirtualMachineInstanceStatus {
-	out := v1alpha1.VirtualMachineInstanceStatus{Interfaces: slices.Clone(st.Interfaces)}
+	out := v1alpha1.VirtualMachineInstanceStatus{Interfaces: slices.Clone(st.Interfaces), GuestOSInfo: st.GuestOSInfo}
 	for _, t := range handlerConditions {
 		if c := v1alpha1.InstanceCondition(st.Conditions, t); c != nil {
 			out.Conditions = append(out.Conditions, *c)

@@ -214,3 +214,72 @@ func TestWriteStatus(t *testing.T) {
 		t.Errorf("managed fields %+v: want the lifecycle the VMI controller's alone", got.ManagedFields)
 	}
 }
+
+// TestWriteGuestAgentStatus: the handler's guestOSInfo and AgentConnected condition reach the
+// API server with one write, a second write of the same status (the next poll of an agent
+// that answers the same) changes nothing (the resourceVersion stays), and a change is written.
+func TestWriteGuestAgentStatus(t *testing.T) {
+	env := envtest.Start(t, envtest.Options{})
+	ctx := context.Background()
+	c := env.Client
+	a := &Agent{client: c, cfg: AgentConfig{NodeName: node}}
+	vmi := &v1alpha1.VirtualMachineInstance{ObjectMeta: metav1.ObjectMeta{Name: "ga", Namespace: "default"}}
+	if err := c.Create(ctx, vmi); err != nil {
+		t.Fatal(err)
+	}
+	get := func() *v1alpha1.VirtualMachineInstance {
+		t.Helper()
+		got := &v1alpha1.VirtualMachineInstance{}
+		if err := c.Get(ctx, client.ObjectKeyFromObject(vmi), got); err != nil {
+			t.Fatal(err)
+		}
+		return got
+	}
+	t0 := metav1.NewTime(time.Now().Truncate(time.Second))
+	osInfo := v1alpha1.VirtualMachineInstanceGuestOSInfo{
+		Name: "Debian GNU/Linux", KernelRelease: "6.1.0-31-cloud-amd64", Version: "12 (bookworm)",
+		PrettyName: "Debian GNU/Linux 12 (bookworm)", VersionID: "12", KernelVersion: "#1 SMP", Machine: "x86_64", ID: "debian",
+	}
+	running := v1alpha1.VirtualMachineInstanceStatus{
+		Phase: v1alpha1.Running, NodeName: node,
+		PhaseTransitionTimestamps: []v1alpha1.VirtualMachineInstancePhaseTransitionTimestamp{{Phase: v1alpha1.Running, PhaseTransitionTimestamp: t0}},
+		Conditions: []v1alpha1.VirtualMachineInstanceCondition{
+			{Type: v1alpha1.VirtualMachineInstanceReady, Status: corev1.ConditionTrue, LastTransitionTime: t0},
+			{Type: v1alpha1.VirtualMachineInstanceAgentConnected, Status: corev1.ConditionTrue, Reason: v1alpha1.ReasonGuestAgentConnected, LastTransitionTime: t0},
+		},
+		GuestOSInfo: osInfo,
+	}
+	if err := a.writeStatus(ctx, client.ObjectKeyFromObject(vmi), running); err != nil {
+		t.Fatal(err)
+	}
+	got := get()
+	if got.Status.GuestOSInfo != osInfo {
+		t.Errorf("guestOSInfo = %+v, want %+v", got.Status.GuestOSInfo, osInfo)
+	}
+	if cnd := v1alpha1.InstanceCondition(got.Status.Conditions, v1alpha1.VirtualMachineInstanceAgentConnected); cnd == nil || cnd.Status != corev1.ConditionTrue {
+		t.Errorf("AgentConnected = %+v", cnd)
+	}
+	if owners := v1alpha1.FieldManagers(got, "f:status", "f:guestOSInfo", "f:id"); len(owners) != 1 || owners[0] != v1alpha1.HandlerFieldManager(node) {
+		t.Errorf("guestOSInfo.id owned by %v, want the handler alone", owners)
+	}
+	rv := got.ResourceVersion
+	for range 3 {
+		if err := a.writeStatus(ctx, client.ObjectKeyFromObject(vmi), running); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if again := get(); again.ResourceVersion != rv {
+		t.Errorf("the same status written again changed the VMI (resourceVersion %s, was %s): %+v", again.ResourceVersion, rv, again.Status)
+	}
+
+	lost := *running.DeepCopy()
+	lost.Conditions[1] = v1alpha1.VirtualMachineInstanceCondition{Type: v1alpha1.VirtualMachineInstanceAgentConnected, Status: corev1.ConditionFalse,
+		Reason: v1alpha1.ReasonGuestAgentNotConnected, Message: "the guest agent does not answer", LastTransitionTime: t0}
+	if err := a.writeStatus(ctx, client.ObjectKeyFromObject(vmi), lost); err != nil {
+		t.Fatal(err)
+	}
+	got = get()
+	if cnd := v1alpha1.InstanceCondition(got.Status.Conditions, v1alpha1.VirtualMachineInstanceAgentConnected); got.ResourceVersion == rv || cnd == nil || cnd.Status != corev1.ConditionFalse || got.Status.GuestOSInfo != osInfo {
+		t.Errorf("after the agent was lost: rv %s (was %s), AgentConnected %+v, guestOSInfo %+v", got.ResourceVersion, rv, cnd, got.Status.GuestOSInfo)
+	}
+}

@@ -2,6 +2,7 @@ package streams
 
 import (
 	"context"
+	"encoding/json"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -12,6 +13,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	subv1 "github.com/kubevisor/kubevisor/core/api/subresources/v1alpha1"
 	"github.com/kubevisor/kubevisor/core/api/v1alpha1"
 	"github.com/kubevisor/kubevisor/core/driver"
 	"github.com/kubevisor/kubevisor/core/handler"
@@ -99,8 +101,15 @@ func TestWithTheNodeHandler(t *testing.T) {
 	if st := e.status(t, http.MethodPut, nodeapi.VMIPath("default", "vm1", "softreboot")); st.Code != 200 {
 		t.Errorf("softreboot: %d %q, want 200 (the fake driver offers it)", st.Code, st.Message)
 	}
-	if st := e.status(t, http.MethodGet, nodeapi.VMIPath("default", "vm1", "guestosinfo")); st.Code != http.StatusNotImplemented {
-		t.Errorf("guestosinfo: %d %q, want 501", st.Code, st.Message)
+	if resp, err := e.do(http.MethodGet, nodeapi.VMIPath("default", "vm1", "guestosinfo"), nil); err != nil {
+		t.Errorf("guestosinfo: %v", err)
+	} else {
+		var info subv1.GuestOSInfo
+		err := json.NewDecoder(resp.Body).Decode(&info)
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusOK || err != nil || info.Kind != "GuestOSInfo" || info.Name != fake.FakeGuestOS.Name {
+			t.Errorf("guestosinfo: %d %+v %v, want 200 with the fake driver's simulated agent's OS", resp.StatusCode, info, err)
+		}
 	}
 	if st := e.status(t, http.MethodPut, nodeapi.VMIPath("default", "vm2", "pause")); st.Code != http.StatusNotFound {
 		t.Errorf("pause of a VMI the handler does not run: %d %q, want 404", st.Code, st.Message)

@@ -1298,6 +1298,258 @@ func (*SoftRebootResponse) Descriptor() ([]byte, []int) {
 	return file_core_driver_hypervisor_v1_hypervisor_proto_rawDescGZIP(), []int{23}
 }
 
+type GuestAgentInfoRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Id            string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GuestAgentInfoRequest) Reset() {
+	*x = GuestAgentInfoRequest{}
+	mi := &file_core_driver_hypervisor_v1_hypervisor_proto_msgTypes[24]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GuestAgentInfoRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GuestAgentInfoRequest) ProtoMessage() {}
+
+func (x *GuestAgentInfoRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_core_driver_hypervisor_v1_hypervisor_proto_msgTypes[24]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GuestAgentInfoRequest.ProtoReflect.Descriptor instead.
+func (*GuestAgentInfoRequest) Descriptor() ([]byte, []int) {
+	return file_core_driver_hypervisor_v1_hypervisor_proto_rawDescGZIP(), []int{24}
+}
+
+func (x *GuestAgentInfoRequest) GetId() string {
+	if x != nil {
+		return x.Id
+	}
+	return ""
+}
+
+type GuestAgentInfoResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// connected is true when the guest agent answered (its ping, after a resynchronisation).
+	Connected bool `protobuf:"varint,1,opt,name=connected,proto3" json:"connected,omitempty"`
+	// message says why the agent is not connected, or which query failed; empty otherwise.
+	Message string `protobuf:"bytes,2,opt,name=message,proto3" json:"message,omitempty"`
+	// version is the agent's own version ("7.2.15").
+	Version string `protobuf:"bytes,3,opt,name=version,proto3" json:"version,omitempty"`
+	// os is the guest's operating system, as the agent reports it.
+	Os *GuestOSInfo `protobuf:"bytes,4,opt,name=os,proto3" json:"os,omitempty"`
+	// host_name is the guest's host name.
+	HostName string `protobuf:"bytes,5,opt,name=host_name,json=hostName,proto3" json:"host_name,omitempty"`
+	// timezone is the guest's time zone name ("UTC") and its offset east of UTC in seconds.
+	Timezone              string `protobuf:"bytes,6,opt,name=timezone,proto3" json:"timezone,omitempty"`
+	TimezoneOffsetSeconds int32  `protobuf:"varint,7,opt,name=timezone_offset_seconds,json=timezoneOffsetSeconds,proto3" json:"timezone_offset_seconds,omitempty"`
+	unknownFields         protoimpl.UnknownFields
+	sizeCache             protoimpl.SizeCache
+}
+
+func (x *GuestAgentInfoResponse) Reset() {
+	*x = GuestAgentInfoResponse{}
+	mi := &file_core_driver_hypervisor_v1_hypervisor_proto_msgTypes[25]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GuestAgentInfoResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GuestAgentInfoResponse) ProtoMessage() {}
+
+func (x *GuestAgentInfoResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_core_driver_hypervisor_v1_hypervisor_proto_msgTypes[25]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GuestAgentInfoResponse.ProtoReflect.Descriptor instead.
+func (*GuestAgentInfoResponse) Descriptor() ([]byte, []int) {
+	return file_core_driver_hypervisor_v1_hypervisor_proto_rawDescGZIP(), []int{25}
+}
+
+func (x *GuestAgentInfoResponse) GetConnected() bool {
+	if x != nil {
+		return x.Connected
+	}
+	return false
+}
+
+func (x *GuestAgentInfoResponse) GetMessage() string {
+	if x != nil {
+		return x.Message
+	}
+	return ""
+}
+
+func (x *GuestAgentInfoResponse) GetVersion() string {
+	if x != nil {
+		return x.Version
+	}
+	return ""
+}
+
+func (x *GuestAgentInfoResponse) GetOs() *GuestOSInfo {
+	if x != nil {
+		return x.Os
+	}
+	return nil
+}
+
+func (x *GuestAgentInfoResponse) GetHostName() string {
+	if x != nil {
+		return x.HostName
+	}
+	return ""
+}
+
+func (x *GuestAgentInfoResponse) GetTimezone() string {
+	if x != nil {
+		return x.Timezone
+	}
+	return ""
+}
+
+func (x *GuestAgentInfoResponse) GetTimezoneOffsetSeconds() int32 {
+	if x != nil {
+		return x.TimezoneOffsetSeconds
+	}
+	return 0
+}
+
+// GuestOSInfo is the guest's operating system, with the fields of KubeVirt's
+// VirtualMachineInstanceGuestOSInfo (os-release and uname, as the agent reads them).
+type GuestOSInfo struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// name is os-release NAME ("Debian GNU/Linux").
+	Name string `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	// kernel_release is uname -r ("6.1.0-31-cloud-amd64").
+	KernelRelease string `protobuf:"bytes,2,opt,name=kernel_release,json=kernelRelease,proto3" json:"kernel_release,omitempty"`
+	// version is os-release VERSION ("12 (bookworm)").
+	Version string `protobuf:"bytes,3,opt,name=version,proto3" json:"version,omitempty"`
+	// pretty_name is os-release PRETTY_NAME.
+	PrettyName string `protobuf:"bytes,4,opt,name=pretty_name,json=prettyName,proto3" json:"pretty_name,omitempty"`
+	// version_id is os-release VERSION_ID ("12").
+	VersionId string `protobuf:"bytes,5,opt,name=version_id,json=versionId,proto3" json:"version_id,omitempty"`
+	// kernel_version is uname -v.
+	KernelVersion string `protobuf:"bytes,6,opt,name=kernel_version,json=kernelVersion,proto3" json:"kernel_version,omitempty"`
+	// machine is uname -m ("x86_64").
+	Machine string `protobuf:"bytes,7,opt,name=machine,proto3" json:"machine,omitempty"`
+	// id is os-release ID ("debian").
+	Id            string `protobuf:"bytes,8,opt,name=id,proto3" json:"id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GuestOSInfo) Reset() {
+	*x = GuestOSInfo{}
+	mi := &file_core_driver_hypervisor_v1_hypervisor_proto_msgTypes[26]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GuestOSInfo) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GuestOSInfo) ProtoMessage() {}
+
+func (x *GuestOSInfo) ProtoReflect() protoreflect.Message {
+	mi := &file_core_driver_hypervisor_v1_hypervisor_proto_msgTypes[26]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GuestOSInfo.ProtoReflect.Descriptor instead.
+func (*GuestOSInfo) Descriptor() ([]byte, []int) {
+	return file_core_driver_hypervisor_v1_hypervisor_proto_rawDescGZIP(), []int{26}
+}
+
+func (x *GuestOSInfo) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *GuestOSInfo) GetKernelRelease() string {
+	if x != nil {
+		return x.KernelRelease
+	}
+	return ""
+}
+
+func (x *GuestOSInfo) GetVersion() string {
+	if x != nil {
+		return x.Version
+	}
+	return ""
+}
+
+func (x *GuestOSInfo) GetPrettyName() string {
+	if x != nil {
+		return x.PrettyName
+	}
+	return ""
+}
+
+func (x *GuestOSInfo) GetVersionId() string {
+	if x != nil {
+		return x.VersionId
+	}
+	return ""
+}
+
+func (x *GuestOSInfo) GetKernelVersion() string {
+	if x != nil {
+		return x.KernelVersion
+	}
+	return ""
+}
+
+func (x *GuestOSInfo) GetMachine() string {
+	if x != nil {
+		return x.Machine
+	}
+	return ""
+}
+
+func (x *GuestOSInfo) GetId() string {
+	if x != nil {
+		return x.Id
+	}
+	return ""
+}
+
 type ConsoleInput struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// id names the VM; required in the first message and ignored after it.
@@ -1309,7 +1561,7 @@ type ConsoleInput struct {
 
 func (x *ConsoleInput) Reset() {
 	*x = ConsoleInput{}
-	mi := &file_core_driver_hypervisor_v1_hypervisor_proto_msgTypes[24]
+	mi := &file_core_driver_hypervisor_v1_hypervisor_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1321,7 +1573,7 @@ func (x *ConsoleInput) String() string {
 func (*ConsoleInput) ProtoMessage() {}
 
 func (x *ConsoleInput) ProtoReflect() protoreflect.Message {
-	mi := &file_core_driver_hypervisor_v1_hypervisor_proto_msgTypes[24]
+	mi := &file_core_driver_hypervisor_v1_hypervisor_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1334,7 +1586,7 @@ func (x *ConsoleInput) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ConsoleInput.ProtoReflect.Descriptor instead.
 func (*ConsoleInput) Descriptor() ([]byte, []int) {
-	return file_core_driver_hypervisor_v1_hypervisor_proto_rawDescGZIP(), []int{24}
+	return file_core_driver_hypervisor_v1_hypervisor_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *ConsoleInput) GetId() string {
@@ -1360,7 +1612,7 @@ type ConsoleOutput struct {
 
 func (x *ConsoleOutput) Reset() {
 	*x = ConsoleOutput{}
-	mi := &file_core_driver_hypervisor_v1_hypervisor_proto_msgTypes[25]
+	mi := &file_core_driver_hypervisor_v1_hypervisor_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1372,7 +1624,7 @@ func (x *ConsoleOutput) String() string {
 func (*ConsoleOutput) ProtoMessage() {}
 
 func (x *ConsoleOutput) ProtoReflect() protoreflect.Message {
-	mi := &file_core_driver_hypervisor_v1_hypervisor_proto_msgTypes[25]
+	mi := &file_core_driver_hypervisor_v1_hypervisor_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1385,7 +1637,7 @@ func (x *ConsoleOutput) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ConsoleOutput.ProtoReflect.Descriptor instead.
 func (*ConsoleOutput) Descriptor() ([]byte, []int) {
-	return file_core_driver_hypervisor_v1_hypervisor_proto_rawDescGZIP(), []int{25}
+	return file_core_driver_hypervisor_v1_hypervisor_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *ConsoleOutput) GetData() []byte {
@@ -1406,7 +1658,7 @@ type DisplayInput struct {
 
 func (x *DisplayInput) Reset() {
 	*x = DisplayInput{}
-	mi := &file_core_driver_hypervisor_v1_hypervisor_proto_msgTypes[26]
+	mi := &file_core_driver_hypervisor_v1_hypervisor_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1418,7 +1670,7 @@ func (x *DisplayInput) String() string {
 func (*DisplayInput) ProtoMessage() {}
 
 func (x *DisplayInput) ProtoReflect() protoreflect.Message {
-	mi := &file_core_driver_hypervisor_v1_hypervisor_proto_msgTypes[26]
+	mi := &file_core_driver_hypervisor_v1_hypervisor_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1431,7 +1683,7 @@ func (x *DisplayInput) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DisplayInput.ProtoReflect.Descriptor instead.
 func (*DisplayInput) Descriptor() ([]byte, []int) {
-	return file_core_driver_hypervisor_v1_hypervisor_proto_rawDescGZIP(), []int{26}
+	return file_core_driver_hypervisor_v1_hypervisor_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *DisplayInput) GetId() string {
@@ -1457,7 +1709,7 @@ type DisplayOutput struct {
 
 func (x *DisplayOutput) Reset() {
 	*x = DisplayOutput{}
-	mi := &file_core_driver_hypervisor_v1_hypervisor_proto_msgTypes[27]
+	mi := &file_core_driver_hypervisor_v1_hypervisor_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1469,7 +1721,7 @@ func (x *DisplayOutput) String() string {
 func (*DisplayOutput) ProtoMessage() {}
 
 func (x *DisplayOutput) ProtoReflect() protoreflect.Message {
-	mi := &file_core_driver_hypervisor_v1_hypervisor_proto_msgTypes[27]
+	mi := &file_core_driver_hypervisor_v1_hypervisor_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1482,7 +1734,7 @@ func (x *DisplayOutput) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DisplayOutput.ProtoReflect.Descriptor instead.
 func (*DisplayOutput) Descriptor() ([]byte, []int) {
-	return file_core_driver_hypervisor_v1_hypervisor_proto_rawDescGZIP(), []int{27}
+	return file_core_driver_hypervisor_v1_hypervisor_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *DisplayOutput) GetData() []byte {
@@ -1501,7 +1753,7 @@ type RecoverRequest struct {
 
 func (x *RecoverRequest) Reset() {
 	*x = RecoverRequest{}
-	mi := &file_core_driver_hypervisor_v1_hypervisor_proto_msgTypes[28]
+	mi := &file_core_driver_hypervisor_v1_hypervisor_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1513,7 +1765,7 @@ func (x *RecoverRequest) String() string {
 func (*RecoverRequest) ProtoMessage() {}
 
 func (x *RecoverRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_core_driver_hypervisor_v1_hypervisor_proto_msgTypes[28]
+	mi := &file_core_driver_hypervisor_v1_hypervisor_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1526,7 +1778,7 @@ func (x *RecoverRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RecoverRequest.ProtoReflect.Descriptor instead.
 func (*RecoverRequest) Descriptor() ([]byte, []int) {
-	return file_core_driver_hypervisor_v1_hypervisor_proto_rawDescGZIP(), []int{28}
+	return file_core_driver_hypervisor_v1_hypervisor_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *RecoverRequest) GetHandle() *Handle {
@@ -1545,7 +1797,7 @@ type RecoverResponse struct {
 
 func (x *RecoverResponse) Reset() {
 	*x = RecoverResponse{}
-	mi := &file_core_driver_hypervisor_v1_hypervisor_proto_msgTypes[29]
+	mi := &file_core_driver_hypervisor_v1_hypervisor_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1557,7 +1809,7 @@ func (x *RecoverResponse) String() string {
 func (*RecoverResponse) ProtoMessage() {}
 
 func (x *RecoverResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_core_driver_hypervisor_v1_hypervisor_proto_msgTypes[29]
+	mi := &file_core_driver_hypervisor_v1_hypervisor_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1570,7 +1822,7 @@ func (x *RecoverResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RecoverResponse.ProtoReflect.Descriptor instead.
 func (*RecoverResponse) Descriptor() ([]byte, []int) {
-	return file_core_driver_hypervisor_v1_hypervisor_proto_rawDescGZIP(), []int{29}
+	return file_core_driver_hypervisor_v1_hypervisor_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *RecoverResponse) GetStatus() *VMStatus {
@@ -1592,7 +1844,7 @@ type MigrateRequest struct {
 
 func (x *MigrateRequest) Reset() {
 	*x = MigrateRequest{}
-	mi := &file_core_driver_hypervisor_v1_hypervisor_proto_msgTypes[30]
+	mi := &file_core_driver_hypervisor_v1_hypervisor_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1604,7 +1856,7 @@ func (x *MigrateRequest) String() string {
 func (*MigrateRequest) ProtoMessage() {}
 
 func (x *MigrateRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_core_driver_hypervisor_v1_hypervisor_proto_msgTypes[30]
+	mi := &file_core_driver_hypervisor_v1_hypervisor_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1617,7 +1869,7 @@ func (x *MigrateRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MigrateRequest.ProtoReflect.Descriptor instead.
 func (*MigrateRequest) Descriptor() ([]byte, []int) {
-	return file_core_driver_hypervisor_v1_hypervisor_proto_rawDescGZIP(), []int{30}
+	return file_core_driver_hypervisor_v1_hypervisor_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *MigrateRequest) GetId() string {
@@ -1649,7 +1901,7 @@ type MigrateResponse struct {
 
 func (x *MigrateResponse) Reset() {
 	*x = MigrateResponse{}
-	mi := &file_core_driver_hypervisor_v1_hypervisor_proto_msgTypes[31]
+	mi := &file_core_driver_hypervisor_v1_hypervisor_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1661,7 +1913,7 @@ func (x *MigrateResponse) String() string {
 func (*MigrateResponse) ProtoMessage() {}
 
 func (x *MigrateResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_core_driver_hypervisor_v1_hypervisor_proto_msgTypes[31]
+	mi := &file_core_driver_hypervisor_v1_hypervisor_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1674,7 +1926,7 @@ func (x *MigrateResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MigrateResponse.ProtoReflect.Descriptor instead.
 func (*MigrateResponse) Descriptor() ([]byte, []int) {
-	return file_core_driver_hypervisor_v1_hypervisor_proto_rawDescGZIP(), []int{31}
+	return file_core_driver_hypervisor_v1_hypervisor_proto_rawDescGZIP(), []int{34}
 }
 
 var File_core_driver_hypervisor_v1_hypervisor_proto protoreflect.FileDescriptor
@@ -1738,7 +1990,28 @@ const file_core_driver_hypervisor_v1_hypervisor_proto_rawDesc = "" +
 	"\x0eRebootResponse\"#\n" +
 	"\x11SoftRebootRequest\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\"\x14\n" +
-	"\x12SoftRebootResponse\"2\n" +
+	"\x12SoftRebootResponse\"'\n" +
+	"\x15GuestAgentInfoRequest\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\tR\x02id\"\x98\x02\n" +
+	"\x16GuestAgentInfoResponse\x12\x1c\n" +
+	"\tconnected\x18\x01 \x01(\bR\tconnected\x12\x18\n" +
+	"\amessage\x18\x02 \x01(\tR\amessage\x12\x18\n" +
+	"\aversion\x18\x03 \x01(\tR\aversion\x12;\n" +
+	"\x02os\x18\x04 \x01(\v2+.kubevisor.driver.hypervisor.v1.GuestOSInfoR\x02os\x12\x1b\n" +
+	"\thost_name\x18\x05 \x01(\tR\bhostName\x12\x1a\n" +
+	"\btimezone\x18\x06 \x01(\tR\btimezone\x126\n" +
+	"\x17timezone_offset_seconds\x18\a \x01(\x05R\x15timezoneOffsetSeconds\"\xf3\x01\n" +
+	"\vGuestOSInfo\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12%\n" +
+	"\x0ekernel_release\x18\x02 \x01(\tR\rkernelRelease\x12\x18\n" +
+	"\aversion\x18\x03 \x01(\tR\aversion\x12\x1f\n" +
+	"\vpretty_name\x18\x04 \x01(\tR\n" +
+	"prettyName\x12\x1d\n" +
+	"\n" +
+	"version_id\x18\x05 \x01(\tR\tversionId\x12%\n" +
+	"\x0ekernel_version\x18\x06 \x01(\tR\rkernelVersion\x12\x18\n" +
+	"\amachine\x18\a \x01(\tR\amachine\x12\x0e\n" +
+	"\x02id\x18\b \x01(\tR\x02id\"2\n" +
 	"\fConsoleInput\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x12\n" +
 	"\x04data\x18\x02 \x01(\fR\x04data\"#\n" +
@@ -1777,7 +2050,7 @@ const file_core_driver_hypervisor_v1_hypervisor_proto_rawDesc = "" +
 	"\x13EVENT_TYPE_SHUTDOWN\x10\x06\x12\x16\n" +
 	"\x12EVENT_TYPE_STOPPED\x10\a\x12\x1d\n" +
 	"\x19EVENT_TYPE_GUEST_PANICKED\x10\b\x12\x16\n" +
-	"\x12EVENT_TYPE_CRASHED\x10\t2\xbe\f\n" +
+	"\x12EVENT_TYPE_CRASHED\x10\t2\xbf\r\n" +
 	"\n" +
 	"Hypervisor\x12g\n" +
 	"\x06Create\x12-.kubevisor.driver.hypervisor.v1.CreateRequest\x1a..kubevisor.driver.hypervisor.v1.CreateResponse\x12d\n" +
@@ -1791,7 +2064,8 @@ const file_core_driver_hypervisor_v1_hypervisor_proto_rawDesc = "" +
 	"\x06Resume\x12-.kubevisor.driver.hypervisor.v1.ResumeRequest\x1a..kubevisor.driver.hypervisor.v1.ResumeResponse\x12g\n" +
 	"\x06Reboot\x12-.kubevisor.driver.hypervisor.v1.RebootRequest\x1a..kubevisor.driver.hypervisor.v1.RebootResponse\x12s\n" +
 	"\n" +
-	"SoftReboot\x121.kubevisor.driver.hypervisor.v1.SoftRebootRequest\x1a2.kubevisor.driver.hypervisor.v1.SoftRebootResponse\x12j\n" +
+	"SoftReboot\x121.kubevisor.driver.hypervisor.v1.SoftRebootRequest\x1a2.kubevisor.driver.hypervisor.v1.SoftRebootResponse\x12\x7f\n" +
+	"\x0eGuestAgentInfo\x125.kubevisor.driver.hypervisor.v1.GuestAgentInfoRequest\x1a6.kubevisor.driver.hypervisor.v1.GuestAgentInfoResponse\x12j\n" +
 	"\aConsole\x12,.kubevisor.driver.hypervisor.v1.ConsoleInput\x1a-.kubevisor.driver.hypervisor.v1.ConsoleOutput(\x010\x01\x12j\n" +
 	"\aDisplay\x12,.kubevisor.driver.hypervisor.v1.DisplayInput\x1a-.kubevisor.driver.hypervisor.v1.DisplayOutput(\x010\x01\x12j\n" +
 	"\aRecover\x12..kubevisor.driver.hypervisor.v1.RecoverRequest\x1a/.kubevisor.driver.hypervisor.v1.RecoverResponse\x12j\n" +
@@ -1810,94 +2084,100 @@ func file_core_driver_hypervisor_v1_hypervisor_proto_rawDescGZIP() []byte {
 }
 
 var file_core_driver_hypervisor_v1_hypervisor_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_core_driver_hypervisor_v1_hypervisor_proto_msgTypes = make([]protoimpl.MessageInfo, 32)
+var file_core_driver_hypervisor_v1_hypervisor_proto_msgTypes = make([]protoimpl.MessageInfo, 35)
 var file_core_driver_hypervisor_v1_hypervisor_proto_goTypes = []any{
-	(State)(0),                    // 0: kubevisor.driver.hypervisor.v1.State
-	(EventType)(0),                // 1: kubevisor.driver.hypervisor.v1.EventType
-	(*Handle)(nil),                // 2: kubevisor.driver.hypervisor.v1.Handle
-	(*CreateRequest)(nil),         // 3: kubevisor.driver.hypervisor.v1.CreateRequest
-	(*CreateResponse)(nil),        // 4: kubevisor.driver.hypervisor.v1.CreateResponse
-	(*StartRequest)(nil),          // 5: kubevisor.driver.hypervisor.v1.StartRequest
-	(*StartResponse)(nil),         // 6: kubevisor.driver.hypervisor.v1.StartResponse
-	(*ShutdownRequest)(nil),       // 7: kubevisor.driver.hypervisor.v1.ShutdownRequest
-	(*ShutdownResponse)(nil),      // 8: kubevisor.driver.hypervisor.v1.ShutdownResponse
-	(*KillRequest)(nil),           // 9: kubevisor.driver.hypervisor.v1.KillRequest
-	(*KillResponse)(nil),          // 10: kubevisor.driver.hypervisor.v1.KillResponse
-	(*DeleteRequest)(nil),         // 11: kubevisor.driver.hypervisor.v1.DeleteRequest
-	(*DeleteResponse)(nil),        // 12: kubevisor.driver.hypervisor.v1.DeleteResponse
-	(*StatusRequest)(nil),         // 13: kubevisor.driver.hypervisor.v1.StatusRequest
-	(*StatusResponse)(nil),        // 14: kubevisor.driver.hypervisor.v1.StatusResponse
-	(*VMStatus)(nil),              // 15: kubevisor.driver.hypervisor.v1.VMStatus
-	(*EventsRequest)(nil),         // 16: kubevisor.driver.hypervisor.v1.EventsRequest
-	(*Event)(nil),                 // 17: kubevisor.driver.hypervisor.v1.Event
-	(*PauseRequest)(nil),          // 18: kubevisor.driver.hypervisor.v1.PauseRequest
-	(*PauseResponse)(nil),         // 19: kubevisor.driver.hypervisor.v1.PauseResponse
-	(*ResumeRequest)(nil),         // 20: kubevisor.driver.hypervisor.v1.ResumeRequest
-	(*ResumeResponse)(nil),        // 21: kubevisor.driver.hypervisor.v1.ResumeResponse
-	(*RebootRequest)(nil),         // 22: kubevisor.driver.hypervisor.v1.RebootRequest
-	(*RebootResponse)(nil),        // 23: kubevisor.driver.hypervisor.v1.RebootResponse
-	(*SoftRebootRequest)(nil),     // 24: kubevisor.driver.hypervisor.v1.SoftRebootRequest
-	(*SoftRebootResponse)(nil),    // 25: kubevisor.driver.hypervisor.v1.SoftRebootResponse
-	(*ConsoleInput)(nil),          // 26: kubevisor.driver.hypervisor.v1.ConsoleInput
-	(*ConsoleOutput)(nil),         // 27: kubevisor.driver.hypervisor.v1.ConsoleOutput
-	(*DisplayInput)(nil),          // 28: kubevisor.driver.hypervisor.v1.DisplayInput
-	(*DisplayOutput)(nil),         // 29: kubevisor.driver.hypervisor.v1.DisplayOutput
-	(*RecoverRequest)(nil),        // 30: kubevisor.driver.hypervisor.v1.RecoverRequest
-	(*RecoverResponse)(nil),       // 31: kubevisor.driver.hypervisor.v1.RecoverResponse
-	(*MigrateRequest)(nil),        // 32: kubevisor.driver.hypervisor.v1.MigrateRequest
-	(*MigrateResponse)(nil),       // 33: kubevisor.driver.hypervisor.v1.MigrateResponse
-	(*v1.DomainSpec)(nil),         // 34: kubevisor.domain.v1.DomainSpec
-	(*durationpb.Duration)(nil),   // 35: google.protobuf.Duration
-	(*timestamppb.Timestamp)(nil), // 36: google.protobuf.Timestamp
+	(State)(0),                     // 0: kubevisor.driver.hypervisor.v1.State
+	(EventType)(0),                 // 1: kubevisor.driver.hypervisor.v1.EventType
+	(*Handle)(nil),                 // 2: kubevisor.driver.hypervisor.v1.Handle
+	(*CreateRequest)(nil),          // 3: kubevisor.driver.hypervisor.v1.CreateRequest
+	(*CreateResponse)(nil),         // 4: kubevisor.driver.hypervisor.v1.CreateResponse
+	(*StartRequest)(nil),           // 5: kubevisor.driver.hypervisor.v1.StartRequest
+	(*StartResponse)(nil),          // 6: kubevisor.driver.hypervisor.v1.StartResponse
+	(*ShutdownRequest)(nil),        // 7: kubevisor.driver.hypervisor.v1.ShutdownRequest
+	(*ShutdownResponse)(nil),       // 8: kubevisor.driver.hypervisor.v1.ShutdownResponse
+	(*KillRequest)(nil),            // 9: kubevisor.driver.hypervisor.v1.KillRequest
+	(*KillResponse)(nil),           // 10: kubevisor.driver.hypervisor.v1.KillResponse
+	(*DeleteRequest)(nil),          // 11: kubevisor.driver.hypervisor.v1.DeleteRequest
+	(*DeleteResponse)(nil),         // 12: kubevisor.driver.hypervisor.v1.DeleteResponse
+	(*StatusRequest)(nil),          // 13: kubevisor.driver.hypervisor.v1.StatusRequest
+	(*StatusResponse)(nil),         // 14: kubevisor.driver.hypervisor.v1.StatusResponse
+	(*VMStatus)(nil),               // 15: kubevisor.driver.hypervisor.v1.VMStatus
+	(*EventsRequest)(nil),          // 16: kubevisor.driver.hypervisor.v1.EventsRequest
+	(*Event)(nil),                  // 17: kubevisor.driver.hypervisor.v1.Event
+	(*PauseRequest)(nil),           // 18: kubevisor.driver.hypervisor.v1.PauseRequest
+	(*PauseResponse)(nil),          // 19: kubevisor.driver.hypervisor.v1.PauseResponse
+	(*ResumeRequest)(nil),          // 20: kubevisor.driver.hypervisor.v1.ResumeRequest
+	(*ResumeResponse)(nil),         // 21: kubevisor.driver.hypervisor.v1.ResumeResponse
+	(*RebootRequest)(nil),          // 22: kubevisor.driver.hypervisor.v1.RebootRequest
+	(*RebootResponse)(nil),         // 23: kubevisor.driver.hypervisor.v1.RebootResponse
+	(*SoftRebootRequest)(nil),      // 24: kubevisor.driver.hypervisor.v1.SoftRebootRequest
+	(*SoftRebootResponse)(nil),     // 25: kubevisor.driver.hypervisor.v1.SoftRebootResponse
+	(*GuestAgentInfoRequest)(nil),  // 26: kubevisor.driver.hypervisor.v1.GuestAgentInfoRequest
+	(*GuestAgentInfoResponse)(nil), // 27: kubevisor.driver.hypervisor.v1.GuestAgentInfoResponse
+	(*GuestOSInfo)(nil),            // 28: kubevisor.driver.hypervisor.v1.GuestOSInfo
+	(*ConsoleInput)(nil),           // 29: kubevisor.driver.hypervisor.v1.ConsoleInput
+	(*ConsoleOutput)(nil),          // 30: kubevisor.driver.hypervisor.v1.ConsoleOutput
+	(*DisplayInput)(nil),           // 31: kubevisor.driver.hypervisor.v1.DisplayInput
+	(*DisplayOutput)(nil),          // 32: kubevisor.driver.hypervisor.v1.DisplayOutput
+	(*RecoverRequest)(nil),         // 33: kubevisor.driver.hypervisor.v1.RecoverRequest
+	(*RecoverResponse)(nil),        // 34: kubevisor.driver.hypervisor.v1.RecoverResponse
+	(*MigrateRequest)(nil),         // 35: kubevisor.driver.hypervisor.v1.MigrateRequest
+	(*MigrateResponse)(nil),        // 36: kubevisor.driver.hypervisor.v1.MigrateResponse
+	(*v1.DomainSpec)(nil),          // 37: kubevisor.domain.v1.DomainSpec
+	(*durationpb.Duration)(nil),    // 38: google.protobuf.Duration
+	(*timestamppb.Timestamp)(nil),  // 39: google.protobuf.Timestamp
 }
 var file_core_driver_hypervisor_v1_hypervisor_proto_depIdxs = []int32{
-	34, // 0: kubevisor.driver.hypervisor.v1.CreateRequest.domain:type_name -> kubevisor.domain.v1.DomainSpec
+	37, // 0: kubevisor.driver.hypervisor.v1.CreateRequest.domain:type_name -> kubevisor.domain.v1.DomainSpec
 	2,  // 1: kubevisor.driver.hypervisor.v1.CreateResponse.handle:type_name -> kubevisor.driver.hypervisor.v1.Handle
-	35, // 2: kubevisor.driver.hypervisor.v1.ShutdownRequest.timeout:type_name -> google.protobuf.Duration
+	38, // 2: kubevisor.driver.hypervisor.v1.ShutdownRequest.timeout:type_name -> google.protobuf.Duration
 	15, // 3: kubevisor.driver.hypervisor.v1.StatusResponse.status:type_name -> kubevisor.driver.hypervisor.v1.VMStatus
 	0,  // 4: kubevisor.driver.hypervisor.v1.VMStatus.state:type_name -> kubevisor.driver.hypervisor.v1.State
-	36, // 5: kubevisor.driver.hypervisor.v1.VMStatus.started_at:type_name -> google.protobuf.Timestamp
+	39, // 5: kubevisor.driver.hypervisor.v1.VMStatus.started_at:type_name -> google.protobuf.Timestamp
 	1,  // 6: kubevisor.driver.hypervisor.v1.Event.type:type_name -> kubevisor.driver.hypervisor.v1.EventType
-	36, // 7: kubevisor.driver.hypervisor.v1.Event.time:type_name -> google.protobuf.Timestamp
+	39, // 7: kubevisor.driver.hypervisor.v1.Event.time:type_name -> google.protobuf.Timestamp
 	0,  // 8: kubevisor.driver.hypervisor.v1.Event.state:type_name -> kubevisor.driver.hypervisor.v1.State
-	2,  // 9: kubevisor.driver.hypervisor.v1.RecoverRequest.handle:type_name -> kubevisor.driver.hypervisor.v1.Handle
-	15, // 10: kubevisor.driver.hypervisor.v1.RecoverResponse.status:type_name -> kubevisor.driver.hypervisor.v1.VMStatus
-	35, // 11: kubevisor.driver.hypervisor.v1.MigrateRequest.completion_timeout:type_name -> google.protobuf.Duration
-	3,  // 12: kubevisor.driver.hypervisor.v1.Hypervisor.Create:input_type -> kubevisor.driver.hypervisor.v1.CreateRequest
-	5,  // 13: kubevisor.driver.hypervisor.v1.Hypervisor.Start:input_type -> kubevisor.driver.hypervisor.v1.StartRequest
-	7,  // 14: kubevisor.driver.hypervisor.v1.Hypervisor.Shutdown:input_type -> kubevisor.driver.hypervisor.v1.ShutdownRequest
-	9,  // 15: kubevisor.driver.hypervisor.v1.Hypervisor.Kill:input_type -> kubevisor.driver.hypervisor.v1.KillRequest
-	11, // 16: kubevisor.driver.hypervisor.v1.Hypervisor.Delete:input_type -> kubevisor.driver.hypervisor.v1.DeleteRequest
-	13, // 17: kubevisor.driver.hypervisor.v1.Hypervisor.Status:input_type -> kubevisor.driver.hypervisor.v1.StatusRequest
-	16, // 18: kubevisor.driver.hypervisor.v1.Hypervisor.Events:input_type -> kubevisor.driver.hypervisor.v1.EventsRequest
-	18, // 19: kubevisor.driver.hypervisor.v1.Hypervisor.Pause:input_type -> kubevisor.driver.hypervisor.v1.PauseRequest
-	20, // 20: kubevisor.driver.hypervisor.v1.Hypervisor.Resume:input_type -> kubevisor.driver.hypervisor.v1.ResumeRequest
-	22, // 21: kubevisor.driver.hypervisor.v1.Hypervisor.Reboot:input_type -> kubevisor.driver.hypervisor.v1.RebootRequest
-	24, // 22: kubevisor.driver.hypervisor.v1.Hypervisor.SoftReboot:input_type -> kubevisor.driver.hypervisor.v1.SoftRebootRequest
-	26, // 23: kubevisor.driver.hypervisor.v1.Hypervisor.Console:input_type -> kubevisor.driver.hypervisor.v1.ConsoleInput
-	28, // 24: kubevisor.driver.hypervisor.v1.Hypervisor.Display:input_type -> kubevisor.driver.hypervisor.v1.DisplayInput
-	30, // 25: kubevisor.driver.hypervisor.v1.Hypervisor.Recover:input_type -> kubevisor.driver.hypervisor.v1.RecoverRequest
-	32, // 26: kubevisor.driver.hypervisor.v1.Hypervisor.Migrate:input_type -> kubevisor.driver.hypervisor.v1.MigrateRequest
-	4,  // 27: kubevisor.driver.hypervisor.v1.Hypervisor.Create:output_type -> kubevisor.driver.hypervisor.v1.CreateResponse
-	6,  // 28: kubevisor.driver.hypervisor.v1.Hypervisor.Start:output_type -> kubevisor.driver.hypervisor.v1.StartResponse
-	8,  // 29: kubevisor.driver.hypervisor.v1.Hypervisor.Shutdown:output_type -> kubevisor.driver.hypervisor.v1.ShutdownResponse
-	10, // 30: kubevisor.driver.hypervisor.v1.Hypervisor.Kill:output_type -> kubevisor.driver.hypervisor.v1.KillResponse
-	12, // 31: kubevisor.driver.hypervisor.v1.Hypervisor.Delete:output_type -> kubevisor.driver.hypervisor.v1.DeleteResponse
-	14, // 32: kubevisor.driver.hypervisor.v1.Hypervisor.Status:output_type -> kubevisor.driver.hypervisor.v1.StatusResponse
-	17, // 33: kubevisor.driver.hypervisor.v1.Hypervisor.Events:output_type -> kubevisor.driver.hypervisor.v1.Event
-	19, // 34: kubevisor.driver.hypervisor.v1.Hypervisor.Pause:output_type -> kubevisor.driver.hypervisor.v1.PauseResponse
-	21, // 35: kubevisor.driver.hypervisor.v1.Hypervisor.Resume:output_type -> kubevisor.driver.hypervisor.v1.ResumeResponse
-	23, // 36: kubevisor.driver.hypervisor.v1.Hypervisor.Reboot:output_type -> kubevisor.driver.hypervisor.v1.RebootResponse
-	25, // 37: kubevisor.driver.hypervisor.v1.Hypervisor.SoftReboot:output_type -> kubevisor.driver.hypervisor.v1.SoftRebootResponse
-	27, // 38: kubevisor.driver.hypervisor.v1.Hypervisor.Console:output_type -> kubevisor.driver.hypervisor.v1.ConsoleOutput
-	29, // 39: kubevisor.driver.hypervisor.v1.Hypervisor.Display:output_type -> kubevisor.driver.hypervisor.v1.DisplayOutput
-	31, // 40: kubevisor.driver.hypervisor.v1.Hypervisor.Recover:output_type -> kubevisor.driver.hypervisor.v1.RecoverResponse
-	33, // 41: kubevisor.driver.hypervisor.v1.Hypervisor.Migrate:output_type -> kubevisor.driver.hypervisor.v1.MigrateResponse
-	27, // [27:42] is the sub-list for method output_type
-	12, // [12:27] is the sub-list for method input_type
-	12, // [12:12] is the sub-list for extension type_name
-	12, // [12:12] is the sub-list for extension extendee
-	0,  // [0:12] is the sub-list for field type_name
+	28, // 9: kubevisor.driver.hypervisor.v1.GuestAgentInfoResponse.os:type_name -> kubevisor.driver.hypervisor.v1.GuestOSInfo
+	2,  // 10: kubevisor.driver.hypervisor.v1.RecoverRequest.handle:type_name -> kubevisor.driver.hypervisor.v1.Handle
+	15, // 11: kubevisor.driver.hypervisor.v1.RecoverResponse.status:type_name -> kubevisor.driver.hypervisor.v1.VMStatus
+	38, // 12: kubevisor.driver.hypervisor.v1.MigrateRequest.completion_timeout:type_name -> google.protobuf.Duration
+	3,  // 13: kubevisor.driver.hypervisor.v1.Hypervisor.Create:input_type -> kubevisor.driver.hypervisor.v1.CreateRequest
+	5,  // 14: kubevisor.driver.hypervisor.v1.Hypervisor.Start:input_type -> kubevisor.driver.hypervisor.v1.StartRequest
+	7,  // 15: kubevisor.driver.hypervisor.v1.Hypervisor.Shutdown:input_type -> kubevisor.driver.hypervisor.v1.ShutdownRequest
+	9,  // 16: kubevisor.driver.hypervisor.v1.Hypervisor.Kill:input_type -> kubevisor.driver.hypervisor.v1.KillRequest
+	11, // 17: kubevisor.driver.hypervisor.v1.Hypervisor.Delete:input_type -> kubevisor.driver.hypervisor.v1.DeleteRequest
+	13, // 18: kubevisor.driver.hypervisor.v1.Hypervisor.Status:input_type -> kubevisor.driver.hypervisor.v1.StatusRequest
+	16, // 19: kubevisor.driver.hypervisor.v1.Hypervisor.Events:input_type -> kubevisor.driver.hypervisor.v1.EventsRequest
+	18, // 20: kubevisor.driver.hypervisor.v1.Hypervisor.Pause:input_type -> kubevisor.driver.hypervisor.v1.PauseRequest
+	20, // 21: kubevisor.driver.hypervisor.v1.Hypervisor.Resume:input_type -> kubevisor.driver.hypervisor.v1.ResumeRequest
+	22, // 22: kubevisor.driver.hypervisor.v1.Hypervisor.Reboot:input_type -> kubevisor.driver.hypervisor.v1.RebootRequest
+	24, // 23: kubevisor.driver.hypervisor.v1.Hypervisor.SoftReboot:input_type -> kubevisor.driver.hypervisor.v1.SoftRebootRequest
+	26, // 24: kubevisor.driver.hypervisor.v1.Hypervisor.GuestAgentInfo:input_type -> kubevisor.driver.hypervisor.v1.GuestAgentInfoRequest
+	29, // 25: kubevisor.driver.hypervisor.v1.Hypervisor.Console:input_type -> kubevisor.driver.hypervisor.v1.ConsoleInput
+	31, // 26: kubevisor.driver.hypervisor.v1.Hypervisor.Display:input_type -> kubevisor.driver.hypervisor.v1.DisplayInput
+	33, // 27: kubevisor.driver.hypervisor.v1.Hypervisor.Recover:input_type -> kubevisor.driver.hypervisor.v1.RecoverRequest
+	35, // 28: kubevisor.driver.hypervisor.v1.Hypervisor.Migrate:input_type -> kubevisor.driver.hypervisor.v1.MigrateRequest
+	4,  // 29: kubevisor.driver.hypervisor.v1.Hypervisor.Create:output_type -> kubevisor.driver.hypervisor.v1.CreateResponse
+	6,  // 30: kubevisor.driver.hypervisor.v1.Hypervisor.Start:output_type -> kubevisor.driver.hypervisor.v1.StartResponse
+	8,  // 31: kubevisor.driver.hypervisor.v1.Hypervisor.Shutdown:output_type -> kubevisor.driver.hypervisor.v1.ShutdownResponse
+	10, // 32: kubevisor.driver.hypervisor.v1.Hypervisor.Kill:output_type -> kubevisor.driver.hypervisor.v1.KillResponse
+	12, // 33: kubevisor.driver.hypervisor.v1.Hypervisor.Delete:output_type -> kubevisor.driver.hypervisor.v1.DeleteResponse
+	14, // 34: kubevisor.driver.hypervisor.v1.Hypervisor.Status:output_type -> kubevisor.driver.hypervisor.v1.StatusResponse
+	17, // 35: kubevisor.driver.hypervisor.v1.Hypervisor.Events:output_type -> kubevisor.driver.hypervisor.v1.Event
+	19, // 36: kubevisor.driver.hypervisor.v1.Hypervisor.Pause:output_type -> kubevisor.driver.hypervisor.v1.PauseResponse
+	21, // 37: kubevisor.driver.hypervisor.v1.Hypervisor.Resume:output_type -> kubevisor.driver.hypervisor.v1.ResumeResponse
+	23, // 38: kubevisor.driver.hypervisor.v1.Hypervisor.Reboot:output_type -> kubevisor.driver.hypervisor.v1.RebootResponse
+	25, // 39: kubevisor.driver.hypervisor.v1.Hypervisor.SoftReboot:output_type -> kubevisor.driver.hypervisor.v1.SoftRebootResponse
+	27, // 40: kubevisor.driver.hypervisor.v1.Hypervisor.GuestAgentInfo:output_type -> kubevisor.driver.hypervisor.v1.GuestAgentInfoResponse
+	30, // 41: kubevisor.driver.hypervisor.v1.Hypervisor.Console:output_type -> kubevisor.driver.hypervisor.v1.ConsoleOutput
+	32, // 42: kubevisor.driver.hypervisor.v1.Hypervisor.Display:output_type -> kubevisor.driver.hypervisor.v1.DisplayOutput
+	34, // 43: kubevisor.driver.hypervisor.v1.Hypervisor.Recover:output_type -> kubevisor.driver.hypervisor.v1.RecoverResponse
+	36, // 44: kubevisor.driver.hypervisor.v1.Hypervisor.Migrate:output_type -> kubevisor.driver.hypervisor.v1.MigrateResponse
+	29, // [29:45] is the sub-list for method output_type
+	13, // [13:29] is the sub-list for method input_type
+	13, // [13:13] is the sub-list for extension type_name
+	13, // [13:13] is the sub-list for extension extendee
+	0,  // [0:13] is the sub-list for field type_name
 }
 
 func init() { file_core_driver_hypervisor_v1_hypervisor_proto_init() }
@@ -1911,7 +2191,7 @@ func file_core_driver_hypervisor_v1_hypervisor_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_core_driver_hypervisor_v1_hypervisor_proto_rawDesc), len(file_core_driver_hypervisor_v1_hypervisor_proto_rawDesc)),
 			NumEnums:      2,
-			NumMessages:   32,
+			NumMessages:   35,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

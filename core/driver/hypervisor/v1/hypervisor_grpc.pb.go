@@ -21,21 +21,22 @@ import (
 const _ = grpc.SupportPackageIsVersion9
 
 const (
-	Hypervisor_Create_FullMethodName     = "/kubevisor.driver.hypervisor.v1.Hypervisor/Create"
-	Hypervisor_Start_FullMethodName      = "/kubevisor.driver.hypervisor.v1.Hypervisor/Start"
-	Hypervisor_Shutdown_FullMethodName   = "/kubevisor.driver.hypervisor.v1.Hypervisor/Shutdown"
-	Hypervisor_Kill_FullMethodName       = "/kubevisor.driver.hypervisor.v1.Hypervisor/Kill"
-	Hypervisor_Delete_FullMethodName     = "/kubevisor.driver.hypervisor.v1.Hypervisor/Delete"
-	Hypervisor_Status_FullMethodName     = "/kubevisor.driver.hypervisor.v1.Hypervisor/Status"
-	Hypervisor_Events_FullMethodName     = "/kubevisor.driver.hypervisor.v1.Hypervisor/Events"
-	Hypervisor_Pause_FullMethodName      = "/kubevisor.driver.hypervisor.v1.Hypervisor/Pause"
-	Hypervisor_Resume_FullMethodName     = "/kubevisor.driver.hypervisor.v1.Hypervisor/Resume"
-	Hypervisor_Reboot_FullMethodName     = "/kubevisor.driver.hypervisor.v1.Hypervisor/Reboot"
-	Hypervisor_SoftReboot_FullMethodName = "/kubevisor.driver.hypervisor.v1.Hypervisor/SoftReboot"
-	Hypervisor_Console_FullMethodName    = "/kubevisor.driver.hypervisor.v1.Hypervisor/Console"
-	Hypervisor_Display_FullMethodName    = "/kubevisor.driver.hypervisor.v1.Hypervisor/Display"
-	Hypervisor_Recover_FullMethodName    = "/kubevisor.driver.hypervisor.v1.Hypervisor/Recover"
-	Hypervisor_Migrate_FullMethodName    = "/kubevisor.driver.hypervisor.v1.Hypervisor/Migrate"
+	Hypervisor_Create_FullMethodName         = "/kubevisor.driver.hypervisor.v1.Hypervisor/Create"
+	Hypervisor_Start_FullMethodName          = "/kubevisor.driver.hypervisor.v1.Hypervisor/Start"
+	Hypervisor_Shutdown_FullMethodName       = "/kubevisor.driver.hypervisor.v1.Hypervisor/Shutdown"
+	Hypervisor_Kill_FullMethodName           = "/kubevisor.driver.hypervisor.v1.Hypervisor/Kill"
+	Hypervisor_Delete_FullMethodName         = "/kubevisor.driver.hypervisor.v1.Hypervisor/Delete"
+	Hypervisor_Status_FullMethodName         = "/kubevisor.driver.hypervisor.v1.Hypervisor/Status"
+	Hypervisor_Events_FullMethodName         = "/kubevisor.driver.hypervisor.v1.Hypervisor/Events"
+	Hypervisor_Pause_FullMethodName          = "/kubevisor.driver.hypervisor.v1.Hypervisor/Pause"
+	Hypervisor_Resume_FullMethodName         = "/kubevisor.driver.hypervisor.v1.Hypervisor/Resume"
+	Hypervisor_Reboot_FullMethodName         = "/kubevisor.driver.hypervisor.v1.Hypervisor/Reboot"
+	Hypervisor_SoftReboot_FullMethodName     = "/kubevisor.driver.hypervisor.v1.Hypervisor/SoftReboot"
+	Hypervisor_GuestAgentInfo_FullMethodName = "/kubevisor.driver.hypervisor.v1.Hypervisor/GuestAgentInfo"
+	Hypervisor_Console_FullMethodName        = "/kubevisor.driver.hypervisor.v1.Hypervisor/Console"
+	Hypervisor_Display_FullMethodName        = "/kubevisor.driver.hypervisor.v1.Hypervisor/Display"
+	Hypervisor_Recover_FullMethodName        = "/kubevisor.driver.hypervisor.v1.Hypervisor/Recover"
+	Hypervisor_Migrate_FullMethodName        = "/kubevisor.driver.hypervisor.v1.Hypervisor/Migrate"
 )
 
 // HypervisorClient is the client API for Hypervisor service.
@@ -76,6 +77,10 @@ type HypervisorClient interface {
 	// the guest shuts down in answer, the VM boots again instead of stopping
 	// (FEATURE_HYPERVISOR_SOFT_REBOOT).
 	SoftReboot(ctx context.Context, in *SoftRebootRequest, opts ...grpc.CallOption) (*SoftRebootResponse, error)
+	// GuestAgentInfo asks the guest agent of a running VM what it knows of the guest
+	// (FEATURE_HYPERVISOR_GUEST_AGENT). A guest whose agent does not answer is connected false,
+	// not an error; a VM that is not running returns FailedPrecondition.
+	GuestAgentInfo(ctx context.Context, in *GuestAgentInfoRequest, opts ...grpc.CallOption) (*GuestAgentInfoResponse, error)
 	// Console attaches to the serial console (FEATURE_HYPERVISOR_CONSOLE). The first message names
 	// the VM; later messages carry input. Output flows back, the driver's recent output first,
 	// until either side closes or the VM stops.
@@ -218,6 +223,16 @@ func (c *hypervisorClient) SoftReboot(ctx context.Context, in *SoftRebootRequest
 	return out, nil
 }
 
+func (c *hypervisorClient) GuestAgentInfo(ctx context.Context, in *GuestAgentInfoRequest, opts ...grpc.CallOption) (*GuestAgentInfoResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(GuestAgentInfoResponse)
+	err := c.cc.Invoke(ctx, Hypervisor_GuestAgentInfo_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 func (c *hypervisorClient) Console(ctx context.Context, opts ...grpc.CallOption) (grpc.BidiStreamingClient[ConsoleInput, ConsoleOutput], error) {
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
 	stream, err := c.cc.NewStream(ctx, &Hypervisor_ServiceDesc.Streams[1], Hypervisor_Console_FullMethodName, cOpts...)
@@ -302,6 +317,10 @@ type HypervisorServer interface {
 	// the guest shuts down in answer, the VM boots again instead of stopping
 	// (FEATURE_HYPERVISOR_SOFT_REBOOT).
 	SoftReboot(context.Context, *SoftRebootRequest) (*SoftRebootResponse, error)
+	// GuestAgentInfo asks the guest agent of a running VM what it knows of the guest
+	// (FEATURE_HYPERVISOR_GUEST_AGENT). A guest whose agent does not answer is connected false,
+	// not an error; a VM that is not running returns FailedPrecondition.
+	GuestAgentInfo(context.Context, *GuestAgentInfoRequest) (*GuestAgentInfoResponse, error)
 	// Console attaches to the serial console (FEATURE_HYPERVISOR_CONSOLE). The first message names
 	// the VM; later messages carry input. Output flows back, the driver's recent output first,
 	// until either side closes or the VM stops.
@@ -357,6 +376,9 @@ func (UnimplementedHypervisorServer) Reboot(context.Context, *RebootRequest) (*R
 }
 func (UnimplementedHypervisorServer) SoftReboot(context.Context, *SoftRebootRequest) (*SoftRebootResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method SoftReboot not implemented")
+}
+func (UnimplementedHypervisorServer) GuestAgentInfo(context.Context, *GuestAgentInfoRequest) (*GuestAgentInfoResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method GuestAgentInfo not implemented")
 }
 func (UnimplementedHypervisorServer) Console(grpc.BidiStreamingServer[ConsoleInput, ConsoleOutput]) error {
 	return status.Error(codes.Unimplemented, "method Console not implemented")
@@ -582,6 +604,24 @@ func _Hypervisor_SoftReboot_Handler(srv interface{}, ctx context.Context, dec fu
 	return interceptor(ctx, in, info, handler)
 }
 
+func _Hypervisor_GuestAgentInfo_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(GuestAgentInfoRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(HypervisorServer).GuestAgentInfo(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Hypervisor_GuestAgentInfo_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(HypervisorServer).GuestAgentInfo(ctx, req.(*GuestAgentInfoRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 func _Hypervisor_Console_Handler(srv interface{}, stream grpc.ServerStream) error {
 	return srv.(HypervisorServer).Console(&grpc.GenericServerStream[ConsoleInput, ConsoleOutput]{ServerStream: stream})
 }
@@ -678,6 +718,10 @@ var Hypervisor_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "SoftReboot",
 			Handler:    _Hypervisor_SoftReboot_Handler,
+		},
+		{
+			MethodName: "GuestAgentInfo",
+			Handler:    _Hypervisor_GuestAgentInfo_Handler,
 		},
 		{
 			MethodName: "Recover",
