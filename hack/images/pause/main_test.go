@@ -7,12 +7,8 @@ import (
 
 func TestBurnSpendsCPUTime(t *testing.T) {
 	before := cpuTime()
-	start := time.Now()
 	burn(before + 200*time.Millisecond)
 	if spent := cpuTime() - before; spent < 200*time.Millisecond {
 		t.Fatalf("burn returned after %s of CPU, want at least 200ms", spent)
-	}
-	if took := time.Since(start); took < 200*time.Millisecond {
-		t.Fatalf("burn took %s of wall time for 200ms of CPU", took)
 	}
 }
