@@ -107,6 +107,9 @@ type Agent struct {
 	h      *handler.Handler
 	// consoles writes each running VMI's serial console into its host directory.
 	consoles *consoleLogs
+	// probes serves the guest probe socket of each running VMI with an exec or guestAgentPing
+	// probe.
+	probes *guestProbes
 	log      logr.Logger
 	// changed carries VMIs whose status the handler changed to the reconciler.
 	changed chan event.GenericEvent
@@ -185,9 +188,11 @@ func (a *Agent) statusChanged(uid types.UID) {
 // setup registers the agent's controller and background work with mgr.
 func (a *Agent) setup(mgr ctrl.Manager) error {
 	a.consoles = newConsoleLogs(a.h, a.cfg.HostStateDir, a.log.WithName("console"))
+	a.probes = newGuestProbes(a.h, a.cfg.HostStateDir, a.log.WithName("guest-probe"))
 	if err := mgr.Add(runnable(func(ctx context.Context) error {
 		<-ctx.Done()
 		a.consoles.close()
+		a.probes.close()
 		return nil
 	})); err != nil {
 		return err
@@ -266,6 +271,7 @@ func (a *Agent) Reconcile(ctx context.Context, req reconcile.Request) (reconcile
 			a.sandbox(&vmi).end(why)
 		}
 		a.consoles.stop(vmi.UID)
+		a.probes.stop(vmi.UID)
 		// Stop closes the VMI's sandbox last, which releases its containerDisk mounts.
 		st, err := a.h.Stop(ctx, &vmi, grace(&vmi))
 		if werr := a.writeStatus(ctx, req.NamespacedName, a.probed(ctx, &vmi, pod, st)); werr != nil {
@@ -293,6 +299,13 @@ func (a *Agent) Reconcile(ctx context.Context, req reconcile.Request) (reconcile
 		if vmi.Spec.SerialConsoleLogged() {
 			// For the launcher pod's guest-console-log container.
 			a.consoles.ensure(context.Background(), vmi.UID)
+		}
+		if vmi.Spec.LivenessProbe.UsesGuestAgent() || vmi.Spec.ReadinessProbe.UsesGuestAgent() {
+			// For the compute container's kubevisor-probe. Until it is served the probes fail,
+			// as they do while the guest agent does not answer.
+			if err := a.probes.ensure(vmi.UID); err != nil {
+				return reconcile.Result{}, err
+			}
 		}
 		if tl, ok := a.h.TakeTimeline(vmi.UID); ok {
 			// One event per started VM: where the handler's part of its start went.
@@ -386,6 +399,7 @@ func (a *Agent) forget(ctx context.Context, name types.NamespacedName) error {
 
 func (a *Agent) stopUnknown(ctx context.Context, uid types.UID, name types.NamespacedName) error {
 	a.consoles.stop(uid)
+	a.probes.stop(uid)
 	if _, known := a.h.Status(uid); known {
 		stub := &v1alpha1.VirtualMachineInstance{ObjectMeta: metav1.ObjectMeta{Namespace: name.Namespace, Name: name.Name, UID: uid}}
 		if _, err := a.h.Stop(ctx, stub, 0); err != nil {
