@@ -324,7 +324,9 @@ func TestCheckSupported(t *testing.T) {
 				v.Spec.LivenessProbe = &v1alpha1.Probe{ProbeHandler: v1alpha1.ProbeHandler{Exec: &corev1.ExecAction{Command: []string{"true"}}}}
 				v.Spec.ReadinessProbe = &v1alpha1.Probe{ProbeHandler: v1alpha1.ProbeHandler{GuestAgentPing: &v1alpha1.GuestAgentPing{}}}
 			},
-			caps: func(c *driverCaps) { c.hypervisorCaps.Features = []basev1.Feature{basev1.Feature_FEATURE_HYPERVISOR_GUEST_AGENT} },
+			caps: func(c *driverCaps) {
+				c.hypervisorCaps.Features = []basev1.Feature{basev1.Feature_FEATURE_HYPERVISOR_GUEST_AGENT}
+			},
 			want: []string{
 				`spec.livenessProbe.exec: a probe through the guest agent is not supported by the hypervisor driver "hv" (it does not declare FEATURE_HYPERVISOR_GUEST_EXEC)`,
 				`spec.readinessProbe.guestAgentPing: a probe through the guest agent is not supported by the hypervisor driver "hv"`,

@@ -110,7 +110,7 @@ type Agent struct {
 	// probes serves the guest probe socket of each running VMI with an exec or guestAgentPing
 	// probe.
 	probes *guestProbes
-	log      logr.Logger
+	log    logr.Logger
 	// changed carries VMIs whose status the handler changed to the reconciler.
 	changed chan event.GenericEvent
 
