@@ -96,7 +96,8 @@ func CacheOptions(node string) cache.Options {
 // pod runs, it syncs the VMI into the launcher's sandbox (podSandbox); when the VMI or its pod
 // is deleted, it stops the VM and undoes what the drivers set up; when the pod ends under a
 // running VM, it ends the VMI's sandbox, which fails the VMI (LauncherExited); it writes what
-// the handler derives into the VMI's status.
+// the handler derives into the VMI's status. For a running VMI it also writes the serial
+// console log and serves the guest probe socket of its exec and guestAgentPing probes.
 type Agent struct {
 	cfg    AgentConfig
 	client client.Client
@@ -300,16 +301,17 @@ func (a *Agent) Reconcile(ctx context.Context, req reconcile.Request) (reconcile
 			// For the launcher pod's guest-console-log container.
 			a.consoles.ensure(context.Background(), vmi.UID)
 		}
+		if tl, ok := a.h.TakeTimeline(vmi.UID); ok {
+			// One event per started VM: where the handler's part of its start went.
+			a.events.Eventf(&vmi, pod, corev1.EventTypeNormal, v1alpha1.ReasonStarted, actionStart, "%s", tl.Note())
+		}
 		if vmi.Spec.LivenessProbe.UsesGuestAgent() || vmi.Spec.ReadinessProbe.UsesGuestAgent() {
 			// For the compute container's kubevisor-probe. Until it is served the probes fail,
 			// as they do while the guest agent does not answer.
 			if err := a.probes.ensure(vmi.UID); err != nil {
+				// The work queue tries again with its backoff.
 				return reconcile.Result{}, err
 			}
-		}
-		if tl, ok := a.h.TakeTimeline(vmi.UID); ok {
-			// One event per started VM: where the handler's part of its start went.
-			a.events.Eventf(&vmi, pod, corev1.EventTypeNormal, v1alpha1.ReasonStarted, actionStart, "%s", tl.Note())
 		}
 	}
 	return reconcile.Result{}, nil
