@@ -318,6 +318,7 @@ type allOptional struct {
 	driver.Rebooter
 	driver.SoftRebooter
 	driver.GuestAgent
+	driver.GuestExecer
 	driver.Consoler
 	driver.Displayer
 	driver.Recoverer

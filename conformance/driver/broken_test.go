@@ -143,6 +143,18 @@ func (agentAnything) GuestAgentInfo(context.Context, string) (*hypervisorv1.Gues
 	return &hypervisorv1.GuestAgentInfoResponse{}, nil
 }
 
+// execAnything declares FEATURE_HYPERVISOR_GUEST_EXEC and answers "exited 0" for any id,
+// running or not.
+type execAnything struct{ *fake.Hypervisor }
+
+func (execAnything) GuestAgentPing(context.Context, string) (*hypervisorv1.GuestAgentPingResponse, error) {
+	return &hypervisorv1.GuestAgentPingResponse{Connected: true}, nil
+}
+
+func (execAnything) GuestAgentExec(context.Context, string, []string, time.Duration) (*hypervisorv1.GuestAgentExecResponse, error) {
+	return &hypervisorv1.GuestAgentExecResponse{Connected: true, Exited: true}, nil
+}
+
 // rebootDoesNothing declares FEATURE_HYPERVISOR_REBOOT but Reboot does not boot again.
 type rebootDoesNothing struct{ *fake.Hypervisor }
 
@@ -208,6 +220,7 @@ func TestBrokenHypervisors(t *testing.T) {
 			"Reboot/NotRunning":     "Reboot of a paused VM: got no error, want FailedPrecondition",
 			"SoftReboot/NotRunning": "SoftReboot of a paused VM: got no error, want FailedPrecondition",
 			"GuestAgent/NotRunning": "GuestAgentInfo of a paused VM: got no error, want FailedPrecondition",
+			"GuestExec/NotRunning":  "GuestAgentPing of a paused VM: got no error, want FailedPrecondition",
 		}},
 		{"EventsUnfiltered", eventsUnfiltered{fake.NewHypervisor()}, nil, map[string]string{"Events/StartStop": "got an event of VM"}},
 		{"RebootDoesNothing", rebootDoesNothing{fake.NewHypervisor()}, []conformance.Option{conformance.WithTimeout(300 * time.Millisecond)},
@@ -223,6 +236,10 @@ func TestBrokenHypervisors(t *testing.T) {
 		{"AgentAnything", agentAnything{fake.NewHypervisor()}, nil, map[string]string{
 			"GuestAgent/NotRunning": "GuestAgentInfo of a created VM: got no error, want FailedPrecondition",
 			"Unknown/NotFound":      "GuestAgentInfo of an unknown VM: got no error, want NotFound",
+		}},
+		{"ExecAnything", execAnything{fake.NewHypervisor()}, nil, map[string]string{
+			"GuestExec/NotRunning": "GuestAgentPing of a created VM: got no error, want FailedPrecondition",
+			"Unknown/NotFound":     "GuestAgentPing of an unknown VM: got no error, want NotFound",
 		}},
 		{"DeleteAnything", deleteAnything{fake.NewHypervisor()}, nil, map[string]string{"Delete/Running": "want FailedPrecondition"}},
 		{"ShutdownOnlyRunning", shutdownOnlyRunning{fake.NewHypervisor()}, nil, map[string]string{"Shutdown/Idempotent": "Shutdown, call 2: FailedPrecondition"}},
@@ -263,6 +280,8 @@ func TestUndeclaredFeaturesAreSkipped(t *testing.T) {
 		"Reboot/NotRunning":      "driver does not declare FEATURE_HYPERVISOR_REBOOT",
 		"SoftReboot/NotRunning":  "driver does not declare FEATURE_HYPERVISOR_SOFT_REBOOT",
 		"GuestAgent/NotRunning":  "driver does not declare FEATURE_HYPERVISOR_GUEST_AGENT",
+		"GuestExec/NotRunning":   "driver does not declare FEATURE_HYPERVISOR_GUEST_EXEC",
+		"GuestExec/NoCommand":    "driver does not declare FEATURE_HYPERVISOR_GUEST_EXEC",
 		"Console/Output":         "driver does not declare FEATURE_HYPERVISOR_CONSOLE",
 		"Console/EndsOnStop":     "driver does not declare FEATURE_HYPERVISOR_CONSOLE",
 		"Console/BeforeStart":    "driver does not declare FEATURE_HYPERVISOR_CONSOLE",

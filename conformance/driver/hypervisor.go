@@ -35,6 +35,8 @@ import (
 //	SoftReboot/NotRunning               (FEATURE_HYPERVISOR_SOFT_REBOOT; the VM suite boots a
 //	                                    guest that answers it: SoftReboot/BootsAgain)
 //	GuestAgent/NotRunning               (FEATURE_HYPERVISOR_GUEST_AGENT)
+//	GuestExec/NotRunning, GuestExec/NoCommand
+//	                                    (FEATURE_HYPERVISOR_GUEST_EXEC)
 //	Console/Output, Console/EndsOnStop, Console/BeforeStart, Console/SeveralReaders
 //	                                    (FEATURE_HYPERVISOR_CONSOLE; SeveralReaders needs WithConsoleMarker)
 //	Recover/Running, Recover/Created, Recover/Stopped, Recover/Gone
@@ -90,6 +92,10 @@ func Hypervisor(t T, f HypervisorFactory, opts ...Option) {
 	})
 	t.Run("GuestAgent", func(t T) {
 		t.Run("NotRunning", s.checkGuestAgentNotRunning)
+	})
+	t.Run("GuestExec", func(t T) {
+		t.Run("NotRunning", s.checkGuestExecNotRunning)
+		t.Run("NoCommand", s.checkGuestExecNoCommand)
 	})
 	t.Run("Console", func(t T) {
 		t.Run("Output", s.checkConsoleOutput)
@@ -327,6 +333,12 @@ func (s *hvSuite) checkUnknownNotFound(t T) {
 	if g, ok := driver.Optional[driver.GuestAgent](ctx, d); ok {
 		_, err := g.GuestAgentInfo(ctx, id)
 		expectCode(t, err, codes.NotFound, "GuestAgentInfo of an unknown VM")
+	}
+	if g, ok := driver.Optional[driver.GuestExecer](ctx, d); ok {
+		_, err := g.GuestAgentPing(ctx, id)
+		expectCode(t, err, codes.NotFound, "GuestAgentPing of an unknown VM")
+		_, err = g.GuestAgentExec(ctx, id, []string{"true"}, time.Second)
+		expectCode(t, err, codes.NotFound, "GuestAgentExec of an unknown VM")
 	}
 	if c, ok := driver.Optional[driver.Consoler](ctx, d); ok {
 		cctx, cancel := context.WithTimeout(ctx, eventWithin)

@@ -2,7 +2,11 @@ package conformance
 
 import (
 	"context"
+	"fmt"
 	"sync"
+	"time"
+
+	"google.golang.org/grpc/codes"
 
 	"github.com/kubevisor/kubevisor/core/driver"
 	basev1 "github.com/kubevisor/kubevisor/core/driver/base/v1"
@@ -28,6 +32,35 @@ func (s *hvSuite) checkGuestAgentNotRunning(t T) {
 		_, err := g.GuestAgentInfo(ctx, id)
 		return err
 	})
+}
+
+// checkGuestExecNotRunning: GuestAgentPing and GuestAgentExec of a VM that is not running
+// (created, paused) are FailedPrecondition and change nothing.
+func (s *hvSuite) checkGuestExecNotRunning(t T) {
+	d := s.hypervisor(t)
+	requireFeature(t, s.capabilities(t, d), basev1.Feature_FEATURE_HYPERVISOR_GUEST_EXEC)
+	g := optional[driver.GuestExecer](t, d, basev1.Feature_FEATURE_HYPERVISOR_GUEST_EXEC)
+	s.refusedUnlessRunning(t, d, "GuestAgentPing", func(ctx context.Context, id string) error {
+		_, err := g.GuestAgentPing(ctx, id)
+		return err
+	})
+	s.refusedUnlessRunning(t, d, "GuestAgentExec", func(ctx context.Context, id string) error {
+		_, err := g.GuestAgentExec(ctx, id, []string{"true"}, time.Second)
+		return err
+	})
+}
+
+// checkGuestExecNoCommand: GuestAgentExec without a command is InvalidArgument, the VM running.
+func (s *hvSuite) checkGuestExecNoCommand(t T) {
+	d := s.hypervisor(t)
+	requireFeature(t, s.capabilities(t, d), basev1.Feature_FEATURE_HYPERVISOR_GUEST_EXEC)
+	g := optional[driver.GuestExecer](t, d, basev1.Feature_FEATURE_HYPERVISOR_GUEST_EXEC)
+	vm := s.createStarted(t, d)
+	for _, cmd := range [][]string{nil, {""}} {
+		_, err := g.GuestAgentExec(s.ctx(t), vm.id, cmd, time.Second)
+		expectCode(t, err, codes.InvalidArgument, fmt.Sprintf("GuestAgentExec of command %q", cmd))
+	}
+	s.expectState(t, d, vm.id, hypervisorv1.State_STATE_RUNNING, "a refused GuestAgentExec")
 }
 
 // checkSoftRebootBootsAgain: the guest, asked by SoftReboot, shuts down and boots again in the

@@ -64,6 +64,11 @@ type Guest struct {
 	// kernel's names, before ReadyMarker ("KUBEVISOR-CPUFLAGS: fpu vme ... aes"). Without it
 	// CPU/Features is skipped.
 	CPUFlagsMarker string
+	// AgentMarker starts the console line on which the guest says, before ReadyMarker, that its
+	// guest agent runs on the agent's channel ("KUBEVISOR-AGENT: org.qemu.guest_agent.0
+	// /dev/vport1p1"), or that it found none ("KUBEVISOR-AGENT: none"). Without it
+	// GuestAgent/PingExec is skipped.
+	AgentMarker string
 	// MemoryBytes is the guest memory. Default: DefaultGuestMemory.
 	MemoryBytes uint64
 	// Machine is the machine type ("q35", "pc"); empty means the hypervisor's default.
@@ -85,6 +90,7 @@ const (
 	GuestInputMarker    = "KUBEVISOR-INPUT:"
 	GuestClockMarker    = "KUBEVISOR-CLOCK:"
 	GuestCPUFlagsMarker = "KUBEVISOR-CPUFLAGS:"
+	GuestAgentMarker    = "KUBEVISOR-AGENT:"
 )
 
 // The files of the project's test guest in the directory `make guest` builds it into.
@@ -156,6 +162,7 @@ func GuestFromDir(dir string) (Guest, error) {
 		InputMarker:    GuestInputMarker,
 		ClockMarker:    GuestClockMarker,
 		CPUFlagsMarker: GuestCPUFlagsMarker,
+		AgentMarker:    GuestAgentMarker,
 	}
 	if exists(GuestKernelFile) && exists(GuestInitrdFile) {
 		g.Kernel, g.Initrd = filepath.Join(abs, GuestKernelFile), filepath.Join(abs, GuestInitrdFile)
@@ -216,6 +223,7 @@ func (g Guest) withDefaults() Guest {
 //	Pause/StopsGuest                    (FEATURE_HYPERVISOR_PAUSE)
 //	Reboot/SecondBoot                   (FEATURE_HYPERVISOR_REBOOT)
 //	SoftReboot/BootsAgain               (FEATURE_HYPERVISOR_SOFT_REBOOT)
+//	GuestAgent/PingExec                 (FEATURE_HYPERVISOR_GUEST_EXEC; Guest.AgentMarker)
 //	Display/RFBSessions                 (FEATURE_HYPERVISOR_DISPLAY)
 //	Recover/AfterDriverKilled           (FEATURE_HYPERVISOR_RECOVER, and WithDriverKill)
 //	Devices/RNG                         (device "rng"; Guest.RNGMarker)
@@ -301,6 +309,9 @@ func VM(t T, hv HypervisorFactory, st StorageFactory, g Guest, opts ...Option) {
 	})
 	t.Run("SoftReboot", func(t T) {
 		t.Run("BootsAgain", s.checkSoftRebootBootsAgain)
+	})
+	t.Run("GuestAgent", func(t T) {
+		t.Run("PingExec", s.checkGuestAgentPingExec)
 	})
 	t.Run("Display", func(t T) {
 		t.Run("RFBSessions", s.checkDisplayRFBSessions)

@@ -84,7 +84,7 @@ var knownFailures = map[string]string{}
 // vmChecks are the names of every VM check.
 var vmChecks = []string{
 	"Boot/ConsoleMarker", "CloudInit/UserDataReachesGuest", "CloudInit/ConfigDrive",
-	"Shutdown/GracefulWithinTimeout", "Kill", "Pause/StopsGuest", "Reboot/SecondBoot", "SoftReboot/BootsAgain", "Display/RFBSessions",
+	"Shutdown/GracefulWithinTimeout", "Kill", "Pause/StopsGuest", "Reboot/SecondBoot", "SoftReboot/BootsAgain", "GuestAgent/PingExec", "Display/RFBSessions",
 	"Recover/AfterDriverKilled", "Devices/RNG", "Devices/Chassis", "Devices/Watchdog", "Devices/Balloon", "Devices/Input",
 	"Devices/Sound", "Devices/VirtioTransitional", "Clock/Start", "CPU/Features", "Storage/NotAnImage",
 }
@@ -282,6 +282,7 @@ func TestVMUndeclaredAreSkipped(t *testing.T) {
 			"Pause/StopsGuest":               conformance.StatusSkip,
 			"Reboot/SecondBoot":              conformance.StatusSkip,
 			"SoftReboot/BootsAgain":          conformance.StatusSkip,
+			"GuestAgent/PingExec":            conformance.StatusSkip,
 			"Display/RFBSessions":            conformance.StatusSkip,
 			"Recover/AfterDriverKilled":      conformance.StatusSkip,
 			"Devices/RNG":                    conformance.StatusSkip,
@@ -301,6 +302,7 @@ func TestVMUndeclaredAreSkipped(t *testing.T) {
 			"Pause/StopsGuest":               "FEATURE_HYPERVISOR_PAUSE",
 			"Reboot/SecondBoot":              "FEATURE_HYPERVISOR_REBOOT",
 			"SoftReboot/BootsAgain":          "FEATURE_HYPERVISOR_SOFT_REBOOT",
+			"GuestAgent/PingExec":            "FEATURE_HYPERVISOR_GUEST_EXEC",
 			"Display/RFBSessions":            "FEATURE_HYPERVISOR_DISPLAY",
 			"Recover/AfterDriverKilled":      "FEATURE_HYPERVISOR_RECOVER",
 			"Devices/RNG":                    `does not declare the device "rng"`,

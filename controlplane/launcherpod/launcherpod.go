@@ -358,8 +358,8 @@ func Build(vmi *v1alpha1.VirtualMachineInstance, class *v1alpha1.HypervisorClass
 				},
 				Resources:      resources,
 				VolumeMounts:   mounts,
-				LivenessProbe:  KubeletProbe(vmi.Spec.LivenessProbe),
-				ReadinessProbe: KubeletProbe(vmi.Spec.ReadinessProbe),
+				LivenessProbe:  KubeletProbe(vmi.Spec.LivenessProbe, layout.GuestProbeSocket(cfg.HostStateDir, vmi.UID)),
+				ReadinessProbe: KubeletProbe(vmi.Spec.ReadinessProbe, layout.GuestProbeSocket(cfg.HostStateDir, vmi.UID)),
 				SecurityContext: &corev1.SecurityContext{
 					Privileged:               ptr.To(false),
 					AllowPrivilegeEscalation: ptr.To(false),
@@ -770,12 +770,19 @@ func buildContainerDisks(vmi *v1alpha1.VirtualMachineInstance, cfg Config, taken
 	return containers, volumes, nil
 }
 
-// KubeletProbe is the compute container's probe for a VMI's probe, nil for none. The kubelet
-// runs it against the pod's address, which the guest's pod-network interface answers on
-// (masquerade forwards the pod's ports to the guest, bridge gives the guest the pod's address),
-// so an httpGet or tcpSocket of the VMI's is the container's as it is; timings are copied, and
-// a zero one is the kubelet's default, as in KubeVirt.
-func KubeletProbe(p *v1alpha1.Probe) *corev1.Probe {
+// KubeletProbe is the compute container's probe for a VMI's probe, nil for none; timings are
+// copied, and a zero one is the kubelet's default, as in KubeVirt.
+//
+// The kubelet runs an httpGet or tcpSocket against the pod's address, which the guest's
+// pod-network interface answers on (masquerade forwards the pod's ports to the guest, bridge
+// gives the guest the pod's address), so those are the container's as they are. An exec or
+// guestAgentPing acts through the guest agent, which only the node handler reaches (through the
+// hypervisor driver): the container's probe is an exec of kubevisor-probe from the launcher
+// image (layout.GuestProbeCommand), which asks the handler at socket (layout.GuestProbeSocket)
+// and is given the probe's timeoutSeconds (default 1) to answer within. So, as with KubeVirt's
+// virt-probe, the kubelet keeps the periods, thresholds and timeouts, and the pod's events say
+// why a probe failed.
+func KubeletProbe(p *v1alpha1.Probe, socket string) *corev1.Probe {
 	if p == nil {
 		return nil
 	}
@@ -791,6 +798,19 @@ func KubeletProbe(p *v1alpha1.Probe) *corev1.Probe {
 	}
 	if t := p.TCPSocket; t != nil {
 		out.TCPSocket = t.DeepCopy()
+	}
+	if p.UsesGuestAgent() {
+		timeout := p.TimeoutSeconds
+		if timeout <= 0 {
+			timeout = 1 // the kubelet's default
+		}
+		cmd := []string{layout.GuestProbeCommand, "--socket", socket, "--timeout", fmt.Sprintf("%ds", timeout)}
+		if p.GuestAgentPing != nil {
+			cmd = append(cmd, "ping")
+		} else {
+			cmd = append(append(cmd, "exec", "--"), p.Exec.Command...)
+		}
+		out.Exec = &corev1.ExecAction{Command: cmd}
 	}
 	return out
 }

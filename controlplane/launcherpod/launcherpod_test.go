@@ -860,6 +860,29 @@ func TestProbes(t *testing.T) {
 			wantLive:  &corev1.Probe{ProbeHandler: corev1.ProbeHandler{TCPSocket: &corev1.TCPSocketAction{Port: intstr.FromInt(22)}}, PeriodSeconds: 2, FailureThreshold: 2},
 			wantReady: &corev1.Probe{ProbeHandler: corev1.ProbeHandler{HTTPGet: &corev1.HTTPGetAction{Port: intstr.FromInt(80), Scheme: corev1.URISchemeHTTPS}}},
 		},
+		{
+			// Through the guest agent: kubevisor-probe asks the node handler at the VMI's guest
+			// probe socket, within the probe's timeout (the kubelet's default 1 s when unset).
+			name: "exec liveness and guestAgentPing readiness with their timings",
+			liveness: &v1alpha1.Probe{
+				ProbeHandler:        v1alpha1.ProbeHandler{Exec: &corev1.ExecAction{Command: []string{"cat", "/tmp/healthy"}}},
+				InitialDelaySeconds: 20, TimeoutSeconds: 3, PeriodSeconds: 5, SuccessThreshold: 1, FailureThreshold: 6,
+			},
+			readiness: &v1alpha1.Probe{ProbeHandler: v1alpha1.ProbeHandler{GuestAgentPing: &v1alpha1.GuestAgentPing{}}, PeriodSeconds: 2, SuccessThreshold: 2},
+			wantLive: &corev1.Probe{
+				ProbeHandler: corev1.ProbeHandler{Exec: &corev1.ExecAction{Command: []string{
+					"kubevisor-probe", "--socket", "/var/run/kubevisor/vmi/" + string(testUID) + "/guest-probe/probe.sock", "--timeout", "3s",
+					"exec", "--", "cat", "/tmp/healthy",
+				}}},
+				InitialDelaySeconds: 20, TimeoutSeconds: 3, PeriodSeconds: 5, SuccessThreshold: 1, FailureThreshold: 6,
+			},
+			wantReady: &corev1.Probe{
+				ProbeHandler: corev1.ProbeHandler{Exec: &corev1.ExecAction{Command: []string{
+					"kubevisor-probe", "--socket", "/var/run/kubevisor/vmi/" + string(testUID) + "/guest-probe/probe.sock", "--timeout", "1s", "ping",
+				}}},
+				PeriodSeconds: 2, SuccessThreshold: 2,
+			},
+		},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -890,7 +913,7 @@ func TestProbes(t *testing.T) {
 				t.Fatalf("want compute and a containerDisk container, got %d containers", len(pod.Spec.Containers))
 			}
 			// The VMI's probe is not shared with the pod's: changing one leaves the other.
-			if tt.readiness != nil {
+			if tt.readiness != nil && tt.readiness.HTTPGet != nil {
 				tt.readiness.HTTPGet.Path = "/changed"
 				if pod.Spec.Containers[0].ReadinessProbe.HTTPGet.Path == "/changed" {
 					t.Error("the pod's probe aliases the VMI's")

@@ -12,12 +12,14 @@ import (
 	"github.com/kubevisor/kubevisor/core/api/v1alpha1"
 )
 
-// probes checks livenessProbe and readinessProbe. The kubelet runs them against the launcher
-// pod's address, so each needs a guest interface on the pod network that the kubelet reaches
-// there: masquerade forwards the pod's ports to the guest (those of interfaces[].ports when it
-// lists any), bridge gives the guest the pod's own address. A probe has exactly one of httpGet
-// and tcpSocket (exec and guestAgentPing never get here: they act through the guest agent, and admission
-// refuses them with core/kubevirtcompat's reason), a numeric port, and no host of its own.
+// probes checks livenessProbe and readinessProbe. A probe has exactly one of httpGet,
+// tcpSocket, exec and guestAgentPing. The kubelet runs httpGet and tcpSocket against the
+// launcher pod's address, so each needs a guest interface on the pod network that the kubelet
+// reaches there: masquerade forwards the pod's ports to the guest (those of interfaces[].ports
+// when it lists any), bridge gives the guest the pod's own address; and a numeric port, and no
+// host of its own. exec and guestAgentPing go through the guest agent (the node handler asks
+// the hypervisor driver, and refuses them when the driver does not declare
+// FEATURE_HYPERVISOR_GUEST_EXEC); exec needs a command.
 func (v *validator) probes() {
 	for _, pr := range []struct {
 		name     string
@@ -34,12 +36,28 @@ func (v *validator) probe(p *field.Path, pr *v1alpha1.Probe, liveness bool) {
 	if liveness && pr.SuccessThreshold > 1 {
 		v.add(field.Invalid(p.Child("successThreshold"), pr.SuccessThreshold, "must be 1 for a liveness probe"))
 	}
+	h := pr.ProbeHandler
+	var set []string
+	for _, m := range []struct {
+		name string
+		set  bool
+	}{{"httpGet", h.HTTPGet != nil}, {"tcpSocket", h.TCPSocket != nil}, {"exec", h.Exec != nil}, {"guestAgentPing", h.GuestAgentPing != nil}} {
+		if m.set {
+			set = append(set, m.name)
+		}
+	}
+	switch len(set) {
+	case 0:
+		v.add(field.Required(p, "exactly one of httpGet, tcpSocket, exec and guestAgentPing is required"))
+		return
+	case 1:
+	default:
+		v.add(field.Invalid(p, strings.Join(set, ", "), "exactly one of httpGet, tcpSocket, exec and guestAgentPing may be set"))
+		return
+	}
 	var port intstr.IntOrString
 	var pp *field.Path
-	switch h := pr.ProbeHandler; {
-	case h.HTTPGet != nil && h.TCPSocket != nil:
-		v.add(field.Invalid(p, "httpGet, tcpSocket", "exactly one of httpGet and tcpSocket may be set"))
-		return
+	switch {
 	case h.HTTPGet != nil:
 		pp = p.Child("httpGet")
 		port = h.HTTPGet.Port
@@ -55,8 +73,12 @@ func (v *validator) probe(p *field.Path, pr *v1alpha1.Probe, liveness bool) {
 		if h.TCPSocket.Host != "" {
 			v.add(field.Invalid(pp.Child("host"), h.TCPSocket.Host, "a host is "+notSupported+": the kubelet probes the guest at the launcher pod's address"))
 		}
-	default:
-		v.add(field.Required(p, "exactly one of httpGet and tcpSocket is required (exec and guestAgentPing are not supported)"))
+	case h.Exec != nil:
+		if len(h.Exec.Command) == 0 || h.Exec.Command[0] == "" {
+			v.add(field.Required(p.Child("exec", "command"), "the program to run in the guest, and its arguments"))
+		}
+		return
+	default: // guestAgentPing: nothing to check
 		return
 	}
 	portPath := pp.Child("port")

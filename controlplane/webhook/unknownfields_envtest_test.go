@@ -166,10 +166,10 @@ func TestKubeVirtFieldsRefusedThroughAPIServer(t *testing.T) {
 	})
 }
 
-// TestProbesThroughAPIServer checks through a real API server that a VMI's httpGet and
-// tcpSocket probes are admitted and stored as written, that exec and guestAgentPing are refused
-// for want of a guest agent, and that a probe the kubelet could not get to the guest is refused
-// with its field path.
+// TestProbesThroughAPIServer checks through a real API server that a VMI's httpGet, tcpSocket,
+// exec and guestAgentPing probes are admitted and stored as written, and that an exec without a
+// command, a probe the kubelet could not get to the guest and a probe without a check are
+// refused with their field paths.
 func TestProbesThroughAPIServer(t *testing.T) {
 	c, _ := startAPI(t)
 	ctx := context.Background()
@@ -191,12 +191,25 @@ func TestProbesThroughAPIServer(t *testing.T) {
 		t.Errorf("stored livenessProbe %+v", l)
 	}
 
-	const agent = "not supported by Kubevisor: needs the guest agent to act in the guest, which Kubevisor's agent channel does not do yet (it reads the guest's OS information only)"
+	agent := object(t, vmiKind, "agent-probed", base+"livenessProbe: {exec: {command: [cat, /tmp/healthy]}, timeoutSeconds: 3}\nreadinessProbe: {guestAgentPing: {}, periodSeconds: 4}\n", "spec")
+	if err := c.Create(ctx, agent, strict); err != nil {
+		t.Fatalf("exec and guestAgentPing probes: %v", err)
+	}
+	if err := c.Get(ctx, client.ObjectKey{Namespace: "vms", Name: "agent-probed"}, &stored); err != nil {
+		t.Fatal(err)
+	}
+	if l := stored.Spec.LivenessProbe; l == nil || l.Exec == nil || strings.Join(l.Exec.Command, " ") != "cat /tmp/healthy" || l.TimeoutSeconds != 3 {
+		t.Errorf("stored livenessProbe %+v", l)
+	}
+	if r := stored.Spec.ReadinessProbe; r == nil || r.GuestAgentPing == nil || r.PeriodSeconds != 4 {
+		t.Errorf("stored readinessProbe %+v", r)
+	}
+
 	for _, tc := range []struct{ name, probes, path, words string }{
-		{"exec", "livenessProbe: {exec: {command: [\"true\"]}}\n", "spec.livenessProbe.exec", agent},
-		{"ping", "readinessProbe: {guestAgentPing: {}}\n", "spec.readinessProbe.guestAgentPing", agent},
+		{"nocommand", "livenessProbe: {exec: {command: []}}\n", "spec.livenessProbe.exec.command", "Required value"},
+		{"emptyexec", "readinessProbe: {exec: {}}\n", "spec.readinessProbe.exec.command", "Required value"},
 		{"notforwarded", "readinessProbe: {tcpSocket: {port: 22}}\n", "spec.readinessProbe.tcpSocket.port", "does not forward TCP port 22"},
-		{"nohandler", "livenessProbe: {periodSeconds: 2}\n", "spec.livenessProbe", "exactly one of httpGet and tcpSocket is required"},
+		{"nohandler", "livenessProbe: {periodSeconds: 2}\n", "spec.livenessProbe", "exactly one of httpGet, tcpSocket, exec and guestAgentPing is required"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			err := c.Create(ctx, object(t, vmiKind, tc.name, base+tc.probes, "spec"), strict)

@@ -534,12 +534,36 @@ func TestValidateProbes(t *testing.T) {
 			s.ReadinessProbe.HTTPGet.Scheme = corev1.URISchemeHTTPS
 			s.ReadinessProbe.HTTPGet.HTTPHeaders = []corev1.HTTPHeader{{Name: "X-Probe", Value: "1"}}
 		}},
-		{name: "no handler", field: "spec.readinessProbe", detail: "exactly one of httpGet and tcpSocket is required",
+		{name: "no handler", field: "spec.readinessProbe", detail: "exactly one of httpGet, tcpSocket, exec and guestAgentPing is required",
 			change: func(s *v1alpha1.VirtualMachineInstanceSpec) { s.ReadinessProbe = &v1alpha1.Probe{PeriodSeconds: 2} }},
-		{name: "two handlers", field: "spec.livenessProbe", detail: "exactly one of httpGet and tcpSocket may be set",
+		{name: "two handlers", field: "spec.livenessProbe", detail: "exactly one of httpGet, tcpSocket, exec and guestAgentPing may be set",
 			change: func(s *v1alpha1.VirtualMachineInstanceSpec) {
 				s.LivenessProbe = tcp(22)
 				s.LivenessProbe.HTTPGet = &corev1.HTTPGetAction{Port: intstr.FromInt(80)}
+			}},
+		{name: "exec and guestAgentPing", field: "spec.readinessProbe", detail: `"exec, guestAgentPing": exactly one of`,
+			change: func(s *v1alpha1.VirtualMachineInstanceSpec) {
+				s.ReadinessProbe = &v1alpha1.Probe{ProbeHandler: v1alpha1.ProbeHandler{
+					Exec: &corev1.ExecAction{Command: []string{"true"}}, GuestAgentPing: &v1alpha1.GuestAgentPing{}}}
+			}},
+		{name: "exec and guestAgentPing without a pod network", change: func(s *v1alpha1.VirtualMachineInstanceSpec) {
+			// Through the guest agent: no interface is needed.
+			s.Networks = []v1alpha1.Network{{Name: "default", NetworkSource: v1alpha1.NetworkSource{Multus: &v1alpha1.MultusNetwork{NetworkName: "lan"}}}}
+			s.Domain.Devices.Interfaces[0].InterfaceBindingMethod = v1alpha1.InterfaceBindingMethod{Bridge: &v1alpha1.InterfaceBridge{}}
+			s.LivenessProbe = &v1alpha1.Probe{ProbeHandler: v1alpha1.ProbeHandler{Exec: &corev1.ExecAction{Command: []string{"cat", "/tmp/healthy"}}}, PeriodSeconds: 5}
+			s.ReadinessProbe = &v1alpha1.Probe{ProbeHandler: v1alpha1.ProbeHandler{GuestAgentPing: &v1alpha1.GuestAgentPing{}}, SuccessThreshold: 2}
+		}},
+		{name: "exec without a command", field: "spec.livenessProbe.exec.command", detail: "Required value",
+			change: func(s *v1alpha1.VirtualMachineInstanceSpec) {
+				s.LivenessProbe = &v1alpha1.Probe{ProbeHandler: v1alpha1.ProbeHandler{Exec: &corev1.ExecAction{}}}
+			}},
+		{name: "exec with an empty program", field: "spec.readinessProbe.exec.command", detail: "Required value",
+			change: func(s *v1alpha1.VirtualMachineInstanceSpec) {
+				s.ReadinessProbe = &v1alpha1.Probe{ProbeHandler: v1alpha1.ProbeHandler{Exec: &corev1.ExecAction{Command: []string{"", "x"}}}}
+			}},
+		{name: "guestAgentPing with a liveness success threshold above 1", field: "spec.livenessProbe.successThreshold", detail: "must be 1",
+			change: func(s *v1alpha1.VirtualMachineInstanceSpec) {
+				s.LivenessProbe = &v1alpha1.Probe{ProbeHandler: v1alpha1.ProbeHandler{GuestAgentPing: &v1alpha1.GuestAgentPing{}}, SuccessThreshold: 3}
 			}},
 		{name: "named port", field: "spec.readinessProbe.httpGet.port", detail: "a named port is not supported",
 			change: func(s *v1alpha1.VirtualMachineInstanceSpec) { s.ReadinessProbe = httpGet(intstr.FromString("http")) }},

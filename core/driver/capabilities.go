@@ -59,6 +59,7 @@ var featureImpl = map[basev1.Feature]struct {
 	basev1.Feature_FEATURE_HYPERVISOR_REBOOT:      {basev1.Kind_KIND_HYPERVISOR, "driver.Rebooter", is[Rebooter]},
 	basev1.Feature_FEATURE_HYPERVISOR_SOFT_REBOOT: {basev1.Kind_KIND_HYPERVISOR, "driver.SoftRebooter", is[SoftRebooter]},
 	basev1.Feature_FEATURE_HYPERVISOR_GUEST_AGENT: {basev1.Kind_KIND_HYPERVISOR, "driver.GuestAgent", is[GuestAgent]},
+	basev1.Feature_FEATURE_HYPERVISOR_GUEST_EXEC:  {basev1.Kind_KIND_HYPERVISOR, "driver.GuestExecer", is[GuestExecer]},
 	basev1.Feature_FEATURE_HYPERVISOR_CONSOLE:     {basev1.Kind_KIND_HYPERVISOR, "driver.Consoler", is[Consoler]},
 	basev1.Feature_FEATURE_HYPERVISOR_DISPLAY:     {basev1.Kind_KIND_HYPERVISOR, "driver.Displayer", is[Displayer]},
 	basev1.Feature_FEATURE_HYPERVISOR_RECOVER:     {basev1.Kind_KIND_HYPERVISOR, "driver.Recoverer", is[Recoverer]},
@@ -103,6 +104,8 @@ func optionalFeature[I any]() (basev1.Feature, bool) {
 		return basev1.Feature_FEATURE_HYPERVISOR_SOFT_REBOOT, true
 	case *GuestAgent:
 		return basev1.Feature_FEATURE_HYPERVISOR_GUEST_AGENT, true
+	case *GuestExecer:
+		return basev1.Feature_FEATURE_HYPERVISOR_GUEST_EXEC, true
 	case *Consoler:
 		return basev1.Feature_FEATURE_HYPERVISOR_CONSOLE, true
 	case *Displayer:
@@ -126,7 +129,7 @@ type gated interface {
 }
 
 // Optional returns d as its optional interface I (Pauser, Rebooter, SoftRebooter, GuestAgent,
-// Consoler, Displayer, Recoverer, Migrator, NetworkChecker or DeviceWatcher) when d declares I's
+// GuestExecer, Consoler, Displayer, Recoverer, Migrator, NetworkChecker or DeviceWatcher) when d declares I's
 // feature in its Capabilities and offers it, and false otherwise, also when Capabilities fails or I is no optional interface.
 //
 // It is how the host reaches an optional operation. A host client (HypervisorClient,

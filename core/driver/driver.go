@@ -308,6 +308,45 @@ type GuestAgent interface {
 	GuestAgentInfo(ctx context.Context, id string) (*hypervisorv1.GuestAgentInfoResponse, error)
 }
 
+// GuestExecer is the optional FEATURE_HYPERVISOR_GUEST_EXEC: pinging the guest agent of a VM and
+// running a command in the guest through it, which the host does for a VMI's livenessProbe and
+// readinessProbe guestAgentPing and exec (the kubelet runs them every periodSeconds, so both
+// are called often and MUST be cheap when the agent answers).
+//
+// As for GuestAgent, the driver owns the agent's channel and the host never connects to it.
+//
+// GuestAgentPing:
+//
+//   - MUST answer connected true when the agent answered a ping, connected false with a message
+//     saying why, not an error, when the guest has no agent or the agent does not answer;
+//   - MUST return within a few seconds (SHOULD be at most 5 s) and by ctx's deadline.
+//
+// GuestAgentExec runs command (the program, looked up in the guest's PATH, then its arguments)
+// in the guest and waits for it to end, up to timeout (0: the driver's choice of a few seconds):
+//
+//   - MUST answer exited true with the exit status (or the signal that killed the command) and
+//     what it wrote to stdout and stderr when it ended within timeout; a non-zero status is an
+//     answer, not an error;
+//   - MUST answer connected false with a message when the agent does not answer, and connected
+//     true, exited false with a message when the agent refused to start the command (no such
+//     program) or the command was still running at timeout;
+//   - MUST return by timeout and ctx's deadline, whatever the guest does; it SHOULD NOT leave
+//     the agent waiting on a command whose result nobody reads (the QEMU guest agent has no way
+//     to kill a command: it reaps it when it ends);
+//   - MUST return InvalidArgument for an empty command;
+//   - SHOULD keep at most 64 KiB of each output, setting truncated when it dropped some.
+//
+// Both MUST NOT block the VM's other operations while they wait for the guest, MUST return
+// FailedPrecondition for a VM that is not running (created, paused, shutting down, stopped) and
+// NotFound for an unknown id.
+type GuestExecer interface {
+	GuestAgentPing(ctx context.Context, id string) (*hypervisorv1.GuestAgentPingResponse, error)
+	GuestAgentExec(ctx context.Context, id string, command []string, timeout time.Duration) (*hypervisorv1.GuestAgentExecResponse, error)
+}
+
+// MaxGuestExecOutput is how much of each of a guest command's outputs GuestAgentExec keeps.
+const MaxGuestExecOutput = 64 << 10
+
 // Displayer is the optional FEATURE_HYPERVISOR_DISPLAY: the VM's graphical display as an RFB
 // (VNC) byte stream.
 //

@@ -106,6 +106,25 @@ func (s *hypervisorServer) GuestAgentInfo(ctx context.Context, req *hypervisorv1
 	return g.GuestAgentInfo(ctx, req.GetId())
 }
 
+func (s *hypervisorServer) GuestAgentPing(ctx context.Context, req *hypervisorv1.GuestAgentPingRequest) (*hypervisorv1.GuestAgentPingResponse, error) {
+	g, ok := s.impl.(GuestExecer)
+	if !ok {
+		return nil, unimplemented("guest agent ping")
+	}
+	return g.GuestAgentPing(ctx, req.GetId())
+}
+
+func (s *hypervisorServer) GuestAgentExec(ctx context.Context, req *hypervisorv1.GuestAgentExecRequest) (*hypervisorv1.GuestAgentExecResponse, error) {
+	g, ok := s.impl.(GuestExecer)
+	if !ok {
+		return nil, unimplemented("guest agent exec")
+	}
+	if len(req.GetCommand()) == 0 || req.GetCommand()[0] == "" {
+		return nil, status.Error(codes.InvalidArgument, "guest agent exec: command is required")
+	}
+	return g.GuestAgentExec(ctx, req.GetId(), req.GetCommand(), req.GetTimeout().AsDuration())
+}
+
 func (s *hypervisorServer) Recover(ctx context.Context, req *hypervisorv1.RecoverRequest) (*hypervisorv1.RecoverResponse, error) {
 	r, ok := s.impl.(Recoverer)
 	if !ok {
@@ -210,6 +229,7 @@ var (
 	_ Rebooter     = hvRebooter{}
 	_ SoftRebooter = hvSoftRebooter{}
 	_ GuestAgent   = hvGuestAgent{}
+	_ GuestExecer  = hvGuestExecer{}
 	_ Consoler     = hvConsoler{}
 	_ Displayer    = hvDisplayer{}
 	_ Recoverer    = hvRecoverer{}
@@ -232,6 +252,8 @@ func (c *HypervisorClient) optional(f basev1.Feature) any {
 		return hvSoftRebooter{c}
 	case basev1.Feature_FEATURE_HYPERVISOR_GUEST_AGENT:
 		return hvGuestAgent{c}
+	case basev1.Feature_FEATURE_HYPERVISOR_GUEST_EXEC:
+		return hvGuestExecer{c}
 	case basev1.Feature_FEATURE_HYPERVISOR_CONSOLE:
 		return hvConsoler{c}
 	case basev1.Feature_FEATURE_HYPERVISOR_DISPLAY:
@@ -304,6 +326,7 @@ type (
 	hvRebooter     struct{ c *HypervisorClient }
 	hvSoftRebooter struct{ c *HypervisorClient }
 	hvGuestAgent   struct{ c *HypervisorClient }
+	hvGuestExecer  struct{ c *HypervisorClient }
 	hvConsoler     struct{ c *HypervisorClient }
 	hvDisplayer    struct{ c *HypervisorClient }
 	hvRecoverer    struct{ c *HypervisorClient }
@@ -340,6 +363,20 @@ func (r hvSoftRebooter) SoftReboot(ctx context.Context, id string) error {
 // GuestAgentInfo implements GuestAgent.
 func (g hvGuestAgent) GuestAgentInfo(ctx context.Context, id string) (*hypervisorv1.GuestAgentInfoResponse, error) {
 	return g.c.hv.GuestAgentInfo(ctx, &hypervisorv1.GuestAgentInfoRequest{Id: id})
+}
+
+// GuestAgentPing implements GuestExecer.
+func (g hvGuestExecer) GuestAgentPing(ctx context.Context, id string) (*hypervisorv1.GuestAgentPingResponse, error) {
+	return g.c.hv.GuestAgentPing(ctx, &hypervisorv1.GuestAgentPingRequest{Id: id})
+}
+
+// GuestAgentExec implements GuestExecer.
+func (g hvGuestExecer) GuestAgentExec(ctx context.Context, id string, command []string, timeout time.Duration) (*hypervisorv1.GuestAgentExecResponse, error) {
+	req := &hypervisorv1.GuestAgentExecRequest{Id: id, Command: command}
+	if timeout > 0 {
+		req.Timeout = durationpb.New(timeout)
+	}
+	return g.c.hv.GuestAgentExec(ctx, req)
 }
 
 // Recover implements Recoverer.

@@ -15,7 +15,8 @@ import (
 // TestAccessCredentialsAndHostnameInGuest boots the test guest through the qmp and local
 // driver plugins (TCG) with a cloud-config that has one key of its own and two access
 // credentials' Secrets with three more keys: the guest reports four authorized keys, and its
-// hostname is the VMI's spec.hostname (cloud-init meta-data local-hostname).
+// hostname is the VMI's spec.hostname (cloud-init meta-data local-hostname), which a command run
+// through the guest agent (the exec probes' way) prints too.
 func TestAccessCredentialsAndHostnameInGuest(t *testing.T) {
 	e, cmdline := newQMPGuestEnv(t)
 	e.opts.Resolver = secretResolver{
@@ -56,6 +57,21 @@ func TestAccessCredentialsAndHostnameInGuest(t *testing.T) {
 	})
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
+	// The probes' way into the guest (exec, guestAgentPing): through the qmp plugin's guest agent,
+	// the command runs in this guest.
+	eventually(t, "the guest agent answers a ping", time.Minute, func() error {
+		p, err := h.GuestAgentPing(ctx, vmi.UID)
+		if err != nil || !p.GetConnected() {
+			return fmt.Errorf("GuestAgentPing = %v, %v", p, err)
+		}
+		return nil
+	})
+	if r, err := h.GuestAgentExec(ctx, vmi.UID, []string{"hostname"}, 20*time.Second); err != nil || !r.GetExited() || r.GetExitCode() != 0 || string(r.GetStdout()) != "db-0\n" {
+		t.Errorf("GuestAgentExec hostname = %v, %v; want status 0 and db-0", r, err)
+	}
+	if r, err := h.GuestAgentExec(ctx, vmi.UID, []string{"false"}, 20*time.Second); err != nil || !r.GetExited() || r.GetExitCode() != 1 {
+		t.Errorf("GuestAgentExec false = %v, %v; want status 1", r, err)
+	}
 	if final, err := h.Stop(ctx, vmi, 30*time.Second); err != nil || final.Phase != v1alpha1.Succeeded {
 		t.Errorf("Stop = %s, %v", final.Phase, err)
 	}

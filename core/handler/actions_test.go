@@ -133,12 +133,15 @@ func TestActionsChangeTheVMAndItsStatus(t *testing.T) {
 // not called: Unimplemented naming the feature, and the VM runs on.
 func TestActionsUndeclared(t *testing.T) {
 	e := newEnv(t, testHVSet, withoutFeatures(t, basev1.Feature_FEATURE_HYPERVISOR_PAUSE, basev1.Feature_FEATURE_HYPERVISOR_REBOOT,
-		basev1.Feature_FEATURE_HYPERVISOR_SOFT_REBOOT, basev1.Feature_FEATURE_HYPERVISOR_CONSOLE, basev1.Feature_FEATURE_HYPERVISOR_GUEST_AGENT))
+		basev1.Feature_FEATURE_HYPERVISOR_SOFT_REBOOT, basev1.Feature_FEATURE_HYPERVISOR_CONSOLE, basev1.Feature_FEATURE_HYPERVISOR_GUEST_AGENT,
+		basev1.Feature_FEATURE_HYPERVISOR_GUEST_EXEC))
 	h := e.start()
 	vmi := testVMI("demo", "uid-undeclared", e.disk)
 	mustRun(t, h, vmi)
 	ctx := ctx5s(t)
 	_, osErr := h.GuestOSInfo(ctx, vmi.UID)
+	_, pingErr := h.GuestAgentPing(ctx, vmi.UID)
+	_, execErr := h.GuestAgentExec(ctx, vmi.UID, []string{"true"}, time.Second)
 	for name, c := range map[string]struct {
 		err     error
 		feature string
@@ -149,6 +152,8 @@ func TestActionsUndeclared(t *testing.T) {
 		"SoftReboot":           {h.SoftReboot(ctx, vmi.UID), "FEATURE_HYPERVISOR_SOFT_REBOOT"},
 		"CheckStream(console)": {h.CheckStream(ctx, vmi.UID, StreamConsole), "FEATURE_HYPERVISOR_CONSOLE"},
 		"GuestOSInfo":          {osErr, "FEATURE_HYPERVISOR_GUEST_AGENT"},
+		"GuestAgentPing":       {pingErr, "FEATURE_HYPERVISOR_GUEST_EXEC"},
+		"GuestAgentExec":       {execErr, "FEATURE_HYPERVISOR_GUEST_EXEC"},
 	} {
 		if status.Code(c.err) != codes.Unimplemented || !strings.Contains(c.err.Error(), c.feature) || !strings.Contains(c.err.Error(), testHV) {
 			t.Errorf("%s = %v, want Unimplemented naming %s and the driver", name, c.err, c.feature)
@@ -167,10 +172,13 @@ func TestActionsOfAnUnknownVMI(t *testing.T) {
 	uid := types.UID("uid-nowhere")
 	_, dialErr := h.DialGuest(ctx, uid, 22)
 	_, osErr := h.GuestOSInfo(ctx, uid)
+	_, pingErr := h.GuestAgentPing(ctx, uid)
+	_, execErr := h.GuestAgentExec(ctx, uid, []string{"true"}, time.Second)
 	for name, err := range map[string]error{
 		"Pause": h.Pause(ctx, uid), "Unpause": h.Unpause(ctx, uid), "Reset": h.Reset(ctx, uid),
 		"SoftReboot": h.SoftReboot(ctx, uid), "CheckStream": h.CheckStream(ctx, uid, StreamConsole),
 		"Display": h.Display(ctx, uid, nil, io.Discard), "DialGuest": dialErr, "GuestOSInfo": osErr,
+		"GuestAgentPing": pingErr, "GuestAgentExec": execErr,
 	} {
 		if status.Code(err) != codes.NotFound {
 			t.Errorf("%s = %v, want NotFound", name, err)

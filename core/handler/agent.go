@@ -107,3 +107,34 @@ func (h *Handler) pollAgent(ctx context.Context, uid types.UID) {
 	h.mu.Unlock()
 	h.publish(e)
 }
+
+// GuestAgentPing pings the guest agent of VMI uid's VM through the hypervisor driver
+// (driver.GuestExecer), for its guestAgentPing probe: Unimplemented when the driver does not
+// offer it, NotFound or FailedPrecondition when the VMI does not run here; an agent that does not
+// answer is connected false.
+func (h *Handler) GuestAgentPing(ctx context.Context, uid types.UID) (*hypervisorv1.GuestAgentPingResponse, error) {
+	_, hv, err := h.startedVM(uid)
+	if err != nil {
+		return nil, err
+	}
+	ge, ok := driver.Optional[driver.GuestExecer](ctx, hv)
+	if !ok {
+		return nil, h.unoffered("guest agent probes (it does not declare FEATURE_HYPERVISOR_GUEST_EXEC)")
+	}
+	return ge.GuestAgentPing(ctx, string(uid))
+}
+
+// GuestAgentExec runs command in the guest of VMI uid's VM through its guest agent
+// (driver.GuestExecer), for its exec probe, waiting up to timeout for it to end; the errors are
+// GuestAgentPing's.
+func (h *Handler) GuestAgentExec(ctx context.Context, uid types.UID, command []string, timeout time.Duration) (*hypervisorv1.GuestAgentExecResponse, error) {
+	_, hv, err := h.startedVM(uid)
+	if err != nil {
+		return nil, err
+	}
+	ge, ok := driver.Optional[driver.GuestExecer](ctx, hv)
+	if !ok {
+		return nil, h.unoffered("guest agent probes (it does not declare FEATURE_HYPERVISOR_GUEST_EXEC)")
+	}
+	return ge.GuestAgentExec(ctx, string(uid), command, timeout)
+}

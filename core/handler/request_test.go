@@ -12,6 +12,7 @@ import (
 	"google.golang.org/protobuf/proto"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
+	"k8s.io/apimachinery/pkg/util/intstr"
 
 	"github.com/kubevisor/kubevisor/core/api/v1alpha1"
 	"github.com/kubevisor/kubevisor/core/domain/assemble"
@@ -139,6 +140,7 @@ func TestCheckSupported(t *testing.T) {
 		hypervisorCaps: &basev1.Capabilities{
 			Firmware: []string{"bios", "efi", "kernel"}, DiskBuses: []string{"virtio", "sata", "scsi"}, NicModels: []string{"virtio", "e1000"},
 			MachineTypes: []string{"q35", "pc-q35-*"}, SecureBoot: true, Vnc: true, Devices: allDevices(),
+			Features: []basev1.Feature{basev1.Feature_FEATURE_HYPERVISOR_GUEST_EXEC},
 		},
 		networkCaps: &basev1.Capabilities{Bindings: []string{"bridge", "masquerade"}, MultiQueueTaps: true},
 		stCaps:      &basev1.Capabilities{VolumeTypes: []string{"containerDisk", "cloudInitNoCloud"}},
@@ -308,6 +310,34 @@ func TestCheckSupported(t *testing.T) {
 			caps: func(c *driverCaps) {
 				c.networkCaps = &basev1.Capabilities{Bindings: []string{"bridge", "masquerade"}, InterfaceOptions: []string{"dhcp-options"}}
 			},
+		},
+		{
+			name: "probes through the guest agent offered",
+			vmi: func(v *v1alpha1.VirtualMachineInstance) {
+				v.Spec.LivenessProbe = &v1alpha1.Probe{ProbeHandler: v1alpha1.ProbeHandler{Exec: &corev1.ExecAction{Command: []string{"true"}}}}
+				v.Spec.ReadinessProbe = &v1alpha1.Probe{ProbeHandler: v1alpha1.ProbeHandler{GuestAgentPing: &v1alpha1.GuestAgentPing{}}}
+			},
+		},
+		{
+			name: "probes through the guest agent not offered",
+			vmi: func(v *v1alpha1.VirtualMachineInstance) {
+				v.Spec.LivenessProbe = &v1alpha1.Probe{ProbeHandler: v1alpha1.ProbeHandler{Exec: &corev1.ExecAction{Command: []string{"true"}}}}
+				v.Spec.ReadinessProbe = &v1alpha1.Probe{ProbeHandler: v1alpha1.ProbeHandler{GuestAgentPing: &v1alpha1.GuestAgentPing{}}}
+			},
+			caps: func(c *driverCaps) {
+				c.hypervisorCaps.Features = []basev1.Feature{basev1.Feature_FEATURE_HYPERVISOR_GUEST_AGENT}
+			},
+			want: []string{
+				`spec.livenessProbe.exec: a probe through the guest agent is not supported by the hypervisor driver "hv" (it does not declare FEATURE_HYPERVISOR_GUEST_EXEC)`,
+				`spec.readinessProbe.guestAgentPing: a probe through the guest agent is not supported by the hypervisor driver "hv"`,
+			},
+		},
+		{
+			name: "a tcpSocket probe asks nothing of the hypervisor driver",
+			vmi: func(v *v1alpha1.VirtualMachineInstance) {
+				v.Spec.LivenessProbe = &v1alpha1.Probe{ProbeHandler: v1alpha1.ProbeHandler{TCPSocket: &corev1.TCPSocketAction{Port: intstr.FromInt(22)}}}
+			},
+			caps: func(c *driverCaps) { c.hypervisorCaps.Features = nil },
 		},
 		{
 			name: "DHCP options not offered",

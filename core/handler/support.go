@@ -113,6 +113,20 @@ func checkSupported(vmi *v1alpha1.VirtualMachineInstance, spec *domainv1.DomainS
 				vmiInterfaceSettings[o.Name], c.network, list(c.networkCaps.GetInterfaceOptions()))
 		}
 	}
+	// Probes through the guest agent, which the handler runs with the hypervisor driver.
+	for _, pr := range []struct {
+		name  string
+		probe *v1alpha1.Probe
+	}{{"livenessProbe", vmi.Spec.LivenessProbe}, {"readinessProbe", vmi.Spec.ReadinessProbe}} {
+		if !pr.probe.UsesGuestAgent() || driver.HasFeature(c.hypervisorCaps, basev1.Feature_FEATURE_HYPERVISOR_GUEST_EXEC) {
+			continue
+		}
+		check := "exec"
+		if pr.probe.GuestAgentPing != nil {
+			check = "guestAgentPing"
+		}
+		errs.add("spec."+pr.name+"."+check, "a probe through the guest agent is not supported by the hypervisor driver %q (it does not declare FEATURE_HYPERVISOR_GUEST_EXEC): use httpGet or tcpSocket", c.hypervisor)
+	}
 	// Volume types.
 	for i, v := range p.volumes {
 		typ := volumeType(v)

@@ -72,15 +72,11 @@ volumes: [{name: data, dataVolume: {name: dv}}]
 			"spec.volumes[0].dataVolume: Forbidden: not supported by Kubevisor: needs a data importer (CDI), which Kubevisor does not have; use persistentVolumeClaim, or containerDisk",
 		},
 	}, {
-		name: "probes through the guest agent",
+		name: "probes through the guest agent are Kubevisor fields",
 		spec: `
 livenessProbe: {exec: {command: ["true"]}, periodSeconds: 2}
 readinessProbe: {guestAgentPing: {}, tcpSocket: {port: 22}}
 `,
-		want: []string{
-			"spec.livenessProbe.exec: Forbidden: not supported by Kubevisor: needs the guest agent to act in the guest, which Kubevisor's agent channel does not do yet (it reads the guest's OS information only); use httpGet or tcpSocket, which the kubelet runs against the guest through the pod's address",
-			"spec.readinessProbe.guestAgentPing: Forbidden: not supported by Kubevisor: needs the guest agent to act in the guest, which Kubevisor's agent channel does not do yet (it reads the guest's OS information only); use tcpSocket on a port the guest serves",
-		},
 	}, {
 		name: "a field with an entry of its own inside a covered one is answered with its own",
 		spec: `
@@ -90,8 +86,8 @@ accessCredentials:
 - sshPublicKey: {source: {secret: {secretName: k}}, propagationMethod: {noCloud: {}}}
 `,
 		want: []string{
-			"spec.accessCredentials[0].userPassword: Forbidden: not supported by Kubevisor: needs the guest agent to act in the guest, which Kubevisor's agent channel does not do yet (it reads the guest's OS information only); use a password in cloudInitNoCloud userData",
-			"spec.accessCredentials[1].sshPublicKey.propagationMethod.qemuGuestAgent: Forbidden: not supported by Kubevisor: needs the guest agent to act in the guest, which Kubevisor's agent channel does not do yet (it reads the guest's OS information only); use propagationMethod noCloud or configDrive (the keys go into the cloud-init user data)",
+			"spec.accessCredentials[0].userPassword: Forbidden: not supported by Kubevisor: needs the guest agent to change the guest's accounts, which Kubevisor's agent channel does not do yet (it reads the guest's OS information and runs probes); use a password in cloudInitNoCloud userData",
+			"spec.accessCredentials[1].sshPublicKey.propagationMethod.qemuGuestAgent: Forbidden: not supported by Kubevisor: needs the guest agent to change the guest's accounts, which Kubevisor's agent channel does not do yet (it reads the guest's OS information and runs probes); use propagationMethod noCloud or configDrive (the keys go into the cloud-init user data)",
 		},
 	}, {
 		name: "unknown inside a Kubernetes type and inside an empty Kubevisor object",

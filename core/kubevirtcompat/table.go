@@ -20,7 +20,7 @@ func (e Entry) Planned() bool { return e.Issue != 0 }
 
 // The reasons several entries share.
 const (
-	guestAgentReason = "needs the guest agent to act in the guest, which Kubevisor's agent channel does not do yet (it reads the guest's OS information only)"
+	guestAgentReason = "needs the guest agent to change the guest's accounts, which Kubevisor's agent channel does not do yet (it reads the guest's OS information and runs probes)"
 	// KubeVirt's SEV attestation: a paused launch, the launch measurement read through a
 	// subresource, then secrets injected before the guest runs.
 	sevAttestationReason = "SEV attestation (a paused launch whose measurement the guest owner checks, with their session and Diffie-Hellman certificate) is not implemented"
@@ -40,10 +40,6 @@ var entries = []Entry{
 	// VMI spec.
 	{Path: "accessCredentials[].sshPublicKey.propagationMethod.qemuGuestAgent", Reason: guestAgentReason, Alternative: "propagationMethod noCloud or configDrive (the keys go into the cloud-init user data)"},
 	{Path: "accessCredentials[].userPassword", Reason: guestAgentReason, Alternative: "a password in cloudInitNoCloud userData"},
-	{Path: "livenessProbe.exec", Reason: guestAgentReason, Alternative: "httpGet or tcpSocket, which the kubelet runs against the guest through the pod's address"},
-	{Path: "livenessProbe.guestAgentPing", Reason: guestAgentReason, Alternative: "tcpSocket on a port the guest serves"},
-	{Path: "readinessProbe.exec", Reason: guestAgentReason, Alternative: "httpGet or tcpSocket, which the kubelet runs against the guest through the pod's address"},
-	{Path: "readinessProbe.guestAgentPing", Reason: guestAgentReason, Alternative: "tcpSocket on a port the guest serves"},
 	{Path: "resourceClaims", Reason: "dynamic resource allocation (DRA) claims are not passed to the launcher pod", Alternative: "devices.kubevisor.io resources through hostDevices and gpus (issue 16)"},
 	{Path: "topologySpreadConstraints", Reason: "not passed on to the launcher pod", Alternative: "affinity (podAntiAffinity)"},
 

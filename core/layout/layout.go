@@ -34,6 +34,11 @@ const (
 	// ContainerDisksDirName is the subdirectory of the containerDisk volumes' sockets and disks
 	// (ContainerDiskDir).
 	ContainerDisksDirName = "containerdisks"
+	// GuestProbeDirName is the subdirectory the node handler serves the guest probe socket in
+	// (GuestProbeDir).
+	GuestProbeDirName = "guest-probe"
+	// GuestProbeSocketName is the guest probe socket in GuestProbeDir (GuestProbeSocket).
+	GuestProbeSocketName = "probe.sock"
 )
 
 // Names of the launcher pod's containers and commands that both sides use.
@@ -47,6 +52,11 @@ const (
 	// ContainerDiskCommand is the static binary of the launcher image that serves a
 	// containerDisk volume's socket in that volume's container (cmd/kubevisor-containerdisk).
 	ContainerDiskCommand = "kubevisor-containerdisk"
+	// GuestProbeCommand is the static binary of the launcher image that the compute container's
+	// exec probe runs for a VMI's exec or guestAgentPing probe: it asks the node handler, through
+	// GuestProbeSocket, to ping the guest agent or run the command in the guest
+	// (cmd/kubevisor-probe).
+	GuestProbeCommand = "kubevisor-probe"
 )
 
 // DefaultGracePeriod is the graceful shutdown time of a VMI that sets no
@@ -90,6 +100,20 @@ func ConsoleLog(hostStateDir string, uid types.UID) string {
 // container installs there and the containerDisk containers run from a read-only hostPath.
 func BinDir(hostStateDir string) string {
 	return path.Join(root(hostStateDir), "bin")
+}
+
+// GuestProbeDir is the directory the node handler serves GuestProbeSocket in, for the VMIs with
+// an exec or guestAgentPing probe: it makes it 0700 and gives it, and the socket, to the
+// launcher's user (the owner of LauncherDir), so that only the launcher pod's compute container
+// and root on the node reach the socket.
+func GuestProbeDir(hostStateDir string, uid types.UID) string {
+	return path.Join(VMIDir(hostStateDir, uid), GuestProbeDirName)
+}
+
+// GuestProbeSocket is the socket of the node handler that kubevisor-probe (GuestProbeCommand)
+// asks, in the compute container, to probe the VMI's guest through its guest agent.
+func GuestProbeSocket(hostStateDir string, uid types.UID) string {
+	return path.Join(GuestProbeDir(hostStateDir, uid), GuestProbeSocketName)
 }
 
 // ContainerDiskDir is the directory of the containerDisk volumes' sockets and disks in VMIDir:

@@ -20,6 +20,8 @@ func TestPaths(t *testing.T) {
 		{"VMIDir", VMIDir("/run/kubevisor/", uid), "/run/kubevisor/vmi/6f1c"},
 		{"LauncherDir", LauncherDir("/run/kubevisor", uid), "/run/kubevisor/vmi/6f1c/launcher"},
 		{"ConsoleLog", ConsoleLog("/run/kubevisor", uid), "/run/kubevisor/vmi/6f1c/console.log"},
+		{"GuestProbeDir", GuestProbeDir("/run/kubevisor", uid), "/run/kubevisor/vmi/6f1c/guest-probe"},
+		{"GuestProbeSocket", GuestProbeSocket("", uid), "/var/run/kubevisor/vmi/6f1c/guest-probe/probe.sock"},
 		{"ContainerDiskDir", ContainerDiskDir("/run/kubevisor", uid), "/run/kubevisor/vmi/6f1c/containerdisks"},
 		{"ContainerDiskSocket", ContainerDiskSocket("/run/kubevisor", uid, "root"), "/run/kubevisor/vmi/6f1c/containerdisks/root.sock"},
 		{"ContainerDiskImage", ContainerDiskImage("", uid, "root"), "/var/run/kubevisor/vmi/6f1c/containerdisks/root.img"},

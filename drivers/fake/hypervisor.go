@@ -10,9 +10,13 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
+	"strings"
 	"sync"
 	"time"
 
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"github.com/kubevisor/kubevisor/core/domain"
@@ -71,6 +75,7 @@ var (
 	_ driver.Rebooter     = (*Hypervisor)(nil)
 	_ driver.SoftRebooter = (*Hypervisor)(nil)
 	_ driver.GuestAgent   = (*Hypervisor)(nil)
+	_ driver.GuestExecer  = (*Hypervisor)(nil)
 	_ driver.Consoler     = (*Hypervisor)(nil)
 	_ driver.Recoverer    = (*Hypervisor)(nil)
 	_ driver.Migrator     = (*Hypervisor)(nil)
@@ -143,6 +148,7 @@ func (h *Hypervisor) Capabilities(context.Context) (*basev1.Capabilities, error)
 			basev1.Feature_FEATURE_HYPERVISOR_REBOOT,
 			basev1.Feature_FEATURE_HYPERVISOR_SOFT_REBOOT,
 			basev1.Feature_FEATURE_HYPERVISOR_GUEST_AGENT,
+			basev1.Feature_FEATURE_HYPERVISOR_GUEST_EXEC,
 			basev1.Feature_FEATURE_HYPERVISOR_CONSOLE,
 			basev1.Feature_FEATURE_HYPERVISOR_RECOVER,
 			basev1.Feature_FEATURE_HYPERVISOR_MIGRATE,
@@ -548,6 +554,90 @@ func (h *Hypervisor) GuestAgentInfo(_ context.Context, id string) (*hypervisorv1
 	return &hypervisorv1.GuestAgentInfoResponse{
 		Connected: true, Version: "fake-1", Os: FakeGuestOS, HostName: v.rec.Name, Timezone: "UTC",
 	}, nil
+}
+
+// agentAnswers says whether the simulated agent of VM id answers: the VM runs, and its agent
+// started (AgentDelay after the boot; never with NoAgent): "" when it answers, the
+// reason when it does not.
+func (h *Hypervisor) agentAnswers(id string) (why string, err error) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	v, err := h.getLocked(id)
+	if err != nil {
+		return "", err
+	}
+	if v.state != hypervisorv1.State_STATE_RUNNING {
+		return "", precondition("VM %q is %s, not running", id, driver.StateWord(v.state))
+	}
+	if h.cfg.NoAgent || time.Since(v.rec.StartedAt) < time.Duration(h.cfg.AgentDelay) {
+		return "the simulated guest agent does not answer", nil
+	}
+	return "", nil
+}
+
+// GuestAgentPing implements driver.GuestExecer: the simulated agent answers as it does
+// GuestAgentInfo.
+func (h *Hypervisor) GuestAgentPing(_ context.Context, id string) (*hypervisorv1.GuestAgentPingResponse, error) {
+	why, err := h.agentAnswers(id)
+	if err != nil {
+		return nil, err
+	}
+	return &hypervisorv1.GuestAgentPingResponse{Connected: why == "", Message: why}, nil
+}
+
+// GuestAgentExec implements driver.GuestExecer. The simulated guest has a few programs, run
+// in-process: true, false, echo ARGS (prints them), exit N (exits N), sleep SECONDS (waits, up
+// to timeout: a longer one is still running at the timeout); any other program is one the agent
+// cannot start.
+func (h *Hypervisor) GuestAgentExec(ctx context.Context, id string, command []string, timeout time.Duration) (*hypervisorv1.GuestAgentExecResponse, error) {
+	if len(command) == 0 || command[0] == "" {
+		return nil, status.Error(codes.InvalidArgument, "guest agent exec: command is required")
+	}
+	why, err := h.agentAnswers(id)
+	if err != nil {
+		return nil, err
+	}
+	if why != "" {
+		return &hypervisorv1.GuestAgentExecResponse{Message: why}, nil
+	}
+	if timeout <= 0 {
+		timeout = 5 * time.Second
+	}
+	exited := func(code int32, stdout string) *hypervisorv1.GuestAgentExecResponse {
+		return &hypervisorv1.GuestAgentExecResponse{Connected: true, Exited: true, ExitCode: code, Stdout: []byte(stdout)}
+	}
+	switch args := command[1:]; command[0] {
+	case "true":
+		return exited(0, ""), nil
+	case "false":
+		return exited(1, ""), nil
+	case "echo":
+		return exited(0, strings.Join(args, " ")+"\n"), nil
+	case "exit":
+		n := 0
+		if len(args) > 0 {
+			n, _ = strconv.Atoi(args[0])
+		}
+		return exited(int32(n), ""), nil
+	case "sleep":
+		secs := 0.0
+		if len(args) > 0 {
+			secs, _ = strconv.ParseFloat(args[0], 64)
+		}
+		d := time.Duration(secs * float64(time.Second))
+		t := time.NewTimer(min(d, timeout))
+		defer t.Stop()
+		select {
+		case <-ctx.Done():
+		case <-t.C:
+		}
+		if d <= timeout && ctx.Err() == nil {
+			return exited(0, ""), nil
+		}
+		return &hypervisorv1.GuestAgentExecResponse{Connected: true, Message: fmt.Sprintf("the command was still running after %s", timeout)}, nil
+	}
+	return &hypervisorv1.GuestAgentExecResponse{Connected: true,
+		Message: fmt.Sprintf("guest agent: guest-exec: GenericError: the simulated guest has no program %q", command[0])}, nil
 }
 
 // guestRestarted is the simulated guest restarting after a SoftReboot.

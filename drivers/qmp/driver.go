@@ -59,7 +59,7 @@ func (c Config) probeOptions() (ProbeOptions, error) {
 }
 
 // Driver is the QEMU hypervisor driver. It implements driver.Hypervisor and the optional
-// Pauser, Rebooter, SoftRebooter, GuestAgent, Consoler, Displayer and Recoverer.
+// Pauser, Rebooter, SoftRebooter, GuestAgent, GuestExecer, Consoler, Displayer and Recoverer.
 type Driver struct {
 	log    hclog.Logger
 	local  launcher.Starter
@@ -78,12 +78,13 @@ type Driver struct {
 }
 
 var (
-	_ driver.Hypervisor = (*Driver)(nil)
-	_ driver.Pauser     = (*Driver)(nil)
-	_ driver.Rebooter   = (*Driver)(nil)
-	_ driver.Consoler   = (*Driver)(nil)
-	_ driver.Recoverer  = (*Driver)(nil)
-	_ driver.GuestAgent = (*Driver)(nil)
+	_ driver.Hypervisor  = (*Driver)(nil)
+	_ driver.Pauser      = (*Driver)(nil)
+	_ driver.Rebooter    = (*Driver)(nil)
+	_ driver.Consoler    = (*Driver)(nil)
+	_ driver.Recoverer   = (*Driver)(nil)
+	_ driver.GuestAgent  = (*Driver)(nil)
+	_ driver.GuestExecer = (*Driver)(nil)
 )
 
 // Option changes a Driver made by New.
@@ -132,6 +133,7 @@ func (d *Driver) Capabilities(context.Context) (*basev1.Capabilities, error) {
 			basev1.Feature_FEATURE_HYPERVISOR_REBOOT,
 			basev1.Feature_FEATURE_HYPERVISOR_SOFT_REBOOT,
 			basev1.Feature_FEATURE_HYPERVISOR_GUEST_AGENT,
+			basev1.Feature_FEATURE_HYPERVISOR_GUEST_EXEC,
 			basev1.Feature_FEATURE_HYPERVISOR_CONSOLE,
 			basev1.Feature_FEATURE_HYPERVISOR_DISPLAY,
 			basev1.Feature_FEATURE_HYPERVISOR_RECOVER,

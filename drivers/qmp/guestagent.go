@@ -34,9 +34,23 @@ func (d *Driver) GuestAgentInfo(ctx context.Context, id string) (*hypervisorv1.G
 	}
 	ctx, cancel := context.WithTimeout(ctx, agentTimeout)
 	defer cancel()
-	v.agent.Lock()
-	defer v.agent.Unlock()
+	unlock, err := v.lockAgent(ctx)
+	if err != nil {
+		return &hypervisorv1.GuestAgentInfoResponse{Message: err.Error()}, nil
+	}
+	defer unlock()
 	return queryAgent(ctx, v.paths.Agent), nil
+}
+
+// lockAgent takes the VM's agent lock, or fails when ctx ends first (another caller talks to
+// a guest that does not answer).
+func (v *vm) lockAgent(ctx context.Context) (func(), error) {
+	select {
+	case v.agent <- struct{}{}:
+		return func() { <-v.agent }, nil
+	case <-ctx.Done():
+		return nil, errors.New("the guest agent is busy with another caller")
+	}
 }
 
 // queryAgent asks the agent at path; an agent that cannot be reached is connected false with the

@@ -3,6 +3,7 @@ package qmp
 import (
 	"bufio"
 	"context"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -128,11 +129,69 @@ func TestGuestAgentRealGuest(t *testing.T) {
 	if again, err := ga.GuestAgentInfo(ctx, spec.GetId()); err != nil || !again.GetConnected() {
 		t.Errorf("second GuestAgentInfo = %v, %v", again, err)
 	}
+	ge, ok := driver.Optional[driver.GuestExecer](ctx, h.HypervisorClient)
+	if !ok {
+		t.Fatal("the driver's client does not offer GuestExecer")
+	}
+	checkGuestExec(t, ge, spec.GetId())
 	if err := h.Kill(ctx, spec.GetId()); err != nil {
 		t.Fatalf("Kill: %v", err)
 	}
 	if _, err := ga.GuestAgentInfo(ctx, spec.GetId()); status.Code(err) != codes.FailedPrecondition {
 		t.Errorf("GuestAgentInfo of a stopped VM = %v, want FailedPrecondition", err)
+	}
+	if _, err := ge.GuestAgentPing(ctx, spec.GetId()); status.Code(err) != codes.FailedPrecondition {
+		t.Errorf("GuestAgentPing of a stopped VM = %v, want FailedPrecondition", err)
+	}
+	if _, err := ge.GuestAgentExec(ctx, spec.GetId(), []string{"true"}, time.Second); status.Code(err) != codes.FailedPrecondition {
+		t.Errorf("GuestAgentExec of a stopped VM = %v, want FailedPrecondition", err)
+	}
+}
+
+// checkGuestExec pings the running test guest's agent and runs commands in it through
+// GuestAgentExec: what the guest's kernel says (/proc/uptime), a command's exit status and its
+// two outputs, a program the guest does not have, and a command that outlives its timeout,
+// after which the agent still answers.
+func checkGuestExec(t *testing.T, ge driver.GuestExecer, id string) {
+	t.Helper()
+	ctx := context.Background()
+	if p, err := ge.GuestAgentPing(ctx, id); err != nil || !p.GetConnected() {
+		t.Errorf("GuestAgentPing = %v, %v; want connected", p, err)
+	}
+	exec := func(timeout time.Duration, command ...string) *hypervisorv1.GuestAgentExecResponse {
+		t.Helper()
+		begin := time.Now()
+		r, err := ge.GuestAgentExec(ctx, id, command, timeout)
+		if err != nil {
+			t.Fatalf("GuestAgentExec %q: %v", command, err)
+		}
+		t.Logf("GuestAgentExec %q in %s: exited=%v code=%d signal=%d stdout=%q stderr=%q message=%q", command, time.Since(begin).Round(time.Millisecond),
+			r.GetExited(), r.GetExitCode(), r.GetSignal(), r.GetStdout(), r.GetStderr(), r.GetMessage())
+		if took := time.Since(begin); took > timeout+2*time.Second {
+			t.Errorf("GuestAgentExec %q took %s, more than its timeout %s", command, took, timeout)
+		}
+		return r
+	}
+	up := exec(10*time.Second, "cat", "/proc/uptime")
+	var secs, idle float64
+	if _, err := fmt.Sscanf(string(up.GetStdout()), "%f %f", &secs, &idle); err != nil || !up.GetExited() || up.GetExitCode() != 0 || secs <= 0 {
+		t.Errorf("cat /proc/uptime: %+v (%v); want exit 0 and the guest's uptime", up, err)
+	}
+	r := exec(10*time.Second, "sh", "-c", "echo out; echo err >&2; exit 3")
+	if !r.GetExited() || r.GetExitCode() != 3 || string(r.GetStdout()) != "out\n" || string(r.GetStderr()) != "err\n" || r.GetMessage() != "" {
+		t.Errorf("sh -c 'echo out; echo err >&2; exit 3': %+v; want exit 3, out and err", r)
+	}
+	if r := exec(10*time.Second, "/no/such/program"); r.GetExited() || !r.GetConnected() || r.GetMessage() == "" {
+		t.Errorf("a program the guest does not have: %+v; want connected, not exited, the agent's error", r)
+	}
+	if r := exec(500*time.Millisecond, "sleep", "3"); r.GetExited() || !r.GetConnected() || !strings.Contains(r.GetMessage(), "still running") {
+		t.Errorf("sleep 3 with a 500ms timeout: %+v; want not exited, still running", r)
+	}
+	if r := exec(10*time.Second, "echo", "again"); !r.GetExited() || r.GetExitCode() != 0 || string(r.GetStdout()) != "again\n" {
+		t.Errorf("echo again after a timed out command: %+v", r)
+	}
+	if _, err := ge.GuestAgentExec(ctx, id, nil, time.Second); status.Code(err) != codes.InvalidArgument {
+		t.Errorf("GuestAgentExec of no command = %v, want InvalidArgument", err)
 	}
 }
 
@@ -158,5 +217,16 @@ func TestGuestAgentNoAgent(t *testing.T) {
 	}
 	if took := time.Since(begin); took > agentTimeout+2*time.Second {
 		t.Errorf("GuestAgentInfo took %s, more than its bound %s", took, agentTimeout)
+	}
+	ge, _ := driver.Optional[driver.GuestExecer](ctx, h.HypervisorClient)
+	begin = time.Now()
+	if p, err := ge.GuestAgentPing(ctx, spec.GetId()); err != nil || p.GetConnected() || !strings.Contains(p.GetMessage(), "does not answer") {
+		t.Errorf("GuestAgentPing = %v, %v; want connected false, the agent does not answer", p, err)
+	}
+	if r, err := ge.GuestAgentExec(ctx, spec.GetId(), []string{"true"}, time.Second); err != nil || r.GetConnected() || r.GetExited() || r.GetMessage() == "" {
+		t.Errorf("GuestAgentExec = %v, %v; want connected false with a message", r, err)
+	}
+	if took := time.Since(begin); took > agentTimeout+time.Second+2*time.Second {
+		t.Errorf("GuestAgentPing and GuestAgentExec took %s, more than their bounds", took)
 	}
 }

@@ -823,6 +823,7 @@ func TestFingerprint(t *testing.T) {
 	want := []basev1.Feature{
 		basev1.Feature_FEATURE_HYPERVISOR_PAUSE, basev1.Feature_FEATURE_HYPERVISOR_REBOOT,
 		basev1.Feature_FEATURE_HYPERVISOR_SOFT_REBOOT, basev1.Feature_FEATURE_HYPERVISOR_GUEST_AGENT,
+		basev1.Feature_FEATURE_HYPERVISOR_GUEST_EXEC,
 		basev1.Feature_FEATURE_HYPERVISOR_CONSOLE, basev1.Feature_FEATURE_HYPERVISOR_DISPLAY,
 		basev1.Feature_FEATURE_HYPERVISOR_RECOVER,
 	}

@@ -83,7 +83,14 @@ type vm struct {
 	changed chan struct{} // closed and replaced on every change
 	reset   time.Time     // when QEMU last reported a reset counted in rec.Boots
 
-	agent sync.Mutex // serialises the guest agent's exchanges (GuestAgentInfo)
+	// agent serialises the guest agent's exchanges (GuestAgentInfo, GuestAgentPing,
+	// GuestAgentExec): QEMU's chardev serves one client at a time. A one-slot semaphore, so that
+	// a caller waits for it no longer than its ctx (lockAgent).
+	agent chan struct{}
+	// execPending are guest-exec pids whose command was still running when its GuestAgentExec
+	// gave up; the next exchange reaps those that ended, so that the agent drops their output
+	// (under agent).
+	execPending []int64
 }
 
 // session is one QEMU process of a VM and the driver's connections to it.
@@ -258,7 +265,7 @@ func (d *Driver) Create(ctx context.Context, spec *domainv1.DomainSpec) (*hyperv
 	}
 	paths := RunPaths(spec, runDir)
 	v := &vm{
-		id: spec.GetId(), spec: spec, paths: paths, changed: make(chan struct{}),
+		id: spec.GetId(), spec: spec, paths: paths, changed: make(chan struct{}), agent: make(chan struct{}, 1),
 		state: hypervisorv1.State_STATE_CREATED, reason: driver.ReasonCreated,
 		rec: record{
 			ID: spec.GetId(), Name: spec.GetName(), RunDir: runDir, OwnRunDir: own,
@@ -960,7 +967,7 @@ func (d *Driver) Recover(ctx context.Context, h *hypervisorv1.Handle) (*hypervis
 		return nil, status.Errorf(codes.InvalidArgument, "handle.state: spec: %v", err)
 	}
 	paths := RunPaths(spec, rec.RunDir)
-	v := &vm{id: rec.ID, spec: spec, paths: paths, rec: rec, changed: make(chan struct{})}
+	v := &vm{id: rec.ID, spec: spec, paths: paths, rec: rec, changed: make(chan struct{}), agent: make(chan struct{}, 1)}
 	pid := rec.PID
 	if pid == 0 {
 		pid = readPIDFile(paths.PID)

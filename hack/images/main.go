@@ -8,8 +8,9 @@
 // pause is the cluster's sandbox image (hack/images/pause, built static). Component images
 // take the binaries from --bin-dir (make build); an image whose main binary is not built yet is
 // skipped with a note. The launcher image also carries the host's QEMU with its libraries,
-// firmware and TCG module, and kubevisor-console-log built static (its guest-console-log
-// container); the handler image carries kubevisor-containerdisk built static, which its init
+// firmware and TCG module, and kubevisor-console-log (its guest-console-log container) and
+// kubevisor-probe (the compute container's exec probe for a VMI's exec or guestAgentPing probe)
+// built static; the handler image carries kubevisor-containerdisk built static, which its init
 // container installs on the node for the containerDisk containers, whose images hold only the
 // disk. The
 // test guest's containerDisk is built by hack/guest (make guest) and imported as it is. Each image goes to <out>/<name>.tar, tagged <repo>/<name>:<tag>.
@@ -56,7 +57,7 @@ var components = []component{
 	// pods' containerDisk containers (layout.BinDir).
 	{name: "kubevisor-handler", bins: []string{"kubevisor-handler", "kubevisor-driver-*", "kubevisor-deviceplugins"},
 		cni: true, qemu: true, hostBins: []string{"qemu-img"}, static: []string{"kubevisor-containerdisk"}},
-	{name: "kubevisor-launcher", bins: []string{"kubevisor-launcher"}, qemu: true, static: []string{"kubevisor-console-log"}},
+	{name: "kubevisor-launcher", bins: []string{"kubevisor-launcher"}, qemu: true, static: []string{"kubevisor-console-log", "kubevisor-probe"}},
 }
 
 type options struct {

@@ -16,11 +16,18 @@ limitations under the License.
 
 package v1alpha1
 
-import corev1 "k8s.io/api/core/v1"
+import (
+	"fmt"
 
-// Probe is a periodic health check of a VMI's guest, as kubevirt.io/v1's: the kubelet runs it
-// against the launcher pod's address, which the guest's pod-network interface answers on.
-// docs/admission.md ("Probes") says what is accepted.
+	corev1 "k8s.io/api/core/v1"
+)
+
+// Probe is a periodic health check of a VMI's guest, as kubevirt.io/v1's. The kubelet runs it on
+// the launcher pod's compute container, so its timings have the kubelet's meaning: httpGet and
+// tcpSocket against the pod's address, which the guest's pod-network interface answers on; exec
+// and guestAgentPing as a command of the launcher image that asks the node handler, which asks
+// the guest agent through the hypervisor driver. docs/admission.md ("Probes") says what is
+// accepted.
 type Probe struct {
 	// ProbeHandler is the check the probe runs.
 	ProbeHandler `json:",inline"`
@@ -47,9 +54,7 @@ type Probe struct {
 	FailureThreshold int32 `json:"failureThreshold,omitempty"`
 }
 
-// ProbeHandler is what a probe checks. Exactly one member must be set. KubeVirt's exec and
-// guestAgentPing, which go through the guest agent, are not here, and admission says so
-// (core/kubevirtcompat).
+// ProbeHandler is what a probe checks. Exactly one member must be set.
 type ProbeHandler struct {
 	// HTTPGet sends an HTTP GET to the guest; a status from 200 to 399 is a success.
 	// +optional
@@ -57,9 +62,26 @@ type ProbeHandler struct {
 	// TCPSocket opens a TCP connection to the guest; a connection is a success.
 	// +optional
 	TCPSocket *corev1.TCPSocketAction `json:"tcpSocket,omitempty"`
+	// Exec runs command in the guest through its guest agent; exit status 0 is a success. The
+	// command is not run in a shell: give one ("sh", "-c", ...) for shell syntax. A command still
+	// running at timeoutSeconds fails the probe and goes on running in the guest.
+	// +optional
+	Exec *corev1.ExecAction `json:"exec,omitempty"`
+	// GuestAgentPing pings the guest agent; an answer is a success.
+	// +optional
+	GuestAgentPing *GuestAgentPing `json:"guestAgentPing,omitempty"`
 }
 
-// String names the probe's check for messages: "httpGet port 80 path /", "tcpSocket port 22".
+// GuestAgentPing is a probe that pings the guest agent. It has no settings.
+type GuestAgentPing struct{}
+
+// UsesGuestAgent says whether the probe acts through the guest agent (exec, guestAgentPing).
+func (p *Probe) UsesGuestAgent() bool {
+	return p != nil && (p.Exec != nil || p.GuestAgentPing != nil)
+}
+
+// String names the probe's check for messages: "httpGet port 80 path /", "tcpSocket port 22",
+// `exec ["cat" "/tmp/healthy"]`, "guestAgentPing".
 func (p *Probe) String() string {
 	switch {
 	case p == nil:
@@ -72,6 +94,10 @@ func (p *Probe) String() string {
 		return s
 	case p.TCPSocket != nil:
 		return "tcpSocket port " + p.TCPSocket.Port.String()
+	case p.Exec != nil:
+		return fmt.Sprintf("exec %q", p.Exec.Command)
+	case p.GuestAgentPing != nil:
+		return "guestAgentPing"
 	}
 	return "a probe with no check"
 }

@@ -96,7 +96,8 @@ func CacheOptions(node string) cache.Options {
 // pod runs, it syncs the VMI into the launcher's sandbox (podSandbox); when the VMI or its pod
 // is deleted, it stops the VM and undoes what the drivers set up; when the pod ends under a
 // running VM, it ends the VMI's sandbox, which fails the VMI (LauncherExited); it writes what
-// the handler derives into the VMI's status.
+// the handler derives into the VMI's status. For a running VMI it also writes the serial
+// console log and serves the guest probe socket of its exec and guestAgentPing probes.
 type Agent struct {
 	cfg    AgentConfig
 	client client.Client
@@ -107,7 +108,10 @@ type Agent struct {
 	h      *handler.Handler
 	// consoles writes each running VMI's serial console into its host directory.
 	consoles *consoleLogs
-	log      logr.Logger
+	// probes serves the guest probe socket of each running VMI with an exec or guestAgentPing
+	// probe.
+	probes *guestProbes
+	log    logr.Logger
 	// changed carries VMIs whose status the handler changed to the reconciler.
 	changed chan event.GenericEvent
 
@@ -185,9 +189,11 @@ func (a *Agent) statusChanged(uid types.UID) {
 // setup registers the agent's controller and background work with mgr.
 func (a *Agent) setup(mgr ctrl.Manager) error {
 	a.consoles = newConsoleLogs(a.h, a.cfg.HostStateDir, a.log.WithName("console"))
+	a.probes = newGuestProbes(a.h, a.cfg.HostStateDir, a.log.WithName("guest-probe"))
 	if err := mgr.Add(runnable(func(ctx context.Context) error {
 		<-ctx.Done()
 		a.consoles.close()
+		a.probes.close()
 		return nil
 	})); err != nil {
 		return err
@@ -266,6 +272,7 @@ func (a *Agent) Reconcile(ctx context.Context, req reconcile.Request) (reconcile
 			a.sandbox(&vmi).end(why)
 		}
 		a.consoles.stop(vmi.UID)
+		a.probes.stop(vmi.UID)
 		// Stop closes the VMI's sandbox last, which releases its containerDisk mounts.
 		st, err := a.h.Stop(ctx, &vmi, grace(&vmi))
 		if werr := a.writeStatus(ctx, req.NamespacedName, a.probed(ctx, &vmi, pod, st)); werr != nil {
@@ -297,6 +304,14 @@ func (a *Agent) Reconcile(ctx context.Context, req reconcile.Request) (reconcile
 		if tl, ok := a.h.TakeTimeline(vmi.UID); ok {
 			// One event per started VM: where the handler's part of its start went.
 			a.events.Eventf(&vmi, pod, corev1.EventTypeNormal, v1alpha1.ReasonStarted, actionStart, "%s", tl.Note())
+		}
+		if vmi.Spec.LivenessProbe.UsesGuestAgent() || vmi.Spec.ReadinessProbe.UsesGuestAgent() {
+			// For the compute container's kubevisor-probe. Until it is served the probes fail,
+			// as they do while the guest agent does not answer.
+			if err := a.probes.ensure(vmi.UID); err != nil {
+				// The work queue tries again with its backoff.
+				return reconcile.Result{}, err
+			}
 		}
 	}
 	return reconcile.Result{}, nil
@@ -386,6 +401,7 @@ func (a *Agent) forget(ctx context.Context, name types.NamespacedName) error {
 
 func (a *Agent) stopUnknown(ctx context.Context, uid types.UID, name types.NamespacedName) error {
 	a.consoles.stop(uid)
+	a.probes.stop(uid)
 	if _, known := a.h.Status(uid); known {
 		stub := &v1alpha1.VirtualMachineInstance{ObjectMeta: metav1.ObjectMeta{Namespace: name.Namespace, Name: name.Name, UID: uid}}
 		if _, err := a.h.Stop(ctx, stub, 0); err != nil {

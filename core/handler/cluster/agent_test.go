@@ -45,6 +45,7 @@ type agentNode struct {
 	t       *testing.T
 	c       client.Client
 	h       *handler.Handler
+	agent   *Agent
 	bin     string // directory of the built binaries
 	hostDir string
 }
@@ -64,6 +65,7 @@ func newAgentNode(t *testing.T, localStorage bool) *agentNode {
 		"github.com/kubevisor/kubevisor/cmd/kubevisor-driver-local",
 		"github.com/kubevisor/kubevisor/cmd/kubevisor-launcher",
 		"github.com/kubevisor/kubevisor/cmd/kubevisor-containerdisk",
+		"github.com/kubevisor/kubevisor/cmd/kubevisor-probe",
 		"github.com/kubevisor/kubevisor/core/handler/internal/testdriver"); err != nil {
 		t.Fatal(err)
 	}
@@ -112,7 +114,7 @@ func newAgentNode(t *testing.T, localStorage bool) *agentNode {
 	if err != nil {
 		t.Fatal(err)
 	}
-	n.h = agent.Handler()
+	n.h, n.agent = agent.Handler(), agent
 	// Cleanups run last first: the manager stops, then the handler closes.
 	t.Cleanup(func() { _ = n.h.Close() })
 	envtest.RunManager(t, mgr)
@@ -124,6 +126,11 @@ func newAgentNode(t *testing.T, localStorage bool) *agentNode {
 // pod is scheduled, and returns it as stored. Its disk is the volume root: an emptyDisk unless
 // root is given.
 func (n *agentNode) vmi(name string, root ...v1alpha1.VolumeSource) *v1alpha1.VirtualMachineInstance {
+	return n.vmiWith(name, nil, root...)
+}
+
+// vmiWith is vmi with change applied to the VMI before it is created.
+func (n *agentNode) vmiWith(name string, change func(*v1alpha1.VirtualMachineInstance), root ...v1alpha1.VolumeSource) *v1alpha1.VirtualMachineInstance {
 	src := v1alpha1.VolumeSource{EmptyDisk: &v1alpha1.EmptyDiskSource{Capacity: resource.MustParse("1Mi")}}
 	if len(root) > 0 {
 		src = root[0]
@@ -144,6 +151,9 @@ func (n *agentNode) vmi(name string, root ...v1alpha1.VolumeSource) *v1alpha1.Vi
 			Volumes:  []v1alpha1.Volume{{Name: "root", VolumeSource: src}},
 			Networks: []v1alpha1.Network{{Name: "default", NetworkSource: v1alpha1.NetworkSource{Pod: &v1alpha1.PodNetwork{}}}},
 		},
+	}
+	if change != nil {
+		change(vmi)
 	}
 	if err := n.c.Create(context.Background(), vmi); err != nil {
 		n.t.Fatalf("create VMI %s: %v", name, err)
@@ -323,6 +333,82 @@ func TestAgent(t *testing.T) {
 		}
 		n.waitVMI("a", "Succeeded", func(v *v1alpha1.VirtualMachineInstance) bool { return v.Status.Phase == v1alpha1.Succeeded })
 		n.waitHandlerForgets(vmi.UID)
+	})
+
+	t.Run("exec and guestAgentPing probes: kubevisor-probe through the guest probe socket", func(t *testing.T) {
+		n.t = t
+		vmi := n.vmiWith("probed", func(v *v1alpha1.VirtualMachineInstance) {
+			v.Spec.LivenessProbe = &v1alpha1.Probe{ProbeHandler: v1alpha1.ProbeHandler{Exec: &corev1.ExecAction{Command: []string{"echo", "alive"}}}}
+			v.Spec.ReadinessProbe = &v1alpha1.Probe{ProbeHandler: v1alpha1.ProbeHandler{GuestAgentPing: &v1alpha1.GuestAgentPing{}}}
+		})
+		pod := n.launcherPod(vmi)
+		n.waitVMI("probed", "Running", func(v *v1alpha1.VirtualMachineInstance) bool { return v.Status.Phase == v1alpha1.Running })
+		socket := layout.GuestProbeSocket(n.hostDir, vmi.UID)
+		waitExists(t, socket)
+		fi, err := os.Lstat(filepath.Dir(socket))
+		if err != nil {
+			t.Fatal(err)
+		}
+		launcherDir, err := os.Lstat(layout.LauncherDir(n.hostDir, vmi.UID))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !fi.IsDir() || fi.Mode().Perm() != 0o700 || fi.Sys().(*syscall.Stat_t).Uid != launcherDir.Sys().(*syscall.Stat_t).Uid {
+			t.Errorf("socket directory %v uid %d, want 0700 and the launcher's uid %d", fi.Mode(), fi.Sys().(*syscall.Stat_t).Uid, launcherDir.Sys().(*syscall.Stat_t).Uid)
+		}
+		// The compute container's probes, as controlplane/launcherpod writes them.
+		probe := func(args ...string) (int, string, string) {
+			t.Helper()
+			cmd := exec.Command(filepath.Join(n.bin, layout.GuestProbeCommand), append([]string{"--socket", socket, "--timeout", "5s"}, args...)...)
+			var stdout, stderr strings.Builder
+			cmd.Stdout, cmd.Stderr = &stdout, &stderr
+			err := cmd.Run()
+			var ee *exec.ExitError
+			if err != nil && !errors.As(err, &ee) {
+				t.Fatal(err)
+			}
+			return cmd.ProcessState.ExitCode(), stdout.String(), stderr.String()
+		}
+		if code, _, stderr := probe("ping"); code != 0 {
+			t.Errorf("ping: exit %d, %s", code, stderr)
+		}
+		if code, stdout, stderr := probe("exec", "--", "echo", "alive"); code != 0 || stdout != "alive\n" {
+			t.Errorf("exec echo alive: exit %d, stdout %q, stderr %q", code, stdout, stderr)
+		}
+		if code, _, stderr := probe("exec", "--", "exit", "3"); code != 1 || !strings.Contains(stderr, `command ["exit" "3"] in the guest exited with status 3`) {
+			t.Errorf("exec exit 3: exit %d, stderr %q", code, stderr)
+		}
+		if code, _, stderr := probe("exec", "--", "no-such-program"); code != 1 || !strings.Contains(stderr, "no program") {
+			t.Errorf("exec of a program the guest lacks: exit %d, stderr %q", code, stderr)
+		}
+		// A new handler process serves the socket again from its first reconcile of the VMI:
+		// the socket gone (as after the old process ended), a change of the VMI brings it back.
+		n.agent.probes.stop(vmi.UID)
+		if _, err := os.Lstat(socket); !os.IsNotExist(err) {
+			t.Fatalf("socket after stop: %v", err)
+		}
+		if code, _, stderr := probe("ping"); code != 1 || !strings.Contains(stderr, "cannot reach the node handler") {
+			t.Errorf("ping with no socket: exit %d, stderr %q", code, stderr)
+		}
+		var cur v1alpha1.VirtualMachineInstance
+		if err := n.c.Get(ctx, client.ObjectKeyFromObject(vmi), &cur); err != nil {
+			t.Fatal(err)
+		}
+		cur.Annotations = map[string]string{"test": "reconcile"}
+		if err := n.c.Update(ctx, &cur); err != nil {
+			t.Fatal(err)
+		}
+		waitExists(t, socket)
+		if code, _, stderr := probe("ping"); code != 0 {
+			t.Errorf("ping after the socket came back: exit %d, %s", code, stderr)
+		}
+		// Stopping the VMI stops its socket.
+		if err := n.c.Delete(ctx, pod); err != nil {
+			t.Fatal(err)
+		}
+		n.waitVMI("probed", "Succeeded", func(v *v1alpha1.VirtualMachineInstance) bool { return v.Status.Phase == v1alpha1.Succeeded })
+		n.waitHandlerForgets(vmi.UID)
+		waitGone(t, socket)
 	})
 
 	t.Run("pod failed under a running VM: VMI Failed naming the launcher", func(t *testing.T) {
@@ -596,6 +682,21 @@ func reconcileErrors(t *testing.T) float64 {
 }
 
 // waitGone polls until path no longer exists.
+// waitExists waits for path to exist.
+func waitExists(t *testing.T, path string) {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		if _, err := os.Lstat(path); err == nil {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s does not exist", path)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
 func waitGone(t *testing.T, path string) {
 	t.Helper()
 	deadline := time.Now().Add(30 * time.Second)

@@ -287,3 +287,50 @@ func (c *Client) Query(ctx context.Context) (*Info, error) {
 	info.Version, info.HostName = version.Version, host.HostName
 	return info, nil
 }
+
+// ExecStatus is guest-exec-status's reply: whether the command ended, how, and what it wrote
+// (captured when it was started with output capture; the agent keeps at most 16 MiB of each).
+type ExecStatus struct {
+	Exited bool `json:"exited"`
+	// ExitCode is the command's exit status, when it exited by itself.
+	ExitCode int `json:"exitcode"`
+	// Signal is the signal that killed the command, 0 when it exited by itself.
+	Signal       int    `json:"signal"`
+	Stdout       []byte `json:"out-data"` // base64 in JSON, as the agent sends it
+	Stderr       []byte `json:"err-data"`
+	OutTruncated bool   `json:"out-truncated"`
+	ErrTruncated bool   `json:"err-truncated"`
+}
+
+// Exec starts command (a program, which the agent looks up in the guest's PATH, and its
+// arguments) in the guest with guest-exec, its output captured, and returns its pid in the
+// agent's table. The agent does not wait for the command: ExecStatus does.
+func (c *Client) Exec(ctx context.Context, command []string) (int64, error) {
+	if len(command) == 0 {
+		return 0, errors.New("guest agent: guest-exec: no command")
+	}
+	args := map[string]any{"path": command[0], "arg": command[1:], "capture-output": true}
+	if len(command) == 1 {
+		args["arg"] = []string{}
+	}
+	var out struct {
+		PID *int64 `json:"pid"`
+	}
+	if err := c.Execute(ctx, "guest-exec", args, &out); err != nil {
+		return 0, err
+	}
+	if out.PID == nil {
+		return 0, errors.New("guest agent: guest-exec: reply without pid")
+	}
+	return *out.PID, nil
+}
+
+// ExecStatus asks about a command Exec started (guest-exec-status). Once it reported the command
+// exited the agent forgets it: a later ExecStatus of the pid is an *Error.
+func (c *Client) ExecStatus(ctx context.Context, pid int64) (*ExecStatus, error) {
+	var st ExecStatus
+	if err := c.Execute(ctx, "guest-exec-status", map[string]any{"pid": pid}, &st); err != nil {
+		return nil, err
+	}
+	return &st, nil
+}

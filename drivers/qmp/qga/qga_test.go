@@ -24,6 +24,8 @@ type fakeAgent struct {
 	silent bool
 	// replies are the return values by command; a command without one is CommandNotFound.
 	replies map[string]any
+	// handle, when set, answers the commands it knows (ok) from their arguments before replies.
+	handle func(cmd string, args json.RawMessage) (ret any, ok bool)
 	// seen are the commands received, in order.
 	seen chan string
 }
@@ -68,12 +70,17 @@ func (a *fakeAgent) serve(c net.Conn) {
 			continue
 		}
 		var cmd struct {
-			Execute   string `json:"execute"`
-			Arguments struct {
-				ID int64 `json:"id"`
-			} `json:"arguments"`
+			Execute   string          `json:"execute"`
+			Arguments json.RawMessage `json:"arguments"`
 		}
-		if err := json.Unmarshal(buf, &cmd); err != nil {
+		var sync struct {
+			ID int64 `json:"id"`
+		}
+		err = json.Unmarshal(buf, &cmd)
+		if err == nil && cmd.Execute == "guest-sync-delimited" {
+			err = json.Unmarshal(cmd.Arguments, &sync)
+		}
+		if err != nil {
 			c.Write([]byte(`{"error": {"class": "GenericError", "desc": "JSON parse error"}}` + "\n"))
 			buf = buf[:0]
 			continue
@@ -84,10 +91,16 @@ func (a *fakeAgent) serve(c net.Conn) {
 			continue
 		}
 		var reply any
-		switch ret, ok := a.replies[cmd.Execute]; {
+		ret, ok := a.replies[cmd.Execute]
+		if a.handle != nil {
+			if r, handled := a.handle(cmd.Execute, cmd.Arguments); handled {
+				ret, ok = r, true
+			}
+		}
+		switch {
 		case cmd.Execute == "guest-sync-delimited":
 			c.Write([]byte{0xFF})
-			reply = map[string]any{"return": cmd.Arguments.ID}
+			reply = map[string]any{"return": sync.ID}
 		case ok:
 			reply = map[string]any{"return": ret}
 		default:
@@ -235,5 +248,64 @@ func TestExecuteArguments(t *testing.T) {
 	var out struct{ OK bool }
 	if err := c.Execute(context.Background(), "x", map[string]int{"x": 1}, &out); err != nil || !out.OK {
 		t.Fatalf("Execute = %v, %+v", err, out)
+	}
+}
+
+// TestExec: Exec sends guest-exec with the program as path, the rest as arg and output capture;
+// ExecStatus decodes guest-exec-status's reply, base64 outputs included, and the agent's error
+// for an unknown pid.
+func TestExec(t *testing.T) {
+	var gotArgs string
+	polls := 0
+	a := startFake(t, &fakeAgent{replies: debian, handle: func(cmd string, args json.RawMessage) (any, bool) {
+		switch cmd {
+		case "guest-exec":
+			gotArgs = string(args)
+			return map[string]any{"pid": 4242}, true
+		case "guest-exec-status":
+			var a struct{ PID int64 }
+			json.Unmarshal(args, &a)
+			if a.PID != 4242 {
+				return nil, false // CommandNotFound stands in for the agent's "Invalid parameter 'pid'"
+			}
+			if polls++; polls == 1 {
+				return map[string]any{"exited": false}, true
+			}
+			return map[string]any{"exited": true, "exitcode": 3, "out-data": "aGkK", "err-data": "b29wcwo=", "out-truncated": true}, true
+		}
+		return nil, false
+	}})
+	ctx := context.Background()
+	c, err := Dial(ctx, a.path, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	pid, err := c.Exec(ctx, []string{"sh", "-c", "echo hi; exit 3"})
+	if err != nil || pid != 4242 {
+		t.Fatalf("Exec = %d, %v", pid, err)
+	}
+	if want := `{"arg":["-c","echo hi; exit 3"],"capture-output":true,"path":"sh"}`; gotArgs != want {
+		t.Errorf("guest-exec arguments %s, want %s", gotArgs, want)
+	}
+	if st, err := c.ExecStatus(ctx, pid); err != nil || st.Exited {
+		t.Fatalf("first ExecStatus = %+v, %v; want not exited", st, err)
+	}
+	st, err := c.ExecStatus(ctx, pid)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !st.Exited || st.ExitCode != 3 || string(st.Stdout) != "hi\n" || string(st.Stderr) != "oops\n" || !st.OutTruncated || st.ErrTruncated {
+		t.Errorf("ExecStatus = %+v", st)
+	}
+	var qe *Error
+	if _, err := c.ExecStatus(ctx, 1); !errors.As(err, &qe) {
+		t.Errorf("ExecStatus of an unknown pid = %v, want the agent's error", err)
+	}
+	if _, err := c.Exec(ctx, nil); err == nil {
+		t.Error("Exec of no command succeeded")
+	}
+	if _, err := c.Exec(ctx, []string{"true"}); err != nil || !strings.Contains(gotArgs, `"arg":[]`) {
+		t.Errorf("Exec(true) = %v, arguments %s", err, gotArgs)
 	}
 }

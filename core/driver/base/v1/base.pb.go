@@ -155,6 +155,10 @@ const (
 	Feature_FEATURE_HYPERVISOR_SOFT_REBOOT Feature = 7
 	// Hypervisor GuestAgentInfo: what the guest agent of a running VM reports.
 	Feature_FEATURE_HYPERVISOR_GUEST_AGENT Feature = 8
+	// Hypervisor GuestAgentPing and GuestAgentExec: pinging the guest agent of a running VM and
+	// running a command in the guest through it (livenessProbe/readinessProbe guestAgentPing and
+	// exec).
+	Feature_FEATURE_HYPERVISOR_GUEST_EXEC Feature = 9
 	// Network Check.
 	Feature_FEATURE_NETWORK_CHECK Feature = 20
 	// Device Watch.
@@ -173,6 +177,7 @@ var (
 		6:  "FEATURE_HYPERVISOR_DISPLAY",
 		7:  "FEATURE_HYPERVISOR_SOFT_REBOOT",
 		8:  "FEATURE_HYPERVISOR_GUEST_AGENT",
+		9:  "FEATURE_HYPERVISOR_GUEST_EXEC",
 		20: "FEATURE_NETWORK_CHECK",
 		40: "FEATURE_DEVICE_WATCH",
 	}
@@ -186,6 +191,7 @@ var (
 		"FEATURE_HYPERVISOR_DISPLAY":     6,
 		"FEATURE_HYPERVISOR_SOFT_REBOOT": 7,
 		"FEATURE_HYPERVISOR_GUEST_AGENT": 8,
+		"FEATURE_HYPERVISOR_GUEST_EXEC":  9,
 		"FEATURE_NETWORK_CHECK":          20,
 		"FEATURE_DEVICE_WATCH":           40,
 	}
@@ -879,7 +885,7 @@ const file_core_driver_base_v1_base_proto_rawDesc = "" +
 	"\x12HEALTH_UNSPECIFIED\x10\x00\x12\x12\n" +
 	"\x0eHEALTH_HEALTHY\x10\x01\x12\x13\n" +
 	"\x0fHEALTH_DEGRADED\x10\x02\x12\x14\n" +
-	"\x10HEALTH_UNHEALTHY\x10\x03*\xdc\x02\n" +
+	"\x10HEALTH_UNHEALTHY\x10\x03*\xff\x02\n" +
 	"\aFeature\x12\x17\n" +
 	"\x13FEATURE_UNSPECIFIED\x10\x00\x12\x1c\n" +
 	"\x18FEATURE_HYPERVISOR_PAUSE\x10\x01\x12\x1d\n" +
@@ -889,7 +895,8 @@ const file_core_driver_base_v1_base_proto_rawDesc = "" +
 	"\x1aFEATURE_HYPERVISOR_MIGRATE\x10\x05\x12\x1e\n" +
 	"\x1aFEATURE_HYPERVISOR_DISPLAY\x10\x06\x12\"\n" +
 	"\x1eFEATURE_HYPERVISOR_SOFT_REBOOT\x10\a\x12\"\n" +
-	"\x1eFEATURE_HYPERVISOR_GUEST_AGENT\x10\b\x12\x19\n" +
+	"\x1eFEATURE_HYPERVISOR_GUEST_AGENT\x10\b\x12!\n" +
+	"\x1dFEATURE_HYPERVISOR_GUEST_EXEC\x10\t\x12\x19\n" +
 	"\x15FEATURE_NETWORK_CHECK\x10\x14\x12\x18\n" +
 	"\x14FEATURE_DEVICE_WATCH\x10(2\xa2\x03\n" +
 	"\x06Driver\x12U\n" +

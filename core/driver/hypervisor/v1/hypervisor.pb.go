@@ -1440,6 +1440,276 @@ func (x *GuestAgentInfoResponse) GetTimezoneOffsetSeconds() int32 {
 	return 0
 }
 
+type GuestAgentPingRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Id            string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GuestAgentPingRequest) Reset() {
+	*x = GuestAgentPingRequest{}
+	mi := &file_core_driver_hypervisor_v1_hypervisor_proto_msgTypes[26]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GuestAgentPingRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GuestAgentPingRequest) ProtoMessage() {}
+
+func (x *GuestAgentPingRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_core_driver_hypervisor_v1_hypervisor_proto_msgTypes[26]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GuestAgentPingRequest.ProtoReflect.Descriptor instead.
+func (*GuestAgentPingRequest) Descriptor() ([]byte, []int) {
+	return file_core_driver_hypervisor_v1_hypervisor_proto_rawDescGZIP(), []int{26}
+}
+
+func (x *GuestAgentPingRequest) GetId() string {
+	if x != nil {
+		return x.Id
+	}
+	return ""
+}
+
+type GuestAgentPingResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// connected is true when the guest agent answered its ping.
+	Connected bool `protobuf:"varint,1,opt,name=connected,proto3" json:"connected,omitempty"`
+	// message says why the agent is not connected; empty otherwise.
+	Message       string `protobuf:"bytes,2,opt,name=message,proto3" json:"message,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GuestAgentPingResponse) Reset() {
+	*x = GuestAgentPingResponse{}
+	mi := &file_core_driver_hypervisor_v1_hypervisor_proto_msgTypes[27]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GuestAgentPingResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GuestAgentPingResponse) ProtoMessage() {}
+
+func (x *GuestAgentPingResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_core_driver_hypervisor_v1_hypervisor_proto_msgTypes[27]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GuestAgentPingResponse.ProtoReflect.Descriptor instead.
+func (*GuestAgentPingResponse) Descriptor() ([]byte, []int) {
+	return file_core_driver_hypervisor_v1_hypervisor_proto_rawDescGZIP(), []int{27}
+}
+
+func (x *GuestAgentPingResponse) GetConnected() bool {
+	if x != nil {
+		return x.Connected
+	}
+	return false
+}
+
+func (x *GuestAgentPingResponse) GetMessage() string {
+	if x != nil {
+		return x.Message
+	}
+	return ""
+}
+
+type GuestAgentExecRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Id    string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
+	// command is the program (looked up in the guest's PATH) and its arguments; required.
+	Command []string `protobuf:"bytes,2,rep,name=command,proto3" json:"command,omitempty"`
+	// timeout bounds the whole call: reaching the agent, starting the command and waiting for it.
+	// Unset or zero means a few seconds, the driver's choice.
+	Timeout       *durationpb.Duration `protobuf:"bytes,3,opt,name=timeout,proto3" json:"timeout,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GuestAgentExecRequest) Reset() {
+	*x = GuestAgentExecRequest{}
+	mi := &file_core_driver_hypervisor_v1_hypervisor_proto_msgTypes[28]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GuestAgentExecRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GuestAgentExecRequest) ProtoMessage() {}
+
+func (x *GuestAgentExecRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_core_driver_hypervisor_v1_hypervisor_proto_msgTypes[28]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GuestAgentExecRequest.ProtoReflect.Descriptor instead.
+func (*GuestAgentExecRequest) Descriptor() ([]byte, []int) {
+	return file_core_driver_hypervisor_v1_hypervisor_proto_rawDescGZIP(), []int{28}
+}
+
+func (x *GuestAgentExecRequest) GetId() string {
+	if x != nil {
+		return x.Id
+	}
+	return ""
+}
+
+func (x *GuestAgentExecRequest) GetCommand() []string {
+	if x != nil {
+		return x.Command
+	}
+	return nil
+}
+
+func (x *GuestAgentExecRequest) GetTimeout() *durationpb.Duration {
+	if x != nil {
+		return x.Timeout
+	}
+	return nil
+}
+
+type GuestAgentExecResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// connected is true when the guest agent answered and started the command.
+	Connected bool `protobuf:"varint,1,opt,name=connected,proto3" json:"connected,omitempty"`
+	// message says why the agent is not connected, why the command did not start (the agent's
+	// error: no such program, say), or that it was still running at the timeout; empty when it
+	// exited.
+	Message string `protobuf:"bytes,2,opt,name=message,proto3" json:"message,omitempty"`
+	// exited is true when the command exited (or was killed by a signal) within the timeout.
+	Exited bool `protobuf:"varint,3,opt,name=exited,proto3" json:"exited,omitempty"`
+	// exit_code is the command's exit status when it exited.
+	ExitCode int32 `protobuf:"varint,4,opt,name=exit_code,json=exitCode,proto3" json:"exit_code,omitempty"`
+	// signal is the signal that killed the command, 0 when it exited by itself.
+	Signal int32 `protobuf:"varint,5,opt,name=signal,proto3" json:"signal,omitempty"`
+	// stdout and stderr are what the command wrote, at most 64 KiB of each (the start).
+	Stdout []byte `protobuf:"bytes,6,opt,name=stdout,proto3" json:"stdout,omitempty"`
+	Stderr []byte `protobuf:"bytes,7,opt,name=stderr,proto3" json:"stderr,omitempty"`
+	// truncated is true when the agent or the driver dropped part of the output.
+	Truncated     bool `protobuf:"varint,8,opt,name=truncated,proto3" json:"truncated,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GuestAgentExecResponse) Reset() {
+	*x = GuestAgentExecResponse{}
+	mi := &file_core_driver_hypervisor_v1_hypervisor_proto_msgTypes[29]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GuestAgentExecResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GuestAgentExecResponse) ProtoMessage() {}
+
+func (x *GuestAgentExecResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_core_driver_hypervisor_v1_hypervisor_proto_msgTypes[29]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GuestAgentExecResponse.ProtoReflect.Descriptor instead.
+func (*GuestAgentExecResponse) Descriptor() ([]byte, []int) {
+	return file_core_driver_hypervisor_v1_hypervisor_proto_rawDescGZIP(), []int{29}
+}
+
+func (x *GuestAgentExecResponse) GetConnected() bool {
+	if x != nil {
+		return x.Connected
+	}
+	return false
+}
+
+func (x *GuestAgentExecResponse) GetMessage() string {
+	if x != nil {
+		return x.Message
+	}
+	return ""
+}
+
+func (x *GuestAgentExecResponse) GetExited() bool {
+	if x != nil {
+		return x.Exited
+	}
+	return false
+}
+
+func (x *GuestAgentExecResponse) GetExitCode() int32 {
+	if x != nil {
+		return x.ExitCode
+	}
+	return 0
+}
+
+func (x *GuestAgentExecResponse) GetSignal() int32 {
+	if x != nil {
+		return x.Signal
+	}
+	return 0
+}
+
+func (x *GuestAgentExecResponse) GetStdout() []byte {
+	if x != nil {
+		return x.Stdout
+	}
+	return nil
+}
+
+func (x *GuestAgentExecResponse) GetStderr() []byte {
+	if x != nil {
+		return x.Stderr
+	}
+	return nil
+}
+
+func (x *GuestAgentExecResponse) GetTruncated() bool {
+	if x != nil {
+		return x.Truncated
+	}
+	return false
+}
+
 // GuestOSInfo is the guest's operating system, with the fields of KubeVirt's
 // VirtualMachineInstanceGuestOSInfo (os-release and uname, as the agent reads them).
 type GuestOSInfo struct {
@@ -1466,7 +1736,7 @@ type GuestOSInfo struct {
 
 func (x *GuestOSInfo) Reset() {
 	*x = GuestOSInfo{}
-	mi := &file_core_driver_hypervisor_v1_hypervisor_proto_msgTypes[26]
+	mi := &file_core_driver_hypervisor_v1_hypervisor_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1478,7 +1748,7 @@ func (x *GuestOSInfo) String() string {
 func (*GuestOSInfo) ProtoMessage() {}
 
 func (x *GuestOSInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_core_driver_hypervisor_v1_hypervisor_proto_msgTypes[26]
+	mi := &file_core_driver_hypervisor_v1_hypervisor_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1491,7 +1761,7 @@ func (x *GuestOSInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GuestOSInfo.ProtoReflect.Descriptor instead.
 func (*GuestOSInfo) Descriptor() ([]byte, []int) {
-	return file_core_driver_hypervisor_v1_hypervisor_proto_rawDescGZIP(), []int{26}
+	return file_core_driver_hypervisor_v1_hypervisor_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *GuestOSInfo) GetName() string {
@@ -1561,7 +1831,7 @@ type ConsoleInput struct {
 
 func (x *ConsoleInput) Reset() {
 	*x = ConsoleInput{}
-	mi := &file_core_driver_hypervisor_v1_hypervisor_proto_msgTypes[27]
+	mi := &file_core_driver_hypervisor_v1_hypervisor_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1573,7 +1843,7 @@ func (x *ConsoleInput) String() string {
 func (*ConsoleInput) ProtoMessage() {}
 
 func (x *ConsoleInput) ProtoReflect() protoreflect.Message {
-	mi := &file_core_driver_hypervisor_v1_hypervisor_proto_msgTypes[27]
+	mi := &file_core_driver_hypervisor_v1_hypervisor_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1586,7 +1856,7 @@ func (x *ConsoleInput) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ConsoleInput.ProtoReflect.Descriptor instead.
 func (*ConsoleInput) Descriptor() ([]byte, []int) {
-	return file_core_driver_hypervisor_v1_hypervisor_proto_rawDescGZIP(), []int{27}
+	return file_core_driver_hypervisor_v1_hypervisor_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *ConsoleInput) GetId() string {
@@ -1612,7 +1882,7 @@ type ConsoleOutput struct {
 
 func (x *ConsoleOutput) Reset() {
 	*x = ConsoleOutput{}
-	mi := &file_core_driver_hypervisor_v1_hypervisor_proto_msgTypes[28]
+	mi := &file_core_driver_hypervisor_v1_hypervisor_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1624,7 +1894,7 @@ func (x *ConsoleOutput) String() string {
 func (*ConsoleOutput) ProtoMessage() {}
 
 func (x *ConsoleOutput) ProtoReflect() protoreflect.Message {
-	mi := &file_core_driver_hypervisor_v1_hypervisor_proto_msgTypes[28]
+	mi := &file_core_driver_hypervisor_v1_hypervisor_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1637,7 +1907,7 @@ func (x *ConsoleOutput) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ConsoleOutput.ProtoReflect.Descriptor instead.
 func (*ConsoleOutput) Descriptor() ([]byte, []int) {
-	return file_core_driver_hypervisor_v1_hypervisor_proto_rawDescGZIP(), []int{28}
+	return file_core_driver_hypervisor_v1_hypervisor_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *ConsoleOutput) GetData() []byte {
@@ -1658,7 +1928,7 @@ type DisplayInput struct {
 
 func (x *DisplayInput) Reset() {
 	*x = DisplayInput{}
-	mi := &file_core_driver_hypervisor_v1_hypervisor_proto_msgTypes[29]
+	mi := &file_core_driver_hypervisor_v1_hypervisor_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1670,7 +1940,7 @@ func (x *DisplayInput) String() string {
 func (*DisplayInput) ProtoMessage() {}
 
 func (x *DisplayInput) ProtoReflect() protoreflect.Message {
-	mi := &file_core_driver_hypervisor_v1_hypervisor_proto_msgTypes[29]
+	mi := &file_core_driver_hypervisor_v1_hypervisor_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1683,7 +1953,7 @@ func (x *DisplayInput) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DisplayInput.ProtoReflect.Descriptor instead.
 func (*DisplayInput) Descriptor() ([]byte, []int) {
-	return file_core_driver_hypervisor_v1_hypervisor_proto_rawDescGZIP(), []int{29}
+	return file_core_driver_hypervisor_v1_hypervisor_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *DisplayInput) GetId() string {
@@ -1709,7 +1979,7 @@ type DisplayOutput struct {
 
 func (x *DisplayOutput) Reset() {
 	*x = DisplayOutput{}
-	mi := &file_core_driver_hypervisor_v1_hypervisor_proto_msgTypes[30]
+	mi := &file_core_driver_hypervisor_v1_hypervisor_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1721,7 +1991,7 @@ func (x *DisplayOutput) String() string {
 func (*DisplayOutput) ProtoMessage() {}
 
 func (x *DisplayOutput) ProtoReflect() protoreflect.Message {
-	mi := &file_core_driver_hypervisor_v1_hypervisor_proto_msgTypes[30]
+	mi := &file_core_driver_hypervisor_v1_hypervisor_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1734,7 +2004,7 @@ func (x *DisplayOutput) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DisplayOutput.ProtoReflect.Descriptor instead.
 func (*DisplayOutput) Descriptor() ([]byte, []int) {
-	return file_core_driver_hypervisor_v1_hypervisor_proto_rawDescGZIP(), []int{30}
+	return file_core_driver_hypervisor_v1_hypervisor_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *DisplayOutput) GetData() []byte {
@@ -1753,7 +2023,7 @@ type RecoverRequest struct {
 
 func (x *RecoverRequest) Reset() {
 	*x = RecoverRequest{}
-	mi := &file_core_driver_hypervisor_v1_hypervisor_proto_msgTypes[31]
+	mi := &file_core_driver_hypervisor_v1_hypervisor_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1765,7 +2035,7 @@ func (x *RecoverRequest) String() string {
 func (*RecoverRequest) ProtoMessage() {}
 
 func (x *RecoverRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_core_driver_hypervisor_v1_hypervisor_proto_msgTypes[31]
+	mi := &file_core_driver_hypervisor_v1_hypervisor_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1778,7 +2048,7 @@ func (x *RecoverRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RecoverRequest.ProtoReflect.Descriptor instead.
 func (*RecoverRequest) Descriptor() ([]byte, []int) {
-	return file_core_driver_hypervisor_v1_hypervisor_proto_rawDescGZIP(), []int{31}
+	return file_core_driver_hypervisor_v1_hypervisor_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *RecoverRequest) GetHandle() *Handle {
@@ -1797,7 +2067,7 @@ type RecoverResponse struct {
 
 func (x *RecoverResponse) Reset() {
 	*x = RecoverResponse{}
-	mi := &file_core_driver_hypervisor_v1_hypervisor_proto_msgTypes[32]
+	mi := &file_core_driver_hypervisor_v1_hypervisor_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1809,7 +2079,7 @@ func (x *RecoverResponse) String() string {
 func (*RecoverResponse) ProtoMessage() {}
 
 func (x *RecoverResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_core_driver_hypervisor_v1_hypervisor_proto_msgTypes[32]
+	mi := &file_core_driver_hypervisor_v1_hypervisor_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1822,7 +2092,7 @@ func (x *RecoverResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RecoverResponse.ProtoReflect.Descriptor instead.
 func (*RecoverResponse) Descriptor() ([]byte, []int) {
-	return file_core_driver_hypervisor_v1_hypervisor_proto_rawDescGZIP(), []int{32}
+	return file_core_driver_hypervisor_v1_hypervisor_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *RecoverResponse) GetStatus() *VMStatus {
@@ -1844,7 +2114,7 @@ type MigrateRequest struct {
 
 func (x *MigrateRequest) Reset() {
 	*x = MigrateRequest{}
-	mi := &file_core_driver_hypervisor_v1_hypervisor_proto_msgTypes[33]
+	mi := &file_core_driver_hypervisor_v1_hypervisor_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1856,7 +2126,7 @@ func (x *MigrateRequest) String() string {
 func (*MigrateRequest) ProtoMessage() {}
 
 func (x *MigrateRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_core_driver_hypervisor_v1_hypervisor_proto_msgTypes[33]
+	mi := &file_core_driver_hypervisor_v1_hypervisor_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1869,7 +2139,7 @@ func (x *MigrateRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MigrateRequest.ProtoReflect.Descriptor instead.
 func (*MigrateRequest) Descriptor() ([]byte, []int) {
-	return file_core_driver_hypervisor_v1_hypervisor_proto_rawDescGZIP(), []int{33}
+	return file_core_driver_hypervisor_v1_hypervisor_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *MigrateRequest) GetId() string {
@@ -1901,7 +2171,7 @@ type MigrateResponse struct {
 
 func (x *MigrateResponse) Reset() {
 	*x = MigrateResponse{}
-	mi := &file_core_driver_hypervisor_v1_hypervisor_proto_msgTypes[34]
+	mi := &file_core_driver_hypervisor_v1_hypervisor_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1913,7 +2183,7 @@ func (x *MigrateResponse) String() string {
 func (*MigrateResponse) ProtoMessage() {}
 
 func (x *MigrateResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_core_driver_hypervisor_v1_hypervisor_proto_msgTypes[34]
+	mi := &file_core_driver_hypervisor_v1_hypervisor_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1926,7 +2196,7 @@ func (x *MigrateResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MigrateResponse.ProtoReflect.Descriptor instead.
 func (*MigrateResponse) Descriptor() ([]byte, []int) {
-	return file_core_driver_hypervisor_v1_hypervisor_proto_rawDescGZIP(), []int{34}
+	return file_core_driver_hypervisor_v1_hypervisor_proto_rawDescGZIP(), []int{38}
 }
 
 var File_core_driver_hypervisor_v1_hypervisor_proto protoreflect.FileDescriptor
@@ -2000,7 +2270,25 @@ const file_core_driver_hypervisor_v1_hypervisor_proto_rawDesc = "" +
 	"\x02os\x18\x04 \x01(\v2+.kubevisor.driver.hypervisor.v1.GuestOSInfoR\x02os\x12\x1b\n" +
 	"\thost_name\x18\x05 \x01(\tR\bhostName\x12\x1a\n" +
 	"\btimezone\x18\x06 \x01(\tR\btimezone\x126\n" +
-	"\x17timezone_offset_seconds\x18\a \x01(\x05R\x15timezoneOffsetSeconds\"\xf3\x01\n" +
+	"\x17timezone_offset_seconds\x18\a \x01(\x05R\x15timezoneOffsetSeconds\"'\n" +
+	"\x15GuestAgentPingRequest\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\tR\x02id\"P\n" +
+	"\x16GuestAgentPingResponse\x12\x1c\n" +
+	"\tconnected\x18\x01 \x01(\bR\tconnected\x12\x18\n" +
+	"\amessage\x18\x02 \x01(\tR\amessage\"v\n" +
+	"\x15GuestAgentExecRequest\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\tR\x02id\x12\x18\n" +
+	"\acommand\x18\x02 \x03(\tR\acommand\x123\n" +
+	"\atimeout\x18\x03 \x01(\v2\x19.google.protobuf.DurationR\atimeout\"\xeb\x01\n" +
+	"\x16GuestAgentExecResponse\x12\x1c\n" +
+	"\tconnected\x18\x01 \x01(\bR\tconnected\x12\x18\n" +
+	"\amessage\x18\x02 \x01(\tR\amessage\x12\x16\n" +
+	"\x06exited\x18\x03 \x01(\bR\x06exited\x12\x1b\n" +
+	"\texit_code\x18\x04 \x01(\x05R\bexitCode\x12\x16\n" +
+	"\x06signal\x18\x05 \x01(\x05R\x06signal\x12\x16\n" +
+	"\x06stdout\x18\x06 \x01(\fR\x06stdout\x12\x16\n" +
+	"\x06stderr\x18\a \x01(\fR\x06stderr\x12\x1c\n" +
+	"\ttruncated\x18\b \x01(\bR\ttruncated\"\xf3\x01\n" +
 	"\vGuestOSInfo\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12%\n" +
 	"\x0ekernel_release\x18\x02 \x01(\tR\rkernelRelease\x12\x18\n" +
@@ -2050,7 +2338,7 @@ const file_core_driver_hypervisor_v1_hypervisor_proto_rawDesc = "" +
 	"\x13EVENT_TYPE_SHUTDOWN\x10\x06\x12\x16\n" +
 	"\x12EVENT_TYPE_STOPPED\x10\a\x12\x1d\n" +
 	"\x19EVENT_TYPE_GUEST_PANICKED\x10\b\x12\x16\n" +
-	"\x12EVENT_TYPE_CRASHED\x10\t2\xbf\r\n" +
+	"\x12EVENT_TYPE_CRASHED\x10\t2\xc1\x0f\n" +
 	"\n" +
 	"Hypervisor\x12g\n" +
 	"\x06Create\x12-.kubevisor.driver.hypervisor.v1.CreateRequest\x1a..kubevisor.driver.hypervisor.v1.CreateResponse\x12d\n" +
@@ -2065,7 +2353,9 @@ const file_core_driver_hypervisor_v1_hypervisor_proto_rawDesc = "" +
 	"\x06Reboot\x12-.kubevisor.driver.hypervisor.v1.RebootRequest\x1a..kubevisor.driver.hypervisor.v1.RebootResponse\x12s\n" +
 	"\n" +
 	"SoftReboot\x121.kubevisor.driver.hypervisor.v1.SoftRebootRequest\x1a2.kubevisor.driver.hypervisor.v1.SoftRebootResponse\x12\x7f\n" +
-	"\x0eGuestAgentInfo\x125.kubevisor.driver.hypervisor.v1.GuestAgentInfoRequest\x1a6.kubevisor.driver.hypervisor.v1.GuestAgentInfoResponse\x12j\n" +
+	"\x0eGuestAgentInfo\x125.kubevisor.driver.hypervisor.v1.GuestAgentInfoRequest\x1a6.kubevisor.driver.hypervisor.v1.GuestAgentInfoResponse\x12\x7f\n" +
+	"\x0eGuestAgentPing\x125.kubevisor.driver.hypervisor.v1.GuestAgentPingRequest\x1a6.kubevisor.driver.hypervisor.v1.GuestAgentPingResponse\x12\x7f\n" +
+	"\x0eGuestAgentExec\x125.kubevisor.driver.hypervisor.v1.GuestAgentExecRequest\x1a6.kubevisor.driver.hypervisor.v1.GuestAgentExecResponse\x12j\n" +
 	"\aConsole\x12,.kubevisor.driver.hypervisor.v1.ConsoleInput\x1a-.kubevisor.driver.hypervisor.v1.ConsoleOutput(\x010\x01\x12j\n" +
 	"\aDisplay\x12,.kubevisor.driver.hypervisor.v1.DisplayInput\x1a-.kubevisor.driver.hypervisor.v1.DisplayOutput(\x010\x01\x12j\n" +
 	"\aRecover\x12..kubevisor.driver.hypervisor.v1.RecoverRequest\x1a/.kubevisor.driver.hypervisor.v1.RecoverResponse\x12j\n" +
@@ -2084,7 +2374,7 @@ func file_core_driver_hypervisor_v1_hypervisor_proto_rawDescGZIP() []byte {
 }
 
 var file_core_driver_hypervisor_v1_hypervisor_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_core_driver_hypervisor_v1_hypervisor_proto_msgTypes = make([]protoimpl.MessageInfo, 35)
+var file_core_driver_hypervisor_v1_hypervisor_proto_msgTypes = make([]protoimpl.MessageInfo, 39)
 var file_core_driver_hypervisor_v1_hypervisor_proto_goTypes = []any{
 	(State)(0),                     // 0: kubevisor.driver.hypervisor.v1.State
 	(EventType)(0),                 // 1: kubevisor.driver.hypervisor.v1.EventType
@@ -2114,70 +2404,79 @@ var file_core_driver_hypervisor_v1_hypervisor_proto_goTypes = []any{
 	(*SoftRebootResponse)(nil),     // 25: kubevisor.driver.hypervisor.v1.SoftRebootResponse
 	(*GuestAgentInfoRequest)(nil),  // 26: kubevisor.driver.hypervisor.v1.GuestAgentInfoRequest
 	(*GuestAgentInfoResponse)(nil), // 27: kubevisor.driver.hypervisor.v1.GuestAgentInfoResponse
-	(*GuestOSInfo)(nil),            // 28: kubevisor.driver.hypervisor.v1.GuestOSInfo
-	(*ConsoleInput)(nil),           // 29: kubevisor.driver.hypervisor.v1.ConsoleInput
-	(*ConsoleOutput)(nil),          // 30: kubevisor.driver.hypervisor.v1.ConsoleOutput
-	(*DisplayInput)(nil),           // 31: kubevisor.driver.hypervisor.v1.DisplayInput
-	(*DisplayOutput)(nil),          // 32: kubevisor.driver.hypervisor.v1.DisplayOutput
-	(*RecoverRequest)(nil),         // 33: kubevisor.driver.hypervisor.v1.RecoverRequest
-	(*RecoverResponse)(nil),        // 34: kubevisor.driver.hypervisor.v1.RecoverResponse
-	(*MigrateRequest)(nil),         // 35: kubevisor.driver.hypervisor.v1.MigrateRequest
-	(*MigrateResponse)(nil),        // 36: kubevisor.driver.hypervisor.v1.MigrateResponse
-	(*v1.DomainSpec)(nil),          // 37: kubevisor.domain.v1.DomainSpec
-	(*durationpb.Duration)(nil),    // 38: google.protobuf.Duration
-	(*timestamppb.Timestamp)(nil),  // 39: google.protobuf.Timestamp
+	(*GuestAgentPingRequest)(nil),  // 28: kubevisor.driver.hypervisor.v1.GuestAgentPingRequest
+	(*GuestAgentPingResponse)(nil), // 29: kubevisor.driver.hypervisor.v1.GuestAgentPingResponse
+	(*GuestAgentExecRequest)(nil),  // 30: kubevisor.driver.hypervisor.v1.GuestAgentExecRequest
+	(*GuestAgentExecResponse)(nil), // 31: kubevisor.driver.hypervisor.v1.GuestAgentExecResponse
+	(*GuestOSInfo)(nil),            // 32: kubevisor.driver.hypervisor.v1.GuestOSInfo
+	(*ConsoleInput)(nil),           // 33: kubevisor.driver.hypervisor.v1.ConsoleInput
+	(*ConsoleOutput)(nil),          // 34: kubevisor.driver.hypervisor.v1.ConsoleOutput
+	(*DisplayInput)(nil),           // 35: kubevisor.driver.hypervisor.v1.DisplayInput
+	(*DisplayOutput)(nil),          // 36: kubevisor.driver.hypervisor.v1.DisplayOutput
+	(*RecoverRequest)(nil),         // 37: kubevisor.driver.hypervisor.v1.RecoverRequest
+	(*RecoverResponse)(nil),        // 38: kubevisor.driver.hypervisor.v1.RecoverResponse
+	(*MigrateRequest)(nil),         // 39: kubevisor.driver.hypervisor.v1.MigrateRequest
+	(*MigrateResponse)(nil),        // 40: kubevisor.driver.hypervisor.v1.MigrateResponse
+	(*v1.DomainSpec)(nil),          // 41: kubevisor.domain.v1.DomainSpec
+	(*durationpb.Duration)(nil),    // 42: google.protobuf.Duration
+	(*timestamppb.Timestamp)(nil),  // 43: google.protobuf.Timestamp
 }
 var file_core_driver_hypervisor_v1_hypervisor_proto_depIdxs = []int32{
-	37, // 0: kubevisor.driver.hypervisor.v1.CreateRequest.domain:type_name -> kubevisor.domain.v1.DomainSpec
+	41, // 0: kubevisor.driver.hypervisor.v1.CreateRequest.domain:type_name -> kubevisor.domain.v1.DomainSpec
 	2,  // 1: kubevisor.driver.hypervisor.v1.CreateResponse.handle:type_name -> kubevisor.driver.hypervisor.v1.Handle
-	38, // 2: kubevisor.driver.hypervisor.v1.ShutdownRequest.timeout:type_name -> google.protobuf.Duration
+	42, // 2: kubevisor.driver.hypervisor.v1.ShutdownRequest.timeout:type_name -> google.protobuf.Duration
 	15, // 3: kubevisor.driver.hypervisor.v1.StatusResponse.status:type_name -> kubevisor.driver.hypervisor.v1.VMStatus
 	0,  // 4: kubevisor.driver.hypervisor.v1.VMStatus.state:type_name -> kubevisor.driver.hypervisor.v1.State
-	39, // 5: kubevisor.driver.hypervisor.v1.VMStatus.started_at:type_name -> google.protobuf.Timestamp
+	43, // 5: kubevisor.driver.hypervisor.v1.VMStatus.started_at:type_name -> google.protobuf.Timestamp
 	1,  // 6: kubevisor.driver.hypervisor.v1.Event.type:type_name -> kubevisor.driver.hypervisor.v1.EventType
-	39, // 7: kubevisor.driver.hypervisor.v1.Event.time:type_name -> google.protobuf.Timestamp
+	43, // 7: kubevisor.driver.hypervisor.v1.Event.time:type_name -> google.protobuf.Timestamp
 	0,  // 8: kubevisor.driver.hypervisor.v1.Event.state:type_name -> kubevisor.driver.hypervisor.v1.State
-	28, // 9: kubevisor.driver.hypervisor.v1.GuestAgentInfoResponse.os:type_name -> kubevisor.driver.hypervisor.v1.GuestOSInfo
-	2,  // 10: kubevisor.driver.hypervisor.v1.RecoverRequest.handle:type_name -> kubevisor.driver.hypervisor.v1.Handle
-	15, // 11: kubevisor.driver.hypervisor.v1.RecoverResponse.status:type_name -> kubevisor.driver.hypervisor.v1.VMStatus
-	38, // 12: kubevisor.driver.hypervisor.v1.MigrateRequest.completion_timeout:type_name -> google.protobuf.Duration
-	3,  // 13: kubevisor.driver.hypervisor.v1.Hypervisor.Create:input_type -> kubevisor.driver.hypervisor.v1.CreateRequest
-	5,  // 14: kubevisor.driver.hypervisor.v1.Hypervisor.Start:input_type -> kubevisor.driver.hypervisor.v1.StartRequest
-	7,  // 15: kubevisor.driver.hypervisor.v1.Hypervisor.Shutdown:input_type -> kubevisor.driver.hypervisor.v1.ShutdownRequest
-	9,  // 16: kubevisor.driver.hypervisor.v1.Hypervisor.Kill:input_type -> kubevisor.driver.hypervisor.v1.KillRequest
-	11, // 17: kubevisor.driver.hypervisor.v1.Hypervisor.Delete:input_type -> kubevisor.driver.hypervisor.v1.DeleteRequest
-	13, // 18: kubevisor.driver.hypervisor.v1.Hypervisor.Status:input_type -> kubevisor.driver.hypervisor.v1.StatusRequest
-	16, // 19: kubevisor.driver.hypervisor.v1.Hypervisor.Events:input_type -> kubevisor.driver.hypervisor.v1.EventsRequest
-	18, // 20: kubevisor.driver.hypervisor.v1.Hypervisor.Pause:input_type -> kubevisor.driver.hypervisor.v1.PauseRequest
-	20, // 21: kubevisor.driver.hypervisor.v1.Hypervisor.Resume:input_type -> kubevisor.driver.hypervisor.v1.ResumeRequest
-	22, // 22: kubevisor.driver.hypervisor.v1.Hypervisor.Reboot:input_type -> kubevisor.driver.hypervisor.v1.RebootRequest
-	24, // 23: kubevisor.driver.hypervisor.v1.Hypervisor.SoftReboot:input_type -> kubevisor.driver.hypervisor.v1.SoftRebootRequest
-	26, // 24: kubevisor.driver.hypervisor.v1.Hypervisor.GuestAgentInfo:input_type -> kubevisor.driver.hypervisor.v1.GuestAgentInfoRequest
-	29, // 25: kubevisor.driver.hypervisor.v1.Hypervisor.Console:input_type -> kubevisor.driver.hypervisor.v1.ConsoleInput
-	31, // 26: kubevisor.driver.hypervisor.v1.Hypervisor.Display:input_type -> kubevisor.driver.hypervisor.v1.DisplayInput
-	33, // 27: kubevisor.driver.hypervisor.v1.Hypervisor.Recover:input_type -> kubevisor.driver.hypervisor.v1.RecoverRequest
-	35, // 28: kubevisor.driver.hypervisor.v1.Hypervisor.Migrate:input_type -> kubevisor.driver.hypervisor.v1.MigrateRequest
-	4,  // 29: kubevisor.driver.hypervisor.v1.Hypervisor.Create:output_type -> kubevisor.driver.hypervisor.v1.CreateResponse
-	6,  // 30: kubevisor.driver.hypervisor.v1.Hypervisor.Start:output_type -> kubevisor.driver.hypervisor.v1.StartResponse
-	8,  // 31: kubevisor.driver.hypervisor.v1.Hypervisor.Shutdown:output_type -> kubevisor.driver.hypervisor.v1.ShutdownResponse
-	10, // 32: kubevisor.driver.hypervisor.v1.Hypervisor.Kill:output_type -> kubevisor.driver.hypervisor.v1.KillResponse
-	12, // 33: kubevisor.driver.hypervisor.v1.Hypervisor.Delete:output_type -> kubevisor.driver.hypervisor.v1.DeleteResponse
-	14, // 34: kubevisor.driver.hypervisor.v1.Hypervisor.Status:output_type -> kubevisor.driver.hypervisor.v1.StatusResponse
-	17, // 35: kubevisor.driver.hypervisor.v1.Hypervisor.Events:output_type -> kubevisor.driver.hypervisor.v1.Event
-	19, // 36: kubevisor.driver.hypervisor.v1.Hypervisor.Pause:output_type -> kubevisor.driver.hypervisor.v1.PauseResponse
-	21, // 37: kubevisor.driver.hypervisor.v1.Hypervisor.Resume:output_type -> kubevisor.driver.hypervisor.v1.ResumeResponse
-	23, // 38: kubevisor.driver.hypervisor.v1.Hypervisor.Reboot:output_type -> kubevisor.driver.hypervisor.v1.RebootResponse
-	25, // 39: kubevisor.driver.hypervisor.v1.Hypervisor.SoftReboot:output_type -> kubevisor.driver.hypervisor.v1.SoftRebootResponse
-	27, // 40: kubevisor.driver.hypervisor.v1.Hypervisor.GuestAgentInfo:output_type -> kubevisor.driver.hypervisor.v1.GuestAgentInfoResponse
-	30, // 41: kubevisor.driver.hypervisor.v1.Hypervisor.Console:output_type -> kubevisor.driver.hypervisor.v1.ConsoleOutput
-	32, // 42: kubevisor.driver.hypervisor.v1.Hypervisor.Display:output_type -> kubevisor.driver.hypervisor.v1.DisplayOutput
-	34, // 43: kubevisor.driver.hypervisor.v1.Hypervisor.Recover:output_type -> kubevisor.driver.hypervisor.v1.RecoverResponse
-	36, // 44: kubevisor.driver.hypervisor.v1.Hypervisor.Migrate:output_type -> kubevisor.driver.hypervisor.v1.MigrateResponse
-	29, // [29:45] is the sub-list for method output_type
-	13, // [13:29] is the sub-list for method input_type
-	13, // [13:13] is the sub-list for extension type_name
-	13, // [13:13] is the sub-list for extension extendee
-	0,  // [0:13] is the sub-list for field type_name
+	32, // 9: kubevisor.driver.hypervisor.v1.GuestAgentInfoResponse.os:type_name -> kubevisor.driver.hypervisor.v1.GuestOSInfo
+	42, // 10: kubevisor.driver.hypervisor.v1.GuestAgentExecRequest.timeout:type_name -> google.protobuf.Duration
+	2,  // 11: kubevisor.driver.hypervisor.v1.RecoverRequest.handle:type_name -> kubevisor.driver.hypervisor.v1.Handle
+	15, // 12: kubevisor.driver.hypervisor.v1.RecoverResponse.status:type_name -> kubevisor.driver.hypervisor.v1.VMStatus
+	42, // 13: kubevisor.driver.hypervisor.v1.MigrateRequest.completion_timeout:type_name -> google.protobuf.Duration
+	3,  // 14: kubevisor.driver.hypervisor.v1.Hypervisor.Create:input_type -> kubevisor.driver.hypervisor.v1.CreateRequest
+	5,  // 15: kubevisor.driver.hypervisor.v1.Hypervisor.Start:input_type -> kubevisor.driver.hypervisor.v1.StartRequest
+	7,  // 16: kubevisor.driver.hypervisor.v1.Hypervisor.Shutdown:input_type -> kubevisor.driver.hypervisor.v1.ShutdownRequest
+	9,  // 17: kubevisor.driver.hypervisor.v1.Hypervisor.Kill:input_type -> kubevisor.driver.hypervisor.v1.KillRequest
+	11, // 18: kubevisor.driver.hypervisor.v1.Hypervisor.Delete:input_type -> kubevisor.driver.hypervisor.v1.DeleteRequest
+	13, // 19: kubevisor.driver.hypervisor.v1.Hypervisor.Status:input_type -> kubevisor.driver.hypervisor.v1.StatusRequest
+	16, // 20: kubevisor.driver.hypervisor.v1.Hypervisor.Events:input_type -> kubevisor.driver.hypervisor.v1.EventsRequest
+	18, // 21: kubevisor.driver.hypervisor.v1.Hypervisor.Pause:input_type -> kubevisor.driver.hypervisor.v1.PauseRequest
+	20, // 22: kubevisor.driver.hypervisor.v1.Hypervisor.Resume:input_type -> kubevisor.driver.hypervisor.v1.ResumeRequest
+	22, // 23: kubevisor.driver.hypervisor.v1.Hypervisor.Reboot:input_type -> kubevisor.driver.hypervisor.v1.RebootRequest
+	24, // 24: kubevisor.driver.hypervisor.v1.Hypervisor.SoftReboot:input_type -> kubevisor.driver.hypervisor.v1.SoftRebootRequest
+	26, // 25: kubevisor.driver.hypervisor.v1.Hypervisor.GuestAgentInfo:input_type -> kubevisor.driver.hypervisor.v1.GuestAgentInfoRequest
+	28, // 26: kubevisor.driver.hypervisor.v1.Hypervisor.GuestAgentPing:input_type -> kubevisor.driver.hypervisor.v1.GuestAgentPingRequest
+	30, // 27: kubevisor.driver.hypervisor.v1.Hypervisor.GuestAgentExec:input_type -> kubevisor.driver.hypervisor.v1.GuestAgentExecRequest
+	33, // 28: kubevisor.driver.hypervisor.v1.Hypervisor.Console:input_type -> kubevisor.driver.hypervisor.v1.ConsoleInput
+	35, // 29: kubevisor.driver.hypervisor.v1.Hypervisor.Display:input_type -> kubevisor.driver.hypervisor.v1.DisplayInput
+	37, // 30: kubevisor.driver.hypervisor.v1.Hypervisor.Recover:input_type -> kubevisor.driver.hypervisor.v1.RecoverRequest
+	39, // 31: kubevisor.driver.hypervisor.v1.Hypervisor.Migrate:input_type -> kubevisor.driver.hypervisor.v1.MigrateRequest
+	4,  // 32: kubevisor.driver.hypervisor.v1.Hypervisor.Create:output_type -> kubevisor.driver.hypervisor.v1.CreateResponse
+	6,  // 33: kubevisor.driver.hypervisor.v1.Hypervisor.Start:output_type -> kubevisor.driver.hypervisor.v1.StartResponse
+	8,  // 34: kubevisor.driver.hypervisor.v1.Hypervisor.Shutdown:output_type -> kubevisor.driver.hypervisor.v1.ShutdownResponse
+	10, // 35: kubevisor.driver.hypervisor.v1.Hypervisor.Kill:output_type -> kubevisor.driver.hypervisor.v1.KillResponse
+	12, // 36: kubevisor.driver.hypervisor.v1.Hypervisor.Delete:output_type -> kubevisor.driver.hypervisor.v1.DeleteResponse
+	14, // 37: kubevisor.driver.hypervisor.v1.Hypervisor.Status:output_type -> kubevisor.driver.hypervisor.v1.StatusResponse
+	17, // 38: kubevisor.driver.hypervisor.v1.Hypervisor.Events:output_type -> kubevisor.driver.hypervisor.v1.Event
+	19, // 39: kubevisor.driver.hypervisor.v1.Hypervisor.Pause:output_type -> kubevisor.driver.hypervisor.v1.PauseResponse
+	21, // 40: kubevisor.driver.hypervisor.v1.Hypervisor.Resume:output_type -> kubevisor.driver.hypervisor.v1.ResumeResponse
+	23, // 41: kubevisor.driver.hypervisor.v1.Hypervisor.Reboot:output_type -> kubevisor.driver.hypervisor.v1.RebootResponse
+	25, // 42: kubevisor.driver.hypervisor.v1.Hypervisor.SoftReboot:output_type -> kubevisor.driver.hypervisor.v1.SoftRebootResponse
+	27, // 43: kubevisor.driver.hypervisor.v1.Hypervisor.GuestAgentInfo:output_type -> kubevisor.driver.hypervisor.v1.GuestAgentInfoResponse
+	29, // 44: kubevisor.driver.hypervisor.v1.Hypervisor.GuestAgentPing:output_type -> kubevisor.driver.hypervisor.v1.GuestAgentPingResponse
+	31, // 45: kubevisor.driver.hypervisor.v1.Hypervisor.GuestAgentExec:output_type -> kubevisor.driver.hypervisor.v1.GuestAgentExecResponse
+	34, // 46: kubevisor.driver.hypervisor.v1.Hypervisor.Console:output_type -> kubevisor.driver.hypervisor.v1.ConsoleOutput
+	36, // 47: kubevisor.driver.hypervisor.v1.Hypervisor.Display:output_type -> kubevisor.driver.hypervisor.v1.DisplayOutput
+	38, // 48: kubevisor.driver.hypervisor.v1.Hypervisor.Recover:output_type -> kubevisor.driver.hypervisor.v1.RecoverResponse
+	40, // 49: kubevisor.driver.hypervisor.v1.Hypervisor.Migrate:output_type -> kubevisor.driver.hypervisor.v1.MigrateResponse
+	32, // [32:50] is the sub-list for method output_type
+	14, // [14:32] is the sub-list for method input_type
+	14, // [14:14] is the sub-list for extension type_name
+	14, // [14:14] is the sub-list for extension extendee
+	0,  // [0:14] is the sub-list for field type_name
 }
 
 func init() { file_core_driver_hypervisor_v1_hypervisor_proto_init() }
@@ -2191,7 +2490,7 @@ func file_core_driver_hypervisor_v1_hypervisor_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_core_driver_hypervisor_v1_hypervisor_proto_rawDesc), len(file_core_driver_hypervisor_v1_hypervisor_proto_rawDesc)),
 			NumEnums:      2,
-			NumMessages:   35,
+			NumMessages:   39,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -33,6 +33,8 @@ const (
 	Hypervisor_Reboot_FullMethodName         = "/kubevisor.driver.hypervisor.v1.Hypervisor/Reboot"
 	Hypervisor_SoftReboot_FullMethodName     = "/kubevisor.driver.hypervisor.v1.Hypervisor/SoftReboot"
 	Hypervisor_GuestAgentInfo_FullMethodName = "/kubevisor.driver.hypervisor.v1.Hypervisor/GuestAgentInfo"
+	Hypervisor_GuestAgentPing_FullMethodName = "/kubevisor.driver.hypervisor.v1.Hypervisor/GuestAgentPing"
+	Hypervisor_GuestAgentExec_FullMethodName = "/kubevisor.driver.hypervisor.v1.Hypervisor/GuestAgentExec"
 	Hypervisor_Console_FullMethodName        = "/kubevisor.driver.hypervisor.v1.Hypervisor/Console"
 	Hypervisor_Display_FullMethodName        = "/kubevisor.driver.hypervisor.v1.Hypervisor/Display"
 	Hypervisor_Recover_FullMethodName        = "/kubevisor.driver.hypervisor.v1.Hypervisor/Recover"
@@ -81,6 +83,16 @@ type HypervisorClient interface {
 	// (FEATURE_HYPERVISOR_GUEST_AGENT). A guest whose agent does not answer is connected false,
 	// not an error; a VM that is not running returns FailedPrecondition.
 	GuestAgentInfo(ctx context.Context, in *GuestAgentInfoRequest, opts ...grpc.CallOption) (*GuestAgentInfoResponse, error)
+	// GuestAgentPing asks whether the guest agent of a running VM answers
+	// (FEATURE_HYPERVISOR_GUEST_EXEC). An agent that does not answer is connected false, not an
+	// error; a VM that is not running returns FailedPrecondition.
+	GuestAgentPing(ctx context.Context, in *GuestAgentPingRequest, opts ...grpc.CallOption) (*GuestAgentPingResponse, error)
+	// GuestAgentExec runs a command in the guest of a running VM through its guest agent and
+	// waits for it to exit, up to the request's timeout (FEATURE_HYPERVISOR_GUEST_EXEC). An agent
+	// that does not answer is connected false, a command still running at the timeout exited
+	// false, neither an error; an empty command returns InvalidArgument, a VM that is not
+	// running FailedPrecondition.
+	GuestAgentExec(ctx context.Context, in *GuestAgentExecRequest, opts ...grpc.CallOption) (*GuestAgentExecResponse, error)
 	// Console attaches to the serial console (FEATURE_HYPERVISOR_CONSOLE). The first message names
 	// the VM; later messages carry input. Output flows back, the driver's recent output first,
 	// until either side closes or the VM stops.
@@ -233,6 +245,26 @@ func (c *hypervisorClient) GuestAgentInfo(ctx context.Context, in *GuestAgentInf
 	return out, nil
 }
 
+func (c *hypervisorClient) GuestAgentPing(ctx context.Context, in *GuestAgentPingRequest, opts ...grpc.CallOption) (*GuestAgentPingResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(GuestAgentPingResponse)
+	err := c.cc.Invoke(ctx, Hypervisor_GuestAgentPing_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *hypervisorClient) GuestAgentExec(ctx context.Context, in *GuestAgentExecRequest, opts ...grpc.CallOption) (*GuestAgentExecResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(GuestAgentExecResponse)
+	err := c.cc.Invoke(ctx, Hypervisor_GuestAgentExec_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 func (c *hypervisorClient) Console(ctx context.Context, opts ...grpc.CallOption) (grpc.BidiStreamingClient[ConsoleInput, ConsoleOutput], error) {
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
 	stream, err := c.cc.NewStream(ctx, &Hypervisor_ServiceDesc.Streams[1], Hypervisor_Console_FullMethodName, cOpts...)
@@ -321,6 +353,16 @@ type HypervisorServer interface {
 	// (FEATURE_HYPERVISOR_GUEST_AGENT). A guest whose agent does not answer is connected false,
 	// not an error; a VM that is not running returns FailedPrecondition.
 	GuestAgentInfo(context.Context, *GuestAgentInfoRequest) (*GuestAgentInfoResponse, error)
+	// GuestAgentPing asks whether the guest agent of a running VM answers
+	// (FEATURE_HYPERVISOR_GUEST_EXEC). An agent that does not answer is connected false, not an
+	// error; a VM that is not running returns FailedPrecondition.
+	GuestAgentPing(context.Context, *GuestAgentPingRequest) (*GuestAgentPingResponse, error)
+	// GuestAgentExec runs a command in the guest of a running VM through its guest agent and
+	// waits for it to exit, up to the request's timeout (FEATURE_HYPERVISOR_GUEST_EXEC). An agent
+	// that does not answer is connected false, a command still running at the timeout exited
+	// false, neither an error; an empty command returns InvalidArgument, a VM that is not
+	// running FailedPrecondition.
+	GuestAgentExec(context.Context, *GuestAgentExecRequest) (*GuestAgentExecResponse, error)
 	// Console attaches to the serial console (FEATURE_HYPERVISOR_CONSOLE). The first message names
 	// the VM; later messages carry input. Output flows back, the driver's recent output first,
 	// until either side closes or the VM stops.
@@ -379,6 +421,12 @@ func (UnimplementedHypervisorServer) SoftReboot(context.Context, *SoftRebootRequ
 }
 func (UnimplementedHypervisorServer) GuestAgentInfo(context.Context, *GuestAgentInfoRequest) (*GuestAgentInfoResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method GuestAgentInfo not implemented")
+}
+func (UnimplementedHypervisorServer) GuestAgentPing(context.Context, *GuestAgentPingRequest) (*GuestAgentPingResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method GuestAgentPing not implemented")
+}
+func (UnimplementedHypervisorServer) GuestAgentExec(context.Context, *GuestAgentExecRequest) (*GuestAgentExecResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method GuestAgentExec not implemented")
 }
 func (UnimplementedHypervisorServer) Console(grpc.BidiStreamingServer[ConsoleInput, ConsoleOutput]) error {
 	return status.Error(codes.Unimplemented, "method Console not implemented")
@@ -622,6 +670,42 @@ func _Hypervisor_GuestAgentInfo_Handler(srv interface{}, ctx context.Context, de
 	return interceptor(ctx, in, info, handler)
 }
 
+func _Hypervisor_GuestAgentPing_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(GuestAgentPingRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(HypervisorServer).GuestAgentPing(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Hypervisor_GuestAgentPing_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(HypervisorServer).GuestAgentPing(ctx, req.(*GuestAgentPingRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Hypervisor_GuestAgentExec_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(GuestAgentExecRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(HypervisorServer).GuestAgentExec(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Hypervisor_GuestAgentExec_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(HypervisorServer).GuestAgentExec(ctx, req.(*GuestAgentExecRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 func _Hypervisor_Console_Handler(srv interface{}, stream grpc.ServerStream) error {
 	return srv.(HypervisorServer).Console(&grpc.GenericServerStream[ConsoleInput, ConsoleOutput]{ServerStream: stream})
 }
@@ -722,6 +806,14 @@ var Hypervisor_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "GuestAgentInfo",
 			Handler:    _Hypervisor_GuestAgentInfo_Handler,
+		},
+		{
+			MethodName: "GuestAgentPing",
+			Handler:    _Hypervisor_GuestAgentPing_Handler,
+		},
+		{
+			MethodName: "GuestAgentExec",
+			Handler:    _Hypervisor_GuestAgentExec_Handler,
 		},
 		{
 			MethodName: "Recover",
