@@ -217,6 +217,7 @@ func (d *Driver) hostEnv(host *HostInfo, accel Accel, runDir string, spec *domai
 	if !exists(ovmf.SecureCode) || !exists(ovmf.SecureVars) {
 		ovmf.SecureCode, ovmf.SecureVars = "", ""
 	}
+	swtpm := d.swtpm(context.Background())
 	blk := map[string]bool{}
 	for _, disk := range spec.GetDisks() {
 		if fi, err := os.Stat(disk.GetPath()); err == nil && fi.Mode()&os.ModeDevice != 0 && fi.Mode()&os.ModeCharDevice == 0 {
@@ -226,7 +227,7 @@ func (d *Driver) hostEnv(host *HostInfo, accel Accel, runDir string, spec *domai
 	return HostEnv{
 		Accel: accel, RunDir: runDir, OVMF: ovmf, VhostNet: host.VhostNet,
 		CPUModels: host.CPUModels, MachineTypes: host.MachineTypes, CPUFlags: host.CPUFlags, BlockDevices: blk,
-		SEV: host.SEV, SEVReason: host.SEVReason,
+		SEV: host.SEV, SEVReason: host.SEVReason, SWTPM: swtpm.Path, SWTPMReason: swtpm.Problem,
 	}
 }
 
@@ -346,6 +347,20 @@ func (d *Driver) launch(ctx context.Context, v *vm, host *HostInfo) error {
 		}
 		files = append(files, f)
 	}
+	var companions []*launcher.Companion
+	if cl.TPM != nil {
+		comp, qemuEnd, err := d.tpmCompanion(ctx, v, cl.TPM)
+		if err != nil {
+			return err
+		}
+		defer comp.ExtraFiles[0].Close() // swtpm has its own copy once started
+		if cl.TPM.FD != 3+len(files) {
+			_ = qemuEnd.Close()
+			return status.Errorf(codes.Internal, "tpm: chardev fd %d, but QEMU's end of the socketpair would be fd %d", cl.TPM.FD, 3+len(files))
+		}
+		files = append(files, qemuEnd)
+		companions = append(companions, comp)
+	}
 	var logFrom int64
 	if fi, err := os.Stat(v.paths.Log); err == nil {
 		logFrom = fi.Size()
@@ -356,7 +371,7 @@ func (d *Driver) launch(ctx context.Context, v *vm, host *HostInfo) error {
 	}
 	pid, err := starter.Start(ctx, &launcher.Command{
 		Path: host.QEMU, Args: cl.Args, LogPath: v.paths.Log,
-		NetNS: v.spec.GetSandbox().GetNetnsPath(), ExtraFiles: files,
+		NetNS: v.spec.GetSandbox().GetNetnsPath(), ExtraFiles: files, Companions: companions,
 	})
 	if err != nil {
 		return status.Errorf(codes.Internal, "start qemu: %v", err)
