@@ -64,6 +64,10 @@ type Guest struct {
 	// kernel's names, before ReadyMarker ("KUBEVISOR-CPUFLAGS: fpu vme ... aes"). Without it
 	// CPU/Features is skipped.
 	CPUFlagsMarker string
+	// TPMMarker starts the console line on which the guest names the first TPM its kernel
+	// found, with its TPM major version as version=N, before ReadyMarker ("KUBEVISOR-TPM: tpm0
+	// version=2 driver=tpm_crb"), or says none. Without it Devices/TPM is skipped.
+	TPMMarker string
 	// MemoryBytes is the guest memory. Default: DefaultGuestMemory.
 	MemoryBytes uint64
 	// Machine is the machine type ("q35", "pc"); empty means the hypervisor's default.
@@ -85,6 +89,7 @@ const (
 	GuestInputMarker    = "KUBEVISOR-INPUT:"
 	GuestClockMarker    = "KUBEVISOR-CLOCK:"
 	GuestCPUFlagsMarker = "KUBEVISOR-CPUFLAGS:"
+	GuestTPMMarker      = "KUBEVISOR-TPM:"
 )
 
 // The files of the project's test guest in the directory `make guest` builds it into.
@@ -156,6 +161,7 @@ func GuestFromDir(dir string) (Guest, error) {
 		InputMarker:    GuestInputMarker,
 		ClockMarker:    GuestClockMarker,
 		CPUFlagsMarker: GuestCPUFlagsMarker,
+		TPMMarker:      GuestTPMMarker,
 	}
 	if exists(GuestKernelFile) && exists(GuestInitrdFile) {
 		g.Kernel, g.Initrd = filepath.Join(abs, GuestKernelFile), filepath.Join(abs, GuestInitrdFile)
@@ -225,6 +231,7 @@ func (g Guest) withDefaults() Guest {
 //	Devices/Input                       (device "input"; Guest.PCIMarker and InputMarker)
 //	Devices/Sound                       (device "sound"; Guest.PCIMarker)
 //	Devices/VirtioTransitional          (devices "balloon" and "virtio-transitional"; Guest.PCIMarker)
+//	Devices/TPM                         (device "tpm"; Guest.TPMMarker)
 //	Clock/Start                         (device "clock"; Guest.ClockMarker)
 //	CPU/Features                        (device "cpu-features"; Guest.CPUFlagsMarker)
 //	Storage/NotAnImage                  (volume type containerDisk)
@@ -316,6 +323,7 @@ func VM(t T, hv HypervisorFactory, st StorageFactory, g Guest, opts ...Option) {
 		t.Run("Input", s.checkDevicesInput)
 		t.Run("Sound", s.checkDevicesSound)
 		t.Run("VirtioTransitional", s.checkDevicesVirtioTransitional)
+		t.Run("TPM", s.checkDevicesTPM)
 	})
 	t.Run("Clock", func(t T) {
 		t.Run("Start", s.checkClockStart)
