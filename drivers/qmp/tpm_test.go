@@ -276,3 +276,32 @@ func TestTPMThroughLauncher(t *testing.T) {
 	waitState(t, h, spec.GetId(), hypervisorv1.State_STATE_STOPPED, 60*time.Second)
 	waitNoSWTPM(t, RunPaths(spec, spec.GetRunDir()).TPMState, 10*time.Second)
 }
+
+// TestTPMEmulatorFails: when swtpm dies at start, Start fails and says what QEMU and swtpm
+// logged.
+func TestTPMEmulatorFails(t *testing.T) {
+	t.Parallel()
+	requireQEMU(t)
+	fakeSWTPM := filepath.Join(t.TempDir(), "swtpm")
+	script := "#!/bin/sh\ncase \"$*\" in *--print-capabilities*) echo '{\"type\":\"swtpm\",\"features\":[\"tpm-2.0\"],\"version\":\"0.7.1\"}'; exit 0;; esac\n" +
+		"echo 'swtpm: the state directory is on fire' >&2\nexit 1\n"
+	if err := os.WriteFile(fakeSWTPM, []byte(script), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	d := New(WithLogger(testLogger()), WithProber(NewProber()))
+	if err := d.Configure(context.Background(), &basev1.ConfigureRequest{StateDir: t.TempDir(), Config: []byte(`{"swtpm": "` + fakeSWTPM + `"}`)}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { killAll(d) })
+	ctx := context.Background()
+	spec := echoSpec(t, "swtpm-fails", false, 0)
+	spec.Tpm = &domainv1.TPM{}
+	if _, err := d.Create(ctx, spec); err != nil {
+		t.Fatal(err)
+	}
+	err := d.Start(ctx, spec.GetId())
+	if err == nil || !strings.Contains(err.Error(), "swtpm: the state directory is on fire") {
+		t.Fatalf("Start = %v, want an error with swtpm's log", err)
+	}
+	t.Logf("Start: %v", err)
+}
