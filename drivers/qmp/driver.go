@@ -256,15 +256,16 @@ func (d *Driver) hostInfo(ctx context.Context) (*HostInfo, error) {
 
 // Fingerprint implements driver.Driver: health and attributes once the probe is done (which
 // takes up to the probe timeout when KVM hangs), then nothing more until ctx is done. The
-// attribute swtpm-version says the node's VMs can have a TPM.
+// attribute tpm (swtpm-<version>) says the node's VMs can have a TPM.
 func (d *Driver) Fingerprint(ctx context.Context, send func(*basev1.FingerprintResponse) error) error {
 	h, err := d.hostInfo(ctx)
 	if err != nil {
 		return nil // ctx done
 	}
 	fp := h.Fingerprint()
-	if s := d.swtpm(ctx); s.Path != "" && labelValue(s.Version) != "" {
-		fp.Attributes["swtpm-version"] = labelValue(s.Version)
+	if s := d.swtpm(ctx); s.Path != "" {
+		// The control plane places VMIs with a TPM on nodes with this attribute.
+		fp.Attributes["tpm"] = labelValue("swtpm-" + s.Version)
 	}
 	if err := send(fp); err != nil {
 		return err

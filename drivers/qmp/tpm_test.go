@@ -83,6 +83,12 @@ func TestTPMNotOffered(t *testing.T) {
 	if slices.Contains(caps.GetDevices(), driver.DeviceTPM) {
 		t.Errorf("devices %v offer tpm without swtpm", caps.GetDevices())
 	}
+	fctx, cancel := context.WithCancel(ctx)
+	var fp *basev1.FingerprintResponse
+	_ = d.Fingerprint(fctx, func(r *basev1.FingerprintResponse) error { fp = r; cancel(); return nil })
+	if got, ok := fp.GetAttributes()["tpm"]; ok {
+		t.Errorf("fingerprint attribute tpm = %q without swtpm", got)
+	}
 	spec := echoSpec(t, "no-swtpm", false, 0)
 	spec.Tpm = &domainv1.TPM{}
 	if _, err := d.Create(ctx, spec); status.Code(err) != codes.FailedPrecondition || !strings.Contains(err.Error(), "tpm: swtpm is not usable on this node") {
@@ -151,6 +157,12 @@ func TestTPMRealGuest(t *testing.T) {
 	}
 	if !slices.Contains(caps.GetDevices(), driver.DeviceTPM) {
 		t.Fatalf("devices %v lack tpm with swtpm installed", caps.GetDevices())
+	}
+	fctx, cancel := context.WithCancel(ctx)
+	var fp *basev1.FingerprintResponse
+	_ = d.Fingerprint(fctx, func(r *basev1.FingerprintResponse) error { fp = r; cancel(); return nil })
+	if got := fp.GetAttributes()["tpm"]; !strings.HasPrefix(got, "swtpm-") {
+		t.Errorf("fingerprint attribute tpm = %q, want swtpm-<version> (attributes %v)", got, fp.GetAttributes())
 	}
 	spec := realGuestSpec(t, "tpm")
 	spec.Tpm = &domainv1.TPM{}

@@ -367,6 +367,9 @@ type TPMDevice struct {
 	Enabled *bool `json:"enabled,omitempty"`
 }
 
+// IsEnabled says whether t gives the guest a TPM: t is set and its Enabled is not false.
+func (t *TPMDevice) IsEnabled() bool { return t != nil && (t.Enabled == nil || *t.Enabled) }
+
 // SoundDevice is a sound card.
 type SoundDevice struct {
 	// Name is the device name.

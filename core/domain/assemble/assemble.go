@@ -239,7 +239,7 @@ func (b *builder) build() *domainv1.DomainSpec {
 	spec.Watchdog = b.watchdog()
 	spec.Balloon = b.balloon()
 	spec.Sound = b.sound()
-	if t := d.Devices.TPM; t != nil && ptr.Deref(t.Enabled, true) {
+	if d.Devices.TPM.IsEnabled() {
 		spec.Tpm = &domainv1.TPM{}
 	}
 	spec.LaunchSecurity = b.launchSecurity()
