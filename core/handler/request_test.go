@@ -264,7 +264,9 @@ func TestCheckSupported(t *testing.T) {
 		},
 		{
 			name: "tpm disabled, none offered",
-			vmi:  func(v *v1alpha1.VirtualMachineInstance) { v.Spec.Domain.Devices.TPM = &v1alpha1.TPMDevice{Enabled: ptr(false)} },
+			vmi: func(v *v1alpha1.VirtualMachineInstance) {
+				v.Spec.Domain.Devices.TPM = &v1alpha1.TPMDevice{Enabled: ptr(false)}
+			},
 			caps: func(c *driverCaps) { c.hypervisorCaps.Devices = []string{"balloon"} },
 		},
 		{
