@@ -129,6 +129,10 @@ func (s *Server) Start(ctx context.Context, req *launcherv1.StartRequest) (*laun
 // stop when it exited, and are killed companionGrace later.
 func (s *Server) waitCompanions(ctx context.Context) error {
 	s.mu.Lock()
+	if s.proc != nil && s.proc.exit == nil {
+		s.mu.Unlock()
+		return nil // Start refuses: the process runs, and its companions with it
+	}
 	comps := append([]*proc(nil), s.companions...)
 	s.mu.Unlock()
 	if len(comps) == 0 {

@@ -636,10 +636,13 @@ func TestCompanionsLiveAsLongAsTheProcess(t *testing.T) {
 		raw, _ := os.ReadFile(compLog)
 		return string(raw) == "started\n"
 	})
-	// A second Start is refused while the process runs, and starts no companion.
+	// A second Start is refused at once while the process runs, and starts no companion.
+	refusedAt := time.Now()
 	if _, err := c.Start(ctx, &lclient.StartOptions{Argv: []string{"true"}, LogPath: filepath.Join(in.dir, "vm.log"),
 		Companions: []*lclient.CompanionOptions{{Argv: []string{"sh", "-c", "echo second >>" + compLog}, LogPath: compLog}}}); status.Code(err) != codes.FailedPrecondition {
 		t.Errorf("second start: %v, want FailedPrecondition", err)
+	} else if !strings.Contains(err.Error(), "is running") || time.Since(refusedAt) > time.Second {
+		t.Errorf("second start refused after %s with %v, want at once because the process is running", time.Since(refusedAt), err)
 	}
 
 	killedAt := time.Now()
