@@ -44,6 +44,20 @@ func (s *vmSuite) checkDevicesChassis(t T) {
 	}
 }
 
+// checkDevicesTPM: a VM whose domain spec has a TPM boots a guest whose kernel finds a TPM 2.0
+// (Guest.TPMMarker's line: a device with version=2).
+func (s *vmSuite) checkDevicesTPM(t T) {
+	s.requireDevice(t, driver.DeviceTPM, s.guest.TPMMarker, "the guest does not print its TPM (Guest.TPMMarker)")
+	vm := s.bootWith(t, "", func(spec *domainv1.DomainSpec) { spec.Tpm = &domainv1.TPM{} })
+	lines := markerLines(vm.console.out.String(), s.guest.TPMMarker)
+	switch {
+	case len(lines) == 0:
+		t.Fatalf("the guest printed no %q line before it was ready; %s", s.guest.TPMMarker, vm.console.out.Tail())
+	case lines[0] == "none" || !slices.Contains(strings.Fields(lines[0]), "version=2"):
+		t.Errorf("the guest's TPM is %q: no TPM 2.0, though the domain spec asked for one", lines[0])
+	}
+}
+
 // requireDevice skips a check when the hypervisor does not declare device, or when the guest
 // has no marker to show it by (noMarker says so).
 func (s *vmSuite) requireDevice(t T, device, marker, noMarker string) {

@@ -69,6 +69,10 @@ type Guest struct {
 	// /dev/vport1p1"), or that it found none ("KUBEVISOR-AGENT: none"). Without it
 	// GuestAgent/PingExec is skipped.
 	AgentMarker string
+	// TPMMarker starts the console line on which the guest names the first TPM its kernel
+	// found, with its TPM major version as version=N, before ReadyMarker ("KUBEVISOR-TPM: tpm0
+	// version=2 driver=tpm_crb"), or says none. Without it Devices/TPM is skipped.
+	TPMMarker string
 	// MemoryBytes is the guest memory. Default: DefaultGuestMemory.
 	MemoryBytes uint64
 	// Machine is the machine type ("q35", "pc"); empty means the hypervisor's default.
@@ -91,6 +95,7 @@ const (
 	GuestClockMarker    = "KUBEVISOR-CLOCK:"
 	GuestCPUFlagsMarker = "KUBEVISOR-CPUFLAGS:"
 	GuestAgentMarker    = "KUBEVISOR-AGENT:"
+	GuestTPMMarker      = "KUBEVISOR-TPM:"
 )
 
 // The files of the project's test guest in the directory `make guest` builds it into.
@@ -163,6 +168,7 @@ func GuestFromDir(dir string) (Guest, error) {
 		ClockMarker:    GuestClockMarker,
 		CPUFlagsMarker: GuestCPUFlagsMarker,
 		AgentMarker:    GuestAgentMarker,
+		TPMMarker:      GuestTPMMarker,
 	}
 	if exists(GuestKernelFile) && exists(GuestInitrdFile) {
 		g.Kernel, g.Initrd = filepath.Join(abs, GuestKernelFile), filepath.Join(abs, GuestInitrdFile)
@@ -233,6 +239,7 @@ func (g Guest) withDefaults() Guest {
 //	Devices/Input                       (device "input"; Guest.PCIMarker and InputMarker)
 //	Devices/Sound                       (device "sound"; Guest.PCIMarker)
 //	Devices/VirtioTransitional          (devices "balloon" and "virtio-transitional"; Guest.PCIMarker)
+//	Devices/TPM                         (device "tpm"; Guest.TPMMarker)
 //	Clock/Start                         (device "clock"; Guest.ClockMarker)
 //	CPU/Features                        (device "cpu-features"; Guest.CPUFlagsMarker)
 //	Storage/NotAnImage                  (volume type containerDisk)
@@ -327,6 +334,7 @@ func VM(t T, hv HypervisorFactory, st StorageFactory, g Guest, opts ...Option) {
 		t.Run("Input", s.checkDevicesInput)
 		t.Run("Sound", s.checkDevicesSound)
 		t.Run("VirtioTransitional", s.checkDevicesVirtioTransitional)
+		t.Run("TPM", s.checkDevicesTPM)
 	})
 	t.Run("Clock", func(t T) {
 		t.Run("Start", s.checkClockStart)

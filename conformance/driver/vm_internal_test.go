@@ -290,7 +290,7 @@ func TestGuestFromDir(t *testing.T) {
 			Disk: filepath.Join(dir, GuestDiskFile), ReadyMarker: GuestReadyMarker, UserDataBegin: GuestUserDataBegin,
 			UserDataEnd: GuestUserDataEnd, PoweroffMarker: GuestPoweroffMarker, RNGMarker: GuestRNGMarker, DMIMarker: GuestDMIMarker,
 			PCIMarker: GuestPCIMarker, InputMarker: GuestInputMarker, ClockMarker: GuestClockMarker,
-			CPUFlagsMarker: GuestCPUFlagsMarker, AgentMarker: GuestAgentMarker,
+			CPUFlagsMarker: GuestCPUFlagsMarker, AgentMarker: GuestAgentMarker, TPMMarker: GuestTPMMarker,
 		}
 		if g != want {
 			t.Errorf("GuestFromDir = %+v, want %+v", g, want)

@@ -282,7 +282,7 @@ spec:
 var _ = Describe("VirtualMachineInstance start", Label("Conformance"), func() {
 	f := NewFramework()
 
-	It("gives the guest what KubeVirt's device and platform fields ask for (rng, chassis, features, clock, inputs, watchdog, balloon, sound, an interface's PCI address and link state, multi-queue interfaces, transitional virtio); without them, none", func(ctx SpecContext) {
+	It("gives the guest what KubeVirt's device and platform fields ask for (rng, chassis, features, clock, inputs, watchdog, balloon, sound, an interface's PCI address and link state, multi-queue interfaces, transitional virtio, a TPM from swtpm in the launcher pod); without them, none", func(ctx SpecContext) {
 		tz := v1alpha1.ClockOffsetTimezone("Asia/Kolkata") // +05:30 all year
 		for _, c := range []struct {
 			name string
@@ -297,12 +297,14 @@ var _ = Describe("VirtualMachineInstance start", Label("Conformance"), func() {
 			d.Devices.Watchdog = &v1alpha1.Watchdog{Name: "wd", I6300ESB: &v1alpha1.I6300ESBWatchdog{Action: v1alpha1.WatchdogActionPoweroff}}
 			d.Devices.Interfaces[0].PciAddress = "0000:00:10.0"
 			d.Devices.Sound = &v1alpha1.SoundDevice{Name: "audio"}
+			d.Devices.TPM = &v1alpha1.TPMDevice{}
 			d.Devices.NetworkInterfaceMultiQueue = ptr.To(true)
 			d.CPU = &v1alpha1.CPU{Cores: 2}
 		}}, {"norng", func(s *v1alpha1.VirtualMachineInstanceSpec) {
 			s.Domain.Devices.AutoattachMemBalloon = ptr.To(false)
 			s.Domain.Devices.UseVirtioTransitional = ptr.To(true)
 			s.Domain.Devices.Interfaces[0].State = v1alpha1.InterfaceStateDown
+			s.Domain.Devices.TPM = &v1alpha1.TPMDevice{Enabled: ptr.To(false)}
 		}}} {
 			spec := guest.Spec(guest.Options{Image: Cfg.GuestImage, UserData: c.name})
 			c.edit(&spec)
@@ -317,8 +319,8 @@ var _ = Describe("VirtualMachineInstance start", Label("Conformance"), func() {
 		for name, want := range map[string][]string{
 			"rng": {"KUBEVISOR-RNG: virtio_rng", "KUBEVISOR-DMI: chassis_vendor=Kubevisor e2e", "KUBEVISOR-DMI: chassis_serial=e2e-chassis-1",
 				"KUBEVISOR-DMI: chassis_asset_tag=asset-e2e", "KUBEVISOR-INPUT: QEMU Virtio Tablet", "KUBEVISOR-ACPI: on",
-				"KUBEVISOR-NIC: eth0 pci=0000:00:10.0 acpi_index=none carrier=1 queues=2"},
-			"norng": {"KUBEVISOR-RNG: none", "KUBEVISOR-ACPI: on", "carrier=0"},
+				"KUBEVISOR-NIC: eth0 pci=0000:00:10.0 acpi_index=none carrier=1 queues=2", "KUBEVISOR-TPM: tpm0 version=2 driver=tpm_crb pcr0="},
+			"norng": {"KUBEVISOR-RNG: none", "KUBEVISOR-ACPI: on", "carrier=0", "KUBEVISOR-TPM: none"},
 		} {
 			vmi := f.WaitRunning(ctx, name)
 			matchers := []gomegatypes.GomegaMatcher{ContainSubstring(ReadyMarker)}

@@ -558,11 +558,16 @@ func mergeNodeSelector(vmi *v1alpha1.VirtualMachineInstance, class *v1alpha1.Hyp
 // on its node (accel=kvm or accel=tcg; docs/driver-authoring.md, Fingerprint).
 const AccelAttribute = "accel"
 
+// TPMAttribute is the fingerprint attribute a hypervisor driver sets (to any value; qmp: the
+// swtpm version) on the nodes where it gives VMs a TPM (the "tpm" device).
+const TPMAttribute = "tpm"
+
 // buildAffinity is the VMI's affinity with more required node terms: the class's hypervisor
 // driver is healthy or degraded on the node (the label its handler publishes), and, when the VMI
 // asks for what only exists under hardware virtualisation (DomainSpec.HardwareVirtualisationFields),
-// the driver runs VMs with KVM there. Node selector terms are ORed, so the requirements join each
-// of the VMI's terms.
+// the driver runs VMs with KVM there, and when it has a TPM, the driver gives VMs one there
+// (TPMAttribute). Node selector terms are ORed, so the requirements join each of the VMI's
+// terms.
 func buildAffinity(vmi *v1alpha1.VirtualMachineInstance, class *v1alpha1.HypervisorClass) *corev1.Affinity {
 	reqs := []corev1.NodeSelectorRequirement{{
 		Key:      v1alpha1.DriverHealthLabel("hypervisor", class.Driver),
@@ -574,6 +579,12 @@ func buildAffinity(vmi *v1alpha1.VirtualMachineInstance, class *v1alpha1.Hypervi
 			Key:      v1alpha1.DriverAttributeLabel(class.Driver, AccelAttribute),
 			Operator: corev1.NodeSelectorOpIn,
 			Values:   []string{"kvm"},
+		})
+	}
+	if vmi.Spec.Domain.Devices.TPM.IsEnabled() {
+		reqs = append(reqs, corev1.NodeSelectorRequirement{
+			Key:      v1alpha1.DriverAttributeLabel(class.Driver, TPMAttribute),
+			Operator: corev1.NodeSelectorOpExists,
 		})
 	}
 	aff := &corev1.Affinity{}

@@ -340,6 +340,29 @@ func TestBuild(t *testing.T) {
 			},
 		},
 		{
+			name: "a TPM places the pod on nodes whose driver gives VMs one",
+			vmi:  testVMI(func(v *v1alpha1.VirtualMachineInstance) { v.Spec.Domain.Devices.TPM = &v1alpha1.TPMDevice{} }),
+			check: func(t *testing.T, pod *corev1.Pod) {
+				terms := pod.Spec.Affinity.NodeAffinity.RequiredDuringSchedulingIgnoredDuringExecution.NodeSelectorTerms
+				tpm := corev1.NodeSelectorRequirement{Key: "capability.kubevisor.io/" + testClass().Driver + ".tpm", Operator: corev1.NodeSelectorOpExists}
+				if want := []corev1.NodeSelectorTerm{{MatchExpressions: []corev1.NodeSelectorRequirement{driverUp, tpm}}}; !equality.Semantic.DeepEqual(terms, want) {
+					t.Errorf("node terms = %+v, want %+v", terms, want)
+				}
+			},
+		},
+		{
+			name: "a disabled TPM places the pod anywhere",
+			vmi: testVMI(func(v *v1alpha1.VirtualMachineInstance) {
+				v.Spec.Domain.Devices.TPM = &v1alpha1.TPMDevice{Enabled: ptr.To(false)}
+			}),
+			check: func(t *testing.T, pod *corev1.Pod) {
+				terms := pod.Spec.Affinity.NodeAffinity.RequiredDuringSchedulingIgnoredDuringExecution.NodeSelectorTerms
+				if want := []corev1.NodeSelectorTerm{{MatchExpressions: []corev1.NodeSelectorRequirement{driverUp}}}; !equality.Semantic.DeepEqual(terms, want) {
+					t.Errorf("node terms = %+v, want %+v", terms, want)
+				}
+			},
+		},
+		{
 			name: "tolerations of VMI and class, duplicates once",
 			vmi: testVMI(func(v *v1alpha1.VirtualMachineInstance) {
 				v.Spec.Tolerations = []corev1.Toleration{{Key: "a", Operator: corev1.TolerationOpExists}}

@@ -251,6 +251,10 @@ const (
 	DeviceStartPaused = "start-paused"
 	// DeviceSound is the sound card of DomainSpec.sound (ich9 or ac97).
 	DeviceSound = "sound"
+	// DeviceTPM is the TPM 2.0 of DomainSpec.tpm: an emulator (swtpm) in the VM's sandbox,
+	// with its state in run_dir for the VM's life. A driver declares it only where the
+	// emulator is installed.
+	DeviceTPM = "tpm"
 	// DeviceLaunchSecurity is DomainSpec.launch_security: memory encryption by the host CPU (AMD
 	// SEV), with every virtio device behind the platform IOMMU.
 	DeviceLaunchSecurity = "launch-security"
@@ -286,6 +290,7 @@ var OptionalDevices = []OptionalDevice{
 	{Name: DeviceCPUFeatures, Field: "cpu.features", asked: func(s *domainv1.DomainSpec) bool { return len(s.GetCpu().GetFeatures()) > 0 }},
 	{Name: DeviceBIOSSerial, Field: "firmware.bios.useSerial", asked: func(s *domainv1.DomainSpec) bool { return s.GetFirmware().GetBios().GetUseSerial() }},
 	{Name: DeviceSound, Field: "sound", asked: func(s *domainv1.DomainSpec) bool { return s.GetSound() != nil }},
+	{Name: DeviceTPM, Field: "tpm", asked: func(s *domainv1.DomainSpec) bool { return s.GetTpm() != nil }},
 	{Name: DeviceLaunchSecurity, Field: "launchSecurity", asked: func(s *domainv1.DomainSpec) bool { return s.GetLaunchSecurity() != nil }},
 	{Name: DeviceHugepages, Field: "memory.hugepages", asked: func(s *domainv1.DomainSpec) bool { return s.GetMemory().GetHugepages() != nil }},
 	{Name: DeviceStartPaused, Field: "startPaused", asked: func(s *domainv1.DomainSpec) bool { return s.GetStartPaused() }},

@@ -259,6 +259,24 @@ func TestCheckSupported(t *testing.T) {
 			},
 		},
 		{
+			name: "tpm not offered (no swtpm on the node)",
+			vmi:  func(v *v1alpha1.VirtualMachineInstance) { v.Spec.Domain.Devices.TPM = &v1alpha1.TPMDevice{} },
+			caps: func(c *driverCaps) { c.hypervisorCaps.Devices = []string{"balloon"} },
+			want: []string{`spec.domain.devices.tpm: a TPM (swtpm is not installed on the node, or the driver has no TPM) is not supported by the hypervisor driver "hv" (it offers the devices: balloon)`},
+		},
+		{
+			name: "tpm disabled, none offered",
+			vmi: func(v *v1alpha1.VirtualMachineInstance) {
+				v.Spec.Domain.Devices.TPM = &v1alpha1.TPMDevice{Enabled: ptr(false)}
+			},
+			caps: func(c *driverCaps) { c.hypervisorCaps.Devices = []string{"balloon"} },
+		},
+		{
+			name: "tpm offered",
+			vmi:  func(v *v1alpha1.VirtualMachineInstance) { v.Spec.Domain.Devices.TPM = &v1alpha1.TPMDevice{} },
+			caps: func(c *driverCaps) { c.hypervisorCaps.Devices = []string{"balloon", "tpm"} },
+		},
+		{
 			name: "networkInterfaceMultiqueue with two vCPUs, offered by both drivers",
 			vmi: func(v *v1alpha1.VirtualMachineInstance) {
 				v.Spec.Domain.Devices.NetworkInterfaceMultiQueue = ptr(true)

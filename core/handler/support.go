@@ -31,6 +31,7 @@ var vmiDevices = map[string]struct{ field, what string }{
 	driver.DeviceCPUFeatures:        {"spec.domain.cpu.features", "turning CPU features on or off"},
 	driver.DeviceBIOSSerial:         {"spec.domain.firmware.bootloader.bios.useSerial", "the BIOS's output on the serial console"},
 	driver.DeviceSound:              {"spec.domain.devices.sound", "a sound card"},
+	driver.DeviceTPM:                {"spec.domain.devices.tpm", "a TPM (swtpm is not installed on the node, or the driver has no TPM)"},
 	driver.DeviceHugepages:          {"spec.domain.memory.hugepages", "guest memory on huge pages"},
 	driver.DeviceLaunchSecurity:     {"spec.domain.launchSecurity", "memory encryption (launchSecurity)"},
 	driver.DeviceStartPaused:        {"spec.startStrategy", "starting paused"},

@@ -64,11 +64,13 @@ domain:
 		name: "a whole KubeVirt subtree is one error at its top",
 		spec: `
 domain:
+  cpu: {numa: {guestMappingPassthrough: {}}}
   devices: {tpm: {persistent: true}}
 volumes: [{name: data, dataVolume: {name: dv}}]
 `,
 		want: []string{
-			"spec.domain.devices.tpm: Forbidden: not supported by Kubevisor yet: planned in issue 15 (needs swtpm on the node)",
+			"spec.domain.cpu.numa: Forbidden: not supported by Kubevisor yet: planned in issue 15",
+			"spec.domain.devices.tpm.persistent: Forbidden: not supported by Kubevisor yet: planned in issue 15 (keeping the TPM state across VMI restarts needs backend storage that outlives the VMI (KubeVirt's per-VM PVC), which Kubevisor does not make yet; the state lasts as long as the VMI (a guest reboot keeps it)); use tpm: {} without persistent",
 			"spec.volumes[0].dataVolume: Forbidden: not supported by Kubevisor: needs a data importer (CDI), which Kubevisor does not have; use persistentVolumeClaim, or containerDisk",
 		},
 	}, {

@@ -83,7 +83,7 @@ var entries = []Entry{
 	{Path: "domain.devices.gpus[].tag", Reason: deviceTagReason},
 	{Path: "domain.devices.hostDevices[].tag", Reason: deviceTagReason},
 	{Path: "domain.devices.panicDevices", Reason: "Kubevisor gives the guest no panic device"},
-	{Path: "domain.devices.tpm", Issue: 15, Reason: "needs swtpm on the node"},
+	{Path: "domain.devices.tpm.persistent", Issue: 15, Reason: "keeping the TPM state across VMI restarts needs backend storage that outlives the VMI (KubeVirt's per-VM PVC), which Kubevisor does not make yet; the state lasts as long as the VMI (a guest reboot keeps it)", Alternative: "tpm: {} without persistent"},
 	{Path: "domain.devices.video", Reason: "the hypervisor driver chooses the graphics device's model", Alternative: "autoattachGraphicsDevice"},
 	{Path: "domain.devices.watchdog.diag288", Reason: "diag288 is an s390x watchdog; Kubevisor runs x86_64 guests", Alternative: "i6300esb"},
 

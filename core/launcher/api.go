@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"strings"
 	"syscall"
+	"time"
 
 	"golang.org/x/sys/unix"
 	"google.golang.org/grpc"
@@ -40,17 +41,40 @@ func (s *Server) Info(context.Context, *launcherv1.InfoRequest) (*launcherv1.Inf
 }
 
 // Start implements launcherv1.LauncherServer.
-func (s *Server) Start(_ context.Context, req *launcherv1.StartRequest) (*launcherv1.StartResponse, error) {
+func (s *Server) Start(ctx context.Context, req *launcherv1.StartRequest) (*launcherv1.StartResponse, error) {
 	if err := checkStart(req); err != nil {
 		return nil, err
 	}
-	var files []*os.File
-	if req.GetFilesToken() != "" {
-		if files = s.files.take(req.GetFilesToken()); files == nil {
-			return nil, status.Error(codes.InvalidArgument, "files_token: unknown or expired")
+	var taken [][]*os.File
+	defer func() { // the processes have their own copies
+		for _, files := range taken {
+			closeAll(files)
+		}
+	}()
+	take := func(field, token string) ([]*os.File, error) {
+		if token == "" {
+			return nil, nil
+		}
+		files := s.files.take(token)
+		if files == nil {
+			return nil, status.Errorf(codes.InvalidArgument, "%s: unknown or expired", field)
+		}
+		taken = append(taken, files)
+		return files, nil
+	}
+	files, err := take("files_token", req.GetFilesToken())
+	if err != nil {
+		return nil, err
+	}
+	compFiles := make([][]*os.File, len(req.GetCompanions()))
+	for i, c := range req.GetCompanions() {
+		if compFiles[i], err = take(fmt.Sprintf("companions[%d].files_token", i), c.GetFilesToken()); err != nil {
+			return nil, err
 		}
 	}
-	defer closeAll(files) // the process has its own copies
+	if err := s.waitCompanions(ctx); err != nil {
+		return nil, err
+	}
 
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -60,13 +84,32 @@ func (s *Server) Start(_ context.Context, req *launcherv1.StartRequest) (*launch
 	case s.proc != nil && s.proc.exit == nil:
 		return nil, status.Errorf(codes.FailedPrecondition, "%s (pid %d) is running: a launcher runs one process at a time",
 			s.proc.info.GetName(), s.proc.pid)
+	case len(s.companions) > 0:
+		return nil, status.Errorf(codes.FailedPrecondition, "%d companion(s) of the last process did not exit", len(s.companions))
 	}
-	p, err := s.startLocked(req, files)
-	if err != nil {
-		s.startErr = fmt.Errorf("start %s: %w", req.GetArgv()[0], err)
-		s.log.Error("start failed", "name", req.GetName(), "argv", req.GetArgv(), "error", err)
+	var comps []*proc
+	fail := func(what string, err error) (*launcherv1.StartResponse, error) {
+		for _, c := range comps {
+			s.signalGroupLocked(c, unix.SIGKILL)
+		}
+		s.startErr = fmt.Errorf("start %s: %w", what, err)
+		s.log.Error("start failed", "name", req.GetName(), "argv", req.GetArgv(), "error", s.startErr)
 		return nil, status.Error(codes.FailedPrecondition, s.startErr.Error())
 	}
+	for i, c := range req.GetCompanions() {
+		cp, err := s.startLocked(c.GetArgv(), c.GetEnv(), req.GetDir(), c.GetLogPath(), c.GetName(), compFiles[i])
+		if err != nil {
+			return fail(fmt.Sprintf("companion %s", c.GetArgv()[0]), err)
+		}
+		comps = append(comps, cp)
+		s.companions = append(s.companions, cp)
+		s.log.Info("companion started", "name", cp.info.GetName(), "pid", cp.pid, "argv", c.GetArgv(), "log", c.GetLogPath(), "files", len(compFiles[i]))
+	}
+	p, err := s.startLocked(req.GetArgv(), req.GetEnv(), req.GetDir(), req.GetLogPath(), req.GetName(), files)
+	if err != nil {
+		return fail(req.GetArgv()[0], err)
+	}
+	p.companions = comps
 	s.startErr = nil
 	s.proc = p
 	s.history = append(s.history, p)
@@ -75,29 +118,72 @@ func (s *Server) Start(_ context.Context, req *launcherv1.StartRequest) (*launch
 	}
 	s.log.Info("process started", "name", p.info.GetName(), "pid", p.pid, "argv", req.GetArgv(), "log", req.GetLogPath(), "files", len(files))
 	s.publishLocked(&launcherv1.Event{Type: launcherv1.EventType_EVENT_TYPE_STARTED, Time: p.info.GetStartedAt(), Process: p.info})
-	return &launcherv1.StartResponse{Process: p.info}, nil
+	resp := &launcherv1.StartResponse{Process: p.info}
+	for _, c := range comps {
+		resp.Companions = append(resp.Companions, c.info)
+	}
+	return resp, nil
 }
 
-func checkStart(req *launcherv1.StartRequest) error {
-	switch {
-	case len(req.GetArgv()) == 0 || req.GetArgv()[0] == "":
-		return status.Error(codes.InvalidArgument, "argv: empty")
-	case req.GetLogPath() == "" || !filepath.IsAbs(req.GetLogPath()):
-		return status.Errorf(codes.InvalidArgument, "log_path: %q is not an absolute path", req.GetLogPath())
-	case req.GetDir() != "" && !filepath.IsAbs(req.GetDir()):
-		return status.Errorf(codes.InvalidArgument, "dir: %q is not an absolute path", req.GetDir())
+// waitCompanions waits for the companions of the last process to be gone: they were told to
+// stop when it exited, and are killed companionGrace later.
+func (s *Server) waitCompanions(ctx context.Context) error {
+	s.mu.Lock()
+	if s.proc != nil && s.proc.exit == nil {
+		s.mu.Unlock()
+		return nil // Start refuses: the process runs, and its companions with it
 	}
-	for i, kv := range req.GetEnv() {
-		if k, _, ok := strings.Cut(kv, "="); !ok || k == "" {
-			return status.Errorf(codes.InvalidArgument, "env[%d]: %q is not KEY=VALUE", i, kv)
+	comps := append([]*proc(nil), s.companions...)
+	s.mu.Unlock()
+	if len(comps) == 0 {
+		return nil
+	}
+	t := time.NewTimer(companionGrace + reapWait)
+	defer t.Stop()
+	for _, c := range comps {
+		select {
+		case <-c.done:
+		case <-t.C:
+			return status.Errorf(codes.FailedPrecondition, "companion %s (pid %d) of the last process did not exit", c.info.GetName(), c.pid)
+		case <-ctx.Done():
+			return status.FromContextError(ctx.Err()).Err()
 		}
 	}
 	return nil
 }
 
-// startLocked forks and execs the process of req.
-func (s *Server) startLocked(req *launcherv1.StartRequest, files []*os.File) (*proc, error) {
-	argv := req.GetArgv()
+func checkStart(req *launcherv1.StartRequest) error {
+	if err := checkProcess("", req.GetArgv(), req.GetEnv(), req.GetLogPath()); err != nil {
+		return err
+	}
+	if req.GetDir() != "" && !filepath.IsAbs(req.GetDir()) {
+		return status.Errorf(codes.InvalidArgument, "dir: %q is not an absolute path", req.GetDir())
+	}
+	for i, c := range req.GetCompanions() {
+		if err := checkProcess(fmt.Sprintf("companions[%d].", i), c.GetArgv(), c.GetEnv(), c.GetLogPath()); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func checkProcess(prefix string, argv, env []string, logPath string) error {
+	switch {
+	case len(argv) == 0 || argv[0] == "":
+		return status.Errorf(codes.InvalidArgument, "%sargv: empty", prefix)
+	case logPath == "" || !filepath.IsAbs(logPath):
+		return status.Errorf(codes.InvalidArgument, "%slog_path: %q is not an absolute path", prefix, logPath)
+	}
+	for i, kv := range env {
+		if k, _, ok := strings.Cut(kv, "="); !ok || k == "" {
+			return status.Errorf(codes.InvalidArgument, "%senv[%d]: %q is not KEY=VALUE", prefix, i, kv)
+		}
+	}
+	return nil
+}
+
+// startLocked forks and execs a process.
+func (s *Server) startLocked(argv, env []string, dir, logPath, name string, files []*os.File) (*proc, error) {
 	path := argv[0]
 	if !strings.Contains(path, "/") {
 		found, err := exec.LookPath(path)
@@ -111,7 +197,7 @@ func (s *Server) startLocked(req *launcherv1.StartRequest, files []*os.File) (*p
 		return nil, err
 	}
 	defer devnull.Close()
-	logf, err := os.OpenFile(req.GetLogPath(), os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o600)
+	logf, err := os.OpenFile(logPath, os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o600)
 	if err != nil {
 		return nil, fmt.Errorf("open log: %w", err)
 	}
@@ -120,13 +206,12 @@ func (s *Server) startLocked(req *launcherv1.StartRequest, files []*os.File) (*p
 	for _, f := range files {
 		fds = append(fds, f.Fd())
 	}
-	env := req.GetEnv()
 	if len(env) == 0 {
 		env = os.Environ()
 	}
 	pidfd := -1
 	attr := &syscall.ProcAttr{
-		Dir: req.GetDir(), Env: env, Files: fds,
+		Dir: dir, Env: env, Files: fds,
 		Sys: &syscall.SysProcAttr{Setsid: true, Pdeathsig: syscall.SIGKILL, PidFD: &pidfd},
 	}
 	pid, err := spawn(path, argv, attr)
@@ -143,7 +228,6 @@ func (s *Server) startLocked(req *launcherv1.StartRequest, files []*os.File) (*p
 	if err != nil {
 		s.log.Warn("cannot read the process's start time", "pid", pid, "error", err)
 	}
-	name := req.GetName()
 	if name == "" {
 		name = filepath.Base(argv[0])
 	}

@@ -38,7 +38,7 @@
 //
 // # Lifetime
 //
-// One VM process at a time; it may be started again after it exits (QEMU relaunched after a guest
+// One VM process at a time (with its companions, below); it may be started again after it exits (QEMU relaunched after a guest
 // reboot). The process runs in a session of its own with stdin /dev/null and its output appended
 // to a log file. It gets SIGKILL when the launcher dies, even by SIGKILL (PR_SET_PDEATHSIG,
 // armed from a thread that never exits), and the launcher is a child subreaper, so that what the
@@ -51,6 +51,28 @@
 // the process still runs at the deadline (grace period minus kill margin) the launcher sends its
 // process group SIGTERM, then SIGKILL half a margin later. It exits once the process is gone.
 // Exit ends an idle launcher without a signal.
+//
+// # Companions
+//
+// A Start may name companions (StartRequest.companions; Info lists FEATURE_COMPANIONS): helper
+// processes of the VM process, such as the swtpm that emulates its TPM. The launcher starts them
+// in order before the VM process, each as it starts that process (its child, a session of its
+// own, stdin /dev/null, output appended to its own log, SIGKILL when the launcher dies, fds 3,
+// 4, ... from its own files token), so they share the sandbox's cgroup, namespaces, volumes and
+// user. Limits:
+//
+//   - They live as long as the VM process, no longer: once it exits the launcher sends each
+//     companion's process group SIGTERM, then SIGKILL 2 s later; if a companion or the VM
+//     process cannot be started, the companions already started get SIGKILL and Start fails.
+//     A later Start first waits for the last companions to be gone (so that a new swtpm finds
+//     its state directory unlocked).
+//   - The launcher does not watch them beyond that: a companion that exits early is logged,
+//     not published as an event, and does not stop the VM process (QEMU's TPM then fails the
+//     guest's commands, as with libvirt).
+//   - There is no readiness check. The caller connects the two itself, with descriptors made
+//     before either starts (a socketpair whose ends go to the companion and to the VM process),
+//     so the VM process never waits for a socket to appear.
+//   - They are not in Info or the status file, and Signal and Watch do not take their pids.
 //
 // # Status
 //

@@ -5,6 +5,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -570,5 +571,144 @@ func TestPidsAcrossPidNamespaces(t *testing.T) {
 	}
 	if s := in.status(); s.Reason != launcher.ReasonKilledAtDeadline {
 		t.Errorf("status = %+v", s)
+	}
+}
+
+// gone reports whether pid no longer exists (reaped).
+func gone(pid int64) func() bool {
+	return func() bool {
+		_, err := os.Stat("/proc/" + strconv.FormatInt(pid, 10))
+		return errors.Is(err, os.ErrNotExist)
+	}
+}
+
+func TestCompanionsLiveAsLongAsTheProcess(t *testing.T) {
+	t.Parallel()
+	in, c := start(t, options{})
+	ctx := ctxT(t)
+	info, err := c.Info(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Contains(info.GetFeatures(), launcherv1.Feature_FEATURE_COMPANIONS) {
+		t.Fatalf("Info features %v lack FEATURE_COMPANIONS", info.GetFeatures())
+	}
+	// The companion gets its own descriptor (fd 3) and its own log; one that ignores SIGTERM is
+	// killed after the grace.
+	r, w, err := os.Pipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { r.Close(); w.Close() })
+	compLog := filepath.Join(in.dir, "companion.log")
+	st, err := c.Start(ctx, &lclient.StartOptions{
+		Argv: []string{"sleep", "60"}, LogPath: filepath.Join(in.dir, "vm.log"), Name: "vm",
+		Companions: []*lclient.CompanionOptions{
+			{Argv: []string{"sh", "-c", "echo ready >&3; exec 3>&-; echo started; exec sleep 60"}, LogPath: compLog, Name: "helper", ExtraFiles: []*os.File{w}},
+			{Argv: []string{"sh", "-c", "trap '' TERM; while :; do sleep 0.1; done"}, LogPath: compLog, Name: "stubborn"},
+		},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	w.Close()
+	if len(st.Companions) != 2 || st.Companions[0].GetName() != "helper" || st.Companions[1].GetName() != "stubborn" {
+		t.Fatalf("companions %v", st.Companions)
+	}
+	got, err := io.ReadAll(r)
+	if err != nil || string(got) != "ready\n" {
+		t.Errorf("companion's fd 3: %q, %v", got, err)
+	}
+	for _, comp := range st.Companions {
+		pid := int(comp.GetPid())
+		stat := procStat(t, pid)
+		if ppid := stat[4-3]; ppid != strconv.Itoa(in.cmd.Process.Pid) {
+			t.Errorf("%s: parent %s, want the launcher %d", comp.GetName(), ppid, in.cmd.Process.Pid)
+		}
+		if sid := stat[6-3]; sid != strconv.Itoa(pid) {
+			t.Errorf("%s: session %s, want its own", comp.GetName(), sid)
+		}
+		if comp.GetStartTime() == 0 || comp.GetPid() >= st.Process.GetPid() && comp.GetStartTime() > st.Process.GetStartTime() {
+			t.Errorf("%s: started at %d, after the process (%d)", comp.GetName(), comp.GetStartTime(), st.Process.GetStartTime())
+		}
+	}
+	waitFor(t, 5*time.Second, "the companion's log", func() bool {
+		raw, _ := os.ReadFile(compLog)
+		return string(raw) == "started\n"
+	})
+	// A second Start is refused at once while the process runs, and starts no companion.
+	refusedAt := time.Now()
+	if _, err := c.Start(ctx, &lclient.StartOptions{Argv: []string{"true"}, LogPath: filepath.Join(in.dir, "vm.log"),
+		Companions: []*lclient.CompanionOptions{{Argv: []string{"sh", "-c", "echo second >>" + compLog}, LogPath: compLog}}}); status.Code(err) != codes.FailedPrecondition {
+		t.Errorf("second start: %v, want FailedPrecondition", err)
+	} else if !strings.Contains(err.Error(), "is running") || time.Since(refusedAt) > time.Second {
+		t.Errorf("second start refused after %s with %v, want at once because the process is running", time.Since(refusedAt), err)
+	}
+
+	killedAt := time.Now()
+	if err := c.Signal(ctx, int(st.Process.GetPid()), unix.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 5*time.Second, "the cooperative companion to exit on SIGTERM", gone(st.Companions[0].GetPid()))
+	waitFor(t, 10*time.Second, "the companion ignoring SIGTERM to be killed", gone(st.Companions[1].GetPid()))
+	if d := time.Since(killedAt); d < 1500*time.Millisecond {
+		t.Errorf("the companion ignoring SIGTERM was gone after %s, before its grace", d)
+	}
+	if raw, _ := os.ReadFile(compLog); strings.Contains(string(raw), "second") {
+		t.Error("a refused Start ran its companion")
+	}
+
+	// The next Start runs new companions; Exit is refused until the process is gone.
+	st2, err := c.Start(ctx, &lclient.StartOptions{
+		Argv: []string{"true"}, LogPath: filepath.Join(in.dir, "vm.log"),
+		Companions: []*lclient.CompanionOptions{{Argv: []string{"sleep", "60"}, LogPath: compLog}},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.Wait(ctx, int(st2.Process.GetPid())); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 5*time.Second, "the second companion to exit with its process", gone(st2.Companions[0].GetPid()))
+}
+
+func TestCompanionsKilledWhenStartFails(t *testing.T) {
+	t.Parallel()
+	in, c := start(t, options{})
+	ctx := ctxT(t)
+	logPath := filepath.Join(in.dir, "vm.log")
+	pidFile := filepath.Join(in.dir, "companion.pid")
+	_, err := c.Start(ctx, &lclient.StartOptions{
+		Argv: []string{"/nonexistent/qemu"}, LogPath: logPath,
+		Companions: []*lclient.CompanionOptions{{Argv: []string{"sh", "-c", "echo $$ >" + pidFile + "; exec sleep 60"}, LogPath: logPath}},
+	})
+	if status.Code(err) != codes.FailedPrecondition || !strings.Contains(err.Error(), "/nonexistent/qemu") {
+		t.Fatalf("start: %v, want FailedPrecondition naming the program", err)
+	}
+	// The companion may not have written its pid yet when it was killed; if it did, it is gone.
+	if raw, err := os.ReadFile(pidFile); err == nil {
+		pid, _ := strconv.ParseInt(strings.TrimSpace(string(raw)), 10, 64)
+		waitFor(t, 5*time.Second, "the companion of a failed start to be killed", gone(pid))
+	}
+	waitFor(t, 5*time.Second, "the launcher to have no child left", func() bool {
+		raw, _ := os.ReadFile("/proc/" + strconv.Itoa(in.cmd.Process.Pid) + "/task/" + strconv.Itoa(in.cmd.Process.Pid) + "/children")
+		return strings.TrimSpace(string(raw)) == ""
+	})
+	// A companion that cannot be started fails the Start before the process.
+	_, err = c.Start(ctx, &lclient.StartOptions{
+		Argv: []string{"sh", "-c", "echo vm >>" + logPath}, LogPath: logPath,
+		Companions: []*lclient.CompanionOptions{{Argv: []string{"/nonexistent/swtpm"}, LogPath: logPath}},
+	})
+	if status.Code(err) != codes.FailedPrecondition || !strings.Contains(err.Error(), "companion /nonexistent/swtpm") {
+		t.Fatalf("start: %v, want FailedPrecondition naming the companion", err)
+	}
+	if _, err := c.API().Start(ctx, &launcherv1.StartRequest{Argv: []string{"true"}, LogPath: logPath,
+		Companions: []*launcherv1.Companion{{Argv: []string{"true"}, LogPath: "rel.log"}}}); status.Code(err) != codes.InvalidArgument ||
+		!strings.Contains(err.Error(), "companions[0].log_path") {
+		t.Errorf("relative companion log: %v, want InvalidArgument naming companions[0].log_path", err)
+	}
+	time.Sleep(100 * time.Millisecond)
+	if raw, _ := os.ReadFile(logPath); strings.Contains(string(raw), "vm") {
+		t.Error("the process ran although its companion could not be started")
 	}
 }

@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"slices"
 	"sync"
 	"syscall"
 	"time"
@@ -31,6 +32,9 @@ const (
 	historySize = 8
 	// subscriberBuffer is how many events a slow subscriber may lag before it is dropped.
 	subscriberBuffer = 64
+	// companionGrace is how long companions have to exit after SIGTERM, once their VM process
+	// has exited, before they get SIGKILL.
+	companionGrace = 2 * time.Second
 )
 
 // Run runs a launcher until it exits and returns its exit code: kubevisor-launcher's main. SIGTERM
@@ -66,6 +70,7 @@ type Server struct {
 	mu          sync.Mutex
 	proc        *proc   // the running or last process
 	history     []*proc // the last processes, newest last (proc among them)
+	companions  []*proc // companions not reaped yet, of proc or of earlier processes
 	startErr    error   // the last Start's failure, nil after a successful one
 	subs        map[*subscriber]struct{}
 	terminating bool
@@ -83,6 +88,8 @@ type proc struct {
 	// exit is set (under Server.mu) once the process is reaped; done is closed then.
 	exit *launcherv1.ExitStatus
 	done chan struct{}
+	// companions are the process's companions (StartRequest.companions).
+	companions []*proc
 }
 
 func (p *proc) stateLocked() *launcherv1.ProcessState {
@@ -215,6 +222,7 @@ func selfInfo(cfg Config) (*launcherv1.InfoResponse, error) {
 	info := &launcherv1.InfoResponse{
 		Pid: int64(os.Getpid()), PidNamespace: pidNS, NetNamespace: netNS,
 		Cgroup: procfs.Cgroup(), Vmi: cfg.VMI, Dir: cfg.Dir,
+		Features: []launcherv1.Feature{launcherv1.Feature_FEATURE_COMPANIONS},
 	}
 	if pidNS == procfs.InitPidNamespace {
 		info.HostPid = info.Pid
@@ -377,6 +385,10 @@ func (s *Server) forceStop(p *proc, deadline time.Time) {
 func (s *Server) signalGroup(p *proc, sig unix.Signal) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	s.signalGroupLocked(p, sig)
+}
+
+func (s *Server) signalGroupLocked(p *proc, sig unix.Signal) {
 	if p.exit != nil {
 		return
 	}
@@ -417,6 +429,16 @@ func (s *Server) reap() {
 			s.exitedLocked(p, ws) // exited between the check above and this wait
 			continue
 		}
+		if i := slices.IndexFunc(s.companions, func(c *proc) bool { return c.pid == pid }); i >= 0 {
+			c := s.companions[i]
+			s.companions = slices.Delete(s.companions, i, i+1)
+			code, sig, core, desc := exitStatus(ws)
+			c.exit = &launcherv1.ExitStatus{Code: code, Signal: sig, CoreDumped: core, Time: timestamppb.Now(), Description: desc}
+			_ = unix.Close(c.pidfd)
+			close(c.done)
+			s.log.Info("companion exited", "name", c.info.GetName(), "pid", pid, "status", desc)
+			continue
+		}
 		_, _, _, desc := exitStatus(ws)
 		s.log.Debug("reaped an adopted process", "pid", pid, "status", desc)
 	}
@@ -428,6 +450,15 @@ func (s *Server) exitedLocked(p *proc, ws unix.WaitStatus) {
 	_ = unix.Close(p.pidfd)
 	close(p.done)
 	s.log.Info("process exited", "name", p.info.GetName(), "pid", p.pid, "status", desc, "terminating", s.terminating)
+	for _, c := range p.companions {
+		s.signalGroupLocked(c, unix.SIGTERM)
+		go func() {
+			if !waitClosed(c.done, companionGrace) {
+				s.log.Warn("companion still running after SIGTERM, sending SIGKILL", "name", c.info.GetName(), "pid", c.pid)
+				s.signalGroup(c, unix.SIGKILL)
+			}
+		}()
+	}
 	s.publishLocked(&launcherv1.Event{
 		Type: launcherv1.EventType_EVENT_TYPE_EXITED, Time: p.exit.GetTime(), Process: p.info, Exit: p.exit,
 	})

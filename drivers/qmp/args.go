@@ -64,6 +64,9 @@ type HostEnv struct {
 	// SEV is what the host offers for AMD SEV guests, nil when nothing; SEVReason says why not.
 	SEV       *SEVHost
 	SEVReason string
+	// SWTPM is the swtpm binary, empty when it is not usable; SWTPMReason says why.
+	SWTPM       string
+	SWTPMReason string
 	// Now is the time the real-time clock's start is worked out from (clock offsets and time
 	// zones); nil is time.Now.
 	Now func() time.Time
@@ -77,6 +80,8 @@ type Cmdline struct {
 	ExtraFiles []string
 	// VarsTemplate, when set, is copied to Paths.Vars before the first start.
 	VarsTemplate string
+	// TPM, when set, is the swtpm to start with QEMU, joined to it by a socketpair.
+	TPM *TPMCmd
 }
 
 // Paths are the files the driver keeps in a VM's run dir.
@@ -88,6 +93,9 @@ type Paths struct {
 	Vars   string
 	// Agent is the host side of the guest agent's virtio-serial port (AgentPort).
 	Agent string
+	// TPMState is swtpm's state directory and SWTPMLog its log.
+	TPMState string
+	SWTPMLog string
 }
 
 // RunPaths returns the paths of a VM's files in runDir. The serial socket is the spec's when it
@@ -100,6 +108,9 @@ func RunPaths(spec *domainv1.DomainSpec, runDir string) Paths {
 		Log:    filepath.Join(runDir, "qemu.log"),
 		Vars:   filepath.Join(runDir, "OVMF_VARS.fd"),
 		Agent:  filepath.Join(runDir, "qga.sock"),
+		// The TPM's state directory and swtpm's log.
+		TPMState: filepath.Join(runDir, "tpm"),
+		SWTPMLog: filepath.Join(runDir, "swtpm.log"),
 	}
 	if s := spec.GetSerial().GetSocketPath(); s != "" {
 		p.Serial = s
@@ -166,7 +177,7 @@ func BuildArgs(spec *domainv1.DomainSpec, env HostEnv) (*Cmdline, error) {
 	if b.missing != "" {
 		return nil, status.Error(codes.FailedPrecondition, b.missing)
 	}
-	return &Cmdline{Args: b.args, ExtraFiles: b.files, VarsTemplate: b.varsTemplate}, nil
+	return &Cmdline{Args: b.args, ExtraFiles: b.files, VarsTemplate: b.varsTemplate, TPM: b.tpmCmd}, nil
 }
 
 type argBuilder struct {
@@ -176,6 +187,7 @@ type argBuilder struct {
 	args         []string
 	files        []string
 	varsTemplate string
+	tpmCmd       *TPMCmd
 	errs         domain.ValidationError
 	missing      string // a host precondition that does not hold
 	q35          bool
@@ -291,6 +303,7 @@ func (b *argBuilder) build() {
 	if b.sev {
 		b.iommuPlatform()
 	}
+	b.tpm() // last: its fd follows every passed file
 }
 
 // AgentPort is the name of the guest agent's virtio-serial port, the QEMU guest agent's

@@ -840,7 +840,8 @@ func TestBuildArgs(t *testing.T) {
 
 func TestRunPaths(t *testing.T) {
 	p := RunPaths(baseSpec(), "/r")
-	want := Paths{QMP: "/r/qmp.sock", Serial: "/r/serial.sock", PID: "/r/qemu.pid", Log: "/r/qemu.log", Vars: "/r/OVMF_VARS.fd", Agent: "/r/qga.sock"}
+	want := Paths{QMP: "/r/qmp.sock", Serial: "/r/serial.sock", PID: "/r/qemu.pid", Log: "/r/qemu.log", Vars: "/r/OVMF_VARS.fd", Agent: "/r/qga.sock",
+		TPMState: "/r/tpm", SWTPMLog: "/r/swtpm.log"}
 	if p != want {
 		t.Fatalf("RunPaths = %+v, want %+v", p, want)
 	}
@@ -851,5 +852,85 @@ func TestBootSectors(t *testing.T) {
 		if len(b) != 512 || b[510] != 0x55 || b[511] != 0xAA {
 			t.Errorf("%s: not a 512-byte boot sector with the 0x55AA signature", name)
 		}
+	}
+}
+
+func TestBuildArgsTPM(t *testing.T) {
+	withSWTPM := func(e *HostEnv) { e.SWTPM = "/usr/bin/swtpm" }
+	swtpmArgs := []string{"socket", "--tpm2", "--tpmstate", "dir=/run/vm1/tpm,mode=0600",
+		"--ctrl", "type=unixio,clientfd=3", "--log", "fd=1,level=1", "--terminate"}
+	for _, c := range []struct {
+		name  string
+		spec  func(*domainv1.DomainSpec)
+		env   func(*HostEnv)
+		want  []string
+		fd    int
+		files []string
+		code  codes.Code
+	}{
+		{
+			name: "q35: CRB on the socketpair after the passed files",
+			spec: func(s *domainv1.DomainSpec) {
+				s.Tpm = &domainv1.TPM{}
+				s.Nics = []*domainv1.NIC{{Name: "a", TapFdPath: "/proc/self/fd/7", Mac: "52:54:00:12:34:56"}}
+			},
+			env:   withSWTPM,
+			want:  []string{"-chardev", "socket,id=chrtpm,fd=4", "-tpmdev", "emulator,id=tpm0,chardev=chrtpm", "-device", "tpm-crb,tpmdev=tpm0,id=tpm"},
+			fd:    4,
+			files: []string{"/proc/self/fd/7"},
+		},
+		{
+			name: "pc: TIS",
+			spec: func(s *domainv1.DomainSpec) {
+				s.Tpm = &domainv1.TPM{}
+				s.Machine = &domainv1.Machine{Type: "pc"}
+			},
+			env:  withSWTPM,
+			want: []string{"-chardev", "socket,id=chrtpm,fd=3", "-tpmdev", "emulator,id=tpm0,chardev=chrtpm", "-device", "tpm-tis,tpmdev=tpm0,id=tpm"},
+			fd:   3,
+		},
+		{
+			name: "no swtpm on the node",
+			spec: func(s *domainv1.DomainSpec) { s.Tpm = &domainv1.TPM{} },
+			env:  func(e *HostEnv) { e.SWTPMReason = "swtpm not found" },
+			code: codes.FailedPrecondition,
+		},
+		{
+			name: "no tpm asked for",
+			env:  withSWTPM,
+		},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			spec, env := baseSpec(), baseEnv()
+			if c.spec != nil {
+				c.spec(spec)
+			}
+			c.env(&env)
+			cl, err := BuildArgs(spec, env)
+			if c.code != codes.OK {
+				if status.Code(err) != c.code || !strings.Contains(err.Error(), "tpm: swtpm is not usable on this node: swtpm not found") {
+					t.Fatalf("err = %v, want %s naming tpm and why", err, c.code)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if c.want == nil {
+				if cl.TPM != nil || slices.Contains(cl.Args, "-tpmdev") {
+					t.Fatalf("a TPM without one asked for: %+v %q", cl.TPM, cl.Args)
+				}
+				return
+			}
+			if !hasArgs(cl.Args, c.want...) {
+				t.Errorf("args lack %q:\n%s", c.want, strings.Join(cl.Args, " "))
+			}
+			if cl.TPM == nil || cl.TPM.FD != c.fd || !slices.Equal(cl.TPM.Args, swtpmArgs) {
+				t.Errorf("TPM = %+v, want fd %d and swtpm %q", cl.TPM, c.fd, swtpmArgs)
+			}
+			if !slices.Equal(cl.ExtraFiles, c.files) {
+				t.Errorf("ExtraFiles = %q, want %q", cl.ExtraFiles, c.files)
+			}
+		})
 	}
 }

@@ -44,6 +44,10 @@ type Config struct {
 	DisableKVM bool `json:"disableKVM,omitempty"`
 	// ProbeTimeout bounds each test boot of the accelerator probe, as a Go duration ("5s").
 	ProbeTimeout string `json:"probeTimeout,omitempty"`
+	// SWTPM is the swtpm binary that emulates the VMs' TPMs; empty searches PATH. The driver
+	// offers the "tpm" device only when it runs and emulates TPM 2.0. In a cluster the launcher
+	// image must have it at the same path.
+	SWTPM string `json:"swtpm,omitempty"`
 }
 
 func (c Config) probeOptions() (ProbeOptions, error) {
@@ -125,8 +129,25 @@ func (d *Driver) Info(context.Context) (*basev1.InfoResponse, error) {
 	return &basev1.InfoResponse{Name: Name, Version: Version, Description: "QEMU (qemu-system-x86_64) controlled over QMP"}, nil
 }
 
-// Capabilities implements driver.Driver.
-func (d *Driver) Capabilities(context.Context) (*basev1.Capabilities, error) {
+// swtpm is what the driver found of its configured swtpm.
+func (d *Driver) swtpm(ctx context.Context) *SWTPMInfo {
+	d.mu.Lock()
+	bin := d.cfg.SWTPM
+	d.mu.Unlock()
+	return d.prober.SWTPM(ctx, bin)
+}
+
+// Capabilities implements driver.Driver. It declares the "tpm" device only when swtpm is
+// usable on the node.
+func (d *Driver) Capabilities(ctx context.Context) (*basev1.Capabilities, error) {
+	caps := d.capabilities()
+	if d.swtpm(ctx).Path != "" {
+		caps.Devices = append(caps.Devices, driver.DeviceTPM)
+	}
+	return caps, nil
+}
+
+func (d *Driver) capabilities() *basev1.Capabilities {
 	return &basev1.Capabilities{
 		Features: []basev1.Feature{
 			basev1.Feature_FEATURE_HYPERVISOR_PAUSE,
@@ -154,7 +175,7 @@ func (d *Driver) Capabilities(context.Context) (*basev1.Capabilities, error) {
 			driver.DeviceCPUFeatures, driver.DeviceNICOptions,
 			driver.DeviceStartPaused, driver.DeviceSound, driver.DeviceBIOSSerial, driver.DeviceLaunchSecurity, driver.DeviceHugepages,
 			driver.DeviceNICMultiQueue, driver.DeviceVirtioTransitional},
-	}, nil
+	}
 }
 
 // Configure implements driver.Driver. It starts the accelerator probe in the background.
@@ -236,13 +257,19 @@ func (d *Driver) hostInfo(ctx context.Context) (*HostInfo, error) {
 }
 
 // Fingerprint implements driver.Driver: health and attributes once the probe is done (which
-// takes up to the probe timeout when KVM hangs), then nothing more until ctx is done.
+// takes up to the probe timeout when KVM hangs), then nothing more until ctx is done. The
+// attribute tpm (swtpm-<version>) says the node's VMs can have a TPM.
 func (d *Driver) Fingerprint(ctx context.Context, send func(*basev1.FingerprintResponse) error) error {
 	h, err := d.hostInfo(ctx)
 	if err != nil {
 		return nil // ctx done
 	}
-	if err := send(h.Fingerprint()); err != nil {
+	fp := h.Fingerprint()
+	if s := d.swtpm(ctx); s.Path != "" {
+		// The control plane places VMIs with a TPM on nodes with this attribute.
+		fp.Attributes["tpm"] = labelValue("swtpm-" + s.Version)
+	}
+	if err := send(fp); err != nil {
 		return err
 	}
 	<-ctx.Done()

@@ -151,8 +151,9 @@ type Prober struct {
 	Sysfs string
 	CPUID func(leaf uint32) (eax, ebx, ecx, edx uint32)
 
-	mu   sync.Mutex
-	memo map[ProbeOptions]*HostInfo
+	mu        sync.Mutex
+	memo      map[ProbeOptions]*HostInfo
+	swtpmMemo map[string]*SWTPMInfo
 }
 
 // NewProber returns a Prober that runs real commands and remembers its results per options:

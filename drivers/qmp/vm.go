@@ -224,6 +224,7 @@ func (d *Driver) hostEnv(host *HostInfo, accel Accel, runDir string, spec *domai
 	if !exists(ovmf.SecureCode) || !exists(ovmf.SecureVars) {
 		ovmf.SecureCode, ovmf.SecureVars = "", ""
 	}
+	swtpm := d.swtpm(context.Background())
 	blk := map[string]bool{}
 	for _, disk := range spec.GetDisks() {
 		if fi, err := os.Stat(disk.GetPath()); err == nil && fi.Mode()&os.ModeDevice != 0 && fi.Mode()&os.ModeCharDevice == 0 {
@@ -233,7 +234,7 @@ func (d *Driver) hostEnv(host *HostInfo, accel Accel, runDir string, spec *domai
 	return HostEnv{
 		Accel: accel, RunDir: runDir, OVMF: ovmf, VhostNet: host.VhostNet,
 		CPUModels: host.CPUModels, MachineTypes: host.MachineTypes, CPUFlags: host.CPUFlags, BlockDevices: blk,
-		SEV: host.SEV, SEVReason: host.SEVReason,
+		SEV: host.SEV, SEVReason: host.SEVReason, SWTPM: swtpm.Path, SWTPMReason: swtpm.Problem,
 	}
 }
 
@@ -353,9 +354,35 @@ func (d *Driver) launch(ctx context.Context, v *vm, host *HostInfo) error {
 		}
 		files = append(files, f)
 	}
-	var logFrom int64
+	var companions []*launcher.Companion
+	var socketpair []*os.File // the TPM's: closed here once the processes have theirs
+	if cl.TPM != nil {
+		comp, qemuEnd, err := d.tpmCompanion(ctx, v, cl.TPM)
+		if err != nil {
+			return err
+		}
+		socketpair = []*os.File{qemuEnd, comp.ExtraFiles[0]}
+		defer closeFiles(socketpair)
+		if cl.TPM.FD != 3+len(files) {
+			return status.Errorf(codes.Internal, "tpm: chardev fd %d, but QEMU's end of the socketpair would be fd %d", cl.TPM.FD, 3+len(files))
+		}
+		files = append(files, qemuEnd)
+		companions = append(companions, comp)
+	}
+	var logFrom, swtpmFrom int64
 	if fi, err := os.Stat(v.paths.Log); err == nil {
 		logFrom = fi.Size()
+	}
+	if fi, err := os.Stat(v.paths.SWTPMLog); err == nil {
+		swtpmFrom = fi.Size()
+	}
+	// logs is what QEMU (and swtpm, its companion) wrote since this start, for errors.
+	logs := func() string {
+		s := tailLog(v.paths.Log, logFrom)
+		if cl.TPM != nil {
+			s += "; swtpm: " + tailOf("swtpm", v.paths.SWTPMLog, swtpmFrom)
+		}
+		return s
 	}
 	starter := d.local
 	if sock := v.spec.GetSandbox().GetLauncherSocket(); sock != "" {
@@ -363,14 +390,17 @@ func (d *Driver) launch(ctx context.Context, v *vm, host *HostInfo) error {
 	}
 	pid, err := starter.Start(ctx, &launcher.Command{
 		Path: host.QEMU, Args: cl.Args, LogPath: v.paths.Log,
-		NetNS: v.spec.GetSandbox().GetNetnsPath(), ExtraFiles: files,
+		NetNS: v.spec.GetSandbox().GetNetnsPath(), ExtraFiles: files, Companions: companions,
 	})
+	// Each side must see the other's end close when that process dies (a QEMU waiting for a
+	// dead swtpm would hang otherwise): ours go now.
+	closeFiles(socketpair)
 	if err != nil {
 		return status.Errorf(codes.Internal, "start qemu: %v", err)
 	}
 	proc, err := openProcess(pid)
 	if err != nil {
-		return status.Errorf(codes.Internal, "qemu exited at once: %s", tailLog(v.paths.Log, logFrom))
+		return status.Errorf(codes.Internal, "qemu exited at once: %s", logs())
 	}
 	d.log.Info("started qemu", "id", v.id, "pid", pid, "accel", v.rec.Accel)
 	mon, con, err := d.attach(ctx, v, proc)
@@ -378,7 +408,7 @@ func (d *Driver) launch(ctx context.Context, v *vm, host *HostInfo) error {
 		_ = proc.kill()
 		proc.exited(killGrace)
 		proc.close()
-		return status.Errorf(codes.Internal, "qemu (pid %d): %v: %s", pid, err, tailLog(v.paths.Log, logFrom))
+		return status.Errorf(codes.Internal, "qemu (pid %d): %v: %s", pid, err, logs())
 	}
 	s := d.adopt(v, proc, mon, con, logFrom)
 	if err := setLinksDown(ctx, mon, v.spec); err != nil {
@@ -390,7 +420,7 @@ func (d *Driver) launch(ctx context.Context, v *vm, host *HostInfo) error {
 	if !startPaused {
 		if _, err := mon.Run(ctx, "cont", nil); err != nil {
 			_ = d.stop(ctx, v, s, driver.ReasonStartFailed)
-			return status.Errorf(codes.Internal, "qemu (pid %d): %v: %s", pid, err, tailLog(v.paths.Log, logFrom))
+			return status.Errorf(codes.Internal, "qemu (pid %d): %v: %s", pid, err, logs())
 		}
 	}
 	v.mu.Lock()
@@ -1109,15 +1139,18 @@ func (d *Driver) persistLocked(v *vm) {
 }
 
 // tailLog is the end of a QEMU log from offset from: the last lines, at most logTail bytes.
-func tailLog(path string, from int64) string {
+func tailLog(path string, from int64) string { return tailOf("qemu", path, from) }
+
+// tailOf is tailLog for the log of the process called name.
+func tailOf(name, path string, from int64) string {
 	f, err := os.Open(path)
 	if err != nil {
-		return "(no qemu log)"
+		return "(no " + name + " log)"
 	}
 	defer f.Close()
 	fi, err := f.Stat()
 	if err != nil {
-		return "(no qemu log)"
+		return "(no " + name + " log)"
 	}
 	start := max(from, fi.Size()-logTail)
 	buf := make([]byte, fi.Size()-start)
@@ -1129,9 +1162,16 @@ func tailLog(path string, from int64) string {
 		}
 	}
 	if text == "" {
-		return "(qemu log is empty)"
+		return "(" + name + " log is empty)"
 	}
 	return strings.ReplaceAll(text, "\n", " | ")
+}
+
+// closeFiles closes files (again: a closed os.File only says so).
+func closeFiles(files []*os.File) {
+	for _, f := range files {
+		_ = f.Close()
+	}
 }
 
 func copyFile(from, to string) error {

@@ -35,11 +35,12 @@ CMDLINE="console=ttyS0 panic=-1"
 export SOURCE_DATE_EPOCH=${SOURCE_DATE_EPOCH:-1700000000}
 ROOTFS=hack/guest/rootfs
 # Modules loaded at boot when the kernel has them as modules (built-in or absent ones are
-# skipped): virtio devices, CD-ROM/disk buses, the seed filesystems, the ACPI power button.
+# skipped): virtio devices, CD-ROM/disk buses, the seed filesystems, the ACPI power button,
+# the TPM interfaces (built into the Debian cloud kernel).
 MODULES=(
   virtio_pci virtio_net virtio_blk virtio_scsi virtio_balloon virtio_console virtio_rng
   ata_piix ahci sd_mod sr_mod isofs vfat nls_cp437 nls_iso8859_1 nls_utf8
-  e1000 e1000e button evdev virtio_input
+  e1000 e1000e button evdev virtio_input tpm_crb tpm_tis
 )
 
 start=$SECONDS

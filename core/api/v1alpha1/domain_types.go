@@ -329,6 +329,11 @@ type Devices struct {
 	// hypervisor driver must offer "sound".
 	// +optional
 	Sound *SoundDevice `json:"sound,omitempty"`
+	// TPM is an emulated TPM 2.0 (swtpm) whose state lasts as long as the VMI: a restart of
+	// the guest keeps it, a new VMI starts with a fresh TPM. The hypervisor driver must offer
+	// "tpm".
+	// +optional
+	TPM *TPMDevice `json:"tpm,omitempty"`
 	// DisableHotplug says the VMI takes no disk hotplug. Kubevisor hotplugs no disk into any
 	// VMI, so every VMI is as with true; the field is there for KubeVirt's manifests.
 	// +optional
@@ -353,6 +358,17 @@ type Devices struct {
 	// +optional
 	UseVirtioTransitional *bool `json:"useVirtioTransitional,omitempty"`
 }
+
+// TPMDevice is a TPM 2.0 device.
+type TPMDevice struct {
+	// Enabled gives the guest the TPM; false means no TPM, as if the field were absent.
+	// Defaults to true.
+	// +optional
+	Enabled *bool `json:"enabled,omitempty"`
+}
+
+// IsEnabled says whether t gives the guest a TPM: t is set and its Enabled is not false.
+func (t *TPMDevice) IsEnabled() bool { return t != nil && (t.Enabled == nil || *t.Enabled) }
 
 // SoundDevice is a sound card.
 type SoundDevice struct {

@@ -153,7 +153,8 @@ const (
 //     unless autoattachMemBalloon is false; startStrategy Paused: start_paused; sound (ich9
 //     unless ac97); blockMultiQueue: each virtio disk's queues are the vCPUs;
 //     networkInterfaceMultiqueue: each virtio interface's queues (NICQueues);
-//     useVirtioTransitional: virtio_transitional (modern-only virtio devices without it).
+//     useVirtioTransitional: virtio_transitional (modern-only virtio devices without it); tpm
+//     unless its enabled is false.
 //
 // What the VMI asks for that the domain spec cannot say is an error with the word "not
 // supported". Every error is in the returned Error.
@@ -238,6 +239,9 @@ func (b *builder) build() *domainv1.DomainSpec {
 	spec.Watchdog = b.watchdog()
 	spec.Balloon = b.balloon()
 	spec.Sound = b.sound()
+	if d.Devices.TPM.IsEnabled() {
+		spec.Tpm = &domainv1.TPM{}
+	}
 	spec.LaunchSecurity = b.launchSecurity()
 	spec.VirtioTransitional = ptr.Deref(d.Devices.UseVirtioTransitional, false)
 	b.ioThreads(spec)

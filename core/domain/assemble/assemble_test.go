@@ -447,6 +447,26 @@ func TestDomain(t *testing.T) {
 			},
 		},
 		{
+			name: "tpm: enabled unless it says false",
+			vmi: func(v *v1alpha1.VirtualMachineInstance) {
+				v.Spec.Domain.Devices.TPM = &v1alpha1.TPMDevice{}
+			},
+			want: func(s *domainv1.DomainSpec) { s.Tpm = &domainv1.TPM{} },
+		},
+		{
+			name: "tpm: enabled true",
+			vmi: func(v *v1alpha1.VirtualMachineInstance) {
+				v.Spec.Domain.Devices.TPM = &v1alpha1.TPMDevice{Enabled: ptr(true)}
+			},
+			want: func(s *domainv1.DomainSpec) { s.Tpm = &domainv1.TPM{} },
+		},
+		{
+			name: "tpm: enabled false is no TPM",
+			vmi: func(v *v1alpha1.VirtualMachineInstance) {
+				v.Spec.Domain.Devices.TPM = &v1alpha1.TPMDevice{Enabled: ptr(false)}
+			},
+		},
+		{
 			name: "BIOS output on the serial console",
 			vmi: func(v *v1alpha1.VirtualMachineInstance) {
 				v.Spec.Domain.Firmware = &v1alpha1.Firmware{Bootloader: &v1alpha1.Bootloader{BIOS: &v1alpha1.BIOS{UseSerial: ptr(true)}}}

@@ -343,8 +343,11 @@ type DomainSpec struct {
 	// launch_security, when set, encrypts the guest's memory with the host CPU's key (hardware
 	// virtualisation). A driver must declare "launch-security".
 	LaunchSecurity *LaunchSecurity `protobuf:"bytes,30,opt,name=launch_security,json=launchSecurity,proto3" json:"launch_security,omitempty"`
-	unknownFields  protoimpl.UnknownFields
-	sizeCache      protoimpl.SizeCache
+	// tpm, when set, is a TPM 2.0 device backed by an emulator in the VM's sandbox. A driver must
+	// declare "tpm".
+	Tpm           *TPM `protobuf:"bytes,33,opt,name=tpm,proto3" json:"tpm,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *DomainSpec) Reset() {
@@ -566,6 +569,51 @@ func (x *DomainSpec) GetLaunchSecurity() *LaunchSecurity {
 	return nil
 }
 
+func (x *DomainSpec) GetTpm() *TPM {
+	if x != nil {
+		return x.Tpm
+	}
+	return nil
+}
+
+// TPM is an emulated TPM 2.0. Its state lives in the VM's run_dir: it lasts as long as the VM
+// (its process restarts keep it), and a new VM starts with a fresh TPM.
+type TPM struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *TPM) Reset() {
+	*x = TPM{}
+	mi := &file_core_domain_v1_domain_proto_msgTypes[1]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *TPM) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*TPM) ProtoMessage() {}
+
+func (x *TPM) ProtoReflect() protoreflect.Message {
+	mi := &file_core_domain_v1_domain_proto_msgTypes[1]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use TPM.ProtoReflect.Descriptor instead.
+func (*TPM) Descriptor() ([]byte, []int) {
+	return file_core_domain_v1_domain_proto_rawDescGZIP(), []int{1}
+}
+
 // LaunchSecurity is memory encryption by the host CPU. One member is set.
 type LaunchSecurity struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -578,7 +626,7 @@ type LaunchSecurity struct {
 
 func (x *LaunchSecurity) Reset() {
 	*x = LaunchSecurity{}
-	mi := &file_core_domain_v1_domain_proto_msgTypes[1]
+	mi := &file_core_domain_v1_domain_proto_msgTypes[2]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -590,7 +638,7 @@ func (x *LaunchSecurity) String() string {
 func (*LaunchSecurity) ProtoMessage() {}
 
 func (x *LaunchSecurity) ProtoReflect() protoreflect.Message {
-	mi := &file_core_domain_v1_domain_proto_msgTypes[1]
+	mi := &file_core_domain_v1_domain_proto_msgTypes[2]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -603,7 +651,7 @@ func (x *LaunchSecurity) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LaunchSecurity.ProtoReflect.Descriptor instead.
 func (*LaunchSecurity) Descriptor() ([]byte, []int) {
-	return file_core_domain_v1_domain_proto_rawDescGZIP(), []int{1}
+	return file_core_domain_v1_domain_proto_rawDescGZIP(), []int{2}
 }
 
 func (x *LaunchSecurity) GetSev() *SEV {
@@ -625,7 +673,7 @@ type SEV struct {
 
 func (x *SEV) Reset() {
 	*x = SEV{}
-	mi := &file_core_domain_v1_domain_proto_msgTypes[2]
+	mi := &file_core_domain_v1_domain_proto_msgTypes[3]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -637,7 +685,7 @@ func (x *SEV) String() string {
 func (*SEV) ProtoMessage() {}
 
 func (x *SEV) ProtoReflect() protoreflect.Message {
-	mi := &file_core_domain_v1_domain_proto_msgTypes[2]
+	mi := &file_core_domain_v1_domain_proto_msgTypes[3]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -650,7 +698,7 @@ func (x *SEV) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SEV.ProtoReflect.Descriptor instead.
 func (*SEV) Descriptor() ([]byte, []int) {
-	return file_core_domain_v1_domain_proto_rawDescGZIP(), []int{2}
+	return file_core_domain_v1_domain_proto_rawDescGZIP(), []int{3}
 }
 
 func (x *SEV) GetPolicy() uint32 {
@@ -672,7 +720,7 @@ type Sound struct {
 
 func (x *Sound) Reset() {
 	*x = Sound{}
-	mi := &file_core_domain_v1_domain_proto_msgTypes[3]
+	mi := &file_core_domain_v1_domain_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -684,7 +732,7 @@ func (x *Sound) String() string {
 func (*Sound) ProtoMessage() {}
 
 func (x *Sound) ProtoReflect() protoreflect.Message {
-	mi := &file_core_domain_v1_domain_proto_msgTypes[3]
+	mi := &file_core_domain_v1_domain_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -697,7 +745,7 @@ func (x *Sound) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Sound.ProtoReflect.Descriptor instead.
 func (*Sound) Descriptor() ([]byte, []int) {
-	return file_core_domain_v1_domain_proto_rawDescGZIP(), []int{3}
+	return file_core_domain_v1_domain_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *Sound) GetName() string {
@@ -742,7 +790,7 @@ type Features struct {
 
 func (x *Features) Reset() {
 	*x = Features{}
-	mi := &file_core_domain_v1_domain_proto_msgTypes[4]
+	mi := &file_core_domain_v1_domain_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -754,7 +802,7 @@ func (x *Features) String() string {
 func (*Features) ProtoMessage() {}
 
 func (x *Features) ProtoReflect() protoreflect.Message {
-	mi := &file_core_domain_v1_domain_proto_msgTypes[4]
+	mi := &file_core_domain_v1_domain_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -767,7 +815,7 @@ func (x *Features) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Features.ProtoReflect.Descriptor instead.
 func (*Features) Descriptor() ([]byte, []int) {
-	return file_core_domain_v1_domain_proto_rawDescGZIP(), []int{4}
+	return file_core_domain_v1_domain_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *Features) GetAcpi() Toggle {
@@ -853,7 +901,7 @@ type Clock struct {
 
 func (x *Clock) Reset() {
 	*x = Clock{}
-	mi := &file_core_domain_v1_domain_proto_msgTypes[5]
+	mi := &file_core_domain_v1_domain_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -865,7 +913,7 @@ func (x *Clock) String() string {
 func (*Clock) ProtoMessage() {}
 
 func (x *Clock) ProtoReflect() protoreflect.Message {
-	mi := &file_core_domain_v1_domain_proto_msgTypes[5]
+	mi := &file_core_domain_v1_domain_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -878,7 +926,7 @@ func (x *Clock) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Clock.ProtoReflect.Descriptor instead.
 func (*Clock) Descriptor() ([]byte, []int) {
-	return file_core_domain_v1_domain_proto_rawDescGZIP(), []int{5}
+	return file_core_domain_v1_domain_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *Clock) GetUtcOffsetSeconds() int64 {
@@ -958,7 +1006,7 @@ type Input struct {
 
 func (x *Input) Reset() {
 	*x = Input{}
-	mi := &file_core_domain_v1_domain_proto_msgTypes[6]
+	mi := &file_core_domain_v1_domain_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -970,7 +1018,7 @@ func (x *Input) String() string {
 func (*Input) ProtoMessage() {}
 
 func (x *Input) ProtoReflect() protoreflect.Message {
-	mi := &file_core_domain_v1_domain_proto_msgTypes[6]
+	mi := &file_core_domain_v1_domain_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -983,7 +1031,7 @@ func (x *Input) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Input.ProtoReflect.Descriptor instead.
 func (*Input) Descriptor() ([]byte, []int) {
-	return file_core_domain_v1_domain_proto_rawDescGZIP(), []int{6}
+	return file_core_domain_v1_domain_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *Input) GetName() string {
@@ -1021,7 +1069,7 @@ type Watchdog struct {
 
 func (x *Watchdog) Reset() {
 	*x = Watchdog{}
-	mi := &file_core_domain_v1_domain_proto_msgTypes[7]
+	mi := &file_core_domain_v1_domain_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1033,7 +1081,7 @@ func (x *Watchdog) String() string {
 func (*Watchdog) ProtoMessage() {}
 
 func (x *Watchdog) ProtoReflect() protoreflect.Message {
-	mi := &file_core_domain_v1_domain_proto_msgTypes[7]
+	mi := &file_core_domain_v1_domain_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1046,7 +1094,7 @@ func (x *Watchdog) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Watchdog.ProtoReflect.Descriptor instead.
 func (*Watchdog) Descriptor() ([]byte, []int) {
-	return file_core_domain_v1_domain_proto_rawDescGZIP(), []int{7}
+	return file_core_domain_v1_domain_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *Watchdog) GetName() string {
@@ -1079,7 +1127,7 @@ type Balloon struct {
 
 func (x *Balloon) Reset() {
 	*x = Balloon{}
-	mi := &file_core_domain_v1_domain_proto_msgTypes[8]
+	mi := &file_core_domain_v1_domain_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1091,7 +1139,7 @@ func (x *Balloon) String() string {
 func (*Balloon) ProtoMessage() {}
 
 func (x *Balloon) ProtoReflect() protoreflect.Message {
-	mi := &file_core_domain_v1_domain_proto_msgTypes[8]
+	mi := &file_core_domain_v1_domain_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1104,7 +1152,7 @@ func (x *Balloon) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Balloon.ProtoReflect.Descriptor instead.
 func (*Balloon) Descriptor() ([]byte, []int) {
-	return file_core_domain_v1_domain_proto_rawDescGZIP(), []int{8}
+	return file_core_domain_v1_domain_proto_rawDescGZIP(), []int{9}
 }
 
 // Chassis is SMBIOS type 3 information; an empty field is the hypervisor's default.
@@ -1121,7 +1169,7 @@ type Chassis struct {
 
 func (x *Chassis) Reset() {
 	*x = Chassis{}
-	mi := &file_core_domain_v1_domain_proto_msgTypes[9]
+	mi := &file_core_domain_v1_domain_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1133,7 +1181,7 @@ func (x *Chassis) String() string {
 func (*Chassis) ProtoMessage() {}
 
 func (x *Chassis) ProtoReflect() protoreflect.Message {
-	mi := &file_core_domain_v1_domain_proto_msgTypes[9]
+	mi := &file_core_domain_v1_domain_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1146,7 +1194,7 @@ func (x *Chassis) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Chassis.ProtoReflect.Descriptor instead.
 func (*Chassis) Descriptor() ([]byte, []int) {
-	return file_core_domain_v1_domain_proto_rawDescGZIP(), []int{9}
+	return file_core_domain_v1_domain_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *Chassis) GetManufacturer() string {
@@ -1193,7 +1241,7 @@ type RNG struct {
 
 func (x *RNG) Reset() {
 	*x = RNG{}
-	mi := &file_core_domain_v1_domain_proto_msgTypes[10]
+	mi := &file_core_domain_v1_domain_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1205,7 +1253,7 @@ func (x *RNG) String() string {
 func (*RNG) ProtoMessage() {}
 
 func (x *RNG) ProtoReflect() protoreflect.Message {
-	mi := &file_core_domain_v1_domain_proto_msgTypes[10]
+	mi := &file_core_domain_v1_domain_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1218,7 +1266,7 @@ func (x *RNG) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RNG.ProtoReflect.Descriptor instead.
 func (*RNG) Descriptor() ([]byte, []int) {
-	return file_core_domain_v1_domain_proto_rawDescGZIP(), []int{10}
+	return file_core_domain_v1_domain_proto_rawDescGZIP(), []int{11}
 }
 
 // Machine is the emulated chipset.
@@ -1232,7 +1280,7 @@ type Machine struct {
 
 func (x *Machine) Reset() {
 	*x = Machine{}
-	mi := &file_core_domain_v1_domain_proto_msgTypes[11]
+	mi := &file_core_domain_v1_domain_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1244,7 +1292,7 @@ func (x *Machine) String() string {
 func (*Machine) ProtoMessage() {}
 
 func (x *Machine) ProtoReflect() protoreflect.Message {
-	mi := &file_core_domain_v1_domain_proto_msgTypes[11]
+	mi := &file_core_domain_v1_domain_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1257,7 +1305,7 @@ func (x *Machine) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Machine.ProtoReflect.Descriptor instead.
 func (*Machine) Descriptor() ([]byte, []int) {
-	return file_core_domain_v1_domain_proto_rawDescGZIP(), []int{11}
+	return file_core_domain_v1_domain_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *Machine) GetType() string {
@@ -1284,7 +1332,7 @@ type CPU struct {
 
 func (x *CPU) Reset() {
 	*x = CPU{}
-	mi := &file_core_domain_v1_domain_proto_msgTypes[12]
+	mi := &file_core_domain_v1_domain_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1296,7 +1344,7 @@ func (x *CPU) String() string {
 func (*CPU) ProtoMessage() {}
 
 func (x *CPU) ProtoReflect() protoreflect.Message {
-	mi := &file_core_domain_v1_domain_proto_msgTypes[12]
+	mi := &file_core_domain_v1_domain_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1309,7 +1357,7 @@ func (x *CPU) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CPU.ProtoReflect.Descriptor instead.
 func (*CPU) Descriptor() ([]byte, []int) {
-	return file_core_domain_v1_domain_proto_rawDescGZIP(), []int{12}
+	return file_core_domain_v1_domain_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *CPU) GetSockets() uint32 {
@@ -1360,7 +1408,7 @@ type CPUFeature struct {
 
 func (x *CPUFeature) Reset() {
 	*x = CPUFeature{}
-	mi := &file_core_domain_v1_domain_proto_msgTypes[13]
+	mi := &file_core_domain_v1_domain_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1372,7 +1420,7 @@ func (x *CPUFeature) String() string {
 func (*CPUFeature) ProtoMessage() {}
 
 func (x *CPUFeature) ProtoReflect() protoreflect.Message {
-	mi := &file_core_domain_v1_domain_proto_msgTypes[13]
+	mi := &file_core_domain_v1_domain_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1385,7 +1433,7 @@ func (x *CPUFeature) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CPUFeature.ProtoReflect.Descriptor instead.
 func (*CPUFeature) Descriptor() ([]byte, []int) {
-	return file_core_domain_v1_domain_proto_rawDescGZIP(), []int{13}
+	return file_core_domain_v1_domain_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *CPUFeature) GetName() string {
@@ -1416,7 +1464,7 @@ type Memory struct {
 
 func (x *Memory) Reset() {
 	*x = Memory{}
-	mi := &file_core_domain_v1_domain_proto_msgTypes[14]
+	mi := &file_core_domain_v1_domain_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1428,7 +1476,7 @@ func (x *Memory) String() string {
 func (*Memory) ProtoMessage() {}
 
 func (x *Memory) ProtoReflect() protoreflect.Message {
-	mi := &file_core_domain_v1_domain_proto_msgTypes[14]
+	mi := &file_core_domain_v1_domain_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1441,7 +1489,7 @@ func (x *Memory) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Memory.ProtoReflect.Descriptor instead.
 func (*Memory) Descriptor() ([]byte, []int) {
-	return file_core_domain_v1_domain_proto_rawDescGZIP(), []int{14}
+	return file_core_domain_v1_domain_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *Memory) GetGuestBytes() uint64 {
@@ -1474,7 +1522,7 @@ type Hugepages struct {
 
 func (x *Hugepages) Reset() {
 	*x = Hugepages{}
-	mi := &file_core_domain_v1_domain_proto_msgTypes[15]
+	mi := &file_core_domain_v1_domain_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1486,7 +1534,7 @@ func (x *Hugepages) String() string {
 func (*Hugepages) ProtoMessage() {}
 
 func (x *Hugepages) ProtoReflect() protoreflect.Message {
-	mi := &file_core_domain_v1_domain_proto_msgTypes[15]
+	mi := &file_core_domain_v1_domain_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1499,7 +1547,7 @@ func (x *Hugepages) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Hugepages.ProtoReflect.Descriptor instead.
 func (*Hugepages) Descriptor() ([]byte, []int) {
-	return file_core_domain_v1_domain_proto_rawDescGZIP(), []int{15}
+	return file_core_domain_v1_domain_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *Hugepages) GetPageSizeBytes() uint64 {
@@ -1533,7 +1581,7 @@ type Firmware struct {
 
 func (x *Firmware) Reset() {
 	*x = Firmware{}
-	mi := &file_core_domain_v1_domain_proto_msgTypes[16]
+	mi := &file_core_domain_v1_domain_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1545,7 +1593,7 @@ func (x *Firmware) String() string {
 func (*Firmware) ProtoMessage() {}
 
 func (x *Firmware) ProtoReflect() protoreflect.Message {
-	mi := &file_core_domain_v1_domain_proto_msgTypes[16]
+	mi := &file_core_domain_v1_domain_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1558,7 +1606,7 @@ func (x *Firmware) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Firmware.ProtoReflect.Descriptor instead.
 func (*Firmware) Descriptor() ([]byte, []int) {
-	return file_core_domain_v1_domain_proto_rawDescGZIP(), []int{16}
+	return file_core_domain_v1_domain_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *Firmware) GetBoot() isFirmware_Boot {
@@ -1636,7 +1684,7 @@ type BIOS struct {
 
 func (x *BIOS) Reset() {
 	*x = BIOS{}
-	mi := &file_core_domain_v1_domain_proto_msgTypes[17]
+	mi := &file_core_domain_v1_domain_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1648,7 +1696,7 @@ func (x *BIOS) String() string {
 func (*BIOS) ProtoMessage() {}
 
 func (x *BIOS) ProtoReflect() protoreflect.Message {
-	mi := &file_core_domain_v1_domain_proto_msgTypes[17]
+	mi := &file_core_domain_v1_domain_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1661,7 +1709,7 @@ func (x *BIOS) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BIOS.ProtoReflect.Descriptor instead.
 func (*BIOS) Descriptor() ([]byte, []int) {
-	return file_core_domain_v1_domain_proto_rawDescGZIP(), []int{17}
+	return file_core_domain_v1_domain_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *BIOS) GetUseSerial() bool {
@@ -1681,7 +1729,7 @@ type EFI struct {
 
 func (x *EFI) Reset() {
 	*x = EFI{}
-	mi := &file_core_domain_v1_domain_proto_msgTypes[18]
+	mi := &file_core_domain_v1_domain_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1693,7 +1741,7 @@ func (x *EFI) String() string {
 func (*EFI) ProtoMessage() {}
 
 func (x *EFI) ProtoReflect() protoreflect.Message {
-	mi := &file_core_domain_v1_domain_proto_msgTypes[18]
+	mi := &file_core_domain_v1_domain_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1706,7 +1754,7 @@ func (x *EFI) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EFI.ProtoReflect.Descriptor instead.
 func (*EFI) Descriptor() ([]byte, []int) {
-	return file_core_domain_v1_domain_proto_rawDescGZIP(), []int{18}
+	return file_core_domain_v1_domain_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *EFI) GetSecureBoot() bool {
@@ -1728,7 +1776,7 @@ type KernelBoot struct {
 
 func (x *KernelBoot) Reset() {
 	*x = KernelBoot{}
-	mi := &file_core_domain_v1_domain_proto_msgTypes[19]
+	mi := &file_core_domain_v1_domain_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1740,7 +1788,7 @@ func (x *KernelBoot) String() string {
 func (*KernelBoot) ProtoMessage() {}
 
 func (x *KernelBoot) ProtoReflect() protoreflect.Message {
-	mi := &file_core_domain_v1_domain_proto_msgTypes[19]
+	mi := &file_core_domain_v1_domain_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1753,7 +1801,7 @@ func (x *KernelBoot) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KernelBoot.ProtoReflect.Descriptor instead.
 func (*KernelBoot) Descriptor() ([]byte, []int) {
-	return file_core_domain_v1_domain_proto_rawDescGZIP(), []int{19}
+	return file_core_domain_v1_domain_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *KernelBoot) GetKernelPath() string {
@@ -1817,7 +1865,7 @@ type Disk struct {
 
 func (x *Disk) Reset() {
 	*x = Disk{}
-	mi := &file_core_domain_v1_domain_proto_msgTypes[20]
+	mi := &file_core_domain_v1_domain_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1829,7 +1877,7 @@ func (x *Disk) String() string {
 func (*Disk) ProtoMessage() {}
 
 func (x *Disk) ProtoReflect() protoreflect.Message {
-	mi := &file_core_domain_v1_domain_proto_msgTypes[20]
+	mi := &file_core_domain_v1_domain_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1842,7 +1890,7 @@ func (x *Disk) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Disk.ProtoReflect.Descriptor instead.
 func (*Disk) Descriptor() ([]byte, []int) {
-	return file_core_domain_v1_domain_proto_rawDescGZIP(), []int{20}
+	return file_core_domain_v1_domain_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *Disk) GetName() string {
@@ -2000,7 +2048,7 @@ type NIC struct {
 
 func (x *NIC) Reset() {
 	*x = NIC{}
-	mi := &file_core_domain_v1_domain_proto_msgTypes[21]
+	mi := &file_core_domain_v1_domain_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2012,7 +2060,7 @@ func (x *NIC) String() string {
 func (*NIC) ProtoMessage() {}
 
 func (x *NIC) ProtoReflect() protoreflect.Message {
-	mi := &file_core_domain_v1_domain_proto_msgTypes[21]
+	mi := &file_core_domain_v1_domain_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2025,7 +2073,7 @@ func (x *NIC) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NIC.ProtoReflect.Descriptor instead.
 func (*NIC) Descriptor() ([]byte, []int) {
-	return file_core_domain_v1_domain_proto_rawDescGZIP(), []int{21}
+	return file_core_domain_v1_domain_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *NIC) GetName() string {
@@ -2115,7 +2163,7 @@ type Serial struct {
 
 func (x *Serial) Reset() {
 	*x = Serial{}
-	mi := &file_core_domain_v1_domain_proto_msgTypes[22]
+	mi := &file_core_domain_v1_domain_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2127,7 +2175,7 @@ func (x *Serial) String() string {
 func (*Serial) ProtoMessage() {}
 
 func (x *Serial) ProtoReflect() protoreflect.Message {
-	mi := &file_core_domain_v1_domain_proto_msgTypes[22]
+	mi := &file_core_domain_v1_domain_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2140,7 +2188,7 @@ func (x *Serial) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Serial.ProtoReflect.Descriptor instead.
 func (*Serial) Descriptor() ([]byte, []int) {
-	return file_core_domain_v1_domain_proto_rawDescGZIP(), []int{22}
+	return file_core_domain_v1_domain_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *Serial) GetSocketPath() string {
@@ -2160,7 +2208,7 @@ type VNC struct {
 
 func (x *VNC) Reset() {
 	*x = VNC{}
-	mi := &file_core_domain_v1_domain_proto_msgTypes[23]
+	mi := &file_core_domain_v1_domain_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2172,7 +2220,7 @@ func (x *VNC) String() string {
 func (*VNC) ProtoMessage() {}
 
 func (x *VNC) ProtoReflect() protoreflect.Message {
-	mi := &file_core_domain_v1_domain_proto_msgTypes[23]
+	mi := &file_core_domain_v1_domain_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2185,7 +2233,7 @@ func (x *VNC) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use VNC.ProtoReflect.Descriptor instead.
 func (*VNC) Descriptor() ([]byte, []int) {
-	return file_core_domain_v1_domain_proto_rawDescGZIP(), []int{23}
+	return file_core_domain_v1_domain_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *VNC) GetSocketPath() string {
@@ -2207,7 +2255,7 @@ type HostDevice struct {
 
 func (x *HostDevice) Reset() {
 	*x = HostDevice{}
-	mi := &file_core_domain_v1_domain_proto_msgTypes[24]
+	mi := &file_core_domain_v1_domain_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2219,7 +2267,7 @@ func (x *HostDevice) String() string {
 func (*HostDevice) ProtoMessage() {}
 
 func (x *HostDevice) ProtoReflect() protoreflect.Message {
-	mi := &file_core_domain_v1_domain_proto_msgTypes[24]
+	mi := &file_core_domain_v1_domain_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2232,7 +2280,7 @@ func (x *HostDevice) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HostDevice.ProtoReflect.Descriptor instead.
 func (*HostDevice) Descriptor() ([]byte, []int) {
-	return file_core_domain_v1_domain_proto_rawDescGZIP(), []int{24}
+	return file_core_domain_v1_domain_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *HostDevice) GetName() string {
@@ -2263,7 +2311,7 @@ type Sandbox struct {
 
 func (x *Sandbox) Reset() {
 	*x = Sandbox{}
-	mi := &file_core_domain_v1_domain_proto_msgTypes[25]
+	mi := &file_core_domain_v1_domain_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2275,7 +2323,7 @@ func (x *Sandbox) String() string {
 func (*Sandbox) ProtoMessage() {}
 
 func (x *Sandbox) ProtoReflect() protoreflect.Message {
-	mi := &file_core_domain_v1_domain_proto_msgTypes[25]
+	mi := &file_core_domain_v1_domain_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2288,7 +2336,7 @@ func (x *Sandbox) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Sandbox.ProtoReflect.Descriptor instead.
 func (*Sandbox) Descriptor() ([]byte, []int) {
-	return file_core_domain_v1_domain_proto_rawDescGZIP(), []int{25}
+	return file_core_domain_v1_domain_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *Sandbox) GetLauncherSocket() string {
@@ -2309,7 +2357,7 @@ var File_core_domain_v1_domain_proto protoreflect.FileDescriptor
 
 const file_core_domain_v1_domain_proto_rawDesc = "" +
 	"\n" +
-	"\x1bcore/domain/v1/domain.proto\x12\x13kubevisor.domain.v1\"\x80\v\n" +
+	"\x1bcore/domain/v1/domain.proto\x12\x13kubevisor.domain.v1\"\xac\v\n" +
 	"\n" +
 	"DomainSpec\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x12\n" +
@@ -2339,10 +2387,12 @@ const file_core_domain_v1_domain_proto_rawDesc = "" +
 	"\fstart_paused\x18\x18 \x01(\bR\vstartPaused\x120\n" +
 	"\x05sound\x18\x19 \x01(\v2\x1a.kubevisor.domain.v1.SoundR\x05sound\x12/\n" +
 	"\x13virtio_transitional\x18\x1a \x01(\bR\x12virtioTransitional\x12L\n" +
-	"\x0flaunch_security\x18\x1e \x01(\v2#.kubevisor.domain.v1.LaunchSecurityR\x0elaunchSecurity\x1a9\n" +
+	"\x0flaunch_security\x18\x1e \x01(\v2#.kubevisor.domain.v1.LaunchSecurityR\x0elaunchSecurity\x12*\n" +
+	"\x03tpm\x18! \x01(\v2\x18.kubevisor.domain.v1.TPMR\x03tpm\x1a9\n" +
 	"\vLabelsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"<\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\x05\n" +
+	"\x03TPM\"<\n" +
 	"\x0eLaunchSecurity\x12*\n" +
 	"\x03sev\x18\x01 \x01(\v2\x18.kubevisor.domain.v1.SEVR\x03sev\"\x1d\n" +
 	"\x03SEV\x12\x16\n" +
@@ -2515,7 +2565,7 @@ func file_core_domain_v1_domain_proto_rawDescGZIP() []byte {
 }
 
 var file_core_domain_v1_domain_proto_enumTypes = make([]protoimpl.EnumInfo, 5)
-var file_core_domain_v1_domain_proto_msgTypes = make([]protoimpl.MessageInfo, 27)
+var file_core_domain_v1_domain_proto_msgTypes = make([]protoimpl.MessageInfo, 28)
 var file_core_domain_v1_domain_proto_goTypes = []any{
 	(Toggle)(0),            // 0: kubevisor.domain.v1.Toggle
 	(Acceleration)(0),      // 1: kubevisor.domain.v1.Acceleration
@@ -2523,76 +2573,78 @@ var file_core_domain_v1_domain_proto_goTypes = []any{
 	(DiskFormat)(0),        // 3: kubevisor.domain.v1.DiskFormat
 	(DiskDevice)(0),        // 4: kubevisor.domain.v1.DiskDevice
 	(*DomainSpec)(nil),     // 5: kubevisor.domain.v1.DomainSpec
-	(*LaunchSecurity)(nil), // 6: kubevisor.domain.v1.LaunchSecurity
-	(*SEV)(nil),            // 7: kubevisor.domain.v1.SEV
-	(*Sound)(nil),          // 8: kubevisor.domain.v1.Sound
-	(*Features)(nil),       // 9: kubevisor.domain.v1.Features
-	(*Clock)(nil),          // 10: kubevisor.domain.v1.Clock
-	(*Input)(nil),          // 11: kubevisor.domain.v1.Input
-	(*Watchdog)(nil),       // 12: kubevisor.domain.v1.Watchdog
-	(*Balloon)(nil),        // 13: kubevisor.domain.v1.Balloon
-	(*Chassis)(nil),        // 14: kubevisor.domain.v1.Chassis
-	(*RNG)(nil),            // 15: kubevisor.domain.v1.RNG
-	(*Machine)(nil),        // 16: kubevisor.domain.v1.Machine
-	(*CPU)(nil),            // 17: kubevisor.domain.v1.CPU
-	(*CPUFeature)(nil),     // 18: kubevisor.domain.v1.CPUFeature
-	(*Memory)(nil),         // 19: kubevisor.domain.v1.Memory
-	(*Hugepages)(nil),      // 20: kubevisor.domain.v1.Hugepages
-	(*Firmware)(nil),       // 21: kubevisor.domain.v1.Firmware
-	(*BIOS)(nil),           // 22: kubevisor.domain.v1.BIOS
-	(*EFI)(nil),            // 23: kubevisor.domain.v1.EFI
-	(*KernelBoot)(nil),     // 24: kubevisor.domain.v1.KernelBoot
-	(*Disk)(nil),           // 25: kubevisor.domain.v1.Disk
-	(*NIC)(nil),            // 26: kubevisor.domain.v1.NIC
-	(*Serial)(nil),         // 27: kubevisor.domain.v1.Serial
-	(*VNC)(nil),            // 28: kubevisor.domain.v1.VNC
-	(*HostDevice)(nil),     // 29: kubevisor.domain.v1.HostDevice
-	(*Sandbox)(nil),        // 30: kubevisor.domain.v1.Sandbox
-	nil,                    // 31: kubevisor.domain.v1.DomainSpec.LabelsEntry
+	(*TPM)(nil),            // 6: kubevisor.domain.v1.TPM
+	(*LaunchSecurity)(nil), // 7: kubevisor.domain.v1.LaunchSecurity
+	(*SEV)(nil),            // 8: kubevisor.domain.v1.SEV
+	(*Sound)(nil),          // 9: kubevisor.domain.v1.Sound
+	(*Features)(nil),       // 10: kubevisor.domain.v1.Features
+	(*Clock)(nil),          // 11: kubevisor.domain.v1.Clock
+	(*Input)(nil),          // 12: kubevisor.domain.v1.Input
+	(*Watchdog)(nil),       // 13: kubevisor.domain.v1.Watchdog
+	(*Balloon)(nil),        // 14: kubevisor.domain.v1.Balloon
+	(*Chassis)(nil),        // 15: kubevisor.domain.v1.Chassis
+	(*RNG)(nil),            // 16: kubevisor.domain.v1.RNG
+	(*Machine)(nil),        // 17: kubevisor.domain.v1.Machine
+	(*CPU)(nil),            // 18: kubevisor.domain.v1.CPU
+	(*CPUFeature)(nil),     // 19: kubevisor.domain.v1.CPUFeature
+	(*Memory)(nil),         // 20: kubevisor.domain.v1.Memory
+	(*Hugepages)(nil),      // 21: kubevisor.domain.v1.Hugepages
+	(*Firmware)(nil),       // 22: kubevisor.domain.v1.Firmware
+	(*BIOS)(nil),           // 23: kubevisor.domain.v1.BIOS
+	(*EFI)(nil),            // 24: kubevisor.domain.v1.EFI
+	(*KernelBoot)(nil),     // 25: kubevisor.domain.v1.KernelBoot
+	(*Disk)(nil),           // 26: kubevisor.domain.v1.Disk
+	(*NIC)(nil),            // 27: kubevisor.domain.v1.NIC
+	(*Serial)(nil),         // 28: kubevisor.domain.v1.Serial
+	(*VNC)(nil),            // 29: kubevisor.domain.v1.VNC
+	(*HostDevice)(nil),     // 30: kubevisor.domain.v1.HostDevice
+	(*Sandbox)(nil),        // 31: kubevisor.domain.v1.Sandbox
+	nil,                    // 32: kubevisor.domain.v1.DomainSpec.LabelsEntry
 }
 var file_core_domain_v1_domain_proto_depIdxs = []int32{
-	16, // 0: kubevisor.domain.v1.DomainSpec.machine:type_name -> kubevisor.domain.v1.Machine
-	17, // 1: kubevisor.domain.v1.DomainSpec.cpu:type_name -> kubevisor.domain.v1.CPU
-	19, // 2: kubevisor.domain.v1.DomainSpec.memory:type_name -> kubevisor.domain.v1.Memory
-	21, // 3: kubevisor.domain.v1.DomainSpec.firmware:type_name -> kubevisor.domain.v1.Firmware
-	25, // 4: kubevisor.domain.v1.DomainSpec.disks:type_name -> kubevisor.domain.v1.Disk
-	26, // 5: kubevisor.domain.v1.DomainSpec.nics:type_name -> kubevisor.domain.v1.NIC
-	27, // 6: kubevisor.domain.v1.DomainSpec.serial:type_name -> kubevisor.domain.v1.Serial
-	28, // 7: kubevisor.domain.v1.DomainSpec.vnc:type_name -> kubevisor.domain.v1.VNC
-	29, // 8: kubevisor.domain.v1.DomainSpec.host_devices:type_name -> kubevisor.domain.v1.HostDevice
+	17, // 0: kubevisor.domain.v1.DomainSpec.machine:type_name -> kubevisor.domain.v1.Machine
+	18, // 1: kubevisor.domain.v1.DomainSpec.cpu:type_name -> kubevisor.domain.v1.CPU
+	20, // 2: kubevisor.domain.v1.DomainSpec.memory:type_name -> kubevisor.domain.v1.Memory
+	22, // 3: kubevisor.domain.v1.DomainSpec.firmware:type_name -> kubevisor.domain.v1.Firmware
+	26, // 4: kubevisor.domain.v1.DomainSpec.disks:type_name -> kubevisor.domain.v1.Disk
+	27, // 5: kubevisor.domain.v1.DomainSpec.nics:type_name -> kubevisor.domain.v1.NIC
+	28, // 6: kubevisor.domain.v1.DomainSpec.serial:type_name -> kubevisor.domain.v1.Serial
+	29, // 7: kubevisor.domain.v1.DomainSpec.vnc:type_name -> kubevisor.domain.v1.VNC
+	30, // 8: kubevisor.domain.v1.DomainSpec.host_devices:type_name -> kubevisor.domain.v1.HostDevice
 	1,  // 9: kubevisor.domain.v1.DomainSpec.acceleration:type_name -> kubevisor.domain.v1.Acceleration
-	30, // 10: kubevisor.domain.v1.DomainSpec.sandbox:type_name -> kubevisor.domain.v1.Sandbox
-	31, // 11: kubevisor.domain.v1.DomainSpec.labels:type_name -> kubevisor.domain.v1.DomainSpec.LabelsEntry
-	15, // 12: kubevisor.domain.v1.DomainSpec.rng:type_name -> kubevisor.domain.v1.RNG
-	14, // 13: kubevisor.domain.v1.DomainSpec.chassis:type_name -> kubevisor.domain.v1.Chassis
-	9,  // 14: kubevisor.domain.v1.DomainSpec.features:type_name -> kubevisor.domain.v1.Features
-	10, // 15: kubevisor.domain.v1.DomainSpec.clock:type_name -> kubevisor.domain.v1.Clock
-	11, // 16: kubevisor.domain.v1.DomainSpec.inputs:type_name -> kubevisor.domain.v1.Input
-	12, // 17: kubevisor.domain.v1.DomainSpec.watchdog:type_name -> kubevisor.domain.v1.Watchdog
-	13, // 18: kubevisor.domain.v1.DomainSpec.balloon:type_name -> kubevisor.domain.v1.Balloon
-	8,  // 19: kubevisor.domain.v1.DomainSpec.sound:type_name -> kubevisor.domain.v1.Sound
-	6,  // 20: kubevisor.domain.v1.DomainSpec.launch_security:type_name -> kubevisor.domain.v1.LaunchSecurity
-	7,  // 21: kubevisor.domain.v1.LaunchSecurity.sev:type_name -> kubevisor.domain.v1.SEV
-	0,  // 22: kubevisor.domain.v1.Features.acpi:type_name -> kubevisor.domain.v1.Toggle
-	0,  // 23: kubevisor.domain.v1.Features.smm:type_name -> kubevisor.domain.v1.Toggle
-	0,  // 24: kubevisor.domain.v1.Features.pvspinlock:type_name -> kubevisor.domain.v1.Toggle
-	0,  // 25: kubevisor.domain.v1.Clock.hpet:type_name -> kubevisor.domain.v1.Toggle
-	0,  // 26: kubevisor.domain.v1.Clock.pit:type_name -> kubevisor.domain.v1.Toggle
-	0,  // 27: kubevisor.domain.v1.Clock.kvm:type_name -> kubevisor.domain.v1.Toggle
-	0,  // 28: kubevisor.domain.v1.Clock.hyperv:type_name -> kubevisor.domain.v1.Toggle
-	18, // 29: kubevisor.domain.v1.CPU.features:type_name -> kubevisor.domain.v1.CPUFeature
-	20, // 30: kubevisor.domain.v1.Memory.hugepages:type_name -> kubevisor.domain.v1.Hugepages
-	22, // 31: kubevisor.domain.v1.Firmware.bios:type_name -> kubevisor.domain.v1.BIOS
-	23, // 32: kubevisor.domain.v1.Firmware.efi:type_name -> kubevisor.domain.v1.EFI
-	24, // 33: kubevisor.domain.v1.Firmware.kernel:type_name -> kubevisor.domain.v1.KernelBoot
-	3,  // 34: kubevisor.domain.v1.Disk.format:type_name -> kubevisor.domain.v1.DiskFormat
-	2,  // 35: kubevisor.domain.v1.Disk.bus:type_name -> kubevisor.domain.v1.DiskBus
-	4,  // 36: kubevisor.domain.v1.Disk.device:type_name -> kubevisor.domain.v1.DiskDevice
-	37, // [37:37] is the sub-list for method output_type
-	37, // [37:37] is the sub-list for method input_type
-	37, // [37:37] is the sub-list for extension type_name
-	37, // [37:37] is the sub-list for extension extendee
-	0,  // [0:37] is the sub-list for field type_name
+	31, // 10: kubevisor.domain.v1.DomainSpec.sandbox:type_name -> kubevisor.domain.v1.Sandbox
+	32, // 11: kubevisor.domain.v1.DomainSpec.labels:type_name -> kubevisor.domain.v1.DomainSpec.LabelsEntry
+	16, // 12: kubevisor.domain.v1.DomainSpec.rng:type_name -> kubevisor.domain.v1.RNG
+	15, // 13: kubevisor.domain.v1.DomainSpec.chassis:type_name -> kubevisor.domain.v1.Chassis
+	10, // 14: kubevisor.domain.v1.DomainSpec.features:type_name -> kubevisor.domain.v1.Features
+	11, // 15: kubevisor.domain.v1.DomainSpec.clock:type_name -> kubevisor.domain.v1.Clock
+	12, // 16: kubevisor.domain.v1.DomainSpec.inputs:type_name -> kubevisor.domain.v1.Input
+	13, // 17: kubevisor.domain.v1.DomainSpec.watchdog:type_name -> kubevisor.domain.v1.Watchdog
+	14, // 18: kubevisor.domain.v1.DomainSpec.balloon:type_name -> kubevisor.domain.v1.Balloon
+	9,  // 19: kubevisor.domain.v1.DomainSpec.sound:type_name -> kubevisor.domain.v1.Sound
+	7,  // 20: kubevisor.domain.v1.DomainSpec.launch_security:type_name -> kubevisor.domain.v1.LaunchSecurity
+	6,  // 21: kubevisor.domain.v1.DomainSpec.tpm:type_name -> kubevisor.domain.v1.TPM
+	8,  // 22: kubevisor.domain.v1.LaunchSecurity.sev:type_name -> kubevisor.domain.v1.SEV
+	0,  // 23: kubevisor.domain.v1.Features.acpi:type_name -> kubevisor.domain.v1.Toggle
+	0,  // 24: kubevisor.domain.v1.Features.smm:type_name -> kubevisor.domain.v1.Toggle
+	0,  // 25: kubevisor.domain.v1.Features.pvspinlock:type_name -> kubevisor.domain.v1.Toggle
+	0,  // 26: kubevisor.domain.v1.Clock.hpet:type_name -> kubevisor.domain.v1.Toggle
+	0,  // 27: kubevisor.domain.v1.Clock.pit:type_name -> kubevisor.domain.v1.Toggle
+	0,  // 28: kubevisor.domain.v1.Clock.kvm:type_name -> kubevisor.domain.v1.Toggle
+	0,  // 29: kubevisor.domain.v1.Clock.hyperv:type_name -> kubevisor.domain.v1.Toggle
+	19, // 30: kubevisor.domain.v1.CPU.features:type_name -> kubevisor.domain.v1.CPUFeature
+	21, // 31: kubevisor.domain.v1.Memory.hugepages:type_name -> kubevisor.domain.v1.Hugepages
+	23, // 32: kubevisor.domain.v1.Firmware.bios:type_name -> kubevisor.domain.v1.BIOS
+	24, // 33: kubevisor.domain.v1.Firmware.efi:type_name -> kubevisor.domain.v1.EFI
+	25, // 34: kubevisor.domain.v1.Firmware.kernel:type_name -> kubevisor.domain.v1.KernelBoot
+	3,  // 35: kubevisor.domain.v1.Disk.format:type_name -> kubevisor.domain.v1.DiskFormat
+	2,  // 36: kubevisor.domain.v1.Disk.bus:type_name -> kubevisor.domain.v1.DiskBus
+	4,  // 37: kubevisor.domain.v1.Disk.device:type_name -> kubevisor.domain.v1.DiskDevice
+	38, // [38:38] is the sub-list for method output_type
+	38, // [38:38] is the sub-list for method input_type
+	38, // [38:38] is the sub-list for extension type_name
+	38, // [38:38] is the sub-list for extension extendee
+	0,  // [0:38] is the sub-list for field type_name
 }
 
 func init() { file_core_domain_v1_domain_proto_init() }
@@ -2600,7 +2652,7 @@ func file_core_domain_v1_domain_proto_init() {
 	if File_core_domain_v1_domain_proto != nil {
 		return
 	}
-	file_core_domain_v1_domain_proto_msgTypes[16].OneofWrappers = []any{
+	file_core_domain_v1_domain_proto_msgTypes[17].OneofWrappers = []any{
 		(*Firmware_Bios)(nil),
 		(*Firmware_Efi)(nil),
 		(*Firmware_Kernel)(nil),
@@ -2611,7 +2663,7 @@ func file_core_domain_v1_domain_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_core_domain_v1_domain_proto_rawDesc), len(file_core_domain_v1_domain_proto_rawDesc)),
 			NumEnums:      5,
-			NumMessages:   27,
+			NumMessages:   28,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

@@ -8,6 +8,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"slices"
 	"sync/atomic"
 	"syscall"
 	"time"
@@ -15,7 +16,9 @@ import (
 	"golang.org/x/sys/unix"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/backoff"
+	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/status"
 
 	launcherv1 "github.com/kubevisor/kubevisor/core/driver/launcher/v1"
 	"github.com/kubevisor/kubevisor/internal/procfs"
@@ -121,6 +124,20 @@ type StartOptions struct {
 	// ExtraFiles become the process's fds 3, 4, ...; they are sent to the launcher (SCM_RIGHTS)
 	// and stay open here.
 	ExtraFiles []*os.File
+	// Companions are started before the process and stopped once it exits
+	// (launcherv1.StartRequest.companions). Start fails with FailedPrecondition, starting
+	// nothing, when the launcher does not list FEATURE_COMPANIONS.
+	Companions []*CompanionOptions
+}
+
+// CompanionOptions is a helper process of the VM process (launcherv1.Companion): Argv, Env,
+// LogPath, Name and ExtraFiles are as in StartOptions; it runs in StartOptions.Dir.
+type CompanionOptions struct {
+	Argv       []string
+	Env        []string
+	LogPath    string
+	Name       string
+	ExtraFiles []*os.File
 }
 
 // Started is a process Start started.
@@ -131,6 +148,8 @@ type Started struct {
 	// LocalPid is the process's pid in the caller's pid namespace, for kill(2) and pidfd_open(2);
 	// 0 if it is not visible there, or it exited before it was found.
 	LocalPid int
+	// Companions are the companions started, in the order of StartOptions.Companions.
+	Companions []*launcherv1.Process
 }
 
 // Start starts the launcher's process. It fails with FailedPrecondition while another process
@@ -138,6 +157,26 @@ type Started struct {
 // executed; with InvalidArgument for a malformed request.
 func (c *Client) Start(ctx context.Context, o *StartOptions) (*Started, error) {
 	req := &launcherv1.StartRequest{Argv: o.Argv, Env: o.Env, Dir: o.Dir, LogPath: o.LogPath, Name: o.Name}
+	if len(o.Companions) > 0 {
+		info, err := c.Info(ctx)
+		if err != nil {
+			return nil, fmt.Errorf("launcher info: %w", err)
+		}
+		if !slices.Contains(info.GetFeatures(), launcherv1.Feature_FEATURE_COMPANIONS) {
+			return nil, status.Error(codes.FailedPrecondition, "the launcher does not start companion processes (FEATURE_COMPANIONS): it is older than this driver")
+		}
+	}
+	for _, co := range o.Companions {
+		comp := &launcherv1.Companion{Argv: co.Argv, Env: co.Env, LogPath: co.LogPath, Name: co.Name}
+		if len(co.ExtraFiles) > 0 {
+			token, err := sendFiles(ctx, c.filesSocket, co.ExtraFiles)
+			if err != nil {
+				return nil, err
+			}
+			comp.FilesToken = token
+		}
+		req.Companions = append(req.Companions, comp)
+	}
 	if len(o.ExtraFiles) > 0 {
 		token, err := sendFiles(ctx, c.filesSocket, o.ExtraFiles)
 		if err != nil {
@@ -149,7 +188,7 @@ func (c *Client) Start(ctx context.Context, o *StartOptions) (*Started, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Started{Process: resp.GetProcess(), LocalPid: c.LocalPid(resp.GetProcess())}, nil
+	return &Started{Process: resp.GetProcess(), LocalPid: c.LocalPid(resp.GetProcess()), Companions: resp.GetCompanions()}, nil
 }
 
 // LocalPid resolves a process of the launcher to its pid in the caller's pid namespace: the same

@@ -41,6 +41,13 @@
 //   - The process outlives the driver process: a driver that crashes or restarts leaves it
 //     running. It dies with the launcher (SIGKILL by PR_SET_PDEATHSIG), and whatever else is in
 //     its process group is killed once it exits.
+//   - Command.Companions (a TPM emulator, ...) are started before it, each the same way with
+//     its own ExtraFiles, and stopped once it exits (SIGTERM, then SIGKILL after 2 s); when
+//     they or the process cannot be started, Start kills those started and fails. Only a
+//     launcher whose Info lists FEATURE_COMPANIONS starts them: Start fails with
+//     FailedPrecondition, starting nothing, against an older one. Connect a companion to the
+//     process with descriptors (one end of a socketpair each), not with a path to wait for:
+//     the launcher has no readiness check.
 //
 // # Pids
 //

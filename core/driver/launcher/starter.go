@@ -25,6 +25,19 @@ type Command struct {
 	NetNS string
 	// ExtraFiles are passed to the process as fds 3, 4, ...; they stay open in the caller.
 	ExtraFiles []*os.File
+	// Companions are helper processes started, in order, before the process (a TPM emulator
+	// it connects to through a descriptor each holds one end of).
+	Companions []*Companion
+}
+
+// Companion is a helper process of a VM process: Path, Args, LogPath and ExtraFiles are as in
+// Command; Name says what it is ("swtpm").
+type Companion struct {
+	Name       string
+	Path       string
+	Args       []string
+	LogPath    string
+	ExtraFiles []*os.File
 }
 
 // Starter starts VM processes. An implementation MUST:
@@ -33,7 +46,12 @@ type Command struct {
 //     (not of a wrapper that forks), which the caller may poll and signal with a pidfd;
 //   - start it in a session of its own with stdin /dev/null and its output in Command.LogPath,
 //     so that it outlives the caller's process and process group;
-//   - start it in Command.NetNS when that is set, or fail.
+//   - start it in Command.NetNS when that is set, or fail;
+//   - start Command.Companions before it, in order, the same way (own session, stdin
+//     /dev/null, output in their LogPath, in NetNS), kill those started when it cannot be
+//     started, and stop them once it exits (SocketStarter: the launcher does, always;
+//     LocalStarter: only while the caller lives, so a companion should also end itself when
+//     its VM process is gone, as swtpm --terminate does).
 type Starter interface {
 	Start(ctx context.Context, c *Command) (pid int, err error)
 }
@@ -106,10 +124,16 @@ func (s *SocketStarter) Start(ctx context.Context, c *Command) (int, error) {
 			return 0, fmt.Errorf("network namespace %s (net:[%d]) is not the launcher's (net:[%d]): the process can only run in the launcher's", c.NetNS, ns, info.GetNetNamespace())
 		}
 	}
-	st, err := cl.Start(ctx, &StartOptions{
+	opts := &StartOptions{
 		Argv: append([]string{c.Path}, c.Args...), LogPath: c.LogPath,
 		Name: filepath.Base(c.Path), ExtraFiles: c.ExtraFiles,
-	})
+	}
+	for _, co := range c.Companions {
+		opts.Companions = append(opts.Companions, &CompanionOptions{
+			Argv: append([]string{co.Path}, co.Args...), LogPath: co.LogPath, Name: co.Name, ExtraFiles: co.ExtraFiles,
+		})
+	}
+	st, err := cl.Start(ctx, opts)
 	if err != nil {
 		return 0, err
 	}
@@ -123,28 +147,73 @@ func (s *SocketStarter) Start(ctx context.Context, c *Command) (int, error) {
 // LocalStarter starts VM processes as children of the caller, for a VM without a launcher: each
 // in a session of its own (so that it outlives the caller's process group and the caller
 // itself), with stdin /dev/null and its output appended to LogPath, and in NetNS through
-// nsenter, which execs the binary so that the pid is the VM's. The caller reaps it.
+// nsenter, which execs the binary so that the pid is the VM's. The caller reaps it. Companions
+// are started the same way before it; they get SIGTERM, then SIGKILL after LocalCompanionGrace,
+// when the process exits while the caller lives, and SIGKILL at once when it cannot be started.
 type LocalStarter struct{}
+
+// LocalCompanionGrace is how long LocalStarter's companions have to exit after SIGTERM.
+const LocalCompanionGrace = 2 * time.Second
 
 // Start implements Starter.
 func (LocalStarter) Start(_ context.Context, c *Command) (int, error) {
-	log, err := os.OpenFile(c.LogPath, os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o600)
+	var comps []*exec.Cmd
+	for _, co := range c.Companions {
+		cmd, err := startLocal(co.Path, co.Args, co.LogPath, c.NetNS, co.ExtraFiles)
+		if err != nil {
+			killLocal(comps)
+			return 0, fmt.Errorf("start companion %s: %w", co.Name, err)
+		}
+		comps = append(comps, cmd)
+	}
+	cmd, err := startLocal(c.Path, c.Args, c.LogPath, c.NetNS, c.ExtraFiles)
 	if err != nil {
-		return 0, fmt.Errorf("open log: %w", err)
+		killLocal(comps)
+		return 0, err
+	}
+	exited := make(chan struct{})
+	for _, comp := range comps {
+		go func() {
+			_ = comp.Wait()
+		}()
+		go func() {
+			<-exited
+			_ = comp.Process.Signal(syscall.SIGTERM)
+			time.AfterFunc(LocalCompanionGrace, func() { _ = comp.Process.Kill() })
+		}()
+	}
+	go func() { // reap; the caller watches the pid with a pidfd
+		_ = cmd.Wait()
+		close(exited)
+	}()
+	return cmd.Process.Pid, nil
+}
+
+// startLocal starts one process of LocalStarter; the caller reaps it.
+func startLocal(path string, args []string, logPath, netns string, files []*os.File) (*exec.Cmd, error) {
+	log, err := os.OpenFile(logPath, os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o600)
+	if err != nil {
+		return nil, fmt.Errorf("open log: %w", err)
 	}
 	defer log.Close()
-	path, args := c.Path, c.Args
-	if c.NetNS != "" {
-		args = append([]string{"--net=" + c.NetNS, "--", path}, args...)
+	if netns != "" {
+		args = append([]string{"--net=" + netns, "--", path}, args...)
 		path = "nsenter"
 	}
 	cmd := exec.Command(path, args...)
 	cmd.Stdout, cmd.Stderr = log, log
-	cmd.ExtraFiles = c.ExtraFiles
+	cmd.ExtraFiles = files
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
 	if err := cmd.Start(); err != nil {
-		return 0, err
+		return nil, err
 	}
-	go func() { _ = cmd.Wait() }() // reap; the caller watches the pid with a pidfd
-	return cmd.Process.Pid, nil
+	return cmd, nil
+}
+
+// killLocal kills and reaps companions started before a failed start.
+func killLocal(cmds []*exec.Cmd) {
+	for _, cmd := range cmds {
+		_ = cmd.Process.Kill()
+		_ = cmd.Wait()
+	}
 }

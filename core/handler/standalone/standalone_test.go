@@ -10,6 +10,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -87,6 +88,12 @@ type demoRun struct {
 
 func startDemo(t *testing.T) *demoRun {
 	t.Helper()
+	return startRun(t, "../testdata/demo-vmi.yaml")
+}
+
+// startRun is startDemo with the VMI of vmiFile.
+func startRun(t *testing.T, vmiFile string) *demoRun {
+	t.Helper()
 	root, _ := filepath.Abs("../../..")
 	guest := filepath.Join(root, "_output", "guest", "disk.qcow2")
 	cniBin := filepath.Join(root, "_output", "cni", "bin")
@@ -124,7 +131,7 @@ func startDemo(t *testing.T) *demoRun {
 	t.Cleanup(cancel)
 	go func() {
 		r.done <- Run(ctx, nil, Options{
-			VMIFile: "../testdata/demo-vmi.yaml", Config: cfg, BinDir: bin, Out: r.out,
+			VMIFile: vmiFile, Config: cfg, BinDir: bin, Out: r.out,
 			Logger: hclog.New(&hclog.LoggerOptions{Output: io.Discard}),
 		})
 	}()
@@ -253,6 +260,32 @@ func TestRunDemo(t *testing.T) {
 		if !strings.Contains(r.out.String(), want) {
 			t.Errorf("output lacks %q:\n%s", want, r.out.String())
 		}
+	}
+	r.requireClean()
+}
+
+// TestRunTPM: a VMI with a TPM, through the qmp plugin and the VMI's launcher: the guest finds
+// a TPM 2.0 backed by a swtpm that runs as the launcher's child; Ctrl-C ends both.
+func TestRunTPM(t *testing.T) {
+	testenv.Command(t, "swtpm", "swtpm")
+	r := startRun(t, "../testdata/tpm-vmi.yaml")
+	r.waitOut("KUBEVISOR-GUEST-READY", 3*time.Minute)
+	if !regexp.MustCompile(`KUBEVISOR-TPM: tpm0 version=2 driver=tpm_crb pcr0=[0-9A-F]{64}`).MatchString(r.out.String()) {
+		t.Errorf("the guest found no TPM 2.0:\n%s", r.out.String())
+	}
+	out, err := exec.Command("pgrep", "-f", "swtpm socket.*"+r.dir).Output()
+	pids := strings.Fields(string(out))
+	if err != nil || len(pids) != 1 {
+		t.Fatalf("swtpm processes of the run: %q (%v), want one", out, err)
+	}
+	raw, _ := os.ReadFile("/proc/" + pids[0] + "/stat")
+	launchers, _ := exec.Command("pgrep", "-f", "kubevisor-launcher.*"+r.dir).Output()
+	if f := strings.Fields(string(raw[strings.LastIndexByte(string(raw), ')')+1:])); len(f) < 2 || !slices.Contains(strings.Fields(string(launchers)), f[1]) {
+		t.Errorf("swtpm (pid %s) has parent %v, want the run's launcher (%q)", pids[0], f, launchers)
+	}
+	r.cancel() // Ctrl-C
+	if err := r.end(); err != nil {
+		t.Fatalf("Run: %v\n%s", err, r.out.String())
 	}
 	r.requireClean()
 }

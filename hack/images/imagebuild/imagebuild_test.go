@@ -122,9 +122,11 @@ func resolveIn(ents map[string]*tar.Header, p string) (*tar.Header, bool) {
 // TestQEMULayer: the launcher's QEMU layer holds qemu-system-x86_64 and every library ldd
 // lists for it (each resolving, through the layer's own symlinks, to a regular file), the TCG
 // module and the firmware; as root, QEMU then starts a pc machine (loading SeaBIOS) inside a
-// chroot of the layer alone.
+// chroot of the layer alone, and so does swtpm (with the libraries it links: libtpms and its
+// own in /usr/lib/x86_64-linux-gnu/swtpm).
 func TestQEMULayer(t *testing.T) {
 	qemu := testenv.Command(t, "qemu-system-x86_64", "qemu-system-x86")
+	swtpm := testenv.Command(t, "swtpm", "swtpm")
 	tr := BaseTree()
 	if err := AddQEMU(tr, DefaultQEMUOptions()); err != nil {
 		t.Fatal(err)
@@ -143,7 +145,12 @@ func TestQEMULayer(t *testing.T) {
 	}
 	opts := DefaultQEMUOptions()
 	mods, _ := filepath.Glob(filepath.Join(opts.ModuleDir, "accel-tcg-x86_64.so"))
-	want := append([]string{qemu}, libs...)
+	swtpmLibs, err := Libraries(swtpm)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := append([]string{qemu, swtpm}, libs...)
+	want = append(want, swtpmLibs...)
 	want = append(want, mods...)
 	want = append(want, "/usr/share/seabios/bios-256k.bin", "/usr/lib/ipxe/qemu/efi-virtio.rom", "/usr/share/qemu/kvmvapic.bin", "/usr/share/qemu/keymaps/en-us", "/usr/share/OVMF/OVMF_CODE.fd")
 	for _, p := range want {
@@ -167,6 +174,9 @@ func TestQEMULayer(t *testing.T) {
 		t.Fatalf("QEMU in a chroot of the layer: %v\n%s", err, out)
 	}
 	t.Logf("QEMU (TCG) started and quit inside the layer alone in %v; layer has %d entries", time.Since(start), len(ents))
+	if out, err := exec.Command("chroot", dir, swtpm, "socket", "--tpm2", "--print-capabilities").CombinedOutput(); err != nil || !strings.Contains(string(out), `"tpm-2.0"`) {
+		t.Fatalf("swtpm in a chroot of the layer: %v\n%s", err, out)
+	}
 }
 
 func extract(t *testing.T, l v1.Layer, dir string) {

@@ -28,6 +28,54 @@ const (
 	_ = protoimpl.EnforceVersion(protoimpl.MaxVersion - 20)
 )
 
+// Feature is an optional part of the launcher protocol (InfoResponse.features).
+type Feature int32
+
+const (
+	Feature_FEATURE_UNSPECIFIED Feature = 0
+	// FEATURE_COMPANIONS: StartRequest.companions are honoured.
+	Feature_FEATURE_COMPANIONS Feature = 1
+)
+
+// Enum value maps for Feature.
+var (
+	Feature_name = map[int32]string{
+		0: "FEATURE_UNSPECIFIED",
+		1: "FEATURE_COMPANIONS",
+	}
+	Feature_value = map[string]int32{
+		"FEATURE_UNSPECIFIED": 0,
+		"FEATURE_COMPANIONS":  1,
+	}
+)
+
+func (x Feature) Enum() *Feature {
+	p := new(Feature)
+	*p = x
+	return p
+}
+
+func (x Feature) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (Feature) Descriptor() protoreflect.EnumDescriptor {
+	return file_core_driver_launcher_v1_launcher_proto_enumTypes[0].Descriptor()
+}
+
+func (Feature) Type() protoreflect.EnumType {
+	return &file_core_driver_launcher_v1_launcher_proto_enumTypes[0]
+}
+
+func (x Feature) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use Feature.Descriptor instead.
+func (Feature) EnumDescriptor() ([]byte, []int) {
+	return file_core_driver_launcher_v1_launcher_proto_rawDescGZIP(), []int{0}
+}
+
 type EventType int32
 
 const (
@@ -69,11 +117,11 @@ func (x EventType) String() string {
 }
 
 func (EventType) Descriptor() protoreflect.EnumDescriptor {
-	return file_core_driver_launcher_v1_launcher_proto_enumTypes[0].Descriptor()
+	return file_core_driver_launcher_v1_launcher_proto_enumTypes[1].Descriptor()
 }
 
 func (EventType) Type() protoreflect.EnumType {
-	return &file_core_driver_launcher_v1_launcher_proto_enumTypes[0]
+	return &file_core_driver_launcher_v1_launcher_proto_enumTypes[1]
 }
 
 func (x EventType) Number() protoreflect.EnumNumber {
@@ -82,7 +130,7 @@ func (x EventType) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use EventType.Descriptor instead.
 func (EventType) EnumDescriptor() ([]byte, []int) {
-	return file_core_driver_launcher_v1_launcher_proto_rawDescGZIP(), []int{0}
+	return file_core_driver_launcher_v1_launcher_proto_rawDescGZIP(), []int{1}
 }
 
 type InfoRequest struct {
@@ -138,8 +186,11 @@ type InfoResponse struct {
 	// process is the running or last process; unset before the first Start.
 	Process *ProcessState `protobuf:"bytes,8,opt,name=process,proto3" json:"process,omitempty"`
 	// terminating is set once the launcher received SIGTERM; deadline is then as in Event.
-	Terminating   bool                   `protobuf:"varint,9,opt,name=terminating,proto3" json:"terminating,omitempty"`
-	Deadline      *timestamppb.Timestamp `protobuf:"bytes,10,opt,name=deadline,proto3" json:"deadline,omitempty"`
+	Terminating bool                   `protobuf:"varint,9,opt,name=terminating,proto3" json:"terminating,omitempty"`
+	Deadline    *timestamppb.Timestamp `protobuf:"bytes,10,opt,name=deadline,proto3" json:"deadline,omitempty"`
+	// features are the optional parts of this protocol the launcher implements. A client MUST NOT
+	// use one the launcher does not list: an older launcher ignores fields it does not know.
+	Features      []Feature `protobuf:"varint,11,rep,packed,name=features,proto3,enum=kubevisor.launcher.v1.Feature" json:"features,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -244,6 +295,13 @@ func (x *InfoResponse) GetDeadline() *timestamppb.Timestamp {
 	return nil
 }
 
+func (x *InfoResponse) GetFeatures() []Feature {
+	if x != nil {
+		return x.Features
+	}
+	return nil
+}
+
 type StartRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// argv is the command line; argv[0] without a slash is looked up in the launcher's PATH.
@@ -258,7 +316,18 @@ type StartRequest struct {
 	Name string `protobuf:"bytes,5,opt,name=name,proto3" json:"name,omitempty"`
 	// files_token names descriptors handed over on launcher-files.sock: they become the process's
 	// fds 3, 4, ... in the order they were sent. A token is good for one Start within a minute.
-	FilesToken    string `protobuf:"bytes,6,opt,name=files_token,json=filesToken,proto3" json:"files_token,omitempty"`
+	FilesToken string `protobuf:"bytes,6,opt,name=files_token,json=filesToken,proto3" json:"files_token,omitempty"`
+	// companions are helper processes of the VM process (a TPM emulator the VM process connects
+	// to), started in order before it: each as the VM process is (a child of the launcher in a
+	// session of its own, stdin /dev/null, output appended to its log_path, killed if the
+	// launcher dies), in the VM process's working directory, with descriptors of its own. They
+	// live as long as the VM process: when it exits, or when Start fails after some were
+	// started, the launcher sends each companion's process group SIGTERM, then SIGKILL after a
+	// grace of 2 s. A later Start waits for them to be gone first. A companion that exits on its
+	// own is logged; it does not stop the VM process. Readiness is the caller's matter: pass a
+	// listening or connected socket as a descriptor rather than waiting for a path to appear.
+	// Only a launcher that lists FEATURE_COMPANIONS in InfoResponse.features honours this.
+	Companions    []*Companion `protobuf:"bytes,7,rep,name=companions,proto3" json:"companions,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -335,16 +404,103 @@ func (x *StartRequest) GetFilesToken() string {
 	return ""
 }
 
+func (x *StartRequest) GetCompanions() []*Companion {
+	if x != nil {
+		return x.Companions
+	}
+	return nil
+}
+
+// Companion is a helper process started before the VM process (StartRequest.companions).
+type Companion struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// argv, env, log_path, name and files_token are as in StartRequest (log_path required).
+	Argv          []string `protobuf:"bytes,1,rep,name=argv,proto3" json:"argv,omitempty"`
+	Env           []string `protobuf:"bytes,2,rep,name=env,proto3" json:"env,omitempty"`
+	LogPath       string   `protobuf:"bytes,3,opt,name=log_path,json=logPath,proto3" json:"log_path,omitempty"`
+	Name          string   `protobuf:"bytes,4,opt,name=name,proto3" json:"name,omitempty"`
+	FilesToken    string   `protobuf:"bytes,5,opt,name=files_token,json=filesToken,proto3" json:"files_token,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Companion) Reset() {
+	*x = Companion{}
+	mi := &file_core_driver_launcher_v1_launcher_proto_msgTypes[3]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Companion) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Companion) ProtoMessage() {}
+
+func (x *Companion) ProtoReflect() protoreflect.Message {
+	mi := &file_core_driver_launcher_v1_launcher_proto_msgTypes[3]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Companion.ProtoReflect.Descriptor instead.
+func (*Companion) Descriptor() ([]byte, []int) {
+	return file_core_driver_launcher_v1_launcher_proto_rawDescGZIP(), []int{3}
+}
+
+func (x *Companion) GetArgv() []string {
+	if x != nil {
+		return x.Argv
+	}
+	return nil
+}
+
+func (x *Companion) GetEnv() []string {
+	if x != nil {
+		return x.Env
+	}
+	return nil
+}
+
+func (x *Companion) GetLogPath() string {
+	if x != nil {
+		return x.LogPath
+	}
+	return ""
+}
+
+func (x *Companion) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *Companion) GetFilesToken() string {
+	if x != nil {
+		return x.FilesToken
+	}
+	return ""
+}
+
 type StartResponse struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Process       *Process               `protobuf:"bytes,1,opt,name=process,proto3" json:"process,omitempty"`
+	state   protoimpl.MessageState `protogen:"open.v1"`
+	Process *Process               `protobuf:"bytes,1,opt,name=process,proto3" json:"process,omitempty"`
+	// companions are the companions started, in the order of StartRequest.companions.
+	Companions    []*Process `protobuf:"bytes,2,rep,name=companions,proto3" json:"companions,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *StartResponse) Reset() {
 	*x = StartResponse{}
-	mi := &file_core_driver_launcher_v1_launcher_proto_msgTypes[3]
+	mi := &file_core_driver_launcher_v1_launcher_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -356,7 +512,7 @@ func (x *StartResponse) String() string {
 func (*StartResponse) ProtoMessage() {}
 
 func (x *StartResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_core_driver_launcher_v1_launcher_proto_msgTypes[3]
+	mi := &file_core_driver_launcher_v1_launcher_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -369,12 +525,19 @@ func (x *StartResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StartResponse.ProtoReflect.Descriptor instead.
 func (*StartResponse) Descriptor() ([]byte, []int) {
-	return file_core_driver_launcher_v1_launcher_proto_rawDescGZIP(), []int{3}
+	return file_core_driver_launcher_v1_launcher_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *StartResponse) GetProcess() *Process {
 	if x != nil {
 		return x.Process
+	}
+	return nil
+}
+
+func (x *StartResponse) GetCompanions() []*Process {
+	if x != nil {
+		return x.Companions
 	}
 	return nil
 }
@@ -400,7 +563,7 @@ type Process struct {
 
 func (x *Process) Reset() {
 	*x = Process{}
-	mi := &file_core_driver_launcher_v1_launcher_proto_msgTypes[4]
+	mi := &file_core_driver_launcher_v1_launcher_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -412,7 +575,7 @@ func (x *Process) String() string {
 func (*Process) ProtoMessage() {}
 
 func (x *Process) ProtoReflect() protoreflect.Message {
-	mi := &file_core_driver_launcher_v1_launcher_proto_msgTypes[4]
+	mi := &file_core_driver_launcher_v1_launcher_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -425,7 +588,7 @@ func (x *Process) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Process.ProtoReflect.Descriptor instead.
 func (*Process) Descriptor() ([]byte, []int) {
-	return file_core_driver_launcher_v1_launcher_proto_rawDescGZIP(), []int{4}
+	return file_core_driver_launcher_v1_launcher_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *Process) GetPid() int64 {
@@ -487,7 +650,7 @@ type ExitStatus struct {
 
 func (x *ExitStatus) Reset() {
 	*x = ExitStatus{}
-	mi := &file_core_driver_launcher_v1_launcher_proto_msgTypes[5]
+	mi := &file_core_driver_launcher_v1_launcher_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -499,7 +662,7 @@ func (x *ExitStatus) String() string {
 func (*ExitStatus) ProtoMessage() {}
 
 func (x *ExitStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_core_driver_launcher_v1_launcher_proto_msgTypes[5]
+	mi := &file_core_driver_launcher_v1_launcher_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -512,7 +675,7 @@ func (x *ExitStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExitStatus.ProtoReflect.Descriptor instead.
 func (*ExitStatus) Descriptor() ([]byte, []int) {
-	return file_core_driver_launcher_v1_launcher_proto_rawDescGZIP(), []int{5}
+	return file_core_driver_launcher_v1_launcher_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *ExitStatus) GetCode() int32 {
@@ -562,7 +725,7 @@ type ProcessState struct {
 
 func (x *ProcessState) Reset() {
 	*x = ProcessState{}
-	mi := &file_core_driver_launcher_v1_launcher_proto_msgTypes[6]
+	mi := &file_core_driver_launcher_v1_launcher_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -574,7 +737,7 @@ func (x *ProcessState) String() string {
 func (*ProcessState) ProtoMessage() {}
 
 func (x *ProcessState) ProtoReflect() protoreflect.Message {
-	mi := &file_core_driver_launcher_v1_launcher_proto_msgTypes[6]
+	mi := &file_core_driver_launcher_v1_launcher_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -587,7 +750,7 @@ func (x *ProcessState) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ProcessState.ProtoReflect.Descriptor instead.
 func (*ProcessState) Descriptor() ([]byte, []int) {
-	return file_core_driver_launcher_v1_launcher_proto_rawDescGZIP(), []int{6}
+	return file_core_driver_launcher_v1_launcher_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *ProcessState) GetProcess() *Process {
@@ -621,7 +784,7 @@ type SignalRequest struct {
 
 func (x *SignalRequest) Reset() {
 	*x = SignalRequest{}
-	mi := &file_core_driver_launcher_v1_launcher_proto_msgTypes[7]
+	mi := &file_core_driver_launcher_v1_launcher_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -633,7 +796,7 @@ func (x *SignalRequest) String() string {
 func (*SignalRequest) ProtoMessage() {}
 
 func (x *SignalRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_core_driver_launcher_v1_launcher_proto_msgTypes[7]
+	mi := &file_core_driver_launcher_v1_launcher_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -646,7 +809,7 @@ func (x *SignalRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SignalRequest.ProtoReflect.Descriptor instead.
 func (*SignalRequest) Descriptor() ([]byte, []int) {
-	return file_core_driver_launcher_v1_launcher_proto_rawDescGZIP(), []int{7}
+	return file_core_driver_launcher_v1_launcher_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *SignalRequest) GetPid() int64 {
@@ -671,7 +834,7 @@ type SignalResponse struct {
 
 func (x *SignalResponse) Reset() {
 	*x = SignalResponse{}
-	mi := &file_core_driver_launcher_v1_launcher_proto_msgTypes[8]
+	mi := &file_core_driver_launcher_v1_launcher_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -683,7 +846,7 @@ func (x *SignalResponse) String() string {
 func (*SignalResponse) ProtoMessage() {}
 
 func (x *SignalResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_core_driver_launcher_v1_launcher_proto_msgTypes[8]
+	mi := &file_core_driver_launcher_v1_launcher_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -696,7 +859,7 @@ func (x *SignalResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SignalResponse.ProtoReflect.Descriptor instead.
 func (*SignalResponse) Descriptor() ([]byte, []int) {
-	return file_core_driver_launcher_v1_launcher_proto_rawDescGZIP(), []int{8}
+	return file_core_driver_launcher_v1_launcher_proto_rawDescGZIP(), []int{9}
 }
 
 type WatchRequest struct {
@@ -708,7 +871,7 @@ type WatchRequest struct {
 
 func (x *WatchRequest) Reset() {
 	*x = WatchRequest{}
-	mi := &file_core_driver_launcher_v1_launcher_proto_msgTypes[9]
+	mi := &file_core_driver_launcher_v1_launcher_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -720,7 +883,7 @@ func (x *WatchRequest) String() string {
 func (*WatchRequest) ProtoMessage() {}
 
 func (x *WatchRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_core_driver_launcher_v1_launcher_proto_msgTypes[9]
+	mi := &file_core_driver_launcher_v1_launcher_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -733,7 +896,7 @@ func (x *WatchRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchRequest.ProtoReflect.Descriptor instead.
 func (*WatchRequest) Descriptor() ([]byte, []int) {
-	return file_core_driver_launcher_v1_launcher_proto_rawDescGZIP(), []int{9}
+	return file_core_driver_launcher_v1_launcher_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *WatchRequest) GetPid() int64 {
@@ -751,7 +914,7 @@ type EventsRequest struct {
 
 func (x *EventsRequest) Reset() {
 	*x = EventsRequest{}
-	mi := &file_core_driver_launcher_v1_launcher_proto_msgTypes[10]
+	mi := &file_core_driver_launcher_v1_launcher_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -763,7 +926,7 @@ func (x *EventsRequest) String() string {
 func (*EventsRequest) ProtoMessage() {}
 
 func (x *EventsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_core_driver_launcher_v1_launcher_proto_msgTypes[10]
+	mi := &file_core_driver_launcher_v1_launcher_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -776,7 +939,7 @@ func (x *EventsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EventsRequest.ProtoReflect.Descriptor instead.
 func (*EventsRequest) Descriptor() ([]byte, []int) {
-	return file_core_driver_launcher_v1_launcher_proto_rawDescGZIP(), []int{10}
+	return file_core_driver_launcher_v1_launcher_proto_rawDescGZIP(), []int{11}
 }
 
 type Event struct {
@@ -796,7 +959,7 @@ type Event struct {
 
 func (x *Event) Reset() {
 	*x = Event{}
-	mi := &file_core_driver_launcher_v1_launcher_proto_msgTypes[11]
+	mi := &file_core_driver_launcher_v1_launcher_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -808,7 +971,7 @@ func (x *Event) String() string {
 func (*Event) ProtoMessage() {}
 
 func (x *Event) ProtoReflect() protoreflect.Message {
-	mi := &file_core_driver_launcher_v1_launcher_proto_msgTypes[11]
+	mi := &file_core_driver_launcher_v1_launcher_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -821,7 +984,7 @@ func (x *Event) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Event.ProtoReflect.Descriptor instead.
 func (*Event) Descriptor() ([]byte, []int) {
-	return file_core_driver_launcher_v1_launcher_proto_rawDescGZIP(), []int{11}
+	return file_core_driver_launcher_v1_launcher_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *Event) GetType() EventType {
@@ -874,7 +1037,7 @@ type ExitRequest struct {
 
 func (x *ExitRequest) Reset() {
 	*x = ExitRequest{}
-	mi := &file_core_driver_launcher_v1_launcher_proto_msgTypes[12]
+	mi := &file_core_driver_launcher_v1_launcher_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -886,7 +1049,7 @@ func (x *ExitRequest) String() string {
 func (*ExitRequest) ProtoMessage() {}
 
 func (x *ExitRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_core_driver_launcher_v1_launcher_proto_msgTypes[12]
+	mi := &file_core_driver_launcher_v1_launcher_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -899,7 +1062,7 @@ func (x *ExitRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExitRequest.ProtoReflect.Descriptor instead.
 func (*ExitRequest) Descriptor() ([]byte, []int) {
-	return file_core_driver_launcher_v1_launcher_proto_rawDescGZIP(), []int{12}
+	return file_core_driver_launcher_v1_launcher_proto_rawDescGZIP(), []int{13}
 }
 
 type ExitResponse struct {
@@ -910,7 +1073,7 @@ type ExitResponse struct {
 
 func (x *ExitResponse) Reset() {
 	*x = ExitResponse{}
-	mi := &file_core_driver_launcher_v1_launcher_proto_msgTypes[13]
+	mi := &file_core_driver_launcher_v1_launcher_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -922,7 +1085,7 @@ func (x *ExitResponse) String() string {
 func (*ExitResponse) ProtoMessage() {}
 
 func (x *ExitResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_core_driver_launcher_v1_launcher_proto_msgTypes[13]
+	mi := &file_core_driver_launcher_v1_launcher_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -935,7 +1098,7 @@ func (x *ExitResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExitResponse.ProtoReflect.Descriptor instead.
 func (*ExitResponse) Descriptor() ([]byte, []int) {
-	return file_core_driver_launcher_v1_launcher_proto_rawDescGZIP(), []int{13}
+	return file_core_driver_launcher_v1_launcher_proto_rawDescGZIP(), []int{14}
 }
 
 var File_core_driver_launcher_v1_launcher_proto protoreflect.FileDescriptor
@@ -943,7 +1106,7 @@ var File_core_driver_launcher_v1_launcher_proto protoreflect.FileDescriptor
 const file_core_driver_launcher_v1_launcher_proto_rawDesc = "" +
 	"\n" +
 	"&core/driver/launcher/v1/launcher.proto\x12\x15kubevisor.launcher.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\r\n" +
-	"\vInfoRequest\"\xda\x02\n" +
+	"\vInfoRequest\"\x96\x03\n" +
 	"\fInfoResponse\x12\x10\n" +
 	"\x03pid\x18\x01 \x01(\x03R\x03pid\x12\x19\n" +
 	"\bhost_pid\x18\x02 \x01(\x03R\ahostPid\x12#\n" +
@@ -955,7 +1118,8 @@ const file_core_driver_launcher_v1_launcher_proto_rawDesc = "" +
 	"\aprocess\x18\b \x01(\v2#.kubevisor.launcher.v1.ProcessStateR\aprocess\x12 \n" +
 	"\vterminating\x18\t \x01(\bR\vterminating\x126\n" +
 	"\bdeadline\x18\n" +
-	" \x01(\v2\x1a.google.protobuf.TimestampR\bdeadline\"\x96\x01\n" +
+	" \x01(\v2\x1a.google.protobuf.TimestampR\bdeadline\x12:\n" +
+	"\bfeatures\x18\v \x03(\x0e2\x1e.kubevisor.launcher.v1.FeatureR\bfeatures\"\xd8\x01\n" +
 	"\fStartRequest\x12\x12\n" +
 	"\x04argv\x18\x01 \x03(\tR\x04argv\x12\x10\n" +
 	"\x03env\x18\x02 \x03(\tR\x03env\x12\x10\n" +
@@ -963,9 +1127,22 @@ const file_core_driver_launcher_v1_launcher_proto_rawDesc = "" +
 	"\blog_path\x18\x04 \x01(\tR\alogPath\x12\x12\n" +
 	"\x04name\x18\x05 \x01(\tR\x04name\x12\x1f\n" +
 	"\vfiles_token\x18\x06 \x01(\tR\n" +
-	"filesToken\"I\n" +
+	"filesToken\x12@\n" +
+	"\n" +
+	"companions\x18\a \x03(\v2 .kubevisor.launcher.v1.CompanionR\n" +
+	"companions\"\x81\x01\n" +
+	"\tCompanion\x12\x12\n" +
+	"\x04argv\x18\x01 \x03(\tR\x04argv\x12\x10\n" +
+	"\x03env\x18\x02 \x03(\tR\x03env\x12\x19\n" +
+	"\blog_path\x18\x03 \x01(\tR\alogPath\x12\x12\n" +
+	"\x04name\x18\x04 \x01(\tR\x04name\x12\x1f\n" +
+	"\vfiles_token\x18\x05 \x01(\tR\n" +
+	"filesToken\"\x89\x01\n" +
 	"\rStartResponse\x128\n" +
-	"\aprocess\x18\x01 \x01(\v2\x1e.kubevisor.launcher.v1.ProcessR\aprocess\"\xc9\x01\n" +
+	"\aprocess\x18\x01 \x01(\v2\x1e.kubevisor.launcher.v1.ProcessR\aprocess\x12>\n" +
+	"\n" +
+	"companions\x18\x02 \x03(\v2\x1e.kubevisor.launcher.v1.ProcessR\n" +
+	"companions\"\xc9\x01\n" +
 	"\aProcess\x12\x10\n" +
 	"\x03pid\x18\x01 \x01(\x03R\x03pid\x12\x19\n" +
 	"\bhost_pid\x18\x02 \x01(\x03R\ahostPid\x12#\n" +
@@ -1002,7 +1179,10 @@ const file_core_driver_launcher_v1_launcher_proto_rawDesc = "" +
 	"\bdeadline\x18\x05 \x01(\v2\x1a.google.protobuf.TimestampR\bdeadline\x12<\n" +
 	"\fgrace_period\x18\x06 \x01(\v2\x19.google.protobuf.DurationR\vgracePeriod\"\r\n" +
 	"\vExitRequest\"\x0e\n" +
-	"\fExitResponse*r\n" +
+	"\fExitResponse*:\n" +
+	"\aFeature\x12\x17\n" +
+	"\x13FEATURE_UNSPECIFIED\x10\x00\x12\x16\n" +
+	"\x12FEATURE_COMPANIONS\x10\x01*r\n" +
 	"\tEventType\x12\x1a\n" +
 	"\x16EVENT_TYPE_UNSPECIFIED\x10\x00\x12\x16\n" +
 	"\x12EVENT_TYPE_STARTED\x10\x01\x12\x15\n" +
@@ -1028,58 +1208,63 @@ func file_core_driver_launcher_v1_launcher_proto_rawDescGZIP() []byte {
 	return file_core_driver_launcher_v1_launcher_proto_rawDescData
 }
 
-var file_core_driver_launcher_v1_launcher_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_core_driver_launcher_v1_launcher_proto_msgTypes = make([]protoimpl.MessageInfo, 14)
+var file_core_driver_launcher_v1_launcher_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
+var file_core_driver_launcher_v1_launcher_proto_msgTypes = make([]protoimpl.MessageInfo, 15)
 var file_core_driver_launcher_v1_launcher_proto_goTypes = []any{
-	(EventType)(0),                // 0: kubevisor.launcher.v1.EventType
-	(*InfoRequest)(nil),           // 1: kubevisor.launcher.v1.InfoRequest
-	(*InfoResponse)(nil),          // 2: kubevisor.launcher.v1.InfoResponse
-	(*StartRequest)(nil),          // 3: kubevisor.launcher.v1.StartRequest
-	(*StartResponse)(nil),         // 4: kubevisor.launcher.v1.StartResponse
-	(*Process)(nil),               // 5: kubevisor.launcher.v1.Process
-	(*ExitStatus)(nil),            // 6: kubevisor.launcher.v1.ExitStatus
-	(*ProcessState)(nil),          // 7: kubevisor.launcher.v1.ProcessState
-	(*SignalRequest)(nil),         // 8: kubevisor.launcher.v1.SignalRequest
-	(*SignalResponse)(nil),        // 9: kubevisor.launcher.v1.SignalResponse
-	(*WatchRequest)(nil),          // 10: kubevisor.launcher.v1.WatchRequest
-	(*EventsRequest)(nil),         // 11: kubevisor.launcher.v1.EventsRequest
-	(*Event)(nil),                 // 12: kubevisor.launcher.v1.Event
-	(*ExitRequest)(nil),           // 13: kubevisor.launcher.v1.ExitRequest
-	(*ExitResponse)(nil),          // 14: kubevisor.launcher.v1.ExitResponse
-	(*timestamppb.Timestamp)(nil), // 15: google.protobuf.Timestamp
-	(*durationpb.Duration)(nil),   // 16: google.protobuf.Duration
+	(Feature)(0),                  // 0: kubevisor.launcher.v1.Feature
+	(EventType)(0),                // 1: kubevisor.launcher.v1.EventType
+	(*InfoRequest)(nil),           // 2: kubevisor.launcher.v1.InfoRequest
+	(*InfoResponse)(nil),          // 3: kubevisor.launcher.v1.InfoResponse
+	(*StartRequest)(nil),          // 4: kubevisor.launcher.v1.StartRequest
+	(*Companion)(nil),             // 5: kubevisor.launcher.v1.Companion
+	(*StartResponse)(nil),         // 6: kubevisor.launcher.v1.StartResponse
+	(*Process)(nil),               // 7: kubevisor.launcher.v1.Process
+	(*ExitStatus)(nil),            // 8: kubevisor.launcher.v1.ExitStatus
+	(*ProcessState)(nil),          // 9: kubevisor.launcher.v1.ProcessState
+	(*SignalRequest)(nil),         // 10: kubevisor.launcher.v1.SignalRequest
+	(*SignalResponse)(nil),        // 11: kubevisor.launcher.v1.SignalResponse
+	(*WatchRequest)(nil),          // 12: kubevisor.launcher.v1.WatchRequest
+	(*EventsRequest)(nil),         // 13: kubevisor.launcher.v1.EventsRequest
+	(*Event)(nil),                 // 14: kubevisor.launcher.v1.Event
+	(*ExitRequest)(nil),           // 15: kubevisor.launcher.v1.ExitRequest
+	(*ExitResponse)(nil),          // 16: kubevisor.launcher.v1.ExitResponse
+	(*timestamppb.Timestamp)(nil), // 17: google.protobuf.Timestamp
+	(*durationpb.Duration)(nil),   // 18: google.protobuf.Duration
 }
 var file_core_driver_launcher_v1_launcher_proto_depIdxs = []int32{
-	7,  // 0: kubevisor.launcher.v1.InfoResponse.process:type_name -> kubevisor.launcher.v1.ProcessState
-	15, // 1: kubevisor.launcher.v1.InfoResponse.deadline:type_name -> google.protobuf.Timestamp
-	5,  // 2: kubevisor.launcher.v1.StartResponse.process:type_name -> kubevisor.launcher.v1.Process
-	15, // 3: kubevisor.launcher.v1.Process.started_at:type_name -> google.protobuf.Timestamp
-	15, // 4: kubevisor.launcher.v1.ExitStatus.time:type_name -> google.protobuf.Timestamp
-	5,  // 5: kubevisor.launcher.v1.ProcessState.process:type_name -> kubevisor.launcher.v1.Process
-	6,  // 6: kubevisor.launcher.v1.ProcessState.exit:type_name -> kubevisor.launcher.v1.ExitStatus
-	0,  // 7: kubevisor.launcher.v1.Event.type:type_name -> kubevisor.launcher.v1.EventType
-	15, // 8: kubevisor.launcher.v1.Event.time:type_name -> google.protobuf.Timestamp
-	5,  // 9: kubevisor.launcher.v1.Event.process:type_name -> kubevisor.launcher.v1.Process
-	6,  // 10: kubevisor.launcher.v1.Event.exit:type_name -> kubevisor.launcher.v1.ExitStatus
-	15, // 11: kubevisor.launcher.v1.Event.deadline:type_name -> google.protobuf.Timestamp
-	16, // 12: kubevisor.launcher.v1.Event.grace_period:type_name -> google.protobuf.Duration
-	1,  // 13: kubevisor.launcher.v1.Launcher.Info:input_type -> kubevisor.launcher.v1.InfoRequest
-	3,  // 14: kubevisor.launcher.v1.Launcher.Start:input_type -> kubevisor.launcher.v1.StartRequest
-	8,  // 15: kubevisor.launcher.v1.Launcher.Signal:input_type -> kubevisor.launcher.v1.SignalRequest
-	10, // 16: kubevisor.launcher.v1.Launcher.Watch:input_type -> kubevisor.launcher.v1.WatchRequest
-	11, // 17: kubevisor.launcher.v1.Launcher.Events:input_type -> kubevisor.launcher.v1.EventsRequest
-	13, // 18: kubevisor.launcher.v1.Launcher.Exit:input_type -> kubevisor.launcher.v1.ExitRequest
-	2,  // 19: kubevisor.launcher.v1.Launcher.Info:output_type -> kubevisor.launcher.v1.InfoResponse
-	4,  // 20: kubevisor.launcher.v1.Launcher.Start:output_type -> kubevisor.launcher.v1.StartResponse
-	9,  // 21: kubevisor.launcher.v1.Launcher.Signal:output_type -> kubevisor.launcher.v1.SignalResponse
-	7,  // 22: kubevisor.launcher.v1.Launcher.Watch:output_type -> kubevisor.launcher.v1.ProcessState
-	12, // 23: kubevisor.launcher.v1.Launcher.Events:output_type -> kubevisor.launcher.v1.Event
-	14, // 24: kubevisor.launcher.v1.Launcher.Exit:output_type -> kubevisor.launcher.v1.ExitResponse
-	19, // [19:25] is the sub-list for method output_type
-	13, // [13:19] is the sub-list for method input_type
-	13, // [13:13] is the sub-list for extension type_name
-	13, // [13:13] is the sub-list for extension extendee
-	0,  // [0:13] is the sub-list for field type_name
+	9,  // 0: kubevisor.launcher.v1.InfoResponse.process:type_name -> kubevisor.launcher.v1.ProcessState
+	17, // 1: kubevisor.launcher.v1.InfoResponse.deadline:type_name -> google.protobuf.Timestamp
+	0,  // 2: kubevisor.launcher.v1.InfoResponse.features:type_name -> kubevisor.launcher.v1.Feature
+	5,  // 3: kubevisor.launcher.v1.StartRequest.companions:type_name -> kubevisor.launcher.v1.Companion
+	7,  // 4: kubevisor.launcher.v1.StartResponse.process:type_name -> kubevisor.launcher.v1.Process
+	7,  // 5: kubevisor.launcher.v1.StartResponse.companions:type_name -> kubevisor.launcher.v1.Process
+	17, // 6: kubevisor.launcher.v1.Process.started_at:type_name -> google.protobuf.Timestamp
+	17, // 7: kubevisor.launcher.v1.ExitStatus.time:type_name -> google.protobuf.Timestamp
+	7,  // 8: kubevisor.launcher.v1.ProcessState.process:type_name -> kubevisor.launcher.v1.Process
+	8,  // 9: kubevisor.launcher.v1.ProcessState.exit:type_name -> kubevisor.launcher.v1.ExitStatus
+	1,  // 10: kubevisor.launcher.v1.Event.type:type_name -> kubevisor.launcher.v1.EventType
+	17, // 11: kubevisor.launcher.v1.Event.time:type_name -> google.protobuf.Timestamp
+	7,  // 12: kubevisor.launcher.v1.Event.process:type_name -> kubevisor.launcher.v1.Process
+	8,  // 13: kubevisor.launcher.v1.Event.exit:type_name -> kubevisor.launcher.v1.ExitStatus
+	17, // 14: kubevisor.launcher.v1.Event.deadline:type_name -> google.protobuf.Timestamp
+	18, // 15: kubevisor.launcher.v1.Event.grace_period:type_name -> google.protobuf.Duration
+	2,  // 16: kubevisor.launcher.v1.Launcher.Info:input_type -> kubevisor.launcher.v1.InfoRequest
+	4,  // 17: kubevisor.launcher.v1.Launcher.Start:input_type -> kubevisor.launcher.v1.StartRequest
+	10, // 18: kubevisor.launcher.v1.Launcher.Signal:input_type -> kubevisor.launcher.v1.SignalRequest
+	12, // 19: kubevisor.launcher.v1.Launcher.Watch:input_type -> kubevisor.launcher.v1.WatchRequest
+	13, // 20: kubevisor.launcher.v1.Launcher.Events:input_type -> kubevisor.launcher.v1.EventsRequest
+	15, // 21: kubevisor.launcher.v1.Launcher.Exit:input_type -> kubevisor.launcher.v1.ExitRequest
+	3,  // 22: kubevisor.launcher.v1.Launcher.Info:output_type -> kubevisor.launcher.v1.InfoResponse
+	6,  // 23: kubevisor.launcher.v1.Launcher.Start:output_type -> kubevisor.launcher.v1.StartResponse
+	11, // 24: kubevisor.launcher.v1.Launcher.Signal:output_type -> kubevisor.launcher.v1.SignalResponse
+	9,  // 25: kubevisor.launcher.v1.Launcher.Watch:output_type -> kubevisor.launcher.v1.ProcessState
+	14, // 26: kubevisor.launcher.v1.Launcher.Events:output_type -> kubevisor.launcher.v1.Event
+	16, // 27: kubevisor.launcher.v1.Launcher.Exit:output_type -> kubevisor.launcher.v1.ExitResponse
+	22, // [22:28] is the sub-list for method output_type
+	16, // [16:22] is the sub-list for method input_type
+	16, // [16:16] is the sub-list for extension type_name
+	16, // [16:16] is the sub-list for extension extendee
+	0,  // [0:16] is the sub-list for field type_name
 }
 
 func init() { file_core_driver_launcher_v1_launcher_proto_init() }
@@ -1092,8 +1277,8 @@ func file_core_driver_launcher_v1_launcher_proto_init() {
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_core_driver_launcher_v1_launcher_proto_rawDesc), len(file_core_driver_launcher_v1_launcher_proto_rawDesc)),
-			NumEnums:      1,
-			NumMessages:   14,
+			NumEnums:      2,
+			NumMessages:   15,
 			NumExtensions: 0,
 			NumServices:   1,
 		},
