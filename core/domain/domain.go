@@ -79,6 +79,9 @@ func Validate(spec *domainv1.DomainSpec) error {
 		if n > MaxVCPUs {
 			add("cpu", "%d vCPUs exceed the maximum of %d", n, MaxVCPUs)
 		}
+		if p := cpu.GetPinning(); p != nil && n <= MaxVCPUs {
+			validatePinning(p, int(n), add)
+		}
 	}
 	if k := spec.GetFirmware().GetKernel(); k != nil {
 		if k.GetKernelPath() == "" {
@@ -151,6 +154,32 @@ func Validate(spec *domainv1.DomainSpec) error {
 		return errs
 	}
 	return nil
+}
+
+// validatePinning checks a CPUPinning of a domain of n vCPUs: a host CPU per vCPU, distinct, and
+// emulator CPUs apart from them.
+func validatePinning(p *domainv1.CPUPinning, n int, add func(field, format string, args ...any)) {
+	if len(p.GetVcpuHostCpus()) != n {
+		add("cpu.pinning.vcpuHostCpus", "%d host CPUs for %d vCPUs: one per vCPU", len(p.GetVcpuHostCpus()), n)
+	}
+	vcpu := map[uint32]int{}
+	for i, c := range p.GetVcpuHostCpus() {
+		if j, ok := vcpu[c]; ok {
+			add(fmt.Sprintf("cpu.pinning.vcpuHostCpus[%d]", i), "host CPU %d is also vCPU %d's", c, j)
+			continue
+		}
+		vcpu[c] = i
+	}
+	seen := map[uint32]bool{}
+	for i, c := range p.GetEmulatorHostCpus() {
+		f := fmt.Sprintf("cpu.pinning.emulatorHostCpus[%d]", i)
+		if j, ok := vcpu[c]; ok {
+			add(f, "host CPU %d is vCPU %d's", c, j)
+		} else if seen[c] {
+			add(f, "duplicate host CPU %d", c)
+		}
+		seen[c] = true
+	}
 }
 
 // VCPUs is the number of vCPUs the spec asks for (1 when the CPU is not given).

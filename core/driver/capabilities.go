@@ -255,6 +255,9 @@ const (
 	DeviceBIOSSerial = "bios-serial"
 	// DeviceHugepages is Memory.hugepages: the guest RAM in a file on the hugetlbfs at its path.
 	DeviceHugepages = "hugepages"
+	// DeviceCPUPinning is CPU.pinning: each vCPU's thread on its host CPU, and the VM process's
+	// other threads on the emulator CPUs when there are some, before the guest runs.
+	DeviceCPUPinning = "cpu-pinning"
 	// DeviceNICMultiQueue is NIC.queues: a virtio NIC with that many queue pairs on a
 	// multi-queue tap.
 	DeviceNICMultiQueue = "nic-multiqueue"
@@ -285,6 +288,7 @@ var OptionalDevices = []OptionalDevice{
 	{Name: DeviceSound, Field: "sound", asked: func(s *domainv1.DomainSpec) bool { return s.GetSound() != nil }},
 	{Name: DeviceLaunchSecurity, Field: "launchSecurity", asked: func(s *domainv1.DomainSpec) bool { return s.GetLaunchSecurity() != nil }},
 	{Name: DeviceHugepages, Field: "memory.hugepages", asked: func(s *domainv1.DomainSpec) bool { return s.GetMemory().GetHugepages() != nil }},
+	{Name: DeviceCPUPinning, Field: "cpu.pinning", asked: func(s *domainv1.DomainSpec) bool { return s.GetCpu().GetPinning() != nil }},
 	{Name: DeviceStartPaused, Field: "startPaused", asked: func(s *domainv1.DomainSpec) bool { return s.GetStartPaused() }},
 	{Name: DeviceNICOptions, Field: "nics", asked: func(s *domainv1.DomainSpec) bool {
 		return slices.ContainsFunc(s.GetNics(), func(n *domainv1.NIC) bool {

@@ -419,6 +419,7 @@ func (r *syncRun) buildDomain(context.Context) error {
 		Sandbox:      &domainv1.Sandbox{LauncherSocket: r.sandbox.LauncherSocket, NetnsPath: r.sandbox.NetNSPath},
 		Acceleration: r.accel, Kernel: r.p.kernel, DiskBus: r.diskBus, CDROMBus: r.cdromBus,
 		HugepagesDir: r.sandbox.HugepagesDir,
+		CPUs:         r.sandbox.CPUs, ExactCPUs: r.sandbox.ExactCPUs,
 	}
 	spec, err := assemble.Domain(r.vmi, in)
 	if err != nil {

@@ -239,7 +239,13 @@ func (b *argBuilder) build() {
 		b.add("-uuid", u)
 	}
 	b.machine()
-	b.add("-accel", string(b.env.Accel))
+	if b.env.Accel == AccelTCG && spec.GetCpu().GetPinning() != nil {
+		// A thread per vCPU, to pin each (cpu.pinning): multi-threaded TCG, which QEMU
+		// refuses to start without rather than fall back to one thread for every vCPU.
+		b.add("-accel", "tcg,thread=multi")
+	} else {
+		b.add("-accel", string(b.env.Accel))
+	}
 	b.cpu()
 	b.memory()
 	if s := spec.GetFirmware().GetSerial(); s != "" {

@@ -86,6 +86,21 @@ func TestBuildArgs(t *testing.T) {
 			want: [][]string{{"-cpu", "host"}},
 		},
 		{
+			name: "pinned vCPUs under tcg: a thread per vCPU",
+			spec: func(s *domainv1.DomainSpec) {
+				s.Cpu = &domainv1.CPU{Sockets: 2, Pinning: &domainv1.CPUPinning{VcpuHostCpus: []uint32{1, 0}}}
+			},
+			want: [][]string{{"-accel", "tcg,thread=multi"}, {"-smp", "2,sockets=2,cores=1,threads=1"}},
+		},
+		{
+			name: "pinned vCPUs under kvm: a thread per vCPU anyway",
+			spec: func(s *domainv1.DomainSpec) {
+				s.Cpu = &domainv1.CPU{Pinning: &domainv1.CPUPinning{VcpuHostCpus: []uint32{1}, EmulatorHostCpus: []uint32{0}}}
+			},
+			env:  func(e *HostEnv) { e.Accel = AccelKVM },
+			want: [][]string{{"-accel", "kvm"}},
+		},
+		{
 			name: "tcg host-model is max",
 			spec: func(s *domainv1.DomainSpec) { s.Cpu = &domainv1.CPU{Model: "host-model"} },
 			want: [][]string{{"-cpu", "max"}},

@@ -8,6 +8,8 @@ import (
 	"fmt"
 	"path/filepath"
 	"regexp"
+	"slices"
+	"strconv"
 	"strings"
 
 	"google.golang.org/grpc/codes"
@@ -89,6 +91,15 @@ type Inputs struct {
 	// sees it (the sandbox's, SandboxSpec.HugepagesDir). Required when the VMI has
 	// memory.hugepages.
 	HugepagesDir string
+	// CPUs are the host CPUs the VM process may run on (the sandbox's: its cgroup's cpuset), in
+	// increasing order. Required when the VMI has cpu.dedicatedCpuPlacement: its vCPUs and
+	// emulator are pinned onto the first of them.
+	CPUs []uint32
+	// ExactCPUs says that the sandbox asked for as many CPUs as the VMI's DedicatedCPUs, to be
+	// its own (a Guaranteed launcher pod with whole CPUs): then CPUs must be that many, and
+	// more means the node did not give it exclusive CPUs (its kubelet's CPU manager policy is
+	// not static).
+	ExactCPUs bool
 	// DiskBus and CDROMBus replace DefaultDiskBus and DefaultCDROMBus for disks and cdroms whose
 	// VMI names no bus (a guest without AHCI needs its cdroms on scsi, for one).
 	DiskBus, CDROMBus domainv1.DiskBus
@@ -131,6 +142,8 @@ const (
 //   - cpu: sockets/cores/threads/model (a topology field left 0 is 1); without a topology the
 //     vCPUs are the CPU limit, else request, rounded up, as sockets; else 1 vCPU
 //     (v1alpha1.DomainSpec.VCPUs);
+//   - cpu.dedicatedCpuPlacement: cpu.pinning, vCPU i on the i-th of in.CPUs and, with
+//     isolateEmulatorThread, the emulator on the next one (Pinning);
 //   - memory: memory.guest, else resources.requests.memory, else resources.limits.memory;
 //     memory.hugepages: the guest memory on huge pages of pageSize in in.HugepagesDir;
 //   - machine.type; firmware: bios (default), efi (secureBoot defaults to true), kernelBoot
@@ -299,7 +312,62 @@ func (b *builder) cpu() *domainv1.CPU {
 			b.fail(field, "%s vCPUs exceed the maximum of %d", q.String(), domain.MaxVCPUs)
 		}
 	}
+	if n >= 1 && n <= domain.MaxVCPUs {
+		cpu.Pinning = b.pinning(int(n))
+	}
 	return cpu
+}
+
+// pinning is the CPUPinning of a VMI of n vCPUs with cpu.dedicatedCpuPlacement (nil without):
+// vCPU i on in.CPUs[i] and, with isolateEmulatorThread, the emulator on in.CPUs[n].
+func (b *builder) pinning(n int) *domainv1.CPUPinning {
+	d := &b.vmi.Spec.Domain
+	need := int(d.DedicatedCPUs())
+	if need == 0 {
+		return nil
+	}
+	const field = fieldDomain + ".cpu.dedicatedCpuPlacement"
+	have := b.in.CPUs
+	switch {
+	case len(have) == 0:
+		b.fail(field, "the VMI's sandbox does not say which host CPUs it has")
+		return nil
+	case len(have) < need:
+		what := "one per vCPU"
+		if d.CPU.IsolateEmulatorThread {
+			what += " and one for the emulator"
+		}
+		b.fail(field, "%d dedicated host CPUs needed (%s), and the VMI's sandbox has %d (%s)", need, what, len(have), CPUList(have))
+		return nil
+	case b.in.ExactCPUs && len(have) > need:
+		b.fail(field, "the launcher pod has host CPUs %s, not %d of its own: the node's kubelet does not give exclusive CPUs (its CPU manager policy is not static), though the node is labelled %s=true",
+			CPUList(have), need, v1alpha1.CPUManagerNodeLabel)
+		return nil
+	}
+	p := &domainv1.CPUPinning{VcpuHostCpus: slices.Clone(have[:n])}
+	if d.CPU.IsolateEmulatorThread {
+		p.EmulatorHostCpus = []uint32{have[n]}
+	}
+	return p
+}
+
+// CPUList writes CPU numbers in the kernel's list format ("0-3,8"), as cpuset.cpus and
+// Cpus_allowed_list do; cpus are in increasing order.
+func CPUList(cpus []uint32) string {
+	var parts []string
+	for i := 0; i < len(cpus); {
+		j := i
+		for j+1 < len(cpus) && cpus[j+1] == cpus[j]+1 {
+			j++
+		}
+		if j == i {
+			parts = append(parts, strconv.FormatUint(uint64(cpus[i]), 10))
+		} else {
+			parts = append(parts, fmt.Sprintf("%d-%d", cpus[i], cpus[j]))
+		}
+		i = j + 1
+	}
+	return strings.Join(parts, ",")
 }
 
 func (b *builder) memory() *domainv1.Memory {

@@ -23,6 +23,7 @@ import (
 	"github.com/kubevisor/kubevisor/core/api/v1alpha1"
 	"github.com/kubevisor/kubevisor/core/handler"
 	"github.com/kubevisor/kubevisor/core/launcher"
+	"github.com/kubevisor/kubevisor/internal/procfs"
 )
 
 // Timeouts of the sandbox's processes.
@@ -177,7 +178,14 @@ func newSandbox(ctx context.Context, log hclog.Logger, cfg handler.Config, vmi *
 	}
 	_ = cl.Close()
 
-	s.spec = handler.SandboxSpec{NetNSPath: s.nsPath}
+	// The VM process runs on the launcher's CPUs (or, bypassing the launcher, the driver's,
+	// which are the handler's as the launcher's are): a VMI with dedicatedCpuPlacement is
+	// pinned onto the first of them. Nothing makes them exclusive here.
+	cpus, err := procfs.Affinity(s.launcher.Process.Pid)
+	if err != nil {
+		return s, fmt.Errorf("launcher: %w", err)
+	}
+	s.spec = handler.SandboxSpec{NetNSPath: s.nsPath, CPUs: cpus}
 	if !c.BypassLauncher {
 		s.spec.LauncherSocket = filepath.Join(s.dir, launcher.SocketName)
 	}
