@@ -228,7 +228,9 @@ func TestCheckSupported(t *testing.T) {
 		},
 		{
 			name: "dedicated CPUs offered",
-			vmi:  func(v *v1alpha1.VirtualMachineInstance) { v.Spec.Domain.CPU = &v1alpha1.CPU{DedicatedCPUPlacement: true} },
+			vmi: func(v *v1alpha1.VirtualMachineInstance) {
+				v.Spec.Domain.CPU = &v1alpha1.CPU{DedicatedCPUPlacement: true}
+			},
 		},
 		{
 			name: "dedicated CPUs not offered",
