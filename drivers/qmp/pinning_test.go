@@ -142,6 +142,65 @@ func TestCPUPinning(t *testing.T) {
 	}
 }
 
+// TestCPUPinningThroughLauncher pins a VM whose QEMU a kubevisor-launcher started in a pid
+// namespace of its own, as in a launcher pod: query-cpus-fast names the vCPU thread by its id
+// in that namespace, which the driver maps to its own. The vCPU thread (found by its name, in
+// this namespace) runs on CPU 1 alone, QEMU's main thread on CPU 0.
+func TestCPUPinningThroughLauncher(t *testing.T) {
+	requireQEMU(t)
+	mine, err := procfs.Affinity(0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(mine) < 2 || mine[0] != 0 || mine[1] != 1 {
+		testenv.Missing(t, "the test runs on CPUs %v; it pins onto CPUs 0 and 1", mine)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+	defer cancel()
+	_, sock, lc, _ := launcherInNamespaces(ctx, t)
+	d := newTestDriver(t, t.TempDir())
+	h := inProcess(t, d)
+	spec := echoSpec(t, "pinning-launcher", true, 0)
+	spec.Sandbox = &domainv1.Sandbox{LauncherSocket: sock, NetnsPath: fmt.Sprintf("/proc/%d/ns/net", lc.LauncherPid())}
+	spec.Cpu = &domainv1.CPU{Sockets: 1, Cores: 1, Threads: 1,
+		Pinning: &domainv1.CPUPinning{VcpuHostCpus: []uint32{1}, EmulatorHostCpus: []uint32{0}}}
+	if _, err := h.Create(ctx, spec); err != nil {
+		t.Fatal(err)
+	}
+	if err := h.Start(ctx, spec.GetId()); err != nil {
+		t.Fatalf("Start: %v", err)
+	}
+	defer func() { _ = h.Kill(context.Background(), spec.GetId()) }()
+	out, _, _ := attachConsole(t, h, spec.GetId())
+	out.waitCount(t, BootSectorMarker, 1, 30*time.Second)
+	st, err := h.Status(ctx, spec.GetId())
+	if err != nil {
+		t.Fatal(err)
+	}
+	pid := int(st.GetPid())
+	inner, err := procfs.InnermostPid(pid)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if inner == pid {
+		t.Fatalf("QEMU (pid %d here) has the same pid in its own namespace: not in the launcher's pid namespace", pid)
+	}
+	tid, ok := threadsByName(t, pid)["CPU 0/TCG"]
+	if !ok {
+		tid, ok = threadsByName(t, pid)["CPU 0/KVM"]
+	}
+	if !ok {
+		t.Fatalf("QEMU (pid %d) has no thread of vCPU 0", pid)
+	}
+	t.Logf("QEMU: pid %d here, %d in the launcher's namespace; vCPU 0's thread %d", pid, inner, tid)
+	if got := cpusAllowed(t, pid, tid); got != "1" {
+		t.Errorf("vCPU 0's thread may run on CPUs %s, want 1", got)
+	}
+	if got := cpusAllowed(t, pid, pid); got != "0" {
+		t.Errorf("QEMU's main thread may run on CPUs %s, want 0", got)
+	}
+}
+
 // cpuList writes cpus as the kernel's list format does ("0-1").
 func cpuList(cpus []uint32) string {
 	var parts []string
