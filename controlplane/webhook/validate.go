@@ -64,7 +64,8 @@ const notSupported = "not supported"
 //   - cpu.isolateEmulatorThread only with cpu.dedicatedCpuPlacement; with dedicatedCpuPlacement,
 //     resources.requests.cpu and resources.limits.cpu, when set, equal to the vCPU count
 //     (whole CPUs), and resources.requests.memory equal to resources.limits.memory when both
-//     are set (the launcher pod must be Guaranteed);
+//     are set (the launcher pod must be Guaranteed); cpu.numa.guestMappingPassthrough only with
+//     dedicatedCpuPlacement and memory.hugepages;
 //   - inline cloud-init data within MaxCloudInitUserDataBytes / MaxCloudInitNetworkDataBytes;
 //   - livenessProbe and readinessProbe: one of httpGet and tcpSocket, on a numeric port the
 //     kubelet reaches the guest at through the pod network (probes);
@@ -911,6 +912,15 @@ func ValidateMigrationSpecUpdate(newSpec, oldSpec *v1alpha1.VirtualMachineInstan
 func (v *validator) dedicatedCPUs() {
 	d := &v.spec.Domain
 	cp, rp := v.domainPath().Child("cpu"), v.domainPath().Child("resources")
+	if d.NUMAPassthrough() {
+		np := cp.Child("numa", "guestMappingPassthrough")
+		if !d.CPU.DedicatedCPUPlacement {
+			v.add(field.Invalid(np, "{}", "requires cpu.dedicatedCpuPlacement"))
+		}
+		if d.MemoryHugepages() == nil {
+			v.add(field.Invalid(np, "{}", "requires memory.hugepages"))
+		}
+	}
 	if d.CPU == nil || !d.CPU.DedicatedCPUPlacement {
 		if d.CPU != nil && d.CPU.IsolateEmulatorThread {
 			v.add(field.Invalid(cp.Child("isolateEmulatorThread"), true, "requires cpu.dedicatedCpuPlacement"))

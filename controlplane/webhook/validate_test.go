@@ -264,6 +264,21 @@ func TestValidate(t *testing.T) {
 				s.Domain.CPU.DedicatedCPUPlacement = true
 				s.Domain.Resources.Limits = corev1.ResourceList{corev1.ResourceMemory: resource.MustParse("256Mi")}
 			}},
+		{name: "NUMA passthrough with dedicated CPUs on huge pages", change: func(s *v1alpha1.VirtualMachineInstanceSpec) {
+			s.Domain.CPU.DedicatedCPUPlacement = true
+			s.Domain.CPU.NUMA = &v1alpha1.NUMA{GuestMappingPassthrough: &v1alpha1.NUMAGuestMappingPassthrough{}}
+			s.Domain.Memory = &v1alpha1.Memory{Hugepages: &v1alpha1.Hugepages{PageSize: "2Mi"}}
+		}},
+		{name: "NUMA passthrough without dedicated CPUs", field: "spec.domain.cpu.numa.guestMappingPassthrough", detail: "requires cpu.dedicatedCpuPlacement",
+			change: func(s *v1alpha1.VirtualMachineInstanceSpec) {
+				s.Domain.CPU.NUMA = &v1alpha1.NUMA{GuestMappingPassthrough: &v1alpha1.NUMAGuestMappingPassthrough{}}
+				s.Domain.Memory = &v1alpha1.Memory{Hugepages: &v1alpha1.Hugepages{PageSize: "2Mi"}}
+			}},
+		{name: "NUMA passthrough without huge pages", field: "spec.domain.cpu.numa.guestMappingPassthrough", detail: "requires memory.hugepages",
+			change: func(s *v1alpha1.VirtualMachineInstanceSpec) {
+				s.Domain.CPU.DedicatedCPUPlacement = true
+				s.Domain.CPU.NUMA = &v1alpha1.NUMA{GuestMappingPassthrough: &v1alpha1.NUMAGuestMappingPassthrough{}}
+			}},
 		{name: "memory requests below limits without dedicated CPUs", change: func(s *v1alpha1.VirtualMachineInstanceSpec) {
 			s.Domain.Resources.Limits = corev1.ResourceList{corev1.ResourceMemory: resource.MustParse("256Mi")}
 		}},

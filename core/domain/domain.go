@@ -82,6 +82,9 @@ func Validate(spec *domainv1.DomainSpec) error {
 		if p := cpu.GetPinning(); p != nil && n <= MaxVCPUs {
 			validatePinning(p, int(n), add)
 		}
+		if cells := cpu.GetNumaCells(); len(cells) > 0 && n <= MaxVCPUs {
+			validateNUMA(cells, int(n), spec.GetMemory(), add)
+		}
 	}
 	if k := spec.GetFirmware().GetKernel(); k != nil {
 		if k.GetKernelPath() == "" {
@@ -179,6 +182,42 @@ func validatePinning(p *domainv1.CPUPinning, n int, add func(field, format strin
 			add(f, "duplicate host CPU %d", c)
 		}
 		seen[c] = true
+	}
+}
+
+// validateNUMA checks the guest NUMA nodes of a domain of n vCPUs: each vCPU in one node, each
+// node with memory (whole huge pages on huge pages), all of the guest memory in them.
+func validateNUMA(cells []*domainv1.NUMACell, n int, mem *domainv1.Memory, add func(field, format string, args ...any)) {
+	in := map[uint32]int{}
+	var total uint64
+	page := mem.GetHugepages().GetPageSizeBytes()
+	for i, c := range cells {
+		f := fmt.Sprintf("cpu.numaCells[%d]", i)
+		if len(c.GetVcpus()) == 0 {
+			add(f+".vcpus", "required")
+		}
+		for j, v := range c.GetVcpus() {
+			switch other, ok := in[v]; {
+			case int(v) >= n:
+				add(fmt.Sprintf("%s.vcpus[%d]", f, j), "vCPU %d of %d", v, n)
+			case ok:
+				add(fmt.Sprintf("%s.vcpus[%d]", f, j), "vCPU %d is also in node %d", v, other)
+			}
+			in[v] = i
+		}
+		switch m := c.GetMemoryBytes(); {
+		case m == 0:
+			add(f+".memoryBytes", "required and > 0")
+		case page != 0 && m%page != 0:
+			add(f+".memoryBytes", "%d is not a multiple of the huge page size %d", m, page)
+		}
+		total += c.GetMemoryBytes()
+	}
+	if len(in) != n {
+		add("cpu.numaCells", "%d of the %d vCPUs are in a node: every vCPU must be", len(in), n)
+	}
+	if total != mem.GetGuestBytes() {
+		add("cpu.numaCells", "the nodes' memory adds up to %d bytes, the guest memory is %d", total, mem.GetGuestBytes())
 	}
 }
 

@@ -35,6 +35,7 @@ func TestValidateAcceptsValidSpec(t *testing.T) {
 	}
 	pinned := validSpec()
 	pinned.Cpu.Pinning = &domainv1.CPUPinning{VcpuHostCpus: []uint32{3, 1}, EmulatorHostCpus: []uint32{0}}
+	pinned.Cpu.NumaCells = []*domainv1.NUMACell{{Vcpus: []uint32{1}, MemoryBytes: 64 << 20, HostNodes: []uint32{0}}, {Vcpus: []uint32{0}, MemoryBytes: 64 << 20, HostNodes: []uint32{1}}}
 	if err := domain.Validate(pinned); err != nil {
 		t.Fatalf("Validate of a pinned spec = %v", err)
 	}
@@ -73,6 +74,22 @@ func TestValidateRejects(t *testing.T) {
 		{"an emulator CPU twice", func(s *domainv1.DomainSpec) {
 			s.Cpu.Pinning = &domainv1.CPUPinning{VcpuHostCpus: []uint32{1, 2}, EmulatorHostCpus: []uint32{0, 0}}
 		}, "cpu.pinning.emulatorHostCpus[1]"},
+		{"a vCPU in no NUMA node", func(s *domainv1.DomainSpec) {
+			s.Cpu.NumaCells = []*domainv1.NUMACell{{Vcpus: []uint32{0}, MemoryBytes: 128 << 20}}
+		}, "cpu.numaCells"},
+		{"a vCPU in two NUMA nodes", func(s *domainv1.DomainSpec) {
+			s.Cpu.NumaCells = []*domainv1.NUMACell{{Vcpus: []uint32{0, 1}, MemoryBytes: 64 << 20}, {Vcpus: []uint32{1}, MemoryBytes: 64 << 20}}
+		}, "cpu.numaCells[1].vcpus[0]"},
+		{"NUMA nodes short of the guest memory", func(s *domainv1.DomainSpec) {
+			s.Cpu.NumaCells = []*domainv1.NUMACell{{Vcpus: []uint32{0}, MemoryBytes: 32 << 20}, {Vcpus: []uint32{1}, MemoryBytes: 64 << 20}}
+		}, "cpu.numaCells"},
+		{"a NUMA node without memory", func(s *domainv1.DomainSpec) {
+			s.Cpu.NumaCells = []*domainv1.NUMACell{{Vcpus: []uint32{0, 1}, MemoryBytes: 128 << 20}, {Vcpus: []uint32{}}}
+		}, "cpu.numaCells[1].memoryBytes"},
+		{"a NUMA node's memory not whole huge pages", func(s *domainv1.DomainSpec) {
+			s.Memory.Hugepages = &domainv1.Hugepages{PageSizeBytes: 2 << 20, Path: "/huge"}
+			s.Cpu.NumaCells = []*domainv1.NUMACell{{Vcpus: []uint32{0}, MemoryBytes: 63 << 20}, {Vcpus: []uint32{1}, MemoryBytes: 65 << 20}}
+		}, "cpu.numaCells[0].memoryBytes"},
 		{"relative kernel", func(s *domainv1.DomainSpec) { s.GetFirmware().GetKernel().KernelPath = "vmlinuz" }, "firmware.kernel.kernelPath"},
 		{"missing kernel", func(s *domainv1.DomainSpec) { s.GetFirmware().GetKernel().KernelPath = "" }, "firmware.kernel.kernelPath"},
 		{"relative disk", func(s *domainv1.DomainSpec) { s.Disks[0].Path = "root.qcow2" }, "disks[0].path"},

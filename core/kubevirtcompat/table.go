@@ -55,7 +55,6 @@ var entries = []Entry{
 	{Path: "domain.launchSecurity.sev.session", Reason: sevAttestationReason, Alternative: "launchSecurity.sev without attestation"},
 	{Path: "domain.launchSecurity.snp", Reason: "QEMU 7.2 (Debian 12's, which the qmp driver runs) has no SEV-SNP guests: sev-snp-guest came in QEMU 9.1", Alternative: "launchSecurity.sev"},
 	{Path: "domain.launchSecurity.tdx", Reason: "QEMU 7.2 (Debian 12's, which the qmp driver runs) has no Intel TDX guests: tdx-guest came in QEMU 10.0"},
-	{Path: "domain.cpu.numa", Issue: 15},
 	{Path: "domain.cpu.maxSockets", Reason: "CPU hotplug is not implemented", Alternative: "sockets, set to what the guest needs"},
 	{Path: "domain.cpu.realtime", Reason: "real-time vCPU tuning is not implemented", Alternative: "dedicatedCpuPlacement (each vCPU on an exclusive host CPU) with isolateEmulatorThread"},
 	{Path: "domain.memory.maxGuest", Reason: "memory hotplug is not implemented", Alternative: "memory.guest, set to what the guest needs"},

@@ -151,7 +151,7 @@ func (d *Driver) Capabilities(context.Context) (*basev1.Capabilities, error) {
 			driver.DeviceInput, driver.DeviceWatchdog, driver.DeviceBalloon, driver.DeviceDiskOptions,
 			driver.DeviceCPUFeatures, driver.DeviceNICOptions,
 			driver.DeviceStartPaused, driver.DeviceSound, driver.DeviceBIOSSerial, driver.DeviceLaunchSecurity, driver.DeviceHugepages,
-			driver.DeviceCPUPinning,
+			driver.DeviceCPUPinning, driver.DeviceNUMA,
 			driver.DeviceNICMultiQueue, driver.DeviceVirtioTransitional},
 	}, nil
 }

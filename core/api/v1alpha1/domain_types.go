@@ -172,7 +172,24 @@ type CPU struct {
 	// Without it they share the vCPUs' CPUs.
 	// +optional
 	IsolateEmulatorThread bool `json:"isolateEmulatorThread,omitempty"`
+	// NUMA gives the guest a NUMA topology.
+	// +optional
+	NUMA *NUMA `json:"numa,omitempty"`
 }
+
+// NUMA is the guest's NUMA topology.
+type NUMA struct {
+	// GuestMappingPassthrough mirrors the host's: a guest NUMA node per host NUMA node that
+	// holds dedicated CPUs of the VMI, with the vCPUs pinned there and an equal share of the
+	// guest memory (whole huge pages) bound to that host node's memory. It requires
+	// dedicatedCpuPlacement and memory.hugepages. The hypervisor driver must offer "numa".
+	// +optional
+	GuestMappingPassthrough *NUMAGuestMappingPassthrough `json:"guestMappingPassthrough,omitempty"`
+}
+
+// NUMAGuestMappingPassthrough asks for the guest NUMA topology of NUMA.GuestMappingPassthrough;
+// it has no settings.
+type NUMAGuestMappingPassthrough struct{}
 
 // CPUFeature is one CPU feature and what to do with it.
 type CPUFeature struct {

@@ -203,6 +203,11 @@ func (d *DomainSpec) DedicatedCPUs() int64 {
 	return n
 }
 
+// NUMAPassthrough says whether the domain asks for cpu.numa.guestMappingPassthrough.
+func (d *DomainSpec) NUMAPassthrough() bool {
+	return d.CPU != nil && d.CPU.NUMA != nil && d.CPU.NUMA.GuestMappingPassthrough != nil
+}
+
 // MemoryHugepages is memory.hugepages, nil when the guest memory is not on huge pages.
 func (d *DomainSpec) MemoryHugepages() *Hugepages {
 	if d.Memory == nil {

@@ -6,6 +6,7 @@ package assemble
 
 import (
 	"fmt"
+	"maps"
 	"path/filepath"
 	"regexp"
 	"slices"
@@ -95,6 +96,9 @@ type Inputs struct {
 	// increasing order. Required when the VMI has cpu.dedicatedCpuPlacement: its vCPUs and
 	// emulator are pinned onto the first of them.
 	CPUs []uint32
+	// HostNUMANodes maps each host CPU to its host NUMA node (/sys/devices/system/node). Required
+	// when the VMI has cpu.numa.guestMappingPassthrough.
+	HostNUMANodes map[uint32]uint32
 	// ExactCPUs says that the sandbox asked for as many CPUs as the VMI's DedicatedCPUs, to be
 	// its own (a Guaranteed launcher pod with whole CPUs): then CPUs must be that many, and
 	// more means the node did not give it exclusive CPUs (its kubelet's CPU manager policy is
@@ -144,6 +148,8 @@ const (
 //     (v1alpha1.DomainSpec.VCPUs);
 //   - cpu.dedicatedCpuPlacement: cpu.pinning, vCPU i on the i-th of in.CPUs and, with
 //     isolateEmulatorThread, the emulator on the next one (Pinning);
+//   - cpu.numa.guestMappingPassthrough: cpu.numa_cells, a guest node per host NUMA node of the
+//     pinned vCPUs (NUMACells);
 //   - memory: memory.guest, else resources.requests.memory, else resources.limits.memory;
 //     memory.hugepages: the guest memory on huge pages of pageSize in in.HugepagesDir;
 //   - machine.type; firmware: bios (default), efi (secureBoot defaults to true), kernelBoot
@@ -229,6 +235,7 @@ func (b *builder) build() *domainv1.DomainSpec {
 	}
 	spec.Cpu = b.cpu()
 	spec.Memory = b.memory()
+	spec.Cpu.NumaCells = b.numaCells(spec.Cpu.GetPinning(), spec.Memory)
 	spec.Firmware, spec.Uuid = b.firmware()
 	b.boot = map[uint]string{}
 	spec.Disks = b.disks()
@@ -349,6 +356,54 @@ func (b *builder) pinning(n int) *domainv1.CPUPinning {
 		p.EmulatorHostCpus = []uint32{have[n]}
 	}
 	return p
+}
+
+// numaCells are the guest NUMA nodes of a VMI with cpu.numa.guestMappingPassthrough (nil
+// without): one per host NUMA node that holds a vCPU's host CPU (pinning), in the host nodes'
+// order, with those vCPUs, bound to that host node, and the guest memory split evenly among
+// them in whole huge pages, the first nodes taking a page more where it does not divide.
+func (b *builder) numaCells(pinning *domainv1.CPUPinning, mem *domainv1.Memory) []*domainv1.NUMACell {
+	if !b.vmi.Spec.Domain.NUMAPassthrough() {
+		return nil
+	}
+	const field = fieldDomain + ".cpu.numa.guestMappingPassthrough"
+	page := mem.GetHugepages().GetPageSizeBytes()
+	switch {
+	case pinning == nil || page == 0:
+		// dedicatedCpuPlacement or memory.hugepages is missing or failed: said elsewhere, or
+		// here when the VMI does not ask.
+		if d := &b.vmi.Spec.Domain; !d.CPU.DedicatedCPUPlacement || d.MemoryHugepages() == nil {
+			b.fail(field, "requires cpu.dedicatedCpuPlacement and memory.hugepages")
+		}
+		return nil
+	case b.in.HostNUMANodes == nil:
+		b.fail(field, "the node does not say its NUMA nodes")
+		return nil
+	}
+	byNode := map[uint32][]uint32{}
+	for v, c := range pinning.GetVcpuHostCpus() {
+		n, ok := b.in.HostNUMANodes[c]
+		if !ok {
+			b.fail(field, "host CPU %d (vCPU %d's) is in no NUMA node of the node", c, v)
+			return nil
+		}
+		byNode[n] = append(byNode[n], uint32(v))
+	}
+	nodes := slices.Sorted(maps.Keys(byNode))
+	pages := mem.GetGuestBytes() / page
+	if pages < uint64(len(nodes)) {
+		b.fail(field, "%d huge pages of guest memory cannot be split among %d NUMA nodes", pages, len(nodes))
+		return nil
+	}
+	cells := make([]*domainv1.NUMACell, len(nodes))
+	for i, n := range nodes {
+		share := pages / uint64(len(nodes))
+		if uint64(i) < pages%uint64(len(nodes)) {
+			share++
+		}
+		cells[i] = &domainv1.NUMACell{Vcpus: byNode[n], MemoryBytes: share * page, HostNodes: []uint32{n}}
+	}
+	return cells
 }
 
 // CPUList writes CPU numbers in the kernel's list format ("0-3,8"), as cpuset.cpus and

@@ -22,6 +22,15 @@ var standInCPUs = func() []uint32 {
 	return cpus
 }()
 
+// standInNUMA puts every stand-in CPU in host NUMA node 0.
+var standInNUMA = func() map[uint32]uint32 {
+	m := make(map[uint32]uint32, len(standInCPUs))
+	for _, c := range standInCPUs {
+		m[c] = 0
+	}
+	return m
+}()
+
 // StandIns are Inputs with a stand-in for every driver result Domain needs: a prepared raw disk
 // for each of volumes (by name), an interface result with its own tap and MAC for each of
 // interfaces, a run directory, a kernel and a hugetlbfs directory. Given them, Domain reports only what is wrong with
@@ -38,6 +47,8 @@ func StandIns(volumes, interfaces []string) Inputs {
 		HugepagesDir: StandInDir + "/hugepages",
 		// Whether it has the CPUs dedicatedCpuPlacement needs is the node's business.
 		CPUs: standInCPUs,
+		// One NUMA node: the guest's NUMA nodes are the node's business.
+		HostNUMANodes: standInNUMA,
 	}
 	for _, v := range volumes {
 		in.Disks[v] = &storagev1.PreparedDisk{VolumeName: v, Path: StandInDir + "/" + v, Format: domainv1.DiskFormat_DISK_FORMAT_RAW}

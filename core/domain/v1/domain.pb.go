@@ -1280,7 +1280,10 @@ type CPU struct {
 	Features []*CPUFeature `protobuf:"bytes,5,rep,name=features,proto3" json:"features,omitempty"`
 	// pinning, when set, places the VM process's threads on host CPUs (the VMI's
 	// dedicatedCpuPlacement). Sent only to a driver declaring "cpu-pinning".
-	Pinning       *CPUPinning `protobuf:"bytes,6,opt,name=pinning,proto3" json:"pinning,omitempty"`
+	Pinning *CPUPinning `protobuf:"bytes,6,opt,name=pinning,proto3" json:"pinning,omitempty"`
+	// numa_cells, when set, are the guest's NUMA nodes (cell i is guest node i): every vCPU in
+	// exactly one, the guest memory split among them. Sent only to a driver declaring "numa".
+	NumaCells     []*NUMACell `protobuf:"bytes,7,rep,name=numa_cells,json=numaCells,proto3" json:"numa_cells,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1357,6 +1360,80 @@ func (x *CPU) GetPinning() *CPUPinning {
 	return nil
 }
 
+func (x *CPU) GetNumaCells() []*NUMACell {
+	if x != nil {
+		return x.NumaCells
+	}
+	return nil
+}
+
+// NUMACell is one guest NUMA node: its vCPUs, its share of the guest memory, and the host NUMA
+// nodes that memory comes from.
+type NUMACell struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// vcpus are the vCPU indexes (0 to vCPUs - 1) of the node. Required.
+	Vcpus []uint32 `protobuf:"varint,1,rep,packed,name=vcpus,proto3" json:"vcpus,omitempty"`
+	// memory_bytes is the node's memory; the cells' memory adds up to memory.guest_bytes, each a
+	// multiple of the huge page size with memory.hugepages. Required, > 0.
+	MemoryBytes uint64 `protobuf:"varint,2,opt,name=memory_bytes,json=memoryBytes,proto3" json:"memory_bytes,omitempty"`
+	// host_nodes, when set, bind the node's memory to those host NUMA nodes (mbind MPOL_BIND):
+	// the start fails rather than take memory elsewhere.
+	HostNodes     []uint32 `protobuf:"varint,3,rep,packed,name=host_nodes,json=hostNodes,proto3" json:"host_nodes,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *NUMACell) Reset() {
+	*x = NUMACell{}
+	mi := &file_core_domain_v1_domain_proto_msgTypes[13]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *NUMACell) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*NUMACell) ProtoMessage() {}
+
+func (x *NUMACell) ProtoReflect() protoreflect.Message {
+	mi := &file_core_domain_v1_domain_proto_msgTypes[13]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use NUMACell.ProtoReflect.Descriptor instead.
+func (*NUMACell) Descriptor() ([]byte, []int) {
+	return file_core_domain_v1_domain_proto_rawDescGZIP(), []int{13}
+}
+
+func (x *NUMACell) GetVcpus() []uint32 {
+	if x != nil {
+		return x.Vcpus
+	}
+	return nil
+}
+
+func (x *NUMACell) GetMemoryBytes() uint64 {
+	if x != nil {
+		return x.MemoryBytes
+	}
+	return 0
+}
+
+func (x *NUMACell) GetHostNodes() []uint32 {
+	if x != nil {
+		return x.HostNodes
+	}
+	return nil
+}
+
 // CPUPinning is where the VM process's threads run: host CPU numbers as the kernel numbers them
 // (sched_setaffinity(2), /sys/devices/system/cpu/cpuN), all within the sandbox's CPUs (its
 // cgroup's cpuset), which the node handler took them from. A driver pins its threads before the
@@ -1376,7 +1453,7 @@ type CPUPinning struct {
 
 func (x *CPUPinning) Reset() {
 	*x = CPUPinning{}
-	mi := &file_core_domain_v1_domain_proto_msgTypes[13]
+	mi := &file_core_domain_v1_domain_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1388,7 +1465,7 @@ func (x *CPUPinning) String() string {
 func (*CPUPinning) ProtoMessage() {}
 
 func (x *CPUPinning) ProtoReflect() protoreflect.Message {
-	mi := &file_core_domain_v1_domain_proto_msgTypes[13]
+	mi := &file_core_domain_v1_domain_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1401,7 +1478,7 @@ func (x *CPUPinning) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CPUPinning.ProtoReflect.Descriptor instead.
 func (*CPUPinning) Descriptor() ([]byte, []int) {
-	return file_core_domain_v1_domain_proto_rawDescGZIP(), []int{13}
+	return file_core_domain_v1_domain_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *CPUPinning) GetVcpuHostCpus() []uint32 {
@@ -1431,7 +1508,7 @@ type CPUFeature struct {
 
 func (x *CPUFeature) Reset() {
 	*x = CPUFeature{}
-	mi := &file_core_domain_v1_domain_proto_msgTypes[14]
+	mi := &file_core_domain_v1_domain_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1443,7 +1520,7 @@ func (x *CPUFeature) String() string {
 func (*CPUFeature) ProtoMessage() {}
 
 func (x *CPUFeature) ProtoReflect() protoreflect.Message {
-	mi := &file_core_domain_v1_domain_proto_msgTypes[14]
+	mi := &file_core_domain_v1_domain_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1456,7 +1533,7 @@ func (x *CPUFeature) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CPUFeature.ProtoReflect.Descriptor instead.
 func (*CPUFeature) Descriptor() ([]byte, []int) {
-	return file_core_domain_v1_domain_proto_rawDescGZIP(), []int{14}
+	return file_core_domain_v1_domain_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *CPUFeature) GetName() string {
@@ -1487,7 +1564,7 @@ type Memory struct {
 
 func (x *Memory) Reset() {
 	*x = Memory{}
-	mi := &file_core_domain_v1_domain_proto_msgTypes[15]
+	mi := &file_core_domain_v1_domain_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1499,7 +1576,7 @@ func (x *Memory) String() string {
 func (*Memory) ProtoMessage() {}
 
 func (x *Memory) ProtoReflect() protoreflect.Message {
-	mi := &file_core_domain_v1_domain_proto_msgTypes[15]
+	mi := &file_core_domain_v1_domain_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1512,7 +1589,7 @@ func (x *Memory) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Memory.ProtoReflect.Descriptor instead.
 func (*Memory) Descriptor() ([]byte, []int) {
-	return file_core_domain_v1_domain_proto_rawDescGZIP(), []int{15}
+	return file_core_domain_v1_domain_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *Memory) GetGuestBytes() uint64 {
@@ -1545,7 +1622,7 @@ type Hugepages struct {
 
 func (x *Hugepages) Reset() {
 	*x = Hugepages{}
-	mi := &file_core_domain_v1_domain_proto_msgTypes[16]
+	mi := &file_core_domain_v1_domain_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1557,7 +1634,7 @@ func (x *Hugepages) String() string {
 func (*Hugepages) ProtoMessage() {}
 
 func (x *Hugepages) ProtoReflect() protoreflect.Message {
-	mi := &file_core_domain_v1_domain_proto_msgTypes[16]
+	mi := &file_core_domain_v1_domain_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1570,7 +1647,7 @@ func (x *Hugepages) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Hugepages.ProtoReflect.Descriptor instead.
 func (*Hugepages) Descriptor() ([]byte, []int) {
-	return file_core_domain_v1_domain_proto_rawDescGZIP(), []int{16}
+	return file_core_domain_v1_domain_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *Hugepages) GetPageSizeBytes() uint64 {
@@ -1604,7 +1681,7 @@ type Firmware struct {
 
 func (x *Firmware) Reset() {
 	*x = Firmware{}
-	mi := &file_core_domain_v1_domain_proto_msgTypes[17]
+	mi := &file_core_domain_v1_domain_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1616,7 +1693,7 @@ func (x *Firmware) String() string {
 func (*Firmware) ProtoMessage() {}
 
 func (x *Firmware) ProtoReflect() protoreflect.Message {
-	mi := &file_core_domain_v1_domain_proto_msgTypes[17]
+	mi := &file_core_domain_v1_domain_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1629,7 +1706,7 @@ func (x *Firmware) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Firmware.ProtoReflect.Descriptor instead.
 func (*Firmware) Descriptor() ([]byte, []int) {
-	return file_core_domain_v1_domain_proto_rawDescGZIP(), []int{17}
+	return file_core_domain_v1_domain_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *Firmware) GetBoot() isFirmware_Boot {
@@ -1707,7 +1784,7 @@ type BIOS struct {
 
 func (x *BIOS) Reset() {
 	*x = BIOS{}
-	mi := &file_core_domain_v1_domain_proto_msgTypes[18]
+	mi := &file_core_domain_v1_domain_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1719,7 +1796,7 @@ func (x *BIOS) String() string {
 func (*BIOS) ProtoMessage() {}
 
 func (x *BIOS) ProtoReflect() protoreflect.Message {
-	mi := &file_core_domain_v1_domain_proto_msgTypes[18]
+	mi := &file_core_domain_v1_domain_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1732,7 +1809,7 @@ func (x *BIOS) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BIOS.ProtoReflect.Descriptor instead.
 func (*BIOS) Descriptor() ([]byte, []int) {
-	return file_core_domain_v1_domain_proto_rawDescGZIP(), []int{18}
+	return file_core_domain_v1_domain_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *BIOS) GetUseSerial() bool {
@@ -1752,7 +1829,7 @@ type EFI struct {
 
 func (x *EFI) Reset() {
 	*x = EFI{}
-	mi := &file_core_domain_v1_domain_proto_msgTypes[19]
+	mi := &file_core_domain_v1_domain_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1764,7 +1841,7 @@ func (x *EFI) String() string {
 func (*EFI) ProtoMessage() {}
 
 func (x *EFI) ProtoReflect() protoreflect.Message {
-	mi := &file_core_domain_v1_domain_proto_msgTypes[19]
+	mi := &file_core_domain_v1_domain_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1777,7 +1854,7 @@ func (x *EFI) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EFI.ProtoReflect.Descriptor instead.
 func (*EFI) Descriptor() ([]byte, []int) {
-	return file_core_domain_v1_domain_proto_rawDescGZIP(), []int{19}
+	return file_core_domain_v1_domain_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *EFI) GetSecureBoot() bool {
@@ -1799,7 +1876,7 @@ type KernelBoot struct {
 
 func (x *KernelBoot) Reset() {
 	*x = KernelBoot{}
-	mi := &file_core_domain_v1_domain_proto_msgTypes[20]
+	mi := &file_core_domain_v1_domain_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1811,7 +1888,7 @@ func (x *KernelBoot) String() string {
 func (*KernelBoot) ProtoMessage() {}
 
 func (x *KernelBoot) ProtoReflect() protoreflect.Message {
-	mi := &file_core_domain_v1_domain_proto_msgTypes[20]
+	mi := &file_core_domain_v1_domain_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1824,7 +1901,7 @@ func (x *KernelBoot) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KernelBoot.ProtoReflect.Descriptor instead.
 func (*KernelBoot) Descriptor() ([]byte, []int) {
-	return file_core_domain_v1_domain_proto_rawDescGZIP(), []int{20}
+	return file_core_domain_v1_domain_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *KernelBoot) GetKernelPath() string {
@@ -1888,7 +1965,7 @@ type Disk struct {
 
 func (x *Disk) Reset() {
 	*x = Disk{}
-	mi := &file_core_domain_v1_domain_proto_msgTypes[21]
+	mi := &file_core_domain_v1_domain_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1900,7 +1977,7 @@ func (x *Disk) String() string {
 func (*Disk) ProtoMessage() {}
 
 func (x *Disk) ProtoReflect() protoreflect.Message {
-	mi := &file_core_domain_v1_domain_proto_msgTypes[21]
+	mi := &file_core_domain_v1_domain_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1913,7 +1990,7 @@ func (x *Disk) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Disk.ProtoReflect.Descriptor instead.
 func (*Disk) Descriptor() ([]byte, []int) {
-	return file_core_domain_v1_domain_proto_rawDescGZIP(), []int{21}
+	return file_core_domain_v1_domain_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *Disk) GetName() string {
@@ -2071,7 +2148,7 @@ type NIC struct {
 
 func (x *NIC) Reset() {
 	*x = NIC{}
-	mi := &file_core_domain_v1_domain_proto_msgTypes[22]
+	mi := &file_core_domain_v1_domain_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2083,7 +2160,7 @@ func (x *NIC) String() string {
 func (*NIC) ProtoMessage() {}
 
 func (x *NIC) ProtoReflect() protoreflect.Message {
-	mi := &file_core_domain_v1_domain_proto_msgTypes[22]
+	mi := &file_core_domain_v1_domain_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2096,7 +2173,7 @@ func (x *NIC) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NIC.ProtoReflect.Descriptor instead.
 func (*NIC) Descriptor() ([]byte, []int) {
-	return file_core_domain_v1_domain_proto_rawDescGZIP(), []int{22}
+	return file_core_domain_v1_domain_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *NIC) GetName() string {
@@ -2186,7 +2263,7 @@ type Serial struct {
 
 func (x *Serial) Reset() {
 	*x = Serial{}
-	mi := &file_core_domain_v1_domain_proto_msgTypes[23]
+	mi := &file_core_domain_v1_domain_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2198,7 +2275,7 @@ func (x *Serial) String() string {
 func (*Serial) ProtoMessage() {}
 
 func (x *Serial) ProtoReflect() protoreflect.Message {
-	mi := &file_core_domain_v1_domain_proto_msgTypes[23]
+	mi := &file_core_domain_v1_domain_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2211,7 +2288,7 @@ func (x *Serial) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Serial.ProtoReflect.Descriptor instead.
 func (*Serial) Descriptor() ([]byte, []int) {
-	return file_core_domain_v1_domain_proto_rawDescGZIP(), []int{23}
+	return file_core_domain_v1_domain_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *Serial) GetSocketPath() string {
@@ -2231,7 +2308,7 @@ type VNC struct {
 
 func (x *VNC) Reset() {
 	*x = VNC{}
-	mi := &file_core_domain_v1_domain_proto_msgTypes[24]
+	mi := &file_core_domain_v1_domain_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2243,7 +2320,7 @@ func (x *VNC) String() string {
 func (*VNC) ProtoMessage() {}
 
 func (x *VNC) ProtoReflect() protoreflect.Message {
-	mi := &file_core_domain_v1_domain_proto_msgTypes[24]
+	mi := &file_core_domain_v1_domain_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2256,7 +2333,7 @@ func (x *VNC) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use VNC.ProtoReflect.Descriptor instead.
 func (*VNC) Descriptor() ([]byte, []int) {
-	return file_core_domain_v1_domain_proto_rawDescGZIP(), []int{24}
+	return file_core_domain_v1_domain_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *VNC) GetSocketPath() string {
@@ -2278,7 +2355,7 @@ type HostDevice struct {
 
 func (x *HostDevice) Reset() {
 	*x = HostDevice{}
-	mi := &file_core_domain_v1_domain_proto_msgTypes[25]
+	mi := &file_core_domain_v1_domain_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2290,7 +2367,7 @@ func (x *HostDevice) String() string {
 func (*HostDevice) ProtoMessage() {}
 
 func (x *HostDevice) ProtoReflect() protoreflect.Message {
-	mi := &file_core_domain_v1_domain_proto_msgTypes[25]
+	mi := &file_core_domain_v1_domain_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2303,7 +2380,7 @@ func (x *HostDevice) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HostDevice.ProtoReflect.Descriptor instead.
 func (*HostDevice) Descriptor() ([]byte, []int) {
-	return file_core_domain_v1_domain_proto_rawDescGZIP(), []int{25}
+	return file_core_domain_v1_domain_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *HostDevice) GetName() string {
@@ -2334,7 +2411,7 @@ type Sandbox struct {
 
 func (x *Sandbox) Reset() {
 	*x = Sandbox{}
-	mi := &file_core_domain_v1_domain_proto_msgTypes[26]
+	mi := &file_core_domain_v1_domain_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2346,7 +2423,7 @@ func (x *Sandbox) String() string {
 func (*Sandbox) ProtoMessage() {}
 
 func (x *Sandbox) ProtoReflect() protoreflect.Message {
-	mi := &file_core_domain_v1_domain_proto_msgTypes[26]
+	mi := &file_core_domain_v1_domain_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2359,7 +2436,7 @@ func (x *Sandbox) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Sandbox.ProtoReflect.Descriptor instead.
 func (*Sandbox) Descriptor() ([]byte, []int) {
-	return file_core_domain_v1_domain_proto_rawDescGZIP(), []int{26}
+	return file_core_domain_v1_domain_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *Sandbox) GetLauncherSocket() string {
@@ -2460,14 +2537,21 @@ const file_core_domain_v1_domain_proto_rawDesc = "" +
 	"\x03sku\x18\x05 \x01(\tR\x03sku\"\x05\n" +
 	"\x03RNG\"\x1d\n" +
 	"\aMachine\x12\x12\n" +
-	"\x04type\x18\x01 \x01(\tR\x04type\"\xdd\x01\n" +
+	"\x04type\x18\x01 \x01(\tR\x04type\"\x9b\x02\n" +
 	"\x03CPU\x12\x18\n" +
 	"\asockets\x18\x01 \x01(\rR\asockets\x12\x14\n" +
 	"\x05cores\x18\x02 \x01(\rR\x05cores\x12\x18\n" +
 	"\athreads\x18\x03 \x01(\rR\athreads\x12\x14\n" +
 	"\x05model\x18\x04 \x01(\tR\x05model\x12;\n" +
 	"\bfeatures\x18\x05 \x03(\v2\x1f.kubevisor.domain.v1.CPUFeatureR\bfeatures\x129\n" +
-	"\apinning\x18\x06 \x01(\v2\x1f.kubevisor.domain.v1.CPUPinningR\apinning\"`\n" +
+	"\apinning\x18\x06 \x01(\v2\x1f.kubevisor.domain.v1.CPUPinningR\apinning\x12<\n" +
+	"\n" +
+	"numa_cells\x18\a \x03(\v2\x1d.kubevisor.domain.v1.NUMACellR\tnumaCells\"b\n" +
+	"\bNUMACell\x12\x14\n" +
+	"\x05vcpus\x18\x01 \x03(\rR\x05vcpus\x12!\n" +
+	"\fmemory_bytes\x18\x02 \x01(\x04R\vmemoryBytes\x12\x1d\n" +
+	"\n" +
+	"host_nodes\x18\x03 \x03(\rR\thostNodes\"`\n" +
 	"\n" +
 	"CPUPinning\x12$\n" +
 	"\x0evcpu_host_cpus\x18\x01 \x03(\rR\fvcpuHostCpus\x12,\n" +
@@ -2591,7 +2675,7 @@ func file_core_domain_v1_domain_proto_rawDescGZIP() []byte {
 }
 
 var file_core_domain_v1_domain_proto_enumTypes = make([]protoimpl.EnumInfo, 5)
-var file_core_domain_v1_domain_proto_msgTypes = make([]protoimpl.MessageInfo, 28)
+var file_core_domain_v1_domain_proto_msgTypes = make([]protoimpl.MessageInfo, 29)
 var file_core_domain_v1_domain_proto_goTypes = []any{
 	(Toggle)(0),            // 0: kubevisor.domain.v1.Toggle
 	(Acceleration)(0),      // 1: kubevisor.domain.v1.Acceleration
@@ -2611,35 +2695,36 @@ var file_core_domain_v1_domain_proto_goTypes = []any{
 	(*RNG)(nil),            // 15: kubevisor.domain.v1.RNG
 	(*Machine)(nil),        // 16: kubevisor.domain.v1.Machine
 	(*CPU)(nil),            // 17: kubevisor.domain.v1.CPU
-	(*CPUPinning)(nil),     // 18: kubevisor.domain.v1.CPUPinning
-	(*CPUFeature)(nil),     // 19: kubevisor.domain.v1.CPUFeature
-	(*Memory)(nil),         // 20: kubevisor.domain.v1.Memory
-	(*Hugepages)(nil),      // 21: kubevisor.domain.v1.Hugepages
-	(*Firmware)(nil),       // 22: kubevisor.domain.v1.Firmware
-	(*BIOS)(nil),           // 23: kubevisor.domain.v1.BIOS
-	(*EFI)(nil),            // 24: kubevisor.domain.v1.EFI
-	(*KernelBoot)(nil),     // 25: kubevisor.domain.v1.KernelBoot
-	(*Disk)(nil),           // 26: kubevisor.domain.v1.Disk
-	(*NIC)(nil),            // 27: kubevisor.domain.v1.NIC
-	(*Serial)(nil),         // 28: kubevisor.domain.v1.Serial
-	(*VNC)(nil),            // 29: kubevisor.domain.v1.VNC
-	(*HostDevice)(nil),     // 30: kubevisor.domain.v1.HostDevice
-	(*Sandbox)(nil),        // 31: kubevisor.domain.v1.Sandbox
-	nil,                    // 32: kubevisor.domain.v1.DomainSpec.LabelsEntry
+	(*NUMACell)(nil),       // 18: kubevisor.domain.v1.NUMACell
+	(*CPUPinning)(nil),     // 19: kubevisor.domain.v1.CPUPinning
+	(*CPUFeature)(nil),     // 20: kubevisor.domain.v1.CPUFeature
+	(*Memory)(nil),         // 21: kubevisor.domain.v1.Memory
+	(*Hugepages)(nil),      // 22: kubevisor.domain.v1.Hugepages
+	(*Firmware)(nil),       // 23: kubevisor.domain.v1.Firmware
+	(*BIOS)(nil),           // 24: kubevisor.domain.v1.BIOS
+	(*EFI)(nil),            // 25: kubevisor.domain.v1.EFI
+	(*KernelBoot)(nil),     // 26: kubevisor.domain.v1.KernelBoot
+	(*Disk)(nil),           // 27: kubevisor.domain.v1.Disk
+	(*NIC)(nil),            // 28: kubevisor.domain.v1.NIC
+	(*Serial)(nil),         // 29: kubevisor.domain.v1.Serial
+	(*VNC)(nil),            // 30: kubevisor.domain.v1.VNC
+	(*HostDevice)(nil),     // 31: kubevisor.domain.v1.HostDevice
+	(*Sandbox)(nil),        // 32: kubevisor.domain.v1.Sandbox
+	nil,                    // 33: kubevisor.domain.v1.DomainSpec.LabelsEntry
 }
 var file_core_domain_v1_domain_proto_depIdxs = []int32{
 	16, // 0: kubevisor.domain.v1.DomainSpec.machine:type_name -> kubevisor.domain.v1.Machine
 	17, // 1: kubevisor.domain.v1.DomainSpec.cpu:type_name -> kubevisor.domain.v1.CPU
-	20, // 2: kubevisor.domain.v1.DomainSpec.memory:type_name -> kubevisor.domain.v1.Memory
-	22, // 3: kubevisor.domain.v1.DomainSpec.firmware:type_name -> kubevisor.domain.v1.Firmware
-	26, // 4: kubevisor.domain.v1.DomainSpec.disks:type_name -> kubevisor.domain.v1.Disk
-	27, // 5: kubevisor.domain.v1.DomainSpec.nics:type_name -> kubevisor.domain.v1.NIC
-	28, // 6: kubevisor.domain.v1.DomainSpec.serial:type_name -> kubevisor.domain.v1.Serial
-	29, // 7: kubevisor.domain.v1.DomainSpec.vnc:type_name -> kubevisor.domain.v1.VNC
-	30, // 8: kubevisor.domain.v1.DomainSpec.host_devices:type_name -> kubevisor.domain.v1.HostDevice
+	21, // 2: kubevisor.domain.v1.DomainSpec.memory:type_name -> kubevisor.domain.v1.Memory
+	23, // 3: kubevisor.domain.v1.DomainSpec.firmware:type_name -> kubevisor.domain.v1.Firmware
+	27, // 4: kubevisor.domain.v1.DomainSpec.disks:type_name -> kubevisor.domain.v1.Disk
+	28, // 5: kubevisor.domain.v1.DomainSpec.nics:type_name -> kubevisor.domain.v1.NIC
+	29, // 6: kubevisor.domain.v1.DomainSpec.serial:type_name -> kubevisor.domain.v1.Serial
+	30, // 7: kubevisor.domain.v1.DomainSpec.vnc:type_name -> kubevisor.domain.v1.VNC
+	31, // 8: kubevisor.domain.v1.DomainSpec.host_devices:type_name -> kubevisor.domain.v1.HostDevice
 	1,  // 9: kubevisor.domain.v1.DomainSpec.acceleration:type_name -> kubevisor.domain.v1.Acceleration
-	31, // 10: kubevisor.domain.v1.DomainSpec.sandbox:type_name -> kubevisor.domain.v1.Sandbox
-	32, // 11: kubevisor.domain.v1.DomainSpec.labels:type_name -> kubevisor.domain.v1.DomainSpec.LabelsEntry
+	32, // 10: kubevisor.domain.v1.DomainSpec.sandbox:type_name -> kubevisor.domain.v1.Sandbox
+	33, // 11: kubevisor.domain.v1.DomainSpec.labels:type_name -> kubevisor.domain.v1.DomainSpec.LabelsEntry
 	15, // 12: kubevisor.domain.v1.DomainSpec.rng:type_name -> kubevisor.domain.v1.RNG
 	14, // 13: kubevisor.domain.v1.DomainSpec.chassis:type_name -> kubevisor.domain.v1.Chassis
 	9,  // 14: kubevisor.domain.v1.DomainSpec.features:type_name -> kubevisor.domain.v1.Features
@@ -2657,20 +2742,21 @@ var file_core_domain_v1_domain_proto_depIdxs = []int32{
 	0,  // 26: kubevisor.domain.v1.Clock.pit:type_name -> kubevisor.domain.v1.Toggle
 	0,  // 27: kubevisor.domain.v1.Clock.kvm:type_name -> kubevisor.domain.v1.Toggle
 	0,  // 28: kubevisor.domain.v1.Clock.hyperv:type_name -> kubevisor.domain.v1.Toggle
-	19, // 29: kubevisor.domain.v1.CPU.features:type_name -> kubevisor.domain.v1.CPUFeature
-	18, // 30: kubevisor.domain.v1.CPU.pinning:type_name -> kubevisor.domain.v1.CPUPinning
-	21, // 31: kubevisor.domain.v1.Memory.hugepages:type_name -> kubevisor.domain.v1.Hugepages
-	23, // 32: kubevisor.domain.v1.Firmware.bios:type_name -> kubevisor.domain.v1.BIOS
-	24, // 33: kubevisor.domain.v1.Firmware.efi:type_name -> kubevisor.domain.v1.EFI
-	25, // 34: kubevisor.domain.v1.Firmware.kernel:type_name -> kubevisor.domain.v1.KernelBoot
-	3,  // 35: kubevisor.domain.v1.Disk.format:type_name -> kubevisor.domain.v1.DiskFormat
-	2,  // 36: kubevisor.domain.v1.Disk.bus:type_name -> kubevisor.domain.v1.DiskBus
-	4,  // 37: kubevisor.domain.v1.Disk.device:type_name -> kubevisor.domain.v1.DiskDevice
-	38, // [38:38] is the sub-list for method output_type
-	38, // [38:38] is the sub-list for method input_type
-	38, // [38:38] is the sub-list for extension type_name
-	38, // [38:38] is the sub-list for extension extendee
-	0,  // [0:38] is the sub-list for field type_name
+	20, // 29: kubevisor.domain.v1.CPU.features:type_name -> kubevisor.domain.v1.CPUFeature
+	19, // 30: kubevisor.domain.v1.CPU.pinning:type_name -> kubevisor.domain.v1.CPUPinning
+	18, // 31: kubevisor.domain.v1.CPU.numa_cells:type_name -> kubevisor.domain.v1.NUMACell
+	22, // 32: kubevisor.domain.v1.Memory.hugepages:type_name -> kubevisor.domain.v1.Hugepages
+	24, // 33: kubevisor.domain.v1.Firmware.bios:type_name -> kubevisor.domain.v1.BIOS
+	25, // 34: kubevisor.domain.v1.Firmware.efi:type_name -> kubevisor.domain.v1.EFI
+	26, // 35: kubevisor.domain.v1.Firmware.kernel:type_name -> kubevisor.domain.v1.KernelBoot
+	3,  // 36: kubevisor.domain.v1.Disk.format:type_name -> kubevisor.domain.v1.DiskFormat
+	2,  // 37: kubevisor.domain.v1.Disk.bus:type_name -> kubevisor.domain.v1.DiskBus
+	4,  // 38: kubevisor.domain.v1.Disk.device:type_name -> kubevisor.domain.v1.DiskDevice
+	39, // [39:39] is the sub-list for method output_type
+	39, // [39:39] is the sub-list for method input_type
+	39, // [39:39] is the sub-list for extension type_name
+	39, // [39:39] is the sub-list for extension extendee
+	0,  // [0:39] is the sub-list for field type_name
 }
 
 func init() { file_core_domain_v1_domain_proto_init() }
@@ -2678,7 +2764,7 @@ func file_core_domain_v1_domain_proto_init() {
 	if File_core_domain_v1_domain_proto != nil {
 		return
 	}
-	file_core_domain_v1_domain_proto_msgTypes[17].OneofWrappers = []any{
+	file_core_domain_v1_domain_proto_msgTypes[18].OneofWrappers = []any{
 		(*Firmware_Bios)(nil),
 		(*Firmware_Efi)(nil),
 		(*Firmware_Kernel)(nil),
@@ -2689,7 +2775,7 @@ func file_core_domain_v1_domain_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_core_domain_v1_domain_proto_rawDesc), len(file_core_domain_v1_domain_proto_rawDesc)),
 			NumEnums:      5,
-			NumMessages:   28,
+			NumMessages:   29,
 			NumExtensions: 0,
 			NumServices:   0,
 		},
