@@ -1096,8 +1096,10 @@ func TestDedicatedCPUs(t *testing.T) {
 		},
 		{
 			name: "on huge pages",
-			vmi:  dedicated(func(v *v1alpha1.VirtualMachineInstance) { v.Spec.Domain.Memory.Hugepages = &v1alpha1.Hugepages{PageSize: "2Mi"} }),
-			res:  res("cpu", "2", "memory", "100Mi", "hugepages-2Mi", "1Gi"),
+			vmi: dedicated(func(v *v1alpha1.VirtualMachineInstance) {
+				v.Spec.Domain.Memory.Hugepages = &v1alpha1.Hugepages{PageSize: "2Mi"}
+			}),
+			res: res("cpu", "2", "memory", "100Mi", "hugepages-2Mi", "1Gi"),
 		},
 		{
 			name:     "the VMI's node selector kept",

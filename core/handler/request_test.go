@@ -246,7 +246,9 @@ func TestCheckSupported(t *testing.T) {
 				v.Spec.Domain.CPU = &v1alpha1.CPU{DedicatedCPUPlacement: true, NUMA: &v1alpha1.NUMA{GuestMappingPassthrough: &v1alpha1.NUMAGuestMappingPassthrough{}}}
 				v.Spec.Domain.Memory.Hugepages = &v1alpha1.Hugepages{PageSize: "2Mi"}
 			},
-			caps: func(c *driverCaps) { c.hypervisorCaps.Devices = []string{driver.DeviceCPUPinning, driver.DeviceHugepages} },
+			caps: func(c *driverCaps) {
+				c.hypervisorCaps.Devices = []string{driver.DeviceCPUPinning, driver.DeviceHugepages}
+			},
 			want: []string{`spec.domain.cpu.numa.guestMappingPassthrough: a guest NUMA topology is not supported by the hypervisor driver "hv" (it offers the devices: cpu-pinning, hugepages)`},
 		},
 		{

@@ -159,7 +159,7 @@ func (h *Hypervisor) Capabilities(context.Context) (*basev1.Capabilities, error)
 		Devices: []string{driver.DeviceRNG, driver.DeviceChassis, driver.DeviceFeatures, driver.DeviceClock,
 			driver.DeviceInput, driver.DeviceWatchdog, driver.DeviceBalloon, driver.DeviceDiskOptions,
 			driver.DeviceCPUFeatures, driver.DeviceNICOptions,
-			driver.DeviceStartPaused, driver.DeviceSound, driver.DeviceBIOSSerial, driver.DeviceHugepages, driver.DeviceCPUPinning, driver.DeviceNUMA,
+			driver.DeviceStartPaused, driver.DeviceSound, driver.DeviceBIOSSerial, driver.DeviceHugepages,
 			driver.DeviceNICMultiQueue, driver.DeviceVirtioTransitional},
 	}, nil
 }
