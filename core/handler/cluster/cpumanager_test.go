@@ -12,7 +12,8 @@ import (
 
 // TestCPUManagerLabel: the node is labelled kubevisor.io/cpumanager=true while the kubelet's
 // CPU manager state file names the static policy; the label is absent with the none policy, no
-// file, a file that does not parse, or no file configured, and the handler removes it then.
+// file or a file that does not parse, and the handler removes it then. With no file configured
+// the handler leaves the label as the admin set it.
 func TestCPUManagerLabel(t *testing.T) {
 	dir := t.TempDir()
 	for _, tt := range []struct {
@@ -25,7 +26,7 @@ func TestCPUManagerLabel(t *testing.T) {
 		{name: "none", content: `{"policyName":"none","defaultCpuSet":"","checksum":2}`},
 		{name: "no state file (the none policy)"},
 		{name: "not JSON", content: "static"},
-		{name: "no file configured", noPath: true},
+		{name: "no file configured: the admin's label kept", noPath: true, want: true},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			path := filepath.Join(dir, filepath.Base(t.Name()))
@@ -38,13 +39,15 @@ func TestCPUManagerLabel(t *testing.T) {
 			if tt.noPath {
 				l.CPUManagerStateFile = ""
 			}
+			current := map[string]string{v1alpha1.CPUManagerNodeLabel: "true"}
 			desired := DesiredLabels(nil)
-			l.cpuManagerLabels(desired, hclog.NewNullLogger())
+			l.cpuManagerLabels(desired, current, hclog.NewNullLogger())
 			if got := desired[v1alpha1.CPUManagerNodeLabel] == "true"; got != tt.want {
 				t.Fatalf("desired labels %v: %s set = %v, want %v", desired, v1alpha1.CPUManagerNodeLabel, got, tt.want)
 			}
-			// The handler owns the label: one it no longer wants is removed from the node.
-			patch, changed, err := NodeLabelPatch(map[string]string{v1alpha1.CPUManagerNodeLabel: "true"}, desired)
+			// The handler owns the label: one it no longer wants is removed from the node, one
+			// it wants stays.
+			patch, changed, err := NodeLabelPatch(current, desired)
 			if err != nil {
 				t.Fatal(err)
 			}

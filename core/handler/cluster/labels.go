@@ -86,17 +86,21 @@ type NodeLabeler struct {
 	Source LabelSource
 	// CPUManagerStateFile is the kubelet's CPU manager state file as the handler sees it
 	// (DefaultCPUManagerStateFile on the node): CPUManagerNodeLabel is "true" while it names
-	// the static policy, and absent otherwise. Empty: the label is absent (no VMI with
-	// dedicatedCpuPlacement is placed on the node).
+	// the static policy, and absent otherwise. Empty: the handler leaves the label as it is,
+	// for the admin to set.
 	CPUManagerStateFile string
 	Interval            time.Duration // default 5s
 	Log                 hclog.Logger
 }
 
 // cpuManagerLabels adds CPUManagerNodeLabel to desired when the kubelet runs the static CPU
-// manager policy. A state file that cannot be read leaves the label out, and is logged.
-func (l *NodeLabeler) cpuManagerLabels(desired map[string]string, log hclog.Logger) {
+// manager policy. A state file that cannot be read leaves the label out, and is logged. Without
+// a state file to read, the label keeps its value on the node (current).
+func (l *NodeLabeler) cpuManagerLabels(desired, current map[string]string, log hclog.Logger) {
 	if l.CPUManagerStateFile == "" {
+		if v, ok := current[v1alpha1.CPUManagerNodeLabel]; ok {
+			desired[v1alpha1.CPUManagerNodeLabel] = v
+		}
 		return
 	}
 	static, err := CPUManagerStatic(l.CPUManagerStateFile)
@@ -163,7 +167,7 @@ func (l *NodeLabeler) Run(ctx context.Context) error {
 // publish patches node's labels to the desired ones when they differ.
 func (l *NodeLabeler) publish(ctx context.Context, node *corev1.Node, log hclog.Logger) error {
 	desired := DesiredLabels(l.Source.NodeLabels())
-	l.cpuManagerLabels(desired, log)
+	l.cpuManagerLabels(desired, node.Labels, log)
 	patch, changed, err := NodeLabelPatch(node.Labels, desired)
 	if err != nil || !changed {
 		return err

@@ -44,7 +44,7 @@ type ServeConfig struct {
 	Streams streams.Config
 	// CPUManagerStateFile is the kubelet's CPU manager state file as the handler sees it; the
 	// node is labelled kubevisor.io/cpumanager=true while it names the static policy
-	// (NodeLabeler.CPUManagerStateFile). Empty: never.
+	// (NodeLabeler.CPUManagerStateFile). Empty: the label is left to the admin.
 	CPUManagerStateFile string
 	// MetricsAddr and HealthAddr are the listen addresses of /metrics and /healthz, /readyz
 	// ("0" disables).
