@@ -123,6 +123,7 @@ func serve(args []string) {
 	streamCertDir := fs.String("stream-cert-dir", "/etc/kubevisor/handler-certs", "directory of the stream endpoint's tls.crt, tls.key and client CA ca.crt (the Secret "+nodeapi.HandlerCertSecret+"), read again when they change; the endpoint waits for them")
 	streamClient := fs.String("stream-client-name", nodeapi.ClientName, "the only client certificate common name the stream endpoint accepts")
 	logLevel := fs.String("log-level", "info", "log level: trace, debug, info, warn, error")
+	cpuManagerState := fs.String("cpu-manager-state", cluster.DefaultCPUManagerStateFile, "the kubelet's CPU manager state file; the node is labelled kubevisor.io/cpumanager=true while it names the static policy (empty: the label is left to the admin)")
 	workers := fs.Int("workers", cluster.DefaultWorkers, "VMIs synced at once (the handler serialises the calls for one VMI)")
 	_ = fs.Parse(args)
 	fail := func(code int, err error) {
@@ -159,6 +160,7 @@ func serve(args []string) {
 			Controller: controller.Options{MaxConcurrentReconciles: *workers}},
 		Streams:     streams.Config{Addr: *streamAddr, CertDir: *streamCertDir, ClientName: *streamClient},
 		MetricsAddr: *metricsAddr, HealthAddr: *healthAddr, Logger: logger, Log: log,
+		CPUManagerStateFile: *cpuManagerState,
 	})
 	if err != nil {
 		fail(1, err)

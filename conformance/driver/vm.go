@@ -242,6 +242,7 @@ func (g Guest) withDefaults() Guest {
 //	Devices/TPM                         (device "tpm"; Guest.TPMMarker)
 //	Clock/Start                         (device "clock"; Guest.ClockMarker)
 //	CPU/Features                        (device "cpu-features"; Guest.CPUFlagsMarker)
+//	CPU/Pinning                         (device "cpu-pinning"; the kit on two CPUs or more)
 //	Storage/NotAnImage                  (volume type containerDisk)
 //
 // Every check but Storage/NotAnImage boots a VM of its own and needs the hypervisor to declare
@@ -341,6 +342,7 @@ func VM(t T, hv HypervisorFactory, st StorageFactory, g Guest, opts ...Option) {
 	})
 	t.Run("CPU", func(t T) {
 		t.Run("Features", s.checkCPUFeatures)
+		t.Run("Pinning", s.checkCPUPinning)
 	})
 	t.Run("Storage", func(t T) {
 		t.Run("NotAnImage", s.checkStorageNotAnImage)

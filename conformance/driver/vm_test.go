@@ -86,7 +86,7 @@ var vmChecks = []string{
 	"Boot/ConsoleMarker", "CloudInit/UserDataReachesGuest", "CloudInit/ConfigDrive",
 	"Shutdown/GracefulWithinTimeout", "Kill", "Pause/StopsGuest", "Reboot/SecondBoot", "SoftReboot/BootsAgain", "GuestAgent/PingExec", "Display/RFBSessions",
 	"Recover/AfterDriverKilled", "Devices/RNG", "Devices/Chassis", "Devices/Watchdog", "Devices/Balloon", "Devices/Input",
-	"Devices/Sound", "Devices/VirtioTransitional", "Devices/TPM", "Clock/Start", "CPU/Features", "Storage/NotAnImage",
+	"Devices/Sound", "Devices/VirtioTransitional", "Devices/TPM", "Clock/Start", "CPU/Features", "CPU/Pinning", "Storage/NotAnImage",
 }
 
 // TestVMRealDrivers runs the VM checks against the QEMU driver (drivers/qmp) and the local
@@ -295,6 +295,7 @@ func TestVMUndeclaredAreSkipped(t *testing.T) {
 			"Devices/TPM":                    conformance.StatusSkip,
 			"Clock/Start":                    conformance.StatusSkip,
 			"CPU/Features":                   conformance.StatusSkip,
+			"CPU/Pinning":                    conformance.StatusSkip,
 			"Storage/NotAnImage":             conformance.StatusSkip,
 		}, map[string]string{
 			"Boot/ConsoleMarker":             console,
@@ -316,6 +317,7 @@ func TestVMUndeclaredAreSkipped(t *testing.T) {
 			"Devices/TPM":                    `does not declare the device "tpm"`,
 			"Clock/Start":                    `does not declare the device "clock"`,
 			"CPU/Features":                   `does not declare the device "cpu-features"`,
+			"CPU/Pinning":                    `does not declare the device "cpu-pinning"`,
 			"Storage/NotAnImage":             "storage driver does not declare volume type containerDisk",
 		})
 	})
@@ -439,7 +441,7 @@ func (h devicesDropped) Create(ctx context.Context, spec *domainv1.DomainSpec) (
 	spec.Rng, spec.Chassis, spec.Watchdog, spec.Balloon, spec.Inputs, spec.Clock, spec.Sound, spec.Tpm = nil, nil, nil, nil, nil, nil, nil, nil
 	spec.VirtioTransitional = false
 	if spec.Cpu != nil {
-		spec.Cpu.Features = nil
+		spec.Cpu.Features, spec.Cpu.Pinning = nil, nil
 	}
 	return h.Driver.Create(ctx, spec)
 }
@@ -455,11 +457,12 @@ func TestVMDevicesIgnored(t *testing.T) {
 		"Devices/RNG": conformance.StatusFail, "Devices/Chassis": conformance.StatusFail, "Devices/Watchdog": conformance.StatusFail,
 		"Devices/Balloon": conformance.StatusFail, "Devices/Input": conformance.StatusFail, "Clock/Start": conformance.StatusFail,
 		"CPU/Features": conformance.StatusFail, "Devices/Sound": conformance.StatusFail, "Devices/VirtioTransitional": conformance.StatusFail,
-		"Devices/TPM": conformance.StatusFail,
+		"Devices/TPM": conformance.StatusFail, "CPU/Pinning": conformance.StatusFail,
 	}, map[string]string{
 		"Devices/RNG": "no virtio RNG", "Devices/Chassis": "from the domain spec's chassis", "Devices/Watchdog": "no i6300esb",
 		"Devices/Balloon": "no virtio balloon", "Devices/Input": "want two virtio input devices", "Clock/Start": "ahead of UTC, want 5h30m0s",
 		"CPU/Features": `has "aes", which the domain spec forbids`, "Devices/Sound": "no Intel HD Audio controller",
 		"Devices/VirtioTransitional": "no transitional virtio balloon", "Devices/TPM": "no TPM 2.0",
+		"CPU/Pinning": "main thread may run on CPUs",
 	})
 }

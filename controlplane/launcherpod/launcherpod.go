@@ -422,6 +422,15 @@ func guestMemory(vmi *v1alpha1.VirtualMachineInstance) (resource.Quantity, error
 //	        limit:   limits.cpu + podFixed, only when the VMI sets one
 //	devices each of class.deviceResources, 1 (requests = limits, as extended resources must be)
 //
+// With cpu.dedicatedCpuPlacement the container is in the Guaranteed QoS class with whole CPUs,
+// which the kubelet's static CPU manager gives exclusive CPUs to:
+//
+//	cpu     request = limit = DomainSpec.DedicatedCPUs (the vCPUs, + 1 with isolateEmulatorThread);
+//	        a podFixed cpu overhead is not added (a fraction would forfeit the exclusive CPUs)
+//	memory  request = limit, the limit above
+//
+// (the webhook has checked that the VMI's own cpu and memory requests equal their limits).
+//
 // A memory limit is always set: a VM's footprint is its guest memory plus a bounded overhead,
 // and an unbounded one would let a guest take memory the scheduler gave to other pods.
 //
@@ -480,8 +489,19 @@ func buildResources(vmi *v1alpha1.VirtualMachineInstance, class *v1alpha1.Hyperv
 		lim[corev1.ResourceCPU] = vr.Limits.Cpu().DeepCopy()
 	}
 
+	dedicated := vmi.Spec.Domain.DedicatedCPUs()
+	if dedicated > 0 {
+		// Whole CPUs, requests = limits: the static CPU manager gives the container exclusive
+		// CPUs only so.
+		n := *resource.NewQuantity(dedicated, resource.DecimalSI)
+		req[corev1.ResourceCPU], lim[corev1.ResourceCPU] = n, n.DeepCopy()
+	}
+
 	if class.Overhead != nil {
 		for name, q := range class.Overhead.PodFixed {
+			if name == corev1.ResourceCPU && dedicated > 0 {
+				continue // a fraction of a CPU more would cost the exclusive CPUs
+			}
 			add(req, name, q)
 			// A limit grows with the overhead only where there is one (memory always); adding a
 			// CPU limit the VMI did not ask for would throttle it.
@@ -489,6 +509,11 @@ func buildResources(vmi *v1alpha1.VirtualMachineInstance, class *v1alpha1.Hyperv
 				add(lim, name, q)
 			}
 		}
+	}
+
+	if dedicated > 0 {
+		// The Guaranteed QoS class: memory requests = limits too.
+		req[corev1.ResourceMemory] = lim[corev1.ResourceMemory].DeepCopy()
 	}
 
 	for _, d := range class.DeviceResources {
@@ -520,8 +545,9 @@ func add(list corev1.ResourceList, name corev1.ResourceName, q resource.Quantity
 	list[name] = sum
 }
 
-// mergeNodeSelector is the VMI's node selector, its architecture (kubernetes.io/arch) and the
-// class's node selector together; a key set to different values is an error naming both, since
+// mergeNodeSelector is the VMI's node selector, its architecture (kubernetes.io/arch), the
+// class's node selector and, with cpu.dedicatedCpuPlacement, kubevisor.io/cpumanager=true
+// (v1alpha1.CPUManagerNodeLabel) together; a key set to different values is an error naming both, since
 // no node can satisfy it.
 func mergeNodeSelector(vmi *v1alpha1.VirtualMachineInstance, class *v1alpha1.HypervisorClass) (map[string]string, error) {
 	out := map[string]string{}
@@ -547,6 +573,13 @@ func mergeNodeSelector(vmi *v1alpha1.VirtualMachineInstance, class *v1alpha1.Hyp
 			}
 			out[k] = v
 		}
+	}
+	if vmi.Spec.Domain.DedicatedCPUs() > 0 {
+		// Only a node whose kubelet runs the static CPU manager gives exclusive CPUs.
+		if have, ok := out[v1alpha1.CPUManagerNodeLabel]; ok && have != "true" {
+			return nil, fmt.Errorf("node selector %s: the VMI wants %q and cpu.dedicatedCpuPlacement needs \"true\"", v1alpha1.CPUManagerNodeLabel, have)
+		}
+		out[v1alpha1.CPUManagerNodeLabel] = "true"
 	}
 	if len(out) == 0 {
 		return nil, nil

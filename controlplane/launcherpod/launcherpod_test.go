@@ -1087,3 +1087,126 @@ func TestHugepages(t *testing.T) {
 		})
 	}
 }
+
+// TestDedicatedCPUs: a VMI with cpu.dedicatedCpuPlacement gets a Guaranteed launcher pod whose
+// compute container has as many whole CPUs as the VMI has vCPUs (one more with
+// isolateEmulatorThread), requests = limits for cpu and memory in every container, and a node
+// selector on kubevisor.io/cpumanager=true.
+func TestDedicatedCPUs(t *testing.T) {
+	res := func(pairs ...string) corev1.ResourceList {
+		l := corev1.ResourceList{}
+		for i := 0; i < len(pairs); i += 2 {
+			l[corev1.ResourceName(pairs[i])] = q(pairs[i+1])
+		}
+		return l
+	}
+	dedicated := func(mut ...func(*v1alpha1.VirtualMachineInstance)) *v1alpha1.VirtualMachineInstance {
+		return testVMI(append([]func(*v1alpha1.VirtualMachineInstance){func(v *v1alpha1.VirtualMachineInstance) {
+			v.Spec.Domain.CPU = &v1alpha1.CPU{Sockets: 1, Cores: 2, Threads: 1, DedicatedCPUPlacement: true}
+		}}, mut...)...)
+	}
+	tests := []struct {
+		name     string
+		vmi      *v1alpha1.VirtualMachineInstance
+		class    *v1alpha1.HypervisorClass
+		res      corev1.ResourceList // compute's requests = limits
+		selector map[string]string
+		wantErr  string
+	}{
+		{
+			name: "2 vCPUs: 2 CPUs",
+			vmi:  dedicated(),
+			res:  res("cpu", "2", "memory", "1124Mi"),
+		},
+		{
+			name: "isolateEmulatorThread: one CPU more",
+			vmi:  dedicated(func(v *v1alpha1.VirtualMachineInstance) { v.Spec.Domain.CPU.IsolateEmulatorThread = true }),
+			res:  res("cpu", "3", "memory", "1124Mi"),
+		},
+		{
+			name: "vCPUs from the CPU request, memory from its limit",
+			vmi: dedicated(func(v *v1alpha1.VirtualMachineInstance) {
+				v.Spec.Domain.CPU = &v1alpha1.CPU{DedicatedCPUPlacement: true}
+				v.Spec.Domain.Resources.Requests = res("cpu", "4")
+				v.Spec.Domain.Resources.Limits = res("memory", "2Gi")
+			}),
+			res: res("cpu", "4", "memory", "2148Mi"),
+		},
+		{
+			name: "class overhead: memory added, cpu not (it would not be whole)",
+			vmi:  dedicated(),
+			class: testClass(func(c *v1alpha1.HypervisorClass) {
+				c.Overhead = &v1alpha1.HypervisorClassOverhead{PodFixed: res("memory", "64Mi", "cpu", "250m")}
+			}),
+			res: res("cpu", "2", "memory", "1188Mi"),
+		},
+		{
+			name: "on huge pages",
+			vmi: dedicated(func(v *v1alpha1.VirtualMachineInstance) {
+				v.Spec.Domain.Memory.Hugepages = &v1alpha1.Hugepages{PageSize: "2Mi"}
+			}),
+			res: res("cpu", "2", "memory", "100Mi", "hugepages-2Mi", "1Gi"),
+		},
+		{
+			name:     "the VMI's node selector kept",
+			vmi:      dedicated(func(v *v1alpha1.VirtualMachineInstance) { v.Spec.NodeSelector = map[string]string{"zone": "a"} }),
+			res:      res("cpu", "2", "memory", "1124Mi"),
+			selector: map[string]string{"zone": "a", v1alpha1.CPUManagerNodeLabel: "true"},
+		},
+		{
+			name: "a VMI selecting nodes without the CPU manager",
+			vmi: dedicated(func(v *v1alpha1.VirtualMachineInstance) {
+				v.Spec.NodeSelector = map[string]string{v1alpha1.CPUManagerNodeLabel: "false"}
+			}),
+			wantErr: `node selector kubevisor.io/cpumanager: the VMI wants "false" and cpu.dedicatedCpuPlacement needs "true"`,
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			class := tt.class
+			if class == nil {
+				class = testClass()
+			}
+			pod, err := Build(tt.vmi, class, testConfig)
+			if tt.wantErr != "" {
+				if err == nil || !strings.Contains(err.Error(), tt.wantErr) {
+					t.Fatalf("error = %v, want one containing %q", err, tt.wantErr)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			got := pod.Spec.Containers[0].Resources
+			if !equality.Semantic.DeepEqual(got.Requests, tt.res) || !equality.Semantic.DeepEqual(got.Limits, tt.res) {
+				t.Errorf("compute requests %v, limits %v, want both %v", got.Requests, got.Limits, tt.res)
+			}
+			// The Guaranteed QoS class: every container has cpu and memory limits equal to its
+			// requests.
+			for _, c := range pod.Spec.Containers {
+				for _, name := range []corev1.ResourceName{corev1.ResourceCPU, corev1.ResourceMemory} {
+					r, l := c.Resources.Requests[name], c.Resources.Limits[name]
+					if l.IsZero() || r.Cmp(l) != 0 {
+						t.Errorf("container %s: %s request %s, limit %s: not Guaranteed", c.Name, name, r.String(), l.String())
+					}
+				}
+			}
+			want := tt.selector
+			if want == nil {
+				want = map[string]string{v1alpha1.CPUManagerNodeLabel: "true"}
+			}
+			if !equality.Semantic.DeepEqual(pod.Spec.NodeSelector, want) {
+				t.Errorf("node selector %v, want %v", pod.Spec.NodeSelector, want)
+			}
+		})
+	}
+
+	// Without dedicatedCpuPlacement, no node selector and the usual fraction of a CPU.
+	pod, err := Build(testVMI(), testClass(), testConfig)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if pod.Spec.NodeSelector != nil {
+		t.Errorf("node selector %v without dedicated CPUs, want none", pod.Spec.NodeSelector)
+	}
+}

@@ -61,6 +61,11 @@ const notSupported = "not supported"
 //     cpu and memory requests ≤ limits, and memory.guest ≤ limits.memory;
 //   - memory.hugepages: pageSize 2Mi or 1Gi (x86_64's huge page sizes), and the guest memory a
 //     multiple of it;
+//   - cpu.isolateEmulatorThread only with cpu.dedicatedCpuPlacement; with dedicatedCpuPlacement,
+//     resources.requests.cpu and resources.limits.cpu, when set, equal to the vCPU count
+//     (whole CPUs), and resources.requests.memory equal to resources.limits.memory when both
+//     are set (the launcher pod must be Guaranteed); cpu.numa.guestMappingPassthrough only with
+//     dedicatedCpuPlacement and memory.hugepages;
 //   - inline cloud-init data within MaxCloudInitUserDataBytes / MaxCloudInitNetworkDataBytes;
 //   - livenessProbe and readinessProbe: one of httpGet and tcpSocket, on a numeric port the
 //     kubelet reaches the guest at through the pod network (probes);
@@ -198,6 +203,9 @@ func (v *validator) domain() {
 	if n, from := d.VCPUs(); from == v1alpha1.VCPUsFromTopology && n > domain.MaxVCPUs {
 		v.add(field.Invalid(dp.Child("cpu"), n, fmt.Sprintf("%d vCPUs (sockets*cores*threads) exceed the maximum of %d", n, domain.MaxVCPUs)))
 	}
+
+	// Dedicated CPUs: the launcher pod must be Guaranteed with a whole CPU per vCPU.
+	v.dedicatedCPUs()
 
 	// Clock: a zone of the tz database (this binary carries it: time/tzdata).
 	if c := d.Clock; c != nil && c.Timezone != nil && *c.Timezone != "" {
@@ -895,4 +903,48 @@ func ValidateMigrationSpecUpdate(newSpec, oldSpec *v1alpha1.VirtualMachineInstan
 		return nil
 	}
 	return field.ErrorList{field.Forbidden(path, "the spec of a VirtualMachineInstanceMigration is immutable after creation")}
+}
+
+// dedicatedCPUs checks cpu.dedicatedCpuPlacement and cpu.isolateEmulatorThread: the launcher pod
+// of such a VMI is in the Guaranteed QoS class with exactly DomainSpec.DedicatedCPUs CPUs, which
+// the kubelet's static CPU manager gives it only when they are whole (controlplane/launcherpod).
+// So CPU requests and limits, when set, are the vCPU count, and memory requests equal limits.
+func (v *validator) dedicatedCPUs() {
+	d := &v.spec.Domain
+	cp, rp := v.domainPath().Child("cpu"), v.domainPath().Child("resources")
+	if d.NUMAPassthrough() {
+		np := cp.Child("numa", "guestMappingPassthrough")
+		if !d.CPU.DedicatedCPUPlacement {
+			v.add(field.Invalid(np, "{}", "requires cpu.dedicatedCpuPlacement"))
+		}
+		if d.MemoryHugepages() == nil {
+			v.add(field.Invalid(np, "{}", "requires memory.hugepages"))
+		}
+	}
+	if d.CPU == nil || !d.CPU.DedicatedCPUPlacement {
+		if d.CPU != nil && d.CPU.IsolateEmulatorThread {
+			v.add(field.Invalid(cp.Child("isolateEmulatorThread"), true, "requires cpu.dedicatedCpuPlacement"))
+		}
+		return
+	}
+	n, _ := d.VCPUs()
+	for _, list := range []struct {
+		name string
+		rl   corev1.ResourceList
+	}{{"requests", d.Resources.Requests}, {"limits", d.Resources.Limits}} {
+		q, ok := list.rl[corev1.ResourceCPU]
+		if !ok {
+			continue
+		}
+		if q.Cmp(*resource.NewQuantity(n, resource.DecimalSI)) != 0 {
+			v.add(field.Invalid(rp.Child(list.name).Key(string(corev1.ResourceCPU)), q.String(),
+				fmt.Sprintf("must be the vCPU count %d with cpu.dedicatedCpuPlacement (a whole CPU per vCPU)", n)))
+		}
+	}
+	req, hasReq := d.Resources.Requests[corev1.ResourceMemory]
+	lim, hasLim := d.Resources.Limits[corev1.ResourceMemory]
+	if hasReq && hasLim && req.Cmp(lim) != 0 {
+		v.add(field.Invalid(rp.Child("requests").Key(string(corev1.ResourceMemory)), req.String(),
+			fmt.Sprintf("must equal the memory limit %s with cpu.dedicatedCpuPlacement (the launcher pod is in the Guaranteed QoS class)", lim.String())))
+	}
 }

@@ -237,6 +237,51 @@ func TestValidate(t *testing.T) {
 				s.Domain.Resources.Limits = corev1.ResourceList{corev1.ResourceMemory: resource.MustParse("100M")}
 				s.Domain.Memory = &v1alpha1.Memory{Hugepages: &v1alpha1.Hugepages{PageSize: "2Mi"}}
 			}},
+
+		// Dedicated CPUs.
+		{name: "dedicated CPUs from the topology", change: func(s *v1alpha1.VirtualMachineInstanceSpec) {
+			s.Domain.CPU.Cores, s.Domain.CPU.DedicatedCPUPlacement, s.Domain.CPU.IsolateEmulatorThread = 2, true, true
+		}},
+		{name: "dedicated CPUs with requests = limits = vCPUs", change: func(s *v1alpha1.VirtualMachineInstanceSpec) {
+			s.Domain.CPU.Sockets, s.Domain.CPU.DedicatedCPUPlacement = 2, true
+			s.Domain.Resources.Requests[corev1.ResourceCPU] = resource.MustParse("2")
+			s.Domain.Resources.Limits = corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("2000m"), corev1.ResourceMemory: resource.MustParse("128Mi")}
+		}},
+		{name: "isolateEmulatorThread without dedicated CPUs", field: "spec.domain.cpu.isolateEmulatorThread", detail: "requires cpu.dedicatedCpuPlacement",
+			change: func(s *v1alpha1.VirtualMachineInstanceSpec) { s.Domain.CPU.IsolateEmulatorThread = true }},
+		{name: "dedicated CPUs with a fractional CPU request", field: "spec.domain.resources.requests[cpu]", detail: "must be the vCPU count 1 with cpu.dedicatedCpuPlacement",
+			change: func(s *v1alpha1.VirtualMachineInstanceSpec) {
+				s.Domain.CPU.DedicatedCPUPlacement = true
+				s.Domain.Resources.Requests[corev1.ResourceCPU] = resource.MustParse("500m")
+			}},
+		{name: "dedicated CPUs with a CPU limit above the vCPUs", field: "spec.domain.resources.limits[cpu]", detail: "must be the vCPU count 2",
+			change: func(s *v1alpha1.VirtualMachineInstanceSpec) {
+				s.Domain.CPU.Sockets, s.Domain.CPU.DedicatedCPUPlacement = 2, true
+				s.Domain.Resources.Limits = corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("3")}
+			}},
+		{name: "dedicated CPUs with memory requests below limits", field: "spec.domain.resources.requests[memory]", detail: "must equal the memory limit 256Mi",
+			change: func(s *v1alpha1.VirtualMachineInstanceSpec) {
+				s.Domain.CPU.DedicatedCPUPlacement = true
+				s.Domain.Resources.Limits = corev1.ResourceList{corev1.ResourceMemory: resource.MustParse("256Mi")}
+			}},
+		{name: "NUMA passthrough with dedicated CPUs on huge pages", change: func(s *v1alpha1.VirtualMachineInstanceSpec) {
+			s.Domain.CPU.DedicatedCPUPlacement = true
+			s.Domain.CPU.NUMA = &v1alpha1.NUMA{GuestMappingPassthrough: &v1alpha1.NUMAGuestMappingPassthrough{}}
+			s.Domain.Memory = &v1alpha1.Memory{Hugepages: &v1alpha1.Hugepages{PageSize: "2Mi"}}
+		}},
+		{name: "NUMA passthrough without dedicated CPUs", field: "spec.domain.cpu.numa.guestMappingPassthrough", detail: "requires cpu.dedicatedCpuPlacement",
+			change: func(s *v1alpha1.VirtualMachineInstanceSpec) {
+				s.Domain.CPU.NUMA = &v1alpha1.NUMA{GuestMappingPassthrough: &v1alpha1.NUMAGuestMappingPassthrough{}}
+				s.Domain.Memory = &v1alpha1.Memory{Hugepages: &v1alpha1.Hugepages{PageSize: "2Mi"}}
+			}},
+		{name: "NUMA passthrough without huge pages", field: "spec.domain.cpu.numa.guestMappingPassthrough", detail: "requires memory.hugepages",
+			change: func(s *v1alpha1.VirtualMachineInstanceSpec) {
+				s.Domain.CPU.DedicatedCPUPlacement = true
+				s.Domain.CPU.NUMA = &v1alpha1.NUMA{GuestMappingPassthrough: &v1alpha1.NUMAGuestMappingPassthrough{}}
+			}},
+		{name: "memory requests below limits without dedicated CPUs", change: func(s *v1alpha1.VirtualMachineInstanceSpec) {
+			s.Domain.Resources.Limits = corev1.ResourceList{corev1.ResourceMemory: resource.MustParse("256Mi")}
+		}},
 		{name: "too many vCPUs", field: "spec.domain.cpu", detail: "exceed the maximum",
 			change: func(s *v1alpha1.VirtualMachineInstanceSpec) { s.Domain.CPU.Sockets, s.Domain.CPU.Cores = 64, 64 }},
 

@@ -79,6 +79,12 @@ func Validate(spec *domainv1.DomainSpec) error {
 		if n > MaxVCPUs {
 			add("cpu", "%d vCPUs exceed the maximum of %d", n, MaxVCPUs)
 		}
+		if p := cpu.GetPinning(); p != nil && n <= MaxVCPUs {
+			validatePinning(p, int(n), add)
+		}
+		if cells := cpu.GetNumaCells(); len(cells) > 0 && n <= MaxVCPUs {
+			validateNUMA(cells, int(n), spec.GetMemory(), add)
+		}
 	}
 	if k := spec.GetFirmware().GetKernel(); k != nil {
 		if k.GetKernelPath() == "" {
@@ -151,6 +157,68 @@ func Validate(spec *domainv1.DomainSpec) error {
 		return errs
 	}
 	return nil
+}
+
+// validatePinning checks a CPUPinning of a domain of n vCPUs: a host CPU per vCPU, distinct, and
+// emulator CPUs apart from them.
+func validatePinning(p *domainv1.CPUPinning, n int, add func(field, format string, args ...any)) {
+	if len(p.GetVcpuHostCpus()) != n {
+		add("cpu.pinning.vcpuHostCpus", "%d host CPUs for %d vCPUs: one per vCPU", len(p.GetVcpuHostCpus()), n)
+	}
+	vcpu := map[uint32]int{}
+	for i, c := range p.GetVcpuHostCpus() {
+		if j, ok := vcpu[c]; ok {
+			add(fmt.Sprintf("cpu.pinning.vcpuHostCpus[%d]", i), "host CPU %d is also vCPU %d's", c, j)
+			continue
+		}
+		vcpu[c] = i
+	}
+	seen := map[uint32]bool{}
+	for i, c := range p.GetEmulatorHostCpus() {
+		f := fmt.Sprintf("cpu.pinning.emulatorHostCpus[%d]", i)
+		if j, ok := vcpu[c]; ok {
+			add(f, "host CPU %d is vCPU %d's", c, j)
+		} else if seen[c] {
+			add(f, "duplicate host CPU %d", c)
+		}
+		seen[c] = true
+	}
+}
+
+// validateNUMA checks the guest NUMA nodes of a domain of n vCPUs: each vCPU in one node, each
+// node with memory (whole huge pages on huge pages), all of the guest memory in them.
+func validateNUMA(cells []*domainv1.NUMACell, n int, mem *domainv1.Memory, add func(field, format string, args ...any)) {
+	in := map[uint32]int{}
+	var total uint64
+	page := mem.GetHugepages().GetPageSizeBytes()
+	for i, c := range cells {
+		f := fmt.Sprintf("cpu.numaCells[%d]", i)
+		if len(c.GetVcpus()) == 0 {
+			add(f+".vcpus", "required")
+		}
+		for j, v := range c.GetVcpus() {
+			switch other, ok := in[v]; {
+			case int(v) >= n:
+				add(fmt.Sprintf("%s.vcpus[%d]", f, j), "vCPU %d of %d", v, n)
+			case ok:
+				add(fmt.Sprintf("%s.vcpus[%d]", f, j), "vCPU %d is also in node %d", v, other)
+			}
+			in[v] = i
+		}
+		switch m := c.GetMemoryBytes(); {
+		case m == 0:
+			add(f+".memoryBytes", "required and > 0")
+		case page != 0 && m%page != 0:
+			add(f+".memoryBytes", "%d is not a multiple of the huge page size %d", m, page)
+		}
+		total += c.GetMemoryBytes()
+	}
+	if len(in) != n {
+		add("cpu.numaCells", "%d of the %d vCPUs are in a node: every vCPU must be", len(in), n)
+	}
+	if total != mem.GetGuestBytes() {
+		add("cpu.numaCells", "the nodes' memory adds up to %d bytes, the guest memory is %d", total, mem.GetGuestBytes())
+	}
 }
 
 // VCPUs is the number of vCPUs the spec asks for (1 when the CPU is not given).

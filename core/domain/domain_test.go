@@ -33,6 +33,12 @@ func TestValidateAcceptsValidSpec(t *testing.T) {
 	if err := domain.Validate(validSpec()); err != nil {
 		t.Fatalf("Validate = %v", err)
 	}
+	pinned := validSpec()
+	pinned.Cpu.Pinning = &domainv1.CPUPinning{VcpuHostCpus: []uint32{3, 1}, EmulatorHostCpus: []uint32{0}}
+	pinned.Cpu.NumaCells = []*domainv1.NUMACell{{Vcpus: []uint32{1}, MemoryBytes: 64 << 20, HostNodes: []uint32{0}}, {Vcpus: []uint32{0}, MemoryBytes: 64 << 20, HostNodes: []uint32{1}}}
+	if err := domain.Validate(pinned); err != nil {
+		t.Fatalf("Validate of a pinned spec = %v", err)
+	}
 	if n := domain.VCPUs(validSpec()); n != 2 {
 		t.Fatalf("VCPUs = %d, want 2", n)
 	}
@@ -56,6 +62,34 @@ func TestValidateRejects(t *testing.T) {
 			s.Memory.Hugepages = &domainv1.Hugepages{PageSizeBytes: 2 << 20, Path: "huge"}
 		}, "memory.hugepages.path"},
 		{"too many vcpus", func(s *domainv1.DomainSpec) { s.Cpu = &domainv1.CPU{Sockets: 4, Cores: 64, Threads: 4} }, "cpu"},
+		{"a host CPU short of the vCPUs", func(s *domainv1.DomainSpec) {
+			s.Cpu.Pinning = &domainv1.CPUPinning{VcpuHostCpus: []uint32{1}}
+		}, "cpu.pinning.vcpuHostCpus"},
+		{"two vCPUs on one host CPU", func(s *domainv1.DomainSpec) {
+			s.Cpu.Pinning = &domainv1.CPUPinning{VcpuHostCpus: []uint32{1, 1}}
+		}, "cpu.pinning.vcpuHostCpus[1]"},
+		{"the emulator on a vCPU's host CPU", func(s *domainv1.DomainSpec) {
+			s.Cpu.Pinning = &domainv1.CPUPinning{VcpuHostCpus: []uint32{1, 2}, EmulatorHostCpus: []uint32{0, 2}}
+		}, "cpu.pinning.emulatorHostCpus[1]"},
+		{"an emulator CPU twice", func(s *domainv1.DomainSpec) {
+			s.Cpu.Pinning = &domainv1.CPUPinning{VcpuHostCpus: []uint32{1, 2}, EmulatorHostCpus: []uint32{0, 0}}
+		}, "cpu.pinning.emulatorHostCpus[1]"},
+		{"a vCPU in no NUMA node", func(s *domainv1.DomainSpec) {
+			s.Cpu.NumaCells = []*domainv1.NUMACell{{Vcpus: []uint32{0}, MemoryBytes: 128 << 20}}
+		}, "cpu.numaCells"},
+		{"a vCPU in two NUMA nodes", func(s *domainv1.DomainSpec) {
+			s.Cpu.NumaCells = []*domainv1.NUMACell{{Vcpus: []uint32{0, 1}, MemoryBytes: 64 << 20}, {Vcpus: []uint32{1}, MemoryBytes: 64 << 20}}
+		}, "cpu.numaCells[1].vcpus[0]"},
+		{"NUMA nodes short of the guest memory", func(s *domainv1.DomainSpec) {
+			s.Cpu.NumaCells = []*domainv1.NUMACell{{Vcpus: []uint32{0}, MemoryBytes: 32 << 20}, {Vcpus: []uint32{1}, MemoryBytes: 64 << 20}}
+		}, "cpu.numaCells"},
+		{"a NUMA node without memory", func(s *domainv1.DomainSpec) {
+			s.Cpu.NumaCells = []*domainv1.NUMACell{{Vcpus: []uint32{0, 1}, MemoryBytes: 128 << 20}, {Vcpus: []uint32{}}}
+		}, "cpu.numaCells[1].memoryBytes"},
+		{"a NUMA node's memory not whole huge pages", func(s *domainv1.DomainSpec) {
+			s.Memory.Hugepages = &domainv1.Hugepages{PageSizeBytes: 2 << 20, Path: "/huge"}
+			s.Cpu.NumaCells = []*domainv1.NUMACell{{Vcpus: []uint32{0}, MemoryBytes: 63 << 20}, {Vcpus: []uint32{1}, MemoryBytes: 65 << 20}}
+		}, "cpu.numaCells[0].memoryBytes"},
 		{"relative kernel", func(s *domainv1.DomainSpec) { s.GetFirmware().GetKernel().KernelPath = "vmlinuz" }, "firmware.kernel.kernelPath"},
 		{"missing kernel", func(s *domainv1.DomainSpec) { s.GetFirmware().GetKernel().KernelPath = "" }, "firmware.kernel.kernelPath"},
 		{"relative disk", func(s *domainv1.DomainSpec) { s.Disks[0].Path = "root.qcow2" }, "disks[0].path"},

@@ -262,6 +262,12 @@ const (
 	DeviceBIOSSerial = "bios-serial"
 	// DeviceHugepages is Memory.hugepages: the guest RAM in a file on the hugetlbfs at its path.
 	DeviceHugepages = "hugepages"
+	// DeviceCPUPinning is CPU.pinning: each vCPU's thread on its host CPU, and the VM process's
+	// other threads on the emulator CPUs when there are some, before the guest runs.
+	DeviceCPUPinning = "cpu-pinning"
+	// DeviceNUMA is CPU.numa_cells: guest NUMA nodes of those vCPUs and memory, bound to the
+	// host NUMA nodes given.
+	DeviceNUMA = "numa"
 	// DeviceNICMultiQueue is NIC.queues: a virtio NIC with that many queue pairs on a
 	// multi-queue tap.
 	DeviceNICMultiQueue = "nic-multiqueue"
@@ -293,6 +299,8 @@ var OptionalDevices = []OptionalDevice{
 	{Name: DeviceTPM, Field: "tpm", asked: func(s *domainv1.DomainSpec) bool { return s.GetTpm() != nil }},
 	{Name: DeviceLaunchSecurity, Field: "launchSecurity", asked: func(s *domainv1.DomainSpec) bool { return s.GetLaunchSecurity() != nil }},
 	{Name: DeviceHugepages, Field: "memory.hugepages", asked: func(s *domainv1.DomainSpec) bool { return s.GetMemory().GetHugepages() != nil }},
+	{Name: DeviceCPUPinning, Field: "cpu.pinning", asked: func(s *domainv1.DomainSpec) bool { return s.GetCpu().GetPinning() != nil }},
+	{Name: DeviceNUMA, Field: "cpu.numaCells", asked: func(s *domainv1.DomainSpec) bool { return len(s.GetCpu().GetNumaCells()) > 0 }},
 	{Name: DeviceStartPaused, Field: "startPaused", asked: func(s *domainv1.DomainSpec) bool { return s.GetStartPaused() }},
 	{Name: DeviceNICOptions, Field: "nics", asked: func(s *domainv1.DomainSpec) bool {
 		return slices.ContainsFunc(s.GetNics(), func(n *domainv1.NIC) bool {

@@ -128,6 +128,11 @@ type StandaloneConfig struct {
 	// that takes no launcher socket. By default the VM process is the launcher's child, as in a
 	// cluster: it dies with the launcher.
 	BypassLauncher bool `json:"bypassLauncher,omitempty"`
+	// CPUs are the host CPUs each sandbox's launcher, and so its VM process, runs on (as a
+	// launcher pod's cpuset): a VMI with cpu.dedicatedCpuPlacement has its vCPUs pinned onto
+	// the first of them, and with isolateEmulatorThread its emulator onto the next. Nothing
+	// keeps other processes off them. Default: the handler's CPUs.
+	CPUs []uint32 `json:"cpus,omitempty"`
 }
 
 // LoadConfig reads a configuration file strictly (an unknown field is an error) and resolves

@@ -419,6 +419,14 @@ func (r *syncRun) buildDomain(context.Context) error {
 		Sandbox:      &domainv1.Sandbox{LauncherSocket: r.sandbox.LauncherSocket, NetnsPath: r.sandbox.NetNSPath},
 		Acceleration: r.accel, Kernel: r.p.kernel, DiskBus: r.diskBus, CDROMBus: r.cdromBus,
 		HugepagesDir: r.sandbox.HugepagesDir,
+		CPUs:         r.sandbox.CPUs, ExactCPUs: r.sandbox.ExactCPUs,
+	}
+	if r.vmi.Spec.Domain.NUMAPassthrough() {
+		nodes, err := hostNUMANodes("/sys")
+		if err != nil {
+			return failed(ReasonDomainFailed, fmt.Errorf("spec.domain.cpu.numa.guestMappingPassthrough: the node's NUMA nodes: %w", err))
+		}
+		in.HostNUMANodes = nodes
 	}
 	spec, err := assemble.Domain(r.vmi, in)
 	if err != nil {

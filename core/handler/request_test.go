@@ -229,6 +229,31 @@ func TestCheckSupported(t *testing.T) {
 			caps: func(c *driverCaps) { c.hypervisorCaps.Devices = nil },
 		},
 		{
+			name: "dedicated CPUs offered",
+			vmi: func(v *v1alpha1.VirtualMachineInstance) {
+				v.Spec.Domain.CPU = &v1alpha1.CPU{DedicatedCPUPlacement: true}
+			},
+		},
+		{
+			name: "dedicated CPUs not offered",
+			vmi: func(v *v1alpha1.VirtualMachineInstance) {
+				v.Spec.Domain.CPU = &v1alpha1.CPU{DedicatedCPUPlacement: true, IsolateEmulatorThread: true}
+			},
+			caps: func(c *driverCaps) { c.hypervisorCaps.Devices = []string{"balloon"} },
+			want: []string{`spec.domain.cpu.dedicatedCpuPlacement: pinning vCPUs to dedicated host CPUs is not supported by the hypervisor driver "hv" (it offers the devices: balloon)`},
+		},
+		{
+			name: "NUMA passthrough not offered",
+			vmi: func(v *v1alpha1.VirtualMachineInstance) {
+				v.Spec.Domain.CPU = &v1alpha1.CPU{DedicatedCPUPlacement: true, NUMA: &v1alpha1.NUMA{GuestMappingPassthrough: &v1alpha1.NUMAGuestMappingPassthrough{}}}
+				v.Spec.Domain.Memory.Hugepages = &v1alpha1.Hugepages{PageSize: "2Mi"}
+			},
+			caps: func(c *driverCaps) {
+				c.hypervisorCaps.Devices = []string{driver.DeviceCPUPinning, driver.DeviceHugepages}
+			},
+			want: []string{`spec.domain.cpu.numa.guestMappingPassthrough: a guest NUMA topology is not supported by the hypervisor driver "hv" (it offers the devices: cpu-pinning, hugepages)`},
+		},
+		{
 			name: "hugepages offered",
 			vmi: func(v *v1alpha1.VirtualMachineInstance) {
 				v.Spec.Domain.Memory.Hugepages = &v1alpha1.Hugepages{PageSize: "2Mi"}

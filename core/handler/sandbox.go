@@ -73,6 +73,16 @@ type SandboxSpec struct {
 	// of medium HugePages-<size> (layout.HugepagesDir). A VMI on huge pages in a sandbox
 	// without one fails with the field's path.
 	HugepagesDir string `json:"hugepagesDir,omitempty"`
+	// CPUs are the host CPUs the sandbox's VM process may run on (its cgroup's cpuset), in
+	// increasing order: where a VMI with cpu.dedicatedCpuPlacement has its vCPUs pinned. Such a
+	// VMI in a sandbox that does not say fails with the field's path.
+	CPUs []uint32 `json:"cpus,omitempty"`
+	// ExactCPUs says the sandbox asked for as many CPUs as its VMI's dedicated CPUs
+	// (v1alpha1.DomainSpec.DedicatedCPUs), to be its own: a launcher pod of the Guaranteed QoS
+	// class with whole CPUs, which the kubelet's static CPU manager gives exclusive CPUs. More
+	// CPUs than that then mean they are not exclusive, and the VMI fails rather than run
+	// pinned to shared CPUs.
+	ExactCPUs bool `json:"exactCpus,omitempty"`
 }
 
 // sandboxSettle is how long the end of a VM whose sandbox holds its process waits for the

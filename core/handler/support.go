@@ -33,6 +33,8 @@ var vmiDevices = map[string]struct{ field, what string }{
 	driver.DeviceSound:              {"spec.domain.devices.sound", "a sound card"},
 	driver.DeviceTPM:                {"spec.domain.devices.tpm", "a TPM (swtpm is not installed on the node, or the driver has no TPM)"},
 	driver.DeviceHugepages:          {"spec.domain.memory.hugepages", "guest memory on huge pages"},
+	driver.DeviceCPUPinning:         {"spec.domain.cpu.dedicatedCpuPlacement", "pinning vCPUs to dedicated host CPUs"},
+	driver.DeviceNUMA:               {"spec.domain.cpu.numa.guestMappingPassthrough", "a guest NUMA topology"},
 	driver.DeviceLaunchSecurity:     {"spec.domain.launchSecurity", "memory encryption (launchSecurity)"},
 	driver.DeviceStartPaused:        {"spec.startStrategy", "starting paused"},
 	driver.DeviceNICOptions:         {"spec.domain.devices.interfaces", "an interface's pciAddress, acpiIndex or state"},

@@ -137,11 +137,11 @@ func TestCheckSpecInsideAPartlySupportedObject(t *testing.T) {
 	spec := specOf(t, `
 domain:
   launchSecurity: {sev: {policy: {encryptedState: true}, attestation: {}}, snp: {}, colour: red}
-  cpu: {numa: {}}
+  devices: {filesystems: []}
 `)
 	got := errorStrings(CheckSpec(spec, field.NewPath("spec")))
 	want := []string{
-		"spec.domain.cpu.numa: Forbidden: not supported by Kubevisor yet: planned in issue 15",
+		"spec.domain.devices.filesystems: Forbidden: not supported by Kubevisor yet: planned in issue 15 (virtiofs needs virtiofsd on the node)",
 		"spec.domain.launchSecurity.colour: Forbidden: " + UnknownField,
 		"spec.domain.launchSecurity.sev.attestation: Forbidden: not supported by Kubevisor: " + sevAttestationReason + "; use launchSecurity.sev without attestation",
 		"spec.domain.launchSecurity.snp: Forbidden: not supported by Kubevisor: QEMU 7.2 (Debian 12's, which the qmp driver runs) has no SEV-SNP guests: sev-snp-guest came in QEMU 9.1; use launchSecurity.sev",

@@ -61,7 +61,8 @@ func TestSupportedIsReadFromTheTypes(t *testing.T) {
 		"accessCredentials[].userPassword.source.secret.secretName": NotSupported,
 		"accessCredentials[].sshPublicKey.source.secret.secretName": Supported,
 		"accessCredentials[].sshPublicKey.propagationMethod.qemuGuestAgent.users": NotSupported,
-		"domain.cpu.numa.guestMappingPassthrough":                                 Planned,
+		"domain.cpu.numa.guestMappingPassthrough":                                 Supported,
+		"domain.devices.tpm.persistent":                                           Planned,
 	} {
 		if got := Classify([]string{path})[0].Class; got != want {
 			t.Errorf("%s: %s, want %s", path, got, want)

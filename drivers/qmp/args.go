@@ -251,7 +251,13 @@ func (b *argBuilder) build() {
 		b.add("-uuid", u)
 	}
 	b.machine()
-	b.add("-accel", string(b.env.Accel))
+	if b.env.Accel == AccelTCG && spec.GetCpu().GetPinning() != nil {
+		// A thread per vCPU, to pin each (cpu.pinning): multi-threaded TCG, which QEMU
+		// refuses to start without rather than fall back to one thread for every vCPU.
+		b.add("-accel", "tcg,thread=multi")
+	} else {
+		b.add("-accel", string(b.env.Accel))
+	}
 	b.cpu()
 	b.memory()
 	if s := spec.GetFirmware().GetSerial(); s != "" {
@@ -339,7 +345,8 @@ func (b *argBuilder) machine() {
 	if enc := b.launchSecurity(); enc != "" {
 		opts = append(opts, enc)
 	}
-	if b.spec.GetMemory().GetHugepages() != nil {
+	if b.spec.GetMemory().GetHugepages() != nil && len(b.spec.GetCpu().GetNumaCells()) == 0 {
+		// With NUMA nodes the guest RAM is theirs (-numa node,memdev=).
 		opts = append(opts, "memory-backend="+guestMemoryID)
 	}
 	b.add("-machine", strings.Join(opts, ","))
@@ -388,6 +395,9 @@ func (b *argBuilder) memory() {
 	}
 	b.add("-m", size)
 	h := b.spec.GetMemory().GetHugepages()
+	if cells := b.spec.GetCpu().GetNumaCells(); len(cells) > 0 {
+		defer b.numa(cells, h)
+	}
 	if h == nil {
 		return
 	}
@@ -402,7 +412,39 @@ func (b *argBuilder) memory() {
 	if !filepath.IsAbs(h.GetPath()) {
 		b.fail("memory.hugepages.path", "must be an absolute path, not %q", h.GetPath())
 	}
+	if len(b.spec.GetCpu().GetNumaCells()) > 0 {
+		return // the NUMA nodes have a backend each
+	}
 	b.add("-object", "memory-backend-file,id="+guestMemoryID+",size="+size+",mem-path="+esc(h.GetPath())+",prealloc=on,share=off")
+}
+
+// numa is the guest NUMA nodes of cpu.numa_cells: node i with its vCPUs and a memory backend
+// of its own (on the huge pages h, like the whole guest RAM's without NUMA), bound to the host
+// nodes given (host-nodes, policy=bind: QEMU mbind(2)s the backend, and the start fails when
+// the memory cannot come from there, for one when the sandbox's cpuset.mems lacks the node).
+func (b *argBuilder) numa(cells []*domainv1.NUMACell, h *domainv1.Hugepages) {
+	for i, c := range cells {
+		id := fmt.Sprintf("mem-numa%d", i)
+		backend := "memory-backend-ram,id=" + id + ",size=" + strconv.FormatUint(c.GetMemoryBytes(), 10)
+		if h != nil {
+			backend = "memory-backend-file,id=" + id + ",size=" + strconv.FormatUint(c.GetMemoryBytes(), 10) +
+				",mem-path=" + esc(h.GetPath()) + ",prealloc=on,share=off"
+		}
+		if hn := c.GetHostNodes(); len(hn) > 0 {
+			nodes := make([]string, len(hn))
+			for j, n := range hn {
+				nodes[j] = strconv.FormatUint(uint64(n), 10)
+			}
+			// QEMU's list syntax: host-nodes=0,host-nodes=2 for nodes 0 and 2.
+			backend += ",host-nodes=" + strings.Join(nodes, ",host-nodes=") + ",policy=bind"
+		}
+		b.add("-object", backend)
+		node := fmt.Sprintf("node,nodeid=%d,memdev=%s", i, id)
+		for _, v := range c.GetVcpus() {
+			node += fmt.Sprintf(",cpus=%d", v)
+		}
+		b.add("-numa", node)
+	}
 }
 
 func (b *argBuilder) firmware() {

@@ -86,6 +86,46 @@ func TestBuildArgs(t *testing.T) {
 			want: [][]string{{"-cpu", "host"}},
 		},
 		{
+			name: "pinned vCPUs under tcg: a thread per vCPU",
+			spec: func(s *domainv1.DomainSpec) {
+				s.Cpu = &domainv1.CPU{Sockets: 2, Pinning: &domainv1.CPUPinning{VcpuHostCpus: []uint32{1, 0}}}
+			},
+			want: [][]string{{"-accel", "tcg,thread=multi"}, {"-smp", "2,sockets=2,cores=1,threads=1"}},
+		},
+		{
+			name: "pinned vCPUs under kvm: a thread per vCPU anyway",
+			spec: func(s *domainv1.DomainSpec) {
+				s.Cpu = &domainv1.CPU{Pinning: &domainv1.CPUPinning{VcpuHostCpus: []uint32{1}, EmulatorHostCpus: []uint32{0}}}
+			},
+			env:  func(e *HostEnv) { e.Accel = AccelKVM },
+			want: [][]string{{"-accel", "kvm"}},
+		},
+		{
+			name: "NUMA nodes on huge pages, bound to host nodes",
+			spec: func(s *domainv1.DomainSpec) {
+				s.Memory = &domainv1.Memory{GuestBytes: 128 << 20, Hugepages: &domainv1.Hugepages{PageSizeBytes: 2 << 20, Path: "/huge"}}
+				s.Cpu = &domainv1.CPU{Sockets: 3, Pinning: &domainv1.CPUPinning{VcpuHostCpus: []uint32{1, 2, 3}}, NumaCells: []*domainv1.NUMACell{
+					{Vcpus: []uint32{0, 2}, MemoryBytes: 64 << 20, HostNodes: []uint32{0}},
+					{Vcpus: []uint32{1}, MemoryBytes: 64 << 20, HostNodes: []uint32{1, 3}},
+				}}
+			},
+			want: [][]string{
+				{"-machine", "q35"}, {"-m", "128M"},
+				{"-object", "memory-backend-file,id=mem-numa0,size=67108864,mem-path=/huge,prealloc=on,share=off,host-nodes=0,policy=bind",
+					"-numa", "node,nodeid=0,memdev=mem-numa0,cpus=0,cpus=2"},
+				{"-object", "memory-backend-file,id=mem-numa1,size=67108864,mem-path=/huge,prealloc=on,share=off,host-nodes=1,host-nodes=3,policy=bind",
+					"-numa", "node,nodeid=1,memdev=mem-numa1,cpus=1"},
+			},
+			not: []string{"memory-backend-file,id=mem0,size=128M,mem-path=/huge,prealloc=on,share=off", "q35,memory-backend=mem0"},
+		},
+		{
+			name: "a NUMA node in ordinary memory",
+			spec: func(s *domainv1.DomainSpec) {
+				s.Cpu = &domainv1.CPU{NumaCells: []*domainv1.NUMACell{{Vcpus: []uint32{0}, MemoryBytes: 64 << 20}}}
+			},
+			want: [][]string{{"-object", "memory-backend-ram,id=mem-numa0,size=67108864", "-numa", "node,nodeid=0,memdev=mem-numa0,cpus=0"}},
+		},
+		{
 			name: "tcg host-model is max",
 			spec: func(s *domainv1.DomainSpec) { s.Cpu = &domainv1.CPU{Model: "host-model"} },
 			want: [][]string{{"-cpu", "max"}},

@@ -174,6 +174,7 @@ func (d *Driver) capabilities() *basev1.Capabilities {
 			driver.DeviceInput, driver.DeviceWatchdog, driver.DeviceBalloon, driver.DeviceDiskOptions,
 			driver.DeviceCPUFeatures, driver.DeviceNICOptions,
 			driver.DeviceStartPaused, driver.DeviceSound, driver.DeviceBIOSSerial, driver.DeviceLaunchSecurity, driver.DeviceHugepages,
+			driver.DeviceCPUPinning, driver.DeviceNUMA,
 			driver.DeviceNICMultiQueue, driver.DeviceVirtioTransitional},
 	}
 }

@@ -26,30 +26,10 @@ import (
 // namespaces; SIGTERM to the launcher makes the driver shut the VM down gracefully.
 func TestThroughLauncher(t *testing.T) {
 	t.Parallel()
-	testenv.Root(t, "runs the launcher in network and PID namespaces")
 	requireQEMU(t)
-	binDir := t.TempDir()
-	if err := testbin.Build(binDir, false, "github.com/kubevisor/kubevisor/cmd/kubevisor-launcher"); err != nil {
-		t.Fatal(err)
-	}
-	bin := filepath.Join(binDir, "kubevisor-launcher")
-	dir := filepath.Join(t.TempDir(), "vmi")
-	cmd := exec.Command("unshare", "--net", "--pid", "--fork", "--kill-child", "--mount-proc", "--", bin, "--dir", dir, "--grace-period", "20s")
-	cmd.Stderr = os.Stderr
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	exited := make(chan int, 1)
-	go func() { _ = cmd.Wait(); exited <- cmd.ProcessState.ExitCode() }()
-	t.Cleanup(func() { _ = cmd.Process.Kill() })
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	sock := filepath.Join(dir, lclient.SocketName)
-	lc, err := lclient.Dial(ctx, sock)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer lc.Close()
+	dir, sock, lc, exited := launcherInNamespaces(ctx, t)
 	lpid := lc.LauncherPid()
 
 	d := newTestDriver(t, t.TempDir())
@@ -120,6 +100,36 @@ func TestThroughLauncher(t *testing.T) {
 	if st := mustStatus(t, h, spec.GetId(), hypervisorv1.State_STATE_STOPPED); st.GetReason() != driver.ReasonGuestShutdown {
 		t.Errorf("reason %q", st.GetReason())
 	}
+}
+
+// launcherInNamespaces starts a kubevisor-launcher in network and pid namespaces of its own, as
+// in a launcher pod, and connects to it. It returns the launcher's directory, its socket, the
+// client (closed when the test ends) and a channel that gets the launcher's exit code; the
+// launcher is killed when the test ends.
+func launcherInNamespaces(ctx context.Context, t *testing.T) (dir, sock string, lc *lclient.Client, exited <-chan int) {
+	t.Helper()
+	testenv.Root(t, "runs the launcher in network and PID namespaces")
+	binDir := t.TempDir()
+	if err := testbin.Build(binDir, false, "github.com/kubevisor/kubevisor/cmd/kubevisor-launcher"); err != nil {
+		t.Fatal(err)
+	}
+	bin := filepath.Join(binDir, "kubevisor-launcher")
+	dir = filepath.Join(t.TempDir(), "vmi")
+	cmd := exec.Command("unshare", "--net", "--pid", "--fork", "--kill-child", "--mount-proc", "--", bin, "--dir", dir, "--grace-period", "20s")
+	cmd.Stderr = os.Stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	code := make(chan int, 1)
+	go func() { _ = cmd.Wait(); code <- cmd.ProcessState.ExitCode() }()
+	t.Cleanup(func() { _ = cmd.Process.Kill() })
+	sock = filepath.Join(dir, lclient.SocketName)
+	lc, err := lclient.Dial(ctx, sock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = lc.Close() })
+	return dir, sock, lc, code
 }
 
 func parentOf(pid int) (int, error) {

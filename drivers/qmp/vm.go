@@ -415,6 +415,13 @@ func (d *Driver) launch(ctx context.Context, v *vm, host *HostInfo) error {
 		_ = d.stop(ctx, v, s, driver.ReasonStartFailed)
 		return status.Errorf(codes.Internal, "qemu (pid %d): %v", pid, err)
 	}
+	// The guest has not run yet (-S): its threads go where cpu.pinning says first.
+	if p := v.spec.GetCpu().GetPinning(); p != nil {
+		if err := pinThreads(ctx, mon, pid, p); err != nil {
+			_ = d.stop(ctx, v, s, driver.ReasonStartFailed)
+			return status.Errorf(codes.FailedPrecondition, "qemu (pid %d): %v", pid, err)
+		}
+	}
 	// A VM that starts paused keeps its vCPUs stopped (-S) until Resume's cont.
 	startPaused := v.spec.GetStartPaused()
 	if !startPaused {

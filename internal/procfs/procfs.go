@@ -71,22 +71,7 @@ func StatFields(raw []byte) ([]string, error) {
 // InnermostPid is the last pid of the NSpid line of /proc/PID/status: the process's pid in its
 // own pid namespace.
 func InnermostPid(pid int) (int, error) {
-	f, err := os.Open(filepath.Join("/proc", strconv.Itoa(pid), "status"))
-	if err != nil {
-		return 0, err
-	}
-	defer f.Close()
-	sc := bufio.NewScanner(f)
-	for sc.Scan() {
-		if rest, ok := strings.CutPrefix(sc.Text(), "NSpid:"); ok {
-			fields := strings.Fields(rest)
-			if len(fields) == 0 {
-				break
-			}
-			return strconv.Atoi(fields[len(fields)-1])
-		}
-	}
-	return 0, fmt.Errorf("no NSpid in /proc/%d/status", pid)
+	return nspid(filepath.Join("/proc", strconv.Itoa(pid), "status"))
 }
 
 // Children lists the children of pid as this process's /proc shows them.
@@ -165,4 +150,68 @@ func Cgroup() string {
 		}
 	}
 	return v1
+}
+
+// Affinity is the CPUs thread (or process) tid of this pid namespace may run on
+// (sched_getaffinity(2)), in increasing order. The kernel keeps a task's affinity within its
+// cpuset cgroup and sets it to the cpuset's CPUs when the task enters the cgroup or the cpuset
+// changes, so a task no one narrowed has its cgroup's cpuset.cpus.effective (under cgroup v1,
+// cpuset.effective_cpus).
+func Affinity(tid int) ([]uint32, error) {
+	var set unix.CPUSet
+	if err := unix.SchedGetaffinity(tid, &set); err != nil {
+		return nil, fmt.Errorf("sched_getaffinity %d: %w", tid, err)
+	}
+	var cpus []uint32
+	for c := 0; c < len(set)*64; c++ {
+		if set.IsSet(c) {
+			cpus = append(cpus, uint32(c))
+		}
+	}
+	return cpus, nil
+}
+
+// Threads maps the threads of process pid (a pid of this namespace), by their ids in the
+// process's own pid namespace (the innermost of each thread's NSpid, what the process itself
+// calls them, as QEMU's query-cpus-fast thread-id), to their ids in this namespace. A thread
+// that ends while it is read is left out.
+func Threads(pid int) (map[int]int, error) {
+	dir := filepath.Join("/proc", strconv.Itoa(pid), "task")
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		return nil, err
+	}
+	out := make(map[int]int, len(entries))
+	for _, e := range entries {
+		tid, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		inner, err := nspid(filepath.Join(dir, e.Name(), "status"))
+		if err != nil {
+			continue
+		}
+		out[inner] = tid
+	}
+	return out, nil
+}
+
+// nspid is the last pid of the NSpid line of a status file.
+func nspid(path string) (int, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return 0, err
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		if rest, ok := strings.CutPrefix(sc.Text(), "NSpid:"); ok {
+			fields := strings.Fields(rest)
+			if len(fields) == 0 {
+				break
+			}
+			return strconv.Atoi(fields[len(fields)-1])
+		}
+	}
+	return 0, fmt.Errorf("no NSpid in %s", path)
 }

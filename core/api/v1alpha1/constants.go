@@ -45,6 +45,12 @@ const (
 	HypervisorClassLabel = LabelPrefix + "hypervisor-class"
 	// SchedulableNodeLabel is set to "true" by a handler on a node that can run VirtualMachineInstances.
 	SchedulableNodeLabel = LabelPrefix + "schedulable"
+	// CPUManagerNodeLabel is set to "true" on a node whose kubelet runs the static CPU manager
+	// policy, which gives a Guaranteed pod's containers of whole CPUs exclusive CPUs. Launcher
+	// pods of VMIs with cpu.dedicatedCpuPlacement select it. The handler sets it (and removes
+	// it) from the kubelet's CPU manager state file, or leaves it to the admin when it is
+	// given none; see core/handler/cluster.NodeLabeler.
+	CPUManagerNodeLabel = LabelPrefix + "cpumanager"
 )
 
 // Annotations Kubevisor reads or sets.

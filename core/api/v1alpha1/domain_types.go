@@ -158,7 +158,38 @@ type CPU struct {
 	// +kubebuilder:validation:MaxItems=64
 	// +optional
 	Features []CPUFeature `json:"features,omitempty"`
+	// DedicatedCPUPlacement gives each vCPU a host CPU of its own: the launcher pod is in the
+	// Guaranteed QoS class with a whole number of CPUs (the vCPUs, plus one with
+	// isolateEmulatorThread), so that the kubelet's static CPU manager gives its compute
+	// container exclusive CPUs, and it is placed only on nodes labelled
+	// kubevisor.io/cpumanager=true; each vCPU's thread is then pinned to one of those CPUs.
+	// CPU requests and limits, when set, must equal the vCPU count. The hypervisor driver must
+	// offer "cpu-pinning".
+	// +optional
+	DedicatedCPUPlacement bool `json:"dedicatedCpuPlacement,omitempty"`
+	// IsolateEmulatorThread, with dedicatedCpuPlacement, asks for one more exclusive CPU and
+	// pins the hypervisor's other threads (its main loop, I/O) there, away from the vCPUs.
+	// Without it they share the vCPUs' CPUs.
+	// +optional
+	IsolateEmulatorThread bool `json:"isolateEmulatorThread,omitempty"`
+	// NUMA gives the guest a NUMA topology.
+	// +optional
+	NUMA *NUMA `json:"numa,omitempty"`
 }
+
+// NUMA is the guest's NUMA topology.
+type NUMA struct {
+	// GuestMappingPassthrough mirrors the host's: a guest NUMA node per host NUMA node that
+	// holds dedicated CPUs of the VMI, with the vCPUs pinned there and an equal share of the
+	// guest memory (whole huge pages) bound to that host node's memory. It requires
+	// dedicatedCpuPlacement and memory.hugepages. The hypervisor driver must offer "numa".
+	// +optional
+	GuestMappingPassthrough *NUMAGuestMappingPassthrough `json:"guestMappingPassthrough,omitempty"`
+}
+
+// NUMAGuestMappingPassthrough asks for the guest NUMA topology of NUMA.GuestMappingPassthrough;
+// it has no settings.
+type NUMAGuestMappingPassthrough struct{}
 
 // CPUFeature is one CPU feature and what to do with it.
 type CPUFeature struct {

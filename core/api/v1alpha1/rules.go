@@ -188,6 +188,26 @@ func (h *Hugepages) HugepagesMedium() corev1.StorageMedium {
 	return corev1.StorageMedium(string(corev1.StorageMediumHugePagesPrefix) + h.PageSize)
 }
 
+// DedicatedCPUs is the number of exclusive host CPUs a domain with cpu.dedicatedCpuPlacement
+// asks for: one per vCPU (VCPUs), and one more for the emulator's threads with
+// cpu.isolateEmulatorThread. It is 0 without dedicatedCpuPlacement. The launcher pod requests
+// that many CPUs and the node pins onto that many.
+func (d *DomainSpec) DedicatedCPUs() int64 {
+	if d.CPU == nil || !d.CPU.DedicatedCPUPlacement {
+		return 0
+	}
+	n, _ := d.VCPUs()
+	if d.CPU.IsolateEmulatorThread && n < math.MaxInt64 {
+		n++
+	}
+	return n
+}
+
+// NUMAPassthrough says whether the domain asks for cpu.numa.guestMappingPassthrough.
+func (d *DomainSpec) NUMAPassthrough() bool {
+	return d.CPU != nil && d.CPU.NUMA != nil && d.CPU.NUMA.GuestMappingPassthrough != nil
+}
+
 // MemoryHugepages is memory.hugepages, nil when the guest memory is not on huge pages.
 func (d *DomainSpec) MemoryHugepages() *Hugepages {
 	if d.Memory == nil {

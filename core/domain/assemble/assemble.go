@@ -6,8 +6,11 @@ package assemble
 
 import (
 	"fmt"
+	"maps"
 	"path/filepath"
 	"regexp"
+	"slices"
+	"strconv"
 	"strings"
 
 	"google.golang.org/grpc/codes"
@@ -89,6 +92,18 @@ type Inputs struct {
 	// sees it (the sandbox's, SandboxSpec.HugepagesDir). Required when the VMI has
 	// memory.hugepages.
 	HugepagesDir string
+	// CPUs are the host CPUs the VM process may run on (the sandbox's: its cgroup's cpuset), in
+	// increasing order. Required when the VMI has cpu.dedicatedCpuPlacement: its vCPUs and
+	// emulator are pinned onto the first of them.
+	CPUs []uint32
+	// HostNUMANodes maps each host CPU to its host NUMA node (/sys/devices/system/node). Required
+	// when the VMI has cpu.numa.guestMappingPassthrough.
+	HostNUMANodes map[uint32]uint32
+	// ExactCPUs says that the sandbox asked for as many CPUs as the VMI's DedicatedCPUs, to be
+	// its own (a Guaranteed launcher pod with whole CPUs): then CPUs must be that many, and
+	// more means the node did not give it exclusive CPUs (its kubelet's CPU manager policy is
+	// not static).
+	ExactCPUs bool
 	// DiskBus and CDROMBus replace DefaultDiskBus and DefaultCDROMBus for disks and cdroms whose
 	// VMI names no bus (a guest without AHCI needs its cdroms on scsi, for one).
 	DiskBus, CDROMBus domainv1.DiskBus
@@ -131,6 +146,10 @@ const (
 //   - cpu: sockets/cores/threads/model (a topology field left 0 is 1); without a topology the
 //     vCPUs are the CPU limit, else request, rounded up, as sockets; else 1 vCPU
 //     (v1alpha1.DomainSpec.VCPUs);
+//   - cpu.dedicatedCpuPlacement: cpu.pinning, vCPU i on the i-th of in.CPUs and, with
+//     isolateEmulatorThread, the emulator on the next one (Pinning);
+//   - cpu.numa.guestMappingPassthrough: cpu.numa_cells, a guest node per host NUMA node of the
+//     pinned vCPUs (NUMACells);
 //   - memory: memory.guest, else resources.requests.memory, else resources.limits.memory;
 //     memory.hugepages: the guest memory on huge pages of pageSize in in.HugepagesDir;
 //   - machine.type; firmware: bios (default), efi (secureBoot defaults to true), kernelBoot
@@ -217,6 +236,7 @@ func (b *builder) build() *domainv1.DomainSpec {
 	}
 	spec.Cpu = b.cpu()
 	spec.Memory = b.memory()
+	spec.Cpu.NumaCells = b.numaCells(spec.Cpu.GetPinning(), spec.Memory)
 	spec.Firmware, spec.Uuid = b.firmware()
 	b.boot = map[uint]string{}
 	spec.Disks = b.disks()
@@ -303,7 +323,110 @@ func (b *builder) cpu() *domainv1.CPU {
 			b.fail(field, "%s vCPUs exceed the maximum of %d", q.String(), domain.MaxVCPUs)
 		}
 	}
+	if n >= 1 && n <= domain.MaxVCPUs {
+		cpu.Pinning = b.pinning(int(n))
+	}
 	return cpu
+}
+
+// pinning is the CPUPinning of a VMI of n vCPUs with cpu.dedicatedCpuPlacement (nil without):
+// vCPU i on in.CPUs[i] and, with isolateEmulatorThread, the emulator on in.CPUs[n].
+func (b *builder) pinning(n int) *domainv1.CPUPinning {
+	d := &b.vmi.Spec.Domain
+	need := int(d.DedicatedCPUs())
+	if need == 0 {
+		return nil
+	}
+	const field = fieldDomain + ".cpu.dedicatedCpuPlacement"
+	have := b.in.CPUs
+	switch {
+	case len(have) == 0:
+		b.fail(field, "the VMI's sandbox does not say which host CPUs it has")
+		return nil
+	case len(have) < need:
+		what := "one per vCPU"
+		if d.CPU.IsolateEmulatorThread {
+			what += " and one for the emulator"
+		}
+		b.fail(field, "%d dedicated host CPUs needed (%s), and the VMI's sandbox has %d (%s)", need, what, len(have), CPUList(have))
+		return nil
+	case b.in.ExactCPUs && len(have) > need:
+		b.fail(field, "the launcher pod has host CPUs %s, not %d of its own: the node's kubelet does not give exclusive CPUs (its CPU manager policy is not static), though the node is labelled %s=true",
+			CPUList(have), need, v1alpha1.CPUManagerNodeLabel)
+		return nil
+	}
+	p := &domainv1.CPUPinning{VcpuHostCpus: slices.Clone(have[:n])}
+	if d.CPU.IsolateEmulatorThread {
+		p.EmulatorHostCpus = []uint32{have[n]}
+	}
+	return p
+}
+
+// numaCells are the guest NUMA nodes of a VMI with cpu.numa.guestMappingPassthrough (nil
+// without): one per host NUMA node that holds a vCPU's host CPU (pinning), in the host nodes'
+// order, with those vCPUs, bound to that host node, and the guest memory split evenly among
+// them in whole huge pages, the first nodes taking a page more where it does not divide.
+func (b *builder) numaCells(pinning *domainv1.CPUPinning, mem *domainv1.Memory) []*domainv1.NUMACell {
+	if !b.vmi.Spec.Domain.NUMAPassthrough() {
+		return nil
+	}
+	const field = fieldDomain + ".cpu.numa.guestMappingPassthrough"
+	page := mem.GetHugepages().GetPageSizeBytes()
+	switch {
+	case pinning == nil || page == 0:
+		// dedicatedCpuPlacement or memory.hugepages is missing or failed: said elsewhere, or
+		// here when the VMI does not ask.
+		if d := &b.vmi.Spec.Domain; !d.CPU.DedicatedCPUPlacement || d.MemoryHugepages() == nil {
+			b.fail(field, "requires cpu.dedicatedCpuPlacement and memory.hugepages")
+		}
+		return nil
+	case b.in.HostNUMANodes == nil:
+		b.fail(field, "the node does not say its NUMA nodes")
+		return nil
+	}
+	byNode := map[uint32][]uint32{}
+	for v, c := range pinning.GetVcpuHostCpus() {
+		n, ok := b.in.HostNUMANodes[c]
+		if !ok {
+			b.fail(field, "host CPU %d (vCPU %d's) is in no NUMA node of the node", c, v)
+			return nil
+		}
+		byNode[n] = append(byNode[n], uint32(v))
+	}
+	nodes := slices.Sorted(maps.Keys(byNode))
+	pages := mem.GetGuestBytes() / page
+	if pages < uint64(len(nodes)) {
+		b.fail(field, "%d huge pages of guest memory cannot be split among %d NUMA nodes", pages, len(nodes))
+		return nil
+	}
+	cells := make([]*domainv1.NUMACell, len(nodes))
+	for i, n := range nodes {
+		share := pages / uint64(len(nodes))
+		if uint64(i) < pages%uint64(len(nodes)) {
+			share++
+		}
+		cells[i] = &domainv1.NUMACell{Vcpus: byNode[n], MemoryBytes: share * page, HostNodes: []uint32{n}}
+	}
+	return cells
+}
+
+// CPUList writes CPU numbers in the kernel's list format ("0-3,8"), as cpuset.cpus and
+// Cpus_allowed_list do; cpus are in increasing order.
+func CPUList(cpus []uint32) string {
+	var parts []string
+	for i := 0; i < len(cpus); {
+		j := i
+		for j+1 < len(cpus) && cpus[j+1] == cpus[j]+1 {
+			j++
+		}
+		if j == i {
+			parts = append(parts, strconv.FormatUint(uint64(cpus[i]), 10))
+		} else {
+			parts = append(parts, fmt.Sprintf("%d-%d", cpus[i], cpus[j]))
+		}
+		i = j + 1
+	}
+	return strings.Join(parts, ",")
 }
 
 func (b *builder) memory() *domainv1.Memory {

@@ -587,6 +587,59 @@ func TestDomain(t *testing.T) {
 			},
 		},
 		{
+			name: "dedicated CPUs: vCPU i on the sandbox's i-th CPU, the emulator left alone",
+			vmi: func(v *v1alpha1.VirtualMachineInstance) {
+				v.Spec.Domain.CPU = &v1alpha1.CPU{Sockets: 1, Cores: 2, Threads: 1, DedicatedCPUPlacement: true}
+			},
+			inputs: func(in *assemble.Inputs) { in.CPUs, in.ExactCPUs = []uint32{4, 6}, true },
+			want: func(s *domainv1.DomainSpec) {
+				s.Cpu = &domainv1.CPU{Sockets: 1, Cores: 2, Threads: 1, Pinning: &domainv1.CPUPinning{VcpuHostCpus: []uint32{4, 6}}}
+			},
+		},
+		{
+			name: "dedicated CPUs with the emulator isolated on the next CPU",
+			vmi: func(v *v1alpha1.VirtualMachineInstance) {
+				v.Spec.Domain.CPU = &v1alpha1.CPU{Sockets: 2, DedicatedCPUPlacement: true, IsolateEmulatorThread: true}
+			},
+			inputs: func(in *assemble.Inputs) { in.CPUs, in.ExactCPUs = []uint32{1, 2, 3}, true },
+			want: func(s *domainv1.DomainSpec) {
+				s.Cpu = &domainv1.CPU{Sockets: 2, Cores: 1, Threads: 1, Pinning: &domainv1.CPUPinning{VcpuHostCpus: []uint32{1, 2}, EmulatorHostCpus: []uint32{3}}}
+			},
+		},
+		{
+			name: "dedicated CPUs in a sandbox of more CPUs (standalone): the first ones",
+			vmi: func(v *v1alpha1.VirtualMachineInstance) {
+				v.Spec.Domain.CPU = &v1alpha1.CPU{DedicatedCPUPlacement: true, IsolateEmulatorThread: true}
+			},
+			inputs: func(in *assemble.Inputs) { in.CPUs = []uint32{0, 1, 2, 3} },
+			want: func(s *domainv1.DomainSpec) {
+				s.Cpu.Pinning = &domainv1.CPUPinning{VcpuHostCpus: []uint32{0}, EmulatorHostCpus: []uint32{1}}
+			},
+		},
+		{
+			name: "NUMA passthrough: a guest node per host node of the pinned vCPUs, memory split in whole pages",
+			vmi: func(v *v1alpha1.VirtualMachineInstance) {
+				v.Spec.Domain.CPU = &v1alpha1.CPU{Sockets: 3, DedicatedCPUPlacement: true,
+					NUMA: &v1alpha1.NUMA{GuestMappingPassthrough: &v1alpha1.NUMAGuestMappingPassthrough{}}}
+				v.Spec.Domain.Memory.Hugepages = &v1alpha1.Hugepages{PageSize: "2Mi"}
+				g := resource.MustParse("258Mi") // 129 pages: 65 on the first node, 64 on the second
+				v.Spec.Domain.Memory.Guest = &g
+			},
+			inputs: func(in *assemble.Inputs) {
+				in.HugepagesDir, in.CPUs = "/huge", []uint32{2, 5, 6}
+				in.HostNUMANodes = map[uint32]uint32{0: 0, 2: 1, 4: 0, 5: 0, 6: 1}
+			},
+			want: func(s *domainv1.DomainSpec) {
+				s.Memory = &domainv1.Memory{GuestBytes: 258 << 20, Hugepages: &domainv1.Hugepages{PageSizeBytes: 2 << 20, Path: "/huge"}}
+				s.Cpu = &domainv1.CPU{Sockets: 3, Cores: 1, Threads: 1,
+					Pinning: &domainv1.CPUPinning{VcpuHostCpus: []uint32{2, 5, 6}},
+					NumaCells: []*domainv1.NUMACell{
+						{Vcpus: []uint32{1}, MemoryBytes: 65 * 2 << 20, HostNodes: []uint32{0}},
+						{Vcpus: []uint32{0, 2}, MemoryBytes: 64 * 2 << 20, HostNodes: []uint32{1}},
+					}}
+			},
+		},
+		{
 			name: "no namespace",
 			vmi:  func(v *v1alpha1.VirtualMachineInstance) { v.Namespace = "" },
 			want: func(s *domainv1.DomainSpec) { s.Name = "demo" },
@@ -645,6 +698,60 @@ func TestDomainRejects(t *testing.T) {
 				v.Spec.Domain.Memory.Hugepages = &v1alpha1.Hugepages{PageSize: "2Mi"}
 			},
 			want: []string{`spec.domain.memory.hugepages: the VMI's sandbox has no hugetlbfs of 2Mi pages`},
+		},
+		{
+			name: "dedicated CPUs: a sandbox that does not say its CPUs",
+			vmi: func(v *v1alpha1.VirtualMachineInstance) {
+				v.Spec.Domain.CPU = &v1alpha1.CPU{DedicatedCPUPlacement: true}
+			},
+			want: []string{`spec.domain.cpu.dedicatedCpuPlacement: the VMI's sandbox does not say which host CPUs it has`},
+		},
+		{
+			name: "dedicated CPUs: too few in the sandbox",
+			vmi: func(v *v1alpha1.VirtualMachineInstance) {
+				v.Spec.Domain.CPU = &v1alpha1.CPU{Sockets: 2, DedicatedCPUPlacement: true, IsolateEmulatorThread: true}
+			},
+			inputs: func(in *assemble.Inputs) { in.CPUs = []uint32{0, 1} },
+			want:   []string{`spec.domain.cpu.dedicatedCpuPlacement: 3 dedicated host CPUs needed (one per vCPU and one for the emulator), and the VMI's sandbox has 2 (0-1)`},
+		},
+		{
+			name: "dedicated CPUs: a launcher pod given the shared CPUs",
+			vmi: func(v *v1alpha1.VirtualMachineInstance) {
+				v.Spec.Domain.CPU = &v1alpha1.CPU{DedicatedCPUPlacement: true}
+			},
+			inputs: func(in *assemble.Inputs) { in.CPUs, in.ExactCPUs = []uint32{0, 1, 2, 3, 6}, true },
+			want:   []string{`spec.domain.cpu.dedicatedCpuPlacement: the launcher pod has host CPUs 0-3,6, not 1 of its own: the node's kubelet does not give exclusive CPUs`},
+		},
+		{
+			name: "NUMA passthrough without dedicated CPUs",
+			vmi: func(v *v1alpha1.VirtualMachineInstance) {
+				v.Spec.Domain.CPU = &v1alpha1.CPU{NUMA: &v1alpha1.NUMA{GuestMappingPassthrough: &v1alpha1.NUMAGuestMappingPassthrough{}}}
+				v.Spec.Domain.Memory.Hugepages = &v1alpha1.Hugepages{PageSize: "2Mi"}
+			},
+			inputs: func(in *assemble.Inputs) { in.HugepagesDir = "/huge" },
+			want:   []string{`spec.domain.cpu.numa.guestMappingPassthrough: requires cpu.dedicatedCpuPlacement and memory.hugepages`},
+		},
+		{
+			name: "NUMA passthrough on a node that does not say its NUMA nodes",
+			vmi: func(v *v1alpha1.VirtualMachineInstance) {
+				v.Spec.Domain.CPU = &v1alpha1.CPU{DedicatedCPUPlacement: true, NUMA: &v1alpha1.NUMA{GuestMappingPassthrough: &v1alpha1.NUMAGuestMappingPassthrough{}}}
+				v.Spec.Domain.Memory.Hugepages = &v1alpha1.Hugepages{PageSize: "2Mi"}
+			},
+			inputs: func(in *assemble.Inputs) { in.HugepagesDir, in.CPUs = "/huge", []uint32{3} },
+			want:   []string{`spec.domain.cpu.numa.guestMappingPassthrough: the node does not say its NUMA nodes`},
+		},
+		{
+			name: "NUMA passthrough: fewer huge pages than NUMA nodes",
+			vmi: func(v *v1alpha1.VirtualMachineInstance) {
+				v.Spec.Domain.CPU = &v1alpha1.CPU{Sockets: 2, DedicatedCPUPlacement: true, NUMA: &v1alpha1.NUMA{GuestMappingPassthrough: &v1alpha1.NUMAGuestMappingPassthrough{}}}
+				v.Spec.Domain.Memory.Hugepages = &v1alpha1.Hugepages{PageSize: "1Gi"}
+				g := resource.MustParse("1Gi")
+				v.Spec.Domain.Memory.Guest = &g
+			},
+			inputs: func(in *assemble.Inputs) {
+				in.HugepagesDir, in.CPUs, in.HostNUMANodes = "/huge", []uint32{0, 1}, map[uint32]uint32{0: 0, 1: 1}
+			},
+			want: []string{`spec.domain.cpu.numa.guestMappingPassthrough: 1 huge pages of guest memory cannot be split among 2 NUMA nodes`},
 		},
 		{
 			name: "apic disabled",

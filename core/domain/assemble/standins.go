@@ -3,6 +3,7 @@ package assemble
 import (
 	"fmt"
 
+	"github.com/kubevisor/kubevisor/core/domain"
 	domainv1 "github.com/kubevisor/kubevisor/core/domain/v1"
 	networkv1 "github.com/kubevisor/kubevisor/core/driver/network/v1"
 	storagev1 "github.com/kubevisor/kubevisor/core/driver/storage/v1"
@@ -10,6 +11,25 @@ import (
 
 // StandInDir is the directory of every path in StandIns: it exists nowhere.
 const StandInDir = "/stand-in"
+
+// standInCPUs are host CPUs enough for any VMI's dedicatedCpuPlacement: a CPU per vCPU and
+// one for the emulator.
+var standInCPUs = func() []uint32 {
+	cpus := make([]uint32, domain.MaxVCPUs+1)
+	for i := range cpus {
+		cpus[i] = uint32(i)
+	}
+	return cpus
+}()
+
+// standInNUMA puts every stand-in CPU in host NUMA node 0.
+var standInNUMA = func() map[uint32]uint32 {
+	m := make(map[uint32]uint32, len(standInCPUs))
+	for _, c := range standInCPUs {
+		m[c] = 0
+	}
+	return m
+}()
 
 // StandIns are Inputs with a stand-in for every driver result Domain needs: a prepared raw disk
 // for each of volumes (by name), an interface result with its own tap and MAC for each of
@@ -25,6 +45,10 @@ func StandIns(volumes, interfaces []string) Inputs {
 		Kernel:     &KernelArtifacts{KernelPath: StandInDir + "/kernel"},
 		// Whether the sandbox has the VMI's huge pages is the sandbox's business.
 		HugepagesDir: StandInDir + "/hugepages",
+		// Whether it has the CPUs dedicatedCpuPlacement needs is the node's business.
+		CPUs: standInCPUs,
+		// One NUMA node: the guest's NUMA nodes are the node's business.
+		HostNUMANodes: standInNUMA,
 	}
 	for _, v := range volumes {
 		in.Disks[v] = &storagev1.PreparedDisk{VolumeName: v, Path: StandInDir + "/" + v, Format: domainv1.DiskFormat_DISK_FORMAT_RAW}

@@ -1325,7 +1325,13 @@ type CPU struct {
 	Model string `protobuf:"bytes,4,opt,name=model,proto3" json:"model,omitempty"`
 	// features turn CPUID flags on or off on top of the model; sent only to a driver declaring
 	// "cpu-features".
-	Features      []*CPUFeature `protobuf:"bytes,5,rep,name=features,proto3" json:"features,omitempty"`
+	Features []*CPUFeature `protobuf:"bytes,5,rep,name=features,proto3" json:"features,omitempty"`
+	// pinning, when set, places the VM process's threads on host CPUs (the VMI's
+	// dedicatedCpuPlacement). Sent only to a driver declaring "cpu-pinning".
+	Pinning *CPUPinning `protobuf:"bytes,6,opt,name=pinning,proto3" json:"pinning,omitempty"`
+	// numa_cells, when set, are the guest's NUMA nodes (cell i is guest node i): every vCPU in
+	// exactly one, the guest memory split among them. Sent only to a driver declaring "numa".
+	NumaCells     []*NUMACell `protobuf:"bytes,7,rep,name=numa_cells,json=numaCells,proto3" json:"numa_cells,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1395,6 +1401,148 @@ func (x *CPU) GetFeatures() []*CPUFeature {
 	return nil
 }
 
+func (x *CPU) GetPinning() *CPUPinning {
+	if x != nil {
+		return x.Pinning
+	}
+	return nil
+}
+
+func (x *CPU) GetNumaCells() []*NUMACell {
+	if x != nil {
+		return x.NumaCells
+	}
+	return nil
+}
+
+// NUMACell is one guest NUMA node: its vCPUs, its share of the guest memory, and the host NUMA
+// nodes that memory comes from.
+type NUMACell struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// vcpus are the vCPU indexes (0 to vCPUs - 1) of the node. Required.
+	Vcpus []uint32 `protobuf:"varint,1,rep,packed,name=vcpus,proto3" json:"vcpus,omitempty"`
+	// memory_bytes is the node's memory; the cells' memory adds up to memory.guest_bytes, each a
+	// multiple of the huge page size with memory.hugepages. Required, > 0.
+	MemoryBytes uint64 `protobuf:"varint,2,opt,name=memory_bytes,json=memoryBytes,proto3" json:"memory_bytes,omitempty"`
+	// host_nodes, when set, bind the node's memory to those host NUMA nodes (mbind MPOL_BIND):
+	// the start fails rather than take memory elsewhere.
+	HostNodes     []uint32 `protobuf:"varint,3,rep,packed,name=host_nodes,json=hostNodes,proto3" json:"host_nodes,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *NUMACell) Reset() {
+	*x = NUMACell{}
+	mi := &file_core_domain_v1_domain_proto_msgTypes[14]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *NUMACell) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*NUMACell) ProtoMessage() {}
+
+func (x *NUMACell) ProtoReflect() protoreflect.Message {
+	mi := &file_core_domain_v1_domain_proto_msgTypes[14]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use NUMACell.ProtoReflect.Descriptor instead.
+func (*NUMACell) Descriptor() ([]byte, []int) {
+	return file_core_domain_v1_domain_proto_rawDescGZIP(), []int{14}
+}
+
+func (x *NUMACell) GetVcpus() []uint32 {
+	if x != nil {
+		return x.Vcpus
+	}
+	return nil
+}
+
+func (x *NUMACell) GetMemoryBytes() uint64 {
+	if x != nil {
+		return x.MemoryBytes
+	}
+	return 0
+}
+
+func (x *NUMACell) GetHostNodes() []uint32 {
+	if x != nil {
+		return x.HostNodes
+	}
+	return nil
+}
+
+// CPUPinning is where the VM process's threads run: host CPU numbers as the kernel numbers them
+// (sched_setaffinity(2), /sys/devices/system/cpu/cpuN), all within the sandbox's CPUs (its
+// cgroup's cpuset), which the node handler took them from. A driver pins its threads before the
+// guest runs its first instruction, and fails the start when it cannot.
+type CPUPinning struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// vcpu_host_cpus[i] is the one host CPU the thread of vCPU i runs on: one entry per vCPU
+	// (sockets * cores * threads), distinct. Required.
+	VcpuHostCpus []uint32 `protobuf:"varint,1,rep,packed,name=vcpu_host_cpus,json=vcpuHostCpus,proto3" json:"vcpu_host_cpus,omitempty"`
+	// emulator_host_cpus are the host CPUs of the VM process's other threads (its main loop, I/O
+	// threads, workers), disjoint from vcpu_host_cpus (isolateEmulatorThread). Empty: they stay
+	// on the CPUs the process started with (the sandbox's, shared with the vCPUs).
+	EmulatorHostCpus []uint32 `protobuf:"varint,2,rep,packed,name=emulator_host_cpus,json=emulatorHostCpus,proto3" json:"emulator_host_cpus,omitempty"`
+	unknownFields    protoimpl.UnknownFields
+	sizeCache        protoimpl.SizeCache
+}
+
+func (x *CPUPinning) Reset() {
+	*x = CPUPinning{}
+	mi := &file_core_domain_v1_domain_proto_msgTypes[15]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CPUPinning) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CPUPinning) ProtoMessage() {}
+
+func (x *CPUPinning) ProtoReflect() protoreflect.Message {
+	mi := &file_core_domain_v1_domain_proto_msgTypes[15]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CPUPinning.ProtoReflect.Descriptor instead.
+func (*CPUPinning) Descriptor() ([]byte, []int) {
+	return file_core_domain_v1_domain_proto_rawDescGZIP(), []int{15}
+}
+
+func (x *CPUPinning) GetVcpuHostCpus() []uint32 {
+	if x != nil {
+		return x.VcpuHostCpus
+	}
+	return nil
+}
+
+func (x *CPUPinning) GetEmulatorHostCpus() []uint32 {
+	if x != nil {
+		return x.EmulatorHostCpus
+	}
+	return nil
+}
+
 // CPUFeature is one CPUID flag, by the hypervisor's name.
 type CPUFeature struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -1408,7 +1556,7 @@ type CPUFeature struct {
 
 func (x *CPUFeature) Reset() {
 	*x = CPUFeature{}
-	mi := &file_core_domain_v1_domain_proto_msgTypes[14]
+	mi := &file_core_domain_v1_domain_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1420,7 +1568,7 @@ func (x *CPUFeature) String() string {
 func (*CPUFeature) ProtoMessage() {}
 
 func (x *CPUFeature) ProtoReflect() protoreflect.Message {
-	mi := &file_core_domain_v1_domain_proto_msgTypes[14]
+	mi := &file_core_domain_v1_domain_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1433,7 +1581,7 @@ func (x *CPUFeature) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CPUFeature.ProtoReflect.Descriptor instead.
 func (*CPUFeature) Descriptor() ([]byte, []int) {
-	return file_core_domain_v1_domain_proto_rawDescGZIP(), []int{14}
+	return file_core_domain_v1_domain_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *CPUFeature) GetName() string {
@@ -1464,7 +1612,7 @@ type Memory struct {
 
 func (x *Memory) Reset() {
 	*x = Memory{}
-	mi := &file_core_domain_v1_domain_proto_msgTypes[15]
+	mi := &file_core_domain_v1_domain_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1476,7 +1624,7 @@ func (x *Memory) String() string {
 func (*Memory) ProtoMessage() {}
 
 func (x *Memory) ProtoReflect() protoreflect.Message {
-	mi := &file_core_domain_v1_domain_proto_msgTypes[15]
+	mi := &file_core_domain_v1_domain_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1489,7 +1637,7 @@ func (x *Memory) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Memory.ProtoReflect.Descriptor instead.
 func (*Memory) Descriptor() ([]byte, []int) {
-	return file_core_domain_v1_domain_proto_rawDescGZIP(), []int{15}
+	return file_core_domain_v1_domain_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *Memory) GetGuestBytes() uint64 {
@@ -1522,7 +1670,7 @@ type Hugepages struct {
 
 func (x *Hugepages) Reset() {
 	*x = Hugepages{}
-	mi := &file_core_domain_v1_domain_proto_msgTypes[16]
+	mi := &file_core_domain_v1_domain_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1534,7 +1682,7 @@ func (x *Hugepages) String() string {
 func (*Hugepages) ProtoMessage() {}
 
 func (x *Hugepages) ProtoReflect() protoreflect.Message {
-	mi := &file_core_domain_v1_domain_proto_msgTypes[16]
+	mi := &file_core_domain_v1_domain_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1547,7 +1695,7 @@ func (x *Hugepages) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Hugepages.ProtoReflect.Descriptor instead.
 func (*Hugepages) Descriptor() ([]byte, []int) {
-	return file_core_domain_v1_domain_proto_rawDescGZIP(), []int{16}
+	return file_core_domain_v1_domain_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *Hugepages) GetPageSizeBytes() uint64 {
@@ -1581,7 +1729,7 @@ type Firmware struct {
 
 func (x *Firmware) Reset() {
 	*x = Firmware{}
-	mi := &file_core_domain_v1_domain_proto_msgTypes[17]
+	mi := &file_core_domain_v1_domain_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1593,7 +1741,7 @@ func (x *Firmware) String() string {
 func (*Firmware) ProtoMessage() {}
 
 func (x *Firmware) ProtoReflect() protoreflect.Message {
-	mi := &file_core_domain_v1_domain_proto_msgTypes[17]
+	mi := &file_core_domain_v1_domain_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1606,7 +1754,7 @@ func (x *Firmware) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Firmware.ProtoReflect.Descriptor instead.
 func (*Firmware) Descriptor() ([]byte, []int) {
-	return file_core_domain_v1_domain_proto_rawDescGZIP(), []int{17}
+	return file_core_domain_v1_domain_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *Firmware) GetBoot() isFirmware_Boot {
@@ -1684,7 +1832,7 @@ type BIOS struct {
 
 func (x *BIOS) Reset() {
 	*x = BIOS{}
-	mi := &file_core_domain_v1_domain_proto_msgTypes[18]
+	mi := &file_core_domain_v1_domain_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1696,7 +1844,7 @@ func (x *BIOS) String() string {
 func (*BIOS) ProtoMessage() {}
 
 func (x *BIOS) ProtoReflect() protoreflect.Message {
-	mi := &file_core_domain_v1_domain_proto_msgTypes[18]
+	mi := &file_core_domain_v1_domain_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1709,7 +1857,7 @@ func (x *BIOS) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BIOS.ProtoReflect.Descriptor instead.
 func (*BIOS) Descriptor() ([]byte, []int) {
-	return file_core_domain_v1_domain_proto_rawDescGZIP(), []int{18}
+	return file_core_domain_v1_domain_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *BIOS) GetUseSerial() bool {
@@ -1729,7 +1877,7 @@ type EFI struct {
 
 func (x *EFI) Reset() {
 	*x = EFI{}
-	mi := &file_core_domain_v1_domain_proto_msgTypes[19]
+	mi := &file_core_domain_v1_domain_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1741,7 +1889,7 @@ func (x *EFI) String() string {
 func (*EFI) ProtoMessage() {}
 
 func (x *EFI) ProtoReflect() protoreflect.Message {
-	mi := &file_core_domain_v1_domain_proto_msgTypes[19]
+	mi := &file_core_domain_v1_domain_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1754,7 +1902,7 @@ func (x *EFI) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EFI.ProtoReflect.Descriptor instead.
 func (*EFI) Descriptor() ([]byte, []int) {
-	return file_core_domain_v1_domain_proto_rawDescGZIP(), []int{19}
+	return file_core_domain_v1_domain_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *EFI) GetSecureBoot() bool {
@@ -1776,7 +1924,7 @@ type KernelBoot struct {
 
 func (x *KernelBoot) Reset() {
 	*x = KernelBoot{}
-	mi := &file_core_domain_v1_domain_proto_msgTypes[20]
+	mi := &file_core_domain_v1_domain_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1788,7 +1936,7 @@ func (x *KernelBoot) String() string {
 func (*KernelBoot) ProtoMessage() {}
 
 func (x *KernelBoot) ProtoReflect() protoreflect.Message {
-	mi := &file_core_domain_v1_domain_proto_msgTypes[20]
+	mi := &file_core_domain_v1_domain_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1801,7 +1949,7 @@ func (x *KernelBoot) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KernelBoot.ProtoReflect.Descriptor instead.
 func (*KernelBoot) Descriptor() ([]byte, []int) {
-	return file_core_domain_v1_domain_proto_rawDescGZIP(), []int{20}
+	return file_core_domain_v1_domain_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *KernelBoot) GetKernelPath() string {
@@ -1865,7 +2013,7 @@ type Disk struct {
 
 func (x *Disk) Reset() {
 	*x = Disk{}
-	mi := &file_core_domain_v1_domain_proto_msgTypes[21]
+	mi := &file_core_domain_v1_domain_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1877,7 +2025,7 @@ func (x *Disk) String() string {
 func (*Disk) ProtoMessage() {}
 
 func (x *Disk) ProtoReflect() protoreflect.Message {
-	mi := &file_core_domain_v1_domain_proto_msgTypes[21]
+	mi := &file_core_domain_v1_domain_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1890,7 +2038,7 @@ func (x *Disk) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Disk.ProtoReflect.Descriptor instead.
 func (*Disk) Descriptor() ([]byte, []int) {
-	return file_core_domain_v1_domain_proto_rawDescGZIP(), []int{21}
+	return file_core_domain_v1_domain_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *Disk) GetName() string {
@@ -2048,7 +2196,7 @@ type NIC struct {
 
 func (x *NIC) Reset() {
 	*x = NIC{}
-	mi := &file_core_domain_v1_domain_proto_msgTypes[22]
+	mi := &file_core_domain_v1_domain_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2060,7 +2208,7 @@ func (x *NIC) String() string {
 func (*NIC) ProtoMessage() {}
 
 func (x *NIC) ProtoReflect() protoreflect.Message {
-	mi := &file_core_domain_v1_domain_proto_msgTypes[22]
+	mi := &file_core_domain_v1_domain_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2073,7 +2221,7 @@ func (x *NIC) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NIC.ProtoReflect.Descriptor instead.
 func (*NIC) Descriptor() ([]byte, []int) {
-	return file_core_domain_v1_domain_proto_rawDescGZIP(), []int{22}
+	return file_core_domain_v1_domain_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *NIC) GetName() string {
@@ -2163,7 +2311,7 @@ type Serial struct {
 
 func (x *Serial) Reset() {
 	*x = Serial{}
-	mi := &file_core_domain_v1_domain_proto_msgTypes[23]
+	mi := &file_core_domain_v1_domain_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2175,7 +2323,7 @@ func (x *Serial) String() string {
 func (*Serial) ProtoMessage() {}
 
 func (x *Serial) ProtoReflect() protoreflect.Message {
-	mi := &file_core_domain_v1_domain_proto_msgTypes[23]
+	mi := &file_core_domain_v1_domain_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2188,7 +2336,7 @@ func (x *Serial) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Serial.ProtoReflect.Descriptor instead.
 func (*Serial) Descriptor() ([]byte, []int) {
-	return file_core_domain_v1_domain_proto_rawDescGZIP(), []int{23}
+	return file_core_domain_v1_domain_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *Serial) GetSocketPath() string {
@@ -2208,7 +2356,7 @@ type VNC struct {
 
 func (x *VNC) Reset() {
 	*x = VNC{}
-	mi := &file_core_domain_v1_domain_proto_msgTypes[24]
+	mi := &file_core_domain_v1_domain_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2220,7 +2368,7 @@ func (x *VNC) String() string {
 func (*VNC) ProtoMessage() {}
 
 func (x *VNC) ProtoReflect() protoreflect.Message {
-	mi := &file_core_domain_v1_domain_proto_msgTypes[24]
+	mi := &file_core_domain_v1_domain_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2233,7 +2381,7 @@ func (x *VNC) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use VNC.ProtoReflect.Descriptor instead.
 func (*VNC) Descriptor() ([]byte, []int) {
-	return file_core_domain_v1_domain_proto_rawDescGZIP(), []int{24}
+	return file_core_domain_v1_domain_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *VNC) GetSocketPath() string {
@@ -2255,7 +2403,7 @@ type HostDevice struct {
 
 func (x *HostDevice) Reset() {
 	*x = HostDevice{}
-	mi := &file_core_domain_v1_domain_proto_msgTypes[25]
+	mi := &file_core_domain_v1_domain_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2267,7 +2415,7 @@ func (x *HostDevice) String() string {
 func (*HostDevice) ProtoMessage() {}
 
 func (x *HostDevice) ProtoReflect() protoreflect.Message {
-	mi := &file_core_domain_v1_domain_proto_msgTypes[25]
+	mi := &file_core_domain_v1_domain_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2280,7 +2428,7 @@ func (x *HostDevice) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HostDevice.ProtoReflect.Descriptor instead.
 func (*HostDevice) Descriptor() ([]byte, []int) {
-	return file_core_domain_v1_domain_proto_rawDescGZIP(), []int{25}
+	return file_core_domain_v1_domain_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *HostDevice) GetName() string {
@@ -2311,7 +2459,7 @@ type Sandbox struct {
 
 func (x *Sandbox) Reset() {
 	*x = Sandbox{}
-	mi := &file_core_domain_v1_domain_proto_msgTypes[26]
+	mi := &file_core_domain_v1_domain_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2323,7 +2471,7 @@ func (x *Sandbox) String() string {
 func (*Sandbox) ProtoMessage() {}
 
 func (x *Sandbox) ProtoReflect() protoreflect.Message {
-	mi := &file_core_domain_v1_domain_proto_msgTypes[26]
+	mi := &file_core_domain_v1_domain_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2336,7 +2484,7 @@ func (x *Sandbox) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Sandbox.ProtoReflect.Descriptor instead.
 func (*Sandbox) Descriptor() ([]byte, []int) {
-	return file_core_domain_v1_domain_proto_rawDescGZIP(), []int{26}
+	return file_core_domain_v1_domain_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *Sandbox) GetLauncherSocket() string {
@@ -2439,13 +2587,25 @@ const file_core_domain_v1_domain_proto_rawDesc = "" +
 	"\x03sku\x18\x05 \x01(\tR\x03sku\"\x05\n" +
 	"\x03RNG\"\x1d\n" +
 	"\aMachine\x12\x12\n" +
-	"\x04type\x18\x01 \x01(\tR\x04type\"\xa2\x01\n" +
+	"\x04type\x18\x01 \x01(\tR\x04type\"\x9b\x02\n" +
 	"\x03CPU\x12\x18\n" +
 	"\asockets\x18\x01 \x01(\rR\asockets\x12\x14\n" +
 	"\x05cores\x18\x02 \x01(\rR\x05cores\x12\x18\n" +
 	"\athreads\x18\x03 \x01(\rR\athreads\x12\x14\n" +
 	"\x05model\x18\x04 \x01(\tR\x05model\x12;\n" +
-	"\bfeatures\x18\x05 \x03(\v2\x1f.kubevisor.domain.v1.CPUFeatureR\bfeatures\"8\n" +
+	"\bfeatures\x18\x05 \x03(\v2\x1f.kubevisor.domain.v1.CPUFeatureR\bfeatures\x129\n" +
+	"\apinning\x18\x06 \x01(\v2\x1f.kubevisor.domain.v1.CPUPinningR\apinning\x12<\n" +
+	"\n" +
+	"numa_cells\x18\a \x03(\v2\x1d.kubevisor.domain.v1.NUMACellR\tnumaCells\"b\n" +
+	"\bNUMACell\x12\x14\n" +
+	"\x05vcpus\x18\x01 \x03(\rR\x05vcpus\x12!\n" +
+	"\fmemory_bytes\x18\x02 \x01(\x04R\vmemoryBytes\x12\x1d\n" +
+	"\n" +
+	"host_nodes\x18\x03 \x03(\rR\thostNodes\"`\n" +
+	"\n" +
+	"CPUPinning\x12$\n" +
+	"\x0evcpu_host_cpus\x18\x01 \x03(\rR\fvcpuHostCpus\x12,\n" +
+	"\x12emulator_host_cpus\x18\x02 \x03(\rR\x10emulatorHostCpus\"8\n" +
 	"\n" +
 	"CPUFeature\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x16\n" +
@@ -2565,7 +2725,7 @@ func file_core_domain_v1_domain_proto_rawDescGZIP() []byte {
 }
 
 var file_core_domain_v1_domain_proto_enumTypes = make([]protoimpl.EnumInfo, 5)
-var file_core_domain_v1_domain_proto_msgTypes = make([]protoimpl.MessageInfo, 28)
+var file_core_domain_v1_domain_proto_msgTypes = make([]protoimpl.MessageInfo, 30)
 var file_core_domain_v1_domain_proto_goTypes = []any{
 	(Toggle)(0),            // 0: kubevisor.domain.v1.Toggle
 	(Acceleration)(0),      // 1: kubevisor.domain.v1.Acceleration
@@ -2586,34 +2746,36 @@ var file_core_domain_v1_domain_proto_goTypes = []any{
 	(*RNG)(nil),            // 16: kubevisor.domain.v1.RNG
 	(*Machine)(nil),        // 17: kubevisor.domain.v1.Machine
 	(*CPU)(nil),            // 18: kubevisor.domain.v1.CPU
-	(*CPUFeature)(nil),     // 19: kubevisor.domain.v1.CPUFeature
-	(*Memory)(nil),         // 20: kubevisor.domain.v1.Memory
-	(*Hugepages)(nil),      // 21: kubevisor.domain.v1.Hugepages
-	(*Firmware)(nil),       // 22: kubevisor.domain.v1.Firmware
-	(*BIOS)(nil),           // 23: kubevisor.domain.v1.BIOS
-	(*EFI)(nil),            // 24: kubevisor.domain.v1.EFI
-	(*KernelBoot)(nil),     // 25: kubevisor.domain.v1.KernelBoot
-	(*Disk)(nil),           // 26: kubevisor.domain.v1.Disk
-	(*NIC)(nil),            // 27: kubevisor.domain.v1.NIC
-	(*Serial)(nil),         // 28: kubevisor.domain.v1.Serial
-	(*VNC)(nil),            // 29: kubevisor.domain.v1.VNC
-	(*HostDevice)(nil),     // 30: kubevisor.domain.v1.HostDevice
-	(*Sandbox)(nil),        // 31: kubevisor.domain.v1.Sandbox
-	nil,                    // 32: kubevisor.domain.v1.DomainSpec.LabelsEntry
+	(*NUMACell)(nil),       // 19: kubevisor.domain.v1.NUMACell
+	(*CPUPinning)(nil),     // 20: kubevisor.domain.v1.CPUPinning
+	(*CPUFeature)(nil),     // 21: kubevisor.domain.v1.CPUFeature
+	(*Memory)(nil),         // 22: kubevisor.domain.v1.Memory
+	(*Hugepages)(nil),      // 23: kubevisor.domain.v1.Hugepages
+	(*Firmware)(nil),       // 24: kubevisor.domain.v1.Firmware
+	(*BIOS)(nil),           // 25: kubevisor.domain.v1.BIOS
+	(*EFI)(nil),            // 26: kubevisor.domain.v1.EFI
+	(*KernelBoot)(nil),     // 27: kubevisor.domain.v1.KernelBoot
+	(*Disk)(nil),           // 28: kubevisor.domain.v1.Disk
+	(*NIC)(nil),            // 29: kubevisor.domain.v1.NIC
+	(*Serial)(nil),         // 30: kubevisor.domain.v1.Serial
+	(*VNC)(nil),            // 31: kubevisor.domain.v1.VNC
+	(*HostDevice)(nil),     // 32: kubevisor.domain.v1.HostDevice
+	(*Sandbox)(nil),        // 33: kubevisor.domain.v1.Sandbox
+	nil,                    // 34: kubevisor.domain.v1.DomainSpec.LabelsEntry
 }
 var file_core_domain_v1_domain_proto_depIdxs = []int32{
 	17, // 0: kubevisor.domain.v1.DomainSpec.machine:type_name -> kubevisor.domain.v1.Machine
 	18, // 1: kubevisor.domain.v1.DomainSpec.cpu:type_name -> kubevisor.domain.v1.CPU
-	20, // 2: kubevisor.domain.v1.DomainSpec.memory:type_name -> kubevisor.domain.v1.Memory
-	22, // 3: kubevisor.domain.v1.DomainSpec.firmware:type_name -> kubevisor.domain.v1.Firmware
-	26, // 4: kubevisor.domain.v1.DomainSpec.disks:type_name -> kubevisor.domain.v1.Disk
-	27, // 5: kubevisor.domain.v1.DomainSpec.nics:type_name -> kubevisor.domain.v1.NIC
-	28, // 6: kubevisor.domain.v1.DomainSpec.serial:type_name -> kubevisor.domain.v1.Serial
-	29, // 7: kubevisor.domain.v1.DomainSpec.vnc:type_name -> kubevisor.domain.v1.VNC
-	30, // 8: kubevisor.domain.v1.DomainSpec.host_devices:type_name -> kubevisor.domain.v1.HostDevice
+	22, // 2: kubevisor.domain.v1.DomainSpec.memory:type_name -> kubevisor.domain.v1.Memory
+	24, // 3: kubevisor.domain.v1.DomainSpec.firmware:type_name -> kubevisor.domain.v1.Firmware
+	28, // 4: kubevisor.domain.v1.DomainSpec.disks:type_name -> kubevisor.domain.v1.Disk
+	29, // 5: kubevisor.domain.v1.DomainSpec.nics:type_name -> kubevisor.domain.v1.NIC
+	30, // 6: kubevisor.domain.v1.DomainSpec.serial:type_name -> kubevisor.domain.v1.Serial
+	31, // 7: kubevisor.domain.v1.DomainSpec.vnc:type_name -> kubevisor.domain.v1.VNC
+	32, // 8: kubevisor.domain.v1.DomainSpec.host_devices:type_name -> kubevisor.domain.v1.HostDevice
 	1,  // 9: kubevisor.domain.v1.DomainSpec.acceleration:type_name -> kubevisor.domain.v1.Acceleration
-	31, // 10: kubevisor.domain.v1.DomainSpec.sandbox:type_name -> kubevisor.domain.v1.Sandbox
-	32, // 11: kubevisor.domain.v1.DomainSpec.labels:type_name -> kubevisor.domain.v1.DomainSpec.LabelsEntry
+	33, // 10: kubevisor.domain.v1.DomainSpec.sandbox:type_name -> kubevisor.domain.v1.Sandbox
+	34, // 11: kubevisor.domain.v1.DomainSpec.labels:type_name -> kubevisor.domain.v1.DomainSpec.LabelsEntry
 	16, // 12: kubevisor.domain.v1.DomainSpec.rng:type_name -> kubevisor.domain.v1.RNG
 	15, // 13: kubevisor.domain.v1.DomainSpec.chassis:type_name -> kubevisor.domain.v1.Chassis
 	10, // 14: kubevisor.domain.v1.DomainSpec.features:type_name -> kubevisor.domain.v1.Features
@@ -2632,19 +2794,21 @@ var file_core_domain_v1_domain_proto_depIdxs = []int32{
 	0,  // 27: kubevisor.domain.v1.Clock.pit:type_name -> kubevisor.domain.v1.Toggle
 	0,  // 28: kubevisor.domain.v1.Clock.kvm:type_name -> kubevisor.domain.v1.Toggle
 	0,  // 29: kubevisor.domain.v1.Clock.hyperv:type_name -> kubevisor.domain.v1.Toggle
-	19, // 30: kubevisor.domain.v1.CPU.features:type_name -> kubevisor.domain.v1.CPUFeature
-	21, // 31: kubevisor.domain.v1.Memory.hugepages:type_name -> kubevisor.domain.v1.Hugepages
-	23, // 32: kubevisor.domain.v1.Firmware.bios:type_name -> kubevisor.domain.v1.BIOS
-	24, // 33: kubevisor.domain.v1.Firmware.efi:type_name -> kubevisor.domain.v1.EFI
-	25, // 34: kubevisor.domain.v1.Firmware.kernel:type_name -> kubevisor.domain.v1.KernelBoot
-	3,  // 35: kubevisor.domain.v1.Disk.format:type_name -> kubevisor.domain.v1.DiskFormat
-	2,  // 36: kubevisor.domain.v1.Disk.bus:type_name -> kubevisor.domain.v1.DiskBus
-	4,  // 37: kubevisor.domain.v1.Disk.device:type_name -> kubevisor.domain.v1.DiskDevice
-	38, // [38:38] is the sub-list for method output_type
-	38, // [38:38] is the sub-list for method input_type
-	38, // [38:38] is the sub-list for extension type_name
-	38, // [38:38] is the sub-list for extension extendee
-	0,  // [0:38] is the sub-list for field type_name
+	21, // 30: kubevisor.domain.v1.CPU.features:type_name -> kubevisor.domain.v1.CPUFeature
+	20, // 31: kubevisor.domain.v1.CPU.pinning:type_name -> kubevisor.domain.v1.CPUPinning
+	19, // 32: kubevisor.domain.v1.CPU.numa_cells:type_name -> kubevisor.domain.v1.NUMACell
+	23, // 33: kubevisor.domain.v1.Memory.hugepages:type_name -> kubevisor.domain.v1.Hugepages
+	25, // 34: kubevisor.domain.v1.Firmware.bios:type_name -> kubevisor.domain.v1.BIOS
+	26, // 35: kubevisor.domain.v1.Firmware.efi:type_name -> kubevisor.domain.v1.EFI
+	27, // 36: kubevisor.domain.v1.Firmware.kernel:type_name -> kubevisor.domain.v1.KernelBoot
+	3,  // 37: kubevisor.domain.v1.Disk.format:type_name -> kubevisor.domain.v1.DiskFormat
+	2,  // 38: kubevisor.domain.v1.Disk.bus:type_name -> kubevisor.domain.v1.DiskBus
+	4,  // 39: kubevisor.domain.v1.Disk.device:type_name -> kubevisor.domain.v1.DiskDevice
+	40, // [40:40] is the sub-list for method output_type
+	40, // [40:40] is the sub-list for method input_type
+	40, // [40:40] is the sub-list for extension type_name
+	40, // [40:40] is the sub-list for extension extendee
+	0,  // [0:40] is the sub-list for field type_name
 }
 
 func init() { file_core_domain_v1_domain_proto_init() }
@@ -2652,7 +2816,7 @@ func file_core_domain_v1_domain_proto_init() {
 	if File_core_domain_v1_domain_proto != nil {
 		return
 	}
-	file_core_domain_v1_domain_proto_msgTypes[17].OneofWrappers = []any{
+	file_core_domain_v1_domain_proto_msgTypes[19].OneofWrappers = []any{
 		(*Firmware_Bios)(nil),
 		(*Firmware_Efi)(nil),
 		(*Firmware_Kernel)(nil),
@@ -2663,7 +2827,7 @@ func file_core_domain_v1_domain_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_core_domain_v1_domain_proto_rawDesc), len(file_core_domain_v1_domain_proto_rawDesc)),
 			NumEnums:      5,
-			NumMessages:   28,
+			NumMessages:   30,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

@@ -29,7 +29,8 @@ type LabelSource interface {
 }
 
 // DesiredLabels are the labels the handler owns on its node: the drivers' capability labels
-// and, when a hypervisor driver is healthy or degraded, SchedulableNodeLabel = "true".
+// and, when a hypervisor driver is healthy or degraded, SchedulableNodeLabel = "true". The
+// labeler adds CPUManagerNodeLabel (cpuManagerLabels).
 func DesiredLabels(capabilities map[string]string) map[string]string {
 	out := maps.Clone(capabilities)
 	if out == nil {
@@ -44,10 +45,11 @@ func DesiredLabels(capabilities map[string]string) map[string]string {
 	return out
 }
 
-// owned says whether the handler manages a node label: every capability label, and the
-// schedulable label.
+// owned says whether the handler manages a node label: every capability label, the
+// schedulable label and the CPU manager label.
 func owned(key string) bool {
-	return strings.HasPrefix(key, v1alpha1.CapabilityLabelPrefix) || key == v1alpha1.SchedulableNodeLabel
+	return strings.HasPrefix(key, v1alpha1.CapabilityLabelPrefix) || key == v1alpha1.SchedulableNodeLabel ||
+		key == v1alpha1.CPUManagerNodeLabel
 }
 
 // NodeLabelPatch returns the JSON merge patch that turns a node's labels into desired for the
@@ -79,11 +81,36 @@ func NodeLabelPatch(current, desired map[string]string) (patch []byte, changed b
 // label removed by hand is put back) and reads Source every Interval; it patches only when
 // something differs, so an idle node costs no API requests beyond its watch.
 type NodeLabeler struct {
-	Client   kubernetes.Interface
-	Node     string
-	Source   LabelSource
-	Interval time.Duration // default 5s
-	Log      hclog.Logger
+	Client kubernetes.Interface
+	Node   string
+	Source LabelSource
+	// CPUManagerStateFile is the kubelet's CPU manager state file as the handler sees it
+	// (DefaultCPUManagerStateFile on the node): CPUManagerNodeLabel is "true" while it names
+	// the static policy, and absent otherwise. Empty: the handler leaves the label as it is,
+	// for the admin to set.
+	CPUManagerStateFile string
+	Interval            time.Duration // default 5s
+	Log                 hclog.Logger
+}
+
+// cpuManagerLabels adds CPUManagerNodeLabel to desired when the kubelet runs the static CPU
+// manager policy. A state file that cannot be read leaves the label out, and is logged. Without
+// a state file to read, the label keeps its value on the node (current).
+func (l *NodeLabeler) cpuManagerLabels(desired, current map[string]string, log hclog.Logger) {
+	if l.CPUManagerStateFile == "" {
+		if v, ok := current[v1alpha1.CPUManagerNodeLabel]; ok {
+			desired[v1alpha1.CPUManagerNodeLabel] = v
+		}
+		return
+	}
+	static, err := CPUManagerStatic(l.CPUManagerStateFile)
+	if err != nil {
+		log.Warn("the kubelet's CPU manager state: "+v1alpha1.CPUManagerNodeLabel+" not set", "error", err)
+		return
+	}
+	if static {
+		desired[v1alpha1.CPUManagerNodeLabel] = "true"
+	}
 }
 
 // Run publishes until ctx ends. An error patching the node is logged and retried on the next
@@ -125,7 +152,7 @@ func (l *NodeLabeler) Run(ctx context.Context) error {
 		node, err := nodes.Lister().Get(l.Node)
 		if err != nil {
 			log.Warn("node not found: capability labels not published", "node", l.Node, "error", err)
-		} else if err := l.publish(ctx, node); err != nil {
+		} else if err := l.publish(ctx, node, log); err != nil {
 			log.Warn("publish capability labels", "node", l.Node, "error", err)
 		}
 		select {
@@ -138,8 +165,10 @@ func (l *NodeLabeler) Run(ctx context.Context) error {
 }
 
 // publish patches node's labels to the desired ones when they differ.
-func (l *NodeLabeler) publish(ctx context.Context, node *corev1.Node) error {
-	patch, changed, err := NodeLabelPatch(node.Labels, DesiredLabels(l.Source.NodeLabels()))
+func (l *NodeLabeler) publish(ctx context.Context, node *corev1.Node, log hclog.Logger) error {
+	desired := DesiredLabels(l.Source.NodeLabels())
+	l.cpuManagerLabels(desired, node.Labels, log)
+	patch, changed, err := NodeLabelPatch(node.Labels, desired)
 	if err != nil || !changed {
 		return err
 	}

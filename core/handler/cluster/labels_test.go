@@ -4,6 +4,8 @@ import (
 	"context"
 	"encoding/json"
 	"maps"
+	"os"
+	"path/filepath"
 	"sync"
 	"testing"
 	"time"
@@ -132,7 +134,12 @@ func TestNodeLabelerOnAPIServer(t *testing.T) {
 		t.Fatal(err)
 	}
 	src := &fakeSource{labels: map[string]string{qmpHealth: "degraded", qmpAccel: "tcg", cniHealth: "healthy"}}
-	l := &NodeLabeler{Client: cs, Node: "node-1", Source: src, Interval: 100 * time.Millisecond}
+	// The kubelet runs the static CPU manager policy, then, restarted, none.
+	state := filepath.Join(t.TempDir(), "cpu_manager_state")
+	if err := os.WriteFile(state, []byte(`{"policyName":"static","defaultCpuSet":"0-1","checksum":1}`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	l := &NodeLabeler{Client: cs, Node: "node-1", Source: src, Interval: 100 * time.Millisecond, CPUManagerStateFile: state}
 	done := make(chan error, 1)
 	go func() { done <- l.Run(ctx) }()
 
@@ -164,7 +171,15 @@ func TestNodeLabelerOnAPIServer(t *testing.T) {
 	waitLabels("published", map[string]string{
 		qmpHealth: "degraded", qmpAccel: "tcg", cniHealth: "healthy",
 		v1alpha1.SchedulableNodeLabel: "true", "kubernetes.io/hostname": "node-1",
+		v1alpha1.CPUManagerNodeLabel: "true",
 	})
+	if err := os.WriteFile(state+".tmp", []byte(`{"policyName":"none","defaultCpuSet":"","checksum":2}`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Rename(state+".tmp", state); err != nil { // as the kubelet writes it
+		t.Fatal(err)
+	}
+	waitLabels("the none CPU manager policy", map[string]string{qmpHealth: "degraded"}, v1alpha1.CPUManagerNodeLabel)
 
 	// The hypervisor driver becomes unhealthy and loses its attribute.
 	src.set(map[string]string{qmpHealth: "unhealthy", cniHealth: "healthy"})

@@ -12,6 +12,7 @@ import (
 	"github.com/kubevisor/kubevisor/core/handler"
 	"github.com/kubevisor/kubevisor/core/launcher"
 	"github.com/kubevisor/kubevisor/core/layout"
+	"github.com/kubevisor/kubevisor/internal/procfs"
 )
 
 // podSandbox is a VMI's launcher pod as the handler's Sandbox. Open finds the launcher (its
@@ -63,7 +64,16 @@ func (s *podSandbox) Open(ctx context.Context) (handler.SandboxSpec, error) {
 	if err := s.a.disks.MountAll(ctx, s.vmi); err != nil {
 		return handler.SandboxSpec{}, err
 	}
+	// The launcher, the compute container's main process, runs on its container's cpuset: with
+	// the static CPU manager, the exclusive CPUs of a Guaranteed pod's whole CPUs.
+	cpus, err := procfs.Affinity(pid)
+	if err != nil {
+		return handler.SandboxSpec{}, fmt.Errorf("launcher at %s: its CPUs: %w", socket, err)
+	}
 	return handler.SandboxSpec{
+		// The launcher pod of a VMI with dedicatedCpuPlacement asks for exactly its dedicated
+		// CPUs (controlplane/launcherpod); the domain spec pins only for such a VMI.
+		CPUs: cpus, ExactCPUs: true,
 		LauncherSocket: socket, NetNSPath: fmt.Sprintf("/proc/%d/ns/net", pid),
 		Dir: layout.VMIDir(cfg.HostStateDir, s.vmi.UID),
 		// The launcher pod of a VMI on huge pages has an emptyDir of its page size there

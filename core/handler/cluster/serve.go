@@ -42,6 +42,10 @@ type ServeConfig struct {
 	// port forwards and actions of the node's VMIs over mutual TLS. Disabled when its Addr is
 	// empty or "0".
 	Streams streams.Config
+	// CPUManagerStateFile is the kubelet's CPU manager state file as the handler sees it; the
+	// node is labelled kubevisor.io/cpumanager=true while it names the static policy
+	// (NodeLabeler.CPUManagerStateFile). Empty: the label is left to the admin.
+	CPUManagerStateFile string
 	// MetricsAddr and HealthAddr are the listen addresses of /metrics and /healthz, /readyz
 	// ("0" disables).
 	MetricsAddr, HealthAddr string
@@ -109,7 +113,8 @@ func Serve(ctx context.Context, c ServeConfig) (err error) {
 			return err
 		}
 	}
-	labeler := &NodeLabeler{Client: cs, Node: c.Agent.NodeName, Source: h, Log: c.Logger.Named("labels")}
+	labeler := &NodeLabeler{Client: cs, Node: c.Agent.NodeName, Source: h, Log: c.Logger.Named("labels"),
+		CPUManagerStateFile: c.CPUManagerStateFile}
 	if err := mgr.Add(runnable(labeler.Run)); err != nil {
 		return err
 	}

@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -19,10 +20,12 @@ import (
 	"github.com/containernetworking/cni/libcni"
 	types100 "github.com/containernetworking/cni/pkg/types/100"
 	"github.com/hashicorp/go-hclog"
+	"golang.org/x/sys/unix"
 
 	"github.com/kubevisor/kubevisor/core/api/v1alpha1"
 	"github.com/kubevisor/kubevisor/core/handler"
 	"github.com/kubevisor/kubevisor/core/launcher"
+	"github.com/kubevisor/kubevisor/internal/procfs"
 )
 
 // Timeouts of the sandbox's processes.
@@ -157,7 +160,7 @@ func newSandbox(ctx context.Context, log hclog.Logger, cfg handler.Config, vmi *
 	// Its own process group: Ctrl-C on the terminal reaches the handler only, which stops the
 	// VM and then the launcher.
 	s.launcher.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-	if err := s.launcher.Start(); err != nil {
+	if err := startOnCPUs(s.launcher, c.CPUs); err != nil {
 		s.launcher = nil
 		close(s.exited)
 		return s, fmt.Errorf("start %s: %w", c.Launcher, err)
@@ -177,7 +180,14 @@ func newSandbox(ctx context.Context, log hclog.Logger, cfg handler.Config, vmi *
 	}
 	_ = cl.Close()
 
-	s.spec = handler.SandboxSpec{NetNSPath: s.nsPath}
+	// The VM process runs on the launcher's CPUs (or, bypassing the launcher, the driver's,
+	// which are the handler's as the launcher's are): a VMI with dedicatedCpuPlacement is
+	// pinned onto the first of them. Nothing makes them exclusive here.
+	cpus, err := procfs.Affinity(s.launcher.Process.Pid)
+	if err != nil {
+		return s, fmt.Errorf("launcher: %w", err)
+	}
+	s.spec = handler.SandboxSpec{NetNSPath: s.nsPath, CPUs: cpus}
 	if !c.BypassLauncher {
 		s.spec.LauncherSocket = filepath.Join(s.dir, launcher.SocketName)
 	}
@@ -292,4 +302,28 @@ func vmiName(vmi *v1alpha1.VirtualMachineInstance) string {
 		return vmi.Name
 	}
 	return vmi.Namespace + "/" + vmi.Name
+}
+
+// startOnCPUs starts cmd with its affinity set to cpus (all of the caller's when empty): from a
+// thread of its own whose affinity it narrows first, since a child inherits the affinity of the
+// thread that forks it. The thread is not given back to the runtime (it exits with the
+// goroutine), so no other goroutine runs on the narrowed CPUs.
+func startOnCPUs(cmd *exec.Cmd, cpus []uint32) error {
+	if len(cpus) == 0 {
+		return cmd.Start()
+	}
+	done := make(chan error, 1)
+	go func() {
+		runtime.LockOSThread() // never unlocked: the thread ends with this goroutine
+		var set unix.CPUSet
+		for _, c := range cpus {
+			set.Set(int(c))
+		}
+		if err := unix.SchedSetaffinity(0, &set); err != nil {
+			done <- fmt.Errorf("run the launcher on CPUs %v: %w", cpus, err)
+			return
+		}
+		done <- cmd.Start()
+	}()
+	return <-done
 }

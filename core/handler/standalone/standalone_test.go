@@ -11,6 +11,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -19,6 +20,7 @@ import (
 	"github.com/hashicorp/go-hclog"
 
 	"github.com/kubevisor/kubevisor/core/handler"
+	"github.com/kubevisor/kubevisor/internal/procfs"
 	"github.com/kubevisor/kubevisor/internal/syncbuf"
 	"github.com/kubevisor/kubevisor/internal/testbin"
 	"github.com/kubevisor/kubevisor/internal/testenv"
@@ -88,11 +90,11 @@ type demoRun struct {
 
 func startDemo(t *testing.T) *demoRun {
 	t.Helper()
-	return startRun(t, "../testdata/demo-vmi.yaml")
+	return startRun(t, "../testdata/demo-vmi.yaml", nil)
 }
 
-// startRun is startDemo with the VMI of vmiFile.
-func startRun(t *testing.T, vmiFile string) *demoRun {
+// startRun runs the VMI in vmiFile as startDemo does, with the configuration changed by mut.
+func startRun(t *testing.T, vmiFile string, mut func(*handler.Config)) *demoRun {
 	t.Helper()
 	root, _ := filepath.Abs("../../..")
 	guest := filepath.Join(root, "_output", "guest", "disk.qcow2")
@@ -125,6 +127,9 @@ func startRun(t *testing.T, vmiFile string) *demoRun {
 			SandboxDir: filepath.Join(dir, "sb"), CNIBinDir: []string{cniBin},
 			Bridge: bridge, Subnet: "10.244.253.0/24",
 		},
+	}
+	if mut != nil {
+		mut(&cfg)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	r := &demoRun{t: t, dir: dir, out: &syncbuf.Buffer{}, cancel: cancel, done: make(chan error, 1)}
@@ -268,7 +273,7 @@ func TestRunDemo(t *testing.T) {
 // a TPM 2.0 backed by a swtpm that runs as the launcher's child; Ctrl-C ends both.
 func TestRunTPM(t *testing.T) {
 	testenv.Command(t, "swtpm", "swtpm")
-	r := startRun(t, "../testdata/tpm-vmi.yaml")
+	r := startRun(t, "../testdata/tpm-vmi.yaml", nil)
 	r.waitOut("KUBEVISOR-GUEST-READY", 3*time.Minute)
 	if !regexp.MustCompile(`KUBEVISOR-TPM: tpm0 version=2 driver=tpm_crb pcr0=[0-9A-F]{64}`).MatchString(r.out.String()) {
 		t.Errorf("the guest found no TPM 2.0:\n%s", r.out.String())
@@ -311,6 +316,67 @@ func TestRunLauncherKilled(t *testing.T) {
 		if !strings.Contains(r.out.String(), want) {
 			t.Errorf("output lacks %q:\n%s", want, r.out.String())
 		}
+	}
+	r.requireClean()
+}
+
+// TestRunDedicatedCPUs: the demo VMI with dedicatedCpuPlacement and isolateEmulatorThread, its
+// sandbox on CPUs 0 and 1 (StandaloneConfig.CPUs): QEMU's vCPU thread runs on CPU 0 alone, its
+// main thread and every other on CPU 1, as /proc says, and the guest comes up.
+func TestRunDedicatedCPUs(t *testing.T) {
+	mine, err := procfs.Affinity(0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Contains(mine, 0) || !slices.Contains(mine, 1) {
+		testenv.Missing(t, "the test runs on CPUs %v; it pins onto CPUs 0 and 1", mine)
+	}
+	raw, err := os.ReadFile("../testdata/demo-vmi.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	yaml := strings.Replace(string(raw), "  domain:\n", "  domain:\n    cpu: {dedicatedCpuPlacement: true, isolateEmulatorThread: true}\n", 1)
+	vmiFile := filepath.Join(t.TempDir(), "dedicated-vmi.yaml")
+	if err := os.WriteFile(vmiFile, []byte(yaml), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	r := startRun(t, vmiFile, func(c *handler.Config) { c.Standalone.CPUs = []uint32{0, 1} })
+	r.waitOut("KUBEVISOR-GUEST-READY", 3*time.Minute)
+
+	out, err := exec.Command("pgrep", "-f", "qemu-system-x86_64.*"+r.dir).Output()
+	pids := strings.Fields(string(out))
+	if err != nil || len(pids) != 1 {
+		t.Fatalf("QEMU's pid: %q, %v", out, err)
+	}
+	pid, _ := strconv.Atoi(pids[0])
+	tasks, _ := filepath.Glob(fmt.Sprintf("/proc/%d/task/*", pid))
+	vcpus := 0
+	for _, task := range tasks {
+		comm, _ := os.ReadFile(filepath.Join(task, "comm"))
+		status, err := os.ReadFile(filepath.Join(task, "status"))
+		if err != nil {
+			continue // the thread ended
+		}
+		allowed := regexp.MustCompile(`(?m)^Cpus_allowed_list:\s*(\S+)$`).FindSubmatch(status)
+		if allowed == nil {
+			t.Fatalf("no Cpus_allowed_list in %s/status", task)
+		}
+		name, want := strings.TrimSpace(string(comm)), "1" // the emulator's
+		if strings.HasPrefix(name, "CPU ") {
+			vcpus++
+			want = "0"
+		}
+		t.Logf("QEMU thread %s (%q): Cpus_allowed_list %s", filepath.Base(task), name, allowed[1])
+		if string(allowed[1]) != want {
+			t.Errorf("QEMU thread %s (%q) may run on CPUs %s, want %s", filepath.Base(task), name, allowed[1], want)
+		}
+	}
+	if vcpus != 1 {
+		t.Errorf("QEMU has %d vCPU threads, want 1", vcpus)
+	}
+	r.cancel()
+	if err := r.end(); err != nil {
+		t.Fatalf("Run: %v\n%s", err, r.out.String())
 	}
 	r.requireClean()
 }
