@@ -67,6 +67,8 @@ type HostEnv struct {
 	// SWTPM is the swtpm binary, empty when it is not usable; SWTPMReason says why.
 	SWTPM       string
 	SWTPMReason string
+	// TCGTranslationCacheMiB is QEMU's tb-size for an emulated VM; 0 leaves QEMU's default.
+	TCGTranslationCacheMiB int
 	// Now is the time the real-time clock's start is worked out from (clock offsets and time
 	// zones); nil is time.Now.
 	Now func() time.Time
@@ -216,6 +218,24 @@ func (b *argBuilder) needHardware(field, what string) {
 
 func (b *argBuilder) add(args ...string) { b.args = append(b.args, args...) }
 
+// accel is the -accel value: the accelerator and, under TCG, a bounded translation cache
+// (HostEnv.TCGTranslationCacheMiB) and, for cpu.pinning, a thread per vCPU to pin each:
+// multi-threaded TCG, which QEMU refuses to start without rather than fall back to one thread
+// for every vCPU.
+func (b *argBuilder) accel(spec *domainv1.DomainSpec) string {
+	a := string(b.env.Accel)
+	if b.env.Accel != AccelTCG {
+		return a
+	}
+	if spec.GetCpu().GetPinning() != nil {
+		a += ",thread=multi"
+	}
+	if n := b.env.TCGTranslationCacheMiB; n > 0 {
+		a += fmt.Sprintf(",tb-size=%d", n)
+	}
+	return a
+}
+
 func (b *argBuilder) fail(field, format string, a ...any) {
 	b.errs = append(b.errs, domain.FieldError{Field: field, Detail: fmt.Sprintf(format, a...)})
 }
@@ -251,13 +271,7 @@ func (b *argBuilder) build() {
 		b.add("-uuid", u)
 	}
 	b.machine()
-	if b.env.Accel == AccelTCG && spec.GetCpu().GetPinning() != nil {
-		// A thread per vCPU, to pin each (cpu.pinning): multi-threaded TCG, which QEMU
-		// refuses to start without rather than fall back to one thread for every vCPU.
-		b.add("-accel", "tcg,thread=multi")
-	} else {
-		b.add("-accel", string(b.env.Accel))
-	}
+	b.add("-accel", b.accel(spec))
 	b.cpu()
 	b.memory()
 	if s := spec.GetFirmware().GetSerial(); s != "" {

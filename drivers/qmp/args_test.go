@@ -75,6 +75,24 @@ func TestBuildArgs(t *testing.T) {
 			want: [][]string{{"-name", "guest=a,,b,debug-threads=on"}},
 		},
 		{
+			name: "tcg translation cache bounded",
+			env:  func(e *HostEnv) { e.TCGTranslationCacheMiB = 64 },
+			want: [][]string{{"-accel", "tcg,tb-size=64"}},
+		},
+		{
+			name: "tcg translation cache and a thread per pinned vCPU",
+			spec: func(s *domainv1.DomainSpec) {
+				s.Cpu = &domainv1.CPU{Pinning: &domainv1.CPUPinning{VcpuHostCpus: []uint32{1}}}
+			},
+			env:  func(e *HostEnv) { e.TCGTranslationCacheMiB = 32 },
+			want: [][]string{{"-accel", "tcg,thread=multi,tb-size=32"}},
+		},
+		{
+			name: "kvm has no translation cache",
+			env:  func(e *HostEnv) { e.Accel = AccelKVM; e.TCGTranslationCacheMiB = 64 },
+			want: [][]string{{"-accel", "kvm"}},
+		},
+		{
 			name: "kvm default cpu is host",
 			env:  func(e *HostEnv) { e.Accel = AccelKVM },
 			want: [][]string{{"-accel", "kvm"}, {"-cpu", "host"}},

@@ -1,6 +1,7 @@
 package qmp
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -235,6 +236,7 @@ func (d *Driver) hostEnv(host *HostInfo, accel Accel, runDir string, spec *domai
 		Accel: accel, RunDir: runDir, OVMF: ovmf, VhostNet: host.VhostNet,
 		CPUModels: host.CPUModels, MachineTypes: host.MachineTypes, CPUFlags: host.CPUFlags, BlockDevices: blk,
 		SEV: host.SEV, SEVReason: host.SEVReason, SWTPM: swtpm.Path, SWTPMReason: swtpm.Problem,
+		TCGTranslationCacheMiB: cmp.Or(d.cfg.TCGTranslationCacheMiB, DefaultTCGTranslationCacheMiB),
 	}
 }
 
