@@ -447,4 +447,84 @@ var _ = Describe("VirtualMachineInstance probes", Label("Conformance", "Probes")
 			g.Expect(c.Message).To(ContainSubstring(fmt.Sprintf("liveness probe (tcpSocket port %d) failed", closed)), "Ready: %+v", c)
 		}).WithContext(ctx).WithTimeout(3 * time.Minute).WithPolling(time.Second).Should(Succeed())
 	})
+
+	It("runs exec and guestAgentPing probes in the guest through its agent: Ready with both, Failed naming an exec liveness probe whose command exits 7", func(ctx SpecContext) {
+		for _, c := range []struct {
+			name string
+			edit func(*v1alpha1.VirtualMachineInstanceSpec)
+		}{{"agent-ready", func(s *v1alpha1.VirtualMachineInstanceSpec) {
+			s.ReadinessProbe = &v1alpha1.Probe{
+				ProbeHandler:  v1alpha1.ProbeHandler{GuestAgentPing: &v1alpha1.GuestAgentPing{}},
+				PeriodSeconds: 2, TimeoutSeconds: 5, FailureThreshold: 2,
+			}
+			s.LivenessProbe = &v1alpha1.Probe{
+				ProbeHandler:        v1alpha1.ProbeHandler{Exec: &corev1.ExecAction{Command: []string{"cat", "/proc/uptime"}}},
+				InitialDelaySeconds: 10, PeriodSeconds: 5, TimeoutSeconds: 5, FailureThreshold: 3,
+			}
+		}}, {"agent-unlive", func(s *v1alpha1.VirtualMachineInstanceSpec) {
+			// The delay lets the guest and its agent start first: a probe that fails only
+			// because the agent is not up yet would fail the VMI for the wrong reason.
+			s.LivenessProbe = &v1alpha1.Probe{
+				ProbeHandler:        v1alpha1.ProbeHandler{Exec: &corev1.ExecAction{Command: []string{"sh", "-c", "exit 7"}}},
+				InitialDelaySeconds: 30, PeriodSeconds: 2, TimeoutSeconds: 5, FailureThreshold: 2,
+			}
+			s.TerminationGracePeriodSeconds = ptr.To[int64](2)
+		}}} {
+			spec := guest.Spec(guest.Options{Image: Cfg.GuestImage, UserData: c.name})
+			c.edit(&spec)
+			b, err := yaml.Marshal(spec)
+			Expect(err).NotTo(HaveOccurred())
+			f.Apply(ctx, "apiVersion: kubevisor.io/v1alpha1\nkind: VirtualMachineInstance\nmetadata:\n  name: "+c.name+"\nspec:\n"+indent(string(b), 2))
+		}
+
+		By("guestAgentPing readiness and an exec liveness probe that succeeds: Ready, and still Running after several liveness periods")
+		vmi := f.WaitRunning(ctx, "agent-ready")
+		Eventually(func(g Gomega) {
+			c := v1alpha1.InstanceCondition(f.VMI(ctx, "agent-ready").Status.Conditions, v1alpha1.VirtualMachineInstanceReady)
+			g.Expect(c).NotTo(BeNil())
+			g.Expect(c.Status).To(Equal(corev1.ConditionTrue), "Ready: %+v", c)
+		}).WithContext(ctx).WithTimeout(Cfg.BootTimeout).WithPolling(time.Second).Should(Succeed())
+		Consistently(func(g Gomega) {
+			got := f.VMI(ctx, "agent-ready")
+			g.Expect(got.UID).To(Equal(vmi.UID))
+			g.Expect(got.Status.Phase).To(Equal(v1alpha1.Running))
+		}).WithContext(ctx).WithTimeout(20 * time.Second).WithPolling(2 * time.Second).Should(Succeed())
+
+		By("an exec liveness probe whose command exits 7: Failed, naming the probe")
+		Eventually(func(g Gomega) {
+			vmi := f.VMI(ctx, "agent-unlive")
+			g.Expect(vmi).NotTo(BeNil())
+			g.Expect(vmi.Status.Phase).To(Equal(v1alpha1.Failed), "status: %+v", vmi.Status)
+			g.Expect(vmi.Status.Reason).To(Equal(v1alpha1.ReasonLivenessProbeFailed), "status: %+v", vmi.Status)
+			c := v1alpha1.InstanceCondition(vmi.Status.Conditions, v1alpha1.VirtualMachineInstanceReady)
+			g.Expect(c).NotTo(BeNil())
+			g.Expect(c.Message).To(ContainSubstring(`liveness probe (exec ["sh" "-c" "exit 7"]) failed`), "Ready: %+v", c)
+		}).WithContext(ctx).WithTimeout(Cfg.BootTimeout + time.Minute).WithPolling(time.Second).Should(Succeed())
+	})
+
+	It("with dedicatedCpuPlacement runs in a Guaranteed launcher pod on a node with the static CPU manager, its vCPU on an exclusive CPU", func(ctx SpecContext) {
+		spec := guest.Spec(guest.Options{Image: Cfg.GuestImage, UserData: "dedicated"})
+		spec.Domain.CPU = &v1alpha1.CPU{DedicatedCPUPlacement: true}
+		b, err := yaml.Marshal(spec)
+		Expect(err).NotTo(HaveOccurred())
+		f.Apply(ctx, "apiVersion: kubevisor.io/v1alpha1\nkind: VirtualMachineInstance\nmetadata:\n  name: dedicated\nspec:\n"+indent(string(b), 2))
+		// Running says the pinning happened: the handler fails a dedicated VMI whose launcher
+		// may run on more CPUs than it has vCPUs (no static CPU manager gave it its own), and the
+		// driver fails the start when it cannot pin.
+		vmi := f.WaitRunning(ctx, "dedicated")
+		f.WaitReady(ctx, vmi)
+		pods := f.LauncherPods(ctx, vmi.UID)
+		Expect(pods).To(HaveLen(1))
+		pod := pods[0]
+		Expect(pod.Status.QOSClass).To(Equal(corev1.PodQOSGuaranteed))
+		Expect(pod.Spec.NodeSelector).To(HaveKeyWithValue(v1alpha1.CPUManagerNodeLabel, "true"))
+		for _, c := range pod.Spec.Containers {
+			if c.Name == layout.ComputeContainer {
+				Expect(c.Resources.Limits.Cpu().String()).To(Equal("1"), "compute: %+v", c.Resources)
+			}
+		}
+		var node corev1.Node
+		Expect(f.Client.Get(ctx, client.ObjectKey{Name: pod.Spec.NodeName}, &node)).To(Succeed())
+		Expect(node.Labels).To(HaveKeyWithValue(v1alpha1.CPUManagerNodeLabel, "true"))
+	})
 })

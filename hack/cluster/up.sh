@@ -340,7 +340,11 @@ fi
 # cgroup v1 (hybrid) host with swap: failCgroupV1/failSwapOn off; cgroupfs (no systemd);
 # authentication by client certificates of our CA and webhook tokens, authorization by the API
 # server; no iptables utility chains (kube-proxy's business; none runs) and no oom_score_adj
-# for itself (the kernel refuses negative values here).
+# for itself (the kernel refuses negative values here). The static CPU manager gives a
+# Guaranteed pod's whole CPUs to it alone (dedicatedCpuPlacement VMIs); it needs CPU reserved,
+# which it rounds up to whole CPUs for its shared pool: kubeReserved 100m keeps CPU 0 shared and
+# leaves one CPU of a 2-CPU machine to hand out, with 1.9 CPUs allocatable (reservedSystemCPUs
+# "0" would leave 1).
 config_changed kubelet "${CFG}/kubelet.yaml" <<YAML
 apiVersion: kubelet.config.k8s.io/v1beta1
 kind: KubeletConfiguration
@@ -376,7 +380,17 @@ evictionHard:
   nodefs.inodesFree: 2%
 imageGCHighThresholdPercent: 95
 imageGCLowThresholdPercent: 90
+cpuManagerPolicy: static
+kubeReserved:
+  cpu: 100m
 YAML
+# The kubelet refuses to start on a CPU manager state file of another policy (one written
+# before the static policy was configured): a kubelet that does not run holds no CPUs.
+cpu_state="${KUBELET_ROOT}/cpu_manager_state"
+if [[ -z "$(pid_of kubelet)" && -f "${cpu_state}" ]] && ! grep -q '"policyName":"static"' "${cpu_state}"; then
+  rm -f "${cpu_state}"
+  log "kubelet: removed ${cpu_state} of another CPU manager policy"
+fi
 ensure kubelet 60 http_ok "http://127.0.0.1:${KUBELET_HEALTHZ_PORT}/healthz" -- \
   --config "${CFG}/kubelet.yaml" --kubeconfig "${CFG}/kubelet.kubeconfig" \
   --root-dir "${KUBELET_ROOT}" --node-ip "${NODE_IP}" --hostname-override "${NODE_NAME}" --v=1
