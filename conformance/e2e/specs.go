@@ -502,6 +502,11 @@ var _ = Describe("VirtualMachineInstance probes", Label("Conformance", "Probes")
 		}).WithContext(ctx).WithTimeout(Cfg.BootTimeout + time.Minute).WithPolling(time.Second).Should(Succeed())
 	})
 
+})
+
+var _ = Describe("VirtualMachineInstance CPU placement", Label("Conformance"), func() {
+	f := NewFramework()
+
 	It("with dedicatedCpuPlacement runs in a Guaranteed launcher pod on a node with the static CPU manager, its vCPU on an exclusive CPU", func(ctx SpecContext) {
 		spec := guest.Spec(guest.Options{Image: Cfg.GuestImage, UserData: "dedicated"})
 		spec.Domain.CPU = &v1alpha1.CPU{DedicatedCPUPlacement: true}
