@@ -9,6 +9,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -46,9 +47,21 @@ func TestBinary(t *testing.T) {
 	f.Close()
 
 	socket := filepath.Join(dir, "guest-probe", "probe.sock")
-	var got guestprobe.Request
+	// The handler runs in the server's goroutines; the test reads the last request after the
+	// command exited, which the race detector cannot see as ordered: hence the lock.
+	var (
+		mu      sync.Mutex
+		lastReq guestprobe.Request
+	)
+	last := func() guestprobe.Request {
+		mu.Lock()
+		defer mu.Unlock()
+		return lastReq
+	}
 	s, err := guestprobe.Listen(socket, -1, -1, func(ctx context.Context, req guestprobe.Request) guestprobe.Result {
-		got = req
+		mu.Lock()
+		lastReq = req
+		mu.Unlock()
 		switch {
 		case req.Ping:
 			return guestprobe.Result{Success: true}
@@ -81,15 +94,15 @@ func TestBinary(t *testing.T) {
 		t.Fatal(err)
 		return 0, "", ""
 	}
-	if code, _, stderr := run("--socket", socket, "--timeout", "2s", "ping"); code != 0 || !got.Ping || got.TimeoutMillis != 1600 {
-		t.Errorf("ping: exit %d (%s), request %+v; want 0 and a ping with 1.6s for the handler", code, stderr, got)
+	if code, _, stderr := run("--socket", socket, "--timeout", "2s", "ping"); code != 0 || !last().Ping || last().TimeoutMillis != 1600 {
+		t.Errorf("ping: exit %d (%s), request %+v; want 0 and a ping with 1.6s for the handler", code, stderr, last())
 	}
-	if code, stdout, _ := run("--socket", socket, "exec", "--", "ok", "-x"); code != 0 || stdout != "fine\n" || strings.Join(got.Command, " ") != "ok -x" || got.TimeoutMillis != 800 {
-		t.Errorf("exec ok: exit %d, stdout %q, request %+v", code, stdout, got)
+	if code, stdout, _ := run("--socket", socket, "exec", "--", "ok", "-x"); code != 0 || stdout != "fine\n" || strings.Join(last().Command, " ") != "ok -x" || last().TimeoutMillis != 800 {
+		t.Errorf("exec ok: exit %d, stdout %q, request %+v", code, stdout, last())
 	}
 	code, stdout, stderr := run("--socket", socket, "--timeout", "10s", "exec", "false")
-	if code != 1 || stdout != "out\n" || stderr != "err\nkubevisor-probe: command [\"false\"] in the guest exited with status 1\n" || got.TimeoutMillis != 9000 {
-		t.Errorf("exec false: exit %d, stdout %q, stderr %q, request %+v", code, stdout, stderr, got)
+	if code != 1 || stdout != "out\n" || stderr != "err\nkubevisor-probe: command [\"false\"] in the guest exited with status 1\n" || last().TimeoutMillis != 9000 {
+		t.Errorf("exec false: exit %d, stdout %q, stderr %q, request %+v", code, stdout, stderr, last())
 	}
 	begin := time.Now()
 	if code, _, stderr := run("--socket", socket, "--timeout", "500ms", "exec", "hang"); code != 1 || !strings.Contains(stderr, "did not answer in time") || time.Since(begin) > 2*time.Second {
