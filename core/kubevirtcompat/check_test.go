@@ -64,13 +64,13 @@ domain:
 		name: "a whole KubeVirt subtree is one error at its top",
 		spec: `
 domain:
-  cpu: {numa: {guestMappingPassthrough: {}}}
   devices: {tpm: {persistent: true}}
+  firmware: {acpi: {slicNameRef: slic, msdmNameRef: msdm}}
 volumes: [{name: data, dataVolume: {name: dv}}]
 `,
 		want: []string{
-			"spec.domain.cpu.numa: Forbidden: not supported by Kubevisor yet: planned in issue 15",
 			"spec.domain.devices.tpm.persistent: Forbidden: not supported by Kubevisor yet: planned in issue 15 (keeping the TPM state across VMI restarts needs backend storage that outlives the VMI (KubeVirt's per-VM PVC), which Kubevisor does not make yet; the state lasts as long as the VMI (a guest reboot keeps it)); use tpm: {} without persistent",
+			"spec.domain.firmware.acpi: Forbidden: not supported by Kubevisor: custom ACPI tables (SLIC, MSDM) are not supported",
 			"spec.volumes[0].dataVolume: Forbidden: not supported by Kubevisor: needs a data importer (CDI), which Kubevisor does not have; use persistentVolumeClaim, or containerDisk",
 		},
 	}, {
@@ -141,7 +141,7 @@ domain:
 `)
 	got := errorStrings(CheckSpec(spec, field.NewPath("spec")))
 	want := []string{
-		"spec.domain.devices.filesystems: Forbidden: not supported by Kubevisor yet: planned in issue 15 (virtiofs needs virtiofsd on the node)",
+		"spec.domain.devices.filesystems: Forbidden: not supported by Kubevisor: QEMU 7.2's virtiofsd (Debian 12's) must sandbox itself with unshare(2) and chroot(2) or new namespaces, which the launcher pod's seccomp profile and dropped capabilities refuse; it has no unsandboxed mode; use a persistentVolumeClaim volume as a disk",
 		"spec.domain.launchSecurity.colour: Forbidden: " + UnknownField,
 		"spec.domain.launchSecurity.sev.attestation: Forbidden: not supported by Kubevisor: " + sevAttestationReason + "; use launchSecurity.sev without attestation",
 		"spec.domain.launchSecurity.snp: Forbidden: not supported by Kubevisor: QEMU 7.2 (Debian 12's, which the qmp driver runs) has no SEV-SNP guests: sev-snp-guest came in QEMU 9.1; use launchSecurity.sev",
