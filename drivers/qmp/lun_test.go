@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -85,5 +86,34 @@ func TestCreateRefusesLUNWithoutSGIO(t *testing.T) {
 				t.Errorf("Create: %q\nwant it to contain %q", err, want)
 			}
 		})
+	}
+}
+
+// TestQEMUTakesTheLUNCommandLine runs QEMU with the command line BuildArgs gives a read-only,
+// shared lun with an error policy and a boot order, on a loop device, the driver's SG_IO check
+// bypassed: QEMU accepts every option and stops where scsi-block asks the device its SG version,
+// the question sgioProblem asks first. (This machine's kernel has no SCSI layer: no device here
+// answers it.)
+func TestQEMUTakesTheLUNCommandLine(t *testing.T) {
+	requireQEMU(t)
+	dev := loopDevice(t)
+	spec := baseSpec()
+	spec.Disks = []*domainv1.Disk{{Name: "san", Path: dev, Device: domainv1.DiskDevice_DISK_DEVICE_LUN, ReadOnly: true, Shareable: true,
+		Cache: "none", ErrorPolicy: "report", BootOrder: 1}}
+	env := baseEnv()
+	env.RunDir = t.TempDir()
+	env.SGIO = map[string]string{dev: ""}
+	cl, err := BuildArgs(spec, env)
+	if err != nil {
+		t.Fatalf("BuildArgs: %v", err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	out, err := exec.CommandContext(ctx, "qemu-system-x86_64", cl.Args...).CombinedOutput()
+	if err == nil {
+		t.Fatalf("QEMU started with a lun on %s:\n%s", dev, out)
+	}
+	if !strings.Contains(string(out), "-device scsi-block,") || !strings.Contains(string(out), "cannot get SG_IO version number") {
+		t.Fatalf("QEMU: %v, want it to stop at scsi-block's SG_IO version:\n%s", err, out)
 	}
 }
