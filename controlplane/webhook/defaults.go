@@ -31,8 +31,8 @@ type DefaultOptions struct {
 // does. It is a pure function and idempotent:
 //
 //   - domain.machine.type: opts.MachineType, else q35;
-//   - a disk that is neither disk nor cdrom becomes a disk; a disk's bus defaults to virtio and a
-//     cdrom's to sata (QEMU has no virtio cdrom);
+//   - a disk that is neither disk, cdrom nor lun becomes a disk; a disk's bus defaults to virtio,
+//     a cdrom's to sata (QEMU has no virtio cdrom) and a lun's to scsi;
 //   - no interfaces and no networks: a pod network and a masquerade interface, both "default",
 //     unless autoattachPodInterface is false (the VMI then has no network interface);
 //     an interface without a binding gets masquerade on the pod network, bridge on a multus one;
@@ -60,7 +60,7 @@ func Default(spec *v1alpha1.VirtualMachineInstanceSpec, opts DefaultOptions) {
 
 	for i := range d.Devices.Disks {
 		disk := &d.Devices.Disks[i]
-		if disk.Disk == nil && disk.CDRom == nil {
+		if disk.Disk == nil && disk.CDRom == nil && disk.LUN == nil {
 			disk.Disk = &v1alpha1.DiskTarget{}
 		}
 		if disk.Disk != nil && disk.Disk.Bus == "" {
@@ -68,6 +68,9 @@ func Default(spec *v1alpha1.VirtualMachineInstanceSpec, opts DefaultOptions) {
 		}
 		if disk.CDRom != nil && disk.CDRom.Bus == "" {
 			disk.CDRom.Bus = v1alpha1.DiskBusSATA
+		}
+		if disk.LUN != nil && disk.LUN.Bus == "" {
+			disk.LUN.Bus = v1alpha1.DiskBusSCSI
 		}
 	}
 

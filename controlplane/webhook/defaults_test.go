@@ -102,6 +102,18 @@ func TestDefault(t *testing.T) {
 			},
 		},
 		{
+			name: "lun bus",
+			change: func(s *v1alpha1.VirtualMachineInstanceSpec) {
+				s.Domain.Devices.Disks[0].LUN = &v1alpha1.LunTarget{}
+				s.Volumes[0].VolumeSource = v1alpha1.VolumeSource{HostDisk: &v1alpha1.HostDisk{Path: "/dev/sdb", Type: v1alpha1.HostDiskExists}}
+			},
+			check: func(t *testing.T, s *v1alpha1.VirtualMachineInstanceSpec) {
+				if d := s.Domain.Devices.Disks[0]; d.Disk != nil || d.LUN.Bus != v1alpha1.DiskBusSCSI {
+					t.Fatalf("disk %+v", d)
+				}
+			},
+		},
+		{
 			name: "vCPUs from the cpu limit, as the node builds them",
 			change: func(s *v1alpha1.VirtualMachineInstanceSpec) {
 				s.Domain.Resources.Requests[corev1.ResourceCPU] = resource.MustParse("1")

@@ -188,6 +188,47 @@ func TestAdmissionThroughAPIServer(t *testing.T) {
 		}
 	})
 
+	t.Run("a lun on a hostDisk is admitted on scsi; on a containerDisk, with a reservation or with a disk it is refused", func(t *testing.T) {
+		s := minimalSpec()
+		s.Volumes[0].VolumeSource = v1alpha1.VolumeSource{HostDisk: &v1alpha1.HostDisk{Path: "/dev/sdb", Type: v1alpha1.HostDiskExists}}
+		s.Domain.Devices.Disks[0].DiskDevice = v1alpha1.DiskDevice{LUN: &v1alpha1.LunTarget{ReadOnly: true}}
+		if err := c.Create(ctx, vmi("lun", s)); err != nil {
+			t.Fatal(err)
+		}
+		var got v1alpha1.VirtualMachineInstance
+		if err := c.Get(ctx, client.ObjectKey{Namespace: "vms", Name: "lun"}, &got); err != nil {
+			t.Fatal(err)
+		}
+		if l := got.Spec.Domain.Devices.Disks[0].LUN; l == nil || l.Bus != v1alpha1.DiskBusSCSI || !l.ReadOnly || got.Spec.Domain.Devices.Disks[0].Disk != nil {
+			t.Errorf("disk %+v, want a read-only lun on scsi", got.Spec.Domain.Devices.Disks[0])
+		}
+
+		s = minimalSpec()
+		s.Domain.Devices.Disks[0].DiskDevice = v1alpha1.DiskDevice{LUN: &v1alpha1.LunTarget{}}
+		err := c.Create(ctx, vmi("lun-on-containerdisk", s))
+		if !causeAt(err, "spec.domain.devices.disks[0].lun", "a lun needs a SCSI block device: only a persistentVolumeClaim (volumeMode Block) or a hostDisk of type Disk can be one") {
+			t.Fatalf("got %v", err)
+		}
+
+		s = minimalSpec()
+		s.Domain.Devices.Disks[0].DiskDevice = v1alpha1.DiskDevice{Disk: &v1alpha1.DiskTarget{}, LUN: &v1alpha1.LunTarget{}}
+		if err := c.Create(ctx, vmi("disk-and-lun", s)); err == nil || !strings.Contains(err.Error(), "disk, cdrom and lun are mutually exclusive") {
+			t.Fatalf("got %v", err)
+		}
+
+		u := object(t, vmiKind, "lun-reservation", `
+domain:
+  resources: {requests: {memory: 128Mi}}
+  devices:
+    disks: [{name: root, lun: {bus: scsi, reservation: true}}]
+volumes: [{name: root, hostDisk: {path: /dev/sdb, type: Disk}}]
+`, "spec")
+		err = c.Create(ctx, u, client.FieldValidation(metav1.FieldValidationStrict))
+		if !causeAt(err, "spec.domain.devices.disks[0].lun.reservation", "not supported by Kubevisor: SCSI persistent reservations go through qemu-pr-helper") {
+			t.Fatalf("got %v", err)
+		}
+	})
+
 	t.Run("access credentials and DNS settings are admitted and kept", func(t *testing.T) {
 		s := minimalSpec()
 		withCloudInit(s, &v1alpha1.CloudInitNoCloudSource{UserData: "#cloud-config\npackages: [vim]\n"})

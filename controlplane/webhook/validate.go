@@ -380,9 +380,9 @@ func (v *validator) cloudInit(p *field.Path, userData, userDataB64 string, userS
 
 func (v *validator) disks() {
 	dp := v.domainPath().Child("devices", "disks")
-	volumes := map[string]bool{}
-	for _, vol := range v.spec.Volumes {
-		volumes[vol.Name] = true
+	volumes := map[string]*v1alpha1.Volume{}
+	for i := range v.spec.Volumes {
+		volumes[v.spec.Volumes[i].Name] = &v.spec.Volumes[i]
 	}
 	seen := map[string]bool{}
 	for i := range v.spec.Domain.Devices.Disks {
@@ -393,7 +393,7 @@ func (v *validator) disks() {
 			v.add(field.Required(p.Child("name"), ""))
 		case seen[d.Name]:
 			v.add(field.Duplicate(p.Child("name"), d.Name))
-		case !volumes[d.Name]:
+		case volumes[d.Name] == nil:
 			v.add(field.NotFound(p.Child("name"), d.Name))
 		}
 		seen[d.Name] = true
@@ -403,8 +403,11 @@ func (v *validator) disks() {
 		default:
 			v.add(field.NotSupported(p.Child("cache"), d.Cache, []v1alpha1.DriverCache{v1alpha1.CacheNone, v1alpha1.CacheWriteThrough, v1alpha1.CacheWriteBack}))
 		}
-		if d.Disk != nil && d.CDRom != nil {
-			v.add(field.Invalid(p, d.Name, "disk and cdrom are mutually exclusive"))
+		if n := btoi(d.Disk != nil) + btoi(d.CDRom != nil) + btoi(d.LUN != nil); n > 1 {
+			v.add(field.Invalid(p, d.Name, "disk, cdrom and lun are mutually exclusive"))
+		}
+		if d.LUN != nil {
+			v.lun(p.Child("lun"), d.LUN, volumes[d.Name])
 		}
 		buses := []v1alpha1.DiskBus{v1alpha1.DiskBusVirtio, v1alpha1.DiskBusSATA, v1alpha1.DiskBusSCSI, v1alpha1.DiskBusUSB}
 		if t := d.Disk; t != nil && t.Bus != "" && !slices.Contains(buses, t.Bus) {
@@ -429,6 +432,40 @@ func (v *validator) disks() {
 			}
 		}
 	}
+}
+
+// lun checks a disk's lun: bus scsi and a volume that can be a SCSI device on
+// the node. Only a persistentVolumeClaim (in volumeMode Block) or a hostDisk of type Disk (whose
+// path is a device) can be; every other volume is a file the node makes. Whether the device
+// takes SCSI commands (SG_IO) is known only on the node: the hypervisor driver checks it before
+// it starts the VM.
+func (v *validator) lun(p *field.Path, l *v1alpha1.LunTarget, vol *v1alpha1.Volume) {
+	switch l.Bus {
+	case "", v1alpha1.DiskBusSCSI:
+	case v1alpha1.DiskBusVirtio, v1alpha1.DiskBusSATA, v1alpha1.DiskBusUSB:
+		v.add(field.Invalid(p.Child("bus"), l.Bus, "a lun on bus "+string(l.Bus)+" is "+notSupported+": SCSI passthrough needs a SCSI bus (use scsi)"))
+	default:
+		v.add(field.NotSupported(p.Child("bus"), l.Bus, []v1alpha1.DiskBus{v1alpha1.DiskBusSCSI}))
+	}
+	if vol == nil {
+		return
+	}
+	s := &vol.VolumeSource
+	switch {
+	case s.PersistentVolumeClaim != nil:
+	case s.HostDisk != nil && s.HostDisk.Type == v1alpha1.HostDiskExists:
+	case s.HostDisk != nil:
+		v.add(field.Invalid(p, vol.Name, "a lun needs a SCSI block device: a hostDisk of type "+string(s.HostDisk.Type)+" is a file (use type Disk with the device's path)"))
+	default:
+		v.add(field.Invalid(p, vol.Name, "a lun needs a SCSI block device: only a persistentVolumeClaim (volumeMode Block) or a hostDisk of type Disk can be one, and volume "+vol.Name+" is a file the node makes"))
+	}
+}
+
+func btoi(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
 }
 
 func (v *validator) bootOrder(p *field.Path, order *uint) {

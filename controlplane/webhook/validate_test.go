@@ -161,6 +161,39 @@ func TestValidate(t *testing.T) {
 			change: func(s *v1alpha1.VirtualMachineInstanceSpec) {
 				s.Domain.Devices.Disks[0].DiskDevice = v1alpha1.DiskDevice{CDRom: &v1alpha1.CDRomTarget{Bus: "sata", Tray: v1alpha1.TrayStateOpen}}
 			}},
+		{name: "lun on a claim", change: func(s *v1alpha1.VirtualMachineInstanceSpec) {
+			pvc := &v1alpha1.PersistentVolumeClaimVolumeSource{}
+			pvc.ClaimName = "san"
+			s.Volumes[0].VolumeSource = v1alpha1.VolumeSource{PersistentVolumeClaim: pvc}
+			s.Domain.Devices.Disks[0].DiskDevice = v1alpha1.DiskDevice{LUN: &v1alpha1.LunTarget{Bus: v1alpha1.DiskBusSCSI, ReadOnly: true}}
+		}},
+		{name: "lun on an existing hostDisk", change: func(s *v1alpha1.VirtualMachineInstanceSpec) {
+			s.Volumes[0].VolumeSource = v1alpha1.VolumeSource{HostDisk: &v1alpha1.HostDisk{Path: "/dev/sdb", Type: v1alpha1.HostDiskExists}}
+			s.Domain.Devices.Disks[0].DiskDevice = v1alpha1.DiskDevice{LUN: &v1alpha1.LunTarget{}}
+		}},
+		{name: "disk and lun", field: "spec.domain.devices.disks[0]", detail: "disk, cdrom and lun are mutually exclusive",
+			change: func(s *v1alpha1.VirtualMachineInstanceSpec) {
+				s.Domain.Devices.Disks[0].LUN = &v1alpha1.LunTarget{}
+			}},
+		{name: "lun on sata", field: "spec.domain.devices.disks[0].lun.bus", detail: "a lun on bus sata is not supported: SCSI passthrough needs a SCSI bus (use scsi)",
+			change: func(s *v1alpha1.VirtualMachineInstanceSpec) {
+				s.Volumes[0].VolumeSource = v1alpha1.VolumeSource{HostDisk: &v1alpha1.HostDisk{Path: "/dev/sdb", Type: v1alpha1.HostDiskExists}}
+				s.Domain.Devices.Disks[0].DiskDevice = v1alpha1.DiskDevice{LUN: &v1alpha1.LunTarget{Bus: v1alpha1.DiskBusSATA}}
+			}},
+		{name: "lun on a containerDisk", field: "spec.domain.devices.disks[0].lun", detail: "a lun needs a SCSI block device: only a persistentVolumeClaim (volumeMode Block) or a hostDisk of type Disk can be one, and volume root is a file the node makes",
+			change: func(s *v1alpha1.VirtualMachineInstanceSpec) {
+				s.Domain.Devices.Disks[0].DiskDevice = v1alpha1.DiskDevice{LUN: &v1alpha1.LunTarget{Bus: v1alpha1.DiskBusSCSI}}
+			}},
+		{name: "lun on an emptyDisk", field: "spec.domain.devices.disks[0].lun", detail: "is a file the node makes",
+			change: func(s *v1alpha1.VirtualMachineInstanceSpec) {
+				s.Volumes[0].VolumeSource = v1alpha1.VolumeSource{EmptyDisk: &v1alpha1.EmptyDiskSource{Capacity: resource.MustParse("1Gi")}}
+				s.Domain.Devices.Disks[0].DiskDevice = v1alpha1.DiskDevice{LUN: &v1alpha1.LunTarget{Bus: v1alpha1.DiskBusSCSI}}
+			}},
+		{name: "lun on a hostDisk it creates", field: "spec.domain.devices.disks[0].lun", detail: "a hostDisk of type DiskOrCreate is a file (use type Disk with the device's path)",
+			change: func(s *v1alpha1.VirtualMachineInstanceSpec) {
+				s.Volumes[0].VolumeSource = v1alpha1.VolumeSource{HostDisk: &v1alpha1.HostDisk{Path: "/data/d.img", Type: v1alpha1.HostDiskExistsOrCreate, Capacity: resource.MustParse("1Gi")}}
+				s.Domain.Devices.Disks[0].DiskDevice = v1alpha1.DiskDevice{LUN: &v1alpha1.LunTarget{Bus: v1alpha1.DiskBusSCSI}}
+			}},
 		{name: "unknown disk bus", field: "spec.domain.devices.disks[0].disk.bus", detail: "Unsupported value",
 			change: func(s *v1alpha1.VirtualMachineInstanceSpec) { s.Domain.Devices.Disks[0].Disk.Bus = "ide" }},
 

@@ -45,7 +45,7 @@ func (e ValidationError) GRPCStatus() *status.Status {
 var pciAddress = regexp.MustCompile(`^[0-9a-f]{4}:[0-9a-f]{2}:[0-9a-f]{2}\.[0-7]$`)
 
 // Validate checks what holds for every hypervisor: an id, guest memory, a sane CPU topology,
-// absolute paths, unique disk and NIC names, distinct boot orders, valid MACs. It returns nil or
+// absolute paths, unique disk and NIC names, distinct boot orders, valid MACs, a lun on scsi and raw. It returns nil or
 // a ValidationError (InvalidArgument over gRPC). A driver adds its own checks for what it cannot
 // honour.
 func Validate(spec *domainv1.DomainSpec) error {
@@ -121,6 +121,14 @@ func Validate(spec *domainv1.DomainSpec) error {
 			add(f+".path", "must be an absolute path, not %q", d.GetPath())
 		}
 		checkBoot(f+".bootOrder", "disk "+d.GetName(), d.GetBootOrder())
+		if d.GetDevice() == domainv1.DiskDevice_DISK_DEVICE_LUN {
+			if b := d.GetBus(); b != domainv1.DiskBus_DISK_BUS_SCSI && b != domainv1.DiskBus_DISK_BUS_UNSPECIFIED {
+				add(f+".bus", "disk %s: a lun is on scsi only, not %s", d.GetName(), b)
+			}
+			if fm := d.GetFormat(); fm != domainv1.DiskFormat_DISK_FORMAT_RAW && fm != domainv1.DiskFormat_DISK_FORMAT_UNSPECIFIED {
+				add(f+".format", "disk %s: a lun is the device itself (raw), not %s", d.GetName(), fm)
+			}
+		}
 	}
 	nics := map[string]bool{}
 	for i, n := range spec.GetNics() {

@@ -93,6 +93,12 @@ func TestValidateRejects(t *testing.T) {
 		{"relative kernel", func(s *domainv1.DomainSpec) { s.GetFirmware().GetKernel().KernelPath = "vmlinuz" }, "firmware.kernel.kernelPath"},
 		{"missing kernel", func(s *domainv1.DomainSpec) { s.GetFirmware().GetKernel().KernelPath = "" }, "firmware.kernel.kernelPath"},
 		{"relative disk", func(s *domainv1.DomainSpec) { s.Disks[0].Path = "root.qcow2" }, "disks[0].path"},
+		{"a lun on virtio", func(s *domainv1.DomainSpec) {
+			s.Disks[1].Device, s.Disks[1].Bus = domainv1.DiskDevice_DISK_DEVICE_LUN, domainv1.DiskBus_DISK_BUS_VIRTIO
+		}, "disks[1].bus"},
+		{"a qcow2 lun", func(s *domainv1.DomainSpec) {
+			s.Disks[0].Device, s.Disks[0].Bus = domainv1.DiskDevice_DISK_DEVICE_LUN, domainv1.DiskBus_DISK_BUS_SCSI
+		}, "disks[0].format"},
 		{"unnamed disk", func(s *domainv1.DomainSpec) { s.Disks[1].Name = "" }, "disks[1].name"},
 		{"duplicate disk", func(s *domainv1.DomainSpec) { s.Disks[1].Name = "root" }, "disks[1].name"},
 		{"duplicate boot order", func(s *domainv1.DomainSpec) { s.Nics[0].BootOrder = 1 }, "nics[0].bootOrder"},

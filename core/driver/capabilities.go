@@ -274,6 +274,10 @@ const (
 	// DeviceVirtioTransitional is DomainSpec.virtio_transitional: transitional (legacy and
 	// modern) virtio devices. Without it a driver still gives modern-only ones.
 	DeviceVirtioTransitional = "virtio-transitional"
+	// DeviceLUN is a Disk of device DISK_DEVICE_LUN: SCSI passthrough of the block device at its
+	// path (SG_IO), on bus scsi. A driver declaring it refuses, before it starts the VM, a path
+	// that is not a device taking SG_IO, naming the disk and the path.
+	DeviceLUN = "lun"
 )
 
 // OptionalDevice is an optional device of the domain spec: its name in Capabilities.devices, the
@@ -311,6 +315,9 @@ var OptionalDevices = []OptionalDevice{
 		return slices.ContainsFunc(s.GetNics(), func(n *domainv1.NIC) bool { return n.GetQueues() > 1 })
 	}},
 	{Name: DeviceVirtioTransitional, Field: "virtioTransitional", asked: func(s *domainv1.DomainSpec) bool { return s.GetVirtioTransitional() }},
+	{Name: DeviceLUN, Field: "disks", asked: func(s *domainv1.DomainSpec) bool {
+		return slices.ContainsFunc(s.GetDisks(), func(d *domainv1.Disk) bool { return d.GetDevice() == domainv1.DiskDevice_DISK_DEVICE_LUN })
+	}},
 	{Name: DeviceDiskOptions, Field: "disks", asked: func(s *domainv1.DomainSpec) bool {
 		return slices.ContainsFunc(s.GetDisks(), func(d *domainv1.Disk) bool {
 			return d.GetIo() != "" || d.GetDedicatedIothread() || d.GetLogicalBlockSize() != 0 || d.GetPhysicalBlockSize() != 0 ||

@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -210,4 +211,48 @@ func TestRecoverQMPAfterPluginKilled(t *testing.T) {
 			return nil
 		})
 	}
+}
+
+// TestQMPRefusesLUNWithoutSGIO: a VMI whose lun is a hostDisk on a regular file goes through
+// the local storage plugin to the qmp plugin, whose Create refuses it before anything starts;
+// the VMI's Synchronized condition says which disk and path, and nothing is left on the node.
+func TestQMPRefusesLUNWithoutSGIO(t *testing.T) {
+	testenv.Command(t, "qemu-system-x86_64", "qemu-system-x86")
+	testenv.Command(t, "qemu-img", "qemu-utils")
+	e := newEnv(t, DriverSet{Hypervisor: "qmp", Network: testNetwork, Storage: "local"}, []plugin.Manifest{
+		manifest(t, bins.qmp, driver.KindHypervisor, "qmp"),
+		manifest(t, bins.local, driver.KindStorage, "local"),
+		manifest(t, bins.testdriver, driver.KindNetwork, testNetwork, driver.KindNetwork, "name="+testNetwork),
+	})
+	e.cfg.DriverConfig = map[string]json.RawMessage{"qmp": json.RawMessage(`{"disableKVM": true}`)}
+	h := e.start()
+	img := filepath.Join(t.TempDir(), "san.img")
+	if err := os.WriteFile(img, make([]byte, 1<<20), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	mem := resource.MustParse("64Mi")
+	vmi := &v1alpha1.VirtualMachineInstance{
+		TypeMeta:   metav1.TypeMeta{APIVersion: v1alpha1.GroupVersion.String(), Kind: "VirtualMachineInstance"},
+		ObjectMeta: metav1.ObjectMeta{Name: "lun", Namespace: "default", UID: "9b2d4c1e-5a6f-4e21-8c3d-1f0a2b3c4d5e"},
+		Spec: v1alpha1.VirtualMachineInstanceSpec{
+			Domain: v1alpha1.DomainSpec{
+				Memory: &v1alpha1.Memory{Guest: &mem},
+				Devices: v1alpha1.Devices{
+					Disks:                    []v1alpha1.Disk{{Name: "san", DiskDevice: v1alpha1.DiskDevice{LUN: &v1alpha1.LunTarget{Bus: v1alpha1.DiskBusSCSI}}}},
+					AutoattachGraphicsDevice: ptr(false),
+				},
+			},
+			Volumes: []v1alpha1.Volume{{Name: "san", VolumeSource: v1alpha1.VolumeSource{HostDisk: &v1alpha1.HostDisk{Path: img, Type: v1alpha1.HostDiskExists}}}},
+		},
+	}
+	st, err := doSync(t, h, vmi)
+	if err == nil {
+		t.Fatalf("Sync succeeded: %+v", st)
+	}
+	c := Condition(st, v1alpha1.VirtualMachineInstanceSynchronized)
+	want := "disk san: lun needs a SCSI device that takes SG_IO; " + img + " is not (a regular file, not a block device)"
+	if c == nil || c.Status != corev1.ConditionFalse || c.Reason != ReasonCreateFailed || !strings.Contains(c.Message, want) {
+		t.Fatalf("Synchronized = %+v, want False, %s, saying %q", c, ReasonCreateFailed, want)
+	}
+	requireNothingLeft(t, h, vmi.UID)
 }

@@ -213,6 +213,20 @@ func TestCheckSupported(t *testing.T) {
 			want: []string{`spec.domain.devices.rng: a virtio entropy device is not supported by the hypervisor driver "hv" (it offers the devices: none)`},
 		},
 		{
+			name: "lun offered",
+			vmi: func(v *v1alpha1.VirtualMachineInstance) {
+				v.Spec.Domain.Devices.Disks[0].DiskDevice = v1alpha1.DiskDevice{LUN: &v1alpha1.LunTarget{}}
+			},
+		},
+		{
+			name: "lun not offered",
+			vmi: func(v *v1alpha1.VirtualMachineInstance) {
+				v.Spec.Domain.Devices.Disks[0].DiskDevice = v1alpha1.DiskDevice{LUN: &v1alpha1.LunTarget{}}
+			},
+			caps: func(c *driverCaps) { c.hypervisorCaps.Devices = []string{"balloon"} },
+			want: []string{`spec.domain.devices.disks[0].lun: a lun (SCSI passthrough) is not supported by the hypervisor driver "hv" (it offers the devices: balloon)`},
+		},
+		{
 			name: "chassis not offered",
 			vmi:  func(v *v1alpha1.VirtualMachineInstance) { v.Spec.Domain.Chassis = &v1alpha1.Chassis{Serial: "s"} },
 			caps: func(c *driverCaps) { c.hypervisorCaps.Devices = []string{"rng", "balloon"} },

@@ -42,6 +42,7 @@ var vmiDevices = map[string]struct{ field, what string }{
 	driver.DeviceBalloon:            {"spec.domain.devices.autoattachMemBalloon", "a memory balloon (attached by default: set autoattachMemBalloon: false)"},
 	driver.DeviceNICMultiQueue:      {"spec.domain.devices.networkInterfaceMultiqueue", "a virtio interface with a queue pair per vCPU"},
 	driver.DeviceVirtioTransitional: {"spec.domain.devices.useVirtioTransitional", "making the virtio devices transitional (legacy and modern)"},
+	driver.DeviceLUN:                {"spec.domain.devices.disks", "a lun (SCSI passthrough); checkSupported names each lun disk"},
 }
 
 // vmiInterfaceSettings says, for each of driver.OptionalInterfaceSettings, what it is.
@@ -80,6 +81,15 @@ func checkSupported(vmi *v1alpha1.VirtualMachineInstance, spec *domainv1.DomainS
 	}
 	// Optional devices, by the VMI field that asks for each.
 	for _, d := range driver.UndeclaredDevices(c.hypervisorCaps, spec) {
+		if d.Name == driver.DeviceLUN {
+			// By the VMI disk that is a lun.
+			for i, disk := range vmi.Spec.Domain.Devices.Disks {
+				if disk.LUN != nil {
+					errs.add(fmt.Sprintf("spec.domain.devices.disks[%d].lun", i), "a lun (SCSI passthrough) is not supported by the hypervisor driver %q (it offers the devices: %s)", c.hypervisor, list(c.hypervisorCaps.GetDevices()))
+				}
+			}
+			continue
+		}
 		vmiDev := vmiDevices[d.Name]
 		errs.add(vmiDev.field, "%s is not supported by the hypervisor driver %q (it offers the devices: %s)", vmiDev.what, c.hypervisor, list(c.hypervisorCaps.GetDevices()))
 	}
@@ -146,6 +156,9 @@ func diskField(vmi *v1alpha1.VirtualMachineInstance, name string) string {
 		if d.Name == name {
 			if d.CDRom != nil {
 				return fmt.Sprintf("spec.domain.devices.disks[%d].cdrom.bus", i)
+			}
+			if d.LUN != nil {
+				return fmt.Sprintf("spec.domain.devices.disks[%d].lun.bus", i)
 			}
 			return fmt.Sprintf("spec.domain.devices.disks[%d].disk.bus", i)
 		}

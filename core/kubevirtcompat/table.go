@@ -89,7 +89,7 @@ var entries = []Entry{
 	{Path: "domain.devices.disks[].blockSize.custom.discardGranularity", Reason: "the discard granularity is the hypervisor's"},
 	{Path: "domain.devices.disks[].changedBlockTracking", Reason: "incremental backups are not implemented"},
 	{Path: "domain.devices.disks[].disk.pciAddress", Reason: "the hypervisor driver assigns disks their PCI addresses", Alternative: "bootOrder or serial to find a disk in the guest"},
-	{Path: "domain.devices.disks[].lun", Issue: 15},
+	{Path: "domain.devices.disks[].lun.reservation", Reason: "SCSI persistent reservations go through qemu-pr-helper, which must run privileged on the node, and Kubevisor does not run it"},
 	{Path: "domain.devices.disks[].tag", Reason: deviceTagReason, Alternative: "serial, to find a disk in the guest"},
 
 	// domain.devices.interfaces[].

@@ -61,6 +61,9 @@ type HostEnv struct {
 	CPUFlags []string
 	// BlockDevices are the disk paths that are block devices rather than files.
 	BlockDevices map[string]bool
+	// SGIO says, for the path of each lun disk, why it is not a device that takes SCSI commands
+	// (SG_IO), or "" when it is one (see sgioProblem). A lun whose path is not in it is refused.
+	SGIO map[string]string
 	// SEV is what the host offers for AMD SEV guests, nil when nothing; SEVReason says why not.
 	SEV       *SEVHost
 	SEVReason string
@@ -500,8 +503,11 @@ func diskBus(d *domainv1.Disk) domainv1.DiskBus {
 	if bus := d.GetBus(); bus != domainv1.DiskBus_DISK_BUS_UNSPECIFIED {
 		return bus
 	}
-	if d.GetDevice() == domainv1.DiskDevice_DISK_DEVICE_CDROM {
+	switch d.GetDevice() {
+	case domainv1.DiskDevice_DISK_DEVICE_CDROM:
 		return domainv1.DiskBus_DISK_BUS_SATA
+	case domainv1.DiskDevice_DISK_DEVICE_LUN:
+		return domainv1.DiskBus_DISK_BUS_SCSI
 	}
 	return domainv1.DiskBus_DISK_BUS_VIRTIO
 }
@@ -525,6 +531,11 @@ func (b *argBuilder) disks() {
 	for i, d := range b.spec.GetDisks() {
 		f := fmt.Sprintf("disks[%d]", i)
 		cdrom := d.GetDevice() == domainv1.DiskDevice_DISK_DEVICE_CDROM
+		if d.GetDevice() == domainv1.DiskDevice_DISK_DEVICE_LUN {
+			b.lunDisk(f, i, d, lun)
+			lun++
+			continue
+		}
 		bus := diskBus(d)
 		var format string
 		switch d.GetFormat() {
@@ -654,6 +665,74 @@ func (b *argBuilder) disks() {
 		}
 		b.add("-blockdev", strings.Join(fileOpts, ","), "-blockdev", strings.Join(fmtOpts, ","), "-device", strings.Join(dev, ","))
 	}
+}
+
+// lunDisk builds a lun: the device itself as a host_device node (no format layer: the guest
+// speaks SCSI to it) under a scsi-block device, which passes the guest's commands through with
+// SG_IO. n is its LUN on the scsi0 bus, which it shares with the scsi disks and cdroms.
+func (b *argBuilder) lunDisk(f string, i int, d *domainv1.Disk, n int) {
+	if bus := diskBus(d); bus != domainv1.DiskBus_DISK_BUS_SCSI {
+		b.fail(f+".bus", "a lun is on scsi only, not %s", bus)
+	}
+	switch d.GetFormat() {
+	case domainv1.DiskFormat_DISK_FORMAT_UNSPECIFIED, domainv1.DiskFormat_DISK_FORMAT_RAW:
+	default:
+		b.fail(f+".format", "a lun is the device itself (raw), not %s", d.GetFormat())
+	}
+	if problem, ok := b.env.SGIO[d.GetPath()]; !ok {
+		b.fail(f+".path", "disk %s: lun needs a SCSI device that takes SG_IO; %s was not checked", d.GetName(), d.GetPath())
+	} else if problem != "" {
+		b.fail(f+".path", "disk %s: lun needs a SCSI device that takes SG_IO; %s is not (%s)", d.GetName(), d.GetPath(), problem)
+	}
+	// scsi-block has no serial, block sizes or write cache of its own: the device's are what the
+	// guest sees.
+	if d.GetSerial() != "" {
+		b.fail(f+".serial", "a lun has the serial number of its device")
+	}
+	if d.GetLogicalBlockSize() != 0 || d.GetPhysicalBlockSize() != 0 {
+		b.fail(f+".logicalBlockSize", "a lun has the block sizes of its device")
+	}
+	opts := []string{"driver=host_device", fmt.Sprintf("node-name=file-disk%d", i), "filename=" + esc(d.GetPath())}
+	if d.GetReadOnly() {
+		// QEMU opens the device O_RDONLY; the kernel then refuses SCSI commands that write.
+		opts = append(opts, "read-only=on")
+	}
+	switch d.GetCache() {
+	case "":
+	case "none":
+		opts = append(opts, "cache.direct=on")
+	default:
+		b.fail(f+".cache", "%q is not supported for a lun (none, or unset: the guest drives the device's own cache)", d.GetCache())
+	}
+	switch d.GetIo() {
+	case "":
+	case "native":
+		if d.GetCache() != "none" {
+			b.fail(f+".io", "native needs cache none")
+		}
+		opts = append(opts, "aio=native")
+	case "threads":
+		opts = append(opts, "aio=threads")
+	default:
+		b.fail(f+".io", "%q is not supported (native or threads)", d.GetIo())
+	}
+	if d.GetShareable() {
+		opts = append(opts, "locking=off")
+	}
+	for _, bad := range []struct {
+		set  bool
+		name string
+	}{{d.GetQueues() > 0, "queues"}, {d.GetIothread() != "", "iothread"}, {d.GetDedicatedIothread(), "dedicatedIothread"}} {
+		if bad.set {
+			b.fail(f+"."+bad.name, "only a virtio disk has %s", bad.name)
+		}
+	}
+	dev := []string{"scsi-block", "bus=scsi0.0", "channel=0", "scsi-id=0", fmt.Sprintf("lun=%d", n), fmt.Sprintf("drive=file-disk%d", i), fmt.Sprintf("id=ua-disk%d", i)}
+	dev = append(dev, b.diskDeviceOptions(f, d)...)
+	if o := d.GetBootOrder(); o > 0 {
+		dev = append(dev, fmt.Sprintf("bootindex=%d", o))
+	}
+	b.add("-blockdev", strings.Join(opts, ","), "-device", strings.Join(dev, ","))
 }
 
 // errorPolicies are the -device werror/rerror values of each error policy: enospace stops on

@@ -320,6 +320,55 @@ func TestBuildArgs(t *testing.T) {
 			},
 		},
 		{
+			name: "lun: scsi-block on the device, sharing scsi0 with a scsi disk",
+			spec: func(s *domainv1.DomainSpec) {
+				s.Disks = []*domainv1.Disk{
+					{Name: "a", Path: "/img/a", Bus: domainv1.DiskBus_DISK_BUS_SCSI},
+					{Name: "l", Path: "/dev/sdb", Device: domainv1.DiskDevice_DISK_DEVICE_LUN, BootOrder: 2, Cache: "none", ErrorPolicy: "report"},
+				}
+			},
+			env: func(e *HostEnv) { e.SGIO = map[string]string{"/dev/sdb": ""} },
+			want: [][]string{
+				{"-device", "virtio-scsi-pci-non-transitional,id=scsi0", "-blockdev"},
+				{"-device", "scsi-hd,bus=scsi0.0,channel=0,scsi-id=0,lun=0,drive=disk0,id=ua-disk0"},
+				{"-blockdev", "driver=host_device,node-name=file-disk1,filename=/dev/sdb,cache.direct=on",
+					"-device", "scsi-block,bus=scsi0.0,channel=0,scsi-id=0,lun=1,drive=file-disk1,id=ua-disk1,werror=report,rerror=report,bootindex=2"},
+			},
+			not: []string{"node-name=disk1", "write-cache"},
+		},
+		{
+			name: "lun readonly and shareable",
+			spec: disk(&domainv1.Disk{Name: "l", Path: "/dev/sdb", Bus: domainv1.DiskBus_DISK_BUS_SCSI, Device: domainv1.DiskDevice_DISK_DEVICE_LUN, ReadOnly: true, Shareable: true}),
+			env:  func(e *HostEnv) { e.SGIO = map[string]string{"/dev/sdb": ""} },
+			want: [][]string{
+				{"-blockdev", "driver=host_device,node-name=file-disk0,filename=/dev/sdb,read-only=on,locking=off",
+					"-device", "scsi-block,bus=scsi0.0,channel=0,scsi-id=0,lun=0,drive=file-disk0,id=ua-disk0,share-rw=on"},
+			},
+		},
+		{
+			name: "lun on a device that does not take SG_IO",
+			spec: disk(&domainv1.Disk{Name: "l", Path: "/dev/loop0", Device: domainv1.DiskDevice_DISK_DEVICE_LUN}),
+			env: func(e *HostEnv) {
+				e.SGIO = map[string]string{"/dev/loop0": "ioctl SG_GET_VERSION_NUM: inappropriate ioctl for device"}
+			},
+			code:   codes.InvalidArgument,
+			fields: []string{"disks[0].path"},
+		},
+		{
+			name:   "lun whose device was not checked",
+			spec:   disk(&domainv1.Disk{Name: "l", Path: "/dev/sdb", Device: domainv1.DiskDevice_DISK_DEVICE_LUN}),
+			code:   codes.InvalidArgument,
+			fields: []string{"disks[0].path"},
+		},
+		{
+			name: "lun: what scsi-block does not have",
+			spec: disk(&domainv1.Disk{Name: "l", Path: "/dev/sdb", Device: domainv1.DiskDevice_DISK_DEVICE_LUN, Bus: domainv1.DiskBus_DISK_BUS_VIRTIO,
+				Format: domainv1.DiskFormat_DISK_FORMAT_QCOW2, Serial: "s", LogicalBlockSize: 4096, Cache: "writeback", Queues: 2}),
+			env:    func(e *HostEnv) { e.SGIO = map[string]string{"/dev/sdb": ""} },
+			code:   codes.InvalidArgument,
+			fields: []string{"disks[0].bus", "disks[0].format", "disks[0].serial", "disks[0].logicalBlockSize", "disks[0].cache", "disks[0].queues"},
+		},
+		{
 			name: "usb",
 			spec: disk(&domainv1.Disk{Name: "a", Path: "/img/a", Bus: domainv1.DiskBus_DISK_BUS_USB, BootOrder: 1}),
 			want: [][]string{{"-device", "qemu-xhci,id=usb0", "-blockdev"}, {"-device", "usb-storage,bus=usb0.0,drive=disk0,id=ua-disk0,bootindex=1"}},

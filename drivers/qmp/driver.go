@@ -187,7 +187,7 @@ func (d *Driver) capabilities() *basev1.Capabilities {
 			driver.DeviceCPUFeatures, driver.DeviceNICOptions,
 			driver.DeviceStartPaused, driver.DeviceSound, driver.DeviceBIOSSerial, driver.DeviceLaunchSecurity, driver.DeviceHugepages,
 			driver.DeviceCPUPinning, driver.DeviceNUMA,
-			driver.DeviceNICMultiQueue, driver.DeviceVirtioTransitional},
+			driver.DeviceNICMultiQueue, driver.DeviceVirtioTransitional, driver.DeviceLUN},
 	}
 }
 

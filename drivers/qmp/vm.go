@@ -232,9 +232,15 @@ func (d *Driver) hostEnv(host *HostInfo, accel Accel, runDir string, spec *domai
 			blk[disk.GetPath()] = true
 		}
 	}
+	sgio := map[string]string{}
+	for _, disk := range spec.GetDisks() {
+		if disk.GetDevice() == domainv1.DiskDevice_DISK_DEVICE_LUN {
+			sgio[disk.GetPath()] = sgioProblem(disk.GetPath())
+		}
+	}
 	return HostEnv{
 		Accel: accel, RunDir: runDir, OVMF: ovmf, VhostNet: host.VhostNet,
-		CPUModels: host.CPUModels, MachineTypes: host.MachineTypes, CPUFlags: host.CPUFlags, BlockDevices: blk,
+		CPUModels: host.CPUModels, MachineTypes: host.MachineTypes, CPUFlags: host.CPUFlags, BlockDevices: blk, SGIO: sgio,
 		SEV: host.SEV, SEVReason: host.SEVReason, SWTPM: swtpm.Path, SWTPMReason: swtpm.Problem,
 		TCGTranslationCacheMiB: cmp.Or(d.cfg.TCGTranslationCacheMiB, DefaultTCGTranslationCacheMiB),
 	}

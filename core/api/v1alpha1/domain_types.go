@@ -779,7 +779,7 @@ type CustomBlockSize struct {
 }
 
 // DiskDevice selects how a volume is presented to the guest. At most one of its members may be set.
-// +kubebuilder:validation:XValidation:rule="!(has(self.disk) && has(self.cdrom))",message="disk and cdrom are mutually exclusive"
+// +kubebuilder:validation:XValidation:rule="(has(self.disk) ? 1 : 0) + (has(self.cdrom) ? 1 : 0) + (has(self.lun) ? 1 : 0) <= 1",message="disk, cdrom and lun are mutually exclusive"
 type DiskDevice struct {
 	// Disk attaches the volume as a disk.
 	// +optional
@@ -787,6 +787,11 @@ type DiskDevice struct {
 	// CDRom attaches the volume as a cdrom.
 	// +optional
 	CDRom *CDRomTarget `json:"cdrom,omitempty"`
+	// LUN passes the guest's SCSI commands through to the volume, which must be a SCSI block
+	// device on the node (a persistentVolumeClaim in volumeMode Block, or a hostDisk of type Disk
+	// whose path is one).
+	// +optional
+	LUN *LunTarget `json:"lun,omitempty"`
 }
 
 // DiskBus is the bus a disk device is emulated on.
@@ -813,6 +818,18 @@ type DiskTarget struct {
 	// ReadOnly makes the disk read-only. Defaults to false.
 	// +optional
 	ReadOnly bool `json:"readonly,omitempty"`
+}
+
+// LunTarget attaches a volume as a SCSI LUN: SCSI passthrough to the node's device.
+type LunTarget struct {
+	// Bus is the bus of the LUN: only scsi. Defaults to scsi.
+	// +optional
+	Bus DiskBus `json:"bus,omitempty"`
+	// ReadOnly makes the LUN read-only. Defaults to false.
+	// +optional
+	ReadOnly bool `json:"readonly,omitempty"`
+	// KubeVirt's reservation (SCSI persistent reservations through qemu-pr-helper) is not here:
+	// core/kubevirtcompat refuses it with its reason.
 }
 
 // TrayState is whether the tray of a cdrom is open or closed.

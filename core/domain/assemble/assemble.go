@@ -155,8 +155,8 @@ const (
 //   - machine.type; firmware: bios (default), efi (secureBoot defaults to true), kernelBoot
 //     (in.Kernel's paths, kernelArgs as the command line), serial; uuid: firmware.uuid, else the
 //     VMI's UID;
-//   - disks: a disk (bus virtio) or cdrom (bus sata, read-only unless it says otherwise) per
-//     spec disk, with the prepared disk's path and format, bootOrder, cache and serial; a
+//   - disks: a disk (bus virtio), cdrom (bus sata, read-only unless it says otherwise) or lun
+//     (SCSI passthrough, bus scsi only, readonly) per spec disk, with the prepared disk's path and format, bootOrder, cache and serial; a
 //     volume no disk names gets a disk of its own, as KubeVirt's defaulting adds; io,
 //     dedicatedIOThread (virtio), blockSize.custom, shareable, errorPolicy;
 //   - interfaces: model (virtio), the network driver's MAC, tap and MTU, bootOrder, pciAddress
@@ -611,6 +611,14 @@ func (b *builder) disk(field string, disk v1alpha1.Disk, diskBus, cdromBus domai
 		if c.Tray == v1alpha1.TrayStateOpen {
 			b.fail(field+".cdrom.tray", "open is not supported")
 		}
+	case disk.LUN != nil:
+		l := disk.LUN
+		d.Device = domainv1.DiskDevice_DISK_DEVICE_LUN
+		if l.Bus != "" && l.Bus != v1alpha1.DiskBusSCSI {
+			b.fail(field+".lun.bus", "%q is not supported (a lun is on scsi)", l.Bus)
+		}
+		d.Bus = domainv1.DiskBus_DISK_BUS_SCSI
+		d.ReadOnly = d.ReadOnly || l.ReadOnly
 	default:
 		var bus v1alpha1.DiskBus
 		if disk.Disk != nil {

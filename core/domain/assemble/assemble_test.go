@@ -410,6 +410,21 @@ func TestDomain(t *testing.T) {
 			},
 		},
 		{
+			name: "lun: bus scsi, readonly, the prepared device as is",
+			vmi: func(v *v1alpha1.VirtualMachineInstance) {
+				v.Spec.Domain.Devices.Disks = append(v.Spec.Domain.Devices.Disks,
+					v1alpha1.Disk{Name: "san", DiskDevice: v1alpha1.DiskDevice{LUN: &v1alpha1.LunTarget{ReadOnly: true}}, BootOrder: ptr(uint(2))})
+				v.Spec.Volumes = append(v.Spec.Volumes, v1alpha1.Volume{Name: "san", VolumeSource: v1alpha1.VolumeSource{HostDisk: &v1alpha1.HostDisk{Path: "/dev/sdb", Type: v1alpha1.HostDiskExists}}})
+			},
+			inputs: func(in *assemble.Inputs) {
+				in.Disks["san"] = &storagev1.PreparedDisk{VolumeName: "san", Path: "/dev/sdb", Format: domainv1.DiskFormat_DISK_FORMAT_RAW}
+			},
+			want: func(s *domainv1.DomainSpec) {
+				s.Disks = append(s.Disks, &domainv1.Disk{Name: "san", Path: "/dev/sdb", Format: domainv1.DiskFormat_DISK_FORMAT_RAW,
+					Bus: domainv1.DiskBus_DISK_BUS_SCSI, Device: domainv1.DiskDevice_DISK_DEVICE_LUN, ReadOnly: true, BootOrder: 2})
+			},
+		},
+		{
 			name: "cpu features, require by default",
 			vmi: func(v *v1alpha1.VirtualMachineInstance) {
 				v.Spec.Domain.CPU = &v1alpha1.CPU{Features: []v1alpha1.CPUFeature{{Name: "aes", Policy: "forbid"}, {Name: "popcnt"}}}
@@ -969,6 +984,13 @@ func TestDomainRejects(t *testing.T) {
 			},
 			inputs: func(in *assemble.Inputs) { in.Kernel = &assemble.KernelArtifacts{KernelPath: "/k"} },
 			want:   []string{`spec.domain.firmware.kernelBoot: not supported together with bootloader.efi`},
+		},
+		{
+			name: "lun on sata",
+			vmi: func(v *v1alpha1.VirtualMachineInstance) {
+				v.Spec.Domain.Devices.Disks[0].DiskDevice = v1alpha1.DiskDevice{LUN: &v1alpha1.LunTarget{Bus: v1alpha1.DiskBusSATA}}
+			},
+			want: []string{`spec.domain.devices.disks[0].lun.bus: "sata" is not supported (a lun is on scsi)`},
 		},
 		{
 			name: "open tray",

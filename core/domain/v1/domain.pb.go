@@ -241,6 +241,9 @@ type DiskDevice int32
 const (
 	DiskDevice_DISK_DEVICE_DISK  DiskDevice = 0
 	DiskDevice_DISK_DEVICE_CDROM DiskDevice = 1
+	// DISK_DEVICE_LUN passes the guest's SCSI commands through to the block device at path (SG_IO),
+	// on bus scsi; the format is raw. Sent only to a driver declaring the "lun" device.
+	DiskDevice_DISK_DEVICE_LUN DiskDevice = 2
 )
 
 // Enum value maps for DiskDevice.
@@ -248,10 +251,12 @@ var (
 	DiskDevice_name = map[int32]string{
 		0: "DISK_DEVICE_DISK",
 		1: "DISK_DEVICE_CDROM",
+		2: "DISK_DEVICE_LUN",
 	}
 	DiskDevice_value = map[string]int32{
 		"DISK_DEVICE_DISK":  0,
 		"DISK_DEVICE_CDROM": 1,
+		"DISK_DEVICE_LUN":   2,
 	}
 )
 
@@ -2706,11 +2711,12 @@ const file_core_domain_v1_domain_proto_rawDesc = "" +
 	"DiskFormat\x12\x1b\n" +
 	"\x17DISK_FORMAT_UNSPECIFIED\x10\x00\x12\x13\n" +
 	"\x0fDISK_FORMAT_RAW\x10\x01\x12\x15\n" +
-	"\x11DISK_FORMAT_QCOW2\x10\x02*9\n" +
+	"\x11DISK_FORMAT_QCOW2\x10\x02*N\n" +
 	"\n" +
 	"DiskDevice\x12\x14\n" +
 	"\x10DISK_DEVICE_DISK\x10\x00\x12\x15\n" +
-	"\x11DISK_DEVICE_CDROM\x10\x01B8Z6github.com/kubevisor/kubevisor/core/domain/v1;domainv1b\x06proto3"
+	"\x11DISK_DEVICE_CDROM\x10\x01\x12\x13\n" +
+	"\x0fDISK_DEVICE_LUN\x10\x02B8Z6github.com/kubevisor/kubevisor/core/domain/v1;domainv1b\x06proto3"
 
 var (
 	file_core_domain_v1_domain_proto_rawDescOnce sync.Once
