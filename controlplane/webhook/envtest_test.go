@@ -206,7 +206,7 @@ func TestAdmissionThroughAPIServer(t *testing.T) {
 		s = minimalSpec()
 		s.Domain.Devices.Disks[0].DiskDevice = v1alpha1.DiskDevice{LUN: &v1alpha1.LunTarget{}}
 		err := c.Create(ctx, vmi("lun-on-containerdisk", s))
-		if !causeAt(err, "spec.domain.devices.disks[0].lun", "a lun needs a SCSI block device: only a persistentVolumeClaim (volumeMode Block) or a hostDisk of type Disk can be one") {
+		if !causeAt(err, "spec.domain.devices.disks[0].lun", "a lun needs a SCSI block device: only a hostDisk of type Disk can be one") {
 			t.Fatalf("got %v", err)
 		}
 

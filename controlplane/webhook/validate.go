@@ -435,8 +435,10 @@ func (v *validator) disks() {
 }
 
 // lun checks a disk's lun: bus scsi and a volume that can be a SCSI device on
-// the node. Only a persistentVolumeClaim (in volumeMode Block) or a hostDisk of type Disk (whose
-// path is a device) can be; every other volume is a file the node makes. Whether the device
+// the node. Only a hostDisk of type Disk (whose path is a device) can be today; every other
+// volume is a file the node makes, and a persistentVolumeClaim too: the launcher pod mounts
+// every claim as a file system (a Block-mode claim as a volumeDevice is not implemented), so a
+// lun on one could never start and is refused here rather than at the node. Whether the device
 // takes SCSI commands (SG_IO) is known only on the node: the hypervisor driver checks it before
 // it starts the VM.
 func (v *validator) lun(p *field.Path, l *v1alpha1.LunTarget, vol *v1alpha1.Volume) {
@@ -453,11 +455,12 @@ func (v *validator) lun(p *field.Path, l *v1alpha1.LunTarget, vol *v1alpha1.Volu
 	s := &vol.VolumeSource
 	switch {
 	case s.PersistentVolumeClaim != nil:
+		v.add(field.Invalid(p, vol.Name, "a lun on a persistentVolumeClaim is "+notSupported+": the launcher pod mounts claims as file systems, not as block devices (use a hostDisk of type Disk with the device's path)"))
 	case s.HostDisk != nil && s.HostDisk.Type == v1alpha1.HostDiskExists:
 	case s.HostDisk != nil:
 		v.add(field.Invalid(p, vol.Name, "a lun needs a SCSI block device: a hostDisk of type "+string(s.HostDisk.Type)+" is a file (use type Disk with the device's path)"))
 	default:
-		v.add(field.Invalid(p, vol.Name, "a lun needs a SCSI block device: only a persistentVolumeClaim (volumeMode Block) or a hostDisk of type Disk can be one, and volume "+vol.Name+" is a file the node makes"))
+		v.add(field.Invalid(p, vol.Name, "a lun needs a SCSI block device: only a hostDisk of type Disk can be one, and volume "+vol.Name+" is a file the node makes"))
 	}
 }
 

@@ -161,12 +161,13 @@ func TestValidate(t *testing.T) {
 			change: func(s *v1alpha1.VirtualMachineInstanceSpec) {
 				s.Domain.Devices.Disks[0].DiskDevice = v1alpha1.DiskDevice{CDRom: &v1alpha1.CDRomTarget{Bus: "sata", Tray: v1alpha1.TrayStateOpen}}
 			}},
-		{name: "lun on a claim", change: func(s *v1alpha1.VirtualMachineInstanceSpec) {
-			pvc := &v1alpha1.PersistentVolumeClaimVolumeSource{}
-			pvc.ClaimName = "san"
-			s.Volumes[0].VolumeSource = v1alpha1.VolumeSource{PersistentVolumeClaim: pvc}
-			s.Domain.Devices.Disks[0].DiskDevice = v1alpha1.DiskDevice{LUN: &v1alpha1.LunTarget{Bus: v1alpha1.DiskBusSCSI, ReadOnly: true}}
-		}},
+		{name: "lun on a claim", field: "spec.domain.devices.disks[0].lun", detail: "a lun on a persistentVolumeClaim is not supported: the launcher pod mounts claims as file systems, not as block devices (use a hostDisk of type Disk with the device's path)",
+			change: func(s *v1alpha1.VirtualMachineInstanceSpec) {
+				pvc := &v1alpha1.PersistentVolumeClaimVolumeSource{}
+				pvc.ClaimName = "san"
+				s.Volumes[0].VolumeSource = v1alpha1.VolumeSource{PersistentVolumeClaim: pvc}
+				s.Domain.Devices.Disks[0].DiskDevice = v1alpha1.DiskDevice{LUN: &v1alpha1.LunTarget{Bus: v1alpha1.DiskBusSCSI, ReadOnly: true}}
+			}},
 		{name: "lun on an existing hostDisk", change: func(s *v1alpha1.VirtualMachineInstanceSpec) {
 			s.Volumes[0].VolumeSource = v1alpha1.VolumeSource{HostDisk: &v1alpha1.HostDisk{Path: "/dev/sdb", Type: v1alpha1.HostDiskExists}}
 			s.Domain.Devices.Disks[0].DiskDevice = v1alpha1.DiskDevice{LUN: &v1alpha1.LunTarget{}}
@@ -180,7 +181,7 @@ func TestValidate(t *testing.T) {
 				s.Volumes[0].VolumeSource = v1alpha1.VolumeSource{HostDisk: &v1alpha1.HostDisk{Path: "/dev/sdb", Type: v1alpha1.HostDiskExists}}
 				s.Domain.Devices.Disks[0].DiskDevice = v1alpha1.DiskDevice{LUN: &v1alpha1.LunTarget{Bus: v1alpha1.DiskBusSATA}}
 			}},
-		{name: "lun on a containerDisk", field: "spec.domain.devices.disks[0].lun", detail: "a lun needs a SCSI block device: only a persistentVolumeClaim (volumeMode Block) or a hostDisk of type Disk can be one, and volume root is a file the node makes",
+		{name: "lun on a containerDisk", field: "spec.domain.devices.disks[0].lun", detail: "a lun needs a SCSI block device: only a hostDisk of type Disk can be one, and volume root is a file the node makes",
 			change: func(s *v1alpha1.VirtualMachineInstanceSpec) {
 				s.Domain.Devices.Disks[0].DiskDevice = v1alpha1.DiskDevice{LUN: &v1alpha1.LunTarget{Bus: v1alpha1.DiskBusSCSI}}
 			}},
