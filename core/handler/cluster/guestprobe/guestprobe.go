@@ -88,8 +88,10 @@ func Ask(ctx context.Context, path string, req Request) (Result, error) {
 	}
 	reply, err := bufio.NewReader(conn).ReadBytes('\n')
 	if err != nil {
-		if ctx.Err() != nil {
-			return Result{}, fmt.Errorf("the node handler did not answer in time: %w", ctx.Err())
+		// The connection's deadline is the context's: the read may time out just before the
+		// context's own timer says it is done.
+		if ctx.Err() != nil || errors.Is(err, os.ErrDeadlineExceeded) {
+			return Result{}, fmt.Errorf("the node handler did not answer in time: %w", context.DeadlineExceeded)
 		}
 		return Result{}, fmt.Errorf("node handler: %w", err)
 	}
