@@ -308,7 +308,7 @@ func (a *Agent) Reconcile(ctx context.Context, req reconcile.Request) (reconcile
 		if vmi.Spec.LivenessProbe.UsesGuestAgent() || vmi.Spec.ReadinessProbe.UsesGuestAgent() {
 			// For the compute container's kubevisor-probe. Until it is served the probes fail,
 			// as they do while the guest agent does not answer.
-			if err := a.probes.ensure(vmi.UID); err != nil {
+			if err := a.probes.ensure(vmi.UID, checksOf(vmi.Spec.LivenessProbe, vmi.Spec.ReadinessProbe)); err != nil {
 				// The work queue tries again with its backoff.
 				return reconcile.Result{}, err
 			}

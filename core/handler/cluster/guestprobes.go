@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"slices"
 	"strings"
 	"sync"
 	"syscall"
@@ -13,6 +14,7 @@ import (
 	"google.golang.org/grpc/status"
 	"k8s.io/apimachinery/pkg/types"
 
+	"github.com/kubevisor/kubevisor/core/api/v1alpha1"
 	hypervisorv1 "github.com/kubevisor/kubevisor/core/driver/hypervisor/v1"
 	"github.com/kubevisor/kubevisor/core/handler/cluster/guestprobe"
 	"github.com/kubevisor/kubevisor/core/layout"
@@ -38,13 +40,53 @@ type guestProbes struct {
 	servers map[types.UID]*guestprobe.Server
 }
 
+// probeChecks are what a VMI's probes may ask of its guest: the socket answers those only, so
+// that a process of the launcher pod cannot use it to run any other command in the guest (as
+// root, where the agent runs as root).
+type probeChecks struct {
+	ping     bool
+	commands [][]string
+}
+
+// checksOf are the guest agent checks of a VMI's liveness and readiness probes.
+func checksOf(probes ...*v1alpha1.Probe) probeChecks {
+	var c probeChecks
+	for _, p := range probes {
+		switch {
+		case p == nil:
+		case p.GuestAgentPing != nil:
+			c.ping = true
+		case p.Exec != nil:
+			c.commands = append(c.commands, slices.Clone(p.Exec.Command))
+		}
+	}
+	return c
+}
+
+// allows says why req is not one of the VMI's probes, or "" when it is.
+func (c probeChecks) allows(req guestprobe.Request) string {
+	if req.Ping {
+		if !c.ping {
+			return "the VMI has no guestAgentPing probe"
+		}
+		return ""
+	}
+	for _, cmd := range c.commands {
+		if slices.Equal(cmd, req.Command) {
+			return ""
+		}
+	}
+	return fmt.Sprintf("command %q is not the exec command of one of the VMI's probes", req.Command)
+}
+
 func newGuestProbes(h guestProber, root string, log logr.Logger) *guestProbes {
 	return &guestProbes{h: h, root: root, log: log, servers: map[types.UID]*guestprobe.Server{}}
 }
 
-// ensure serves VMI uid's socket unless it is served. The socket's directory goes to the owner of
-// the VMI's launcher directory, which the launcher made as its own user.
-func (g *guestProbes) ensure(uid types.UID) error {
+// ensure serves VMI uid's socket unless it is served, answering the checks of its probes only
+// (a VMI's probes do not change while it runs). The socket's directory goes to the owner of the
+// VMI's launcher directory, which the launcher made as its own user.
+func (g *guestProbes) ensure(uid types.UID, checks probeChecks) error {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	if _, ok := g.servers[uid]; ok {
@@ -59,6 +101,9 @@ func (g *guestProbes) ensure(uid types.UID) error {
 		return fmt.Errorf("guest probe socket: %s is not the launcher's directory", layout.LauncherDir(g.root, uid))
 	}
 	s, err := guestprobe.Listen(layout.GuestProbeSocket(g.root, uid), int(st.Uid), int(st.Gid), func(ctx context.Context, req guestprobe.Request) guestprobe.Result {
+		if why := checks.allows(req); why != "" {
+			return guestprobe.Result{Reason: why}
+		}
 		return g.probe(ctx, uid, req)
 	})
 	if err != nil {
