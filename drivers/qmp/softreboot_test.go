@@ -6,9 +6,11 @@ import (
 	"io"
 	"net"
 	"slices"
+	"sync"
 	"testing"
 	"time"
 
+	"github.com/digitalocean/go-qemu/qmp"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
@@ -234,4 +236,60 @@ func waitQEMUStatus(t *testing.T, path, want string) {
 		time.Sleep(50 * time.Millisecond)
 	}
 	t.Fatalf("QEMU's run state is %q, want %q", got, want)
+}
+
+// recordingMonitor answers every command and records it; it delivers no events.
+type recordingMonitor struct {
+	mu   sync.Mutex
+	cmds []string
+}
+
+func (m *recordingMonitor) Run(_ context.Context, command string, _ any) (json.RawMessage, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.cmds = append(m.cmds, command)
+	return json.RawMessage(`{}`), nil
+}
+func (m *recordingMonitor) Events() <-chan qmp.Event { return nil }
+func (m *recordingMonitor) Close() error             { return nil }
+func (m *recordingMonitor) commands() []string {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return slices.Clone(m.cmds)
+}
+
+// TestSoftRebootRepeatedPowerOff: a guest that writes its power-off twice before its vCPU stops
+// (QEMU reports SHUTDOWN, STOP, SHUTDOWN: seen under load with the boot-sector guest) is booted
+// again once, and the VM stays RUNNING throughout: the second SHUTDOWN is the same power-off.
+func TestSoftRebootRepeatedPowerOff(t *testing.T) {
+	d := New()
+	mon := &recordingMonitor{}
+	s := &session{mon: mon}
+	v := &vm{id: "twice", state: hypervisorv1.State_STATE_RUNNING, sess: s, changed: make(chan struct{})}
+	v.rec.SoftReboot = true
+	off := qmp.Event{Event: "SHUTDOWN", Data: map[string]any{"guest": true, "reason": "guest-shutdown"}}
+	for _, e := range []qmp.Event{{Event: "POWERDOWN"}, off, {Event: "STOP"}, off} {
+		v.mu.Lock()
+		d.applyLocked(v, s, e)
+		st := v.state
+		v.mu.Unlock()
+		if st != hypervisorv1.State_STATE_RUNNING {
+			t.Fatalf("after %s: state %s, want RUNNING", e.Event, st)
+		}
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for !slices.Equal(mon.commands(), []string{"system_reset", "cont", "set-action"}) {
+		if time.Now().After(deadline) {
+			t.Fatalf("QMP commands %v, want one system_reset, cont, set-action", mon.commands())
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	// Our reset is the guest's reboot: one boot more, the VM RUNNING.
+	v.mu.Lock()
+	d.applyLocked(v, s, qmp.Event{Event: "RESET", Data: map[string]any{"guest": false, "reason": "host-qmp-system-reset"}})
+	boots, st := v.rec.Boots, v.state
+	v.mu.Unlock()
+	if boots != 1 || st != hypervisorv1.State_STATE_RUNNING {
+		t.Fatalf("after the reset: boots %d, state %s; want 1, RUNNING", boots, st)
+	}
 }
