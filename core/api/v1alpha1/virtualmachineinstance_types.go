@@ -407,7 +407,51 @@ type VirtualMachineInstanceStatus struct {
 	// HypervisorClassName is the HypervisorClass the VMI was resolved to (spec.hypervisorClassName or the default).
 	// +optional
 	HypervisorClassName string `json:"hypervisorClassName,omitempty"`
+	// VolumeStatus is what the control plane found of the VMI's volumes before it made the
+	// launcher pod: for each persistentVolumeClaim and ephemeral volume, its bound claim's modes
+	// and size, from which the node sizes the disk image it makes on an empty file-system claim
+	// (KubeVirt's field).
+	// +listType=map
+	// +listMapKey=name
+	// +optional
+	VolumeStatus []VolumeStatus `json:"volumeStatus,omitempty"`
 }
+
+// VolumeStatus is the status of one volume of a VMI.
+type VolumeStatus struct {
+	// Name is the volume's name in spec.volumes.
+	Name string `json:"name"`
+	// PersistentVolumeClaimInfo is the bound claim of a persistentVolumeClaim or ephemeral volume.
+	// +optional
+	PersistentVolumeClaimInfo *PersistentVolumeClaimInfo `json:"persistentVolumeClaimInfo,omitempty"`
+}
+
+// PersistentVolumeClaimInfo is what a volume's claim offers, read from the claim once bound.
+type PersistentVolumeClaimInfo struct {
+	// ClaimName is the claim's name in the VMI's namespace.
+	ClaimName string `json:"claimName,omitempty"`
+	// AccessModes are the claim's bound access modes.
+	// +listType=atomic
+	// +optional
+	AccessModes []corev1.PersistentVolumeAccessMode `json:"accessModes,omitempty"`
+	// VolumeMode is Filesystem or Block.
+	// +optional
+	VolumeMode *corev1.PersistentVolumeMode `json:"volumeMode,omitempty"`
+	// Capacity is the bound volume's size (the claim's status.capacity).
+	// +optional
+	Capacity corev1.ResourceList `json:"capacity,omitempty"`
+	// Requests is what the claim asked for (its spec.resources.requests).
+	// +optional
+	Requests corev1.ResourceList `json:"requests,omitempty"`
+	// FilesystemOverhead is the fraction of a file-system claim's capacity kept free of the disk
+	// image the node makes on it, as a decimal string ("0.055": KubeVirt's default).
+	// +optional
+	FilesystemOverhead string `json:"filesystemOverhead,omitempty"`
+}
+
+// DefaultFilesystemOverhead is the fraction of a file-system claim that the node leaves free of
+// the disk image it makes there (KubeVirt's and CDI's default).
+const DefaultFilesystemOverhead = "0.055"
 
 // StartStrategy is how a VMI starts.
 type StartStrategy string
