@@ -104,7 +104,7 @@ const (
 	// a stdlib-only binary, a fifth of the launcher's resident memory.
 	ConsoleLogCommand = "kubevisor-console-log"
 	// DiskMountDir is where claims are mounted in the launcher container, one directory per volume.
-	DiskMountDir = "/var/run/kubevisor-private/vmi-disks"
+	DiskMountDir = layout.ClaimsDir
 	// VMIDirVolumeName is the name of the pod volume of the per-VMI directory.
 	VMIDirVolumeName = "kubevisor-vmi-dir"
 	// HugepagesVolumeName is the name of the pod volume of the guest memory's huge pages.

@@ -150,3 +150,34 @@ func SecretDir(name string) string { return path.Join(SecretsDir, name) }
 // makes its guest memory's file there. It is a path in the container only; nothing on the node
 // side opens it.
 const HugepagesDir = "/var/run/kubevisor-private/hugepages"
+
+// ClaimsDir is where the launcher pod's compute container has the claims of its VMI's
+// persistentVolumeClaim and ephemeral volumes, one directory per volume at ClaimDir (a
+// file-system claim: its disk image is disk.img there). The node handler mounts each, from
+// the launcher process's root, at ClaimMount, where the storage driver and the VM process
+// both find it.
+const ClaimsDir = "/var/run/kubevisor-private/vmi-disks"
+
+// ClaimDir is where the compute container has the claim of the volume named volume.
+func ClaimDir(volume string) string { return path.Join(ClaimsDir, volume) }
+
+// VMStateDir is where the launcher pod's compute container has its VM's persistent state claim
+// (KubeVirt's backend storage): the TPM's state of a persistent TPM and the EFI variable
+// store of persistent EFI, which outlive the VMI. The node handler mounts it at StateMount.
+const VMStateDir = "/var/run/kubevisor-private/vm-state"
+
+// ClaimsDirName is the subdirectory of VMIDir where the node handler mounts the VMI's claims
+// (ClaimMount) and its persistent state (StateMount).
+const ClaimsDirName = "claims"
+
+// ClaimMount is where the node handler mounts the claim of the volume named volume, in VMIDir,
+// which the compute container sees at the same path.
+func ClaimMount(hostStateDir string, uid types.UID, volume string) string {
+	return path.Join(VMIDir(hostStateDir, uid), ClaimsDirName, volume)
+}
+
+// StateMount is where the node handler mounts the VMI's persistent state claim (VMStateDir),
+// in VMIDir. Its name cannot be a volume's (volume names are DNS labels, which have no dot).
+func StateMount(hostStateDir string, uid types.UID) string {
+	return path.Join(VMIDir(hostStateDir, uid), ClaimsDirName, ".vm-state")
+}
