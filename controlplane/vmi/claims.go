@@ -78,6 +78,36 @@ func claimsProblem(namespace string, refs []claimRef, found map[string]*corev1.P
 	return nil
 }
 
+// volumeStatus is the status of the VMI's claim volumes (persistentVolumeClaim and ephemeral)
+// whose claims are bound, in the order of spec.volumes: each claim's modes and size, as KubeVirt's
+// virt-controller writes them. The node sizes the disk image it makes on an empty file-system
+// claim from it. found holds the claims that exist, by name.
+func volumeStatus(vmi *v1alpha1.VirtualMachineInstance, found map[string]*corev1.PersistentVolumeClaim) []v1alpha1.VolumeStatus {
+	var out []v1alpha1.VolumeStatus
+	for _, v := range vmi.Spec.Volumes {
+		var name string
+		switch {
+		case v.PersistentVolumeClaim != nil:
+			name = v.PersistentVolumeClaim.ClaimName
+		case v.Ephemeral != nil && v.Ephemeral.PersistentVolumeClaim != nil:
+			name = v.Ephemeral.PersistentVolumeClaim.ClaimName
+		}
+		pvc := found[name]
+		if name == "" || pvc == nil || pvc.Status.Phase != corev1.ClaimBound {
+			continue
+		}
+		out = append(out, v1alpha1.VolumeStatus{Name: v.Name, PersistentVolumeClaimInfo: &v1alpha1.PersistentVolumeClaimInfo{
+			ClaimName:          name,
+			AccessModes:        pvc.Status.AccessModes,
+			VolumeMode:         pvc.Spec.VolumeMode,
+			Capacity:           pvc.Status.Capacity,
+			Requests:           pvc.Spec.Resources.Requests,
+			FilesystemOverhead: v1alpha1.DefaultFilesystemOverhead,
+		}})
+	}
+	return out
+}
+
 // holdsPod says the problem keeps the launcher pod from being created: a claim that does not
 // exist (as KubeVirt, which waits for it to appear). An unbound claim does not: binding may wait
 // for the pod (WaitForFirstConsumer).

@@ -5,6 +5,7 @@ import (
 	"testing"
 
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/kubevisor/kubevisor/core/api/v1alpha1"
@@ -92,5 +93,56 @@ func TestChecksClaims(t *testing.T) {
 	deleting := &v1alpha1.VirtualMachineInstance{ObjectMeta: metav1.ObjectMeta{DeletionTimestamp: &t0}}
 	if checksClaims(deleting) {
 		t.Error("checksClaims of a VMI being deleted = true, want false")
+	}
+}
+
+func TestVolumeStatus(t *testing.T) {
+	fs := corev1.PersistentVolumeFilesystem
+	bound := &corev1.PersistentVolumeClaim{
+		Spec: corev1.PersistentVolumeClaimSpec{
+			VolumeMode: &fs,
+			Resources:  corev1.VolumeResourceRequirements{Requests: corev1.ResourceList{corev1.ResourceStorage: resource.MustParse("1Gi")}},
+		},
+		Status: corev1.PersistentVolumeClaimStatus{
+			Phase:       corev1.ClaimBound,
+			AccessModes: []corev1.PersistentVolumeAccessMode{corev1.ReadWriteOnce},
+			Capacity:    corev1.ResourceList{corev1.ResourceStorage: resource.MustParse("2Gi")},
+		},
+	}
+	pending := &corev1.PersistentVolumeClaim{Status: corev1.PersistentVolumeClaimStatus{Phase: corev1.ClaimPending}}
+	vmi := &v1alpha1.VirtualMachineInstance{}
+	vmi.Spec.Volumes = []v1alpha1.Volume{
+		{Name: "root", VolumeSource: v1alpha1.VolumeSource{ContainerDisk: &v1alpha1.ContainerDiskSource{Image: "disk:v1"}}},
+		{Name: "data", VolumeSource: v1alpha1.VolumeSource{PersistentVolumeClaim: &v1alpha1.PersistentVolumeClaimVolumeSource{
+			PersistentVolumeClaimVolumeSource: corev1.PersistentVolumeClaimVolumeSource{ClaimName: "data-claim"}}}},
+		{Name: "base", VolumeSource: v1alpha1.VolumeSource{Ephemeral: &v1alpha1.EphemeralVolumeSource{
+			PersistentVolumeClaim: &corev1.PersistentVolumeClaimVolumeSource{ClaimName: "data-claim"}}}},
+		{Name: "later", VolumeSource: v1alpha1.VolumeSource{PersistentVolumeClaim: &v1alpha1.PersistentVolumeClaimVolumeSource{
+			PersistentVolumeClaimVolumeSource: corev1.PersistentVolumeClaimVolumeSource{ClaimName: "pending"}}}},
+		{Name: "gone", VolumeSource: v1alpha1.VolumeSource{PersistentVolumeClaim: &v1alpha1.PersistentVolumeClaimVolumeSource{
+			PersistentVolumeClaimVolumeSource: corev1.PersistentVolumeClaimVolumeSource{ClaimName: "missing"}}}},
+	}
+	info := &v1alpha1.PersistentVolumeClaimInfo{
+		ClaimName: "data-claim", AccessModes: bound.Status.AccessModes, VolumeMode: &fs,
+		Capacity: bound.Status.Capacity, Requests: bound.Spec.Resources.Requests,
+		FilesystemOverhead: v1alpha1.DefaultFilesystemOverhead,
+	}
+	want := []v1alpha1.VolumeStatus{{Name: "data", PersistentVolumeClaimInfo: info}, {Name: "base", PersistentVolumeClaimInfo: info}}
+	got := volumeStatus(vmi, map[string]*corev1.PersistentVolumeClaim{"data-claim": bound, "pending": pending})
+	if !reflect.DeepEqual(got, want) {
+		t.Errorf("volumeStatus = %+v, want %+v (bound claims only, a volume each)", got, want)
+	}
+
+	// deriveStatus writes it when the claims were read, and keeps the last one when they were not.
+	st := deriveStatus(vmi, observation{Claims: map[string]*corev1.PersistentVolumeClaim{"data-claim": bound}}, metav1.Now())
+	if !reflect.DeepEqual(st.VolumeStatus, want) {
+		t.Errorf("deriveStatus volumeStatus = %+v, want %+v", st.VolumeStatus, want)
+	}
+	vmi.Status = st
+	if again := deriveStatus(vmi, observation{}, metav1.Now()); !reflect.DeepEqual(again.VolumeStatus, want) {
+		t.Errorf("claims not read: volumeStatus = %+v, want the last one kept", again.VolumeStatus)
+	}
+	if f := controllerFields(st, false); !reflect.DeepEqual(f.VolumeStatus, want) {
+		t.Errorf("controllerFields drops volumeStatus: %+v", f.VolumeStatus)
 	}
 }

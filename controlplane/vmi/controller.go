@@ -245,7 +245,7 @@ func (r *reconciler) reconcileNormal(ctx context.Context, vmi *v1alpha1.VirtualM
 	}
 	obs.Pod = pod
 	if checksClaims(vmi) {
-		if obs.ClaimProblem, err = r.claimsProblem(ctx, vmi); err != nil {
+		if obs.ClaimProblem, obs.Claims, err = r.claimsProblem(ctx, vmi); err != nil {
 			return ctrl.Result{}, err
 		}
 	}
@@ -316,8 +316,8 @@ func (r *reconciler) launcherPod(ctx context.Context, vmi *v1alpha1.VirtualMachi
 }
 
 // claimsProblem reads, from the cache, the PersistentVolumeClaims the VMI's volumes use and says
-// what they lack (claimsProblem).
-func (r *reconciler) claimsProblem(ctx context.Context, vmi *v1alpha1.VirtualMachineInstance) (*problem, error) {
+// what they lack (claimsProblem), with the claims that exist, by name.
+func (r *reconciler) claimsProblem(ctx context.Context, vmi *v1alpha1.VirtualMachineInstance) (*problem, map[string]*corev1.PersistentVolumeClaim, error) {
 	refs := claimRefs(vmi)
 	found := make(map[string]*corev1.PersistentVolumeClaim, len(refs))
 	for _, ref := range refs {
@@ -326,12 +326,12 @@ func (r *reconciler) claimsProblem(ctx context.Context, vmi *v1alpha1.VirtualMac
 		switch {
 		case apierrors.IsNotFound(err):
 		case err != nil:
-			return nil, fmt.Errorf("get PersistentVolumeClaim %s: %w", ref.Claim, err)
+			return nil, nil, fmt.Errorf("get PersistentVolumeClaim %s: %w", ref.Claim, err)
 		default:
 			found[ref.Claim] = pvc
 		}
 	}
-	return claimsProblem(vmi.Namespace, refs, found), nil
+	return claimsProblem(vmi.Namespace, refs, found), found, nil
 }
 
 // createPod resolves the class, builds the pod and creates it, recording the outcome in obs.

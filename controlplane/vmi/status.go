@@ -36,6 +36,9 @@ type observation struct {
 	// looked at until the pod runs (checksClaims); nil when they are all bound. One that does not
 	// exist holds the pod's creation back (holdsPod).
 	ClaimProblem *problem
+	// Claims are the PersistentVolumeClaims of the VMI's volumes that exist, by name, read with
+	// ClaimProblem (nil when the claims were not looked at): status.volumeStatus is made of them.
+	Claims map[string]*corev1.PersistentVolumeClaim
 }
 
 // podDown reports whether a pod is finished or on its way out.
@@ -85,6 +88,9 @@ func deriveStatus(vmi *v1alpha1.VirtualMachineInstance, obs observation, now met
 	}
 	if obs.ClassName != "" {
 		st.HypervisorClassName = obs.ClassName
+	}
+	if obs.Claims != nil {
+		st.VolumeStatus = volumeStatus(vmi, obs.Claims)
 	}
 	syncProblem := obs.ClassProblem
 	if syncProblem == nil {
@@ -264,6 +270,7 @@ func controllerFields(st v1alpha1.VirtualMachineInstanceStatus, lifecycle bool) 
 		out = v1alpha1.LifecycleFields(st)
 	}
 	out.HypervisorClassName, out.LauncherPodName, out.NodeName = st.HypervisorClassName, st.LauncherPodName, st.NodeName
+	out.VolumeStatus = st.VolumeStatus
 	for _, t := range []v1alpha1.VirtualMachineInstanceConditionType{podScheduledCondition, v1alpha1.VirtualMachineInstanceLauncherPodCreated} {
 		if c := v1alpha1.InstanceCondition(st.Conditions, t); c != nil {
 			out.Conditions = append(out.Conditions, *c)
