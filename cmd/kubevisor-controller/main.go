@@ -31,6 +31,7 @@ func main() {
 	fs.StringVar(&cfg.Pod.LauncherImage, "launcher-image", "", "`image` of the launcher pods (required)")
 	fs.StringVar(&pullPolicy, "launcher-image-pull-policy", string(corev1.PullIfNotPresent), "pull `policy` of the launcher image (Always, IfNotPresent, Never)")
 	fs.StringVar(&cfg.Pod.HostStateDir, "host-state-dir", layout.DefaultHostStateDir, "node `directory` holding the per-VMI directories shared with launcher pods")
+	fs.StringVar(&cfg.Pod.StateStorageClass, "vm-state-storage-class", "", "storage `class` of the VMs' persistent state claims (persistent TPM and EFI variables); empty: the cluster's default class")
 	_ = fs.Parse(os.Args[1:])
 	cfg.Pod.ImagePullPolicy = corev1.PullPolicy(pullPolicy)
 	if cfg.Pod.LauncherImage == "" || fs.NArg() > 0 {

@@ -34,6 +34,7 @@
 //	| emptyDisk, cloudInit*  | nothing: the storage driver creates them in the per-VMI directory |
 //	| a Secret it names      | the Secret, read-only, at layout.SecretDir(<secret>) (see below)  |
 //	| memory.hugepages       | an emptyDir of medium HugePages-<pageSize> at layout.HugepagesDir |
+//	| tpm/efi persistent     | the VM's persistent state claim at layout.VMStateDir (StateClaim) |
 //
 // Each Secret the VMI names (VirtualMachineInstanceSpec.SecretNames: cloud-init secretRef and
 // networkDataSecretRef, accessCredentials) is a Secret volume of the launcher container. The
@@ -194,6 +195,9 @@ type Config struct {
 	// GracePeriodMarginSeconds is added to the VMI's grace period to make the pod's.
 	// Nil means DefaultGracePeriodMarginSeconds.
 	GracePeriodMarginSeconds *int64
+	// StateStorageClass is the storage class of the VMs' persistent state claims (StateClaim);
+	// empty means the cluster's default class. KubeVirt's vmStateStorageClass.
+	StateStorageClass string
 }
 
 func (c Config) withDefaults() (Config, error) {
@@ -723,6 +727,16 @@ func buildVolumes(vmi *v1alpha1.VirtualMachineInstance, cfg Config) ([]corev1.Vo
 		err := addVolume(HugepagesVolumeName,
 			corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{Medium: h.HugepagesMedium()}},
 			corev1.VolumeMount{Name: HugepagesVolumeName, MountPath: layout.HugepagesDir})
+		if err != nil {
+			return nil, nil, err
+		}
+	}
+	if vmi.Spec.NeedsPersistentState() {
+		// The VM's state that outlives the VMI: the node handler mounts it from here for the
+		// hypervisor driver (StateClaim).
+		err := addVolume(StateVolumeName,
+			corev1.VolumeSource{PersistentVolumeClaim: &corev1.PersistentVolumeClaimVolumeSource{ClaimName: StateClaimName(vmi)}},
+			corev1.VolumeMount{Name: StateVolumeName, MountPath: layout.VMStateDir})
 		if err != nil {
 			return nil, nil, err
 		}

@@ -181,7 +181,7 @@ func (r *reconciler) vmisUsingClaim(ctx context.Context, o client.Object) []reco
 // +kubebuilder:rbac:groups=kubevisor.io,resources=virtualmachineinstances/finalizers,verbs=update
 // +kubebuilder:rbac:groups=kubevisor.io,resources=hypervisorclasses,verbs=get;list;watch
 // +kubebuilder:rbac:groups="",resources=pods,verbs=get;list;watch;create;delete
-// +kubebuilder:rbac:groups="",resources=persistentvolumeclaims,verbs=list;watch
+// +kubebuilder:rbac:groups="",resources=persistentvolumeclaims,verbs=list;watch;create
 // +kubebuilder:rbac:groups=events.k8s.io,resources=events,verbs=create;patch
 
 // Reconcile brings one VMI's launcher pod and status in line (get → finalizer → deferred patch →
@@ -346,6 +346,11 @@ func (r *reconciler) createPod(ctx context.Context, vmi *v1alpha1.VirtualMachine
 		return nil // a class event re-queues the VMI
 	}
 	obs.ClassName = class.Name
+	if err := r.ensureStateClaim(ctx, vmi); err != nil {
+		obs.CreateProblem = &problem{Reason: v1alpha1.ReasonFailedCreate, Message: err.Error()}
+		r.events.Eventf(vmi, nil, corev1.EventTypeWarning, v1alpha1.ReasonFailedCreate, actionCreate, "%s", obs.CreateProblem.Message)
+		return err
+	}
 	pod, err := launcherpod.Build(vmi, class, r.opts.Pod)
 	if err != nil {
 		obs.CreateProblem = &problem{Reason: v1alpha1.ReasonFailedCreate, Message: "build launcher pod: " + err.Error()}
@@ -374,6 +379,30 @@ func (r *reconciler) createPod(ctx context.Context, vmi *v1alpha1.VirtualMachine
 	r.created.Store(vmi.UID, r.now())
 	r.events.Eventf(vmi, pod, corev1.EventTypeNormal, v1alpha1.ReasonSuccessfulCreate, actionCreate,
 		"created launcher pod %s (HypervisorClass %s)", pod.Name, class.Name)
+	return nil
+}
+
+// ensureStateClaim creates the persistent state claim of a VMI that keeps a persistent TPM or
+// EFI variables (launcherpod.StateClaim) when it does not exist: the VM's first VMI makes it,
+// the next ones find it. A claim of that name made beforehand (say, of another storage class) is
+// used as it is.
+func (r *reconciler) ensureStateClaim(ctx context.Context, vmi *v1alpha1.VirtualMachineInstance) error {
+	claim := launcherpod.StateClaim(vmi, r.opts.Pod)
+	if claim == nil {
+		return nil
+	}
+	err := r.client.Get(ctx, client.ObjectKeyFromObject(claim), &corev1.PersistentVolumeClaim{})
+	if !apierrors.IsNotFound(err) {
+		if err != nil {
+			return fmt.Errorf("get persistent state claim %s: %w", claim.Name, err)
+		}
+		return nil
+	}
+	if err := r.client.Create(ctx, claim); err != nil && !apierrors.IsAlreadyExists(err) {
+		return fmt.Errorf("create persistent state claim %s: %w", claim.Name, err)
+	}
+	r.events.Eventf(vmi, claim, corev1.EventTypeNormal, v1alpha1.ReasonSuccessfulCreate, actionCreate,
+		"created persistent state claim %s for the TPM state and EFI variables that outlive the VMI", claim.Name)
 	return nil
 }
 

@@ -391,13 +391,66 @@ func TestController(t *testing.T) {
 		h.launcherPod(t, got)
 
 		pvc.Status.Phase = corev1.ClaimBound
+		pvc.Status.Capacity = corev1.ResourceList{corev1.ResourceStorage: resource.MustParse("3Gi")}
+		pvc.Status.AccessModes = []corev1.PersistentVolumeAccessMode{corev1.ReadWriteOnce}
 		if err := h.c.Status().Update(ctx, pvc); err != nil {
 			t.Fatalf("bind the claim: %v", err)
 		}
-		h.waitVMI(t, vmi, "Ready=False GuestNotRunning once the claim is bound", func(v *v1alpha1.VirtualMachineInstance) bool {
+		h.waitVMI(t, vmi, "Ready=False GuestNotRunning once the claim is bound, volumeStatus with its size", func(v *v1alpha1.VirtualMachineInstance) bool {
 			r := condition(v.Status, v1alpha1.VirtualMachineInstanceReady)
-			return r != nil && r.Reason == v1alpha1.ReasonGuestNotRunning
+			if r == nil || r.Reason != v1alpha1.ReasonGuestNotRunning || len(v.Status.VolumeStatus) != 1 {
+				return false
+			}
+			info := v.Status.VolumeStatus[0].PersistentVolumeClaimInfo
+			c := info.Capacity[corev1.ResourceStorage]
+			return v.Status.VolumeStatus[0].Name == "data" && info != nil && info.ClaimName == "data-claim" &&
+				c.Cmp(resource.MustParse("3Gi")) == 0 && info.FilesystemOverhead == v1alpha1.DefaultFilesystemOverhead
 		})
+	})
+
+	t.Run("persistent TPM: the VM's state claim created, owned by the VM, mounted by the launcher pod, and kept for its next VMI", func(t *testing.T) {
+		ns := h.namespace(t, "state")
+		class := h.plainClass(t)
+		owner := &v1alpha1.VirtualMachine{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "db"}}
+		owner.Spec.Template = &v1alpha1.VirtualMachineInstanceTemplateSpec{}
+		owner.Spec.Template.Spec.Domain.Devices.TPM = &v1alpha1.TPMDevice{Persistent: ptr.To(true)}
+		owner.Spec.RunStrategy = ptr.To(v1alpha1.RunStrategyHalted)
+		if err := h.c.Create(ctx, owner); err != nil {
+			t.Fatalf("create VM: %v", err)
+		}
+		ofVM := func(v *v1alpha1.VirtualMachineInstance) {
+			v.Spec.Domain.Devices.TPM = &v1alpha1.TPMDevice{Persistent: ptr.To(true)}
+			v.OwnerReferences = []metav1.OwnerReference{{APIVersion: v1alpha1.GroupVersion.String(), Kind: "VirtualMachine",
+				Name: owner.Name, UID: owner.UID, Controller: ptr.To(true)}}
+		}
+		vmi := h.createVMI(t, ns, "db", class, ofVM)
+		got := h.waitVMI(t, vmi, "Scheduling", func(v *v1alpha1.VirtualMachineInstance) bool { return v.Status.LauncherPodName != "" })
+		claim := &corev1.PersistentVolumeClaim{}
+		if err := h.c.Get(ctx, client.ObjectKey{Namespace: ns, Name: "persistent-state-for-db"}, claim); err != nil {
+			t.Fatalf("state claim: %v", err)
+		}
+		if len(claim.OwnerReferences) != 1 || claim.OwnerReferences[0].UID != owner.UID {
+			t.Errorf("state claim owners %+v, want the VM %s", claim.OwnerReferences, owner.UID)
+		}
+		pod := h.launcherPod(t, got)
+		found := false
+		for _, v := range pod.Spec.Volumes {
+			found = found || (v.PersistentVolumeClaim != nil && v.PersistentVolumeClaim.ClaimName == claim.Name)
+		}
+		if !found {
+			t.Errorf("launcher pod volumes %+v: no state claim", pod.Spec.Volumes)
+		}
+		h.expectEvent(t, vmi, corev1.EventTypeNormal, v1alpha1.ReasonSuccessfulCreate)
+		// The next VMI of the VM finds the same claim (its data is what persists).
+		if err := h.c.Delete(ctx, vmi); err != nil {
+			t.Fatal(err)
+		}
+		next := h.createVMI(t, ns, "db-2", class, ofVM)
+		h.waitVMI(t, next, "Scheduling", func(v *v1alpha1.VirtualMachineInstance) bool { return v.Status.LauncherPodName != "" })
+		again := &corev1.PersistentVolumeClaim{}
+		if err := h.c.Get(ctx, client.ObjectKeyFromObject(claim), again); err != nil || again.UID != claim.UID {
+			t.Errorf("state claim after the next VMI: %v (uid %s, want %s)", err, again.UID, claim.UID)
+		}
 	})
 
 	t.Run("containerDisk image cannot be pulled: Ready=False ErrImagePull, then ImagePullBackOff, naming the volume and the image", func(t *testing.T) {

@@ -64,12 +64,10 @@ domain:
 		name: "a whole KubeVirt subtree is one error at its top",
 		spec: `
 domain:
-  devices: {tpm: {persistent: true}}
   firmware: {acpi: {slicNameRef: slic, msdmNameRef: msdm}}
 volumes: [{name: data, dataVolume: {name: dv}}]
 `,
 		want: []string{
-			"spec.domain.devices.tpm.persistent: Forbidden: not supported by Kubevisor yet: planned in issue 15 (keeping the TPM state across VMI restarts needs backend storage that outlives the VMI (KubeVirt's per-VM PVC), which Kubevisor does not make yet; the state lasts as long as the VMI (a guest reboot keeps it)); use tpm: {} without persistent",
 			"spec.domain.firmware.acpi: Forbidden: not supported by Kubevisor: custom ACPI tables (SLIC, MSDM) are not supported",
 			"spec.volumes[0].dataVolume: Forbidden: not supported by Kubevisor: needs a data importer (CDI), which Kubevisor does not have; use persistentVolumeClaim, or containerDisk",
 		},
@@ -109,11 +107,10 @@ domain:
   devices:
     disks: [{name: a, disk: {bus: virtio, pciAddress: "0000:81:01.0"}, changedBlockTracking: true}]
   firmware: {bootloader: {efi: {secureBoot: false, persistent: true}}}
-`,
+`, // efi.persistent is Kubevisor's: no error for it
 		want: []string{
 			"spec.domain.devices.disks[0].changedBlockTracking: Forbidden: not supported by Kubevisor: incremental backups are not implemented",
 			"spec.domain.devices.disks[0].disk.pciAddress: Forbidden: not supported by Kubevisor: the hypervisor driver assigns disks their PCI addresses; use bootOrder or serial to find a disk in the guest",
-			"spec.domain.firmware.bootloader.efi.persistent: Forbidden: not supported by Kubevisor yet: planned in issue 15 (the EFI variable store lives as long as the VMI)",
 		},
 	}} {
 		t.Run(tc.name, func(t *testing.T) {

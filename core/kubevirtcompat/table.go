@@ -56,7 +56,6 @@ var entries = []Entry{
 	{Path: "domain.memory.maxGuest", Reason: "memory hotplug is not implemented", Alternative: "memory.guest, set to what the guest needs"},
 	{Path: "domain.resources.overcommitGuestOverhead", Reason: "the launcher pod always requests the guest's overhead", Alternative: "the overhead of the HypervisorClass"},
 	{Path: "domain.firmware.acpi", Reason: "custom ACPI tables (SLIC, MSDM) are not supported"},
-	{Path: "domain.firmware.bootloader.efi.persistent", Issue: 15, Reason: "the EFI variable store lives as long as the VMI"},
 	{Path: "domain.firmware.kernelBoot.container.imagePullSecret", Reason: pullSecretReason, Alternative: pullSecretAlt},
 
 	// domain.devices.
@@ -80,7 +79,6 @@ var entries = []Entry{
 	{Path: "domain.devices.gpus[].tag", Reason: deviceTagReason},
 	{Path: "domain.devices.hostDevices[].tag", Reason: deviceTagReason},
 	{Path: "domain.devices.panicDevices", Reason: "Kubevisor gives the guest no panic device"},
-	{Path: "domain.devices.tpm.persistent", Issue: 15, Reason: "keeping the TPM state across VMI restarts needs backend storage that outlives the VMI (KubeVirt's per-VM PVC), which Kubevisor does not make yet; the state lasts as long as the VMI (a guest reboot keeps it)", Alternative: "tpm: {} without persistent"},
 	{Path: "domain.devices.video", Reason: "the hypervisor driver chooses the graphics device's model", Alternative: "autoattachGraphicsDevice"},
 	{Path: "domain.devices.watchdog.diag288", Reason: "diag288 is an s390x watchdog; Kubevisor runs x86_64 guests", Alternative: "i6300esb"},
 

@@ -62,7 +62,8 @@ func TestSupportedIsReadFromTheTypes(t *testing.T) {
 		"accessCredentials[].sshPublicKey.source.secret.secretName": Supported,
 		"accessCredentials[].sshPublicKey.propagationMethod.qemuGuestAgent.users": NotSupported,
 		"domain.cpu.numa.guestMappingPassthrough":                                 Supported,
-		"domain.devices.tpm.persistent":                                           Planned,
+		"domain.devices.tpm.persistent":                                           Supported,
+		"domain.devices.gpus[].deviceName":                                        Planned,
 	} {
 		if got := Classify([]string{path})[0].Class; got != want {
 			t.Errorf("%s: %s, want %s", path, got, want)

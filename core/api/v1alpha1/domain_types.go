@@ -272,6 +272,11 @@ type EFI struct {
 	// SecureBoot enables Secure Boot. Defaults to true.
 	// +optional
 	SecureBoot *bool `json:"secureBoot,omitempty"`
+	// Persistent keeps the EFI variable store (boot entries, Secure Boot keys the guest
+	// enrolled) across the VM's restarts, on the VM's persistent state claim (as KubeVirt's
+	// backend storage). Without it the store lasts as long as the VMI.
+	// +optional
+	Persistent *bool `json:"persistent,omitempty"`
 }
 
 // KernelBoot boots a VMI from a kernel and initrd.
@@ -396,6 +401,11 @@ type TPMDevice struct {
 	// Defaults to true.
 	// +optional
 	Enabled *bool `json:"enabled,omitempty"`
+	// Persistent keeps the TPM's state (its seeds, NV indices and counters) across the VM's
+	// restarts, on the VM's persistent state claim (as KubeVirt's backend storage). Without it
+	// the state lasts as long as the VMI (a guest reboot keeps it).
+	// +optional
+	Persistent *bool `json:"persistent,omitempty"`
 }
 
 // IsEnabled says whether t gives the guest a TPM: t is set and its Enabled is not false.

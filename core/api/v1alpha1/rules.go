@@ -44,6 +44,29 @@ func (s *VirtualMachineInstanceSpec) SerialConsoleLogged() bool {
 		!(d.LogSerialConsole != nil && !*d.LogSerialConsole)
 }
 
+// PersistentTPM says whether the VMI has a TPM whose state outlives it (tpm.persistent).
+func (s *VirtualMachineInstanceSpec) PersistentTPM() bool {
+	t := s.Domain.Devices.TPM
+	return t.IsEnabled() && t.Persistent != nil && *t.Persistent
+}
+
+// PersistentEFI says whether the VMI boots EFI firmware whose variable store outlives it
+// (firmware.bootloader.efi.persistent).
+func (s *VirtualMachineInstanceSpec) PersistentEFI() bool {
+	f := s.Domain.Firmware
+	if f == nil || f.Bootloader == nil || f.Bootloader.EFI == nil {
+		return false
+	}
+	p := f.Bootloader.EFI.Persistent
+	return p != nil && *p
+}
+
+// NeedsPersistentState says whether the VMI keeps state on its VM's persistent state claim:
+// a persistent TPM or persistent EFI variables. Its launcher pod mounts that claim.
+func (s *VirtualMachineInstanceSpec) NeedsPersistentState() bool {
+	return s.PersistentTPM() || s.PersistentEFI()
+}
+
 // VCPUSource is the field of a DomainSpec that its vCPU count comes from (DomainSpec.VCPUs), as
 // a path relative to spec.domain; empty for the default of one vCPU.
 type VCPUSource string
