@@ -128,6 +128,9 @@ if ((PURGE)); then
   if [[ -n "$(our_mounts)" ]]; then die "mounts left under our directories: not purging"; fi
   log "purging ${STATE}, ${KUBELET_ROOT}, ${OUT}"
   rm -rf --one-file-system "${STATE}" "${KUBELET_ROOT}" "${OUT}"
+  # The claims' directories of the default storage class (up.sh) that no claim deletion removed.
+  log "purging ${HOSTPATH_PV_DIR}"
+  rm -rf --one-file-system "${HOSTPATH_PV_DIR}"
 fi
 
 # --- nothing of ours may be left --------------------------------------------------------------

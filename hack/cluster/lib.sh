@@ -46,6 +46,10 @@ IPT_CHAIN="KV-CLUSTER" # iptables chain names must stay under 29 characters
 # Images: the sandbox image is built locally (hack/images pause), never pulled.
 IMAGES_OUT="${ROOT}/_output/images"
 PAUSE_IMAGE="docker.io/kubevisor/pause:dev"
+# The default storage class (up.sh): the controller manager's hostPath provisioner, which makes
+# each claim's directory under HOSTPATH_PV_DIR (a path of its own that it does not let us choose).
+STORAGE_CLASS="local"
+HOSTPATH_PV_DIR="/tmp/hostpath_pv"
 NODE_NAME="${NODE_NAME:-$(hostname | tr '[:upper:]' '[:lower:]')}"
 # sysctls kubelet (and the bridge plugin) change; up saves their values once, down restores them.
 SYSCTLS=(vm.overcommit_memory vm.panic_on_oom kernel.panic kernel.panic_on_oops

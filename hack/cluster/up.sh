@@ -211,6 +211,7 @@ ensure kube-controller-manager 60 http_ok -k "https://127.0.0.1:${KCM_PORT}/heal
   --use-service-account-credentials=true \
   --cluster-signing-cert-file "${PKI}/ca.crt" --cluster-signing-key-file "${PKI}/ca.key" \
   --controllers '*,bootstrapsigner,tokencleaner' \
+  --enable-hostpath-provisioner=true \
   --service-cluster-ip-range "${SERVICE_CIDR}" --leader-elect=false --profiling=false --v=1
 
 ensure kube-scheduler 60 http_ok -k "https://127.0.0.1:${SCHED_PORT}/healthz" -- \
@@ -400,6 +401,22 @@ node_ready() {
   [[ "$(kubectl_ get node "${NODE_NAME}" -o jsonpath='{.status.conditions[?(@.type=="Ready")].status}' 2>/dev/null)" == True ]]
 }
 wait_for "node ${NODE_NAME} Ready" 120 kubelet node_ready
+
+# Claims of the default storage class get a directory of this machine: the controller manager's
+# hostPath provisioner (--enable-hostpath-provisioner, development only: single node) makes
+# /tmp/hostpath_pv/<uuid> for each and removes it with the claim. VMs' persistent state claims
+# and PVC disks use it.
+kubectl_ apply -f - >/dev/null <<YAML
+apiVersion: storage.k8s.io/v1
+kind: StorageClass
+metadata:
+  name: ${STORAGE_CLASS}
+  annotations:
+    storageclass.kubernetes.io/is-default-class: "true"
+provisioner: kubernetes.io/host-path
+reclaimPolicy: Delete
+volumeBindingMode: Immediate
+YAML
 log "node ${NODE_NAME} Ready (${NODE_IP}, pods ${POD_CIDR} on ${BRIDGE}); up in $((SECONDS - START))s"
 log "logs: ${LOGS}/<component>.log; stop with hack/cluster/down.sh"
 cat <<EOF2
