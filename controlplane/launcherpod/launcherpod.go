@@ -13,7 +13,8 @@
 // they are written. Mounts made on the node after the pod started appear only with
 // HostToContainer propagation, which the runtime refuses unless the node's mount is shared or
 // a slave: the launcher container has it only when the VMI has containerDisk volumes, whose
-// disks the handler mounts there (see Volumes).
+// disks the handler mounts there (see Volumes), or claims, which the handler mounts there from
+// the launcher container's own mounts (layout.ClaimMount, layout.StateMount).
 //
 // kubevisor-launcher serves its sockets in layout.LauncherDir, a subdirectory of it, not in the
 // directory itself: the kubelet creates a DirectoryOrCreate hostPath with mode 0755, and the
@@ -296,8 +297,9 @@ func Build(vmi *v1alpha1.VirtualMachineInstance, class *v1alpha1.HypervisorClass
 		return nil, err
 	}
 	volumes = append(volumes, diskVolumes...)
-	if len(diskContainers) > 0 {
-		// The handler mounts the disks after the container started.
+	if len(diskContainers) > 0 || hasClaims(vmi) {
+		// The handler mounts the containerDisks' disks, the claims and the persistent state
+		// there after the container started.
 		mounts[0].MountPropagation = ptr.To(corev1.MountPropagationHostToContainer)
 	}
 
@@ -660,6 +662,18 @@ func mergeTolerations(vmi *v1alpha1.VirtualMachineInstance, class *v1alpha1.Hype
 		}
 	}
 	return out
+}
+
+// hasClaims says whether the node handler mounts claims into the VMI's directory: those of its
+// persistentVolumeClaim and ephemeral volumes (layout.ClaimMount) and its persistent state
+// claim (layout.StateMount).
+func hasClaims(vmi *v1alpha1.VirtualMachineInstance) bool {
+	for _, v := range vmi.Spec.Volumes {
+		if v.PersistentVolumeClaim != nil || v.Ephemeral != nil {
+			return true
+		}
+	}
+	return vmi.Spec.NeedsPersistentState()
 }
 
 // buildVolumes returns the pod's volumes and the launcher container's mounts (see the table in

@@ -448,8 +448,10 @@ func TestBuild(t *testing.T) {
 				if !equality.Semantic.DeepEqual(pod.Spec.Containers[0].VolumeMounts, wantMounts) {
 					t.Errorf("mounts = %+v\nwant %+v", pod.Spec.Containers[0].VolumeMounts, wantMounts)
 				}
-				if len(pod.Spec.Containers) != 2 || len(pod.Spec.InitContainers) != 0 || wantMounts[0].MountPropagation != nil {
-					t.Errorf("containers %d, init containers %d, propagation %v: want 2 (compute, guest-console-log), 0, none", len(pod.Spec.Containers), len(pod.Spec.InitContainers), wantMounts[0].MountPropagation)
+				// The handler mounts the claims into the VMI directory once the pod runs.
+				if len(pod.Spec.Containers) != 2 || len(pod.Spec.InitContainers) != 0 ||
+					ptr.Deref(wantMounts[0].MountPropagation, "") != corev1.MountPropagationHostToContainer {
+					t.Errorf("containers %d, init containers %d, propagation %v: want 2 (compute, guest-console-log), 0, HostToContainer", len(pod.Spec.Containers), len(pod.Spec.InitContainers), wantMounts[0].MountPropagation)
 				}
 			},
 		},

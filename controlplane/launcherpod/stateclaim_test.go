@@ -93,6 +93,9 @@ func TestStateClaim(t *testing.T) {
 			if vol == nil || vol.PersistentVolumeClaim == nil || vol.PersistentVolumeClaim.ClaimName != tt.wantName || !mounted {
 				t.Errorf("pod volume %+v (mounted read-write at %s in compute: %v), want claim %s", vol, layout.VMStateDir, mounted, tt.wantName)
 			}
+			if p := pod.Spec.Containers[0].VolumeMounts[0].MountPropagation; ptr.Deref(p, "") != corev1.MountPropagationHostToContainer {
+				t.Errorf("compute's VMI directory propagation %v, want HostToContainer (the handler mounts the state there)", p)
+			}
 			for _, c := range pod.Spec.Containers[1:] {
 				for _, m := range c.VolumeMounts {
 					if m.Name == StateVolumeName {
