@@ -11,6 +11,7 @@ import (
 	"sync"
 	"syscall"
 	"testing"
+	"time"
 
 	"github.com/go-logr/logr/testr"
 	"golang.org/x/sys/unix"
@@ -285,5 +286,85 @@ func TestPodResolverClaim(t *testing.T) {
 	}
 	if _, err := r.Claim(context.Background(), vmi, "other"); err == nil {
 		t.Error("a claim no volume uses: no error")
+	}
+}
+
+// TestPodResolverPersistentState runs a real kubevisor-launcher as the compute container's
+// stand-in (chrooted into the host state directory, in a mount namespace of its own, with the
+// node's /proc), and asks the resolver for the VMI's persistent state: without a state claim in
+// the pod, an error naming where it should be; with one (mounted in the launcher's namespace
+// only), the StateMount path, where the claim is mounted read-write; asked again, the same
+// mount. The agent's release of the VMI's mounts unmounts it.
+func TestPodResolverPersistentState(t *testing.T) {
+	needRoot(t)
+	dir, err := os.MkdirTemp("/tmp", "kvps-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = os.RemoveAll(dir) })
+	host := filepath.Join(dir, "host")
+	// A static launcher, to run in a root that has no libc.
+	t.Setenv("CGO_ENABLED", "0")
+	if err := testbin.Build(host, false, "github.com/kubevisor/kubevisor/cmd/kubevisor-launcher"); err != nil {
+		t.Fatal(err)
+	}
+	// The launcher reads its namespaces in /proc/self/ns.
+	hostProc := filepath.Join(host, "proc")
+	if err := os.MkdirAll(hostProc, 0o555); err != nil {
+		t.Fatal(err)
+	}
+	if err := unix.Mount("/proc", hostProc, "", unix.MS_BIND, ""); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = unix.Unmount(hostProc, unix.MNT_DETACH) })
+	const uid = types.UID("7a7e-uid")
+	if err := os.MkdirAll(layout.VMIDir(host, uid), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	inside := "/" + strings.TrimPrefix(layout.LauncherDir(host, uid), host+"/")
+	proc := containerStandIn(t, host, "/kubevisor-launcher", "--dir", inside, "--vmi", "ns/vm")
+	pid := proc.Process.Pid
+
+	cfg, err := AgentConfig{NodeName: "n", HostStateDir: host, DialTimeout: 10 * time.Second}.withDefaults()
+	if err != nil {
+		t.Fatal(err)
+	}
+	a := &Agent{cfg: cfg, claims: podClaims{root: host, log: testr.New(t), warnOnce: new(sync.Once)},
+		disks: containerDisks{root: host, timeout: time.Second, log: testr.New(t), warnOnce: new(sync.Once)}}
+	r := podResolver{a: a}
+	vmi := &v1alpha1.VirtualMachineInstance{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "vm", UID: uid}}
+	ctx := context.Background()
+
+	if _, err := r.PersistentState(ctx, vmi); err == nil || !strings.Contains(err.Error(), "nothing mounted at "+layout.VMStateDir) {
+		t.Errorf("no state claim in the pod: error %v, want one saying nothing is mounted at %s", err, layout.VMStateDir)
+	}
+	claimInPod(t, pid, host, layout.VMStateDir, "state")
+	got, err := r.PersistentState(ctx, vmi)
+	if err != nil {
+		t.Fatalf("PersistentState: %v", err)
+	}
+	if want := layout.StateMount(host, uid); got != want {
+		t.Errorf("PersistentState = %s, want %s", got, want)
+	}
+	if data, err := os.ReadFile(filepath.Join(got, "marker")); err != nil || string(data) != "state" {
+		t.Errorf("the state mount reads %q (%v), want the launcher's state claim", data, err)
+	}
+	if err := os.WriteFile(filepath.Join(got, "efivars.fd"), []byte("vars"), 0o600); err != nil {
+		t.Errorf("the state mount is not writable: %v", err)
+	}
+	if data, err := os.ReadFile(fmt.Sprintf("/proc/%d/root%s/efivars.fd", pid, layout.VMStateDir)); err != nil || string(data) != "vars" {
+		t.Errorf("the launcher's state claim has %q (%v), want what was written through the mount", data, err)
+	}
+	if _, err := r.PersistentState(ctx, vmi); err != nil {
+		t.Fatalf("PersistentState again: %v", err)
+	}
+	if got := mountsUnder(t, layout.VMIDir(host, uid)); len(got) != 1 {
+		t.Errorf("mounts in the VMI directory %v, want the state's alone", got)
+	}
+	if err := a.releaseMounts(uid); err != nil {
+		t.Fatalf("releaseMounts: %v", err)
+	}
+	if got := mountsUnder(t, layout.VMIDir(host, uid)); len(got) != 0 {
+		t.Errorf("mounts left after releaseMounts: %v", got)
 	}
 }
