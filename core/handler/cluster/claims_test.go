@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"runtime"
 	"strings"
@@ -16,6 +17,7 @@ import (
 	"github.com/go-logr/logr/testr"
 	"golang.org/x/sys/unix"
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 
@@ -366,5 +368,93 @@ func TestPodResolverPersistentState(t *testing.T) {
 	}
 	if got := mountsUnder(t, layout.VMIDir(host, uid)); len(got) != 0 {
 		t.Errorf("mounts left after releaseMounts: %v", got)
+	}
+}
+
+// TestAgentClaims runs a VMI with a persistentVolumeClaim volume through the agent, the real
+// local storage driver and a real launcher in a mount namespace of its own, whose /var/run (a
+// tmpfs of that namespace only) has the claim at the compute container's ClaimDir, empty, as a
+// new file-system claim is: the claim is mounted at its ClaimMount before the storage driver
+// runs, which makes disk.img in it, sized from status.volumeStatus (64Mi less 5.5%, rounded
+// down to MiB: 60 MiB); once the pod is deleted and the VM stopped, nothing is mounted any more
+// and the claims directory is gone, while the claim keeps its disk.img.
+func TestAgentClaims(t *testing.T) {
+	needRoot(t)
+	n := newAgentNode(t, true)
+	ctx := context.Background()
+	vmi := n.vmiWith("pvc", func(v *v1alpha1.VirtualMachineInstance) {
+		v.Spec.Domain.Devices.Disks = append(v.Spec.Domain.Devices.Disks, v1alpha1.Disk{Name: "data",
+			DiskDevice: v1alpha1.DiskDevice{Disk: &v1alpha1.DiskTarget{Bus: v1alpha1.DiskBusVirtio}}})
+		v.Spec.Volumes = append(v.Spec.Volumes, v1alpha1.Volume{Name: "data", VolumeSource: v1alpha1.VolumeSource{
+			PersistentVolumeClaim: &v1alpha1.PersistentVolumeClaimVolumeSource{
+				PersistentVolumeClaimVolumeSource: corev1.PersistentVolumeClaimVolumeSource{ClaimName: "data-pvc"}}}})
+	})
+	// As the control plane leaves it before it makes the pod.
+	vmi.Status.VolumeStatus = []v1alpha1.VolumeStatus{{Name: "data", PersistentVolumeClaimInfo: &v1alpha1.PersistentVolumeClaimInfo{
+		ClaimName: "data-pvc", Capacity: corev1.ResourceList{corev1.ResourceStorage: resource.MustParse("64Mi")}}}}
+	if err := n.c.Status().Update(ctx, vmi); err != nil {
+		t.Fatalf("VMI volumeStatus: %v", err)
+	}
+
+	cmd := exec.Command(filepath.Join(n.bin, "kubevisor-launcher"), "--dir", layout.LauncherDir(n.hostDir, vmi.UID),
+		"--vmi", vmi.Namespace+"/"+vmi.Name, "--grace-period", "5s")
+	cmd.SysProcAttr = &syscall.SysProcAttr{Unshareflags: syscall.CLONE_NEWNS}
+	cmd.Stderr = os.Stderr
+	if err := os.MkdirAll(layout.VMIDir(n.hostDir, vmi.UID), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+	pid := cmd.Process.Pid
+	// /var/run is a symlink to /run on Debian: an absolute symlink under /proc/<pid>/root would
+	// resolve in the test's root, so the test names the claim by its resolved path.
+	run, err := filepath.EvalSymlinks("/var/run")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.HasPrefix(layout.ClaimsDir, "/var/run/") {
+		t.Fatalf("layout.ClaimsDir %s is not under /var/run", layout.ClaimsDir)
+	}
+	inMountNS(t, pid, func() error {
+		if err := unix.Mount("tmpfs", run, "tmpfs", 0, "size=128m"); err != nil {
+			return err
+		}
+		return os.MkdirAll(layout.ClaimDir("data"), 0o755)
+	})
+	inPod := fmt.Sprintf("/proc/%d/root%s/disk.img", pid, filepath.Join(run, strings.TrimPrefix(layout.ClaimDir("data"), "/var/run/")))
+	pod := n.runningPod(vmi)
+	n.waitVMI("pvc", "Running", func(v *v1alpha1.VirtualMachineInstance) bool { return v.Status.Phase == v1alpha1.Running })
+
+	mount := layout.ClaimMount(n.hostDir, vmi.UID, "data")
+	if got := mountsUnder(t, n.hostDir); len(got) != 1 || got[0] != mount {
+		t.Errorf("mounts under the host state directory %v, want just %s", got, mount)
+	}
+	fi, err := os.Stat(inPod)
+	if err != nil {
+		t.Fatalf("the claim in the launcher's namespace has no disk.img: %v", err)
+	}
+	if fi.Size() != 60<<20 {
+		t.Errorf("disk.img is %d bytes, want 60 MiB", fi.Size())
+	}
+
+	if err := n.c.Delete(ctx, pod); err != nil {
+		t.Fatal(err)
+	}
+	n.waitVMI("pvc", "Succeeded", func(v *v1alpha1.VirtualMachineInstance) bool { return v.Status.Phase == v1alpha1.Succeeded })
+	n.waitHandlerForgets(vmi.UID)
+	deadline := time.Now().Add(30 * time.Second)
+	for len(mountsUnder(t, n.hostDir)) > 0 && time.Now().Before(deadline) {
+		time.Sleep(100 * time.Millisecond)
+	}
+	if got := mountsUnder(t, n.hostDir); len(got) != 0 {
+		t.Errorf("mounts left after the VMI stopped: %v", got)
+	}
+	if _, err := os.Lstat(filepath.Dir(mount)); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("the claims directory is left after the VMI stopped (%v)", err)
+	}
+	if _, err := os.Stat(inPod); err != nil {
+		t.Errorf("the claim lost its disk.img: %v", err)
 	}
 }
