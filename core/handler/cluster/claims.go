@@ -127,12 +127,12 @@ func (c podClaims) mount(pid int, dir string, uid types.UID, name string, readOn
 		readOnly = true
 	}
 	target := filepath.Join(layout.VMIDir(c.root, uid), layout.ClaimsDirName, name)
-	if ok, err := mountedAs(src, target, readOnly); err != nil {
+	if ok, err := c.mountedAs(uid, name, src, readOnly); err != nil {
 		return err
 	} else if ok {
 		return nil
 	}
-	if err := unmountAll(target); err != nil {
+	if err := c.unmount(uid, name); err != nil {
 		return err
 	}
 	point, err := c.mountPoint(uid, name)
@@ -163,17 +163,23 @@ func (c podClaims) mountPoint(uid types.UID, name string) (*os.File, error) {
 		return nil, err
 	}
 	defer unix.Close(dirFd)
-	for _, rel := range []string{layout.ClaimsDirName, filepath.Join(layout.ClaimsDirName, name)} {
-		// mkdirat does not follow a symlink in the last element; openat2 below refuses one
-		// anywhere.
-		if err := unix.Mkdirat(dirFd, rel, 0o755); err != nil && !errors.Is(err, unix.EEXIST) {
-			return nil, err
+	// Each level made (mkdirat does not follow a symlink in the last element), then opened
+	// without following one, and the next made in it.
+	beneath := func(at int, rel string) (int, error) {
+		if err := unix.Mkdirat(at, rel, 0o755); err != nil && !errors.Is(err, unix.EEXIST) {
+			return -1, err
 		}
+		return unix.Openat2(at, rel, &unix.OpenHow{
+			Flags:   unix.O_PATH | unix.O_DIRECTORY | unix.O_NOFOLLOW | unix.O_CLOEXEC,
+			Resolve: unix.RESOLVE_BENEATH | unix.RESOLVE_NO_SYMLINKS | unix.RESOLVE_NO_XDEV,
+		})
 	}
-	fd, err := unix.Openat2(dirFd, filepath.Join(layout.ClaimsDirName, name), &unix.OpenHow{
-		Flags:   unix.O_PATH | unix.O_DIRECTORY | unix.O_CLOEXEC,
-		Resolve: unix.RESOLVE_BENEATH | unix.RESOLVE_NO_SYMLINKS | unix.RESOLVE_NO_XDEV,
-	})
+	claimsFd, err := beneath(dirFd, layout.ClaimsDirName)
+	if err != nil {
+		return nil, err
+	}
+	defer unix.Close(claimsFd)
+	fd, err := beneath(claimsFd, name)
 	if err != nil {
 		return nil, err
 	}
@@ -189,16 +195,74 @@ func readOnlyMount(f *os.File) (bool, error) {
 	return st.Flags&unix.ST_RDONLY != 0, nil
 }
 
-// mountedAs says whether target is the directory src, mounted read-only exactly when readOnly.
-func mountedAs(src *os.File, target string, readOnly bool) (bool, error) {
-	if same, err := sameFile(src, target); err != nil || !same {
+// openBeneath opens (O_PATH) rel in the VMI's directory, following no symlink: the pod can
+// write there.
+func (c podClaims) openBeneath(uid types.UID, rel string) (*os.File, error) {
+	vmiDir := layout.VMIDir(c.root, uid)
+	dirFd, err := unix.Open(vmiDir, unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return nil, err
+	}
+	defer unix.Close(dirFd)
+	fd, err := unix.Openat2(dirFd, rel, &unix.OpenHow{
+		Flags:   unix.O_PATH | unix.O_NOFOLLOW | unix.O_CLOEXEC,
+		Resolve: unix.RESOLVE_BENEATH | unix.RESOLVE_NO_SYMLINKS,
+	})
+	if err != nil {
+		return nil, &os.PathError{Op: "open", Path: filepath.Join(vmiDir, rel), Err: err}
+	}
+	return os.NewFile(uintptr(fd), filepath.Join(vmiDir, rel)), nil
+}
+
+// mountedAs says whether name in the VMI's claims directory is the directory src, mounted
+// read-only exactly when readOnly.
+func (c podClaims) mountedAs(uid types.UID, name string, src *os.File, readOnly bool) (bool, error) {
+	f, err := c.openBeneath(uid, filepath.Join(layout.ClaimsDirName, name))
+	if err != nil {
+		return false, nil // not there, or not ours as it is: mount makes it anew
+	}
+	defer f.Close()
+	var a, b unix.Stat_t
+	if err := unix.Fstat(int(src.Fd()), &a); err != nil {
 		return false, err
 	}
-	var st unix.Statfs_t
-	if err := unix.Statfs(target, &st); err != nil {
+	if err := unix.Fstat(int(f.Fd()), &b); err != nil {
 		return false, err
 	}
-	return (st.Flags&unix.ST_RDONLY != 0) == readOnly, nil
+	if a.Dev != b.Dev || a.Ino != b.Ino {
+		return false, nil
+	}
+	ro, err := readOnlyMount(f)
+	return err == nil && ro == readOnly, err
+}
+
+// unmount unmounts whatever is mounted on name in the VMI's claims directory, however many
+// times, following no symlink (through the mount's descriptor, which umount2 takes as
+// /proc/self/fd/<fd>).
+func (c podClaims) unmount(uid types.UID, name string) error {
+	rel := filepath.Join(layout.ClaimsDirName, name)
+	for range 32 {
+		f, err := c.openBeneath(uid, rel)
+		switch {
+		case errors.Is(err, unix.ENOENT):
+			return nil
+		case errors.Is(err, unix.ELOOP), errors.Is(err, unix.EXDEV):
+			return nil // a symlink: nothing of ours is mounted through it
+		case err != nil:
+			return err
+		}
+		err = unix.Unmount(fmt.Sprintf("/proc/self/fd/%d", f.Fd()), unix.MNT_DETACH)
+		_ = f.Close()
+		switch {
+		case err == nil:
+			continue
+		case errors.Is(err, unix.EINVAL):
+			return nil // not (or no longer) a mount point
+		default:
+			return fmt.Errorf("unmount %s: %w", f.Name(), err)
+		}
+	}
+	return fmt.Errorf("unmount %s: still mounted", filepath.Join(layout.VMIDir(c.root, uid), rel))
 }
 
 // Release unmounts the claims and the persistent state of a VMI and removes their mount
@@ -222,12 +286,12 @@ func (c podClaims) Release(uid types.UID) error {
 	}
 	var errs []error
 	for _, e := range entries {
-		p := filepath.Join(dir, e.Name())
-		if err := unmountAll(p); err != nil {
+		if err := c.unmount(uid, e.Name()); err != nil {
 			errs = append(errs, err)
 			continue
 		}
-		if err := os.Remove(p); err != nil && !errors.Is(err, os.ErrNotExist) {
+		// Only an empty directory or a symlink goes (a symlink is removed, not followed).
+		if err := os.Remove(filepath.Join(dir, e.Name())); err != nil && !errors.Is(err, os.ErrNotExist) {
 			errs = append(errs, err)
 		}
 	}

@@ -262,6 +262,30 @@ func TestPodClaims(t *testing.T) {
 	if err := c.Release(uid); err != nil {
 		t.Errorf("Release again: %v", err)
 	}
+
+	// A symlink the pod planted in place of the claims directory is not followed either, and
+	// Release removes it.
+	if err := os.Symlink(elsewhere, claimsDir); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Mount(pid, uid, "data", false); err == nil {
+		t.Error("mounted through a symlinked claims directory")
+	}
+	if got := mountsUnder(t, dir); len(got) != 0 {
+		t.Errorf("mounted through a symlinked claims directory: %v", got)
+	}
+	if _, err := os.Lstat(filepath.Join(elsewhere, "data")); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("a mount point made through the symlinked claims directory (%v)", err)
+	}
+	if err := c.Release(uid); err != nil {
+		t.Errorf("Release with a symlinked claims directory: %v", err)
+	}
+	if _, err := os.Lstat(claimsDir); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("the symlink is left: %v", err)
+	}
+	if _, err := os.Stat(elsewhere); err != nil {
+		t.Errorf("Release removed what the symlink named: %v", err)
+	}
 }
 
 // TestPodResolverClaim: a claim resolves to the mount point of the volume that uses it,
