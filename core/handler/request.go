@@ -5,6 +5,7 @@ import (
 	"encoding/base64"
 	"errors"
 	"fmt"
+	"math/big"
 	"os"
 	"path/filepath"
 	"slices"
@@ -234,8 +235,12 @@ func storageVolume(ctx context.Context, vmi *v1alpha1.VirtualMachineInstance, r 
 		if s.Hotpluggable {
 			errs.add(field+".persistentVolumeClaim.hotpluggable", "not supported")
 		}
+		capacity, statusField, err := claimImageCapacity(vmi, v.Name, s.ClaimName)
+		if err != nil {
+			errs.add(statusField, "%v", err)
+		}
 		vol.Source = &storagev1.Volume_PersistentVolumeClaim{PersistentVolumeClaim: &storagev1.PersistentVolumeClaim{
-			ClaimName: s.ClaimName, Path: path, ReadOnly: s.ReadOnly,
+			ClaimName: s.ClaimName, Path: path, ReadOnly: s.ReadOnly, CapacityBytes: capacity,
 		}}
 	}
 	if s := src.Ephemeral; s != nil {
@@ -272,6 +277,38 @@ func storageVolume(ctx context.Context, vmi *v1alpha1.VirtualMachineInstance, r 
 }
 
 func (e fieldErrors) Error() string { return assemble.Error(e).Error() }
+
+// claimImageCapacity is the size of the disk image the storage driver makes on the claim of
+// a persistentVolumeClaim volume when the claim is a file system without one (KubeVirt's
+// sizing): the claim's capacity, as the control plane found it (status.volumeStatus), less its
+// file-system overhead (v1alpha1.DefaultFilesystemOverhead when it says none). 0 when the
+// status does not give the claim's capacity: the driver then makes no image.
+// A bad overhead is an error at the field it returns.
+func claimImageCapacity(vmi *v1alpha1.VirtualMachineInstance, volume, claim string) (int64, string, error) {
+	for i, vs := range vmi.Status.VolumeStatus {
+		info := vs.PersistentVolumeClaimInfo
+		if vs.Name != volume || info == nil || (info.ClaimName != "" && info.ClaimName != claim) {
+			continue
+		}
+		q, ok := info.Capacity[corev1.ResourceStorage]
+		if !ok || q.Sign() <= 0 {
+			return 0, "", nil
+		}
+		overhead := info.FilesystemOverhead
+		if overhead == "" {
+			overhead = v1alpha1.DefaultFilesystemOverhead
+		}
+		f, ok := new(big.Rat).SetString(overhead)
+		if !ok || f.Sign() < 0 || f.Cmp(big.NewRat(1, 1)) >= 0 {
+			return 0, fmt.Sprintf("status.volumeStatus[%d].persistentVolumeClaimInfo.filesystemOverhead", i),
+				fmt.Errorf("%q is not a decimal fraction in [0, 1)", info.FilesystemOverhead)
+		}
+		// capacity × (1 − overhead), exactly, rounded down to a byte.
+		r := new(big.Rat).Mul(new(big.Rat).SetInt64(q.Value()), new(big.Rat).Sub(big.NewRat(1, 1), f))
+		return new(big.Int).Quo(r.Num(), r.Denom()).Int64(), "", nil
+	}
+	return 0, "", nil
+}
 
 // cloudInit resolves cloud-init data given inline, base64-encoded, or in a secret.
 func cloudInit(ctx context.Context, vmi *v1alpha1.VirtualMachineInstance, r Resolver, field string, errs *fieldErrors,

@@ -536,3 +536,65 @@ func TestVMIDevicesNameEveryOptionalDevice(t *testing.T) {
 		}
 	}
 }
+
+// The persistentVolumeClaim volume's capacity_bytes is its claim's capacity from
+// status.volumeStatus less the file-system overhead (the default when none is given), exactly;
+// 0 when the status has no capacity for that volume's claim; a bad overhead is an error at its
+// status field.
+func TestMakePlanClaimCapacity(t *testing.T) {
+	r := MapResolver{Claims: map[string]string{"data": "/claims/data"}}
+	info := func(capacity, overhead string) *v1alpha1.PersistentVolumeClaimInfo {
+		i := &v1alpha1.PersistentVolumeClaimInfo{ClaimName: "data", FilesystemOverhead: overhead}
+		if capacity != "" {
+			i.Capacity = corev1.ResourceList{corev1.ResourceStorage: resource.MustParse(capacity)}
+		}
+		return i
+	}
+	for _, tt := range []struct {
+		name    string
+		status  []v1alpha1.VolumeStatus
+		want    int64
+		wantErr string
+	}{
+		{"no status", nil, 0, ""},
+		{"default overhead", []v1alpha1.VolumeStatus{{Name: "pvc", PersistentVolumeClaimInfo: info("10Gi", "")}}, 10737418240 * 945 / 1000, ""},
+		{"given overhead", []v1alpha1.VolumeStatus{{Name: "pvc", PersistentVolumeClaimInfo: info("1000", "0.1")}}, 900, ""},
+		{"no overhead", []v1alpha1.VolumeStatus{{Name: "pvc", PersistentVolumeClaimInfo: info("1Gi", "0")}}, 1 << 30, ""},
+		{"rounded down", []v1alpha1.VolumeStatus{{Name: "pvc", PersistentVolumeClaimInfo: info("1001", "0.055")}}, 945, ""},
+		{"other volume", []v1alpha1.VolumeStatus{{Name: "other", PersistentVolumeClaimInfo: info("1Gi", "")}}, 0, ""},
+		{"other claim", []v1alpha1.VolumeStatus{{Name: "pvc", PersistentVolumeClaimInfo: &v1alpha1.PersistentVolumeClaimInfo{ClaimName: "old",
+			Capacity: corev1.ResourceList{corev1.ResourceStorage: resource.MustParse("1Gi")}}}}, 0, ""},
+		{"no capacity", []v1alpha1.VolumeStatus{{Name: "pvc", PersistentVolumeClaimInfo: info("", "")}}, 0, ""},
+		{"no claim info", []v1alpha1.VolumeStatus{{Name: "pvc"}}, 0, ""},
+		{"second entry", []v1alpha1.VolumeStatus{{Name: "root"}, {Name: "pvc", PersistentVolumeClaimInfo: info("2Mi", "0.5")}}, 1 << 20, ""},
+		{"overhead 1", []v1alpha1.VolumeStatus{{Name: "pvc", PersistentVolumeClaimInfo: info("1Gi", "1")}}, 0, "status.volumeStatus[0].persistentVolumeClaimInfo.filesystemOverhead"},
+		{"overhead not a number", []v1alpha1.VolumeStatus{{Name: "root"}, {Name: "pvc", PersistentVolumeClaimInfo: info("1Gi", "5%")}}, 0, "status.volumeStatus[1].persistentVolumeClaimInfo.filesystemOverhead"},
+		{"negative overhead", []v1alpha1.VolumeStatus{{Name: "pvc", PersistentVolumeClaimInfo: info("1Gi", "-0.1")}}, 0, "filesystemOverhead"},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			vmi := testVMI("demo", "uid-cap", "/images/root.qcow2")
+			vmi.Spec.Volumes = append(vmi.Spec.Volumes, v1alpha1.Volume{Name: "pvc", VolumeSource: v1alpha1.VolumeSource{
+				PersistentVolumeClaim: &v1alpha1.PersistentVolumeClaimVolumeSource{PersistentVolumeClaimVolumeSource: corev1.PersistentVolumeClaimVolumeSource{ClaimName: "data"}}}})
+			vmi.Status.VolumeStatus = tt.status
+			p, err := makePlan(context.Background(), vmi, r)
+			if tt.wantErr != "" {
+				if err == nil || !strings.Contains(err.Error(), tt.wantErr) {
+					t.Fatalf("error %v, want one at %s", err, tt.wantErr)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatalf("makePlan: %v", err)
+			}
+			var got *storagev1.PersistentVolumeClaim
+			for _, v := range p.volumes {
+				if v.GetName() == "pvc" {
+					got = v.GetPersistentVolumeClaim()
+				}
+			}
+			if got == nil || got.GetPath() != "/claims/data" || got.GetCapacityBytes() != tt.want {
+				t.Errorf("volume %v, want capacity_bytes %d", got, tt.want)
+			}
+		})
+	}
+}

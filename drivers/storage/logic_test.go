@@ -12,7 +12,9 @@ import (
 	"testing"
 
 	"google.golang.org/grpc/codes"
+	"google.golang.org/protobuf/proto"
 
+	domainv1 "github.com/kubevisor/kubevisor/core/domain/v1"
 	basev1 "github.com/kubevisor/kubevisor/core/driver/base/v1"
 	storagev1 "github.com/kubevisor/kubevisor/core/driver/storage/v1"
 )
@@ -242,5 +244,114 @@ func TestFingerprintFake(t *testing.T) {
 	}
 	if errors.Is(context.Cause(ctx), context.Canceled) && len(got) != 1 {
 		t.Errorf("%d fingerprints", len(got))
+	}
+}
+
+// recordingLogger keeps the messages the driver logs.
+type recordingLogger struct{ msgs []string }
+
+func (l *recordingLogger) Info(msg string, _ ...any) { l.msgs = append(l.msgs, msg) }
+func (l *recordingLogger) Warn(msg string, _ ...any) { l.msgs = append(l.msgs, msg) }
+
+func pvcSizedVol(name, p string, ro bool, capacity int64) *storagev1.Volume {
+	v := pvcVol(name, p, ro)
+	v.GetPersistentVolumeClaim().CapacityBytes = capacity
+	return v
+}
+
+// A file-system claim without disk.img gets a sparse raw one of its capacity rounded down to
+// whole MiB, 0660, said in the log, kept by Release and not made again by a second Prepare;
+// none is made on a read-only claim or without a capacity; a disk.img that exists is used as
+// it is, whatever the capacity.
+func TestClaimDiskImageMade(t *testing.T) {
+	log := &recordingLogger{}
+	d := New(log, WithImageTool(func(string) ImageTool { return &fakeTool{} }))
+	claim := t.TempDir()
+	img := filepath.Join(claim, "disk.img")
+	work := filepath.Join(t.TempDir(), "w")
+	const capacity = 100<<20 + 12345 // rounded down to 100 MiB
+	disks := prepare(t, d, "v", work, pvcSizedVol("data", claim, false, capacity))
+	want := &storagev1.PreparedDisk{VolumeName: "data", Path: img, Format: domainv1.DiskFormat_DISK_FORMAT_RAW, SizeBytes: 100 << 20}
+	if len(disks) != 1 || !proto.Equal(disks[0], want) {
+		t.Fatalf("disks %v, want %v", disks, want)
+	}
+	fi, err := os.Stat(img)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if fi.Size() != 100<<20 {
+		t.Errorf("disk.img is %d bytes, want %d", fi.Size(), 100<<20)
+	}
+	if b := blocks(fi); b*512 > 1<<20 {
+		t.Errorf("disk.img takes %d bytes on disk: not sparse", b*512)
+	}
+	if fi.Mode().Perm() != 0o660 {
+		t.Errorf("disk.img mode %v, want 0660", fi.Mode().Perm())
+	}
+	if !slices.ContainsFunc(log.msgs, func(m string) bool { return strings.Contains(m, "disk.img") && strings.Contains(m, "created") }) {
+		t.Errorf("the log %q does not say disk.img was created", log.msgs)
+	}
+	// Written by the guest, then prepared again: used as it is, not made again.
+	if err := os.WriteFile(img, []byte("guest data"), 0o660); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Truncate(img, 100<<20); err != nil {
+		t.Fatal(err)
+	}
+	before := inode(t, img)
+	prepare(t, d, "v", work, pvcSizedVol("data", claim, false, capacity))
+	release(t, d, "v", work)
+	if !exists(img) || inode(t, img) != before {
+		t.Fatal("Prepare again or Release replaced or removed the claim's disk.img")
+	}
+	if data, _ := os.ReadFile(img); !strings.HasPrefix(string(data), "guest data") {
+		t.Error("the claim's disk.img lost its data")
+	}
+
+	// An existing disk.img of another size is used as it is.
+	other := t.TempDir()
+	if err := os.WriteFile(filepath.Join(other, "disk.img"), make([]byte, 2<<20), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	disks = prepare(t, d, "v2", filepath.Join(t.TempDir(), "w"), pvcSizedVol("kept", other, false, 64<<20))
+	if disks[0].GetSizeBytes() != 2<<20 {
+		t.Errorf("an existing disk.img: size %d, want its own 2 MiB", disks[0].GetSizeBytes())
+	}
+	if fi, _ := os.Stat(filepath.Join(other, "disk.img")); fi.Size() != 2<<20 {
+		t.Errorf("an existing disk.img changed size to %d", fi.Size())
+	}
+
+	for _, tt := range []struct {
+		name string
+		vol  *storagev1.Volume
+		want string
+	}{
+		{"read-only", pvcSizedVol("ro", t.TempDir(), true, 64<<20), "the claim is read-only"},
+		{"no capacity", pvcSizedVol("nocap", t.TempDir(), false, 0), "no capacity"},
+		{"under a MiB", pvcSizedVol("tiny", t.TempDir(), false, 4096), "less than 1 MiB"},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			claim := tt.vol.GetPersistentVolumeClaim().GetPath()
+			_, err := d.Prepare(context.Background(), &storagev1.PrepareRequest{VmiId: "v3", WorkDir: filepath.Join(t.TempDir(), "w"), Volumes: []*storagev1.Volume{tt.vol}})
+			wantCode(t, err, codes.InvalidArgument, "is a directory without disk.img", tt.want)
+			if exists(filepath.Join(claim, "disk.img")) {
+				t.Error("disk.img made")
+			}
+		})
+	}
+}
+
+// A failed Prepare removes the disk.img it made on a claim: no guest used it yet.
+func TestClaimDiskImageUndone(t *testing.T) {
+	tool := &fakeTool{failCreate: func(string, CreateOptions) error { return errors.New("qemu-img: No space left on device") }}
+	d := newFake(tool)
+	claim := t.TempDir()
+	_, err := d.Prepare(context.Background(), &storagev1.PrepareRequest{VmiId: "v", WorkDir: filepath.Join(t.TempDir(), "w"),
+		Volumes: []*storagev1.Volume{pvcSizedVol("data", claim, false, 8<<20), emptyDiskVol("scratch", 1<<20)}})
+	if err == nil {
+		t.Fatal("Prepare with a failing emptyDisk: no error")
+	}
+	if exists(filepath.Join(claim, "disk.img")) {
+		t.Error("a failed Prepare left the disk.img it made on the claim")
 	}
 }

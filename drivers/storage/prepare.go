@@ -60,6 +60,11 @@ func (l *Local) Prepare(ctx context.Context, req *storagev1.PrepareRequest) (*st
 		}
 		return nil, err
 	}
+	for _, pl := range plans {
+		if pl.created != "" && slices.ContainsFunc(pl.steps, func(s step) bool { return slices.Contains(p.made, s.path) }) {
+			l.log.Info(pl.created, "vmi", req.GetVmiId(), "volume", pl.name, "path", pl.disk.GetPath())
+		}
+	}
 	l.log.Info("prepared", "vmi", req.GetVmiId(), "workDir", dir, "disks", len(disks), "made", len(p.made))
 	return &storagev1.PrepareResponse{Disks: disks}, nil
 }
@@ -71,7 +76,7 @@ func (l *Local) Prepare(ctx context.Context, req *storagev1.PrepareRequest) (*st
 //
 // A hostDisk is the user's persistent disk, as in KubeVirt: one that DiskOrCreate created is
 // kept, so its data outlives the VMI (a failed Prepare call still removes what it created, as
-// no guest has used it yet).
+// no guest has used it yet). So is the disk.img Prepare made on a persistentVolumeClaim.
 func (l *Local) Release(_ context.Context, req *storagev1.ReleaseRequest) error {
 	dir, err := workDirOf(req.GetVmiId(), req.GetWorkDir())
 	if err != nil {
@@ -91,7 +96,7 @@ func (l *Local) Release(_ context.Context, req *storagev1.ReleaseRequest) error 
 		// Last made first: an overlay before its base.
 		for _, f := range slices.Backward(v.Files) {
 			if !inDir(dir, f) {
-				l.log.Info("hostDisk kept", "vmi", req.GetVmiId(), "volume", v.Name, "path", f)
+				l.log.Info(v.Type+" kept", "vmi", req.GetVmiId(), "volume", v.Name, "path", f)
 				continue
 			}
 			if err := removeMade(dir, f); err != nil {
@@ -146,6 +151,9 @@ type plan struct {
 	// used in place has no steps.
 	source string
 	steps  []step
+	// created, when set, is what Prepare logs once it made the steps' files (a disk image made
+	// on a claim, which the user may not expect).
+	created string
 }
 
 // step makes one file of a volume.
@@ -236,18 +244,7 @@ func planVolume(ctx context.Context, tool ImageTool, dir, vmiID string, v *stora
 		return hostDiskPlan(ctx, tool, pl, src.HostDisk)
 
 	case *storagev1.Volume_PersistentVolumeClaim:
-		p, err := absPath("persistentVolumeClaim.path", src.PersistentVolumeClaim.GetPath())
-		if err != nil {
-			return nil, err
-		}
-		if p, err = claimImage(p); err != nil {
-			return nil, err
-		}
-		if err := inPlacePlan(ctx, tool, pl, p); err != nil {
-			return nil, err
-		}
-		pl.disk.ReadOnly = src.PersistentVolumeClaim.GetReadOnly()
-		return pl, nil
+		return claimPlan(ctx, tool, pl, src.PersistentVolumeClaim)
 
 	case *storagev1.Volume_CloudInitNoCloud:
 		sd, err := noCloudSeed(src.CloudInitNoCloud, vmiID)
@@ -426,8 +423,66 @@ func checkWithTool(ctx context.Context, tool ImageTool, p string, im *imageFile)
 	return nil
 }
 
+// claimPlan uses a persistentVolumeClaim's disk in place: the path itself (a block device or
+// an image file), or disk.img in it when the claim is a mounted file system. On a file-system
+// claim without disk.img that is writable and has a capacity, it makes disk.img as KubeVirt
+// does: a sparse raw image of capacity_bytes rounded down to whole MiB (the handler leaves the
+// file system's overhead out of the capacity). The image is the claim's data, so, as a
+// hostDisk that Prepare created, Release keeps it; only a failed Prepare call removes it.
+func claimPlan(ctx context.Context, tool ImageTool, pl *plan, pvc *storagev1.PersistentVolumeClaim) (*plan, error) {
+	p, err := absPath("persistentVolumeClaim.path", pvc.GetPath())
+	if err != nil {
+		return nil, err
+	}
+	img, err := claimImage(p)
+	var missing *missingImageError
+	switch {
+	case errors.As(err, &missing) && !pvc.GetReadOnly() && pvc.GetCapacityBytes() >= 1<<20:
+		size := pvc.GetCapacityBytes() &^ (1<<20 - 1)
+		pl.disk = &storagev1.PreparedDisk{VolumeName: pl.name, Path: missing.image, Format: domainv1.DiskFormat_DISK_FORMAT_RAW, SizeBytes: uint64(size)}
+		pl.source = fmt.Sprintf("raw:%d", size)
+		pl.created = fmt.Sprintf("created the claim's %s (sparse raw, %d bytes)", pvcDiskImage, size)
+		pl.steps = []step{{path: missing.image, external: true, make: func(_ context.Context, to string) error {
+			if err := createSparse(to, size); err != nil {
+				return err
+			}
+			// filePerm, as the driver's other images, whatever the umask.
+			if err := os.Chmod(to, filePerm); err != nil {
+				_ = os.Remove(to)
+				return err
+			}
+			return nil
+		}}}
+		return pl, nil
+	case errors.As(err, &missing) && pvc.GetReadOnly():
+		return nil, badImage("%v; the claim is read-only, so none is made", err)
+	case errors.As(err, &missing) && pvc.GetCapacityBytes() > 0:
+		return nil, badImage("%v; the claim's capacity less its file-system overhead (%d bytes) is less than 1 MiB, so none is made", err, pvc.GetCapacityBytes())
+	case errors.As(err, &missing):
+		return nil, badImage("%v; the request gives no capacity to make one of", err)
+	case err != nil:
+		return nil, err
+	}
+	if err := inPlacePlan(ctx, tool, pl, img); err != nil {
+		return nil, err
+	}
+	pl.disk.ReadOnly = pvc.GetReadOnly()
+	return pl, nil
+}
+
+// missingImageError says that a claim is a directory without disk.img (claimImage).
+type missingImageError struct{ dir, image string }
+
+func (e *missingImageError) Error() string {
+	return fmt.Sprintf("%s is a directory without %s", e.dir, pvcDiskImage)
+}
+
+// Unwrap makes it a bad image: the source is not usable as it is.
+func (e *missingImageError) Unwrap() error { return &badImageError{msg: e.Error()} }
+
 // claimImage is the disk image of a claim: the path itself, or disk.img in it when the claim
-// is a mounted file system.
+// is a mounted file system. A directory without disk.img is a *missingImageError, which is a
+// bad image (isBadImage).
 func claimImage(p string) (string, error) {
 	fi, err := os.Stat(p)
 	if err != nil {
@@ -438,8 +493,11 @@ func claimImage(p string) (string, error) {
 	}
 	if fi.IsDir() {
 		img := filepath.Join(p, pvcDiskImage)
-		if _, err := os.Stat(img); err != nil {
-			return "", badImage("%s is a directory without %s", p, pvcDiskImage)
+		if _, err := os.Lstat(img); err != nil {
+			if errors.Is(err, fs.ErrNotExist) {
+				return "", &missingImageError{dir: p, image: img}
+			}
+			return "", fmt.Errorf("stat %s: %w", img, err)
 		}
 		return img, nil
 	}

@@ -105,6 +105,7 @@ type Agent struct {
 	reader client.Reader
 	events recorder.EventRecorder
 	disks  containerDisks
+	claims podClaims
 	h      *handler.Handler
 	// consoles writes each running VMI's serial console into its host directory.
 	consoles *consoleLogs
@@ -121,9 +122,9 @@ type Agent struct {
 }
 
 // NewAgent makes the agent of cfg.NodeName on mgr, with its node handler: it starts the handler
-// (handler.New with hcfg, and with hopts given the agent's sandboxes, containerDisk resolver and,
-// unless hopts has one, the Resolver that reads Secrets from the launcher pod (podSecrets);
-// an OnStatus of hopts is still called) and registers the agent's controller and background
+// (handler.New with hcfg, and with hopts given the agent's sandboxes, containerDisk resolver
+// and, unless hopts has one, the Resolver that finds Secrets and claims in the launcher pod
+// (podResolver); an OnStatus of hopts is still called) and registers the agent's controller and background
 // work with mgr. ctx bounds the drivers' first start. The handler outlives mgr: once mgr has
 // stopped, end it with Handler().Detach, which leaves the VMs running for the next handler, or
 // Close.
@@ -138,9 +139,11 @@ func NewAgent(ctx context.Context, mgr ctrl.Manager, cfg AgentConfig, hcfg handl
 	if hcfg.NodeName == "" {
 		hcfg.NodeName = cfg.NodeName
 	}
+	warnOnce := new(sync.Once) // one warning about the host state directory's propagation
 	a := &Agent{
 		cfg: cfg, client: mgr.GetClient(), reader: mgr.GetAPIReader(), log: cfg.Log, events: mgr.GetEventRecorder(EventSource),
-		disks:     containerDisks{root: cfg.HostStateDir, timeout: cfg.DialTimeout, log: cfg.Log, warnOnce: new(sync.Once)},
+		disks:     containerDisks{root: cfg.HostStateDir, timeout: cfg.DialTimeout, log: cfg.Log, warnOnce: warnOnce},
+		claims:    podClaims{root: cfg.HostStateDir, log: cfg.Log, warnOnce: warnOnce},
 		changed:   make(chan event.GenericEvent, 1024),
 		names:     map[types.UID]types.NamespacedName{},
 		sandboxes: map[types.UID]*podSandbox{},
@@ -149,7 +152,7 @@ func NewAgent(ctx context.Context, mgr ctrl.Manager, cfg AgentConfig, hcfg handl
 	hopts.Sandboxes = handler.SandboxesFunc(func(vmi *v1alpha1.VirtualMachineInstance) handler.Sandbox { return a.sandbox(vmi) })
 	hopts.ContainerDisks = diskResolver{disks: a.disks}
 	if hopts.Resolver == nil {
-		hopts.Resolver = podSecrets{MapResolver: handler.MapResolver{Images: hcfg.Images, Claims: hcfg.Claims}, a: a}
+		hopts.Resolver = podResolver{MapResolver: handler.MapResolver{Images: hcfg.Images, Claims: hcfg.Claims}, a: a}
 	}
 	hopts.OnStatus = func(uid types.UID, st v1alpha1.VirtualMachineInstanceStatus) {
 		if next != nil {
@@ -259,7 +262,7 @@ func (a *Agent) Reconcile(ctx context.Context, req reconcile.Request) (reconcile
 	switch {
 	case stopping || (podEnded && known):
 		if !known {
-			return reconcile.Result{}, a.disks.Release(vmi.UID)
+			return reconcile.Result{}, a.releaseMounts(vmi.UID)
 		}
 		if podEnded && !stopping {
 			why := "the launcher pod is gone"
@@ -273,7 +276,7 @@ func (a *Agent) Reconcile(ctx context.Context, req reconcile.Request) (reconcile
 		}
 		a.consoles.stop(vmi.UID)
 		a.probes.stop(vmi.UID)
-		// Stop closes the VMI's sandbox last, which releases its containerDisk mounts.
+		// Stop closes the VMI's sandbox last, which releases its containerDisk and claim mounts.
 		st, err := a.h.Stop(ctx, &vmi, grace(&vmi))
 		if werr := a.writeStatus(ctx, req.NamespacedName, a.probed(ctx, &vmi, pod, st)); werr != nil {
 			err = errors.Join(err, werr)
@@ -281,7 +284,7 @@ func (a *Agent) Reconcile(ctx context.Context, req reconcile.Request) (reconcile
 		return reconcile.Result{}, err
 	case podEnded:
 		// Ended before the handler ran anything (or after it undid a failed sync).
-		return reconcile.Result{}, a.disks.Release(vmi.UID)
+		return reconcile.Result{}, a.releaseMounts(vmi.UID)
 	case pod.Status.Phase != corev1.PodRunning:
 		// Not started yet: the pod's next change brings the VMI back.
 		return reconcile.Result{}, nil
@@ -409,7 +412,7 @@ func (a *Agent) stopUnknown(ctx context.Context, uid types.UID, name types.Names
 		}
 		a.log.Info("stopped a VM whose VMI is gone", "vmi", name, "uid", uid)
 	}
-	if err := a.disks.Release(uid); err != nil {
+	if err := a.releaseMounts(uid); err != nil {
 		return err
 	}
 	// The VMI is gone, so are its launcher pods (the VMI controller holds the VMI until
@@ -421,6 +424,13 @@ func (a *Agent) stopUnknown(ctx context.Context, uid types.UID, name types.Names
 	delete(a.names, uid)
 	a.mu.Unlock()
 	return nil
+}
+
+// releaseMounts unmounts what the agent mounted in a VMI's directory (its containerDisk disks,
+// its claims and persistent state) and removes the mount points: before the directory is
+// removed, which must never reach into a claim's data. The VM must be gone.
+func (a *Agent) releaseMounts(uid types.UID) error {
+	return errors.Join(a.disks.Release(uid), a.claims.Release(uid))
 }
 
 // orphanDirAge is how old a VMI directory without VMI, launcher pod or handler state must be
@@ -451,8 +461,8 @@ func (a *Agent) sweepDirs(ctx context.Context, live map[types.UID]bool) {
 		if err := a.client.List(ctx, &pods, client.MatchingLabels{v1alpha1.CreatedByLabel: string(uid)}); err != nil || len(pods.Items) > 0 {
 			continue
 		}
-		if err := a.disks.Release(uid); err != nil {
-			a.log.Error(err, "release the containerDisks of a VMI directory left behind", "uid", uid)
+		if err := a.releaseMounts(uid); err != nil {
+			a.log.Error(err, "release the containerDisks and claims of a VMI directory left behind", "uid", uid)
 			continue
 		}
 		if err := os.RemoveAll(filepath.Join(root, e.Name())); err != nil {

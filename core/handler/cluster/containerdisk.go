@@ -8,7 +8,6 @@ import (
 	"os"
 	"path"
 	"path/filepath"
-	"runtime"
 	"strings"
 	"sync"
 	"time"
@@ -42,7 +41,8 @@ import (
 type containerDisks struct {
 	root    string        // the host state directory (package layout)
 	timeout time.Duration // the wait for a container's socket
-	// log and warnOnce: MountAll checks the propagation of root once (checkPropagation).
+	// log and warnOnce: MountAll checks the propagation of root once (warnPropagation), with
+	// the claims' mounts (podClaims).
 	log      logr.Logger
 	warnOnce *sync.Once
 }
@@ -58,11 +58,7 @@ func (c containerDisks) MountAll(ctx context.Context, vmi *v1alpha1.VirtualMachi
 		if v.ContainerDisk == nil {
 			continue
 		}
-		c.warnOnce.Do(func() {
-			if err := c.checkPropagation(); err != nil {
-				c.log.Error(err, "containerDisk volumes cannot work on this node")
-			}
-		})
+		warnPropagation(c.root, c.log, c.warnOnce)
 		if err := c.Mount(ctx, vmi.UID, v.Name, v.ContainerDisk.Path); err != nil {
 			return fmt.Errorf("containerDisk volume %s: %w", v.Name, err)
 		}
@@ -163,22 +159,12 @@ func peerPid(c *net.UnixConn) (int, error) {
 // findDisk opens (O_PATH) the disk in the root of process pid: inImage, else the single file
 // under /disk/. Paths resolve inside that root, symlinks too. shown names the disk in errors.
 func findDisk(pid int, inImage string) (*os.File, string, error) {
-	rootPath := fmt.Sprintf("/proc/%d/root", pid)
-	rootFd, err := unix.Open(rootPath, unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	root, err := procRoot(pid)
 	if err != nil {
 		return nil, "", fmt.Errorf("root of the container's process: %w", err)
 	}
-	defer unix.Close(rootFd)
-	in := func(p string, flags uint64) (*os.File, error) {
-		fd, err := unix.Openat2(rootFd, strings.TrimPrefix(path.Clean("/"+p), "/"), &unix.OpenHow{
-			Flags:   flags | unix.O_CLOEXEC,
-			Resolve: unix.RESOLVE_IN_ROOT | unix.RESOLVE_NO_MAGICLINKS,
-		})
-		if err != nil {
-			return nil, &os.PathError{Op: "open", Path: path.Clean("/" + p), Err: err}
-		}
-		return os.NewFile(uintptr(fd), rootPath+path.Clean("/"+p)), nil
-	}
+	defer root.Close()
+	in := root.open
 	regular := func(f *os.File) bool {
 		fi, err := f.Stat()
 		return err == nil && fi.Mode().IsRegular()
@@ -225,104 +211,6 @@ func findDisk(pid int, inImage string) (*os.File, string, error) {
 	}
 	shown := path.Join(containerdisk.DiskDir, foundNames[0])
 	return found[0], shown, nil
-}
-
-// sameFile says whether target is the file f (the disk is mounted there already).
-func sameFile(f *os.File, target string) (bool, error) {
-	var a, b unix.Stat_t
-	if err := unix.Fstat(int(f.Fd()), &a); err != nil {
-		return false, err
-	}
-	if err := unix.Lstat(target, &b); err != nil {
-		if errors.Is(err, unix.ENOENT) {
-			return false, nil
-		}
-		return false, err
-	}
-	return a.Dev == b.Dev && a.Ino == b.Ino, nil
-}
-
-// bindFrom mounts disk, a file of process pid's mount namespace, read-only on target in the
-// handler's mount namespace.
-func bindFrom(pid int, disk *os.File, target string) error {
-	ns, err := unix.Open(fmt.Sprintf("/proc/%d/ns/mnt", pid), unix.O_RDONLY|unix.O_CLOEXEC, 0)
-	if err != nil {
-		return fmt.Errorf("mount namespace: %w", err)
-	}
-	defer unix.Close(ns)
-	type result struct {
-		fd  int
-		err error
-	}
-	ch := make(chan result, 1)
-	go func() {
-		// The thread joins the container's mount namespace, then goes back to its own. It is
-		// never unlocked, so no other goroutine runs on it: it ends with the goroutine (its
-		// root and cwd are its own after CLONE_FS, which setns into a mount namespace needs).
-		// Going back matters even so: the runtime does not end the main thread but parks it,
-		// and /proc/self/mountinfo is the main thread's view.
-		runtime.LockOSThread()
-		own, err := unix.Open("/proc/thread-self/ns/mnt", unix.O_RDONLY|unix.O_CLOEXEC, 0)
-		if err != nil {
-			ch <- result{-1, fmt.Errorf("own mount namespace: %w", err)}
-			return
-		}
-		defer unix.Close(own)
-		if err := unix.Unshare(unix.CLONE_FS); err != nil {
-			ch <- result{-1, fmt.Errorf("unshare CLONE_FS: %w", err)}
-			return
-		}
-		if err := unix.Setns(ns, unix.CLONE_NEWNS); err != nil {
-			ch <- result{-1, fmt.Errorf("setns: %w", err)}
-			return
-		}
-		fd, err := unix.OpenTree(int(disk.Fd()), "", unix.OPEN_TREE_CLONE|unix.OPEN_TREE_CLOEXEC|unix.AT_EMPTY_PATH)
-		if err != nil {
-			err = fmt.Errorf("open_tree: %w", err)
-		}
-		if berr := unix.Setns(own, unix.CLONE_NEWNS); berr != nil {
-			// The clone is fine, but a thread left in the container's namespace (the main
-			// thread, parked) would pin it: give up rather than leave it there silently.
-			err = errors.Join(err, fmt.Errorf("setns back: %w", berr))
-			if fd >= 0 {
-				_ = unix.Close(fd)
-				fd = -1
-			}
-		}
-		ch <- result{fd, err}
-	}()
-	r := <-ch
-	runtime.KeepAlive(disk)
-	if r.err != nil {
-		return r.err
-	}
-	tree := r.fd
-	defer unix.Close(tree)
-	if err := unix.MountSetattr(tree, "", unix.AT_EMPTY_PATH, &unix.MountAttr{
-		Attr_set: unix.MOUNT_ATTR_RDONLY | unix.MOUNT_ATTR_NOSUID | unix.MOUNT_ATTR_NODEV | unix.MOUNT_ATTR_NOEXEC,
-	}); err != nil {
-		return fmt.Errorf("mount_setattr read-only: %w", err)
-	}
-	if err := unix.MoveMount(tree, "", unix.AT_FDCWD, target, unix.MOVE_MOUNT_F_EMPTY_PATH); err != nil {
-		return fmt.Errorf("move_mount: %w", err)
-	}
-	return nil
-}
-
-// unmountAll unmounts whatever is mounted on target, however many times.
-func unmountAll(target string) error {
-	for range 32 {
-		err := unix.Unmount(target, unix.MNT_DETACH|unix.UMOUNT_NOFOLLOW)
-		switch {
-		case err == nil:
-			continue
-		case errors.Is(err, unix.EINVAL), errors.Is(err, unix.ENOENT):
-			return nil // not (or no longer) a mount point
-		default:
-			return fmt.Errorf("unmount %s: %w", target, err)
-		}
-	}
-	return fmt.Errorf("unmount %s: still mounted", target)
 }
 
 // Release unmounts the containerDisk disks of a VMI and removes their mount points. The VM
@@ -422,11 +310,20 @@ func unescapeMountinfo(s string) string {
 	return b.String()
 }
 
+// warnPropagation logs, the first time once is done, what checkPropagation finds wrong.
+func warnPropagation(root string, log logr.Logger, once *sync.Once) {
+	once.Do(func() {
+		if err := checkPropagation(root); err != nil {
+			log.Error(err, "containerDisk, persistentVolumeClaim and ephemeral volumes cannot work on this node")
+		}
+	})
+}
+
 // checkPropagation says, when the host state directory is not on a shared mount, that
-// containerDisk disks will not reach launcher containers. It is a warning, not an error:
-// VMIs without containerDisk volumes run all the same.
-func (c containerDisks) checkPropagation() error {
-	dir, err := filepath.EvalSymlinks(c.root)
+// containerDisk disks and claims will not reach launcher containers. It is a warning, not an
+// error: VMIs without such volumes run all the same.
+func checkPropagation(root string) error {
+	dir, err := filepath.EvalSymlinks(root)
 	if err != nil {
 		return nil // made later, by the first launcher pod
 	}
@@ -435,7 +332,7 @@ func (c containerDisks) checkPropagation() error {
 		return nil
 	}
 	if mp, shared := propagationOf(string(data), dir); !shared {
-		return fmt.Errorf("the host state directory %s is on mount %s, which is not shared: disks of containerDisk volumes mounted there will not reach launcher containers (mount it into the handler with mountPropagation: Bidirectional, on a node whose mount is shared: mount --make-rshared /)", c.root, mp)
+		return fmt.Errorf("the host state directory %s is on mount %s, which is not shared: the disks of containerDisk volumes and the claims mounted there will not reach launcher containers (mount it into the handler with mountPropagation: Bidirectional, on a node whose mount is shared: mount --make-rshared /)", root, mp)
 	}
 	return nil
 }

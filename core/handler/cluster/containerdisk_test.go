@@ -46,8 +46,16 @@ func containerDiskStandIn(t *testing.T, bin, hostDir string, uid types.UID, volu
 	}
 	sock := layout.ContainerDiskSocket(hostDir, uid, volume)
 	inside := "/" + strings.TrimPrefix(sock, hostDir+"/")
-	cmd := exec.Command("/"+layout.ContainerDiskCommand, "--socket", inside)
-	cmd.SysProcAttr = &syscall.SysProcAttr{Chroot: hostDir, Unshareflags: syscall.CLONE_NEWNS}
+	return containerStandIn(t, hostDir, "/"+layout.ContainerDiskCommand, "--socket", inside)
+}
+
+// containerStandIn starts argv as a container's process stands in for one: in a mount
+// namespace of its own (private: what is mounted in it stays there), chrooted into root. It
+// runs until the test ends (SIGTERM).
+func containerStandIn(t *testing.T, root string, argv ...string) *exec.Cmd {
+	t.Helper()
+	cmd := exec.Command(argv[0], argv[1:]...)
+	cmd.SysProcAttr = &syscall.SysProcAttr{Chroot: root, Unshareflags: syscall.CLONE_NEWNS}
 	cmd.Stderr = os.Stderr
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)

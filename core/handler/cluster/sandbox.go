@@ -17,11 +17,12 @@ import (
 
 // podSandbox is a VMI's launcher pod as the handler's Sandbox. Open finds the launcher (its
 // socket in the per-VMI directory, and its network namespace through the pid of the process
-// serving that socket), mounts the VMI's containerDisk disks into the per-VMI directory and has
+// serving that socket), mounts the VMI's containerDisk disks and the claims of its
+// persistentVolumeClaim and ephemeral volumes (podClaims) into the per-VMI directory and has
 // the handler keep the VMI's files there (SandboxSpec.Dir), where the launcher container sees
 // them at the same path. The agent ends it (end) when it sees the pod, or its launcher
-// container, end under a VMI that is not being stopped. Close releases the containerDisk
-// mounts.
+// container, end under a VMI that is not being stopped. Close releases those mounts (and the
+// persistent state's, podResolver.PersistentState).
 type podSandbox struct {
 	a   *Agent
 	vmi *v1alpha1.VirtualMachineInstance
@@ -62,6 +63,9 @@ func (s *podSandbox) Open(ctx context.Context) (handler.SandboxSpec, error) {
 		return handler.SandboxSpec{}, fmt.Errorf("launcher at %s: its pid is not visible from the handler (the handler needs the host's pid namespace)", socket)
 	}
 	if err := s.a.disks.MountAll(ctx, s.vmi); err != nil {
+		return handler.SandboxSpec{}, err
+	}
+	if err := s.a.claims.MountAll(ctx, s.vmi, pid); err != nil {
 		return handler.SandboxSpec{}, err
 	}
 	// The launcher, the compute container's main process, runs on its container's cpuset: with
@@ -105,10 +109,11 @@ func (s *podSandbox) end(why string) {
 	}
 }
 
-// Close implements handler.Sandbox: it unmounts the VMI's containerDisk disks (the VM is gone
-// and the storage driver released its overlays) and forgets the sandbox.
+// Close implements handler.Sandbox: it unmounts the VMI's containerDisk disks, claims and
+// persistent state (the VM is gone and the storage driver released its overlays) and forgets
+// the sandbox.
 func (s *podSandbox) Close(context.Context) error {
-	if err := s.a.disks.Release(s.vmi.UID); err != nil {
+	if err := s.a.releaseMounts(s.vmi.UID); err != nil {
 		return err
 	}
 	s.a.forgetSandbox(s.vmi.UID, s)

@@ -482,8 +482,13 @@ type PersistentVolumeClaim struct {
 	state     protoimpl.MessageState `protogen:"open.v1"`
 	ClaimName string                 `protobuf:"bytes,1,opt,name=claim_name,json=claimName,proto3" json:"claim_name,omitempty"`
 	// path is the claim's disk image or block device as mounted on the node.
-	Path          string `protobuf:"bytes,2,opt,name=path,proto3" json:"path,omitempty"`
-	ReadOnly      bool   `protobuf:"varint,3,opt,name=read_only,json=readOnly,proto3" json:"read_only,omitempty"`
+	Path     string `protobuf:"bytes,2,opt,name=path,proto3" json:"path,omitempty"`
+	ReadOnly bool   `protobuf:"varint,3,opt,name=read_only,json=readOnly,proto3" json:"read_only,omitempty"`
+	// capacity_bytes is the size of the disk image the driver makes when path is a directory
+	// (a file-system claim) without disk.img: the claim's capacity less its file-system overhead,
+	// as KubeVirt sizes it. 0: make none (the claim must hold its image). The driver never makes
+	// one on a read-only claim, nor changes a disk.img that exists.
+	CapacityBytes int64 `protobuf:"varint,4,opt,name=capacity_bytes,json=capacityBytes,proto3" json:"capacity_bytes,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -537,6 +542,13 @@ func (x *PersistentVolumeClaim) GetReadOnly() bool {
 		return x.ReadOnly
 	}
 	return false
+}
+
+func (x *PersistentVolumeClaim) GetCapacityBytes() int64 {
+	if x != nil {
+		return x.CapacityBytes
+	}
+	return 0
 }
 
 type PrepareRequest struct {
@@ -859,12 +871,13 @@ const file_core_driver_storage_v1_storage_proto_rawDesc = "" +
 	"\fnetwork_data\x18\x02 \x01(\fR\vnetworkData\x12\x1f\n" +
 	"\vinstance_id\x18\x03 \x01(\tR\n" +
 	"instanceId\x12\x1a\n" +
-	"\bhostname\x18\x04 \x01(\tR\bhostname\"g\n" +
+	"\bhostname\x18\x04 \x01(\tR\bhostname\"\x8e\x01\n" +
 	"\x15PersistentVolumeClaim\x12\x1d\n" +
 	"\n" +
 	"claim_name\x18\x01 \x01(\tR\tclaimName\x12\x12\n" +
 	"\x04path\x18\x02 \x01(\tR\x04path\x12\x1b\n" +
-	"\tread_only\x18\x03 \x01(\bR\breadOnly\"\x81\x01\n" +
+	"\tread_only\x18\x03 \x01(\bR\breadOnly\x12%\n" +
+	"\x0ecapacity_bytes\x18\x04 \x01(\x03R\rcapacityBytes\"\x81\x01\n" +
 	"\x0ePrepareRequest\x12\x15\n" +
 	"\x06vmi_id\x18\x01 \x01(\tR\x05vmiId\x12\x19\n" +
 	"\bwork_dir\x18\x02 \x01(\tR\aworkDir\x12=\n" +
