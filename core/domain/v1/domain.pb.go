@@ -350,9 +350,27 @@ type DomainSpec struct {
 	LaunchSecurity *LaunchSecurity `protobuf:"bytes,30,opt,name=launch_security,json=launchSecurity,proto3" json:"launch_security,omitempty"`
 	// tpm, when set, is a TPM 2.0 device backed by an emulator in the VM's sandbox. A driver must
 	// declare "tpm".
-	Tpm           *TPM `protobuf:"bytes,33,opt,name=tpm,proto3" json:"tpm,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	Tpm *TPM `protobuf:"bytes,33,opt,name=tpm,proto3" json:"tpm,omitempty"`
+	// persistent_state_dir is a node directory that outlives the VM (the VMI's persistent state,
+	// KubeVirt's backend storage): set when tpm.persistent or firmware.efi.persistent is, and
+	// only then. It exists and is writable by the driver, at the same path for the VM's sandbox.
+	// A driver must declare Capabilities.persistent_state to be sent it, and then:
+	//   - MUST keep the TPM's state under it when tpm.persistent is set, and the EFI variable
+	//     store under it when firmware.efi.persistent is set, each in its own entry of the
+	//     driver's choosing (qmp: tpm/ and efi/vars.fd), so that one directory can hold both;
+	//   - MUST make what it keeps there on first use (an empty directory is a new VM's), and
+	//     reuse it as found on every later Create and Start of a VM given the same directory: a
+	//     TPM is not manufactured again, an EFI variable store is not copied again from its
+	//     template;
+	//   - MUST NOT remove the directory or what it keeps there (Delete included): its owner does;
+	//   - SHOULD refuse (FailedPrecondition) state it finds there that does not fit the spec
+	//     (an EFI variable store made for secure boot given to a VM without it, or the other way)
+	//     rather than use it or replace it.
+	//
+	// What the spec does not ask to keep stays in run_dir, as without the directory.
+	PersistentStateDir string `protobuf:"bytes,34,opt,name=persistent_state_dir,json=persistentStateDir,proto3" json:"persistent_state_dir,omitempty"`
+	unknownFields      protoimpl.UnknownFields
+	sizeCache          protoimpl.SizeCache
 }
 
 func (x *DomainSpec) Reset() {
@@ -581,10 +599,21 @@ func (x *DomainSpec) GetTpm() *TPM {
 	return nil
 }
 
+func (x *DomainSpec) GetPersistentStateDir() string {
+	if x != nil {
+		return x.PersistentStateDir
+	}
+	return ""
+}
+
 // TPM is an emulated TPM 2.0. Its state lives in the VM's run_dir: it lasts as long as the VM
-// (its process restarts keep it), and a new VM starts with a fresh TPM.
+// (its process restarts keep it), and a new VM starts with a fresh TPM, unless persistent.
 type TPM struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// persistent keeps the TPM's state in DomainSpec.persistent_state_dir, which is then set: it
+	// outlives the VM, and a new VM given the same directory has the same TPM (its keys, NV
+	// indices and counters). A driver must declare Capabilities.persistent_state to be sent it.
+	Persistent    bool `protobuf:"varint,1,opt,name=persistent,proto3" json:"persistent,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -617,6 +646,13 @@ func (x *TPM) ProtoReflect() protoreflect.Message {
 // Deprecated: Use TPM.ProtoReflect.Descriptor instead.
 func (*TPM) Descriptor() ([]byte, []int) {
 	return file_core_domain_v1_domain_proto_rawDescGZIP(), []int{1}
+}
+
+func (x *TPM) GetPersistent() bool {
+	if x != nil {
+		return x.Persistent
+	}
+	return false
 }
 
 // LaunchSecurity is memory encryption by the host CPU. One member is set.
@@ -1874,8 +1910,13 @@ func (x *BIOS) GetUseSerial() bool {
 
 // EFI boots from UEFI firmware.
 type EFI struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	SecureBoot    bool                   `protobuf:"varint,1,opt,name=secure_boot,json=secureBoot,proto3" json:"secure_boot,omitempty"`
+	state      protoimpl.MessageState `protogen:"open.v1"`
+	SecureBoot bool                   `protobuf:"varint,1,opt,name=secure_boot,json=secureBoot,proto3" json:"secure_boot,omitempty"`
+	// persistent keeps the EFI variable store (boot entries, Secure Boot keys, the guest's own
+	// variables) in DomainSpec.persistent_state_dir, which is then set: made from the firmware's
+	// template (secure boot's or the plain one) when absent, and kept across VMs given the same
+	// directory. A driver must declare Capabilities.persistent_state to be sent it.
+	Persistent    bool `protobuf:"varint,2,opt,name=persistent,proto3" json:"persistent,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1913,6 +1954,13 @@ func (*EFI) Descriptor() ([]byte, []int) {
 func (x *EFI) GetSecureBoot() bool {
 	if x != nil {
 		return x.SecureBoot
+	}
+	return false
+}
+
+func (x *EFI) GetPersistent() bool {
+	if x != nil {
+		return x.Persistent
 	}
 	return false
 }
@@ -2510,7 +2558,7 @@ var File_core_domain_v1_domain_proto protoreflect.FileDescriptor
 
 const file_core_domain_v1_domain_proto_rawDesc = "" +
 	"\n" +
-	"\x1bcore/domain/v1/domain.proto\x12\x13kubevisor.domain.v1\"\xac\v\n" +
+	"\x1bcore/domain/v1/domain.proto\x12\x13kubevisor.domain.v1\"\xde\v\n" +
 	"\n" +
 	"DomainSpec\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x12\n" +
@@ -2541,11 +2589,15 @@ const file_core_domain_v1_domain_proto_rawDesc = "" +
 	"\x05sound\x18\x19 \x01(\v2\x1a.kubevisor.domain.v1.SoundR\x05sound\x12/\n" +
 	"\x13virtio_transitional\x18\x1a \x01(\bR\x12virtioTransitional\x12L\n" +
 	"\x0flaunch_security\x18\x1e \x01(\v2#.kubevisor.domain.v1.LaunchSecurityR\x0elaunchSecurity\x12*\n" +
-	"\x03tpm\x18! \x01(\v2\x18.kubevisor.domain.v1.TPMR\x03tpm\x1a9\n" +
+	"\x03tpm\x18! \x01(\v2\x18.kubevisor.domain.v1.TPMR\x03tpm\x120\n" +
+	"\x14persistent_state_dir\x18\" \x01(\tR\x12persistentStateDir\x1a9\n" +
 	"\vLabelsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\x05\n" +
-	"\x03TPM\"<\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"%\n" +
+	"\x03TPM\x12\x1e\n" +
+	"\n" +
+	"persistent\x18\x01 \x01(\bR\n" +
+	"persistent\"<\n" +
 	"\x0eLaunchSecurity\x12*\n" +
 	"\x03sev\x18\x01 \x01(\v2\x18.kubevisor.domain.v1.SEVR\x03sev\"\x1d\n" +
 	"\x03SEV\x12\x16\n" +
@@ -2630,10 +2682,13 @@ const file_core_domain_v1_domain_proto_rawDesc = "" +
 	"\x04boot\"%\n" +
 	"\x04BIOS\x12\x1d\n" +
 	"\n" +
-	"use_serial\x18\x01 \x01(\bR\tuseSerial\"&\n" +
+	"use_serial\x18\x01 \x01(\bR\tuseSerial\"F\n" +
 	"\x03EFI\x12\x1f\n" +
 	"\vsecure_boot\x18\x01 \x01(\bR\n" +
-	"secureBoot\"h\n" +
+	"secureBoot\x12\x1e\n" +
+	"\n" +
+	"persistent\x18\x02 \x01(\bR\n" +
+	"persistent\"h\n" +
 	"\n" +
 	"KernelBoot\x12\x1f\n" +
 	"\vkernel_path\x18\x01 \x01(\tR\n" +

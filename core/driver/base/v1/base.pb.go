@@ -469,8 +469,13 @@ type Capabilities struct {
 	// Interface.dhcp_options). An interface with one the driver does not declare is not sent to
 	// it.
 	InterfaceOptions []string `protobuf:"bytes,16,rep,name=interface_options,json=interfaceOptions,proto3" json:"interface_options,omitempty"`
-	unknownFields    protoimpl.UnknownFields
-	sizeCache        protoimpl.SizeCache
+	// Hypervisor: the driver keeps the state a domain spec asks to persist (tpm.persistent,
+	// firmware.efi.persistent) in DomainSpec.persistent_state_dir, across VMs given the same
+	// directory, as that field's comment requires. A domain spec asking for persistence is not
+	// sent to a driver that does not declare it.
+	PersistentState bool `protobuf:"varint,17,opt,name=persistent_state,json=persistentState,proto3" json:"persistent_state,omitempty"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
 }
 
 func (x *Capabilities) Reset() {
@@ -613,6 +618,13 @@ func (x *Capabilities) GetInterfaceOptions() []string {
 		return x.InterfaceOptions
 	}
 	return nil
+}
+
+func (x *Capabilities) GetPersistentState() bool {
+	if x != nil {
+		return x.PersistentState
+	}
+	return false
 }
 
 type FingerprintRequest struct {
@@ -837,7 +849,7 @@ const file_core_driver_base_v1_base_proto_rawDesc = "" +
 	"\vdescription\x18\x05 \x01(\tR\vdescription\"\x15\n" +
 	"\x13CapabilitiesRequest\"b\n" +
 	"\x14CapabilitiesResponse\x12J\n" +
-	"\fcapabilities\x18\x01 \x01(\v2&.kubevisor.driver.base.v1.CapabilitiesR\fcapabilities\"\xa3\x04\n" +
+	"\fcapabilities\x18\x01 \x01(\v2&.kubevisor.driver.base.v1.CapabilitiesR\fcapabilities\"\xce\x04\n" +
 	"\fCapabilities\x12=\n" +
 	"\bfeatures\x18\x01 \x03(\x0e2!.kubevisor.driver.base.v1.FeatureR\bfeatures\x12\x1a\n" +
 	"\bfirmware\x18\x02 \x03(\tR\bfirmware\x12\x1d\n" +
@@ -858,7 +870,8 @@ const file_core_driver_base_v1_base_proto_rawDesc = "" +
 	"\blauncher\x18\r \x01(\bR\blauncher\x12\x18\n" +
 	"\adevices\x18\x0e \x03(\tR\adevices\x12(\n" +
 	"\x10multi_queue_taps\x18\x0f \x01(\bR\x0emultiQueueTaps\x12+\n" +
-	"\x11interface_options\x18\x10 \x03(\tR\x10interfaceOptions\"\x14\n" +
+	"\x11interface_options\x18\x10 \x03(\tR\x10interfaceOptions\x12)\n" +
+	"\x10persistent_state\x18\x11 \x01(\bR\x0fpersistentState\"\x14\n" +
 	"\x12FingerprintRequest\"\x9c\x02\n" +
 	"\x13FingerprintResponse\x128\n" +
 	"\x06health\x18\x01 \x01(\x0e2 .kubevisor.driver.base.v1.HealthR\x06health\x12-\n" +
