@@ -156,6 +156,16 @@ func Validate(spec *domainv1.DomainSpec) error {
 	if v := spec.GetVnc(); v != nil && !filepath.IsAbs(v.GetSocketPath()) {
 		add("vnc.socketPath", "must be an absolute path, not %q", v.GetSocketPath())
 	}
+	// The persistent state directory goes with the state kept in it: both or neither.
+	persistent := spec.GetTpm().GetPersistent() || spec.GetFirmware().GetEfi().GetPersistent()
+	switch dir := spec.GetPersistentStateDir(); {
+	case persistent && dir == "":
+		add("persistentStateDir", "required with tpm.persistent or firmware.efi.persistent")
+	case !persistent && dir != "":
+		add("persistentStateDir", "set without tpm.persistent or firmware.efi.persistent, which keep state in it")
+	case dir != "" && !filepath.IsAbs(dir):
+		add("persistentStateDir", "must be an absolute path, not %q", dir)
+	}
 	for i, h := range spec.GetHostDevices() {
 		if !pciAddress.MatchString(h.GetPciAddress()) {
 			add(fmt.Sprintf("hostDevices[%d].pciAddress", i), "%q is not a PCI address (dddd:bb:ss.f)", h.GetPciAddress())

@@ -52,6 +52,16 @@ func TestValidateRejects(t *testing.T) {
 	}{
 		{"no id", func(s *domainv1.DomainSpec) { s.Id = "" }, "id"},
 		{"no memory", func(s *domainv1.DomainSpec) { s.Memory = nil }, "memory.guestBytes"},
+		{"a persistent TPM without a persistent state directory", func(s *domainv1.DomainSpec) {
+			s.Tpm = &domainv1.TPM{Persistent: true}
+		}, "persistentStateDir"},
+		{"a persistent state directory with nothing persistent", func(s *domainv1.DomainSpec) {
+			s.Tpm, s.PersistentStateDir = &domainv1.TPM{}, "/state"
+		}, "persistentStateDir"},
+		{"a relative persistent state directory", func(s *domainv1.DomainSpec) {
+			s.Firmware = &domainv1.Firmware{Boot: &domainv1.Firmware_Efi{Efi: &domainv1.EFI{Persistent: true}}}
+			s.PersistentStateDir = "state"
+		}, "persistentStateDir"},
 		{"huge page size not a power of two", func(s *domainv1.DomainSpec) {
 			s.Memory.Hugepages = &domainv1.Hugepages{PageSizeBytes: 3 << 20, Path: "/huge"}
 		}, "memory.hugepages.pageSizeBytes"},

@@ -107,6 +107,10 @@ type Inputs struct {
 	// DiskBus and CDROMBus replace DefaultDiskBus and DefaultCDROMBus for disks and cdroms whose
 	// VMI names no bus (a guest without AHCI needs its cdroms on scsi, for one).
 	DiskBus, CDROMBus domainv1.DiskBus
+	// PersistentStateDir is the node directory of the VM's state that outlives the VMI (the
+	// handler's Resolver.PersistentState), absolute. Required when the VMI has
+	// devices.tpm.persistent or firmware.bootloader.efi.persistent, and ignored otherwise.
+	PersistentStateDir string
 }
 
 // KernelArtifacts are the node paths of a kernel boot's files.
@@ -173,7 +177,9 @@ const (
 //     unless ac97); blockMultiQueue: each virtio disk's queues are the vCPUs;
 //     networkInterfaceMultiqueue: each virtio interface's queues (NICQueues);
 //     useVirtioTransitional: virtio_transitional (modern-only virtio devices without it); tpm
-//     unless its enabled is false.
+//     unless its enabled is false;
+//   - tpm.persistent and bootloader.efi.persistent: the TPM's and EFI's persistent, with
+//     persistent_state_dir from Inputs.PersistentStateDir (required then).
 //
 // What the VMI asks for that the domain spec cannot say is an error with the word "not
 // supported". Every error is in the returned Error.
@@ -260,8 +266,9 @@ func (b *builder) build() *domainv1.DomainSpec {
 	spec.Balloon = b.balloon()
 	spec.Sound = b.sound()
 	if d.Devices.TPM.IsEnabled() {
-		spec.Tpm = &domainv1.TPM{}
+		spec.Tpm = &domainv1.TPM{Persistent: d.Devices.TPM.IsPersistent()}
 	}
+	spec.PersistentStateDir = b.persistentStateDir()
 	spec.LaunchSecurity = b.launchSecurity()
 	spec.VirtioTransitional = ptr.Deref(d.Devices.UseVirtioTransitional, false)
 	b.ioThreads(spec)
@@ -484,7 +491,7 @@ func (b *builder) firmware() (*domainv1.Firmware, string) {
 	efi := f.Bootloader != nil && f.Bootloader.EFI != nil
 	if efi {
 		secure := f.Bootloader.EFI.SecureBoot == nil || *f.Bootloader.EFI.SecureBoot
-		fw.Boot = &domainv1.Firmware_Efi{Efi: &domainv1.EFI{SecureBoot: secure}}
+		fw.Boot = &domainv1.Firmware_Efi{Efi: &domainv1.EFI{SecureBoot: secure, Persistent: f.Bootloader.EFI.IsPersistent()}}
 	}
 	if kb := f.KernelBoot; kb != nil {
 		switch {
@@ -501,6 +508,25 @@ func (b *builder) firmware() (*domainv1.Firmware, string) {
 		}
 	}
 	return fw, uuid
+}
+
+// persistentStateDir is the VM's persistent state directory, for a VMI that keeps a TPM's state
+// or an EFI variable store beyond its life, and "" for one that keeps nothing. The error names
+// the field that asks for persistence.
+func (b *builder) persistentStateDir() string {
+	d := &b.vmi.Spec.Domain
+	if !d.PersistentState() {
+		return ""
+	}
+	if dir := b.in.PersistentStateDir; dir == "" || !filepath.IsAbs(dir) {
+		field := fieldDomain + ".devices.tpm.persistent"
+		if !d.Devices.TPM.IsPersistent() {
+			field = fieldDomain + ".firmware.bootloader.efi.persistent"
+		}
+		b.fail(field, "needs the VM's persistent state directory on the node, and none is given (%q)", dir)
+		return ""
+	}
+	return b.in.PersistentStateDir
 }
 
 // takeBoot records a boot order, failing when another device took it.

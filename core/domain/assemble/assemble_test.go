@@ -482,6 +482,36 @@ func TestDomain(t *testing.T) {
 			},
 		},
 		{
+			name: "tpm persistent: the flag and the persistent state directory",
+			vmi: func(v *v1alpha1.VirtualMachineInstance) {
+				v.Spec.Domain.Devices.TPM = &v1alpha1.TPMDevice{Persistent: ptr(true)}
+			},
+			inputs: func(in *assemble.Inputs) { in.PersistentStateDir = "/var/lib/kubevisor/persistent/default/demo" },
+			want: func(s *domainv1.DomainSpec) {
+				s.Tpm = &domainv1.TPM{Persistent: true}
+				s.PersistentStateDir = "/var/lib/kubevisor/persistent/default/demo"
+			},
+		},
+		{
+			name: "tpm persistent false: no directory, even when given",
+			vmi: func(v *v1alpha1.VirtualMachineInstance) {
+				v.Spec.Domain.Devices.TPM = &v1alpha1.TPMDevice{Persistent: ptr(false)}
+			},
+			inputs: func(in *assemble.Inputs) { in.PersistentStateDir = "/var/lib/kubevisor/persistent/default/demo" },
+			want:   func(s *domainv1.DomainSpec) { s.Tpm = &domainv1.TPM{} },
+		},
+		{
+			name: "efi persistent: the flag and the persistent state directory",
+			vmi: func(v *v1alpha1.VirtualMachineInstance) {
+				v.Spec.Domain.Firmware = &v1alpha1.Firmware{Bootloader: &v1alpha1.Bootloader{EFI: &v1alpha1.EFI{SecureBoot: ptr(false), Persistent: ptr(true)}}}
+			},
+			inputs: func(in *assemble.Inputs) { in.PersistentStateDir = "/state" },
+			want: func(s *domainv1.DomainSpec) {
+				s.Firmware = &domainv1.Firmware{Boot: &domainv1.Firmware_Efi{Efi: &domainv1.EFI{Persistent: true}}}
+				s.PersistentStateDir = "/state"
+			},
+		},
+		{
 			name: "BIOS output on the serial console",
 			vmi: func(v *v1alpha1.VirtualMachineInstance) {
 				v.Spec.Domain.Firmware = &v1alpha1.Firmware{Bootloader: &v1alpha1.Bootloader{BIOS: &v1alpha1.BIOS{UseSerial: ptr(true)}}}
@@ -691,6 +721,21 @@ func TestDomainRejects(t *testing.T) {
 		// want are the "field: detail" parts the error must hold.
 		want []string
 	}{
+		{
+			name: "tpm persistent without a persistent state directory",
+			vmi: func(v *v1alpha1.VirtualMachineInstance) {
+				v.Spec.Domain.Devices.TPM = &v1alpha1.TPMDevice{Persistent: ptr(true)}
+			},
+			want: []string{`spec.domain.devices.tpm.persistent: needs the VM's persistent state directory on the node, and none is given ("")`},
+		},
+		{
+			name: "efi persistent with a relative persistent state directory",
+			vmi: func(v *v1alpha1.VirtualMachineInstance) {
+				v.Spec.Domain.Firmware = &v1alpha1.Firmware{Bootloader: &v1alpha1.Bootloader{EFI: &v1alpha1.EFI{Persistent: ptr(true)}}}
+			},
+			inputs: func(in *assemble.Inputs) { in.PersistentStateDir = "state" },
+			want:   []string{`spec.domain.firmware.bootloader.efi.persistent: needs the VM's persistent state directory on the node, and none is given ("state")`},
+		},
 		{
 			name: "huge pages: a size x86_64 lacks",
 			vmi: func(v *v1alpha1.VirtualMachineInstance) {

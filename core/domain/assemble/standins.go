@@ -33,7 +33,7 @@ var standInNUMA = func() map[uint32]uint32 {
 
 // StandIns are Inputs with a stand-in for every driver result Domain needs: a prepared raw disk
 // for each of volumes (by name), an interface result with its own tap and MAC for each of
-// interfaces, a run directory, a kernel and a hugetlbfs directory. Given them, Domain reports only what is wrong with
+// interfaces, a run directory, a kernel, a hugetlbfs directory and a persistent state directory. Given them, Domain reports only what is wrong with
 // the VMI itself: the admission webhook's dry run, where there are no drivers, and the node
 // handler's check of a VMI before it calls any driver use them. The caller sets what is the
 // node's rather than a driver's (Acceleration, the buses, a kernel it has resolved).
@@ -49,6 +49,8 @@ func StandIns(volumes, interfaces []string) Inputs {
 		CPUs: standInCPUs,
 		// One NUMA node: the guest's NUMA nodes are the node's business.
 		HostNUMANodes: standInNUMA,
+		// Where the VM's persistent state is on the node is the node's business.
+		PersistentStateDir: StandInDir + "/persistent-state",
 	}
 	for _, v := range volumes {
 		in.Disks[v] = &storagev1.PreparedDisk{VolumeName: v, Path: StandInDir + "/" + v, Format: domainv1.DiskFormat_DISK_FORMAT_RAW}
