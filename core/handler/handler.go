@@ -33,8 +33,8 @@ type Options struct {
 	// Sandboxes gives each VMI's sandbox. Default: none (the drivers run the VMs on the node,
 	// without a network namespace).
 	Sandboxes Sandboxes
-	// Resolver finds images, claims and secrets on the node. Default: MapResolver over
-	// Config.Images and Config.Claims.
+	// Resolver finds images, claims, secrets and persistent state on the node. Default:
+	// MapResolver over Config.Images, Config.Claims and Config.StateDir.
 	Resolver Resolver
 	// ContainerDisks, when set, finds the disks of containerDisk volumes by volume (in a
 	// cluster, each has its own container); the other volumes still go to Resolver. Default:
@@ -122,7 +122,7 @@ func New(ctx context.Context, cfg Config, opts Options) (*Handler, error) {
 		opts.Logger = hclog.Default()
 	}
 	if opts.Resolver == nil {
-		opts.Resolver = MapResolver{Images: cfg.Images, Claims: cfg.Claims}
+		opts.Resolver = MapResolver{Images: cfg.Images, Claims: cfg.Claims, StateDir: cfg.StateDir}
 	}
 	if opts.ContainerDisks != nil {
 		opts.Resolver = byVolume{Resolver: opts.Resolver, ContainerDiskResolver: opts.ContainerDisks}

@@ -412,14 +412,25 @@ func (r *syncRun) allocateDevices(ctx context.Context) error {
 	return nil
 }
 
-// buildDomain builds the domain spec from the VMI and the drivers' results.
-func (r *syncRun) buildDomain(context.Context) error {
+// buildDomain builds the domain spec from the VMI and the drivers' results, and the VM's
+// persistent state directory from the Resolver when the VMI keeps state beyond its life.
+func (r *syncRun) buildDomain(ctx context.Context) error {
 	in := assemble.Inputs{
 		Disks: r.disks, Interfaces: r.ifaces, HostDevices: r.hostDevices, RunDir: r.st.RunDir,
 		Sandbox:      &domainv1.Sandbox{LauncherSocket: r.sandbox.LauncherSocket, NetnsPath: r.sandbox.NetNSPath},
 		Acceleration: r.accel, Kernel: r.p.kernel, DiskBus: r.diskBus, CDROMBus: r.cdromBus,
 		HugepagesDir: r.sandbox.HugepagesDir,
 		CPUs:         r.sandbox.CPUs, ExactCPUs: r.sandbox.ExactCPUs,
+	}
+	if r.vmi.Spec.Domain.PersistentState() {
+		// Asked for here, once the VMI passed checkSupported and its sandbox is open (in a
+		// cluster the directory is the launcher pod's claim), so that nothing is made for a VMI
+		// whose driver would refuse it.
+		dir, err := r.h.opts.Resolver.PersistentState(ctx, r.vmi)
+		if err != nil {
+			return failed(ReasonDomainFailed, fmt.Errorf("%s: %w", persistentStateField(r.vmi), err))
+		}
+		in.PersistentStateDir = dir
 	}
 	if r.vmi.Spec.Domain.NUMAPassthrough() {
 		nodes, err := hostNUMANodes("/sys")
@@ -434,6 +445,15 @@ func (r *syncRun) buildDomain(context.Context) error {
 	}
 	r.spec = spec
 	return nil
+}
+
+// persistentStateField is the field by which vmi asks for persistent state: its TPM's, else
+// its EFI firmware's.
+func persistentStateField(vmi *v1alpha1.VirtualMachineInstance) string {
+	if vmi.Spec.Domain.Devices.TPM.IsPersistent() {
+		return "spec.domain.devices.tpm.persistent"
+	}
+	return "spec.domain.firmware.bootloader.efi.persistent"
 }
 
 // createVM is hypervisor Create of the VM in its run directory; its handle is recorded, for

@@ -3,6 +3,7 @@ package handler
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -238,6 +239,15 @@ func TestBadInput(t *testing.T) {
 			message: []string{`spec.volumes[1].cloudInitNoCloud.secretRef: secret "my-userdata": not supported without a cluster`},
 		},
 		{
+			name: "persistent EFI on a hypervisor driver that keeps no persistent state",
+			uid:  "uid-persistent",
+			mutate: func(v *v1alpha1.VirtualMachineInstance) {
+				v.Spec.Domain.Firmware = &v1alpha1.Firmware{Bootloader: &v1alpha1.Bootloader{EFI: &v1alpha1.EFI{Persistent: ptr(true)}}}
+			},
+			reason:  ReasonUnsupported,
+			message: []string{`spec.domain.firmware.bootloader.efi.persistent: a persistent EFI variable store is not supported by the hypervisor driver "fake"`},
+		},
+		{
 			name:    "storage fails",
 			uid:     "uid-fail-storage",
 			reason:  ReasonStorageFailed,
@@ -305,6 +315,11 @@ func TestBadInput(t *testing.T) {
 				t.Errorf("Stop = %s, %v; want Failed", final.Phase, err)
 			}
 		})
+	}
+
+	// The VMI refused for its persistent EFI had no persistent state made for it.
+	if _, err := os.Stat(filepath.Join(e.cfg.StateDir, PersistentStateDirName)); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("persistent state of a refused VMI: %v, want none", err)
 	}
 
 	// The good VMI is untouched.

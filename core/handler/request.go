@@ -32,6 +32,9 @@ type Resolver interface {
 	Claim(ctx context.Context, vmi *v1alpha1.VirtualMachineInstance, claim string) (string, error)
 	// Secret returns the data of a secret in the VMI's namespace.
 	Secret(ctx context.Context, vmi *v1alpha1.VirtualMachineInstance, name string) (map[string][]byte, error)
+	// PersistentState returns the node path of the VMI's persistent state directory (the TPM
+	// state and EFI variable store that outlive the VMI), for a VMI that asks for one.
+	PersistentState(ctx context.Context, vmi *v1alpha1.VirtualMachineInstance) (string, error)
 }
 
 // ContainerDiskResolver finds the disk of a containerDisk volume by the volume, not only by its
@@ -50,11 +53,20 @@ type byVolume struct {
 
 // MapResolver resolves images and claims from maps (Config.Images, Config.Claims); an image
 // reference that is a path (absolute, or starting with ./ or ../) is that path. It knows no
-// secrets.
+// secrets. It keeps persistent state under StateDir (PersistentState).
 type MapResolver struct {
 	Images map[string]string
 	Claims map[string]string
+	// StateDir is the handler's node state directory (Config.StateDir), under which
+	// PersistentState keeps the VMs' persistent state. Empty: no VMI can have any.
+	StateDir string
 }
+
+// PersistentStateDirName is the subdirectory of the handler's node state directory where
+// MapResolver keeps each VM's persistent state, at <namespace>/<name>: a VMI's name, not its
+// UID, so that the VMI made again for the same VM finds it. Nothing of the handler removes
+// it, undo included (it removes the VMI's own run and work directories).
+const PersistentStateDirName = "persistent"
 
 var errNotFound = errors.New("not found")
 
@@ -82,6 +94,35 @@ func (r MapResolver) Claim(_ context.Context, vmi *v1alpha1.VirtualMachineInstan
 // Secret implements Resolver.
 func (MapResolver) Secret(_ context.Context, _ *v1alpha1.VirtualMachineInstance, name string) (map[string][]byte, error) {
 	return nil, fmt.Errorf("secret %q: not supported without a cluster", name)
+}
+
+// PersistentState implements Resolver: StateDir/persistent/<namespace>/<name> (namespace
+// "default" when the VMI has none), made 0700 with its parents when absent and used as found
+// otherwise.
+func (r MapResolver) PersistentState(_ context.Context, vmi *v1alpha1.VirtualMachineInstance) (string, error) {
+	if r.StateDir == "" {
+		return "", errors.New("persistent state: the handler has no node state directory to keep it in")
+	}
+	ns := vmi.Namespace
+	if ns == "" {
+		ns = "default"
+	}
+	// Namespaces and VMI names are DNS labels and subdomains: no "/" and never "." or "..";
+	// checked here all the same, as the path is made from them.
+	for _, part := range []string{ns, vmi.Name} {
+		if part == "" || part == "." || part == ".." || strings.ContainsRune(part, '/') {
+			return "", fmt.Errorf("persistent state: %q is not a namespace or VMI name to keep state under", part)
+		}
+	}
+	dir := filepath.Join(r.StateDir, PersistentStateDirName, ns, vmi.Name)
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return "", fmt.Errorf("persistent state: %w", err)
+	}
+	// MkdirAll leaves an existing directory's mode as it is, and a new one's to the umask.
+	if err := os.Chmod(dir, 0o700); err != nil {
+		return "", fmt.Errorf("persistent state: %w", err)
+	}
+	return dir, nil
 }
 
 // plan is what a sync asks the drivers for, worked out from the VMI before any driver is

@@ -140,7 +140,7 @@ func TestCheckSupported(t *testing.T) {
 		hypervisorCaps: &basev1.Capabilities{
 			Firmware: []string{"bios", "efi", "kernel"}, DiskBuses: []string{"virtio", "sata", "scsi"}, NicModels: []string{"virtio", "e1000"},
 			MachineTypes: []string{"q35", "pc-q35-*"}, SecureBoot: true, Vnc: true, Devices: allDevices(),
-			Features: []basev1.Feature{basev1.Feature_FEATURE_HYPERVISOR_GUEST_EXEC},
+			Features: []basev1.Feature{basev1.Feature_FEATURE_HYPERVISOR_GUEST_EXEC}, PersistentState: true,
 		},
 		networkCaps: &basev1.Capabilities{Bindings: []string{"bridge", "masquerade"}, MultiQueueTaps: true},
 		stCaps:      &basev1.Capabilities{VolumeTypes: []string{"containerDisk", "cloudInitNoCloud"}},
@@ -201,6 +201,32 @@ func TestCheckSupported(t *testing.T) {
 				`spec.domain.firmware.bootloader.efi.secureBoot: Secure Boot is not supported by the hypervisor driver "hv"`,
 				`spec.domain.devices.autoattachGraphicsDevice: a VNC console is not supported by the hypervisor driver "hv"`,
 			},
+		},
+		{
+			name: "persistent TPM and EFI declared",
+			vmi: func(v *v1alpha1.VirtualMachineInstance) {
+				v.Spec.Domain.Devices.TPM = &v1alpha1.TPMDevice{Persistent: ptr(true)}
+				v.Spec.Domain.Firmware = &v1alpha1.Firmware{Bootloader: &v1alpha1.Bootloader{EFI: &v1alpha1.EFI{Persistent: ptr(true)}}}
+			},
+		},
+		{
+			name: "persistent TPM and EFI not declared",
+			vmi: func(v *v1alpha1.VirtualMachineInstance) {
+				v.Spec.Domain.Devices.TPM = &v1alpha1.TPMDevice{Persistent: ptr(true)}
+				v.Spec.Domain.Firmware = &v1alpha1.Firmware{Bootloader: &v1alpha1.Bootloader{EFI: &v1alpha1.EFI{Persistent: ptr(true)}}}
+			},
+			caps: func(c *driverCaps) { c.hypervisorCaps.PersistentState = false },
+			want: []string{
+				`spec.domain.devices.tpm.persistent: a persistent TPM is not supported by the hypervisor driver "hv" (it does not declare Capabilities.persistent_state)`,
+				`spec.domain.firmware.bootloader.efi.persistent: a persistent EFI variable store is not supported by the hypervisor driver "hv"`,
+			},
+		},
+		{
+			name: "a TPM that keeps nothing asks nothing of persistent_state",
+			vmi: func(v *v1alpha1.VirtualMachineInstance) {
+				v.Spec.Domain.Devices.TPM = &v1alpha1.TPMDevice{Persistent: ptr(false)}
+			},
+			caps: func(c *driverCaps) { c.hypervisorCaps.PersistentState = false },
 		},
 		{
 			name: "rng offered",
@@ -596,5 +622,48 @@ func TestMakePlanClaimCapacity(t *testing.T) {
 				t.Errorf("volume %v, want capacity_bytes %d", got, tt.want)
 			}
 		})
+
+func TestMapResolverPersistentState(t *testing.T) {
+	ctx := context.Background()
+	state := t.TempDir()
+	r := MapResolver{StateDir: state}
+	vmi := testVMI("demo", "uid-1", "/images/root.qcow2")
+	vmi.Namespace = "team"
+	dir, err := r.PersistentState(ctx, vmi)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := filepath.Join(state, PersistentStateDirName, "team", "demo"); dir != want {
+		t.Fatalf("dir %q, want %q", dir, want)
+	}
+	fi, err := os.Stat(dir)
+	if err != nil || !fi.IsDir() || fi.Mode().Perm() != 0o700 {
+		t.Fatalf("dir %v, %v: want a directory of mode 0700", fi, err)
+	}
+	// A later VMI of the same name (another UID) finds what the first left, as it was.
+	if err := os.WriteFile(filepath.Join(dir, "kept"), []byte("x"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	vmi.UID = "uid-2"
+	again, err := r.PersistentState(ctx, vmi)
+	if err != nil || again != dir {
+		t.Fatalf("second VMI: %q, %v; want %q", again, err, dir)
+	}
+	if _, err := os.Stat(filepath.Join(again, "kept")); err != nil {
+		t.Errorf("the first VMI's state is gone: %v", err)
+	}
+	// Another namespace's VMI of the same name has its own.
+	vmi.Namespace = "other"
+	if other, err := r.PersistentState(ctx, vmi); err != nil || other == dir {
+		t.Errorf("another namespace: %q, %v; want a directory other than %q", other, err, dir)
+	}
+	for _, bad := range []string{"..", "a/b"} {
+		vmi.Name = bad
+		if d, err := r.PersistentState(ctx, vmi); err == nil {
+			t.Errorf("name %q: %q, want an error", bad, d)
+		}
+	}
+	if d, err := (MapResolver{}).PersistentState(ctx, vmi); err == nil {
+		t.Errorf("no state directory: %q, want an error", d)
 	}
 }

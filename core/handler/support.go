@@ -71,6 +71,15 @@ func checkSupported(vmi *v1alpha1.VirtualMachineInstance, spec *domainv1.DomainS
 	if spec.GetFirmware().GetEfi().GetSecureBoot() && !c.hypervisorCaps.GetSecureBoot() {
 		errs.add("spec.domain.firmware.bootloader.efi.secureBoot", "Secure Boot is not supported by the hypervisor driver %q (set secureBoot: false)", c.hypervisor)
 	}
+	// Persistent state, by the field that asks for it.
+	if !c.hypervisorCaps.GetPersistentState() {
+		if spec.GetTpm().GetPersistent() {
+			errs.add("spec.domain.devices.tpm.persistent", "a persistent TPM is not supported by the hypervisor driver %q (it does not declare Capabilities.persistent_state): drop persistent, and the TPM's state lasts as long as the VMI", c.hypervisor)
+		}
+		if spec.GetFirmware().GetEfi().GetPersistent() {
+			errs.add("spec.domain.firmware.bootloader.efi.persistent", "a persistent EFI variable store is not supported by the hypervisor driver %q (it does not declare Capabilities.persistent_state): drop persistent, and the store lasts as long as the VMI", c.hypervisor)
+		}
+	}
 	// Machine type.
 	if t := spec.GetMachine().GetType(); t != "" && !driver.MachineTypeDeclared(c.hypervisorCaps, t) {
 		unsupported("spec.domain.machine.type", "machine type", t, "hypervisor", c.hypervisor, c.hypervisorCaps.GetMachineTypes())
