@@ -83,13 +83,15 @@ type Cmdline struct {
 	Args []string
 	// ExtraFiles are paths the launcher opens and passes to QEMU: the i-th becomes fd 3+i.
 	ExtraFiles []string
-	// VarsTemplate, when set, is copied to Paths.Vars before the first start.
+	// VarsTemplate, when set, is copied to Paths.Vars before the first start (of the first VM
+	// given the persistent state directory, for a persistent EFI variable store).
 	VarsTemplate string
 	// TPM, when set, is the swtpm to start with QEMU, joined to it by a socketpair.
 	TPM *TPMCmd
 }
 
-// Paths are the files the driver keeps in a VM's run dir.
+// Paths are the files the driver keeps in a VM's run dir, and in its persistent state
+// directory what the spec asks to keep there (Vars, TPMState).
 type Paths struct {
 	QMP    string
 	Serial string
@@ -104,7 +106,8 @@ type Paths struct {
 }
 
 // RunPaths returns the paths of a VM's files in runDir. The serial socket is the spec's when it
-// names one.
+// names one; the TPM's state and the EFI variable store are in the spec's persistent state
+// directory when it asks to keep them (PersistentTPMDir, PersistentVarsFile).
 func RunPaths(spec *domainv1.DomainSpec, runDir string) Paths {
 	p := Paths{
 		QMP:    filepath.Join(runDir, "qmp.sock"),
@@ -119,6 +122,14 @@ func RunPaths(spec *domainv1.DomainSpec, runDir string) Paths {
 	}
 	if s := spec.GetSerial().GetSocketPath(); s != "" {
 		p.Serial = s
+	}
+	if dir := spec.GetPersistentStateDir(); dir != "" {
+		if spec.GetTpm().GetPersistent() {
+			p.TPMState = filepath.Join(dir, PersistentTPMDir)
+		}
+		if spec.GetFirmware().GetEfi().GetPersistent() {
+			p.Vars = filepath.Join(dir, PersistentVarsFile)
+		}
 	}
 	return p
 }

@@ -182,6 +182,8 @@ func (d *Driver) capabilities() *basev1.Capabilities {
 		HostDevices: true,
 		TapFd:       true,
 		Launcher:    true,
+		// The TPM's state and the EFI variable store in persistent_state_dir (persistent.go).
+		PersistentState: true,
 		Devices: []string{driver.DeviceRNG, driver.DeviceChassis, driver.DeviceFeatures, driver.DeviceClock,
 			driver.DeviceInput, driver.DeviceWatchdog, driver.DeviceBalloon, driver.DeviceDiskOptions,
 			driver.DeviceCPUFeatures, driver.DeviceNICOptions,

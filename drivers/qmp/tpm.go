@@ -23,7 +23,11 @@ import (
 // the other (fd=N), so neither waits for a socket path to appear and no other process of the
 // sandbox can reach the TPM. QEMU hands swtpm the data channel over the control channel itself
 // (CMD_SET_DATAFD). The state is in the run directory (Paths.TPMState): a restart of QEMU (a
-// guest power-off and Start, a reboot) keeps it, the VM's deletion drops it.
+// guest power-off and Start, a reboot) keeps it, the VM's deletion drops it. A persistent TPM's
+// is in the persistent state directory (PersistentTPMDir) instead, which the VM's deletion
+// leaves: swtpm (with no swtpm_setup before it) manufactures a TPM in an empty state directory
+// at its first TPM2_Startup and loads the one it finds on every later start, so a new VM given
+// the directory has the same TPM (its seeds, NV indices and counters).
 
 // SWTPMInfo is what the driver found of swtpm on this node.
 type SWTPMInfo struct {

@@ -25,8 +25,9 @@ import (
 	"github.com/kubevisor/kubevisor/internal/testenv"
 )
 
-// tpmLine is the test guest's KUBEVISOR-TPM line for a TPM 2.0 on CRB whose PCR 0 it read.
-var tpmLine = regexp.MustCompile(`^tpm0 version=2 driver=tpm_crb pcr0=[0-9A-Fa-f]{64}$`)
+// tpmLine is the test guest's KUBEVISOR-TPM line for a TPM 2.0 on CRB whose PCR 0 and reset count
+// it read.
+var tpmLine = regexp.MustCompile(`^tpm0 version=2 driver=tpm_crb pcr0=[0-9A-Fa-f]{64} resets=[0-9]+$`)
 
 func TestSWTPMProbe(t *testing.T) {
 	t.Parallel()

@@ -343,10 +343,8 @@ func (d *Driver) launch(ctx context.Context, v *vm, host *HostInfo) error {
 		}
 	}
 	if cl.VarsTemplate != "" {
-		if _, err := os.Stat(v.paths.Vars); errors.Is(err, os.ErrNotExist) {
-			if err := copyFile(cl.VarsTemplate, v.paths.Vars); err != nil {
-				return status.Errorf(codes.FailedPrecondition, "copy UEFI variables: %v", err)
-			}
+		if err := prepareVars(v.spec, cl.VarsTemplate, v.paths.Vars); err != nil {
+			return err
 		}
 	}
 	var files []*os.File
@@ -859,7 +857,11 @@ func (d *Driver) Delete(_ context.Context, id string) error {
 		return status.Errorf(codes.FailedPrecondition, "vm %q is %s: stop it first", id, st)
 	}
 	v.mu.Unlock()
-	made := []string{v.paths.QMP, v.paths.Serial, v.paths.PID, v.paths.Log, v.paths.Vars, v.paths.Agent, v.spec.GetVnc().GetSocketPath()}
+	made := []string{v.paths.QMP, v.paths.Serial, v.paths.PID, v.paths.Log, v.paths.Agent, v.spec.GetVnc().GetSocketPath()}
+	if !v.spec.GetFirmware().GetEfi().GetPersistent() {
+		// A persistent store is the persistent state directory's, which outlives the VM.
+		made = append(made, v.paths.Vars)
+	}
 	for _, p := range made {
 		if p != "" {
 			if err := os.Remove(p); err != nil && !errors.Is(err, os.ErrNotExist) {
