@@ -71,7 +71,11 @@ type Guest struct {
 	AgentMarker string
 	// TPMMarker starts the console line on which the guest names the first TPM its kernel
 	// found, with its TPM major version as version=N, before ReadyMarker ("KUBEVISOR-TPM: tpm0
-	// version=2 driver=tpm_crb"), or says none. Without it Devices/TPM is skipped.
+	// version=2 driver=tpm_crb"), or says none. Without it Devices/TPM is skipped. When the
+	// line also has resets=N, the TPM's reset count (TPM2_ReadClock's clockInfo.resetCount,
+	// which the TPM keeps in its state and counts up at every TPM reset, each boot),
+	// TPM/Persistent checks by it that a persistent TPM's state is kept; it is skipped
+	// otherwise.
 	TPMMarker string
 	// MemoryBytes is the guest memory. Default: DefaultGuestMemory.
 	MemoryBytes uint64
@@ -240,6 +244,7 @@ func (g Guest) withDefaults() Guest {
 //	Devices/Sound                       (device "sound"; Guest.PCIMarker)
 //	Devices/VirtioTransitional          (devices "balloon" and "virtio-transitional"; Guest.PCIMarker)
 //	Devices/TPM                         (device "tpm"; Guest.TPMMarker)
+//	TPM/Persistent                      (device "tpm", Capabilities.persistent_state; Guest.TPMMarker with resets=N)
 //	Clock/Start                         (device "clock"; Guest.ClockMarker)
 //	CPU/Features                        (device "cpu-features"; Guest.CPUFlagsMarker)
 //	CPU/Pinning                         (device "cpu-pinning"; the kit on two CPUs or more)
@@ -336,6 +341,9 @@ func VM(t T, hv HypervisorFactory, st StorageFactory, g Guest, opts ...Option) {
 		t.Run("Sound", s.checkDevicesSound)
 		t.Run("VirtioTransitional", s.checkDevicesVirtioTransitional)
 		t.Run("TPM", s.checkDevicesTPM)
+	})
+	t.Run("TPM", func(t T) {
+		t.Run("Persistent", s.checkTPMPersistent)
 	})
 	t.Run("Clock", func(t T) {
 		t.Run("Start", s.checkClockStart)

@@ -86,7 +86,7 @@ var vmChecks = []string{
 	"Boot/ConsoleMarker", "CloudInit/UserDataReachesGuest", "CloudInit/ConfigDrive",
 	"Shutdown/GracefulWithinTimeout", "Kill", "Pause/StopsGuest", "Reboot/SecondBoot", "SoftReboot/BootsAgain", "GuestAgent/PingExec", "Display/RFBSessions",
 	"Recover/AfterDriverKilled", "Devices/RNG", "Devices/Chassis", "Devices/Watchdog", "Devices/Balloon", "Devices/Input",
-	"Devices/Sound", "Devices/VirtioTransitional", "Devices/TPM", "Clock/Start", "CPU/Features", "CPU/Pinning", "Storage/NotAnImage",
+	"Devices/Sound", "Devices/VirtioTransitional", "Devices/TPM", "TPM/Persistent", "Clock/Start", "CPU/Features", "CPU/Pinning", "Storage/NotAnImage",
 }
 
 // TestVMRealDrivers runs the VM checks against the QEMU driver (drivers/qmp) and the local
@@ -293,6 +293,7 @@ func TestVMUndeclaredAreSkipped(t *testing.T) {
 			"Devices/Sound":                  conformance.StatusSkip,
 			"Devices/VirtioTransitional":     conformance.StatusSkip,
 			"Devices/TPM":                    conformance.StatusSkip,
+			"TPM/Persistent":                 conformance.StatusSkip,
 			"Clock/Start":                    conformance.StatusSkip,
 			"CPU/Features":                   conformance.StatusSkip,
 			"CPU/Pinning":                    conformance.StatusSkip,
@@ -315,6 +316,7 @@ func TestVMUndeclaredAreSkipped(t *testing.T) {
 			"Devices/Sound":                  `does not declare the device "sound"`,
 			"Devices/VirtioTransitional":     `does not declare the device "balloon"`,
 			"Devices/TPM":                    `does not declare the device "tpm"`,
+			"TPM/Persistent":                 `does not declare the device "tpm"`,
 			"Clock/Start":                    `does not declare the device "clock"`,
 			"CPU/Features":                   `does not declare the device "cpu-features"`,
 			"CPU/Pinning":                    `does not declare the device "cpu-pinning"`,
@@ -444,6 +446,69 @@ func (h devicesDropped) Create(ctx context.Context, spec *domainv1.DomainSpec) (
 		spec.Cpu.Features, spec.Cpu.Pinning = nil, nil
 	}
 	return h.Driver.Create(ctx, spec)
+}
+
+// TestVMPersistentTPM runs TPM/Persistent alone against the QEMU driver (TestVMRealDrivers
+// runs it among all the checks), so that it and its controls below run side by side.
+func TestVMPersistentTPM(t *testing.T) {
+	g := testGuest(t)
+	hv := qmp.New(qmp.WithLogger(qmpLogger()))
+	t.Cleanup(func() { _ = hv.Close() })
+	rec := runVM(t, "TPM", hv, storage.New(nil), g)
+	expectStatus(t, rec, map[string]conformance.Status{"TPM/Persistent": conformance.StatusPass}, nil)
+}
+
+// persistenceIgnored is the QEMU driver declaring Capabilities.persistent_state and keeping
+// nothing in the persistent state directory: its VMs' TPM state stays in their run
+// directories.
+type persistenceIgnored struct{ *qmp.Driver }
+
+func (h persistenceIgnored) Create(ctx context.Context, spec *domainv1.DomainSpec) (*hypervisorv1.Handle, error) {
+	spec = proto.CloneOf(spec)
+	spec.PersistentStateDir = ""
+	if spec.Tpm != nil {
+		spec.Tpm.Persistent = false
+	}
+	if efi := spec.GetFirmware().GetEfi(); efi != nil {
+		efi.Persistent = false
+	}
+	return h.Driver.Create(ctx, spec)
+}
+
+// TestVMPersistenceIgnored: TPM/Persistent fails against a driver that declares persistent
+// state and ignores the directory (each VM gets a new TPM).
+func TestVMPersistenceIgnored(t *testing.T) {
+	g := testGuest(t)
+	hv := qmp.New(qmp.WithLogger(qmpLogger()))
+	t.Cleanup(func() { _ = hv.Close() })
+	rec := runVM(t, "TPM", persistenceIgnored{hv}, storage.New(nil), g)
+	expectStatus(t, rec, map[string]conformance.Status{"TPM/Persistent": conformance.StatusFail},
+		map[string]string{"TPM/Persistent": "the persistent state directory holds nothing after the VM with the persistent TPM was deleted"})
+}
+
+// persistenceReset is the QEMU driver keeping its VMs' TPM state in the persistent state
+// directory and emptying the directory at every Create: each VM gets a new TPM there.
+type persistenceReset struct{ *qmp.Driver }
+
+func (h persistenceReset) Create(ctx context.Context, spec *domainv1.DomainSpec) (*hypervisorv1.Handle, error) {
+	if dir := spec.GetPersistentStateDir(); dir != "" {
+		ents, _ := os.ReadDir(dir)
+		for _, e := range ents {
+			_ = os.RemoveAll(filepath.Join(dir, e.Name()))
+		}
+	}
+	return h.Driver.Create(ctx, spec)
+}
+
+// TestVMPersistenceReset: TPM/Persistent fails against a driver that keeps the TPM's state in
+// the directory and does not reuse it (the second VM's TPM counts its resets from the start).
+func TestVMPersistenceReset(t *testing.T) {
+	g := testGuest(t)
+	hv := qmp.New(qmp.WithLogger(qmpLogger()))
+	t.Cleanup(func() { _ = hv.Close() })
+	rec := runVM(t, "TPM", persistenceReset{hv}, storage.New(nil), g)
+	expectStatus(t, rec, map[string]conformance.Status{"TPM/Persistent": conformance.StatusFail},
+		map[string]string{"TPM/Persistent": "a new TPM, not the one whose state the persistent state directory was to keep"})
 }
 
 // TestVMDevicesIgnored: the Devices and Clock checks fail against a driver that accepts the
