@@ -10,6 +10,7 @@
 #   $OUT/cmdline            the kernel command line to boot them with
 #   $OUT/disk.raw           the same guest as an MBR disk that boots with SeaBIOS (syslinux on
 #   $OUT/disk.qcow2         a FAT partition; built on image files, no mounts or loop devices)
+#                           and with UEFI (OVMF, without Secure Boot: syslinux.efi is unsigned)
 #   $OUT/BUILD-INFO         package versions and sha256 sums of the above
 #   $OUT/containerdisk/     disk.qcow2 as a containerDisk image, kubevisor/test-guest:latest
 #   $OUT/containerdisk.tar  (/disk/disk.qcow2, owner 107:107, mode 0444): an OCI image layout,
@@ -36,11 +37,12 @@ export SOURCE_DATE_EPOCH=${SOURCE_DATE_EPOCH:-1700000000}
 ROOTFS=hack/guest/rootfs
 # Modules loaded at boot when the kernel has them as modules (built-in or absent ones are
 # skipped): virtio devices, CD-ROM/disk buses, the seed filesystems, the ACPI power button,
-# the TPM interfaces (built into the Debian cloud kernel).
+# the TPM interfaces (built into the Debian cloud kernel), efivarfs (the EFI variables of a
+# guest booted with UEFI).
 MODULES=(
   virtio_pci virtio_net virtio_blk virtio_scsi virtio_balloon virtio_console virtio_rng
   ata_piix ahci sd_mod sr_mod isofs vfat nls_cp437 nls_iso8859_1 nls_utf8
-  e1000 e1000e button evdev virtio_input tpm_crb tpm_tis
+  e1000 e1000e button evdev virtio_input tpm_crb tpm_tis efivarfs
 )
 
 start=$SECONDS
@@ -179,7 +181,14 @@ find "$root" -exec touch -h -d "@$SOURCE_DATE_EPOCH" {} +
 cp "$work/kernel/boot/vmlinuz-$kver" "$work/vmlinuz"
 echo "$CMDLINE" >"$work/cmdline"
 
-step "disk: ${DISK_MB} MiB MBR, FAT16 partition with syslinux"
+# The disk boots with UEFI too: OVMF finds the removable-media loader \EFI\BOOT\BOOTX64.EFI
+# on the FAT partition of an MBR disk, here syslinux's EFI build (syslinux-efi, fetched like
+# the kernel) with its ldlinux.e64 (syslinux-common, a host tool) and the same configuration.
+fetch_deb syslinux-efi
+sdeb=$deb
+dpkg-deb -x "$sdeb" "$work/syslinux-efi"
+
+step "disk: ${DISK_MB} MiB MBR, FAT16 partition with syslinux (BIOS) and syslinux.efi (UEFI)"
 part_start=2048 # sectors: the partition starts at 1 MiB
 part_kib=$(((DISK_MB * 2048 - part_start) / 2))
 cat >"$work/syslinux.cfg" <<EOF
@@ -198,6 +207,10 @@ mcopy -i "$fat" "$work/vmlinuz" ::/vmlinuz
 mcopy -i "$fat" "$work/initramfs.cpio.gz" ::/initrd.gz
 mcopy -i "$fat" "$work/syslinux.cfg" ::/syslinux.cfg
 syslinux --install "$fat" # boot sector + ldlinux.sys/ldlinux.c32, through mtools
+mmd -i "$fat" ::/EFI ::/EFI/BOOT
+mcopy -i "$fat" "$work/syslinux-efi/usr/lib/SYSLINUX.EFI/efi64/syslinux.efi" ::/EFI/BOOT/BOOTX64.EFI
+mcopy -i "$fat" /usr/lib/syslinux/modules/efi64/ldlinux.e64 ::/EFI/BOOT/ldlinux.e64
+mcopy -i "$fat" "$work/syslinux.cfg" ::/EFI/BOOT/syslinux.cfg
 truncate -s "${DISK_MB}M" "$work/disk.raw"
 printf 'label: dos\nlabel-id: 0x4b564731\nstart=%d, type=e, bootable\n' "$part_start" |
   sfdisk --quiet "$work/disk.raw"
@@ -209,6 +222,7 @@ qemu-img convert -f raw -O qcow2 "$work/disk.raw" "$work/disk.qcow2"
   echo "kernel-package=$kpkg $(dpkg-deb -f "$kdeb" Version)"
   echo "kernel-release=$kver"
   echo "busybox=busybox-static $(dpkg-deb -f "$bdeb" Version)"
+  echo "efi-loader=syslinux-efi $(dpkg-deb -f "$sdeb" Version)"
   echo "user=${user_versions[*]}"
   echo "cmdline=$CMDLINE"
   echo "modules=${loaded[*]}"
