@@ -48,6 +48,64 @@ func (s *vmSuite) checkTPMPersistent(t T) {
 	}
 }
 
+// checkFirmwareEFIPersistent: a VM booting the guest's disk with EFI firmware whose variable
+// store is persistent keeps the store in the persistent state directory, and a new VM given
+// the same directory after the first is deleted boots with the same store. The guest shows it
+// by the boots its store has seen (Guest.EFIVarMarker's boots=N, a variable it adds at each
+// boot): the second VM's is above the first's.
+func (s *vmSuite) checkFirmwareEFIPersistent(t T) {
+	_, caps := s.hypervisor(t)
+	switch {
+	case !slices.Contains(caps.GetFirmware(), "efi"):
+		t.Skipf("the hypervisor does not declare firmware efi (Capabilities.firmware: %v)", caps.GetFirmware())
+	case !caps.GetPersistentState():
+		t.Skipf("the hypervisor does not declare Capabilities.persistent_state")
+	case s.guest.Disk == "" || s.guest.EFIVarMarker == "":
+		t.Skipf("the guest has no disk that boots with UEFI and counts its boots in the EFI variable store (Guest.Disk, Guest.EFIVarMarker)")
+	}
+	dir := t.TempDir()
+	persistent := func(spec *domainv1.DomainSpec) {
+		spec.Firmware.Boot = &domainv1.Firmware_Efi{Efi: &domainv1.EFI{Persistent: true}}
+		spec.PersistentStateDir = dir
+		booted := false
+		for _, d := range spec.Disks {
+			if d.GetName() == containerDiskVolume {
+				d.BootOrder, booted = 1, true
+			}
+		}
+		if !booted {
+			t.Skipf("the storage driver does not declare volume type containerDisk, the guest's disk that boots with UEFI")
+		}
+	}
+
+	first := s.bootWith(t, "", persistent)
+	boots1 := s.efiBoots(t, first)
+	s.destroy(t, first)
+	if ents, err := os.ReadDir(dir); err != nil || len(ents) == 0 {
+		t.Fatalf("the persistent state directory holds nothing after the VM with the persistent EFI variable store was deleted (%v): the driver did not keep the store there, or removed it", err)
+	}
+
+	second := s.bootWith(t, "", persistent)
+	if boots2 := s.efiBoots(t, second); boots2 <= boots1 {
+		t.Errorf("the second VM's EFI variable store has seen %d boots, the first's %d: a new store, not the one the persistent state directory was to keep", boots2, boots1)
+	}
+}
+
+// efiBoots returns the boots the guest's EFI variable store has seen (boots=N).
+func (s *vmSuite) efiBoots(t T, vm *guestVM) uint64 {
+	t.Helper()
+	lines := markerLines(vm.console.out.String(), s.guest.EFIVarMarker)
+	if len(lines) == 0 {
+		t.Fatalf("the guest printed no %q line before it was ready; %s", s.guest.EFIVarMarker, vm.console.out.Tail())
+	}
+	v, ok := strings.CutPrefix(lines[0], "boots=")
+	n, err := strconv.ParseUint(v, 10, 32)
+	if !ok || err != nil {
+		t.Fatalf("the guest's EFI variables: %q, want boots=N: not booted with UEFI, or efivarfs not writable", lines[0])
+	}
+	return n
+}
+
 // tpmResets returns the reset count on the guest's TPM line (resets=N), false without one.
 func (s *vmSuite) tpmResets(t T, vm *guestVM) (uint64, bool) {
 	t.Helper()

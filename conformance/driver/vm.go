@@ -77,6 +77,12 @@ type Guest struct {
 	// TPM/Persistent checks by it that a persistent TPM's state is kept; it is skipped
 	// otherwise.
 	TPMMarker string
+	// EFIVarMarker, when set, says that Disk boots with UEFI (without Secure Boot) as well,
+	// and starts the console line on which the guest, booted so, counts the boots its EFI
+	// variable store has seen, as boots=N before ReadyMarker ("KUBEVISOR-EFIVAR: boots=1"):
+	// a variable it adds to the store at each boot. Without it Firmware/EFIPersistent is
+	// skipped.
+	EFIVarMarker string
 	// MemoryBytes is the guest memory. Default: DefaultGuestMemory.
 	MemoryBytes uint64
 	// Machine is the machine type ("q35", "pc"); empty means the hypervisor's default.
@@ -100,6 +106,10 @@ const (
 	GuestCPUFlagsMarker = "KUBEVISOR-CPUFLAGS:"
 	GuestAgentMarker    = "KUBEVISOR-AGENT:"
 	GuestTPMMarker      = "KUBEVISOR-TPM:"
+	GuestEFIVarMarker   = "KUBEVISOR-EFIVAR:"
+	// GuestBuildInfoFile is the project's guest's build record; an "efi-loader=" line in it
+	// says that its disk boots with UEFI too.
+	GuestBuildInfoFile = "BUILD-INFO"
 )
 
 // The files of the project's test guest in the directory `make guest` builds it into.
@@ -183,6 +193,9 @@ func GuestFromDir(dir string) (Guest, error) {
 	}
 	if exists(GuestDiskFile) {
 		g.Disk = filepath.Join(abs, GuestDiskFile)
+		if b, err := os.ReadFile(filepath.Join(abs, GuestBuildInfoFile)); err == nil && strings.Contains(string(b), "\nefi-loader=") {
+			g.EFIVarMarker = GuestEFIVarMarker
+		}
 	}
 	if g.Kernel == "" && g.Disk == "" {
 		return Guest{}, fmt.Errorf("guest directory %s holds neither %s with %s nor %s (build it with make guest): %w",
@@ -245,6 +258,7 @@ func (g Guest) withDefaults() Guest {
 //	Devices/VirtioTransitional          (devices "balloon" and "virtio-transitional"; Guest.PCIMarker)
 //	Devices/TPM                         (device "tpm"; Guest.TPMMarker)
 //	TPM/Persistent                      (device "tpm", Capabilities.persistent_state; Guest.TPMMarker with resets=N)
+//	Firmware/EFIPersistent              (firmware "efi", Capabilities.persistent_state, volume type containerDisk; Guest.Disk and EFIVarMarker)
 //	Clock/Start                         (device "clock"; Guest.ClockMarker)
 //	CPU/Features                        (device "cpu-features"; Guest.CPUFlagsMarker)
 //	CPU/Pinning                         (device "cpu-pinning"; the kit on two CPUs or more)
@@ -344,6 +358,9 @@ func VM(t T, hv HypervisorFactory, st StorageFactory, g Guest, opts ...Option) {
 	})
 	t.Run("TPM", func(t T) {
 		t.Run("Persistent", s.checkTPMPersistent)
+	})
+	t.Run("Firmware", func(t T) {
+		t.Run("EFIPersistent", s.checkFirmwareEFIPersistent)
 	})
 	t.Run("Clock", func(t T) {
 		t.Run("Start", s.checkClockStart)

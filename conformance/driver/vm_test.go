@@ -86,7 +86,7 @@ var vmChecks = []string{
 	"Boot/ConsoleMarker", "CloudInit/UserDataReachesGuest", "CloudInit/ConfigDrive",
 	"Shutdown/GracefulWithinTimeout", "Kill", "Pause/StopsGuest", "Reboot/SecondBoot", "SoftReboot/BootsAgain", "GuestAgent/PingExec", "Display/RFBSessions",
 	"Recover/AfterDriverKilled", "Devices/RNG", "Devices/Chassis", "Devices/Watchdog", "Devices/Balloon", "Devices/Input",
-	"Devices/Sound", "Devices/VirtioTransitional", "Devices/TPM", "TPM/Persistent", "Clock/Start", "CPU/Features", "CPU/Pinning", "Storage/NotAnImage",
+	"Devices/Sound", "Devices/VirtioTransitional", "Devices/TPM", "TPM/Persistent", "Firmware/EFIPersistent", "Clock/Start", "CPU/Features", "CPU/Pinning", "Storage/NotAnImage",
 }
 
 // TestVMRealDrivers runs the VM checks against the QEMU driver (drivers/qmp) and the local
@@ -294,6 +294,7 @@ func TestVMUndeclaredAreSkipped(t *testing.T) {
 			"Devices/VirtioTransitional":     conformance.StatusSkip,
 			"Devices/TPM":                    conformance.StatusSkip,
 			"TPM/Persistent":                 conformance.StatusSkip,
+			"Firmware/EFIPersistent":         conformance.StatusSkip,
 			"Clock/Start":                    conformance.StatusSkip,
 			"CPU/Features":                   conformance.StatusSkip,
 			"CPU/Pinning":                    conformance.StatusSkip,
@@ -317,6 +318,7 @@ func TestVMUndeclaredAreSkipped(t *testing.T) {
 			"Devices/VirtioTransitional":     `does not declare the device "balloon"`,
 			"Devices/TPM":                    `does not declare the device "tpm"`,
 			"TPM/Persistent":                 `does not declare the device "tpm"`,
+			"Firmware/EFIPersistent":         "does not declare firmware efi",
 			"Clock/Start":                    `does not declare the device "clock"`,
 			"CPU/Features":                   `does not declare the device "cpu-features"`,
 			"CPU/Pinning":                    `does not declare the device "cpu-pinning"`,
@@ -448,14 +450,14 @@ func (h devicesDropped) Create(ctx context.Context, spec *domainv1.DomainSpec) (
 	return h.Driver.Create(ctx, spec)
 }
 
-// TestVMPersistentTPM runs TPM/Persistent alone against the QEMU driver (TestVMRealDrivers
+// TestVMPersistentTPM runs TPM/Persistent and Firmware/EFIPersistent alone against the QEMU driver (TestVMRealDrivers
 // runs it among all the checks), so that it and its controls below run side by side.
 func TestVMPersistentTPM(t *testing.T) {
 	g := testGuest(t)
 	hv := qmp.New(qmp.WithLogger(qmpLogger()))
 	t.Cleanup(func() { _ = hv.Close() })
-	rec := runVM(t, "TPM", hv, storage.New(nil), g)
-	expectStatus(t, rec, map[string]conformance.Status{"TPM/Persistent": conformance.StatusPass}, nil)
+	rec := runVM(t, "TPM|Firmware", hv, storage.New(nil), g)
+	expectStatus(t, rec, map[string]conformance.Status{"TPM/Persistent": conformance.StatusPass, "Firmware/EFIPersistent": conformance.StatusPass}, nil)
 }
 
 // persistenceIgnored is the QEMU driver declaring Capabilities.persistent_state and keeping
@@ -475,19 +477,23 @@ func (h persistenceIgnored) Create(ctx context.Context, spec *domainv1.DomainSpe
 	return h.Driver.Create(ctx, spec)
 }
 
-// TestVMPersistenceIgnored: TPM/Persistent fails against a driver that declares persistent
+// TestVMPersistenceIgnored: TPM/Persistent and Firmware/EFIPersistent fail against a driver that declares persistent
 // state and ignores the directory (each VM gets a new TPM).
 func TestVMPersistenceIgnored(t *testing.T) {
 	g := testGuest(t)
 	hv := qmp.New(qmp.WithLogger(qmpLogger()))
 	t.Cleanup(func() { _ = hv.Close() })
-	rec := runVM(t, "TPM", persistenceIgnored{hv}, storage.New(nil), g)
-	expectStatus(t, rec, map[string]conformance.Status{"TPM/Persistent": conformance.StatusFail},
-		map[string]string{"TPM/Persistent": "the persistent state directory holds nothing after the VM with the persistent TPM was deleted"})
+	rec := runVM(t, "TPM|Firmware", persistenceIgnored{hv}, storage.New(nil), g)
+	expectStatus(t, rec, map[string]conformance.Status{"TPM/Persistent": conformance.StatusFail, "Firmware/EFIPersistent": conformance.StatusFail},
+		map[string]string{
+			"TPM/Persistent":         "the persistent state directory holds nothing after the VM with the persistent TPM was deleted",
+			"Firmware/EFIPersistent": "the persistent state directory holds nothing after the VM with the persistent EFI variable store was deleted",
+		})
 }
 
-// persistenceReset is the QEMU driver keeping its VMs' TPM state in the persistent state
-// directory and emptying the directory at every Create: each VM gets a new TPM there.
+// persistenceReset is the QEMU driver keeping its VMs' TPM state and EFI variable stores in
+// the persistent state directory and emptying the directory at every Create: each VM gets a
+// new TPM and a new store there.
 type persistenceReset struct{ *qmp.Driver }
 
 func (h persistenceReset) Create(ctx context.Context, spec *domainv1.DomainSpec) (*hypervisorv1.Handle, error) {
@@ -500,15 +506,19 @@ func (h persistenceReset) Create(ctx context.Context, spec *domainv1.DomainSpec)
 	return h.Driver.Create(ctx, spec)
 }
 
-// TestVMPersistenceReset: TPM/Persistent fails against a driver that keeps the TPM's state in
-// the directory and does not reuse it (the second VM's TPM counts its resets from the start).
+// TestVMPersistenceReset: TPM/Persistent and Firmware/EFIPersistent fail against a driver that
+// keeps the state in the directory and does not reuse it (the second VM's TPM counts its
+// resets from the start, its store its boots).
 func TestVMPersistenceReset(t *testing.T) {
 	g := testGuest(t)
 	hv := qmp.New(qmp.WithLogger(qmpLogger()))
 	t.Cleanup(func() { _ = hv.Close() })
-	rec := runVM(t, "TPM", persistenceReset{hv}, storage.New(nil), g)
-	expectStatus(t, rec, map[string]conformance.Status{"TPM/Persistent": conformance.StatusFail},
-		map[string]string{"TPM/Persistent": "a new TPM, not the one whose state the persistent state directory was to keep"})
+	rec := runVM(t, "TPM|Firmware", persistenceReset{hv}, storage.New(nil), g)
+	expectStatus(t, rec, map[string]conformance.Status{"TPM/Persistent": conformance.StatusFail, "Firmware/EFIPersistent": conformance.StatusFail},
+		map[string]string{
+			"TPM/Persistent":         "a new TPM, not the one whose state the persistent state directory was to keep",
+			"Firmware/EFIPersistent": "a new store, not the one the persistent state directory was to keep",
+		})
 }
 
 // TestVMDevicesIgnored: the Devices and Clock checks fail against a driver that accepts the
