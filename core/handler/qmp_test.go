@@ -8,6 +8,8 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"regexp"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -85,6 +87,12 @@ func (c *console) Write(p []byte) (int, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	return c.out.Write(p)
+}
+
+func (c *console) String() string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.out.String()
 }
 
 func (c *console) count(s string) int {
@@ -255,4 +263,53 @@ func TestQMPRefusesLUNWithoutSGIO(t *testing.T) {
 		t.Fatalf("Synchronized = %+v, want False, %s, saying %q", c, ReasonCreateFailed, want)
 	}
 	requireNothingLeft(t, h, vmi.UID)
+}
+
+// TestQMPPersistentTPMAcrossVMIs: a VMI with a persistent TPM runs through the qmp plugin with
+// its TPM's state in the handler's persistent state directory for the VMI's name; once the VMI
+// is stopped (its run and work directories removed) the state is still there, and the next VMI
+// of that name (another UID) boots with the same TPM: its reset count is above the first's.
+func TestQMPPersistentTPMAcrossVMIs(t *testing.T) {
+	testenv.Command(t, "swtpm", "swtpm")
+	e, cmdline := newQMPGuestEnv(t)
+	h := e.start()
+	dir := filepath.Join(e.cfg.StateDir, PersistentStateDirName, "default", "tpm-guest")
+	resets := func(uid types.UID) string {
+		t.Helper()
+		vmi := guestVMI("tpm-guest", uid, cmdline)
+		vmi.Spec.Domain.Devices.TPM = &v1alpha1.TPMDevice{Persistent: ptr(true)}
+		mustRun(t, h, vmi)
+		c := attach(t, h, vmi.UID)
+		eventually(t, string(uid)+" boots", 3*time.Minute, func() error {
+			if c.count(guestReady) == 0 {
+				return fmt.Errorf("no %s on the console yet", guestReady)
+			}
+			return nil
+		})
+		m := regexp.MustCompile(`KUBEVISOR-TPM: tpm0 version=2 .* resets=([0-9]+)`).FindStringSubmatch(c.String())
+		if m == nil {
+			t.Fatalf("no TPM 2.0 with a reset count on the console: %s", c.String())
+		}
+		if _, err := os.Stat(filepath.Join(dir, "tpm")); err != nil {
+			t.Errorf("the TPM's state is not in the persistent state directory: %v", err)
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		if _, err := h.Stop(ctx, vmi, 5*time.Second); err != nil {
+			t.Fatalf("Stop: %v", err)
+		}
+		requireNothingLeft(t, h, vmi.UID)
+		return m[1]
+	}
+	first := resets("5d0c6c3e-1f3a-4b7e-9a41-000000000001")
+	if fi, err := os.Stat(dir); err != nil || fi.Mode().Perm() != 0o700 {
+		t.Fatalf("persistent state directory after Stop: %v, %v; want it kept, 0700", fi, err)
+	}
+	second := resets("5d0c6c3e-1f3a-4b7e-9a41-000000000002")
+	a, _ := strconv.Atoi(first)
+	b, _ := strconv.Atoi(second)
+	t.Logf("TPM reset counts: first VMI %d, second %d", a, b)
+	if b <= a {
+		t.Errorf("the second VMI's TPM has reset count %d, the first's %d: not the same TPM", b, a)
+	}
 }
