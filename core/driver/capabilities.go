@@ -185,6 +185,9 @@ func CheckDomain(caps *basev1.Capabilities, spec *domainv1.DomainSpec) error {
 	if spec.GetFirmware().GetEfi().GetSecureBoot() && !caps.GetSecureBoot() {
 		add("firmware.efi.secureBoot", "Secure Boot is not declared by the driver (Capabilities.secure_boot)")
 	}
+	if spec.GetPersistentStateDir() != "" && !caps.GetPersistentState() {
+		add("persistentStateDir", "persistent state (tpm.persistent, firmware.efi.persistent) is not declared by the driver (Capabilities.persistent_state)")
+	}
 	if t := spec.GetMachine().GetType(); t != "" && !MachineTypeDeclared(caps, t) {
 		add("machine.type", "%s", not(fmt.Sprintf("machine type %q", t), caps.GetMachineTypes()))
 	}

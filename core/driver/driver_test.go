@@ -214,13 +214,14 @@ func TestCheckDomain(t *testing.T) {
 	all := &basev1.Capabilities{
 		Firmware: []string{"bios", "efi", "kernel"}, DiskBuses: []string{"virtio"}, NicModels: []string{"virtio"},
 		MachineTypes: []string{"q35", "pc-q35-*"}, SecureBoot: true, Vnc: true, HostDevices: true, TapFd: true, Launcher: true,
-		Devices: []string{driver.DeviceRNG, driver.DeviceChassis},
+		Devices: []string{driver.DeviceRNG, driver.DeviceChassis}, PersistentState: true,
 	}
 	spec := func() *domainv1.DomainSpec {
 		return &domainv1.DomainSpec{
-			Id:       "vm",
-			Machine:  &domainv1.Machine{Type: "pc-q35-7.2"},
-			Firmware: &domainv1.Firmware{Boot: &domainv1.Firmware_Efi{Efi: &domainv1.EFI{SecureBoot: true}}},
+			Id:                 "vm",
+			Machine:            &domainv1.Machine{Type: "pc-q35-7.2"},
+			Firmware:           &domainv1.Firmware{Boot: &domainv1.Firmware_Efi{Efi: &domainv1.EFI{SecureBoot: true, Persistent: true}}},
+			PersistentStateDir: "/state",
 			Disks: []*domainv1.Disk{
 				{Name: "a", Bus: domainv1.DiskBus_DISK_BUS_VIRTIO},
 				{Name: "b"}, // the driver's default bus
@@ -247,7 +248,7 @@ func TestCheckDomain(t *testing.T) {
 	if status.Code(err) != codes.InvalidArgument {
 		t.Fatalf("CheckDomain = %v, want InvalidArgument", err)
 	}
-	for _, field := range []string{"firmware.efi.secureBoot", "machine.type", "disks[0].bus", "nics[0].model", "nics[0].tapFdPath", "vnc", "hostDevices", "sandbox.launcherSocket", "rng", "chassis"} {
+	for _, field := range []string{"firmware.efi.secureBoot", "machine.type", "disks[0].bus", "nics[0].model", "nics[0].tapFdPath", "vnc", "hostDevices", "sandbox.launcherSocket", "rng", "chassis", "persistentStateDir"} {
 		if !strings.Contains(err.Error(), field+": ") {
 			t.Errorf("CheckDomain error %q does not name %s", err, field)
 		}
