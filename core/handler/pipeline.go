@@ -422,7 +422,7 @@ func (r *syncRun) buildDomain(ctx context.Context) error {
 		HugepagesDir: r.sandbox.HugepagesDir,
 		CPUs:         r.sandbox.CPUs, ExactCPUs: r.sandbox.ExactCPUs,
 	}
-	if r.vmi.Spec.Domain.PersistentState() {
+	if r.vmi.Spec.NeedsPersistentState() {
 		// Asked for here, once the VMI passed checkSupported and its sandbox is open (in a
 		// cluster the directory is the launcher pod's claim), so that nothing is made for a VMI
 		// whose driver would refuse it.
@@ -450,7 +450,7 @@ func (r *syncRun) buildDomain(ctx context.Context) error {
 // persistentStateField is the field by which vmi asks for persistent state: its TPM's, else
 // its EFI firmware's.
 func persistentStateField(vmi *v1alpha1.VirtualMachineInstance) string {
-	if vmi.Spec.Domain.Devices.TPM.IsPersistent() {
+	if vmi.Spec.PersistentTPM() {
 		return "spec.domain.devices.tpm.persistent"
 	}
 	return "spec.domain.firmware.bootloader.efi.persistent"

@@ -622,6 +622,8 @@ func TestMakePlanClaimCapacity(t *testing.T) {
 				t.Errorf("volume %v, want capacity_bytes %d", got, tt.want)
 			}
 		})
+	}
+}
 
 func TestMapResolverPersistentState(t *testing.T) {
 	ctx := context.Background()

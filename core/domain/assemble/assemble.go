@@ -266,7 +266,7 @@ func (b *builder) build() *domainv1.DomainSpec {
 	spec.Balloon = b.balloon()
 	spec.Sound = b.sound()
 	if d.Devices.TPM.IsEnabled() {
-		spec.Tpm = &domainv1.TPM{Persistent: d.Devices.TPM.IsPersistent()}
+		spec.Tpm = &domainv1.TPM{Persistent: vmi.Spec.PersistentTPM()}
 	}
 	spec.PersistentStateDir = b.persistentStateDir()
 	spec.LaunchSecurity = b.launchSecurity()
@@ -491,7 +491,7 @@ func (b *builder) firmware() (*domainv1.Firmware, string) {
 	efi := f.Bootloader != nil && f.Bootloader.EFI != nil
 	if efi {
 		secure := f.Bootloader.EFI.SecureBoot == nil || *f.Bootloader.EFI.SecureBoot
-		fw.Boot = &domainv1.Firmware_Efi{Efi: &domainv1.EFI{SecureBoot: secure, Persistent: f.Bootloader.EFI.IsPersistent()}}
+		fw.Boot = &domainv1.Firmware_Efi{Efi: &domainv1.EFI{SecureBoot: secure, Persistent: b.vmi.Spec.PersistentEFI()}}
 	}
 	if kb := f.KernelBoot; kb != nil {
 		switch {
@@ -514,13 +514,12 @@ func (b *builder) firmware() (*domainv1.Firmware, string) {
 // or an EFI variable store beyond its life, and "" for one that keeps nothing. The error names
 // the field that asks for persistence.
 func (b *builder) persistentStateDir() string {
-	d := &b.vmi.Spec.Domain
-	if !d.PersistentState() {
+	if !b.vmi.Spec.NeedsPersistentState() {
 		return ""
 	}
 	if dir := b.in.PersistentStateDir; dir == "" || !filepath.IsAbs(dir) {
 		field := fieldDomain + ".devices.tpm.persistent"
-		if !d.Devices.TPM.IsPersistent() {
+		if !b.vmi.Spec.PersistentTPM() {
 			field = fieldDomain + ".firmware.bootloader.efi.persistent"
 		}
 		b.fail(field, "needs the VM's persistent state directory on the node, and none is given (%q)", dir)
