@@ -10,6 +10,7 @@ import (
 	. "github.com/onsi/gomega"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/resource"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -29,10 +30,25 @@ const findClaimDisk = "for b in /sys/block/vd*; do [ \"$(cat $b/serial 2>/dev/nu
 // reset (each boot), which the TPM keeps in its own state.
 var tpmResets = regexp.MustCompile(`KUBEVISOR-TPM: tpm0 .*resets=(\d+)`)
 
+// efiBoots reads boots=<n> of the guest's KUBEVISOR-EFIVAR line: how many boots its EFI
+// variable store has seen (the guest adds a variable per boot).
+var efiBoots = regexp.MustCompile(`KUBEVISOR-EFIVAR: boots=(\d+)`)
+
+// counted is the number the regular expression re reads on the console; it fails the spec when
+// the console has none.
+func counted(re *regexp.Regexp, console, what string) int {
+	GinkgoHelper()
+	m := re.FindStringSubmatch(console)
+	Expect(m).NotTo(BeNil(), "no %s on the console:\n%s", what, console)
+	n, err := strconv.Atoi(m[1])
+	Expect(err).NotTo(HaveOccurred())
+	return n
+}
+
 var _ = Describe("VirtualMachine storage", Label("Conformance"), func() {
 	f := NewFramework()
 
-	It("keeps what the guest wrote on a PersistentVolumeClaim disk of the default class, and its persistent TPM's state on the VM's state claim, across a stop and a start", func(ctx SpecContext) {
+	It("keeps what the guest wrote on a PersistentVolumeClaim disk of the default class, and its persistent TPM's state and EFI variables on the VM's state claim, across a stop and a start", func(ctx SpecContext) {
 		const name = "persist"
 		By("a claim of the cluster's default storage class, which the node sizes a disk image on")
 		f.Apply(ctx, `apiVersion: v1
@@ -45,12 +61,17 @@ spec:
     requests:
       storage: 64Mi
 `)
-		spec := guest.Spec(guest.Options{Image: Cfg.GuestImage, UserData: name})
+		// OVMF with the guest's kernel and initramfs needs more than the default 128Mi.
+		spec := guest.Spec(guest.Options{Image: Cfg.GuestImage, UserData: name, Memory: ptr.To(resource.MustParse("256Mi"))})
+		spec.Domain.Devices.Disks[0].BootOrder = ptr.To[uint](1) // the containerDisk, which has the UEFI loader
 		spec.Domain.Devices.Disks = append(spec.Domain.Devices.Disks, v1alpha1.Disk{Name: "data", Serial: claimDiskSerial})
 		spec.Volumes = append(spec.Volumes, v1alpha1.Volume{Name: "data", VolumeSource: v1alpha1.VolumeSource{
 			PersistentVolumeClaim: &v1alpha1.PersistentVolumeClaimVolumeSource{
 				PersistentVolumeClaimVolumeSource: corev1.PersistentVolumeClaimVolumeSource{ClaimName: "e2e-disk"}}}})
 		spec.Domain.Devices.TPM = &v1alpha1.TPMDevice{Persistent: ptr.To(true)}
+		// The test guest's disk boots with UEFI too (OVMF without Secure Boot: its loader is unsigned).
+		spec.Domain.Firmware = &v1alpha1.Firmware{Bootloader: &v1alpha1.Bootloader{EFI: &v1alpha1.EFI{
+			SecureBoot: ptr.To(false), Persistent: ptr.To(true)}}}
 		f.Apply(ctx, vmOf(name, spec))
 
 		vmi := f.WaitRunning(ctx, name)
@@ -60,8 +81,7 @@ spec:
 		// 64Mi less KubeVirt's 5.5 % file-system overhead, rounded down to a MiB: 60 MiB.
 		Expect(consoleField(console, "KUBEVISOR-DISKS:")).To(ContainSubstring(fmt.Sprintf("=%d", 60<<20)),
 			"the claim's disk.img is not 60 MiB")
-		first := tpmResets.FindStringSubmatch(console)
-		Expect(first).NotTo(BeNil(), "no TPM reset count on the console:\n%s", console)
+		resets, boots := counted(tpmResets, console, "TPM reset count"), counted(efiBoots, console, "EFI boot count")
 
 		state := &corev1.PersistentVolumeClaim{}
 		Expect(f.Client.Get(ctx, client.ObjectKey{Namespace: f.Namespace, Name: "persistent-state-for-" + name}, state)).To(Succeed())
@@ -84,11 +104,9 @@ spec:
 		Expect(again.UID).NotTo(Equal(vmi.UID))
 		f.WaitReady(ctx, again)
 
-		second := tpmResets.FindStringSubmatch(f.Console(ctx, again))
-		Expect(second).NotTo(BeNil(), "no TPM reset count on the second boot's console")
-		n1, _ := strconv.Atoi(first[1])
-		n2, _ := strconv.Atoi(second[1])
-		Expect(n2).To(BeNumerically(">", n1), "the TPM's reset count went from %d to %d: its state was not kept", n1, n2)
+		console = f.Console(ctx, again)
+		Expect(counted(tpmResets, console, "TPM reset count")).To(BeNumerically(">", resets), "the TPM's state was not kept")
+		Expect(counted(efiBoots, console, "EFI boot count")).To(BeNumerically(">", boots), "the EFI variable store was not kept")
 
 		c = f.OpenConsole(ctx, name)
 		c.Send("\r")
