@@ -17,19 +17,25 @@ type claimRef struct {
 	Volume string
 }
 
+// volumeClaim is the PersistentVolumeClaim a volume names (persistentVolumeClaim, or ephemeral's
+// backing claim); "" for any other volume.
+func volumeClaim(v v1alpha1.Volume) string {
+	switch {
+	case v.PersistentVolumeClaim != nil:
+		return v.PersistentVolumeClaim.ClaimName
+	case v.Ephemeral != nil && v.Ephemeral.PersistentVolumeClaim != nil:
+		return v.Ephemeral.PersistentVolumeClaim.ClaimName
+	}
+	return ""
+}
+
 // claimRefs lists the PersistentVolumeClaims the VMI's volumes name (persistentVolumeClaim and
 // ephemeral's backing claim), each once, in the order of spec.volumes.
 func claimRefs(vmi *v1alpha1.VirtualMachineInstance) []claimRef {
 	var refs []claimRef
 	seen := map[string]bool{}
 	for _, v := range vmi.Spec.Volumes {
-		var name string
-		switch {
-		case v.PersistentVolumeClaim != nil:
-			name = v.PersistentVolumeClaim.ClaimName
-		case v.Ephemeral != nil && v.Ephemeral.PersistentVolumeClaim != nil:
-			name = v.Ephemeral.PersistentVolumeClaim.ClaimName
-		}
+		name := volumeClaim(v)
 		if name == "" || seen[name] {
 			continue
 		}
@@ -85,13 +91,7 @@ func claimsProblem(namespace string, refs []claimRef, found map[string]*corev1.P
 func volumeStatus(vmi *v1alpha1.VirtualMachineInstance, found map[string]*corev1.PersistentVolumeClaim) []v1alpha1.VolumeStatus {
 	var out []v1alpha1.VolumeStatus
 	for _, v := range vmi.Spec.Volumes {
-		var name string
-		switch {
-		case v.PersistentVolumeClaim != nil:
-			name = v.PersistentVolumeClaim.ClaimName
-		case v.Ephemeral != nil && v.Ephemeral.PersistentVolumeClaim != nil:
-			name = v.Ephemeral.PersistentVolumeClaim.ClaimName
-		}
+		name := volumeClaim(v)
 		pvc := found[name]
 		if name == "" || pvc == nil || pvc.Status.Phase != corev1.ClaimBound {
 			continue
