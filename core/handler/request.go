@@ -21,14 +21,17 @@ import (
 	storagev1 "github.com/kubevisor/kubevisor/core/driver/storage/v1"
 )
 
-// Resolver finds on the node what a VMI names outside itself. In a cluster images come from
-// the launcher pod and claims and secrets from the API server; without one (standalone, tests)
-// MapResolver reads them from the handler's configuration.
+// Resolver finds on the node what a VMI names outside itself. In a cluster all of it comes from
+// the launcher pod, which the kubelet gave the images, claims and secrets
+// (core/handler/cluster); without one (standalone, tests) MapResolver reads them from the
+// handler's configuration.
 type Resolver interface {
 	// Image returns the node path of a container image's content (containerDisk, kernelBoot):
 	// a disk image file, or a directory (an unpacked image, an OCI image layout).
 	Image(ctx context.Context, vmi *v1alpha1.VirtualMachineInstance, image string) (string, error)
-	// Claim returns the node path of a PersistentVolumeClaim's disk image or block device.
+	// Claim returns the node path of a PersistentVolumeClaim's disk: its disk image or block
+	// device, or a file-system claim's directory (the storage driver uses, or makes, disk.img
+	// there).
 	Claim(ctx context.Context, vmi *v1alpha1.VirtualMachineInstance, claim string) (string, error)
 	// Secret returns the data of a secret in the VMI's namespace.
 	Secret(ctx context.Context, vmi *v1alpha1.VirtualMachineInstance, name string) (map[string][]byte, error)
