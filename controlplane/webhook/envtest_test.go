@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"net"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -41,8 +42,17 @@ import (
 // the certificate code as well as the webhooks.
 func startAPI(t *testing.T) (client.Client, string) {
 	t.Helper()
+	// The webhook port is held from before the API server starts until just before the manager
+	// listens on it: envtest's own pick is free only when it picks it, and another test
+	// package's server took it during the API server's start (bind: address already in use).
+	hold, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
 	env := envtest.Start(t, envtest.Options{Webhooks: &crenvtest.WebhookInstallOptions{
-		Paths: []string{filepath.Join(envtest.RepoRoot(), "manifests", "webhook")},
+		Paths:            []string{filepath.Join(envtest.RepoRoot(), "manifests", "webhook")},
+		LocalServingHost: "127.0.0.1",
+		LocalServingPort: hold.Addr().(*net.TCPAddr).Port,
 	}})
 	wio := env.Environment.WebhookInstallOptions
 	cfg := DefaultConfig()
@@ -54,6 +64,7 @@ func startAPI(t *testing.T) (client.Client, string) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	_ = hold.Close()
 	envtest.RunManager(t, mgr)
 
 	c := env.Client
