@@ -236,6 +236,25 @@ func (n *agentNode) waitVMI(name, what string, cond func(*v1alpha1.VirtualMachin
 }
 
 // waitHandlerForgets polls until the handler no longer runs the VMI.
+// stopLeavingNoMounts deletes the launcher pod of the VMI name (uid), waits for the VMI to
+// succeed and the handler to forget it, and fails the test when a mount is left under the
+// node's state directory 30 s later.
+func (n *agentNode) stopLeavingNoMounts(ctx context.Context, pod *corev1.Pod, name string, uid types.UID) {
+	n.t.Helper()
+	if err := n.c.Delete(ctx, pod); err != nil {
+		n.t.Fatal(err)
+	}
+	n.waitVMI(name, "Succeeded", func(v *v1alpha1.VirtualMachineInstance) bool { return v.Status.Phase == v1alpha1.Succeeded })
+	n.waitHandlerForgets(uid)
+	deadline := time.Now().Add(30 * time.Second)
+	for len(mountsUnder(n.t, n.hostDir)) > 0 && time.Now().Before(deadline) {
+		time.Sleep(100 * time.Millisecond)
+	}
+	if got := mountsUnder(n.t, n.hostDir); len(got) != 0 {
+		n.t.Errorf("mounts left after the VMI stopped: %v", got)
+	}
+}
+
 func (n *agentNode) waitHandlerForgets(uid types.UID) {
 	n.t.Helper()
 	deadline := time.Now().Add(60 * time.Second)
@@ -570,18 +589,7 @@ func TestAgentContainerDisk(t *testing.T) {
 		t.Errorf("run directory: %v", err)
 	}
 
-	if err := n.c.Delete(ctx, pod); err != nil {
-		t.Fatal(err)
-	}
-	n.waitVMI("cd", "Succeeded", func(v *v1alpha1.VirtualMachineInstance) bool { return v.Status.Phase == v1alpha1.Succeeded })
-	n.waitHandlerForgets(vmi.UID)
-	deadline := time.Now().Add(30 * time.Second)
-	for len(mountsUnder(t, n.hostDir)) > 0 && time.Now().Before(deadline) {
-		time.Sleep(100 * time.Millisecond)
-	}
-	if got := mountsUnder(t, n.hostDir); len(got) != 0 {
-		t.Errorf("mounts left after the VMI stopped: %v", got)
-	}
+	n.stopLeavingNoMounts(ctx, pod, "cd", vmi.UID)
 	for _, p := range []string{img, overlay, runDir} {
 		if _, err := os.Lstat(p); !errors.Is(err, os.ErrNotExist) {
 			t.Errorf("%s left after the VMI stopped (%v)", p, err)

@@ -102,20 +102,7 @@ func claimInPod(t *testing.T, pid int, host, dir, what string) {
 // and says what is missing without it; Release unmounts everything, removes the mount points and
 // leaves the claims' data.
 func TestPodClaims(t *testing.T) {
-	needRoot(t)
-	dir, err := os.MkdirTemp("/tmp", "kvcl-")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = os.RemoveAll(dir) })
-	bin := filepath.Join(dir, "bin")
-	if err := testbin.Build(bin, false, "github.com/kubevisor/kubevisor/cmd/kubevisor-containerdisk"); err != nil {
-		t.Fatal(err)
-	}
-	host := filepath.Join(dir, "host")
-	if err := os.MkdirAll(host, 0o755); err != nil {
-		t.Fatal(err)
-	}
+	dir, bin, host := standInDirs(t, "kvcl-")
 	const uid = types.UID("5e1a-uid")
 	pid := claimStandIn(t, bin, host, uid, "data", "golden", "shared")
 	c := podClaims{root: host, log: testr.New(t), warnOnce: new(sync.Once)}
@@ -463,18 +450,7 @@ func TestAgentClaims(t *testing.T) {
 		t.Errorf("disk.img is %d bytes, want 60 MiB", fi.Size())
 	}
 
-	if err := n.c.Delete(ctx, pod); err != nil {
-		t.Fatal(err)
-	}
-	n.waitVMI("pvc", "Succeeded", func(v *v1alpha1.VirtualMachineInstance) bool { return v.Status.Phase == v1alpha1.Succeeded })
-	n.waitHandlerForgets(vmi.UID)
-	deadline := time.Now().Add(30 * time.Second)
-	for len(mountsUnder(t, n.hostDir)) > 0 && time.Now().Before(deadline) {
-		time.Sleep(100 * time.Millisecond)
-	}
-	if got := mountsUnder(t, n.hostDir); len(got) != 0 {
-		t.Errorf("mounts left after the VMI stopped: %v", got)
-	}
+	n.stopLeavingNoMounts(ctx, pod, "pvc", vmi.UID)
 	if _, err := os.Lstat(filepath.Dir(mount)); !errors.Is(err, os.ErrNotExist) {
 		t.Errorf("the claims directory is left after the VMI stopped (%v)", err)
 	}

@@ -22,6 +22,28 @@ import (
 	"github.com/kubevisor/kubevisor/internal/testenv"
 )
 
+// standInDirs makes, for a test as root, a directory under /tmp (removed at the end) with
+// kubevisor-containerdisk built into its bin/ (the container stand-in's program) and the empty
+// host/ a stand-in container's root is made in.
+func standInDirs(t *testing.T, prefix string) (dir, bin, host string) {
+	t.Helper()
+	needRoot(t)
+	dir, err := os.MkdirTemp("/tmp", prefix)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = os.RemoveAll(dir) })
+	bin = filepath.Join(dir, "bin")
+	if err := testbin.Build(bin, false, "github.com/kubevisor/kubevisor/cmd/kubevisor-containerdisk"); err != nil {
+		t.Fatal(err)
+	}
+	host = filepath.Join(dir, "host")
+	if err := os.MkdirAll(host, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	return dir, bin, host
+}
+
 func needRoot(t *testing.T) {
 	t.Helper()
 	testenv.Root(t, "mount namespaces, setns, open_tree and move_mount")
@@ -93,17 +115,7 @@ func mountsUnder(t *testing.T, dir string) []string {
 // the image resolves inside the image, not on the node; /disk/ with two files and no path is
 // an error; Release leaves nothing mounted and no mount point behind.
 func TestContainerDisks(t *testing.T) {
-	needRoot(t)
-	dir, err := os.MkdirTemp("/tmp", "kvc-")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = os.RemoveAll(dir) })
-	bin := filepath.Join(dir, "bin")
-	if err := testbin.Build(bin, false, "github.com/kubevisor/kubevisor/cmd/kubevisor-containerdisk"); err != nil {
-		t.Fatal(err)
-	}
-	host := filepath.Join(dir, "host")
+	dir, bin, host := standInDirs(t, "kvc-")
 	for name, data := range map[string]string{"disk/x.qcow2": "image x", "other/y.qcow2": "image y"} {
 		if err := os.MkdirAll(filepath.Dir(filepath.Join(host, name)), 0o755); err != nil {
 			t.Fatal(err)
