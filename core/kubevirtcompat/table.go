@@ -30,6 +30,7 @@ const (
 	pullSecretReason     = "the launcher pod takes no per-volume image pull secret"
 	pullSecretAlt        = "imagePullSecrets on the namespace's default ServiceAccount, which the launcher pod runs as"
 	networkBindingAlt    = "masquerade (pod network) or bridge"
+	draReason            = "dynamic resource allocation (DRA) claims are not passed to the launcher pod"
 )
 
 // entries are the fields of KubeVirt's VirtualMachineInstanceSpec that Kubevisor does not
@@ -40,7 +41,7 @@ var entries = []Entry{
 	// VMI spec.
 	{Path: "accessCredentials[].sshPublicKey.propagationMethod.qemuGuestAgent", Reason: guestAgentReason, Alternative: "propagationMethod noCloud or configDrive (the keys go into the cloud-init user data)"},
 	{Path: "accessCredentials[].userPassword", Reason: guestAgentReason, Alternative: "a password in cloudInitNoCloud userData"},
-	{Path: "resourceClaims", Reason: "dynamic resource allocation (DRA) claims are not passed to the launcher pod", Alternative: "devices.kubevisor.io resources through hostDevices and gpus (issue 16)"},
+	{Path: "resourceClaims", Reason: draReason, Alternative: "extended resources through hostDevices[].deviceName and gpus[].deviceName"},
 	{Path: "topologySpreadConstraints", Reason: "not passed on to the launcher pod", Alternative: "affinity (podAntiAffinity)"},
 
 	// domain.
@@ -74,8 +75,11 @@ var entries = []Entry{
 	// capabilities it keeps (CHOWN, DAC_OVERRIDE, FOWNER, FSETID, SETGID, SETUID, MKNOD,
 	// SETFCAP) and a seccomp profile allowing unshare, or as full root.
 	{Path: "domain.devices.filesystems", Reason: "QEMU 7.2's virtiofsd (Debian 12's) must sandbox itself with unshare(2) and chroot(2) or new namespaces, which the launcher pod's seccomp profile and dropped capabilities refuse; it has no unsandboxed mode", Alternative: "a persistentVolumeClaim volume as a disk"},
-	{Path: "domain.devices.gpus", Issue: 16, Alternative: "none until device drivers allocate host devices"},
-	{Path: "domain.devices.hostDevices", Issue: 16, Alternative: "none until device drivers allocate host devices"},
+	{Path: "domain.devices.gpus[].claimName", Reason: draReason, Alternative: "deviceName"},
+	{Path: "domain.devices.gpus[].requestName", Reason: draReason, Alternative: "deviceName"},
+	{Path: "domain.devices.gpus[].virtualGPUOptions", Reason: "mediated devices (vGPUs) and their display are not implemented: a GPU is a whole PCI function passed through"},
+	{Path: "domain.devices.hostDevices[].claimName", Reason: draReason, Alternative: "deviceName"},
+	{Path: "domain.devices.hostDevices[].requestName", Reason: draReason, Alternative: "deviceName"},
 	{Path: "domain.devices.gpus[].tag", Reason: deviceTagReason},
 	{Path: "domain.devices.hostDevices[].tag", Reason: deviceTagReason},
 	{Path: "domain.devices.panicDevices", Reason: "Kubevisor gives the guest no panic device"},

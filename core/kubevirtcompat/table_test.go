@@ -63,7 +63,8 @@ func TestSupportedIsReadFromTheTypes(t *testing.T) {
 		"accessCredentials[].sshPublicKey.propagationMethod.qemuGuestAgent.users": NotSupported,
 		"domain.cpu.numa.guestMappingPassthrough":                                 Supported,
 		"domain.devices.tpm.persistent":                                           Supported,
-		"domain.devices.gpus[].deviceName":                                        Planned,
+		"domain.devices.gpus[].deviceName":                                        Supported,
+		"domain.devices.gpus[].claimName":                                         NotSupported,
 	} {
 		if got := Classify([]string{path})[0].Class; got != want {
 			t.Errorf("%s: %s, want %s", path, got, want)

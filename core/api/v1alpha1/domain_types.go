@@ -370,6 +370,17 @@ type Devices struct {
 	// "tpm".
 	// +optional
 	TPM *TPMDevice `json:"tpm,omitempty"`
+	// GPUs are host GPUs passed through to the guest, each one device of the extended resource
+	// DeviceName (a device driver advertises it through the kubelet device plugins; which host
+	// devices become which resource is the device driver's configuration, KubeVirt's
+	// permittedHostDevices). The launcher pod requests one DeviceName per entry.
+	// +optional
+	// +listType=atomic
+	GPUs []GPU `json:"gpus,omitempty"`
+	// HostDevices are host devices (VFIO PCI functions) passed through to the guest, as GPUs.
+	// +optional
+	// +listType=atomic
+	HostDevices []HostDevice `json:"hostDevices,omitempty"`
 	// DisableHotplug says the VMI takes no disk hotplug. Kubevisor hotplugs no disk into any
 	// VMI, so every VMI is as with true; the field is there for KubeVirt's manifests.
 	// +optional
@@ -393,6 +404,29 @@ type Devices struct {
 	// The hypervisor driver must offer "virtio-transitional" for true.
 	// +optional
 	UseVirtioTransitional *bool `json:"useVirtioTransitional,omitempty"`
+}
+
+// GPU is a host GPU passed through to the guest.
+type GPU struct {
+	// Name is the device's name in the VMI.
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=63
+	Name string `json:"name"`
+	// DeviceName is the extended resource the GPU is allocated from ("nvidia.com/GA102",
+	// "devices.kubevisor.io/gpu").
+	// +kubebuilder:validation:MinLength=1
+	DeviceName string `json:"deviceName"`
+}
+
+// HostDevice is a host device passed through to the guest.
+type HostDevice struct {
+	// Name is the device's name in the VMI.
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=63
+	Name string `json:"name"`
+	// DeviceName is the extended resource the device is allocated from.
+	// +kubebuilder:validation:MinLength=1
+	DeviceName string `json:"deviceName"`
 }
 
 // TPMDevice is a TPM 2.0 device.
