@@ -27,6 +27,7 @@ import (
 	"github.com/kubevisor/kubevisor/core/driver"
 	hypervisorv1 "github.com/kubevisor/kubevisor/core/driver/hypervisor/v1"
 	"github.com/kubevisor/kubevisor/core/driver/launcher"
+	"github.com/kubevisor/kubevisor/core/driver/serial"
 )
 
 // Timeouts of the driver's own waits.
@@ -98,7 +99,7 @@ type vm struct {
 type session struct {
 	proc    *process
 	mon     Monitor
-	con     *console
+	con     *serial.Console
 	logFrom int64
 
 	detach    chan struct{} // closed to let go of QEMU without stopping it
@@ -457,7 +458,7 @@ func (d *Driver) launch(ctx context.Context, v *vm, host *HostInfo) error {
 }
 
 // attach connects to a QEMU's QMP and serial sockets, retrying while it comes up.
-func (d *Driver) attach(ctx context.Context, v *vm, proc *process) (Monitor, *console, error) {
+func (d *Driver) attach(ctx context.Context, v *vm, proc *process) (Monitor, *serial.Console, error) {
 	ctx, cancel := context.WithTimeout(ctx, connectTimeout)
 	defer cancel()
 	var mon Monitor
@@ -481,7 +482,7 @@ func (d *Driver) attach(ctx context.Context, v *vm, proc *process) (Monitor, *co
 		_ = mon.Close()
 		return nil, nil, fmt.Errorf("connect serial console: %w", err)
 	}
-	return mon, newConsole(conn), nil
+	return mon, serial.New(conn), nil
 }
 
 // retry calls f until it succeeds, ctx is done or the process exits.
@@ -503,7 +504,7 @@ func retry(ctx context.Context, proc *process, f func() error) error {
 }
 
 // adopt makes a connected QEMU v's session and starts watching its events and its exit.
-func (d *Driver) adopt(v *vm, proc *process, mon Monitor, con *console, logFrom int64) *session {
+func (d *Driver) adopt(v *vm, proc *process, mon Monitor, con *serial.Console, logFrom int64) *session {
 	s := &session{
 		proc: proc, mon: mon, con: con, logFrom: logFrom,
 		detach: make(chan struct{}), evDone: make(chan struct{}), watchDone: make(chan struct{}), done: make(chan struct{}),
@@ -946,41 +947,7 @@ func (d *Driver) Console(ctx context.Context, id string, in io.Reader, out io.Wr
 	if err != nil {
 		return err
 	}
-	sub, backlog := s.con.subscribe()
-	defer s.con.unsubscribe(sub)
-	if len(backlog) > 0 {
-		if _, err := out.Write(backlog); err != nil {
-			return err
-		}
-	}
-	inDone := make(chan struct{})
-	if in != nil {
-		go func() {
-			defer close(inDone)
-			_, _ = io.Copy(s.con, in)
-		}()
-	}
-	for {
-		select {
-		case <-ctx.Done():
-			return nil
-		case <-inDone:
-			return nil
-		case <-sub.notify:
-			if p := sub.take(); len(p) > 0 {
-				if _, err := out.Write(p); err != nil {
-					return err
-				}
-			}
-		case <-sub.closed:
-			if p := sub.take(); len(p) > 0 {
-				if _, err := out.Write(p); err != nil {
-					return err
-				}
-			}
-			return nil
-		}
-	}
+	return s.con.Serve(ctx, in, out)
 }
 
 // Recover implements driver.Recoverer: it re-adopts the VM of a handle from Create. A VM whose

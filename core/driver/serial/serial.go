@@ -1,6 +1,11 @@
-package qmp
+// Package serial is what a hypervisor driver needs to own a VM's serial port as driver.Consoler
+// asks: one connection to the port's unix socket, a backlog of recent output, and any number
+// of readers and writers at once, none of which can hold up the guest or the others.
+package serial
 
 import (
+	"context"
+	"io"
 	"net"
 	"sync"
 )
@@ -13,10 +18,10 @@ const (
 	subscriberBuffer = 1 << 20
 )
 
-// console holds the driver's one connection to a VM's serial socket (QEMU's socket chardev
-// serves one client at a time), keeps the last consoleBacklog bytes of output and fans output
-// out to any number of subscribers. Input from every subscriber goes to the one socket.
-type console struct {
+// Console holds the driver's one connection to a VM's serial socket (a hypervisor's socket
+// chardev serves one client at a time), keeps the last consoleBacklog bytes of output and fans
+// output out to any number of subscribers. Input from every subscriber goes to the one socket.
+type Console struct {
 	conn net.Conn
 	wmu  sync.Mutex // serialises input
 
@@ -35,13 +40,14 @@ type subscriber struct {
 	closed  chan struct{} // closed when the console ends
 }
 
-func newConsole(conn net.Conn) *console {
-	c := &console{conn: conn, subs: map[*subscriber]struct{}{}, done: make(chan struct{})}
+// New attaches to a VM's serial port on conn, which the Console owns from now on.
+func New(conn net.Conn) *Console {
+	c := &Console{conn: conn, subs: map[*subscriber]struct{}{}, done: make(chan struct{})}
 	go c.readLoop()
 	return c
 }
 
-func (c *console) readLoop() {
+func (c *Console) readLoop() {
 	buf := make([]byte, 32<<10)
 	for {
 		n, err := c.conn.Read(buf)
@@ -55,7 +61,7 @@ func (c *console) readLoop() {
 	}
 }
 
-func (c *console) publish(p []byte) {
+func (c *Console) publish(p []byte) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.backlog = append(c.backlog, p...)
@@ -68,7 +74,7 @@ func (c *console) publish(p []byte) {
 }
 
 // subscribe returns a new subscriber and the output so far (up to consoleBacklog bytes).
-func (c *console) subscribe() (*subscriber, []byte) {
+func (c *Console) subscribe() (*subscriber, []byte) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	s := &subscriber{notify: make(chan struct{}, 1), closed: make(chan struct{})}
@@ -84,21 +90,65 @@ func (c *console) subscribe() (*subscriber, []byte) {
 	return s, append([]byte(nil), b...)
 }
 
-func (c *console) unsubscribe(s *subscriber) {
+func (c *Console) unsubscribe(s *subscriber) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	delete(c.subs, s)
 }
 
+// Serve is driver.Consoler's Console on this port: the backlog to out first, then the output
+// as it comes, and in copied to the port, until ctx is done, in ends (nil in: never) or the port
+// closes; after the port closed it writes the last output and returns nil.
+func (c *Console) Serve(ctx context.Context, in io.Reader, out io.Writer) error {
+	sub, backlog := c.subscribe()
+	defer c.unsubscribe(sub)
+	if len(backlog) > 0 {
+		if _, err := out.Write(backlog); err != nil {
+			return err
+		}
+	}
+	inDone := make(chan struct{})
+	if in != nil {
+		go func() {
+			defer close(inDone)
+			_, _ = io.Copy(c, in)
+		}()
+	}
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-inDone:
+			return nil
+		case <-sub.notify:
+			if p := sub.take(); len(p) > 0 {
+				if _, err := out.Write(p); err != nil {
+					return err
+				}
+			}
+		case <-sub.closed:
+			if p := sub.take(); len(p) > 0 {
+				if _, err := out.Write(p); err != nil {
+					return err
+				}
+			}
+			return nil
+		}
+	}
+}
+
 // Write sends input to the serial port.
-func (c *console) Write(p []byte) (int, error) {
+func (c *Console) Write(p []byte) (int, error) {
 	c.wmu.Lock()
 	defer c.wmu.Unlock()
 	return c.conn.Write(p)
 }
 
+// Done is closed once the console has ended: the port closed (the VM process is gone) or Close.
+func (c *Console) Done() <-chan struct{} { return c.done }
+
 // Close ends the connection and every subscriber.
-func (c *console) Close() {
+func (c *Console) Close() {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.closed {
