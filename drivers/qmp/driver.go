@@ -90,7 +90,7 @@ type Driver struct {
 	probe      *probeRun
 	vms        map[string]*vm
 
-	events broadcaster
+	events driver.Broadcaster
 }
 
 var (

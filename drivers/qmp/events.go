@@ -2,7 +2,6 @@ package qmp
 
 import (
 	"strings"
-	"sync"
 
 	"github.com/digitalocean/go-qemu/qmp"
 
@@ -74,66 +73,4 @@ func transition(st hypervisorv1.State, e qmp.Event) (hypervisorv1.State, hypervi
 		return hypervisorv1.State_STATE_CRASHED, hypervisorv1.EventType_EVENT_TYPE_GUEST_PANICKED, driver.ReasonGuestPanicked
 	}
 	return st, none, ""
-}
-
-// broadcaster fans VM events out to Events subscribers. Publishing never blocks: each
-// subscriber has its own queue.
-type broadcaster struct {
-	mu   sync.Mutex
-	subs map[*eventSub]struct{}
-}
-
-type eventSub struct {
-	id     string // "" for all VMs
-	mu     sync.Mutex
-	queue  []*hypervisorv1.Event
-	notify chan struct{}
-}
-
-// maxEventQueue bounds a subscriber that stopped reading; the oldest events go first.
-const maxEventQueue = 4096
-
-func (b *broadcaster) subscribe(id string) *eventSub {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	if b.subs == nil {
-		b.subs = map[*eventSub]struct{}{}
-	}
-	s := &eventSub{id: id, notify: make(chan struct{}, 1)}
-	b.subs[s] = struct{}{}
-	return s
-}
-
-func (b *broadcaster) unsubscribe(s *eventSub) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	delete(b.subs, s)
-}
-
-func (b *broadcaster) publish(ev *hypervisorv1.Event) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	for s := range b.subs {
-		if s.id != "" && s.id != ev.GetId() {
-			continue
-		}
-		s.mu.Lock()
-		s.queue = append(s.queue, ev)
-		if len(s.queue) > maxEventQueue {
-			s.queue = s.queue[len(s.queue)-maxEventQueue:]
-		}
-		s.mu.Unlock()
-		select {
-		case s.notify <- struct{}{}:
-		default:
-		}
-	}
-}
-
-func (s *eventSub) take() []*hypervisorv1.Event {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	q := s.queue
-	s.queue = nil
-	return q
 }

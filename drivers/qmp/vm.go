@@ -914,24 +914,11 @@ func (v *vm) statusLocked() *hypervisorv1.VMStatus {
 
 // Events implements driver.Hypervisor.
 func (d *Driver) Events(ctx context.Context, id string, send func(*hypervisorv1.Event) error) error {
-	sub := d.events.subscribe(id)
-	defer d.events.unsubscribe(sub)
-	for {
-		select {
-		case <-ctx.Done():
-			return nil
-		case <-sub.notify:
-			for _, ev := range sub.take() {
-				if err := send(ev); err != nil {
-					return err
-				}
-			}
-		}
-	}
+	return d.events.Serve(ctx, id, send)
 }
 
 func (d *Driver) emitLocked(v *vm, typ hypervisorv1.EventType) {
-	d.events.publish(&hypervisorv1.Event{
+	d.events.Publish(&hypervisorv1.Event{
 		Id: v.id, Type: typ, Time: timestamppb.Now(), State: v.state, Reason: v.reason, Message: v.message,
 	})
 }
