@@ -48,7 +48,7 @@ down: $(CLUSTER_DEPS) ## Stop the local cluster; leaves no process, mount, netns
 	hack/cluster/down.sh $(if $(filter 1,$(PURGE)),--purge)
 
 .PHONY: test
-test: deps-qemu deps-iso deps-net deps-proc deps-tools guest cni-plugins k8s-bins ## Run every test: unit, drivers on real QEMU and network namespaces, handler, launcher, control plane on a real API server, the example module, and make demo.
+test: deps-qemu deps-libvirt deps-iso deps-net deps-proc deps-tools guest cni-plugins k8s-bins ## Run every test: unit, drivers on real QEMU and network namespaces, handler, launcher, control plane on a real API server, the example module, and make demo.
 	@# The conformance kit boots the guest most (each check a VM or two, under the race
 	@# detector): run on its own, after the rest, it does not starve the other packages' QEMU
 	@# tests of CPU on a 2-core machine (their console waits timed out beside it).
@@ -58,7 +58,7 @@ test: deps-qemu deps-iso deps-net deps-proc deps-tools guest cni-plugins k8s-bin
 	$(MAKE) --no-print-directory demo
 
 .PHONY: unit
-unit: ## The fast inner loop: go test -short ./..., which needs no root, QEMU, network namespace, test guest or API server (those tests skip).
+unit: deps-libvirt ## The fast inner loop: go test -short ./..., which needs no root, QEMU, network namespace, test guest or API server (those tests skip).
 	$(GO) test -short -count=1 ./...
 
 ##@ Without a cluster
@@ -93,7 +93,7 @@ demo: deps-qemu build guest ## Boot the test guest through the qmp and local dri
 ##@ Build and benchmarks
 
 .PHONY: build
-build: ## Build every binary into bin/ (the example driver too).
+build: deps-libvirt ## Build every binary into bin/ (the example driver too).
 	@mkdir -p $(BIN)
 	$(GO) build -o $(BIN)/ ./cmd/...
 	cd $(EXAMPLES) && $(GO) build -o $(BIN)/hostpath-storage .
@@ -131,7 +131,7 @@ bench-console: deps-iso deps-net $(E2E_CLUSTER) ## One VMI on the local cluster 
 	$(BIN)/kubevisor-bench console-latency --kubeconfig $(E2E_KUBECONFIG)
 
 .PHONY: bench
-bench: deps-qemu deps-net cni-plugins ## Run the benchmarks and print their figures (plugin round trip and start; network setup, teardown, throughput).
+bench: deps-qemu deps-libvirt deps-net cni-plugins ## Run the benchmarks and print their figures (plugin round trip and start; network setup, teardown, throughput).
 	$(GO) test -run '^$$' -bench PluginRoundTrip -benchtime 5000x ./core/plugin/...
 	$(GO) test -run '^$$' -bench PluginStart -benchtime 100x ./core/plugin/...
 	$(GO) test -run '^$$' -bench SetupTeardown -benchtime 50x ./drivers/network/...
@@ -230,7 +230,7 @@ generate: deps-build ## Regenerate protobuf code, deepcopy functions, CRDs, webh
 	hack/generate-rbac.sh
 
 .PHONY: verify
-verify: generate ## Fail when generated files are stale, go.mod is not tidy, code is not gofmt'ed, go vet / staticcheck complain, or a target calls a command it does not install.
+verify: generate deps-libvirt ## Fail when generated files are stale, go.mod is not tidy, code is not gofmt'ed, go vet / staticcheck complain, or a target calls a command it does not install.
 	@git diff --exit-code --stat -- $(GENERATED) || { echo "generated files differ from what is committed: run 'make generate' and commit"; exit 1; }
 	@test -z "$$(git status --porcelain -- $(GENERATED))" || { echo "make generate created untracked files:"; git status --porcelain -- $(GENERATED); exit 1; }
 	@bad=$$(gofmt -l $$(git ls-files '*.go')); test -z "$$bad" || { echo "not gofmt'ed: $$bad"; exit 1; }

@@ -18,6 +18,9 @@ type Command struct {
 	// Path is the binary and Args its arguments (without the binary).
 	Path string
 	Args []string
+	// Env, when set, is the process's whole environment; empty means the starter's own (the
+	// launcher's, or the caller's for LocalStarter).
+	Env []string
 	// LogPath receives the process's stdout and stderr, appended.
 	LogPath string
 	// NetNS, when set, is the network namespace the process must run in
@@ -125,7 +128,7 @@ func (s *SocketStarter) Start(ctx context.Context, c *Command) (int, error) {
 		}
 	}
 	opts := &StartOptions{
-		Argv: append([]string{c.Path}, c.Args...), LogPath: c.LogPath,
+		Argv: append([]string{c.Path}, c.Args...), Env: c.Env, LogPath: c.LogPath,
 		Name: filepath.Base(c.Path), ExtraFiles: c.ExtraFiles,
 	}
 	for _, co := range c.Companions {
@@ -159,14 +162,14 @@ const LocalCompanionGrace = 2 * time.Second
 func (LocalStarter) Start(_ context.Context, c *Command) (int, error) {
 	var comps []*exec.Cmd
 	for _, co := range c.Companions {
-		cmd, err := startLocal(co.Path, co.Args, co.LogPath, c.NetNS, co.ExtraFiles)
+		cmd, err := startLocal(co.Path, co.Args, nil, co.LogPath, c.NetNS, co.ExtraFiles)
 		if err != nil {
 			killLocal(comps)
 			return 0, fmt.Errorf("start companion %s: %w", co.Name, err)
 		}
 		comps = append(comps, cmd)
 	}
-	cmd, err := startLocal(c.Path, c.Args, c.LogPath, c.NetNS, c.ExtraFiles)
+	cmd, err := startLocal(c.Path, c.Args, c.Env, c.LogPath, c.NetNS, c.ExtraFiles)
 	if err != nil {
 		killLocal(comps)
 		return 0, err
@@ -190,7 +193,7 @@ func (LocalStarter) Start(_ context.Context, c *Command) (int, error) {
 }
 
 // startLocal starts one process of LocalStarter; the caller reaps it.
-func startLocal(path string, args []string, logPath, netns string, files []*os.File) (*exec.Cmd, error) {
+func startLocal(path string, args, env []string, logPath, netns string, files []*os.File) (*exec.Cmd, error) {
 	log, err := os.OpenFile(logPath, os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o600)
 	if err != nil {
 		return nil, fmt.Errorf("open log: %w", err)
@@ -202,6 +205,7 @@ func startLocal(path string, args []string, logPath, netns string, files []*os.F
 	}
 	cmd := exec.Command(path, args...)
 	cmd.Stdout, cmd.Stderr = log, log
+	cmd.Env = env
 	cmd.ExtraFiles = files
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
 	if err := cmd.Start(); err != nil {

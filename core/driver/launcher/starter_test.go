@@ -24,7 +24,7 @@ func TestFor(t *testing.T) {
 	}
 }
 
-// TestLocalStarter: the process runs the binary itself, in a session of its own, with its output
+// TestLocalStarter: the process runs the binary itself, in a session of its own, with the environment given, its output
 // appended to the log and stdin /dev/null.
 func TestLocalStarter(t *testing.T) {
 	log := filepath.Join(t.TempDir(), "vm.log")
@@ -32,7 +32,8 @@ func TestLocalStarter(t *testing.T) {
 		t.Fatal(err)
 	}
 	pid, err := LocalStarter{}.Start(context.Background(), &Command{
-		Path: "/bin/sh", Args: []string{"-c", "echo out; echo err >&2; read x || echo eof; exec sleep 60"}, LogPath: log,
+		Path: "/bin/sh", Args: []string{"-c", "echo out; echo err >&2; echo env=$KV_TEST; read x || echo eof; exec sleep 60"}, LogPath: log,
+		Env: []string{"KV_TEST=given"},
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -49,8 +50,8 @@ func TestLocalStarter(t *testing.T) {
 	for {
 		raw, _ := os.ReadFile(log)
 		if got := string(raw); strings.Contains(got, "eof") {
-			if !strings.HasPrefix(got, "before\n") || !strings.Contains(got, "out\n") || !strings.Contains(got, "err\n") {
-				t.Errorf("log = %q, want it appended with stdout and stderr", got)
+			if !strings.HasPrefix(got, "before\n") || !strings.Contains(got, "out\n") || !strings.Contains(got, "err\n") || !strings.Contains(got, "env=given\n") {
+				t.Errorf("log = %q, want it appended with stdout and stderr, the environment given", got)
 			}
 			break
 		}

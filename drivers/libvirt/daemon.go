@@ -1,0 +1,207 @@
+package libvirt
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"sync"
+	"time"
+
+	"golang.org/x/sys/unix"
+	golibvirt "libvirt.org/go/libvirt"
+
+	"github.com/kubevisor/kubevisor/core/driver/launcher"
+)
+
+// The per-VMI daemon's directory, <run dir>/lv (short: libvirt's socket paths must fit in
+// sun_path). It is the daemon's whole world: its XDG directories, so that two VMIs' daemons
+// share nothing, and libvirt's session-mode state in them.
+const (
+	daemonDir    = "lv"
+	daemonSocket = "r/libvirt/libvirt-sock" // under XDG_RUNTIME_DIR = <dir>/r
+	daemonLog    = "libvirtd.log"
+)
+
+// daemonQEMUConf is the session daemon's qemu.conf. stdio_handler "file": QEMU's output goes
+// to a file of the daemon's directory (c/qemu/log, below) rather than through a virtlogd, one
+// process fewer per VMI.
+const daemonQEMUConf = `stdio_handler = "file"
+`
+
+// daemon is one VMI's libvirtd: started through the VMI's launcher (or locally without one) as
+// the driver's unprivileged user, in session mode (libvirt picks the mode from its euid: a
+// root daemon is the system one, with the node's paths and privileges).
+type daemon struct {
+	dir  string // <run dir>/lv
+	user vmUser
+	path string // the libvirtd binary
+}
+
+// vmUser is who the daemon, and so QEMU, runs as.
+type vmUser struct {
+	Name     string `json:"name"`
+	UID, GID int
+}
+
+func (d daemon) socket() string { return filepath.Join(d.dir, daemonSocket) }
+func (d daemon) uri() string    { return "qemu+unix:///session?socket=" + d.socket() }
+
+// logPath is the daemon's own log (its stderr, through the launcher).
+func (d daemon) logPath() string { return filepath.Join(d.dir, daemonLog) }
+
+// qemuLog is where the session daemon has QEMU write for domain name.
+func (d daemon) qemuLog(name string) string {
+	return filepath.Join(d.dir, "c", "libvirt", "qemu", "log", name+".log")
+}
+
+// prepare makes the daemon's directories, owned by its user, and its configuration.
+func (d daemon) prepare() error {
+	for _, sub := range []string{"", "h", "c", "r", "x", "x/libvirt"} {
+		p := filepath.Join(d.dir, sub)
+		if err := os.MkdirAll(p, 0o700); err != nil {
+			return err
+		}
+	}
+	if err := os.WriteFile(filepath.Join(d.dir, "x", "libvirt", "qemu.conf"), []byte(daemonQEMUConf), 0o600); err != nil {
+		return err
+	}
+	return chownTree(d.dir, d.user.UID, d.user.GID)
+}
+
+// command is how the launcher starts the daemon: setpriv drops to the driver's user (the
+// launcher runs as root), with no capabilities and no new privileges, then libvirtd runs with
+// its XDG directories in d.dir. No --timeout: the daemon lives until the driver deletes the VM.
+func (d daemon) command(setpriv string) *launcher.Command {
+	return &launcher.Command{
+		Path: setpriv,
+		Args: []string{
+			"--reuid=" + strconv.Itoa(d.user.UID), "--regid=" + strconv.Itoa(d.user.GID), "--clear-groups",
+			"--inh-caps=-all", "--bounding-set=-all", "--no-new-privs", "--", d.path,
+		},
+		Env: []string{
+			"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
+			"HOME=" + filepath.Join(d.dir, "h"),
+			"XDG_RUNTIME_DIR=" + filepath.Join(d.dir, "r"),
+			"XDG_CONFIG_HOME=" + filepath.Join(d.dir, "x"),
+			"XDG_CACHE_HOME=" + filepath.Join(d.dir, "c"),
+		},
+		LogPath: d.logPath(),
+	}
+}
+
+// chownTree gives path and everything below it (not following symlinks) to uid:gid.
+func chownTree(root string, uid, gid int) error {
+	return filepath.Walk(root, func(p string, _ os.FileInfo, err error) error {
+		if err != nil {
+			return err
+		}
+		return os.Lchown(p, uid, gid)
+	})
+}
+
+// connect opens a connection to the daemon at sock, retrying while it comes up, until timeout
+// or alive reports the daemon gone.
+func connect(ctx context.Context, uri string, timeout time.Duration, alive func() bool) (*golibvirt.Connect, error) {
+	startEventLoop()
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	for {
+		c, err := golibvirt.NewConnect(uri)
+		if err == nil {
+			// Keepalive makes a daemon that dies or hangs close the connection, which the
+			// close callback reports.
+			if kerr := c.SetKeepAlive(5, 3); kerr != nil {
+				_, _ = c.Close()
+				return nil, fmt.Errorf("keepalive: %w", kerr)
+			}
+			return c, nil
+		}
+		if alive != nil && !alive() {
+			return nil, fmt.Errorf("libvirtd exited (%w)", err)
+		}
+		select {
+		case <-ctx.Done():
+			return nil, fmt.Errorf("connect %s: %w", uri, err)
+		case <-time.After(25 * time.Millisecond):
+		}
+	}
+}
+
+var eventLoop sync.Once
+
+// startEventLoop runs libvirt's default event loop for the process, which domain events,
+// keepalives and close callbacks need; it must be registered before the first connection.
+func startEventLoop() {
+	eventLoop.Do(func() {
+		if err := golibvirt.EventRegisterDefaultImpl(); err != nil {
+			panic(fmt.Sprintf("libvirt event loop: %v", err))
+		}
+		go func() {
+			for {
+				if err := golibvirt.EventRunDefaultImpl(); err != nil {
+					time.Sleep(100 * time.Millisecond)
+				}
+			}
+		}()
+	})
+}
+
+// isBlockDevice says whether path is a block device (a disk given as a device, not a file).
+func isBlockDevice(path string) bool {
+	var st unix.Stat_t
+	return unix.Stat(path, &st) == nil && st.Mode&unix.S_IFMT == unix.S_IFBLK
+}
+
+// giveTap makes the VM's user the owner of the persistent tap name in the network namespace
+// netns, so that the unprivileged daemon can open it (TUNSETIFF on a tap checks its owner when
+// the opener lacks CAP_NET_ADMIN). The network driver made the tap; only its owner changes.
+func giveTap(netns, name string, uid int) error {
+	errc := make(chan error, 1)
+	go func() {
+		// A thread of its own, never returned to the scheduler's pool: it changes network
+		// namespace.
+		errc <- inNetNS(netns, func() error {
+			fd, err := unix.Open("/dev/net/tun", unix.O_RDWR|unix.O_CLOEXEC, 0)
+			if err != nil {
+				return err
+			}
+			defer unix.Close(fd)
+			ifr, err := unix.NewIfreq(name)
+			if err != nil {
+				return err
+			}
+			ifr.SetUint16(unix.IFF_TAP | unix.IFF_NO_PI | unix.IFF_VNET_HDR)
+			if err := unix.IoctlIfreq(fd, unix.TUNSETIFF, ifr); err != nil {
+				return fmt.Errorf("attach to tap %s: %w", name, err)
+			}
+			if err := unix.IoctlSetInt(fd, unix.TUNSETOWNER, uid); err != nil {
+				return fmt.Errorf("set the owner of tap %s: %w", name, err)
+			}
+			return nil
+		})
+	}()
+	return <-errc
+}
+
+// inNetNS runs f on the calling goroutine's OS thread in the network namespace at path (none:
+// here), and locks that thread out of further use: it is left in the namespace.
+func inNetNS(path string, f func() error) error {
+	if path == "" {
+		return f()
+	}
+	lockOSThreadForGood()
+	ns, err := os.Open(path)
+	if err != nil {
+		return err
+	}
+	defer ns.Close()
+	if err := unix.Setns(int(ns.Fd()), unix.CLONE_NEWNET); err != nil {
+		return fmt.Errorf("enter network namespace %s: %w", path, err)
+	}
+	return f()
+}
+
+var errNoDaemon = errors.New("the VM's libvirtd is not running")

@@ -1,0 +1,216 @@
+package libvirt
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+
+	domainv1 "github.com/kubevisor/kubevisor/core/domain/v1"
+	basev1 "github.com/kubevisor/kubevisor/core/driver/base/v1"
+	hypervisorv1 "github.com/kubevisor/kubevisor/core/driver/hypervisor/v1"
+	"github.com/kubevisor/kubevisor/drivers/qmp"
+	"github.com/kubevisor/kubevisor/internal/testenv"
+)
+
+// requireLibvirt needs QEMU and libvirtd (Debian's libvirt-daemon-driver-qemu, make deps).
+func requireLibvirt(t *testing.T) {
+	t.Helper()
+	testenv.Command(t, "qemu-system-x86_64", "qemu-system-x86")
+	testenv.Command(t, "libvirtd", "libvirt-daemon")
+	if os.Geteuid() != 0 {
+		testenv.Missing(t, "the driver's daemons are started as another user: run as root")
+	}
+}
+
+func testLogger() hclog.Logger {
+	if os.Getenv("KUBEVISOR_TEST_LOG") == "" {
+		return hclog.NewNullLogger()
+	}
+	return hclog.New(&hclog.LoggerOptions{Name: "libvirt", Level: hclog.Debug, Output: os.Stderr})
+}
+
+// reachableDir is a temporary directory the VM's user can reach: t.TempDir and its parent are
+// root's 0700, and QEMU, which runs as that user, binds its sockets and opens its disks there.
+func reachableDir(t *testing.T) string {
+	t.Helper()
+	dir := t.TempDir()
+	for p := dir; p != "/" && p != os.TempDir(); p = filepath.Dir(p) {
+		if err := os.Chmod(p, 0o711); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return dir
+}
+
+// bootDisk writes the qmp driver's echo boot sector (ACPI-aware: Shutdown is graceful) as a
+// read-only raw disk readable by all.
+func bootDisk(t *testing.T, dir string) string {
+	t.Helper()
+	img := filepath.Join(dir, "boot.img")
+	if err := qmp.WriteBootDisk(img, qmp.EchoBootSector(true)); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chmod(img, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return img
+}
+
+func newTestDriver(t *testing.T) *Driver {
+	t.Helper()
+	d := New(WithLogger(testLogger()))
+	if err := d.Configure(context.Background(), &basev1.ConfigureRequest{StateDir: t.TempDir()}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { killAll(d) })
+	return d
+}
+
+// killAll destroys every domain and daemon the driver runs.
+func killAll(d *Driver) {
+	d.mu.Lock()
+	ids := make([]string, 0, len(d.vms))
+	for id := range d.vms {
+		ids = append(ids, id)
+	}
+	d.mu.Unlock()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	for _, id := range ids {
+		_ = d.Kill(ctx, id)
+		_ = d.Delete(ctx, id)
+	}
+}
+
+// consoleBuf collects a console's output.
+type consoleBuf struct {
+	mu  sync.Mutex
+	buf strings.Builder
+}
+
+func (c *consoleBuf) Write(p []byte) (int, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.buf.Write(p)
+}
+
+func (c *consoleBuf) count(s string) int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return strings.Count(c.buf.String(), s)
+}
+
+func waitFor(t *testing.T, what string, timeout time.Duration, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// TestLifecycle boots the echo boot sector under a per-VM libvirtd: console, pause and resume,
+// reset, graceful shutdown, start again, kill, delete; the daemon runs as the driver's user and
+// is gone after Delete.
+func TestLifecycle(t *testing.T) {
+	requireLibvirt(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	d := newTestDriver(t)
+	dir := reachableDir(t)
+	spec := &domainv1.DomainSpec{
+		Id: "lv-life", Name: "test/lv-life", Memory: &domainv1.Memory{GuestBytes: 64 << 20},
+		Disks:  []*domainv1.Disk{{Name: "boot", Path: bootDisk(t, dir), ReadOnly: true, BootOrder: 1}},
+		RunDir: filepath.Join(dir, "run"),
+		Serial: &domainv1.Serial{SocketPath: filepath.Join(dir, "run", "serial.sock")},
+	}
+	if _, err := d.Create(ctx, spec); err != nil {
+		t.Fatal(err)
+	}
+	var mu sync.Mutex
+	var events []string
+	go func() {
+		_ = d.Events(ctx, "lv-life", func(e *hypervisorv1.Event) error {
+			mu.Lock()
+			events = append(events, strings.TrimPrefix(e.GetType().String(), "EVENT_TYPE_")+"/"+e.GetReason())
+			mu.Unlock()
+			return nil
+		})
+	}()
+	if err := d.Start(ctx, "lv-life"); err != nil {
+		t.Fatal(err)
+	}
+	out := &consoleBuf{}
+	go func() { _ = d.Console(ctx, "lv-life", nil, out) }()
+	waitFor(t, "the boot sector's marker", time.Minute, func() bool { return out.count(qmp.BootSectorMarker) >= 1 })
+
+	st, _ := d.Status(ctx, "lv-life")
+	if st.GetState() != hypervisorv1.State_STATE_RUNNING || st.GetBoots() != 1 || st.GetPid() == 0 {
+		t.Fatalf("status after start = %v, want RUNNING, boots 1, QEMU's pid", st)
+	}
+	if u := procUser(t, int(st.GetPid())); u != "65534" {
+		t.Errorf("QEMU runs as uid %s, want the driver's user nobody (65534)", u)
+	}
+	if err := d.Pause(ctx, "lv-life"); err != nil {
+		t.Fatal(err)
+	}
+	if err := d.Resume(ctx, "lv-life"); err != nil {
+		t.Fatal(err)
+	}
+	if err := d.Reboot(ctx, "lv-life"); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the marker again after the reset", time.Minute, func() bool { return out.count(qmp.BootSectorMarker) >= 2 })
+	if st, _ := d.Status(ctx, "lv-life"); st.GetBoots() != 2 {
+		t.Fatalf("boots after reset = %d, want 2", st.GetBoots())
+	}
+	graceful, err := d.Shutdown(ctx, "lv-life", 30*time.Second)
+	if err != nil || !graceful {
+		t.Fatalf("Shutdown = %v, %v; want graceful", graceful, err)
+	}
+	if err := d.Start(ctx, "lv-life"); err != nil {
+		t.Fatal(err)
+	}
+	if err := d.Kill(ctx, "lv-life"); err != nil {
+		t.Fatal(err)
+	}
+	daemonPID := d.vms["lv-life"].rec.DaemonPID
+	if err := d.Delete(ctx, "lv-life"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(filepath.Join("/proc", itoa(daemonPID))); err == nil && isDaemonOf(daemonPID, daemon{dir: filepath.Join(dir, "run", daemonDir)}) {
+		t.Errorf("libvirtd %d still runs after Delete", daemonPID)
+	}
+	mu.Lock()
+	got := strings.Join(events, " ")
+	mu.Unlock()
+	want := "STARTED/Started PAUSED/Paused RESUMED/Resumed RESET/HostReset POWERDOWN_REQUESTED/PowerdownRequested"
+	// SHUTDOWN before STOPPED is the contract's MAY (libvirt reports one for a destroy too).
+	got = strings.ReplaceAll(got, "SHUTDOWN/GuestShutdown STOPPED/GuestShutdown", "STOPPED/GuestShutdown")
+	got = strings.ReplaceAll(got, "SHUTDOWN/Killed STOPPED/Killed", "STOPPED/Killed")
+	if !strings.HasPrefix(got, want) || !strings.HasSuffix(got, "STOPPED/GuestShutdown STARTED/Started STOPPED/Killed") {
+		t.Errorf("events = %s\nwant %s STOPPED/GuestShutdown STARTED/Started STOPPED/Killed", got, want)
+	}
+}
+
+func procUser(t *testing.T, pid int) string {
+	t.Helper()
+	raw, err := os.ReadFile(filepath.Join("/proc", itoa(pid), "status"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, l := range strings.Split(string(raw), "\n") {
+		if f := strings.Fields(l); len(f) > 1 && f[0] == "Uid:" {
+			return f[1]
+		}
+	}
+	return ""
+}

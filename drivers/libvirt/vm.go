@@ -1,0 +1,914 @@
+package libvirt
+
+import (
+	"cmp"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"sync"
+	"time"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/encoding/protojson"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/timestamppb"
+	golibvirt "libvirt.org/go/libvirt"
+
+	"github.com/kubevisor/kubevisor/core/domain"
+	domainv1 "github.com/kubevisor/kubevisor/core/domain/v1"
+	"github.com/kubevisor/kubevisor/core/driver"
+	hypervisorv1 "github.com/kubevisor/kubevisor/core/driver/hypervisor/v1"
+	"github.com/kubevisor/kubevisor/core/driver/launcher"
+	"github.com/kubevisor/kubevisor/core/driver/serial"
+	"github.com/kubevisor/kubevisor/drivers/qmp"
+)
+
+// Timeouts of the driver's own waits.
+const (
+	// daemonTimeout bounds a new daemon's coming up (its first start probes QEMU: ~3 s).
+	daemonTimeout = 30 * time.Second
+	// powerdownRepeat is the longest interval between two presses of the power button.
+	powerdownRepeat = 10 * time.Second
+	// stopTimeout bounds waiting for a destroyed domain's stop event.
+	stopTimeout = 15 * time.Second
+	logTail     = 2048
+	// firmwareReset is how soon after a reset another is taken for the firmware's own: after a
+	// warm reset SeaBIOS resets the machine once more, and libvirt reports both.
+	firmwareReset = time.Second
+)
+
+var idRE = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$`)
+
+// record is the driver's record of a VM, in the Handle and in <state dir>/vms/<id>.json (kept
+// current), so that Recover finds the VM's daemon with the handle alone.
+type record struct {
+	ID        string          `json:"id"`
+	RunDir    string          `json:"runDir"`
+	OwnRunDir bool            `json:"ownRunDir,omitempty"`
+	User      vmUser          `json:"user"`
+	Accel     qmp.Accel       `json:"accel"`
+	Boots     uint32          `json:"boots"`
+	DaemonPID int             `json:"daemonPid,omitempty"`
+	StartedAt time.Time       `json:"startedAt,omitzero"`
+	Spec      json.RawMessage `json:"spec"`
+}
+
+// vm is one VM the driver knows.
+type vm struct {
+	id   string
+	spec *domainv1.DomainSpec
+	dmn  daemon
+	op   sync.Mutex // serialises lifecycle operations
+
+	mu      sync.Mutex
+	rec     record
+	state   hypervisorv1.State
+	reason  string
+	message string
+	conn    *golibvirt.Connect // the daemon, nil while none runs
+	proc    *process           // the daemon's process, when this driver started or found it
+	cbs     []int              // event callback ids on conn
+	con     *serial.Console    // the serial port while the domain runs
+	pid     int                // QEMU's pid while the domain runs
+	hostOp  string             // the reason of a stop the host asked for (Kill, Shutdown)
+	reset   time.Time          // when the last counted reset was reported
+	changed chan struct{}
+}
+
+func (v *vm) signalLocked() {
+	close(v.changed)
+	v.changed = make(chan struct{})
+}
+
+// waitFor waits until cond (under v.mu) holds, up to timeout or ctx.
+func (v *vm) waitFor(ctx context.Context, timeout time.Duration, cond func() bool) bool {
+	t := time.NewTimer(timeout)
+	defer t.Stop()
+	for {
+		v.mu.Lock()
+		ok, ch := cond(), v.changed
+		v.mu.Unlock()
+		if ok {
+			return true
+		}
+		select {
+		case <-ch:
+		case <-t.C:
+			return false
+		case <-ctx.Done():
+			return false
+		}
+	}
+}
+
+func active(st hypervisorv1.State) bool {
+	switch st {
+	case hypervisorv1.State_STATE_RUNNING, hypervisorv1.State_STATE_PAUSED, hypervisorv1.State_STATE_SHUTTING_DOWN:
+		return true
+	}
+	return false
+}
+
+func (d *Driver) get(id string) (*vm, error) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	v, ok := d.vms[id]
+	if !ok {
+		return nil, status.Errorf(codes.NotFound, "vm %q not found", id)
+	}
+	return v, nil
+}
+
+func (d *Driver) env(host *qmp.HostInfo, accel qmp.Accel, v *vm) Env {
+	d.mu.Lock()
+	ovmf := qmp.DefaultOVMF
+	if d.cfg.OVMF != nil {
+		ovmf = *d.cfg.OVMF
+	}
+	d.mu.Unlock()
+	exists := func(p string) bool { _, err := os.Stat(p); return p != "" && err == nil }
+	if !exists(ovmf.Code) || !exists(ovmf.Vars) {
+		ovmf.Code, ovmf.Vars = "", ""
+	}
+	if !exists(ovmf.SecureCode) || !exists(ovmf.SecureVars) {
+		ovmf.SecureCode, ovmf.SecureVars = "", ""
+	}
+	return Env{Accel: accel, Emulator: host.QEMU, OVMF: ovmf, NVRAM: filepath.Join(v.rec.RunDir, "efi-vars.fd")}
+}
+
+// Create implements driver.Hypervisor: it checks the spec by building its domain XML; it starts
+// nothing.
+func (d *Driver) Create(ctx context.Context, spec *domainv1.DomainSpec) (*hypervisorv1.Handle, error) {
+	if err := domain.Validate(spec); err != nil {
+		return nil, err
+	}
+	if !idRE.MatchString(spec.GetId()) {
+		return nil, domain.ValidationError{{Field: "id", Detail: fmt.Sprintf("%q is not usable as a domain name ([A-Za-z0-9._-], at most 128)", spec.GetId())}}
+	}
+	host, err := d.hostInfo(ctx)
+	if err != nil {
+		return nil, err
+	}
+	if host.Problem != "" {
+		return nil, status.Errorf(codes.FailedPrecondition, "qemu is not usable on this node: %s", host.Problem)
+	}
+	u, err := d.vmUser()
+	if err != nil {
+		return nil, err
+	}
+	spec = proto.Clone(spec).(*domainv1.DomainSpec)
+	accel, err := pickAccel(spec.GetAcceleration(), host)
+	if err != nil {
+		return nil, err
+	}
+	runDir, own := d.runDirFor(spec)
+	v := &vm{id: spec.GetId(), spec: spec, changed: make(chan struct{}),
+		state: hypervisorv1.State_STATE_CREATED, reason: driver.ReasonCreated}
+	v.rec = record{ID: v.id, RunDir: runDir, OwnRunDir: own, User: u, Accel: accel}
+	if _, err := BuildDomain(spec, d.env(host, accel, v)); err != nil {
+		return nil, err
+	}
+	if v.rec.Spec, err = protojson.Marshal(spec); err != nil {
+		return nil, status.Errorf(codes.Internal, "encode spec: %v", err)
+	}
+	v.dmn = daemon{dir: filepath.Join(runDir, daemonDir), user: u, path: d.config().Libvirtd}
+	d.mu.Lock()
+	if _, ok := d.vms[v.id]; ok {
+		d.mu.Unlock()
+		return nil, status.Errorf(codes.AlreadyExists, "vm %q already exists", v.id)
+	}
+	d.vms[v.id] = v
+	d.mu.Unlock()
+	v.mu.Lock()
+	d.persistLocked(v)
+	state, _ := json.Marshal(v.rec)
+	v.mu.Unlock()
+	d.log.Info("created vm", "id", v.id, "accel", accel, "run_dir", runDir)
+	return &hypervisorv1.Handle{Id: v.id, Driver: Name, State: state}, nil
+}
+
+// pickAccel is the accelerator of a VM asking for acc on host.
+func pickAccel(acc domainv1.Acceleration, host *qmp.HostInfo) (qmp.Accel, error) {
+	switch {
+	case acc == domainv1.Acceleration_ACCELERATION_REQUIRED && !host.KVM:
+		return "", status.Errorf(codes.FailedPrecondition, "acceleration: hardware acceleration is required but KVM is not usable on this node (%s)", host.KVMReason)
+	case acc != domainv1.Acceleration_ACCELERATION_EMULATED && host.KVM:
+		return qmp.AccelKVM, nil
+	case !host.TCG:
+		return "", status.Errorf(codes.FailedPrecondition, "acceleration: emulation (TCG) does not work on this node (%s)", host.TCGReason)
+	}
+	return qmp.AccelTCG, nil
+}
+
+func (d *Driver) runDirFor(spec *domainv1.DomainSpec) (string, bool) {
+	if spec.GetRunDir() != "" {
+		return spec.GetRunDir(), false
+	}
+	d.mu.Lock()
+	base := d.stateDir
+	d.mu.Unlock()
+	if base == "" {
+		base = filepath.Join(os.TempDir(), "kubevisor-libvirt")
+	}
+	return filepath.Join(base, "run", spec.GetId()), true
+}
+
+func (d *Driver) recordPath(id string) string {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.stateDir == "" {
+		return ""
+	}
+	return filepath.Join(d.stateDir, "vms", id+".json")
+}
+
+// persistLocked writes v's record to the state dir (nothing without one).
+func (d *Driver) persistLocked(v *vm) {
+	p := d.recordPath(v.id)
+	if p == "" {
+		return
+	}
+	raw, _ := json.Marshal(v.rec)
+	tmp := p + ".tmp"
+	if err := os.WriteFile(tmp, raw, 0o600); err == nil {
+		_ = os.Rename(tmp, p)
+	}
+}
+
+// Start implements driver.Hypervisor: the VM's daemon first (when it does not run), then the
+// domain, created transient from the spec.
+func (d *Driver) Start(ctx context.Context, id string) error {
+	v, err := d.get(id)
+	if err != nil {
+		return err
+	}
+	v.op.Lock()
+	defer v.op.Unlock()
+	v.mu.Lock()
+	st := v.state
+	v.mu.Unlock()
+	switch {
+	case st == hypervisorv1.State_STATE_SHUTTING_DOWN:
+		return status.Errorf(codes.FailedPrecondition, "vm %q is shutting down", id)
+	case active(st):
+		return nil
+	}
+	host, err := d.hostInfo(ctx)
+	if err != nil {
+		return err
+	}
+	if _, err := pickAccel(map[bool]domainv1.Acceleration{true: domainv1.Acceleration_ACCELERATION_REQUIRED, false: domainv1.Acceleration_ACCELERATION_EMULATED}[v.rec.Accel == qmp.AccelKVM], host); err != nil {
+		return err
+	}
+	x, err := BuildDomain(v.spec, d.env(host, v.rec.Accel, v))
+	if err != nil {
+		return err
+	}
+	if err := d.prepareFiles(v); err != nil {
+		return err
+	}
+	conn, err := d.ensureDaemon(ctx, v)
+	if err != nil {
+		return err
+	}
+	xml, err := x.Marshal()
+	if err != nil {
+		return status.Errorf(codes.Internal, "domain xml: %v", err)
+	}
+	for _, stale := range []string{v.spec.GetSerial().GetSocketPath(), v.spec.GetVnc().GetSocketPath()} {
+		if stale != "" {
+			_ = os.Remove(stale)
+		}
+	}
+	logFrom := fileSize(v.dmn.qemuLog(v.id))
+	dom, err := conn.DomainCreateXML(xml, golibvirt.DOMAIN_NONE)
+	if err != nil {
+		return startError(err, tailLog(v.dmn.qemuLog(v.id), logFrom))
+	}
+	defer dom.Free()
+	con, err := attachSerial(ctx, v.spec.GetSerial().GetSocketPath())
+	if err != nil {
+		_ = dom.Destroy()
+		return status.Errorf(codes.Internal, "serial console: %v", err)
+	}
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	v.con = con
+	v.pid = qemuPID(v.dmn, v.id)
+	v.state, v.reason, v.message, v.hostOp = hypervisorv1.State_STATE_RUNNING, driver.ReasonStarted, "", ""
+	v.rec.Boots++
+	v.rec.StartedAt = time.Now()
+	d.emitLocked(v, hypervisorv1.EventType_EVENT_TYPE_STARTED)
+	d.persistLocked(v)
+	v.signalLocked()
+	d.log.Info("started vm", "id", v.id, "qemu_pid", v.pid, "accel", v.rec.Accel)
+	return nil
+}
+
+// startError is a libvirt error of a domain start, with QEMU's last words.
+func startError(err error, qemuLog string) error {
+	msg := err.Error()
+	var lerr golibvirt.Error
+	if errors.As(err, &lerr) {
+		msg = lerr.Message
+	}
+	if qemuLog != "" {
+		msg += "; qemu: " + qemuLog
+	}
+	code := codes.Internal
+	if errors.As(err, &lerr) && (lerr.Code == golibvirt.ERR_XML_ERROR || lerr.Code == golibvirt.ERR_CONFIG_UNSUPPORTED || lerr.Code == golibvirt.ERR_INVALID_ARG) {
+		code = codes.InvalidArgument
+	}
+	return status.Errorf(code, "libvirt: %s", msg)
+}
+
+// prepareFiles makes what the VM's unprivileged daemon and QEMU open theirs: the run dir (its
+// sockets), the taps the network driver made (their owner), and the writable disk images of
+// the VM. What they only read (read-only disks, kernels) must be readable by the user already:
+// checked here, as that user, so that the error names the file.
+func (d *Driver) prepareFiles(v *vm) error {
+	u := v.rec.User
+	if err := os.MkdirAll(v.rec.RunDir, 0o700); err != nil {
+		return status.Errorf(codes.FailedPrecondition, "run dir: %v", err)
+	}
+	if err := os.Lchown(v.rec.RunDir, u.UID, u.GID); err != nil {
+		return status.Errorf(codes.FailedPrecondition, "run dir: %v", err)
+	}
+	for i, n := range v.spec.GetNics() {
+		if err := giveTap(v.spec.GetSandbox().GetNetnsPath(), n.GetTapName(), u.UID); err != nil {
+			return status.Errorf(codes.FailedPrecondition, "nics[%d].tapName: %v", i, err)
+		}
+	}
+	for i, disk := range v.spec.GetDisks() {
+		ro := disk.GetReadOnly() || disk.GetDevice() == domainv1.DiskDevice_DISK_DEVICE_CDROM
+		if !ro && !isBlockDevice(disk.GetPath()) {
+			if err := os.Chown(disk.GetPath(), u.UID, u.GID); err != nil {
+				return status.Errorf(codes.FailedPrecondition, "disks[%d].path: %v", i, err)
+			}
+		}
+		if err := accessAs(u, disk.GetPath(), !ro); err != nil {
+			return status.Errorf(codes.FailedPrecondition, "disks[%d].path: %v", i, err)
+		}
+	}
+	if k := v.spec.GetFirmware().GetKernel(); k != nil {
+		for field, p := range map[string]string{"firmware.kernel.kernelPath": k.GetKernelPath(), "firmware.kernel.initrdPath": k.GetInitrdPath()} {
+			if p == "" {
+				continue
+			}
+			if err := accessAs(u, p, false); err != nil {
+				return status.Errorf(codes.FailedPrecondition, "%s: %v", field, err)
+			}
+		}
+	}
+	return nil
+}
+
+// ensureDaemon returns the connection to v's daemon, starting the daemon when none runs.
+func (d *Driver) ensureDaemon(ctx context.Context, v *vm) (*golibvirt.Connect, error) {
+	v.mu.Lock()
+	conn := v.conn
+	v.mu.Unlock()
+	if conn != nil {
+		if ok, err := conn.IsAlive(); err == nil && ok {
+			return conn, nil
+		}
+	}
+	if err := v.dmn.prepare(); err != nil {
+		return nil, status.Errorf(codes.FailedPrecondition, "libvirtd directory: %v", err)
+	}
+	starter := d.local
+	if sock := v.spec.GetSandbox().GetLauncherSocket(); sock != "" {
+		starter = launcher.NewStarter(sock)
+	}
+	cmd := v.dmn.command(d.config().Setpriv)
+	cmd.NetNS = v.spec.GetSandbox().GetNetnsPath()
+	logFrom := fileSize(v.dmn.logPath())
+	pid, err := starter.Start(ctx, cmd)
+	if err != nil {
+		return nil, status.Errorf(codes.Internal, "start libvirtd: %v", err)
+	}
+	proc, err := openProcess(pid)
+	if err != nil {
+		return nil, status.Errorf(codes.Internal, "libvirtd exited at once: %s", tailLog(v.dmn.logPath(), logFrom))
+	}
+	conn, err = connect(ctx, v.dmn.uri(), daemonTimeout, func() bool { return !proc.exited(0) })
+	if err != nil {
+		_ = proc.kill()
+		proc.close()
+		return nil, status.Errorf(codes.Internal, "libvirtd (pid %d): %v: %s", pid, err, tailLog(v.dmn.logPath(), logFrom))
+	}
+	if err := d.watch(v, conn); err != nil {
+		_, _ = conn.Close()
+		_ = proc.kill()
+		proc.close()
+		return nil, status.Errorf(codes.Internal, "libvirtd events: %v", err)
+	}
+	v.mu.Lock()
+	v.conn, v.proc = conn, proc
+	v.rec.DaemonPID = pid
+	d.persistLocked(v)
+	v.mu.Unlock()
+	d.log.Info("started libvirtd", "id", v.id, "pid", pid, "user", v.rec.User.Name)
+	return conn, nil
+}
+
+// watch registers v's lifecycle, reboot and connection-close callbacks on conn.
+func (d *Driver) watch(v *vm, conn *golibvirt.Connect) error {
+	life, err := conn.DomainEventLifecycleRegister(nil, func(_ *golibvirt.Connect, dom *golibvirt.Domain, ev *golibvirt.DomainEventLifecycle) {
+		if name, _ := dom.GetName(); name == v.id {
+			d.lifecycle(v, conn, ev)
+		}
+	})
+	if err != nil {
+		return err
+	}
+	reboot, err := conn.DomainEventRebootRegister(nil, func(_ *golibvirt.Connect, dom *golibvirt.Domain) {
+		if name, _ := dom.GetName(); name == v.id {
+			d.rebooted(v)
+		}
+	})
+	if err != nil {
+		_ = conn.DomainEventDeregister(life)
+		return err
+	}
+	if err := conn.RegisterCloseCallback(func(c *golibvirt.Connect, reason golibvirt.ConnectCloseReason) {
+		d.daemonLost(v, c, reason)
+	}); err != nil {
+		_ = conn.DomainEventDeregister(life)
+		_ = conn.DomainEventDeregister(reboot)
+		return err
+	}
+	v.mu.Lock()
+	v.cbs = []int{life, reboot}
+	v.mu.Unlock()
+	return nil
+}
+
+// lifecycle applies a libvirt lifecycle event to v.
+func (d *Driver) lifecycle(v *vm, conn *golibvirt.Connect, ev *golibvirt.DomainEventLifecycle) {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	if v.conn != conn {
+		return
+	}
+	switch ev.Event {
+	case golibvirt.DOMAIN_EVENT_SUSPENDED:
+		if v.state == hypervisorv1.State_STATE_RUNNING {
+			v.state, v.reason, v.message = hypervisorv1.State_STATE_PAUSED, driver.ReasonPaused, ""
+			d.emitLocked(v, hypervisorv1.EventType_EVENT_TYPE_PAUSED)
+		}
+	case golibvirt.DOMAIN_EVENT_RESUMED:
+		if v.state == hypervisorv1.State_STATE_PAUSED {
+			v.state, v.reason, v.message = hypervisorv1.State_STATE_RUNNING, driver.ReasonResumed, ""
+			d.emitLocked(v, hypervisorv1.EventType_EVENT_TYPE_RESUMED)
+		}
+	case golibvirt.DOMAIN_EVENT_SHUTDOWN:
+		if v.state == hypervisorv1.State_STATE_RUNNING || v.state == hypervisorv1.State_STATE_SHUTTING_DOWN {
+			v.state, v.reason = hypervisorv1.State_STATE_SHUTTING_DOWN, cmp.Or(v.hostOp, driver.ReasonGuestShutdown)
+			d.emitLocked(v, hypervisorv1.EventType_EVENT_TYPE_SHUTDOWN)
+		}
+	case golibvirt.DOMAIN_EVENT_STOPPED, golibvirt.DOMAIN_EVENT_CRASHED:
+		if !active(v.state) {
+			break
+		}
+		detail := golibvirt.DomainEventStoppedDetailType(ev.Detail)
+		typ, state, reason := hypervisorv1.EventType_EVENT_TYPE_STOPPED, hypervisorv1.State_STATE_STOPPED, driver.ReasonGuestShutdown
+		switch {
+		case v.hostOp != "":
+			reason = v.hostOp
+		case ev.Event == golibvirt.DOMAIN_EVENT_CRASHED:
+			typ, state, reason = hypervisorv1.EventType_EVENT_TYPE_CRASHED, hypervisorv1.State_STATE_CRASHED, driver.ReasonGuestPanicked
+		case detail == golibvirt.DOMAIN_EVENT_STOPPED_SHUTDOWN:
+		default: // destroyed by nobody here, crashed, failed: QEMU ended unasked
+			typ, state, reason = hypervisorv1.EventType_EVENT_TYPE_CRASHED, hypervisorv1.State_STATE_CRASHED, driver.ReasonProcessExited
+			v.message = tailLog(v.dmn.qemuLog(v.id), max(fileSize(v.dmn.qemuLog(v.id))-logTail, 0))
+		}
+		d.endRunLocked(v, typ, state, reason)
+	}
+	v.signalLocked()
+}
+
+// endRunLocked accounts for the end of v's domain.
+func (d *Driver) endRunLocked(v *vm, typ hypervisorv1.EventType, state hypervisorv1.State, reason string) {
+	v.state, v.reason, v.hostOp, v.pid = state, reason, "", 0
+	if v.con != nil {
+		v.con.Close()
+		v.con = nil
+	}
+	d.emitLocked(v, typ)
+	d.persistLocked(v)
+}
+
+// rebooted counts a guest reset (libvirt's reboot event: the guest, or Reboot, reset it).
+func (d *Driver) rebooted(v *vm) {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	if v.state != hypervisorv1.State_STATE_RUNNING {
+		return
+	}
+	if time.Since(v.reset) < firmwareReset {
+		d.log.Debug("second reset of a reboot (the firmware's), not counted", "id", v.id)
+		return
+	}
+	v.reset = time.Now()
+	v.rec.Boots++
+	reason := driver.ReasonGuestReset
+	if v.hostOp == driver.ReasonHostReset {
+		reason, v.hostOp = driver.ReasonHostReset, ""
+	}
+	v.reason = reason
+	d.emitLocked(v, hypervisorv1.EventType_EVENT_TYPE_RESET)
+	d.persistLocked(v)
+	v.signalLocked()
+}
+
+// daemonLost handles the end of the connection to v's daemon: unless the driver closed it, the
+// daemon died (or hung past its keepalive), and its domain with it as far as the driver can tell.
+func (d *Driver) daemonLost(v *vm, conn *golibvirt.Connect, reason golibvirt.ConnectCloseReason) {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	if v.conn != conn {
+		return
+	}
+	v.conn = nil
+	if v.proc != nil {
+		v.proc.close()
+		v.proc = nil
+	}
+	v.rec.DaemonPID = 0
+	if active(v.state) {
+		v.message = fmt.Sprintf("the VM's libvirtd went away (close reason %d): %s", reason, tailLog(v.dmn.logPath(), max(fileSize(v.dmn.logPath())-logTail, 0)))
+		d.endRunLocked(v, hypervisorv1.EventType_EVENT_TYPE_CRASHED, hypervisorv1.State_STATE_CRASHED, driver.ReasonProcessExited)
+	}
+	d.persistLocked(v)
+	v.signalLocked()
+}
+
+// domain looks v's domain up on its daemon.
+func (v *vm) domain() (*golibvirt.Domain, error) {
+	v.mu.Lock()
+	conn := v.conn
+	v.mu.Unlock()
+	if conn == nil {
+		return nil, errNoDaemon
+	}
+	return conn.LookupDomainByName(v.id)
+}
+
+// Shutdown implements driver.Hypervisor: ACPI power button presses until the guest powers off
+// or timeout, then destroy.
+func (d *Driver) Shutdown(ctx context.Context, id string, timeout time.Duration) (bool, error) {
+	v, err := d.get(id)
+	if err != nil {
+		return false, err
+	}
+	v.op.Lock()
+	defer v.op.Unlock()
+	v.mu.Lock()
+	st := v.state
+	v.mu.Unlock()
+	if !active(st) {
+		return false, nil
+	}
+	dom, err := v.domain()
+	if err != nil {
+		return false, status.Errorf(codes.Unavailable, "vm %q: %v", id, err)
+	}
+	defer dom.Free()
+	if timeout > 0 {
+		if st == hypervisorv1.State_STATE_PAUSED {
+			if err := dom.Resume(); err != nil {
+				return false, status.Errorf(codes.Internal, "resume: %v", err)
+			}
+			v.waitFor(ctx, 5*time.Second, func() bool { return v.state != hypervisorv1.State_STATE_PAUSED })
+		}
+		v.mu.Lock()
+		if v.state == hypervisorv1.State_STATE_RUNNING {
+			v.state, v.reason = hypervisorv1.State_STATE_SHUTTING_DOWN, driver.ReasonPowerdownRequested
+			d.emitLocked(v, hypervisorv1.EventType_EVENT_TYPE_POWERDOWN_REQUESTED)
+			v.signalLocked()
+		}
+		v.mu.Unlock()
+		deadline := time.Now().Add(timeout)
+		for time.Now().Before(deadline) {
+			if err := dom.ShutdownFlags(golibvirt.DOMAIN_SHUTDOWN_ACPI_POWER_BTN); err != nil && !stoppedErr(err) {
+				d.log.Warn("power button", "id", id, "error", err)
+			}
+			wait := min(time.Until(deadline), powerdownRepeat)
+			if v.waitFor(ctx, wait, func() bool { return !active(v.state) }) {
+				return true, nil
+			}
+			if ctx.Err() != nil {
+				return false, status.FromContextError(ctx.Err()).Err()
+			}
+		}
+	}
+	return false, d.destroy(ctx, v, dom, driver.ReasonForcedShutdown)
+}
+
+// destroy stops v's domain at once and waits for its stop event.
+func (d *Driver) destroy(ctx context.Context, v *vm, dom *golibvirt.Domain, reason string) error {
+	v.mu.Lock()
+	if !active(v.state) {
+		v.mu.Unlock()
+		return nil
+	}
+	v.hostOp = reason
+	v.mu.Unlock()
+	if err := dom.Destroy(); err != nil && !stoppedErr(err) {
+		return status.Errorf(codes.Internal, "destroy: %v", err)
+	}
+	if !v.waitFor(ctx, stopTimeout, func() bool { return !active(v.state) }) {
+		if ctx.Err() != nil {
+			return status.FromContextError(ctx.Err()).Err()
+		}
+		// The event never came (the daemon went away first): account for the stop here.
+		v.mu.Lock()
+		if active(v.state) {
+			d.endRunLocked(v, hypervisorv1.EventType_EVENT_TYPE_STOPPED, hypervisorv1.State_STATE_STOPPED, reason)
+			v.signalLocked()
+		}
+		v.mu.Unlock()
+	}
+	return nil
+}
+
+// stoppedErr says a libvirt error is about a domain that is not running (any more).
+func stoppedErr(err error) bool {
+	var lerr golibvirt.Error
+	return errors.As(err, &lerr) && (lerr.Code == golibvirt.ERR_OPERATION_INVALID || lerr.Code == golibvirt.ERR_NO_DOMAIN)
+}
+
+// Kill implements driver.Hypervisor.
+func (d *Driver) Kill(ctx context.Context, id string) error {
+	v, err := d.get(id)
+	if err != nil {
+		return err
+	}
+	v.mu.Lock()
+	st := v.state
+	v.mu.Unlock()
+	if !active(st) {
+		return nil
+	}
+	dom, err := v.domain()
+	if err != nil {
+		return status.Errorf(codes.Unavailable, "vm %q: %v", id, err)
+	}
+	defer dom.Free()
+	return d.destroy(ctx, v, dom, driver.ReasonKilled)
+}
+
+// Delete implements driver.Hypervisor: the domain is gone already; the VM's daemon is stopped,
+// and its directory and record removed.
+func (d *Driver) Delete(_ context.Context, id string) error {
+	v, err := d.get(id)
+	if status.Code(err) == codes.NotFound {
+		return nil
+	}
+	v.op.Lock()
+	defer v.op.Unlock()
+	v.mu.Lock()
+	if active(v.state) {
+		v.mu.Unlock()
+		return status.Errorf(codes.FailedPrecondition, "vm %q is %s: stop it first", id, v.state)
+	}
+	conn, proc, cbs := v.conn, v.proc, v.cbs
+	v.conn, v.proc = nil, nil
+	pid := v.rec.DaemonPID
+	v.mu.Unlock()
+	if conn != nil {
+		for _, cb := range cbs {
+			_ = conn.DomainEventDeregister(cb)
+		}
+		_ = conn.UnregisterCloseCallback()
+		_, _ = conn.Close()
+	}
+	if proc == nil && pid > 0 && isDaemonOf(pid, v.dmn) {
+		proc, _ = openProcess(pid)
+	}
+	if proc != nil {
+		_ = proc.kill()
+		proc.exited(10 * time.Second)
+		proc.close()
+	}
+	_ = os.RemoveAll(v.dmn.dir)
+	if v.rec.OwnRunDir {
+		_ = os.RemoveAll(v.rec.RunDir)
+	}
+	if p := d.recordPath(id); p != "" {
+		_ = os.Remove(p)
+	}
+	d.mu.Lock()
+	delete(d.vms, id)
+	d.mu.Unlock()
+	d.log.Info("deleted vm", "id", id)
+	return nil
+}
+
+// Status implements driver.Hypervisor.
+func (d *Driver) Status(_ context.Context, id string) (*hypervisorv1.VMStatus, error) {
+	v, err := d.get(id)
+	if err != nil {
+		return nil, err
+	}
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	return v.statusLocked(), nil
+}
+
+func (v *vm) statusLocked() *hypervisorv1.VMStatus {
+	st := &hypervisorv1.VMStatus{
+		Id: v.id, State: v.state, Reason: v.reason, Message: v.message, Boots: v.rec.Boots,
+		Accelerated: v.rec.Accel == qmp.AccelKVM,
+	}
+	if active(v.state) {
+		st.Pid = int64(v.pid)
+		if !v.rec.StartedAt.IsZero() {
+			st.StartedAt = timestamppb.New(v.rec.StartedAt)
+		}
+	}
+	return st
+}
+
+// Events implements driver.Hypervisor.
+func (d *Driver) Events(ctx context.Context, id string, send func(*hypervisorv1.Event) error) error {
+	return d.events.Serve(ctx, id, send)
+}
+
+func (d *Driver) emitLocked(v *vm, typ hypervisorv1.EventType) {
+	d.events.Publish(&hypervisorv1.Event{
+		Id: v.id, Type: typ, Time: timestamppb.Now(), State: v.state, Reason: v.reason, Message: v.message,
+	})
+}
+
+// Pause implements driver.Pauser.
+func (d *Driver) Pause(ctx context.Context, id string) error {
+	return d.pauseResume(ctx, id, true)
+}
+
+// Resume implements driver.Pauser.
+func (d *Driver) Resume(ctx context.Context, id string) error {
+	return d.pauseResume(ctx, id, false)
+}
+
+func (d *Driver) pauseResume(ctx context.Context, id string, pause bool) error {
+	v, err := d.get(id)
+	if err != nil {
+		return err
+	}
+	v.op.Lock()
+	defer v.op.Unlock()
+	v.mu.Lock()
+	st := v.state
+	v.mu.Unlock()
+	want := hypervisorv1.State_STATE_RUNNING
+	if pause {
+		want = hypervisorv1.State_STATE_PAUSED
+	}
+	switch {
+	case st == want:
+		return nil
+	case st != hypervisorv1.State_STATE_RUNNING && st != hypervisorv1.State_STATE_PAUSED:
+		return status.Errorf(codes.FailedPrecondition, "vm %q is %s", id, st)
+	}
+	dom, err := v.domain()
+	if err != nil {
+		return status.Errorf(codes.Unavailable, "vm %q: %v", id, err)
+	}
+	defer dom.Free()
+	if pause {
+		err = dom.Suspend()
+	} else {
+		err = dom.Resume()
+	}
+	if err != nil {
+		return status.Errorf(codes.Internal, "libvirt: %v", err)
+	}
+	if !v.waitFor(ctx, 10*time.Second, func() bool { return v.state == want }) {
+		return status.Errorf(codes.Internal, "vm %q: libvirt reported no %s", id, want)
+	}
+	return nil
+}
+
+// Reboot implements driver.Rebooter: a hard reset of the running guest.
+func (d *Driver) Reboot(ctx context.Context, id string) error {
+	v, err := d.get(id)
+	if err != nil {
+		return err
+	}
+	v.op.Lock()
+	defer v.op.Unlock()
+	v.mu.Lock()
+	st, boots := v.state, v.rec.Boots
+	v.mu.Unlock()
+	if st != hypervisorv1.State_STATE_RUNNING {
+		return status.Errorf(codes.FailedPrecondition, "vm %q is %s", id, st)
+	}
+	dom, err := v.domain()
+	if err != nil {
+		return status.Errorf(codes.Unavailable, "vm %q: %v", id, err)
+	}
+	defer dom.Free()
+	v.mu.Lock()
+	v.hostOp = driver.ReasonHostReset
+	v.mu.Unlock()
+	if err := dom.Reset(0); err != nil {
+		return status.Errorf(codes.Internal, "libvirt: %v", err)
+	}
+	if !v.waitFor(ctx, 10*time.Second, func() bool { return v.rec.Boots > boots || !active(v.state) }) {
+		return status.Errorf(codes.Internal, "vm %q: no reset reported", id)
+	}
+	return nil
+}
+
+// Console implements driver.Consoler.
+func (d *Driver) Console(ctx context.Context, id string, in io.Reader, out io.Writer) error {
+	v, err := d.get(id)
+	if err != nil {
+		return err
+	}
+	v.mu.Lock()
+	con, st := v.con, v.state
+	v.mu.Unlock()
+	if !active(st) || con == nil {
+		return status.Errorf(codes.FailedPrecondition, "vm %q is %s: no console", id, st)
+	}
+	return con.Serve(ctx, in, out)
+}
+
+// attachSerial connects to the domain's serial socket (libvirt made it before QEMU runs).
+func attachSerial(ctx context.Context, path string) (*serial.Console, error) {
+	if path == "" {
+		return nil, errors.New("the spec has no serial socket")
+	}
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	for {
+		c, err := net.DialTimeout("unix", path, 2*time.Second)
+		if err == nil {
+			return serial.New(c), nil
+		}
+		select {
+		case <-ctx.Done():
+			return nil, err
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+}
+
+// detach lets go of v without stopping anything.
+func (v *vm) detach() {
+	v.mu.Lock()
+	conn, proc, cbs, con := v.conn, v.proc, v.cbs, v.con
+	v.conn, v.proc, v.con = nil, nil, nil
+	v.mu.Unlock()
+	if conn != nil {
+		for _, cb := range cbs {
+			_ = conn.DomainEventDeregister(cb)
+		}
+		_ = conn.UnregisterCloseCallback()
+		_, _ = conn.Close()
+	}
+	if proc != nil {
+		proc.close()
+	}
+	if con != nil {
+		con.Close()
+	}
+}
+
+// qemuPID reads the pid of domain name's QEMU from the session daemon's pidfile.
+func qemuPID(dm daemon, name string) int {
+	// Session mode: the qemu driver's state dir is $XDG_RUNTIME_DIR/libvirt/qemu/run.
+	return readPIDFile(filepath.Join(dm.dir, "r", "libvirt", "qemu", "run", name+".pid"))
+}
+
+func fileSize(p string) int64 {
+	fi, err := os.Stat(p)
+	if err != nil {
+		return 0
+	}
+	return fi.Size()
+}
+
+// tailLog is what a log got since offset from, at most logTail bytes, on one line.
+func tailLog(path string, from int64) string {
+	raw, err := os.ReadFile(path)
+	if err != nil || int64(len(raw)) <= from {
+		return ""
+	}
+	raw = raw[from:]
+	if len(raw) > logTail {
+		raw = raw[len(raw)-logTail:]
+	}
+	return strings.Join(strings.Fields(strings.ReplaceAll(string(raw), "\n", " | ")), " ")
+}
