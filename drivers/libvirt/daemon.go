@@ -2,6 +2,8 @@ package libvirt
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"os"
@@ -36,8 +38,21 @@ const daemonQEMUConf = `stdio_handler = "file"
 // root daemon is the system one, with the node's paths and privileges).
 type daemon struct {
 	dir  string // <run dir>/lv
+	link string // <link dir>/<hash of dir>: a short path to dir, for the daemon's socket paths
 	user vmUser
 	path string // the libvirtd binary
+}
+
+// DefaultLinkDir holds a short symlink to each VM's daemon directory: the session daemon puts
+// QEMU's monitor socket at $XDG_CONFIG_HOME/libvirt/qemu/lib/domain-N-<name>/monitor.sock,
+// which with a run dir of its own would pass sun_path's 108 bytes.
+const DefaultLinkDir = "/run/kubevisor-libvirt"
+
+// newDaemon is the daemon of the VM with run dir runDir.
+func newDaemon(runDir, linkDir string, u vmUser, libvirtd string) daemon {
+	dir := filepath.Join(runDir, daemonDir)
+	sum := sha256.Sum256([]byte(dir))
+	return daemon{dir: dir, link: filepath.Join(linkDir, hex.EncodeToString(sum[:8])), user: u, path: libvirtd}
 }
 
 // vmUser is who the daemon, and so QEMU, runs as.
@@ -46,7 +61,7 @@ type vmUser struct {
 	UID, GID int
 }
 
-func (d daemon) socket() string { return filepath.Join(d.dir, daemonSocket) }
+func (d daemon) socket() string { return filepath.Join(d.link, daemonSocket) }
 func (d daemon) uri() string    { return "qemu+unix:///session?socket=" + d.socket() }
 
 // logPath is the daemon's own log (its stderr, through the launcher).
@@ -68,7 +83,26 @@ func (d daemon) prepare() error {
 	if err := os.WriteFile(filepath.Join(d.dir, "x", "libvirt", "qemu.conf"), []byte(daemonQEMUConf), 0o600); err != nil {
 		return err
 	}
-	return chownTree(d.dir, d.user.UID, d.user.GID)
+	if err := chownTree(d.dir, d.user.UID, d.user.GID); err != nil {
+		return err
+	}
+	// The link's directory: root's, traversable by the VM users, who must not make links there.
+	if err := os.MkdirAll(filepath.Dir(d.link), 0o711); err != nil {
+		return err
+	}
+	if cur, err := os.Readlink(d.link); err == nil && cur == d.dir {
+		return nil
+	}
+	_ = os.Remove(d.link)
+	return os.Symlink(d.dir, d.link)
+}
+
+// remove removes the daemon's directory and link.
+func (d daemon) remove() {
+	if cur, err := os.Readlink(d.link); err == nil && cur == d.dir {
+		_ = os.Remove(d.link)
+	}
+	_ = os.RemoveAll(d.dir)
 }
 
 // command is how the launcher starts the daemon: setpriv drops to the driver's user (the
@@ -83,10 +117,10 @@ func (d daemon) command(setpriv string) *launcher.Command {
 		},
 		Env: []string{
 			"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
-			"HOME=" + filepath.Join(d.dir, "h"),
-			"XDG_RUNTIME_DIR=" + filepath.Join(d.dir, "r"),
-			"XDG_CONFIG_HOME=" + filepath.Join(d.dir, "x"),
-			"XDG_CACHE_HOME=" + filepath.Join(d.dir, "c"),
+			"HOME=" + filepath.Join(d.link, "h"),
+			"XDG_RUNTIME_DIR=" + filepath.Join(d.link, "r"),
+			"XDG_CONFIG_HOME=" + filepath.Join(d.link, "x"),
+			"XDG_CACHE_HOME=" + filepath.Join(d.link, "c"),
 		},
 		LogPath: d.logPath(),
 	}

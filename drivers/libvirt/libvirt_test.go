@@ -186,7 +186,7 @@ func TestLifecycle(t *testing.T) {
 	if err := d.Delete(ctx, "lv-life"); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := os.Stat(filepath.Join("/proc", itoa(daemonPID))); err == nil && isDaemonOf(daemonPID, daemon{dir: filepath.Join(dir, "run", daemonDir)}) {
+	if _, err := os.Stat(filepath.Join("/proc", itoa(daemonPID))); err == nil && isDaemonOf(daemonPID, newDaemon(filepath.Join(dir, "run"), DefaultLinkDir, vmUser{}, "")) {
 		t.Errorf("libvirtd %d still runs after Delete", daemonPID)
 	}
 	mu.Lock()
