@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"os"
-	"path/filepath"
 	"time"
 
 	"google.golang.org/grpc/codes"
@@ -37,12 +36,14 @@ func (d *Driver) Recover(ctx context.Context, h *hypervisorv1.Handle) (*hypervis
 		defer v.mu.Unlock()
 		return v.statusLocked(), nil
 	}
-	// The state dir's record is newer than the handle (boots, the daemon's pid).
+	// The state dir's record is newer than the handle (boots, the daemon's pid); without one
+	// the VM was deleted (or there is no state dir) and is reported stopped.
+	recorded := false
 	if p := d.recordPath(rec.ID); p != "" {
 		if raw, err := os.ReadFile(p); err == nil {
 			var cur record
 			if json.Unmarshal(raw, &cur) == nil && cur.ID == rec.ID {
-				rec = cur
+				rec, recorded = cur, true
 			}
 		}
 	}
@@ -52,7 +53,7 @@ func (d *Driver) Recover(ctx context.Context, h *hypervisorv1.Handle) (*hypervis
 	}
 	v := &vm{id: rec.ID, spec: spec, rec: rec, changed: make(chan struct{}),
 		state: hypervisorv1.State_STATE_CREATED, reason: driver.ReasonCreated}
-	v.dmn = daemon{dir: filepath.Join(rec.RunDir, daemonDir), user: rec.User, path: d.config().Libvirtd}
+	v.dmn = newDaemon(rec.RunDir, d.config().LinkDir, rec.User, d.config().Libvirtd)
 	d.mu.Lock()
 	if _, ok := d.vms[v.id]; ok {
 		d.mu.Unlock()
@@ -65,7 +66,7 @@ func (d *Driver) Recover(ctx context.Context, h *hypervisorv1.Handle) (*hypervis
 	}
 	v.mu.Lock()
 	defer v.mu.Unlock()
-	if v.state == hypervisorv1.State_STATE_CREATED && rec.Boots > 0 {
+	if v.state == hypervisorv1.State_STATE_CREATED && (rec.Boots > 0 || !recorded) {
 		v.state, v.reason = hypervisorv1.State_STATE_STOPPED, driver.ReasonProcessGone
 		v.rec.DaemonPID = 0
 	}
@@ -105,7 +106,7 @@ func (d *Driver) readopt(ctx context.Context, v *vm) {
 	}
 	var con = v.con
 	if st == golibvirt.DOMAIN_RUNNING || st == golibvirt.DOMAIN_PAUSED {
-		con, _ = attachSerial(ctx, v.spec.GetSerial().GetSocketPath())
+		con, _ = attachSerial(ctx, v.serialSocket())
 	}
 	v.mu.Lock()
 	defer v.mu.Unlock()

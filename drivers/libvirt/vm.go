@@ -117,6 +117,15 @@ func active(st hypervisorv1.State) bool {
 	return false
 }
 
+// serialSocket is the serial port's socket: the spec's, else serial.sock in the run dir (the
+// driver owns the port either way, driver.Consoler).
+func (v *vm) serialSocket() string {
+	if p := v.spec.GetSerial().GetSocketPath(); p != "" {
+		return p
+	}
+	return filepath.Join(v.rec.RunDir, "serial.sock")
+}
+
 func (d *Driver) get(id string) (*vm, error) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
@@ -141,7 +150,7 @@ func (d *Driver) env(host *qmp.HostInfo, accel qmp.Accel, v *vm) Env {
 	if !exists(ovmf.SecureCode) || !exists(ovmf.SecureVars) {
 		ovmf.SecureCode, ovmf.SecureVars = "", ""
 	}
-	return Env{Accel: accel, Emulator: host.QEMU, OVMF: ovmf, NVRAM: filepath.Join(v.rec.RunDir, "efi-vars.fd")}
+	return Env{Accel: accel, Emulator: host.QEMU, OVMF: ovmf, NVRAM: filepath.Join(v.rec.RunDir, "efi-vars.fd"), Serial: v.serialSocket()}
 }
 
 // Create implements driver.Hypervisor: it checks the spec by building its domain XML; it starts
@@ -179,7 +188,7 @@ func (d *Driver) Create(ctx context.Context, spec *domainv1.DomainSpec) (*hyperv
 	if v.rec.Spec, err = protojson.Marshal(spec); err != nil {
 		return nil, status.Errorf(codes.Internal, "encode spec: %v", err)
 	}
-	v.dmn = daemon{dir: filepath.Join(runDir, daemonDir), user: u, path: d.config().Libvirtd}
+	v.dmn = newDaemon(runDir, d.config().LinkDir, u, d.config().Libvirtd)
 	d.mu.Lock()
 	if _, ok := d.vms[v.id]; ok {
 		d.mu.Unlock()
@@ -283,7 +292,7 @@ func (d *Driver) Start(ctx context.Context, id string) error {
 	if err != nil {
 		return status.Errorf(codes.Internal, "domain xml: %v", err)
 	}
-	for _, stale := range []string{v.spec.GetSerial().GetSocketPath(), v.spec.GetVnc().GetSocketPath()} {
+	for _, stale := range []string{v.serialSocket(), v.spec.GetVnc().GetSocketPath()} {
 		if stale != "" {
 			_ = os.Remove(stale)
 		}
@@ -294,7 +303,7 @@ func (d *Driver) Start(ctx context.Context, id string) error {
 		return startError(err, tailLog(v.dmn.qemuLog(v.id), logFrom))
 	}
 	defer dom.Free()
-	con, err := attachSerial(ctx, v.spec.GetSerial().GetSocketPath())
+	con, err := attachSerial(ctx, v.serialSocket())
 	if err != nil {
 		_ = dom.Destroy()
 		return status.Errorf(codes.Internal, "serial console: %v", err)
@@ -700,7 +709,7 @@ func (d *Driver) Delete(_ context.Context, id string) error {
 		proc.exited(10 * time.Second)
 		proc.close()
 	}
-	_ = os.RemoveAll(v.dmn.dir)
+	v.dmn.remove()
 	if v.rec.OwnRunDir {
 		_ = os.RemoveAll(v.rec.RunDir)
 	}
@@ -848,7 +857,7 @@ func (d *Driver) Console(ctx context.Context, id string, in io.Reader, out io.Wr
 // attachSerial connects to the domain's serial socket (libvirt made it before QEMU runs).
 func attachSerial(ctx context.Context, path string) (*serial.Console, error) {
 	if path == "" {
-		return nil, errors.New("the spec has no serial socket")
+		return nil, nil // no serial port: Console says so
 	}
 	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()

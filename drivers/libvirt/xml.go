@@ -42,6 +42,8 @@ type Env struct {
 	OVMF qmp.OVMF
 	// NVRAM is where the VM's EFI variable store goes (copied by libvirt from the template).
 	NVRAM string
+	// Serial is the serial port's socket: the spec's, or the driver's own in the run dir.
+	Serial string
 }
 
 // BuildDomain maps a driver-neutral domain spec to libvirt's domain XML. It is pure: the same
@@ -410,7 +412,7 @@ func (b *builder) nics(d *libvirtxml.Domain) {
 }
 
 func (b *builder) consoles(d *libvirtxml.Domain) {
-	if p := b.spec.GetSerial().GetSocketPath(); p != "" {
+	if p := b.env.Serial; p != "" {
 		port := uint(0)
 		d.Devices.Serials = append(d.Devices.Serials, libvirtxml.DomainSerial{
 			Source: &libvirtxml.DomainChardevSource{UNIX: &libvirtxml.DomainChardevSourceUNIX{Mode: "bind", Path: p}},
