@@ -34,7 +34,8 @@ type ServeConfig struct {
 	Manifests []plugin.Manifest
 	// PluginBinDir, when set, offers the configured drivers' kubevisor-driver-<name> binaries in
 	// that directory too, their digests computed at start (handler.DriverSet.Manifests): the
-	// handler image ships its drivers beside the handler, so the image is what is trusted.
+	// handler image ships its drivers beside the handler, so the image is what is trusted. A
+	// configured driver that is not there is looked up in Handler.PluginDir only.
 	PluginBinDir string
 	// Agent configures the VMI agent; its NodeName defaults to Handler.NodeName.
 	Agent AgentConfig
@@ -68,9 +69,12 @@ func Serve(ctx context.Context, c ServeConfig) (err error) {
 		c.Handler.NodeName = c.Agent.NodeName
 	}
 	if c.PluginBinDir != "" {
+		// A configured driver missing here may be installed in Handler.PluginDir (a driver
+		// image's init container copies it there, manifests/install/drivers); the handler
+		// reports each configured driver it finds in neither, and runs the others.
 		ms, err := c.Handler.Drivers.Manifests(c.PluginBinDir)
-		if err != nil {
-			return fmt.Errorf("driver plugins in %s: %w", c.PluginBinDir, err)
+		if err != nil && c.Logger != nil {
+			c.Logger.Warn("driver binaries in the image", "dir", c.PluginBinDir, "pluginDir", c.Handler.PluginDir, "error", err)
 		}
 		c.Manifests = append(ms, c.Manifests...)
 	}
