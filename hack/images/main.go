@@ -4,6 +4,13 @@
 //
 //	go run ./hack/images [flags] all|pause|components|<image name>...
 //	go run ./hack/images -name NAME -bins bin/a,bin/b [-qemu] [-host-bins qemu-img] custom
+//	go run ./hack/images -name NAME -driver-bin BIN -driver-kind KIND [-driver-name N] [-repo R] driver
+//
+// driver is a driver image, the way a third-party driver reaches a cluster without a handler
+// image of its own (docs/driver-authoring.md): its static binary and a manifest naming it with
+// the binary's sha256 (computed here; -driver-sha256 writes another, for tests of the handler's
+// refusal) in /kubevisor/plugin, nothing else. A driver component's init container copies them
+// into the handler's plugin directory (manifests/install/drivers, kubevisor-plugin-install).
 //
 // pause is the cluster's sandbox image (hack/images/pause, built static). Component images
 // take the binaries from --bin-dir (make build); an image whose main binary is not built yet is
@@ -17,15 +24,19 @@
 package main
 
 import (
+	"encoding/json"
 	"flag"
 	"fmt"
 	"os"
 	"os/exec"
+	"path"
 	"path/filepath"
 	"strconv"
 	"strings"
 	"time"
 
+	"github.com/kubevisor/kubevisor/core/plugin"
+	"github.com/kubevisor/kubevisor/core/plugin/plugindir"
 	"github.com/kubevisor/kubevisor/hack/images/imagebuild"
 )
 
@@ -54,9 +65,11 @@ var components = []component{
 	// The handler image carries QEMU too: the qmp driver probes it (version, machines,
 	// accelerators) for its fingerprint, though VMs run in the launcher pods.
 	// kubevisor-containerdisk: its init container installs it on the node for the launcher
-	// pods' containerDisk containers (layout.BinDir).
+	// pods' containerDisk containers (layout.BinDir). kubevisor-plugin-install: its init
+	// container prepares the plugin directory and hands itself to the driver images' init
+	// containers (manifests/install/drivers), which run it from a shared volume.
 	{name: "kubevisor-handler", bins: []string{"kubevisor-handler", "kubevisor-driver-*", "kubevisor-deviceplugins"},
-		cni: true, qemu: true, hostBins: []string{"qemu-img"}, static: []string{"kubevisor-containerdisk"}},
+		cni: true, qemu: true, hostBins: []string{"qemu-img"}, static: []string{"kubevisor-containerdisk", "kubevisor-plugin-install"}},
 	{name: "kubevisor-launcher", bins: []string{"kubevisor-launcher"}, qemu: true, static: []string{"kubevisor-console-log", "kubevisor-probe"}},
 }
 
@@ -64,6 +77,12 @@ type options struct {
 	binDir, cniDir, out, repo, tag string
 	created                        time.Time
 	custom                         component // the "custom" image: -name, -bins, -qemu, -host-bins
+	driver                         driverImage
+}
+
+// driverImage is the "driver" image: -name, -driver-*.
+type driverImage struct {
+	bin, kind, name, sha256, config string
 }
 
 func main() {
@@ -79,8 +98,13 @@ func main() {
 	flag.BoolVar(&o.custom.qemu, "qemu", false, "custom: add the host's QEMU, firmware and TCG module")
 	flag.BoolVar(&o.custom.cni, "cni", false, "custom: add the CNI plugins of -cni-dir in /opt/cni/bin")
 	flag.StringVar(&hostBins, "host-bins", "", "custom: comma-separated host executables to add with their libraries")
+	flag.StringVar(&o.driver.bin, "driver-bin", "", "driver: the driver's static `binary`")
+	flag.StringVar(&o.driver.kind, "driver-kind", "", "driver: hypervisor, network, storage or device")
+	flag.StringVar(&o.driver.name, "driver-name", "", "driver: the driver's name (default: -name)")
+	flag.StringVar(&o.driver.sha256, "driver-sha256", "", "driver: the manifest's sha256 (default: the binary's; another value makes an image the handler refuses)")
+	flag.StringVar(&o.driver.config, "driver-config", "", "driver: JSON `file` of the driver's configuration, put in its manifest")
 	flag.Usage = func() {
-		fmt.Fprintf(os.Stderr, "usage: go run ./hack/images [flags] all|pause|components|custom|<image>...\nimages: pause")
+		fmt.Fprintf(os.Stderr, "usage: go run ./hack/images [flags] all|pause|components|custom|driver|<image>...\nimages: pause")
 		for _, c := range components {
 			fmt.Fprintf(os.Stderr, " %s", c.name)
 		}
@@ -133,6 +157,11 @@ func main() {
 				c.bins = append(c.bins, abs)
 			}
 			err = buildComponent(oo, c, true)
+		case "driver":
+			if o.custom.name == "" || o.driver.bin == "" || o.driver.kind == "" {
+				fatalf("driver needs -name, -driver-bin and -driver-kind")
+			}
+			err = buildDriver(o)
 		case "components":
 			for _, c := range components {
 				if err = buildComponent(o, c, false); err != nil {
@@ -207,6 +236,51 @@ func buildStatic(dir, name, pkg string) (string, error) {
 		return "", fmt.Errorf("build %s static (run from the repository root): %w", pkg, err)
 	}
 	return bin, nil
+}
+
+// buildDriver writes a driver image: the binary and its manifest in plugindir.ImageDir, on the
+// base tree (a driver image runs nothing of its own: its init container runs the handler
+// image's kubevisor-plugin-install from a shared volume).
+func buildDriver(o options) error {
+	d := o.driver
+	name := d.name
+	if name == "" {
+		name = o.custom.name
+	}
+	m, err := plugin.ManifestFor(d.bin, d.kind, name)
+	if err != nil {
+		return err
+	}
+	if d.sha256 != "" {
+		m.SHA256 = d.sha256
+	}
+	if d.config != "" {
+		if m.Config, err = os.ReadFile(d.config); err != nil {
+			return fmt.Errorf("driver config: %w", err)
+		}
+		if !json.Valid(m.Config) {
+			return fmt.Errorf("driver config %s: not valid JSON", d.config)
+		}
+	}
+	file := filepath.Base(m.Binary)
+	m.Binary = file
+	manifest, err := json.MarshalIndent(m, "", "  ")
+	if err != nil {
+		return err
+	}
+	t := imagebuild.BaseTree()
+	if err := t.AddFileAs(path.Join(plugindir.ImageDir, file), d.bin); err != nil {
+		return err
+	}
+	if err := t.AddBytes(path.Join(plugindir.ImageDir, m.Name+".json"), append(manifest, '\n'), 0o644); err != nil {
+		return err
+	}
+	fmt.Printf("==> images: driver %q (%s): %s, sha256 %s\n", m.Name, m.Kind, file, m.SHA256)
+	return o.write(o.custom.name, imagebuild.Config{
+		Entrypoint: []string{path.Join(plugindir.ToolsDir, plugindir.Command)},
+		Cmd:        []string{"--from=" + plugindir.ImageDir, "--plugin-dir=/etc/kubevisor/plugins"},
+		Labels:     map[string]string{"io.kubevisor.driver.name": m.Name, "io.kubevisor.driver.kind": m.Kind},
+	}, t)
 }
 
 // buildPause compiles hack/images/pause static and puts it alone on the base tree.
