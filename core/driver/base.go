@@ -55,7 +55,8 @@ func (s *baseServer) Configure(ctx context.Context, req *basev1.ConfigureRequest
 }
 
 // baseClient is the host's side of the Driver service. It caches Capabilities, which do not
-// change for the life of a plugin process; Optional goes by them.
+// change for the life of a plugin process except a device driver's resources, which may follow
+// its configuration: a successful Configure drops the cache. Optional goes by them.
 type baseClient struct {
 	base basev1.DriverClient
 
@@ -94,6 +95,11 @@ func (c *baseClient) Fingerprint(ctx context.Context, send func(*basev1.Fingerpr
 
 func (c *baseClient) Configure(ctx context.Context, req *basev1.ConfigureRequest) error {
 	_, err := c.base.Configure(ctx, req)
+	if err == nil {
+		c.mu.Lock()
+		c.caps = nil
+		c.mu.Unlock()
+	}
 	return err
 }
 

@@ -9,6 +9,12 @@ import (
 	devicev1 "github.com/kubevisor/kubevisor/core/driver/device/v1"
 )
 
+// DeviceGroupAttribute is the HostDevice attribute that puts devices of one resource in a
+// group that is best allocated together (for VFIO, the IOMMU group: a container is handed whole
+// group nodes, and one process at a time may use a group). The kubelet device plugins prefer,
+// for a container, the free devices of groups it already has, then whole free groups.
+const DeviceGroupAttribute = "group"
+
 type deviceServer struct {
 	devicev1.UnimplementedDeviceServer
 	impl Device

@@ -84,7 +84,10 @@ import (
 // Capabilities:
 //
 //   - MUST answer the same for the life of the process, before Configure too: the host asks
-//     once and caches the answer;
+//     once and caches the answer. One exception: a device driver's resources MAY come from its
+//     configuration (which host devices become which resource, as KubeVirt's
+//     permittedHostDevices); they MUST then be the same after every Configure with the same
+//     request, and the host's client asks again after a Configure;
 //   - MUST declare only optional features it implements and that belong to its kind (Serve
 //     refuses to run a driver that does not: CheckCapabilities);
 //   - SHOULD list every input it accepts (firmware, disk buses, machine types, volume types,
