@@ -264,7 +264,9 @@ func TestWatchFollowsDeviceNodes(t *testing.T) {
 			ctx, cancel := context.WithCancel(t.Context())
 			lists := make(chan []*devicev1.HostDevice, 16)
 			done := make(chan error, 1)
-			go func() { done <- d.Watch(ctx, c.resource, func(l []*devicev1.HostDevice) error { lists <- l; return nil }) }()
+			go func() {
+				done <- d.Watch(ctx, c.resource, func(l []*devicev1.HostDevice) error { lists <- l; return nil })
+			}()
 			first := <-lists
 			c.change()
 			select {
