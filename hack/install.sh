@@ -4,6 +4,8 @@
 # manifests/install/drivers/<name>.
 #
 #   hack/install.sh [install] [--drivers qmp,cni,local] [--kubeconfig FILE] [--tag TAG] [--timeout 5m]
+#   (a --drivers entry with a "/" is a driver's own kustomize Component directory, e.g.
+#    examples/sim-device/deploy: a driver installed from its driver image, docs/driver-authoring.md)
 #   hack/install.sh render    [--drivers ...] [--tag TAG]      # print the manifests, apply nothing
 #   hack/install.sh uninstall [--kubeconfig FILE] [--timeout 5m]
 #
@@ -70,16 +72,30 @@ k() {
   if [[ -n "${kubeconfig}" ]]; then "${KUBECTL}" --kubeconfig "${kubeconfig}" "$@"; else "${KUBECTL}" "$@"; fi
 }
 
-# The chosen components, checked against drivers/.
-components=()
+# The chosen components: a name is manifests/install/drivers/<name>; an entry with a "/" is the
+# directory of a driver's own component (a third-party driver's, e.g. examples/sim-device/deploy),
+# taken from the current directory, else from the repository root.
+components=()     # as given, for the log
+component_dirs=() # absolute
 IFS=, read -r -a wanted <<<"${drivers// /}"
 for d in "${wanted[@]}"; do
   [[ -z "${d}" ]] && continue
-  if [[ ! "${d}" =~ ^[a-z0-9][a-z0-9-]*$ || ! -f "${BASE}/drivers/${d}/kustomization.yaml" ]]; then
-    die "unknown driver \"${d}\"; available drivers: $(available_drivers) (manifests/install/drivers)"
+  if [[ "${d}" == */* ]]; then
+    dir=""
+    for cand in "${d}" "${ROOT}/${d}"; do
+      if [[ -f "${cand}/kustomization.yaml" ]]; then dir="$(cd "${cand}" && pwd)"; break; fi
+    done
+    [[ -n "${dir}" ]] || die "driver component \"${d}\": no kustomization.yaml there (nor under ${ROOT})"
+    grep -q '^kind: Component' "${dir}/kustomization.yaml" \
+      || die "driver component \"${d}\": ${dir}/kustomization.yaml is not a kustomize Component (kind: Component)"
+  elif [[ "${d}" =~ ^[a-z0-9][a-z0-9-]*$ && -f "${BASE}/drivers/${d}/kustomization.yaml" ]]; then
+    dir="${BASE}/drivers/${d}"
+  else
+    die "unknown driver \"${d}\"; available drivers: $(available_drivers) (manifests/install/drivers), or the directory of a driver's component (a path with a /)"
   fi
-  for c in "${components[@]}"; do [[ "${c}" == "${d}" ]] && die "driver \"${d}\" is named twice"; done
+  for c in "${component_dirs[@]}"; do [[ "${c}" == "${dir}" ]] && die "driver \"${d}\" is named twice"; done
   components+=("${d}")
+  component_dirs+=("${dir}")
 done
 
 work="$(mktemp -d "${TMPDIR:-/tmp}/kubevisor-install.XXXXXX")"
@@ -97,7 +113,7 @@ render() {
     echo "- ${rel}"
     if [[ ${#components[@]} -gt 0 ]]; then
       echo "components:"
-      for c in "${components[@]}"; do echo "- ${rel}/drivers/${c}"; done
+      for c in "${component_dirs[@]}"; do echo "- $(realpath --relative-to="${work}" "${c}")"; done
     fi
     if [[ -n "${tag}" ]]; then
       echo "images:"
