@@ -11,7 +11,11 @@ TOOLS_MOD := hack/tools/go.mod
 GOTOOL    := $(GO) tool -modfile=$(TOOLS_MOD)
 # envtest (control-plane tests) starts the kube-apiserver and etcd that make k8s-bins builds.
 export KUBEBUILDER_ASSETS ?= $(OUT)/k8s/bin
-EXAMPLES  := examples/hostpath-storage
+# The out-of-tree example drivers, each its own module: directory, binary (its module's last
+# element), driver name and kind. make images builds a driver image of each
+# (kubevisor-examples/<binary>:dev), which its deploy/ component installs (DRIVERS=.../deploy).
+EXAMPLES  := examples/hostpath-storage examples/sim-device
+EXAMPLE_DRIVERS := hostpath-storage:hostpath:storage sim-device:sim:device
 FAKE_KINDS := hypervisor network storage device
 # Debian packages come in sets (hack/deps/packages.txt): a target depends on deps-<set> for
 # every set whose commands its recipe, scripts or Go programs call, so that it works first on a
@@ -54,7 +58,7 @@ test: deps-qemu deps-libvirt deps-iso deps-net deps-proc deps-tools guest cni-pl
 	@# tests of CPU on a 2-core machine (their console waits timed out beside it).
 	$(GO) test -race -count=1 -timeout 30m $$($(GO) list ./... | grep -v '/conformance/driver$$')
 	$(GO) test -race -count=1 -timeout 30m ./conformance/driver
-	cd $(EXAMPLES) && $(GO) test -count=1 ./...
+	for ex in $(EXAMPLES); do (cd $$ex && $(GO) test -count=1 ./...); done
 	$(MAKE) --no-print-directory demo
 
 .PHONY: unit
@@ -85,18 +89,21 @@ demo: deps-qemu build guest ## Boot the test guest through the qmp and local dri
 	  $(BIN)/kubevisor-conformance driver --plugin $(BIN)/kubevisor-driver-fake --kind $$kind --arg $$kind \
 	    $$( [ -f $$config ] && echo --config $$config ) --junit $(OUT)/conformance-fake-$$kind.xml; \
 	done
-	@echo "==> conformance: out-of-tree example driver ($(EXAMPLES))"
-	@$(BIN)/kubevisor-conformance driver --plugin $(BIN)/hostpath-storage --kind storage --name hostpath \
-	    --junit $(OUT)/conformance-hostpath.xml
+	@for ex in $(EXAMPLE_DRIVERS); do IFS=: read -r bin name kind <<<"$$ex"; \
+	  echo "==> conformance: out-of-tree example $$kind driver (examples/$$bin, bin/$$bin)"; \
+	  config=examples/$$bin/testdata/conformance.json; \
+	  $(BIN)/kubevisor-conformance driver --plugin $(BIN)/$$bin --kind $$kind --name $$name \
+	    $$( [ -f $$config ] && echo --config $$config ) --junit $(OUT)/conformance-$$name.xml; \
+	done
 	@echo "JUnit reports: $(OUT)/conformance-*.xml"
 
 ##@ Build and benchmarks
 
 .PHONY: build
-build: deps-libvirt ## Build every binary into bin/ (the example driver too).
+build: deps-libvirt ## Build every binary into bin/ (the example drivers too).
 	@mkdir -p $(BIN)
 	$(GO) build -o $(BIN)/ ./cmd/...
-	cd $(EXAMPLES) && $(GO) build -o $(BIN)/hostpath-storage .
+	for ex in $(EXAMPLES); do (cd $$ex && $(GO) build -o $(BIN)/$$(basename $$ex) .); done
 
 .PHONY: bench-boot
 bench-boot: deps-qemu deps-iso deps-net build guest ## Boot the test guest with raw QEMU and through the qmp driver plugin: medians, their ratio (aim <= 1.10), driver RSS per running VM.
@@ -146,6 +153,13 @@ cluster-up: $(CLUSTER_DEPS) k8s-bins cni-plugins ## Only the local single-node c
 .PHONY: images
 images: deps-qemu deps-runtime deps-net deps-tools build cni-plugins guest ## Build the component, launcher and pause images as tarballs in _output/images (no registry) and import them when the cluster runs.
 	$(GO) run ./hack/images --bin-dir $(BIN) --out $(OUT)/images all
+	@# The example drivers' driver images: static binaries, as a third party ships them.
+	@mkdir -p $(OUT)/examples
+	@for ex in $(EXAMPLE_DRIVERS); do IFS=: read -r bin name kind <<<"$$ex"; \
+	  (cd examples/$$bin && CGO_ENABLED=0 $(GO) build -trimpath -o $(OUT)/examples/$$bin .) && \
+	  $(GO) run ./hack/images --out $(OUT)/images --repo kubevisor-examples -name $$bin \
+	    -driver-bin $(OUT)/examples/$$bin -driver-kind $$kind -driver-name $$name driver; \
+	done
 	@if [ -S /run/kubevisor-cluster/containerd/containerd.sock ]; then hack/cluster/load-images.sh; \
 	 else echo "==> images: cluster not running; import later with hack/cluster/load-images.sh"; fi
 
@@ -235,10 +249,10 @@ verify: generate deps-libvirt ## Fail when generated files are stale, go.mod is 
 	@test -z "$$(git status --porcelain -- $(GENERATED))" || { echo "make generate created untracked files:"; git status --porcelain -- $(GENERATED); exit 1; }
 	@bad=$$(gofmt -l $$(git ls-files '*.go')); test -z "$$bad" || { echo "not gofmt'ed: $$bad"; exit 1; }
 	@$(GO) mod tidy -diff >/dev/null || { echo "go.mod/go.sum are not tidy: run 'go mod tidy' (and in $(EXAMPLES))"; exit 1; }
-	@cd $(EXAMPLES) && $(GO) mod tidy -diff >/dev/null || { echo "$(EXAMPLES): go.mod/go.sum are not tidy: run 'go mod tidy' there"; exit 1; }
+	@for ex in $(EXAMPLES); do (cd $$ex && $(GO) mod tidy -diff >/dev/null) || { echo "$$ex: go.mod/go.sum are not tidy: run 'go mod tidy' there"; exit 1; }; done
 	$(GO) vet ./...
 	$(GO) vet -tags e2e ./conformance/e2e/...
-	cd $(EXAMPLES) && $(GO) vet ./...
+	for ex in $(EXAMPLES); do (cd $$ex && $(GO) vet ./...); done
 	$(GOTOOL) staticcheck ./...
 	$(GOTOOL) staticcheck -tags e2e ./conformance/e2e/...
 	$(GO) run ./hack/deps/check
