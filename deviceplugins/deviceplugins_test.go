@@ -9,72 +9,34 @@ import (
 	"testing"
 	"time"
 
-	"github.com/hashicorp/go-hclog"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
 
 	"github.com/kubevisor/kubevisor/core/api/v1alpha1"
+	"github.com/kubevisor/kubevisor/drivers/fake"
+	"github.com/kubevisor/kubevisor/drivers/hostdev/hostdevtest"
 )
 
 const pciResource = "devices.kubevisor.io/pci-10de-1eb8"
 
-func TestDiscoverPCIDevices(t *testing.T) {
-	h := newFakeHost(t)
-	devs, err := DiscoverPCIDevices(h.sysRoot)
-	if err != nil {
-		t.Fatal(err)
+// plugins returns the manager's plugins by resource, each with the driver's first list.
+func plugins(t *testing.T, m *Manager) map[string]*Plugin {
+	t.Helper()
+	out := map[string]*Plugin{}
+	for _, p := range m.Plugins() {
+		p.listOnce(t.Context())
+		out[p.ResourceName()] = p
 	}
-	want := []PCIDevice{
-		{Address: "0000:01:00.0", Vendor: "10de", Device: "1eb8", Driver: "vfio-pci", IOMMUGroup: "12", NUMANode: 0},
-		{Address: "0000:02:00.0", Vendor: "10de", Device: "1eb8", Driver: "vfio-pci", IOMMUGroup: "13", NUMANode: -1},
-		{Address: "0000:03:00.0", Vendor: "10de", Device: "1eb8", Driver: "nvidia", IOMMUGroup: "14", NUMANode: 0},
-		{Address: "0000:04:00.0", Vendor: "8086", Device: "1572", Driver: "vfio-pci", IOMMUGroup: "15", NUMANode: 1},
-		{Address: "0000:05:00.0", Vendor: "10de", Device: "1eb8", Driver: "", IOMMUGroup: "16", NUMANode: 0},
-	}
-	if !slices.Equal(devs, want) {
-		t.Errorf("DiscoverPCIDevices =\n%+v\nwant\n%+v", devs, want)
-	}
-	if devs, err := DiscoverPCIDevices(filepath.Join(h.sysRoot, "missing")); err != nil || devs != nil {
-		t.Errorf("no sysfs: %v, %v; want nothing, no error", devs, err)
-	}
-}
-
-func TestVFIOScanPicksBoundMatchingDevices(t *testing.T) {
-	h := newFakeHost(t)
-	v := &vfioDevices{resource: pciResource, selectors: []PCISelector{{Vendor: "10de", Device: "1eb8"}}, sysfsRoot: h.sysRoot, devRoot: h.devRoot, log: t.Logf}
-	got := v.scan()
-	want := []*pluginapi.Device{
-		{ID: "0000:01:00.0", Health: pluginapi.Healthy, Topology: &pluginapi.TopologyInfo{Nodes: []*pluginapi.NUMANode{{ID: 0}}}},
-		{ID: "0000:02:00.0", Health: pluginapi.Healthy},
-	}
-	assertDevices(t, got, want)
-
-	// Unbound from vfio-pci, or its group node gone: listed, but Unhealthy.
-	h.rebind(t, "0000:01:00.0", "nvidia")
-	h.remove(t, "/dev/vfio/13")
-	for _, d := range want {
-		d.Health = pluginapi.Unhealthy
-	}
-	assertDevices(t, v.scan(), want)
+	return out
 }
 
 func TestAllocate(t *testing.T) {
-	h := newFakeHost(t)
-	cfg := h.config(pluginDir(t), time.Hour)
-	cfg.CharDevices[2].Permissions = "rwm" // a configured permission reaches the DeviceSpec
-	m, err := NewManager(cfg, hclog.NewNullLogger())
-	if err != nil {
-		t.Fatal(err)
-	}
-	plugins := map[string]*Plugin{}
-	for _, p := range m.Plugins() {
-		p.refresh()
-		plugins[p.ResourceName()] = p
-	}
+	h := hostdevtest.New(t)
+	ps := plugins(t, newManager(t, h, pluginDir(t), "1h"))
 	if got := slices.Sorted(func(yield func(string) bool) {
-		for k := range plugins {
+		for k := range ps {
 			yield(k)
 		}
 	}); !slices.Equal(got, []string{v1alpha1.KVMDeviceResource, pciResource, v1alpha1.SEVDeviceResource, v1alpha1.TunDeviceResource, v1alpha1.VhostNetDeviceResource}) {
@@ -86,16 +48,16 @@ func TestAllocate(t *testing.T) {
 		for _, c := range ids {
 			req.ContainerRequests = append(req.ContainerRequests, &pluginapi.ContainerAllocateRequest{DevicesIds: c})
 		}
-		return plugins[resource].Allocate(ctx, req)
+		return ps[resource].Allocate(ctx, req)
 	}
 
 	t.Run("char devices", func(t *testing.T) {
 		for resource, spec := range map[string]*pluginapi.DeviceSpec{
 			v1alpha1.KVMDeviceResource:      {HostPath: "/dev/kvm", ContainerPath: "/dev/kvm", Permissions: "rw"},
 			v1alpha1.TunDeviceResource:      {HostPath: "/dev/net/tun", ContainerPath: "/dev/net/tun", Permissions: "rw"},
-			v1alpha1.VhostNetDeviceResource: {HostPath: "/dev/vhost-net", ContainerPath: "/dev/vhost-net", Permissions: "rwm"},
+			v1alpha1.VhostNetDeviceResource: {HostPath: "/dev/vhost-net", ContainerPath: "/dev/vhost-net", Permissions: "rw"},
 		} {
-			ids := plugins[resource].Devices()
+			ids := ps[resource].Devices()
 			if len(ids) != 4 {
 				t.Fatalf("%s: %d devices, want 4 slots", resource, len(ids))
 			}
@@ -138,6 +100,9 @@ func TestAllocate(t *testing.T) {
 				t.Errorf("container %d:\n%v\nwant\n%v", i, cr, want[i])
 			}
 		}
+		if devs := ps[pciResource].Devices(); len(devs) != 2 || devs[0].Topology.GetNodes()[0].GetID() != 0 || devs[1].Topology != nil {
+			t.Errorf("devices %v: want 0000:01:00.0 on NUMA node 0, 0000:02:00.0 on none", devs)
+		}
 	})
 
 	t.Run("unknown IDs", func(t *testing.T) {
@@ -153,31 +118,34 @@ func TestAllocate(t *testing.T) {
 	})
 
 	t.Run("unhealthy", func(t *testing.T) {
-		h.remove(t, "/dev/vfio/12")
-		plugins[pciResource].refresh()
+		h.Remove(t, "/dev/vfio/12")
+		ps[pciResource].listOnce(ctx)
 		_, err := allocate(pciResource, []string{"0000:01:00.0"})
 		if status.Code(err) != codes.FailedPrecondition || !strings.Contains(err.Error(), "0000:01:00.0") {
 			t.Errorf("err = %v, want FailedPrecondition naming 0000:01:00.0", err)
 		}
 	})
+
+	t.Run("the driver refuses", func(t *testing.T) {
+		// Gone since the plugin's last list: the driver reads the host again and refuses,
+		// and its code and words reach the kubelet.
+		h.Remove(t, "/dev/kvm")
+		_, err := allocate(v1alpha1.KVMDeviceResource, []string{"kvm-1"})
+		if status.Code(err) != codes.FailedPrecondition || !strings.Contains(err.Error(), `device driver hostdev: allocate kvm-1: resource kvm: unhealthy device "kvm-1" (/dev/kvm: no such device node)`) {
+			t.Errorf("err = %v, want the driver's FailedPrecondition naming kvm-1", err)
+		}
+	})
 }
 
 func TestPreferredAllocationKeepsIOMMUGroupsTogether(t *testing.T) {
-	h := newFakeHost(t)
+	h := hostdevtest.New(t)
 	// Group 12 gets a second function; group 20 has three.
-	h.addPCI(t, "0000:01:00.1", "0x10de", "0x1eb8", "vfio-pci", "12", "0")
+	h.AddPCI(t, hostdevtest.PCI{Addr: "0000:01:00.1", Vendor: "0x10de", Device: "0x1eb8", Driver: "vfio-pci", Group: "12", NUMA: "0"})
 	for _, a := range []string{"0000:06:00.0", "0000:06:00.1", "0000:06:00.2"} {
-		h.addPCI(t, a, "0x10de", "0x1eb8", "vfio-pci", "20", "0")
+		h.AddPCI(t, hostdevtest.PCI{Addr: a, Vendor: "0x10de", Device: "0x1eb8", Driver: "vfio-pci", Group: "20", NUMA: "0"})
 	}
-	h.touch(t, "/dev/vfio/20")
-	cfg := h.config(pluginDir(t), time.Hour)
-	cfg.CharDevices = nil
-	m, err := NewManager(cfg, hclog.NewNullLogger())
-	if err != nil {
-		t.Fatal(err)
-	}
-	p := m.Plugins()[0]
-	p.refresh()
+	h.Touch(t, "/dev/vfio/20")
+	p := plugins(t, newManager(t, h, pluginDir(t), "1h"))[pciResource]
 	if opts, _ := p.GetDevicePluginOptions(context.Background(), &pluginapi.Empty{}); !opts.GetPreferredAllocationAvailable {
 		t.Errorf("options %v: want GetPreferredAllocationAvailable", opts)
 	}
@@ -206,89 +174,84 @@ func TestPreferredAllocationKeepsIOMMUGroupsTogether(t *testing.T) {
 			t.Errorf("%s: %v, want %v", c.name, got, c.want)
 		}
 	}
+}
 
-	// Character device slots are interchangeable: no preference offered.
-	kvm, err := NewManager(Config{CharDevices: DefaultConfig().CharDevices[:1]}, nil)
+// watchList follows a plugin's ListAndWatch as the kubelet does.
+func watchList(t *testing.T, ctx context.Context, k *fakeKubelet, endpoint, resource string) func() []*pluginapi.Device {
+	s, err := k.client(t, endpoint).ListAndWatch(ctx, &pluginapi.Empty{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if opts, _ := kvm.Plugins()[0].GetDevicePluginOptions(context.Background(), &pluginapi.Empty{}); opts.GetPreferredAllocationAvailable {
-		t.Errorf("kvm options %v: want no preferred allocation", opts)
+	return func() []*pluginapi.Device {
+		t.Helper()
+		type result struct {
+			r   *pluginapi.ListAndWatchResponse
+			err error
+		}
+		ch := make(chan result, 1)
+		go func() { r, err := s.Recv(); ch <- result{r, err} }()
+		select {
+		case res := <-ch:
+			if res.err != nil {
+				t.Fatalf("%s: ListAndWatch: %v", resource, res.err)
+			}
+			return res.r.Devices
+		case <-time.After(5 * time.Second):
+			t.Fatalf("%s: no ListAndWatch update within 5s", resource)
+			return nil
+		}
 	}
 }
 
+func healthOf(devs []*pluginapi.Device) map[string]string {
+	m := map[string]string{}
+	for _, d := range devs {
+		m[d.ID] = d.Health
+	}
+	return m
+}
+
+func allHealth(devs []*pluginapi.Device) []string {
+	var hs []string
+	for _, d := range devs {
+		if !slices.Contains(hs, d.Health) {
+			hs = append(hs, d.Health)
+		}
+	}
+	return hs
+}
+
 // TestHealthFollowsDeviceNodes runs the plugins behind a fake kubelet and watches
-// ListAndWatch as device nodes disappear and come back. The poll interval is an hour, so the
-// character devices' changes must arrive through fsnotify.
+// ListAndWatch as device nodes disappear and come back. The driver's poll interval and the
+// plugins' are an hour, so the changes must arrive through the driver's Watch (its fsnotify).
 func TestHealthFollowsDeviceNodes(t *testing.T) {
-	h := newFakeHost(t)
+	h := hostdevtest.New(t)
 	dir := pluginDir(t)
 	k := startFakeKubelet(t, dir)
-	runManager(t, h.config(dir, time.Hour))
+	runManager(t, newManager(t, h, dir, "1h"))
 	regs := k.registrations(t, 5, 10*time.Second)
 
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	watch := func(resource string) func() []*pluginapi.Device {
-		s, err := k.client(t, regs[resource].Endpoint).ListAndWatch(ctx, &pluginapi.Empty{})
-		if err != nil {
-			t.Fatal(err)
-		}
-		return func() []*pluginapi.Device {
-			type result struct {
-				r   *pluginapi.ListAndWatchResponse
-				err error
-			}
-			ch := make(chan result, 1)
-			go func() { r, err := s.Recv(); ch <- result{r, err} }()
-			select {
-			case res := <-ch:
-				if res.err != nil {
-					t.Fatalf("%s: ListAndWatch: %v", resource, res.err)
-				}
-				return res.r.Devices
-			case <-time.After(5 * time.Second):
-				t.Fatalf("%s: no ListAndWatch update within 5s", resource)
-				return nil
-			}
-		}
-	}
-	allHealth := func(devs []*pluginapi.Device) []string {
-		var hs []string
-		for _, d := range devs {
-			if !slices.Contains(hs, d.Health) {
-				hs = append(hs, d.Health)
-			}
-		}
-		return hs
-	}
-
 	for _, c := range []struct{ resource, path string }{
 		{v1alpha1.KVMDeviceResource, "/dev/kvm"},
 		{v1alpha1.TunDeviceResource, "/dev/net/tun"},
 	} {
-		next := watch(c.resource)
+		next := watchList(t, ctx, k, regs[c.resource].Endpoint, c.resource)
 		if devs := next(); len(devs) != 4 || !slices.Equal(allHealth(devs), []string{pluginapi.Healthy}) {
 			t.Fatalf("%s: first list %v, want 4 healthy slots", c.resource, devs)
 		}
-		h.remove(t, c.path)
+		h.Remove(t, c.path)
 		if devs := next(); len(devs) != 4 || !slices.Equal(allHealth(devs), []string{pluginapi.Unhealthy}) {
 			t.Fatalf("%s: after removing %s: %v, want 4 unhealthy slots", c.resource, c.path, devs)
 		}
-		h.touch(t, c.path)
+		h.Touch(t, c.path)
 		if devs := next(); len(devs) != 4 || !slices.Equal(allHealth(devs), []string{pluginapi.Healthy}) {
 			t.Fatalf("%s: after restoring %s: %v, want 4 healthy slots", c.resource, c.path, devs)
 		}
 	}
 
-	next := watch(pciResource)
-	healthOf := func(devs []*pluginapi.Device) map[string]string {
-		m := map[string]string{}
-		for _, d := range devs {
-			m[d.ID] = d.Health
-		}
-		return m
-	}
+	next := watchList(t, ctx, k, regs[pciResource].Endpoint, pciResource)
 	assertHealth := func(when string, got map[string]string, want map[string]string) {
 		t.Helper()
 		if len(got) != len(want) {
@@ -301,22 +264,20 @@ func TestHealthFollowsDeviceNodes(t *testing.T) {
 		}
 	}
 	assertHealth("first list", healthOf(next()), map[string]string{"0000:01:00.0": pluginapi.Healthy, "0000:02:00.0": pluginapi.Healthy})
-	h.remove(t, "/dev/vfio/13")
+	h.Remove(t, "/dev/vfio/13")
 	assertHealth("group 13 node removed", healthOf(next()), map[string]string{"0000:01:00.0": pluginapi.Healthy, "0000:02:00.0": pluginapi.Unhealthy})
-	h.touch(t, "/dev/vfio/13")
+	h.Touch(t, "/dev/vfio/13")
 	assertHealth("group 13 node restored", healthOf(next()), map[string]string{"0000:01:00.0": pluginapi.Healthy, "0000:02:00.0": pluginapi.Healthy})
 }
 
 // TestHealthFollowsSysfsBinding: inotify does not see sysfs, so driver rebinding reaches the
-// kubelet through the poll.
+// kubelet through the driver's poll.
 func TestHealthFollowsSysfsBinding(t *testing.T) {
-	h := newFakeHost(t)
+	h := hostdevtest.New(t)
 	dir := pluginDir(t)
 	k := startFakeKubelet(t, dir)
-	cfg := h.config(dir, 100*time.Millisecond)
-	cfg.CharDevices = nil
-	runManager(t, cfg)
-	regs := k.registrations(t, 1, 10*time.Second)
+	runManager(t, newManager(t, h, dir, "100ms"))
+	regs := k.registrations(t, 5, 10*time.Second)
 	s, err := k.client(t, regs[pciResource].Endpoint).ListAndWatch(t.Context(), &pluginapi.Empty{})
 	if err != nil {
 		t.Fatal(err)
@@ -325,8 +286,8 @@ func TestHealthFollowsSysfsBinding(t *testing.T) {
 		t.Fatalf("first list %v, %v; want 2 devices", r, err)
 	}
 	// Binding the function that had another driver adds it; unbinding one marks it Unhealthy.
-	h.rebind(t, "0000:03:00.0", "vfio-pci")
-	h.rebind(t, "0000:01:00.0", "nvidia")
+	h.Rebind(t, "0000:03:00.0", "vfio-pci")
+	h.Rebind(t, "0000:01:00.0", "nvidia")
 	want := []*pluginapi.Device{
 		{ID: "0000:01:00.0", Health: pluginapi.Unhealthy, Topology: &pluginapi.TopologyInfo{Nodes: []*pluginapi.NUMANode{{ID: 0}}}},
 		{ID: "0000:02:00.0", Health: pluginapi.Healthy},
@@ -352,10 +313,10 @@ func TestHealthFollowsSysfsBinding(t *testing.T) {
 // socket in the directory before serving kubelet.sock again, and expects each plugin to serve
 // again and register once more within a few seconds.
 func TestRegistrationAndKubeletRestart(t *testing.T) {
-	h := newFakeHost(t)
+	h := hostdevtest.New(t)
 	dir := pluginDir(t)
 	k := startFakeKubelet(t, dir)
-	m := runManager(t, h.config(dir, time.Hour))
+	m := runManager(t, newManager(t, h, dir, "1h"))
 
 	check := func(when string, regs map[string]*pluginapi.RegisterRequest) {
 		t.Helper()
@@ -363,9 +324,6 @@ func TestRegistrationAndKubeletRestart(t *testing.T) {
 			r := regs[p.ResourceName()]
 			if r == nil {
 				t.Fatalf("%s: %s did not register", when, p.ResourceName())
-			}
-			if r.Options.GetGetPreferredAllocationAvailable() != (r.ResourceName == pciResource) {
-				t.Errorf("%s: %s registered with options %v; only VFIO offers a preferred allocation", when, r.ResourceName, r.Options)
 			}
 			if r.Version != pluginapi.Version || r.Endpoint != filepath.Base(p.SocketPath()) || strings.Contains(r.Endpoint, "/") {
 				t.Errorf("%s: register request %v, want version %s and endpoint %s", when, r, pluginapi.Version, filepath.Base(p.SocketPath()))
@@ -442,13 +400,13 @@ func TestRegistrationAndKubeletRestart(t *testing.T) {
 // TestKubeletSocketRecreated covers a kubelet that restarts without deleting the plugin's
 // socket: the new kubelet.sock alone must bring a new registration.
 func TestKubeletSocketRecreated(t *testing.T) {
-	h := newFakeHost(t)
 	dir := pluginDir(t)
 	k := startFakeKubelet(t, dir)
-	cfg := h.config(dir, time.Hour)
-	cfg.CharDevices = cfg.CharDevices[:1]
-	cfg.PCIDevices = nil
-	p := runManager(t, cfg).Plugins()[0]
+	m, err := NewManager(t.Context(), testConfig(dir, time.Hour), []Source{{Name: "fake", Device: kvmOnly(t)}}, testLogger(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := runManager(t, m).Plugins()[0]
 	k.registrations(t, 1, 10*time.Second)
 	// Wait for the plugin to hear the answer, lest the restart below cut it off and the
 	// plugin retry for that reason instead.
@@ -456,62 +414,30 @@ func TestKubeletSocketRecreated(t *testing.T) {
 	k.stop()
 	k = startFakeKubelet(t, dir)
 	regs := k.registrations(t, 1, 5*time.Second)
-	if regs[v1alpha1.KVMDeviceResource] == nil {
-		t.Errorf("registrations %v, want %s", regs, v1alpha1.KVMDeviceResource)
+	if regs[p.ResourceName()] == nil {
+		t.Errorf("registrations %v, want %s", regs, p.ResourceName())
 	}
 	waitFor(t, "second registration answered", func() bool { return p.Registrations() == 2 })
 }
 
-func TestConfig(t *testing.T) {
-	cfg := DefaultConfig().withDefaults()
-	if cfg.PluginDir != "/var/lib/kubelet/device-plugins/" || cfg.DevRoot != "/" || cfg.SysfsRoot != "/sys" || cfg.HealthPollInterval.Duration != DefaultHealthPollInterval {
-		t.Errorf("defaults %+v", cfg)
+func TestNewManager(t *testing.T) {
+	h := hostdevtest.New(t)
+	hd := hostdevSource(t, h.Config(t, "1h", 1))
+	// Two drivers declaring one resource.
+	_, err := NewManager(t.Context(), testConfig(pluginDir(t), time.Hour), []Source{hd, {Name: "fake", Device: fake.NewDevice()}}, nil)
+	if err == nil || !strings.Contains(err.Error(), `resource "kvm": declared by device drivers "hostdev" and "fake"`) {
+		t.Errorf("NewManager(two kvm drivers) = %v, want an error naming both", err)
 	}
-	for _, d := range cfg.CharDevices {
-		if d.Slots != DefaultSlots {
-			t.Errorf("%s: %d slots, want %d", d.ResourceName, d.Slots, DefaultSlots)
-		}
+	_, err = NewManager(t.Context(), testConfig(pluginDir(t), time.Hour), nil, nil)
+	if err == nil || !strings.Contains(err.Error(), "no device driver declares a resource") {
+		t.Errorf("NewManager(no drivers) = %v", err)
 	}
-	if err := cfg.validate(); err != nil {
-		t.Errorf("default config: %v", err)
-	}
-
-	pci := Config{PCIDevices: []PCISelector{{Vendor: "0x10DE", Device: "1EB8"}, {Vendor: "10de", Device: "2204", ResourceName: "gpu"}}}.withDefaults()
-	if pci.PCIDevices[0].ResourceName != pciResource || pci.PCIDevices[1].ResourceName != "devices.kubevisor.io/gpu" || pci.PCIDevices[0].Vendor != "10de" {
-		t.Errorf("pci defaults %+v", pci.PCIDevices)
-	}
-
-	bad := Config{
-		PluginDir:   "relative",
-		CharDevices: []CharDevice{{ResourceName: "kvm", Path: "dev/kvm", Slots: -1, Permissions: "rwx"}, {ResourceName: "kvm", Path: "/dev/kvm"}},
-		PCIDevices:  []PCISelector{{Vendor: "10d", Device: "zzzz"}, {Vendor: "10de", Device: "1eb8", ResourceName: "kubernetes.io/gpu"}},
-	}.withDefaults()
-	err := bad.validate()
-	for _, want := range []string{
-		`pluginDir "relative"`, `charDevices[0].path`, `charDevices[0].slots -1`, `charDevices[0].permissions "rwx"`,
-		`charDevices[1].resourceName "devices.kubevisor.io/kvm": used twice`, `pciDevices[0]: vendor:device`, `pciDevices[1].resourceName "kubernetes.io/gpu"`,
-	} {
-		if err == nil || !strings.Contains(err.Error(), want) {
-			t.Errorf("validate: %v; want it to mention %s", err, want)
-		}
-	}
-
-	if _, err := NewManager(Config{}, nil); err == nil || !strings.Contains(err.Error(), "no devices") {
-		t.Errorf("NewManager(no devices) = %v, want an error", err)
-	}
-
-	if got := PCIResourceEnvVar("devices.kubevisor.io/pci-10de-1eb8"); got != "PCI_RESOURCE_DEVICES_KUBEVISOR_IO_PCI_10DE_1EB8" {
-		t.Errorf("PCIResourceEnvVar = %s", got)
+	_, err = NewManager(t.Context(), Config{PluginDir: "relative"}, []Source{hd}, nil)
+	if err == nil || !strings.Contains(err.Error(), `pluginDir "relative"`) {
+		t.Errorf("NewManager(relative dir) = %v", err)
 	}
 	if got := socketName("devices.kubevisor.io/vhost-net"); got != "kubevisor-devices.kubevisor.io_vhost-net.sock" {
 		t.Errorf("socketName = %s", got)
-	}
-}
-
-func assertDevices(t *testing.T, got, want []*pluginapi.Device) {
-	t.Helper()
-	if !slices.EqualFunc(got, want, func(a, b *pluginapi.Device) bool { return proto.Equal(a, b) }) {
-		t.Errorf("devices\n%v\nwant\n%v", got, want)
 	}
 }
 

@@ -15,114 +15,50 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
+
+	"github.com/kubevisor/kubevisor/core/driver"
+	basev1 "github.com/kubevisor/kubevisor/core/driver/base/v1"
+	"github.com/kubevisor/kubevisor/drivers/hostdev"
+	"github.com/kubevisor/kubevisor/drivers/hostdev/hostdevtest"
 )
 
-// fakeHost is a /dev and /sys tree in a temporary directory.
-type fakeHost struct {
-	devRoot, sysRoot string
-}
-
-// The fake host's PCI functions: two NVIDIA functions bound to vfio-pci in groups 12 and 13,
-// one with the same ID bound to another driver, one with no driver, and an Intel function
-// bound to vfio-pci in group 15.
-var fakePCI = []struct {
-	addr, vendor, device, driver, group, numa string
-}{
-	{"0000:01:00.0", "0x10de", "0x1eb8", "vfio-pci", "12", "0"},
-	{"0000:02:00.0", "0x10de", "0x1eb8", "vfio-pci", "13", "-1"},
-	{"0000:03:00.0", "0x10de", "0x1eb8", "nvidia", "14", "0"},
-	{"0000:05:00.0", "0x10DE", "0x1EB8", "", "16", "0"},
-	{"0000:04:00.0", "0x8086", "0x1572", "vfio-pci", "15", "1"},
-}
-
-func newFakeHost(t *testing.T) *fakeHost {
+// hostdevSource returns the hostdev driver configured with config, behind the plugin boundary
+// (in-process gRPC: the host's client, Watch through Optional), as a Source.
+func hostdevSource(t *testing.T, config []byte) Source {
 	t.Helper()
-	root := t.TempDir()
-	h := &fakeHost{devRoot: filepath.Join(root, "host"), sysRoot: filepath.Join(root, "sys")}
-	for _, p := range []string{"/dev/kvm", "/dev/net/tun", "/dev/vhost-net", "/dev/sev", "/dev/vfio/vfio", "/dev/vfio/12", "/dev/vfio/13", "/dev/vfio/14", "/dev/vfio/15"} {
-		h.touch(t, p)
-	}
-	for _, d := range fakePCI {
-		h.addPCI(t, d.addr, d.vendor, d.device, d.driver, d.group, d.numa)
-	}
-	return h
-}
-
-// addPCI adds a PCI function the way sysfs shows it: the real directory under devices/,
-// linked from bus/pci/devices, with driver and iommu_group links.
-func (h *fakeHost) addPCI(t *testing.T, addr, vendor, device, driver, group, numa string) {
-	t.Helper()
-	real := filepath.Join(h.sysRoot, "devices", "pci0000:00", addr)
-	mustMkdir(t, real)
-	mustWrite(t, filepath.Join(real, "vendor"), vendor+"\n")
-	mustWrite(t, filepath.Join(real, "device"), device+"\n")
-	mustWrite(t, filepath.Join(real, "numa_node"), numa+"\n")
-	if driver != "" {
-		mustSymlink(t, "../../../bus/pci/drivers/"+driver, filepath.Join(real, "driver"))
-	}
-	mustSymlink(t, "../../../kernel/iommu_groups/"+group, filepath.Join(real, "iommu_group"))
-	mustMkdir(t, filepath.Join(h.sysRoot, "bus", "pci", "devices"))
-	mustSymlink(t, "../../../devices/pci0000:00/"+addr, filepath.Join(h.sysRoot, "bus", "pci", "devices", addr))
-}
-
-func (h *fakeHost) touch(t *testing.T, devPath string) {
-	t.Helper()
-	p := filepath.Join(h.devRoot, devPath)
-	mustMkdir(t, filepath.Dir(p))
-	mustWrite(t, p, "")
-}
-
-func (h *fakeHost) remove(t *testing.T, devPath string) {
-	t.Helper()
-	if err := os.Remove(filepath.Join(h.devRoot, devPath)); err != nil {
+	d := hostdev.New(hclog.New(&hclog.LoggerOptions{Name: "hostdev", Level: hclog.Debug, Output: testWriter{t}}))
+	client, stop, err := driver.InProcess(basev1.Kind_KIND_DEVICE, d)
+	if err != nil {
 		t.Fatal(err)
 	}
+	t.Cleanup(stop)
+	if err := client.Configure(t.Context(), &basev1.ConfigureRequest{Config: config}); err != nil {
+		t.Fatalf("configure hostdev: %v", err)
+	}
+	return Source{Name: hostdev.Name, Device: client.(driver.Device)}
 }
 
-// rebind points a PCI function's driver link elsewhere, as unbinding and binding do.
-func (h *fakeHost) rebind(t *testing.T, addr, driver string) {
+// testConfig is the plugins' configuration on a plugin directory with the given poll interval.
+func testConfig(pluginDir string, poll time.Duration) Config {
+	return Config{PluginDir: pluginDir, HealthPollInterval: metav1.Duration{Duration: poll}}
+}
+
+// newManager builds a manager of the hostdev driver on host h: the four character devices with
+// 4 slots each, NVIDIA 10de:1eb8 as pci-10de-1eb8, hostdev polling every driverPoll.
+func newManager(t *testing.T, h *hostdevtest.Host, dir, driverPoll string, pci ...string) *Manager {
 	t.Helper()
-	link := filepath.Join(h.sysRoot, "devices", "pci0000:00", addr, "driver")
-	if err := os.Remove(link); err != nil {
+	if pci == nil {
+		pci = []string{"10de:1eb8=pci-10de-1eb8"}
+	}
+	m, err := NewManager(t.Context(), testConfig(dir, time.Hour), []Source{hostdevSource(t, h.Config(t, driverPoll, 4, pci...))}, testLogger(t))
+	if err != nil {
 		t.Fatal(err)
 	}
-	mustSymlink(t, "../../../bus/pci/drivers/"+driver, link)
+	return m
 }
 
-func mustMkdir(t *testing.T, p string) {
-	t.Helper()
-	if err := os.MkdirAll(p, 0o755); err != nil {
-		t.Fatal(err)
-	}
-}
-
-func mustWrite(t *testing.T, p, content string) {
-	t.Helper()
-	if err := os.WriteFile(p, []byte(content), 0o644); err != nil {
-		t.Fatal(err)
-	}
-}
-
-func mustSymlink(t *testing.T, target, link string) {
-	t.Helper()
-	if err := os.Symlink(target, link); err != nil {
-		t.Fatal(err)
-	}
-}
-
-// testConfig is the fake host's configuration: the four character devices with 4 slots and
-// the NVIDIA ID under its default resource name.
-func (h *fakeHost) config(pluginDir string, poll time.Duration) Config {
-	cfg := DefaultConfig()
-	for i := range cfg.CharDevices {
-		cfg.CharDevices[i].Slots = 4
-	}
-	cfg.PluginDir = pluginDir
-	cfg.DevRoot = h.devRoot
-	cfg.SysfsRoot = h.sysRoot
-	cfg.HealthPollInterval = metav1.Duration{Duration: poll}
-	cfg.PCIDevices = []PCISelector{{Vendor: "10de", Device: "1eb8"}}
-	return cfg
+func testLogger(t *testing.T) hclog.Logger {
+	return hclog.New(&hclog.LoggerOptions{Name: "test", Level: hclog.Debug, Output: testWriter{t}})
 }
 
 // fakeKubelet is the kubelet's side of the device plugin API: a Registration server on
@@ -224,13 +160,9 @@ func keys[V any](m map[string]V) []string {
 	return out
 }
 
-// runManager runs a manager for cfg until the test ends.
-func runManager(t *testing.T, cfg Config) *Manager {
+// runManager runs m until the test ends.
+func runManager(t *testing.T, m *Manager) *Manager {
 	t.Helper()
-	m, err := NewManager(cfg, hclog.New(&hclog.LoggerOptions{Name: "test", Level: hclog.Debug, Output: testWriter{t}}))
-	if err != nil {
-		t.Fatal(err)
-	}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- m.Run(ctx) }()
@@ -260,4 +192,10 @@ func pluginDir(t *testing.T) string {
 	}
 	t.Cleanup(func() { os.RemoveAll(d) })
 	return d
+}
+
+// kvmOnly is the hostdev driver offering only kvm (2 slots) on a fake host.
+func kvmOnly(t *testing.T) driver.Device {
+	h := hostdevtest.New(t)
+	return hostdevSource(t, []byte(fmt.Sprintf(`{"devRoot": %q, "charDevices": [{"resourceName": "kvm", "path": "/dev/kvm", "slots": 2}]}`, h.DevRoot))).Device
 }

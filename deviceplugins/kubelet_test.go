@@ -19,6 +19,7 @@ import (
 	podresources "k8s.io/kubelet/pkg/apis/podresources/v1"
 
 	"github.com/kubevisor/kubevisor/core/api/v1alpha1"
+	"github.com/kubevisor/kubevisor/core/plugin"
 	"github.com/kubevisor/kubevisor/internal/testenv"
 )
 
@@ -52,14 +53,28 @@ func TestRealKubeletRestart(t *testing.T) {
 	dir := envOr("KUBEVISOR_DEVICE_PLUGIN_DIR", DefaultPluginDir)
 	podRes := envOr("KUBEVISOR_KUBELET_PODRESOURCES", "/var/lib/kubelet/pod-resources/kubelet.sock")
 
-	const slots = 7
-	cfg := DefaultConfig()
-	cfg.PluginDir = dir
-	cfg.HealthPollInterval = metav1.Duration{Duration: time.Second}
-	for i := range cfg.CharDevices {
-		cfg.CharDevices[i].Slots = slots
+	// The devices come from kubevisor-driver-hostdev, a plugin process, as on a node.
+	bin := os.Getenv("KUBEVISOR_HOSTDEV_DRIVER")
+	if bin == "" {
+		testenv.Missing(t, "KUBEVISOR_HOSTDEV_DRIVER (the kubevisor-driver-hostdev binary) is not set: run deviceplugins/testdata/kubelet-sandbox.sh (make test-deviceplugins-kubelet)")
 	}
-	m, err := NewManager(cfg, hclog.New(&hclog.LoggerOptions{Name: "test", Level: hclog.Debug, Output: testWriter{t}}))
+	const slots = 7
+	man, err := plugin.ManifestFor(bin, "device", "hostdev")
+	if err != nil {
+		t.Fatal(err)
+	}
+	man.Config = []byte(fmt.Sprintf(`{"pollInterval": "1s", "charDevices": [
+		{"resourceName": "kvm", "path": "/dev/kvm", "slots": %[1]d},
+		{"resourceName": "tun", "path": "/dev/net/tun", "slots": %[1]d},
+		{"resourceName": "vhost-net", "path": "/dev/vhost-net", "slots": %[1]d}]}`, slots))
+	logger := hclog.New(&hclog.LoggerOptions{Name: "test", Level: hclog.Debug, Output: testWriter{t}})
+	host, sources, err := StartDrivers(context.Background(), plugin.HostConfig{StateDir: t.TempDir(), Logger: logger}, []plugin.Manifest{man})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer host.Close()
+	cfg := Config{PluginDir: dir, HealthPollInterval: metav1.Duration{Duration: time.Second}}
+	m, err := NewManager(context.Background(), cfg, sources, logger)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -75,9 +90,9 @@ func TestRealKubeletRestart(t *testing.T) {
 
 	// The resources whose device node exists here must become allocatable.
 	want := map[string]int{}
-	for _, d := range cfg.CharDevices {
-		if exists(d.Path) {
-			want[d.ResourceName] = slots
+	for _, d := range [][2]string{{v1alpha1.KVMDeviceResource, "/dev/kvm"}, {v1alpha1.TunDeviceResource, "/dev/net/tun"}, {v1alpha1.VhostNetDeviceResource, "/dev/vhost-net"}} {
+		if _, err := os.Stat(d[1]); err == nil {
+			want[d[0]] = slots
 		}
 	}
 	if len(want) == 0 {
@@ -175,7 +190,7 @@ spec:
 	}
 	// A privileged container would see every host device; this one must not.
 	for _, dev := range []string{"/dev/vda", "/dev/sda", "/dev/nvme0n1", "/dev/mem"} {
-		if !exists(dev) {
+		if _, err := os.Stat(dev); err != nil {
 			continue
 		}
 		if _, err := os.Stat(filepath.Join(root, dev)); err == nil {

@@ -2,22 +2,35 @@ package deviceplugins
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sync"
 
 	"github.com/hashicorp/go-hclog"
+
+	"github.com/kubevisor/kubevisor/core/api/v1alpha1"
+	"github.com/kubevisor/kubevisor/core/driver"
+	"github.com/kubevisor/kubevisor/core/plugin"
 )
 
-// Manager runs the set of device plugins one Config describes.
+// Source is a loaded device driver whose devices the plugins serve.
+type Source struct {
+	// Name is the driver's name, for messages.
+	Name string
+	// Device is the driver, usually the plugin host's client for it.
+	Device driver.Device
+}
+
+// Manager runs one kubelet device plugin per resource of its device drivers.
 type Manager struct {
 	plugins []*Plugin
 }
 
 // NewManager validates cfg (after defaulting its empty fields) and builds one plugin per
-// character device and one per distinct PCI resource name. A PCI resource with no device bound
-// to vfio-pci yet still gets a plugin, so binding one later (seen at the next poll) needs no
-// restart.
-func NewManager(cfg Config, log hclog.Logger) (*Manager, error) {
+// resource the sources declare (Capabilities.resources), devices.kubevisor.io/<resource>. A
+// resource with no device yet still gets a plugin, so that a device that appears later (a
+// function bound to vfio-pci) needs no restart. Two drivers declaring one resource is an error.
+func NewManager(ctx context.Context, cfg Config, sources []Source, log hclog.Logger) (*Manager, error) {
 	if log == nil {
 		log = hclog.NewNullLogger()
 	}
@@ -25,23 +38,32 @@ func NewManager(cfg Config, log hclog.Logger) (*Manager, error) {
 	if err := cfg.validate(); err != nil {
 		return nil, fmt.Errorf("device plugin config: %w", err)
 	}
-	if len(cfg.CharDevices)+len(cfg.PCIDevices) == 0 {
-		return nil, fmt.Errorf("device plugin config: no devices")
-	}
 	m := &Manager{}
-	for _, d := range cfg.CharDevices {
-		m.plugins = append(m.plugins, newPlugin(cfg, d.ResourceName, &charDevices{dev: d, devRoot: cfg.DevRoot}, log))
-	}
-	byName := map[string]*vfioDevices{}
-	for _, s := range cfg.PCIDevices {
-		v := byName[s.ResourceName]
-		if v == nil {
-			l := log.Named(s.ResourceName)
-			v = &vfioDevices{resource: s.ResourceName, sysfsRoot: cfg.SysfsRoot, devRoot: cfg.DevRoot, log: l.Warn}
-			byName[s.ResourceName] = v
-			m.plugins = append(m.plugins, newPlugin(cfg, s.ResourceName, v, log))
+	owner := map[string]string{}
+	var errs []error
+	for _, s := range sources {
+		caps, err := s.Device.Capabilities(ctx)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("device driver %q: capabilities: %w", s.Name, err))
+			continue
 		}
-		v.selectors = append(v.selectors, s)
+		if len(caps.GetResources()) == 0 {
+			log.Warn("device driver declares no resource", "driver", s.Name)
+		}
+		for _, r := range caps.GetResources() {
+			if prev, ok := owner[r]; ok {
+				errs = append(errs, fmt.Errorf("resource %q: declared by device drivers %q and %q", r, prev, s.Name))
+				continue
+			}
+			owner[r] = s.Name
+			m.plugins = append(m.plugins, newPlugin(cfg, v1alpha1.DeviceResourcePrefix+r, r, s, log))
+		}
+	}
+	if err := errors.Join(errs...); err != nil {
+		return nil, err
+	}
+	if len(m.plugins) == 0 {
+		return nil, errors.New("device plugins: no device driver declares a resource")
 	}
 	return m, nil
 }
@@ -69,4 +91,39 @@ func (m *Manager) Run(ctx context.Context) error {
 	}
 	wg.Wait()
 	return firstErr
+}
+
+// StartDrivers starts the device drivers of manifests in a new plugin host (hc) and returns
+// them as sources, with the host, which the caller closes when the plugins stop. A manifest of
+// another kind, or a driver that does not start, is an error naming it; the drivers started
+// are stopped then.
+func StartDrivers(ctx context.Context, hc plugin.HostConfig, manifests []plugin.Manifest) (*plugin.Host, []Source, error) {
+	if len(manifests) == 0 {
+		return nil, nil, errors.New("no device driver is configured")
+	}
+	host, err := plugin.NewHost(hc)
+	if err != nil {
+		return nil, nil, fmt.Errorf("plugin host: %w", err)
+	}
+	var sources []Source
+	for _, mf := range manifests {
+		if mf.Kind != driver.KindDevice {
+			err = fmt.Errorf("driver %q is a %s driver, not a device driver", mf.Name, mf.Kind)
+			break
+		}
+		if err = host.Start(ctx, mf); err != nil {
+			err = fmt.Errorf("device driver %q did not start: %w", mf.Name, err)
+			break
+		}
+		var dev driver.Device
+		if dev, err = host.Device(mf.Name); err != nil {
+			err = fmt.Errorf("device driver %q: %w", mf.Name, err)
+			break
+		}
+		sources = append(sources, Source{Name: mf.Name, Device: dev})
+	}
+	if err != nil {
+		return nil, nil, errors.Join(err, host.Close())
+	}
+	return host, sources, nil
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"net"
 	"os"
 	"path/filepath"
@@ -21,30 +22,17 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
-)
 
-// deviceSet is what one plugin advertises. The Plugin serialises every call, so an
-// implementation needs no locking of its own.
-type deviceSet interface {
-	// scan reads the devices and their health from the host. A device that was listed once
-	// stays listed (Unhealthy) when it goes away, so that the kubelet stops handing it out.
-	scan() []*pluginapi.Device
-	// allocate describes one container's access to ids, all of which the last scan listed.
-	allocate(ids []string) *pluginapi.ContainerAllocateResponse
-	// watchDirs are the directories whose changes may change health; they need not exist.
-	watchDirs() []string
-}
+	"github.com/kubevisor/kubevisor/core/driver"
+	basev1 "github.com/kubevisor/kubevisor/core/driver/base/v1"
+	devicev1 "github.com/kubevisor/kubevisor/core/driver/device/v1"
+)
 
 var errNoKubelet = errors.New("no kubelet socket")
 
-// preferrer is a deviceSet with an opinion on which free devices go together.
-type preferrer interface {
-	// preferred picks size IDs from available, including mustInclude.
-	preferred(available, mustInclude []string, size int) []string
-}
-
 // Registration timing. The kubelet dials the plugin back inside Register, so a registration
 // takes as long as that dial; retries back off so a node without a kubelet is not hammered.
+// A device driver whose Watch or List fails is asked again with the same backoff.
 const (
 	registerTimeout   = 10 * time.Second
 	registerRetryMin  = 250 * time.Millisecond
@@ -52,34 +40,43 @@ const (
 	socketPermissions = 0o600
 )
 
-// Plugin serves one extended resource to the kubelet: a gRPC DevicePlugin server on a unix
-// socket in the plugin directory, registered with the kubelet, re-created and re-registered
-// whenever the kubelet restarts (it deletes every socket in the directory when it starts).
+// Plugin serves one extended resource of one device driver to the kubelet: a gRPC DevicePlugin
+// server on a unix socket in the plugin directory, registered with the kubelet, re-created and
+// re-registered whenever the kubelet restarts (it deletes every socket in the directory when it
+// starts). Its devices are the driver's List of the resource, followed with Watch where the
+// driver offers it; a device the driver stops listing stays listed Unhealthy, so that the
+// kubelet stops handing it out, and while the driver does not answer every device is Unhealthy.
 type Plugin struct {
 	pluginapi.UnimplementedDevicePluginServer
 
-	resource      string
+	resource      string // devices.kubevisor.io/<driverResource>
+	driverRes     string
+	src           Source
 	socket        string
 	kubeletSocket string
 	poll          time.Duration
-	devs          deviceSet
 	log           hclog.Logger
 
-	mu      sync.Mutex
-	list    []*pluginapi.Device
+	mu   sync.Mutex
+	list []*pluginapi.Device
+	// devs are the driver's devices by id, as last listed; order is every id ever listed.
+	devs    map[string]*devicev1.HostDevice
+	order   []string
 	changed chan struct{} // closed and replaced whenever list changes
 	// registrations counts successful registrations, for tests and logs.
 	registrations int
 }
 
-func newPlugin(cfg Config, resource string, devs deviceSet, log hclog.Logger) *Plugin {
+func newPlugin(cfg Config, resource, driverRes string, src Source, log hclog.Logger) *Plugin {
 	return &Plugin{
 		resource:      resource,
+		driverRes:     driverRes,
+		src:           src,
 		socket:        filepath.Join(cfg.PluginDir, socketName(resource)),
 		kubeletSocket: filepath.Join(cfg.PluginDir, KubeletSocketName),
 		poll:          cfg.HealthPollInterval.Duration,
-		devs:          devs,
 		log:           log.Named(resource),
+		devs:          map[string]*devicev1.HostDevice{},
 		changed:       make(chan struct{}),
 	}
 }
@@ -133,7 +130,13 @@ func (p *Plugin) Run(ctx context.Context) error {
 	}
 	defer w.Close()
 	p.addWatches(w)
-	p.refresh()
+	// The first list before the first registration, so that the kubelet's first
+	// ListAndWatch has the devices; a driver that fails here is asked again by follow.
+	p.listOnce(ctx)
+	followCtx, stopFollow := context.WithCancel(ctx)
+	followed := make(chan struct{})
+	defer func() { stopFollow(); <-followed }()
+	go func() { defer close(followed); p.follow(followCtx) }()
 
 	srv, err := p.serve()
 	if err != nil {
@@ -157,11 +160,9 @@ func (p *Plugin) Run(ctx context.Context) error {
 		case err := <-w.Errors:
 			p.log.Warn("fsnotify", "error", err)
 		case <-poll.C:
-			// The backstop for what inotify cannot see (sysfs; device nodes the kernel
-			// itself creates in devtmpfs when a module loads) or missed (a directory created
-			// after the watch was set up, a dropped event).
+			// The backstop for what inotify missed (the directory created after the watch
+			// was set up, a dropped event).
 			p.addWatches(w)
-			p.refresh()
 			if statID(p.socket) == (fileID{}) {
 				p.log.Info("plugin socket missing; serving again")
 				l.restart()
@@ -208,8 +209,6 @@ func (l *lifecycle) event(ev fsnotify.Event) {
 			l.registerNow()
 		}
 		l.checkKubelet()
-	case filepath.Dir(ev.Name) != filepath.Dir(p.socket):
-		p.refresh()
 	}
 }
 
@@ -281,25 +280,128 @@ func statID(path string) fileID {
 	return fileID{dev: st.Dev, ino: st.Ino, ctime: st.Ctim}
 }
 
-// addWatches watches the plugin directory (socket deletion, kubelet.sock creation) and the
-// device directories; the ones missing now are tried again at the next poll.
+// addWatches watches the plugin directory (socket deletion, kubelet.sock creation); when it is
+// missing now it is tried again at the next poll.
 func (p *Plugin) addWatches(w *fsnotify.Watcher) {
-	dirs := append([]string{filepath.Dir(p.socket)}, p.devs.watchDirs()...)
-	for _, d := range dirs {
-		if slices.Contains(w.WatchList(), d) {
-			continue
+	d := filepath.Dir(p.socket)
+	if slices.Contains(w.WatchList(), d) {
+		return
+	}
+	if err := w.Add(d); err != nil && !errors.Is(err, os.ErrNotExist) {
+		p.log.Debug("watch", "dir", d, "error", err)
+	}
+}
+
+// listOnce asks the driver for the resource's devices once.
+func (p *Plugin) listOnce(ctx context.Context) {
+	ctx, cancel := context.WithTimeout(ctx, registerTimeout)
+	defer cancel()
+	devs, err := p.src.Device.List(ctx, p.driverRes)
+	if err != nil {
+		p.log.Warn("device driver: list", "driver", p.src.Name, "error", err)
+		return
+	}
+	p.update(devs)
+}
+
+// follow keeps the device list up to date until ctx ends: through the driver's Watch when it
+// declares FEATURE_DEVICE_WATCH, else by List every poll interval. When the driver fails
+// (a crashed plugin answers Unavailable until the host restarted it) every device turns
+// Unhealthy and the driver is asked again after a backoff.
+func (p *Plugin) follow(ctx context.Context) {
+	w, watch := driver.Optional[driver.DeviceWatcher](ctx, p.src.Device)
+	backoff := registerRetryMin
+	for ctx.Err() == nil {
+		got := false
+		send := func(devs []*devicev1.HostDevice) error {
+			got = true
+			p.update(devs)
+			return nil
 		}
-		if err := w.Add(d); err != nil && !errors.Is(err, os.ErrNotExist) {
-			p.log.Debug("watch", "dir", d, "error", err)
+		var err error
+		if watch {
+			err = w.Watch(ctx, p.driverRes, send)
+			if err == nil && ctx.Err() == nil {
+				err = errors.New("watch ended")
+			}
+		} else {
+			err = p.pollList(ctx, send)
+		}
+		if ctx.Err() != nil {
+			return
+		}
+		if got {
+			backoff = registerRetryMin
+		}
+		p.log.Warn("device driver", "driver", p.src.Name, "error", err, "retry_in", backoff)
+		p.markUnhealthy()
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(backoff):
+		}
+		backoff = min(2*backoff, registerRetryMax)
+	}
+}
+
+// pollList sends List every poll interval until ctx ends or List fails.
+func (p *Plugin) pollList(ctx context.Context, send func([]*devicev1.HostDevice) error) error {
+	t := time.NewTicker(p.poll)
+	defer t.Stop()
+	for {
+		devs, err := p.src.Device.List(ctx, p.driverRes)
+		if err != nil {
+			return fmt.Errorf("list: %w", err)
+		}
+		_ = send(devs)
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-t.C:
 		}
 	}
 }
 
-// refresh rescans the devices and wakes the ListAndWatch streams when anything changed.
-func (p *Plugin) refresh() {
+// update takes a list from the driver and wakes the ListAndWatch streams when anything changed.
+func (p *Plugin) update(devs []*devicev1.HostDevice) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	list := p.devs.scan()
+	p.devs = map[string]*devicev1.HostDevice{}
+	for _, d := range devs {
+		if d.GetResource() != p.driverRes || d.GetId() == "" {
+			continue // a driver's mistake; List(resource) must answer that resource only
+		}
+		p.devs[d.GetId()] = d
+		if !slices.Contains(p.order, d.GetId()) {
+			p.order = append(p.order, d.GetId())
+		}
+	}
+	p.setListLocked()
+}
+
+// markUnhealthy reports every device Unhealthy: the driver does not answer.
+func (p *Plugin) markUnhealthy() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.devs = map[string]*devicev1.HostDevice{}
+	p.setListLocked()
+}
+
+// setListLocked makes the kubelet's list from p.devs and p.order. p.mu must be held.
+func (p *Plugin) setListLocked() {
+	list := make([]*pluginapi.Device, 0, len(p.order))
+	for _, id := range p.order {
+		dev := &pluginapi.Device{ID: id, Health: pluginapi.Unhealthy}
+		if d, ok := p.devs[id]; ok {
+			if d.GetHealth() == basev1.Health_HEALTH_HEALTHY {
+				dev.Health = pluginapi.Healthy
+			}
+			if d.GetPciAddress() != "" && d.GetNumaNode() >= 0 {
+				dev.Topology = &pluginapi.TopologyInfo{Nodes: []*pluginapi.NUMANode{{ID: int64(d.GetNumaNode())}}}
+			}
+		}
+		list = append(list, dev)
+	}
 	if slices.EqualFunc(list, p.list, func(a, b *pluginapi.Device) bool { return proto.Equal(a, b) }) {
 		return
 	}
@@ -373,29 +475,82 @@ func (p *Plugin) register(ctx context.Context) (fileID, error) {
 	return id, nil
 }
 
-// options: no device needs anything before a container starts; a set with preferences
-// (VFIO: keep IOMMU groups together) asks the kubelet to consult them.
+// options: no device needs anything before a container starts; every resource offers a
+// preferred allocation, which keeps the devices of a group (core/driver DeviceGroupAttribute,
+// an IOMMU group) together and is the kubelet's own order otherwise.
 func (p *Plugin) options() *pluginapi.DevicePluginOptions {
-	_, prefers := p.devs.(preferrer)
-	return &pluginapi.DevicePluginOptions{GetPreferredAllocationAvailable: prefers}
+	return &pluginapi.DevicePluginOptions{GetPreferredAllocationAvailable: true}
 }
 
-// GetPreferredAllocation implements pluginapi.DevicePluginServer for the sets that have
-// preferences; the kubelet asks only those, as their options say.
+// GetPreferredAllocation implements pluginapi.DevicePluginServer.
 func (p *Plugin) GetPreferredAllocation(_ context.Context, req *pluginapi.PreferredAllocationRequest) (*pluginapi.PreferredAllocationResponse, error) {
-	pr, ok := p.devs.(preferrer)
-	if !ok {
-		return nil, status.Errorf(codes.Unimplemented, "%s: no preferred allocation", p.resource)
-	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	resp := &pluginapi.PreferredAllocationResponse{}
 	for _, cr := range req.ContainerRequests {
 		resp.ContainerResponses = append(resp.ContainerResponses, &pluginapi.ContainerPreferredAllocationResponse{
-			DeviceIDs: pr.preferred(cr.AvailableDeviceIDs, cr.MustIncludeDeviceIDs, int(cr.AllocationSize)),
+			DeviceIDs: p.preferredLocked(cr.AvailableDeviceIDs, cr.MustIncludeDeviceIDs, int(cr.AllocationSize)),
 		})
 	}
 	return resp, nil
+}
+
+// groupLocked is a device's group: its DeviceGroupAttribute, or itself alone.
+func (p *Plugin) groupLocked(id string) string {
+	if g := p.devs[id].GetAttributes()[driver.DeviceGroupAttribute]; g != "" {
+		return "group " + g
+	}
+	return "device " + id
+}
+
+// preferredLocked keeps groups together. A container is handed whole group nodes, and VFIO
+// lets one process at a time use a group, so a group's functions split across two pods leave
+// the second unable to open it. It takes, in order: mustInclude; the free devices of groups
+// already touched; groups that are wholly free and still fit, largest first; then whatever is
+// left, by id.
+func (p *Plugin) preferredLocked(available, mustInclude []string, size int) []string {
+	free := slices.Sorted(slices.Values(available))
+	var chosen []string
+	take := func(id string) {
+		if len(chosen) < size && !slices.Contains(chosen, id) {
+			chosen = append(chosen, id)
+		}
+	}
+	total := map[string]int{}
+	for _, id := range p.order {
+		total[p.groupLocked(id)]++
+	}
+	members := map[string][]string{}
+	for _, id := range free {
+		g := p.groupLocked(id)
+		members[g] = append(members[g], id)
+	}
+	for _, id := range mustInclude {
+		take(id)
+	}
+	for _, id := range slices.Clone(chosen) {
+		for _, m := range members[p.groupLocked(id)] {
+			take(m)
+		}
+	}
+	groups := slices.Collect(maps.Keys(members))
+	slices.SortFunc(groups, func(a, b string) int {
+		if d := len(members[b]) - len(members[a]); d != 0 {
+			return d
+		}
+		return strings.Compare(members[a][0], members[b][0])
+	})
+	for _, g := range groups {
+		if ms := members[g]; len(ms) == total[g] && len(ms) <= size-len(chosen) {
+			for _, id := range ms {
+				take(id)
+			}
+		}
+	}
+	for _, id := range free {
+		take(id)
+	}
+	return chosen
 }
 
 // GetDevicePluginOptions implements pluginapi.DevicePluginServer.
@@ -422,15 +577,16 @@ func (p *Plugin) ListAndWatch(_ *pluginapi.Empty, stream pluginapi.DevicePlugin_
 }
 
 // Allocate implements pluginapi.DevicePluginServer. It refuses IDs it never listed and devices
-// that are unhealthy now, naming them, rather than hand a container a device that is not there.
-func (p *Plugin) Allocate(_ context.Context, req *pluginapi.AllocateRequest) (*pluginapi.AllocateResponse, error) {
+// that are unhealthy now, naming them, then asks the device driver's Allocate for each
+// container: its device nodes, mounts and environment are the container's. A driver's error
+// keeps its code and names the driver.
+func (p *Plugin) Allocate(ctx context.Context, req *pluginapi.AllocateRequest) (*pluginapi.AllocateResponse, error) {
 	p.mu.Lock()
-	defer p.mu.Unlock()
 	health := make(map[string]string, len(p.list))
 	for _, d := range p.list {
 		health[d.ID] = d.Health
 	}
-	resp := &pluginapi.AllocateResponse{}
+	p.mu.Unlock()
 	for _, cr := range req.ContainerRequests {
 		var unknown, unhealthy []string
 		for _, id := range cr.DevicesIds {
@@ -447,9 +603,31 @@ func (p *Plugin) Allocate(_ context.Context, req *pluginapi.AllocateRequest) (*p
 		if len(unhealthy) > 0 {
 			return nil, status.Errorf(codes.FailedPrecondition, "%s: unhealthy devices: %s", p.resource, strings.Join(unhealthy, ", "))
 		}
-		resp.ContainerResponses = append(resp.ContainerResponses, p.devs.allocate(cr.DevicesIds))
+	}
+	ctx, cancel := context.WithTimeout(ctx, DefaultAllocateTimeout)
+	defer cancel()
+	resp := &pluginapi.AllocateResponse{}
+	for _, cr := range req.ContainerRequests {
+		dr, err := p.src.Device.Allocate(ctx, &devicev1.AllocateRequest{Resource: p.driverRes, DeviceIds: cr.DevicesIds})
+		if err != nil {
+			st := status.Convert(err)
+			return nil, status.Errorf(st.Code(), "%s: device driver %s: allocate %s: %s", p.resource, p.src.Name, strings.Join(cr.DevicesIds, ", "), st.Message())
+		}
+		resp.ContainerResponses = append(resp.ContainerResponses, containerResponse(dr))
 	}
 	return resp, nil
+}
+
+// containerResponse is a device driver's Allocate answer as the kubelet takes it.
+func containerResponse(dr *devicev1.AllocateResponse) *pluginapi.ContainerAllocateResponse {
+	cr := &pluginapi.ContainerAllocateResponse{Envs: dr.GetEnv()}
+	for _, n := range dr.GetDeviceNodes() {
+		cr.Devices = append(cr.Devices, &pluginapi.DeviceSpec{HostPath: n.GetHostPath(), ContainerPath: n.GetContainerPath(), Permissions: n.GetPermissions()})
+	}
+	for _, m := range dr.GetMounts() {
+		cr.Mounts = append(cr.Mounts, &pluginapi.Mount{HostPath: m.GetHostPath(), ContainerPath: m.GetContainerPath(), ReadOnly: m.GetReadOnly()})
+	}
+	return cr
 }
 
 // PreStartContainer implements pluginapi.DevicePluginServer; the options do not ask the kubelet

@@ -41,6 +41,7 @@ if [[ "${1:-}" == "--inside" ]]; then
 		KUBEVISOR_KUBELET_RESTART="$W/kubelet.sh restart" \
 			KUBEVISOR_KUBELET_PODRESOURCES="$W/kubelet/pod-resources/kubelet.sock" \
 			KUBEVISOR_KUBELET_STATIC_POD_DIR="$W/manifests" \
+			KUBEVISOR_HOSTDEV_DRIVER="$W/kubevisor-driver-hostdev" \
 			"$W/deviceplugins.test" -test.run '^TestRealKubeletRestart$' -test.v -test.count=1 || rc=$?
 	else
 		rc=1
@@ -78,6 +79,7 @@ echo "kubelet-sandbox: work directory $W (logs: kubelet.log, containerd.log; rem
 mkdir -p "$W/ctd" "$W/manifests" "$W/podlogs"
 
 (cd "$ROOT" && go build -o "$W/runc-wrapper" ./hack/cluster/runc-wrapper &&
+	go build -o "$W/kubevisor-driver-hostdev" ./cmd/kubevisor-driver-hostdev &&
 	go test -c -race -tags cluster -o "$W/deviceplugins.test" ./deviceplugins/)
 
 cat >"$W/containerd.toml" <<EOF

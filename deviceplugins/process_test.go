@@ -1,0 +1,92 @@
+package deviceplugins
+
+import (
+	"context"
+	"os/exec"
+	"path/filepath"
+	"syscall"
+	"testing"
+	"time"
+
+	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
+
+	"github.com/kubevisor/kubevisor/core/api/v1alpha1"
+	"github.com/kubevisor/kubevisor/core/plugin"
+	"github.com/kubevisor/kubevisor/drivers/hostdev/hostdevtest"
+)
+
+// TestDriverPluginProcess runs the plugins on kubevisor-driver-hostdev started by the plugin
+// host (StartDrivers, as kubevisor-deviceplugins does): the kubelet's list and Allocate come
+// from that process; when it is SIGKILLed every device turns Unhealthy, and once the host has
+// restarted it the devices are Healthy again and allocate.
+func TestDriverPluginProcess(t *testing.T) {
+	dir := t.TempDir()
+	bin := filepath.Join(dir, "kubevisor-driver-hostdev")
+	if out, err := exec.Command("go", "build", "-o", bin, "github.com/kubevisor/kubevisor/cmd/kubevisor-driver-hostdev").CombinedOutput(); err != nil {
+		t.Fatalf("build: %v\n%s", err, out)
+	}
+	m, err := plugin.ManifestFor(bin, "device", "hostdev")
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := hostdevtest.New(t)
+	m.Config = h.Config(t, "1h", 3, "10de:1eb8=gpu")
+	host, sources, err := StartDrivers(t.Context(), plugin.HostConfig{StateDir: filepath.Join(dir, "state"), Logger: testLogger(t), MinBackoff: 50 * time.Millisecond}, []plugin.Manifest{m})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer host.Close()
+
+	pdir := pluginDir(t)
+	k := startFakeKubelet(t, pdir)
+	mgr, err := NewManager(t.Context(), testConfig(pdir, time.Hour), sources, testLogger(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	runManager(t, mgr)
+	regs := k.registrations(t, 5, 10*time.Second)
+	ctx, cancel := context.WithCancel(t.Context())
+	defer cancel()
+	next := watchList(t, ctx, k, regs[v1alpha1.KVMDeviceResource].Endpoint, v1alpha1.KVMDeviceResource)
+	if devs := next(); len(devs) != 3 || devs[0].Health != pluginapi.Healthy {
+		t.Fatalf("first kvm list %v, want 3 healthy slots", devs)
+	}
+	allocate := func() (*pluginapi.AllocateResponse, error) {
+		return k.client(t, regs[devicesGPU].Endpoint).Allocate(ctx, &pluginapi.AllocateRequest{
+			ContainerRequests: []*pluginapi.ContainerAllocateRequest{{DevicesIds: []string{"0000:01:00.0"}}}})
+	}
+	resp, err := allocate()
+	if err != nil || resp.ContainerResponses[0].Envs["PCI_RESOURCE_DEVICES_KUBEVISOR_IO_GPU"] != "0000:01:00.0" {
+		t.Fatalf("Allocate(gpu) = %v, %v", resp, err)
+	}
+
+	pid := host.Status("hostdev").Pid
+	if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	// Unhealthy while the driver is gone, unless the host restarted it before the plugin
+	// noticed; Healthy again either way.
+	sawUnhealthy := false
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		devs := next()
+		if len(devs) == 3 && allHealth(devs)[0] == pluginapi.Unhealthy {
+			sawUnhealthy = true
+			continue
+		}
+		if sawUnhealthy && len(devs) == 3 && len(allHealth(devs)) == 1 && devs[0].Health == pluginapi.Healthy {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("kvm list %v 20s after killing the driver", devs)
+		}
+	}
+	if st := host.Status("hostdev"); st.Pid == pid || st.Restarts < 1 {
+		t.Errorf("driver status %+v: want a new process", st)
+	}
+	if resp, err := allocate(); err != nil || len(resp.ContainerResponses[0].Devices) != 2 {
+		t.Errorf("Allocate(gpu) after the driver's restart = %v, %v", resp, err)
+	}
+}
+
+const devicesGPU = v1alpha1.DeviceResourcePrefix + "gpu"
