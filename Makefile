@@ -83,6 +83,9 @@ demo: deps-qemu build guest ## Boot the test guest through the qmp and local dri
 	@echo "==> conformance: local storage driver (bin/kubevisor-driver-local)"
 	@$(BIN)/kubevisor-conformance driver --plugin $(BIN)/kubevisor-driver-local --kind storage \
 	    --junit $(OUT)/conformance-local.xml
+	@echo "==> conformance: hostdev device driver on this host's /dev and /sys (bin/kubevisor-driver-hostdev)"
+	@$(BIN)/kubevisor-conformance driver --plugin $(BIN)/kubevisor-driver-hostdev --kind device \
+	    --junit $(OUT)/conformance-hostdev.xml
 	@for kind in $(FAKE_KINDS); do \
 	  config=hack/demo/fake-$$kind.json; \
 	  echo "==> conformance: simulated $$kind driver (bin/kubevisor-driver-fake $$kind)"; \
@@ -191,10 +194,10 @@ test-deviceplugins-kubelet: deps-runtime deps-net deps-qemu k8s-bins ## Device p
 
 ##@ Install
 
-DRIVERS ?= qmp,cni,local
+DRIVERS ?= qmp,cni,local,hostdev
 
 .PHONY: install
-install: $(if $(KUBECONFIG),,cluster-up images) ## Install Kubevisor with the drivers DRIVERS (default qmp,cni,local) on the cluster of KUBECONFIG (default: the local cluster, brought up with its images) and wait until it is ready.
+install: $(if $(KUBECONFIG),,cluster-up images) ## Install Kubevisor with the drivers DRIVERS (default qmp,cni,local,hostdev) on the cluster of KUBECONFIG (default: the local cluster, brought up with its images) and wait until it is ready.
 	hack/install.sh install --drivers $(DRIVERS) $(if $(KUBECONFIG),--kubeconfig $(KUBECONFIG))
 
 .PHONY: uninstall

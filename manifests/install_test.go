@@ -4,6 +4,7 @@ package manifests_test
 
 import (
 	"bytes"
+	"encoding/json"
 	"errors"
 	"io"
 	"maps"
@@ -29,6 +30,7 @@ import (
 	"github.com/kubevisor/kubevisor/core/handler"
 	"github.com/kubevisor/kubevisor/core/layout"
 	"github.com/kubevisor/kubevisor/core/nodeapi"
+	"github.com/kubevisor/kubevisor/drivers/hostdev"
 	"github.com/kubevisor/kubevisor/internal/testenv"
 )
 
@@ -543,6 +545,46 @@ func TestDriverComponents(t *testing.T) {
 // checkDefaultClass checks the component's default HypervisorClass, and that a launcher pod
 // built for it (by the controller's own builder, with the install's launcher image) is not
 // privileged and gets its devices from the device plugins the handler DaemonSet runs.
+// hostdevResources are the resources the hostdev driver component configures, and checks
+// that the deviceplugins container reads the handler's configuration to find its driver.
+func hostdevResources(t *testing.T) []string {
+	t.Helper()
+	r := render(t, []string{"hostdev"}, "")
+	cfg := r.handlerConfig(t)
+	if cfg.Drivers.Device != hostdev.Name {
+		t.Fatalf("the hostdev component configures device driver %q", cfg.Drivers.Device)
+	}
+	var hc hostdev.Config
+	if err := json.Unmarshal(cfg.DriverConfig[hostdev.Name], &hc); err != nil {
+		t.Fatalf("driverConfig.hostdev: %v", err)
+	}
+	chars := hc.CharDevices
+	if chars == nil {
+		chars = hostdev.DefaultCharDevices()
+	}
+	var out []string
+	for _, c := range chars {
+		out = append(out, strings.TrimPrefix(c.ResourceName, v1alpha1.DeviceResourcePrefix))
+	}
+	var ds appsv1.DaemonSet
+	r.get(t, "DaemonSet", "kubevisor-handler", &ds)
+	spec := ds.Spec.Template.Spec
+	dp := container(t, spec, "deviceplugins")
+	conf, _ := flagValue(dp, "--handler-config")
+	h := container(t, spec, "handler")
+	if hconf, _ := flagValue(h, "--config"); conf == "" || conf != hconf {
+		t.Errorf("deviceplugins --handler-config %q, handler --config %q: want the same configuration", conf, hconf)
+	}
+	for _, c := range []corev1.Container{h, dp} {
+		for _, p := range []string{hc.DevRoot + "/dev", hc.SysfsRoot} {
+			if !slices.ContainsFunc(c.VolumeMounts, func(m corev1.VolumeMount) bool { return m.MountPath == p }) {
+				t.Errorf("container %s does not mount %s, where hostdev reads the host's devices", c.Name, p)
+			}
+		}
+	}
+	return out
+}
+
 func checkDefaultClass(t *testing.T, r rendered, driver string) {
 	t.Helper()
 	classes := r.ofKind("HypervisorClass")
@@ -557,13 +599,12 @@ func checkDefaultClass(t *testing.T, r rendered, driver string) {
 	if class.Overhead == nil || class.Overhead.PodFixed.Memory().IsZero() {
 		t.Errorf("HypervisorClass %s has no memory overhead", class.Name)
 	}
-	var ds appsv1.DaemonSet
-	r.get(t, "DaemonSet", "kubevisor-handler", &ds)
-	advertised, _ := flagValue(container(t, ds.Spec.Template.Spec, "deviceplugins"), "--devices")
+	// The device plugins serve the device driver's resources: the hostdev component's.
+	advertised := hostdevResources(t)
 	for _, d := range class.DeviceResources {
 		name := strings.TrimPrefix(string(d), v1alpha1.DeviceResourcePrefix)
-		if !slices.Contains(strings.Split(advertised, ","), name) {
-			t.Errorf("HypervisorClass %s requests %s, which the device plugins (--devices=%s) do not advertise", class.Name, d, advertised)
+		if !slices.Contains(advertised, name) {
+			t.Errorf("HypervisorClass %s requests %s, which the hostdev component's device driver does not offer (%v)", class.Name, d, advertised)
 		}
 	}
 
