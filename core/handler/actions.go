@@ -32,7 +32,7 @@ func (h *Handler) Pause(ctx context.Context, uid types.UID) error {
 	return h.act(ctx, uid, "pause", hypervisorv1.State_STATE_RUNNING, func(ctx context.Context, hv driver.Hypervisor) (func(context.Context, string) error, error) {
 		p, ok := driver.Optional[driver.Pauser](ctx, hv)
 		if !ok {
-			return nil, h.unoffered("pause (it does not declare FEATURE_HYPERVISOR_PAUSE)")
+			return nil, h.unoffered(uid, "pause (it does not declare FEATURE_HYPERVISOR_PAUSE)")
 		}
 		return p.Pause, nil
 	})
@@ -44,7 +44,7 @@ func (h *Handler) Unpause(ctx context.Context, uid types.UID) error {
 	return h.act(ctx, uid, "unpause", hypervisorv1.State_STATE_PAUSED, func(ctx context.Context, hv driver.Hypervisor) (func(context.Context, string) error, error) {
 		p, ok := driver.Optional[driver.Pauser](ctx, hv)
 		if !ok {
-			return nil, h.unoffered("unpause (it does not declare FEATURE_HYPERVISOR_PAUSE)")
+			return nil, h.unoffered(uid, "unpause (it does not declare FEATURE_HYPERVISOR_PAUSE)")
 		}
 		return p.Resume, nil
 	})
@@ -55,7 +55,7 @@ func (h *Handler) Reset(ctx context.Context, uid types.UID) error {
 	return h.act(ctx, uid, "reset", hypervisorv1.State_STATE_RUNNING, func(ctx context.Context, hv driver.Hypervisor) (func(context.Context, string) error, error) {
 		r, ok := driver.Optional[driver.Rebooter](ctx, hv)
 		if !ok {
-			return nil, h.unoffered("reset (it does not declare FEATURE_HYPERVISOR_REBOOT)")
+			return nil, h.unoffered(uid, "reset (it does not declare FEATURE_HYPERVISOR_REBOOT)")
 		}
 		return r.Reboot, nil
 	})
@@ -67,7 +67,7 @@ func (h *Handler) SoftReboot(ctx context.Context, uid types.UID) error {
 	return h.act(ctx, uid, "softreboot", hypervisorv1.State_STATE_RUNNING, func(ctx context.Context, hv driver.Hypervisor) (func(context.Context, string) error, error) {
 		r, ok := driver.Optional[driver.SoftRebooter](ctx, hv)
 		if !ok {
-			return nil, h.unoffered("a soft reboot (it does not declare FEATURE_HYPERVISOR_SOFT_REBOOT)")
+			return nil, h.unoffered(uid, "a soft reboot (it does not declare FEATURE_HYPERVISOR_SOFT_REBOOT)")
 		}
 		return r.SoftReboot, nil
 	})
@@ -144,11 +144,8 @@ func (h *Handler) vmIn(ctx context.Context, hv driver.Hypervisor, uid types.UID,
 	return status.Errorf(codes.FailedPrecondition, "the VMI's VM is %s, not %s", driver.StateWord(vs.GetState()), strings.Join(words, " or "))
 }
 
-// unoffered is the Unimplemented error of an ability that the loaded hypervisor driver (the
-// one hypervisorFor gave) does not declare.
-func (h *Handler) unoffered(what string) error {
-	h.mu.Lock()
-	name := h.loaded[driver.KindHypervisor]
-	h.mu.Unlock()
-	return status.Errorf(codes.Unimplemented, "hypervisor driver %q does not offer %s", name, what)
+// unoffered is the Unimplemented error of an ability that the hypervisor driver of VMI uid
+// (the one hypervisorFor gave) does not declare.
+func (h *Handler) unoffered(uid types.UID, what string) error {
+	return status.Errorf(codes.Unimplemented, "hypervisor driver %q does not offer %s", h.hypervisorName(h.entryState(uid)), what)
 }

@@ -119,7 +119,7 @@ func (h *Handler) GuestAgentPing(ctx context.Context, uid types.UID) (*hyperviso
 	}
 	ge, ok := driver.Optional[driver.GuestExecer](ctx, hv)
 	if !ok {
-		return nil, h.unoffered("guest agent probes (it does not declare FEATURE_HYPERVISOR_GUEST_EXEC)")
+		return nil, h.unoffered(uid, "guest agent probes (it does not declare FEATURE_HYPERVISOR_GUEST_EXEC)")
 	}
 	return ge.GuestAgentPing(ctx, string(uid))
 }
@@ -134,7 +134,7 @@ func (h *Handler) GuestAgentExec(ctx context.Context, uid types.UID, command []s
 	}
 	ge, ok := driver.Optional[driver.GuestExecer](ctx, hv)
 	if !ok {
-		return nil, h.unoffered("guest agent probes (it does not declare FEATURE_HYPERVISOR_GUEST_EXEC)")
+		return nil, h.unoffered(uid, "guest agent probes (it does not declare FEATURE_HYPERVISOR_GUEST_EXEC)")
 	}
 	return ge.GuestAgentExec(ctx, string(uid), command, timeout)
 }

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"time"
 
@@ -33,6 +34,8 @@ const (
 //	runDir: /run/kubevisor/vmis            # per-VMI run directories (sockets, logs)
 //	nodeName: node-1
 //	drivers: {hypervisor: qmp, network: cni, storage: local, device: ""}
+//	# or several hypervisor drivers, the first the default:
+//	# drivers: {hypervisors: [qmp, libvirt], network: cni, storage: local}
 //	driverConfig:                          # replaces a manifest's config, by driver name
 //	  qmp: {disableKVM: true}
 //	acceleration: auto                     # auto | required | emulated
@@ -52,8 +55,9 @@ type Config struct {
 	VolumeDir string `json:"volumeDir,omitempty"`
 	// NodeName is the node's name: the VMIs' status.nodeName, and passed to every driver.
 	NodeName string `json:"nodeName,omitempty"`
-	// Drivers names the installed driver this node uses for each kind (a manifest's name).
-	// Device is optional; the others are required to run a VMI.
+	// Drivers names the installed drivers this node uses (a manifest's name): one or more
+	// hypervisor drivers, one of each other kind. Device is optional; the others are required
+	// to run a VMI.
 	Drivers DriverSet `json:"drivers"`
 	// DriverConfig replaces the configuration of a driver's manifest, by driver name.
 	DriverConfig map[string]json.RawMessage `json:"driverConfig,omitempty"`
@@ -83,26 +87,98 @@ type Config struct {
 	Standalone *StandaloneConfig `json:"standalone,omitempty"`
 }
 
-// DriverSet names one driver per kind.
+// DriverSet names the drivers of a node: one network, storage and (optional) device driver,
+// and one or more hypervisor drivers. Each VMI runs with the hypervisor driver its
+// HypervisorClass names (status.hypervisorDriver, v1alpha1.VirtualMachineInstanceStatus), or
+// with the node's default hypervisor driver (DefaultHypervisor) when it names none.
 type DriverSet struct {
+	// Hypervisor is a hypervisor driver: the node's default one when it is set.
 	Hypervisor string `json:"hypervisor,omitempty"`
-	Network    string `json:"network,omitempty"`
-	Storage    string `json:"storage,omitempty"`
-	Device     string `json:"device,omitempty"`
+	// Hypervisors are the node's hypervisor drivers besides Hypervisor, in order; the first
+	// of them is the default when Hypervisor is empty.
+	Hypervisors []string `json:"hypervisors,omitempty"`
+	Network     string   `json:"network,omitempty"`
+	Storage     string   `json:"storage,omitempty"`
+	Device      string   `json:"device,omitempty"`
 }
 
-// byKind returns the configured (non-empty) drivers as kind → name.
-func (s DriverSet) byKind() map[string]string {
-	out := map[string]string{}
-	for kind, name := range map[string]string{
-		driver.KindHypervisor: s.Hypervisor, driver.KindNetwork: s.Network,
-		driver.KindStorage: s.Storage, driver.KindDevice: s.Device,
-	} {
-		if name != "" {
-			out[kind] = name
+// HypervisorNames returns the configured hypervisor drivers, the default first, each once.
+func (s DriverSet) HypervisorNames() []string {
+	var out []string
+	for _, name := range append([]string{s.Hypervisor}, s.Hypervisors...) {
+		if name != "" && !slices.Contains(out, name) {
+			out = append(out, name)
 		}
 	}
 	return out
+}
+
+// DefaultHypervisor is the hypervisor driver of a VMI that names none: Hypervisor, else the
+// first of Hypervisors; "" when none is configured.
+func (s DriverSet) DefaultHypervisor() string {
+	if names := s.HypervisorNames(); len(names) > 0 {
+		return names[0]
+	}
+	return ""
+}
+
+// withHypervisors returns s with the hypervisor drivers names, the first as Hypervisor.
+func (s DriverSet) withHypervisors(names []string) DriverSet {
+	s.Hypervisor, s.Hypervisors = "", nil
+	if len(names) > 0 {
+		s.Hypervisor = names[0]
+	}
+	if len(names) > 1 {
+		s.Hypervisors = slices.Clone(names[1:])
+	}
+	return s
+}
+
+// kindName is one configured driver.
+type kindName struct{ kind, name string }
+
+// all returns the configured drivers: the hypervisor drivers in order, then network, storage
+// and device.
+func (s DriverSet) all() []kindName {
+	var out []kindName
+	for _, name := range s.HypervisorNames() {
+		out = append(out, kindName{driver.KindHypervisor, name})
+	}
+	for _, d := range []kindName{{driver.KindNetwork, s.Network}, {driver.KindStorage, s.Storage}, {driver.KindDevice, s.Device}} {
+		if d.name != "" {
+			out = append(out, d)
+		}
+	}
+	return out
+}
+
+// of returns the driver configured for a kind: for hypervisor drivers, the default one.
+func (s DriverSet) of(kind string) string {
+	switch kind {
+	case driver.KindHypervisor:
+		return s.DefaultHypervisor()
+	case driver.KindNetwork:
+		return s.Network
+	case driver.KindStorage:
+		return s.Storage
+	case driver.KindDevice:
+		return s.Device
+	}
+	return ""
+}
+
+// check says what is inconsistent in s: one driver name configured for two kinds.
+func (s DriverSet) check() error {
+	kinds := map[string]string{}
+	var errs []error
+	for _, d := range s.all() {
+		if k, ok := kinds[d.name]; ok {
+			errs = append(errs, fmt.Errorf("drivers: %q is configured as a %s and a %s driver", d.name, k, d.kind))
+			continue
+		}
+		kinds[d.name] = d.kind
+	}
+	return errors.Join(errs...)
 }
 
 // StandaloneConfig is how `kubevisor-handler run` makes a VMI's sandbox without a cluster: a
@@ -206,6 +282,9 @@ func (c Config) withDefaults() (Config, error) {
 		if !filepath.IsAbs(p) {
 			errs = append(errs, fmt.Errorf("%s: must be an absolute path, not %q", field, p))
 		}
+	}
+	if err := c.Drivers.check(); err != nil {
+		errs = append(errs, err)
 	}
 	if _, err := c.acceleration(); err != nil {
 		errs = append(errs, err)

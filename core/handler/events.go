@@ -12,7 +12,6 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/kubevisor/kubevisor/core/backoff"
-	"github.com/kubevisor/kubevisor/core/driver"
 	hypervisorv1 "github.com/kubevisor/kubevisor/core/driver/hypervisor/v1"
 )
 
@@ -20,13 +19,12 @@ import (
 // as a failure to open it (whose retries back off).
 const steadyStream = 5 * time.Second
 
-// watchHypervisor follows the hypervisor driver's events for the life of the handler. The
-// stream ends whenever the plugin process does; on every (re)open the handler re-adopts the
-// VMs of the VMIs it runs (Recover), since a new driver process knows none of them.
-func (h *Handler) watchHypervisor() {
-	h.mu.Lock()
-	name := h.loaded[driver.KindHypervisor]
-	h.mu.Unlock()
+// watchHypervisor follows a hypervisor driver's events for the life of the handler, one
+// watcher per loaded hypervisor driver. The stream ends whenever the plugin process does; on
+// every (re)open the handler re-adopts the VMs of the VMIs it runs on that driver (Recover),
+// since a new driver process knows none of them. The VMIs of the other hypervisor drivers are
+// not touched.
+func (h *Handler) watchHypervisor(name string) {
 	hv, err := h.host.Hypervisor(name)
 	if err != nil {
 		return
@@ -36,8 +34,10 @@ func (h *Handler) watchHypervisor() {
 		opened := time.Now()
 		sctx, cancel := context.WithCancel(h.ctx)
 		errc := make(chan error, 1)
-		go func() { errc <- hv.Events(sctx, "", h.onEvent) }()
-		err := h.recoverAll(sctx)
+		go func() {
+			errc <- hv.Events(sctx, "", func(ev *hypervisorv1.Event) error { return h.onEvent(name, ev) })
+		}()
+		err := h.recoverAll(sctx, name)
 		if err != nil {
 			cancel()
 			err = errors.Join(err, <-errc)
@@ -56,10 +56,13 @@ func (h *Handler) watchHypervisor() {
 	}
 }
 
-// recoverAll re-adopts the VMs of every started VMI, each under its VMI's lock, in parallel.
-// It fails when the driver could not be reached for one of them.
-func (h *Handler) recoverAll(ctx context.Context) error {
+// recoverAll re-adopts the VMs of every started VMI of hypervisor driver name, each under its
+// VMI's lock, in parallel. It fails when the driver could not be reached for one of them.
+func (h *Handler) recoverAll(ctx context.Context, name string) error {
 	return h.eachStarted(ctx, func(ctx context.Context, e *entry, st *vmiState) error {
+		if h.hypervisorName(st) != name {
+			return nil // another driver's VM
+		}
 		hv, _, err := h.hypervisorFor(st)
 		if err != nil {
 			return nil // the VMI needs another driver: nothing this loop can do
@@ -140,12 +143,13 @@ func (h *Handler) eachStarted(ctx context.Context, fn func(ctx context.Context, 
 	return errors.Join(errs...)
 }
 
-// onEvent applies a hypervisor event to the VMI it is about.
-func (h *Handler) onEvent(ev *hypervisorv1.Event) error {
+// onEvent applies an event of hypervisor driver name to the VMI it is about, when that VMI runs
+// on that driver.
+func (h *Handler) onEvent(name string, ev *hypervisorv1.Event) error {
 	uid := types.UID(ev.GetId())
 	h.mu.Lock()
 	e := h.vmis[uid]
-	if e == nil || e.state == nil || !e.state.began(stepHypervisor) {
+	if e == nil || e.state == nil || !e.state.began(stepHypervisor) || h.hypervisorName(e.state) != name {
 		h.mu.Unlock()
 		return nil
 	}

@@ -72,10 +72,10 @@ type Handler struct {
 	agentKick chan struct{}
 
 	mu           sync.Mutex
-	loaded       map[string]string // kind → name of the drivers running
-	loadErrs     map[string]error  // kind → why the configured driver is not running
-	caps         map[string]*basev1.Capabilities
-	fingerprints map[string]*basev1.FingerprintResponse // by kind
+	loaded       map[string]string                      // name → kind of the drivers running
+	loadErrs     map[string]error                       // name → why the configured driver is not running
+	caps         map[string]*basev1.Capabilities        // by driver name
+	fingerprints map[string]*basev1.FingerprintResponse // by driver name
 	vmis         map[types.UID]*entry
 	closed       bool
 	// labelProblems are the fingerprint attributes last reported as unpublishable, so that a
@@ -167,13 +167,17 @@ func New(ctx context.Context, cfg Config, opts Options) (*Handler, error) {
 		h.log.Info("found VMI state", "vmi", st.Namespace+"/"+st.Name, "uid", st.UID, "started", st.Started)
 	}
 
-	if name := h.loaded[driver.KindHypervisor]; name != "" {
-		h.wg.Go(h.watchHypervisor)
+	hypervisors := 0
+	for name, kind := range h.loaded {
+		if kind == driver.KindHypervisor {
+			hypervisors++
+			h.wg.Go(func() { h.watchHypervisor(name) })
+		}
+		h.wg.Go(func() { h.watchFingerprint(name) })
+	}
+	if hypervisors > 0 {
 		h.wg.Go(h.resync)
 		h.wg.Go(h.pollAgents)
-	}
-	for kind, name := range h.loaded {
-		h.wg.Go(func() { h.watchFingerprint(kind, name) })
 	}
 	return h, nil
 }
@@ -194,7 +198,8 @@ func (h *Handler) loadDrivers(ctx context.Context) {
 		manifests[m.Name] = m
 	}
 	var wg sync.WaitGroup
-	for kind, name := range h.cfg.Drivers.byKind() {
+	for _, d := range h.cfg.Drivers.all() {
+		kind, name := d.kind, d.name
 		m, ok := manifests[name]
 		switch {
 		case !ok:
@@ -202,10 +207,10 @@ func (h *Handler) loadDrivers(ctx context.Context) {
 			if h.cfg.PluginDir != "" {
 				where = "no manifest of that name in " + h.cfg.PluginDir
 			}
-			h.setLoadErr(kind, fmt.Errorf("%s driver %q is not installed: %s", kind, name, where))
+			h.setLoadErr(name, fmt.Errorf("%s driver %q is not installed: %s", kind, name, where))
 			continue
 		case m.Kind != kind:
-			h.setLoadErr(kind, fmt.Errorf("driver %q is a %s driver, configured as the %s driver", name, m.Kind, kind))
+			h.setLoadErr(name, fmt.Errorf("driver %q is a %s driver, configured as the %s driver", name, m.Kind, kind))
 			continue
 		}
 		if raw, ok := h.cfg.DriverConfig[name]; ok {
@@ -213,17 +218,17 @@ func (h *Handler) loadDrivers(ctx context.Context) {
 		}
 		wg.Go(func() {
 			if err := h.host.Start(ctx, m); err != nil {
-				h.setLoadErr(kind, fmt.Errorf("%s driver %q did not start: %w", kind, name, err))
+				h.setLoadErr(name, fmt.Errorf("%s driver %q did not start: %w", kind, name, err))
 				return
 			}
 			caps, err := h.driverCaps(ctx, name)
 			if err != nil {
-				h.setLoadErr(kind, fmt.Errorf("%s driver %q: capabilities: %w", kind, name, err))
+				h.setLoadErr(name, fmt.Errorf("%s driver %q: capabilities: %w", kind, name, err))
 				return
 			}
 			h.mu.Lock()
-			h.loaded[kind] = name
-			h.caps[kind] = caps
+			h.loaded[name] = kind
+			h.caps[name] = caps
 			h.mu.Unlock()
 			h.log.Info("driver loaded", "kind", kind, "driver", name, "pid", h.host.Status(name).Pid, "reattached", h.host.Status(name).Reattached)
 		})
@@ -239,10 +244,10 @@ func (h *Handler) driverCaps(ctx context.Context, name string) (*basev1.Capabili
 	return d.Capabilities(ctx)
 }
 
-func (h *Handler) setLoadErr(kind string, err error) {
-	h.log.Error("driver not loaded", "kind", kind, "error", err)
+func (h *Handler) setLoadErr(name string, err error) {
+	h.log.Error("driver not loaded", "driver", name, "error", err)
 	h.mu.Lock()
-	h.loadErrs[kind] = err
+	h.loadErrs[name] = err
 	h.mu.Unlock()
 }
 
@@ -255,27 +260,31 @@ type DriverStatus struct {
 	Plugin plugin.PluginStatus
 }
 
-// Drivers reports on every configured driver, by kind.
+// Drivers reports on every configured driver, by kind (the hypervisor drivers in their
+// configured order).
 func (h *Handler) Drivers() []DriverStatus {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	var out []DriverStatus
-	for kind, name := range h.cfg.Drivers.byKind() {
-		ds := DriverStatus{Kind: kind, Name: name, Loaded: h.loaded[kind] != "", Plugin: h.host.Status(name)}
-		if err := h.loadErrs[kind]; err != nil {
+	for _, d := range h.cfg.Drivers.all() {
+		ds := DriverStatus{Kind: d.kind, Name: d.name, Loaded: h.loaded[d.name] != "", Plugin: h.host.Status(d.name)}
+		if err := h.loadErrs[d.name]; err != nil {
 			ds.Error = err.Error()
 		}
 		out = append(out, ds)
 	}
-	sort.Slice(out, func(i, j int) bool { return out[i].Kind < out[j].Kind })
+	sort.SliceStable(out, func(i, j int) bool { return out[i].Kind < out[j].Kind })
 	return out
 }
 
-// PluginStatus reports on the plugin process of the driver of a kind.
+// PluginStatus reports on the plugin process of the driver of a kind (of the hypervisor
+// drivers, the default one).
 func (h *Handler) PluginStatus(kind string) plugin.PluginStatus {
-	h.mu.Lock()
-	name := h.cfg.Drivers.byKind()[kind]
-	h.mu.Unlock()
+	return h.host.Status(h.cfg.Drivers.of(kind))
+}
+
+// DriverPluginStatus reports on the plugin process of a driver, by name.
+func (h *Handler) DriverPluginStatus(name string) plugin.PluginStatus {
 	return h.host.Status(name)
 }
 
@@ -284,12 +293,12 @@ func (h *Handler) PluginStatus(kind string) plugin.PluginStatus {
 func (h *Handler) NodeLabels() map[string]string {
 	h.mu.Lock()
 	var fps []DriverFingerprint
-	for kind, name := range h.cfg.Drivers.byKind() {
-		fp := h.fingerprints[kind]
-		if h.loaded[kind] == "" || !h.host.Status(name).Running {
+	for _, d := range h.cfg.Drivers.all() {
+		fp := h.fingerprints[d.name]
+		if h.loaded[d.name] == "" || !h.host.Status(d.name).Running {
 			fp = nil
 		}
-		fps = append(fps, DriverFingerprint{Kind: kind, Name: name, Fingerprint: fp})
+		fps = append(fps, DriverFingerprint{Kind: d.kind, Name: d.name, Fingerprint: fp})
 	}
 	h.mu.Unlock()
 	labels, problems := NodeLabels(fps)
@@ -310,7 +319,7 @@ func newProblems(prev, cur []string) []string {
 
 // watchFingerprint keeps the last fingerprint of a driver, reopening the stream whenever it
 // ends (the plugin restarted).
-func (h *Handler) watchFingerprint(kind, name string) {
+func (h *Handler) watchFingerprint(name string) {
 	d, err := h.host.Driver(name)
 	if err != nil {
 		return
@@ -319,7 +328,7 @@ func (h *Handler) watchFingerprint(kind, name string) {
 	for h.ctx.Err() == nil {
 		err := d.Fingerprint(h.ctx, func(fp *basev1.FingerprintResponse) error {
 			h.mu.Lock()
-			h.fingerprints[kind] = fp
+			h.fingerprints[name] = fp
 			h.mu.Unlock()
 			b.Reset()
 			return nil

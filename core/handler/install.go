@@ -5,9 +5,9 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"sort"
 	"strings"
 
+	"github.com/kubevisor/kubevisor/core/driver"
 	"github.com/kubevisor/kubevisor/core/plugin"
 )
 
@@ -20,17 +20,10 @@ const DriverBinaryPrefix = "kubevisor-driver-"
 // handler's own directory, or the handler image's in a cluster (serve --plugin-bin-dir). Every
 // configured driver must be there; the error names each missing one.
 func (s DriverSet) Manifests(binDir string) ([]plugin.Manifest, error) {
-	byKind := s.byKind()
-	kinds := make([]string, 0, len(byKind))
-	for kind := range byKind {
-		kinds = append(kinds, kind)
-	}
-	sort.Strings(kinds)
 	var out []plugin.Manifest
 	var errs []error
-	for _, kind := range kinds {
-		name := byKind[kind]
-		m, err := plugin.ManifestFor(filepath.Join(binDir, DriverBinaryPrefix+name), kind, name)
+	for _, d := range s.all() {
+		m, err := plugin.ManifestFor(filepath.Join(binDir, DriverBinaryPrefix+d.name), d.kind, d.name)
 		if err != nil {
 			errs = append(errs, err)
 			continue
@@ -57,9 +50,11 @@ func LoadConfigPath(path string) (Config, error) {
 // starting with "." are skipped: a mounted ConfigMap's ..data), in name order, each decoded
 // strictly over the ones before: a field a later file sets replaces the earlier value, a map
 // (driverConfig, images, claims) gains its keys. This lets an installation compose the
-// configuration from parts (the install manifests' base and one file per driver). Two files
-// naming different drivers of the same kind is an error, not an override: a node runs one
-// driver per kind. Relative paths are taken from dir.
+// configuration from parts (the install manifests' base and one file per driver). The hypervisor
+// drivers the files name (drivers.hypervisor and drivers.hypervisors) add up, in name order,
+// each once: the first file's is the default. Two files naming different network, storage or
+// device drivers is an error, not an override: a node runs one driver of each of those kinds.
+// Relative paths are taken from dir.
 func LoadConfigDir(dir string) (Config, error) {
 	entries, err := os.ReadDir(dir)
 	if err != nil {
@@ -87,17 +82,25 @@ func LoadConfigDir(dir string) (Config, error) {
 		if err := DecodeStrict(data, &part); err != nil {
 			return Config{}, fmt.Errorf("handler config %s: %w", path, err)
 		}
-		for kind, driver := range part.Drivers.byKind() {
-			if prev, ok := setBy[kind]; ok && c.Drivers.byKind()[kind] != driver {
-				errs = append(errs, fmt.Errorf("handler config %s: drivers.%s: %q here, %q in %s: one %s driver per node",
-					dir, kind, driver, c.Drivers.byKind()[kind], prev, kind))
+		for _, d := range part.Drivers.all() {
+			if d.kind == driver.KindHypervisor {
+				continue
 			}
-			setBy[kind] = name
+			if prev, ok := setBy[d.kind]; ok && c.Drivers.of(d.kind) != d.name {
+				errs = append(errs, fmt.Errorf("handler config %s: drivers.%s: %q here, %q in %s: one %s driver per node",
+					dir, d.kind, d.name, c.Drivers.of(d.kind), prev, d.kind))
+			}
+			setBy[d.kind] = name
 		}
+		hypervisors := append(c.Drivers.HypervisorNames(), part.Drivers.HypervisorNames()...)
 		if err := DecodeStrict(data, &c); err != nil {
 			return Config{}, fmt.Errorf("handler config %s: %w", path, err)
 		}
+		c.Drivers = c.Drivers.withHypervisors(DriverSet{Hypervisors: hypervisors}.HypervisorNames())
 		n++
+	}
+	if n > 0 {
+		errs = append(errs, c.Drivers.check())
 	}
 	if err := errors.Join(errs...); err != nil {
 		return Config{}, err

@@ -3,6 +3,7 @@ package handler
 import (
 	"os"
 	"path/filepath"
+	"reflect"
 	"strings"
 	"testing"
 )
@@ -35,7 +36,7 @@ func TestLoadConfigDirMergesInNameOrder(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if c.Drivers != (DriverSet{Hypervisor: "qmp", Network: "cni"}) {
+	if !reflect.DeepEqual(c.Drivers, DriverSet{Hypervisor: "qmp", Network: "cni"}) {
 		t.Errorf("drivers %+v", c.Drivers)
 	}
 	if c.StateDir != "/var/lib/kv" || c.Acceleration != "emulated" || c.PluginDir != filepath.Join(dir, "plugins") {
@@ -45,16 +46,17 @@ func TestLoadConfigDirMergesInNameOrder(t *testing.T) {
 		t.Errorf("driverConfig %s", c.DriverConfig)
 	}
 	p, err := LoadConfigPath(dir)
-	if err != nil || p.Drivers != c.Drivers {
+	if err != nil || !reflect.DeepEqual(p.Drivers, c.Drivers) {
 		t.Errorf("LoadConfigPath(dir) = %+v, %v", p.Drivers, err)
 	}
 }
 
 func TestLoadConfigDirErrors(t *testing.T) {
 	for name, files := range map[string]map[string]string{
-		"two hypervisors": {"a.yaml": "drivers: {hypervisor: qmp}\n", "b.yaml": "drivers: {hypervisor: libvirt}\n"},
-		"unknown field":   {"a.yaml": "driver: {hypervisor: qmp}\n"},
-		"no part":         {"README": "x"},
+		"two networks":        {"a.yaml": "drivers: {network: cni}\n", "b.yaml": "drivers: {network: other}\n"},
+		"one name, two kinds": {"a.yaml": "drivers: {hypervisor: x, storage: x}\n"},
+		"unknown field":       {"a.yaml": "driver: {hypervisor: qmp}\n"},
+		"no part":             {"README": "x"},
 	} {
 		t.Run(name, func(t *testing.T) {
 			if _, err := LoadConfigDir(writeFiles(t, files)); err == nil {
@@ -80,5 +82,39 @@ func TestDriverSetManifests(t *testing.T) {
 	_, err = DriverSet{Hypervisor: "qmp", Storage: "local"}.Manifests(dir)
 	if err == nil || !strings.Contains(err.Error(), "local") {
 		t.Errorf("missing binary: %v", err)
+	}
+}
+
+// TestLoadConfigDirHypervisors: the hypervisor drivers of the parts add up in name order (the
+// install manifests' one file per hypervisor driver component), each once, the first the
+// default; hypervisor and hypervisors both count.
+func TestLoadConfigDirHypervisors(t *testing.T) {
+	dir := writeFiles(t, map[string]string{
+		"00-base.yaml":               "drivers: {network: cni, storage: local}\n",
+		"10-hypervisor-qmp.yaml":     "drivers: {hypervisor: qmp}\n",
+		"10-hypervisor-libvirt.yaml": "drivers: {hypervisor: libvirt}\n",
+		"20-more.yaml":               "drivers: {hypervisors: [qmp, fake]}\n",
+	})
+	c, err := LoadConfigDir(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := DriverSet{Hypervisor: "libvirt", Hypervisors: []string{"qmp", "fake"}, Network: "cni", Storage: "local"}
+	if !reflect.DeepEqual(c.Drivers, want) {
+		t.Errorf("drivers %+v, want %+v", c.Drivers, want)
+	}
+	if got := c.Drivers.HypervisorNames(); !reflect.DeepEqual(got, []string{"libvirt", "qmp", "fake"}) || c.Drivers.DefaultHypervisor() != "libvirt" {
+		t.Errorf("HypervisorNames %v, default %q", got, c.Drivers.DefaultHypervisor())
+	}
+	// One file, the list form.
+	c, err = LoadConfig(filepath.Join(writeFiles(t, map[string]string{"c.yaml": "drivers: {hypervisors: [qmp, libvirt], network: cni}\n"}), "c.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := c.Drivers.HypervisorNames(); !reflect.DeepEqual(got, []string{"qmp", "libvirt"}) {
+		t.Errorf("HypervisorNames %v", got)
+	}
+	if _, err := (Config{Drivers: DriverSet{Hypervisors: []string{"a"}, Network: "a"}}).withDefaults(); err == nil || !strings.Contains(err.Error(), `"a" is configured as a hypervisor and a network driver`) {
+		t.Errorf("one name, two kinds: %v", err)
 	}
 }

@@ -290,8 +290,9 @@ func leftovers(t *testing.T, h *Handler, uid types.UID) []string {
 			out = append(out, what+" "+p)
 		}
 	}
-	for kind, name := range h.cfg.Drivers.byKind() {
-		switch kind {
+	for _, d := range h.cfg.Drivers.all() {
+		name := d.name
+		switch d.kind {
 		case driver.KindHypervisor:
 			hv, err := h.host.Hypervisor(name)
 			if err != nil {

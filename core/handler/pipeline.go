@@ -7,7 +7,10 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
+	"strconv"
+	"strings"
 	"time"
 
 	"google.golang.org/grpc/codes"
@@ -104,27 +107,51 @@ type drivers struct {
 	hvCaps *basev1.Capabilities
 }
 
-// pipelineDrivers returns the loaded drivers of a sync, or why one is missing.
-func (h *Handler) pipelineDrivers() (*drivers, error) {
+// HypervisorDriverOf is the hypervisor driver that runs vmi on a node whose default hypervisor
+// driver is def: the driver of the VMI's HypervisorClass (status.hypervisorDriver, which the
+// control plane writes when it resolves the class), else def (a standalone VMI, or one the
+// control plane made before it wrote the driver).
+func HypervisorDriverOf(vmi *v1alpha1.VirtualMachineInstance, def string) string {
+	if vmi != nil && vmi.Status.HypervisorDriver != "" {
+		return vmi.Status.HypervisorDriver
+	}
+	return def
+}
+
+// pipelineDrivers returns the loaded drivers of a sync of vmi (its hypervisor driver:
+// HypervisorDriverOf), or why one is missing.
+func (h *Handler) pipelineDrivers(vmi *v1alpha1.VirtualMachineInstance) (*drivers, error) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	d := &drivers{}
 	var errs []error
-	need := func(kind string) string {
-		name := h.loaded[kind]
+	need := func(kind, name string) string {
 		if name == "" {
-			if err := h.loadErrs[kind]; err != nil {
+			errs = append(errs, fmt.Errorf("no %s driver is configured", kind))
+			return ""
+		}
+		if h.loaded[name] == "" {
+			if err := h.loadErrs[name]; err != nil {
 				errs = append(errs, err)
 			} else {
-				errs = append(errs, fmt.Errorf("no %s driver is configured", kind))
+				errs = append(errs, fmt.Errorf("%s driver %q is not loaded", kind, name))
 			}
+			return ""
 		}
 		return name
 	}
-	d.names.Hypervisor = need(driver.KindHypervisor)
-	d.names.Network = need(driver.KindNetwork)
-	d.names.Storage = need(driver.KindStorage)
-	d.names.Device = h.loaded[driver.KindDevice]
+	hvName := HypervisorDriverOf(vmi, h.cfg.Drivers.DefaultHypervisor())
+	if hvName != "" && !slices.Contains(h.cfg.Drivers.HypervisorNames(), hvName) {
+		errs = append(errs, fmt.Errorf("the VMI's hypervisor driver %q is not one this node runs (it runs %s)",
+			hvName, quotedList(h.cfg.Drivers.HypervisorNames())))
+	} else {
+		d.names.Hypervisor = need(driver.KindHypervisor, hvName)
+	}
+	d.names.Network = need(driver.KindNetwork, h.cfg.Drivers.Network)
+	d.names.Storage = need(driver.KindStorage, h.cfg.Drivers.Storage)
+	if name := h.cfg.Drivers.Device; h.loaded[name] != "" {
+		d.names.Device = name
+	}
 	if len(errs) > 0 {
 		return nil, errors.Join(errs...)
 	}
@@ -143,12 +170,24 @@ func (h *Handler) pipelineDrivers() (*drivers, error) {
 			return nil, err
 		}
 	}
-	d.hvCaps = h.caps[driver.KindHypervisor]
+	d.hvCaps = h.caps[d.names.Hypervisor]
 	d.caps = driverCaps{
 		hypervisor: d.names.Hypervisor, network: d.names.Network, storage: d.names.Storage,
-		hypervisorCaps: d.hvCaps, networkCaps: h.caps[driver.KindNetwork], stCaps: h.caps[driver.KindStorage],
+		hypervisorCaps: d.hvCaps, networkCaps: h.caps[d.names.Network], stCaps: h.caps[d.names.Storage],
 	}
 	return d, nil
+}
+
+// quotedList is names quoted and joined with commas, or "none".
+func quotedList(names []string) string {
+	if len(names) == 0 {
+		return "none"
+	}
+	q := make([]string, len(names))
+	for i, n := range names {
+		q[i] = strconv.Quote(n)
+	}
+	return strings.Join(q, ", ")
 }
 
 // run runs the pipeline for a VMI that has no started VM, and undoes it when a step fails.
@@ -228,7 +267,7 @@ type syncRun struct {
 // loaded, its spec is consistent and asks only for what they declare, its sandbox is ready) and
 // makes its state, or takes up the one a failed sync left. Its error carries the reason.
 func (h *Handler) newSyncRun(ctx context.Context, e *entry, vmi *v1alpha1.VirtualMachineInstance) (*syncRun, error) {
-	d, err := h.pipelineDrivers()
+	d, err := h.pipelineDrivers(vmi)
 	if err != nil {
 		return nil, failed(ReasonDriverNotFound, err)
 	}
@@ -521,20 +560,44 @@ func (h *Handler) removeVM(ctx context.Context, st *vmiState) error {
 	return nil
 }
 
-// hypervisorFor returns the hypervisor driver a VMI was set up with, and its capabilities.
+// hypervisorFor returns the hypervisor driver a VMI was set up with (its state's; the node's
+// default hypervisor driver for a state that names none, or for no state), with its name and
+// capabilities.
 func (h *Handler) hypervisorFor(st *vmiState) (driver.Hypervisor, *basev1.Capabilities, error) {
-	h.mu.Lock()
-	name := h.loaded[driver.KindHypervisor]
-	caps := h.caps[driver.KindHypervisor]
-	h.mu.Unlock()
-	if st != nil && st.Drivers.Hypervisor != "" && st.Drivers.Hypervisor != name {
-		return nil, nil, fmt.Errorf("the VMI runs on hypervisor driver %q, which this handler does not load (it loads %q)", st.Drivers.Hypervisor, name)
+	hv, _, caps, err := h.namedHypervisorFor(st)
+	return hv, caps, err
+}
+
+// hypervisorName is the name of the hypervisor driver of a VMI's state (hypervisorFor's).
+func (h *Handler) hypervisorName(st *vmiState) string {
+	if st != nil && st.Drivers.Hypervisor != "" {
+		return st.Drivers.Hypervisor
 	}
+	return h.cfg.Drivers.DefaultHypervisor()
+}
+
+func (h *Handler) namedHypervisorFor(st *vmiState) (driver.Hypervisor, string, *basev1.Capabilities, error) {
+	name := h.hypervisorName(st)
 	if name == "" {
-		return nil, nil, errors.New("no hypervisor driver is loaded")
+		return nil, "", nil, errors.New("no hypervisor driver is configured")
+	}
+	h.mu.Lock()
+	loaded := h.loaded[name] == driver.KindHypervisor
+	caps, loadErr := h.caps[name], h.loadErrs[name]
+	h.mu.Unlock()
+	if !loaded {
+		switch {
+		case loadErr != nil:
+			return nil, name, nil, fmt.Errorf("the VMI runs on hypervisor driver %q, which is not loaded: %w", name, loadErr)
+		case !slices.Contains(h.cfg.Drivers.HypervisorNames(), name):
+			return nil, name, nil, fmt.Errorf("the VMI runs on hypervisor driver %q, which this handler does not load (it loads %s)",
+				name, quotedList(h.cfg.Drivers.HypervisorNames()))
+		default:
+			return nil, name, nil, fmt.Errorf("the VMI runs on hypervisor driver %q, which is not loaded", name)
+		}
 	}
 	hv, err := h.host.Hypervisor(name)
-	return hv, caps, err
+	return hv, name, caps, err
 }
 
 // observe asks the hypervisor driver for a started VM's status, re-adopting the VM when the

@@ -64,12 +64,12 @@ func (h *Handler) CheckStream(ctx context.Context, uid types.UID, kind string) e
 	switch kind {
 	case StreamConsole:
 		if _, ok := driver.Optional[driver.Consoler](ctx, hv); !ok {
-			return h.unoffered("a serial console (it does not declare FEATURE_HYPERVISOR_CONSOLE)")
+			return h.unoffered(uid, "a serial console (it does not declare FEATURE_HYPERVISOR_CONSOLE)")
 		}
 		return h.vmIn(ctx, hv, uid, running, paused)
 	case StreamVNC:
 		if _, ok := driver.Optional[driver.Displayer](ctx, hv); !ok {
-			return h.unoffered("a VNC display")
+			return h.unoffered(uid, "a VNC display")
 		}
 		return h.vmIn(ctx, hv, uid, running, paused)
 	case StreamPortForward:
@@ -87,7 +87,7 @@ func (h *Handler) Display(ctx context.Context, uid types.UID, in io.Reader, out 
 	}
 	d, ok := driver.Optional[driver.Displayer](ctx, hv)
 	if !ok {
-		return h.unoffered("a VNC display")
+		return h.unoffered(uid, "a VNC display")
 	}
 	return d.Display(ctx, string(uid), in, out)
 }
@@ -173,7 +173,7 @@ func (h *Handler) GuestOSInfo(ctx context.Context, uid types.UID) (*subv1.GuestO
 	}
 	ga, ok := driver.Optional[driver.GuestAgent](ctx, hv)
 	if !ok {
-		return nil, h.unoffered("guest OS information: no guest agent (it does not declare FEATURE_HYPERVISOR_GUEST_AGENT)")
+		return nil, h.unoffered(uid, "guest OS information: no guest agent (it does not declare FEATURE_HYPERVISOR_GUEST_AGENT)")
 	}
 	info, err := ga.GuestAgentInfo(ctx, string(uid))
 	if err != nil {

@@ -34,6 +34,7 @@ import (
 // +kubebuilder:printcolumn:name="Ready",type="string",JSONPath=".status.conditions[?(@.type=='Ready')].status"
 // +kubebuilder:printcolumn:name="Paused",type="string",JSONPath=".status.conditions[?(@.type=='Paused')].status",priority=1
 // +kubebuilder:printcolumn:name="Class",type="string",JSONPath=".status.hypervisorClassName",priority=1
+// +kubebuilder:printcolumn:name="Driver",type="string",JSONPath=".status.hypervisorDriver",priority=1
 // +kubebuilder:validation:XValidation:rule="!has(oldSelf.status) || !has(oldSelf.status.phase) || (has(self.status) && has(self.status.phase))",message="status.phase, once set, is not removed"
 type VirtualMachineInstance struct {
 	metav1.TypeMeta   `json:",inline"`
@@ -407,6 +408,11 @@ type VirtualMachineInstanceStatus struct {
 	// HypervisorClassName is the HypervisorClass the VMI was resolved to (spec.hypervisorClassName or the default).
 	// +optional
 	HypervisorClassName string `json:"hypervisorClassName,omitempty"`
+	// HypervisorDriver is the hypervisor driver that runs the VMI: its HypervisorClass's driver,
+	// written with hypervisorClassName. The node handler runs the VMI with this driver, and
+	// fails it naming the driver when the node does not load it.
+	// +optional
+	HypervisorDriver string `json:"hypervisorDriver,omitempty"`
 	// VolumeStatus is what the control plane found of the VMI's volumes before it made the
 	// launcher pod: for each persistentVolumeClaim and ephemeral volume, its bound claim's modes
 	// and size, from which the node sizes the disk image it makes on an empty file-system claim

@@ -94,7 +94,7 @@ func newUID() types.UID {
 
 // withDefaults fills in a standalone run's defaults.
 func withDefaults(c handler.Config, binDir string) handler.Config {
-	if c.Drivers == (handler.DriverSet{}) {
+	if d := c.Drivers; len(d.HypervisorNames()) == 0 && d.Network == "" && d.Storage == "" && d.Device == "" {
 		c.Drivers = DefaultDrivers
 	}
 	if c.StateDir == "" {

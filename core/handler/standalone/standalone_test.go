@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"reflect"
 	"regexp"
 	"slices"
 	"strconv"
@@ -65,7 +66,7 @@ func TestLoadVMI(t *testing.T) {
 
 func TestDefaults(t *testing.T) {
 	c := withDefaults(handler.Config{}, "/opt/kubevisor/bin")
-	if c.Drivers != DefaultDrivers || c.StateDir != DefaultStateDir || c.RunDir != DefaultRunDir {
+	if !reflect.DeepEqual(c.Drivers, DefaultDrivers) || c.StateDir != DefaultStateDir || c.RunDir != DefaultRunDir {
 		t.Errorf("config = %+v", c)
 	}
 	s := c.Standalone
