@@ -273,7 +273,7 @@ func Build(vmi *v1alpha1.VirtualMachineInstance, class *v1alpha1.HypervisorClass
 	if class.Driver == "" {
 		return nil, fmt.Errorf("HypervisorClass %s names no driver", class.Name)
 	}
-	for _, n := range []struct{ what, value string }{{"VMI name", vmi.Name}, {"HypervisorClass name", class.Name}} {
+	for _, n := range []struct{ what, value string }{{"VMI name", vmi.Name}, {"HypervisorClass name", class.Name}, {"HypervisorClass driver", class.Driver}} {
 		if errs := validation.IsValidLabelValue(n.value); len(errs) > 0 {
 			return nil, fmt.Errorf("%s %q cannot be a label value of its launcher pod: %s", n.what, n.value, strings.Join(errs, "; "))
 		}
@@ -315,6 +315,7 @@ func Build(vmi *v1alpha1.VirtualMachineInstance, class *v1alpha1.HypervisorClass
 	labels[v1alpha1.CreatedByLabel] = string(vmi.UID)
 	labels[v1alpha1.VirtualMachineInstanceNameLabel] = vmi.Name
 	labels[v1alpha1.HypervisorClassLabel] = class.Name
+	labels[v1alpha1.HypervisorDriverLabel] = class.Driver
 
 	pod := &corev1.Pod{
 		TypeMeta: metav1.TypeMeta{APIVersion: "v1", Kind: "Pod"},

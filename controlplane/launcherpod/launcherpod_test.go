@@ -68,6 +68,7 @@ func TestBuildMinimal(t *testing.T) {
 				v1alpha1.CreatedByLabel:                  string(testUID),
 				v1alpha1.VirtualMachineInstanceNameLabel: "vm1",
 				v1alpha1.HypervisorClassLabel:            "qemu",
+				v1alpha1.HypervisorDriverLabel:           "qmp",
 			},
 			OwnerReferences: []metav1.OwnerReference{{
 				APIVersion: "kubevisor.io/v1alpha1", Kind: "VirtualMachineInstance", Name: "vm1", UID: testUID,
@@ -566,6 +567,7 @@ func TestBuild(t *testing.T) {
 					v1alpha1.CreatedByLabel:                  string(testUID),
 					v1alpha1.VirtualMachineInstanceNameLabel: "vm1",
 					v1alpha1.HypervisorClassLabel:            "qemu",
+					v1alpha1.HypervisorDriverLabel:           "qmp",
 				}
 				if !equality.Semantic.DeepEqual(pod.Labels, want) {
 					t.Errorf("labels = %v, want %v", pod.Labels, want)

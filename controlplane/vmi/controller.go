@@ -345,7 +345,7 @@ func (r *reconciler) createPod(ctx context.Context, vmi *v1alpha1.VirtualMachine
 		r.events.Eventf(vmi, nil, corev1.EventTypeWarning, prob.Reason, actionResolve, "%s", prob.Message)
 		return nil // a class event re-queues the VMI
 	}
-	obs.ClassName = class.Name
+	obs.ClassName, obs.Driver = class.Name, class.Driver
 	if err := r.ensureStateClaim(ctx, vmi); err != nil {
 		obs.CreateProblem = &problem{Reason: v1alpha1.ReasonFailedCreate, Message: err.Error()}
 		r.events.Eventf(vmi, nil, corev1.EventTypeWarning, v1alpha1.ReasonFailedCreate, actionCreate, "%s", obs.CreateProblem.Message)

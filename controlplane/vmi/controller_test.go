@@ -67,12 +67,18 @@ func TestController(t *testing.T) {
 		got := h.waitVMI(t, vmi, "Scheduling with the default class", func(v *v1alpha1.VirtualMachineInstance) bool {
 			return v.Status.Phase == v1alpha1.Scheduling && v.Status.HypervisorClassName == "standard" && v.Status.LauncherPodName != ""
 		})
+		if got.Status.HypervisorDriver != "qmp" {
+			t.Errorf("status.hypervisorDriver = %q, want the class's qmp", got.Status.HypervisorDriver)
+		}
 		if c := condition(got.Status, v1alpha1.VirtualMachineInstanceLauncherPodCreated); c != nil {
 			t.Errorf("LauncherPodCreated condition left after the pod was created: %+v", c)
 		}
 		pod := h.launcherPod(t, got)
 		if pod.Labels[v1alpha1.HypervisorClassLabel] != "standard" {
 			t.Errorf("pod class label = %q, want standard", pod.Labels[v1alpha1.HypervisorClassLabel])
+		}
+		if pod.Labels[v1alpha1.HypervisorDriverLabel] != "qmp" {
+			t.Errorf("pod driver label = %q, want qmp", pod.Labels[v1alpha1.HypervisorDriverLabel])
 		}
 		h.expectEvent(t, vmi, corev1.EventTypeNormal, v1alpha1.ReasonSuccessfulCreate)
 	})
@@ -196,6 +202,7 @@ func TestController(t *testing.T) {
 			v1alpha1.CreatedByLabel:                  string(got.UID),
 			v1alpha1.VirtualMachineInstanceNameLabel: "web",
 			v1alpha1.HypervisorClassLabel:            "fast",
+			v1alpha1.HypervisorDriverLabel:           "qmp",
 		}
 		if !equality.Semantic.DeepEqual(pod.Labels, wantLabels) {
 			t.Errorf("pod labels = %v, want %v", pod.Labels, wantLabels)

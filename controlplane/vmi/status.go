@@ -24,6 +24,8 @@ type problem struct {
 type observation struct {
 	// ClassName is the HypervisorClass resolved in this pass; empty when none was resolved.
 	ClassName string
+	// Driver is the hypervisor driver of that class.
+	Driver string
 	// ClassProblem says why no class could be resolved (the VMI waits in Pending).
 	ClassProblem *problem
 	// CreateProblem says why the launcher pod could not be built or created.
@@ -86,8 +88,16 @@ func deriveStatus(vmi *v1alpha1.VirtualMachineInstance, obs observation, now met
 	if phase == v1alpha1.VMIPhaseUnset {
 		phase = v1alpha1.Pending
 	}
-	if obs.ClassName != "" {
-		st.HypervisorClassName = obs.ClassName
+	className, driver := obs.ClassName, obs.Driver
+	if className == "" && obs.Pod != nil {
+		// Resolved in the pass that made the pod, whose status write may have been lost.
+		className, driver = obs.Pod.Labels[v1alpha1.HypervisorClassLabel], obs.Pod.Labels[v1alpha1.HypervisorDriverLabel]
+	}
+	if className != "" {
+		st.HypervisorClassName = className
+	}
+	if driver != "" {
+		st.HypervisorDriver = driver
 	}
 	if obs.Claims != nil {
 		st.VolumeStatus = volumeStatus(vmi, obs.Claims)
@@ -261,7 +271,7 @@ func condition(st v1alpha1.VirtualMachineInstanceStatus, t v1alpha1.VirtualMachi
 }
 
 // controllerFields returns of st the fields the VMI controller owns: hypervisorClassName,
-// launcherPodName, nodeName and the PodScheduled and LauncherPodCreated conditions; with
+// hypervisorDriver, launcherPodName, nodeName and the PodScheduled and LauncherPodCreated conditions; with
 // lifecycle, also the lifecycle fields (v1alpha1.LifecycleFields), which it owns until a node
 // handler takes them over, and takes back only to end a VMI whose launcher pod failed or is gone.
 func controllerFields(st v1alpha1.VirtualMachineInstanceStatus, lifecycle bool) v1alpha1.VirtualMachineInstanceStatus {
@@ -269,7 +279,8 @@ func controllerFields(st v1alpha1.VirtualMachineInstanceStatus, lifecycle bool) 
 	if lifecycle {
 		out = v1alpha1.LifecycleFields(st)
 	}
-	out.HypervisorClassName, out.LauncherPodName, out.NodeName = st.HypervisorClassName, st.LauncherPodName, st.NodeName
+	out.HypervisorClassName, out.HypervisorDriver = st.HypervisorClassName, st.HypervisorDriver
+	out.LauncherPodName, out.NodeName = st.LauncherPodName, st.NodeName
 	out.VolumeStatus = st.VolumeStatus
 	for _, t := range []v1alpha1.VirtualMachineInstanceConditionType{podScheduledCondition, v1alpha1.VirtualMachineInstanceLauncherPodCreated} {
 		if c := v1alpha1.InstanceCondition(st.Conditions, t); c != nil {

@@ -54,6 +54,7 @@ func TestDeriveStatus(t *testing.T) {
 		nodeName string
 		podName  string
 		class    string
+		driver   string
 		// conds maps a condition type to "Status/Reason" with an optional "/message substring";
 		// "-" means the condition must be absent.
 		conds map[v1alpha1.VirtualMachineInstanceConditionType]string
@@ -96,12 +97,20 @@ func TestDeriveStatus(t *testing.T) {
 			vmi: vmiWith(v1alpha1.Pending, withCond(v1alpha1.VirtualMachineInstanceCondition{
 				Type: v1alpha1.VirtualMachineInstanceLauncherPodCreated, Status: corev1.ConditionFalse, Reason: v1alpha1.ReasonHypervisorClassNotFound,
 			})),
-			obs: observation{ClassName: "qemu", Pod: launcher()},
-			want: want{phase: v1alpha1.Scheduling, podName: "launcher-1", class: "qemu", newPhaseTimestamp: true,
+			obs: observation{ClassName: "qemu", Driver: "qmp", Pod: launcher()},
+			want: want{phase: v1alpha1.Scheduling, podName: "launcher-1", class: "qemu", driver: "qmp", newPhaseTimestamp: true,
 				conds: map[v1alpha1.VirtualMachineInstanceConditionType]string{
 					v1alpha1.VirtualMachineInstanceLauncherPodCreated: "-",
 					v1alpha1.VirtualMachineInstanceReady:              "False/GuestNotRunning/launcher-1",
 				}},
+		},
+		{
+			name: "pod made in a pass whose status write was lost: class and driver from the pod's labels",
+			vmi:  vmiWith(v1alpha1.Pending),
+			obs: observation{Pod: launcher(func(p *corev1.Pod) {
+				p.Labels = map[string]string{v1alpha1.HypervisorClassLabel: "virt", v1alpha1.HypervisorDriverLabel: "libvirt"}
+			})},
+			want: want{phase: v1alpha1.Scheduling, podName: "launcher-1", class: "virt", driver: "libvirt", newPhaseTimestamp: true},
 		},
 		{
 			name: "the handler's Synchronized condition is left as it is",
@@ -335,9 +344,9 @@ func TestDeriveStatus(t *testing.T) {
 			before := tt.vmi.DeepCopy()
 			st := deriveStatus(tt.vmi, tt.obs, t1)
 			if st.Phase != tt.want.phase || st.Reason != tt.want.reason || st.NodeName != tt.want.nodeName ||
-				st.LauncherPodName != tt.want.podName || st.HypervisorClassName != tt.want.class {
-				t.Errorf("phase %q reason %q node %q pod %q class %q; want %q %q %q %q %q", st.Phase, st.Reason, st.NodeName,
-					st.LauncherPodName, st.HypervisorClassName, tt.want.phase, tt.want.reason, tt.want.nodeName, tt.want.podName, tt.want.class)
+				st.LauncherPodName != tt.want.podName || st.HypervisorClassName != tt.want.class || st.HypervisorDriver != tt.want.driver {
+				t.Errorf("phase %q reason %q node %q pod %q class %q driver %q; want %q %q %q %q %q %q", st.Phase, st.Reason, st.NodeName,
+					st.LauncherPodName, st.HypervisorClassName, st.HypervisorDriver, tt.want.phase, tt.want.reason, tt.want.nodeName, tt.want.podName, tt.want.class, tt.want.driver)
 			}
 			for typ, w := range tt.want.conds {
 				c := condition(st, typ)

@@ -43,6 +43,9 @@ const (
 	MigrationUIDLabel = LabelPrefix + "migration-uid"
 	// HypervisorClassLabel is set on a launcher pod to the name of the HypervisorClass it was built for.
 	HypervisorClassLabel = LabelPrefix + "hypervisor-class"
+	// HypervisorDriverLabel is set on a launcher pod to the hypervisor driver of the
+	// HypervisorClass it was built for: the driver the node handler runs its VMI with.
+	HypervisorDriverLabel = LabelPrefix + "hypervisor-driver"
 	// SchedulableNodeLabel is set to "true" by a handler on a node that can run VirtualMachineInstances.
 	SchedulableNodeLabel = LabelPrefix + "schedulable"
 	// CPUManagerNodeLabel is set to "true" on a node whose kubelet runs the static CPU manager

@@ -289,6 +289,11 @@ func (a *Agent) Reconcile(ctx context.Context, req reconcile.Request) (reconcile
 		// Not started yet: the pod's next change brings the VMI back.
 		return reconcile.Result{}, nil
 	}
+	if d := pod.Labels[v1alpha1.HypervisorDriverLabel]; d != "" {
+		// The driver of the class the pod was built for, set with the pod: the VMI's
+		// status.hypervisorDriver, written by the same pass of the VMI controller, may trail it.
+		vmi.Status.HypervisorDriver = d
+	}
 	st, err := a.h.Sync(ctx, &vmi)
 	st = a.probed(ctx, &vmi, pod, st)
 	if werr := a.writeStatus(ctx, req.NamespacedName, st); werr != nil {
