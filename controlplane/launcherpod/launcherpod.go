@@ -529,11 +529,40 @@ func buildResources(vmi *v1alpha1.VirtualMachineInstance, class *v1alpha1.Hyperv
 		}
 		req[d], lim[d] = resource.MustParse("1"), resource.MustParse("1")
 	}
+	// One of its deviceName per GPU and host device: the extended resource a device plugin
+	// (devices.kubevisor.io/<name> from a device driver, or another vendor's) allocates it from.
+	var devs []struct{ field, name string }
+	for i, g := range vmi.Spec.Domain.Devices.GPUs {
+		devs = append(devs, struct{ field, name string }{fmt.Sprintf("spec.domain.devices.gpus[%d].deviceName", i), g.DeviceName})
+	}
+	for i, h := range vmi.Spec.Domain.Devices.HostDevices {
+		devs = append(devs, struct{ field, name string }{fmt.Sprintf("spec.domain.devices.hostDevices[%d].deviceName", i), h.DeviceName})
+	}
+	for _, d := range devs {
+		if err := extendedResourceName(d.name); err != nil {
+			return corev1.ResourceRequirements{}, fmt.Errorf("%s %q: %w", d.field, d.name, err)
+		}
+		add(req, corev1.ResourceName(d.name), resource.MustParse("1"))
+		add(lim, corev1.ResourceName(d.name), resource.MustParse("1"))
+	}
 	if ls := vmi.Spec.Domain.LaunchSecurity; ls != nil && ls.SEV != nil {
 		// QEMU opens /dev/sev to launch the guest; only nodes that offer it can run the VMI.
 		req[v1alpha1.SEVDeviceResource], lim[v1alpha1.SEVDeviceResource] = resource.MustParse("1"), resource.MustParse("1")
 	}
 	return corev1.ResourceRequirements{Requests: req, Limits: lim}, nil
+}
+
+// extendedResourceName says why name cannot be an extended resource a device plugin offers:
+// it needs a domain ("devices.kubevisor.io/gpu", "nvidia.com/GA102"), not kubernetes.io's.
+func extendedResourceName(name string) error {
+	domain, n, ok := strings.Cut(name, "/")
+	switch {
+	case !ok || domain == "" || n == "" || strings.Contains(n, "/"):
+		return fmt.Errorf("not an extended resource name <domain>/<name>")
+	case domain == "kubernetes.io" || strings.HasSuffix(domain, ".kubernetes.io") || strings.HasPrefix(name, "requests."):
+		return fmt.Errorf("not an extended resource: %s belongs to Kubernetes", domain)
+	}
+	return nil
 }
 
 // beyond is what q exceeds base by, or zero.

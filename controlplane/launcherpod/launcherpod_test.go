@@ -228,6 +228,30 @@ func TestBuild(t *testing.T) {
 				res("memory", "1124Mi", "devices.kubevisor.io/kvm", "1", "devices.kubevisor.io/vhost-net", "1")),
 		},
 		{
+			name: "one deviceName per GPU and host device",
+			vmi: testVMI(func(v *v1alpha1.VirtualMachineInstance) {
+				v.Spec.Domain.Devices.GPUs = []v1alpha1.GPU{{Name: "g1", DeviceName: "devices.kubevisor.io/gpu"}, {Name: "g2", DeviceName: "devices.kubevisor.io/gpu"}}
+				v.Spec.Domain.Devices.HostDevices = []v1alpha1.HostDevice{{Name: "nic", DeviceName: "nvidia.com/GA102"}}
+			}),
+			check: wantResources(
+				res("memory", "1124Mi", "cpu", "100m", "devices.kubevisor.io/gpu", "2", "nvidia.com/GA102", "1"),
+				res("memory", "1124Mi", "devices.kubevisor.io/gpu", "2", "nvidia.com/GA102", "1")),
+		},
+		{
+			name: "a deviceName that is no extended resource",
+			vmi: testVMI(func(v *v1alpha1.VirtualMachineInstance) {
+				v.Spec.Domain.Devices.HostDevices = []v1alpha1.HostDevice{{Name: "a", DeviceName: "devices.kubevisor.io/ok"}, {Name: "b", DeviceName: "gpu"}}
+			}),
+			wantErr: `spec.domain.devices.hostDevices[1].deviceName "gpu": not an extended resource name <domain>/<name>`,
+		},
+		{
+			name: "a deviceName of kubernetes.io",
+			vmi: testVMI(func(v *v1alpha1.VirtualMachineInstance) {
+				v.Spec.Domain.Devices.GPUs = []v1alpha1.GPU{{Name: "g", DeviceName: "kubernetes.io/gpu"}}
+			}),
+			wantErr: `spec.domain.devices.gpus[0].deviceName "kubernetes.io/gpu": not an extended resource`,
+		},
+		{
 			name:    "device resource outside devices.kubevisor.io",
 			class:   testClass(func(c *v1alpha1.HypervisorClass) { c.DeviceResources = []corev1.ResourceName{"nvidia.com/gpu"} }),
 			wantErr: `device resource "nvidia.com/gpu" is not a devices.kubevisor.io/<name> resource`,
