@@ -339,10 +339,12 @@ func startError(err error, qemuLog string) error {
 	return status.Errorf(code, "libvirt: %s", msg)
 }
 
-// prepareFiles makes what the VM's unprivileged daemon and QEMU open theirs: the run dir (its
-// sockets), the taps the network driver made (their owner), and the writable disk images of
-// the VM. What they only read (read-only disks, kernels) must be readable by the user already:
-// checked here, as that user, so that the error names the file.
+// prepareFiles makes what the VM's unprivileged daemon and QEMU open reachable by the VM's user
+// (access.go): the run dir (its sockets, the daemon's directory) is the user's; the taps the
+// network driver made get the user as their owner; writable disk images become the user's, and
+// read-only disks, their qcow2 backing files, kernels and the sockets' directories get ACL
+// entries for the user. Each file is then opened as that user, so that an error names the file
+// it could not reach.
 func (d *Driver) prepareFiles(v *vm) error {
 	u := v.rec.User
 	if err := os.MkdirAll(v.rec.RunDir, 0o700); err != nil {
@@ -351,6 +353,18 @@ func (d *Driver) prepareFiles(v *vm) error {
 	if err := os.Lchown(v.rec.RunDir, u.UID, u.GID); err != nil {
 		return status.Errorf(codes.FailedPrecondition, "run dir: %v", err)
 	}
+	dirs := map[string]string{"run dir": v.rec.RunDir}
+	if p := v.spec.GetSerial().GetSocketPath(); p != "" {
+		dirs["serial.socketPath"] = filepath.Dir(p)
+	}
+	if p := v.spec.GetVnc().GetSocketPath(); p != "" {
+		dirs["vnc.socketPath"] = filepath.Dir(p)
+	}
+	for field, dir := range dirs {
+		if err := grantDir(u, dir); err != nil {
+			return status.Errorf(codes.FailedPrecondition, "%s: %v", field, err)
+		}
+	}
 	for i, n := range v.spec.GetNics() {
 		if err := giveTap(v.spec.GetSandbox().GetNetnsPath(), n.GetTapName(), u.UID); err != nil {
 			return status.Errorf(codes.FailedPrecondition, "nics[%d].tapName: %v", i, err)
@@ -358,13 +372,22 @@ func (d *Driver) prepareFiles(v *vm) error {
 	}
 	for i, disk := range v.spec.GetDisks() {
 		ro := disk.GetReadOnly() || disk.GetDevice() == domainv1.DiskDevice_DISK_DEVICE_CDROM
-		if !ro && !isBlockDevice(disk.GetPath()) {
-			if err := os.Chown(disk.GetPath(), u.UID, u.GID); err != nil {
+		p := disk.GetPath()
+		if !ro && !isBlockDevice(p) {
+			if err := os.Chown(p, u.UID, u.GID); err != nil {
 				return status.Errorf(codes.FailedPrecondition, "disks[%d].path: %v", i, err)
 			}
 		}
-		if err := accessAs(u, disk.GetPath(), !ro); err != nil {
+		if err := reachable(u, p, !ro); err != nil {
 			return status.Errorf(codes.FailedPrecondition, "disks[%d].path: %v", i, err)
+		}
+		// QEMU opens a qcow2 image's backing chain read-only, by the names in the images.
+		seen := map[string]bool{p: true}
+		for b := qcow2Backing(p); b != "" && !seen[b]; b = qcow2Backing(b) {
+			seen[b] = true
+			if err := reachable(u, b, false); err != nil {
+				return status.Errorf(codes.FailedPrecondition, "disks[%d].path: backing file: %v", i, err)
+			}
 		}
 	}
 	if k := v.spec.GetFirmware().GetKernel(); k != nil {
@@ -372,7 +395,7 @@ func (d *Driver) prepareFiles(v *vm) error {
 			if p == "" {
 				continue
 			}
-			if err := accessAs(u, p, false); err != nil {
+			if err := reachable(u, p, false); err != nil {
 				return status.Errorf(codes.FailedPrecondition, "%s: %v", field, err)
 			}
 		}
