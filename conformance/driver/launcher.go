@@ -177,7 +177,8 @@ func (l *sandboxLauncher) logTail() string {
 }
 
 // checkUnderLauncher fails the check unless the VM's process, if the driver reports one, is the
-// launcher's: started through sandbox.launcher_socket, as the node handler needs.
+// launcher's, started through sandbox.launcher_socket as the node handler needs, or a
+// descendant of the launcher (forked by the process the launcher started).
 func (s *vmSuite) checkUnderLauncher(t T, vm *guestVM) {
 	t.Helper()
 	pid := s.status(t, vm).GetPid()
@@ -192,6 +193,11 @@ func (s *vmSuite) checkUnderLauncher(t T, vm *guestVM) {
 		t.Logf("note: the driver reports no pid; the launcher runs %s (pid %d in its namespace)", p.GetProcess().GetName(), p.GetProcess().GetPid())
 	case p == nil || !p.GetRunning():
 		t.Fatalf("the VM process (pid %d) was not started through the launcher at sandbox.launcher_socket, which runs no process: under the node handler a VM process must be the launcher's (core/driver/launcher)", pid)
+	case int64(local) != pid && vm.launcher.cmd != nil && descendantOf(int(pid), vm.launcher.cmd.Process.Pid):
+		// A VM manager the launcher started (libvirt's daemon) forks the VM process, which the
+		// launcher, a child subreaper, adopts when the manager daemonizes it: still the
+		// sandbox's.
+		t.Logf("note: the VM process (pid %d) descends from the launcher, whose own process is %s (pid %d here)", pid, p.GetProcess().GetName(), local)
 	case int64(local) != pid:
 		t.Fatalf("the VM process (pid %d) is not the launcher's process (%s, pid %d here): under the node handler a VM process must be started through the launcher at sandbox.launcher_socket (core/driver/launcher)", pid, p.GetProcess().GetName(), local)
 	}

@@ -32,3 +32,30 @@ func processRunning(pid int) bool {
 	}
 	return true
 }
+
+// descendantOf reports whether pid is ancestor or one of its descendants, by the parent pids in
+// /proc.
+func descendantOf(pid, ancestor int) bool {
+	for i := 0; pid > 1 && i < 64; i++ {
+		if pid == ancestor {
+			return true
+		}
+		stat, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+		if err != nil {
+			return false
+		}
+		// "pid (comm) S ppid ...": the fields follow the last ')', as comm may hold one.
+		end := bytes.LastIndexByte(stat, ')')
+		if end < 0 {
+			return false
+		}
+		fields := bytes.Fields(stat[end+1:])
+		if len(fields) < 2 {
+			return false
+		}
+		if pid, err = strconv.Atoi(string(fields[1])); err != nil {
+			return false
+		}
+	}
+	return false
+}
