@@ -29,6 +29,11 @@ CLUSTER_DEPS := deps-runtime deps-node deps-tools deps-net deps-proc
 E2E_KUBECONFIG ?= $(or $(KUBECONFIG),$(OUT)/cluster/kubeconfig)
 E2E_CLUSTER    := $(if $(KUBECONFIG),,local-cluster)
 E2E_LABELS     ?= Conformance
+# The HypervisorClass of the e2e specs' VMIs ("": the default class), and the two classes of its
+# TwoClasses spec (a,b: the spec fails when one is missing; "": the cluster's first two, skipped
+# when there are fewer).
+E2E_HYPERVISOR_CLASS ?=
+E2E_TWO_CLASSES      ?=
 # What make generate writes: verify fails when it differs from what is committed.
 GENERATED := ':(glob)core/**/*.pb.go' ':(glob)core/**/zz_generated.*.go' manifests/crd manifests/webhook manifests/rbac \
              docs/kubevirt-compatibility.md
@@ -183,6 +188,7 @@ e2e: deps-runtime deps-tools deps-qemu $(E2E_CLUSTER) ## Cluster conformance sui
 	$(GO) run ./hack/images --out $(OUT)/images -name e2e-httpget -bins $(BIN)/e2e-httpget custom
 	@if [ -S /run/kubevisor-cluster/containerd/containerd.sock ]; then hack/cluster/load-images.sh $(OUT)/images/e2e-httpget.tar; fi
 	$(GO) test -tags e2e -count=1 -timeout 60m ./conformance/e2e -args -kubeconfig $(E2E_KUBECONFIG) -vmctl $(BIN)/vmctl \
+	    -hypervisor-class '$(E2E_HYPERVISOR_CLASS)' -two-classes '$(E2E_TWO_CLASSES)' \
 	    -ginkgo.label-filter '$(E2E_LABELS)' -ginkgo.junit-report $(OUT)/e2e-junit.xml -ginkgo.v
 
 # deps-qemu: the pause image comes from hack/images, which also copies the host's QEMU into the

@@ -18,10 +18,15 @@ func init() {
 	flag.StringVar(&Cfg.GuestImage, "guest-image", Cfg.GuestImage, "the test guest's containerDisk image")
 	flag.StringVar(&Cfg.ClientImage, "client-image", Cfg.ClientImage, "image with /usr/local/bin/e2e-httpget, for requests from a pod")
 	flag.DurationVar(&Cfg.BootTimeout, "boot-timeout", Cfg.BootTimeout, "creation to Running")
+	flag.StringVar(&Cfg.HypervisorClass, "hypervisor-class", os.Getenv("E2E_HYPERVISOR_CLASS"),
+		"HypervisorClass of the specs' VMIs (default $E2E_HYPERVISOR_CLASS, else the cluster's default class)")
+	flag.StringVar(&Cfg.TwoClasses, "two-classes", os.Getenv("E2E_TWO_CLASSES"),
+		"the two HypervisorClasses of the TwoClasses spec, a,b (default $E2E_TWO_CLASSES); set, the spec fails when one is missing, unset it takes the cluster's first two and is skipped when there are fewer")
 }
 
 // TestE2E runs the cluster conformance suite: go test -tags e2e ./conformance/e2e -args
-// -kubeconfig FILE [-vmctl BIN] [-ginkgo.label-filter Conformance] [-ginkgo.junit-report FILE].
+// -kubeconfig FILE [-vmctl BIN] [-hypervisor-class NAME] [-two-classes A,B]
+// [-ginkgo.label-filter Conformance] [-ginkgo.junit-report FILE].
 func TestE2E(t *testing.T) {
 	RegisterFailHandler(Fail)
 	RunSpecs(t, "Kubevisor cluster conformance")

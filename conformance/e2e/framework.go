@@ -48,6 +48,13 @@ type Config struct {
 	ClientImage string
 	// BootTimeout bounds creation to Running (TCG guests boot in tens of seconds).
 	BootTimeout time.Duration
+	// HypervisorClass is the HypervisorClass of the VMIs the specs make ("": the cluster's
+	// default class), so that one suite runs against each hypervisor driver.
+	HypervisorClass string
+	// TwoClasses names the two HypervisorClasses of the TwoClasses spec ("a,b"). Set, the spec
+	// fails when they do not both exist; unset, it takes the first two classes of the cluster
+	// (by name) and is skipped when there are fewer.
+	TwoClasses string
 }
 
 // Cfg is the suite's configuration.

@@ -12,9 +12,11 @@ import (
 	"testing"
 	"time"
 
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 
+	"github.com/kubevisor/kubevisor/core/api/v1alpha1"
 	"github.com/kubevisor/kubevisor/internal/testenv"
 )
 
@@ -202,5 +204,49 @@ func waitPane(t *testing.T, ctx context.Context, tm *Tmux, ok func(string) bool)
 			t.Fatalf("pane never showed what was expected:\n%s", p)
 		case <-time.After(100 * time.Millisecond):
 		}
+	}
+}
+
+func TestPickTwoClasses(t *testing.T) {
+	class := func(name, driver string) v1alpha1.HypervisorClass {
+		return v1alpha1.HypervisorClass{ObjectMeta: metav1.ObjectMeta{Name: name}, Driver: driver}
+	}
+	qmp, qmp2, virt := class("qmp", "qmp"), class("a-qmp", "qmp"), class("libvirt", "libvirt")
+	for _, tt := range []struct {
+		name       string
+		classes    []v1alpha1.HypervisorClass
+		told       string
+		a, b, skip string // skip: a substring; "" for none
+		err        string
+	}{
+		{name: "none", skip: "fewer than two HypervisorClasses exist ([])"},
+		{name: "one", classes: []v1alpha1.HypervisorClass{qmp}, skip: "fewer than two HypervisorClasses exist ([qmp])"},
+		{name: "two drivers", classes: []v1alpha1.HypervisorClass{qmp, virt}, a: "libvirt", b: "qmp"},
+		{name: "different drivers first", classes: []v1alpha1.HypervisorClass{qmp, qmp2, virt}, a: "a-qmp", b: "libvirt"},
+		{name: "one driver", classes: []v1alpha1.HypervisorClass{qmp, qmp2}, a: "a-qmp", b: "qmp"},
+		{name: "told", classes: []v1alpha1.HypervisorClass{qmp, qmp2, virt}, told: "qmp,libvirt", a: "qmp", b: "libvirt"},
+		{name: "told, one missing", classes: []v1alpha1.HypervisorClass{qmp}, told: "qmp,libvirt", err: "libvirt does not exist"},
+		{name: "told, none", told: "qmp,libvirt", err: "qmp and libvirt do not exist"},
+		{name: "told badly", classes: []v1alpha1.HypervisorClass{qmp, virt}, told: "qmp", err: "want two different names"},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			a, b, skip, err := pickTwoClasses(tt.classes, tt.told)
+			switch {
+			case tt.err != "":
+				if err == nil || !strings.Contains(err.Error(), tt.err) {
+					t.Fatalf("err = %v, want %q", err, tt.err)
+				}
+			case err != nil:
+				t.Fatal(err)
+			case tt.skip != "":
+				if !strings.Contains(skip, tt.skip) || a != nil || b != nil {
+					t.Fatalf("skip %q (%v, %v), want %q", skip, a, b, tt.skip)
+				}
+			default:
+				if skip != "" || a == nil || b == nil || a.Name != tt.a || b.Name != tt.b {
+					t.Fatalf("got %v, %v, skip %q; want %s, %s", a, b, skip, tt.a, tt.b)
+				}
+			}
+		})
 	}
 }

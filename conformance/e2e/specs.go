@@ -22,10 +22,22 @@ import (
 	"github.com/kubevisor/kubevisor/core/layout"
 )
 
-// guestSpec is the YAML of the test guest's VMI spec (conformance/e2e/guest) at column 0,
-// with userData in its cloud-init user-data.
+// guestSpecOf is the test guest's VMI spec (conformance/e2e/guest) of o, with the suite's
+// guest image and HypervisorClass (Cfg) where o names none.
+func guestSpecOf(o guest.Options) v1alpha1.VirtualMachineInstanceSpec {
+	if o.Image == "" {
+		o.Image = Cfg.GuestImage
+	}
+	if o.HypervisorClass == "" {
+		o.HypervisorClass = Cfg.HypervisorClass
+	}
+	return guest.Spec(o)
+}
+
+// guestSpec is the YAML of the test guest's VMI spec (guestSpecOf) at column 0, with userData
+// in its cloud-init user-data.
 func guestSpec(userData string) string {
-	b, err := yaml.Marshal(guest.Spec(guest.Options{Image: Cfg.GuestImage, UserData: userData}))
+	b, err := yaml.Marshal(guestSpecOf(guest.Options{UserData: userData}))
 	if err != nil {
 		panic(err) // an API struct always marshals
 	}
@@ -138,7 +150,7 @@ var _ = Describe("VirtualMachine status", Label("Conformance"), func() {
 
 	It("says ErrImagePull within 30 s when its containerDisk image cannot be pulled, and its VMI's Ready names the image", func(ctx SpecContext) {
 		const image = "registry.invalid/kubevisor/no-such-disk:v1"
-		spec := guest.Spec(guest.Options{Image: Cfg.GuestImage, UserData: "never"})
+		spec := guestSpecOf(guest.Options{UserData: "never"})
 		found := false
 		for i := range spec.Volumes {
 			if cd := spec.Volumes[i].ContainerDisk; cd != nil {
@@ -164,7 +176,7 @@ var _ = Describe("VirtualMachine status", Label("Conformance"), func() {
 
 	It("says ErrorPvcNotFound naming the claim while a claim does not exist, with no launcher pod, then waits for the claim to bind", func(ctx SpecContext) {
 		const claim = "e2e-data"
-		spec := guest.Spec(guest.Options{Image: Cfg.GuestImage, UserData: "never"})
+		spec := guestSpecOf(guest.Options{UserData: "never"})
 		spec.Domain.Devices.Disks = append(spec.Domain.Devices.Disks, v1alpha1.Disk{Name: "data"})
 		spec.Volumes = append(spec.Volumes, v1alpha1.Volume{Name: "data", VolumeSource: v1alpha1.VolumeSource{
 			PersistentVolumeClaim: &v1alpha1.PersistentVolumeClaimVolumeSource{
@@ -256,12 +268,9 @@ var _ = Describe("HypervisorClass scheduling", Label("Conformance"), func() {
 		}
 		Expect(f.Client.Create(ctx, class)).To(Succeed())
 		DeferCleanup(func(ctx context.Context) { _ = f.Client.Delete(ctx, class) })
-		f.Apply(ctx, `apiVersion: kubevisor.io/v1alpha1
-kind: VirtualMachineInstance
-metadata:
-  name: nowhere
-spec:
-  hypervisorClassName: `+class.Name+"\n"+indent(guestSpec("never"), 2))
+		b, err := yaml.Marshal(guestSpecOf(guest.Options{UserData: "never", HypervisorClass: class.Name}))
+		Expect(err).NotTo(HaveOccurred())
+		f.Apply(ctx, "apiVersion: kubevisor.io/v1alpha1\nkind: VirtualMachineInstance\nmetadata:\n  name: nowhere\nspec:\n"+indent(string(b), 2))
 		Eventually(func(g Gomega) {
 			vmi := f.VMI(ctx, "nowhere")
 			g.Expect(vmi).NotTo(BeNil())
@@ -306,7 +315,7 @@ var _ = Describe("VirtualMachineInstance start", Label("Conformance"), func() {
 			s.Domain.Devices.Interfaces[0].State = v1alpha1.InterfaceStateDown
 			s.Domain.Devices.TPM = &v1alpha1.TPMDevice{Enabled: ptr.To(false)}
 		}}} {
-			spec := guest.Spec(guest.Options{Image: Cfg.GuestImage, UserData: c.name})
+			spec := guestSpecOf(guest.Options{UserData: c.name})
 			c.edit(&spec)
 			b, err := yaml.Marshal(spec)
 			Expect(err).NotTo(HaveOccurred())
@@ -356,7 +365,7 @@ var _ = Describe("VirtualMachineInstance start", Label("Conformance"), func() {
 	})
 
 	It("with logSerialConsole false runs without a guest-console-log container, and vmctl console still reaches the guest", func(ctx SpecContext) {
-		spec := guest.Spec(guest.Options{Image: Cfg.GuestImage, UserData: "no console log"})
+		spec := guestSpecOf(guest.Options{UserData: "no console log"})
 		spec.Domain.Devices.LogSerialConsole = ptr.To(false)
 		b, err := yaml.Marshal(spec)
 		Expect(err).NotTo(HaveOccurred())
@@ -400,7 +409,7 @@ var _ = Describe("VirtualMachineInstance probes", Label("Conformance", "Probes")
 			s.LivenessProbe = &v1alpha1.Probe{ProbeHandler: tcp(closed), InitialDelaySeconds: 10, PeriodSeconds: 2, FailureThreshold: 2}
 			s.TerminationGracePeriodSeconds = ptr.To[int64](2)
 		}}} {
-			spec := guest.Spec(guest.Options{Image: Cfg.GuestImage, UserData: c.name})
+			spec := guestSpecOf(guest.Options{UserData: c.name})
 			spec.Domain.Devices.Interfaces[0].Ports = append(spec.Domain.Devices.Interfaces[0].Ports, v1alpha1.Port{Port: closed})
 			c.edit(&spec)
 			b, err := yaml.Marshal(spec)
@@ -470,7 +479,7 @@ var _ = Describe("VirtualMachineInstance probes", Label("Conformance", "Probes")
 			}
 			s.TerminationGracePeriodSeconds = ptr.To[int64](2)
 		}}} {
-			spec := guest.Spec(guest.Options{Image: Cfg.GuestImage, UserData: c.name})
+			spec := guestSpecOf(guest.Options{UserData: c.name})
 			c.edit(&spec)
 			b, err := yaml.Marshal(spec)
 			Expect(err).NotTo(HaveOccurred())
@@ -508,7 +517,7 @@ var _ = Describe("VirtualMachineInstance CPU placement", Label("Conformance"), f
 	f := NewFramework()
 
 	It("with dedicatedCpuPlacement runs in a Guaranteed launcher pod on a node with the static CPU manager, its vCPU on an exclusive CPU", func(ctx SpecContext) {
-		spec := guest.Spec(guest.Options{Image: Cfg.GuestImage, UserData: "dedicated"})
+		spec := guestSpecOf(guest.Options{UserData: "dedicated"})
 		spec.Domain.CPU = &v1alpha1.CPU{DedicatedCPUPlacement: true}
 		b, err := yaml.Marshal(spec)
 		Expect(err).NotTo(HaveOccurred())

@@ -62,7 +62,7 @@ spec:
       storage: 64Mi
 `)
 		// OVMF with the guest's kernel and initramfs needs more than the default 128Mi.
-		spec := guest.Spec(guest.Options{Image: Cfg.GuestImage, UserData: name, Memory: ptr.To(resource.MustParse("256Mi"))})
+		spec := guestSpecOf(guest.Options{UserData: name, Memory: ptr.To(resource.MustParse("256Mi"))})
 		spec.Domain.Devices.Disks[0].BootOrder = ptr.To[uint](1) // the containerDisk, which has the UEFI loader
 		spec.Domain.Devices.Disks = append(spec.Domain.Devices.Disks, v1alpha1.Disk{Name: "data", Serial: claimDiskSerial})
 		spec.Volumes = append(spec.Volumes, v1alpha1.Volume{Name: "data", VolumeSource: v1alpha1.VolumeSource{

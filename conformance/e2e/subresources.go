@@ -221,7 +221,7 @@ var _ = Describe("vmctl", Label("Conformance"), func() {
 
 	It("startStrategy Paused starts the VMI Running and Paused with a guest that never ran; unpause boots it", func(ctx SpecContext) {
 		const name = "startpaused"
-		spec := guest.Spec(guest.Options{Image: Cfg.GuestImage, UserData: name})
+		spec := guestSpecOf(guest.Options{UserData: name})
 		paused := v1alpha1.StartStrategyPaused
 		spec.StartStrategy = &paused
 		b, err := yaml.Marshal(spec)
@@ -246,7 +246,7 @@ var _ = Describe("vmctl", Label("Conformance"), func() {
 		By("a Secret of keys and a Secret of user data, which the launcher pod mounts and the handler reads there")
 		f.Apply(ctx, "apiVersion: v1\nkind: Secret\nmetadata:\n  name: access-keys\nstringData:\n  key: "+strings.TrimSpace(string(pub))+"\n"+
 			"---\napiVersion: v1\nkind: Secret\nmetadata:\n  name: access-userdata\nstringData:\n  userdata: |\n    #cloud-config\n    # access\n")
-		spec := guest.Spec(guest.Options{Image: Cfg.GuestImage, UserData: name})
+		spec := guestSpecOf(guest.Options{UserData: name})
 		spec.Hostname = "db-0"
 		for i := range spec.Volumes {
 			if ci := spec.Volumes[i].CloudInitNoCloud; ci != nil {
