@@ -77,14 +77,20 @@ run: deps-qemu deps-net build guest cni-plugins ## Boot the demo VMI without a c
 	$(BIN)/kubevisor-handler run -f $(DEMO_VMI)
 
 .PHONY: demo
-demo: deps-qemu build guest ## Boot the test guest through the qmp and local driver plugins and run the conformance kit against every in-tree driver.
+demo: deps-qemu deps-libvirt build guest ## Boot the test guest through the qmp and local driver plugins, then the libvirt and local ones, and run the conformance kit against every in-tree driver.
 	@mkdir -p $(OUT)
 	@echo "==> a real VM: test guest booted under QEMU by the qmp and local driver plugins (kubevisor-conformance vm)"
 	@$(BIN)/kubevisor-conformance vm --hypervisor $(BIN)/kubevisor-driver-qmp --storage $(BIN)/kubevisor-driver-local \
 	    --guest-dir $(GUEST) --junit $(OUT)/conformance-vm.xml
+	@echo "==> a real VM: test guest booted by the libvirt and local driver plugins (a libvirt daemon per VM)"
+	@$(BIN)/kubevisor-conformance vm --hypervisor $(BIN)/kubevisor-driver-libvirt --storage $(BIN)/kubevisor-driver-local \
+	    --guest-dir $(GUEST) --junit $(OUT)/conformance-vm-libvirt.xml
 	@echo "==> conformance: qmp hypervisor driver (bin/kubevisor-driver-qmp)"
 	@$(BIN)/kubevisor-conformance driver --plugin $(BIN)/kubevisor-driver-qmp --kind hypervisor \
 	    --junit $(OUT)/conformance-qmp.xml
+	@echo "==> conformance: libvirt hypervisor driver (bin/kubevisor-driver-libvirt)"
+	@$(BIN)/kubevisor-conformance driver --plugin $(BIN)/kubevisor-driver-libvirt --kind hypervisor \
+	    --junit $(OUT)/conformance-libvirt.xml
 	@echo "==> conformance: local storage driver (bin/kubevisor-driver-local)"
 	@$(BIN)/kubevisor-conformance driver --plugin $(BIN)/kubevisor-driver-local --kind storage \
 	    --junit $(OUT)/conformance-local.xml
