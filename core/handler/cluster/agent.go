@@ -48,6 +48,9 @@ type AgentConfig struct {
 	// DialTimeout bounds the wait for a VMI's launcher, and for each of its containerDisk
 	// containers, to answer. Default: 10s.
 	DialTimeout time.Duration
+	// PodResourcesSocket is the kubelet's pod-resources API, asked which devices of a VMI's
+	// gpus[] and hostDevices[] its launcher pod got. Default: DefaultPodResourcesSocket.
+	PodResourcesSocket string
 	// Controller are the options of the agent's controller. MaxConcurrentReconciles 0 means
 	// DefaultWorkers.
 	Controller controller.Options
@@ -67,6 +70,9 @@ func (c AgentConfig) withDefaults() (AgentConfig, error) {
 	}
 	if c.DialTimeout <= 0 {
 		c.DialTimeout = 10 * time.Second
+	}
+	if c.PodResourcesSocket == "" {
+		c.PodResourcesSocket = DefaultPodResourcesSocket
 	}
 	if c.Controller.MaxConcurrentReconciles <= 0 {
 		c.Controller.MaxConcurrentReconciles = DefaultWorkers

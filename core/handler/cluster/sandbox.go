@@ -74,7 +74,20 @@ func (s *podSandbox) Open(ctx context.Context) (handler.SandboxSpec, error) {
 	if err != nil {
 		return handler.SandboxSpec{}, fmt.Errorf("launcher at %s: its CPUs: %w", socket, err)
 	}
+	// The devices of the VMI's gpus[] and hostDevices[] the kubelet allocated to the pod: the
+	// device driver's Allocate turns them into the domain's host devices.
+	var devices map[string][]string
+	if len(vmiDeviceResources(s.vmi)) > 0 {
+		pod, err := s.a.launcherPod(ctx, s.vmi)
+		if err != nil {
+			return handler.SandboxSpec{}, err
+		}
+		if devices, err = podDevices(ctx, cfg.PodResourcesSocket, s.vmi, pod); err != nil {
+			return handler.SandboxSpec{}, fmt.Errorf("launcher pod's devices: %w", err)
+		}
+	}
 	return handler.SandboxSpec{
+		Devices: devices,
 		// The launcher pod of a VMI with dedicatedCpuPlacement asks for exactly its dedicated
 		// CPUs (controlplane/launcherpod); the domain spec pins only for such a VMI.
 		CPUs: cpus, ExactCPUs: true,
