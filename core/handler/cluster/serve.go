@@ -74,7 +74,7 @@ func Serve(ctx context.Context, c ServeConfig) (err error) {
 		// reports each configured driver it finds in neither, and runs the others.
 		ms, err := c.Handler.Drivers.Manifests(c.PluginBinDir)
 		if err != nil && c.Logger != nil {
-			c.Logger.Warn("driver binaries in the image", "dir", c.PluginBinDir, "pluginDir", c.Handler.PluginDir, "error", err)
+			c.Logger.Info("configured drivers not in the handler image: looked up in the plugin directory only", "dir", c.PluginBinDir, "pluginDir", c.Handler.PluginDir, "missing", err)
 		}
 		c.Manifests = append(ms, c.Manifests...)
 	}
