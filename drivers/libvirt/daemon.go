@@ -2,8 +2,6 @@ package libvirt
 
 import (
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"os"
@@ -18,13 +16,29 @@ import (
 	"github.com/kubevisor/kubevisor/core/driver/launcher"
 )
 
-// The per-VMI daemon's directory, <run dir>/lv (short: libvirt's socket paths must fit in
-// sun_path). It is the daemon's whole world: its XDG directories, so that two VMIs' daemons
-// share nothing, and libvirt's session-mode state in them.
+// The per-VMI daemon's directory, <run dir>/lv. It is the daemon's whole world, so that two
+// VMIs' daemons share nothing: XDG_CONFIG_HOME itself (libvirt's session-mode configuration and
+// state go in lv/libvirt), with XDG_RUNTIME_DIR, XDG_CACHE_HOME and HOME below it.
+//
+// Its paths are short on purpose: the session daemon binds QEMU's monitor socket at
+// $XDG_CONFIG_HOME/libvirt/qemu/lib/domain-<n>-<name>/monitor.sock, and a unix socket's path has
+// 107 bytes at most (sun_path). The daemon runs in the VM's sandbox, which sees the run dir at
+// the same path as the node (a launcher pod mounts its per-VMI directory there), so no shorter
+// alias can be made on the node for it; instead the domain has a short name (DomainName: one
+// domain per daemon) and Create refuses a run dir too long for the socket (maxRunDir).
 const (
 	daemonDir    = "lv"
 	daemonSocket = "r/libvirt/libvirt-sock" // under XDG_RUNTIME_DIR = <dir>/r
 	daemonLog    = "libvirtd.log"
+	// DomainName is the name of every VM's domain on its own daemon; the VM's id is the
+	// domain's title.
+	DomainName = "vm"
+	// monitorSuffix is the longest tail the daemon puts after the run dir: its directory, the
+	// domain's private directory (a daemon numbers its domains from 1 and starts few) and the
+	// monitor socket.
+	monitorSuffix = "/" + daemonDir + "/libvirt/qemu/lib/domain-999-" + DomainName + "/monitor.sock"
+	// maxRunDir is the longest run dir whose monitor socket fits in sun_path (107 bytes and a NUL).
+	maxRunDir = 107 - len(monitorSuffix)
 )
 
 // daemonQEMUConf is the session daemon's qemu.conf. stdio_handler "file": QEMU's output goes
@@ -38,21 +52,13 @@ const daemonQEMUConf = `stdio_handler = "file"
 // root daemon is the system one, with the node's paths and privileges).
 type daemon struct {
 	dir  string // <run dir>/lv
-	link string // <link dir>/<hash of dir>: a short path to dir, for the daemon's socket paths
 	user vmUser
 	path string // the libvirtd binary
 }
 
-// DefaultLinkDir holds a short symlink to each VM's daemon directory: the session daemon puts
-// QEMU's monitor socket at $XDG_CONFIG_HOME/libvirt/qemu/lib/domain-N-<name>/monitor.sock,
-// which with a run dir of its own would pass sun_path's 108 bytes.
-const DefaultLinkDir = "/run/kubevisor-libvirt"
-
 // newDaemon is the daemon of the VM with run dir runDir.
-func newDaemon(runDir, linkDir string, u vmUser, libvirtd string) daemon {
-	dir := filepath.Join(runDir, daemonDir)
-	sum := sha256.Sum256([]byte(dir))
-	return daemon{dir: dir, link: filepath.Join(linkDir, hex.EncodeToString(sum[:8])), user: u, path: libvirtd}
+func newDaemon(runDir string, u vmUser, libvirtd string) daemon {
+	return daemon{dir: filepath.Join(runDir, daemonDir), user: u, path: libvirtd}
 }
 
 // vmUser is who the daemon, and so QEMU, runs as.
@@ -61,49 +67,38 @@ type vmUser struct {
 	UID, GID int
 }
 
-func (d daemon) socket() string { return filepath.Join(d.link, daemonSocket) }
+func (d daemon) socket() string { return filepath.Join(d.dir, daemonSocket) }
 func (d daemon) uri() string    { return "qemu+unix:///session?socket=" + d.socket() }
 
 // logPath is the daemon's own log (its stderr, through the launcher).
 func (d daemon) logPath() string { return filepath.Join(d.dir, daemonLog) }
 
-// qemuLog is where the session daemon has QEMU write for domain name.
-func (d daemon) qemuLog(name string) string {
-	return filepath.Join(d.dir, "c", "libvirt", "qemu", "log", name+".log")
+// qemuLog is where the session daemon has QEMU write (XDG_CACHE_HOME/libvirt/qemu/log).
+func (d daemon) qemuLog() string {
+	return filepath.Join(d.dir, "c", "libvirt", "qemu", "log", DomainName+".log")
+}
+
+// qemuPIDFile is where the session daemon keeps QEMU's pid (XDG_RUNTIME_DIR/libvirt/qemu/run).
+func (d daemon) qemuPIDFile() string {
+	return filepath.Join(d.dir, "r", "libvirt", "qemu", "run", DomainName+".pid")
 }
 
 // prepare makes the daemon's directories, owned by its user, and its configuration.
 func (d daemon) prepare() error {
-	for _, sub := range []string{"", "h", "c", "r", "x", "x/libvirt"} {
+	for _, sub := range []string{"", "h", "c", "r", "libvirt"} {
 		p := filepath.Join(d.dir, sub)
 		if err := os.MkdirAll(p, 0o700); err != nil {
 			return err
 		}
 	}
-	if err := os.WriteFile(filepath.Join(d.dir, "x", "libvirt", "qemu.conf"), []byte(daemonQEMUConf), 0o600); err != nil {
+	if err := os.WriteFile(filepath.Join(d.dir, "libvirt", "qemu.conf"), []byte(daemonQEMUConf), 0o600); err != nil {
 		return err
 	}
-	if err := chownTree(d.dir, d.user.UID, d.user.GID); err != nil {
-		return err
-	}
-	// The link's directory: root's, traversable by the VM users, who must not make links there.
-	if err := os.MkdirAll(filepath.Dir(d.link), 0o711); err != nil {
-		return err
-	}
-	if cur, err := os.Readlink(d.link); err == nil && cur == d.dir {
-		return nil
-	}
-	_ = os.Remove(d.link)
-	return os.Symlink(d.dir, d.link)
+	return chownTree(d.dir, d.user.UID, d.user.GID)
 }
 
-// remove removes the daemon's directory and link.
-func (d daemon) remove() {
-	if cur, err := os.Readlink(d.link); err == nil && cur == d.dir {
-		_ = os.Remove(d.link)
-	}
-	_ = os.RemoveAll(d.dir)
-}
+// remove removes the daemon's directory.
+func (d daemon) remove() { _ = os.RemoveAll(d.dir) }
 
 // command is how the launcher starts the daemon: setpriv drops to the driver's user (the
 // launcher runs as root), with no capabilities and no new privileges, then libvirtd runs with
@@ -117,10 +112,10 @@ func (d daemon) command(setpriv string) *launcher.Command {
 		},
 		Env: []string{
 			"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
-			"HOME=" + filepath.Join(d.link, "h"),
-			"XDG_RUNTIME_DIR=" + filepath.Join(d.link, "r"),
-			"XDG_CONFIG_HOME=" + filepath.Join(d.link, "x"),
-			"XDG_CACHE_HOME=" + filepath.Join(d.link, "c"),
+			"HOME=" + filepath.Join(d.dir, "h"),
+			"XDG_RUNTIME_DIR=" + filepath.Join(d.dir, "r"),
+			"XDG_CONFIG_HOME=" + d.dir,
+			"XDG_CACHE_HOME=" + filepath.Join(d.dir, "c"),
 		},
 		LogPath: d.logPath(),
 	}

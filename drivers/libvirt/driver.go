@@ -43,9 +43,6 @@ type Config struct {
 	// launcher image) other than root, since libvirt runs a root daemon in system mode. Default
 	// "nobody".
 	User string `json:"user,omitempty"`
-	// LinkDir holds a short link to each VM's daemon directory (DefaultLinkDir), for socket
-	// paths that fit: a short path, the same in the sandbox.
-	LinkDir string `json:"linkDir,omitempty"`
 	// OVMF overrides the UEFI firmware files (qmp.DefaultOVMF: Debian's ovmf package).
 	OVMF *qmp.OVMF `json:"ovmf,omitempty"`
 	// KVMDevice, DisableKVM and ProbeTimeout are as the qmp driver's: the node's accelerators
@@ -222,9 +219,6 @@ func (d *Driver) config() Config {
 	c := d.cfg
 	if c.Libvirtd == "" {
 		c.Libvirtd = "/usr/sbin/libvirtd"
-	}
-	if c.LinkDir == "" {
-		c.LinkDir = DefaultLinkDir
 	}
 	if c.Setpriv == "" {
 		c.Setpriv = "/usr/bin/setpriv"

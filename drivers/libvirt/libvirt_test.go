@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"github.com/hashicorp/go-hclog"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 
 	domainv1 "github.com/kubevisor/kubevisor/core/domain/v1"
 	basev1 "github.com/kubevisor/kubevisor/core/driver/base/v1"
@@ -35,17 +37,11 @@ func testLogger() hclog.Logger {
 	return hclog.New(&hclog.LoggerOptions{Name: "libvirt", Level: hclog.Debug, Output: os.Stderr})
 }
 
-// reachableDir is a temporary directory the VM's user can reach: t.TempDir and its parent are
-// root's 0700, and QEMU, which runs as that user, binds its sockets and opens its disks there.
+// reachableDir is a temporary directory for a VM's files: t.TempDir and its parent are root's
+// 0700, and the driver gives the VM's user, who runs QEMU, its way to them (access.go).
 func reachableDir(t *testing.T) string {
 	t.Helper()
-	dir := t.TempDir()
-	for p := dir; p != "/" && p != os.TempDir(); p = filepath.Dir(p) {
-		if err := os.Chmod(p, 0o711); err != nil {
-			t.Fatal(err)
-		}
-	}
-	return dir
+	return t.TempDir()
 }
 
 // bootDisk writes the qmp driver's echo boot sector (ACPI-aware: Shutdown is graceful) as a
@@ -186,7 +182,7 @@ func TestLifecycle(t *testing.T) {
 	if err := d.Delete(ctx, "lv-life"); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := os.Stat(filepath.Join("/proc", itoa(daemonPID))); err == nil && isDaemonOf(daemonPID, newDaemon(filepath.Join(dir, "run"), DefaultLinkDir, vmUser{}, "")) {
+	if _, err := os.Stat(filepath.Join("/proc", itoa(daemonPID))); err == nil && isDaemonOf(daemonPID, newDaemon(filepath.Join(dir, "run"), vmUser{}, "")) {
 		t.Errorf("libvirtd %d still runs after Delete", daemonPID)
 	}
 	mu.Lock()
@@ -213,4 +209,38 @@ func procUser(t *testing.T, pid int) string {
 		}
 	}
 	return ""
+}
+
+// TestLongRunDir boots a VM whose run dir has the longest length the driver takes, and refuses
+// one a byte longer by its field: the daemon's QEMU monitor socket below the run dir must fit
+// in a unix socket path.
+func TestLongRunDir(t *testing.T) {
+	requireLibvirt(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	d := newTestDriver(t)
+	dir := reachableDir(t)
+	runDir := func(n int) string {
+		base := filepath.Join(dir, "r")
+		return base + strings.Repeat("x", n-len(base))
+	}
+	spec := &domainv1.DomainSpec{
+		Id: "lv-long", Name: "test/lv-long", Memory: &domainv1.Memory{GuestBytes: 64 << 20},
+		Disks:  []*domainv1.Disk{{Name: "boot", Path: bootDisk(t, dir), ReadOnly: true, BootOrder: 1}},
+		RunDir: runDir(maxRunDir + 1),
+	}
+	_, err := d.Create(ctx, spec)
+	if status.Code(err) != codes.InvalidArgument || !strings.Contains(err.Error(), "run_dir") {
+		t.Fatalf("Create with a run dir of %d bytes = %v, want InvalidArgument naming run_dir", maxRunDir+1, err)
+	}
+	spec.RunDir = runDir(maxRunDir)
+	if _, err := d.Create(ctx, spec); err != nil {
+		t.Fatal(err)
+	}
+	if err := d.Start(ctx, "lv-long"); err != nil {
+		t.Fatal(err)
+	}
+	out := &consoleBuf{}
+	go func() { _ = d.Console(ctx, "lv-long", nil, out) }()
+	waitFor(t, "the boot sector's marker", time.Minute, func() bool { return out.count(qmp.BootSectorMarker) >= 1 })
 }

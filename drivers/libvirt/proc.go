@@ -62,7 +62,7 @@ func isDaemonOf(pid int, dm daemon) bool {
 	if err != nil {
 		return false
 	}
-	return bytes.Contains(env, []byte("\x00XDG_RUNTIME_DIR="+filepath.Join(dm.link, "r")+"\x00"))
+	return bytes.Contains(env, []byte("\x00XDG_RUNTIME_DIR="+filepath.Join(dm.dir, "r")+"\x00"))
 }
 
 // readPIDFile returns the pid in a pidfile, or 0.

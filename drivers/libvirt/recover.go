@@ -53,7 +53,7 @@ func (d *Driver) Recover(ctx context.Context, h *hypervisorv1.Handle) (*hypervis
 	}
 	v := &vm{id: rec.ID, spec: spec, rec: rec, changed: make(chan struct{}),
 		state: hypervisorv1.State_STATE_CREATED, reason: driver.ReasonCreated}
-	v.dmn = newDaemon(rec.RunDir, d.config().LinkDir, rec.User, d.config().Libvirtd)
+	v.dmn = newDaemon(rec.RunDir, rec.User, d.config().Libvirtd)
 	d.mu.Lock()
 	if _, ok := d.vms[v.id]; ok {
 		d.mu.Unlock()
@@ -95,7 +95,7 @@ func (d *Driver) readopt(ctx context.Context, v *vm) {
 	v.mu.Lock()
 	v.conn, v.proc = conn, proc
 	v.mu.Unlock()
-	dom, err := conn.LookupDomainByName(v.id)
+	dom, err := conn.LookupDomainByName(DomainName)
 	if err != nil {
 		return // the daemon runs, the domain ended: STOPPED below
 	}
@@ -118,5 +118,5 @@ func (d *Driver) readopt(ctx context.Context, v *vm) {
 	default:
 		return
 	}
-	v.reason, v.con, v.pid = driver.ReasonRecovered, con, qemuPID(v.dmn, v.id)
+	v.reason, v.con, v.pid = driver.ReasonRecovered, con, qemuPID(v.dmn)
 }

@@ -179,6 +179,9 @@ func (d *Driver) Create(ctx context.Context, spec *domainv1.DomainSpec) (*hyperv
 		return nil, err
 	}
 	runDir, own := d.runDirFor(spec)
+	if len(runDir) > maxRunDir {
+		return nil, domain.ValidationError{{Field: "run_dir", Detail: fmt.Sprintf("%q is %d bytes: the libvirt daemon's QEMU monitor socket below it (%s) would not fit in a unix socket path, which allows run dirs of %d bytes", runDir, len(runDir), monitorSuffix, maxRunDir)}}
+	}
 	v := &vm{id: spec.GetId(), spec: spec, changed: make(chan struct{}),
 		state: hypervisorv1.State_STATE_CREATED, reason: driver.ReasonCreated}
 	v.rec = record{ID: v.id, RunDir: runDir, OwnRunDir: own, User: u, Accel: accel}
@@ -188,7 +191,7 @@ func (d *Driver) Create(ctx context.Context, spec *domainv1.DomainSpec) (*hyperv
 	if v.rec.Spec, err = protojson.Marshal(spec); err != nil {
 		return nil, status.Errorf(codes.Internal, "encode spec: %v", err)
 	}
-	v.dmn = newDaemon(runDir, d.config().LinkDir, u, d.config().Libvirtd)
+	v.dmn = newDaemon(runDir, u, d.config().Libvirtd)
 	d.mu.Lock()
 	if _, ok := d.vms[v.id]; ok {
 		d.mu.Unlock()
@@ -297,10 +300,10 @@ func (d *Driver) Start(ctx context.Context, id string) error {
 			_ = os.Remove(stale)
 		}
 	}
-	logFrom := fileSize(v.dmn.qemuLog(v.id))
+	logFrom := fileSize(v.dmn.qemuLog())
 	dom, err := conn.DomainCreateXML(xml, golibvirt.DOMAIN_NONE)
 	if err != nil {
-		return startError(err, tailLog(v.dmn.qemuLog(v.id), logFrom))
+		return startError(err, tailLog(v.dmn.qemuLog(), logFrom))
 	}
 	defer dom.Free()
 	con, err := attachSerial(ctx, v.serialSocket())
@@ -311,7 +314,7 @@ func (d *Driver) Start(ctx context.Context, id string) error {
 	v.mu.Lock()
 	defer v.mu.Unlock()
 	v.con = con
-	v.pid = qemuPID(v.dmn, v.id)
+	v.pid = qemuPID(v.dmn)
 	v.state, v.reason, v.message, v.hostOp = hypervisorv1.State_STATE_RUNNING, driver.ReasonStarted, "", ""
 	v.rec.Boots++
 	v.rec.StartedAt = time.Now()
@@ -455,7 +458,7 @@ func (d *Driver) ensureDaemon(ctx context.Context, v *vm) (*golibvirt.Connect, e
 // watch registers v's lifecycle, reboot and connection-close callbacks on conn.
 func (d *Driver) watch(v *vm, conn *golibvirt.Connect) error {
 	life, err := conn.DomainEventLifecycleRegister(nil, func(_ *golibvirt.Connect, dom *golibvirt.Domain, ev *golibvirt.DomainEventLifecycle) {
-		if name, _ := dom.GetName(); name == v.id {
+		if name, _ := dom.GetName(); name == DomainName {
 			d.lifecycle(v, conn, ev)
 		}
 	})
@@ -463,7 +466,7 @@ func (d *Driver) watch(v *vm, conn *golibvirt.Connect) error {
 		return err
 	}
 	reboot, err := conn.DomainEventRebootRegister(nil, func(_ *golibvirt.Connect, dom *golibvirt.Domain) {
-		if name, _ := dom.GetName(); name == v.id {
+		if name, _ := dom.GetName(); name == DomainName {
 			d.rebooted(v)
 		}
 	})
@@ -521,7 +524,7 @@ func (d *Driver) lifecycle(v *vm, conn *golibvirt.Connect, ev *golibvirt.DomainE
 		case detail == golibvirt.DOMAIN_EVENT_STOPPED_SHUTDOWN:
 		default: // destroyed by nobody here, crashed, failed: QEMU ended unasked
 			typ, state, reason = hypervisorv1.EventType_EVENT_TYPE_CRASHED, hypervisorv1.State_STATE_CRASHED, driver.ReasonProcessExited
-			v.message = tailLog(v.dmn.qemuLog(v.id), max(fileSize(v.dmn.qemuLog(v.id))-logTail, 0))
+			v.message = tailLog(v.dmn.qemuLog(), max(fileSize(v.dmn.qemuLog())-logTail, 0))
 		}
 		d.endRunLocked(v, typ, state, reason)
 	}
@@ -592,7 +595,7 @@ func (v *vm) domain() (*golibvirt.Domain, error) {
 	if conn == nil {
 		return nil, errNoDaemon
 	}
-	return conn.LookupDomainByName(v.id)
+	return conn.LookupDomainByName(DomainName)
 }
 
 // Shutdown implements driver.Hypervisor: ACPI power button presses until the guest powers off
@@ -918,11 +921,8 @@ func (v *vm) detach() {
 	}
 }
 
-// qemuPID reads the pid of domain name's QEMU from the session daemon's pidfile.
-func qemuPID(dm daemon, name string) int {
-	// Session mode: the qemu driver's state dir is $XDG_RUNTIME_DIR/libvirt/qemu/run.
-	return readPIDFile(filepath.Join(dm.dir, "r", "libvirt", "qemu", "run", name+".pid"))
-}
+// qemuPID reads the pid of the domain's QEMU from the session daemon's pidfile.
+func qemuPID(dm daemon) int { return readPIDFile(dm.qemuPIDFile()) }
 
 func fileSize(p string) int64 {
 	fi, err := os.Stat(p)

@@ -91,7 +91,7 @@ func (b *builder) build() *libvirtxml.Domain {
 	}
 	d := &libvirtxml.Domain{
 		Type: typ,
-		Name: s.GetId(),
+		Name: DomainName,
 		UUID: s.GetUuid(),
 		Memory: &libvirtxml.DomainMemory{
 			Value: uint(s.GetMemory().GetGuestBytes() >> 10), Unit: "KiB",
