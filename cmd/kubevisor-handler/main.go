@@ -39,7 +39,8 @@ serve: runs the VMIs scheduled to this node (their launcher pods' sandboxes) thr
 configured driver plugins, writes their status, and publishes the drivers' capabilities as
 labels on the Node. The node name defaults to $NODE_NAME; without --kubeconfig the in-cluster
 configuration (or $KUBECONFIG) is used. --config may name a directory: its .yaml/.json files
-are merged in name order (the install manifests' base and one file per driver).
+are merged in name order (the install manifests' base and one file per driver; the
+hypervisor drivers of the files add up, the first the default).
 --plugin-bin-dir offers the configured drivers' kubevisor-driver-<name> binaries in DIR (the
 handler image's /usr/local/bin), besides the plugin directory's manifests.
 --stream-addr serves kubevisor-api the VMIs' consoles, VNC displays, port forwards and

@@ -352,6 +352,16 @@ func (h *Handler) Status(uid types.UID) (v1alpha1.VirtualMachineInstanceStatus, 
 	return *e.status.DeepCopy(), true
 }
 
+// HypervisorDriver returns the hypervisor driver the VMI was set up with on this node, and
+// whether the node has the VMI.
+func (h *Handler) HypervisorDriver(uid types.UID) (string, bool) {
+	st := h.entryState(uid)
+	if st == nil {
+		return "", false
+	}
+	return h.hypervisorName(st), true
+}
+
 // VMIs returns the UIDs of the VMIs the handler has on this node, sorted.
 func (h *Handler) VMIs() []types.UID {
 	h.mu.Lock()

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -54,6 +55,12 @@ type agentNode struct {
 // newAgentNode starts a node; localStorage runs the real local storage driver instead of the
 // simulated one.
 func newAgentNode(t *testing.T, localStorage bool) *agentNode {
+	return newAgentNodeWith(t, localStorage)
+}
+
+// newAgentNodeWith is newAgentNode with more hypervisor drivers besides the fake (the
+// default): testdriver hypervisors of those names.
+func newAgentNodeWith(t *testing.T, localStorage bool, moreHypervisors ...string) *agentNode {
 	env := envtest.Start(t, envtest.Options{})
 	dir, err := os.MkdirTemp("/tmp", "kva-") // short: unix socket paths
 	if err != nil {
@@ -92,6 +99,10 @@ func newAgentNode(t *testing.T, localStorage bool) *agentNode {
 	if localStorage {
 		storage = manifest("kubevisor-driver-local", driver.KindStorage, "local")
 	}
+	var more []plugin.Manifest
+	for _, name := range moreHypervisors {
+		more = append(more, manifest("testdriver", driver.KindHypervisor, name, driver.KindHypervisor, "name="+name))
+	}
 	hctx, hcancel := context.WithTimeout(ctx, 30*time.Second)
 	defer hcancel()
 	agent, err := NewAgent(hctx, mgr,
@@ -101,16 +112,16 @@ func newAgentNode(t *testing.T, localStorage bool) *agentNode {
 		},
 		handler.Config{
 			StateDir: filepath.Join(dir, "s"), RunDir: filepath.Join(dir, "r"),
-			Drivers:      handler.DriverSet{Hypervisor: "fake", Network: "fake-net", Storage: storage.Name},
+			Drivers:      handler.DriverSet{Hypervisor: "fake", Hypervisors: moreHypervisors, Network: "fake-net", Storage: storage.Name},
 			ResyncPeriod: metav1.Duration{Duration: 500 * time.Millisecond},
 		},
 		handler.Options{
 			Logger: hclog.New(&hclog.LoggerOptions{Name: "handler", Level: hclog.Warn, Output: os.Stderr}),
-			Manifests: []plugin.Manifest{
+			Manifests: append([]plugin.Manifest{
 				manifest("kubevisor-driver-fake", driver.KindHypervisor, "fake", driver.KindHypervisor),
 				manifest("testdriver", driver.KindNetwork, "fake-net", driver.KindNetwork, "name=fake-net"),
 				storage,
-			},
+			}, more...),
 		})
 	if err != nil {
 		t.Fatal(err)
@@ -168,10 +179,10 @@ func (n *agentNode) vmiWith(name string, change func(*v1alpha1.VirtualMachineIns
 
 // launcherPod starts a real launcher in the VMI's host directory and creates a Running pod
 // object for it, bound to the node, as the kubelet would report it.
-func (n *agentNode) launcherPod(vmi *v1alpha1.VirtualMachineInstance) *corev1.Pod {
+func (n *agentNode) launcherPod(vmi *v1alpha1.VirtualMachineInstance, labels ...map[string]string) *corev1.Pod {
 	n.t.Helper()
 	n.startLauncher(vmi)
-	return n.runningPod(vmi)
+	return n.runningPod(vmi, labels...)
 }
 
 // startLauncher starts a real launcher in the VMI's host directory.
@@ -190,8 +201,8 @@ func (n *agentNode) startLauncher(vmi *v1alpha1.VirtualMachineInstance) {
 }
 
 // runningPod creates a Running launcher pod object for the VMI, bound to the node, as the
-// kubelet would report it.
-func (n *agentNode) runningPod(vmi *v1alpha1.VirtualMachineInstance) *corev1.Pod {
+// kubelet would report it, with labels besides the launcher pod's own.
+func (n *agentNode) runningPod(vmi *v1alpha1.VirtualMachineInstance, labels ...map[string]string) *corev1.Pod {
 	n.t.Helper()
 	pod := &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{
@@ -199,6 +210,9 @@ func (n *agentNode) runningPod(vmi *v1alpha1.VirtualMachineInstance) *corev1.Pod
 			Labels: map[string]string{v1alpha1.CreatedByLabel: string(vmi.UID), v1alpha1.VirtualMachineInstanceNameLabel: vmi.Name},
 		},
 		Spec: corev1.PodSpec{NodeName: node, Containers: []corev1.Container{{Name: "compute", Image: "kubevisor-launcher"}}},
+	}
+	for _, l := range labels {
+		maps.Copy(pod.Labels, l)
 	}
 	ctx := context.Background()
 	if err := n.c.Create(ctx, pod); err != nil {
