@@ -370,7 +370,8 @@ func Build(vmi *v1alpha1.VirtualMachineInstance, class *v1alpha1.HypervisorClass
 				SecurityContext: &corev1.SecurityContext{
 					Privileged:               ptr.To(false),
 					AllowPrivilegeEscalation: ptr.To(false),
-					Capabilities:             &corev1.Capabilities{Drop: []corev1.Capability{"ALL"}},
+					// All dropped, bar what the class keeps for its driver's VM manager.
+					Capabilities: &corev1.Capabilities{Drop: []corev1.Capability{"ALL"}, Add: slices.Clone(class.LauncherCapabilities)},
 				},
 				TerminationMessagePolicy: corev1.TerminationMessageFallbackToLogsOnError,
 			}}, helperContainers(vmi, cfg, mounts[0], helpers, diskContainers)...),

@@ -171,6 +171,22 @@ func TestBuild(t *testing.T) {
 		check   func(*testing.T, *corev1.Pod)
 	}{
 		{
+			name:  "the compute container keeps the class's launcher capabilities, and only those",
+			vmi:   testVMI(),
+			class: testClass(func(c *v1alpha1.HypervisorClass) { c.LauncherCapabilities = []corev1.Capability{"SETUID", "SETGID"} }),
+			check: func(t *testing.T, pod *corev1.Pod) {
+				want := &corev1.Capabilities{Drop: []corev1.Capability{"ALL"}, Add: []corev1.Capability{"SETUID", "SETGID"}}
+				if got := pod.Spec.Containers[0].SecurityContext; !equality.Semantic.DeepEqual(got.Capabilities, want) || *got.Privileged || *got.AllowPrivilegeEscalation {
+					t.Errorf("compute security context = %+v, want capabilities %+v, unprivileged", got, want)
+				}
+				for _, c := range pod.Spec.Containers[1:] {
+					if len(c.SecurityContext.Capabilities.Add) != 0 {
+						t.Errorf("container %s adds capabilities %v: only compute keeps the class's", c.Name, c.SecurityContext.Capabilities.Add)
+					}
+				}
+			},
+		},
+		{
 			name: "memory from resources.requests when no guest memory",
 			vmi: testVMI(func(v *v1alpha1.VirtualMachineInstance) {
 				v.Spec.Domain.Memory = nil

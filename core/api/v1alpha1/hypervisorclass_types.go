@@ -56,6 +56,17 @@ type HypervisorClass struct {
 	// +kubebuilder:validation:MaxItems=16
 	// +optional
 	DeviceResources []corev1.ResourceName `json:"deviceResources,omitempty"`
+	// LauncherCapabilities are the Linux capabilities the compute container of each launcher
+	// pod of this class keeps; it drops all others, as every launcher pod does. They are for a
+	// driver whose VM manager the launcher starts as root and which must drop to an
+	// unprivileged user itself (the libvirt driver's per-VMI daemon: setpriv needs SETUID and
+	// SETGID). Only SETUID and SETGID are accepted: a launcher pod stays unprivileged, no new
+	// privileges, and the VM process runs without any capability.
+	// +listType=set
+	// +kubebuilder:validation:MaxItems=2
+	// +kubebuilder:validation:items:Enum=SETUID;SETGID
+	// +optional
+	LauncherCapabilities []corev1.Capability `json:"launcherCapabilities,omitempty"`
 }
 
 // HypervisorClassOverhead is the per-VMI resource overhead of a class (as RuntimeClass's Overhead).
