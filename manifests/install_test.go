@@ -496,7 +496,7 @@ func TestImages(t *testing.T) {
 func TestDriverComponents(t *testing.T) {
 	kinds := func(s handler.DriverSet) map[string]string {
 		out := map[string]string{}
-		for k, v := range map[string]string{"hypervisor": s.Hypervisor, "network": s.Network, "storage": s.Storage, "device": s.Device} {
+		for k, v := range map[string]string{"hypervisor": strings.Join(s.HypervisorNames(), ","), "network": s.Network, "storage": s.Storage, "device": s.Device} {
 			if v != "" {
 				out[k] = v
 			}
@@ -536,8 +536,26 @@ func TestDriverComponents(t *testing.T) {
 	t.Run("all", func(t *testing.T) {
 		r := render(t, all, "")
 		got := r.handlerConfig(t).Drivers
-		if got.Hypervisor != "qmp" || got.Network != "cni" || got.Storage != "local" {
+		if !slices.Contains(got.HypervisorNames(), "qmp") || got.Network != "cni" || got.Storage != "local" {
 			t.Errorf("drivers %+v, want qmp, cni, local", got)
+		}
+		// The handler loads every hypervisor driver component (handler.d parts add up), and
+		// one class at most is the default: VMIs that name no class need exactly one.
+		defaults := 0
+		for _, c := range r.ofKind("HypervisorClass") {
+			var class v1alpha1.HypervisorClass
+			r.get(t, "HypervisorClass", c.GetName(), &class)
+			if v1alpha1.IsDefaultClass(&class) {
+				defaults++
+			}
+		}
+		for name := range hypervisorDrivers {
+			if !slices.Contains(got.HypervisorNames(), name) {
+				t.Errorf("hypervisor driver component %s not among the handler's hypervisor drivers %v", name, got.HypervisorNames())
+			}
+		}
+		if defaults != 1 {
+			t.Errorf("all components: %d default HypervisorClasses, want 1", defaults)
 		}
 	})
 }
