@@ -165,7 +165,7 @@ cluster-up: $(CLUSTER_DEPS) k8s-bins cni-plugins ## Only the local single-node c
 	hack/cluster/up.sh
 
 .PHONY: images
-images: deps-qemu deps-runtime deps-net deps-tools build cni-plugins guest ## Build the component, launcher and pause images as tarballs in _output/images (no registry) and import them when the cluster runs.
+images: deps-qemu deps-libvirt deps-runtime deps-net deps-tools build cni-plugins guest ## Build the component, launcher (QEMU and libvirtd) and pause images as tarballs in _output/images (no registry) and import them when the cluster runs.
 	$(GO) run ./hack/images --bin-dir $(BIN) --out $(OUT)/images all
 	@# The example drivers' driver images: static binaries, as a third party ships them.
 	@mkdir -p $(OUT)/examples

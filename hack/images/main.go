@@ -49,6 +49,8 @@ type component struct {
 	cni bool
 	// qemu adds the host's QEMU (imagebuild.DefaultQEMUOptions).
 	qemu bool
+	// libvirt adds the host's libvirt daemon (imagebuild.DefaultLibvirtOptions).
+	libvirt bool
 	// hostBins are host executables (with their libraries) at their host paths.
 	hostBins []string
 	// static are commands (./cmd/<name>) built static (CGO_ENABLED=0) into /usr/local/bin:
@@ -70,7 +72,9 @@ var components = []component{
 	// containers (manifests/install/drivers), which run it from a shared volume.
 	{name: "kubevisor-handler", bins: []string{"kubevisor-handler", "kubevisor-driver-*", "kubevisor-deviceplugins"},
 		cni: true, qemu: true, hostBins: []string{"qemu-img"}, static: []string{"kubevisor-containerdisk", "kubevisor-plugin-install"}},
-	{name: "kubevisor-launcher", bins: []string{"kubevisor-launcher"}, qemu: true, static: []string{"kubevisor-console-log", "kubevisor-probe"}},
+	// The launcher image carries libvirtd too: the libvirt driver runs a daemon per VMI in the
+	// launcher pod, which forks QEMU there.
+	{name: "kubevisor-launcher", bins: []string{"kubevisor-launcher"}, qemu: true, libvirt: true, static: []string{"kubevisor-console-log", "kubevisor-probe"}},
 }
 
 type options struct {
@@ -314,10 +318,15 @@ func buildComponent(o options, c component, named bool) error {
 		return nil
 	}
 	trees := []*imagebuild.Tree{imagebuild.BaseTree()}
-	if c.qemu || len(c.hostBins) > 0 {
+	if c.qemu || c.libvirt || len(c.hostBins) > 0 {
 		host := imagebuild.NewTree()
 		if c.qemu {
 			if err := imagebuild.AddQEMU(host, imagebuild.DefaultQEMUOptions()); err != nil {
+				return fmt.Errorf("%s: %w", c.name, err)
+			}
+		}
+		if c.libvirt {
+			if err := imagebuild.AddLibvirt(host, imagebuild.DefaultLibvirtOptions()); err != nil {
 				return fmt.Errorf("%s: %w", c.name, err)
 			}
 		}
