@@ -69,8 +69,9 @@ var userRoles = map[string]string{
 	"ClusterRole/kubevisor.io:migrate": "admin",
 }
 
-// hypervisorDrivers are the driver components that must bring a default HypervisorClass.
-var hypervisorDrivers = map[string]bool{"qmp": true}
+// hypervisorDrivers are the hypervisor driver components, each bringing its HypervisorClass,
+// and whether that class is the default (exactly one is).
+var hypervisorDrivers = map[string]bool{"qmp": true, "libvirt": false}
 
 // drivers lists the driver components (install/drivers/<name>).
 func drivers(t *testing.T) []string {
@@ -521,7 +522,8 @@ func TestDriverComponents(t *testing.T) {
 				t.Errorf("component %s: handler drivers %v, want %s alone", name, got, name)
 			}
 			classes := r.ofKind("HypervisorClass")
-			if !hypervisorDrivers[name] {
+			isDefault, hypervisor := hypervisorDrivers[name]
+			if !hypervisor {
 				if len(classes) != 0 {
 					t.Errorf("component %s (not a hypervisor) brings %d HypervisorClasses", name, len(classes))
 				}
@@ -530,7 +532,7 @@ func TestDriverComponents(t *testing.T) {
 			if got["hypervisor"] != name {
 				t.Errorf("component %s does not configure itself as the hypervisor driver: %v", name, got)
 			}
-			checkDefaultClass(t, r, name)
+			checkClass(t, r, name, isDefault)
 		})
 	}
 	t.Run("all", func(t *testing.T) {
@@ -560,7 +562,7 @@ func TestDriverComponents(t *testing.T) {
 	})
 }
 
-// checkDefaultClass checks the component's default HypervisorClass, and that a launcher pod
+// checkClass checks the component's HypervisorClass (the default one or not), and that a launcher pod
 // built for it (by the controller's own builder, with the install's launcher image) is not
 // privileged and gets its devices from the device plugins the handler DaemonSet runs.
 // hostdevResources are the resources the hostdev driver component configures, and checks
@@ -603,16 +605,16 @@ func hostdevResources(t *testing.T) []string {
 	return out
 }
 
-func checkDefaultClass(t *testing.T, r rendered, driver string) {
+func checkClass(t *testing.T, r rendered, driver string, isDefault bool) {
 	t.Helper()
 	classes := r.ofKind("HypervisorClass")
 	if len(classes) != 1 {
-		t.Fatalf("component %s: %d HypervisorClasses, want its default one", driver, len(classes))
+		t.Fatalf("component %s: %d HypervisorClasses, want its one", driver, len(classes))
 	}
 	var class v1alpha1.HypervisorClass
 	r.get(t, "HypervisorClass", classes[0].GetName(), &class)
-	if class.Driver != driver || class.Annotations[v1alpha1.IsDefaultHypervisorClassAnnotation] != "true" {
-		t.Errorf("HypervisorClass %s: driver %q, default annotation %q", class.Name, class.Driver, class.Annotations[v1alpha1.IsDefaultHypervisorClassAnnotation])
+	if class.Driver != driver || v1alpha1.IsDefaultClass(&class) != isDefault {
+		t.Errorf("HypervisorClass %s: driver %q, default annotation %q, want driver %q, default %v", class.Name, class.Driver, class.Annotations[v1alpha1.IsDefaultHypervisorClassAnnotation], driver, isDefault)
 	}
 	if class.Overhead == nil || class.Overhead.PodFixed.Memory().IsZero() {
 		t.Errorf("HypervisorClass %s has no memory overhead", class.Name)
