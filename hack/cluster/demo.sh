@@ -12,8 +12,25 @@ NS="${DEMO_NAMESPACE:-default}"
 WAIT="${DEMO_WAIT:-300}"
 k() { kubectl_ -n "${NS}" "$@"; }
 
-log "demo VM: kubectl apply -f hack/cluster/demo-vm.yaml"
-k apply -f "${HERE}/demo-vm.yaml" >/dev/null
+# The demo VM names no HypervisorClass, so it runs with the default one. Without a default class
+# (DRIVERS without qmp, e.g. libvirt,cni,local,hostdev) it runs with DEMO_CLASS, else the
+# cluster's only class.
+class="${DEMO_CLASS:-}"
+if [[ -z "${class}" ]]; then
+  classes="$(kubectl_ get hypervisorclasses -o jsonpath='{range .items[*]}{.metadata.name}{" "}{.metadata.annotations.hypervisorclass\.kubevisor\.io/is-default-class}{"\n"}{end}')"
+  if ! grep -q ' true$' <<<"${classes}"; then
+    mapfile -t names < <(awk 'NF {print $1}' <<<"${classes}")
+    ((${#names[@]} == 1)) || die "no default HypervisorClass and ${#names[@]} classes (${names[*]:-none}): set DEMO_CLASS"
+    class="${names[0]}"
+  fi
+fi
+if [[ -n "${class}" ]]; then
+  log "demo VM: kubectl apply -f hack/cluster/demo-vm.yaml, with hypervisorClassName ${class}"
+  sed "/^    spec:\$/a\\      hypervisorClassName: ${class}" "${HERE}/demo-vm.yaml" | k apply -f - >/dev/null
+else
+  log "demo VM: kubectl apply -f hack/cluster/demo-vm.yaml"
+  k apply -f "${HERE}/demo-vm.yaml" >/dev/null
+fi
 
 t0="${SECONDS}"
 phase=""
