@@ -197,6 +197,12 @@ e2e: deps-runtime deps-tools deps-qemu $(E2E_CLUSTER) ## Cluster conformance sui
 	    -hypervisor-class '$(E2E_HYPERVISOR_CLASS)' -two-classes '$(E2E_TWO_CLASSES)' \
 	    -ginkgo.label-filter '$(E2E_LABELS)' -ginkgo.junit-report $(OUT)/e2e-junit.xml -ginkgo.v
 
+.PHONY: e2e-driver-images
+e2e-driver-images: deps-runtime deps-tools deps-qemu local-cluster ## Local cluster: the example drivers installed from their driver images (hack/e2e-driver-images.sh): the device driver's resource on the Node, a VMI booted from the storage driver's disks, a wrong sha256 refused by name while the other drivers serve; then DRIVERS again.
+	$(MAKE) --no-print-directory images
+	$(GO) build -o $(BIN)/vmctl ./cmd/vmctl
+	DRIVERS=$(DRIVERS) GO=$(GO) hack/e2e-driver-images.sh
+
 # deps-qemu: the pause image comes from hack/images, which also copies the host's QEMU into the
 # launcher image (make verify counts what a program may call, not what one run of it calls).
 .PHONY: test-deviceplugins-kubelet

@@ -1,0 +1,85 @@
+#!/usr/bin/env bash
+# hack/e2e-driver-images.sh — the cluster proof of third-party drivers installed from driver
+# images (docs/driver-authoring.md, section 12), on the local cluster (make up), with the
+# examples' images built and imported (make images): make e2e-driver-images runs it.
+#
+# For each case it installs a driver set with hack/install.sh (the handler DaemonSet rolls) and
+# runs the e2e specs labelled "DriverImages && <case>" (conformance/e2e/driverimages.go):
+#   Device       qmp,cni,local + examples/sim-device/deploy (in place of hostdev: a node has one
+#                device driver): installed, loaded, its resource devices.kubevisor.io/example-sim
+#                on the Node
+#   Storage      qmp,cni,hostdev + examples/hostpath-storage/deploy (in place of local): a VMI
+#                boots from a hostDisk the hostpath driver serves (a copy of the test guest's raw
+#                disk under /var/lib/kubevisor/e2e-hostpath on the node) and sees its emptyDisk
+#   BadChecksum  the same storage component with an image whose manifest's sha256 is wrong:
+#                refused by name, the node's other drivers loaded and serving
+# then installs $DRIVERS (default qmp,cni,local,hostdev) again, also when a case failed. JUnit reports:
+# _output/e2e-driver-images-<case>.xml.
+set -euo pipefail
+
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+cd "${ROOT}"
+GO="${GO:-go}"
+OUT="${ROOT}/_output"
+KUBECONFIG="${OUT}/cluster/kubeconfig"
+DRIVERS="${DRIVERS:-qmp,cni,local,hostdev}"
+DISK_DIR=/var/lib/kubevisor/e2e-hostpath
+export KUBECONFIG
+
+die() { echo "e2e-driver-images: $*" >&2; exit 1; }
+log() { echo "==> e2e-driver-images: $*"; }
+
+[[ -f "${KUBECONFIG}" ]] && kubectl get nodes >/dev/null 2>&1 || die "the local cluster does not answer (${KUBECONFIG}): make up"
+for img in sim-device hostpath-storage; do
+  [[ -s "${OUT}/images/${img}.tar" ]] || die "no driver image ${OUT}/images/${img}.tar: make images"
+done
+[[ -s "${OUT}/examples/hostpath-storage" ]] || die "no ${OUT}/examples/hostpath-storage: make images"
+[[ -s "${OUT}/guest/disk.raw" ]] || die "no test guest disk ${OUT}/guest/disk.raw: make guest"
+
+work="$(mktemp -d "${TMPDIR:-/tmp}/kubevisor-e2e-driver-images.XXXXXX")"
+restore() {
+  local rc=$?
+  log "installing DRIVERS=${DRIVERS} again"
+  kubectl delete vmi --all --all-namespaces --wait --timeout=2m >/dev/null 2>&1 || true
+  hack/install.sh install --drivers "${DRIVERS}" >/dev/null || rc=1
+  rm -rf "${work}" "${DISK_DIR}"
+  exit "${rc}"
+}
+trap restore EXIT
+
+# install DRIVERS: with no VMI left of the previous case (its storage driver releases its disks).
+install() {
+  log "install --drivers $1"
+  kubectl delete vmi --all --all-namespaces --wait --timeout=2m >/dev/null
+  hack/install.sh install --drivers "$1" >/dev/null
+}
+
+# spec CASE [VAR=value...]: the e2e specs of that label.
+spec() {
+  local label="$1"; shift
+  log "specs DriverImages && ${label}"
+  env "$@" "${GO}" test -tags e2e -count=1 -timeout 20m ./conformance/e2e -args -kubeconfig "${KUBECONFIG}" \
+    -vmctl "${ROOT}/bin/vmctl" -ginkgo.label-filter "DriverImages && ${label}" \
+    -ginkgo.junit-report "${OUT}/e2e-driver-images-${label}.xml" -ginkgo.v
+}
+
+install "qmp,cni,local,examples/sim-device/deploy"
+spec Device
+
+mkdir -p "${DISK_DIR}"
+chmod 0700 "${DISK_DIR}"
+cp --sparse=always "${OUT}/guest/disk.raw" "${DISK_DIR}/disk.raw"
+install "qmp,cni,hostdev,examples/hostpath-storage/deploy"
+spec Storage "E2E_HOSTPATH_DISK=${DISK_DIR}/disk.raw"
+
+# The same driver with a manifest whose digest is not its binary's.
+"${GO}" run ./hack/images -out "${OUT}/images" -repo kubevisor-examples -name hostpath-storage-badsum \
+  -driver-bin "${OUT}/examples/hostpath-storage" -driver-kind storage -driver-name hostpath \
+  -driver-sha256 "$(printf '0%.0s' {1..64})" driver
+hack/cluster/load-images.sh "${OUT}/images/hostpath-storage-badsum.tar"
+cp -r examples/hostpath-storage/deploy "${work}/hostpath-badsum"
+sed -i 's#kubevisor-examples/hostpath-storage:dev#kubevisor-examples/hostpath-storage-badsum:dev#' "${work}/hostpath-badsum/initcontainer.yaml"
+grep -q hostpath-storage-badsum "${work}/hostpath-badsum/initcontainer.yaml" || die "could not point the component at the bad image"
+install "qmp,cni,hostdev,${work}/hostpath-badsum"
+spec BadChecksum
+log "passed"
