@@ -7,7 +7,7 @@
 # runs the e2e specs labelled "DriverImages && <case>" (conformance/e2e/driverimages.go):
 #   Device       qmp,cni,local + examples/sim-device/deploy (in place of hostdev: a node has one
 #                device driver): installed, loaded, its resource devices.kubevisor.io/example-sim
-#                on the Node
+#                on the Node, and a VMI asking for one (hostDevices) gets one allocated
 #   Storage      qmp,cni,hostdev + examples/hostpath-storage/deploy (in place of local): a VMI
 #                boots from a hostDisk the hostpath driver serves (a copy of the test guest's raw
 #                disk under /var/lib/kubevisor/e2e-hostpath on the node) and sees its emptyDisk

@@ -11,6 +11,7 @@ import (
 	. "github.com/onsi/gomega"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
+	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/yaml"
 
@@ -74,7 +75,7 @@ func (f *Framework) nodeWithLabel(ctx context.Context, key, value, why string) c
 var _ = Describe("Driver from a driver image", Label("DriverImages"), func() {
 	f := NewFramework()
 
-	It("a device driver (examples/sim-device) is copied into the handler's plugin directory, loaded, and its resource appears on the Node", Label("Device"), func(ctx SpecContext) {
+	It("a device driver (examples/sim-device) is copied into the handler's plugin directory, loaded, its resource appears on the Node, and a VMI asking for it gets one allocated", Label("Device"), func(ctx SpecContext) {
 		By("the init container driver-sim installed the image's binary with its manifest's digest")
 		for _, pod := range f.handlerPods(ctx) {
 			log := f.initContainerLog(ctx, pod, "driver-sim")
@@ -94,6 +95,42 @@ var _ = Describe("Driver from a driver image", Label("DriverImages"), func() {
 			g.Expect(ok).To(BeTrue(), "node %s allocatable has no %s: %v", n.Name, simResource, n.Status.Allocatable)
 			g.Expect(q.Value()).To(BeEquivalentTo(simDevices), "node %s: %s", n.Name, simResource)
 		}).WithContext(ctx).WithTimeout(2 * time.Minute).WithPolling(2 * time.Second).Should(Succeed())
+
+		By("a VMI asking for one in hostDevices gets one allocated: by the kubelet's device plugin and in the handler's pipeline")
+		// A class of the qmp driver without the kvm and tun resources, which hostdev serves and
+		// a node whose device driver is sim does not; the VMI has no interface (no tap, no tun).
+		const class = "e2e-sim-nodev"
+		f.Apply(ctx, "apiVersion: kubevisor.io/v1alpha1\nkind: HypervisorClass\nmetadata:\n  name: "+class+"\ndriver: qmp\n")
+		DeferCleanup(func(ctx SpecContext) {
+			_, _ = f.Kubectl(ctx, "", "delete", "hypervisorclass", class, "--ignore-not-found")
+		})
+		spec := guestSpecOf(guest.Options{UserData: "sim"})
+		spec.HypervisorClassName = class
+		spec.Domain.Devices.AutoattachPodInterface = ptr.To(false)
+		spec.Domain.Devices.Interfaces, spec.Networks = nil, nil
+		spec.Domain.Devices.HostDevices = []v1alpha1.HostDevice{{Name: "sim", DeviceName: string(simResource)}}
+		b, err := yaml.Marshal(spec)
+		Expect(err).NotTo(HaveOccurred())
+		since := time.Now().UTC().Truncate(time.Second).Format(time.RFC3339) // the logs of this VMI's allocation only
+		f.Apply(ctx, "apiVersion: kubevisor.io/v1alpha1\nkind: VirtualMachineInstance\nmetadata:\n  name: simvm\nspec:\n"+indent(string(b), 2))
+		vmi := f.WaitRunning(ctx, "simvm")
+		pods := f.LauncherPods(ctx, vmi.UID)
+		Expect(pods).To(HaveLen(1))
+		var compute *corev1.Container
+		for i, c := range pods[0].Spec.Containers {
+			if c.Name == "compute" {
+				compute = &pods[0].Spec.Containers[i]
+			}
+		}
+		Expect(compute).NotTo(BeNil(), "launcher pod %s has no compute container", pods[0].Name)
+		Expect(compute.Resources.Limits).To(HaveKeyWithValue(simResource, resource.MustParse("1")))
+		for _, pod := range f.handlerPods(ctx) {
+			for _, c := range []string{"deviceplugins", "handler"} {
+				out, err := f.Kubectl(ctx, "", "-n", "kubevisor-system", "logs", pod.Name, "-c", c, "--since-time="+since)
+				Expect(err).NotTo(HaveOccurred(), out)
+				Expect(out).To(MatchRegexp(`allocated.*devices"?[=:]"?sim-[0-9]`), "container %s of %s: the sim driver's Allocate of a device", c, pod.Name)
+			}
+		}
 	})
 
 	It("a storage driver (examples/hostpath-storage) serves a VMI's disks: the guest boots from its hostDisk and sees its emptyDisk", Label("Storage"), func(ctx SpecContext) {
