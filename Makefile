@@ -120,8 +120,9 @@ build: deps-libvirt ## Build every binary into bin/ (the example drivers too).
 	for ex in $(EXAMPLES); do (cd $$ex && $(GO) build -o $(BIN)/$$(basename $$ex) .); done
 
 .PHONY: bench-boot
-bench-boot: deps-qemu deps-iso deps-net build guest ## Boot the test guest with raw QEMU and through the qmp driver plugin: medians, their ratio (aim <= 1.10), driver RSS per running VM.
-	$(BIN)/kubevisor-bench boot --guest-dir $(GUEST) --driver $(BIN)/kubevisor-driver-qmp
+bench-boot: deps-qemu deps-libvirt deps-iso deps-net build guest ## Boot the test guest with raw QEMU, through the qmp driver plugin and through the libvirt one (a libvirtd per VM under its launcher), rotating: medians, ratios qmp/raw (aim <= 1.10), libvirt/raw, libvirt/qmp; memory per running VM beyond QEMU of both drivers (libvirt's daemons counted), RSS and PSS. Needs root.
+	$(BIN)/kubevisor-bench boot --guest-dir $(GUEST) --driver qmp=$(BIN)/kubevisor-driver-qmp \
+	    --driver libvirt=$(BIN)/kubevisor-driver-libvirt --launcher $(BIN)/kubevisor-launcher
 
 .PHONY: bench-memory
 bench-memory: deps-qemu deps-iso deps-net build guest cni-plugins ## Boot 1, 5 and 10 VMs through the node handler, a launcher each: RSS and PSS per VM of QEMU, launcher, handler and drivers (aim <= 25 MiB beyond QEMU). Needs root.

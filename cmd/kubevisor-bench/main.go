@@ -1,9 +1,10 @@
 // Command kubevisor-bench measures Kubevisor against plain QEMU:
 //
-//	kubevisor-bench boot [--runs N] [--guest-dir DIR] [--vms N,M]
+//	kubevisor-bench boot [--runs N] [--guest-dir DIR] [--vms N,M] [--driver qmp=PATH] [--driver libvirt=PATH]
 //
-// times the test guest's boot to its console marker with raw qemu-system-x86_64 and through the
-// qmp driver plugin, and reads the driver's RSS per running VM;
+// times the test guest's boot to its console marker with raw qemu-system-x86_64, through the
+// qmp driver plugin and through the libvirt one, and reads the drivers' memory per running VM
+// beyond QEMU (libvirt's per-VM daemon counted);
 //
 //	kubevisor-bench memory [--vms 1,5,10] [--guest-dir DIR] [--bin-dir DIR] [--vmi FILE]
 //

@@ -1,7 +1,8 @@
 // Package bench is `kubevisor-bench`: measurements of Kubevisor against plain QEMU. `boot` times
-// the project's test guest from start to its console marker with raw qemu-system-x86_64 and with
-// the same VM through the qmp hypervisor driver plugin, and reads the driver process's memory
-// per running VM (issue 3, "Measure"). `memory` boots VMs through a node handler with a
+// the project's test guest from start to its console marker with raw qemu-system-x86_64, with
+// the same VM through the qmp hypervisor driver plugin and, given its binary, through the
+// libvirt one (a per-VM libvirtd started through a kubevisor-launcher), and reads the drivers'
+// memory per running VM beyond QEMU (issue 3 and issue 16, "Measure"). `memory` boots VMs through a node handler with a
 // sandbox and launcher each, as `kubevisor-handler run` does, and reads the RSS of QEMU, the
 // launcher, the handler and the drivers per running VM (issue 5, "Measure").
 package bench
@@ -39,6 +40,12 @@ type BootConfig struct {
 	GuestDir string
 	// Driver is the qmp hypervisor driver plugin binary.
 	Driver string
+	// Libvirt is the libvirt hypervisor driver plugin binary; empty leaves its arm out.
+	Libvirt string
+	// Launcher is the kubevisor-launcher the libvirt arm starts per VM, as the node handler
+	// does (the driver starts the VM's libvirtd through it); empty finds it as the conformance
+	// kit does (conformance.FindLauncher).
+	Launcher string
 	// QEMU is the qemu-system-x86_64 of the raw runs; empty searches PATH, as the driver does
 	// with its default configuration.
 	QEMU string
@@ -107,8 +114,11 @@ type bencher struct {
 	con   driver.Consoler
 	work  string
 
-	mu   sync.Mutex
-	live map[string]bool // plugin VMs to kill and delete on the way out
+	lv *lvArm // the libvirt driver's arm, nil without --driver libvirt=PATH
+
+	mu        sync.Mutex
+	live      map[string]driver.Hypervisor // plugin VMs to kill and delete on the way out, by driver
+	launchers map[string]*benchLauncher    // their launchers, stopped after them
 }
 
 // RunBoot runs the boot benchmark and writes its figures to out; logs go to logOut.
@@ -138,7 +148,7 @@ func RunBoot(ctx context.Context, cfg BootConfig, out, logOut io.Writer) (err er
 		return fmt.Errorf("work directory: %w", err)
 	}
 
-	b := &bencher{cfg: cfg, out: out, guest: g, qemu: qemu, work: work, live: map[string]bool{}}
+	b := &bencher{cfg: cfg, out: out, guest: g, qemu: qemu, work: work, live: map[string]driver.Hypervisor{}, launchers: map[string]*benchLauncher{}}
 	logger := hclog.New(&hclog.LoggerOptions{Name: "kubevisor-bench", Level: hclog.LevelFromString(cfg.LogLevel), Output: logOut})
 	err = b.startDriver(ctx, logger)
 	if b.host != nil {
@@ -153,7 +163,7 @@ func RunBoot(ctx context.Context, cfg BootConfig, out, logOut io.Writer) (err er
 		return err
 	}
 
-	raw, plug, err := b.boots(ctx)
+	raw, plug, lv, err := b.boots(ctx)
 	if err != nil {
 		return err
 	}
@@ -161,10 +171,17 @@ func RunBoot(ctx context.Context, cfg BootConfig, out, logOut io.Writer) (err er
 	if err != nil {
 		return err
 	}
+	lvRows, err := b.lvMemory(ctx, rss)
+	if err != nil {
+		return err
+	}
 	if st := b.host.Status(driverName); st.Restarts > 0 {
 		fmt.Fprintf(out, "\nwarning: the driver's plugin process was restarted %d times during the bench (last error: %s)\n", st.Restarts, st.LastError)
 	}
-	b.summary(raw, plug, rss)
+	if st := b.host.Status(lvDriverName); b.lv != nil && st.Restarts > 0 {
+		fmt.Fprintf(out, "\nwarning: the libvirt driver's plugin process was restarted %d times during the bench (last error: %s)\n", st.Restarts, st.LastError)
+	}
+	b.summary(raw, plug, lv, rss, lvRows)
 	return nil
 }
 
@@ -210,11 +227,20 @@ func (b *bencher) startDriver(ctx context.Context, logger hclog.Logger) error {
 	}
 	b.accel = qmp.Accel(accel)
 	info, _ := b.hv.Info(sctx)
-	fmt.Fprintf(b.out, "kubevisor-bench boot: the test guest, start to %s on its serial console, raw QEMU against the qmp driver plugin\n", b.guest.ReadyMarker)
+	against := "the qmp driver plugin"
+	if b.cfg.Libvirt != "" {
+		against = "the qmp and libvirt driver plugins"
+	}
+	fmt.Fprintf(b.out, "kubevisor-bench boot: the test guest, start to %s on its serial console, raw QEMU against %s\n", b.guest.ReadyMarker, against)
 	fmt.Fprintf(b.out, "  guest:  %s: kernel boot, %d MiB, a virtio qcow2 overlay of %s, serial console on a unix socket\n",
 		filepath.Dir(b.guest.Kernel), b.cfg.MemoryBytes>>20, filepath.Base(b.guest.Disk))
 	fmt.Fprintf(b.out, "  qemu:   %s %s, accel %s (%s)\n", b.qemu, fp.GetAttributes()["qemu-version"], b.accel, fp.GetHealthDescription())
 	fmt.Fprintf(b.out, "  driver: %s %s, plugin pid %d\n", m.Binary, info.GetVersion(), host.Status(driverName).Pid)
+	if b.cfg.Libvirt != "" {
+		if err := b.startLibvirt(sctx); err != nil {
+			return err
+		}
+	}
 	fmt.Fprintf(b.out, "  host:   %d CPUs, load average %s (other work on the node shows as noise between runs)\n", runtime.NumCPU(), loadAvg())
 	return nil
 }
@@ -251,7 +277,8 @@ func firstFingerprint(ctx context.Context, d driver.Driver) (*basev1.Fingerprint
 // builds it on this node.
 func (b *bencher) spec(s slot) (*domainv1.DomainSpec, []string, error) {
 	spec := GuestDomain(b.guest, s.id, s.runDir, s.overlay, b.cfg.MemoryBytes)
-	cl, err := qmp.BuildArgs(spec, qmp.HostEnv{Accel: b.accel, RunDir: s.runDir})
+	// The driver's default translation cache under TCG (its configuration here is the default).
+	cl, err := qmp.BuildArgs(spec, qmp.HostEnv{Accel: b.accel, RunDir: s.runDir, TCGTranslationCacheMiB: qmp.DefaultTCGTranslationCacheMiB})
 	if err != nil {
 		return nil, nil, fmt.Errorf("build the command line: %w", err)
 	}
@@ -261,58 +288,99 @@ func (b *bencher) spec(s slot) (*domainv1.DomainSpec, []string, error) {
 	return spec, cl.Args, nil
 }
 
-// boots runs the warm-up and measured pairs of boots, raw and through the plugin, printing a
-// row per pair. The order alternates every pair, so that neither side always goes first.
-func (b *bencher) boots(ctx context.Context) (raw []time.Duration, plug []pluginTimes, err error) {
+// boots runs the warm-up and measured pairs of boots, raw and through the qmp plugin (triples,
+// with the libvirt plugin's), printing a row per pair. The order rotates every pair, so that no
+// arm always goes first.
+func (b *bencher) boots(ctx context.Context) (raw []time.Duration, plug, lv []pluginTimes, err error) {
 	s := newSlot(b.work, 0)
 	spec, args, err := b.spec(s)
 	if err != nil {
-		return nil, nil, err
+		return nil, nil, nil, err
 	}
 	rawArgs, err := RawArgs(args)
 	if err != nil {
-		return nil, nil, err
+		return nil, nil, nil, err
 	}
+	arms := []string{armRaw, armQMP}
 	fmt.Fprintf(b.out, "  command line (qmp.BuildArgs; the raw runs drop -S and so need no QMP cont):\n    %s %s\n",
 		filepath.Base(b.qemu), strings.Join(args, " "))
-	fmt.Fprintf(b.out, "  %d warm-up pair(s), not counted, then %d pairs of a raw and a plugin boot, in alternating order\n\n", b.cfg.Warmup, b.cfg.Runs)
+	if b.lv != nil {
+		arms = append(arms, armLibvirt)
+		fmt.Fprintf(b.out, "  libvirt: the same guest (kernel, initramfs, command line, disk overlay, memory, 1 vCPU) as a domain spec to the libvirt plugin, with a\n"+
+			"    kubevisor-launcher started for the VM before Create (untimed, as the handler's sandbox); Create→marker includes its libvirtd's start\n")
+		fmt.Fprintf(b.out, "  %d warm-up triple(s), not counted, then %d triples of a raw, a qmp and a libvirt boot, the order rotating\n\n", b.cfg.Warmup, b.cfg.Runs)
+	} else {
+		fmt.Fprintf(b.out, "  %d warm-up pair(s), not counted, then %d pairs of a raw and a plugin boot, in alternating order\n\n", b.cfg.Warmup, b.cfg.Runs)
+	}
 	tab := table{w: b.out, widths: []int{7, 5, 11, 13, 12, 6, 6, 10}}
-	tab.row("", "", "raw", "plugin", "plugin", "plugin", "plugin", "")
-	tab.row("run", "first", "exec→marker", "Create→marker", "Start→marker", "Create", "Start", "plugin/raw")
+	if b.lv != nil {
+		tab.widths = append(tab.widths, 13, 12, 7, 7, 11, 11)
+		tab.row("", "", "raw", "qmp", "qmp", "qmp", "qmp", "", "libvirt", "libvirt", "libvirt", "libvirt", "", "")
+		tab.row("run", "first", "exec→marker", "Create→marker", "Start→marker", "Create", "Start", "qmp/raw",
+			"Create→marker", "Start→marker", "Create", "Start", "libvirt/raw", "libvirt/qmp")
+	} else {
+		tab.row("", "", "raw", "plugin", "plugin", "plugin", "plugin", "")
+		tab.row("run", "first", "exec→marker", "Create→marker", "Start→marker", "Create", "Start", "plugin/raw")
+	}
 
 	same := 0
 	for i := range b.cfg.Warmup + b.cfg.Runs {
 		var r time.Duration
-		var p pluginTimes
+		var p, l pluginTimes
 		var identical bool
-		rawRun := func() (err error) { r, err = b.rawBoot(ctx, s, rawArgs); return err }
-		pluginRun := func() (err error) { p, identical, err = b.pluginBoot(ctx, s, spec, args); return err }
-		first, runs := "raw", []func() error{rawRun, pluginRun}
-		if i%2 == 1 {
-			first, runs = "plug", []func() error{pluginRun, rawRun}
+		run := map[string]func() error{
+			armRaw: func() (err error) { r, err = b.rawBoot(ctx, s, rawArgs); return err },
+			armQMP: func() (err error) { p, identical, err = b.pluginBoot(ctx, s, spec, args); return err },
+			armLibvirt: func() (err error) {
+				l, err = b.lvBoot(ctx, newLvSlot(b.work, 0))
+				return err
+			},
 		}
-		for _, run := range runs {
-			if err := run(); err != nil {
-				return nil, nil, err
+		order := armOrder(arms, i)
+		for _, arm := range order {
+			if err := run[arm](); err != nil {
+				return nil, nil, nil, fmt.Errorf("%s boot: %w", arm, err)
 			}
+		}
+		first := map[string]string{armRaw: "raw", armQMP: "plug", armLibvirt: "lv"}[order[0]]
+		if b.lv != nil && order[0] == armQMP {
+			first = "qmp"
 		}
 		label := fmt.Sprintf("warm-%d", i+1)
 		if i >= b.cfg.Warmup {
 			label = fmt.Sprintf("%d", i-b.cfg.Warmup+1)
 			raw, plug = append(raw, r), append(plug, p)
+			if b.lv != nil {
+				lv = append(lv, l)
+			}
 			if identical {
 				same++
 			}
 		}
-		tab.row(label, first, secs(r), secs(p.fromCreate), secs(p.fromStart), ms(p.create), ms(p.start), ratio(p.fromCreate, r))
+		cells := []string{label, first, secs(r), secs(p.fromCreate), secs(p.fromStart), ms(p.create), ms(p.start), ratio(p.fromCreate, r)}
+		if b.lv != nil {
+			cells = append(cells, secs(l.fromCreate), secs(l.fromStart), ms(l.create), ms(l.start),
+				ratio(l.fromCreate, r), ratio(l.fromCreate, p.fromCreate))
+		}
+		tab.row(cells...)
 	}
-	pc, ps := column(plug, func(p pluginTimes) time.Duration { return p.fromCreate }), column(plug, func(p pluginTimes) time.Duration { return p.fromStart })
-	mr, mc := Median(raw), Median(pc)
-	tab.row("median", "", secs(mr), secs(mc), secs(Median(ps)),
-		ms(Median(column(plug, func(p pluginTimes) time.Duration { return p.create }))),
-		ms(Median(column(plug, func(p pluginTimes) time.Duration { return p.start }))), ratio(mc, mr))
+	med := bootMedians(raw, plug, lv)
+	median := func(xs []pluginTimes, f func(pluginTimes) time.Duration) time.Duration { return Median(column(xs, f)) }
+	fromStart := func(p pluginTimes) time.Duration { return p.fromStart }
+	create := func(p pluginTimes) time.Duration { return p.create }
+	start := func(p pluginTimes) time.Duration { return p.start }
+	cells := []string{"median", "", secs(med.Raw), secs(med.QMP), secs(median(plug, fromStart)),
+		ms(median(plug, create)), ms(median(plug, start)), ratio(med.QMP, med.Raw)}
+	if b.lv != nil {
+		cells = append(cells, secs(med.Libvirt), secs(median(lv, fromStart)), ms(median(lv, create)), ms(median(lv, start)),
+			ratio(med.Libvirt, med.Raw), ratio(med.Libvirt, med.QMP))
+	}
+	tab.row(cells...)
 	fmt.Fprintf(b.out, "\nthe plugin's QEMU ran exactly the command line above (its /proc/PID/cmdline) in %d of %d runs\n", same, b.cfg.Runs)
-	return raw, plug, nil
+	if b.lv != nil {
+		fmt.Fprintf(b.out, "the libvirt plugin's QEMU (libvirtd's domain of the same spec) ran, in its first boot:\n    %s\n", strings.Join(b.lv.cmdline, " "))
+	}
+	return raw, plug, lv, nil
 }
 
 func column[T any](xs []T, f func(T) time.Duration) []time.Duration {
@@ -325,7 +393,7 @@ func column[T any](xs []T, f func(T) time.Duration) []time.Duration {
 
 func ms(d time.Duration) string { return fmt.Sprintf("%d ms", d.Milliseconds()) }
 
-func ratio(a, b time.Duration) string { return fmt.Sprintf("%.3f", a.Seconds()/b.Seconds()) }
+func ratio(a, b time.Duration) string { return fmtRatio(Ratio(a, b)) }
 
 // prepare gives slot s a new overlay over the guest's disk and removes what a previous run left
 // in its run directory.
@@ -445,7 +513,7 @@ func (b *bencher) pluginBoot(ctx context.Context, s slot, spec *domainv1.DomainS
 	if _, err := b.hv.Create(ctx, spec); err != nil {
 		return pluginTimes{}, false, fmt.Errorf("plugin: create: %w", err)
 	}
-	b.track(s.id)
+	b.track(b.hv, s.id)
 	t1 := time.Now()
 	if err := b.hv.Start(ctx, s.id); err != nil {
 		return pluginTimes{}, false, fmt.Errorf("plugin: start: %w", err)
@@ -488,28 +556,34 @@ func procCmdline(pid int) ([]string, error) {
 	return strings.Split(strings.TrimSuffix(string(raw), "\x00"), "\x00"), nil
 }
 
-func (b *bencher) track(id string) {
+func (b *bencher) track(hv driver.Hypervisor, id string) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	b.live[id] = true
+	b.live[id] = hv
 }
 
-// remove kills and deletes a plugin VM.
+// remove kills and deletes a plugin VM, then stops its launcher if it has one.
 func (b *bencher) remove(id string) {
 	b.mu.Lock()
-	live := b.live[id]
+	hv := b.live[id]
+	l := b.launchers[id]
 	delete(b.live, id)
+	delete(b.launchers, id)
 	b.mu.Unlock()
-	if !live {
-		return
+	if hv != nil {
+		ctx, cancel := context.WithTimeout(context.Background(), cleanupTimeout)
+		if err := hv.Kill(ctx, id); err != nil {
+			fmt.Fprintf(b.out, "warning: kill VM %s: %v\n", id, err)
+		}
+		if err := hv.Delete(ctx, id); err != nil {
+			fmt.Fprintf(b.out, "warning: delete VM %s: %v\n", id, err)
+		}
+		cancel()
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), cleanupTimeout)
-	defer cancel()
-	if err := b.hv.Kill(ctx, id); err != nil {
-		fmt.Fprintf(b.out, "warning: kill VM %s: %v\n", id, err)
-	}
-	if err := b.hv.Delete(ctx, id); err != nil {
-		fmt.Fprintf(b.out, "warning: delete VM %s: %v\n", id, err)
+	if l != nil {
+		if err := l.stop(); err != nil {
+			fmt.Fprintf(b.out, "warning: launcher of VM %s: %v\n", id, err)
+		}
 	}
 }
 
@@ -517,9 +591,14 @@ func (b *bencher) remove(id string) {
 // process ends.
 func (b *bencher) cleanup() {
 	b.mu.Lock()
-	ids := make([]string, 0, len(b.live))
+	ids := make([]string, 0, len(b.live)+len(b.launchers))
 	for id := range b.live {
 		ids = append(ids, id)
+	}
+	for id := range b.launchers {
+		if b.live[id] == nil {
+			ids = append(ids, id)
+		}
 	}
 	b.mu.Unlock()
 	var wg sync.WaitGroup
@@ -530,10 +609,10 @@ func (b *bencher) cleanup() {
 }
 
 // summary prints the closing lines.
-func (b *bencher) summary(raw []time.Duration, plug []pluginTimes, rss []rssRow) {
-	mr := Median(raw)
-	mc := Median(column(plug, func(p pluginTimes) time.Duration { return p.fromCreate }))
-	ratio := mc.Seconds() / mr.Seconds()
+func (b *bencher) summary(raw []time.Duration, plug, lv []pluginTimes, rss []rssRow, lvRows []lvRow) {
+	med := bootMedians(raw, plug, lv)
+	mr, mc := med.Raw, med.QMP
+	ratio := Ratio(mc, mr)
 	verdict := "met"
 	if ratio > Aim {
 		verdict = "NOT met"
@@ -543,5 +622,17 @@ func (b *bencher) summary(raw []time.Duration, plug []pluginTimes, rss []rssRow)
 		r := rss[i]
 		fmt.Fprintf(b.out, "driver RSS with %d running VM(s): %s, %s per running VM\n", r.vms, mib(float64(r.driver)), mib(float64(r.driver)/float64(r.vms)))
 	}
+	for _, r := range lvRows {
+		rs, ps := r.per(byRSS), r.per(byPSS)
+		fmt.Fprintf(b.out, "libvirt with %d running VM(s), per running VM beyond QEMU: %s RSS, %s PSS (driver share, libvirtd and what else it started)\n",
+			r.vms, mib(rs.beyond), mib(ps.beyond))
+	}
 	fmt.Fprintf(b.out, "boot-to-marker median: raw %s, plugin %s, ratio %.3f (aim ≤ %.2f: %s)\n", secs(mr), secs(mc), ratio, Aim, verdict)
+	if len(lv) > 0 {
+		fmt.Fprintf(b.out, "boot-to-marker median, libvirt plugin: %s;", secs(med.Libvirt))
+		for _, r := range med.Ratios() {
+			fmt.Fprintf(b.out, " %s %s", r.Name, fmtRatio(r.Value))
+		}
+		fmt.Fprintln(b.out)
+	}
 }

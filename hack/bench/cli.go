@@ -27,11 +27,13 @@ const (
 const usage = `usage: kubevisor-bench boot|memory|controlplane|e2e|console-latency|start [flags]
 
 boot times the test guest (make guest) from start to its console marker, with raw
-qemu-system-x86_64 running the command line the qmp driver builds (less -S), and with the same
+qemu-system-x86_64 running the command line the qmp driver builds (less -S), with the same
 VM through the qmp driver plugin (bin/kubevisor-driver-qmp, started by the Kubevisor plugin
-host); it prints each run, the medians and their ratio. Then it boots VMs through the plugin
-(--vms) and prints the driver process's RSS per running VM. "kubevisor-bench boot -h" lists
-its flags.
+host) and, with --driver libvirt=PATH, through the libvirt driver plugin (a libvirtd per VM,
+started through a kubevisor-launcher); it prints each run, the medians and their ratios. Then
+it boots VMs through each plugin (--vms) and prints the drivers' memory per running VM beyond
+QEMU (libvirt's per-VM daemon counted), by RSS and PSS. "kubevisor-bench boot -h" lists its
+flags.
 
 memory boots 1, 5 and 10 VMs of the test guest through a node handler and the qmp, cni and
 local driver plugins, each in a sandbox of its own (a network namespace and a
@@ -75,8 +77,12 @@ const bootUsage = `usage: kubevisor-bench boot [flags]
 Times the test guest from start to KUBEVISOR-GUEST-READY on its serial console: raw
 qemu-system-x86_64 (timed from exec) against the same VM through the qmp driver plugin (timed
 from just before Create, and from just before Start, to the marker on the driver's Console
-stream), alternating, and prints every run, the medians and the ratio plugin/raw. Then boots
---vms VMs through the plugin and prints the driver process's RSS per running VM.
+stream) and, with --driver libvirt=PATH, through the libvirt driver plugin (timed the same way;
+a kubevisor-launcher is started for each VM first, untimed, and the driver starts the VM's
+libvirtd through it as user nobody), the order rotating, and prints every run, the medians and
+the ratios qmp/raw, libvirt/raw and libvirt/qmp. Then boots --vms VMs through each plugin and
+prints the qmp driver's RSS per running VM, and the libvirt driver's, its daemons', launchers'
+and QEMUs' RSS and PSS, and both drivers' memory per running VM beyond QEMU.
 
 Flags:
 `
@@ -136,7 +142,9 @@ func newBootFlags(cfg *BootConfig, stderr io.Writer) *flag.FlagSet {
 	}
 	cfg.VMs = DefaultVMs
 	fs.StringVar(&cfg.GuestDir, "guest-dir", "_output/guest", "`directory` of the test guest, as make guest builds it")
-	fs.StringVar(&cfg.Driver, "driver", "bin/kubevisor-driver-qmp", "qmp hypervisor driver plugin `binary`")
+	cfg.Driver = "bin/kubevisor-driver-qmp"
+	fs.Var(&driversFlag{cfg: cfg}, "driver", "hypervisor driver plugin `NAME=PATH`, once per driver: qmp=PATH (a bare PATH is qmp's; default bin/kubevisor-driver-qmp) and libvirt=PATH (adds the libvirt arm)")
+	fs.StringVar(&cfg.Launcher, "launcher", "", "kubevisor-launcher `binary` the libvirt arm starts per VM (default: $KUBEVISOR_LAUNCHER, next to this program, or on PATH)")
 	fs.StringVar(&cfg.QEMU, "qemu", "", "qemu-system-x86_64 `binary` of the raw runs (default: from PATH, as the driver finds it)")
 	fs.StringVar(&cfg.QemuImg, "qemu-img", "qemu-img", "qemu-img `binary`, which makes the overlay disks")
 	fs.IntVar(&cfg.Runs, "runs", DefaultRuns, "measured pairs of a raw and a plugin boot")

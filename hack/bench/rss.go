@@ -2,7 +2,6 @@ package bench
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"os"
 	"time"
@@ -13,38 +12,23 @@ type rssRow struct {
 	vms     int
 	driver  uint64 // the driver process's VmRSS, bytes (median of rssSamples readings)
 	qemuAvg uint64 // the VMs' QEMU processes' mean VmRSS, bytes
+	// driverMem and qemuMem are the same readings with PSS and anonymous memory: the driver's
+	// medians, the QEMUs' mean.
+	driverMem, qemuMem MemUsage
 }
 
-// readRSS returns the VmRSS of a process in bytes.
-func readRSS(pid int) (uint64, error) {
-	raw, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
-	if err != nil {
-		return 0, err
-	}
-	n, err := ParseVmRSS(raw)
-	if err != nil {
-		return 0, fmt.Errorf("/proc/%d/status: %w", pid, err)
-	}
-	return n, nil
-}
-
-// driverRSS reads the driver's RSS rssSamples times, rssInterval apart, and returns the median.
-func (b *bencher) driverRSS(ctx context.Context) (uint64, error) {
-	pid := b.host.Status(driverName).Pid
+// driverMem reads the memory of driver name's plugin process rssSamples times, rssInterval
+// apart, and returns the medians.
+func (b *bencher) driverMem(ctx context.Context, name string) (MemUsage, error) {
+	pid := b.host.Status(name).Pid
 	if pid <= 0 {
-		return 0, errors.New("the driver's plugin process is not running")
+		return MemUsage{}, fmt.Errorf("the %s driver's plugin process is not running", name)
 	}
-	n, err := medianRSS(ctx, pid)
-	if err != nil {
-		return 0, fmt.Errorf("driver RSS: %w", err)
-	}
-	return n, nil
-}
-
-// medianRSS reads a process's RSS rssSamples times, rssInterval apart, and returns the median.
-func medianRSS(ctx context.Context, pid int) (uint64, error) {
 	m, err := medianMem(ctx, pid)
-	return m.RSS, err
+	if err != nil {
+		return MemUsage{}, fmt.Errorf("%s driver memory: %w", name, err)
+	}
+	return m, nil
 }
 
 // readMem reads a process's /proc/PID/smaps_rollup.
@@ -89,11 +73,12 @@ func (b *bencher) rss(ctx context.Context) ([]rssRow, error) {
 	}
 	fmt.Fprintf(b.out, "\ndriver memory: VMs booted through the plugin at once, read %s after the last reached %s (console streams closed), median of %d readings of VmRSS\n",
 		rssSettle, b.guest.ReadyMarker, rssSamples)
-	idle, err := b.driverRSS(ctx)
+	idleMem, err := b.driverMem(ctx, driverName)
 	if err != nil {
 		return nil, err
 	}
-	rows := []rssRow{{vms: 0, driver: idle}}
+	idle := idleMem.RSS
+	rows := []rssRow{{vms: 0, driver: idle, driverMem: idleMem}}
 	for _, n := range b.cfg.VMs {
 		row, err := b.rssWith(ctx, n)
 		if err != nil {
@@ -148,7 +133,7 @@ func (b *bencher) rssWith(ctx context.Context, n int) (rssRow, error) {
 		if _, err := b.hv.Create(bctx, spec); err != nil {
 			return rssRow{}, fmt.Errorf("create VM %d of %d: %w", i+1, n, err)
 		}
-		b.track(s.id)
+		b.track(b.hv, s.id)
 		if err := b.hv.Start(bctx, s.id); err != nil {
 			return rssRow{}, fmt.Errorf("start VM %d of %d: %w", i+1, n, err)
 		}
@@ -172,22 +157,24 @@ func (b *bencher) rssWith(ctx context.Context, n int) (rssRow, error) {
 	}
 	row := rssRow{vms: n}
 	var err error
-	if row.driver, err = b.driverRSS(ctx); err != nil {
+	if row.driverMem, err = b.driverMem(ctx, driverName); err != nil {
 		return rssRow{}, err
 	}
-	var total uint64
+	row.driver = row.driverMem.RSS
+	var total MemUsage
 	for _, s := range slots {
 		st, err := b.hv.Status(ctx, s.id)
 		if err != nil {
 			return rssRow{}, fmt.Errorf("status of %s: %w", s.id, err)
 		}
-		q, err := readRSS(int(st.GetPid()))
+		q, err := readMem(int(st.GetPid()))
 		if err != nil {
-			return rssRow{}, fmt.Errorf("QEMU RSS of %s: %w", s.id, err)
+			return rssRow{}, fmt.Errorf("QEMU memory of %s: %w", s.id, err)
 		}
-		total += q
+		total = total.Add(q)
 	}
-	row.qemuAvg = total / uint64(n)
+	row.qemuMem = MemUsage{RSS: total.RSS / uint64(n), PSS: total.PSS / uint64(n), Anon: total.Anon / uint64(n)}
+	row.qemuAvg = row.qemuMem.RSS
 	fmt.Fprintf(b.out, "  %d VM(s) running (all booted in %s)\n", n, secs(booted))
 	return row, nil
 }
