@@ -42,8 +42,9 @@
 //     sound, TPM, persistent state, launch security, chassis, CPU features, pinning and NUMA,
 //     huge pages, start paused, BIOS serial output, disk I/O options, lun, NIC descriptors
 //     and multi-queue; no guest agent, soft reboot, display stream or migration yet.
-//   - QEMU outlives a daemon that dies (libvirt daemonizes it): the driver then reports the VM
-//     crashed without killing that QEMU; the launcher's end (its pod's) ends it.
+//   - QEMU outlives a daemon that dies (libvirt daemonizes it), but nothing could manage it: the
+//     driver reports the VM crashed (ProcessExited, the daemon's last log lines) and kills that
+//     QEMU (checked to be the daemon's by its command line).
 //   - The accelerator probe is the qmp driver's (the same QEMU): KVM where a test guest runs
 //     under it, otherwise TCG, said in the fingerprint.
 package libvirt

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/hashicorp/go-hclog"
+	"golang.org/x/sys/unix"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
@@ -243,4 +244,104 @@ func TestLongRunDir(t *testing.T) {
 	out := &consoleBuf{}
 	go func() { _ = d.Console(ctx, "lv-long", nil, out) }()
 	waitFor(t, "the boot sector's marker", time.Minute, func() bool { return out.count(qmp.BootSectorMarker) >= 1 })
+}
+
+// bootSpec is a VM of the echo boot sector with its files in dir.
+func bootSpec(t *testing.T, id, dir string) *domainv1.DomainSpec {
+	t.Helper()
+	return &domainv1.DomainSpec{
+		Id: id, Name: "test/" + id, Memory: &domainv1.Memory{GuestBytes: 64 << 20},
+		Disks:  []*domainv1.Disk{{Name: "boot", Path: bootDisk(t, dir), ReadOnly: true, BootOrder: 1}},
+		RunDir: filepath.Join(dir, "run"),
+	}
+}
+
+// TestDaemonDies kills one VM's libvirtd: that VM ends CRASHED, ProcessExited, with the daemon
+// named, and its QEMU, which nothing could manage any more, is gone; the other VM, on a daemon
+// of its own, runs on and still answers.
+func TestDaemonDies(t *testing.T) {
+	requireLibvirt(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	d := newTestDriver(t)
+	for _, id := range []string{"lv-a", "lv-b"} {
+		if _, err := d.Create(ctx, bootSpec(t, id, reachableDir(t))); err != nil {
+			t.Fatal(err)
+		}
+		if err := d.Start(ctx, id); err != nil {
+			t.Fatal(err)
+		}
+	}
+	a, _ := d.Status(ctx, "lv-a")
+	b, _ := d.Status(ctx, "lv-b")
+	d.mu.Lock()
+	daemonA := d.vms["lv-a"].rec.DaemonPID
+	d.mu.Unlock()
+	if err := unix.Kill(daemonA, unix.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "lv-a crashed", time.Minute, func() bool {
+		st, _ := d.Status(ctx, "lv-a")
+		return st.GetState() == hypervisorv1.State_STATE_CRASHED
+	})
+	st, _ := d.Status(ctx, "lv-a")
+	if st.GetReason() != "ProcessExited" || !strings.Contains(st.GetMessage(), "libvirtd went away") {
+		t.Errorf("lv-a: reason %q, message %q; want ProcessExited naming libvirtd", st.GetReason(), st.GetMessage())
+	}
+	waitFor(t, "lv-a's QEMU gone", 10*time.Second, func() bool { return !processAlive(int(a.GetPid())) })
+	if st, _ := d.Status(ctx, "lv-b"); st.GetState() != hypervisorv1.State_STATE_RUNNING || st.GetPid() != b.GetPid() || !processAlive(int(b.GetPid())) {
+		t.Fatalf("lv-b after lv-a's daemon died: %v (pid before %d)", st, b.GetPid())
+	}
+	// lv-b's daemon still serves it: a reset goes through and the guest boots again.
+	out := &consoleBuf{}
+	go func() { _ = d.Console(ctx, "lv-b", nil, out) }()
+	if err := d.Reboot(ctx, "lv-b"); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "lv-b's marker after its reset", time.Minute, func() bool { return out.count(qmp.BootSectorMarker) >= 1 })
+	if err := d.Delete(ctx, "lv-a"); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestDaemonFailsToStart: a libvirtd that exits at once fails Start with an error naming the
+// daemon, leaves the VM startable and deletable, and no daemon directory behind after Delete.
+func TestDaemonFailsToStart(t *testing.T) {
+	requireLibvirt(t)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	d := New(WithLogger(testLogger()))
+	if err := d.Configure(ctx, &basev1.ConfigureRequest{StateDir: t.TempDir(), Config: []byte(`{"libvirtd": "/bin/false"}`)}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { killAll(d) })
+	dir := reachableDir(t)
+	if _, err := d.Create(ctx, bootSpec(t, "lv-nodaemon", dir)); err != nil {
+		t.Fatal(err)
+	}
+	err := d.Start(ctx, "lv-nodaemon")
+	if err == nil || !strings.Contains(err.Error(), "libvirtd") {
+		t.Fatalf("Start with a libvirtd that exits = %v, want an error naming libvirtd", err)
+	}
+	if st, _ := d.Status(ctx, "lv-nodaemon"); active(st.GetState()) {
+		t.Errorf("state after the failed start: %v", st.GetState())
+	}
+	if err := d.Delete(ctx, "lv-nodaemon"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(filepath.Join(dir, "run", daemonDir)); !os.IsNotExist(err) {
+		t.Errorf("the daemon's directory is left after Delete: %v", err)
+	}
+}
+
+func processAlive(pid int) bool {
+	if pid <= 0 {
+		return false
+	}
+	raw, err := os.ReadFile(filepath.Join("/proc", itoa(pid), "stat"))
+	if err != nil {
+		return false
+	}
+	i := strings.LastIndexByte(string(raw), ')')
+	return i < 0 || i+2 >= len(raw) || raw[i+2] != 'Z'
 }

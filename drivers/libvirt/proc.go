@@ -65,6 +65,21 @@ func isDaemonOf(pid int, dm daemon) bool {
 	return bytes.Contains(env, []byte("\x00XDG_RUNTIME_DIR="+filepath.Join(dm.dir, "r")+"\x00"))
 }
 
+// isQEMUOf reports whether pid is a live QEMU that dm's daemon started: its command line names
+// the daemon's directory (its monitor socket is there).
+func isQEMUOf(pid int, dm daemon) bool {
+	cmdline, err := os.ReadFile(filepath.Join("/proc", strconv.Itoa(pid), "cmdline"))
+	return err == nil && bytes.Contains(cmdline, []byte("qemu")) && bytes.Contains(cmdline, []byte(dm.dir+"/"))
+}
+
+// killQEMUOf kills pid with SIGKILL if it is a QEMU of dm's daemon, and reports whether it did.
+func killQEMUOf(pid int, dm daemon) bool {
+	if pid <= 0 || !isQEMUOf(pid, dm) {
+		return false
+	}
+	return unix.Kill(pid, unix.SIGKILL) == nil
+}
+
 // readPIDFile returns the pid in a pidfile, or 0.
 func readPIDFile(path string) int {
 	raw, err := os.ReadFile(path)

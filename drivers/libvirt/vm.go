@@ -474,8 +474,9 @@ func (d *Driver) watch(v *vm, conn *golibvirt.Connect) error {
 		_ = conn.DomainEventDeregister(life)
 		return err
 	}
-	if err := conn.RegisterCloseCallback(func(c *golibvirt.Connect, reason golibvirt.ConnectCloseReason) {
-		d.daemonLost(v, c, reason)
+	// The callback's Connect is a wrapper of its own: v's connection is known by conn.
+	if err := conn.RegisterCloseCallback(func(_ *golibvirt.Connect, reason golibvirt.ConnectCloseReason) {
+		d.daemonLost(v, conn, reason)
 	}); err != nil {
 		_ = conn.DomainEventDeregister(life)
 		_ = conn.DomainEventDeregister(reboot)
@@ -581,6 +582,11 @@ func (d *Driver) daemonLost(v *vm, conn *golibvirt.Connect, reason golibvirt.Con
 	v.rec.DaemonPID = 0
 	if active(v.state) {
 		v.message = fmt.Sprintf("the VM's libvirtd went away (close reason %d): %s", reason, tailLog(v.dmn.logPath(), max(fileSize(v.dmn.logPath())-logTail, 0)))
+		// Its QEMU may outlive it (libvirt daemonizes QEMU), with nothing left to manage it: a
+		// guest the VM's owner is told has crashed must not run on.
+		if killQEMUOf(v.pid, v.dmn) {
+			v.message += fmt.Sprintf("; its QEMU (pid %d), which nothing manages without the daemon, was killed", v.pid)
+		}
 		d.endRunLocked(v, hypervisorv1.EventType_EVENT_TYPE_CRASHED, hypervisorv1.State_STATE_CRASHED, driver.ReasonProcessExited)
 	}
 	d.persistLocked(v)
