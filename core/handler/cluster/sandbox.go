@@ -62,6 +62,19 @@ func (s *podSandbox) Open(ctx context.Context) (handler.SandboxSpec, error) {
 	if pid <= 0 {
 		return handler.SandboxSpec{}, fmt.Errorf("launcher at %s: its pid is not visible from the handler (the handler needs the host's pid namespace)", socket)
 	}
+	// The devices of the VMI's gpus[] and hostDevices[] the kubelet allocated to the pod (the
+	// device driver's Allocate turns them into the domain's host devices), asked before
+	// anything is mounted, so that a failure leaves nothing behind.
+	var devices map[string][]string
+	if len(vmiDeviceResources(s.vmi)) > 0 {
+		pod, err := s.a.launcherPod(ctx, s.vmi)
+		if err != nil {
+			return handler.SandboxSpec{}, err
+		}
+		if devices, err = podDevices(ctx, cfg.PodResourcesSocket, s.vmi, pod); err != nil {
+			return handler.SandboxSpec{}, fmt.Errorf("launcher pod's devices: %w", err)
+		}
+	}
 	if err := s.a.disks.MountAll(ctx, s.vmi); err != nil {
 		return handler.SandboxSpec{}, err
 	}
@@ -73,18 +86,6 @@ func (s *podSandbox) Open(ctx context.Context) (handler.SandboxSpec, error) {
 	cpus, err := procfs.Affinity(pid)
 	if err != nil {
 		return handler.SandboxSpec{}, fmt.Errorf("launcher at %s: its CPUs: %w", socket, err)
-	}
-	// The devices of the VMI's gpus[] and hostDevices[] the kubelet allocated to the pod: the
-	// device driver's Allocate turns them into the domain's host devices.
-	var devices map[string][]string
-	if len(vmiDeviceResources(s.vmi)) > 0 {
-		pod, err := s.a.launcherPod(ctx, s.vmi)
-		if err != nil {
-			return handler.SandboxSpec{}, err
-		}
-		if devices, err = podDevices(ctx, cfg.PodResourcesSocket, s.vmi, pod); err != nil {
-			return handler.SandboxSpec{}, fmt.Errorf("launcher pod's devices: %w", err)
-		}
 	}
 	return handler.SandboxSpec{
 		Devices: devices,
