@@ -66,17 +66,38 @@ func (f *Framework) vmiColumns(ctx context.Context, name string, columns ...stri
 	GinkgoHelper()
 	out, err := f.Kubectl(ctx, "", "get", "vmi", name, "-o", "wide")
 	Expect(err).NotTo(HaveOccurred())
-	lines := strings.Split(strings.TrimSpace(out), "\n")
+	lines := strings.Split(strings.TrimRight(out, "\n"), "\n")
 	Expect(lines).To(HaveLen(2), "kubectl get vmi %s -o wide:\n%s", name, out)
-	header, row := strings.Fields(lines[0]), strings.Fields(lines[1])
-	Expect(row).To(HaveLen(len(header)), "kubectl get vmi %s -o wide (an empty column?):\n%s", name, out)
+	got, err := tableColumns(lines[0], lines[1], columns...)
+	Expect(err).NotTo(HaveOccurred(), "kubectl get vmi %s -o wide:\n%s", name, out)
+	return got
+}
+
+// tableColumns are the values of the named columns of a row of kubectl's table output, cut at
+// the header's column starts (a column may be empty: PAUSED of a VMI never paused).
+func tableColumns(header, row string, columns ...string) ([]string, error) {
+	var starts []int
+	for i := range header {
+		if header[i] != ' ' && (i == 0 || header[i-1] == ' ') {
+			starts = append(starts, i)
+		}
+	}
 	var got []string
 	for _, c := range columns {
-		i := slices.Index(header, c)
-		Expect(i).To(BeNumerically(">=", 0), "no column %s in kubectl get vmi -o wide:\n%s", c, out)
-		got = append(got, row[i])
+		k := slices.IndexFunc(starts, func(st int) bool { return strings.Fields(header[st:])[0] == c })
+		if k < 0 {
+			return nil, fmt.Errorf("no column %s", c)
+		}
+		from, to := starts[k], len(row)
+		if k+1 < len(starts) {
+			to = min(starts[k+1], len(row))
+		}
+		if from > len(row) {
+			from = len(row)
+		}
+		got = append(got, strings.TrimSpace(row[from:to]))
 	}
-	return got
+	return got, nil
 }
 
 var _ = Describe("Two HypervisorClasses on one node", Label("Conformance", "TwoClasses"), func() {

@@ -250,3 +250,21 @@ func TestPickTwoClasses(t *testing.T) {
 		})
 	}
 }
+
+func TestTableColumns(t *testing.T) {
+	// As kubectl get vmi -o wide printed it on the local cluster: PAUSED empty.
+	header := "NAME     AGE     PHASE        IP            NODENAME   READY   PAUSED   CLASS     DRIVER"
+	for _, tt := range []struct{ row, class, driver, phase string }{
+		{"first    4s      Running      10.247.0.10   vm         True             qmp       qmp", "qmp", "qmp", "Running"},
+		{"second   1s      Scheduling                            False            libvirt   libvirt", "libvirt", "libvirt", "Scheduling"},
+		{"third    1s      Pending", "", "", "Pending"},
+	} {
+		got, err := tableColumns(header, tt.row, "CLASS", "DRIVER", "PHASE")
+		if err != nil || !slices.Equal(got, []string{tt.class, tt.driver, tt.phase}) {
+			t.Errorf("row %q: %q, %v", tt.row, got, err)
+		}
+	}
+	if _, err := tableColumns(header, "x", "NOPE"); err == nil {
+		t.Error("no error for a missing column")
+	}
+}
