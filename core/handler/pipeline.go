@@ -444,11 +444,35 @@ func (r *syncRun) allocateDevices(ctx context.Context) error {
 		if err != nil {
 			return fmt.Errorf("resource %q: %w", res, err)
 		}
+		names := vmiDeviceNames(r.vmi, res)
 		for i, pci := range resp.GetPciAddresses() {
-			r.hostDevices = append(r.hostDevices, &domainv1.HostDevice{Name: fmt.Sprintf("%s-%d", res, i), PciAddress: pci})
+			name := fmt.Sprintf("%s-%d", res, i)
+			if i < len(names) {
+				name = names[i]
+			}
+			r.hostDevices = append(r.hostDevices, &domainv1.HostDevice{Name: name, PciAddress: pci})
 		}
 	}
 	return nil
+}
+
+// vmiDeviceNames are the names of the VMI's gpus[], then hostDevices[], allocated from the
+// device driver's resource res (deviceName devices.kubevisor.io/<res>), in order: the domain's
+// host devices of that resource take them in the order of the driver's pci_addresses.
+func vmiDeviceNames(vmi *v1alpha1.VirtualMachineInstance, res string) []string {
+	var names []string
+	want := v1alpha1.DeviceResourcePrefix + res
+	for _, g := range vmi.Spec.Domain.Devices.GPUs {
+		if g.DeviceName == want {
+			names = append(names, g.Name)
+		}
+	}
+	for _, h := range vmi.Spec.Domain.Devices.HostDevices {
+		if h.DeviceName == want {
+			names = append(names, h.Name)
+		}
+	}
+	return names
 }
 
 // buildDomain builds the domain spec from the VMI and the drivers' results, and the VM's
