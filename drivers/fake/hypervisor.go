@@ -103,6 +103,9 @@ type vmRecord struct {
 	Message     string    `json:"message,omitempty"`
 	Boots       uint32    `json:"boots"`
 	StartedAt   time.Time `json:"startedAt,omitzero"`
+	// HostDevices are the domain's host devices as name=pci_address, so that tests see what
+	// the host passed through.
+	HostDevices []string `json:"hostDevices,omitempty"`
 }
 
 // vm is one VM with its runtime bookkeeping.
@@ -209,6 +212,9 @@ func (h *Hypervisor) Create(_ context.Context, spec *domainv1.DomainSpec) (*hype
 		VCPUs:       domain.VCPUs(spec),
 		State:       hypervisorv1.State_STATE_CREATED.String(),
 		Reason:      driver.ReasonCreated,
+	}
+	for _, h := range spec.GetHostDevices() {
+		rec.HostDevices = append(rec.HostDevices, h.GetName()+"="+h.GetPciAddress())
 	}
 	state, err := json.Marshal(rec)
 	if err != nil {
