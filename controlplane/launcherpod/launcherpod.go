@@ -540,7 +540,7 @@ func buildResources(vmi *v1alpha1.VirtualMachineInstance, class *v1alpha1.Hyperv
 		devs = append(devs, struct{ field, name string }{fmt.Sprintf("spec.domain.devices.hostDevices[%d].deviceName", i), h.DeviceName})
 	}
 	for _, d := range devs {
-		if err := extendedResourceName(d.name); err != nil {
+		if err := v1alpha1.CheckDeviceName(d.name); err != nil {
 			return corev1.ResourceRequirements{}, fmt.Errorf("%s %q: %w", d.field, d.name, err)
 		}
 		add(req, corev1.ResourceName(d.name), resource.MustParse("1"))
@@ -551,19 +551,6 @@ func buildResources(vmi *v1alpha1.VirtualMachineInstance, class *v1alpha1.Hyperv
 		req[v1alpha1.SEVDeviceResource], lim[v1alpha1.SEVDeviceResource] = resource.MustParse("1"), resource.MustParse("1")
 	}
 	return corev1.ResourceRequirements{Requests: req, Limits: lim}, nil
-}
-
-// extendedResourceName says why name cannot be an extended resource a device plugin offers:
-// it needs a domain ("devices.kubevisor.io/gpu", "nvidia.com/GA102"), not kubernetes.io's.
-func extendedResourceName(name string) error {
-	domain, n, ok := strings.Cut(name, "/")
-	switch {
-	case !ok || domain == "" || n == "" || strings.Contains(n, "/"):
-		return fmt.Errorf("not an extended resource name <domain>/<name>")
-	case domain == "kubernetes.io" || strings.HasSuffix(domain, ".kubernetes.io") || strings.HasPrefix(name, "requests."):
-		return fmt.Errorf("not an extended resource: %s belongs to Kubernetes", domain)
-	}
-	return nil
 }
 
 // beyond is what q exceeds base by, or zero.

@@ -91,6 +91,7 @@ func Validate(spec *v1alpha1.VirtualMachineInstanceSpec, path *field.Path) field
 	v.disks()
 	v.networks()
 	v.interfaces()
+	v.hostDevices()
 	v.scheduling()
 	v.probes()
 	v.dns()
@@ -110,6 +111,28 @@ type validator struct {
 }
 
 func (v *validator) add(err *field.Error) { v.errs = append(v.errs, err) }
+
+// hostDevices checks gpus[] and hostDevices[]: names unique among both, and each deviceName an
+// extended resource a device plugin can offer (v1alpha1.CheckDeviceName).
+func (v *validator) hostDevices() {
+	dp := v.domainPath().Child("devices")
+	seen := map[string]bool{}
+	check := func(p *field.Path, name, deviceName string) {
+		if seen[name] {
+			v.add(field.Duplicate(p.Child("name"), name))
+		}
+		seen[name] = true
+		if err := v1alpha1.CheckDeviceName(deviceName); err != nil {
+			v.add(field.Invalid(p.Child("deviceName"), deviceName, err.Error()))
+		}
+	}
+	for i, g := range v.spec.Domain.Devices.GPUs {
+		check(dp.Child("gpus").Index(i), g.Name, g.DeviceName)
+	}
+	for i, h := range v.spec.Domain.Devices.HostDevices {
+		check(dp.Child("hostDevices").Index(i), h.Name, h.DeviceName)
+	}
+}
 
 func (v *validator) domainPath() *field.Path { return v.path.Child("domain") }
 

@@ -122,6 +122,19 @@ func TestValidate(t *testing.T) {
 		}},
 
 		// Disks and volumes.
+		{name: "gpus and host devices", change: func(s *v1alpha1.VirtualMachineInstanceSpec) {
+			s.Domain.Devices.GPUs = []v1alpha1.GPU{{Name: "g", DeviceName: "devices.kubevisor.io/gpu"}}
+			s.Domain.Devices.HostDevices = []v1alpha1.HostDevice{{Name: "h", DeviceName: "nvidia.com/GA102"}}
+		}},
+		{name: "host device deviceName not an extended resource", field: "spec.domain.devices.hostDevices[0].deviceName", detail: "not an extended resource name",
+			change: func(s *v1alpha1.VirtualMachineInstanceSpec) {
+				s.Domain.Devices.HostDevices = []v1alpha1.HostDevice{{Name: "h", DeviceName: "gpu"}}
+			}},
+		{name: "gpu and host device of one name", field: "spec.domain.devices.hostDevices[0].name", detail: "Duplicate value",
+			change: func(s *v1alpha1.VirtualMachineInstanceSpec) {
+				s.Domain.Devices.GPUs = []v1alpha1.GPU{{Name: "x", DeviceName: "devices.kubevisor.io/gpu"}}
+				s.Domain.Devices.HostDevices = []v1alpha1.HostDevice{{Name: "x", DeviceName: "devices.kubevisor.io/nic"}}
+			}},
 		{name: "disk without volume", field: "spec.domain.devices.disks[1].name", detail: "Not found",
 			change: func(s *v1alpha1.VirtualMachineInstanceSpec) {
 				s.Domain.Devices.Disks = append(s.Domain.Devices.Disks, v1alpha1.Disk{Name: "data"})
