@@ -188,7 +188,7 @@ local-cluster: $(CLUSTER_DEPS)
 	@hack/cluster/ready.sh || $(MAKE) --no-print-directory up
 
 .PHONY: e2e
-e2e: deps-runtime deps-tools deps-qemu $(E2E_CLUSTER) ## Cluster conformance suite (conformance/e2e, Ginkgo) against E2E_KUBECONFIG (default: the local cluster, brought up when not running); JUnit report in _output/e2e-junit.xml.
+e2e: deps-runtime deps-tools deps-qemu deps-libvirt $(E2E_CLUSTER) ## Cluster conformance suite (conformance/e2e, Ginkgo) against E2E_KUBECONFIG (default: the local cluster, brought up when not running); JUnit report in _output/e2e-junit.xml.
 	@mkdir -p $(BIN) $(OUT)/images
 	CGO_ENABLED=0 $(GO) build -o $(BIN)/e2e-httpget ./conformance/e2e/httpget
 	$(GO) build -o $(BIN)/vmctl ./cmd/vmctl
@@ -204,10 +204,11 @@ e2e-driver-images: deps-runtime deps-tools deps-qemu local-cluster ## Local clus
 	$(GO) build -o $(BIN)/vmctl ./cmd/vmctl
 	DRIVERS=$(DRIVERS) GO=$(GO) hack/e2e-driver-images.sh
 
-# deps-qemu: the pause image comes from hack/images, which also copies the host's QEMU into the
-# launcher image (make verify counts what a program may call, not what one run of it calls).
+# deps-qemu, deps-libvirt: the pause image comes from hack/images, which also copies the host's
+# QEMU and libvirtd into the launcher image (make verify counts what a program may call, not
+# what one run of it calls).
 .PHONY: test-deviceplugins-kubelet
-test-deviceplugins-kubelet: deps-runtime deps-net deps-qemu k8s-bins ## Device plugins against a real kubelet and containerd in a private sandbox: registration, kubelet restart, an unprivileged pod with kvm/tun (root).
+test-deviceplugins-kubelet: deps-runtime deps-net deps-qemu deps-libvirt k8s-bins ## Device plugins against a real kubelet and containerd in a private sandbox: registration, kubelet restart, an unprivileged pod with kvm/tun (root).
 	@test -s $(OUT)/images/pause.tar || $(GO) run ./hack/images --out $(OUT)/images pause
 	deviceplugins/testdata/kubelet-sandbox.sh
 
