@@ -73,10 +73,11 @@ install "qmp,cni,hostdev,examples/hostpath-storage/deploy"
 spec Storage "E2E_HOSTPATH_DISK=${DISK_DIR}/disk.raw"
 
 # The same driver with a manifest whose digest is not its binary's.
-"${GO}" run ./hack/images -out "${OUT}/images" -repo kubevisor-examples -name hostpath-storage-badsum \
+# (in the temporary directory, not _output/images: make images imports every tarball there)
+"${GO}" run ./hack/images -out "${work}" -repo kubevisor-examples -name hostpath-storage-badsum \
   -driver-bin "${OUT}/examples/hostpath-storage" -driver-kind storage -driver-name hostpath \
   -driver-sha256 "$(printf '0%.0s' {1..64})" driver
-hack/cluster/load-images.sh "${OUT}/images/hostpath-storage-badsum.tar"
+hack/cluster/load-images.sh "${work}/hostpath-storage-badsum.tar"
 cp -r examples/hostpath-storage/deploy "${work}/hostpath-badsum"
 sed -i 's#kubevisor-examples/hostpath-storage:dev#kubevisor-examples/hostpath-storage-badsum:dev#' "${work}/hostpath-badsum/initcontainer.yaml"
 grep -q hostpath-storage-badsum "${work}/hostpath-badsum/initcontainer.yaml" || die "could not point the component at the bad image"
