@@ -38,10 +38,27 @@
 // # Limits
 //
 //   - The domain spec's fields this driver does not implement are refused at Create with their
-//     field path (BuildDomain), and left out of Capabilities: features, clock, inputs, watchdog,
-//     sound, TPM, persistent state, launch security, chassis, CPU features, pinning and NUMA,
-//     huge pages, start paused, BIOS serial output, disk I/O options, lun, NIC descriptors
-//     and multi-queue; no guest agent, soft reboot, display stream or migration yet.
+//     field path (BuildDomain), and left out of Capabilities: launch security, NUMA, huge
+//     pages, start paused, BIOS serial output, disk I/O options, lun, NIC descriptors and
+//     multi-queue; no migration yet.
+//   - The guest agent (guestagent.go) is reached through the VM's daemon, which is the agent
+//     channel's one client (virDomainQemuAgentCommand, libvirt-qemu). A soft reboot
+//     (softreboot.go) is libvirt's fake reboot; its pending mark lives in the daemon, so a driver
+//     restarted while one is pending reports the guest's power-off, which the daemon then turns
+//     into a boot.
+//   - cpu.pinning is libvirt's <cputune>, pinned by sched_setaffinity in session mode (no
+//     cgroups). Several vCPUs under TCG rely on QEMU running a thread per vCPU, multi-threaded
+//     TCG, which QEMU 7.2 does by default for an x86-64 guest on an x86-64 host (measured);
+//     libvirt 9.0 cannot ask for it.
+//   - The TPM (tpm.go) is libvirt's emulated one: the node, and the launcher image, need swtpm
+//     and swtpm-tools (swtpm_setup, swtpm_ioctl), or "tpm" is not declared. A persistent TPM's
+//     state is reached through a symlink from the daemon's swtpm directory (libvirt 9.0 has no
+//     element for where it goes). libvirt manufactures a TPM with swtpm_setup (EK and platform
+//     certificates), the qmp driver's swtpm at its first start: the same directory serves both.
+//   - clock.timezone is the zone's offset when the VM starts, a fixed adjustment from UTC (as
+//     the qmp driver's -rtc base): a daylight saving change while it runs does not move it.
+//   - cpu.features without cpu.model name libvirt's default model, qemu64, which libvirt needs
+//     beside features (the qmp driver's default under TCG is max).
 //   - QEMU outlives a daemon that dies (libvirt daemonizes it), but nothing could manage it: the
 //     driver reports the VM crashed (ProcessExited, the daemon's last log lines) and kills that
 //     QEMU (checked to be the daemon's by its command line).

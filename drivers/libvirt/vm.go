@@ -81,6 +81,10 @@ type vm struct {
 	hostOp  string             // the reason of a stop the host asked for (Kill, Shutdown)
 	reset   time.Time          // when the last counted reset was reported
 	changed chan struct{}
+
+	// softReboot: a soft reboot is pending; softRebooting: the guest powered off for it
+	// (softreboot.go).
+	softReboot, softRebooting bool
 }
 
 func (v *vm) signalLocked() {
@@ -150,7 +154,12 @@ func (d *Driver) env(host *qmp.HostInfo, accel qmp.Accel, v *vm) Env {
 	if !exists(ovmf.SecureCode) || !exists(ovmf.SecureVars) {
 		ovmf.SecureCode, ovmf.SecureVars = "", ""
 	}
-	return Env{Accel: accel, Emulator: host.QEMU, OVMF: ovmf, NVRAM: filepath.Join(v.rec.RunDir, "efi-vars.fd"), Serial: v.serialSocket()}
+	env := Env{Accel: accel, Emulator: host.QEMU, OVMF: ovmf, NVRAM: filepath.Join(v.rec.RunDir, "efi-vars.fd"), Serial: v.serialSocket(),
+		AgentSocket: agentSocket(v.rec.RunDir)}
+	if v.spec.GetTpm() != nil {
+		env.SWTPMProblem = d.swtpmProblem(context.Background())
+	}
+	return env
 }
 
 // Create implements driver.Hypervisor: it checks the spec by building its domain XML; it starts
@@ -287,6 +296,9 @@ func (d *Driver) Start(ctx context.Context, id string) error {
 	if err := d.prepareFiles(v); err != nil {
 		return err
 	}
+	if err := d.preparePersistent(v); err != nil {
+		return err
+	}
 	conn, err := d.ensureDaemon(ctx, v)
 	if err != nil {
 		return err
@@ -295,7 +307,7 @@ func (d *Driver) Start(ctx context.Context, id string) error {
 	if err != nil {
 		return status.Errorf(codes.Internal, "domain xml: %v", err)
 	}
-	for _, stale := range []string{v.serialSocket(), v.spec.GetVnc().GetSocketPath()} {
+	for _, stale := range []string{v.serialSocket(), v.spec.GetVnc().GetSocketPath(), agentSocket(v.rec.RunDir)} {
 		if stale != "" {
 			_ = os.Remove(stale)
 		}
@@ -493,6 +505,10 @@ func (d *Driver) lifecycle(v *vm, conn *golibvirt.Connect, ev *golibvirt.DomainE
 	v.mu.Lock()
 	defer v.mu.Unlock()
 	if v.conn != conn {
+		return
+	}
+	if d.softRebootEventLocked(v, ev) {
+		v.signalLocked()
 		return
 	}
 	switch ev.Event {

@@ -5,7 +5,10 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
+	"time"
 
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 	"libvirt.org/go/libvirtxml"
 
 	"github.com/kubevisor/kubevisor/core/domain"
@@ -22,7 +25,9 @@ var (
 	// supportedMachineTypes are the machine types machineRE accepts; libvirt checks a versioned
 	// one against what its QEMU offers when the domain starts.
 	supportedMachineTypes = []string{"q35", "pc", "pc-q35-*", "pc-i440fx-*"}
-	supportedDevices      = []string{driver.DeviceRNG, driver.DeviceBalloon}
+	supportedDevices      = []string{driver.DeviceRNG, driver.DeviceBalloon, driver.DeviceChassis, driver.DeviceFeatures,
+		driver.DeviceClock, driver.DeviceInput, driver.DeviceWatchdog, driver.DeviceSound, driver.DeviceCPUFeatures,
+		driver.DeviceVirtioTransitional, driver.DeviceCPUPinning}
 )
 
 var (
@@ -44,6 +49,12 @@ type Env struct {
 	NVRAM string
 	// Serial is the serial port's socket: the spec's, or the driver's own in the run dir.
 	Serial string
+	// Now is the time the clock's start is worked out at (clock.timezone); nil is time.Now.
+	Now func() time.Time
+	// AgentSocket is the guest agent channel's socket; empty leaves the channel out.
+	AgentSocket string
+	// SWTPMProblem, when set, is why the daemon cannot run an emulated TPM (tpm) on this node.
+	SWTPMProblem string
 }
 
 // BuildDomain maps a driver-neutral domain spec to libvirt's domain XML. It is pure: the same
@@ -62,13 +73,17 @@ func BuildDomain(spec *domainv1.DomainSpec, env Env) (*libvirtxml.Domain, error)
 	if len(b.errs) > 0 {
 		return nil, b.errs
 	}
+	if b.missing != "" {
+		return nil, status.Error(codes.FailedPrecondition, b.missing)
+	}
 	return d, nil
 }
 
 type builder struct {
-	spec *domainv1.DomainSpec
-	env  Env
-	errs domain.ValidationError
+	spec    *domainv1.DomainSpec
+	env     Env
+	errs    domain.ValidationError
+	missing string // a host precondition that does not hold
 }
 
 func (b *builder) fail(field, format string, args ...any) {
@@ -92,7 +107,7 @@ func (b *builder) build() *libvirtxml.Domain {
 	d := &libvirtxml.Domain{
 		Type: typ,
 		Name: DomainName,
-		UUID: s.GetUuid(),
+		UUID: domainUUID(s),
 		Memory: &libvirtxml.DomainMemory{
 			Value: uint(s.GetMemory().GetGuestBytes() >> 10), Unit: "KiB",
 		},
@@ -111,13 +126,27 @@ func (b *builder) build() *libvirtxml.Domain {
 	}
 	b.cpu(d)
 	b.firmware(d)
+	b.features(d)
+	b.clock(d)
+	b.chassis(d)
 	b.disks(d)
 	b.nics(d)
 	b.consoles(d)
 	b.hostDevices(d)
+	usb := b.inputs(d)
+	b.watchdog(d)
+	b.sound(d)
+	b.tpm(d)
+	b.agentChannel(d)
+	b.pinning(d)
+	b.checkPersistentStateDir()
 	dev := d.Devices
 	// libvirt adds a USB controller and a memory balloon unless told not to.
-	dev.Controllers = append(dev.Controllers, libvirtxml.DomainController{Type: "usb", Model: "none"})
+	usbModel := "none"
+	if usb {
+		usbModel = "qemu-xhci"
+	}
+	dev.Controllers = append(dev.Controllers, libvirtxml.DomainController{Type: "usb", Model: usbModel})
 	if s.GetBalloon() != nil {
 		dev.MemBalloon = &libvirtxml.DomainMemBalloon{Model: b.virtioModel()}
 	} else {
@@ -147,18 +176,8 @@ func (b *builder) refuseUnsupported() {
 		set   bool
 		field string
 	}{
-		{s.GetFeatures() != nil, "features"},
-		{s.GetClock() != nil, "clock"},
-		{len(s.GetInputs()) > 0, "inputs"},
-		{s.GetWatchdog() != nil, "watchdog"},
-		{s.GetSound() != nil, "sound"},
 		{s.GetStartPaused(), "startPaused"},
 		{s.GetLaunchSecurity() != nil, "launchSecurity"},
-		{s.GetTpm() != nil, "tpm"},
-		{s.GetPersistentStateDir() != "", "persistentStateDir"},
-		{s.GetChassis() != nil, "chassis"},
-		{len(s.GetCpu().GetFeatures()) > 0, "cpu.features"},
-		{s.GetCpu().GetPinning() != nil, "cpu.pinning"},
 		{len(s.GetCpu().GetNumaCells()) > 0, "cpu.numaCells"},
 		{s.GetMemory().GetHugepages() != nil, "memory.hugepages"},
 		{s.GetFirmware().GetBios().GetUseSerial(), "firmware.bios.useSerial"},
@@ -189,6 +208,7 @@ func (b *builder) cpu(d *libvirtxml.Domain) {
 		cpu.Match = "exact"
 		cpu.Model = &libvirtxml.DomainCPUModel{Value: m, Fallback: "forbid"}
 	}
+	b.cpuFeatures(cpu)
 	d.CPU = cpu
 }
 
@@ -214,7 +234,7 @@ func (b *builder) firmware(d *libvirtxml.Domain) {
 			return
 		}
 		os.Loader = &libvirtxml.DomainLoader{Path: code, Readonly: "yes", Type: "pflash"}
-		os.NVRam = &libvirtxml.DomainNVRam{NVRam: b.env.NVRAM, Template: vars}
+		os.NVRam = &libvirtxml.DomainNVRam{NVRam: b.nvram(), Template: vars}
 		if secure {
 			// Secure Boot's firmware runs its variable store in SMM, which q35 alone offers.
 			os.Loader.Secure = "yes"
