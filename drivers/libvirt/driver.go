@@ -106,13 +106,22 @@ func (d *Driver) Info(context.Context) (*basev1.InfoResponse, error) {
 	return &basev1.InfoResponse{Name: Name, Version: Version, Description: "QEMU through a libvirt daemon per VM (libvirt.org/go/libvirt)"}, nil
 }
 
-// Capabilities implements driver.Driver.
-func (d *Driver) Capabilities(context.Context) (*basev1.Capabilities, error) {
+// Capabilities implements driver.Driver. It declares the "tpm" device only when libvirt's
+// emulated TPM can run on the node (swtpm, swtpm_setup and swtpm_ioctl).
+func (d *Driver) Capabilities(ctx context.Context) (*basev1.Capabilities, error) {
+	devices := append([]string(nil), supportedDevices...)
+	if d.swtpmProblem(ctx) == "" {
+		devices = append(devices, driver.DeviceTPM)
+	}
 	return &basev1.Capabilities{
 		Features: []basev1.Feature{
 			basev1.Feature_FEATURE_HYPERVISOR_PAUSE,
 			basev1.Feature_FEATURE_HYPERVISOR_REBOOT,
+			basev1.Feature_FEATURE_HYPERVISOR_SOFT_REBOOT,
+			basev1.Feature_FEATURE_HYPERVISOR_GUEST_AGENT,
+			basev1.Feature_FEATURE_HYPERVISOR_GUEST_EXEC,
 			basev1.Feature_FEATURE_HYPERVISOR_CONSOLE,
+			basev1.Feature_FEATURE_HYPERVISOR_DISPLAY,
 			basev1.Feature_FEATURE_HYPERVISOR_RECOVER,
 		},
 		Firmware:     supportedFirmware,
@@ -123,7 +132,9 @@ func (d *Driver) Capabilities(context.Context) (*basev1.Capabilities, error) {
 		Vnc:          true,
 		HostDevices:  true,
 		Launcher:     true,
-		Devices:      supportedDevices,
+		Devices:      devices,
+		// The TPM's state and the EFI variable store in persistent_state_dir (tpm.go).
+		PersistentState: true,
 	}, nil
 }
 
