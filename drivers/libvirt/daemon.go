@@ -70,8 +70,10 @@ type vmUser struct {
 func (d daemon) socket() string { return filepath.Join(d.dir, daemonSocket) }
 func (d daemon) uri() string    { return "qemu+unix:///session?socket=" + d.socket() }
 
-// logPath is the daemon's own log (its stderr, through the launcher).
-func (d daemon) logPath() string { return filepath.Join(d.dir, daemonLog) }
+// logPath is the daemon's own log (its stderr, through the launcher): in the run dir, not the
+// daemon's, which is the user's alone: the launcher that opens it is root without capabilities
+// (no CAP_DAC_OVERRIDE) in a launcher pod.
+func (d daemon) logPath() string { return filepath.Join(filepath.Dir(d.dir), daemonLog) }
 
 // qemuLog is where the session daemon has QEMU write (XDG_CACHE_HOME/libvirt/qemu/log).
 func (d daemon) qemuLog() string {
@@ -97,8 +99,11 @@ func (d daemon) prepare() error {
 	return chownTree(d.dir, d.user.UID, d.user.GID)
 }
 
-// remove removes the daemon's directory.
-func (d daemon) remove() { _ = os.RemoveAll(d.dir) }
+// remove removes the daemon's directory and log.
+func (d daemon) remove() {
+	_ = os.RemoveAll(d.dir)
+	_ = os.Remove(d.logPath())
+}
 
 // command is how the launcher starts the daemon: setpriv drops to the driver's user (the
 // launcher runs as root), with no capabilities and no new privileges, then libvirtd runs with

@@ -355,7 +355,7 @@ func startError(err error, qemuLog string) error {
 }
 
 // prepareFiles makes what the VM's unprivileged daemon and QEMU open reachable by the VM's user
-// (access.go): the run dir (its sockets, the daemon's directory) is the user's; the taps the
+// (access.go): the user may use the run dir (its sockets, the daemon's directory); the taps the
 // network driver made get the user as their owner; writable disk images become the user's, and
 // read-only disks, their qcow2 backing files, kernels and the sockets' directories get ACL
 // entries for the user. Each file is then opened as that user, so that an error names the file
@@ -365,9 +365,8 @@ func (d *Driver) prepareFiles(v *vm) error {
 	if err := os.MkdirAll(v.rec.RunDir, 0o700); err != nil {
 		return status.Errorf(codes.FailedPrecondition, "run dir: %v", err)
 	}
-	if err := os.Lchown(v.rec.RunDir, u.UID, u.GID); err != nil {
-		return status.Errorf(codes.FailedPrecondition, "run dir: %v", err)
-	}
+	// The run dir stays root's (the launcher, root without capabilities, writes the daemon's
+	// log there); the user gets its own entry (grantDir).
 	dirs := map[string]string{"run dir": v.rec.RunDir}
 	if p := v.spec.GetSerial().GetSocketPath(); p != "" {
 		dirs["serial.socketPath"] = filepath.Dir(p)
