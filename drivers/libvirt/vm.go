@@ -313,7 +313,13 @@ func (d *Driver) Start(ctx context.Context, id string) error {
 		}
 	}
 	logFrom := fileSize(v.dmn.qemuLog())
-	dom, err := conn.DomainCreateXML(xml, golibvirt.DOMAIN_NONE)
+	flags := golibvirt.DOMAIN_NONE
+	if v.spec.GetStartPaused() {
+		// libvirt starts QEMU with its vCPUs stopped and leaves them so: the guest runs once
+		// resumed. Its SUSPENDED event finds the VM PAUSED already (below), or not yet started.
+		flags = golibvirt.DOMAIN_START_PAUSED
+	}
+	dom, err := conn.DomainCreateXML(xml, flags)
 	if err != nil {
 		return startError(err, tailLog(v.dmn.qemuLog(), logFrom))
 	}
@@ -328,6 +334,9 @@ func (d *Driver) Start(ctx context.Context, id string) error {
 	v.con = con
 	v.pid = qemuPID(v.dmn)
 	v.state, v.reason, v.message, v.hostOp = hypervisorv1.State_STATE_RUNNING, driver.ReasonStarted, "", ""
+	if v.spec.GetStartPaused() {
+		v.state, v.message = hypervisorv1.State_STATE_PAUSED, "started paused: the guest runs once resumed"
+	}
 	v.rec.Boots++
 	v.rec.StartedAt = time.Now()
 	d.emitLocked(v, hypervisorv1.EventType_EVENT_TYPE_STARTED)

@@ -27,7 +27,7 @@ var (
 	supportedMachineTypes = []string{"q35", "pc", "pc-q35-*", "pc-i440fx-*"}
 	supportedDevices      = []string{driver.DeviceRNG, driver.DeviceBalloon, driver.DeviceChassis, driver.DeviceFeatures,
 		driver.DeviceClock, driver.DeviceInput, driver.DeviceWatchdog, driver.DeviceSound, driver.DeviceCPUFeatures,
-		driver.DeviceVirtioTransitional, driver.DeviceCPUPinning}
+		driver.DeviceVirtioTransitional, driver.DeviceCPUPinning, driver.DeviceStartPaused}
 )
 
 var (
@@ -176,7 +176,6 @@ func (b *builder) refuseUnsupported() {
 		set   bool
 		field string
 	}{
-		{s.GetStartPaused(), "startPaused"},
 		{s.GetLaunchSecurity() != nil, "launchSecurity"},
 		{len(s.GetCpu().GetNumaCells()) > 0, "cpu.numaCells"},
 		{s.GetMemory().GetHugepages() != nil, "memory.hugepages"},

@@ -347,7 +347,6 @@ func TestBuildDomainPlatform(t *testing.T) {
 // TestBuildDomainRefuses: what the driver does not implement is refused naming the field.
 func TestBuildDomainRefuses(t *testing.T) {
 	for field, edit := range map[string]func(*domainv1.DomainSpec){
-		"startPaused":      func(s *domainv1.DomainSpec) { s.StartPaused = true },
 		"launchSecurity":   func(s *domainv1.DomainSpec) { s.LaunchSecurity = &domainv1.LaunchSecurity{} },
 		"cpu.numaCells":    func(s *domainv1.DomainSpec) { s.Cpu = &domainv1.CPU{NumaCells: []*domainv1.NUMACell{{}}} },
 		"memory.hugepages": func(s *domainv1.DomainSpec) { s.Memory.Hugepages = &domainv1.Hugepages{} },

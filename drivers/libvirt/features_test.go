@@ -1,0 +1,90 @@
+package libvirt
+
+import (
+	"context"
+	"path/filepath"
+	"slices"
+	"testing"
+	"time"
+
+	domainv1 "github.com/kubevisor/kubevisor/core/domain/v1"
+	"github.com/kubevisor/kubevisor/core/driver"
+	basev1 "github.com/kubevisor/kubevisor/core/driver/base/v1"
+	hypervisorv1 "github.com/kubevisor/kubevisor/core/driver/hypervisor/v1"
+	"github.com/kubevisor/kubevisor/drivers/qmp"
+)
+
+// TestCapabilitiesDeclared: what the driver implements is declared (the kit skips the rest),
+// and BuildDomain takes every device it declares.
+func TestCapabilitiesDeclared(t *testing.T) {
+	caps, err := New().Capabilities(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range []basev1.Feature{
+		basev1.Feature_FEATURE_HYPERVISOR_PAUSE, basev1.Feature_FEATURE_HYPERVISOR_REBOOT,
+		basev1.Feature_FEATURE_HYPERVISOR_SOFT_REBOOT, basev1.Feature_FEATURE_HYPERVISOR_GUEST_AGENT,
+		basev1.Feature_FEATURE_HYPERVISOR_GUEST_EXEC, basev1.Feature_FEATURE_HYPERVISOR_CONSOLE,
+		basev1.Feature_FEATURE_HYPERVISOR_DISPLAY, basev1.Feature_FEATURE_HYPERVISOR_RECOVER,
+	} {
+		if !slices.Contains(caps.GetFeatures(), f) {
+			t.Errorf("Capabilities.features %v lacks %v", caps.GetFeatures(), f)
+		}
+	}
+	for _, dev := range []string{driver.DeviceRNG, driver.DeviceBalloon, driver.DeviceChassis, driver.DeviceFeatures,
+		driver.DeviceClock, driver.DeviceInput, driver.DeviceWatchdog, driver.DeviceSound, driver.DeviceCPUFeatures,
+		driver.DeviceVirtioTransitional, driver.DeviceCPUPinning, driver.DeviceStartPaused} {
+		if !slices.Contains(caps.GetDevices(), dev) {
+			t.Errorf("Capabilities.devices %v lacks %q", caps.GetDevices(), dev)
+		}
+	}
+	if !caps.GetPersistentState() {
+		t.Errorf("Capabilities.persistent_state is false")
+	}
+	var _ driver.SoftRebooter = New()
+	var _ driver.GuestAgent = New()
+	var _ driver.GuestExecer = New()
+	var _ driver.Displayer = New()
+}
+
+// TestStartPaused: a VM whose spec starts paused is PAUSED after Start, its guest printing
+// nothing, and runs once resumed.
+func TestStartPaused(t *testing.T) {
+	requireLibvirt(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	d := newTestDriver(t)
+	dir := reachableDir(t)
+	spec := &domainv1.DomainSpec{
+		Id: "lv-paused", Name: "test/lv-paused", Memory: &domainv1.Memory{GuestBytes: 64 << 20},
+		Disks:       []*domainv1.Disk{{Name: "boot", Path: bootDisk(t, dir), ReadOnly: true, BootOrder: 1}},
+		RunDir:      filepath.Join(dir, "run"),
+		StartPaused: true,
+	}
+	if _, err := d.Create(ctx, spec); err != nil {
+		t.Fatal(err)
+	}
+	if err := d.Start(ctx, "lv-paused"); err != nil {
+		t.Fatal(err)
+	}
+	out := &consoleBuf{}
+	go func() { _ = d.Console(ctx, "lv-paused", nil, out) }()
+	st, _ := d.Status(ctx, "lv-paused")
+	if st.GetState() != hypervisorv1.State_STATE_PAUSED || st.GetPid() == 0 {
+		t.Fatalf("status after a paused start = %v, want PAUSED with QEMU's pid", st)
+	}
+	time.Sleep(3 * time.Second)
+	if n := out.count(qmp.BootSectorMarker); n != 0 {
+		t.Fatalf("the guest printed its marker %d times while started paused", n)
+	}
+	if st, _ := d.Status(ctx, "lv-paused"); st.GetState() != hypervisorv1.State_STATE_PAUSED {
+		t.Fatalf("status 3 s after a paused start = %v, want PAUSED (libvirt's SUSPENDED event changes nothing)", st)
+	}
+	if err := d.Resume(ctx, "lv-paused"); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the boot sector's marker after Resume", time.Minute, func() bool { return out.count(qmp.BootSectorMarker) >= 1 })
+	if st, _ := d.Status(ctx, "lv-paused"); st.GetState() != hypervisorv1.State_STATE_RUNNING || st.GetBoots() != 1 {
+		t.Fatalf("status after Resume = %v, want RUNNING, boots 1", st)
+	}
+}
