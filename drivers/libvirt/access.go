@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"sort"
+	"strconv"
 
 	"golang.org/x/sys/unix"
 )
@@ -262,4 +263,38 @@ func reachable(u vmUser, path string, write bool) error {
 		return err
 	}
 	return accessAs(u, path, write)
+}
+
+// grantSandboxDevice gives u read-write access to the device node dev ("dev/net/tun") as the
+// sandbox of process pid sees it: the node in a launcher pod's own /dev, which the runtime made
+// with the host node's mode (root's 0600 on some hosts), where libvirt and QEMU open it as u.
+// The path is resolved beneath /proc/<pid>/root without following any symlink, so a pod
+// cannot point the grant elsewhere. Without a launcher (the daemon on the host) it is the
+// host's own node: the user gets access to it there.
+func grantSandboxDevice(u vmUser, pid int, dev string) error {
+	root, err := unix.Open(filepath.Join("/proc", strconv.Itoa(pid), "root"), unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return fmt.Errorf("the sandbox's root: %w", err)
+	}
+	defer unix.Close(root)
+	fd, err := unix.Openat2(root, dev, &unix.OpenHow{
+		Flags:   unix.O_PATH | unix.O_CLOEXEC | unix.O_NOFOLLOW,
+		Resolve: unix.RESOLVE_IN_ROOT | unix.RESOLVE_NO_SYMLINKS | unix.RESOLVE_NO_MAGICLINKS,
+	})
+	if err != nil {
+		return fmt.Errorf("/%s in the sandbox: %w", dev, err)
+	}
+	defer unix.Close(fd)
+	var st unix.Stat_t
+	if err := unix.Fstat(fd, &st); err != nil {
+		return fmt.Errorf("/%s in the sandbox: %w", dev, err)
+	}
+	if st.Mode&unix.S_IFMT != unix.S_IFCHR {
+		return fmt.Errorf("/%s in the sandbox is not a character device", dev)
+	}
+	// The descriptor's magic link reaches the node itself (grant follows it).
+	if err := grant(u, "/proc/self/fd/"+strconv.Itoa(fd), permR|permW); err != nil {
+		return fmt.Errorf("/%s in the sandbox: %w", dev, err)
+	}
+	return nil
 }

@@ -5,7 +5,10 @@ import (
 	"os/exec"
 	"path/filepath"
 	"reflect"
+	"strings"
 	"testing"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/kubevisor/kubevisor/internal/testenv"
 )
@@ -108,5 +111,47 @@ func TestQCOW2Backing(t *testing.T) {
 	}
 	if got := qcow2Backing(base); got != "" {
 		t.Errorf("qcow2Backing(base) = %q, want none", got)
+	}
+}
+
+// TestGrantSandboxDevice gives nobody a root 0600 character device found beneath a process's
+// root, and refuses a path through a symlink or to what is not a device.
+func TestGrantSandboxDevice(t *testing.T) {
+	testenv.Root(t, "makes a device node and opens it as nobody")
+	u, err := lookupUser("nobody")
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	dev := filepath.Join(dir, "net", "tun")
+	if err := os.Mkdir(filepath.Dir(dev), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	// A node of /dev/null's numbers: opening it has no side effect.
+	if err := unix.Mknod(dev, unix.S_IFCHR|0o600, int(unix.Mkdev(1, 3))); err != nil {
+		t.Fatal(err)
+	}
+	// The way to it, as a pod's /dev is (0755 directories).
+	if err := grantDir(u, filepath.Dir(dev)); err != nil {
+		t.Fatal(err)
+	}
+	if err := accessAs(u, dev, true); err == nil {
+		t.Fatal("nobody opened a root 0600 device before the grant: the test proves nothing here")
+	}
+	rel := strings.TrimPrefix(dev, "/")
+	if err := grantSandboxDevice(u, os.Getpid(), rel); err != nil {
+		t.Fatal(err)
+	}
+	if err := accessAs(u, dev, true); err != nil {
+		t.Errorf("after the grant: %v", err)
+	}
+	if err := os.Symlink(filepath.Join(dir, "net"), filepath.Join(dir, "link")); err != nil {
+		t.Fatal(err)
+	}
+	if err := grantSandboxDevice(u, os.Getpid(), strings.TrimPrefix(filepath.Join(dir, "link", "tun"), "/")); err == nil {
+		t.Error("a path through a symlink was followed")
+	}
+	if err := grantSandboxDevice(u, os.Getpid(), strings.TrimPrefix(dir, "/")); err == nil || !strings.Contains(err.Error(), "not a character device") {
+		t.Errorf("a directory: %v, want not a character device", err)
 	}
 }

@@ -303,6 +303,9 @@ func (d *Driver) Start(ctx context.Context, id string) error {
 	if err != nil {
 		return err
 	}
+	if err := d.grantDevices(v); err != nil {
+		return err
+	}
 	xml, err := x.Marshal()
 	if err != nil {
 		return status.Errorf(codes.Internal, "domain xml: %v", err)
@@ -421,6 +424,27 @@ func (d *Driver) prepareFiles(v *vm) error {
 			if err := reachable(u, p, false); err != nil {
 				return status.Errorf(codes.FailedPrecondition, "%s: %v", field, err)
 			}
+		}
+	}
+	return nil
+}
+
+// grantDevices gives the VM's user the device nodes libvirt and QEMU open in the sandbox:
+// /dev/net/tun for the NICs' taps, /dev/kvm under KVM (grantSandboxDevice).
+func (d *Driver) grantDevices(v *vm) error {
+	v.mu.Lock()
+	pid, u := v.rec.DaemonPID, v.rec.User
+	v.mu.Unlock()
+	devs := map[string]string{}
+	if len(v.spec.GetNics()) > 0 {
+		devs["nics"] = "dev/net/tun"
+	}
+	if v.rec.Accel == qmp.AccelKVM {
+		devs["acceleration"] = "dev/kvm"
+	}
+	for field, dev := range devs {
+		if err := grantSandboxDevice(u, pid, dev); err != nil {
+			return status.Errorf(codes.FailedPrecondition, "%s: the VM's user %s cannot be given %v", field, u.Name, err)
 		}
 	}
 	return nil
