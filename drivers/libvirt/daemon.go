@@ -189,10 +189,11 @@ func isBlockDevice(path string) bool {
 	return unix.Stat(path, &st) == nil && st.Mode&unix.S_IFMT == unix.S_IFBLK
 }
 
-// giveTap makes the VM's user the owner of the persistent tap name in the network namespace
-// netns, so that the unprivileged daemon can open it (TUNSETIFF on a tap checks its owner when
-// the opener lacks CAP_NET_ADMIN). The network driver made the tap; only its owner changes.
-func giveTap(netns, name string, uid int) error {
+// giveTap makes the VM's user the owner and group of the persistent tap name in the network
+// namespace netns, so that the unprivileged daemon can open it (TUNSETIFF on a tap checks its
+// owner and group when the opener lacks CAP_NET_ADMIN). The network driver made the tap; only
+// its owner and group change.
+func giveTap(netns, name string, u vmUser) error {
 	errc := make(chan error, 1)
 	go func() {
 		// A thread of its own, never returned to the scheduler's pool: it changes network
@@ -211,8 +212,13 @@ func giveTap(netns, name string, uid int) error {
 			if err := unix.IoctlIfreq(fd, unix.TUNSETIFF, ifr); err != nil {
 				return fmt.Errorf("attach to tap %s: %w", name, err)
 			}
-			if err := unix.IoctlSetInt(fd, unix.TUNSETOWNER, uid); err != nil {
+			if err := unix.IoctlSetInt(fd, unix.TUNSETOWNER, u.UID); err != nil {
 				return fmt.Errorf("set the owner of tap %s: %w", name, err)
+			}
+			// A tap with a group is the owner's only for a process in that group as well
+			// (the network driver's taps have root's): the user's own.
+			if err := unix.IoctlSetInt(fd, unix.TUNSETGROUP, u.GID); err != nil {
+				return fmt.Errorf("set the group of tap %s: %w", name, err)
 			}
 			return nil
 		})
