@@ -38,9 +38,9 @@
 // # Limits
 //
 //   - The domain spec's fields this driver does not implement are refused at Create with their
-//     field path (BuildDomain), and left out of Capabilities: launch security, NUMA, huge
-//     pages, BIOS serial output, disk I/O options, lun, NIC descriptors and multi-queue; no
-//     migration yet.
+//     field path (BuildDomain), and left out of Capabilities: launch security, huge pages,
+//     BIOS serial output, lun, NIC options (mapped by BuildDomain, not yet booted with a NIC
+//     here), NIC descriptors and multi-queue; no migration yet.
 //   - The guest agent (guestagent.go) is reached through the VM's daemon, which is the agent
 //     channel's one client (virDomainQemuAgentCommand, libvirt-qemu). A soft reboot
 //     (softreboot.go) is libvirt's fake reboot; its pending mark lives in the daemon, so a driver

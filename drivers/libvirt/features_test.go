@@ -33,7 +33,7 @@ func TestCapabilitiesDeclared(t *testing.T) {
 	}
 	for _, dev := range []string{driver.DeviceRNG, driver.DeviceBalloon, driver.DeviceChassis, driver.DeviceFeatures,
 		driver.DeviceClock, driver.DeviceInput, driver.DeviceWatchdog, driver.DeviceSound, driver.DeviceCPUFeatures,
-		driver.DeviceVirtioTransitional, driver.DeviceCPUPinning, driver.DeviceStartPaused} {
+		driver.DeviceVirtioTransitional, driver.DeviceCPUPinning, driver.DeviceStartPaused, driver.DeviceDiskOptions, driver.DeviceNUMA} {
 		if !slices.Contains(caps.GetDevices(), dev) {
 			t.Errorf("Capabilities.devices %v lacks %q", caps.GetDevices(), dev)
 		}
@@ -87,4 +87,58 @@ func TestStartPaused(t *testing.T) {
 	if st, _ := d.Status(ctx, "lv-paused"); st.GetState() != hypervisorv1.State_STATE_RUNNING || st.GetBoots() != 1 {
 		t.Fatalf("status after Resume = %v, want RUNNING, boots 1", st)
 	}
+}
+
+// TestDiskOptionsBoot: libvirt takes a disk with every disk option (its own I/O thread, queues,
+// threads I/O, block sizes, shared writing, an error policy) and the guest boots from it.
+func TestDiskOptionsBoot(t *testing.T) {
+	requireLibvirt(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	d := newTestDriver(t)
+	dir := reachableDir(t)
+	spec := &domainv1.DomainSpec{
+		Id: "lv-diskopts", Name: "test/lv-diskopts", Memory: &domainv1.Memory{GuestBytes: 64 << 20},
+		Disks: []*domainv1.Disk{{Name: "boot", Path: bootDisk(t, dir), ReadOnly: true, BootOrder: 1,
+			Io: "threads", DedicatedIothread: true, Queues: 2, LogicalBlockSize: 512, PhysicalBlockSize: 4096,
+			Shareable: true, ErrorPolicy: "report"}},
+		RunDir: filepath.Join(dir, "run"),
+	}
+	if _, err := d.Create(ctx, spec); err != nil {
+		t.Fatal(err)
+	}
+	if err := d.Start(ctx, "lv-diskopts"); err != nil {
+		t.Fatal(err)
+	}
+	out := &consoleBuf{}
+	go func() { _ = d.Console(ctx, "lv-diskopts", nil, out) }()
+	waitFor(t, "the boot sector's marker", time.Minute, func() bool { return out.count(qmp.BootSectorMarker) >= 1 })
+}
+
+// TestNUMABoot: libvirt takes two guest NUMA nodes, the first's memory bound to host node 0
+// (which every Linux host has), and the guest boots.
+func TestNUMABoot(t *testing.T) {
+	requireLibvirt(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	d := newTestDriver(t)
+	dir := reachableDir(t)
+	spec := &domainv1.DomainSpec{
+		Id: "lv-numa", Name: "test/lv-numa", Memory: &domainv1.Memory{GuestBytes: 128 << 20},
+		Cpu: &domainv1.CPU{Sockets: 1, Cores: 2, Threads: 1, NumaCells: []*domainv1.NUMACell{
+			{Vcpus: []uint32{0}, MemoryBytes: 64 << 20, HostNodes: []uint32{0}},
+			{Vcpus: []uint32{1}, MemoryBytes: 64 << 20},
+		}},
+		Disks:  []*domainv1.Disk{{Name: "boot", Path: bootDisk(t, dir), ReadOnly: true, BootOrder: 1}},
+		RunDir: filepath.Join(dir, "run"),
+	}
+	if _, err := d.Create(ctx, spec); err != nil {
+		t.Fatal(err)
+	}
+	if err := d.Start(ctx, "lv-numa"); err != nil {
+		t.Fatal(err)
+	}
+	out := &consoleBuf{}
+	go func() { _ = d.Console(ctx, "lv-numa", nil, out) }()
+	waitFor(t, "the boot sector's marker", time.Minute, func() bool { return out.count(qmp.BootSectorMarker) >= 1 })
 }

@@ -361,3 +361,119 @@ func (b *builder) pinning(d *libvirtxml.Domain) {
 	}
 	d.CPUTune = t
 }
+
+// errorPolicies are libvirt's error_policy and rerror_policy of each spec error policy, as the
+// qmp driver's werror and rerror: enospace stops on a full host disk only, and reports read
+// errors.
+var errorPolicies = map[string][2]string{
+	"stop": {"stop", "stop"}, "report": {"report", "report"}, "ignore": {"ignore", "ignore"}, "enospace": {"enospace", "report"},
+}
+
+var iothreadRE = regexp.MustCompile(`^iothread[0-9]+$`)
+
+// diskOptions are a disk's options (the "disk-options" device): its I/O mode, I/O thread (its
+// own or a pool one, virtio only), queues (virtio only), block sizes, shared writing and error
+// policy.
+func (b *builder) diskOptions(f string, disk *domainv1.Disk, bus domainv1.DiskBus, x *libvirtxml.DomainDisk) {
+	virtio := bus == domainv1.DiskBus_DISK_BUS_VIRTIO
+	switch disk.GetIo() {
+	case "":
+	case "native":
+		if disk.GetCache() != "none" {
+			b.fail(f+".io", "native needs cache none")
+		}
+		x.Driver.IO = "native"
+	case "threads":
+		x.Driver.IO = "threads"
+	default:
+		b.fail(f+".io", "%q is not supported (native or threads)", disk.GetIo())
+	}
+	if q := disk.GetQueues(); q > 0 {
+		if !virtio {
+			b.fail(f+".queues", "only a virtio disk has queues")
+		}
+		n := uint(q)
+		x.Driver.Queues = &n
+	}
+	name := disk.GetIothread()
+	if disk.GetDedicatedIothread() {
+		name = "disk:" + disk.GetName() // a thread of its own, whatever iothread says
+	} else if name != "" && !iothreadRE.MatchString(name) {
+		b.fail(f+".iothread", "%q is not an I/O thread name (iothread<n>)", name)
+	}
+	if name != "" {
+		if !virtio {
+			b.fail(f+".iothread", "only a virtio disk has an I/O thread")
+		}
+		if b.iothreads == nil {
+			b.iothreads = map[string]uint{}
+		}
+		id, ok := b.iothreads[name]
+		if !ok {
+			id = uint(len(b.iothreads) + 1)
+			b.iothreads[name] = id
+		}
+		x.Driver.IOThread = &id
+	}
+	for _, bs := range []struct {
+		field string
+		n     uint32
+	}{{"logicalBlockSize", disk.GetLogicalBlockSize()}, {"physicalBlockSize", disk.GetPhysicalBlockSize()}} {
+		if bs.n != 0 && (bs.n < 512 || bs.n > 65536 || bs.n&(bs.n-1) != 0) {
+			b.fail(f+"."+bs.field, "%d is not a power of two from 512 to 65536", bs.n)
+		}
+	}
+	if l, p := disk.GetLogicalBlockSize(), disk.GetPhysicalBlockSize(); l != 0 || p != 0 {
+		x.BlockIO = &libvirtxml.DomainDiskBlockIO{LogicalBlockSize: uint(l), PhysicalBlockSize: uint(p)}
+	}
+	if disk.GetShareable() {
+		// Other VMs may write the image at the same time (QEMU's share-rw).
+		x.Shareable = &libvirtxml.DomainDiskShareable{}
+	}
+	if p := disk.GetErrorPolicy(); p != "" {
+		e, ok := errorPolicies[p]
+		if !ok {
+			b.fail(f+".errorPolicy", "%q is not supported (stop, report, ignore or enospace)", p)
+		}
+		if disk.GetDevice() == domainv1.DiskDevice_DISK_DEVICE_CDROM {
+			b.fail(f+".errorPolicy", "a cdrom has no error policy")
+		}
+		x.Driver.ErrorPolicy, x.Driver.RErrorPolicy = e[0], e[1]
+	}
+}
+
+// numa is cpu.numaCells as <cpu><numa>: cell i is guest node i with its vCPUs and memory, and
+// a cell's host nodes a <numatune> memnode in strict mode (QEMU's memory backend of the cell
+// with policy bind: the start fails rather than take memory elsewhere). domain.Validate checked
+// the cells (every vCPU in one, the memory adding up).
+func (b *builder) numa(cpu *libvirtxml.DomainCPU, d *libvirtxml.Domain) {
+	cells := b.spec.GetCpu().GetNumaCells()
+	if len(cells) == 0 {
+		return
+	}
+	n := &libvirtxml.DomainNuma{}
+	var tune libvirtxml.DomainNUMATune
+	for i, c := range cells {
+		if c.GetMemoryBytes()%(1<<10) != 0 {
+			b.fail(fmt.Sprintf("cpu.numaCells[%d].memoryBytes", i), "%d is not a multiple of 1 KiB", c.GetMemoryBytes())
+		}
+		id := uint(i)
+		n.Cell = append(n.Cell, libvirtxml.DomainCell{ID: &id, CPUs: uintList(c.GetVcpus()), Memory: uint(c.GetMemoryBytes() >> 10), Unit: "KiB"})
+		if hn := c.GetHostNodes(); len(hn) > 0 {
+			tune.MemNodes = append(tune.MemNodes, libvirtxml.DomainNUMATuneMemNode{CellID: id, Mode: "strict", Nodeset: uintList(hn)})
+		}
+	}
+	cpu.Numa = n
+	if len(tune.MemNodes) > 0 {
+		d.NUMATune = &tune
+	}
+}
+
+// uintList is libvirt's list syntax for numbers: "0,2,3".
+func uintList(ns []uint32) string {
+	s := make([]string, len(ns))
+	for i, n := range ns {
+		s[i] = strconv.FormatUint(uint64(n), 10)
+	}
+	return strings.Join(s, ",")
+}

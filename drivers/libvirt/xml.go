@@ -27,7 +27,8 @@ var (
 	supportedMachineTypes = []string{"q35", "pc", "pc-q35-*", "pc-i440fx-*"}
 	supportedDevices      = []string{driver.DeviceRNG, driver.DeviceBalloon, driver.DeviceChassis, driver.DeviceFeatures,
 		driver.DeviceClock, driver.DeviceInput, driver.DeviceWatchdog, driver.DeviceSound, driver.DeviceCPUFeatures,
-		driver.DeviceVirtioTransitional, driver.DeviceCPUPinning, driver.DeviceStartPaused}
+		driver.DeviceVirtioTransitional, driver.DeviceCPUPinning, driver.DeviceStartPaused,
+		driver.DeviceDiskOptions, driver.DeviceNUMA}
 )
 
 var (
@@ -84,6 +85,9 @@ type builder struct {
 	env     Env
 	errs    domain.ValidationError
 	missing string // a host precondition that does not hold
+	// iothreads are the domain's I/O threads (libvirt numbers them from 1): a disk's own, or
+	// a pool thread by its spec name.
+	iothreads map[string]uint
 }
 
 func (b *builder) fail(field, format string, args ...any) {
@@ -130,6 +134,7 @@ func (b *builder) build() *libvirtxml.Domain {
 	b.clock(d)
 	b.chassis(d)
 	b.disks(d)
+	d.IOThreads = uint(len(b.iothreads))
 	b.nics(d)
 	b.consoles(d)
 	b.hostDevices(d)
@@ -177,7 +182,6 @@ func (b *builder) refuseUnsupported() {
 		field string
 	}{
 		{s.GetLaunchSecurity() != nil, "launchSecurity"},
-		{len(s.GetCpu().GetNumaCells()) > 0, "cpu.numaCells"},
 		{s.GetMemory().GetHugepages() != nil, "memory.hugepages"},
 		{s.GetFirmware().GetBios().GetUseSerial(), "firmware.bios.useSerial"},
 	} {
@@ -208,6 +212,7 @@ func (b *builder) cpu(d *libvirtxml.Domain) {
 		cpu.Model = &libvirtxml.DomainCPUModel{Value: m, Fallback: "forbid"}
 	}
 	b.cpuFeatures(cpu)
+	b.numa(cpu, d)
 	d.CPU = cpu
 }
 
@@ -285,19 +290,6 @@ func (b *builder) disks(d *libvirtxml.Domain) {
 			b.fail(f+".device", "lun is not supported by the libvirt driver")
 			continue
 		}
-		for _, o := range []struct {
-			set   bool
-			field string
-		}{
-			{disk.GetIo() != "", "io"}, {disk.GetDedicatedIothread(), "dedicatedIothread"},
-			{disk.GetLogicalBlockSize() != 0, "logicalBlockSize"}, {disk.GetPhysicalBlockSize() != 0, "physicalBlockSize"},
-			{disk.GetShareable(), "shareable"}, {disk.GetErrorPolicy() != "", "errorPolicy"},
-			{disk.GetQueues() != 0, "queues"}, {disk.GetIothread() != "", "iothread"},
-		} {
-			if o.set {
-				b.fail(f+"."+o.field, "not supported by the libvirt driver")
-			}
-		}
 		if !cacheRE.MatchString(disk.GetCache()) {
 			b.fail(f+".cache", "%q is not none, writethrough or writeback", disk.GetCache())
 		}
@@ -315,6 +307,7 @@ func (b *builder) disks(d *libvirtxml.Domain) {
 			Serial: disk.GetSerial(),
 			Alias:  &libvirtxml.DomainAlias{Name: "ua-disk-" + alias(disk.GetName())},
 		}
+		b.diskOptions(f, disk, bus, &x)
 		if disk.GetDevice() == domainv1.DiskDevice_DISK_DEVICE_CDROM {
 			x.Device = "cdrom"
 			x.ReadOnly = &libvirtxml.DomainDiskReadOnly{}

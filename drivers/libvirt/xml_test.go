@@ -292,6 +292,65 @@ func TestBuildDomainPlatform(t *testing.T) {
 			notWant: []string{`emulatorpin`},
 		},
 		{
+			name: "disk options",
+			edit: func(s *domainv1.DomainSpec) {
+				s.Disks = []*domainv1.Disk{
+					{Name: "a", Path: "/img/a", Cache: "none", Io: "native", DedicatedIothread: true, Queues: 4, ErrorPolicy: "enospace",
+						LogicalBlockSize: 512, PhysicalBlockSize: 4096},
+					{Name: "b", Path: "/img/b", Iothread: "iothread0", Shareable: true, ErrorPolicy: "stop"},
+					{Name: "c", Path: "/img/c", Iothread: "iothread0", Io: "threads"},
+				}
+			},
+			want: []string{`<iothreads>2</iothreads>`,
+				`<driver name="qemu" type="raw" cache="none" error_policy="enospace" rerror_policy="report" io="native" iothread="1" queues="4">`,
+				`<blockio logical_block_size="512" physical_block_size="4096">`,
+				`<driver name="qemu" type="raw" error_policy="stop" rerror_policy="stop" iothread="2">`, `<shareable></shareable>`,
+				`<driver name="qemu" type="raw" io="threads" iothread="2">`},
+		},
+		{
+			name:      "disk options: native I/O without cache none",
+			edit:      func(s *domainv1.DomainSpec) { s.Disks[0].Io = "native" },
+			wantField: "disks[0].io",
+		},
+		{
+			name: "disk options: an I/O thread on sata",
+			edit: func(s *domainv1.DomainSpec) {
+				s.Disks[0].Bus, s.Disks[0].DedicatedIothread = domainv1.DiskBus_DISK_BUS_SATA, true
+			},
+			wantField: "disks[0].iothread",
+		},
+		{
+			name:      "disk options: a pool thread's name",
+			edit:      func(s *domainv1.DomainSpec) { s.Disks[0].Iothread = "mythread" },
+			wantField: "disks[0].iothread",
+		},
+		{
+			name:      "disk options: block size",
+			edit:      func(s *domainv1.DomainSpec) { s.Disks[0].LogicalBlockSize = 1000 },
+			wantField: "disks[0].logicalBlockSize",
+		},
+		{
+			name:      "disk options: error policy",
+			edit:      func(s *domainv1.DomainSpec) { s.Disks[0].ErrorPolicy = "retry" },
+			wantField: "disks[0].errorPolicy",
+		},
+		{
+			name:      "disk options: queues on scsi",
+			edit:      func(s *domainv1.DomainSpec) { s.Disks[0].Bus, s.Disks[0].Queues = domainv1.DiskBus_DISK_BUS_SCSI, 2 },
+			wantField: "disks[0].queues",
+		},
+		{
+			name: "NUMA cells, one bound to host nodes",
+			edit: func(s *domainv1.DomainSpec) {
+				s.Cpu = &domainv1.CPU{Sockets: 1, Cores: 3, Threads: 1, NumaCells: []*domainv1.NUMACell{
+					{Vcpus: []uint32{0, 2}, MemoryBytes: 128 << 20, HostNodes: []uint32{0, 1}},
+					{Vcpus: []uint32{1}, MemoryBytes: 128 << 20},
+				}}
+			},
+			want: []string{`<numa><cell id="0" cpus="0,2" memory="131072" unit="KiB"></cell><cell id="1" cpus="1" memory="131072" unit="KiB"></cell></numa>`,
+				`<numatune><memnode cellid="0" mode="strict" nodeset="0,1"></memnode></numatune>`},
+		},
+		{
 			name: "the spec's uuid",
 			edit: func(s *domainv1.DomainSpec) { s.Uuid = "11111111-2222-3333-4444-555555555555" },
 			want: []string{`<uuid>11111111-2222-3333-4444-555555555555</uuid>`},
@@ -348,7 +407,6 @@ func TestBuildDomainPlatform(t *testing.T) {
 func TestBuildDomainRefuses(t *testing.T) {
 	for field, edit := range map[string]func(*domainv1.DomainSpec){
 		"launchSecurity":   func(s *domainv1.DomainSpec) { s.LaunchSecurity = &domainv1.LaunchSecurity{} },
-		"cpu.numaCells":    func(s *domainv1.DomainSpec) { s.Cpu = &domainv1.CPU{NumaCells: []*domainv1.NUMACell{{}}} },
 		"memory.hugepages": func(s *domainv1.DomainSpec) { s.Memory.Hugepages = &domainv1.Hugepages{} },
 		"firmware.bios.useSerial": func(s *domainv1.DomainSpec) {
 			s.Firmware = &domainv1.Firmware{Boot: &domainv1.Firmware_Bios{Bios: &domainv1.BIOS{UseSerial: true}}}
