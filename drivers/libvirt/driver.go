@@ -275,7 +275,8 @@ func (d *Driver) hostInfo(ctx context.Context) (*qmp.HostInfo, error) {
 }
 
 // Fingerprint implements driver.Driver: QEMU's health and accelerator as the probe found them
-// (kvm, or tcg where KVM is not usable), and the libvirt library's version, once.
+// (kvm, or tcg where KVM is not usable), the libvirt library's version, and the tpm attribute
+// where libvirt can run swtpm, once.
 func (d *Driver) Fingerprint(ctx context.Context, send func(*basev1.FingerprintResponse) error) error {
 	h, err := d.hostInfo(ctx)
 	if err != nil {
@@ -287,6 +288,10 @@ func (d *Driver) Fingerprint(ctx context.Context, send func(*basev1.FingerprintR
 	}
 	// No check of Config.Libvirtd here: it is the launcher's (in a cluster, the launcher
 	// image's), not this process's. A missing one fails Start, naming it.
+	if d.swtpmProblem(ctx) == "" {
+		// As the qmp driver's: VMIs with a TPM are placed on nodes with the attribute.
+		fp.Attributes["tpm"] = qmp.TPMAttributeValue(d.prober.SWTPM(ctx, "").Version)
+	}
 	if err := send(fp); err != nil {
 		return err
 	}

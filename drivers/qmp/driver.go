@@ -282,7 +282,7 @@ func (d *Driver) Fingerprint(ctx context.Context, send func(*basev1.FingerprintR
 	fp := h.Fingerprint()
 	if s := d.swtpm(ctx); s.Path != "" {
 		// The control plane places VMIs with a TPM on nodes with this attribute.
-		fp.Attributes["tpm"] = labelValue("swtpm-" + s.Version)
+		fp.Attributes["tpm"] = TPMAttributeValue(s.Version)
 	}
 	if err := send(fp); err != nil {
 		return err

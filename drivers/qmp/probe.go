@@ -127,6 +127,10 @@ func (h *HostInfo) Fingerprint() *basev1.FingerprintResponse {
 
 var labelUnsafe = regexp.MustCompile(`[^A-Za-z0-9._-]+`)
 
+// TPMAttributeValue is the fingerprint's tpm attribute on a node whose swtpm (of version
+// swtpmVersion) gives VMs a TPM: the control plane places VMIs with a TPM on nodes that have it.
+func TPMAttributeValue(swtpmVersion string) string { return labelValue("swtpm-" + swtpmVersion) }
+
 // labelValue makes s a valid Kubernetes label value (or "").
 func labelValue(s string) string {
 	s = labelUnsafe.ReplaceAllString(s, "-")

@@ -65,13 +65,14 @@ var components = []component{
 	{name: "kubevisor-controller", bins: []string{"kubevisor-controller"}},
 	{name: "kubevisor-api", bins: []string{"kubevisor-api"}},
 	// The handler image carries QEMU too: the qmp driver probes it (version, machines,
-	// accelerators) for its fingerprint, though VMs run in the launcher pods.
+	// accelerators) for its fingerprint, though VMs run in the launcher pods; and swtpm's tools,
+	// which the libvirt driver looks for to say its nodes' VMs can have a TPM.
 	// kubevisor-containerdisk: its init container installs it on the node for the launcher
 	// pods' containerDisk containers (layout.BinDir). kubevisor-plugin-install: its init
 	// container prepares the plugin directory and hands itself to the driver images' init
 	// containers (manifests/install/drivers), which run it from a shared volume.
 	{name: "kubevisor-handler", bins: []string{"kubevisor-handler", "kubevisor-driver-*", "kubevisor-deviceplugins"},
-		cni: true, qemu: true, hostBins: []string{"qemu-img"}, static: []string{"kubevisor-containerdisk", "kubevisor-plugin-install"}},
+		cni: true, qemu: true, hostBins: []string{"qemu-img", "swtpm_setup", "swtpm_ioctl"}, static: []string{"kubevisor-containerdisk", "kubevisor-plugin-install"}},
 	// The launcher image carries libvirtd too: the libvirt driver runs a daemon per VMI in the
 	// launcher pod, which forks QEMU there.
 	{name: "kubevisor-launcher", bins: []string{"kubevisor-launcher"}, qemu: true, libvirt: true, static: []string{"kubevisor-console-log", "kubevisor-probe"}},

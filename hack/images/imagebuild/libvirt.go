@@ -15,25 +15,29 @@ type LibvirtOptions struct {
 	// added with its libraries.
 	ModuleDir string
 	Modules   []string
-	// DataDirs are copied whole.
+	// DataDirs are copied whole; Files one by one.
 	DataDirs []string
+	Files    []string
 }
 
 // DefaultLibvirtOptions is what the libvirt driver's per-VMI daemon needs in a launcher pod:
 // Debian's monolithic libvirtd (libvirt 9.0 has no virtqemud) with the QEMU driver and the
 // modules it loads in session mode (storage, to read disk images' backing chains; secret;
 // nodedev; network; interface; nwfilter: libvirtd loads each one it finds, and the host's
-// daemon ran with all), the CPU map and schemas of /usr/share/libvirt, and setpriv
-// (util-linux), with which the launcher drops to the daemon's unprivileged user. No virtlogd:
-// the driver's daemons write QEMU's output to files (stdio_handler "file").
+// daemon ran with all), the CPU map and schemas of /usr/share/libvirt, setpriv (util-linux),
+// with which the launcher drops to the daemon's unprivileged user, and swtpm's tools with their
+// configuration (swtpm-tools), which libvirt runs to manufacture and drive an emulated TPM (swtpm
+// itself is in the QEMU layer). No virtlogd: the driver's daemons write QEMU's output to files
+// (stdio_handler "file").
 //
-//deps:commands libvirtd setpriv
+//deps:commands libvirtd setpriv swtpm_setup swtpm_ioctl swtpm_localca
 func DefaultLibvirtOptions() LibvirtOptions {
 	return LibvirtOptions{
-		Binaries:  []string{"libvirtd", "setpriv"},
+		Binaries:  []string{"libvirtd", "setpriv", "swtpm_setup", "swtpm_ioctl", "swtpm_localca"},
 		ModuleDir: "/usr/lib/x86_64-linux-gnu/libvirt",
 		Modules:   []string{"connection-driver/*.so", "storage-backend/libvirt_storage_backend_fs.so", "storage-file/*.so"},
 		DataDirs:  []string{"/usr/share/libvirt"},
+		Files:     []string{"/etc/swtpm_setup.conf", "/etc/swtpm-localca.conf", "/etc/swtpm-localca.options"},
 	}
 }
 
@@ -70,6 +74,11 @@ func AddLibvirt(t *Tree, o LibvirtOptions) error {
 			return fmt.Errorf("libvirt data: %w", err)
 		}
 		if err := t.AddHostTree(d); err != nil {
+			return fmt.Errorf("libvirt data: %w", err)
+		}
+	}
+	for _, f := range o.Files {
+		if err := t.AddHostPath(f); err != nil {
 			return fmt.Errorf("libvirt data: %w", err)
 		}
 	}
