@@ -193,7 +193,7 @@ func isBlockDevice(path string) bool {
 // namespace netns, so that the unprivileged daemon can open it (TUNSETIFF on a tap checks its
 // owner and group when the opener lacks CAP_NET_ADMIN). The network driver made the tap; only
 // its owner and group change.
-func giveTap(netns, name string, u vmUser) error {
+func giveTap(netns, name string, multiQueue bool, u vmUser) error {
 	errc := make(chan error, 1)
 	go func() {
 		// A thread of its own, never returned to the scheduler's pool: it changes network
@@ -208,7 +208,12 @@ func giveTap(netns, name string, u vmUser) error {
 			if err != nil {
 				return err
 			}
-			ifr.SetUint16(unix.IFF_TAP | unix.IFF_NO_PI | unix.IFF_VNET_HDR)
+			flags := uint16(unix.IFF_TAP | unix.IFF_NO_PI | unix.IFF_VNET_HDR)
+			if multiQueue {
+				// A multi-queue tap takes only openers that say so (EINVAL otherwise).
+				flags |= unix.IFF_MULTI_QUEUE
+			}
+			ifr.SetUint16(flags)
 			if err := unix.IoctlIfreq(fd, unix.TUNSETIFF, ifr); err != nil {
 				return fmt.Errorf("attach to tap %s: %w", name, err)
 			}

@@ -392,7 +392,7 @@ func (d *Driver) prepareFiles(v *vm) error {
 		}
 	}
 	for i, n := range v.spec.GetNics() {
-		if err := giveTap(v.spec.GetSandbox().GetNetnsPath(), n.GetTapName(), u); err != nil {
+		if err := giveTap(v.spec.GetSandbox().GetNetnsPath(), n.GetTapName(), n.GetQueues() > 1, u); err != nil {
 			return status.Errorf(codes.FailedPrecondition, "nics[%d].tapName: %v", i, err)
 		}
 	}

@@ -28,8 +28,11 @@ var (
 	supportedDevices      = []string{driver.DeviceRNG, driver.DeviceBalloon, driver.DeviceChassis, driver.DeviceFeatures,
 		driver.DeviceClock, driver.DeviceInput, driver.DeviceWatchdog, driver.DeviceSound, driver.DeviceCPUFeatures,
 		driver.DeviceVirtioTransitional, driver.DeviceCPUPinning, driver.DeviceStartPaused,
-		driver.DeviceDiskOptions, driver.DeviceNUMA}
+		driver.DeviceDiskOptions, driver.DeviceNUMA, driver.DeviceNICOptions, driver.DeviceNICMultiQueue}
 )
+
+// maxNICQueues is the most queues a Linux tap has (MAX_TAP_QUEUES).
+const maxNICQueues = 256
 
 var (
 	machineRE = regexp.MustCompile(`^(q35|pc|pc-q35-[0-9.]+|pc-i440fx-[0-9.]+)$`)
@@ -375,15 +378,21 @@ func (b *builder) nics(d *libvirtxml.Domain) {
 			b.fail(f+".tapFdPath", "the libvirt driver opens its taps by name (tapName), it takes no descriptor")
 			continue
 		}
-		if n.GetQueues() > 1 {
-			b.fail(f+".queues", "multi-queue NICs are not supported by the libvirt driver")
-		}
 		model := n.GetModel()
 		if model == "" {
 			model = "virtio"
 		}
 		if !contains(supportedNICModels, model) {
 			b.fail(f+".model", "%q is not supported (%s)", model, strings.Join(supportedNICModels, ", "))
+		}
+		queues := n.GetQueues()
+		if queues > 1 {
+			switch {
+			case model != "virtio":
+				b.fail(f+".queues", "only a virtio NIC has more than one queue, not %q", model)
+			case queues > maxNICQueues:
+				b.fail(f+".queues", "%d is more than a tap has (%d)", queues, maxNICQueues)
+			}
 		}
 		if model == "virtio" {
 			model = "virtio-non-transitional"
@@ -398,6 +407,11 @@ func (b *builder) nics(d *libvirtxml.Domain) {
 			Target: &libvirtxml.DomainInterfaceTarget{Dev: n.GetTapName(), Managed: "no"},
 			Model:  &libvirtxml.DomainInterfaceModel{Type: model},
 			Alias:  &libvirtxml.DomainAlias{Name: "ua-net-" + alias(n.GetName())},
+		}
+		if queues > 1 {
+			// libvirt opens the network driver's multi-queue tap once per queue pair and gives
+			// the device its vectors (2q+2).
+			x.Driver = &libvirtxml.DomainInterfaceDriver{Queues: uint(queues)}
 		}
 		if n.GetMtu() > 0 {
 			x.MTU = &libvirtxml.DomainInterfaceMTU{Size: uint(n.GetMtu())}

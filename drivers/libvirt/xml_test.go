@@ -42,6 +42,29 @@ func TestBuildDomainPlatform(t *testing.T) {
 		wantPrecondition string
 	}{
 		{
+			name: "NIC options and queues",
+			edit: func(s *domainv1.DomainSpec) {
+				s.Nics = []*domainv1.NIC{{Name: "default", TapName: "tap0", Mac: "02:00:00:00:00:01", Queues: 4,
+					PciAddress: "0000:00:09.0", AcpiIndex: 7, LinkDown: true}}
+			},
+			want: []string{`<target dev="tap0" managed="no">`, `<driver queues="4">`, `<link state="down">`, `<acpi index="7">`,
+				`<address type="pci" domain="0x0000" bus="0x00" slot="0x09" function="0x0">`},
+		},
+		{
+			name: "NIC queues beyond a tap's",
+			edit: func(s *domainv1.DomainSpec) {
+				s.Nics = []*domainv1.NIC{{Name: "default", TapName: "tap0", Mac: "02:00:00:00:00:01", Queues: 257}}
+			},
+			wantField: "nics[0].queues",
+		},
+		{
+			name: "NIC queues of a model with one",
+			edit: func(s *domainv1.DomainSpec) {
+				s.Nics = []*domainv1.NIC{{Name: "default", TapName: "tap0", Mac: "02:00:00:00:00:01", Model: "e1000", Queues: 2}}
+			},
+			wantField: "nics[0].queues",
+		},
+		{
 			name:    "watchdog",
 			edit:    func(s *domainv1.DomainSpec) { s.Watchdog = &domainv1.Watchdog{Model: "i6300esb", Action: "shutdown"} },
 			want:    []string{`<watchdog model="i6300esb" action="shutdown">`},
