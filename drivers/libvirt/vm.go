@@ -349,12 +349,22 @@ func (d *Driver) Start(ctx context.Context, id string) error {
 	return nil
 }
 
+// errorLogRE finds the log file a libvirt error names ("Check error log '...' for details").
+var errorLogRE = regexp.MustCompile(`[Cc]heck error log '([^']+)'`)
+
 // startError is a libvirt error of a domain start, with QEMU's last words.
 func startError(err error, qemuLog string) error {
 	msg := err.Error()
 	var lerr golibvirt.Error
 	if errors.As(err, &lerr) {
 		msg = lerr.Message
+	}
+	// A helper's log that libvirt points to (swtpm_setup's) is in the run dir, which is gone
+	// by the time a user reads the error: its last lines come with it.
+	if m := errorLogRE.FindStringSubmatch(msg); m != nil {
+		if t := tailLog(m[1], max(fileSize(m[1])-logTail, 0)); t != "" {
+			msg += "; " + filepath.Base(m[1]) + ": " + t
+		}
 	}
 	if qemuLog != "" {
 		msg += "; qemu: " + qemuLog

@@ -27,13 +27,14 @@ type LibvirtOptions struct {
 // daemon ran with all), the CPU map and schemas of /usr/share/libvirt, setpriv (util-linux),
 // with which the launcher drops to the daemon's unprivileged user, and swtpm's tools with their
 // configuration (swtpm-tools), which libvirt runs to manufacture and drive an emulated TPM (swtpm
-// itself is in the QEMU layer). No virtlogd: the driver's daemons write QEMU's output to files
+// itself is in the QEMU layer), and GnuTLS's certtool, with which swtpm_localca makes the TPM's
+// local CA and EK certificate. No virtlogd: the driver's daemons write QEMU's output to files
 // (stdio_handler "file").
 //
-//deps:commands libvirtd setpriv swtpm_setup swtpm_ioctl swtpm_localca
+//deps:commands libvirtd setpriv swtpm_setup swtpm_ioctl swtpm_localca certtool
 func DefaultLibvirtOptions() LibvirtOptions {
 	return LibvirtOptions{
-		Binaries:  []string{"libvirtd", "setpriv", "swtpm_setup", "swtpm_ioctl", "swtpm_localca"},
+		Binaries:  []string{"libvirtd", "setpriv", "swtpm_setup", "swtpm_ioctl", "swtpm_localca", "certtool"},
 		ModuleDir: "/usr/lib/x86_64-linux-gnu/libvirt",
 		Modules:   []string{"connection-driver/*.so", "storage-backend/libvirt_storage_backend_fs.so", "storage-file/*.so"},
 		DataDirs:  []string{"/usr/share/libvirt"},
