@@ -31,10 +31,10 @@ type LibvirtOptions struct {
 // local CA and EK certificate. No virtlogd: the driver's daemons write QEMU's output to files
 // (stdio_handler "file").
 //
-//deps:commands libvirtd setpriv swtpm_setup swtpm_ioctl swtpm_localca certtool
+//deps:commands libvirtd setpriv swtpm_setup swtpm_ioctl swtpm_localca swtpm_cert certtool
 func DefaultLibvirtOptions() LibvirtOptions {
 	return LibvirtOptions{
-		Binaries:  []string{"libvirtd", "setpriv", "swtpm_setup", "swtpm_ioctl", "swtpm_localca", "certtool"},
+		Binaries:  []string{"libvirtd", "setpriv", "swtpm_setup", "swtpm_ioctl", "swtpm_localca", "swtpm_cert", "certtool"},
 		ModuleDir: "/usr/lib/x86_64-linux-gnu/libvirt",
 		Modules:   []string{"connection-driver/*.so", "storage-backend/libvirt_storage_backend_fs.so", "storage-file/*.so"},
 		DataDirs:  []string{"/usr/share/libvirt"},
