@@ -34,6 +34,8 @@ E2E_LABELS     ?= Conformance
 # when there are fewer).
 E2E_HYPERVISOR_CLASS ?=
 E2E_TWO_CLASSES      ?=
+# Where make e2e writes its JUnit report.
+E2E_JUNIT            ?= $(OUT)/e2e-junit.xml
 # What make generate writes: verify fails when it differs from what is committed.
 GENERATED := ':(glob)core/**/*.pb.go' ':(glob)core/**/zz_generated.*.go' manifests/crd manifests/webhook manifests/rbac \
              docs/kubevirt-compatibility.md
@@ -196,7 +198,7 @@ e2e: deps-runtime deps-tools deps-qemu deps-libvirt $(E2E_CLUSTER) ## Cluster co
 	@if [ -S /run/kubevisor-cluster/containerd/containerd.sock ]; then hack/cluster/load-images.sh $(OUT)/images/e2e-httpget.tar; fi
 	$(GO) test -tags e2e -count=1 -timeout 60m ./conformance/e2e -args -kubeconfig $(E2E_KUBECONFIG) -vmctl $(BIN)/vmctl \
 	    -hypervisor-class '$(E2E_HYPERVISOR_CLASS)' -two-classes '$(E2E_TWO_CLASSES)' \
-	    -ginkgo.label-filter '$(E2E_LABELS)' -ginkgo.junit-report $(OUT)/e2e-junit.xml -ginkgo.v
+	    -ginkgo.label-filter '$(E2E_LABELS)' -ginkgo.junit-report $(E2E_JUNIT) -ginkgo.v
 
 .PHONY: e2e-driver-images
 e2e-driver-images: deps-runtime deps-tools deps-qemu local-cluster ## Local cluster: the example drivers installed from their driver images (hack/e2e-driver-images.sh): the device driver's resource on the Node, a VMI booted from the storage driver's disks, a wrong sha256 refused by name while the other drivers serve; then DRIVERS again.
@@ -214,10 +216,10 @@ test-deviceplugins-kubelet: deps-runtime deps-net deps-qemu deps-libvirt k8s-bin
 
 ##@ Install
 
-DRIVERS ?= qmp,cni,local,hostdev
+DRIVERS ?= qmp,libvirt,cni,local,hostdev
 
 .PHONY: install
-install: $(if $(KUBECONFIG),,cluster-up images) ## Install Kubevisor with the drivers DRIVERS (default qmp,cni,local,hostdev) on the cluster of KUBECONFIG (default: the local cluster, brought up with its images) and wait until it is ready.
+install: $(if $(KUBECONFIG),,cluster-up images) ## Install Kubevisor with the drivers DRIVERS (default qmp,libvirt,cni,local,hostdev) on the cluster of KUBECONFIG (default: the local cluster, brought up with its images) and wait until it is ready.
 	hack/install.sh install --drivers $(DRIVERS) $(if $(KUBECONFIG),--kubeconfig $(KUBECONFIG))
 
 .PHONY: uninstall

@@ -13,7 +13,7 @@
 #                disk under /var/lib/kubevisor/e2e-hostpath on the node) and sees its emptyDisk
 #   BadChecksum  the same storage component with an image whose manifest's sha256 is wrong:
 #                refused by name, the node's other drivers loaded and serving
-# then installs $DRIVERS (default qmp,cni,local,hostdev) again, also when a case failed. JUnit reports:
+# then installs $DRIVERS (default qmp,libvirt,cni,local,hostdev) again, also when a case failed. JUnit reports:
 # _output/e2e-driver-images-<case>.xml.
 set -euo pipefail
 
@@ -22,7 +22,7 @@ cd "${ROOT}"
 GO="${GO:-go}"
 OUT="${ROOT}/_output"
 KUBECONFIG="${OUT}/cluster/kubeconfig"
-DRIVERS="${DRIVERS:-qmp,cni,local,hostdev}"
+DRIVERS="${DRIVERS:-qmp,libvirt,cni,local,hostdev}"
 DISK_DIR=/var/lib/kubevisor/e2e-hostpath
 export KUBECONFIG
 

@@ -3,7 +3,7 @@
 # make uninstall), from the kustomize base manifests/install and its driver components
 # manifests/install/drivers/<name>.
 #
-#   hack/install.sh [install] [--drivers qmp,cni,local,hostdev] [--kubeconfig FILE] [--tag TAG] [--timeout 5m]
+#   hack/install.sh [install] [--drivers qmp,libvirt,cni,local,hostdev] [--kubeconfig FILE] [--tag TAG] [--timeout 5m]
 #   (a --drivers entry with a "/" is a driver's own kustomize Component directory, e.g.
 #    examples/sim-device/deploy: a driver installed from its driver image, docs/driver-authoring.md)
 #   hack/install.sh render    [--drivers ...] [--tag TAG]      # print the manifests, apply nothing
@@ -44,7 +44,7 @@ available_drivers() {
 }
 
 action=install
-drivers="qmp,cni,local,hostdev"
+drivers="qmp,libvirt,cni,local,hostdev"
 kubeconfig="${KUBECONFIG:-}"
 tag=""
 timeout="${INSTALL_TIMEOUT:-5m}"

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # hack/cluster/install-smoke.sh — Kubevisor installed from manifests/install on the local cluster:
 #   up.sh → load-images.sh (the images of make images) → hack/install.sh with $DRIVERS
-#   (default qmp,cni,local,hostdev) → every kubevisor-system pod Running and Ready → the node has the
+#   (default qmp,libvirt,cni,local,hostdev) → every kubevisor-system pod Running and Ready → the node has the
 #   handler's capability labels, the hypervisor driver healthy or degraded → a VMI (the test
 #   guest's containerDisk kubevisor/test-guest:latest) is admitted and defaulted by the webhook
 #   → its launcher pod is scheduled on the node and its launcher container runs → how far the
@@ -16,7 +16,7 @@ HERE="$(dirname "${BASH_SOURCE[0]}")"
 # shellcheck source=hack/cluster/lib.sh
 source "${HERE}/lib.sh"
 
-DRIVERS="${DRIVERS:-qmp,cni,local,hostdev}"
+DRIVERS="${DRIVERS:-qmp,libvirt,cni,local,hostdev}"
 VMI_WAIT="${VMI_WAIT:-90}"
 NS=kubevisor-smoke
 VMI=demo
