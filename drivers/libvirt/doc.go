@@ -10,14 +10,24 @@
 // driver's QEMU does. The daemon runs in session mode as Config.User: libvirt chooses the mode
 // by the daemon's euid, and a root daemon is the node's system daemon (system paths, cgroups,
 // DAC relabelling, capabilities it cannot have in a launcher pod). Its XDG directories are in
-// <run dir>/lv, so two VMs' daemons share nothing. The launcher, root, drops to the user with
-// util-linux setpriv (no capabilities, no new privileges).
+// <run dir>/lv, so two VMs' daemons share nothing; each daemon has one domain, named "vm". The
+// launcher, root, drops to the user with util-linux setpriv (no capabilities, no new
+// privileges): in a cluster the HypervisorClass keeps SETUID and SETGID for the launcher's
+// compute container (launcherCapabilities), and the launcher image carries libvirtd, its
+// modules and swtpm's tools (hack/images).
 //
-// Because QEMU runs as that user, the driver gives the user what QEMU must open: the run dir
-// (serial and VNC sockets), the taps the network driver made (their owner, TUNSETOWNER: the
-// driver takes taps by name, as libvirt opens them, not descriptors), and the VM's writable
-// disk images (their owner). Read-only disks and kernels must be readable by the user already;
-// Start checks each as that user (setfsuid) and names the one that is not.
+// Because QEMU runs as that user, the driver gives the user what QEMU must open (access.go),
+// and nothing more: the taps the network driver made (their owner and group, TUNSETOWNER and
+// TUNSETGROUP: libvirt opens taps by name, not descriptors), the VM's writable disk images
+// (their owner), and POSIX ACL entries for the user alone on the run dir, on read-only disks,
+// their qcow2 backing chain and kernels, with search on the directories on the way, and on the
+// sandbox's /dev/net/tun and /dev/kvm (a launcher pod's device nodes copy the host's mode, which
+// may be root's 0600). Start then opens each file as that user (setfsuid) and names the one it
+// cannot.
+//
+// The daemon binds QEMU's monitor socket under the run dir, and a unix socket path has 107
+// bytes: Create refuses a run dir longer than 60 bytes by its field (a cluster's per-VMI run
+// dirs, /run/kubevisor/vmi/<uid>/run, have 59).
 //
 // # Lifecycle and events
 //
@@ -39,8 +49,7 @@
 //
 //   - The domain spec's fields this driver does not implement are refused at Create with their
 //     field path (BuildDomain), and left out of Capabilities: launch security, huge pages,
-//     BIOS serial output, lun, NIC options (mapped by BuildDomain, not yet booted with a NIC
-//     here), NIC descriptors and multi-queue; no migration yet.
+//     BIOS serial output, lun, NIC descriptors (tap_fd); no migration yet.
 //   - The guest agent (guestagent.go) is reached through the VM's daemon, which is the agent
 //     channel's one client (virDomainQemuAgentCommand, libvirt-qemu). A soft reboot
 //     (softreboot.go) is libvirt's fake reboot; its pending mark lives in the daemon, so a driver
@@ -51,7 +60,8 @@
 //     TCG, which QEMU 7.2 does by default for an x86-64 guest on an x86-64 host (measured);
 //     libvirt 9.0 cannot ask for it.
 //   - The TPM (tpm.go) is libvirt's emulated one: the node, and the launcher image, need swtpm
-//     and swtpm-tools (swtpm_setup, swtpm_ioctl), or "tpm" is not declared. A persistent TPM's
+//     and swtpm-tools (swtpm_setup, swtpm_ioctl, swtpm_localca, swtpm_cert, with GnuTLS's
+//     certtool), or "tpm" is not declared. A persistent TPM's
 //     state is reached through a symlink from the daemon's swtpm directory (libvirt 9.0 has no
 //     element for where it goes). libvirt manufactures a TPM with swtpm_setup (EK and platform
 //     certificates), the qmp driver's swtpm at its first start: the same directory serves both.
