@@ -198,7 +198,7 @@ e2e: deps-runtime deps-tools deps-qemu deps-libvirt $(E2E_CLUSTER) ## Cluster co
 	@if [ -S /run/kubevisor-cluster/containerd/containerd.sock ]; then hack/cluster/load-images.sh $(OUT)/images/e2e-httpget.tar; fi
 	$(GO) test -tags e2e -count=1 -timeout 60m ./conformance/e2e -args -kubeconfig $(E2E_KUBECONFIG) -vmctl $(BIN)/vmctl \
 	    -hypervisor-class '$(E2E_HYPERVISOR_CLASS)' -two-classes '$(E2E_TWO_CLASSES)' \
-	    -ginkgo.label-filter '$(E2E_LABELS)' -ginkgo.junit-report $(E2E_JUNIT) -ginkgo.v
+	    -ginkgo.label-filter '$(E2E_LABELS)' -ginkgo.junit-report $(abspath $(E2E_JUNIT)) -ginkgo.v
 
 .PHONY: e2e-driver-images
 e2e-driver-images: deps-runtime deps-tools deps-qemu local-cluster ## Local cluster: the example drivers installed from their driver images (hack/e2e-driver-images.sh): the device driver's resource on the Node, a VMI booted from the storage driver's disks, a wrong sha256 refused by name while the other drivers serve; then DRIVERS again.
