@@ -2,9 +2,8 @@ package libvirt
 
 import (
 	"context"
+	"errors"
 	"io"
-	"net"
-	"sync"
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -34,29 +33,9 @@ func (d *Driver) Display(ctx context.Context, id string, in io.Reader, out io.Wr
 	if path == "" {
 		return status.Errorf(codes.FailedPrecondition, "vm %q has no display (its domain spec has no vnc)", id)
 	}
-	var dialer net.Dialer
-	conn, err := dialer.DialContext(ctx, "unix", path)
-	if err != nil {
-		return status.Errorf(codes.Unavailable, "vm %q: connect to its VNC server: %v", id, err)
-	}
-	ctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	var once sync.Once
-	stop := func() { once.Do(func() { cancel(); conn.Close() }) }
-	defer stop()
-	go func() {
-		<-ctx.Done()
-		stop()
-	}()
-	if in != nil {
-		go func() {
-			_, _ = io.Copy(conn, in)
-			stop()
-		}()
-	}
-	_, err = io.Copy(out, conn)
-	if ctx.Err() != nil {
-		return nil
+	err = driver.ServeUnixStream(ctx, path, in, out)
+	if dialErr := (*driver.DialError)(nil); errors.As(err, &dialErr) {
+		return status.Errorf(codes.Unavailable, "vm %q: connect to its VNC server: %v", id, dialErr.Err)
 	}
 	return err
 }
