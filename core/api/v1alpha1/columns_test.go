@@ -32,6 +32,7 @@ var kubeVirtColumns = map[string][]apiextensionsv1.CustomResourceColumnDefinitio
 var kubevisorColumns = map[string][]apiextensionsv1.CustomResourceColumnDefinition{
 	"virtualmachineinstances": {
 		{Name: "Class", Type: "string", JSONPath: ".status.hypervisorClassName", Priority: 1},
+		{Name: "Driver", Type: "string", JSONPath: ".status.hypervisorDriver", Priority: 1},
 	},
 }
 
