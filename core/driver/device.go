@@ -2,8 +2,10 @@ package driver
 
 import (
 	"context"
+	"slices"
 
 	"google.golang.org/grpc"
+	"google.golang.org/protobuf/proto"
 
 	basev1 "github.com/kubevisor/kubevisor/core/driver/base/v1"
 	devicev1 "github.com/kubevisor/kubevisor/core/driver/device/v1"
@@ -91,4 +93,22 @@ func (w devWatcher) Watch(ctx context.Context, resource string, send func([]*dev
 		return err
 	}
 	return recvAll(ctx, stream.Recv, func(m *devicev1.ListResponse) error { return send(m.GetDevices()) })
+}
+
+// ChangedDevices wraps a DeviceWatcher's send so that a list equal to the one sent before is not
+// sent again: the first list always goes, later ones only when a device was added, removed or
+// changed (its health, say). Watch implementations that re-read on every event or poll use it.
+func ChangedDevices(send func([]*devicev1.HostDevice) error) func([]*devicev1.HostDevice) error {
+	var last []*devicev1.HostDevice
+	first := true
+	return func(devs []*devicev1.HostDevice) error {
+		if !first && slices.EqualFunc(devs, last, func(a, b *devicev1.HostDevice) bool { return proto.Equal(a, b) }) {
+			return nil
+		}
+		if err := send(devs); err != nil {
+			return err
+		}
+		first, last = false, devs
+		return nil
+	}
 }

@@ -8,6 +8,7 @@ import (
 
 	"github.com/kubevisor/kubevisor/core/driver"
 	basev1 "github.com/kubevisor/kubevisor/core/driver/base/v1"
+	devicev1 "github.com/kubevisor/kubevisor/core/driver/device/v1"
 	hypervisorv1 "github.com/kubevisor/kubevisor/core/driver/hypervisor/v1"
 )
 
@@ -71,5 +72,22 @@ func TestStateWord(t *testing.T) {
 	}
 	if got := driver.StateWord(hypervisorv1.State(99)); got != "in an unknown state" {
 		t.Errorf("StateWord(99) = %q", got)
+	}
+}
+
+func TestChangedDevices(t *testing.T) {
+	var sent [][]*devicev1.HostDevice
+	send := driver.ChangedDevices(func(d []*devicev1.HostDevice) error { sent = append(sent, d); return nil })
+	a := []*devicev1.HostDevice{{Id: "a", Health: basev1.Health_HEALTH_HEALTHY}}
+	sick := []*devicev1.HostDevice{{Id: "a", Health: basev1.Health_HEALTH_UNHEALTHY}}
+	for _, l := range [][]*devicev1.HostDevice{nil, nil, a, a, sick, sick, nil} {
+		if err := send(l); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// The first (empty) list, then each change: a appears, falls sick, goes.
+	if len(sent) != 4 || len(sent[0]) != 0 || sent[1][0].GetHealth() != basev1.Health_HEALTH_HEALTHY ||
+		sent[2][0].GetHealth() != basev1.Health_HEALTH_UNHEALTHY || len(sent[3]) != 0 {
+		t.Errorf("sent %v", sent)
 	}
 }

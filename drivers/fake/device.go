@@ -7,8 +7,6 @@ import (
 	"strings"
 	"sync"
 
-	"google.golang.org/protobuf/proto"
-
 	"github.com/kubevisor/kubevisor/core/driver"
 	basev1 "github.com/kubevisor/kubevisor/core/driver/base/v1"
 	devicev1 "github.com/kubevisor/kubevisor/core/driver/device/v1"
@@ -159,19 +157,16 @@ func (d *Device) listLocked(resource string) []*devicev1.HostDevice {
 // Watch implements driver.DeviceWatcher: the list at once, then again whenever Configure
 // changes it, until ctx is done.
 func (d *Device) Watch(ctx context.Context, resource string, send func([]*devicev1.HostDevice) error) error {
-	var last []*devicev1.HostDevice
-	for i := 0; ; i++ {
+	send = driver.ChangedDevices(send)
+	for {
 		d.base.mu.Lock()
 		changed := d.changed
 		d.base.mu.Unlock()
 		d.mu.Lock()
 		devs := d.listLocked(resource)
 		d.mu.Unlock()
-		if i == 0 || !slices.EqualFunc(devs, last, func(a, b *devicev1.HostDevice) bool { return proto.Equal(a, b) }) {
-			if err := send(devs); err != nil {
-				return err
-			}
-			last = devs
+		if err := send(devs); err != nil {
+			return err
 		}
 		select {
 		case <-ctx.Done():

@@ -327,16 +327,13 @@ func (d *Driver) Watch(ctx context.Context, resource string, send func([]*device
 	addWatches()
 	ticker := time.NewTicker(poll)
 	defer ticker.Stop()
-	var last []*devicev1.HostDevice
-	for i := 0; ; i++ {
+	send = driver.ChangedDevices(send)
+	for {
 		d.mu.Lock()
 		devs, changed := d.scanLocked().list(resource), d.changed
 		d.mu.Unlock()
-		if i == 0 || !slices.EqualFunc(devs, last, func(a, b *devicev1.HostDevice) bool { return proto.Equal(a, b) }) {
-			if err := send(devs); err != nil {
-				return err
-			}
-			last = devs
+		if err := send(devs); err != nil {
+			return err
 		}
 		select {
 		case <-ctx.Done():
