@@ -2444,12 +2444,33 @@ func (x *VNC) GetSocketPath() string {
 	return ""
 }
 
-// HostDevice is a host device passed through to the guest.
+// HostDevice is a host device given to the guest, as a device driver's Allocate gave it: a PCI
+// function passed through with VFIO (pci_address), or a device that has no PCI address (a
+// simulated one, or one only some hypervisor drivers know), which reaches the hypervisor driver
+// by its resource and device ids. A hypervisor driver that cannot give the guest a host device
+// (for qmp and libvirt: one without pci_address) refuses the domain, naming hostDevices[i].
 type HostDevice struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
-	Name  string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
-	// pci_address is "0000:01:00.0" for a VFIO PCI device.
-	PciAddress    string `protobuf:"bytes,2,opt,name=pci_address,json=pciAddress,proto3" json:"pci_address,omitempty"`
+	// name is the VMI's name of the device (spec.domain.devices.gpus[] or hostDevices[] name), or
+	// "<resource>-<i>" when the VMI names none.
+	Name string `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	// pci_address is "0000:01:00.0" for a VFIO PCI device; empty for a device that is not a PCI
+	// function.
+	PciAddress string `protobuf:"bytes,2,opt,name=pci_address,json=pciAddress,proto3" json:"pci_address,omitempty"`
+	// resource is the device driver's resource the device was allocated from, without its
+	// domain ("example-sim", "vfio-10de-1eb8"): the VMI's deviceName is
+	// devices.kubevisor.io/<resource>.
+	Resource string `protobuf:"bytes,3,opt,name=resource,proto3" json:"resource,omitempty"`
+	// device_ids are the device driver's ids (device.v1 HostDevice.id) of the devices behind
+	// this host device, as the node allocated them to the VMI's sandbox.
+	DeviceIds []string `protobuf:"bytes,4,rep,name=device_ids,json=deviceIds,proto3" json:"device_ids,omitempty"`
+	// device_driver is the name of the device driver that allocated the device.
+	DeviceDriver string `protobuf:"bytes,5,opt,name=device_driver,json=deviceDriver,proto3" json:"device_driver,omitempty"`
+	// device_nodes are the device files the device driver's Allocate gave for the resource.
+	DeviceNodes []*HostDeviceNode `protobuf:"bytes,6,rep,name=device_nodes,json=deviceNodes,proto3" json:"device_nodes,omitempty"`
+	// env is the environment the device driver's Allocate gave for the resource (a simulated or
+	// mediated device's parameters, for example).
+	Env           map[string]string `protobuf:"bytes,7,rep,name=env,proto3" json:"env,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2498,6 +2519,106 @@ func (x *HostDevice) GetPciAddress() string {
 	return ""
 }
 
+func (x *HostDevice) GetResource() string {
+	if x != nil {
+		return x.Resource
+	}
+	return ""
+}
+
+func (x *HostDevice) GetDeviceIds() []string {
+	if x != nil {
+		return x.DeviceIds
+	}
+	return nil
+}
+
+func (x *HostDevice) GetDeviceDriver() string {
+	if x != nil {
+		return x.DeviceDriver
+	}
+	return ""
+}
+
+func (x *HostDevice) GetDeviceNodes() []*HostDeviceNode {
+	if x != nil {
+		return x.DeviceNodes
+	}
+	return nil
+}
+
+func (x *HostDevice) GetEnv() map[string]string {
+	if x != nil {
+		return x.Env
+	}
+	return nil
+}
+
+// HostDeviceNode is a device file of a host device.
+type HostDeviceNode struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// path is the device file as the sandbox (the launcher pod) sees it: the device driver's
+	// container_path.
+	Path string `protobuf:"bytes,1,opt,name=path,proto3" json:"path,omitempty"`
+	// host_path is the device file on the node.
+	HostPath string `protobuf:"bytes,2,opt,name=host_path,json=hostPath,proto3" json:"host_path,omitempty"`
+	// permissions is a cgroup device permission string: "rw", "rwm".
+	Permissions   string `protobuf:"bytes,3,opt,name=permissions,proto3" json:"permissions,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *HostDeviceNode) Reset() {
+	*x = HostDeviceNode{}
+	mi := &file_core_domain_v1_domain_proto_msgTypes[28]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *HostDeviceNode) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*HostDeviceNode) ProtoMessage() {}
+
+func (x *HostDeviceNode) ProtoReflect() protoreflect.Message {
+	mi := &file_core_domain_v1_domain_proto_msgTypes[28]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use HostDeviceNode.ProtoReflect.Descriptor instead.
+func (*HostDeviceNode) Descriptor() ([]byte, []int) {
+	return file_core_domain_v1_domain_proto_rawDescGZIP(), []int{28}
+}
+
+func (x *HostDeviceNode) GetPath() string {
+	if x != nil {
+		return x.Path
+	}
+	return ""
+}
+
+func (x *HostDeviceNode) GetHostPath() string {
+	if x != nil {
+		return x.HostPath
+	}
+	return ""
+}
+
+func (x *HostDeviceNode) GetPermissions() string {
+	if x != nil {
+		return x.Permissions
+	}
+	return ""
+}
+
 // Sandbox is the isolation context that holds the VM process.
 type Sandbox struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -2512,7 +2633,7 @@ type Sandbox struct {
 
 func (x *Sandbox) Reset() {
 	*x = Sandbox{}
-	mi := &file_core_domain_v1_domain_proto_msgTypes[28]
+	mi := &file_core_domain_v1_domain_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2524,7 +2645,7 @@ func (x *Sandbox) String() string {
 func (*Sandbox) ProtoMessage() {}
 
 func (x *Sandbox) ProtoReflect() protoreflect.Message {
-	mi := &file_core_domain_v1_domain_proto_msgTypes[28]
+	mi := &file_core_domain_v1_domain_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2537,7 +2658,7 @@ func (x *Sandbox) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Sandbox.ProtoReflect.Descriptor instead.
 func (*Sandbox) Descriptor() ([]byte, []int) {
-	return file_core_domain_v1_domain_proto_rawDescGZIP(), []int{28}
+	return file_core_domain_v1_domain_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *Sandbox) GetLauncherSocket() string {
@@ -2737,12 +2858,25 @@ const file_core_domain_v1_domain_proto_rawDesc = "" +
 	"socketPath\"&\n" +
 	"\x03VNC\x12\x1f\n" +
 	"\vsocket_path\x18\x01 \x01(\tR\n" +
-	"socketPath\"A\n" +
+	"socketPath\"\xdd\x02\n" +
 	"\n" +
 	"HostDevice\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x1f\n" +
 	"\vpci_address\x18\x02 \x01(\tR\n" +
-	"pciAddress\"Q\n" +
+	"pciAddress\x12\x1a\n" +
+	"\bresource\x18\x03 \x01(\tR\bresource\x12\x1d\n" +
+	"\n" +
+	"device_ids\x18\x04 \x03(\tR\tdeviceIds\x12#\n" +
+	"\rdevice_driver\x18\x05 \x01(\tR\fdeviceDriver\x12F\n" +
+	"\fdevice_nodes\x18\x06 \x03(\v2#.kubevisor.domain.v1.HostDeviceNodeR\vdeviceNodes\x12:\n" +
+	"\x03env\x18\a \x03(\v2(.kubevisor.domain.v1.HostDevice.EnvEntryR\x03env\x1a6\n" +
+	"\bEnvEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"c\n" +
+	"\x0eHostDeviceNode\x12\x12\n" +
+	"\x04path\x18\x01 \x01(\tR\x04path\x12\x1b\n" +
+	"\thost_path\x18\x02 \x01(\tR\bhostPath\x12 \n" +
+	"\vpermissions\x18\x03 \x01(\tR\vpermissions\"Q\n" +
 	"\aSandbox\x12'\n" +
 	"\x0flauncher_socket\x18\x01 \x01(\tR\x0elauncherSocket\x12\x1d\n" +
 	"\n" +
@@ -2786,7 +2920,7 @@ func file_core_domain_v1_domain_proto_rawDescGZIP() []byte {
 }
 
 var file_core_domain_v1_domain_proto_enumTypes = make([]protoimpl.EnumInfo, 5)
-var file_core_domain_v1_domain_proto_msgTypes = make([]protoimpl.MessageInfo, 30)
+var file_core_domain_v1_domain_proto_msgTypes = make([]protoimpl.MessageInfo, 32)
 var file_core_domain_v1_domain_proto_goTypes = []any{
 	(Toggle)(0),            // 0: kubevisor.domain.v1.Toggle
 	(Acceleration)(0),      // 1: kubevisor.domain.v1.Acceleration
@@ -2821,8 +2955,10 @@ var file_core_domain_v1_domain_proto_goTypes = []any{
 	(*Serial)(nil),         // 30: kubevisor.domain.v1.Serial
 	(*VNC)(nil),            // 31: kubevisor.domain.v1.VNC
 	(*HostDevice)(nil),     // 32: kubevisor.domain.v1.HostDevice
-	(*Sandbox)(nil),        // 33: kubevisor.domain.v1.Sandbox
-	nil,                    // 34: kubevisor.domain.v1.DomainSpec.LabelsEntry
+	(*HostDeviceNode)(nil), // 33: kubevisor.domain.v1.HostDeviceNode
+	(*Sandbox)(nil),        // 34: kubevisor.domain.v1.Sandbox
+	nil,                    // 35: kubevisor.domain.v1.DomainSpec.LabelsEntry
+	nil,                    // 36: kubevisor.domain.v1.HostDevice.EnvEntry
 }
 var file_core_domain_v1_domain_proto_depIdxs = []int32{
 	17, // 0: kubevisor.domain.v1.DomainSpec.machine:type_name -> kubevisor.domain.v1.Machine
@@ -2835,8 +2971,8 @@ var file_core_domain_v1_domain_proto_depIdxs = []int32{
 	31, // 7: kubevisor.domain.v1.DomainSpec.vnc:type_name -> kubevisor.domain.v1.VNC
 	32, // 8: kubevisor.domain.v1.DomainSpec.host_devices:type_name -> kubevisor.domain.v1.HostDevice
 	1,  // 9: kubevisor.domain.v1.DomainSpec.acceleration:type_name -> kubevisor.domain.v1.Acceleration
-	33, // 10: kubevisor.domain.v1.DomainSpec.sandbox:type_name -> kubevisor.domain.v1.Sandbox
-	34, // 11: kubevisor.domain.v1.DomainSpec.labels:type_name -> kubevisor.domain.v1.DomainSpec.LabelsEntry
+	34, // 10: kubevisor.domain.v1.DomainSpec.sandbox:type_name -> kubevisor.domain.v1.Sandbox
+	35, // 11: kubevisor.domain.v1.DomainSpec.labels:type_name -> kubevisor.domain.v1.DomainSpec.LabelsEntry
 	16, // 12: kubevisor.domain.v1.DomainSpec.rng:type_name -> kubevisor.domain.v1.RNG
 	15, // 13: kubevisor.domain.v1.DomainSpec.chassis:type_name -> kubevisor.domain.v1.Chassis
 	10, // 14: kubevisor.domain.v1.DomainSpec.features:type_name -> kubevisor.domain.v1.Features
@@ -2865,11 +3001,13 @@ var file_core_domain_v1_domain_proto_depIdxs = []int32{
 	3,  // 37: kubevisor.domain.v1.Disk.format:type_name -> kubevisor.domain.v1.DiskFormat
 	2,  // 38: kubevisor.domain.v1.Disk.bus:type_name -> kubevisor.domain.v1.DiskBus
 	4,  // 39: kubevisor.domain.v1.Disk.device:type_name -> kubevisor.domain.v1.DiskDevice
-	40, // [40:40] is the sub-list for method output_type
-	40, // [40:40] is the sub-list for method input_type
-	40, // [40:40] is the sub-list for extension type_name
-	40, // [40:40] is the sub-list for extension extendee
-	0,  // [0:40] is the sub-list for field type_name
+	33, // 40: kubevisor.domain.v1.HostDevice.device_nodes:type_name -> kubevisor.domain.v1.HostDeviceNode
+	36, // 41: kubevisor.domain.v1.HostDevice.env:type_name -> kubevisor.domain.v1.HostDevice.EnvEntry
+	42, // [42:42] is the sub-list for method output_type
+	42, // [42:42] is the sub-list for method input_type
+	42, // [42:42] is the sub-list for extension type_name
+	42, // [42:42] is the sub-list for extension extendee
+	0,  // [0:42] is the sub-list for field type_name
 }
 
 func init() { file_core_domain_v1_domain_proto_init() }
@@ -2888,7 +3026,7 @@ func file_core_domain_v1_domain_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_core_domain_v1_domain_proto_rawDesc), len(file_core_domain_v1_domain_proto_rawDesc)),
 			NumEnums:      5,
-			NumMessages:   30,
+			NumMessages:   32,
 			NumExtensions: 0,
 			NumServices:   0,
 		},
