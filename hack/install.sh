@@ -12,7 +12,9 @@
 # install builds a temporary kustomization (the base plus the chosen components, and the image
 # tag), applies it with `kubectl apply --server-side` (CRDs first, then the rest once they are
 # established) and waits until kubevisor-controller and kubevisor-api are Available and the
-# kubevisor-handler DaemonSet is rolled out on every node. uninstall deletes the Kubevisor
+# kubevisor-handler DaemonSet is rolled out on every node. A driver set with a single
+# HypervisorClass and no default one makes that class the default; the classes an earlier
+# install made that this driver set has not are deleted. uninstall deletes the Kubevisor
 # objects (VMs and VMIs first, while the controller and webhooks still run to finish them),
 # then the components, then the CRDs, and the capability labels the handlers put on nodes.
 #
@@ -122,11 +124,37 @@ render() {
         echo "  newTag: ${tag}"
       done
     fi
+    # The driver components' objects (their HypervisorClasses) carry the base's label too:
+    # install finds by it the classes a previous install made and this one no longer wants.
+    echo "labels:"
+    echo "- pairs:"
+    echo "    app.kubernetes.io/part-of: kubevisor"
+    echo "  includeSelectors: false"
   } >"${work}/kustomization.yaml"
   # The base includes the generated manifests of manifests/webhook and manifests/rbac, which
   # are files outside its directory.
   "${KUBECTL}" kustomize "${work}" >"${work}/install.yaml" \
     || die "kustomize failed (kustomization: ${work}/kustomization.yaml)"
+  # A driver set with one hypervisor driver whose class is not the default (libvirt alone, say):
+  # that only class becomes the default, so that VMIs naming no class (KubeVirt's manifests)
+  # run. With several classes, the qmp component's is the default, or none.
+  local classes defaults
+  classes=$(grep -c '^kind: HypervisorClass$' "${work}/install.yaml" || true)
+  defaults=$(grep -c '^    hypervisorclass.kubevisor.io/is-default-class: "true"$' "${work}/install.yaml" || true)
+  if [[ "${classes}" == 1 && "${defaults}" == 0 ]]; then
+    cat >>"${work}/kustomization.yaml" <<'PATCH'
+patches:
+- target:
+    kind: HypervisorClass
+  patch: |-
+    - op: add
+      path: /metadata/annotations
+      value:
+        hypervisorclass.kubevisor.io/is-default-class: "true"
+PATCH
+    "${KUBECTL}" kustomize "${work}" >"${work}/install.yaml" \
+      || die "kustomize failed (kustomization: ${work}/kustomization.yaml)"
+  fi
   "${KUBECTL}" kustomize "${ROOT}/manifests/crd" >"${work}/crds.yaml"
   # Everything but the CRDs, which uninstall deletes last.
   awk 'function flush() { if (doc != "" && doc !~ /\nkind: CustomResourceDefinition\n/) printf "%s", doc; doc = "" }
@@ -160,6 +188,7 @@ install() {
   k wait --for condition=Established --timeout="${timeout}" -f "${work}/crds.yaml" >/dev/null
   log "applying $(grep -c '^kind:' "${work}/install.yaml") objects"
   k apply --server-side --force-conflicts --field-manager="${FIELD_MANAGER}" -f "${work}/install.yaml"
+  prune_classes
   log "waiting for kubevisor-controller, kubevisor-api (Available) and kubevisor-handler (rolled out), at most ${timeout}"
   local ok=1 d
   for d in kubevisor-controller kubevisor-api; do
@@ -174,6 +203,21 @@ install() {
   log "installed in $((SECONDS - start))s"
   k -n "${NS}" get deployments,daemonsets
   k get hypervisorclasses 2>/dev/null || true
+}
+
+# prune_classes deletes the HypervisorClasses an earlier install made (labelled part-of
+# kubevisor) that this driver set has not: a dropped driver's class would leave its VMIs
+# admitted for a driver no handler loads. Classes an admin made are not labelled and stay.
+prune_classes() {
+  local want have c
+  want=" $(awk '/^kind: HypervisorClass$/ { c = 1 } /^---$/ { c = 0 } c && /^  name: / { printf "%s ", $2 }' "${work}/install.yaml")"
+  have=$(k get hypervisorclasses -l app.kubernetes.io/part-of=kubevisor -o name 2>/dev/null || true)
+  for c in ${have}; do
+    if [[ "${want}" != *" ${c#*/} "* ]]; then
+      log "deleting ${c}: its driver is not in this driver set"
+      k delete "${c}" --ignore-not-found >/dev/null
+    fi
+  done
 }
 
 uninstall() {
