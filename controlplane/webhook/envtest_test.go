@@ -178,6 +178,17 @@ func TestAdmissionThroughAPIServer(t *testing.T) {
 		t.Fatal(err)
 	}
 
+	t.Run("class parameters are refused, not ignored", func(t *testing.T) {
+		err := c.Create(ctx, &v1alpha1.HypervisorClass{
+			ObjectMeta: metav1.ObjectMeta{Name: "with-parameters"},
+			Driver:     "qmp",
+			Parameters: map[string]string{"machine": "q35"},
+		})
+		if err == nil || !strings.Contains(err.Error(), "parameters") || !strings.Contains(err.Error(), "no hypervisor driver of this release takes class parameters") {
+			t.Fatalf("want the class refused at parameters, got %v", err)
+		}
+	})
+
 	t.Run("disk without volume is rejected with its field path", func(t *testing.T) {
 		s := minimalSpec()
 		s.Domain.Devices.Disks = append(s.Domain.Devices.Disks, v1alpha1.Disk{Name: "data"})

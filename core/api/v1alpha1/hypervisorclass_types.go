@@ -39,7 +39,10 @@ type HypervisorClass struct {
 	// +kubebuilder:validation:Pattern=`^[a-z0-9]([-a-z0-9]*[a-z0-9])?$`
 	// +kubebuilder:validation:XValidation:rule="self == oldSelf",message="driver is immutable"
 	Driver string `json:"driver"`
-	// Parameters are passed to the driver for each VMI of this class; their meaning is the driver's.
+	// Parameters are reserved for per-class driver settings. No hypervisor driver of this
+	// release takes any, and the hypervisor contract has no way yet to pass them, so a class that
+	// sets one is refused rather than accepted and ignored.
+	// +kubebuilder:validation:XValidation:rule="size(self) == 0",message="no hypervisor driver of this release takes class parameters: remove them (the driver's settings are its handler configuration)"
 	// +optional
 	Parameters map[string]string `json:"parameters,omitempty"`
 	// Overhead is added to the resources of the launcher pod of each VMI of this class.
