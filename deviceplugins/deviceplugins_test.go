@@ -2,6 +2,7 @@ package deviceplugins
 
 import (
 	"context"
+	"maps"
 	"os"
 	"path/filepath"
 	"slices"
@@ -15,6 +16,7 @@ import (
 	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
 
 	"github.com/kubevisor/kubevisor/core/api/v1alpha1"
+	basev1 "github.com/kubevisor/kubevisor/core/driver/base/v1"
 	"github.com/kubevisor/kubevisor/drivers/fake"
 	"github.com/kubevisor/kubevisor/drivers/hostdev/hostdevtest"
 )
@@ -449,5 +451,42 @@ func waitFor(t *testing.T, what string, cond func() bool) {
 			t.Fatalf("%s: not within 5s", what)
 		}
 		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// TestUnionOfDeviceDrivers: with several device drivers the plugins serve the union of their
+// resources, each plugin listing and allocating through the driver that declares its resource.
+func TestUnionOfDeviceDrivers(t *testing.T) {
+	h := hostdevtest.New(t)
+	sim := fake.NewDevice()
+	if err := sim.Configure(t.Context(), &basev1.ConfigureRequest{Config: []byte(`{"count": 3, "resources": ["example-sim"]}`)}); err != nil {
+		t.Fatal(err)
+	}
+	m, err := NewManager(t.Context(), testConfig(pluginDir(t), time.Hour),
+		[]Source{hostdevSource(t, h.Config(t, "1h", 2, "10de:1eb8=pci-10de-1eb8")), {Name: "sim", Device: sim}}, testLogger(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ps := plugins(t, m)
+	got := slices.Sorted(maps.Keys(ps))
+	want := []string{"devices.kubevisor.io/example-sim", v1alpha1.KVMDeviceResource, pciResource, v1alpha1.SEVDeviceResource, v1alpha1.TunDeviceResource, v1alpha1.VhostNetDeviceResource}
+	if !slices.Equal(got, want) {
+		t.Fatalf("plugins %v, want %v", got, want)
+	}
+	if n := len(ps["devices.kubevisor.io/example-sim"].Devices()); n != 3 {
+		t.Errorf("example-sim: %d devices, want the sim driver's 3", n)
+	}
+	if n := len(ps[v1alpha1.KVMDeviceResource].Devices()); n != 2 {
+		t.Errorf("kvm: %d devices, want hostdev's 2 slots", n)
+	}
+	resp, err := ps["devices.kubevisor.io/example-sim"].Allocate(t.Context(), &pluginapi.AllocateRequest{
+		ContainerRequests: []*pluginapi.ContainerAllocateRequest{{DevicesIds: []string{"example-sim-2"}}}})
+	if err != nil || resp.ContainerResponses[0].Envs["KUBEVISOR_FAKE_EXAMPLE_SIM"] != "example-sim-2" {
+		t.Errorf("Allocate(example-sim-2) = %v, %v; want the sim driver's answer", resp, err)
+	}
+	resp, err = ps[v1alpha1.KVMDeviceResource].Allocate(t.Context(), &pluginapi.AllocateRequest{
+		ContainerRequests: []*pluginapi.ContainerAllocateRequest{{DevicesIds: []string{ps[v1alpha1.KVMDeviceResource].Devices()[0].ID}}}})
+	if err != nil || resp.ContainerResponses[0].Devices[0].HostPath != "/dev/kvm" {
+		t.Errorf("Allocate(kvm) = %v, %v; want hostdev's /dev/kvm", resp, err)
 	}
 }

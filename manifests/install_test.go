@@ -71,7 +71,7 @@ var userRoles = map[string]string{
 
 // hypervisorDrivers are the hypervisor driver components, each bringing its HypervisorClass,
 // and whether that class is the default (exactly one is).
-var hypervisorDrivers = map[string]bool{"qmp": true, "libvirt": false}
+var hypervisorDrivers = map[string]bool{"qmp": true, "libvirt": false, "fake": false}
 
 // drivers lists the driver components (install/drivers/<name>).
 func drivers(t *testing.T) []string {
@@ -497,7 +497,7 @@ func TestImages(t *testing.T) {
 func TestDriverComponents(t *testing.T) {
 	kinds := func(s handler.DriverSet) map[string]string {
 		out := map[string]string{}
-		for k, v := range map[string]string{"hypervisor": strings.Join(s.HypervisorNames(), ","), "network": s.Network, "storage": s.Storage, "device": s.Device} {
+		for k, v := range map[string]string{"hypervisor": strings.Join(s.HypervisorNames(), ","), "network": s.Network, "storage": s.Storage, "device": strings.Join(s.DeviceNames(), ",")} {
 			if v != "" {
 				out[k] = v
 			}

@@ -1,11 +1,12 @@
 // Command kubevisor-deviceplugins runs Kubevisor's kubelet device plugins (package deviceplugins)
-// on a node, for the device drivers the handler's configuration names:
+// on a node, for every device driver the handler's configuration names:
 //
 //	kubevisor-deviceplugins [--handler-config /etc/kubevisor/handler.d] [--plugin-bin-dir DIR]
 package main
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"os"
@@ -25,12 +26,13 @@ import (
 
 const usage = `usage: kubevisor-deviceplugins [flags]
 
-Advertises the devices of the node's device driver to the kubelet as extended resources
-devices.kubevisor.io/<resource>, one kubelet device plugin per resource the driver declares.
-The driver is the one the handler's configuration names (drivers.device, with
-driverConfig.<name> as its configuration), started here through the plugin host: from the
-handler configuration's pluginDir, or kubevisor-driver-<name> in --plugin-bin-dir. Needs root:
-the sockets live in the kubelet's root-only device plugin directory.
+Advertises the devices of the node's device drivers to the kubelet as extended resources
+devices.kubevisor.io/<resource>, one kubelet device plugin per resource a driver declares (two
+drivers declaring one resource is an error naming both). The drivers are those the handler's
+configuration names (drivers.device and drivers.devices, with driverConfig.<name> as each one's
+configuration), started here through the plugin host: kubevisor-driver-<name> in
+--plugin-bin-dir, else the handler configuration's pluginDir. Needs root: the sockets live in
+the kubelet's root-only device plugin directory.
 
 Flags:
 `
@@ -56,13 +58,13 @@ func main() {
 	if err != nil {
 		fail(2, err)
 	}
-	m, err := deviceManifest(hcfg, *pluginBinDir)
+	ms, err := deviceManifests(hcfg, *pluginBinDir)
 	if err != nil {
 		fail(2, err)
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	host, sources, err := deviceplugins.StartDrivers(ctx, plugin.HostConfig{StateDir: *stateDir, NodeName: *nodeName, Logger: logger}, []plugin.Manifest{m})
+	host, sources, err := deviceplugins.StartDrivers(ctx, plugin.HostConfig{StateDir: *stateDir, NodeName: *nodeName, Logger: logger}, ms)
 	if err != nil {
 		fail(1, err)
 	}
@@ -81,14 +83,30 @@ func main() {
 	os.Exit(code)
 }
 
-// deviceManifest is the manifest of the handler configuration's device driver, from binDir
+// deviceManifests are the manifests of the handler configuration's device drivers, in order
+// (deviceManifest); the error names every one missing.
+func deviceManifests(c handler.Config, binDir string) ([]plugin.Manifest, error) {
+	names := c.Drivers.DeviceNames()
+	if len(names) == 0 {
+		return nil, fmt.Errorf("the handler configuration names no device driver (drivers.device, drivers.devices)")
+	}
+	var out []plugin.Manifest
+	var errs []error
+	for _, name := range names {
+		m, err := deviceManifest(c, name, binDir)
+		if err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		out = append(out, m)
+	}
+	return out, errors.Join(errs...)
+}
+
+// deviceManifest is the manifest of the device driver name, from binDir
 // (kubevisor-driver-<name>) or else from the configuration's plugin directory, with the
 // configuration's driverConfig for it.
-func deviceManifest(c handler.Config, binDir string) (plugin.Manifest, error) {
-	name := c.Drivers.Device
-	if name == "" {
-		return plugin.Manifest{}, fmt.Errorf("the handler configuration names no device driver (drivers.device)")
-	}
+func deviceManifest(c handler.Config, name, binDir string) (plugin.Manifest, error) {
 	var m plugin.Manifest
 	if binDir != "" {
 		if _, err := os.Stat(filepath.Join(binDir, handler.DriverBinaryPrefix+name)); err == nil {
@@ -114,7 +132,7 @@ func deviceManifest(c handler.Config, binDir string) (plugin.Manifest, error) {
 	case m.Name == "":
 		return plugin.Manifest{}, fmt.Errorf("device driver %q is not installed: no %s%s in --plugin-bin-dir %q, no manifest of that name in pluginDir %q", name, handler.DriverBinaryPrefix, name, binDir, c.PluginDir)
 	case m.Kind != driver.KindDevice:
-		return plugin.Manifest{}, fmt.Errorf("driver %q is a %s driver, configured as the device driver", name, m.Kind)
+		return plugin.Manifest{}, fmt.Errorf("driver %q is a %s driver, configured as a device driver", name, m.Kind)
 	}
 	if raw, ok := c.DriverConfig[name]; ok {
 		m.Config = raw

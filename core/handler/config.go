@@ -33,9 +33,9 @@ const (
 //	stateDir: /var/lib/kubevisor           # root-only: plugin reattach records, per-VMI state
 //	runDir: /run/kubevisor/vmis            # per-VMI run directories (sockets, logs)
 //	nodeName: node-1
-//	drivers: {hypervisor: qmp, network: cni, storage: local, device: ""}
-//	# or several hypervisor drivers, the first the default:
-//	# drivers: {hypervisors: [qmp, libvirt], network: cni, storage: local}
+//	drivers: {hypervisor: qmp, network: cni, storage: local, device: hostdev}
+//	# or several hypervisor drivers, the first the default, and several device drivers:
+//	# drivers: {hypervisors: [qmp, libvirt], network: cni, storage: local, devices: [hostdev, sim]}
 //	driverConfig:                          # replaces a manifest's config, by driver name
 //	  qmp: {disableKVM: true}
 //	acceleration: auto                     # auto | required | emulated
@@ -56,8 +56,8 @@ type Config struct {
 	// NodeName is the node's name: the VMIs' status.nodeName, and passed to every driver.
 	NodeName string `json:"nodeName,omitempty"`
 	// Drivers names the installed drivers this node uses (a manifest's name): one or more
-	// hypervisor drivers, one of each other kind. Device is optional; the others are required
-	// to run a VMI.
+	// hypervisor drivers, any number of device drivers, one network and one storage driver.
+	// Device drivers are optional; the others are required to run a VMI.
 	Drivers DriverSet `json:"drivers"`
 	// DriverConfig replaces the configuration of a driver's manifest, by driver name.
 	DriverConfig map[string]json.RawMessage `json:"driverConfig,omitempty"`
@@ -87,10 +87,12 @@ type Config struct {
 	Standalone *StandaloneConfig `json:"standalone,omitempty"`
 }
 
-// DriverSet names the drivers of a node: one network, storage and (optional) device driver,
-// and one or more hypervisor drivers. Each VMI runs with the hypervisor driver its
-// HypervisorClass names (status.hypervisorDriver, v1alpha1.VirtualMachineInstanceStatus), or
-// with the node's default hypervisor driver (DefaultHypervisor) when it names none.
+// DriverSet names the drivers of a node: one network and one storage driver, one or more
+// hypervisor drivers and any number of device drivers. Each VMI runs with the hypervisor driver
+// its HypervisorClass names (status.hypervisorDriver, v1alpha1.VirtualMachineInstanceStatus),
+// or with the node's default hypervisor driver (DefaultHypervisor) when it names none. Each
+// device resource of a VMI's sandbox is allocated by the one device driver that lists it in
+// its capabilities' resources; two device drivers listing one resource is an error naming both.
 type DriverSet struct {
 	// Hypervisor is a hypervisor driver: the node's default one when it is set.
 	Hypervisor string `json:"hypervisor,omitempty"`
@@ -99,7 +101,34 @@ type DriverSet struct {
 	Hypervisors []string `json:"hypervisors,omitempty"`
 	Network     string   `json:"network,omitempty"`
 	Storage     string   `json:"storage,omitempty"`
-	Device      string   `json:"device,omitempty"`
+	// Device is a device driver of the node (the single device driver of older
+	// configurations); Devices are its device drivers besides Device, in order. They add up:
+	// DeviceNames.
+	Device  string   `json:"device,omitempty"`
+	Devices []string `json:"devices,omitempty"`
+}
+
+// DeviceNames returns the configured device drivers, Device first, each once.
+func (s DriverSet) DeviceNames() []string {
+	var out []string
+	for _, name := range append([]string{s.Device}, s.Devices...) {
+		if name != "" && !slices.Contains(out, name) {
+			out = append(out, name)
+		}
+	}
+	return out
+}
+
+// withDevices returns s with the device drivers names, the first as Device.
+func (s DriverSet) withDevices(names []string) DriverSet {
+	s.Device, s.Devices = "", nil
+	if len(names) > 0 {
+		s.Device = names[0]
+	}
+	if len(names) > 1 {
+		s.Devices = slices.Clone(names[1:])
+	}
+	return s
 }
 
 // HypervisorNames returns the configured hypervisor drivers, the default first, each once.
@@ -138,21 +167,25 @@ func (s DriverSet) withHypervisors(names []string) DriverSet {
 type kindName struct{ kind, name string }
 
 // all returns the configured drivers: the hypervisor drivers in order, then network, storage
-// and device.
+// and the device drivers in order.
 func (s DriverSet) all() []kindName {
 	var out []kindName
 	for _, name := range s.HypervisorNames() {
 		out = append(out, kindName{driver.KindHypervisor, name})
 	}
-	for _, d := range []kindName{{driver.KindNetwork, s.Network}, {driver.KindStorage, s.Storage}, {driver.KindDevice, s.Device}} {
+	for _, d := range []kindName{{driver.KindNetwork, s.Network}, {driver.KindStorage, s.Storage}} {
 		if d.name != "" {
 			out = append(out, d)
 		}
 	}
+	for _, name := range s.DeviceNames() {
+		out = append(out, kindName{driver.KindDevice, name})
+	}
 	return out
 }
 
-// of returns the driver configured for a kind: for hypervisor drivers, the default one.
+// of returns the driver configured for a kind: for hypervisor drivers, the default one; for
+// device drivers, the first.
 func (s DriverSet) of(kind string) string {
 	switch kind {
 	case driver.KindHypervisor:
@@ -162,7 +195,9 @@ func (s DriverSet) of(kind string) string {
 	case driver.KindStorage:
 		return s.Storage
 	case driver.KindDevice:
-		return s.Device
+		if names := s.DeviceNames(); len(names) > 0 {
+			return names[0]
+		}
 	}
 	return ""
 }

@@ -6,6 +6,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"reflect"
 	"slices"
 	"strings"
 	"testing"
@@ -86,6 +87,103 @@ func TestHostDevicesFromHostdev(t *testing.T) {
 	}
 	requireNothingLeft(t, h, bad.UID)
 
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if _, err := h.Stop(ctx, ok, time.Second); err != nil {
+		t.Fatal(err)
+	}
+	requireNothingLeft(t, h, ok.UID)
+}
+
+// TestSeveralDeviceDrivers runs VMIs on a node with several device drivers (the fake device
+// driver three times, with resources of their own): each resource of a sandbox is allocated by
+// the driver that lists it, a device with no PCI address reaches the hypervisor driver by name,
+// resource and id (with the driver's device nodes and environment), and the class's own
+// devices (kvm) give the domain no host device. A resource two drivers list fails the VMIs
+// that have it, naming both; so does a device id the driver does not know or finds unhealthy,
+// leaving nothing behind while the other VMIs keep running.
+func TestSeveralDeviceDrivers(t *testing.T) {
+	devDriver := func(name, config string) plugin.Manifest {
+		m := manifest(t, bins.testdriver, driver.KindDevice, name, driver.KindDevice, "name="+name)
+		m.Config = json.RawMessage(config)
+		return m
+	}
+	set := fakeSet
+	set.Device, set.Devices = "chars", []string{"sim", "other", "twice"}
+	e := newEnv(t, set, append(fakeManifests(t),
+		devDriver("chars", `{"resources": ["kvm", "tun"]}`),
+		devDriver("sim", `{"resources": ["example-sim", "shared"], "unhealthy": ["example-sim-3"]}`),
+		devDriver("other", `{"resources": ["gpu"]}`),
+		devDriver("twice", `{"resources": ["shared"]}`)))
+	devices := map[types.UID]map[string][]string{
+		"uid-sim":       {"kvm": {"kvm-0"}, "tun": {"tun-1"}, "example-sim": {"example-sim-1"}, "gpu": {"gpu-2"}},
+		"uid-shared":    {"kvm": {"kvm-1"}, "shared": {"shared-0"}},
+		"uid-unknown":   {"kvm": {"kvm-2"}, "example-sim": {"example-sim-9"}},
+		"uid-unhealthy": {"example-sim": {"example-sim-3"}},
+		"uid-nobody":    {"fpga": {"fpga-0"}},
+	}
+	e.opts.Sandboxes = SandboxesFunc(func(vmi *v1alpha1.VirtualMachineInstance) Sandbox {
+		return newTestSandbox(SandboxSpec{Devices: devices[vmi.UID]})
+	})
+	h := e.start()
+	withDevice := func(name string, uid types.UID, res string) *v1alpha1.VirtualMachineInstance {
+		vmi := testVMI(name, uid, e.disk)
+		vmi.Spec.Domain.Devices.HostDevices = []v1alpha1.HostDevice{{Name: "sim1", DeviceName: v1alpha1.DeviceResourcePrefix + res}}
+		return vmi
+	}
+
+	ok := withDevice("sim", "uid-sim", "example-sim")
+	ok.Spec.Domain.Devices.GPUs = []v1alpha1.GPU{{Name: "g", DeviceName: "devices.kubevisor.io/gpu"}}
+	mustRun(t, h, ok)
+	raw, err := os.ReadFile(filepath.Join(e.cfg.RunDir, string(ok.UID), fake.RecordFile))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var rec struct {
+		Devices []fake.RecordedHostDevice `json:"devices"`
+	}
+	if err := json.Unmarshal(raw, &rec); err != nil {
+		t.Fatal(err)
+	}
+	want := []fake.RecordedHostDevice{
+		{Name: "sim1", Resource: "example-sim", DeviceIDs: []string{"example-sim-1"}, DeviceDriver: "sim",
+			DeviceNodes: []string{"/dev/null"}, Env: map[string]string{"KUBEVISOR_FAKE_EXAMPLE_SIM": "example-sim-1"}},
+		{Name: "g", Resource: "gpu", DeviceIDs: []string{"gpu-2"}, DeviceDriver: "other",
+			DeviceNodes: []string{"/dev/null"}, Env: map[string]string{"KUBEVISOR_FAKE_GPU": "gpu-2"}},
+	}
+	if !reflect.DeepEqual(rec.Devices, want) {
+		t.Errorf("the hypervisor got host devices %+v, want %+v", rec.Devices, want)
+	}
+	if got := h.entryState(ok.UID).Drivers.DeviceNames(); !slices.Equal(got, []string{"chars", "sim", "other"}) {
+		t.Errorf("the VMI's device drivers = %v, want chars, sim, other (the node's order)", got)
+	}
+
+	for _, c := range []struct {
+		vmi      *v1alpha1.VirtualMachineInstance
+		reason   string
+		contains []string
+	}{
+		{withDevice("shared", "uid-shared", "shared"), ReasonDriverNotFound, []string{`resource "shared" is listed by device drivers "sim", "twice"`}},
+		{withDevice("unknown", "uid-unknown", "example-sim"), ReasonDeviceFailed, []string{`resource "example-sim" (device driver "sim")`, `"example-sim-9"`}},
+		{withDevice("unhealthy", "uid-unhealthy", "example-sim"), ReasonDeviceFailed, []string{`device "example-sim-3" is unhealthy`}},
+		{withDevice("nobody", "uid-nobody", "fpga"), ReasonDriverNotFound, []string{`resource "fpga": no loaded device driver lists it`}},
+	} {
+		st, err := doSync(t, h, c.vmi)
+		cond := Condition(st, v1alpha1.VirtualMachineInstanceSynchronized)
+		if err == nil || cond == nil || cond.Reason != c.reason {
+			t.Errorf("%s: Sync = %v, Synchronized %+v; want %s", c.vmi.Name, err, cond, c.reason)
+			continue
+		}
+		for _, s := range c.contains {
+			if !strings.Contains(cond.Message, s) {
+				t.Errorf("%s: message %q lacks %q", c.vmi.Name, cond.Message, s)
+			}
+		}
+		requireNothingLeft(t, h, c.vmi.UID)
+	}
+	if st, err := doSync(t, h, ok); err != nil || st.Phase != v1alpha1.Running {
+		t.Errorf("the first VMI after the others failed: %v, phase %s", err, st.Phase)
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	if _, err := h.Stop(ctx, ok, time.Second); err != nil {

@@ -52,8 +52,9 @@ func LoadConfigPath(path string) (Config, error) {
 // (driverConfig, images, claims) gains its keys. This lets an installation compose the
 // configuration from parts (the install manifests' base and one file per driver). The hypervisor
 // drivers the files name (drivers.hypervisor and drivers.hypervisors) add up, in name order,
-// each once: the first file's is the default. Two files naming different network, storage or
-// device drivers is an error, not an override: a node runs one driver of each of those kinds.
+// each once: the first file's is the default. So do the device drivers (drivers.device and
+// drivers.devices). Two files naming different network or storage drivers is an error, not an
+// override: a node runs one driver of each of those kinds.
 // Relative paths are taken from dir.
 func LoadConfigDir(dir string) (Config, error) {
 	entries, err := os.ReadDir(dir)
@@ -83,7 +84,7 @@ func LoadConfigDir(dir string) (Config, error) {
 			return Config{}, fmt.Errorf("handler config %s: %w", path, err)
 		}
 		for _, d := range part.Drivers.all() {
-			if d.kind == driver.KindHypervisor {
+			if d.kind == driver.KindHypervisor || d.kind == driver.KindDevice {
 				continue
 			}
 			if prev, ok := setBy[d.kind]; ok && c.Drivers.of(d.kind) != d.name {
@@ -93,10 +94,12 @@ func LoadConfigDir(dir string) (Config, error) {
 			setBy[d.kind] = name
 		}
 		hypervisors := append(c.Drivers.HypervisorNames(), part.Drivers.HypervisorNames()...)
+		devices := append(c.Drivers.DeviceNames(), part.Drivers.DeviceNames()...)
 		if err := DecodeStrict(data, &c); err != nil {
 			return Config{}, fmt.Errorf("handler config %s: %w", path, err)
 		}
 		c.Drivers = c.Drivers.withHypervisors(DriverSet{Hypervisors: hypervisors}.HypervisorNames())
+		c.Drivers = c.Drivers.withDevices(DriverSet{Devices: devices}.DeviceNames())
 		n++
 	}
 	if n > 0 {

@@ -118,3 +118,36 @@ func TestLoadConfigDirHypervisors(t *testing.T) {
 		t.Errorf("one name, two kinds: %v", err)
 	}
 }
+
+// TestLoadConfigDirDevices: the device drivers of the parts add up in name order, each once,
+// whether a part names one (device, the older single key) or several (devices), as the install
+// manifests' hostdev component and an example device driver's component do side by side.
+func TestLoadConfigDirDevices(t *testing.T) {
+	dir := writeFiles(t, map[string]string{
+		"00-base.yaml":           "drivers: {hypervisor: qmp, network: cni, storage: local}\n",
+		"10-device-hostdev.yaml": "drivers: {device: hostdev}\n",
+		"10-device-sim.yaml":     "drivers: {device: sim}\n",
+		"20-more.yaml":           "drivers: {devices: [hostdev, gpu]}\n",
+	})
+	c, err := LoadConfigDir(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := DriverSet{Hypervisor: "qmp", Network: "cni", Storage: "local", Device: "hostdev", Devices: []string{"sim", "gpu"}}
+	if !reflect.DeepEqual(c.Drivers, want) {
+		t.Errorf("drivers %+v, want %+v", c.Drivers, want)
+	}
+	if got := c.Drivers.DeviceNames(); !reflect.DeepEqual(got, []string{"hostdev", "sim", "gpu"}) {
+		t.Errorf("DeviceNames %v", got)
+	}
+	var kinds []string
+	for _, d := range c.Drivers.all() {
+		kinds = append(kinds, d.kind+"/"+d.name)
+	}
+	if want := []string{"hypervisor/qmp", "network/cni", "storage/local", "device/hostdev", "device/sim", "device/gpu"}; !reflect.DeepEqual(kinds, want) {
+		t.Errorf("all() = %v, want %v", kinds, want)
+	}
+	if _, err := (Config{Drivers: DriverSet{Devices: []string{"x"}, Storage: "x"}}).withDefaults(); err == nil || !strings.Contains(err.Error(), `"x" is configured as a storage and a device driver`) {
+		t.Errorf("one name, two kinds: %v", err)
+	}
+}

@@ -5,16 +5,17 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"maps"
 	"os"
 	"path/filepath"
 	"slices"
-	"sort"
 	"strconv"
 	"strings"
 	"time"
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
 
 	"github.com/kubevisor/kubevisor/core/api/v1alpha1"
 	"github.com/kubevisor/kubevisor/core/domain/assemble"
@@ -98,13 +99,19 @@ func (h *Handler) entryFor(vmi *v1alpha1.VirtualMachineInstance) *entry {
 
 // drivers is what one sync uses.
 type drivers struct {
-	names  DriverSet
-	hv     driver.Hypervisor
-	net    driver.Network
-	st     driver.Storage
-	dev    driver.Device // nil when none is configured
-	caps   driverCaps
-	hvCaps *basev1.Capabilities
+	names DriverSet
+	hv    driver.Hypervisor
+	net   driver.Network
+	st    driver.Storage
+	// devs are the loaded device drivers by name, devFor the one that lists each resource,
+	// devTwice why a resource has none (two list it), devUnloaded the configured device drivers
+	// that are not loaded (the resources they would list are unknown).
+	devs        map[string]driver.Device
+	devFor      map[string]string
+	devTwice    map[string]error
+	devUnloaded []error
+	caps        driverCaps
+	hvCaps      *basev1.Capabilities
 }
 
 // HypervisorDriverOf is the hypervisor driver that runs vmi on a node whose default hypervisor
@@ -149,9 +156,6 @@ func (h *Handler) pipelineDrivers(vmi *v1alpha1.VirtualMachineInstance) (*driver
 	}
 	d.names.Network = need(driver.KindNetwork, h.cfg.Drivers.Network)
 	d.names.Storage = need(driver.KindStorage, h.cfg.Drivers.Storage)
-	if name := h.cfg.Drivers.Device; h.loaded[name] != "" {
-		d.names.Device = name
-	}
 	if len(errs) > 0 {
 		return nil, errors.Join(errs...)
 	}
@@ -165,10 +169,8 @@ func (h *Handler) pipelineDrivers(vmi *v1alpha1.VirtualMachineInstance) (*driver
 	if d.st, err = h.host.Storage(d.names.Storage); err != nil {
 		return nil, err
 	}
-	if d.names.Device != "" {
-		if d.dev, err = h.host.Device(d.names.Device); err != nil {
-			return nil, err
-		}
+	if err := h.deviceDrivers(d); err != nil {
+		return nil, err
 	}
 	d.hvCaps = h.caps[d.names.Hypervisor]
 	d.caps = driverCaps{
@@ -176,6 +178,78 @@ func (h *Handler) pipelineDrivers(vmi *v1alpha1.VirtualMachineInstance) (*driver
 		hypervisorCaps: d.hvCaps, networkCaps: h.caps[d.names.Network], stCaps: h.caps[d.names.Storage],
 	}
 	return d, nil
+}
+
+// deviceDrivers fills in d's device drivers: every configured device driver that is loaded,
+// and which of them lists each resource (Capabilities.resources). A resource two drivers list
+// is an error naming both, for the VMIs whose sandbox has it (routeDevices); so is a configured
+// device driver that is not loaded, as the resources it would list are unknown. h.mu is held.
+func (h *Handler) deviceDrivers(d *drivers) error {
+	d.devs, d.devFor, d.devTwice = map[string]driver.Device{}, map[string]string{}, map[string]error{}
+	listedBy := map[string][]string{}
+	var names []string
+	for _, name := range h.cfg.Drivers.DeviceNames() {
+		if h.loaded[name] == "" {
+			err := h.loadErrs[name]
+			if err == nil {
+				err = fmt.Errorf("device driver %q is not loaded", name)
+			}
+			d.devUnloaded = append(d.devUnloaded, err)
+			continue
+		}
+		dev, err := h.host.Device(name)
+		if err != nil {
+			return err
+		}
+		d.devs[name] = dev
+		names = append(names, name)
+		for _, res := range h.caps[name].GetResources() {
+			if !slices.Contains(listedBy[res], name) {
+				listedBy[res] = append(listedBy[res], name)
+			}
+		}
+	}
+	for res, by := range listedBy {
+		if len(by) == 1 {
+			d.devFor[res] = by[0]
+		} else {
+			d.devTwice[res] = fmt.Errorf("resource %q is listed by device drivers %s: one device driver per resource", res, quotedList(by))
+		}
+	}
+	d.names = d.names.withDevices(names)
+	return nil
+}
+
+// routeDevices checks that every device resource of the sandbox has the one device driver
+// that allocates it (drivers.devFor), and records the drivers used in the VMI's driver names.
+func (d *drivers) routeDevices(devices map[string][]string) error {
+	var errs []error
+	var used []string
+	missing := false
+	for _, res := range slices.Sorted(maps.Keys(devices)) {
+		name, ok := d.devFor[res]
+		if err := d.devTwice[res]; err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		if !ok {
+			errs = append(errs, fmt.Errorf("resource %q: no loaded device driver lists it (loaded: %s)", res, quotedList(d.names.DeviceNames())))
+			missing = true
+			continue
+		}
+		if !slices.Contains(used, name) {
+			used = append(used, name)
+		}
+	}
+	if missing {
+		errs = append(errs, d.devUnloaded...)
+	}
+	if len(errs) > 0 {
+		return errors.Join(errs...)
+	}
+	// The VMI's device drivers, in the node's configured order.
+	d.names = d.names.withDevices(slices.DeleteFunc(d.names.DeviceNames(), func(n string) bool { return !slices.Contains(used, n) }))
+	return nil
 }
 
 // quotedList is names quoted and joined with commas, or "none".
@@ -289,8 +363,11 @@ func (h *Handler) newSyncRun(ctx context.Context, e *entry, vmi *v1alpha1.Virtua
 	if r.sandbox, err = h.openSandbox(ctx, e); err != nil {
 		return nil, failed(ReasonSandboxNotReady, err)
 	}
-	if len(r.sandbox.Devices) > 0 && d.dev == nil {
+	if len(r.sandbox.Devices) > 0 && len(h.cfg.Drivers.DeviceNames()) == 0 {
 		return nil, failed(ReasonDriverNotFound, fmt.Errorf("the sandbox has devices %v but no device driver is configured", r.sandbox.Devices))
+	}
+	if err := d.routeDevices(r.sandbox.Devices); err != nil {
+		return nil, failed(ReasonDriverNotFound, err)
 	}
 	r.st = h.stateFor(e, vmi, d.names, r.sandbox)
 	return r, nil
@@ -432,28 +509,65 @@ func (h *Handler) teardownNetwork(ctx context.Context, st *vmiState) error {
 // noDevices says the sandbox has no devices to allocate.
 func (r *syncRun) noDevices() bool { return len(r.sandbox.Devices) == 0 }
 
-// allocateDevices is device Allocate of the sandbox's devices, by resource in name order.
+// allocateDevices is device Allocate of the sandbox's devices, by resource in name order, each
+// by the device driver that lists the resource (routeDevices), and the domain's host devices
+// from the answers (hostDevices).
 func (r *syncRun) allocateDevices(ctx context.Context) error {
-	resources := make([]string, 0, len(r.sandbox.Devices))
-	for res := range r.sandbox.Devices {
-		resources = append(resources, res)
-	}
-	sort.Strings(resources)
-	for _, res := range resources {
-		resp, err := r.d.dev.Allocate(ctx, &devicev1.AllocateRequest{Resource: res, DeviceIds: r.sandbox.Devices[res]})
+	for _, res := range slices.Sorted(maps.Keys(r.sandbox.Devices)) {
+		name := r.d.devFor[res]
+		ids := r.sandbox.Devices[res]
+		resp, err := r.d.devs[name].Allocate(ctx, &devicev1.AllocateRequest{Resource: res, DeviceIds: ids})
 		if err != nil {
-			return fmt.Errorf("resource %q: %w", res, err)
+			return fmt.Errorf("resource %q (device driver %q): %w", res, name, err)
 		}
-		names := vmiDeviceNames(r.vmi, res)
-		for i, pci := range resp.GetPciAddresses() {
-			name := fmt.Sprintf("%s-%d", res, i)
-			if i < len(names) {
-				name = names[i]
-			}
-			r.hostDevices = append(r.hostDevices, &domainv1.HostDevice{Name: name, PciAddress: pci})
-		}
+		r.hostDevices = append(r.hostDevices, hostDevices(res, name, ids, vmiDeviceNames(r.vmi, res), resp)...)
 	}
 	return nil
+}
+
+// hostDevices are the domain's host devices of one resource, which device driver drv allocated
+// (ids, answering resp) for the VMI's devices names of that resource (vmiDeviceNames):
+//   - a PCI function per pci_address, named after the VMI's devices in order ("<res>-<i>" past
+//     them);
+//   - without pci_addresses, one host device per VMI device, whatever the driver gave: the
+//     device nodes and environment the hypervisor needs to know the device by. A resource the
+//     VMI names no device of (the class's kvm and tun, which the sandbox itself uses) gives none.
+//
+// The ids go one to each host device, in order, when there are as many (a PCI function whose
+// address is one of the ids gets that one); otherwise each host device has them all.
+func hostDevices(res, drv string, ids, names []string, resp *devicev1.AllocateResponse) []*domainv1.HostDevice {
+	n := len(resp.GetPciAddresses())
+	if n == 0 {
+		n = len(names)
+	}
+	var nodes []*domainv1.HostDeviceNode
+	for _, dn := range resp.GetDeviceNodes() {
+		nodes = append(nodes, &domainv1.HostDeviceNode{Path: dn.GetContainerPath(), HostPath: dn.GetHostPath(), Permissions: dn.GetPermissions()})
+	}
+	var out []*domainv1.HostDevice
+	for i := range n {
+		hd := &domainv1.HostDevice{Name: fmt.Sprintf("%s-%d", res, i), Resource: res, DeviceDriver: drv, DeviceIds: slices.Clone(ids)}
+		if i < len(names) {
+			hd.Name = names[i]
+		}
+		if len(ids) == n {
+			hd.DeviceIds = []string{ids[i]}
+		}
+		if i < len(resp.GetPciAddresses()) {
+			hd.PciAddress = resp.GetPciAddresses()[i]
+			if slices.Contains(ids, hd.PciAddress) {
+				hd.DeviceIds = []string{hd.PciAddress} // a function whose id is its address
+			}
+		}
+		for _, dn := range nodes {
+			hd.DeviceNodes = append(hd.DeviceNodes, proto.CloneOf(dn))
+		}
+		if len(resp.GetEnv()) > 0 {
+			hd.Env = maps.Clone(resp.GetEnv())
+		}
+		out = append(out, hd)
+	}
+	return out
 }
 
 // vmiDeviceNames are the names of the VMI's gpus[], then hostDevices[], allocated from the

@@ -27,7 +27,9 @@ type deviceResource struct {
 	permissions string
 }
 
-var deviceResources = []deviceResource{
+// defaultDeviceResources are the resources of the fake device driver unless
+// DeviceConfig.Resources names others.
+var defaultDeviceResources = []deviceResource{
 	{name: "kvm", node: "/dev/kvm", permissions: "rw"},
 	{name: "tun", node: "/dev/net/tun", permissions: "rwm"},
 	{name: "vhost-net", node: "/dev/vhost-net", permissions: "rw"},
@@ -40,17 +42,21 @@ type DeviceConfig struct {
 	Count int `json:"count,omitempty"`
 	// Unhealthy lists device ids reported unhealthy; Allocate refuses them.
 	Unhealthy []string `json:"unhealthy,omitempty"`
+	// Resources names the resources simulated instead of kvm, tun and vhost-net (so that two
+	// fake device drivers can serve one node). Their devices hand out /dev/null.
+	Resources []string `json:"resources,omitempty"`
 }
 
-// Device is the fake device driver. It simulates the resources kvm, tun and vhost-net, Count
-// devices each, which share one device node per resource as the units of a kubelet device
-// plugin do. Changing the configuration is seen by Watch streams.
+// Device is the fake device driver. It simulates the resources kvm, tun and vhost-net (or
+// DeviceConfig.Resources), Count devices each, which share one device node per resource as the
+// units of a kubelet device plugin do. Changing the configuration is seen by Watch streams.
 type Device struct {
 	base
 
 	mu        sync.Mutex
 	count     int
 	unhealthy map[string]bool
+	resources []deviceResource
 }
 
 var (
@@ -61,15 +67,19 @@ var (
 // NewDevice returns a fake device driver with the default configuration.
 func NewDevice() *Device {
 	return &Device{
-		base:  newBase(basev1.Kind_KIND_DEVICE, "simulated devices: kvm, tun and vhost-net units that are not backed by the host"),
-		count: DefaultDeviceCount,
+		base:      newBase(basev1.Kind_KIND_DEVICE, "simulated devices: kvm, tun and vhost-net units that are not backed by the host"),
+		count:     DefaultDeviceCount,
+		resources: defaultDeviceResources,
 	}
 }
 
-// Capabilities implements driver.Driver: Watch, and the resources kvm, tun and vhost-net.
+// Capabilities implements driver.Driver: Watch, and the resources kvm, tun and vhost-net, or
+// those the configuration names.
 func (d *Device) Capabilities(context.Context) (*basev1.Capabilities, error) {
 	caps := &basev1.Capabilities{Features: []basev1.Feature{basev1.Feature_FEATURE_DEVICE_WATCH}}
-	for _, r := range deviceResources {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	for _, r := range d.resources {
 		caps.Resources = append(caps.Resources, r.name)
 	}
 	return caps, nil
@@ -94,15 +104,25 @@ func (d *Device) Configure(_ context.Context, req *basev1.ConfigureRequest) erro
 	if cfg.Count == 0 {
 		cfg.Count = DefaultDeviceCount
 	}
+	resources := defaultDeviceResources
+	if len(cfg.Resources) > 0 {
+		resources = nil
+		for i, name := range cfg.Resources {
+			if name == "" || strings.ContainsAny(name, "/ ") || slices.ContainsFunc(resources, func(r deviceResource) bool { return r.name == name }) {
+				return invalid("config: resources[%d]: %q is empty, has a slash or space, or comes twice", i, name)
+			}
+			resources = append(resources, deviceResource{name: name, node: "/dev/null", permissions: "rw"})
+		}
+	}
 	unhealthy := map[string]bool{}
 	for i, id := range cfg.Unhealthy {
-		if _, ok := lookupDevice(id, cfg.Count); !ok {
+		if _, ok := lookupDevice(resources, id, cfg.Count); !ok {
 			return invalid("config: unhealthy[%d]: no device %q", i, id)
 		}
 		unhealthy[id] = true
 	}
 	d.mu.Lock()
-	d.count, d.unhealthy = cfg.Count, unhealthy
+	d.count, d.unhealthy, d.resources = cfg.Count, unhealthy, resources
 	d.mu.Unlock()
 	d.base.mu.Lock()
 	d.notifyLocked()
@@ -110,10 +130,10 @@ func (d *Device) Configure(_ context.Context, req *basev1.ConfigureRequest) erro
 	return nil
 }
 
-// lookupDevice returns the resource of a device id when the id exists with count devices per
-// resource.
-func lookupDevice(id string, count int) (deviceResource, bool) {
-	for _, r := range deviceResources {
+// lookupDevice returns the resource of a device id when the id exists among resources with
+// count devices per resource.
+func lookupDevice(resources []deviceResource, id string, count int) (deviceResource, bool) {
+	for _, r := range resources {
 		if n, ok := strings.CutPrefix(id, r.name+"-"); ok {
 			var i int
 			if _, err := fmt.Sscanf(n, "%d", &i); err == nil && fmt.Sprint(i) == n && i >= 0 && i < count {
@@ -133,7 +153,7 @@ func (d *Device) List(_ context.Context, resource string) ([]*devicev1.HostDevic
 
 func (d *Device) listLocked(resource string) []*devicev1.HostDevice {
 	var devs []*devicev1.HostDevice
-	for _, r := range deviceResources {
+	for _, r := range d.resources {
 		if resource != "" && resource != r.name {
 			continue
 		}
@@ -179,18 +199,18 @@ func (d *Device) Watch(ctx context.Context, resource string, send func([]*device
 // Allocate implements driver.Device. Every device of a resource shares the resource's device
 // node; the environment variable KUBEVISOR_FAKE_<RESOURCE> lists the ids allocated.
 func (d *Device) Allocate(_ context.Context, req *devicev1.AllocateRequest) (*devicev1.AllocateResponse, error) {
-	idx := slices.IndexFunc(deviceResources, func(r deviceResource) bool { return r.name == req.GetResource() })
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	idx := slices.IndexFunc(d.resources, func(r deviceResource) bool { return r.name == req.GetResource() })
 	if idx < 0 {
 		return nil, notFound("no resource %q", req.GetResource())
 	}
-	r := deviceResources[idx]
+	r := d.resources[idx]
 	if len(req.GetDeviceIds()) == 0 {
 		return nil, invalid("device_ids: required")
 	}
-	d.mu.Lock()
-	defer d.mu.Unlock()
 	for _, id := range req.GetDeviceIds() {
-		if got, ok := lookupDevice(id, d.count); !ok || got.name != r.name {
+		if got, ok := lookupDevice(d.resources, id, d.count); !ok || got.name != r.name {
 			return nil, notFound("no %s device %q", r.name, id)
 		}
 		if d.unhealthy[id] {

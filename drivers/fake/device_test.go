@@ -53,7 +53,8 @@ func TestDeviceCountAndHealth(t *testing.T) {
 		_, err := d.Allocate(t.Context(), c.req)
 		expectCode(t, err, c.code, "")
 	}
-	for _, config := range []string{`{"unhealthy": ["kvm-9"]}`, `{"count": -1}`, `{"count": 1000000}`} {
+	for _, config := range []string{`{"unhealthy": ["kvm-9"]}`, `{"count": -1}`, `{"count": 1000000}`,
+		`{"resources": ["a", "a"]}`, `{"resources": ["a/b"]}`, `{"resources": ["gpu"], "unhealthy": ["kvm-0"]}`} {
 		expectCode(t, fake.NewDevice().Configure(t.Context(), configReq(config)), codes.InvalidArgument, "config")
 	}
 }
@@ -89,4 +90,24 @@ func TestDeviceWatchSeesConfigure(t *testing.T) {
 	if err := <-done; err != nil {
 		t.Errorf("Watch after cancel: %v", err)
 	}
+}
+
+// TestDeviceResources: the configuration names the resources simulated, which Capabilities,
+// List and Allocate follow.
+func TestDeviceResources(t *testing.T) {
+	d := fake.NewDevice()
+	configure(t, d, `{"count": 2, "resources": ["gpu", "fpga"], "unhealthy": ["fpga-1"]}`)
+	caps, err := d.Capabilities(t.Context())
+	if err != nil || !slices.Equal(caps.GetResources(), []string{"gpu", "fpga"}) {
+		t.Fatalf("Capabilities = %v, %v; want resources gpu, fpga", caps, err)
+	}
+	if devs, _ := d.List(t.Context(), "kvm"); len(devs) != 0 {
+		t.Errorf("List(kvm) = %v, want none", devs)
+	}
+	resp, err := d.Allocate(t.Context(), &devicev1.AllocateRequest{Resource: "gpu", DeviceIds: []string{"gpu-1"}})
+	if err != nil || resp.GetEnv()["KUBEVISOR_FAKE_GPU"] != "gpu-1" || resp.GetDeviceNodes()[0].GetContainerPath() != "/dev/null" {
+		t.Errorf("Allocate(gpu-1) = %v, %v", resp, err)
+	}
+	_, err = d.Allocate(t.Context(), &devicev1.AllocateRequest{Resource: "fpga", DeviceIds: []string{"fpga-1"}})
+	expectCode(t, err, codes.FailedPrecondition, "unhealthy")
 }
