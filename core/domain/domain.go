@@ -7,6 +7,7 @@ import (
 	"net"
 	"path/filepath"
 	"regexp"
+	"strconv"
 	"strings"
 
 	"google.golang.org/grpc/codes"
@@ -167,8 +168,13 @@ func Validate(spec *domainv1.DomainSpec) error {
 		add("persistentStateDir", "must be an absolute path, not %q", dir)
 	}
 	for i, h := range spec.GetHostDevices() {
-		if !pciAddress.MatchString(h.GetPciAddress()) {
-			add(fmt.Sprintf("hostDevices[%d].pciAddress", i), "%q is not a PCI address (dddd:bb:ss.f)", h.GetPciAddress())
+		// A device with no PCI address is known by its device driver's resource (a hypervisor
+		// driver that cannot give it to the guest refuses it: HostDeviceWithoutPCI).
+		switch p := h.GetPciAddress(); {
+		case p == "" && h.GetResource() == "":
+			add(fmt.Sprintf("hostDevices[%d]", i), "%q has neither a PCI address nor a device resource", h.GetName())
+		case p != "" && !pciAddress.MatchString(p):
+			add(fmt.Sprintf("hostDevices[%d].pciAddress", i), "%q is not a PCI address (dddd:bb:ss.f)", p)
 		}
 	}
 	if len(errs) > 0 {
@@ -237,6 +243,30 @@ func validateNUMA(cells []*domainv1.NUMACell, n int, mem *domainv1.Memory, add f
 	if total != mem.GetGuestBytes() {
 		add("cpu.numaCells", "the nodes' memory adds up to %d bytes, the guest memory is %d", total, mem.GetGuestBytes())
 	}
+}
+
+// NonPCIHostDevices are the host devices of spec that have no PCI address (a device driver's
+// device known by its resource and ids, such as a simulated one), as field errors naming each
+// by its field path, hostDevices[i]. A hypervisor driver that passes host devices through as
+// VFIO PCI functions only (qmp, libvirt) refuses these with the rest of what it cannot honour,
+// rather than start the VM without them.
+func NonPCIHostDevices(spec *domainv1.DomainSpec) []FieldError {
+	var out []FieldError
+	for i, h := range spec.GetHostDevices() {
+		if h.GetPciAddress() != "" {
+			continue
+		}
+		what := "resource " + strconv.Quote(h.GetResource())
+		if d := h.GetDeviceDriver(); d != "" {
+			what += " of device driver " + strconv.Quote(d)
+		}
+		if ids := h.GetDeviceIds(); len(ids) > 0 {
+			what += ", ids " + strings.Join(ids, ",")
+		}
+		out = append(out, FieldError{Field: fmt.Sprintf("hostDevices[%d]", i),
+			Detail: fmt.Sprintf("%q (%s) has no PCI address: this driver passes through VFIO PCI functions only", h.GetName(), what)})
+	}
+	return out
 }
 
 // VCPUs is the number of vCPUs the spec asks for (1 when the CPU is not given).

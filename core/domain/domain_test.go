@@ -118,6 +118,7 @@ func TestValidateRejects(t *testing.T) {
 		{"tap twice", func(s *domainv1.DomainSpec) { s.Nics[0].TapFdPath = "/proc/self/fd/3" }, "nics[0]"},
 		{"relative serial", func(s *domainv1.DomainSpec) { s.Serial.SocketPath = "serial.sock" }, "serial.socketPath"},
 		{"bad pci", func(s *domainv1.DomainSpec) { s.HostDevices = []*domainv1.HostDevice{{PciAddress: "01:00.0"}} }, "hostDevices[0].pciAddress"},
+		{"host device of nothing", func(s *domainv1.DomainSpec) { s.HostDevices = []*domainv1.HostDevice{{Name: "x"}} }, "hostDevices[0]"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -151,5 +152,23 @@ func TestValidateReportsEveryError(t *testing.T) {
 	verr, ok := err.(domain.ValidationError)
 	if !ok || len(verr) != 2 {
 		t.Fatalf("Validate = %#v, want two field errors", err)
+	}
+}
+
+// TestHostDeviceWithoutPCI: a device driver's device with no PCI address is a valid host device
+// (known by its resource), which NonPCIHostDevices names by field path for the drivers that pass
+// through PCI functions only.
+func TestHostDeviceWithoutPCI(t *testing.T) {
+	spec := proto.Clone(validSpec()).(*domainv1.DomainSpec)
+	spec.HostDevices = []*domainv1.HostDevice{
+		{Name: "gpu", PciAddress: "0000:01:00.0", Resource: "gpu"},
+		{Name: "sim", Resource: "example-sim", DeviceIds: []string{"sim-1"}},
+	}
+	if err := domain.Validate(spec); err != nil {
+		t.Fatalf("Validate: %v", err)
+	}
+	got := domain.NonPCIHostDevices(spec)
+	if len(got) != 1 || got[0].Field != "hostDevices[1]" || !strings.Contains(got[0].Detail, `"sim" (resource "example-sim", ids sim-1) has no PCI address`) {
+		t.Fatalf("NonPCIHostDevices = %v, want hostDevices[1] naming sim", got)
 	}
 }

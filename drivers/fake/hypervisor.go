@@ -103,9 +103,34 @@ type vmRecord struct {
 	Message     string    `json:"message,omitempty"`
 	Boots       uint32    `json:"boots"`
 	StartedAt   time.Time `json:"startedAt,omitzero"`
-	// HostDevices are the domain's host devices as name=pci_address, so that tests see what
-	// the host passed through.
+	// HostDevices are the domain's host devices as name=pci_address (empty for a device with
+	// no PCI address), so that tests see what the host passed through.
 	HostDevices []string `json:"hostDevices,omitempty"`
+	// Devices are the domain's host devices whole: the simulated guest accepts every one, PCI
+	// function or not, and its boot log names each (HostDeviceLine).
+	Devices []RecordedHostDevice `json:"devices,omitempty"`
+}
+
+// RecordedHostDevice is one host device of a VM's domain spec as the fake hypervisor records it.
+type RecordedHostDevice struct {
+	Name         string            `json:"name"`
+	PCIAddress   string            `json:"pciAddress,omitempty"`
+	Resource     string            `json:"resource,omitempty"`
+	DeviceIDs    []string          `json:"deviceIDs,omitempty"`
+	DeviceDriver string            `json:"deviceDriver,omitempty"`
+	DeviceNodes  []string          `json:"deviceNodes,omitempty"`
+	Env          map[string]string `json:"env,omitempty"`
+}
+
+// HostDeviceLine is the line the simulated guest prints on its serial console at every boot
+// for one of its host devices: "hostdev <name> resource=<resource> id=<id>[,<id>...]", then
+// " pci=<address>" for a PCI function.
+func HostDeviceLine(d RecordedHostDevice) string {
+	line := fmt.Sprintf("hostdev %s resource=%s id=%s", d.Name, d.Resource, strings.Join(d.DeviceIDs, ","))
+	if d.PCIAddress != "" {
+		line += " pci=" + d.PCIAddress
+	}
+	return line
 }
 
 // vm is one VM with its runtime bookkeeping.
@@ -215,6 +240,12 @@ func (h *Hypervisor) Create(_ context.Context, spec *domainv1.DomainSpec) (*hype
 	}
 	for _, h := range spec.GetHostDevices() {
 		rec.HostDevices = append(rec.HostDevices, h.GetName()+"="+h.GetPciAddress())
+		d := RecordedHostDevice{Name: h.GetName(), PCIAddress: h.GetPciAddress(), Resource: h.GetResource(),
+			DeviceIDs: h.GetDeviceIds(), DeviceDriver: h.GetDeviceDriver(), Env: h.GetEnv()}
+		for _, n := range h.GetDeviceNodes() {
+			d.DeviceNodes = append(d.DeviceNodes, n.GetPath())
+		}
+		rec.Devices = append(rec.Devices, d)
 	}
 	state, err := json.Marshal(rec)
 	if err != nil {
@@ -828,12 +859,22 @@ func bootLog(v *vm) []byte {
 		"[    0.000000] Linux version 6.1.0-kubevisor-fake (simulated)\r\n"+
 		"[    0.000000] Memory: %dK available\r\n"+
 		"[    0.010000] smp: Brought up 1 node, %d CPU(s)\r\n"+
+		"%s"+
 		"[    0.250000] Run /sbin/init as init process\r\n"+
 		"\r\n"+
 		"Kubevisor fake guest %s, boot %d\r\n"+
 		"\r\n"+
 		"%s ",
-		v.rec.MemoryBytes>>10, max(v.rec.VCPUs, 1), v.rec.ID, v.rec.Boots, ConsoleMarker)
+		v.rec.MemoryBytes>>10, max(v.rec.VCPUs, 1), hostDeviceLog(v.rec.Devices), v.rec.ID, v.rec.Boots, ConsoleMarker)
+}
+
+// hostDeviceLog is the boot log's line of each host device (HostDeviceLine).
+func hostDeviceLog(devs []RecordedHostDevice) string {
+	var b strings.Builder
+	for _, d := range devs {
+		fmt.Fprintf(&b, "[    0.100000] %s\r\n", HostDeviceLine(d))
+	}
+	return b.String()
 }
 
 func (h *Hypervisor) getLocked(id string) (*vm, error) {

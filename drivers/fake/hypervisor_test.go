@@ -2,9 +2,12 @@ package fake_test
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
-	"github.com/kubevisor/kubevisor/core/driver"
 	"io"
+	"os"
+	"path/filepath"
+	"reflect"
 	"strings"
 	"sync"
 	"testing"
@@ -14,6 +17,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	domainv1 "github.com/kubevisor/kubevisor/core/domain/v1"
+	"github.com/kubevisor/kubevisor/core/driver"
 	basev1 "github.com/kubevisor/kubevisor/core/driver/base/v1"
 	hypervisorv1 "github.com/kubevisor/kubevisor/core/driver/hypervisor/v1"
 	"github.com/kubevisor/kubevisor/drivers/fake"
@@ -443,4 +447,51 @@ func TestSimulatedEverywhere(t *testing.T) {
 
 func configReq(config string) *basev1.ConfigureRequest {
 	return &basev1.ConfigureRequest{Config: []byte(config)}
+}
+
+// TestHostDevicesShown: the simulated guest takes every host device, PCI function or not, and
+// shows each in its record file and as a line of its boot log on the console.
+func TestHostDevicesShown(t *testing.T) {
+	h := fake.NewHypervisor()
+	dir := t.TempDir()
+	s := spec("vm", dir)
+	s.HostDevices = []*domainv1.HostDevice{
+		{Name: "sim", Resource: "example-sim", DeviceIds: []string{"sim-2"}, DeviceDriver: "sim",
+			DeviceNodes: []*domainv1.HostDeviceNode{{Path: "/dev/null", HostPath: "/dev/null", Permissions: "rw"}},
+			Env:         map[string]string{"SIM_DEVICES": "sim-2"}},
+		{Name: "gpu", PciAddress: "0000:01:00.0", Resource: "gpu", DeviceIds: []string{"0000:01:00.0"}},
+	}
+	if _, err := h.Create(t.Context(), s); err != nil {
+		t.Fatal(err)
+	}
+	if err := h.Start(t.Context(), "vm"); err != nil {
+		t.Fatal(err)
+	}
+	raw, err := os.ReadFile(filepath.Join(dir, fake.RecordFile))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var rec struct {
+		Devices []fake.RecordedHostDevice `json:"devices"`
+	}
+	if err := json.Unmarshal(raw, &rec); err != nil {
+		t.Fatal(err)
+	}
+	want := []fake.RecordedHostDevice{
+		{Name: "sim", Resource: "example-sim", DeviceIDs: []string{"sim-2"}, DeviceDriver: "sim", DeviceNodes: []string{"/dev/null"}, Env: map[string]string{"SIM_DEVICES": "sim-2"}},
+		{Name: "gpu", PCIAddress: "0000:01:00.0", Resource: "gpu", DeviceIDs: []string{"0000:01:00.0"}},
+	}
+	if !reflect.DeepEqual(rec.Devices, want) {
+		t.Errorf("record devices = %+v, want %+v", rec.Devices, want)
+	}
+	out := &lockedBuffer{}
+	ctx, cancel := context.WithCancel(t.Context())
+	defer cancel()
+	go func() { _ = h.Console(ctx, "vm", nil, out) }()
+	waitFor(t, func() bool { return strings.Contains(out.String(), fake.ConsoleMarker) })
+	for _, line := range []string{"hostdev sim resource=example-sim id=sim-2\r\n", "hostdev gpu resource=gpu id=0000:01:00.0 pci=0000:01:00.0\r\n"} {
+		if !strings.Contains(out.String(), line) {
+			t.Errorf("boot log lacks %q:\n%s", line, out.String())
+		}
+	}
 }

@@ -72,15 +72,23 @@ type Env struct {
 // a guest of the machine type (the PS/2 keyboard and mouse of pc and q35, a video card with VNC)
 // are what QEMU gives it under the qmp driver too.
 func BuildDomain(spec *domainv1.DomainSpec, env Env) (*libvirtxml.Domain, error) {
-	b := &builder{spec: spec, env: env}
+	d, _, err := BuildDomainOrigins(spec, env)
+	return d, err
+}
+
+// BuildDomainOrigins is BuildDomain that also returns its record of which field of the spec
+// each part of the domain came from (Origins): Start places libvirt's refusal of the domain
+// with it.
+func BuildDomainOrigins(spec *domainv1.DomainSpec, env Env) (*libvirtxml.Domain, *Origins, error) {
+	b := &builder{spec: spec, env: env, org: newOrigins()}
 	d := b.build()
 	if len(b.errs) > 0 {
-		return nil, b.errs
+		return nil, nil, b.errs
 	}
 	if b.missing != "" {
-		return nil, status.Error(codes.FailedPrecondition, b.missing)
+		return nil, nil, status.Error(codes.FailedPrecondition, b.missing)
 	}
-	return d, nil
+	return d, b.org, nil
 }
 
 type builder struct {
@@ -91,6 +99,8 @@ type builder struct {
 	// iothreads are the domain's I/O threads (libvirt numbers them from 1): a disk's own, or
 	// a pool thread by its spec name.
 	iothreads map[string]uint
+	// org records which spec field each part of the domain came from.
+	org *Origins
 }
 
 func (b *builder) fail(field, format string, args ...any) {
@@ -111,6 +121,8 @@ func (b *builder) build() *libvirtxml.Domain {
 	if !machineRE.MatchString(machine) {
 		b.fail("machine.type", "%q is not supported (%s)", machine, strings.Join(supportedMachineTypes, ", "))
 	}
+	b.org.add("os/type@machine", "machine.type", machine)
+	b.org.add("memory", "memory.guestBytes", "")
 	d := &libvirtxml.Domain{
 		Type: typ,
 		Name: DomainName,
@@ -141,6 +153,7 @@ func (b *builder) build() *libvirtxml.Domain {
 	b.nics(d)
 	b.consoles(d)
 	b.hostDevices(d)
+	b.hostDeviceOrigins()
 	usb := b.inputs(d)
 	b.watchdog(d)
 	b.sound(d)
@@ -157,6 +170,7 @@ func (b *builder) build() *libvirtxml.Domain {
 	dev.Controllers = append(dev.Controllers, libvirtxml.DomainController{Type: "usb", Model: usbModel})
 	if s.GetBalloon() != nil {
 		dev.MemBalloon = &libvirtxml.DomainMemBalloon{Model: b.virtioModel()}
+		b.org.add("devices/memballoon", "balloon", "")
 	} else {
 		dev.MemBalloon = &libvirtxml.DomainMemBalloon{Model: "none"}
 	}
@@ -165,6 +179,7 @@ func (b *builder) build() *libvirtxml.Domain {
 			Model:   b.virtioModel(),
 			Backend: &libvirtxml.DomainRNGBackend{Random: &libvirtxml.DomainRNGBackendRandom{Device: "/dev/urandom"}},
 		})
+		b.org.add("devices/rng", "rng", "")
 	}
 	return d
 }
@@ -198,6 +213,8 @@ func (b *builder) cpu(d *libvirtxml.Domain) {
 	c := b.spec.GetCpu()
 	sockets, cores, threads := max(c.GetSockets(), 1), max(c.GetCores(), 1), max(c.GetThreads(), 1)
 	d.VCPU = &libvirtxml.DomainVCPU{Value: uint(sockets * cores * threads)}
+	b.org.add("vcpu", "cpu", strconv.FormatUint(uint64(sockets*cores*threads), 10))
+	b.org.add("cpu/topology", "cpu", "")
 	cpu := &libvirtxml.DomainCPU{
 		Topology: &libvirtxml.DomainCPUTopology{Sockets: int(sockets), Cores: int(cores), Threads: int(threads)},
 	}
@@ -207,12 +224,14 @@ func (b *builder) cpu(d *libvirtxml.Domain) {
 			b.fail("cpu.model", "%s needs hardware acceleration, which this VM runs without", m)
 		}
 		cpu.Mode = m
+		b.org.add("cpu@mode", "cpu.model", m)
 	case m == "":
 		// libvirt's default model for the domain type: qemu64 under TCG, as with qmp.
 	default:
 		cpu.Mode = "custom"
 		cpu.Match = "exact"
 		cpu.Model = &libvirtxml.DomainCPUModel{Value: m, Fallback: "forbid"}
+		b.org.add("cpu/model", "cpu.model", m)
 	}
 	b.cpuFeatures(cpu)
 	b.numa(cpu, d)
@@ -226,6 +245,11 @@ func (b *builder) firmware(d *libvirtxml.Domain) {
 	case fw.GetKernel() != nil:
 		k := fw.GetKernel()
 		os.Kernel, os.Initrd, os.Cmdline = k.GetKernelPath(), k.GetInitrdPath(), k.GetCmdline()
+		b.org.device("os/kernel", "firmware.kernel.kernelPath", "", k.GetKernelPath())
+		if k.GetInitrdPath() != "" {
+			b.org.device("os/initrd", "firmware.kernel.initrdPath", "", k.GetInitrdPath())
+		}
+		b.org.add("os/cmdline", "firmware.kernel.cmdline", "")
 	case fw.GetEfi() != nil:
 		code, vars := b.env.OVMF.Code, b.env.OVMF.Vars
 		secure := fw.GetEfi().GetSecureBoot()
@@ -242,6 +266,8 @@ func (b *builder) firmware(d *libvirtxml.Domain) {
 		}
 		os.Loader = &libvirtxml.DomainLoader{Path: code, Readonly: "yes", Type: "pflash"}
 		os.NVRam = &libvirtxml.DomainNVRam{NVRam: b.nvram(), Template: vars}
+		b.org.device("os/loader", "firmware.efi", "", code)
+		b.org.device("os/nvram", "firmware.efi", "", vars)
 		if secure {
 			// Secure Boot's firmware runs its variable store in SMM, which q35 alone offers.
 			os.Loader.Secure = "yes"
@@ -256,6 +282,7 @@ func (b *builder) firmware(d *libvirtxml.Domain) {
 			System: &libvirtxml.DomainSysInfoSystem{Entry: sysEntries(serial, b.spec.GetUuid())},
 		}}}
 		os.SMBios = &libvirtxml.DomainSMBios{Mode: "sysinfo"}
+		b.org.add("sysinfo/system", "firmware.serial", "")
 	}
 }
 
@@ -310,6 +337,7 @@ func (b *builder) disks(d *libvirtxml.Domain) {
 			Serial: disk.GetSerial(),
 			Alias:  &libvirtxml.DomainAlias{Name: "ua-disk-" + alias(disk.GetName())},
 		}
+		b.diskOrigins(f, disk, &x)
 		b.diskOptions(f, disk, bus, &x)
 		if disk.GetDevice() == domainv1.DiskDevice_DISK_DEVICE_CDROM {
 			x.Device = "cdrom"
@@ -332,6 +360,9 @@ func (b *builder) disks(d *libvirtxml.Domain) {
 		if disk.GetBootOrder() > 0 {
 			x.Boot = &libvirtxml.DomainDeviceBoot{Order: uint(disk.GetBootOrder())}
 		}
+		if x.Boot != nil {
+			b.org.add(diskLoc(&x)+"/boot", f+".bootOrder", "")
+		}
 		if isBlockDevice(disk.GetPath()) {
 			x.Source = &libvirtxml.DomainDiskSource{Block: &libvirtxml.DomainDiskSourceBlock{Dev: disk.GetPath()}}
 		} else {
@@ -345,6 +376,7 @@ func (b *builder) disks(d *libvirtxml.Domain) {
 			model = "virtio-transitional"
 		}
 		d.Devices.Controllers = append(d.Devices.Controllers, libvirtxml.DomainController{Type: "scsi", Model: model})
+		b.org.add("devices/controller[scsi]", "disks", "")
 	}
 }
 
@@ -433,6 +465,7 @@ func (b *builder) nics(d *libvirtxml.Domain) {
 				x.Address = &libvirtxml.DomainAddress{PCI: pci}
 			}
 		}
+		b.nicOrigins(f, n, &x)
 		d.Devices.Interfaces = append(d.Devices.Interfaces, x)
 	}
 }
@@ -444,14 +477,24 @@ func (b *builder) consoles(d *libvirtxml.Domain) {
 			Source: &libvirtxml.DomainChardevSource{UNIX: &libvirtxml.DomainChardevSourceUNIX{Mode: "bind", Path: p}},
 			Target: &libvirtxml.DomainSerialTarget{Port: &port},
 		})
+		field := "serial.socketPath"
+		if b.spec.GetSerial().GetSocketPath() == "" {
+			field = "runDir" // the driver's own socket in the run dir
+		}
+		b.org.device("devices/serial", field, "", p)
 	}
 	if p := b.spec.GetVnc().GetSocketPath(); p != "" {
 		d.Devices.Graphics = append(d.Devices.Graphics, libvirtxml.DomainGraphic{VNC: &libvirtxml.DomainGraphicVNC{Socket: p}})
+		b.org.device("devices/graphics", "vnc.socketPath", "", p)
 	}
 }
 
 func (b *builder) hostDevices(d *libvirtxml.Domain) {
+	b.errs = append(b.errs, domain.NonPCIHostDevices(b.spec)...)
 	for i, h := range b.spec.GetHostDevices() {
+		if h.GetPciAddress() == "" {
+			continue // refused above
+		}
 		pci, err := pciAddress(h.GetPciAddress())
 		if err != nil {
 			b.fail(fmt.Sprintf("hostDevices[%d].pciAddress", i), "%v", err)

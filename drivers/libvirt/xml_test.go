@@ -431,6 +431,9 @@ func TestBuildDomainRefuses(t *testing.T) {
 	for field, edit := range map[string]func(*domainv1.DomainSpec){
 		"launchSecurity":   func(s *domainv1.DomainSpec) { s.LaunchSecurity = &domainv1.LaunchSecurity{} },
 		"memory.hugepages": func(s *domainv1.DomainSpec) { s.Memory.Hugepages = &domainv1.Hugepages{} },
+		`hostDevices[0]: "sim" (resource "example-sim" of device driver "sim", ids sim-0) has no PCI address`: func(s *domainv1.DomainSpec) {
+			s.HostDevices = []*domainv1.HostDevice{{Name: "sim", Resource: "example-sim", DeviceDriver: "sim", DeviceIds: []string{"sim-0"}}}
+		},
 		"firmware.bios.useSerial": func(s *domainv1.DomainSpec) {
 			s.Firmware = &domainv1.Firmware{Boot: &domainv1.Firmware_Bios{Bios: &domainv1.BIOS{UseSerial: true}}}
 		},

@@ -331,8 +331,11 @@ func (b *argBuilder) build() {
 	}
 	b.disks()
 	b.add(otherNICs...)
+	b.errs = append(b.errs, domain.NonPCIHostDevices(spec)...)
 	for i, h := range spec.GetHostDevices() {
-		b.add("-device", fmt.Sprintf("vfio-pci,host=%s,id=hostdev%d", h.GetPciAddress(), i))
+		if h.GetPciAddress() != "" {
+			b.add("-device", fmt.Sprintf("vfio-pci,host=%s,id=hostdev%d", h.GetPciAddress(), i))
+		}
 	}
 	if b.sev {
 		b.iommuPlatform()

@@ -883,6 +883,19 @@ func TestBuildArgs(t *testing.T) {
 			want: [][]string{{"-device", "vfio-pci,host=0000:01:00.0,id=hostdev0"}},
 		},
 		{
+			// A device driver's device without a PCI address (a simulated one): refused by its
+			// field path, not left out of the VM.
+			name: "host device without a PCI address",
+			spec: func(s *domainv1.DomainSpec) {
+				s.HostDevices = []*domainv1.HostDevice{
+					{Name: "gpu", PciAddress: "0000:01:00.0"},
+					{Name: "sim", Resource: "example-sim", DeviceDriver: "sim", DeviceIds: []string{"sim-0"}},
+				}
+			},
+			code:   codes.InvalidArgument,
+			fields: []string{`hostDevices[1]: "sim" (resource "example-sim" of device driver "sim", ids sim-0) has no PCI address`},
+		},
+		{
 			name:   "socket path too long",
 			env:    func(e *HostEnv) { e.RunDir = "/" + strings.Repeat("d", 110) },
 			code:   codes.InvalidArgument,
