@@ -1,5 +1,8 @@
 // Command kubevisor-driver-fake serves one of the simulated drivers of package drivers/fake as
-// a Kubevisor driver plugin: kubevisor-driver-fake <hypervisor|network|storage|device>.
+// a Kubevisor driver plugin: kubevisor-driver-fake [hypervisor|network|storage|device]. With no
+// argument it serves the simulated hypervisor: the handler starts the drivers of its own image
+// (kubevisor-driver-<name>, handler.DriverSet.Manifests) with no argument, which is how the
+// install's fake driver component (manifests/install/drivers/fake) runs it.
 package main
 
 import (
@@ -11,11 +14,14 @@ import (
 )
 
 func main() {
-	if len(os.Args) != 2 {
-		fmt.Fprintln(os.Stderr, "usage: kubevisor-driver-fake <hypervisor|network|storage|device>")
+	if len(os.Args) > 2 {
+		fmt.Fprintln(os.Stderr, "usage: kubevisor-driver-fake [hypervisor|network|storage|device]")
 		os.Exit(2)
 	}
-	kind := os.Args[1]
+	kind := driver.KindHypervisor
+	if len(os.Args) == 2 {
+		kind = os.Args[1]
+	}
 	logger := driver.NewLogger("fake-" + kind)
 	logger.Info("serving a simulated driver", "kind", kind, "version", fake.Version)
 	switch kind {
