@@ -256,10 +256,13 @@ func (b *builder) cpuFeatures(cpu *libvirtxml.DomainCPU) {
 			b.fail(field+".policy", "%q is not supported (force, require, optional, disable or forbid)", f.GetPolicy())
 		}
 		cpu.Features = append(cpu.Features, libvirtxml.DomainCPUFeature{Policy: f.GetPolicy(), Name: f.GetName()})
+		b.org.add("cpu/feature["+f.GetName()+"]", field+".name", f.GetName())
+		b.org.add("cpu/feature["+f.GetName()+"]@policy", field+".policy", f.GetPolicy())
 	}
 	if len(fs) > 0 && cpu.Mode == "" {
 		cpu.Mode, cpu.Match = "custom", "exact"
 		cpu.Model = &libvirtxml.DomainCPUModel{Value: "qemu64", Fallback: "forbid"}
+		b.org.add("cpu/model", "cpu.features", "qemu64") // the model libvirt needs beside them
 	}
 }
 
@@ -276,9 +279,11 @@ func (b *builder) inputs(d *libvirtxml.Domain) (usb bool) {
 			continue
 		}
 		usb = usb || in.GetBus() == "usb"
+		a := "ua-input-" + alias(in.GetName())
 		d.Devices.Inputs = append(d.Devices.Inputs, libvirtxml.DomainInput{
-			Type: in.GetType(), Bus: in.GetBus(), Alias: &libvirtxml.DomainAlias{Name: "ua-input-" + alias(in.GetName())},
+			Type: in.GetType(), Bus: in.GetBus(), Alias: &libvirtxml.DomainAlias{Name: a},
 		})
+		b.org.device("devices/input["+a+"]", fmt.Sprintf("inputs[%d]", i), fmt.Sprintf("input %q", in.GetName()), a)
 	}
 	return usb
 }
@@ -298,6 +303,7 @@ func (b *builder) watchdog(d *libvirtxml.Domain) {
 		b.fail("watchdog.action", "%q is not supported (poweroff, reset or shutdown)", w.GetAction())
 	}
 	d.Devices.Watchdogs = append(d.Devices.Watchdogs, libvirtxml.DomainWatchdog{Model: "i6300esb", Action: w.GetAction()})
+	b.org.add("devices/watchdog", "watchdog", "")
 }
 
 // sound is an ich9 (Intel HD Audio) or ac97 card whose audio goes nowhere (an audio backend
@@ -313,6 +319,7 @@ func (b *builder) sound(d *libvirtxml.Domain) {
 	}
 	d.Devices.Audios = append(d.Devices.Audios, libvirtxml.DomainAudio{ID: 1, None: &libvirtxml.DomainAudioNone{}})
 	d.Devices.Sounds = append(d.Devices.Sounds, libvirtxml.DomainSound{Model: s.GetModel(), Audio: &libvirtxml.DomainSoundAudio{ID: 1}})
+	b.org.add("devices/sound", "sound.model", s.GetModel())
 }
 
 // chassis is SMBIOS type 3, beside the system entries in the same <sysinfo>.
@@ -349,8 +356,10 @@ func (b *builder) pinning(d *libvirtxml.Domain) {
 		return
 	}
 	t := &libvirtxml.DomainCPUTune{}
+	b.org.add("cputune", "cpu.pinning", "")
 	for i, c := range p.GetVcpuHostCpus() {
 		t.VCPUPin = append(t.VCPUPin, libvirtxml.DomainCPUTuneVCPUPin{VCPU: uint(i), CPUSet: strconv.FormatUint(uint64(c), 10)})
+		b.org.add(fmt.Sprintf("cputune/vcpupin[%d]", i), fmt.Sprintf("cpu.pinning.vcpuHostCpus[%d]", i), strconv.FormatUint(uint64(c), 10))
 	}
 	if e := p.GetEmulatorHostCpus(); len(e) > 0 {
 		set := make([]string, len(e))
@@ -358,6 +367,7 @@ func (b *builder) pinning(d *libvirtxml.Domain) {
 			set[i] = strconv.FormatUint(uint64(c), 10)
 		}
 		t.EmulatorPin = &libvirtxml.DomainCPUTuneEmulatorPin{CPUSet: strings.Join(set, ",")}
+		b.org.add("cputune/emulatorpin", "cpu.pinning.emulatorHostCpus", t.EmulatorPin.CPUSet)
 	}
 	d.CPUTune = t
 }
@@ -459,8 +469,10 @@ func (b *builder) numa(cpu *libvirtxml.DomainCPU, d *libvirtxml.Domain) {
 		}
 		id := uint(i)
 		n.Cell = append(n.Cell, libvirtxml.DomainCell{ID: &id, CPUs: uintList(c.GetVcpus()), Memory: uint(c.GetMemoryBytes() >> 10), Unit: "KiB"})
+		b.org.add(fmt.Sprintf("cpu/numa/cell[%d]", i), fmt.Sprintf("cpu.numaCells[%d]", i), "")
 		if hn := c.GetHostNodes(); len(hn) > 0 {
 			tune.MemNodes = append(tune.MemNodes, libvirtxml.DomainNUMATuneMemNode{CellID: id, Mode: "strict", Nodeset: uintList(hn)})
+			b.org.add(fmt.Sprintf("numatune/memnode[%d]@nodeset", i), fmt.Sprintf("cpu.numaCells[%d].hostNodes", i), uintList(hn))
 		}
 	}
 	cpu.Numa = n

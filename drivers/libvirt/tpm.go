@@ -94,6 +94,7 @@ func (b *builder) tpm(d *libvirtxml.Domain) {
 		Model:   model,
 		Backend: &libvirtxml.DomainTPMBackend{Emulator: &libvirtxml.DomainTPMBackendEmulator{Version: "2.0", PersistentState: "yes"}},
 	})
+	b.org.add("devices/tpm", "tpm", "")
 }
 
 // nvram is where the EFI variable store goes: the persistent state directory's entry when
