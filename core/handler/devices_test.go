@@ -3,6 +3,7 @@ package handler
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -190,4 +191,44 @@ func TestSeveralDeviceDrivers(t *testing.T) {
 		t.Fatal(err)
 	}
 	requireNothingLeft(t, h, ok.UID)
+}
+
+// TestPermittedHostDeviceSelectingNothing: a permittedHostDevices entry of the hostdev driver
+// that selects no device on the node makes the driver degraded, and DriverHealth (which the
+// cluster handler turns into a Warning event on the Node) names the entry and why; the other
+// entries and the character devices still serve.
+func TestPermittedHostDeviceSelectingNothing(t *testing.T) {
+	bin := filepath.Join(t.TempDir(), "kubevisor-driver-hostdev")
+	if out, err := exec.Command("go", "build", "-o", bin, "github.com/kubevisor/kubevisor/cmd/kubevisor-driver-hostdev").CombinedOutput(); err != nil {
+		t.Fatalf("build: %v\n%s", err, out)
+	}
+	host := hostdevtest.New(t)
+	dev, err := plugin.ManifestFor(bin, driver.KindDevice, "hostdev")
+	if err != nil {
+		t.Fatal(err)
+	}
+	dev.Config = host.Config(t, "1h", 2, "10de:1eb8=gpu", "1af4:1041=virtio-net")
+	set := fakeSet
+	set.Device = "hostdev"
+	h := newEnv(t, set, append(fakeManifests(t), dev)).start()
+	want := "permittedHostDevices.pciHostDevices[1] (1af4:1041, resource virtio-net): no PCI function 1af4:1041 on this node"
+	eventually(t, "hostdev degraded", 10*time.Second, func() error {
+		for _, d := range h.DriverHealth() {
+			if d.Kind == driver.KindDevice && d.Name == "hostdev" {
+				if d.Health != HealthDegraded || !strings.Contains(d.Description, want) {
+					return fmt.Errorf("hostdev: %+v, want degraded naming %q", d, want)
+				}
+				if strings.Contains(d.Description, "pciHostDevices[0]") {
+					return fmt.Errorf("hostdev: %+v names the entry that selects devices", d)
+				}
+				return nil
+			}
+		}
+		return fmt.Errorf("no hostdev in %+v", h.DriverHealth())
+	})
+	for _, d := range h.DriverHealth() {
+		if d.Name == fakeHV && d.Health != HealthHealthy {
+			t.Errorf("the fake hypervisor: %+v, want healthy", d)
+		}
+	}
 }

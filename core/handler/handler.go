@@ -312,6 +312,49 @@ func (h *Handler) NodeLabels() map[string]string {
 	return labels
 }
 
+// DriverHealth is a configured driver's health as its last fingerprint says, with the
+// fingerprint's description: what a degraded or unhealthy driver finds wrong (the hostdev
+// driver names each permittedHostDevices entry that selects no device).
+type DriverHealth struct {
+	Kind, Name string
+	// Health is HealthHealthy, HealthDegraded or HealthUnhealthy (a driver not running, or
+	// without a fingerprint yet, is unhealthy).
+	Health      string
+	Description string
+}
+
+// DriverHealth returns the health of every configured driver, in the configured order.
+func (h *Handler) DriverHealth() []DriverHealth {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	var out []DriverHealth
+	for _, d := range h.cfg.Drivers.all() {
+		dh := DriverHealth{Kind: d.kind, Name: d.name, Health: HealthUnhealthy}
+		fp := h.fingerprints[d.name]
+		switch {
+		case h.loaded[d.name] == "":
+			dh.Description = "not loaded"
+			if err := h.loadErrs[d.name]; err != nil {
+				dh.Description = err.Error()
+			}
+		case !h.host.Status(d.name).Running:
+			dh.Description = "the plugin process is not running"
+		case fp == nil:
+			dh.Description = "no fingerprint yet"
+		default:
+			dh.Description = fp.GetHealthDescription()
+			switch fp.GetHealth() {
+			case basev1.Health_HEALTH_HEALTHY:
+				dh.Health = HealthHealthy
+			case basev1.Health_HEALTH_DEGRADED:
+				dh.Health = HealthDegraded
+			}
+		}
+		out = append(out, dh)
+	}
+	return out
+}
+
 // newProblems returns the problems of cur that prev did not have.
 func newProblems(prev, cur []string) []string {
 	return slices.DeleteFunc(slices.Clone(cur), func(p string) bool { return slices.Contains(prev, p) })

@@ -19,6 +19,7 @@ import (
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/cache"
+	"sigs.k8s.io/controller-runtime/pkg/recorder"
 
 	"github.com/kubevisor/kubevisor/core/api/v1alpha1"
 )
@@ -91,6 +92,12 @@ type NodeLabeler struct {
 	CPUManagerStateFile string
 	Interval            time.Duration // default 5s
 	Log                 hclog.Logger
+	// Events, when set, records Node events on the drivers' health when Source is also a
+	// HealthSource: a Warning when a driver becomes degraded or unhealthy, naming what its
+	// fingerprint says (kubectl describe node shows it: the hostdev driver's
+	// permittedHostDevices entry that selects no device, for example), a Normal event when it
+	// is healthy again.
+	Events recorder.EventRecorder
 }
 
 // cpuManagerLabels adds CPUManagerNodeLabel to desired when the kubelet runs the static CPU
@@ -148,12 +155,17 @@ func (l *NodeLabeler) Run(ctx context.Context) error {
 	}
 	tick := time.NewTicker(interval)
 	defer tick.Stop()
+	hs, _ := l.Source.(HealthSource)
+	health := &healthReporter{events: l.Events}
 	for {
 		node, err := nodes.Lister().Get(l.Node)
 		if err != nil {
 			log.Warn("node not found: capability labels not published", "node", l.Node, "error", err)
-		} else if err := l.publish(ctx, node, log); err != nil {
-			log.Warn("publish capability labels", "node", l.Node, "error", err)
+		} else {
+			if err := l.publish(ctx, node, log); err != nil {
+				log.Warn("publish capability labels", "node", l.Node, "error", err)
+			}
+			health.report(node, hs)
 		}
 		select {
 		case <-ctx.Done():

@@ -118,7 +118,7 @@ func Serve(ctx context.Context, c ServeConfig) (err error) {
 		}
 	}
 	labeler := &NodeLabeler{Client: cs, Node: c.Agent.NodeName, Source: h, Log: c.Logger.Named("labels"),
-		CPUManagerStateFile: c.CPUManagerStateFile}
+		CPUManagerStateFile: c.CPUManagerStateFile, Events: mgr.GetEventRecorder(EventSource)}
 	if err := mgr.Add(runnable(labeler.Run)); err != nil {
 		return err
 	}
