@@ -7,7 +7,9 @@
 //	kubevisor-conformance vm --hypervisor PATH --storage PATH --guest-dir DIR [flags]
 //
 // boots the project's test guest (make guest) with a hypervisor and a storage driver plugin
-// together. See package conformance/driver/cli.
+// together. Both take the hypervisor from a HypervisorClass manifest instead with --class FILE:
+// its driver's binary from --plugin-dir and, for vm, every launcher confined to the class's
+// capabilities as in its launcher pods. See package conformance/driver/cli.
 package main
 
 import (

@@ -150,6 +150,12 @@ type Options struct {
 	// Launcher is the kubevisor-launcher binary the VM checks start one of for every VM. Default:
 	// FindLauncher's, else one built with the go command (a go test has one). See WithLauncher.
 	Launcher string
+	// ConfineLauncher runs every launcher of the VM checks with LauncherCapabilities only, as
+	// in a launcher pod of a class with those HypervisorClass.LauncherCapabilities. See
+	// WithLauncherCapabilities.
+	ConfineLauncher bool
+	// LauncherCapabilities are the capabilities a confined launcher keeps ("SETUID").
+	LauncherCapabilities []string
 }
 
 // Option changes Options.
@@ -228,6 +234,22 @@ func WithDriverKill(kill HypervisorFactory) Option { return func(o *Options) { o
 // (sandbox.launcher_socket, sandbox.netns_path), as the node handler's does, so that passing the
 // VM checks means working under the handler.
 func WithLauncher(path string) Option { return func(o *Options) { o.Launcher = path } }
+
+// WithLauncherCapabilities runs every launcher of the VM checks as the compute container of a
+// launcher pod whose HypervisorClass keeps caps (its LauncherCapabilities, by their
+// securityContext names: "SETUID", "SETGID"; none drops all) runs in a cluster: as root, with
+// caps exactly in its bounding, permitted and effective sets, none inheritable or ambient, and no
+// new privileges (the pod's allowPrivilegeEscalation: false). util-linux's setpriv applies it
+// when it execs the launcher, and the kit reads the launcher's /proc/<pid>/status to check it:
+// a launcher that holds other sets fails the check. So passing the VM checks this way shows the
+// hypervisor driver works inside its class's pods. It needs root: a kit that is not root runs
+// its launchers as its own user, unconfined, and notes it in every check that starts one.
+func WithLauncherCapabilities(caps ...string) Option {
+	return func(o *Options) {
+		o.ConfineLauncher = true
+		o.LauncherCapabilities = caps
+	}
+}
 
 // DefaultDomain is the domain spec of the hypervisor checks unless WithDomain replaces it: the
 // smallest spec domain.Validate accepts (DefaultMemory of memory, no disk, no NIC) with dir as

@@ -102,7 +102,9 @@ func (s *vmSuite) startLauncher(t T, id string) *sandboxLauncher {
 		t.Fatalf("launcher log: %v", err)
 	}
 	defer logf.Close()
-	l.cmd = exec.Command(s.launcher, "--dir", l.dir, "--vmi", "conformance/"+id, "--grace-period", DefaultGuestShutdownTimeout.String())
+	// Confined, setpriv execs the launcher: the same process, its pid the launcher's.
+	path, args := s.confine.command(s.launcher, []string{"--dir", l.dir, "--vmi", "conformance/" + id, "--grace-period", DefaultGuestShutdownTimeout.String()})
+	l.cmd = exec.Command(path, args...)
 	// A file, not a pipe: waiting for a pipe would wait for the launcher's children too.
 	l.cmd.Stdout, l.cmd.Stderr = logf, logf
 	// A process group of its own, as the handler's: a signal to the test's group does not reach it.
@@ -123,6 +125,15 @@ func (s *vmSuite) startLauncher(t T, id string) *sandboxLauncher {
 	pid := l.client.LauncherPid()
 	if pid <= 0 {
 		t.Fatalf("the launcher's pid is not visible from the kit")
+	}
+	switch {
+	case s.confine == nil:
+	case s.confine.notRoot:
+		t.Logf("note: the launcher is not confined to its class's capabilities (%s): the kit runs as uid %d, not root, and so does the launcher", s.confine.describe(), os.Geteuid())
+	default:
+		if err := s.confine.verify(l.cmd.Process.Pid); err != nil {
+			t.Fatalf("the launcher does not run as in a launcher pod of its class: %v", err)
+		}
 	}
 	l.sandbox = &domainv1.Sandbox{
 		LauncherSocket: filepath.Join(l.dir, launcher.SocketName),

@@ -278,7 +278,9 @@ func (g Guest) withDefaults() Guest {
 // (WithLauncher names the binary; by default FindLauncher's, else one built with the go command),
 // and the domain spec names the launcher's socket and network namespace. The hypervisor must
 // declare Capabilities.launcher, and a VM process it reports (Status.pid) must be the launcher's
-// process: started through core/driver/launcher, not by the driver itself.
+// process: started through core/driver/launcher, not by the driver itself. With
+// WithLauncherCapabilities each launcher runs as in a launcher pod of a HypervisorClass: root
+// with that class's capabilities only.
 //
 // Options.Config, StateDir and NodeName configure the hypervisor, WithStorageConfig and
 // WithStorageStateDir the storage driver. Each check takes up to Options.Timeout
@@ -385,12 +387,17 @@ type vmSuite struct {
 	buildDir     string
 	launcher     string
 	launcherErr  error
+	// confine, when set, confines every launcher (WithLauncherCapabilities).
+	confine *confinement
 }
 
-// launcherBinary finds the launcher binary once.
+// launcherBinary finds the launcher binary, and what confines it, once.
 func (s *vmSuite) launcherBinary() {
 	s.launcherOnce.Do(func() {
 		s.launcher, s.launcherErr = findLauncher(s.opts.Launcher, s.buildDir, true)
+		if s.launcherErr == nil && s.opts.ConfineLauncher {
+			s.confine, s.launcherErr = newConfinement(s.opts.LauncherCapabilities)
+		}
 	})
 }
 

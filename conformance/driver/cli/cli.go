@@ -2,7 +2,9 @@
 // conformance kit (package conformance, conformance/driver) against driver plugin binaries,
 // started and reached through the plugin host of core/plugin as a node's handler would:
 // `driver` runs the checks of one driver's kind, `vm` boots a real guest with a hypervisor and
-// a storage driver together.
+// a storage driver together. With --class both take the hypervisor from a HypervisorClass
+// manifest (class.go): its driver, and for `vm` the capabilities every launcher keeps, as in a
+// launcher pod of that class.
 //
 // It lives apart from the kit so that the kit, a library driver authors import into their own
 // tests, does not depend on the plugin host.
@@ -22,6 +24,7 @@ import (
 	"github.com/hashicorp/go-hclog"
 
 	conformance "github.com/kubevisor/kubevisor/conformance/driver"
+	"github.com/kubevisor/kubevisor/core/api/v1alpha1"
 	domainv1 "github.com/kubevisor/kubevisor/core/domain/v1"
 	"github.com/kubevisor/kubevisor/core/driver"
 	basev1 "github.com/kubevisor/kubevisor/core/driver/base/v1"
@@ -36,20 +39,34 @@ const (
 )
 
 const usage = `usage: kubevisor-conformance driver --plugin PATH --kind KIND [flags]
+       kubevisor-conformance driver --class FILE [flags]
        kubevisor-conformance vm --hypervisor PATH --storage PATH --guest-dir DIR [flags]
+       kubevisor-conformance vm --class FILE --storage PATH --guest-dir DIR [flags]
 
 driver runs the conformance checks of a driver's kind against its plugin binary; vm boots a
 real guest with a hypervisor and a storage driver plugin together. Both start the plugins
 through the Kubevisor plugin host, print a line per check, then "N passed, N failed,
-N skipped", and exit 1 when a check fails. "kubevisor-conformance driver -h" and
-"kubevisor-conformance vm -h" list their flags.
+N skipped", and exit 1 when a check fails. --class FILE takes the hypervisor from a
+HypervisorClass manifest: the driver kubevisor-driver-<driver> in --plugin-dir (default: this
+program's directory) and, for vm, every launcher confined to the class's launcherCapabilities
+as in its launcher pods. "kubevisor-conformance driver -h" and "kubevisor-conformance vm -h"
+list their flags.
 `
 
 const driverUsage = `usage: kubevisor-conformance driver --plugin PATH --kind KIND [flags]
+       kubevisor-conformance driver --class FILE [flags]
 
 Runs the driver conformance checks against a driver plugin binary, started through the
 Kubevisor plugin host. Prints a line per check, then "N passed, N failed, N skipped";
 exits 1 when a check fails.
+
+--class FILE runs the hypervisor checks against the driver of a HypervisorClass manifest (YAML
+or JSON, as installed: manifests/install/drivers/<driver>/hypervisorclass.yaml): the plugin
+binary kubevisor-driver-<driver> in --plugin-dir, whose Info must report that name. --plugin and
+--name may be given with it when they name the class's driver. A class with parameters is
+refused, as the API server refuses it. The class's launcherCapabilities, deviceResources,
+overhead and scheduling are not applied (the driver checks start no launcher: vm --class does);
+lines say so.
 
 Flags:
 `
@@ -60,6 +77,12 @@ type DriverConfig struct {
 	Plugin string
 	// Kind is hypervisor, network, storage or device.
 	Kind string
+	// Class is a HypervisorClass manifest (YAML or JSON) whose driver is the hypervisor under
+	// test: found in PluginDir unless Plugin names it, and with the class's driver name.
+	Class string
+	// PluginDir is where Class's driver binary, kubevisor-driver-<driver>, is; empty means the
+	// directory of this executable.
+	PluginDir string
 	// Name is the driver's name; empty means the binary's file name without a
 	// "kubevisor-driver-" prefix.
 	Name string
@@ -87,6 +110,9 @@ type DriverConfig struct {
 	GuestDir string
 	// LogLevel is the level of the host's and the plugin's log lines on stderr.
 	LogLevel string
+
+	// class is Class, loaded by applyClass.
+	class *v1alpha1.HypervisorClass
 }
 
 // Run runs the kubevisor-conformance command with args (without the program name), writing
@@ -127,8 +153,10 @@ func newDriverFlags(cfg *DriverConfig, stderr io.Writer) *flag.FlagSet {
 		fmt.Fprint(stderr, driverUsage)
 		fs.PrintDefaults()
 	}
-	fs.StringVar(&cfg.Plugin, "plugin", "", "driver plugin `binary` (required)")
-	fs.StringVar(&cfg.Kind, "kind", "", "driver `kind`: hypervisor, network, storage or device (required)")
+	fs.StringVar(&cfg.Plugin, "plugin", "", "driver plugin `binary` (required unless --class)")
+	fs.StringVar(&cfg.Kind, "kind", "", "driver `kind`: hypervisor, network, storage or device (required unless --class, which is hypervisor)")
+	fs.StringVar(&cfg.Class, "class", "", "HypervisorClass manifest `file` (YAML or JSON) whose driver is the hypervisor under test")
+	fs.StringVar(&cfg.PluginDir, "plugin-dir", "", "`directory` holding kubevisor-driver-<driver> of --class (default: this program's)")
 	fs.StringVar(&cfg.Name, "name", "", "driver `name` (default: the binary's name without \"kubevisor-driver-\")")
 	fs.Var((*stringsFlag)(&cfg.Args), "arg", "`argument` for the plugin binary (repeatable)")
 	fs.StringVar(&cfg.ConfigFile, "config", "", "`file` with the driver's configuration (JSON)")
@@ -144,12 +172,39 @@ func newDriverFlags(cfg *DriverConfig, stderr io.Writer) *flag.FlagSet {
 	return fs
 }
 
+// applyClass loads Class, once, and takes the hypervisor's binary, name and kind from it.
+func (cfg *DriverConfig) applyClass() error {
+	if cfg.Class == "" || cfg.class != nil {
+		return nil
+	}
+	if cfg.Kind != "" && cfg.Kind != driver.KindHypervisor {
+		return fmt.Errorf("--kind %s: --class names a hypervisor driver", cfg.Kind)
+	}
+	c, err := loadClass(cfg.Class)
+	if err != nil {
+		return err
+	}
+	if cfg.Plugin, cfg.Name, err = classDriver(c, cfg.Class, cfg.Plugin, cfg.Name, cfg.PluginDir, "--plugin", "--name"); err != nil {
+		return err
+	}
+	cfg.Kind = driver.KindHypervisor
+	cfg.class = c
+	return nil
+}
+
 func (cfg *DriverConfig) validate(rest []string) error {
 	switch {
 	case len(rest) > 0:
 		return fmt.Errorf("unexpected arguments %q (pass arguments of the plugin with --arg)", rest)
+	case cfg.PluginDir != "" && cfg.Class == "":
+		return errors.New("--plugin-dir is for --class")
+	}
+	if err := cfg.applyClass(); err != nil {
+		return err
+	}
+	switch {
 	case cfg.Plugin == "":
-		return errors.New("--plugin is required")
+		return errors.New("--plugin or --class is required")
 	case cfg.Kind == "":
 		return errors.New("--kind is required")
 	}
@@ -202,6 +257,10 @@ func (cfg *DriverConfig) domainOptions() ([]conformance.Option, error) {
 // up the plugin is part of the run: a plugin that does not start is a failed check named after
 // the kind.
 func RunDriver(cfg DriverConfig, stdout, stderr io.Writer) int {
+	if err := cfg.applyClass(); err != nil {
+		fmt.Fprintf(stderr, "kubevisor-conformance driver: %v\n", err)
+		return ExitUsage
+	}
 	kind, err := driver.ParseKind(cfg.Kind)
 	if err != nil {
 		fmt.Fprintf(stderr, "kubevisor-conformance driver: %v\n", err)
@@ -262,8 +321,11 @@ func writeJUnit(path string, results []conformance.Result) error {
 func runPlugin(t conformance.T, cfg DriverConfig, kind basev1.Kind, logger hclog.Logger, stdout io.Writer) {
 	m := manifest(t, cfg.Plugin, cfg.Kind, cfg.Name, cfg.Args, cfg.ConfigFile)
 	host, stateDir := newHost(t, cfg.StateDir, logger)
-	startPlugin(t, host, m, cfg.Timeout)
+	startPlugin(t, host, m, cfg.Timeout, cfg.Class)
 	fmt.Fprintf(stdout, "=== driver %s (%s): %s %s\n", m.Name, cfg.Kind, m.Binary, strings.Join(m.Args, " "))
+	if cfg.class != nil {
+		printClass(stdout, cfg.Class, cfg.class, false)
+	}
 
 	domainOpts, err := cfg.domainOptions()
 	if err != nil {
@@ -361,12 +423,16 @@ func driverStateDir(hostStateDir string, m plugin.Manifest) string {
 	return filepath.Join(hostStateDir, "drivers", m.Name)
 }
 
-// startPlugin starts m on host, failing t.
-func startPlugin(t conformance.T, host *plugin.Host, m plugin.Manifest, timeout time.Duration) {
+// startPlugin starts m on host, failing t. class is the --class file m's name comes from, if
+// any: the plugin's Info must report the class's driver.
+func startPlugin(t conformance.T, host *plugin.Host, m plugin.Manifest, timeout time.Duration, class string) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(t.Context(), timeout)
 	defer cancel()
 	if err := host.Start(ctx, m); err != nil {
+		if class != "" {
+			t.Fatalf("start the plugin of --class %s, whose driver is %q: %v", class, m.Name, err)
+		}
 		t.Fatalf("start the plugin: %v", err)
 	}
 }

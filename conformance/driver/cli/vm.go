@@ -11,11 +11,13 @@ import (
 	"github.com/hashicorp/go-hclog"
 
 	conformance "github.com/kubevisor/kubevisor/conformance/driver"
+	"github.com/kubevisor/kubevisor/core/api/v1alpha1"
 	domainv1 "github.com/kubevisor/kubevisor/core/domain/v1"
 	"github.com/kubevisor/kubevisor/core/driver"
 )
 
 const vmUsage = `usage: kubevisor-conformance vm --hypervisor PATH --storage PATH --guest-dir DIR [flags]
+       kubevisor-conformance vm --class FILE --storage PATH --guest-dir DIR [flags]
 
 Boots a real guest with a hypervisor and a storage driver plugin, both started through one
 Kubevisor plugin host, and checks what the guest shows on its serial console: boot, cloud-init
@@ -23,8 +25,19 @@ user-data, graceful shutdown, kill, pause, reboot, recovery after the hypervisor
 process is killed (SIGKILL), and a containerDisk that is not an image. Every VM runs under a
 kubevisor-launcher of its own, as under the node handler: the hypervisor must start the VM
 process through it. The guest is the project's test guest as "make guest" builds it
-(_output/guest). Prints a line per check, then "N passed, N failed, N skipped"; exits 1 when a
-check fails.
+(_output/guest).
+
+--class FILE takes the hypervisor from a HypervisorClass manifest (YAML or JSON, as installed:
+manifests/install/drivers/<driver>/hypervisorclass.yaml): the plugin binary
+kubevisor-driver-<driver> in --plugin-dir, whose Info must report that name, and every
+launcher run as in a launcher pod of the class: root with the class's launcherCapabilities only
+(needs root and util-linux's setpriv; the kit checks each launcher's capability sets). A line
+says which capabilities the launchers keep. deviceResources, overhead and scheduling take
+effect in a cluster only: a line says they are not applied. A class with parameters is refused,
+as the API server refuses it. --hypervisor and --hypervisor-name may be given with --class when
+they name the class's driver.
+
+Prints a line per check, then "N passed, N failed, N skipped"; exits 1 when a check fails.
 
 Flags:
 `
@@ -40,6 +53,13 @@ type VMConfig struct {
 	HypervisorArgs, StorageArgs []string
 	// HypervisorConfig and StorageConfig are files with the drivers' configurations (JSON).
 	HypervisorConfig, StorageConfig string
+	// Class is a HypervisorClass manifest (YAML or JSON): its driver is the hypervisor (found
+	// in PluginDir unless Hypervisor names it, with the class's driver name), and every
+	// launcher keeps the class's LauncherCapabilities only.
+	Class string
+	// PluginDir is where Class's driver binary, kubevisor-driver-<driver>, is; empty means the
+	// directory of this executable.
+	PluginDir string
 	// GuestDir holds the test guest (conformance.GuestFromDir).
 	GuestDir string
 	// Boot is how the guest boots: "auto" (its kernel when the hypervisor declares firmware
@@ -65,6 +85,9 @@ type VMConfig struct {
 	Launcher string
 	// LogLevel is the level of the host's and the plugins' log lines on stderr.
 	LogLevel string
+
+	// class is Class, loaded by applyClass.
+	class *v1alpha1.HypervisorClass
 }
 
 var diskBuses = map[string]domainv1.DiskBus{
@@ -81,7 +104,9 @@ func newVMFlags(cfg *VMConfig, stderr io.Writer) *flag.FlagSet {
 		fmt.Fprint(stderr, vmUsage)
 		fs.PrintDefaults()
 	}
-	fs.StringVar(&cfg.Hypervisor, "hypervisor", "", "hypervisor driver plugin `binary` (required)")
+	fs.StringVar(&cfg.Hypervisor, "hypervisor", "", "hypervisor driver plugin `binary` (required unless --class)")
+	fs.StringVar(&cfg.Class, "class", "", "HypervisorClass manifest `file` (YAML or JSON): its driver is the hypervisor, and the launchers keep its launcherCapabilities only")
+	fs.StringVar(&cfg.PluginDir, "plugin-dir", "", "`directory` holding kubevisor-driver-<driver> of --class (default: this program's)")
 	fs.StringVar(&cfg.HypervisorName, "hypervisor-name", "", "hypervisor driver `name` (default: the binary's name without \"kubevisor-driver-\")")
 	fs.Var((*stringsFlag)(&cfg.HypervisorArgs), "hypervisor-arg", "`argument` for the hypervisor plugin binary (repeatable)")
 	fs.StringVar(&cfg.HypervisorConfig, "hypervisor-config", "", "`file` with the hypervisor driver's configuration (JSON)")
@@ -121,12 +146,35 @@ func runVMCommand(args []string, stdout, stderr io.Writer) int {
 	return RunVM(cfg, stdout, stderr)
 }
 
+// applyClass loads Class, once, and takes the hypervisor's binary and name from it.
+func (cfg *VMConfig) applyClass() error {
+	if cfg.Class == "" || cfg.class != nil {
+		return nil
+	}
+	c, err := loadClass(cfg.Class)
+	if err != nil {
+		return err
+	}
+	if cfg.Hypervisor, cfg.HypervisorName, err = classDriver(c, cfg.Class, cfg.Hypervisor, cfg.HypervisorName, cfg.PluginDir, "--hypervisor", "--hypervisor-name"); err != nil {
+		return err
+	}
+	cfg.class = c
+	return nil
+}
+
 func (cfg *VMConfig) validate(rest []string) error {
 	switch {
 	case len(rest) > 0:
 		return fmt.Errorf("unexpected arguments %q (pass arguments of the plugins with --hypervisor-arg and --storage-arg)", rest)
+	case cfg.PluginDir != "" && cfg.Class == "":
+		return errors.New("--plugin-dir is for --class")
+	}
+	if err := cfg.applyClass(); err != nil {
+		return err
+	}
+	switch {
 	case cfg.Hypervisor == "":
-		return errors.New("--hypervisor is required")
+		return errors.New("--hypervisor or --class is required")
 	case cfg.Storage == "":
 		return errors.New("--storage is required")
 	case cfg.GuestDir == "":
@@ -179,6 +227,10 @@ func (cfg *VMConfig) guest() (conformance.Guest, error) {
 // plugins is part of the run: a plugin that does not start, or a guest that is not there, is a
 // failed check named "vm".
 func RunVM(cfg VMConfig, stdout, stderr io.Writer) int {
+	if err := cfg.applyClass(); err != nil {
+		fmt.Fprintf(stderr, "kubevisor-conformance vm: %v\n", err)
+		return ExitUsage
+	}
 	rec, err := conformance.NewRecorder(conformance.RecorderConfig{Progress: stdout, Run: cfg.Run})
 	if err != nil {
 		fmt.Fprintf(stderr, "kubevisor-conformance vm: --run: %v\n", err)
@@ -210,8 +262,8 @@ func runVMPlugins(t conformance.T, cfg VMConfig, logger hclog.Logger, stdout io.
 		t.Fatalf("--launcher: %v", err)
 	}
 	host, stateDir := newHost(t, cfg.StateDir, logger)
-	startPlugin(t, host, hv, cfg.Timeout)
-	startPlugin(t, host, st, cfg.Timeout)
+	startPlugin(t, host, hv, cfg.Timeout, cfg.Class)
+	startPlugin(t, host, st, cfg.Timeout, "")
 	fmt.Fprintf(stdout, "=== hypervisor %s: %s %s\n", hv.Name, hv.Binary, strings.Join(hv.Args, " "))
 	fmt.Fprintf(stdout, "=== storage %s: %s %s\n", st.Name, st.Binary, strings.Join(st.Args, " "))
 	boot := "kernel " + g.Kernel
@@ -222,9 +274,14 @@ func runVMPlugins(t conformance.T, cfg VMConfig, logger hclog.Logger, stdout io.
 	}
 	fmt.Fprintf(stdout, "=== guest: %s\n", boot)
 	fmt.Fprintf(stdout, "=== launcher: %s\n", launcher)
+	var classOpts []conformance.Option
+	if cfg.class != nil {
+		printClass(stdout, cfg.Class, cfg.class, true)
+		classOpts = append(classOpts, launcherCapabilities(cfg.class))
+	}
 
 	get := hypervisorOf(host, hv.Name)
-	conformance.VM(t, get, storageOf(host, st.Name), g,
+	conformance.VM(t, get, storageOf(host, st.Name), g, append(classOpts,
 		conformance.WithConfig(hv.Config),
 		conformance.WithStateDir(driverStateDir(stateDir, hv)),
 		conformance.WithStorageConfig(st.Config),
@@ -238,5 +295,5 @@ func runVMPlugins(t conformance.T, cfg VMConfig, logger hclog.Logger, stdout io.
 			crash(t, host, hv.Name, cfg.Timeout)
 			return get(t)
 		}),
-	)
+	)...)
 }
