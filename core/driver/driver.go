@@ -511,9 +511,20 @@ type Storage interface {
 //
 // Allocate:
 //
-//   - MUST return NotFound for an unknown id and FailedPrecondition for an unhealthy device;
+//   - MUST return NotFound for an unknown id and FailedPrecondition for an unhealthy device,
+//     naming it: the VMI's sync fails with that message;
 //   - MUST return the device_nodes, mounts and env a container needs, and pci_addresses for the
 //     domain spec's host devices.
+//
+// What reaches the domain spec: for each resource a VMI names (hostDevices[] and gpus[] with
+// deviceName devices.kubevisor.io/<resource>), the handler's Allocate answer becomes
+// DomainSpec.host_devices: one per pci_addresses entry, or, without any, one per VMI entry; each
+// with the VMI's name for it, the resource, the driver's name, the device ids, and the answer's
+// device_nodes and env. A hypervisor driver that cannot give the guest a device without a PCI
+// address refuses it by field path (domain.NonPCIHostDevices). Resources the VMI does not name
+// (the class's kvm and tun) give none.
+//
+// A node runs several device drivers; a resource MUST be listed by one of them only.
 type Device interface {
 	Driver
 	List(ctx context.Context, resource string) ([]*devicev1.HostDevice, error)

@@ -8,7 +8,18 @@
 // capabilities, the opening of its sandbox, then the sync's steps, a list of {name, reason, do,
 // undo} run by one runner (steps.go): storage Prepare, network Setup in the sandbox's network
 // namespace, device Allocate, the domain spec (core/domain/assemble), hypervisor Create and
-// Start. Stop runs the undos in reverse. What a VMI has on the node is recorded in
+// Start. Stop runs the undos in reverse.
+//
+// # Device drivers
+//
+// A node runs any number of device drivers (DriverSet.Devices; the handler.d parts' device
+// drivers add up). Each device resource of a VMI's sandbox is allocated by the one device driver
+// that lists it in its capabilities; a resource two drivers list, or none, fails the VMI with
+// DriverNotFound naming them, before anything is made. The answers become the domain spec's
+// host devices, named after the VMI's hostDevices[] and gpus[], with the resource, device ids,
+// device nodes and environment, so that a device with no PCI address reaches the hypervisor
+// driver by name. The drivers' fingerprints become node labels, and a driver that becomes
+// degraded or unhealthy a Warning event on the Node (package cluster). What a VMI has on the node is recorded in
 // <StateDir>/vmis/<uid>.json before each driver call, so that a failed or interrupted sync is
 // undone completely, from that record alone, and a new handler process re-adopts the running VMs
 // (hypervisor Recover) instead of starting them again. A failed sync's reason says whose

@@ -419,6 +419,11 @@ func (x *Mount) GetReadOnly() bool {
 	return false
 }
 
+// AllocateResponse is what a container needs to use the devices. In the handler's pipeline it
+// also becomes the domain spec's host devices (kubevisor.domain.v1.HostDevice) of a resource
+// the VMI names: one per pci_addresses entry, or one per VMI device without any, each carrying
+// the resource, the device ids, device_nodes and env, so that a device with no PCI address
+// reaches the hypervisor driver by name.
 type AllocateResponse struct {
 	state       protoimpl.MessageState `protogen:"open.v1"`
 	DeviceNodes []*DeviceNode          `protobuf:"bytes,1,rep,name=device_nodes,json=deviceNodes,proto3" json:"device_nodes,omitempty"`
