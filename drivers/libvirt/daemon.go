@@ -99,6 +99,12 @@ func (d daemon) prepare() error {
 	return chownTree(d.dir, d.user.UID, d.user.GID)
 }
 
+// removeRuntime removes the daemon's runtime directory (XDG_RUNTIME_DIR: its sockets and pid
+// files), which a daemon that is gone leaves behind when killed.
+func (d daemon) removeRuntime() {
+	_ = os.RemoveAll(filepath.Join(d.dir, "r"))
+}
+
 // remove removes the daemon's directory and log.
 func (d daemon) remove() {
 	_ = os.RemoveAll(d.dir)

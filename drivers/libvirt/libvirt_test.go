@@ -257,15 +257,19 @@ func bootSpec(t *testing.T, id, dir string) *domainv1.DomainSpec {
 }
 
 // TestDaemonDies kills one VM's libvirtd: that VM ends CRASHED, ProcessExited, with the daemon
-// named, and its QEMU, which nothing could manage any more, is gone; the other VM, on a daemon
-// of its own, runs on and still answers.
+// named, and its QEMU, which nothing could manage any more, is gone, with no socket of either
+// left, and the VM starts again; the other VM, on a daemon of its own, runs on and still
+// answers.
 func TestDaemonDies(t *testing.T) {
 	requireLibvirt(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	d := newTestDriver(t)
+	runDirs := map[string]string{}
 	for _, id := range []string{"lv-a", "lv-b"} {
-		if _, err := d.Create(ctx, bootSpec(t, id, reachableDir(t))); err != nil {
+		spec := bootSpec(t, id, reachableDir(t))
+		runDirs[id] = spec.GetRunDir()
+		if _, err := d.Create(ctx, spec); err != nil {
 			t.Fatal(err)
 		}
 		if err := d.Start(ctx, id); err != nil {
@@ -289,6 +293,10 @@ func TestDaemonDies(t *testing.T) {
 		t.Errorf("lv-a: reason %q, message %q; want ProcessExited naming libvirtd", st.GetReason(), st.GetMessage())
 	}
 	waitFor(t, "lv-a's QEMU gone", 10*time.Second, func() bool { return !processAlive(int(a.GetPid())) })
+	// Nothing of lv-a runs on, and no socket of its dead daemon or QEMU is left.
+	if left := leftovers(t, runDirs["lv-a"]); len(left) > 0 {
+		t.Errorf("after lv-a's daemon died: %s", strings.Join(left, "; "))
+	}
 	if st, _ := d.Status(ctx, "lv-b"); st.GetState() != hypervisorv1.State_STATE_RUNNING || st.GetPid() != b.GetPid() || !processAlive(int(b.GetPid())) {
 		t.Fatalf("lv-b after lv-a's daemon died: %v (pid before %d)", st, b.GetPid())
 	}
@@ -299,6 +307,13 @@ func TestDaemonDies(t *testing.T) {
 		t.Fatal(err)
 	}
 	waitFor(t, "lv-b's marker after its reset", time.Minute, func() bool { return out.count(qmp.BootSectorMarker) >= 1 })
+	// lv-a starts again, on a new daemon.
+	if err := d.Start(ctx, "lv-a"); err != nil {
+		t.Fatalf("Start after its daemon died: %v", err)
+	}
+	if err := d.Kill(ctx, "lv-a"); err != nil {
+		t.Fatal(err)
+	}
 	if err := d.Delete(ctx, "lv-a"); err != nil {
 		t.Fatal(err)
 	}

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"net"
 	"os"
 	"path/filepath"
@@ -32,9 +33,11 @@ import (
 )
 
 // Timeouts of the driver's own waits.
+// daemonTimeout bounds a new daemon's coming up (its first start probes QEMU: ~3 s); a
+// variable for tests.
+var daemonTimeout = 30 * time.Second
+
 const (
-	// daemonTimeout bounds a new daemon's coming up (its first start probes QEMU: ~3 s).
-	daemonTimeout = 30 * time.Second
 	// powerdownRepeat is the longest interval between two presses of the power button.
 	powerdownRepeat = 10 * time.Second
 	// stopTimeout bounds waiting for a destroyed domain's stop event.
@@ -289,7 +292,7 @@ func (d *Driver) Start(ctx context.Context, id string) error {
 	if _, err := pickAccel(map[bool]domainv1.Acceleration{true: domainv1.Acceleration_ACCELERATION_REQUIRED, false: domainv1.Acceleration_ACCELERATION_EMULATED}[v.rec.Accel == qmp.AccelKVM], host); err != nil {
 		return err
 	}
-	x, err := BuildDomain(v.spec, d.env(host, v.rec.Accel, v))
+	x, org, err := BuildDomainOrigins(v.spec, d.env(host, v.rec.Accel, v))
 	if err != nil {
 		return err
 	}
@@ -299,23 +302,30 @@ func (d *Driver) Start(ctx context.Context, id string) error {
 	if err := d.preparePersistent(v); err != nil {
 		return err
 	}
-	conn, err := d.ensureDaemon(ctx, v)
+	conn, started, err := d.ensureDaemon(ctx, v)
 	if err != nil {
+		return err
+	}
+	// A Start that fails after it started the VM's daemon stops the daemon again: nothing of a
+	// failed start runs on (a daemon that ran before stays, as the VM's until Delete).
+	undo := func(err error) error {
+		if started {
+			d.stopDaemon(v)
+		}
 		return err
 	}
 	if err := d.grantDevices(v); err != nil {
-		return err
+		return undo(err)
 	}
 	xml, err := x.Marshal()
 	if err != nil {
-		return status.Errorf(codes.Internal, "domain xml: %v", err)
+		return undo(status.Errorf(codes.Internal, "domain xml: %v", err))
 	}
 	for _, stale := range []string{v.serialSocket(), v.spec.GetVnc().GetSocketPath(), agentSocket(v.rec.RunDir)} {
 		if stale != "" {
 			_ = os.Remove(stale)
 		}
 	}
-	logFrom := fileSize(v.dmn.qemuLog())
 	flags := golibvirt.DOMAIN_NONE
 	if v.spec.GetStartPaused() {
 		// libvirt starts QEMU with its vCPUs stopped and leaves them so: the guest runs once
@@ -324,13 +334,14 @@ func (d *Driver) Start(ctx context.Context, id string) error {
 	}
 	dom, err := conn.DomainCreateXML(xml, flags)
 	if err != nil {
-		return startError(err, tailLog(v.dmn.qemuLog(), logFrom))
+		// A transient domain that failed to start is not defined: the daemon has none.
+		return undo(startError(err, org, v.dmn.qemuLog()))
 	}
 	defer dom.Free()
 	con, err := attachSerial(ctx, v.serialSocket())
 	if err != nil {
 		_ = dom.Destroy()
-		return status.Errorf(codes.Internal, "serial console: %v", err)
+		return undo(status.Errorf(codes.Internal, "serial console: %v", err))
 	}
 	v.mu.Lock()
 	defer v.mu.Unlock()
@@ -349,31 +360,40 @@ func (d *Driver) Start(ctx context.Context, id string) error {
 	return nil
 }
 
+// libvirtMessage is a libvirt error's message (err's text when it holds none).
+func libvirtMessage(err error) string {
+	var lerr golibvirt.Error
+	if errors.As(err, &lerr) {
+		return lerr.Message
+	}
+	return err.Error()
+}
+
 // errorLogRE finds the log file a libvirt error names ("Check error log '...' for details").
 var errorLogRE = regexp.MustCompile(`[Cc]heck error log '([^']+)'`)
 
-// startError is a libvirt error of a domain start, with QEMU's last words.
-func startError(err error, qemuLog string) error {
-	msg := err.Error()
+// startError is libvirt's refusal of a domain start in the spec's terms (Origins.Explain: the
+// fields it is about, libvirt's message whole, the code), with what QEMU wrote in its log at
+// that start, if libvirt's message does not hold it already.
+func startError(err error, org *Origins, qemuLog string) error {
+	num, msg := golibvirt.ErrorNumber(0), err.Error()
 	var lerr golibvirt.Error
 	if errors.As(err, &lerr) {
-		msg = lerr.Message
+		num, msg = lerr.Code, lerr.Message
 	}
+	r := org.Explain(num, msg)
+	out := r.Error()
 	// A helper's log that libvirt points to (swtpm_setup's) is in the run dir, which is gone
 	// by the time a user reads the error: its last lines come with it.
 	if m := errorLogRE.FindStringSubmatch(msg); m != nil {
 		if t := tailLog(m[1], max(fileSize(m[1])-logTail, 0)); t != "" {
-			msg += "; " + filepath.Base(m[1]) + ": " + t
+			out += "; " + filepath.Base(m[1]) + ": " + t
 		}
 	}
-	if qemuLog != "" {
-		msg += "; qemu: " + qemuLog
+	if said := qemuSaid(qemuLog, msg); said != "" {
+		out += "; qemu: " + said
 	}
-	code := codes.Internal
-	if errors.As(err, &lerr) && (lerr.Code == golibvirt.ERR_XML_ERROR || lerr.Code == golibvirt.ERR_CONFIG_UNSUPPORTED || lerr.Code == golibvirt.ERR_INVALID_ARG) {
-		code = codes.InvalidArgument
-	}
-	return status.Errorf(code, "libvirt: %s", msg)
+	return status.Error(r.Code, out)
 }
 
 // prepareFiles makes what the VM's unprivileged daemon and QEMU open reachable by the VM's user
@@ -460,18 +480,20 @@ func (d *Driver) grantDevices(v *vm) error {
 	return nil
 }
 
-// ensureDaemon returns the connection to v's daemon, starting the daemon when none runs.
-func (d *Driver) ensureDaemon(ctx context.Context, v *vm) (*golibvirt.Connect, error) {
+// ensureDaemon returns the connection to v's daemon, starting the daemon when none runs
+// (started). A daemon that fails to come up is killed if it still runs, and its runtime
+// directory (sockets, pid files) removed; the error names libvirtd with its log's last lines.
+func (d *Driver) ensureDaemon(ctx context.Context, v *vm) (conn *golibvirt.Connect, started bool, err error) {
 	v.mu.Lock()
-	conn := v.conn
+	conn = v.conn
 	v.mu.Unlock()
 	if conn != nil {
 		if ok, err := conn.IsAlive(); err == nil && ok {
-			return conn, nil
+			return conn, false, nil
 		}
 	}
 	if err := v.dmn.prepare(); err != nil {
-		return nil, status.Errorf(codes.FailedPrecondition, "libvirtd directory: %v", err)
+		return nil, false, status.Errorf(codes.FailedPrecondition, "libvirtd directory: %v", err)
 	}
 	starter := d.local
 	if sock := v.spec.GetSandbox().GetLauncherSocket(); sock != "" {
@@ -480,25 +502,42 @@ func (d *Driver) ensureDaemon(ctx context.Context, v *vm) (*golibvirt.Connect, e
 	cmd := v.dmn.command(d.config().Setpriv)
 	cmd.NetNS = v.spec.GetSandbox().GetNetnsPath()
 	logFrom := fileSize(v.dmn.logPath())
+	// failed kills the daemon if it runs, removes its sockets, and says what happened with the
+	// last lines of its log (in the run dir, which is gone by the time a user reads this).
+	failed := func(proc *process, what string) error {
+		if proc != nil {
+			_ = proc.kill()
+			proc.exited(10 * time.Second)
+			proc.close()
+		}
+		v.dmn.removeRuntime()
+		log := strings.TrimSuffix(tailLog(v.dmn.logPath(), logFrom), " |")
+		if log == "" {
+			log = "(empty)"
+		}
+		return status.Errorf(codes.Internal, "the VM's libvirtd (%s) %s; its log ends: %s", v.dmn.path, what, log)
+	}
 	pid, err := starter.Start(ctx, cmd)
 	if err != nil {
-		return nil, status.Errorf(codes.Internal, "start libvirtd: %v", err)
+		return nil, false, failed(nil, fmt.Sprintf("could not be started: %v", err))
 	}
 	proc, err := openProcess(pid)
 	if err != nil {
-		return nil, status.Errorf(codes.Internal, "libvirtd exited at once: %s", tailLog(v.dmn.logPath(), logFrom))
+		return nil, false, failed(nil, fmt.Sprintf("exited at once (pid %d)", pid))
 	}
 	conn, err = connect(ctx, v.dmn.uri(), daemonTimeout, func() bool { return !proc.exited(0) })
-	if err != nil {
-		_ = proc.kill()
-		proc.close()
-		return nil, status.Errorf(codes.Internal, "libvirtd (pid %d): %v: %s", pid, err, tailLog(v.dmn.logPath(), logFrom))
+	switch {
+	case err != nil && ctx.Err() != nil:
+		_ = failed(proc, "")
+		return nil, false, status.FromContextError(ctx.Err()).Err()
+	case err != nil && proc.exited(0):
+		return nil, false, failed(proc, fmt.Sprintf("exited before it served the VM (pid %d)", pid))
+	case err != nil:
+		return nil, false, failed(proc, fmt.Sprintf("did not serve the VM within %s (pid %d), and was killed (%s)", daemonTimeout, pid, libvirtMessage(err)))
 	}
 	if err := d.watch(v, conn); err != nil {
 		_, _ = conn.Close()
-		_ = proc.kill()
-		proc.close()
-		return nil, status.Errorf(codes.Internal, "libvirtd events: %v", err)
+		return nil, false, failed(proc, fmt.Sprintf("took no event callbacks (pid %d), and was killed: %s", pid, libvirtMessage(err)))
 	}
 	v.mu.Lock()
 	v.conn, v.proc = conn, proc
@@ -506,7 +545,36 @@ func (d *Driver) ensureDaemon(ctx context.Context, v *vm) (*golibvirt.Connect, e
 	d.persistLocked(v)
 	v.mu.Unlock()
 	d.log.Info("started libvirtd", "id", v.id, "pid", pid, "user", v.rec.User.Name)
-	return conn, nil
+	return conn, true, nil
+}
+
+// stopDaemon stops v's daemon, if one runs, and removes its runtime directory (its sockets
+// and pid files); the rest of its directory (configuration, caches, the QEMU log, a TPM's
+// state) stays until Delete.
+func (d *Driver) stopDaemon(v *vm) {
+	v.mu.Lock()
+	conn, proc, cbs := v.conn, v.proc, v.cbs
+	v.conn, v.proc, v.cbs = nil, nil, nil
+	pid := v.rec.DaemonPID
+	v.rec.DaemonPID = 0
+	d.persistLocked(v)
+	v.mu.Unlock()
+	if conn != nil {
+		for _, cb := range cbs {
+			_ = conn.DomainEventDeregister(cb)
+		}
+		_ = conn.UnregisterCloseCallback()
+		_, _ = conn.Close()
+	}
+	if proc == nil && pid > 0 && isDaemonOf(pid, v.dmn) {
+		proc, _ = openProcess(pid)
+	}
+	if proc != nil {
+		_ = proc.kill()
+		proc.exited(10 * time.Second)
+		proc.close()
+	}
+	v.dmn.removeRuntime()
 }
 
 // watch registers v's lifecycle, reboot and connection-close callbacks on conn.
@@ -634,6 +702,8 @@ func (d *Driver) daemonLost(v *vm, conn *golibvirt.Connect, reason golibvirt.Con
 	}
 	v.conn = nil
 	if v.proc != nil {
+		// Dead, or hung past its keepalive: either way no daemon of the VM runs on.
+		_ = v.proc.kill()
 		v.proc.close()
 		v.proc = nil
 	}
@@ -647,8 +717,28 @@ func (d *Driver) daemonLost(v *vm, conn *golibvirt.Connect, reason golibvirt.Con
 		}
 		d.endRunLocked(v, hypervisorv1.EventType_EVENT_TYPE_CRASHED, hypervisorv1.State_STATE_CRASHED, driver.ReasonProcessExited)
 	}
+	// The dead daemon's sockets, and those of the QEMU it ran, which nobody serves any more.
+	v.removeSockets()
 	d.persistLocked(v)
 	v.signalLocked()
+}
+
+// removeSockets removes the sockets of v's daemon and domain that a daemon or QEMU that was
+// killed leaves behind: the daemon's runtime directory, the sockets of its directory (QEMU's
+// monitor) and the VM's serial, VNC and agent sockets. v.mu is held.
+func (v *vm) removeSockets() {
+	v.dmn.removeRuntime()
+	_ = filepath.WalkDir(v.dmn.dir, func(p string, e fs.DirEntry, err error) error {
+		if err == nil && e.Type()&fs.ModeSocket != 0 {
+			_ = os.Remove(p)
+		}
+		return nil
+	})
+	for _, p := range []string{v.serialSocket(), v.spec.GetVnc().GetSocketPath(), agentSocket(v.rec.RunDir)} {
+		if fi, err := os.Lstat(p); p != "" && err == nil && fi.Mode()&fs.ModeSocket != 0 {
+			_ = os.Remove(p)
+		}
+	}
 }
 
 // domain looks v's domain up on its daemon.
@@ -780,25 +870,8 @@ func (d *Driver) Delete(_ context.Context, id string) error {
 		v.mu.Unlock()
 		return status.Errorf(codes.FailedPrecondition, "vm %q is %s: stop it first", id, v.state)
 	}
-	conn, proc, cbs := v.conn, v.proc, v.cbs
-	v.conn, v.proc = nil, nil
-	pid := v.rec.DaemonPID
 	v.mu.Unlock()
-	if conn != nil {
-		for _, cb := range cbs {
-			_ = conn.DomainEventDeregister(cb)
-		}
-		_ = conn.UnregisterCloseCallback()
-		_, _ = conn.Close()
-	}
-	if proc == nil && pid > 0 && isDaemonOf(pid, v.dmn) {
-		proc, _ = openProcess(pid)
-	}
-	if proc != nil {
-		_ = proc.kill()
-		proc.exited(10 * time.Second)
-		proc.close()
-	}
+	d.stopDaemon(v)
 	v.dmn.remove()
 	if v.rec.OwnRunDir {
 		_ = os.RemoveAll(v.rec.RunDir)
@@ -994,6 +1067,53 @@ func fileSize(p string) int64 {
 		return 0
 	}
 	return fi.Size()
+}
+
+// qemuSaid is what QEMU wrote in the log at path at its last start (from libvirt's last
+// "starting up" line on), without the command line libvirt writes first (its lines end in a
+// backslash, but for the last argument's), without the lines msg holds already and libvirt's
+// own "shutting down" line: at most logTail bytes, on one line.
+func qemuSaid(path, msg string) string {
+	raw, err := os.ReadFile(path)
+	if err != nil {
+		return ""
+	}
+	s := string(raw)
+	if i := strings.LastIndex(s, ": starting up "); i >= 0 {
+		s = s[i:]
+		if j := strings.IndexByte(s, '\n'); j >= 0 {
+			s = s[j+1:]
+		} else {
+			s = ""
+		}
+	}
+	lines := strings.Split(s, "\n")
+	for i := len(lines) - 1; i >= 0; i-- {
+		if strings.HasSuffix(lines[i], "\\") {
+			lines = lines[min(i+2, len(lines)):]
+			break
+		}
+	}
+	var kept []string
+	for _, l := range lines {
+		l = strings.TrimSpace(l)
+		if l != "" && !strings.Contains(msg, l) && !strings.Contains(msg, qemuLine(l)) && !strings.Contains(l, ": shutting down, reason=") {
+			kept = append(kept, l)
+		}
+	}
+	out := strings.Join(kept, " | ")
+	if len(out) > logTail {
+		out = out[len(out)-logTail:]
+	}
+	return out
+}
+
+// qemuLine is a line of QEMU's log without its timestamp ("2026-12-06T03:24:04.215330Z ").
+func qemuLine(l string) string {
+	if i := strings.IndexByte(l, ' '); i > 0 && strings.HasSuffix(l[:i], "Z") {
+		return l[i+1:]
+	}
+	return l
 }
 
 // tailLog is what a log got since offset from, at most logTail bytes, on one line.
