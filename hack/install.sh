@@ -183,6 +183,7 @@ install() {
   render
   log "drivers: ${components[*]:-(none)}; kubeconfig: ${kubeconfig:-kubectl default}"
   k version >/dev/null 2>&1 || die "the cluster does not answer (kubeconfig: ${kubeconfig:-kubectl default})"
+  check_dropped
   log "CRDs"
   k apply --server-side --force-conflicts --field-manager="${FIELD_MANAGER}" -f "${work}/crds.yaml" >/dev/null
   k wait --for condition=Established --timeout="${timeout}" -f "${work}/crds.yaml" >/dev/null
@@ -209,15 +210,36 @@ install() {
 # kubevisor) that this driver set has not: a dropped driver's class would leave its VMIs
 # admitted for a driver no handler loads. Classes an admin made are not labelled and stay.
 prune_classes() {
-  local want have c
+  local c
+  for c in $(dropped_classes); do
+    log "deleting hypervisorclass ${c}: its driver is not in this driver set"
+    k delete hypervisorclass "${c}" --ignore-not-found >/dev/null
+  done
+}
+
+# dropped_classes lists the classes an earlier install made that this driver set has not.
+dropped_classes() {
+  local want c
   want=" $(awk '/^kind: HypervisorClass$/ { c = 1 } /^---$/ { c = 0 } c && /^  name: / { printf "%s ", $2 }' "${work}/install.yaml")"
-  have=$(k get hypervisorclasses -l app.kubernetes.io/part-of=kubevisor -o name 2>/dev/null || true)
-  for c in ${have}; do
-    if [[ "${want}" != *" ${c#*/} "* ]]; then
-      log "deleting ${c}: its driver is not in this driver set"
-      k delete "${c}" --ignore-not-found >/dev/null
+  for c in $(k get hypervisorclasses -l app.kubernetes.io/part-of=kubevisor -o name 2>/dev/null || true); do
+    [[ "${want}" == *" ${c#*/} "* ]] || echo "${c#*/}"
+  done
+}
+
+# check_dropped refuses, before anything is applied, a driver set that drops the class of VMIs
+# that exist: their handler would no longer load their driver, and a running VM would be left
+# without anyone to manage it. The admin deletes (or stops) them first, or keeps the driver.
+check_dropped() {
+  local c vmis bad=0
+  for c in $(dropped_classes); do
+    vmis=$(k get vmi -A --no-headers -o custom-columns=NS:.metadata.namespace,NAME:.metadata.name,SPEC:.spec.hypervisorClassName,STATUS:.status.hypervisorClassName 2>/dev/null \
+      | awk -v c="${c}" '$3 == c || $4 == c { printf "%s/%s ", $1, $2 }' || true)
+    if [[ -n "${vmis// /}" ]]; then
+      echo "install: the driver set drops HypervisorClass ${c}, but these VMIs run with it: ${vmis}" >&2
+      bad=1
     fi
   done
+  [[ ${bad} == 0 ]] || die "nothing applied: stop those VMs (or delete the VMIs) first, or keep their driver in --drivers"
 }
 
 uninstall() {
