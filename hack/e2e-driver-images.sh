@@ -5,9 +5,13 @@
 #
 # For each case it installs a driver set with hack/install.sh (the handler DaemonSet rolls) and
 # runs the e2e specs labelled "DriverImages && <case>" (conformance/e2e/driverimages.go):
-#   Device       qmp,cni,local + examples/sim-device/deploy (in place of hostdev: a node has one
-#                device driver): installed, loaded, its resource devices.kubevisor.io/example-sim
-#                on the Node, and a VMI asking for one (hostDevices) gets one allocated
+#   Device       qmp,cni,local,hostdev,fake + examples/sim-device/deploy (beside hostdev: a node
+#                runs several device drivers): installed, loaded, its resource
+#                devices.kubevisor.io/example-sim on the Node with hostdev's kvm and tun, a VMI of
+#                the simulated class fake asking for one (hostDevices) gets one allocated and its
+#                hypervisor driver's domain spec names it (the fake guest's boot log on the
+#                console, vmctl console), and a qmp VMI asking for one is refused naming
+#                hostDevices[0] (no PCI address)
 #   Storage      qmp,cni,hostdev + examples/hostpath-storage/deploy (in place of local): a VMI
 #                boots from a hostDisk the hostpath driver serves (a copy of the test guest's raw
 #                disk under /var/lib/kubevisor/e2e-hostpath on the node) and sees its emptyDisk
@@ -63,7 +67,7 @@ spec() {
     -ginkgo.junit-report "${OUT}/e2e-driver-images-${label}.xml" -ginkgo.v
 }
 
-install "qmp,cni,local,examples/sim-device/deploy"
+install "qmp,cni,local,hostdev,fake,examples/sim-device/deploy"
 spec Device
 
 mkdir -p "${DISK_DIR}"

@@ -11,7 +11,6 @@ import (
 	. "github.com/onsi/gomega"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
-	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/yaml"
 
@@ -27,6 +26,10 @@ const (
 	simResource = corev1.ResourceName(v1alpha1.DeviceResourcePrefix + "example-sim")
 	// simDevices is how many devices it offers without configuration.
 	simDevices = 3
+	// simClass is the HypervisorClass (and driver) of the install's fake driver component
+	// (manifests/install/drivers/fake): the simulated hypervisor, whose guests take a host
+	// device with no PCI address and print it in their boot log.
+	simClass = "fake"
 	// envHostPathDisk names the test guest's bootable raw disk on the node, in a directory the
 	// handler sees at the same path (under /var/lib/kubevisor), for the hostpath storage spec.
 	envHostPathDisk = "E2E_HOSTPATH_DISK"
@@ -75,45 +78,45 @@ func (f *Framework) nodeWithLabel(ctx context.Context, key, value, why string) c
 var _ = Describe("Driver from a driver image", Label("DriverImages"), func() {
 	f := NewFramework()
 
-	It("a device driver (examples/sim-device) is copied into the handler's plugin directory, loaded, its resource appears on the Node, and a VMI asking for it gets one allocated", Label("Device"), func(ctx SpecContext) {
+	It("a device driver (examples/sim-device) is copied into the handler's plugin directory and loaded beside hostdev, its resource appears on the Node with hostdev's, and a VMI of the simulated class asking for it gets one allocated, named in the domain spec its hypervisor driver receives", Label("Device"), func(ctx SpecContext) {
 		By("the init container driver-sim installed the image's binary with its manifest's digest")
 		for _, pod := range f.handlerPods(ctx) {
 			log := f.initContainerLog(ctx, pod, "driver-sim")
 			Expect(log).To(ContainSubstring(`installed device driver "sim": /etc/kubevisor/plugins/sim/sim-device (sha256 `), "pod %s", pod.Name)
 			Expect(log).NotTo(ContainSubstring("ERROR"), "pod %s", pod.Name)
 		}
-		By("the handler loaded it: its health and fingerprint are node labels")
+		By("the handler loaded it beside hostdev: both device drivers' health and fingerprints are node labels")
 		node := f.nodeWithLabel(ctx, v1alpha1.DriverHealthLabel("device", "sim"), v1alpha1.DriverHealthy,
 			"the handler did not load the device driver sim (kubectl -n kubevisor-system logs ds/kubevisor-handler -c handler)")
 		Expect(node.Labels).To(HaveKeyWithValue(v1alpha1.CapabilityLabelPrefix+"sim.example-sim", "true"))
+		Expect(node.Labels).To(HaveKeyWithValue(v1alpha1.DriverHealthLabel("device", "hostdev"), v1alpha1.DriverHealthy),
+			"the node's other device driver, hostdev, is not loaded beside sim")
+		f.nodeWithLabel(ctx, v1alpha1.DriverHealthLabel("hypervisor", simClass), v1alpha1.DriverHealthy,
+			"the handler did not load the fake hypervisor driver (DRIVERS=...,fake)")
 
-		By("the kubelet device plugins serve what the driver lists: " + string(simResource) + " on the Node")
+		By("the kubelet device plugins serve what both drivers list: " + string(simResource) + " and hostdev's kvm and tun on the Node")
 		Eventually(func(g Gomega) {
 			var n corev1.Node
 			g.Expect(f.Client.Get(ctx, client.ObjectKeyFromObject(&node), &n)).To(Succeed())
 			q, ok := n.Status.Allocatable[simResource]
 			g.Expect(ok).To(BeTrue(), "node %s allocatable has no %s: %v", n.Name, simResource, n.Status.Allocatable)
 			g.Expect(q.Value()).To(BeEquivalentTo(simDevices), "node %s: %s", n.Name, simResource)
+			for _, r := range []string{v1alpha1.KVMDeviceResource, v1alpha1.TunDeviceResource} {
+				q, ok := n.Status.Allocatable[corev1.ResourceName(r)]
+				g.Expect(ok).To(BeTrue(), "node %s allocatable has no %s (hostdev's) beside %s: %v", n.Name, r, simResource, n.Status.Allocatable)
+				g.Expect(q.IsZero()).To(BeFalse(), "node %s: %s", n.Name, r)
+			}
 		}).WithContext(ctx).WithTimeout(2 * time.Minute).WithPolling(2 * time.Second).Should(Succeed())
 
-		By("a VMI asking for one in hostDevices gets one allocated: by the kubelet's device plugin and in the handler's pipeline")
-		// A class of the qmp driver without the kvm and tun resources, which hostdev serves and
-		// a node whose device driver is sim does not; the VMI has no interface (no tap, no tun).
-		const class = "e2e-sim-nodev"
-		f.Apply(ctx, "apiVersion: kubevisor.io/v1alpha1\nkind: HypervisorClass\nmetadata:\n  name: "+class+"\ndriver: qmp\n")
-		DeferCleanup(func(ctx SpecContext) {
-			_, _ = f.Kubectl(ctx, "", "delete", "hypervisorclass", class, "--ignore-not-found")
-		})
-		spec := guestSpecOf(guest.Options{UserData: "sim"})
-		spec.HypervisorClassName = class
-		spec.Domain.Devices.AutoattachPodInterface = ptr.To(false)
-		spec.Domain.Devices.Interfaces, spec.Networks = nil, nil
+		By("a VMI of the simulated class asking for one in hostDevices gets one allocated: by the kubelet's device plugin and in the handler's pipeline")
+		spec := guestSpecOf(guest.Options{UserData: "sim", HypervisorClass: simClass})
 		spec.Domain.Devices.HostDevices = []v1alpha1.HostDevice{{Name: "sim", DeviceName: string(simResource)}}
 		b, err := yaml.Marshal(spec)
 		Expect(err).NotTo(HaveOccurred())
 		since := time.Now().UTC().Truncate(time.Second).Format(time.RFC3339) // the logs of this VMI's allocation only
 		f.Apply(ctx, "apiVersion: kubevisor.io/v1alpha1\nkind: VirtualMachineInstance\nmetadata:\n  name: simvm\nspec:\n"+indent(string(b), 2))
 		vmi := f.WaitRunning(ctx, "simvm")
+		Expect(vmi.Status.HypervisorDriver).To(Equal(simClass))
 		pods := f.LauncherPods(ctx, vmi.UID)
 		Expect(pods).To(HaveLen(1))
 		var compute *corev1.Container
@@ -131,6 +134,28 @@ var _ = Describe("Driver from a driver image", Label("DriverImages"), func() {
 				Expect(out).To(MatchRegexp(`allocated.*devices"?[=:]"?sim-[0-9]`), "container %s of %s: the sim driver's Allocate of a device", c, pod.Name)
 			}
 		}
+
+		By("the domain spec the hypervisor driver received names the device: the simulated guest's boot log on its console (vmctl console)")
+		out := f.OpenConsole(ctx, "simvm").WaitFor(ctx, "kubevisor-fake login:", time.Minute)
+		Expect(out).To(MatchRegexp(`hostdev sim resource=example-sim id=sim-[0-9]\r?\n`),
+			"the fake hypervisor's boot log does not name the sim device")
+
+		By("a VMI of the qmp class asking for the same device is refused by the qmp driver, naming the host device and why")
+		spec = guestSpecOf(guest.Options{UserData: "simqmp", HypervisorClass: "qmp"})
+		spec.Domain.Devices.HostDevices = []v1alpha1.HostDevice{{Name: "sim", DeviceName: string(simResource)}}
+		b, err = yaml.Marshal(spec)
+		Expect(err).NotTo(HaveOccurred())
+		f.Apply(ctx, "apiVersion: kubevisor.io/v1alpha1\nkind: VirtualMachineInstance\nmetadata:\n  name: simqmp\nspec:\n"+indent(string(b), 2))
+		Eventually(func() string {
+			vmi := f.VMI(ctx, "simqmp")
+			var msgs []string
+			for _, c := range vmi.Status.Conditions {
+				msgs = append(msgs, c.Message)
+			}
+			return vmi.Status.Reason + " " + strings.Join(msgs, " ")
+		}).WithContext(ctx).WithTimeout(2 * time.Minute).WithPolling(2 * time.Second).Should(
+			And(ContainSubstring(`hostDevices[0]: "sim" (resource "example-sim" of device driver "sim"`), ContainSubstring("has no PCI address")))
+		Expect(f.VMI(ctx, "simvm").Status.Phase).To(Equal(v1alpha1.Running), "the simulated VMI after the refused one")
 	})
 
 	It("a storage driver (examples/hostpath-storage) serves a VMI's disks: the guest boots from its hostDisk and sees its emptyDisk", Label("Storage"), func(ctx SpecContext) {
