@@ -39,6 +39,47 @@
 // daemon and removes its directory. A connection to a daemon that closes unasked (keepalive:
 // 5 s x 3) ends the VM's run as CRASHED, ProcessExited, with the daemon's last log lines.
 //
+// # Errors: what a user sees
+//
+// Every error is a gRPC status; the handler puts it in the VMI's Synchronized=False condition
+// with the failed step as its reason (HypervisorStartFailed for Start).
+//
+//   - Create refuses what the spec alone shows (domain.Validate, then BuildDomain: what the
+//     driver does not implement or accept) with the field path, InvalidArgument; what the node
+//     lacks (KVM, OVMF, swtpm) is FailedPrecondition naming the field.
+//   - Start hands the domain to libvirt and QEMU, which check the rest: a machine type this
+//     QEMU does not offer, an unknown CPU model or feature, more vCPUs than the machine type
+//     takes, a read-only sata disk, a PCI address used twice or beyond the buses, an image not
+//     of its format, block sizes QEMU refuses, a host NUMA node or CPU the node lacks, a tap that
+//     is gone. BuildDomain keeps a record of which spec field each part of the XML came from
+//     (Origins, origins.go: the element or attribute, a device by its alias, and the names
+//     libvirt and QEMU call it by: guest target, path, tap, MAC, PCI address), and Explain places
+//     libvirt's refusal with it: the error names the spec's field paths, the device, then
+//     libvirt's message whole and what QEMU wrote to its log at that start, e.g.
+//     "cpu.model: libvirt: internal error: Unknown CPU model NoSuchCPU" or
+//     `disks[1].format: disk "data": libvirt: internal error: ... Image is not in qcow2 format`.
+//     The code is InvalidArgument when the spec cannot run as written, FailedPrecondition when
+//     the node's state forbids it (a host CPU or NUMA node that is not there, the network
+//     driver's tap gone, an image another process holds, a file the VM's user cannot open),
+//     Internal otherwise. A refusal Explain cannot place says so: "libvirt refused the domain,
+//     naming no field of the domain spec: <libvirt's message>" (InvalidArgument when libvirt
+//     calls it a configuration error, else Internal). The refusals it places are those
+//     measured with libvirt 9.0 and QEMU 7.2 (origins_test.go).
+//   - A failed Start leaves nothing behind: the domain is transient, so a refused one is never
+//     defined; the daemon the Start started is stopped and its sockets removed; the VM stays as
+//     it was (CREATED, STOPPED or CRASHED) and starts again or is deleted. A daemon that ran
+//     before the Start stays, as the VM's, until Delete.
+//   - The VM's daemon failing to come up (libvirtd missing in the sandbox, a configuration it
+//     cannot read, a runtime directory it cannot write, an exit at once, no answer within 30 s)
+//     fails Start with Internal: "the VM's libvirtd (<path>) exited before it served the VM
+//     (pid N); its log ends: <its last lines>" (or "could not be started", or "did not serve
+//     the VM within 30s ..., and was killed"). It is killed if it still runs and its sockets
+//     removed; other VMs' daemons are their own and are not touched.
+//   - A daemon that dies, or hangs past its keepalive, while its VM runs ends the VM's run as
+//     CRASHED, ProcessExited, "the VM's libvirtd went away ...: <its last log lines>"; the
+//     daemon (if hung) and its QEMU are killed and their sockets removed; Start then runs a new
+//     daemon.
+//
 // # Recover
 //
 // The daemon is the launcher's child, not the driver's, so it and its domain outlive the driver
@@ -71,7 +112,10 @@
 //     beside features (the qmp driver's default under TCG is max).
 //   - QEMU outlives a daemon that dies (libvirt daemonizes it), but nothing could manage it: the
 //     driver reports the VM crashed (ProcessExited, the daemon's last log lines) and kills that
-//     QEMU (checked to be the daemon's by its command line).
+//     QEMU (checked to be the daemon's by its command line), as Errors says.
+//   - Explain places only the refusals it knows (origins.go's refusals, measured with libvirt
+//     9.0 and QEMU 7.2) and those whose message holds a name of a device the record has; another
+//     libvirt's wording may leave a refusal unplaced, which the error then says.
 //   - The accelerator probe is the qmp driver's (the same QEMU): KVM where a test guest runs
 //     under it, otherwise TCG, said in the fingerprint.
 package libvirt
