@@ -19,6 +19,10 @@ import (
 // MaxVCPUs is the largest vCPU count a domain may ask for.
 const MaxVCPUs = 512
 
+// MaxSocketPath is the longest path a unix socket can be bound at on Linux (sun_path less its
+// terminating NUL).
+const MaxSocketPath = 107
+
 // FieldError is one rule a domain spec breaks, with the path of the field that breaks it.
 type FieldError struct {
 	Field  string
@@ -166,6 +170,21 @@ func Validate(spec *domainv1.DomainSpec) error {
 		add("persistentStateDir", "set without tpm.persistent or firmware.efi.persistent, which keep state in it")
 	case dir != "" && !filepath.IsAbs(dir):
 		add("persistentStateDir", "must be an absolute path, not %q", dir)
+	}
+	if in := spec.GetIncomingMigration(); in != nil {
+		switch p := in.GetSocketPath(); {
+		case p == "":
+			add("incomingMigration.socketPath", "required")
+		case !filepath.IsAbs(p):
+			add("incomingMigration.socketPath", "must be an absolute path, not %q", p)
+		case len(p) > MaxSocketPath:
+			add("incomingMigration.socketPath", "%q is longer than a unix socket path can be (%d bytes)", p, MaxSocketPath)
+		case spec.GetRunDir() != "" && !strings.HasPrefix(p, filepath.Clean(spec.GetRunDir())+"/"):
+			add("incomingMigration.socketPath", "%q is not in runDir %q", p, spec.GetRunDir())
+		}
+		if spec.GetStartPaused() {
+			add("startPaused", "not with incomingMigration: the VM runs as the source did")
+		}
 	}
 	for i, h := range spec.GetHostDevices() {
 		// A device with no PCI address is known by its device driver's resource (a hypervisor

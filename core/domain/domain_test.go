@@ -62,6 +62,21 @@ func TestValidateRejects(t *testing.T) {
 			s.Firmware = &domainv1.Firmware{Boot: &domainv1.Firmware_Efi{Efi: &domainv1.EFI{Persistent: true}}}
 			s.PersistentStateDir = "state"
 		}, "persistentStateDir"},
+		{"an incoming migration without a socket", func(s *domainv1.DomainSpec) {
+			s.IncomingMigration = &domainv1.IncomingMigration{}
+		}, "incomingMigration.socketPath"},
+		{"an incoming migration on a relative socket", func(s *domainv1.DomainSpec) {
+			s.IncomingMigration = &domainv1.IncomingMigration{SocketPath: "migration.sock"}
+		}, "incomingMigration.socketPath"},
+		{"an incoming migration on a socket outside the run directory", func(s *domainv1.DomainSpec) {
+			s.RunDir, s.IncomingMigration = "/run/vm", &domainv1.IncomingMigration{SocketPath: "/run/vm2/migration.sock"}
+		}, "incomingMigration.socketPath"},
+		{"an incoming migration on a socket path too long to bind", func(s *domainv1.DomainSpec) {
+			s.IncomingMigration = &domainv1.IncomingMigration{SocketPath: "/" + strings.Repeat("d", 120)}
+		}, "incomingMigration.socketPath"},
+		{"an incoming migration that starts paused", func(s *domainv1.DomainSpec) {
+			s.StartPaused, s.IncomingMigration = true, &domainv1.IncomingMigration{SocketPath: "/run/migration.sock"}
+		}, "startPaused"},
 		{"huge page size not a power of two", func(s *domainv1.DomainSpec) {
 			s.Memory.Hugepages = &domainv1.Hugepages{PageSizeBytes: 3 << 20, Path: "/huge"}
 		}, "memory.hugepages.pageSizeBytes"},

@@ -216,6 +216,9 @@ func CheckDomain(caps *basev1.Capabilities, spec *domainv1.DomainSpec) error {
 	for _, d := range UndeclaredDevices(caps, spec) {
 		add(d.Field, "%s", not("device "+d.Name, caps.GetDevices()))
 	}
+	if spec.GetIncomingMigration() != nil && !slices.Contains(caps.GetFeatures(), basev1.Feature_FEATURE_HYPERVISOR_MIGRATE) {
+		add("incomingMigration", "live migration is not declared by the driver (FEATURE_HYPERVISOR_MIGRATE)")
+	}
 	if spec.GetSandbox().GetLauncherSocket() != "" && !caps.GetLauncher() {
 		add("sandbox.launcherSocket", "starting the VM through the VMI's launcher is not declared by the driver (Capabilities.launcher)")
 	}

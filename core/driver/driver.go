@@ -164,7 +164,11 @@ type Driver interface {
 //   - the guest powering off by itself: MAY SHUTDOWN (SHUTTING_DOWN), then STOPPED (STOPPED,
 //     GuestShutdown);
 //   - a crash: MAY GUEST_PANICKED (CRASHED), then CRASHED (CRASHED, GuestPanicked, or
-//     ProcessExited when the VM process ended unasked).
+//     ProcessExited when the VM process ended unasked);
+//   - a migration (Migrator): MIGRATION events at each change of its phase or mode, with the
+//     VM's state and reason unchanged; at the source STOPPED (STOPPED, Migrated) once it
+//     completed; at the target STARTED (RUNNING, Migrated) when it runs the VM, STOPPED
+//     (STOPPED, MigrationFailed) when it failed.
 //
 // Every end of a run ends with exactly one event of type STOPPED or CRASHED whose state is
 // STOPPED or CRASHED; no other event of that VM follows until the next Start.
@@ -419,17 +423,119 @@ type Recoverer interface {
 	Recover(ctx context.Context, handle *hypervisorv1.Handle) (*hypervisorv1.VMStatus, error)
 }
 
-// Migrator is the optional FEATURE_HYPERVISOR_MIGRATE.
+// Migrator is the optional FEATURE_HYPERVISOR_MIGRATE: live migration of a running VM from one
+// instance of the driver (the source, on one node) to another (the target, on another node, or
+// another process on the same node), the guest going on running without a reboot.
 //
-// Migrate:
+// The driver only ever sees unix sockets: the target listens on a socket in its run_dir, the
+// source connects to a socket on its node, and between nodes the node handlers carry the stream
+// (source socket, handler, mutual TLS, handler, target socket). A driver MUST NOT listen on or
+// connect to the network for a migration.
 //
-//   - MUST move a running VM to the target prepared on another node (target_uri, in a form the
-//     driver understands) within completion_timeout; the VM then stops here with reason
-//     Migrated;
-//   - MUST return InvalidArgument for an empty or malformed target_uri and FailedPrecondition
-//     for a VM that is not running.
+// The sequence, as the host runs it:
+//
+//  1. Target: Create with DomainSpec.incoming_migration set (the same virtual hardware as the
+//     source's), then Start.
+//  2. Source: Migrate with the socket that reaches the target's (MigrateRequest).
+//  3. Both: MigrationStatus and MIGRATION events until the phase is COMPLETED, FAILED or
+//     CANCELLED; CancelMigration to give up.
+//  4. Completed: the source is STOPPED (reason Migrated) and the host Deletes it; the target
+//     runs the VM. Otherwise the source runs as before and the host Kills (if needed) and
+//     Deletes the target.
+//
+// The target (a VM whose spec has incoming_migration):
+//
+//   - Create MUST check the spec as for any VM and MUST NOT listen yet; domain.Validate refuses
+//     a socket_path that is not absolute, not in run_dir, or too long for a unix socket;
+//   - Start MUST start the VM process without booting the guest, listening on
+//     incoming_migration.socket_path (SHOULD remove a stale socket there first), and return once
+//     it listens: state PAUSED, reason IncomingMigration, boots 0, and a MIGRATION event (phase
+//     SETUP, role TARGET); not a STARTED event;
+//   - when the state has arrived and the VM runs: event STARTED (state RUNNING, reason
+//     Migrated), started_at then, boots unchanged (the guest did not boot), and a MIGRATION
+//     event with phase COMPLETED. Every operation works on it from then on as on a VM started
+//     here, a later migration out included;
+//   - when the incoming migration fails (the stream breaks, the state does not load, the source
+//     cancels): the VM process ends, event STOPPED (state STOPPED, reason MigrationFailed) and a
+//     MIGRATION event with phase FAILED; Start does not retry (the host Deletes the VM and makes
+//     a new target);
+//   - Pause, Resume, Reboot, SoftReboot, the guest agent and Console MUST return
+//     FailedPrecondition until the VM runs; Kill and Shutdown (with no wait: there is no guest
+//     yet) MUST stop it, which fails the migration at the source, the source going on running.
+//
+// The source (Migrate):
+//
+//   - MUST return InvalidArgument naming the field when neither or both of target_uri and
+//     target_socket_path are set, for a target_socket_path that is not absolute, and for a
+//     target_uri it does not understand; FailedPrecondition for a VM that is not RUNNING
+//     (created, paused, shutting down, stopped), for a VM that is migrating already, and for a
+//     target_socket_path where no socket is;
+//   - MUST start the migration and return once it began (phase SETUP or ACTIVE, a MIGRATION
+//     event), not wait for its end: it can take minutes, and it goes on in the VM process when
+//     the driver process restarts;
+//   - MUST honour bandwidth_bytes_per_second (0: the driver's own limit, which SHOULD NOT be
+//     lower than the node's network; the qmp driver lifts QEMU's default of 32 MiB/s), use
+//     auto-converge only when allow_auto_converge and post-copy only when allow_post_copy;
+//     with allow_post_copy it SHOULD switch to post-copy when pre-copy does not converge (the
+//     memory left after a pass does not shrink) and MUST switch when completion_timeout is
+//     reached; without it, it MUST cancel the migration at completion_timeout, as
+//     CancelMigration does, with phase CANCELLED and a message naming the timeout;
+//   - while it migrates the VM stays RUNNING: the pause for the switch-over is reported as
+//     MigrationInfo.downtime, not as PAUSED and RESUMED events. Pause, Resume, Reboot and
+//     SoftReboot MUST return FailedPrecondition meanwhile; Shutdown SHOULD cancel the
+//     migration first; Kill MUST stop the VM at once (the migration fails at both ends);
+//   - MUST report the VM STOPPED with reason Migrated (event STOPPED, then no other of this
+//     run) only once the target acknowledged that it holds the whole state and runs it, and
+//     MUST then end the VM process here; the MigrationInfo of the completed migration (downtime,
+//     total_time, bytes) stays readable through MigrationStatus until Delete;
+//   - a migration that fails or is cancelled in pre-copy MUST leave the VM RUNNING here as
+//     before (resumed if the switch-over had paused it, with no event of it), phase FAILED or
+//     CANCELLED with a message;
+//   - a failure after the switch to post-copy leaves the guest's memory split between the two
+//     ends: the source VM MUST end CRASHED with reason MigrationFailed (the target likewise
+//     stops), and the host recovers the VM as from a crash.
+//
+// MigrationStatus:
+//
+//   - MUST report the current migration, else the last one (its outcome), of a VM at either end,
+//     with role, phase, mode and started_at; at the source while ACTIVE also total_bytes,
+//     transferred_bytes, remaining_bytes, dirty_rate_bytes_per_second, iterations and
+//     throughput_bytes_per_second as the VM process measures them now; once COMPLETED, downtime
+//     and total_time;
+//   - MUST answer an unset migration (not an error) for a VM that never migrated, and NotFound
+//     for an unknown id;
+//   - MUST return quickly (SHOULD be under a second): the host polls it every few seconds.
+//
+// CancelMigration:
+//
+//   - at the source, MUST abort a migration in pre-copy and return once it ended: phase
+//     CANCELLED (or COMPLETED or FAILED if it ended first otherwise), the VM RUNNING here;
+//   - MUST return FailedPrecondition when the migration is in post-copy (it can no longer be
+//     cancelled) and for a VM that migrated away (STOPPED, Migrated);
+//   - at the target, MUST stop an incoming VM that does not run yet: STOPPED, reason
+//     MigrationCancelled, phase CANCELLED; the source then sees its migration fail;
+//   - MUST succeed, changing nothing, for a VM with no migration in progress otherwise.
+//
+// Recover of a VM in the middle of a migration (the driver process restarted) MUST re-adopt it
+// without disturbing the migration, which goes on in the VM process: a source is RUNNING with
+// its migration ACTIVE (the driver enforces completion_timeout and the post-copy switch again);
+// a target that still waits is PAUSED with reason IncomingMigration. A migration that ended
+// while no driver ran is finished as if it had been watched: a source whose migration completed
+// is stopped (reason Migrated), a target that received the VM is run.
+//
+// Disks. The host migrates a VM only when each of its writable disks is either shared (the
+// same image reachable by the target at the path of the target's spec: a RWX volume, or one
+// host) or copied by the driver. In this version no disk is copied: a driver migrates memory and
+// device state only, and the host MUST NOT migrate a VM with a writable node-local disk (a
+// containerDisk overlay, an emptyDisk) between nodes. The next version moves such disks by block
+// mirroring before the memory (the target serves its fresh images over NBD on a second unix
+// socket in its run_dir, the source mirrors each disk into it and switches over with the
+// memory), with new fields naming the sockets and the disks; read-only media (cloud-init) are
+// made again on the target and not copied.
 type Migrator interface {
 	Migrate(ctx context.Context, req *hypervisorv1.MigrateRequest) error
+	MigrationStatus(ctx context.Context, id string) (*hypervisorv1.MigrationInfo, error)
+	CancelMigration(ctx context.Context, id string) error
 }
 
 // Network connects a VMI's interfaces inside its sandbox's network namespace (service

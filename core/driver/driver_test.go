@@ -215,6 +215,7 @@ func TestCheckDomain(t *testing.T) {
 		Firmware: []string{"bios", "efi", "kernel"}, DiskBuses: []string{"virtio"}, NicModels: []string{"virtio"},
 		MachineTypes: []string{"q35", "pc-q35-*"}, SecureBoot: true, Vnc: true, HostDevices: true, TapFd: true, Launcher: true,
 		Devices: []string{driver.DeviceRNG, driver.DeviceChassis}, PersistentState: true,
+		Features: []basev1.Feature{basev1.Feature_FEATURE_HYPERVISOR_MIGRATE},
 	}
 	spec := func() *domainv1.DomainSpec {
 		return &domainv1.DomainSpec{
@@ -232,6 +233,8 @@ func TestCheckDomain(t *testing.T) {
 			Sandbox:     &domainv1.Sandbox{LauncherSocket: "/s"},
 			Rng:         &domainv1.RNG{},
 			Chassis:     &domainv1.Chassis{Serial: "c"},
+			// A migration target goes to a driver that declares migration only.
+			IncomingMigration: &domainv1.IncomingMigration{SocketPath: "/run/vm/migration.sock"},
 		}
 	}
 	if err := driver.CheckDomain(all, spec()); err != nil {
@@ -248,7 +251,7 @@ func TestCheckDomain(t *testing.T) {
 	if status.Code(err) != codes.InvalidArgument {
 		t.Fatalf("CheckDomain = %v, want InvalidArgument", err)
 	}
-	for _, field := range []string{"firmware.efi.secureBoot", "machine.type", "disks[0].bus", "nics[0].model", "nics[0].tapFdPath", "vnc", "hostDevices", "sandbox.launcherSocket", "rng", "chassis", "persistentStateDir"} {
+	for _, field := range []string{"firmware.efi.secureBoot", "machine.type", "disks[0].bus", "nics[0].model", "nics[0].tapFdPath", "vnc", "hostDevices", "sandbox.launcherSocket", "rng", "chassis", "persistentStateDir", "incomingMigration"} {
 		if !strings.Contains(err.Error(), field+": ") {
 			t.Errorf("CheckDomain error %q does not name %s", err, field)
 		}

@@ -145,7 +145,33 @@ func (s *hypervisorServer) Migrate(ctx context.Context, req *hypervisorv1.Migrat
 	if !ok {
 		return nil, unimplemented("migrate")
 	}
+	switch {
+	case req.GetTargetUri() == "" && req.GetTargetSocketPath() == "":
+		return nil, status.Error(codes.InvalidArgument, "targetSocketPath: required (or targetUri)")
+	case req.GetTargetUri() != "" && req.GetTargetSocketPath() != "":
+		return nil, status.Error(codes.InvalidArgument, "targetUri: not with targetSocketPath")
+	}
 	return &hypervisorv1.MigrateResponse{}, m.Migrate(ctx, req)
+}
+
+func (s *hypervisorServer) MigrationStatus(ctx context.Context, req *hypervisorv1.MigrationStatusRequest) (*hypervisorv1.MigrationStatusResponse, error) {
+	m, ok := s.impl.(Migrator)
+	if !ok {
+		return nil, unimplemented("migration status")
+	}
+	info, err := m.MigrationStatus(ctx, req.GetId())
+	if err != nil {
+		return nil, err
+	}
+	return &hypervisorv1.MigrationStatusResponse{Migration: info}, nil
+}
+
+func (s *hypervisorServer) CancelMigration(ctx context.Context, req *hypervisorv1.CancelMigrationRequest) (*hypervisorv1.CancelMigrationResponse, error) {
+	m, ok := s.impl.(Migrator)
+	if !ok {
+		return nil, unimplemented("cancel migration")
+	}
+	return &hypervisorv1.CancelMigrationResponse{}, m.CancelMigration(ctx, req.GetId())
 }
 
 func (s *hypervisorServer) Console(stream grpc.BidiStreamingServer[hypervisorv1.ConsoleInput, hypervisorv1.ConsoleOutput]) error {
@@ -390,6 +416,18 @@ func (r hvRecoverer) Recover(ctx context.Context, handle *hypervisorv1.Handle) (
 func (m hvMigrator) Migrate(ctx context.Context, req *hypervisorv1.MigrateRequest) error {
 	c := m.c
 	_, err := c.hv.Migrate(ctx, req)
+	return err
+}
+
+// MigrationStatus implements Migrator.
+func (m hvMigrator) MigrationStatus(ctx context.Context, id string) (*hypervisorv1.MigrationInfo, error) {
+	resp, err := m.c.hv.MigrationStatus(ctx, &hypervisorv1.MigrationStatusRequest{Id: id})
+	return resp.GetMigration(), err
+}
+
+// CancelMigration implements Migrator.
+func (m hvMigrator) CancelMigration(ctx context.Context, id string) error {
+	_, err := m.c.hv.CancelMigration(ctx, &hypervisorv1.CancelMigrationRequest{Id: id})
 	return err
 }
 

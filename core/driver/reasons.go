@@ -23,5 +23,14 @@ const (
 	ReasonProcessGone = "ProcessGone"
 	ReasonRecovered   = "Recovered"
 	ReasonStartFailed = "StartFailed"
-	ReasonMigrated    = "Migrated"
+	// ReasonMigrated: at the source, the VM moved to the target and stopped here; at the
+	// target, the VM arrived and runs.
+	ReasonMigrated = "Migrated"
+	// ReasonIncomingMigration: a migration target waits for the source's state (PAUSED).
+	ReasonIncomingMigration = "IncomingMigration"
+	// ReasonMigrationFailed: a migration target stopped because the migration failed; a source
+	// crashed because it failed after the switch to post-copy.
+	ReasonMigrationFailed = "MigrationFailed"
+	// ReasonMigrationCancelled: a migration target stopped by CancelMigration.
+	ReasonMigrationCancelled = "MigrationCancelled"
 )

@@ -1,6 +1,7 @@
 package fake
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -17,6 +18,7 @@ import (
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"github.com/kubevisor/kubevisor/core/domain"
@@ -144,6 +146,8 @@ type vm struct {
 	gen      uint64
 	history  []byte
 	consoles map[*queue[[]byte]]struct{}
+	// migration is the last simulated migration.
+	migration *hypervisorv1.MigrationInfo
 }
 
 // run is one run of a VM process, from boot to stop.
@@ -228,6 +232,9 @@ func (h *Hypervisor) Create(_ context.Context, spec *domainv1.DomainSpec) (*hype
 	}
 	if spec.GetAcceleration() == domainv1.Acceleration_ACCELERATION_REQUIRED {
 		return nil, precondition("acceleration: hardware acceleration is required but the fake hypervisor only simulates")
+	}
+	if spec.GetIncomingMigration() != nil {
+		return nil, invalid("incomingMigration: the fake hypervisor simulates the source of a migration only")
 	}
 	rec := vmRecord{
 		ID:          spec.GetId(),
@@ -693,9 +700,11 @@ func (h *Hypervisor) guestRestarted(id string, gen uint64) {
 }
 
 // Migrate implements driver.Migrator. The simulated migration completes at once: the VM stops
-// with reason Migrated.
+// with reason Migrated, and MigrationStatus reports it completed. The fake simulates the
+// source side only: it refuses to create a migration target (Create).
 func (h *Hypervisor) Migrate(_ context.Context, req *hypervisorv1.MigrateRequest) error {
-	if req.GetTargetUri() == "" {
+	target := cmp.Or(req.GetTargetUri(), req.GetTargetSocketPath())
+	if target == "" {
 		return invalid("target_uri: required")
 	}
 	h.mu.Lock()
@@ -704,10 +713,44 @@ func (h *Hypervisor) Migrate(_ context.Context, req *hypervisorv1.MigrateRequest
 	if err != nil {
 		return err
 	}
-	if v.state != hypervisorv1.State_STATE_RUNNING && v.state != hypervisorv1.State_STATE_PAUSED {
+	if v.state != hypervisorv1.State_STATE_RUNNING {
 		return precondition("VM %q is %s, not running", req.GetId(), driver.StateWord(v.state))
 	}
-	h.stopLocked(v, hypervisorv1.EventType_EVENT_TYPE_STOPPED, driver.ReasonMigrated, "migrated to "+req.GetTargetUri())
+	now := timestamppb.Now()
+	v.migration = &hypervisorv1.MigrationInfo{
+		Role: hypervisorv1.MigrationRole_MIGRATION_ROLE_SOURCE, Phase: hypervisorv1.MigrationPhase_MIGRATION_PHASE_COMPLETED,
+		Mode: hypervisorv1.MigrationMode_MIGRATION_MODE_PRE_COPY, StartedAt: now, EndedAt: now, Target: target,
+		TotalBytes: v.rec.MemoryBytes, TransferredBytes: v.rec.MemoryBytes, Iterations: 1,
+		BandwidthLimitBytesPerSecond: req.GetBandwidthBytesPerSecond(),
+		AutoConverge:                 req.GetAllowAutoConverge(), PostCopy: req.GetAllowPostCopy(),
+	}
+	h.stopLocked(v, hypervisorv1.EventType_EVENT_TYPE_STOPPED, driver.ReasonMigrated, "migrated to "+target)
+	return nil
+}
+
+// MigrationStatus implements driver.Migrator: the last simulated migration.
+func (h *Hypervisor) MigrationStatus(_ context.Context, id string) (*hypervisorv1.MigrationInfo, error) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	v, err := h.getLocked(id)
+	if err != nil {
+		return nil, err
+	}
+	return proto.CloneOf(v.migration), nil
+}
+
+// CancelMigration implements driver.Migrator. A simulated migration is never in progress:
+// there is nothing to cancel, but a VM that migrated cannot come back.
+func (h *Hypervisor) CancelMigration(_ context.Context, id string) error {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	v, err := h.getLocked(id)
+	if err != nil {
+		return err
+	}
+	if v.migration != nil && v.state == hypervisorv1.State_STATE_STOPPED && v.rec.Reason == driver.ReasonMigrated {
+		return precondition("VM %q migrated already", id)
+	}
 	return nil
 }
 

@@ -313,6 +313,13 @@ func TestMigrate(t *testing.T) {
 		t.Errorf("after Migrate: %v", st)
 	}
 	expectCode(t, h.Migrate(t.Context(), &hypervisorv1.MigrateRequest{Id: "vm", TargetUri: "tcp:x:1"}), codes.FailedPrecondition, "not running")
+	info, err := h.MigrationStatus(t.Context(), "vm")
+	if err != nil || info.GetPhase() != hypervisorv1.MigrationPhase_MIGRATION_PHASE_COMPLETED || info.GetRole() != hypervisorv1.MigrationRole_MIGRATION_ROLE_SOURCE {
+		t.Errorf("MigrationStatus after Migrate = %v, %v; want a completed migration out", info, err)
+	}
+	expectCode(t, h.CancelMigration(t.Context(), "vm"), codes.FailedPrecondition, "migrated")
+	_, err = h.MigrationStatus(t.Context(), "nope")
+	expectCode(t, err, codes.NotFound, "nope")
 }
 
 func TestStateMachineRefusals(t *testing.T) {

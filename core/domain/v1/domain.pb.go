@@ -369,8 +369,15 @@ type DomainSpec struct {
 	//
 	// What the spec does not ask to keep stays in run_dir, as without the directory.
 	PersistentStateDir string `protobuf:"bytes,34,opt,name=persistent_state_dir,json=persistentStateDir,proto3" json:"persistent_state_dir,omitempty"`
-	unknownFields      protoimpl.UnknownFields
-	sizeCache          protoimpl.SizeCache
+	// incoming_migration, when set, makes the VM the target of a live migration: Start does not
+	// boot the guest but starts the VM process waiting for the migration stream on
+	// incoming_migration.socket_path, and the VM runs once the source's state has arrived. The
+	// spec MUST describe the same virtual hardware as the source's (the control plane builds both
+	// from the VMI). A driver must declare FEATURE_HYPERVISOR_MIGRATE to be sent it; the contract
+	// is driver.Migrator's.
+	IncomingMigration *IncomingMigration `protobuf:"bytes,35,opt,name=incoming_migration,json=incomingMigration,proto3" json:"incoming_migration,omitempty"`
+	unknownFields     protoimpl.UnknownFields
+	sizeCache         protoimpl.SizeCache
 }
 
 func (x *DomainSpec) Reset() {
@@ -606,6 +613,71 @@ func (x *DomainSpec) GetPersistentStateDir() string {
 	return ""
 }
 
+func (x *DomainSpec) GetIncomingMigration() *IncomingMigration {
+	if x != nil {
+		return x.IncomingMigration
+	}
+	return nil
+}
+
+// IncomingMigration is where and how a migration target receives the VM.
+type IncomingMigration struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// socket_path is the unix socket the driver listens on for the migration stream: an absolute
+	// path in run_dir (the node's migration proxy connects to it from the same node, so the
+	// target never listens on the network). Required; the driver creates it and removes it.
+	SocketPath string `protobuf:"bytes,1,opt,name=socket_path,json=socketPath,proto3" json:"socket_path,omitempty"`
+	// allow_post_copy prepares the target for a migration that may switch to post-copy
+	// (MigrateRequest.allow_post_copy at the source); it must match the source's option.
+	AllowPostCopy bool `protobuf:"varint,2,opt,name=allow_post_copy,json=allowPostCopy,proto3" json:"allow_post_copy,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *IncomingMigration) Reset() {
+	*x = IncomingMigration{}
+	mi := &file_core_domain_v1_domain_proto_msgTypes[1]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *IncomingMigration) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*IncomingMigration) ProtoMessage() {}
+
+func (x *IncomingMigration) ProtoReflect() protoreflect.Message {
+	mi := &file_core_domain_v1_domain_proto_msgTypes[1]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use IncomingMigration.ProtoReflect.Descriptor instead.
+func (*IncomingMigration) Descriptor() ([]byte, []int) {
+	return file_core_domain_v1_domain_proto_rawDescGZIP(), []int{1}
+}
+
+func (x *IncomingMigration) GetSocketPath() string {
+	if x != nil {
+		return x.SocketPath
+	}
+	return ""
+}
+
+func (x *IncomingMigration) GetAllowPostCopy() bool {
+	if x != nil {
+		return x.AllowPostCopy
+	}
+	return false
+}
+
 // TPM is an emulated TPM 2.0. Its state lives in the VM's run_dir: it lasts as long as the VM
 // (its process restarts keep it), and a new VM starts with a fresh TPM, unless persistent.
 type TPM struct {
@@ -620,7 +692,7 @@ type TPM struct {
 
 func (x *TPM) Reset() {
 	*x = TPM{}
-	mi := &file_core_domain_v1_domain_proto_msgTypes[1]
+	mi := &file_core_domain_v1_domain_proto_msgTypes[2]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -632,7 +704,7 @@ func (x *TPM) String() string {
 func (*TPM) ProtoMessage() {}
 
 func (x *TPM) ProtoReflect() protoreflect.Message {
-	mi := &file_core_domain_v1_domain_proto_msgTypes[1]
+	mi := &file_core_domain_v1_domain_proto_msgTypes[2]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -645,7 +717,7 @@ func (x *TPM) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TPM.ProtoReflect.Descriptor instead.
 func (*TPM) Descriptor() ([]byte, []int) {
-	return file_core_domain_v1_domain_proto_rawDescGZIP(), []int{1}
+	return file_core_domain_v1_domain_proto_rawDescGZIP(), []int{2}
 }
 
 func (x *TPM) GetPersistent() bool {
@@ -667,7 +739,7 @@ type LaunchSecurity struct {
 
 func (x *LaunchSecurity) Reset() {
 	*x = LaunchSecurity{}
-	mi := &file_core_domain_v1_domain_proto_msgTypes[2]
+	mi := &file_core_domain_v1_domain_proto_msgTypes[3]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -679,7 +751,7 @@ func (x *LaunchSecurity) String() string {
 func (*LaunchSecurity) ProtoMessage() {}
 
 func (x *LaunchSecurity) ProtoReflect() protoreflect.Message {
-	mi := &file_core_domain_v1_domain_proto_msgTypes[2]
+	mi := &file_core_domain_v1_domain_proto_msgTypes[3]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -692,7 +764,7 @@ func (x *LaunchSecurity) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LaunchSecurity.ProtoReflect.Descriptor instead.
 func (*LaunchSecurity) Descriptor() ([]byte, []int) {
-	return file_core_domain_v1_domain_proto_rawDescGZIP(), []int{2}
+	return file_core_domain_v1_domain_proto_rawDescGZIP(), []int{3}
 }
 
 func (x *LaunchSecurity) GetSev() *SEV {
@@ -714,7 +786,7 @@ type SEV struct {
 
 func (x *SEV) Reset() {
 	*x = SEV{}
-	mi := &file_core_domain_v1_domain_proto_msgTypes[3]
+	mi := &file_core_domain_v1_domain_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -726,7 +798,7 @@ func (x *SEV) String() string {
 func (*SEV) ProtoMessage() {}
 
 func (x *SEV) ProtoReflect() protoreflect.Message {
-	mi := &file_core_domain_v1_domain_proto_msgTypes[3]
+	mi := &file_core_domain_v1_domain_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -739,7 +811,7 @@ func (x *SEV) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SEV.ProtoReflect.Descriptor instead.
 func (*SEV) Descriptor() ([]byte, []int) {
-	return file_core_domain_v1_domain_proto_rawDescGZIP(), []int{3}
+	return file_core_domain_v1_domain_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *SEV) GetPolicy() uint32 {
@@ -761,7 +833,7 @@ type Sound struct {
 
 func (x *Sound) Reset() {
 	*x = Sound{}
-	mi := &file_core_domain_v1_domain_proto_msgTypes[4]
+	mi := &file_core_domain_v1_domain_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -773,7 +845,7 @@ func (x *Sound) String() string {
 func (*Sound) ProtoMessage() {}
 
 func (x *Sound) ProtoReflect() protoreflect.Message {
-	mi := &file_core_domain_v1_domain_proto_msgTypes[4]
+	mi := &file_core_domain_v1_domain_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -786,7 +858,7 @@ func (x *Sound) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Sound.ProtoReflect.Descriptor instead.
 func (*Sound) Descriptor() ([]byte, []int) {
-	return file_core_domain_v1_domain_proto_rawDescGZIP(), []int{4}
+	return file_core_domain_v1_domain_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *Sound) GetName() string {
@@ -831,7 +903,7 @@ type Features struct {
 
 func (x *Features) Reset() {
 	*x = Features{}
-	mi := &file_core_domain_v1_domain_proto_msgTypes[5]
+	mi := &file_core_domain_v1_domain_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -843,7 +915,7 @@ func (x *Features) String() string {
 func (*Features) ProtoMessage() {}
 
 func (x *Features) ProtoReflect() protoreflect.Message {
-	mi := &file_core_domain_v1_domain_proto_msgTypes[5]
+	mi := &file_core_domain_v1_domain_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -856,7 +928,7 @@ func (x *Features) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Features.ProtoReflect.Descriptor instead.
 func (*Features) Descriptor() ([]byte, []int) {
-	return file_core_domain_v1_domain_proto_rawDescGZIP(), []int{5}
+	return file_core_domain_v1_domain_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *Features) GetAcpi() Toggle {
@@ -942,7 +1014,7 @@ type Clock struct {
 
 func (x *Clock) Reset() {
 	*x = Clock{}
-	mi := &file_core_domain_v1_domain_proto_msgTypes[6]
+	mi := &file_core_domain_v1_domain_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -954,7 +1026,7 @@ func (x *Clock) String() string {
 func (*Clock) ProtoMessage() {}
 
 func (x *Clock) ProtoReflect() protoreflect.Message {
-	mi := &file_core_domain_v1_domain_proto_msgTypes[6]
+	mi := &file_core_domain_v1_domain_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -967,7 +1039,7 @@ func (x *Clock) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Clock.ProtoReflect.Descriptor instead.
 func (*Clock) Descriptor() ([]byte, []int) {
-	return file_core_domain_v1_domain_proto_rawDescGZIP(), []int{6}
+	return file_core_domain_v1_domain_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *Clock) GetUtcOffsetSeconds() int64 {
@@ -1047,7 +1119,7 @@ type Input struct {
 
 func (x *Input) Reset() {
 	*x = Input{}
-	mi := &file_core_domain_v1_domain_proto_msgTypes[7]
+	mi := &file_core_domain_v1_domain_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1059,7 +1131,7 @@ func (x *Input) String() string {
 func (*Input) ProtoMessage() {}
 
 func (x *Input) ProtoReflect() protoreflect.Message {
-	mi := &file_core_domain_v1_domain_proto_msgTypes[7]
+	mi := &file_core_domain_v1_domain_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1072,7 +1144,7 @@ func (x *Input) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Input.ProtoReflect.Descriptor instead.
 func (*Input) Descriptor() ([]byte, []int) {
-	return file_core_domain_v1_domain_proto_rawDescGZIP(), []int{7}
+	return file_core_domain_v1_domain_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *Input) GetName() string {
@@ -1110,7 +1182,7 @@ type Watchdog struct {
 
 func (x *Watchdog) Reset() {
 	*x = Watchdog{}
-	mi := &file_core_domain_v1_domain_proto_msgTypes[8]
+	mi := &file_core_domain_v1_domain_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1122,7 +1194,7 @@ func (x *Watchdog) String() string {
 func (*Watchdog) ProtoMessage() {}
 
 func (x *Watchdog) ProtoReflect() protoreflect.Message {
-	mi := &file_core_domain_v1_domain_proto_msgTypes[8]
+	mi := &file_core_domain_v1_domain_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1135,7 +1207,7 @@ func (x *Watchdog) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Watchdog.ProtoReflect.Descriptor instead.
 func (*Watchdog) Descriptor() ([]byte, []int) {
-	return file_core_domain_v1_domain_proto_rawDescGZIP(), []int{8}
+	return file_core_domain_v1_domain_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *Watchdog) GetName() string {
@@ -1168,7 +1240,7 @@ type Balloon struct {
 
 func (x *Balloon) Reset() {
 	*x = Balloon{}
-	mi := &file_core_domain_v1_domain_proto_msgTypes[9]
+	mi := &file_core_domain_v1_domain_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1180,7 +1252,7 @@ func (x *Balloon) String() string {
 func (*Balloon) ProtoMessage() {}
 
 func (x *Balloon) ProtoReflect() protoreflect.Message {
-	mi := &file_core_domain_v1_domain_proto_msgTypes[9]
+	mi := &file_core_domain_v1_domain_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1193,7 +1265,7 @@ func (x *Balloon) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Balloon.ProtoReflect.Descriptor instead.
 func (*Balloon) Descriptor() ([]byte, []int) {
-	return file_core_domain_v1_domain_proto_rawDescGZIP(), []int{9}
+	return file_core_domain_v1_domain_proto_rawDescGZIP(), []int{10}
 }
 
 // Chassis is SMBIOS type 3 information; an empty field is the hypervisor's default.
@@ -1210,7 +1282,7 @@ type Chassis struct {
 
 func (x *Chassis) Reset() {
 	*x = Chassis{}
-	mi := &file_core_domain_v1_domain_proto_msgTypes[10]
+	mi := &file_core_domain_v1_domain_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1222,7 +1294,7 @@ func (x *Chassis) String() string {
 func (*Chassis) ProtoMessage() {}
 
 func (x *Chassis) ProtoReflect() protoreflect.Message {
-	mi := &file_core_domain_v1_domain_proto_msgTypes[10]
+	mi := &file_core_domain_v1_domain_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1235,7 +1307,7 @@ func (x *Chassis) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Chassis.ProtoReflect.Descriptor instead.
 func (*Chassis) Descriptor() ([]byte, []int) {
-	return file_core_domain_v1_domain_proto_rawDescGZIP(), []int{10}
+	return file_core_domain_v1_domain_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *Chassis) GetManufacturer() string {
@@ -1282,7 +1354,7 @@ type RNG struct {
 
 func (x *RNG) Reset() {
 	*x = RNG{}
-	mi := &file_core_domain_v1_domain_proto_msgTypes[11]
+	mi := &file_core_domain_v1_domain_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1294,7 +1366,7 @@ func (x *RNG) String() string {
 func (*RNG) ProtoMessage() {}
 
 func (x *RNG) ProtoReflect() protoreflect.Message {
-	mi := &file_core_domain_v1_domain_proto_msgTypes[11]
+	mi := &file_core_domain_v1_domain_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1307,7 +1379,7 @@ func (x *RNG) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RNG.ProtoReflect.Descriptor instead.
 func (*RNG) Descriptor() ([]byte, []int) {
-	return file_core_domain_v1_domain_proto_rawDescGZIP(), []int{11}
+	return file_core_domain_v1_domain_proto_rawDescGZIP(), []int{12}
 }
 
 // Machine is the emulated chipset.
@@ -1321,7 +1393,7 @@ type Machine struct {
 
 func (x *Machine) Reset() {
 	*x = Machine{}
-	mi := &file_core_domain_v1_domain_proto_msgTypes[12]
+	mi := &file_core_domain_v1_domain_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1333,7 +1405,7 @@ func (x *Machine) String() string {
 func (*Machine) ProtoMessage() {}
 
 func (x *Machine) ProtoReflect() protoreflect.Message {
-	mi := &file_core_domain_v1_domain_proto_msgTypes[12]
+	mi := &file_core_domain_v1_domain_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1346,7 +1418,7 @@ func (x *Machine) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Machine.ProtoReflect.Descriptor instead.
 func (*Machine) Descriptor() ([]byte, []int) {
-	return file_core_domain_v1_domain_proto_rawDescGZIP(), []int{12}
+	return file_core_domain_v1_domain_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *Machine) GetType() string {
@@ -1379,7 +1451,7 @@ type CPU struct {
 
 func (x *CPU) Reset() {
 	*x = CPU{}
-	mi := &file_core_domain_v1_domain_proto_msgTypes[13]
+	mi := &file_core_domain_v1_domain_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1391,7 +1463,7 @@ func (x *CPU) String() string {
 func (*CPU) ProtoMessage() {}
 
 func (x *CPU) ProtoReflect() protoreflect.Message {
-	mi := &file_core_domain_v1_domain_proto_msgTypes[13]
+	mi := &file_core_domain_v1_domain_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1404,7 +1476,7 @@ func (x *CPU) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CPU.ProtoReflect.Descriptor instead.
 func (*CPU) Descriptor() ([]byte, []int) {
-	return file_core_domain_v1_domain_proto_rawDescGZIP(), []int{13}
+	return file_core_domain_v1_domain_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *CPU) GetSockets() uint32 {
@@ -1474,7 +1546,7 @@ type NUMACell struct {
 
 func (x *NUMACell) Reset() {
 	*x = NUMACell{}
-	mi := &file_core_domain_v1_domain_proto_msgTypes[14]
+	mi := &file_core_domain_v1_domain_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1486,7 +1558,7 @@ func (x *NUMACell) String() string {
 func (*NUMACell) ProtoMessage() {}
 
 func (x *NUMACell) ProtoReflect() protoreflect.Message {
-	mi := &file_core_domain_v1_domain_proto_msgTypes[14]
+	mi := &file_core_domain_v1_domain_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1499,7 +1571,7 @@ func (x *NUMACell) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NUMACell.ProtoReflect.Descriptor instead.
 func (*NUMACell) Descriptor() ([]byte, []int) {
-	return file_core_domain_v1_domain_proto_rawDescGZIP(), []int{14}
+	return file_core_domain_v1_domain_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *NUMACell) GetVcpus() []uint32 {
@@ -1542,7 +1614,7 @@ type CPUPinning struct {
 
 func (x *CPUPinning) Reset() {
 	*x = CPUPinning{}
-	mi := &file_core_domain_v1_domain_proto_msgTypes[15]
+	mi := &file_core_domain_v1_domain_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1554,7 +1626,7 @@ func (x *CPUPinning) String() string {
 func (*CPUPinning) ProtoMessage() {}
 
 func (x *CPUPinning) ProtoReflect() protoreflect.Message {
-	mi := &file_core_domain_v1_domain_proto_msgTypes[15]
+	mi := &file_core_domain_v1_domain_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1567,7 +1639,7 @@ func (x *CPUPinning) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CPUPinning.ProtoReflect.Descriptor instead.
 func (*CPUPinning) Descriptor() ([]byte, []int) {
-	return file_core_domain_v1_domain_proto_rawDescGZIP(), []int{15}
+	return file_core_domain_v1_domain_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *CPUPinning) GetVcpuHostCpus() []uint32 {
@@ -1597,7 +1669,7 @@ type CPUFeature struct {
 
 func (x *CPUFeature) Reset() {
 	*x = CPUFeature{}
-	mi := &file_core_domain_v1_domain_proto_msgTypes[16]
+	mi := &file_core_domain_v1_domain_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1609,7 +1681,7 @@ func (x *CPUFeature) String() string {
 func (*CPUFeature) ProtoMessage() {}
 
 func (x *CPUFeature) ProtoReflect() protoreflect.Message {
-	mi := &file_core_domain_v1_domain_proto_msgTypes[16]
+	mi := &file_core_domain_v1_domain_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1622,7 +1694,7 @@ func (x *CPUFeature) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CPUFeature.ProtoReflect.Descriptor instead.
 func (*CPUFeature) Descriptor() ([]byte, []int) {
-	return file_core_domain_v1_domain_proto_rawDescGZIP(), []int{16}
+	return file_core_domain_v1_domain_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *CPUFeature) GetName() string {
@@ -1653,7 +1725,7 @@ type Memory struct {
 
 func (x *Memory) Reset() {
 	*x = Memory{}
-	mi := &file_core_domain_v1_domain_proto_msgTypes[17]
+	mi := &file_core_domain_v1_domain_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1665,7 +1737,7 @@ func (x *Memory) String() string {
 func (*Memory) ProtoMessage() {}
 
 func (x *Memory) ProtoReflect() protoreflect.Message {
-	mi := &file_core_domain_v1_domain_proto_msgTypes[17]
+	mi := &file_core_domain_v1_domain_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1678,7 +1750,7 @@ func (x *Memory) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Memory.ProtoReflect.Descriptor instead.
 func (*Memory) Descriptor() ([]byte, []int) {
-	return file_core_domain_v1_domain_proto_rawDescGZIP(), []int{17}
+	return file_core_domain_v1_domain_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *Memory) GetGuestBytes() uint64 {
@@ -1711,7 +1783,7 @@ type Hugepages struct {
 
 func (x *Hugepages) Reset() {
 	*x = Hugepages{}
-	mi := &file_core_domain_v1_domain_proto_msgTypes[18]
+	mi := &file_core_domain_v1_domain_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1723,7 +1795,7 @@ func (x *Hugepages) String() string {
 func (*Hugepages) ProtoMessage() {}
 
 func (x *Hugepages) ProtoReflect() protoreflect.Message {
-	mi := &file_core_domain_v1_domain_proto_msgTypes[18]
+	mi := &file_core_domain_v1_domain_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1736,7 +1808,7 @@ func (x *Hugepages) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Hugepages.ProtoReflect.Descriptor instead.
 func (*Hugepages) Descriptor() ([]byte, []int) {
-	return file_core_domain_v1_domain_proto_rawDescGZIP(), []int{18}
+	return file_core_domain_v1_domain_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *Hugepages) GetPageSizeBytes() uint64 {
@@ -1770,7 +1842,7 @@ type Firmware struct {
 
 func (x *Firmware) Reset() {
 	*x = Firmware{}
-	mi := &file_core_domain_v1_domain_proto_msgTypes[19]
+	mi := &file_core_domain_v1_domain_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1782,7 +1854,7 @@ func (x *Firmware) String() string {
 func (*Firmware) ProtoMessage() {}
 
 func (x *Firmware) ProtoReflect() protoreflect.Message {
-	mi := &file_core_domain_v1_domain_proto_msgTypes[19]
+	mi := &file_core_domain_v1_domain_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1795,7 +1867,7 @@ func (x *Firmware) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Firmware.ProtoReflect.Descriptor instead.
 func (*Firmware) Descriptor() ([]byte, []int) {
-	return file_core_domain_v1_domain_proto_rawDescGZIP(), []int{19}
+	return file_core_domain_v1_domain_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *Firmware) GetBoot() isFirmware_Boot {
@@ -1873,7 +1945,7 @@ type BIOS struct {
 
 func (x *BIOS) Reset() {
 	*x = BIOS{}
-	mi := &file_core_domain_v1_domain_proto_msgTypes[20]
+	mi := &file_core_domain_v1_domain_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1885,7 +1957,7 @@ func (x *BIOS) String() string {
 func (*BIOS) ProtoMessage() {}
 
 func (x *BIOS) ProtoReflect() protoreflect.Message {
-	mi := &file_core_domain_v1_domain_proto_msgTypes[20]
+	mi := &file_core_domain_v1_domain_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1898,7 +1970,7 @@ func (x *BIOS) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BIOS.ProtoReflect.Descriptor instead.
 func (*BIOS) Descriptor() ([]byte, []int) {
-	return file_core_domain_v1_domain_proto_rawDescGZIP(), []int{20}
+	return file_core_domain_v1_domain_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *BIOS) GetUseSerial() bool {
@@ -1923,7 +1995,7 @@ type EFI struct {
 
 func (x *EFI) Reset() {
 	*x = EFI{}
-	mi := &file_core_domain_v1_domain_proto_msgTypes[21]
+	mi := &file_core_domain_v1_domain_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1935,7 +2007,7 @@ func (x *EFI) String() string {
 func (*EFI) ProtoMessage() {}
 
 func (x *EFI) ProtoReflect() protoreflect.Message {
-	mi := &file_core_domain_v1_domain_proto_msgTypes[21]
+	mi := &file_core_domain_v1_domain_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1948,7 +2020,7 @@ func (x *EFI) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EFI.ProtoReflect.Descriptor instead.
 func (*EFI) Descriptor() ([]byte, []int) {
-	return file_core_domain_v1_domain_proto_rawDescGZIP(), []int{21}
+	return file_core_domain_v1_domain_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *EFI) GetSecureBoot() bool {
@@ -1977,7 +2049,7 @@ type KernelBoot struct {
 
 func (x *KernelBoot) Reset() {
 	*x = KernelBoot{}
-	mi := &file_core_domain_v1_domain_proto_msgTypes[22]
+	mi := &file_core_domain_v1_domain_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1989,7 +2061,7 @@ func (x *KernelBoot) String() string {
 func (*KernelBoot) ProtoMessage() {}
 
 func (x *KernelBoot) ProtoReflect() protoreflect.Message {
-	mi := &file_core_domain_v1_domain_proto_msgTypes[22]
+	mi := &file_core_domain_v1_domain_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2002,7 +2074,7 @@ func (x *KernelBoot) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KernelBoot.ProtoReflect.Descriptor instead.
 func (*KernelBoot) Descriptor() ([]byte, []int) {
-	return file_core_domain_v1_domain_proto_rawDescGZIP(), []int{22}
+	return file_core_domain_v1_domain_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *KernelBoot) GetKernelPath() string {
@@ -2066,7 +2138,7 @@ type Disk struct {
 
 func (x *Disk) Reset() {
 	*x = Disk{}
-	mi := &file_core_domain_v1_domain_proto_msgTypes[23]
+	mi := &file_core_domain_v1_domain_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2078,7 +2150,7 @@ func (x *Disk) String() string {
 func (*Disk) ProtoMessage() {}
 
 func (x *Disk) ProtoReflect() protoreflect.Message {
-	mi := &file_core_domain_v1_domain_proto_msgTypes[23]
+	mi := &file_core_domain_v1_domain_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2091,7 +2163,7 @@ func (x *Disk) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Disk.ProtoReflect.Descriptor instead.
 func (*Disk) Descriptor() ([]byte, []int) {
-	return file_core_domain_v1_domain_proto_rawDescGZIP(), []int{23}
+	return file_core_domain_v1_domain_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *Disk) GetName() string {
@@ -2249,7 +2321,7 @@ type NIC struct {
 
 func (x *NIC) Reset() {
 	*x = NIC{}
-	mi := &file_core_domain_v1_domain_proto_msgTypes[24]
+	mi := &file_core_domain_v1_domain_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2261,7 +2333,7 @@ func (x *NIC) String() string {
 func (*NIC) ProtoMessage() {}
 
 func (x *NIC) ProtoReflect() protoreflect.Message {
-	mi := &file_core_domain_v1_domain_proto_msgTypes[24]
+	mi := &file_core_domain_v1_domain_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2274,7 +2346,7 @@ func (x *NIC) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NIC.ProtoReflect.Descriptor instead.
 func (*NIC) Descriptor() ([]byte, []int) {
-	return file_core_domain_v1_domain_proto_rawDescGZIP(), []int{24}
+	return file_core_domain_v1_domain_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *NIC) GetName() string {
@@ -2364,7 +2436,7 @@ type Serial struct {
 
 func (x *Serial) Reset() {
 	*x = Serial{}
-	mi := &file_core_domain_v1_domain_proto_msgTypes[25]
+	mi := &file_core_domain_v1_domain_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2376,7 +2448,7 @@ func (x *Serial) String() string {
 func (*Serial) ProtoMessage() {}
 
 func (x *Serial) ProtoReflect() protoreflect.Message {
-	mi := &file_core_domain_v1_domain_proto_msgTypes[25]
+	mi := &file_core_domain_v1_domain_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2389,7 +2461,7 @@ func (x *Serial) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Serial.ProtoReflect.Descriptor instead.
 func (*Serial) Descriptor() ([]byte, []int) {
-	return file_core_domain_v1_domain_proto_rawDescGZIP(), []int{25}
+	return file_core_domain_v1_domain_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *Serial) GetSocketPath() string {
@@ -2409,7 +2481,7 @@ type VNC struct {
 
 func (x *VNC) Reset() {
 	*x = VNC{}
-	mi := &file_core_domain_v1_domain_proto_msgTypes[26]
+	mi := &file_core_domain_v1_domain_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2421,7 +2493,7 @@ func (x *VNC) String() string {
 func (*VNC) ProtoMessage() {}
 
 func (x *VNC) ProtoReflect() protoreflect.Message {
-	mi := &file_core_domain_v1_domain_proto_msgTypes[26]
+	mi := &file_core_domain_v1_domain_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2434,7 +2506,7 @@ func (x *VNC) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use VNC.ProtoReflect.Descriptor instead.
 func (*VNC) Descriptor() ([]byte, []int) {
-	return file_core_domain_v1_domain_proto_rawDescGZIP(), []int{26}
+	return file_core_domain_v1_domain_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *VNC) GetSocketPath() string {
@@ -2477,7 +2549,7 @@ type HostDevice struct {
 
 func (x *HostDevice) Reset() {
 	*x = HostDevice{}
-	mi := &file_core_domain_v1_domain_proto_msgTypes[27]
+	mi := &file_core_domain_v1_domain_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2489,7 +2561,7 @@ func (x *HostDevice) String() string {
 func (*HostDevice) ProtoMessage() {}
 
 func (x *HostDevice) ProtoReflect() protoreflect.Message {
-	mi := &file_core_domain_v1_domain_proto_msgTypes[27]
+	mi := &file_core_domain_v1_domain_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2502,7 +2574,7 @@ func (x *HostDevice) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HostDevice.ProtoReflect.Descriptor instead.
 func (*HostDevice) Descriptor() ([]byte, []int) {
-	return file_core_domain_v1_domain_proto_rawDescGZIP(), []int{27}
+	return file_core_domain_v1_domain_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *HostDevice) GetName() string {
@@ -2570,7 +2642,7 @@ type HostDeviceNode struct {
 
 func (x *HostDeviceNode) Reset() {
 	*x = HostDeviceNode{}
-	mi := &file_core_domain_v1_domain_proto_msgTypes[28]
+	mi := &file_core_domain_v1_domain_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2582,7 +2654,7 @@ func (x *HostDeviceNode) String() string {
 func (*HostDeviceNode) ProtoMessage() {}
 
 func (x *HostDeviceNode) ProtoReflect() protoreflect.Message {
-	mi := &file_core_domain_v1_domain_proto_msgTypes[28]
+	mi := &file_core_domain_v1_domain_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2595,7 +2667,7 @@ func (x *HostDeviceNode) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HostDeviceNode.ProtoReflect.Descriptor instead.
 func (*HostDeviceNode) Descriptor() ([]byte, []int) {
-	return file_core_domain_v1_domain_proto_rawDescGZIP(), []int{28}
+	return file_core_domain_v1_domain_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *HostDeviceNode) GetPath() string {
@@ -2633,7 +2705,7 @@ type Sandbox struct {
 
 func (x *Sandbox) Reset() {
 	*x = Sandbox{}
-	mi := &file_core_domain_v1_domain_proto_msgTypes[29]
+	mi := &file_core_domain_v1_domain_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2645,7 +2717,7 @@ func (x *Sandbox) String() string {
 func (*Sandbox) ProtoMessage() {}
 
 func (x *Sandbox) ProtoReflect() protoreflect.Message {
-	mi := &file_core_domain_v1_domain_proto_msgTypes[29]
+	mi := &file_core_domain_v1_domain_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2658,7 +2730,7 @@ func (x *Sandbox) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Sandbox.ProtoReflect.Descriptor instead.
 func (*Sandbox) Descriptor() ([]byte, []int) {
-	return file_core_domain_v1_domain_proto_rawDescGZIP(), []int{29}
+	return file_core_domain_v1_domain_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *Sandbox) GetLauncherSocket() string {
@@ -2679,7 +2751,7 @@ var File_core_domain_v1_domain_proto protoreflect.FileDescriptor
 
 const file_core_domain_v1_domain_proto_rawDesc = "" +
 	"\n" +
-	"\x1bcore/domain/v1/domain.proto\x12\x13kubevisor.domain.v1\"\xde\v\n" +
+	"\x1bcore/domain/v1/domain.proto\x12\x13kubevisor.domain.v1\"\xb5\f\n" +
 	"\n" +
 	"DomainSpec\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x12\n" +
@@ -2711,10 +2783,15 @@ const file_core_domain_v1_domain_proto_rawDesc = "" +
 	"\x13virtio_transitional\x18\x1a \x01(\bR\x12virtioTransitional\x12L\n" +
 	"\x0flaunch_security\x18\x1e \x01(\v2#.kubevisor.domain.v1.LaunchSecurityR\x0elaunchSecurity\x12*\n" +
 	"\x03tpm\x18! \x01(\v2\x18.kubevisor.domain.v1.TPMR\x03tpm\x120\n" +
-	"\x14persistent_state_dir\x18\" \x01(\tR\x12persistentStateDir\x1a9\n" +
+	"\x14persistent_state_dir\x18\" \x01(\tR\x12persistentStateDir\x12U\n" +
+	"\x12incoming_migration\x18# \x01(\v2&.kubevisor.domain.v1.IncomingMigrationR\x11incomingMigration\x1a9\n" +
 	"\vLabelsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"%\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\\\n" +
+	"\x11IncomingMigration\x12\x1f\n" +
+	"\vsocket_path\x18\x01 \x01(\tR\n" +
+	"socketPath\x12&\n" +
+	"\x0fallow_post_copy\x18\x02 \x01(\bR\rallowPostCopy\"%\n" +
 	"\x03TPM\x12\x1e\n" +
 	"\n" +
 	"persistent\x18\x01 \x01(\bR\n" +
@@ -2920,94 +2997,96 @@ func file_core_domain_v1_domain_proto_rawDescGZIP() []byte {
 }
 
 var file_core_domain_v1_domain_proto_enumTypes = make([]protoimpl.EnumInfo, 5)
-var file_core_domain_v1_domain_proto_msgTypes = make([]protoimpl.MessageInfo, 32)
+var file_core_domain_v1_domain_proto_msgTypes = make([]protoimpl.MessageInfo, 33)
 var file_core_domain_v1_domain_proto_goTypes = []any{
-	(Toggle)(0),            // 0: kubevisor.domain.v1.Toggle
-	(Acceleration)(0),      // 1: kubevisor.domain.v1.Acceleration
-	(DiskBus)(0),           // 2: kubevisor.domain.v1.DiskBus
-	(DiskFormat)(0),        // 3: kubevisor.domain.v1.DiskFormat
-	(DiskDevice)(0),        // 4: kubevisor.domain.v1.DiskDevice
-	(*DomainSpec)(nil),     // 5: kubevisor.domain.v1.DomainSpec
-	(*TPM)(nil),            // 6: kubevisor.domain.v1.TPM
-	(*LaunchSecurity)(nil), // 7: kubevisor.domain.v1.LaunchSecurity
-	(*SEV)(nil),            // 8: kubevisor.domain.v1.SEV
-	(*Sound)(nil),          // 9: kubevisor.domain.v1.Sound
-	(*Features)(nil),       // 10: kubevisor.domain.v1.Features
-	(*Clock)(nil),          // 11: kubevisor.domain.v1.Clock
-	(*Input)(nil),          // 12: kubevisor.domain.v1.Input
-	(*Watchdog)(nil),       // 13: kubevisor.domain.v1.Watchdog
-	(*Balloon)(nil),        // 14: kubevisor.domain.v1.Balloon
-	(*Chassis)(nil),        // 15: kubevisor.domain.v1.Chassis
-	(*RNG)(nil),            // 16: kubevisor.domain.v1.RNG
-	(*Machine)(nil),        // 17: kubevisor.domain.v1.Machine
-	(*CPU)(nil),            // 18: kubevisor.domain.v1.CPU
-	(*NUMACell)(nil),       // 19: kubevisor.domain.v1.NUMACell
-	(*CPUPinning)(nil),     // 20: kubevisor.domain.v1.CPUPinning
-	(*CPUFeature)(nil),     // 21: kubevisor.domain.v1.CPUFeature
-	(*Memory)(nil),         // 22: kubevisor.domain.v1.Memory
-	(*Hugepages)(nil),      // 23: kubevisor.domain.v1.Hugepages
-	(*Firmware)(nil),       // 24: kubevisor.domain.v1.Firmware
-	(*BIOS)(nil),           // 25: kubevisor.domain.v1.BIOS
-	(*EFI)(nil),            // 26: kubevisor.domain.v1.EFI
-	(*KernelBoot)(nil),     // 27: kubevisor.domain.v1.KernelBoot
-	(*Disk)(nil),           // 28: kubevisor.domain.v1.Disk
-	(*NIC)(nil),            // 29: kubevisor.domain.v1.NIC
-	(*Serial)(nil),         // 30: kubevisor.domain.v1.Serial
-	(*VNC)(nil),            // 31: kubevisor.domain.v1.VNC
-	(*HostDevice)(nil),     // 32: kubevisor.domain.v1.HostDevice
-	(*HostDeviceNode)(nil), // 33: kubevisor.domain.v1.HostDeviceNode
-	(*Sandbox)(nil),        // 34: kubevisor.domain.v1.Sandbox
-	nil,                    // 35: kubevisor.domain.v1.DomainSpec.LabelsEntry
-	nil,                    // 36: kubevisor.domain.v1.HostDevice.EnvEntry
+	(Toggle)(0),               // 0: kubevisor.domain.v1.Toggle
+	(Acceleration)(0),         // 1: kubevisor.domain.v1.Acceleration
+	(DiskBus)(0),              // 2: kubevisor.domain.v1.DiskBus
+	(DiskFormat)(0),           // 3: kubevisor.domain.v1.DiskFormat
+	(DiskDevice)(0),           // 4: kubevisor.domain.v1.DiskDevice
+	(*DomainSpec)(nil),        // 5: kubevisor.domain.v1.DomainSpec
+	(*IncomingMigration)(nil), // 6: kubevisor.domain.v1.IncomingMigration
+	(*TPM)(nil),               // 7: kubevisor.domain.v1.TPM
+	(*LaunchSecurity)(nil),    // 8: kubevisor.domain.v1.LaunchSecurity
+	(*SEV)(nil),               // 9: kubevisor.domain.v1.SEV
+	(*Sound)(nil),             // 10: kubevisor.domain.v1.Sound
+	(*Features)(nil),          // 11: kubevisor.domain.v1.Features
+	(*Clock)(nil),             // 12: kubevisor.domain.v1.Clock
+	(*Input)(nil),             // 13: kubevisor.domain.v1.Input
+	(*Watchdog)(nil),          // 14: kubevisor.domain.v1.Watchdog
+	(*Balloon)(nil),           // 15: kubevisor.domain.v1.Balloon
+	(*Chassis)(nil),           // 16: kubevisor.domain.v1.Chassis
+	(*RNG)(nil),               // 17: kubevisor.domain.v1.RNG
+	(*Machine)(nil),           // 18: kubevisor.domain.v1.Machine
+	(*CPU)(nil),               // 19: kubevisor.domain.v1.CPU
+	(*NUMACell)(nil),          // 20: kubevisor.domain.v1.NUMACell
+	(*CPUPinning)(nil),        // 21: kubevisor.domain.v1.CPUPinning
+	(*CPUFeature)(nil),        // 22: kubevisor.domain.v1.CPUFeature
+	(*Memory)(nil),            // 23: kubevisor.domain.v1.Memory
+	(*Hugepages)(nil),         // 24: kubevisor.domain.v1.Hugepages
+	(*Firmware)(nil),          // 25: kubevisor.domain.v1.Firmware
+	(*BIOS)(nil),              // 26: kubevisor.domain.v1.BIOS
+	(*EFI)(nil),               // 27: kubevisor.domain.v1.EFI
+	(*KernelBoot)(nil),        // 28: kubevisor.domain.v1.KernelBoot
+	(*Disk)(nil),              // 29: kubevisor.domain.v1.Disk
+	(*NIC)(nil),               // 30: kubevisor.domain.v1.NIC
+	(*Serial)(nil),            // 31: kubevisor.domain.v1.Serial
+	(*VNC)(nil),               // 32: kubevisor.domain.v1.VNC
+	(*HostDevice)(nil),        // 33: kubevisor.domain.v1.HostDevice
+	(*HostDeviceNode)(nil),    // 34: kubevisor.domain.v1.HostDeviceNode
+	(*Sandbox)(nil),           // 35: kubevisor.domain.v1.Sandbox
+	nil,                       // 36: kubevisor.domain.v1.DomainSpec.LabelsEntry
+	nil,                       // 37: kubevisor.domain.v1.HostDevice.EnvEntry
 }
 var file_core_domain_v1_domain_proto_depIdxs = []int32{
-	17, // 0: kubevisor.domain.v1.DomainSpec.machine:type_name -> kubevisor.domain.v1.Machine
-	18, // 1: kubevisor.domain.v1.DomainSpec.cpu:type_name -> kubevisor.domain.v1.CPU
-	22, // 2: kubevisor.domain.v1.DomainSpec.memory:type_name -> kubevisor.domain.v1.Memory
-	24, // 3: kubevisor.domain.v1.DomainSpec.firmware:type_name -> kubevisor.domain.v1.Firmware
-	28, // 4: kubevisor.domain.v1.DomainSpec.disks:type_name -> kubevisor.domain.v1.Disk
-	29, // 5: kubevisor.domain.v1.DomainSpec.nics:type_name -> kubevisor.domain.v1.NIC
-	30, // 6: kubevisor.domain.v1.DomainSpec.serial:type_name -> kubevisor.domain.v1.Serial
-	31, // 7: kubevisor.domain.v1.DomainSpec.vnc:type_name -> kubevisor.domain.v1.VNC
-	32, // 8: kubevisor.domain.v1.DomainSpec.host_devices:type_name -> kubevisor.domain.v1.HostDevice
+	18, // 0: kubevisor.domain.v1.DomainSpec.machine:type_name -> kubevisor.domain.v1.Machine
+	19, // 1: kubevisor.domain.v1.DomainSpec.cpu:type_name -> kubevisor.domain.v1.CPU
+	23, // 2: kubevisor.domain.v1.DomainSpec.memory:type_name -> kubevisor.domain.v1.Memory
+	25, // 3: kubevisor.domain.v1.DomainSpec.firmware:type_name -> kubevisor.domain.v1.Firmware
+	29, // 4: kubevisor.domain.v1.DomainSpec.disks:type_name -> kubevisor.domain.v1.Disk
+	30, // 5: kubevisor.domain.v1.DomainSpec.nics:type_name -> kubevisor.domain.v1.NIC
+	31, // 6: kubevisor.domain.v1.DomainSpec.serial:type_name -> kubevisor.domain.v1.Serial
+	32, // 7: kubevisor.domain.v1.DomainSpec.vnc:type_name -> kubevisor.domain.v1.VNC
+	33, // 8: kubevisor.domain.v1.DomainSpec.host_devices:type_name -> kubevisor.domain.v1.HostDevice
 	1,  // 9: kubevisor.domain.v1.DomainSpec.acceleration:type_name -> kubevisor.domain.v1.Acceleration
-	34, // 10: kubevisor.domain.v1.DomainSpec.sandbox:type_name -> kubevisor.domain.v1.Sandbox
-	35, // 11: kubevisor.domain.v1.DomainSpec.labels:type_name -> kubevisor.domain.v1.DomainSpec.LabelsEntry
-	16, // 12: kubevisor.domain.v1.DomainSpec.rng:type_name -> kubevisor.domain.v1.RNG
-	15, // 13: kubevisor.domain.v1.DomainSpec.chassis:type_name -> kubevisor.domain.v1.Chassis
-	10, // 14: kubevisor.domain.v1.DomainSpec.features:type_name -> kubevisor.domain.v1.Features
-	11, // 15: kubevisor.domain.v1.DomainSpec.clock:type_name -> kubevisor.domain.v1.Clock
-	12, // 16: kubevisor.domain.v1.DomainSpec.inputs:type_name -> kubevisor.domain.v1.Input
-	13, // 17: kubevisor.domain.v1.DomainSpec.watchdog:type_name -> kubevisor.domain.v1.Watchdog
-	14, // 18: kubevisor.domain.v1.DomainSpec.balloon:type_name -> kubevisor.domain.v1.Balloon
-	9,  // 19: kubevisor.domain.v1.DomainSpec.sound:type_name -> kubevisor.domain.v1.Sound
-	7,  // 20: kubevisor.domain.v1.DomainSpec.launch_security:type_name -> kubevisor.domain.v1.LaunchSecurity
-	6,  // 21: kubevisor.domain.v1.DomainSpec.tpm:type_name -> kubevisor.domain.v1.TPM
-	8,  // 22: kubevisor.domain.v1.LaunchSecurity.sev:type_name -> kubevisor.domain.v1.SEV
-	0,  // 23: kubevisor.domain.v1.Features.acpi:type_name -> kubevisor.domain.v1.Toggle
-	0,  // 24: kubevisor.domain.v1.Features.smm:type_name -> kubevisor.domain.v1.Toggle
-	0,  // 25: kubevisor.domain.v1.Features.pvspinlock:type_name -> kubevisor.domain.v1.Toggle
-	0,  // 26: kubevisor.domain.v1.Clock.hpet:type_name -> kubevisor.domain.v1.Toggle
-	0,  // 27: kubevisor.domain.v1.Clock.pit:type_name -> kubevisor.domain.v1.Toggle
-	0,  // 28: kubevisor.domain.v1.Clock.kvm:type_name -> kubevisor.domain.v1.Toggle
-	0,  // 29: kubevisor.domain.v1.Clock.hyperv:type_name -> kubevisor.domain.v1.Toggle
-	21, // 30: kubevisor.domain.v1.CPU.features:type_name -> kubevisor.domain.v1.CPUFeature
-	20, // 31: kubevisor.domain.v1.CPU.pinning:type_name -> kubevisor.domain.v1.CPUPinning
-	19, // 32: kubevisor.domain.v1.CPU.numa_cells:type_name -> kubevisor.domain.v1.NUMACell
-	23, // 33: kubevisor.domain.v1.Memory.hugepages:type_name -> kubevisor.domain.v1.Hugepages
-	25, // 34: kubevisor.domain.v1.Firmware.bios:type_name -> kubevisor.domain.v1.BIOS
-	26, // 35: kubevisor.domain.v1.Firmware.efi:type_name -> kubevisor.domain.v1.EFI
-	27, // 36: kubevisor.domain.v1.Firmware.kernel:type_name -> kubevisor.domain.v1.KernelBoot
-	3,  // 37: kubevisor.domain.v1.Disk.format:type_name -> kubevisor.domain.v1.DiskFormat
-	2,  // 38: kubevisor.domain.v1.Disk.bus:type_name -> kubevisor.domain.v1.DiskBus
-	4,  // 39: kubevisor.domain.v1.Disk.device:type_name -> kubevisor.domain.v1.DiskDevice
-	33, // 40: kubevisor.domain.v1.HostDevice.device_nodes:type_name -> kubevisor.domain.v1.HostDeviceNode
-	36, // 41: kubevisor.domain.v1.HostDevice.env:type_name -> kubevisor.domain.v1.HostDevice.EnvEntry
-	42, // [42:42] is the sub-list for method output_type
-	42, // [42:42] is the sub-list for method input_type
-	42, // [42:42] is the sub-list for extension type_name
-	42, // [42:42] is the sub-list for extension extendee
-	0,  // [0:42] is the sub-list for field type_name
+	35, // 10: kubevisor.domain.v1.DomainSpec.sandbox:type_name -> kubevisor.domain.v1.Sandbox
+	36, // 11: kubevisor.domain.v1.DomainSpec.labels:type_name -> kubevisor.domain.v1.DomainSpec.LabelsEntry
+	17, // 12: kubevisor.domain.v1.DomainSpec.rng:type_name -> kubevisor.domain.v1.RNG
+	16, // 13: kubevisor.domain.v1.DomainSpec.chassis:type_name -> kubevisor.domain.v1.Chassis
+	11, // 14: kubevisor.domain.v1.DomainSpec.features:type_name -> kubevisor.domain.v1.Features
+	12, // 15: kubevisor.domain.v1.DomainSpec.clock:type_name -> kubevisor.domain.v1.Clock
+	13, // 16: kubevisor.domain.v1.DomainSpec.inputs:type_name -> kubevisor.domain.v1.Input
+	14, // 17: kubevisor.domain.v1.DomainSpec.watchdog:type_name -> kubevisor.domain.v1.Watchdog
+	15, // 18: kubevisor.domain.v1.DomainSpec.balloon:type_name -> kubevisor.domain.v1.Balloon
+	10, // 19: kubevisor.domain.v1.DomainSpec.sound:type_name -> kubevisor.domain.v1.Sound
+	8,  // 20: kubevisor.domain.v1.DomainSpec.launch_security:type_name -> kubevisor.domain.v1.LaunchSecurity
+	7,  // 21: kubevisor.domain.v1.DomainSpec.tpm:type_name -> kubevisor.domain.v1.TPM
+	6,  // 22: kubevisor.domain.v1.DomainSpec.incoming_migration:type_name -> kubevisor.domain.v1.IncomingMigration
+	9,  // 23: kubevisor.domain.v1.LaunchSecurity.sev:type_name -> kubevisor.domain.v1.SEV
+	0,  // 24: kubevisor.domain.v1.Features.acpi:type_name -> kubevisor.domain.v1.Toggle
+	0,  // 25: kubevisor.domain.v1.Features.smm:type_name -> kubevisor.domain.v1.Toggle
+	0,  // 26: kubevisor.domain.v1.Features.pvspinlock:type_name -> kubevisor.domain.v1.Toggle
+	0,  // 27: kubevisor.domain.v1.Clock.hpet:type_name -> kubevisor.domain.v1.Toggle
+	0,  // 28: kubevisor.domain.v1.Clock.pit:type_name -> kubevisor.domain.v1.Toggle
+	0,  // 29: kubevisor.domain.v1.Clock.kvm:type_name -> kubevisor.domain.v1.Toggle
+	0,  // 30: kubevisor.domain.v1.Clock.hyperv:type_name -> kubevisor.domain.v1.Toggle
+	22, // 31: kubevisor.domain.v1.CPU.features:type_name -> kubevisor.domain.v1.CPUFeature
+	21, // 32: kubevisor.domain.v1.CPU.pinning:type_name -> kubevisor.domain.v1.CPUPinning
+	20, // 33: kubevisor.domain.v1.CPU.numa_cells:type_name -> kubevisor.domain.v1.NUMACell
+	24, // 34: kubevisor.domain.v1.Memory.hugepages:type_name -> kubevisor.domain.v1.Hugepages
+	26, // 35: kubevisor.domain.v1.Firmware.bios:type_name -> kubevisor.domain.v1.BIOS
+	27, // 36: kubevisor.domain.v1.Firmware.efi:type_name -> kubevisor.domain.v1.EFI
+	28, // 37: kubevisor.domain.v1.Firmware.kernel:type_name -> kubevisor.domain.v1.KernelBoot
+	3,  // 38: kubevisor.domain.v1.Disk.format:type_name -> kubevisor.domain.v1.DiskFormat
+	2,  // 39: kubevisor.domain.v1.Disk.bus:type_name -> kubevisor.domain.v1.DiskBus
+	4,  // 40: kubevisor.domain.v1.Disk.device:type_name -> kubevisor.domain.v1.DiskDevice
+	34, // 41: kubevisor.domain.v1.HostDevice.device_nodes:type_name -> kubevisor.domain.v1.HostDeviceNode
+	37, // 42: kubevisor.domain.v1.HostDevice.env:type_name -> kubevisor.domain.v1.HostDevice.EnvEntry
+	43, // [43:43] is the sub-list for method output_type
+	43, // [43:43] is the sub-list for method input_type
+	43, // [43:43] is the sub-list for extension type_name
+	43, // [43:43] is the sub-list for extension extendee
+	0,  // [0:43] is the sub-list for field type_name
 }
 
 func init() { file_core_domain_v1_domain_proto_init() }
@@ -3015,7 +3094,7 @@ func file_core_domain_v1_domain_proto_init() {
 	if File_core_domain_v1_domain_proto != nil {
 		return
 	}
-	file_core_domain_v1_domain_proto_msgTypes[19].OneofWrappers = []any{
+	file_core_domain_v1_domain_proto_msgTypes[20].OneofWrappers = []any{
 		(*Firmware_Bios)(nil),
 		(*Firmware_Efi)(nil),
 		(*Firmware_Kernel)(nil),
@@ -3026,7 +3105,7 @@ func file_core_domain_v1_domain_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_core_domain_v1_domain_proto_rawDesc), len(file_core_domain_v1_domain_proto_rawDesc)),
 			NumEnums:      5,
-			NumMessages:   32,
+			NumMessages:   33,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

@@ -104,21 +104,25 @@ const (
 	EventType_EVENT_TYPE_STOPPED             EventType = 7
 	EventType_EVENT_TYPE_GUEST_PANICKED      EventType = 8
 	EventType_EVENT_TYPE_CRASHED             EventType = 9
+	// EVENT_TYPE_MIGRATION: the phase or mode of a migration of the VM changed (Event.migration);
+	// state and reason are the VM's, unchanged by the event (FEATURE_HYPERVISOR_MIGRATE).
+	EventType_EVENT_TYPE_MIGRATION EventType = 10
 )
 
 // Enum value maps for EventType.
 var (
 	EventType_name = map[int32]string{
-		0: "EVENT_TYPE_UNSPECIFIED",
-		1: "EVENT_TYPE_STARTED",
-		2: "EVENT_TYPE_PAUSED",
-		3: "EVENT_TYPE_RESUMED",
-		4: "EVENT_TYPE_RESET",
-		5: "EVENT_TYPE_POWERDOWN_REQUESTED",
-		6: "EVENT_TYPE_SHUTDOWN",
-		7: "EVENT_TYPE_STOPPED",
-		8: "EVENT_TYPE_GUEST_PANICKED",
-		9: "EVENT_TYPE_CRASHED",
+		0:  "EVENT_TYPE_UNSPECIFIED",
+		1:  "EVENT_TYPE_STARTED",
+		2:  "EVENT_TYPE_PAUSED",
+		3:  "EVENT_TYPE_RESUMED",
+		4:  "EVENT_TYPE_RESET",
+		5:  "EVENT_TYPE_POWERDOWN_REQUESTED",
+		6:  "EVENT_TYPE_SHUTDOWN",
+		7:  "EVENT_TYPE_STOPPED",
+		8:  "EVENT_TYPE_GUEST_PANICKED",
+		9:  "EVENT_TYPE_CRASHED",
+		10: "EVENT_TYPE_MIGRATION",
 	}
 	EventType_value = map[string]int32{
 		"EVENT_TYPE_UNSPECIFIED":         0,
@@ -131,6 +135,7 @@ var (
 		"EVENT_TYPE_STOPPED":             7,
 		"EVENT_TYPE_GUEST_PANICKED":      8,
 		"EVENT_TYPE_CRASHED":             9,
+		"EVENT_TYPE_MIGRATION":           10,
 	}
 )
 
@@ -159,6 +164,179 @@ func (x EventType) Number() protoreflect.EnumNumber {
 // Deprecated: Use EventType.Descriptor instead.
 func (EventType) EnumDescriptor() ([]byte, []int) {
 	return file_core_driver_hypervisor_v1_hypervisor_proto_rawDescGZIP(), []int{1}
+}
+
+// MigrationRole is which end of a migration a VM is.
+type MigrationRole int32
+
+const (
+	MigrationRole_MIGRATION_ROLE_UNSPECIFIED MigrationRole = 0
+	// MIGRATION_ROLE_SOURCE: the VM that was running and is moving away (Migrate).
+	MigrationRole_MIGRATION_ROLE_SOURCE MigrationRole = 1
+	// MIGRATION_ROLE_TARGET: the VM created to receive it (DomainSpec.incoming_migration).
+	MigrationRole_MIGRATION_ROLE_TARGET MigrationRole = 2
+)
+
+// Enum value maps for MigrationRole.
+var (
+	MigrationRole_name = map[int32]string{
+		0: "MIGRATION_ROLE_UNSPECIFIED",
+		1: "MIGRATION_ROLE_SOURCE",
+		2: "MIGRATION_ROLE_TARGET",
+	}
+	MigrationRole_value = map[string]int32{
+		"MIGRATION_ROLE_UNSPECIFIED": 0,
+		"MIGRATION_ROLE_SOURCE":      1,
+		"MIGRATION_ROLE_TARGET":      2,
+	}
+)
+
+func (x MigrationRole) Enum() *MigrationRole {
+	p := new(MigrationRole)
+	*p = x
+	return p
+}
+
+func (x MigrationRole) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (MigrationRole) Descriptor() protoreflect.EnumDescriptor {
+	return file_core_driver_hypervisor_v1_hypervisor_proto_enumTypes[2].Descriptor()
+}
+
+func (MigrationRole) Type() protoreflect.EnumType {
+	return &file_core_driver_hypervisor_v1_hypervisor_proto_enumTypes[2]
+}
+
+func (x MigrationRole) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use MigrationRole.Descriptor instead.
+func (MigrationRole) EnumDescriptor() ([]byte, []int) {
+	return file_core_driver_hypervisor_v1_hypervisor_proto_rawDescGZIP(), []int{2}
+}
+
+// MigrationPhase is where a migration is.
+type MigrationPhase int32
+
+const (
+	MigrationPhase_MIGRATION_PHASE_UNSPECIFIED MigrationPhase = 0
+	// MIGRATION_PHASE_SETUP: the target listens and nothing has arrived yet, or the source is
+	// connecting.
+	MigrationPhase_MIGRATION_PHASE_SETUP MigrationPhase = 1
+	// MIGRATION_PHASE_ACTIVE: memory and device state are moving (mode says how).
+	MigrationPhase_MIGRATION_PHASE_ACTIVE MigrationPhase = 2
+	// MIGRATION_PHASE_COMPLETED: the target runs the VM; the source stopped (reason Migrated).
+	MigrationPhase_MIGRATION_PHASE_COMPLETED MigrationPhase = 3
+	// MIGRATION_PHASE_FAILED: it ended without the VM moving (message says why); the source runs,
+	// unless the failure came after the switch to post-copy.
+	MigrationPhase_MIGRATION_PHASE_FAILED MigrationPhase = 4
+	// MIGRATION_PHASE_CANCELLED: CancelMigration (or completion_timeout) ended it; the source
+	// runs.
+	MigrationPhase_MIGRATION_PHASE_CANCELLED MigrationPhase = 5
+)
+
+// Enum value maps for MigrationPhase.
+var (
+	MigrationPhase_name = map[int32]string{
+		0: "MIGRATION_PHASE_UNSPECIFIED",
+		1: "MIGRATION_PHASE_SETUP",
+		2: "MIGRATION_PHASE_ACTIVE",
+		3: "MIGRATION_PHASE_COMPLETED",
+		4: "MIGRATION_PHASE_FAILED",
+		5: "MIGRATION_PHASE_CANCELLED",
+	}
+	MigrationPhase_value = map[string]int32{
+		"MIGRATION_PHASE_UNSPECIFIED": 0,
+		"MIGRATION_PHASE_SETUP":       1,
+		"MIGRATION_PHASE_ACTIVE":      2,
+		"MIGRATION_PHASE_COMPLETED":   3,
+		"MIGRATION_PHASE_FAILED":      4,
+		"MIGRATION_PHASE_CANCELLED":   5,
+	}
+)
+
+func (x MigrationPhase) Enum() *MigrationPhase {
+	p := new(MigrationPhase)
+	*p = x
+	return p
+}
+
+func (x MigrationPhase) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (MigrationPhase) Descriptor() protoreflect.EnumDescriptor {
+	return file_core_driver_hypervisor_v1_hypervisor_proto_enumTypes[3].Descriptor()
+}
+
+func (MigrationPhase) Type() protoreflect.EnumType {
+	return &file_core_driver_hypervisor_v1_hypervisor_proto_enumTypes[3]
+}
+
+func (x MigrationPhase) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use MigrationPhase.Descriptor instead.
+func (MigrationPhase) EnumDescriptor() ([]byte, []int) {
+	return file_core_driver_hypervisor_v1_hypervisor_proto_rawDescGZIP(), []int{3}
+}
+
+// MigrationMode is how memory moves.
+type MigrationMode int32
+
+const (
+	MigrationMode_MIGRATION_MODE_UNSPECIFIED MigrationMode = 0
+	// MIGRATION_MODE_PRE_COPY: memory is copied while the VM runs at the source, in passes that
+	// resend what the guest dirtied meanwhile, then the VM pauses briefly and moves.
+	MigrationMode_MIGRATION_MODE_PRE_COPY MigrationMode = 1
+	// MIGRATION_MODE_POST_COPY: the VM runs at the target and the rest of its memory follows on
+	// demand; it cannot be cancelled any more.
+	MigrationMode_MIGRATION_MODE_POST_COPY MigrationMode = 2
+)
+
+// Enum value maps for MigrationMode.
+var (
+	MigrationMode_name = map[int32]string{
+		0: "MIGRATION_MODE_UNSPECIFIED",
+		1: "MIGRATION_MODE_PRE_COPY",
+		2: "MIGRATION_MODE_POST_COPY",
+	}
+	MigrationMode_value = map[string]int32{
+		"MIGRATION_MODE_UNSPECIFIED": 0,
+		"MIGRATION_MODE_PRE_COPY":    1,
+		"MIGRATION_MODE_POST_COPY":   2,
+	}
+)
+
+func (x MigrationMode) Enum() *MigrationMode {
+	p := new(MigrationMode)
+	*p = x
+	return p
+}
+
+func (x MigrationMode) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (MigrationMode) Descriptor() protoreflect.EnumDescriptor {
+	return file_core_driver_hypervisor_v1_hypervisor_proto_enumTypes[4].Descriptor()
+}
+
+func (MigrationMode) Type() protoreflect.EnumType {
+	return &file_core_driver_hypervisor_v1_hypervisor_proto_enumTypes[4]
+}
+
+func (x MigrationMode) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use MigrationMode.Descriptor instead.
+func (MigrationMode) EnumDescriptor() ([]byte, []int) {
+	return file_core_driver_hypervisor_v1_hypervisor_proto_rawDescGZIP(), []int{4}
 }
 
 // Handle is what the host keeps to find a VM again after the driver restarts.
@@ -899,9 +1077,11 @@ type Event struct {
 	Type  EventType              `protobuf:"varint,2,opt,name=type,proto3,enum=kubevisor.driver.hypervisor.v1.EventType" json:"type,omitempty"`
 	Time  *timestamppb.Timestamp `protobuf:"bytes,3,opt,name=time,proto3" json:"time,omitempty"`
 	// state is the VM's state after the event.
-	State         State  `protobuf:"varint,4,opt,name=state,proto3,enum=kubevisor.driver.hypervisor.v1.State" json:"state,omitempty"`
-	Reason        string `protobuf:"bytes,5,opt,name=reason,proto3" json:"reason,omitempty"`
-	Message       string `protobuf:"bytes,6,opt,name=message,proto3" json:"message,omitempty"`
+	State   State  `protobuf:"varint,4,opt,name=state,proto3,enum=kubevisor.driver.hypervisor.v1.State" json:"state,omitempty"`
+	Reason  string `protobuf:"bytes,5,opt,name=reason,proto3" json:"reason,omitempty"`
+	Message string `protobuf:"bytes,6,opt,name=message,proto3" json:"message,omitempty"`
+	// migration is the VM's migration after an EVENT_TYPE_MIGRATION event; unset otherwise.
+	Migration     *MigrationInfo `protobuf:"bytes,7,opt,name=migration,proto3" json:"migration,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -976,6 +1156,13 @@ func (x *Event) GetMessage() string {
 		return x.Message
 	}
 	return ""
+}
+
+func (x *Event) GetMigration() *MigrationInfo {
+	if x != nil {
+		return x.Migration
+	}
+	return nil
 }
 
 type PauseRequest struct {
@@ -2105,11 +2292,31 @@ func (x *RecoverResponse) GetStatus() *VMStatus {
 type MigrateRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	Id    string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
-	// target_uri is where the target VM listens, in a form the driver understands.
-	TargetUri         string               `protobuf:"bytes,2,opt,name=target_uri,json=targetUri,proto3" json:"target_uri,omitempty"`
+	// target_uri is where the target VM listens, in a form the driver understands. The host sends
+	// target_socket_path instead; exactly one of the two is set.
+	TargetUri string `protobuf:"bytes,2,opt,name=target_uri,json=targetUri,proto3" json:"target_uri,omitempty"`
+	// completion_timeout bounds the whole migration: when it has not completed by then the driver
+	// switches to post-copy when allow_post_copy is set (and it has not yet), else cancels it, and
+	// the VM goes on running here. Unset or zero: no bound (the control plane's progress timeout
+	// cancels a migration that stalls).
 	CompletionTimeout *durationpb.Duration `protobuf:"bytes,3,opt,name=completion_timeout,json=completionTimeout,proto3" json:"completion_timeout,omitempty"`
-	unknownFields     protoimpl.UnknownFields
-	sizeCache         protoimpl.SizeCache
+	// target_socket_path is the unix socket, on this node, that carries the migration stream to
+	// the target VM: the target's incoming_migration.socket_path itself when both run on one node,
+	// else a socket that the node's migration proxy listens on in this VM's run_dir and carries to
+	// the target's over mutual TLS. The driver connects to it; it never listens on the network.
+	TargetSocketPath string `protobuf:"bytes,4,opt,name=target_socket_path,json=targetSocketPath,proto3" json:"target_socket_path,omitempty"`
+	// bandwidth_bytes_per_second limits the stream; 0 means no limit of the host's.
+	BandwidthBytesPerSecond uint64 `protobuf:"varint,5,opt,name=bandwidth_bytes_per_second,json=bandwidthBytesPerSecond,proto3" json:"bandwidth_bytes_per_second,omitempty"`
+	// allow_auto_converge lets the driver slow the guest's vCPUs down when the guest dirties
+	// memory faster than it is sent, so that pre-copy converges.
+	AllowAutoConverge bool `protobuf:"varint,6,opt,name=allow_auto_converge,json=allowAutoConverge,proto3" json:"allow_auto_converge,omitempty"`
+	// allow_post_copy lets the driver switch to post-copy when pre-copy does not converge or
+	// completion_timeout is reached: the VM runs on the target at once and fetches the memory it
+	// still lacks from here. A failure after the switch loses the VM. It requires the target to
+	// have been created with incoming_migration.allow_post_copy.
+	AllowPostCopy bool `protobuf:"varint,7,opt,name=allow_post_copy,json=allowPostCopy,proto3" json:"allow_post_copy,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *MigrateRequest) Reset() {
@@ -2163,6 +2370,34 @@ func (x *MigrateRequest) GetCompletionTimeout() *durationpb.Duration {
 	return nil
 }
 
+func (x *MigrateRequest) GetTargetSocketPath() string {
+	if x != nil {
+		return x.TargetSocketPath
+	}
+	return ""
+}
+
+func (x *MigrateRequest) GetBandwidthBytesPerSecond() uint64 {
+	if x != nil {
+		return x.BandwidthBytesPerSecond
+	}
+	return 0
+}
+
+func (x *MigrateRequest) GetAllowAutoConverge() bool {
+	if x != nil {
+		return x.AllowAutoConverge
+	}
+	return false
+}
+
+func (x *MigrateRequest) GetAllowPostCopy() bool {
+	if x != nil {
+		return x.AllowPostCopy
+	}
+	return false
+}
+
 type MigrateResponse struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	unknownFields protoimpl.UnknownFields
@@ -2197,6 +2432,388 @@ func (x *MigrateResponse) ProtoReflect() protoreflect.Message {
 // Deprecated: Use MigrateResponse.ProtoReflect.Descriptor instead.
 func (*MigrateResponse) Descriptor() ([]byte, []int) {
 	return file_core_driver_hypervisor_v1_hypervisor_proto_rawDescGZIP(), []int{38}
+}
+
+type MigrationStatusRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Id            string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *MigrationStatusRequest) Reset() {
+	*x = MigrationStatusRequest{}
+	mi := &file_core_driver_hypervisor_v1_hypervisor_proto_msgTypes[39]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *MigrationStatusRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*MigrationStatusRequest) ProtoMessage() {}
+
+func (x *MigrationStatusRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_core_driver_hypervisor_v1_hypervisor_proto_msgTypes[39]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use MigrationStatusRequest.ProtoReflect.Descriptor instead.
+func (*MigrationStatusRequest) Descriptor() ([]byte, []int) {
+	return file_core_driver_hypervisor_v1_hypervisor_proto_rawDescGZIP(), []int{39}
+}
+
+func (x *MigrationStatusRequest) GetId() string {
+	if x != nil {
+		return x.Id
+	}
+	return ""
+}
+
+type MigrationStatusResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// migration is the VM's current or last migration; unset when it never migrated.
+	Migration     *MigrationInfo `protobuf:"bytes,1,opt,name=migration,proto3" json:"migration,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *MigrationStatusResponse) Reset() {
+	*x = MigrationStatusResponse{}
+	mi := &file_core_driver_hypervisor_v1_hypervisor_proto_msgTypes[40]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *MigrationStatusResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*MigrationStatusResponse) ProtoMessage() {}
+
+func (x *MigrationStatusResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_core_driver_hypervisor_v1_hypervisor_proto_msgTypes[40]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use MigrationStatusResponse.ProtoReflect.Descriptor instead.
+func (*MigrationStatusResponse) Descriptor() ([]byte, []int) {
+	return file_core_driver_hypervisor_v1_hypervisor_proto_rawDescGZIP(), []int{40}
+}
+
+func (x *MigrationStatusResponse) GetMigration() *MigrationInfo {
+	if x != nil {
+		return x.Migration
+	}
+	return nil
+}
+
+type CancelMigrationRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Id            string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CancelMigrationRequest) Reset() {
+	*x = CancelMigrationRequest{}
+	mi := &file_core_driver_hypervisor_v1_hypervisor_proto_msgTypes[41]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CancelMigrationRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CancelMigrationRequest) ProtoMessage() {}
+
+func (x *CancelMigrationRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_core_driver_hypervisor_v1_hypervisor_proto_msgTypes[41]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CancelMigrationRequest.ProtoReflect.Descriptor instead.
+func (*CancelMigrationRequest) Descriptor() ([]byte, []int) {
+	return file_core_driver_hypervisor_v1_hypervisor_proto_rawDescGZIP(), []int{41}
+}
+
+func (x *CancelMigrationRequest) GetId() string {
+	if x != nil {
+		return x.Id
+	}
+	return ""
+}
+
+type CancelMigrationResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CancelMigrationResponse) Reset() {
+	*x = CancelMigrationResponse{}
+	mi := &file_core_driver_hypervisor_v1_hypervisor_proto_msgTypes[42]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CancelMigrationResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CancelMigrationResponse) ProtoMessage() {}
+
+func (x *CancelMigrationResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_core_driver_hypervisor_v1_hypervisor_proto_msgTypes[42]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CancelMigrationResponse.ProtoReflect.Descriptor instead.
+func (*CancelMigrationResponse) Descriptor() ([]byte, []int) {
+	return file_core_driver_hypervisor_v1_hypervisor_proto_rawDescGZIP(), []int{42}
+}
+
+// MigrationInfo is one migration of a VM, as the driver at one end sees it. The byte counts,
+// rates and iterations are the source's (a target reports zeros).
+type MigrationInfo struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Role  MigrationRole          `protobuf:"varint,1,opt,name=role,proto3,enum=kubevisor.driver.hypervisor.v1.MigrationRole" json:"role,omitempty"`
+	Phase MigrationPhase         `protobuf:"varint,2,opt,name=phase,proto3,enum=kubevisor.driver.hypervisor.v1.MigrationPhase" json:"phase,omitempty"`
+	Mode  MigrationMode          `protobuf:"varint,3,opt,name=mode,proto3,enum=kubevisor.driver.hypervisor.v1.MigrationMode" json:"mode,omitempty"`
+	// message says why a migration failed or was cancelled; empty otherwise.
+	Message   string                 `protobuf:"bytes,4,opt,name=message,proto3" json:"message,omitempty"`
+	StartedAt *timestamppb.Timestamp `protobuf:"bytes,5,opt,name=started_at,json=startedAt,proto3" json:"started_at,omitempty"`
+	// ended_at is set once the phase is COMPLETED, FAILED or CANCELLED.
+	EndedAt *timestamppb.Timestamp `protobuf:"bytes,6,opt,name=ended_at,json=endedAt,proto3" json:"ended_at,omitempty"`
+	// total_bytes is the guest memory to move; transferred_bytes what was sent so far (memory
+	// sent twice counts twice); remaining_bytes what is still to send in this pass.
+	TotalBytes       uint64 `protobuf:"varint,7,opt,name=total_bytes,json=totalBytes,proto3" json:"total_bytes,omitempty"`
+	TransferredBytes uint64 `protobuf:"varint,8,opt,name=transferred_bytes,json=transferredBytes,proto3" json:"transferred_bytes,omitempty"`
+	RemainingBytes   uint64 `protobuf:"varint,9,opt,name=remaining_bytes,json=remainingBytes,proto3" json:"remaining_bytes,omitempty"`
+	// dirty_rate_bytes_per_second is how fast the guest dirties memory, as last measured.
+	DirtyRateBytesPerSecond uint64 `protobuf:"varint,10,opt,name=dirty_rate_bytes_per_second,json=dirtyRateBytesPerSecond,proto3" json:"dirty_rate_bytes_per_second,omitempty"`
+	// throughput_bytes_per_second is how fast the stream moves, as last measured.
+	ThroughputBytesPerSecond uint64 `protobuf:"varint,11,opt,name=throughput_bytes_per_second,json=throughputBytesPerSecond,proto3" json:"throughput_bytes_per_second,omitempty"`
+	// iterations counts the passes over the dirty memory (1 during the first full pass).
+	Iterations uint64 `protobuf:"varint,12,opt,name=iterations,proto3" json:"iterations,omitempty"`
+	// throttle_percent is how much auto-converge slows the vCPUs down (0 to 99).
+	ThrottlePercent uint32 `protobuf:"varint,13,opt,name=throttle_percent,json=throttlePercent,proto3" json:"throttle_percent,omitempty"`
+	// bandwidth_limit_bytes_per_second is the limit in force; 0 when none.
+	BandwidthLimitBytesPerSecond uint64 `protobuf:"varint,14,opt,name=bandwidth_limit_bytes_per_second,json=bandwidthLimitBytesPerSecond,proto3" json:"bandwidth_limit_bytes_per_second,omitempty"`
+	// downtime is how long the VM was paused for the switch, once COMPLETED (the source's
+	// figure); expected_downtime the source's estimate while ACTIVE.
+	Downtime         *durationpb.Duration `protobuf:"bytes,15,opt,name=downtime,proto3" json:"downtime,omitempty"`
+	ExpectedDowntime *durationpb.Duration `protobuf:"bytes,16,opt,name=expected_downtime,json=expectedDowntime,proto3" json:"expected_downtime,omitempty"`
+	// total_time is from the start of the migration to its end (or to now while it runs).
+	TotalTime *durationpb.Duration `protobuf:"bytes,17,opt,name=total_time,json=totalTime,proto3" json:"total_time,omitempty"`
+	// target is the target_socket_path (or target_uri) of the source; the socket the target
+	// listens on for the target.
+	Target string `protobuf:"bytes,18,opt,name=target,proto3" json:"target,omitempty"`
+	// auto_converge and post_copy are what the migration was allowed.
+	AutoConverge  bool `protobuf:"varint,19,opt,name=auto_converge,json=autoConverge,proto3" json:"auto_converge,omitempty"`
+	PostCopy      bool `protobuf:"varint,20,opt,name=post_copy,json=postCopy,proto3" json:"post_copy,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *MigrationInfo) Reset() {
+	*x = MigrationInfo{}
+	mi := &file_core_driver_hypervisor_v1_hypervisor_proto_msgTypes[43]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *MigrationInfo) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*MigrationInfo) ProtoMessage() {}
+
+func (x *MigrationInfo) ProtoReflect() protoreflect.Message {
+	mi := &file_core_driver_hypervisor_v1_hypervisor_proto_msgTypes[43]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use MigrationInfo.ProtoReflect.Descriptor instead.
+func (*MigrationInfo) Descriptor() ([]byte, []int) {
+	return file_core_driver_hypervisor_v1_hypervisor_proto_rawDescGZIP(), []int{43}
+}
+
+func (x *MigrationInfo) GetRole() MigrationRole {
+	if x != nil {
+		return x.Role
+	}
+	return MigrationRole_MIGRATION_ROLE_UNSPECIFIED
+}
+
+func (x *MigrationInfo) GetPhase() MigrationPhase {
+	if x != nil {
+		return x.Phase
+	}
+	return MigrationPhase_MIGRATION_PHASE_UNSPECIFIED
+}
+
+func (x *MigrationInfo) GetMode() MigrationMode {
+	if x != nil {
+		return x.Mode
+	}
+	return MigrationMode_MIGRATION_MODE_UNSPECIFIED
+}
+
+func (x *MigrationInfo) GetMessage() string {
+	if x != nil {
+		return x.Message
+	}
+	return ""
+}
+
+func (x *MigrationInfo) GetStartedAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.StartedAt
+	}
+	return nil
+}
+
+func (x *MigrationInfo) GetEndedAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.EndedAt
+	}
+	return nil
+}
+
+func (x *MigrationInfo) GetTotalBytes() uint64 {
+	if x != nil {
+		return x.TotalBytes
+	}
+	return 0
+}
+
+func (x *MigrationInfo) GetTransferredBytes() uint64 {
+	if x != nil {
+		return x.TransferredBytes
+	}
+	return 0
+}
+
+func (x *MigrationInfo) GetRemainingBytes() uint64 {
+	if x != nil {
+		return x.RemainingBytes
+	}
+	return 0
+}
+
+func (x *MigrationInfo) GetDirtyRateBytesPerSecond() uint64 {
+	if x != nil {
+		return x.DirtyRateBytesPerSecond
+	}
+	return 0
+}
+
+func (x *MigrationInfo) GetThroughputBytesPerSecond() uint64 {
+	if x != nil {
+		return x.ThroughputBytesPerSecond
+	}
+	return 0
+}
+
+func (x *MigrationInfo) GetIterations() uint64 {
+	if x != nil {
+		return x.Iterations
+	}
+	return 0
+}
+
+func (x *MigrationInfo) GetThrottlePercent() uint32 {
+	if x != nil {
+		return x.ThrottlePercent
+	}
+	return 0
+}
+
+func (x *MigrationInfo) GetBandwidthLimitBytesPerSecond() uint64 {
+	if x != nil {
+		return x.BandwidthLimitBytesPerSecond
+	}
+	return 0
+}
+
+func (x *MigrationInfo) GetDowntime() *durationpb.Duration {
+	if x != nil {
+		return x.Downtime
+	}
+	return nil
+}
+
+func (x *MigrationInfo) GetExpectedDowntime() *durationpb.Duration {
+	if x != nil {
+		return x.ExpectedDowntime
+	}
+	return nil
+}
+
+func (x *MigrationInfo) GetTotalTime() *durationpb.Duration {
+	if x != nil {
+		return x.TotalTime
+	}
+	return nil
+}
+
+func (x *MigrationInfo) GetTarget() string {
+	if x != nil {
+		return x.Target
+	}
+	return ""
+}
+
+func (x *MigrationInfo) GetAutoConverge() bool {
+	if x != nil {
+		return x.AutoConverge
+	}
+	return false
+}
+
+func (x *MigrationInfo) GetPostCopy() bool {
+	if x != nil {
+		return x.PostCopy
+	}
+	return false
 }
 
 var File_core_driver_hypervisor_v1_hypervisor_proto protoreflect.FileDescriptor
@@ -2241,14 +2858,15 @@ const file_core_driver_hypervisor_v1_hypervisor_proto_rawDesc = "" +
 	"\x03pid\x18\a \x01(\x03R\x03pid\x12 \n" +
 	"\vaccelerated\x18\b \x01(\bR\vaccelerated\"\x1f\n" +
 	"\rEventsRequest\x12\x0e\n" +
-	"\x02id\x18\x01 \x01(\tR\x02id\"\xf5\x01\n" +
+	"\x02id\x18\x01 \x01(\tR\x02id\"\xc2\x02\n" +
 	"\x05Event\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12=\n" +
 	"\x04type\x18\x02 \x01(\x0e2).kubevisor.driver.hypervisor.v1.EventTypeR\x04type\x12.\n" +
 	"\x04time\x18\x03 \x01(\v2\x1a.google.protobuf.TimestampR\x04time\x12;\n" +
 	"\x05state\x18\x04 \x01(\x0e2%.kubevisor.driver.hypervisor.v1.StateR\x05state\x12\x16\n" +
 	"\x06reason\x18\x05 \x01(\tR\x06reason\x12\x18\n" +
-	"\amessage\x18\x06 \x01(\tR\amessage\"\x1e\n" +
+	"\amessage\x18\x06 \x01(\tR\amessage\x12K\n" +
+	"\tmigration\x18\a \x01(\v2-.kubevisor.driver.hypervisor.v1.MigrationInfoR\tmigration\"\x1e\n" +
 	"\fPauseRequest\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\"\x0f\n" +
 	"\rPauseResponse\"\x1f\n" +
@@ -2313,13 +2931,51 @@ const file_core_driver_hypervisor_v1_hypervisor_proto_rawDesc = "" +
 	"\x0eRecoverRequest\x12>\n" +
 	"\x06handle\x18\x01 \x01(\v2&.kubevisor.driver.hypervisor.v1.HandleR\x06handle\"S\n" +
 	"\x0fRecoverResponse\x12@\n" +
-	"\x06status\x18\x01 \x01(\v2(.kubevisor.driver.hypervisor.v1.VMStatusR\x06status\"\x89\x01\n" +
+	"\x06status\x18\x01 \x01(\v2(.kubevisor.driver.hypervisor.v1.VMStatusR\x06status\"\xcc\x02\n" +
 	"\x0eMigrateRequest\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x1d\n" +
 	"\n" +
 	"target_uri\x18\x02 \x01(\tR\ttargetUri\x12H\n" +
-	"\x12completion_timeout\x18\x03 \x01(\v2\x19.google.protobuf.DurationR\x11completionTimeout\"\x11\n" +
-	"\x0fMigrateResponse*\x95\x01\n" +
+	"\x12completion_timeout\x18\x03 \x01(\v2\x19.google.protobuf.DurationR\x11completionTimeout\x12,\n" +
+	"\x12target_socket_path\x18\x04 \x01(\tR\x10targetSocketPath\x12;\n" +
+	"\x1abandwidth_bytes_per_second\x18\x05 \x01(\x04R\x17bandwidthBytesPerSecond\x12.\n" +
+	"\x13allow_auto_converge\x18\x06 \x01(\bR\x11allowAutoConverge\x12&\n" +
+	"\x0fallow_post_copy\x18\a \x01(\bR\rallowPostCopy\"\x11\n" +
+	"\x0fMigrateResponse\"(\n" +
+	"\x16MigrationStatusRequest\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\tR\x02id\"f\n" +
+	"\x17MigrationStatusResponse\x12K\n" +
+	"\tmigration\x18\x01 \x01(\v2-.kubevisor.driver.hypervisor.v1.MigrationInfoR\tmigration\"(\n" +
+	"\x16CancelMigrationRequest\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\tR\x02id\"\x19\n" +
+	"\x17CancelMigrationResponse\"\x81\b\n" +
+	"\rMigrationInfo\x12A\n" +
+	"\x04role\x18\x01 \x01(\x0e2-.kubevisor.driver.hypervisor.v1.MigrationRoleR\x04role\x12D\n" +
+	"\x05phase\x18\x02 \x01(\x0e2..kubevisor.driver.hypervisor.v1.MigrationPhaseR\x05phase\x12A\n" +
+	"\x04mode\x18\x03 \x01(\x0e2-.kubevisor.driver.hypervisor.v1.MigrationModeR\x04mode\x12\x18\n" +
+	"\amessage\x18\x04 \x01(\tR\amessage\x129\n" +
+	"\n" +
+	"started_at\x18\x05 \x01(\v2\x1a.google.protobuf.TimestampR\tstartedAt\x125\n" +
+	"\bended_at\x18\x06 \x01(\v2\x1a.google.protobuf.TimestampR\aendedAt\x12\x1f\n" +
+	"\vtotal_bytes\x18\a \x01(\x04R\n" +
+	"totalBytes\x12+\n" +
+	"\x11transferred_bytes\x18\b \x01(\x04R\x10transferredBytes\x12'\n" +
+	"\x0fremaining_bytes\x18\t \x01(\x04R\x0eremainingBytes\x12<\n" +
+	"\x1bdirty_rate_bytes_per_second\x18\n" +
+	" \x01(\x04R\x17dirtyRateBytesPerSecond\x12=\n" +
+	"\x1bthroughput_bytes_per_second\x18\v \x01(\x04R\x18throughputBytesPerSecond\x12\x1e\n" +
+	"\n" +
+	"iterations\x18\f \x01(\x04R\n" +
+	"iterations\x12)\n" +
+	"\x10throttle_percent\x18\r \x01(\rR\x0fthrottlePercent\x12F\n" +
+	" bandwidth_limit_bytes_per_second\x18\x0e \x01(\x04R\x1cbandwidthLimitBytesPerSecond\x125\n" +
+	"\bdowntime\x18\x0f \x01(\v2\x19.google.protobuf.DurationR\bdowntime\x12F\n" +
+	"\x11expected_downtime\x18\x10 \x01(\v2\x19.google.protobuf.DurationR\x10expectedDowntime\x128\n" +
+	"\n" +
+	"total_time\x18\x11 \x01(\v2\x19.google.protobuf.DurationR\ttotalTime\x12\x16\n" +
+	"\x06target\x18\x12 \x01(\tR\x06target\x12#\n" +
+	"\rauto_converge\x18\x13 \x01(\bR\fautoConverge\x12\x1b\n" +
+	"\tpost_copy\x18\x14 \x01(\bR\bpostCopy*\x95\x01\n" +
 	"\x05State\x12\x15\n" +
 	"\x11STATE_UNSPECIFIED\x10\x00\x12\x11\n" +
 	"\rSTATE_CREATED\x10\x01\x12\x11\n" +
@@ -2327,7 +2983,7 @@ const file_core_driver_hypervisor_v1_hypervisor_proto_rawDesc = "" +
 	"\fSTATE_PAUSED\x10\x03\x12\x17\n" +
 	"\x13STATE_SHUTTING_DOWN\x10\x04\x12\x11\n" +
 	"\rSTATE_STOPPED\x10\x05\x12\x11\n" +
-	"\rSTATE_CRASHED\x10\x06*\x90\x02\n" +
+	"\rSTATE_CRASHED\x10\x06*\xaa\x02\n" +
 	"\tEventType\x12\x1a\n" +
 	"\x16EVENT_TYPE_UNSPECIFIED\x10\x00\x12\x16\n" +
 	"\x12EVENT_TYPE_STARTED\x10\x01\x12\x15\n" +
@@ -2338,7 +2994,24 @@ const file_core_driver_hypervisor_v1_hypervisor_proto_rawDesc = "" +
 	"\x13EVENT_TYPE_SHUTDOWN\x10\x06\x12\x16\n" +
 	"\x12EVENT_TYPE_STOPPED\x10\a\x12\x1d\n" +
 	"\x19EVENT_TYPE_GUEST_PANICKED\x10\b\x12\x16\n" +
-	"\x12EVENT_TYPE_CRASHED\x10\t2\xc1\x0f\n" +
+	"\x12EVENT_TYPE_CRASHED\x10\t\x12\x18\n" +
+	"\x14EVENT_TYPE_MIGRATION\x10\n" +
+	"*e\n" +
+	"\rMigrationRole\x12\x1e\n" +
+	"\x1aMIGRATION_ROLE_UNSPECIFIED\x10\x00\x12\x19\n" +
+	"\x15MIGRATION_ROLE_SOURCE\x10\x01\x12\x19\n" +
+	"\x15MIGRATION_ROLE_TARGET\x10\x02*\xc2\x01\n" +
+	"\x0eMigrationPhase\x12\x1f\n" +
+	"\x1bMIGRATION_PHASE_UNSPECIFIED\x10\x00\x12\x19\n" +
+	"\x15MIGRATION_PHASE_SETUP\x10\x01\x12\x1a\n" +
+	"\x16MIGRATION_PHASE_ACTIVE\x10\x02\x12\x1d\n" +
+	"\x19MIGRATION_PHASE_COMPLETED\x10\x03\x12\x1a\n" +
+	"\x16MIGRATION_PHASE_FAILED\x10\x04\x12\x1d\n" +
+	"\x19MIGRATION_PHASE_CANCELLED\x10\x05*j\n" +
+	"\rMigrationMode\x12\x1e\n" +
+	"\x1aMIGRATION_MODE_UNSPECIFIED\x10\x00\x12\x1b\n" +
+	"\x17MIGRATION_MODE_PRE_COPY\x10\x01\x12\x1c\n" +
+	"\x18MIGRATION_MODE_POST_COPY\x10\x022\xcb\x11\n" +
 	"\n" +
 	"Hypervisor\x12g\n" +
 	"\x06Create\x12-.kubevisor.driver.hypervisor.v1.CreateRequest\x1a..kubevisor.driver.hypervisor.v1.CreateResponse\x12d\n" +
@@ -2359,7 +3032,9 @@ const file_core_driver_hypervisor_v1_hypervisor_proto_rawDesc = "" +
 	"\aConsole\x12,.kubevisor.driver.hypervisor.v1.ConsoleInput\x1a-.kubevisor.driver.hypervisor.v1.ConsoleOutput(\x010\x01\x12j\n" +
 	"\aDisplay\x12,.kubevisor.driver.hypervisor.v1.DisplayInput\x1a-.kubevisor.driver.hypervisor.v1.DisplayOutput(\x010\x01\x12j\n" +
 	"\aRecover\x12..kubevisor.driver.hypervisor.v1.RecoverRequest\x1a/.kubevisor.driver.hypervisor.v1.RecoverResponse\x12j\n" +
-	"\aMigrate\x12..kubevisor.driver.hypervisor.v1.MigrateRequest\x1a/.kubevisor.driver.hypervisor.v1.MigrateResponseBGZEgithub.com/kubevisor/kubevisor/core/driver/hypervisor/v1;hypervisorv1b\x06proto3"
+	"\aMigrate\x12..kubevisor.driver.hypervisor.v1.MigrateRequest\x1a/.kubevisor.driver.hypervisor.v1.MigrateResponse\x12\x82\x01\n" +
+	"\x0fMigrationStatus\x126.kubevisor.driver.hypervisor.v1.MigrationStatusRequest\x1a7.kubevisor.driver.hypervisor.v1.MigrationStatusResponse\x12\x82\x01\n" +
+	"\x0fCancelMigration\x126.kubevisor.driver.hypervisor.v1.CancelMigrationRequest\x1a7.kubevisor.driver.hypervisor.v1.CancelMigrationResponseBGZEgithub.com/kubevisor/kubevisor/core/driver/hypervisor/v1;hypervisorv1b\x06proto3"
 
 var (
 	file_core_driver_hypervisor_v1_hypervisor_proto_rawDescOnce sync.Once
@@ -2373,110 +3048,132 @@ func file_core_driver_hypervisor_v1_hypervisor_proto_rawDescGZIP() []byte {
 	return file_core_driver_hypervisor_v1_hypervisor_proto_rawDescData
 }
 
-var file_core_driver_hypervisor_v1_hypervisor_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_core_driver_hypervisor_v1_hypervisor_proto_msgTypes = make([]protoimpl.MessageInfo, 39)
+var file_core_driver_hypervisor_v1_hypervisor_proto_enumTypes = make([]protoimpl.EnumInfo, 5)
+var file_core_driver_hypervisor_v1_hypervisor_proto_msgTypes = make([]protoimpl.MessageInfo, 44)
 var file_core_driver_hypervisor_v1_hypervisor_proto_goTypes = []any{
-	(State)(0),                     // 0: kubevisor.driver.hypervisor.v1.State
-	(EventType)(0),                 // 1: kubevisor.driver.hypervisor.v1.EventType
-	(*Handle)(nil),                 // 2: kubevisor.driver.hypervisor.v1.Handle
-	(*CreateRequest)(nil),          // 3: kubevisor.driver.hypervisor.v1.CreateRequest
-	(*CreateResponse)(nil),         // 4: kubevisor.driver.hypervisor.v1.CreateResponse
-	(*StartRequest)(nil),           // 5: kubevisor.driver.hypervisor.v1.StartRequest
-	(*StartResponse)(nil),          // 6: kubevisor.driver.hypervisor.v1.StartResponse
-	(*ShutdownRequest)(nil),        // 7: kubevisor.driver.hypervisor.v1.ShutdownRequest
-	(*ShutdownResponse)(nil),       // 8: kubevisor.driver.hypervisor.v1.ShutdownResponse
-	(*KillRequest)(nil),            // 9: kubevisor.driver.hypervisor.v1.KillRequest
-	(*KillResponse)(nil),           // 10: kubevisor.driver.hypervisor.v1.KillResponse
-	(*DeleteRequest)(nil),          // 11: kubevisor.driver.hypervisor.v1.DeleteRequest
-	(*DeleteResponse)(nil),         // 12: kubevisor.driver.hypervisor.v1.DeleteResponse
-	(*StatusRequest)(nil),          // 13: kubevisor.driver.hypervisor.v1.StatusRequest
-	(*StatusResponse)(nil),         // 14: kubevisor.driver.hypervisor.v1.StatusResponse
-	(*VMStatus)(nil),               // 15: kubevisor.driver.hypervisor.v1.VMStatus
-	(*EventsRequest)(nil),          // 16: kubevisor.driver.hypervisor.v1.EventsRequest
-	(*Event)(nil),                  // 17: kubevisor.driver.hypervisor.v1.Event
-	(*PauseRequest)(nil),           // 18: kubevisor.driver.hypervisor.v1.PauseRequest
-	(*PauseResponse)(nil),          // 19: kubevisor.driver.hypervisor.v1.PauseResponse
-	(*ResumeRequest)(nil),          // 20: kubevisor.driver.hypervisor.v1.ResumeRequest
-	(*ResumeResponse)(nil),         // 21: kubevisor.driver.hypervisor.v1.ResumeResponse
-	(*RebootRequest)(nil),          // 22: kubevisor.driver.hypervisor.v1.RebootRequest
-	(*RebootResponse)(nil),         // 23: kubevisor.driver.hypervisor.v1.RebootResponse
-	(*SoftRebootRequest)(nil),      // 24: kubevisor.driver.hypervisor.v1.SoftRebootRequest
-	(*SoftRebootResponse)(nil),     // 25: kubevisor.driver.hypervisor.v1.SoftRebootResponse
-	(*GuestAgentInfoRequest)(nil),  // 26: kubevisor.driver.hypervisor.v1.GuestAgentInfoRequest
-	(*GuestAgentInfoResponse)(nil), // 27: kubevisor.driver.hypervisor.v1.GuestAgentInfoResponse
-	(*GuestAgentPingRequest)(nil),  // 28: kubevisor.driver.hypervisor.v1.GuestAgentPingRequest
-	(*GuestAgentPingResponse)(nil), // 29: kubevisor.driver.hypervisor.v1.GuestAgentPingResponse
-	(*GuestAgentExecRequest)(nil),  // 30: kubevisor.driver.hypervisor.v1.GuestAgentExecRequest
-	(*GuestAgentExecResponse)(nil), // 31: kubevisor.driver.hypervisor.v1.GuestAgentExecResponse
-	(*GuestOSInfo)(nil),            // 32: kubevisor.driver.hypervisor.v1.GuestOSInfo
-	(*ConsoleInput)(nil),           // 33: kubevisor.driver.hypervisor.v1.ConsoleInput
-	(*ConsoleOutput)(nil),          // 34: kubevisor.driver.hypervisor.v1.ConsoleOutput
-	(*DisplayInput)(nil),           // 35: kubevisor.driver.hypervisor.v1.DisplayInput
-	(*DisplayOutput)(nil),          // 36: kubevisor.driver.hypervisor.v1.DisplayOutput
-	(*RecoverRequest)(nil),         // 37: kubevisor.driver.hypervisor.v1.RecoverRequest
-	(*RecoverResponse)(nil),        // 38: kubevisor.driver.hypervisor.v1.RecoverResponse
-	(*MigrateRequest)(nil),         // 39: kubevisor.driver.hypervisor.v1.MigrateRequest
-	(*MigrateResponse)(nil),        // 40: kubevisor.driver.hypervisor.v1.MigrateResponse
-	(*v1.DomainSpec)(nil),          // 41: kubevisor.domain.v1.DomainSpec
-	(*durationpb.Duration)(nil),    // 42: google.protobuf.Duration
-	(*timestamppb.Timestamp)(nil),  // 43: google.protobuf.Timestamp
+	(State)(0),                      // 0: kubevisor.driver.hypervisor.v1.State
+	(EventType)(0),                  // 1: kubevisor.driver.hypervisor.v1.EventType
+	(MigrationRole)(0),              // 2: kubevisor.driver.hypervisor.v1.MigrationRole
+	(MigrationPhase)(0),             // 3: kubevisor.driver.hypervisor.v1.MigrationPhase
+	(MigrationMode)(0),              // 4: kubevisor.driver.hypervisor.v1.MigrationMode
+	(*Handle)(nil),                  // 5: kubevisor.driver.hypervisor.v1.Handle
+	(*CreateRequest)(nil),           // 6: kubevisor.driver.hypervisor.v1.CreateRequest
+	(*CreateResponse)(nil),          // 7: kubevisor.driver.hypervisor.v1.CreateResponse
+	(*StartRequest)(nil),            // 8: kubevisor.driver.hypervisor.v1.StartRequest
+	(*StartResponse)(nil),           // 9: kubevisor.driver.hypervisor.v1.StartResponse
+	(*ShutdownRequest)(nil),         // 10: kubevisor.driver.hypervisor.v1.ShutdownRequest
+	(*ShutdownResponse)(nil),        // 11: kubevisor.driver.hypervisor.v1.ShutdownResponse
+	(*KillRequest)(nil),             // 12: kubevisor.driver.hypervisor.v1.KillRequest
+	(*KillResponse)(nil),            // 13: kubevisor.driver.hypervisor.v1.KillResponse
+	(*DeleteRequest)(nil),           // 14: kubevisor.driver.hypervisor.v1.DeleteRequest
+	(*DeleteResponse)(nil),          // 15: kubevisor.driver.hypervisor.v1.DeleteResponse
+	(*StatusRequest)(nil),           // 16: kubevisor.driver.hypervisor.v1.StatusRequest
+	(*StatusResponse)(nil),          // 17: kubevisor.driver.hypervisor.v1.StatusResponse
+	(*VMStatus)(nil),                // 18: kubevisor.driver.hypervisor.v1.VMStatus
+	(*EventsRequest)(nil),           // 19: kubevisor.driver.hypervisor.v1.EventsRequest
+	(*Event)(nil),                   // 20: kubevisor.driver.hypervisor.v1.Event
+	(*PauseRequest)(nil),            // 21: kubevisor.driver.hypervisor.v1.PauseRequest
+	(*PauseResponse)(nil),           // 22: kubevisor.driver.hypervisor.v1.PauseResponse
+	(*ResumeRequest)(nil),           // 23: kubevisor.driver.hypervisor.v1.ResumeRequest
+	(*ResumeResponse)(nil),          // 24: kubevisor.driver.hypervisor.v1.ResumeResponse
+	(*RebootRequest)(nil),           // 25: kubevisor.driver.hypervisor.v1.RebootRequest
+	(*RebootResponse)(nil),          // 26: kubevisor.driver.hypervisor.v1.RebootResponse
+	(*SoftRebootRequest)(nil),       // 27: kubevisor.driver.hypervisor.v1.SoftRebootRequest
+	(*SoftRebootResponse)(nil),      // 28: kubevisor.driver.hypervisor.v1.SoftRebootResponse
+	(*GuestAgentInfoRequest)(nil),   // 29: kubevisor.driver.hypervisor.v1.GuestAgentInfoRequest
+	(*GuestAgentInfoResponse)(nil),  // 30: kubevisor.driver.hypervisor.v1.GuestAgentInfoResponse
+	(*GuestAgentPingRequest)(nil),   // 31: kubevisor.driver.hypervisor.v1.GuestAgentPingRequest
+	(*GuestAgentPingResponse)(nil),  // 32: kubevisor.driver.hypervisor.v1.GuestAgentPingResponse
+	(*GuestAgentExecRequest)(nil),   // 33: kubevisor.driver.hypervisor.v1.GuestAgentExecRequest
+	(*GuestAgentExecResponse)(nil),  // 34: kubevisor.driver.hypervisor.v1.GuestAgentExecResponse
+	(*GuestOSInfo)(nil),             // 35: kubevisor.driver.hypervisor.v1.GuestOSInfo
+	(*ConsoleInput)(nil),            // 36: kubevisor.driver.hypervisor.v1.ConsoleInput
+	(*ConsoleOutput)(nil),           // 37: kubevisor.driver.hypervisor.v1.ConsoleOutput
+	(*DisplayInput)(nil),            // 38: kubevisor.driver.hypervisor.v1.DisplayInput
+	(*DisplayOutput)(nil),           // 39: kubevisor.driver.hypervisor.v1.DisplayOutput
+	(*RecoverRequest)(nil),          // 40: kubevisor.driver.hypervisor.v1.RecoverRequest
+	(*RecoverResponse)(nil),         // 41: kubevisor.driver.hypervisor.v1.RecoverResponse
+	(*MigrateRequest)(nil),          // 42: kubevisor.driver.hypervisor.v1.MigrateRequest
+	(*MigrateResponse)(nil),         // 43: kubevisor.driver.hypervisor.v1.MigrateResponse
+	(*MigrationStatusRequest)(nil),  // 44: kubevisor.driver.hypervisor.v1.MigrationStatusRequest
+	(*MigrationStatusResponse)(nil), // 45: kubevisor.driver.hypervisor.v1.MigrationStatusResponse
+	(*CancelMigrationRequest)(nil),  // 46: kubevisor.driver.hypervisor.v1.CancelMigrationRequest
+	(*CancelMigrationResponse)(nil), // 47: kubevisor.driver.hypervisor.v1.CancelMigrationResponse
+	(*MigrationInfo)(nil),           // 48: kubevisor.driver.hypervisor.v1.MigrationInfo
+	(*v1.DomainSpec)(nil),           // 49: kubevisor.domain.v1.DomainSpec
+	(*durationpb.Duration)(nil),     // 50: google.protobuf.Duration
+	(*timestamppb.Timestamp)(nil),   // 51: google.protobuf.Timestamp
 }
 var file_core_driver_hypervisor_v1_hypervisor_proto_depIdxs = []int32{
-	41, // 0: kubevisor.driver.hypervisor.v1.CreateRequest.domain:type_name -> kubevisor.domain.v1.DomainSpec
-	2,  // 1: kubevisor.driver.hypervisor.v1.CreateResponse.handle:type_name -> kubevisor.driver.hypervisor.v1.Handle
-	42, // 2: kubevisor.driver.hypervisor.v1.ShutdownRequest.timeout:type_name -> google.protobuf.Duration
-	15, // 3: kubevisor.driver.hypervisor.v1.StatusResponse.status:type_name -> kubevisor.driver.hypervisor.v1.VMStatus
+	49, // 0: kubevisor.driver.hypervisor.v1.CreateRequest.domain:type_name -> kubevisor.domain.v1.DomainSpec
+	5,  // 1: kubevisor.driver.hypervisor.v1.CreateResponse.handle:type_name -> kubevisor.driver.hypervisor.v1.Handle
+	50, // 2: kubevisor.driver.hypervisor.v1.ShutdownRequest.timeout:type_name -> google.protobuf.Duration
+	18, // 3: kubevisor.driver.hypervisor.v1.StatusResponse.status:type_name -> kubevisor.driver.hypervisor.v1.VMStatus
 	0,  // 4: kubevisor.driver.hypervisor.v1.VMStatus.state:type_name -> kubevisor.driver.hypervisor.v1.State
-	43, // 5: kubevisor.driver.hypervisor.v1.VMStatus.started_at:type_name -> google.protobuf.Timestamp
+	51, // 5: kubevisor.driver.hypervisor.v1.VMStatus.started_at:type_name -> google.protobuf.Timestamp
 	1,  // 6: kubevisor.driver.hypervisor.v1.Event.type:type_name -> kubevisor.driver.hypervisor.v1.EventType
-	43, // 7: kubevisor.driver.hypervisor.v1.Event.time:type_name -> google.protobuf.Timestamp
+	51, // 7: kubevisor.driver.hypervisor.v1.Event.time:type_name -> google.protobuf.Timestamp
 	0,  // 8: kubevisor.driver.hypervisor.v1.Event.state:type_name -> kubevisor.driver.hypervisor.v1.State
-	32, // 9: kubevisor.driver.hypervisor.v1.GuestAgentInfoResponse.os:type_name -> kubevisor.driver.hypervisor.v1.GuestOSInfo
-	42, // 10: kubevisor.driver.hypervisor.v1.GuestAgentExecRequest.timeout:type_name -> google.protobuf.Duration
-	2,  // 11: kubevisor.driver.hypervisor.v1.RecoverRequest.handle:type_name -> kubevisor.driver.hypervisor.v1.Handle
-	15, // 12: kubevisor.driver.hypervisor.v1.RecoverResponse.status:type_name -> kubevisor.driver.hypervisor.v1.VMStatus
-	42, // 13: kubevisor.driver.hypervisor.v1.MigrateRequest.completion_timeout:type_name -> google.protobuf.Duration
-	3,  // 14: kubevisor.driver.hypervisor.v1.Hypervisor.Create:input_type -> kubevisor.driver.hypervisor.v1.CreateRequest
-	5,  // 15: kubevisor.driver.hypervisor.v1.Hypervisor.Start:input_type -> kubevisor.driver.hypervisor.v1.StartRequest
-	7,  // 16: kubevisor.driver.hypervisor.v1.Hypervisor.Shutdown:input_type -> kubevisor.driver.hypervisor.v1.ShutdownRequest
-	9,  // 17: kubevisor.driver.hypervisor.v1.Hypervisor.Kill:input_type -> kubevisor.driver.hypervisor.v1.KillRequest
-	11, // 18: kubevisor.driver.hypervisor.v1.Hypervisor.Delete:input_type -> kubevisor.driver.hypervisor.v1.DeleteRequest
-	13, // 19: kubevisor.driver.hypervisor.v1.Hypervisor.Status:input_type -> kubevisor.driver.hypervisor.v1.StatusRequest
-	16, // 20: kubevisor.driver.hypervisor.v1.Hypervisor.Events:input_type -> kubevisor.driver.hypervisor.v1.EventsRequest
-	18, // 21: kubevisor.driver.hypervisor.v1.Hypervisor.Pause:input_type -> kubevisor.driver.hypervisor.v1.PauseRequest
-	20, // 22: kubevisor.driver.hypervisor.v1.Hypervisor.Resume:input_type -> kubevisor.driver.hypervisor.v1.ResumeRequest
-	22, // 23: kubevisor.driver.hypervisor.v1.Hypervisor.Reboot:input_type -> kubevisor.driver.hypervisor.v1.RebootRequest
-	24, // 24: kubevisor.driver.hypervisor.v1.Hypervisor.SoftReboot:input_type -> kubevisor.driver.hypervisor.v1.SoftRebootRequest
-	26, // 25: kubevisor.driver.hypervisor.v1.Hypervisor.GuestAgentInfo:input_type -> kubevisor.driver.hypervisor.v1.GuestAgentInfoRequest
-	28, // 26: kubevisor.driver.hypervisor.v1.Hypervisor.GuestAgentPing:input_type -> kubevisor.driver.hypervisor.v1.GuestAgentPingRequest
-	30, // 27: kubevisor.driver.hypervisor.v1.Hypervisor.GuestAgentExec:input_type -> kubevisor.driver.hypervisor.v1.GuestAgentExecRequest
-	33, // 28: kubevisor.driver.hypervisor.v1.Hypervisor.Console:input_type -> kubevisor.driver.hypervisor.v1.ConsoleInput
-	35, // 29: kubevisor.driver.hypervisor.v1.Hypervisor.Display:input_type -> kubevisor.driver.hypervisor.v1.DisplayInput
-	37, // 30: kubevisor.driver.hypervisor.v1.Hypervisor.Recover:input_type -> kubevisor.driver.hypervisor.v1.RecoverRequest
-	39, // 31: kubevisor.driver.hypervisor.v1.Hypervisor.Migrate:input_type -> kubevisor.driver.hypervisor.v1.MigrateRequest
-	4,  // 32: kubevisor.driver.hypervisor.v1.Hypervisor.Create:output_type -> kubevisor.driver.hypervisor.v1.CreateResponse
-	6,  // 33: kubevisor.driver.hypervisor.v1.Hypervisor.Start:output_type -> kubevisor.driver.hypervisor.v1.StartResponse
-	8,  // 34: kubevisor.driver.hypervisor.v1.Hypervisor.Shutdown:output_type -> kubevisor.driver.hypervisor.v1.ShutdownResponse
-	10, // 35: kubevisor.driver.hypervisor.v1.Hypervisor.Kill:output_type -> kubevisor.driver.hypervisor.v1.KillResponse
-	12, // 36: kubevisor.driver.hypervisor.v1.Hypervisor.Delete:output_type -> kubevisor.driver.hypervisor.v1.DeleteResponse
-	14, // 37: kubevisor.driver.hypervisor.v1.Hypervisor.Status:output_type -> kubevisor.driver.hypervisor.v1.StatusResponse
-	17, // 38: kubevisor.driver.hypervisor.v1.Hypervisor.Events:output_type -> kubevisor.driver.hypervisor.v1.Event
-	19, // 39: kubevisor.driver.hypervisor.v1.Hypervisor.Pause:output_type -> kubevisor.driver.hypervisor.v1.PauseResponse
-	21, // 40: kubevisor.driver.hypervisor.v1.Hypervisor.Resume:output_type -> kubevisor.driver.hypervisor.v1.ResumeResponse
-	23, // 41: kubevisor.driver.hypervisor.v1.Hypervisor.Reboot:output_type -> kubevisor.driver.hypervisor.v1.RebootResponse
-	25, // 42: kubevisor.driver.hypervisor.v1.Hypervisor.SoftReboot:output_type -> kubevisor.driver.hypervisor.v1.SoftRebootResponse
-	27, // 43: kubevisor.driver.hypervisor.v1.Hypervisor.GuestAgentInfo:output_type -> kubevisor.driver.hypervisor.v1.GuestAgentInfoResponse
-	29, // 44: kubevisor.driver.hypervisor.v1.Hypervisor.GuestAgentPing:output_type -> kubevisor.driver.hypervisor.v1.GuestAgentPingResponse
-	31, // 45: kubevisor.driver.hypervisor.v1.Hypervisor.GuestAgentExec:output_type -> kubevisor.driver.hypervisor.v1.GuestAgentExecResponse
-	34, // 46: kubevisor.driver.hypervisor.v1.Hypervisor.Console:output_type -> kubevisor.driver.hypervisor.v1.ConsoleOutput
-	36, // 47: kubevisor.driver.hypervisor.v1.Hypervisor.Display:output_type -> kubevisor.driver.hypervisor.v1.DisplayOutput
-	38, // 48: kubevisor.driver.hypervisor.v1.Hypervisor.Recover:output_type -> kubevisor.driver.hypervisor.v1.RecoverResponse
-	40, // 49: kubevisor.driver.hypervisor.v1.Hypervisor.Migrate:output_type -> kubevisor.driver.hypervisor.v1.MigrateResponse
-	32, // [32:50] is the sub-list for method output_type
-	14, // [14:32] is the sub-list for method input_type
-	14, // [14:14] is the sub-list for extension type_name
-	14, // [14:14] is the sub-list for extension extendee
-	0,  // [0:14] is the sub-list for field type_name
+	48, // 9: kubevisor.driver.hypervisor.v1.Event.migration:type_name -> kubevisor.driver.hypervisor.v1.MigrationInfo
+	35, // 10: kubevisor.driver.hypervisor.v1.GuestAgentInfoResponse.os:type_name -> kubevisor.driver.hypervisor.v1.GuestOSInfo
+	50, // 11: kubevisor.driver.hypervisor.v1.GuestAgentExecRequest.timeout:type_name -> google.protobuf.Duration
+	5,  // 12: kubevisor.driver.hypervisor.v1.RecoverRequest.handle:type_name -> kubevisor.driver.hypervisor.v1.Handle
+	18, // 13: kubevisor.driver.hypervisor.v1.RecoverResponse.status:type_name -> kubevisor.driver.hypervisor.v1.VMStatus
+	50, // 14: kubevisor.driver.hypervisor.v1.MigrateRequest.completion_timeout:type_name -> google.protobuf.Duration
+	48, // 15: kubevisor.driver.hypervisor.v1.MigrationStatusResponse.migration:type_name -> kubevisor.driver.hypervisor.v1.MigrationInfo
+	2,  // 16: kubevisor.driver.hypervisor.v1.MigrationInfo.role:type_name -> kubevisor.driver.hypervisor.v1.MigrationRole
+	3,  // 17: kubevisor.driver.hypervisor.v1.MigrationInfo.phase:type_name -> kubevisor.driver.hypervisor.v1.MigrationPhase
+	4,  // 18: kubevisor.driver.hypervisor.v1.MigrationInfo.mode:type_name -> kubevisor.driver.hypervisor.v1.MigrationMode
+	51, // 19: kubevisor.driver.hypervisor.v1.MigrationInfo.started_at:type_name -> google.protobuf.Timestamp
+	51, // 20: kubevisor.driver.hypervisor.v1.MigrationInfo.ended_at:type_name -> google.protobuf.Timestamp
+	50, // 21: kubevisor.driver.hypervisor.v1.MigrationInfo.downtime:type_name -> google.protobuf.Duration
+	50, // 22: kubevisor.driver.hypervisor.v1.MigrationInfo.expected_downtime:type_name -> google.protobuf.Duration
+	50, // 23: kubevisor.driver.hypervisor.v1.MigrationInfo.total_time:type_name -> google.protobuf.Duration
+	6,  // 24: kubevisor.driver.hypervisor.v1.Hypervisor.Create:input_type -> kubevisor.driver.hypervisor.v1.CreateRequest
+	8,  // 25: kubevisor.driver.hypervisor.v1.Hypervisor.Start:input_type -> kubevisor.driver.hypervisor.v1.StartRequest
+	10, // 26: kubevisor.driver.hypervisor.v1.Hypervisor.Shutdown:input_type -> kubevisor.driver.hypervisor.v1.ShutdownRequest
+	12, // 27: kubevisor.driver.hypervisor.v1.Hypervisor.Kill:input_type -> kubevisor.driver.hypervisor.v1.KillRequest
+	14, // 28: kubevisor.driver.hypervisor.v1.Hypervisor.Delete:input_type -> kubevisor.driver.hypervisor.v1.DeleteRequest
+	16, // 29: kubevisor.driver.hypervisor.v1.Hypervisor.Status:input_type -> kubevisor.driver.hypervisor.v1.StatusRequest
+	19, // 30: kubevisor.driver.hypervisor.v1.Hypervisor.Events:input_type -> kubevisor.driver.hypervisor.v1.EventsRequest
+	21, // 31: kubevisor.driver.hypervisor.v1.Hypervisor.Pause:input_type -> kubevisor.driver.hypervisor.v1.PauseRequest
+	23, // 32: kubevisor.driver.hypervisor.v1.Hypervisor.Resume:input_type -> kubevisor.driver.hypervisor.v1.ResumeRequest
+	25, // 33: kubevisor.driver.hypervisor.v1.Hypervisor.Reboot:input_type -> kubevisor.driver.hypervisor.v1.RebootRequest
+	27, // 34: kubevisor.driver.hypervisor.v1.Hypervisor.SoftReboot:input_type -> kubevisor.driver.hypervisor.v1.SoftRebootRequest
+	29, // 35: kubevisor.driver.hypervisor.v1.Hypervisor.GuestAgentInfo:input_type -> kubevisor.driver.hypervisor.v1.GuestAgentInfoRequest
+	31, // 36: kubevisor.driver.hypervisor.v1.Hypervisor.GuestAgentPing:input_type -> kubevisor.driver.hypervisor.v1.GuestAgentPingRequest
+	33, // 37: kubevisor.driver.hypervisor.v1.Hypervisor.GuestAgentExec:input_type -> kubevisor.driver.hypervisor.v1.GuestAgentExecRequest
+	36, // 38: kubevisor.driver.hypervisor.v1.Hypervisor.Console:input_type -> kubevisor.driver.hypervisor.v1.ConsoleInput
+	38, // 39: kubevisor.driver.hypervisor.v1.Hypervisor.Display:input_type -> kubevisor.driver.hypervisor.v1.DisplayInput
+	40, // 40: kubevisor.driver.hypervisor.v1.Hypervisor.Recover:input_type -> kubevisor.driver.hypervisor.v1.RecoverRequest
+	42, // 41: kubevisor.driver.hypervisor.v1.Hypervisor.Migrate:input_type -> kubevisor.driver.hypervisor.v1.MigrateRequest
+	44, // 42: kubevisor.driver.hypervisor.v1.Hypervisor.MigrationStatus:input_type -> kubevisor.driver.hypervisor.v1.MigrationStatusRequest
+	46, // 43: kubevisor.driver.hypervisor.v1.Hypervisor.CancelMigration:input_type -> kubevisor.driver.hypervisor.v1.CancelMigrationRequest
+	7,  // 44: kubevisor.driver.hypervisor.v1.Hypervisor.Create:output_type -> kubevisor.driver.hypervisor.v1.CreateResponse
+	9,  // 45: kubevisor.driver.hypervisor.v1.Hypervisor.Start:output_type -> kubevisor.driver.hypervisor.v1.StartResponse
+	11, // 46: kubevisor.driver.hypervisor.v1.Hypervisor.Shutdown:output_type -> kubevisor.driver.hypervisor.v1.ShutdownResponse
+	13, // 47: kubevisor.driver.hypervisor.v1.Hypervisor.Kill:output_type -> kubevisor.driver.hypervisor.v1.KillResponse
+	15, // 48: kubevisor.driver.hypervisor.v1.Hypervisor.Delete:output_type -> kubevisor.driver.hypervisor.v1.DeleteResponse
+	17, // 49: kubevisor.driver.hypervisor.v1.Hypervisor.Status:output_type -> kubevisor.driver.hypervisor.v1.StatusResponse
+	20, // 50: kubevisor.driver.hypervisor.v1.Hypervisor.Events:output_type -> kubevisor.driver.hypervisor.v1.Event
+	22, // 51: kubevisor.driver.hypervisor.v1.Hypervisor.Pause:output_type -> kubevisor.driver.hypervisor.v1.PauseResponse
+	24, // 52: kubevisor.driver.hypervisor.v1.Hypervisor.Resume:output_type -> kubevisor.driver.hypervisor.v1.ResumeResponse
+	26, // 53: kubevisor.driver.hypervisor.v1.Hypervisor.Reboot:output_type -> kubevisor.driver.hypervisor.v1.RebootResponse
+	28, // 54: kubevisor.driver.hypervisor.v1.Hypervisor.SoftReboot:output_type -> kubevisor.driver.hypervisor.v1.SoftRebootResponse
+	30, // 55: kubevisor.driver.hypervisor.v1.Hypervisor.GuestAgentInfo:output_type -> kubevisor.driver.hypervisor.v1.GuestAgentInfoResponse
+	32, // 56: kubevisor.driver.hypervisor.v1.Hypervisor.GuestAgentPing:output_type -> kubevisor.driver.hypervisor.v1.GuestAgentPingResponse
+	34, // 57: kubevisor.driver.hypervisor.v1.Hypervisor.GuestAgentExec:output_type -> kubevisor.driver.hypervisor.v1.GuestAgentExecResponse
+	37, // 58: kubevisor.driver.hypervisor.v1.Hypervisor.Console:output_type -> kubevisor.driver.hypervisor.v1.ConsoleOutput
+	39, // 59: kubevisor.driver.hypervisor.v1.Hypervisor.Display:output_type -> kubevisor.driver.hypervisor.v1.DisplayOutput
+	41, // 60: kubevisor.driver.hypervisor.v1.Hypervisor.Recover:output_type -> kubevisor.driver.hypervisor.v1.RecoverResponse
+	43, // 61: kubevisor.driver.hypervisor.v1.Hypervisor.Migrate:output_type -> kubevisor.driver.hypervisor.v1.MigrateResponse
+	45, // 62: kubevisor.driver.hypervisor.v1.Hypervisor.MigrationStatus:output_type -> kubevisor.driver.hypervisor.v1.MigrationStatusResponse
+	47, // 63: kubevisor.driver.hypervisor.v1.Hypervisor.CancelMigration:output_type -> kubevisor.driver.hypervisor.v1.CancelMigrationResponse
+	44, // [44:64] is the sub-list for method output_type
+	24, // [24:44] is the sub-list for method input_type
+	24, // [24:24] is the sub-list for extension type_name
+	24, // [24:24] is the sub-list for extension extendee
+	0,  // [0:24] is the sub-list for field type_name
 }
 
 func init() { file_core_driver_hypervisor_v1_hypervisor_proto_init() }
@@ -2489,8 +3186,8 @@ func file_core_driver_hypervisor_v1_hypervisor_proto_init() {
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_core_driver_hypervisor_v1_hypervisor_proto_rawDesc), len(file_core_driver_hypervisor_v1_hypervisor_proto_rawDesc)),
-			NumEnums:      2,
-			NumMessages:   39,
+			NumEnums:      5,
+			NumMessages:   44,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -21,24 +21,26 @@ import (
 const _ = grpc.SupportPackageIsVersion9
 
 const (
-	Hypervisor_Create_FullMethodName         = "/kubevisor.driver.hypervisor.v1.Hypervisor/Create"
-	Hypervisor_Start_FullMethodName          = "/kubevisor.driver.hypervisor.v1.Hypervisor/Start"
-	Hypervisor_Shutdown_FullMethodName       = "/kubevisor.driver.hypervisor.v1.Hypervisor/Shutdown"
-	Hypervisor_Kill_FullMethodName           = "/kubevisor.driver.hypervisor.v1.Hypervisor/Kill"
-	Hypervisor_Delete_FullMethodName         = "/kubevisor.driver.hypervisor.v1.Hypervisor/Delete"
-	Hypervisor_Status_FullMethodName         = "/kubevisor.driver.hypervisor.v1.Hypervisor/Status"
-	Hypervisor_Events_FullMethodName         = "/kubevisor.driver.hypervisor.v1.Hypervisor/Events"
-	Hypervisor_Pause_FullMethodName          = "/kubevisor.driver.hypervisor.v1.Hypervisor/Pause"
-	Hypervisor_Resume_FullMethodName         = "/kubevisor.driver.hypervisor.v1.Hypervisor/Resume"
-	Hypervisor_Reboot_FullMethodName         = "/kubevisor.driver.hypervisor.v1.Hypervisor/Reboot"
-	Hypervisor_SoftReboot_FullMethodName     = "/kubevisor.driver.hypervisor.v1.Hypervisor/SoftReboot"
-	Hypervisor_GuestAgentInfo_FullMethodName = "/kubevisor.driver.hypervisor.v1.Hypervisor/GuestAgentInfo"
-	Hypervisor_GuestAgentPing_FullMethodName = "/kubevisor.driver.hypervisor.v1.Hypervisor/GuestAgentPing"
-	Hypervisor_GuestAgentExec_FullMethodName = "/kubevisor.driver.hypervisor.v1.Hypervisor/GuestAgentExec"
-	Hypervisor_Console_FullMethodName        = "/kubevisor.driver.hypervisor.v1.Hypervisor/Console"
-	Hypervisor_Display_FullMethodName        = "/kubevisor.driver.hypervisor.v1.Hypervisor/Display"
-	Hypervisor_Recover_FullMethodName        = "/kubevisor.driver.hypervisor.v1.Hypervisor/Recover"
-	Hypervisor_Migrate_FullMethodName        = "/kubevisor.driver.hypervisor.v1.Hypervisor/Migrate"
+	Hypervisor_Create_FullMethodName          = "/kubevisor.driver.hypervisor.v1.Hypervisor/Create"
+	Hypervisor_Start_FullMethodName           = "/kubevisor.driver.hypervisor.v1.Hypervisor/Start"
+	Hypervisor_Shutdown_FullMethodName        = "/kubevisor.driver.hypervisor.v1.Hypervisor/Shutdown"
+	Hypervisor_Kill_FullMethodName            = "/kubevisor.driver.hypervisor.v1.Hypervisor/Kill"
+	Hypervisor_Delete_FullMethodName          = "/kubevisor.driver.hypervisor.v1.Hypervisor/Delete"
+	Hypervisor_Status_FullMethodName          = "/kubevisor.driver.hypervisor.v1.Hypervisor/Status"
+	Hypervisor_Events_FullMethodName          = "/kubevisor.driver.hypervisor.v1.Hypervisor/Events"
+	Hypervisor_Pause_FullMethodName           = "/kubevisor.driver.hypervisor.v1.Hypervisor/Pause"
+	Hypervisor_Resume_FullMethodName          = "/kubevisor.driver.hypervisor.v1.Hypervisor/Resume"
+	Hypervisor_Reboot_FullMethodName          = "/kubevisor.driver.hypervisor.v1.Hypervisor/Reboot"
+	Hypervisor_SoftReboot_FullMethodName      = "/kubevisor.driver.hypervisor.v1.Hypervisor/SoftReboot"
+	Hypervisor_GuestAgentInfo_FullMethodName  = "/kubevisor.driver.hypervisor.v1.Hypervisor/GuestAgentInfo"
+	Hypervisor_GuestAgentPing_FullMethodName  = "/kubevisor.driver.hypervisor.v1.Hypervisor/GuestAgentPing"
+	Hypervisor_GuestAgentExec_FullMethodName  = "/kubevisor.driver.hypervisor.v1.Hypervisor/GuestAgentExec"
+	Hypervisor_Console_FullMethodName         = "/kubevisor.driver.hypervisor.v1.Hypervisor/Console"
+	Hypervisor_Display_FullMethodName         = "/kubevisor.driver.hypervisor.v1.Hypervisor/Display"
+	Hypervisor_Recover_FullMethodName         = "/kubevisor.driver.hypervisor.v1.Hypervisor/Recover"
+	Hypervisor_Migrate_FullMethodName         = "/kubevisor.driver.hypervisor.v1.Hypervisor/Migrate"
+	Hypervisor_MigrationStatus_FullMethodName = "/kubevisor.driver.hypervisor.v1.Hypervisor/MigrationStatus"
+	Hypervisor_CancelMigration_FullMethodName = "/kubevisor.driver.hypervisor.v1.Hypervisor/CancelMigration"
 )
 
 // HypervisorClient is the client API for Hypervisor service.
@@ -104,8 +106,24 @@ type HypervisorClient interface {
 	// (FEATURE_HYPERVISOR_RECOVER). A VM created and never started is reported CREATED; a VM that
 	// is gone (stopped, or deleted) is reported STOPPED, not as an error.
 	Recover(ctx context.Context, in *RecoverRequest, opts ...grpc.CallOption) (*RecoverResponse, error)
-	// Migrate moves a running VM to a target prepared on another node (FEATURE_HYPERVISOR_MIGRATE).
+	// Migrate starts moving a running VM to a target VM that another instance of the driver
+	// created and started to receive it (DomainSpec.incoming_migration), and returns once the
+	// migration began (FEATURE_HYPERVISOR_MIGRATE). Progress and outcome are reported by
+	// MigrationStatus and by MIGRATION events; on success the VM stops here with reason Migrated.
 	Migrate(ctx context.Context, in *MigrateRequest, opts ...grpc.CallOption) (*MigrateResponse, error)
+	// MigrationStatus reports the VM's current or last migration, at either end
+	// (FEATURE_HYPERVISOR_MIGRATE). A VM that never migrated has none (phase UNSPECIFIED).
+	//
+	// Progress is polled rather than streamed: the migration runs in the VM process, not in the
+	// driver, and outlives a restart of the driver process, which would end a stream; the
+	// control plane samples progress at its own pace (its progress timeout) and a poll answers
+	// from the VM process itself after Recover. Phase changes are pushed as MIGRATION events on
+	// Events, so that nobody has to poll for the outcome.
+	MigrationStatus(ctx context.Context, in *MigrationStatusRequest, opts ...grpc.CallOption) (*MigrationStatusResponse, error)
+	// CancelMigration aborts the VM's migration and returns once it ended
+	// (FEATURE_HYPERVISOR_MIGRATE): at the source the VM goes on running here; at the target the
+	// incoming VM stops.
+	CancelMigration(ctx context.Context, in *CancelMigrationRequest, opts ...grpc.CallOption) (*CancelMigrationResponse, error)
 }
 
 type hypervisorClient struct {
@@ -311,6 +329,26 @@ func (c *hypervisorClient) Migrate(ctx context.Context, in *MigrateRequest, opts
 	return out, nil
 }
 
+func (c *hypervisorClient) MigrationStatus(ctx context.Context, in *MigrationStatusRequest, opts ...grpc.CallOption) (*MigrationStatusResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(MigrationStatusResponse)
+	err := c.cc.Invoke(ctx, Hypervisor_MigrationStatus_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *hypervisorClient) CancelMigration(ctx context.Context, in *CancelMigrationRequest, opts ...grpc.CallOption) (*CancelMigrationResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(CancelMigrationResponse)
+	err := c.cc.Invoke(ctx, Hypervisor_CancelMigration_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // HypervisorServer is the server API for Hypervisor service.
 // All implementations must embed UnimplementedHypervisorServer
 // for forward compatibility.
@@ -374,8 +412,24 @@ type HypervisorServer interface {
 	// (FEATURE_HYPERVISOR_RECOVER). A VM created and never started is reported CREATED; a VM that
 	// is gone (stopped, or deleted) is reported STOPPED, not as an error.
 	Recover(context.Context, *RecoverRequest) (*RecoverResponse, error)
-	// Migrate moves a running VM to a target prepared on another node (FEATURE_HYPERVISOR_MIGRATE).
+	// Migrate starts moving a running VM to a target VM that another instance of the driver
+	// created and started to receive it (DomainSpec.incoming_migration), and returns once the
+	// migration began (FEATURE_HYPERVISOR_MIGRATE). Progress and outcome are reported by
+	// MigrationStatus and by MIGRATION events; on success the VM stops here with reason Migrated.
 	Migrate(context.Context, *MigrateRequest) (*MigrateResponse, error)
+	// MigrationStatus reports the VM's current or last migration, at either end
+	// (FEATURE_HYPERVISOR_MIGRATE). A VM that never migrated has none (phase UNSPECIFIED).
+	//
+	// Progress is polled rather than streamed: the migration runs in the VM process, not in the
+	// driver, and outlives a restart of the driver process, which would end a stream; the
+	// control plane samples progress at its own pace (its progress timeout) and a poll answers
+	// from the VM process itself after Recover. Phase changes are pushed as MIGRATION events on
+	// Events, so that nobody has to poll for the outcome.
+	MigrationStatus(context.Context, *MigrationStatusRequest) (*MigrationStatusResponse, error)
+	// CancelMigration aborts the VM's migration and returns once it ended
+	// (FEATURE_HYPERVISOR_MIGRATE): at the source the VM goes on running here; at the target the
+	// incoming VM stops.
+	CancelMigration(context.Context, *CancelMigrationRequest) (*CancelMigrationResponse, error)
 	mustEmbedUnimplementedHypervisorServer()
 }
 
@@ -439,6 +493,12 @@ func (UnimplementedHypervisorServer) Recover(context.Context, *RecoverRequest) (
 }
 func (UnimplementedHypervisorServer) Migrate(context.Context, *MigrateRequest) (*MigrateResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method Migrate not implemented")
+}
+func (UnimplementedHypervisorServer) MigrationStatus(context.Context, *MigrationStatusRequest) (*MigrationStatusResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method MigrationStatus not implemented")
+}
+func (UnimplementedHypervisorServer) CancelMigration(context.Context, *CancelMigrationRequest) (*CancelMigrationResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method CancelMigration not implemented")
 }
 func (UnimplementedHypervisorServer) mustEmbedUnimplementedHypervisorServer() {}
 func (UnimplementedHypervisorServer) testEmbeddedByValue()                    {}
@@ -756,6 +816,42 @@ func _Hypervisor_Migrate_Handler(srv interface{}, ctx context.Context, dec func(
 	return interceptor(ctx, in, info, handler)
 }
 
+func _Hypervisor_MigrationStatus_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(MigrationStatusRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(HypervisorServer).MigrationStatus(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Hypervisor_MigrationStatus_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(HypervisorServer).MigrationStatus(ctx, req.(*MigrationStatusRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Hypervisor_CancelMigration_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(CancelMigrationRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(HypervisorServer).CancelMigration(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Hypervisor_CancelMigration_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(HypervisorServer).CancelMigration(ctx, req.(*CancelMigrationRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // Hypervisor_ServiceDesc is the grpc.ServiceDesc for Hypervisor service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -822,6 +918,14 @@ var Hypervisor_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "Migrate",
 			Handler:    _Hypervisor_Migrate_Handler,
+		},
+		{
+			MethodName: "MigrationStatus",
+			Handler:    _Hypervisor_MigrationStatus_Handler,
+		},
+		{
+			MethodName: "CancelMigration",
+			Handler:    _Hypervisor_CancelMigration_Handler,
 		},
 	},
 	Streams: []grpc.StreamDesc{
