@@ -78,21 +78,24 @@ unit: deps-libvirt ## The fast inner loop: go test -short ./..., which needs no 
 run: deps-qemu deps-net build guest cni-plugins ## Boot the demo VMI without a cluster: the node handler in standalone mode (Ctrl-C stops it).
 	$(BIN)/kubevisor-handler run -f $(DEMO_VMI)
 
+# The HypervisorClasses the install creates for the two hypervisor drivers: make demo runs the
+# conformance kit with each (kubevisor-conformance --class), finding the drivers in bin/.
+QMP_CLASS     := manifests/install/drivers/qmp/hypervisorclass.yaml
+LIBVIRT_CLASS := manifests/install/drivers/libvirt/hypervisorclass.yaml
+
 .PHONY: demo
-demo: deps-qemu deps-libvirt build guest ## Boot the test guest through the qmp and local driver plugins, then the libvirt and local ones, and run the conformance kit against every in-tree driver.
+demo: deps-qemu deps-libvirt build guest ## Boot the test guest through the qmp and local driver plugins, then the libvirt and local ones, each hypervisor by its install's HypervisorClass (launchers with the class's capabilities only), and run the conformance kit against every in-tree driver.
 	@mkdir -p $(OUT)
-	@echo "==> a real VM: test guest booted under QEMU by the qmp and local driver plugins (kubevisor-conformance vm)"
-	@$(BIN)/kubevisor-conformance vm --hypervisor $(BIN)/kubevisor-driver-qmp --storage $(BIN)/kubevisor-driver-local \
+	@echo "==> a real VM: test guest booted under QEMU by the qmp and local driver plugins, launchers as in the qmp class's pods (kubevisor-conformance vm --class)"
+	@$(BIN)/kubevisor-conformance vm --class $(QMP_CLASS) --storage $(BIN)/kubevisor-driver-local \
 	    --guest-dir $(GUEST) --junit $(OUT)/conformance-vm.xml
-	@echo "==> a real VM: test guest booted by the libvirt and local driver plugins (a libvirt daemon per VM)"
-	@$(BIN)/kubevisor-conformance vm --hypervisor $(BIN)/kubevisor-driver-libvirt --storage $(BIN)/kubevisor-driver-local \
+	@echo "==> a real VM: test guest booted by the libvirt and local driver plugins (a libvirt daemon per VM), launchers as in the libvirt class's pods"
+	@$(BIN)/kubevisor-conformance vm --class $(LIBVIRT_CLASS) --storage $(BIN)/kubevisor-driver-local \
 	    --guest-dir $(GUEST) --junit $(OUT)/conformance-vm-libvirt.xml
-	@echo "==> conformance: qmp hypervisor driver (bin/kubevisor-driver-qmp)"
-	@$(BIN)/kubevisor-conformance driver --plugin $(BIN)/kubevisor-driver-qmp --kind hypervisor \
-	    --junit $(OUT)/conformance-qmp.xml
-	@echo "==> conformance: libvirt hypervisor driver (bin/kubevisor-driver-libvirt)"
-	@$(BIN)/kubevisor-conformance driver --plugin $(BIN)/kubevisor-driver-libvirt --kind hypervisor \
-	    --junit $(OUT)/conformance-libvirt.xml
+	@echo "==> conformance: qmp hypervisor driver of the qmp class (bin/kubevisor-driver-qmp)"
+	@$(BIN)/kubevisor-conformance driver --class $(QMP_CLASS) --junit $(OUT)/conformance-qmp.xml
+	@echo "==> conformance: libvirt hypervisor driver of the libvirt class (bin/kubevisor-driver-libvirt)"
+	@$(BIN)/kubevisor-conformance driver --class $(LIBVIRT_CLASS) --junit $(OUT)/conformance-libvirt.xml
 	@echo "==> conformance: local storage driver (bin/kubevisor-driver-local)"
 	@$(BIN)/kubevisor-conformance driver --plugin $(BIN)/kubevisor-driver-local --kind storage \
 	    --junit $(OUT)/conformance-local.xml
@@ -193,9 +196,11 @@ local-cluster: $(CLUSTER_DEPS)
 e2e: deps-runtime deps-tools deps-qemu deps-libvirt $(E2E_CLUSTER) ## Cluster conformance suite (conformance/e2e, Ginkgo) against E2E_KUBECONFIG (default: the local cluster, brought up when not running); JUnit report in _output/e2e-junit.xml.
 	@mkdir -p $(BIN) $(OUT)/images
 	CGO_ENABLED=0 $(GO) build -o $(BIN)/e2e-httpget ./conformance/e2e/httpget
+	CGO_ENABLED=0 $(GO) build -o $(BIN)/e2e-signal ./conformance/e2e/signal
 	$(GO) build -o $(BIN)/vmctl ./cmd/vmctl
 	$(GO) run ./hack/images --out $(OUT)/images -name e2e-httpget -bins $(BIN)/e2e-httpget custom
-	@if [ -S /run/kubevisor-cluster/containerd/containerd.sock ]; then hack/cluster/load-images.sh $(OUT)/images/e2e-httpget.tar; fi
+	$(GO) run ./hack/images --out $(OUT)/images -name e2e-signal -bins $(BIN)/e2e-signal custom
+	@if [ -S /run/kubevisor-cluster/containerd/containerd.sock ]; then hack/cluster/load-images.sh $(OUT)/images/e2e-httpget.tar $(OUT)/images/e2e-signal.tar; fi
 	$(GO) test -tags e2e -count=1 -timeout 60m ./conformance/e2e -args -kubeconfig $(E2E_KUBECONFIG) -vmctl $(BIN)/vmctl \
 	    -hypervisor-class '$(E2E_HYPERVISOR_CLASS)' -two-classes '$(E2E_TWO_CLASSES)' \
 	    -ginkgo.label-filter '$(E2E_LABELS)' -ginkgo.junit-report $(abspath $(E2E_JUNIT)) -ginkgo.v
