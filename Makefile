@@ -206,7 +206,7 @@ e2e: deps-runtime deps-tools deps-qemu deps-libvirt $(E2E_CLUSTER) ## Cluster co
 	    -ginkgo.label-filter '$(E2E_LABELS)' -ginkgo.junit-report $(abspath $(E2E_JUNIT)) -ginkgo.v
 
 .PHONY: e2e-driver-images
-e2e-driver-images: deps-runtime deps-tools deps-qemu local-cluster ## Local cluster: the example drivers installed from their driver images (hack/e2e-driver-images.sh): the device driver's resource on the Node, a VMI booted from the storage driver's disks, a wrong sha256 refused by name while the other drivers serve; then DRIVERS again.
+e2e-driver-images: deps-runtime deps-tools deps-qemu local-cluster ## Local cluster: the example drivers installed from their driver images (hack/e2e-driver-images.sh): the sim device driver beside hostdev (its resource on the Node, a VMI of the simulated class fake given one and named in its domain spec), a VMI booted from the storage driver's disks, a wrong sha256 refused by name while the other drivers serve; then DRIVERS again.
 	$(MAKE) --no-print-directory images
 	$(GO) build -o $(BIN)/vmctl ./cmd/vmctl
 	DRIVERS=$(DRIVERS) GO=$(GO) hack/e2e-driver-images.sh
