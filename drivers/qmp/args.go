@@ -303,6 +303,11 @@ func (b *argBuilder) build() {
 		}
 	}
 	b.add("-nodefaults", "-no-user-config", "-display", "none", "-S", "-msg", "timestamp=on")
+	if spec.GetIncomingMigration() != nil {
+		// A migration target: the driver names the socket with migrate-incoming once it set the
+		// migration's capabilities (migrate.go).
+		b.add("-incoming", "defer")
+	}
 	// A panicking guest (pvpanic) ends QEMU, as a guest powering off does: the VM is CRASHED.
 	b.add("-action", "panic=shutdown")
 	// seccomp, as libvirt sets it: QEMU needs none of what this forbids.

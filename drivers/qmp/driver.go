@@ -75,7 +75,8 @@ func (c Config) probeOptions() (ProbeOptions, error) {
 }
 
 // Driver is the QEMU hypervisor driver. It implements driver.Hypervisor and the optional
-// Pauser, Rebooter, SoftRebooter, GuestAgent, GuestExecer, Consoler, Displayer and Recoverer.
+// Pauser, Rebooter, SoftRebooter, GuestAgent, GuestExecer, Consoler, Displayer, Recoverer and
+// Migrator.
 type Driver struct {
 	log    hclog.Logger
 	local  launcher.Starter
@@ -101,6 +102,7 @@ var (
 	_ driver.Recoverer   = (*Driver)(nil)
 	_ driver.GuestAgent  = (*Driver)(nil)
 	_ driver.GuestExecer = (*Driver)(nil)
+	_ driver.Migrator    = (*Driver)(nil)
 )
 
 // Option changes a Driver made by New.
@@ -170,6 +172,7 @@ func (d *Driver) capabilities() *basev1.Capabilities {
 			basev1.Feature_FEATURE_HYPERVISOR_CONSOLE,
 			basev1.Feature_FEATURE_HYPERVISOR_DISPLAY,
 			basev1.Feature_FEATURE_HYPERVISOR_RECOVER,
+			basev1.Feature_FEATURE_HYPERVISOR_MIGRATE,
 		},
 		Firmware:     supportedFirmware,
 		DiskBuses:    supportedDiskBuses,

@@ -67,6 +67,12 @@ type record struct {
 	SoftReboot   bool            `json:"softReboot,omitempty"` // pending: softreboot.go
 	StartedAt    time.Time       `json:"startedAt,omitzero"`
 	Spec         json.RawMessage `json:"spec"`
+	// Migration is the VM's current or last migration (migrate.go).
+	Migration *migrationRecord `json:"migration,omitempty"`
+	// MigratedIn: the VM was a migration target and has run; a later Start boots the guest.
+	MigratedIn bool `json:"migratedIn,omitempty"`
+	// IncomingSocket is the socket a migration target listens on (Delete removes it).
+	IncomingSocket string `json:"incomingSocket,omitempty"`
 }
 
 // vm is one VM the driver knows.
@@ -84,6 +90,7 @@ type vm struct {
 	sess    *session      // the running QEMU, nil when there is none
 	changed chan struct{} // closed and replaced on every change
 	reset   time.Time     // when QEMU last reported a reset counted in rec.Boots
+	mig     *migration    // the current or last migration (migrate.go)
 
 	// agent serialises the guest agent's exchanges (GuestAgentInfo, GuestAgentPing,
 	// GuestAgentExec): QEMU's chardev serves one client at a time. A one-slot semaphore, so that
@@ -115,6 +122,14 @@ type session struct {
 	shutdownReason string
 	hostStop       string
 	softRebooting  bool // the guest powered off for a soft reboot, which is being finished
+	// hostStopMessage is the VM's message when the host stopped it (with hostStop).
+	hostStopMessage string
+
+	// Under vm.mu: a migration (migrate.go).
+	incoming     bool // a migration target that does not run the VM yet
+	incomingDone bool // its state arrived: runMigratedIn runs it
+	migratedOut  bool // the source of a completed migration: it is being stopped
+	postCopyLost bool // a migration failed in post-copy: the VM is lost here
 }
 
 func (s *session) detachAndWait() {
@@ -280,6 +295,7 @@ func (d *Driver) Create(ctx context.Context, spec *domainv1.DomainSpec) (*hyperv
 		rec: record{
 			ID: spec.GetId(), Name: spec.GetName(), RunDir: runDir, OwnRunDir: own,
 			QMPSocket: paths.QMP, SerialSocket: paths.Serial, Accel: accel, Spec: specJSON,
+			IncomingSocket: spec.GetIncomingMigration().GetSocketPath(),
 		},
 	}
 	d.mu.Lock()
@@ -338,7 +354,13 @@ func (d *Driver) launch(ctx context.Context, v *vm, host *HostInfo) error {
 	if err := os.MkdirAll(v.rec.RunDir, 0o700); err != nil {
 		return status.Errorf(codes.FailedPrecondition, "run dir: %v", err)
 	}
-	for _, stale := range []string{v.paths.QMP, v.paths.Serial, v.paths.PID, v.spec.GetVnc().GetSocketPath()} {
+	if v.rec.MigratedIn && v.spec.GetIncomingMigration() != nil {
+		// The VM arrived and ran: from now on it boots as any VM.
+		v.spec = proto.CloneOf(v.spec)
+		v.spec.IncomingMigration = nil
+	}
+	incoming := v.spec.GetIncomingMigration()
+	for _, stale := range []string{v.paths.QMP, v.paths.Serial, v.paths.PID, v.spec.GetVnc().GetSocketPath(), incoming.GetSocketPath()} {
 		if stale != "" {
 			_ = os.Remove(stale)
 		}
@@ -428,6 +450,9 @@ func (d *Driver) launch(ctx context.Context, v *vm, host *HostInfo) error {
 			_ = d.stop(ctx, v, s, driver.ReasonStartFailed)
 			return status.Errorf(codes.FailedPrecondition, "qemu (pid %d): %v", pid, err)
 		}
+	}
+	if incoming != nil {
+		return d.listenIncoming(ctx, v, s, pid, logs)
 	}
 	// A VM that starts paused keeps its vCPUs stopped (-S) until Resume's cont.
 	startPaused := v.spec.GetStartPaused()
@@ -531,6 +556,9 @@ func (d *Driver) eventLoop(v *vm, s *session) {
 
 // applyLocked applies a QMP event (or the effect of a command that has one) to v.
 func (d *Driver) applyLocked(v *vm, s *session, e qmp.Event) {
+	if d.migrationEventLocked(v, s, e) {
+		return
+	}
 	e, consumed := d.softRebootEventLocked(v, s, e)
 	if consumed {
 		return
@@ -595,12 +623,24 @@ func (d *Driver) finishLocked(v *vm, s *session) {
 	state, typ := hypervisorv1.State_STATE_STOPPED, hypervisorv1.EventType_EVENT_TYPE_STOPPED
 	var reason, msg string
 	switch {
+	case s.postCopyLost:
+		state, typ, reason, msg = hypervisorv1.State_STATE_CRASHED, hypervisorv1.EventType_EVENT_TYPE_CRASHED, driver.ReasonMigrationFailed,
+			"the migration failed after the switch to post-copy: the guest's memory was split between source and target"
+	case s.migratedOut:
+		reason, msg = driver.ReasonMigrated, s.hostStopMessage
+	case s.incoming:
+		// A target that never ran the VM.
+		reason = cmp.Or(s.hostStop, driver.ReasonMigrationFailed)
+		msg = "the incoming migration did not complete"
+		if s.hostStop == "" {
+			msg = fmt.Sprintf("the incoming migration failed; end of qemu.log: %s", tailLog(v.paths.Log, s.logFrom))
+		}
 	case s.panicked:
 		state, typ, reason, msg = hypervisorv1.State_STATE_CRASHED, hypervisorv1.EventType_EVENT_TYPE_CRASHED, driver.ReasonGuestPanicked, "the guest panicked"
 	case s.guestShutdown:
 		reason, msg = driver.ReasonGuestShutdown, "the guest powered off"
 	case s.hostStop != "":
-		reason = s.hostStop
+		reason, msg = s.hostStop, s.hostStopMessage
 	case s.shutdownSeen:
 		reason, msg = s.shutdownReason, "QEMU shut down"
 	default:
@@ -614,6 +654,13 @@ func (d *Driver) finishLocked(v *vm, s *session) {
 	}
 	v.rec.PID = 0
 	v.rec.SoftReboot = false
+	if !v.mig.ended() {
+		phase := hypervisorv1.MigrationPhase_MIGRATION_PHASE_FAILED
+		if reason == driver.ReasonMigrationCancelled {
+			phase = hypervisorv1.MigrationPhase_MIGRATION_PHASE_CANCELLED
+		}
+		d.endMigrationLocked(v, phase, fmt.Sprintf("the VM process ended (%s)", reason))
+	}
 	d.emitLocked(v, typ)
 	d.persistLocked(v)
 	close(s.done)
@@ -684,6 +731,17 @@ func (d *Driver) Shutdown(ctx context.Context, id string, timeout time.Duration)
 	s, st, err := v.running()
 	if err != nil {
 		return false, nil // stopped already
+	}
+	v.mu.Lock()
+	incoming, migrating := s.incoming, !v.mig.ended() && !s.incoming
+	v.mu.Unlock()
+	if incoming {
+		timeout = 0 // no guest to ask yet
+	} else if migrating {
+		// The guest powers off here: the migration first ends, the VM staying here.
+		if err := d.CancelMigration(ctx, id); err != nil {
+			d.log.Warn("cancel the migration before shutdown", "id", id, "error", err)
+		}
 	}
 	if st == hypervisorv1.State_STATE_PAUSED {
 		if _, err := s.mon.Run(ctx, "cont", nil); err == nil {
@@ -782,6 +840,11 @@ func (d *Driver) runState(ctx context.Context, id, command, event string, want h
 	v.op.Lock()
 	defer v.op.Unlock()
 	s, st, err := v.running()
+	if err == nil {
+		v.mu.Lock()
+		err = v.migrationBusyLocked()
+		v.mu.Unlock()
+	}
 	switch {
 	case err != nil:
 		return err
@@ -814,6 +877,10 @@ func (d *Driver) lockRunning(id string) (v *vm, s *session, unlock func(), err e
 	case err != nil:
 	case st != hypervisorv1.State_STATE_RUNNING:
 		err = status.Errorf(codes.FailedPrecondition, "vm %q is %s, not running", id, driver.StateWord(st))
+	default:
+		v.mu.Lock()
+		err = v.migrationBusyLocked()
+		v.mu.Unlock()
 	}
 	if err != nil {
 		v.op.Unlock()
@@ -858,7 +925,8 @@ func (d *Driver) Delete(_ context.Context, id string) error {
 		return status.Errorf(codes.FailedPrecondition, "vm %q is %s: stop it first", id, st)
 	}
 	v.mu.Unlock()
-	made := []string{v.paths.QMP, v.paths.Serial, v.paths.PID, v.paths.Log, v.paths.Agent, v.spec.GetVnc().GetSocketPath()}
+	made := []string{v.paths.QMP, v.paths.Serial, v.paths.PID, v.paths.Log, v.paths.Agent, v.spec.GetVnc().GetSocketPath(),
+		v.rec.IncomingSocket}
 	if !v.spec.GetFirmware().GetEfi().GetPersistent() {
 		// A persistent store is the persistent state directory's, which outlives the VM.
 		made = append(made, v.paths.Vars)
@@ -967,8 +1035,12 @@ func (d *Driver) Recover(ctx context.Context, h *hypervisorv1.Handle) (*hypervis
 	if err := protojson.Unmarshal(rec.Spec, spec); err != nil {
 		return nil, status.Errorf(codes.InvalidArgument, "handle.state: spec: %v", err)
 	}
+	if rec.MigratedIn {
+		spec.IncomingMigration = nil
+	}
 	paths := RunPaths(spec, rec.RunDir)
-	v := &vm{id: rec.ID, spec: spec, paths: paths, rec: rec, changed: make(chan struct{}), agent: make(chan struct{}, 1)}
+	v := &vm{id: rec.ID, spec: spec, paths: paths, rec: rec, changed: make(chan struct{}), agent: make(chan struct{}, 1),
+		mig: loadMigration(rec.Migration)}
 	pid := rec.PID
 	if pid == 0 {
 		pid = readPIDFile(paths.PID)
@@ -981,6 +1053,12 @@ func (d *Driver) Recover(ctx context.Context, h *hypervisorv1.Handle) (*hypervis
 	}
 	if proc == nil {
 		v.rec.PID = 0
+		if !v.mig.ended() {
+			v.mig.info.Phase = hypervisorv1.MigrationPhase_MIGRATION_PHASE_FAILED
+			v.mig.info.Message = "the VM process was gone when the driver restarted"
+			v.mig.info.EndedAt = timestamppb.Now()
+			v.persistMigrationLocked()
+		}
 		switch {
 		case pid == 0 && v.rec.Boots == 0 && recorded:
 			// Created and never started (a deleted VM has no record left).
@@ -1018,11 +1096,14 @@ func (d *Driver) Recover(ctx context.Context, h *hypervisorv1.Handle) (*hypervis
 		logFrom = max(fi.Size()-logTail, 0)
 	}
 	v.rec.PID = pid
-	if v.rec.Boots == 0 {
+	if v.rec.Boots == 0 && v.spec.GetIncomingMigration() == nil {
 		v.rec.Boots = 1
 	}
 	v.reason = driver.ReasonRecovered
+	migState, afterAdopt, migrating := d.recoverMigration(ctx, v, mon, qs.Status)
 	switch {
+	case migrating:
+		v.state = migState
 	case qs.Status == "prelaunch" && v.spec.GetStartPaused():
 		// Started paused and not resumed since.
 		v.state = hypervisorv1.State_STATE_PAUSED
@@ -1056,6 +1137,9 @@ func (d *Driver) Recover(ctx context.Context, h *hypervisorv1.Handle) (*hypervis
 	if err != nil {
 		s.detachAndWait()
 		return nil, err
+	}
+	if afterAdopt != nil {
+		afterAdopt(s)
 	}
 	if finishReboot {
 		v.mu.Lock()

@@ -1,0 +1,746 @@
+package qmp
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/digitalocean/go-qemu/qmp"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/encoding/protojson"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/durationpb"
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	"github.com/kubevisor/kubevisor/core/driver"
+	hypervisorv1 "github.com/kubevisor/kubevisor/core/driver/hypervisor/v1"
+)
+
+// Live migration with QEMU's own migration over unix sockets (driver.Migrator):
+//
+// Target: a spec with incoming_migration starts QEMU with `-incoming defer` (and -S, as every
+// VM), sets the capabilities "events" (MIGRATION events) and, when allowed, "postcopy-ram" (which
+// both ends must have), and runs `migrate-incoming unix:<socket_path>`: QEMU listens, the VM is
+// PAUSED (IncomingMigration). When QEMU reports the migration completed, the driver runs `cont`
+// (QEMU was started with -S) and reports STARTED (RUNNING, Migrated). A target whose migration
+// fails exits by itself (QEMU 7.2 ends an incoming migration that fails): STOPPED,
+// MigrationFailed.
+//
+// Source: Migrate sets the capabilities "events", "return-path" (the target tells the source
+// whether it loaded the state, so "completed" means the target runs it), "auto-converge" and
+// "postcopy-ram" as allowed, the parameter max-bandwidth (the request's, else unlimitedBandwidth
+// in place of QEMU's default of 32 MiB/s), then `migrate unix:<path>`, and returns. A watcher
+// samples `query-migrate` every migrationPoll: it switches to post-copy
+// (`migrate-start-postcopy`) when allowed and pre-copy does not converge (two passes in a row
+// leave at least as much to send as the pass before), or at the completion timeout, where it
+// cancels (`migrate_cancel`) a migration that cannot switch. QEMU pauses the source for the
+// switch-over and resumes it when the migration fails; neither is reported (the VM stays
+// RUNNING). Once completed the driver reads QEMU's final figures (downtime, total time) and
+// ends QEMU: STOPPED, Migrated.
+//
+// The migration is recorded in the VM's record (state dir), so a restarted driver's Recover
+// re-adopts it as the contract says (recoverMigration).
+
+const (
+	// migrationPoll is how often the source's watcher samples query-migrate.
+	migrationPoll = 500 * time.Millisecond
+	// unlimitedBandwidth is max-bandwidth without a limit: 1 TiB/s (QEMU's default is 32 MiB/s).
+	unlimitedBandwidth = 1 << 40
+	// migrationCommandWait bounds each QMP command of a migration.
+	migrationCommandWait = 5 * time.Second
+	// cancelWait bounds waiting for a cancelled migration to end.
+	cancelWait = 30 * time.Second
+	// notConverging is how many passes in a row that leave no less to send than the pass
+	// before make pre-copy "not converging".
+	notConverging = 2
+)
+
+// migration is a VM's current or last migration (under vm.mu).
+type migration struct {
+	info              *hypervisorv1.MigrationInfo
+	completionTimeout time.Duration
+	// cancelReason, when set, is why the driver cancelled the migration (CancelMigration, the
+	// completion timeout): QEMU's "cancelled" then carries it.
+	cancelReason string
+	// passes are the bytes left after each pass of pre-copy, for the convergence rule.
+	passes  []uint64
+	lastSeq uint64
+}
+
+// migrationRecord is a migration in the VM's record.
+type migrationRecord struct {
+	Info              json.RawMessage `json:"info"`
+	CompletionTimeout time.Duration   `json:"completionTimeout,omitempty"`
+}
+
+func (m *migration) ended() bool {
+	if m == nil {
+		return true
+	}
+	switch m.info.GetPhase() {
+	case hypervisorv1.MigrationPhase_MIGRATION_PHASE_COMPLETED, hypervisorv1.MigrationPhase_MIGRATION_PHASE_FAILED,
+		hypervisorv1.MigrationPhase_MIGRATION_PHASE_CANCELLED:
+		return true
+	}
+	return false
+}
+
+func (m *migration) role() hypervisorv1.MigrationRole { return m.info.GetRole() }
+
+// migrationBusyLocked is FailedPrecondition while v is migrating (either end) or waits for an
+// incoming migration: what the contract forbids meanwhile.
+func (v *vm) migrationBusyLocked() error {
+	switch {
+	case v.mig == nil || v.mig.ended():
+		return nil
+	case v.mig.role() == hypervisorv1.MigrationRole_MIGRATION_ROLE_TARGET:
+		return status.Errorf(codes.FailedPrecondition, "vm %q is the target of a migration that has not completed", v.id)
+	default:
+		return status.Errorf(codes.FailedPrecondition, "vm %q is migrating (cancel the migration first)", v.id)
+	}
+}
+
+// persistMigrationLocked copies v.mig into v.rec, for persistLocked.
+func (v *vm) persistMigrationLocked() {
+	if v.mig == nil {
+		v.rec.Migration = nil
+		return
+	}
+	raw, err := protojson.Marshal(v.mig.info)
+	if err != nil {
+		return
+	}
+	v.rec.Migration = &migrationRecord{Info: raw, CompletionTimeout: v.mig.completionTimeout}
+}
+
+// loadMigration is the migration of a record, nil when it has none.
+func loadMigration(r *migrationRecord) *migration {
+	if r == nil {
+		return nil
+	}
+	info := &hypervisorv1.MigrationInfo{}
+	if protojson.Unmarshal(r.Info, info) != nil {
+		return nil
+	}
+	return &migration{info: info, completionTimeout: r.CompletionTimeout}
+}
+
+// emitMigrationLocked records v.mig and reports it in a MIGRATION event.
+func (d *Driver) emitMigrationLocked(v *vm) {
+	v.persistMigrationLocked()
+	d.persistLocked(v)
+	d.events.Publish(&hypervisorv1.Event{
+		Id: v.id, Type: hypervisorv1.EventType_EVENT_TYPE_MIGRATION, Time: timestamppb.Now(),
+		State: v.state, Reason: v.reason, Message: v.message, Migration: proto.CloneOf(v.mig.info),
+	})
+	v.signalLocked()
+}
+
+// endMigrationLocked ends v.mig with phase and message, reporting it; nothing when it ended.
+func (d *Driver) endMigrationLocked(v *vm, phase hypervisorv1.MigrationPhase, msg string) {
+	if v.mig.ended() {
+		return
+	}
+	v.mig.info.Phase = phase
+	v.mig.info.Message = msg
+	v.mig.info.EndedAt = timestamppb.Now()
+	if st := v.mig.info.GetStartedAt(); st != nil {
+		v.mig.info.TotalTime = durationpb.New(time.Since(st.AsTime()))
+	}
+	d.log.Info("migration ended", "id", v.id, "role", v.mig.role().String(), "phase", phase.String(), "message", msg)
+	d.emitMigrationLocked(v)
+}
+
+// migrationSocket is the unix socket of a MigrateRequest: target_socket_path, or target_uri as
+// "unix:PATH" (the only form this driver understands: it never migrates over the network).
+func migrationSocket(req *hypervisorv1.MigrateRequest) (string, error) {
+	field, path := "targetSocketPath", req.GetTargetSocketPath()
+	if uri := req.GetTargetUri(); uri != "" {
+		p, ok := strings.CutPrefix(uri, "unix:")
+		if !ok {
+			return "", status.Errorf(codes.InvalidArgument, "targetUri: %q is not unix:PATH (the qmp driver migrates over unix sockets only)", uri)
+		}
+		field, path = "targetUri", p
+	}
+	switch {
+	case path == "":
+		return "", status.Errorf(codes.InvalidArgument, "%s: required", field)
+	case !filepath.IsAbs(path):
+		return "", status.Errorf(codes.InvalidArgument, "%s: %q is not an absolute path", field, path)
+	}
+	fi, err := os.Stat(path)
+	switch {
+	case err != nil:
+		return "", status.Errorf(codes.FailedPrecondition, "%s: no socket at %s: %v", field, path, err)
+	case fi.Mode()&os.ModeSocket == 0:
+		return "", status.Errorf(codes.FailedPrecondition, "%s: %s is not a socket", field, path)
+	}
+	return path, nil
+}
+
+// capability is one entry of migrate-set-capabilities.
+type capability struct {
+	Capability string `json:"capability"`
+	State      bool   `json:"state"`
+}
+
+func setCapabilities(ctx context.Context, mon Monitor, caps ...capability) error {
+	_, err := mon.Run(ctx, "migrate-set-capabilities", map[string]any{"capabilities": caps})
+	return err
+}
+
+// Migrate implements driver.Migrator: the source side, as the comment above says.
+func (d *Driver) Migrate(ctx context.Context, req *hypervisorv1.MigrateRequest) error {
+	path, err := migrationSocket(req)
+	if err != nil {
+		return err
+	}
+	v, s, unlock, err := d.lockRunning(req.GetId())
+	if err != nil {
+		return err
+	}
+	defer unlock()
+	ctx, cancel := context.WithTimeout(ctx, migrationCommandWait)
+	defer cancel()
+	// A pending soft reboot would make QEMU pause the guest at its power-off: not while it moves.
+	d.cancelSoftReboot(ctx, v, s)
+	bandwidth := req.GetBandwidthBytesPerSecond()
+	if err := setCapabilities(ctx, s.mon,
+		capability{"events", true}, capability{"return-path", true},
+		capability{"auto-converge", req.GetAllowAutoConverge()}, capability{"postcopy-ram", req.GetAllowPostCopy()},
+	); err != nil {
+		return status.Errorf(codes.FailedPrecondition, "vm %q: %v", v.id, err)
+	}
+	limit := bandwidth
+	if limit == 0 {
+		limit = unlimitedBandwidth
+	}
+	if _, err := s.mon.Run(ctx, "migrate-set-parameters", map[string]any{"max-bandwidth": limit}); err != nil {
+		return status.Errorf(codes.InvalidArgument, "bandwidthBytesPerSecond: %v", err)
+	}
+	v.mu.Lock()
+	if v.sess != s {
+		v.mu.Unlock()
+		return status.Errorf(codes.FailedPrecondition, "vm %q stopped", v.id)
+	}
+	v.mig = &migration{
+		completionTimeout: req.GetCompletionTimeout().AsDuration(),
+		info: &hypervisorv1.MigrationInfo{
+			Role: hypervisorv1.MigrationRole_MIGRATION_ROLE_SOURCE, Phase: hypervisorv1.MigrationPhase_MIGRATION_PHASE_SETUP,
+			Mode: hypervisorv1.MigrationMode_MIGRATION_MODE_PRE_COPY, StartedAt: timestamppb.Now(), Target: path,
+			BandwidthLimitBytesPerSecond: bandwidth, AutoConverge: req.GetAllowAutoConverge(), PostCopy: req.GetAllowPostCopy(),
+		},
+	}
+	mig := v.mig
+	d.emitMigrationLocked(v)
+	v.mu.Unlock()
+	d.log.Info("migrating", "id", v.id, "target", path, "bandwidth", bandwidth, "auto_converge", req.GetAllowAutoConverge(),
+		"post_copy", req.GetAllowPostCopy(), "completion_timeout", mig.completionTimeout.String())
+	if _, err := s.mon.Run(ctx, "migrate", map[string]any{"uri": "unix:" + path}); err != nil {
+		v.mu.Lock()
+		d.endMigrationLocked(v, hypervisorv1.MigrationPhase_MIGRATION_PHASE_FAILED, err.Error())
+		v.mu.Unlock()
+		return status.Errorf(codes.FailedPrecondition, "vm %q: %v", v.id, err)
+	}
+	go d.watchMigration(v, s, mig)
+	return nil
+}
+
+// queryMigrate is what this driver reads of query-migrate.
+type queryMigrate struct {
+	Status           string `json:"status"`
+	TotalTime        int64  `json:"total-time"`
+	Downtime         *int64 `json:"downtime"`
+	ExpectedDowntime int64  `json:"expected-downtime"`
+	Throttle         uint32 `json:"cpu-throttle-percentage"`
+	ErrorDesc        string `json:"error-desc"`
+	RAM              *struct {
+		Transferred    uint64  `json:"transferred"`
+		Remaining      uint64  `json:"remaining"`
+		Total          uint64  `json:"total"`
+		DirtyPagesRate uint64  `json:"dirty-pages-rate"`
+		Mbps           float64 `json:"mbps"`
+		DirtySyncCount uint64  `json:"dirty-sync-count"`
+		PageSize       uint64  `json:"page-size"`
+	} `json:"ram"`
+}
+
+func runQueryMigrate(ctx context.Context, mon Monitor) (*queryMigrate, error) {
+	raw, err := mon.Run(ctx, "query-migrate", nil)
+	if err != nil {
+		return nil, err
+	}
+	q := &queryMigrate{}
+	if err := json.Unmarshal(raw, q); err != nil {
+		return nil, fmt.Errorf("query-migrate: %w", err)
+	}
+	return q, nil
+}
+
+// applyQueryLocked copies QEMU's figures into info.
+func applyQuery(info *hypervisorv1.MigrationInfo, q *queryMigrate) {
+	if r := q.RAM; r != nil {
+		info.TotalBytes, info.TransferredBytes, info.RemainingBytes = r.Total, r.Transferred, r.Remaining
+		info.DirtyRateBytesPerSecond = r.DirtyPagesRate * max(r.PageSize, 4096)
+		info.ThroughputBytesPerSecond = uint64(r.Mbps * 1e6 / 8)
+		info.Iterations = r.DirtySyncCount
+	}
+	info.ThrottlePercent = q.Throttle
+	if q.TotalTime > 0 {
+		info.TotalTime = durationpb.New(time.Duration(q.TotalTime) * time.Millisecond)
+	}
+	if q.ExpectedDowntime > 0 {
+		info.ExpectedDowntime = durationpb.New(time.Duration(q.ExpectedDowntime) * time.Millisecond)
+	}
+	if q.Downtime != nil {
+		info.Downtime = durationpb.New(time.Duration(*q.Downtime) * time.Millisecond)
+	}
+	if q.Status == "postcopy-active" {
+		info.Mode = hypervisorv1.MigrationMode_MIGRATION_MODE_POST_COPY
+	}
+}
+
+// watchMigration is the source's watcher: progress, the convergence rule and the completion
+// timeout, until the migration ends or QEMU does.
+func (d *Driver) watchMigration(v *vm, s *session, mig *migration) {
+	tick := time.NewTicker(migrationPoll)
+	defer tick.Stop()
+	for {
+		select {
+		case <-s.done:
+			return
+		case <-s.detach:
+			return
+		case <-tick.C:
+		}
+		v.mu.Lock()
+		if v.mig != mig || mig.ended() || s.migratedOut {
+			v.mu.Unlock()
+			return
+		}
+		v.mu.Unlock()
+		ctx, cancel := context.WithTimeout(context.Background(), migrationCommandWait)
+		q, err := runQueryMigrate(ctx, s.mon)
+		cancel()
+		if err != nil {
+			d.log.Debug("query-migrate", "id", v.id, "error", err)
+			continue
+		}
+		v.mu.Lock()
+		if v.mig != mig || mig.ended() {
+			v.mu.Unlock()
+			return
+		}
+		applyQuery(mig.info, q)
+		action, why := mig.nextAction(q)
+		v.mu.Unlock()
+		switch action {
+		case "postcopy":
+			d.log.Info("switching the migration to post-copy", "id", v.id, "why", why)
+			ctx, cancel := context.WithTimeout(context.Background(), migrationCommandWait)
+			if _, err := s.mon.Run(ctx, "migrate-start-postcopy", nil); err != nil {
+				d.log.Warn("migrate-start-postcopy", "id", v.id, "error", err)
+			}
+			cancel()
+			v.mu.Lock()
+			mig.passes = nil
+			mig.info.Mode = hypervisorv1.MigrationMode_MIGRATION_MODE_POST_COPY
+			d.emitMigrationLocked(v)
+			v.mu.Unlock()
+		case "cancel":
+			d.log.Info("cancelling the migration", "id", v.id, "why", why)
+			v.mu.Lock()
+			mig.cancelReason = why
+			v.mu.Unlock()
+			ctx, cancel := context.WithTimeout(context.Background(), migrationCommandWait)
+			if _, err := s.mon.Run(ctx, "migrate_cancel", nil); err != nil {
+				d.log.Warn("migrate_cancel", "id", v.id, "error", err)
+			}
+			cancel()
+		}
+	}
+}
+
+// nextAction applies the convergence rule and the completion timeout to a sample of an active
+// migration: "postcopy", "cancel" or "" (go on), and why.
+func (m *migration) nextAction(q *queryMigrate) (string, string) {
+	if q.Status != "active" || m.info.GetMode() == hypervisorv1.MigrationMode_MIGRATION_MODE_POST_COPY || m.cancelReason != "" {
+		return "", ""
+	}
+	if q.RAM != nil && q.RAM.DirtySyncCount != m.lastSeq {
+		// The first sample of a new pass: what the last pass left to send.
+		m.lastSeq = q.RAM.DirtySyncCount
+		if q.RAM.DirtySyncCount >= 2 {
+			m.passes = append(m.passes, q.RAM.Remaining)
+		}
+	}
+	if m.info.GetPostCopy() && m.stalled() {
+		return "postcopy", fmt.Sprintf("pre-copy does not converge: %d passes in a row left no less to send (%d bytes)", notConverging, m.passes[len(m.passes)-1])
+	}
+	if t := m.completionTimeout; t > 0 && time.Since(m.info.GetStartedAt().AsTime()) >= t {
+		if m.info.GetPostCopy() {
+			return "postcopy", fmt.Sprintf("completion timeout of %s reached", t)
+		}
+		return "cancel", fmt.Sprintf("the migration did not complete within its completion timeout of %s", t)
+	}
+	return "", ""
+}
+
+// stalled says whether the last notConverging passes each left no less than the one before.
+func (m *migration) stalled() bool {
+	n := len(m.passes)
+	if n < notConverging+1 {
+		return false
+	}
+	for i := n - notConverging; i < n; i++ {
+		if m.passes[i] < m.passes[i-1] {
+			return false
+		}
+	}
+	return true
+}
+
+// migrationEventLocked is what a QMP event means to a VM in a migration: consumed when the
+// driver handles it here (MIGRATION), or hides it (the source's pause for the switch-over, the
+// target's resume, which Start's cont reports as STARTED).
+func (d *Driver) migrationEventLocked(v *vm, s *session, e qmp.Event) bool {
+	m := v.mig
+	switch e.Event {
+	case "STOP", "RESUME":
+		// The switch-over pauses the source, a failed migration resumes it; an incoming VM is
+		// paused until it runs.
+		return m != nil && (!m.ended() || s.migratedOut || s.incoming)
+	case "MIGRATION_PASS":
+		return true
+	case "MIGRATION":
+	default:
+		return false
+	}
+	st, _ := e.Data["status"].(string)
+	if m == nil || m.ended() {
+		d.log.Debug("MIGRATION event without a migration", "id", v.id, "status", st)
+		return true
+	}
+	target := m.role() == hypervisorv1.MigrationRole_MIGRATION_ROLE_TARGET
+	switch st {
+	case "active":
+		if m.info.GetPhase() == hypervisorv1.MigrationPhase_MIGRATION_PHASE_SETUP {
+			m.info.Phase = hypervisorv1.MigrationPhase_MIGRATION_PHASE_ACTIVE
+			d.emitMigrationLocked(v)
+		}
+	case "postcopy-active":
+		if m.info.GetMode() != hypervisorv1.MigrationMode_MIGRATION_MODE_POST_COPY {
+			m.info.Phase = hypervisorv1.MigrationPhase_MIGRATION_PHASE_ACTIVE
+			m.info.Mode = hypervisorv1.MigrationMode_MIGRATION_MODE_POST_COPY
+			d.emitMigrationLocked(v)
+		}
+	case "completed":
+		if target {
+			if !s.incomingDone {
+				s.incomingDone = true
+				go d.runMigratedIn(v, s)
+			}
+		} else if !s.migratedOut {
+			s.migratedOut = true
+			go d.finishMigratedOut(v, s)
+		}
+	case "failed":
+		msg := "QEMU reported the migration failed"
+		if target {
+			msg = "the incoming migration failed: " + tailLog(v.paths.Log, s.logFrom)
+		}
+		if !target && m.info.GetMode() == hypervisorv1.MigrationMode_MIGRATION_MODE_POST_COPY {
+			// The guest's memory is split between both ends: the VM is lost here.
+			s.postCopyLost = true
+			go func() { _ = d.stop(context.Background(), v, s, driver.ReasonMigrationFailed) }()
+			msg = "the migration failed in post-copy: the VM is lost"
+		} else if !target {
+			go d.afterFailedOut(v, s)
+		}
+		d.endMigrationLocked(v, hypervisorv1.MigrationPhase_MIGRATION_PHASE_FAILED, msg)
+	case "cancelled":
+		msg := "cancelled"
+		if m.cancelReason != "" {
+			msg = m.cancelReason
+		}
+		if !target {
+			go d.afterFailedOut(v, s)
+		}
+		d.endMigrationLocked(v, hypervisorv1.MigrationPhase_MIGRATION_PHASE_CANCELLED, msg)
+	}
+	return true
+}
+
+// afterFailedOut makes sure a source whose migration failed or was cancelled runs: QEMU resumes
+// it by itself, unless the failure came at a moment it does not.
+func (d *Driver) afterFailedOut(v *vm, s *session) {
+	ctx, cancel := context.WithTimeout(context.Background(), migrationCommandWait)
+	defer cancel()
+	raw, err := s.mon.Run(ctx, "query-status", nil)
+	if err != nil {
+		return
+	}
+	var qs struct {
+		Status  string `json:"status"`
+		Running bool   `json:"running"`
+	}
+	if json.Unmarshal(raw, &qs) != nil || qs.Running {
+		return
+	}
+	v.mu.Lock()
+	want := v.sess == s && v.state == hypervisorv1.State_STATE_RUNNING
+	v.mu.Unlock()
+	if want && (qs.Status == "postmigrate" || qs.Status == "paused" || qs.Status == "finish-migrate") {
+		d.log.Info("resuming the source after its migration ended", "id", v.id, "qemu_status", qs.Status)
+		if _, err := s.mon.Run(ctx, "cont", nil); err != nil {
+			d.log.Warn("resume the source", "id", v.id, "error", err)
+		}
+	}
+}
+
+// finishMigratedOut ends the source of a completed migration: QEMU's final figures, then QEMU.
+func (d *Driver) finishMigratedOut(v *vm, s *session) {
+	ctx, cancel := context.WithTimeout(context.Background(), migrationCommandWait)
+	q, err := runQueryMigrate(ctx, s.mon)
+	cancel()
+	v.mu.Lock()
+	if v.mig != nil && !v.mig.ended() {
+		if err == nil {
+			applyQuery(v.mig.info, q)
+		}
+		v.mig.info.RemainingBytes = 0
+		total := v.mig.info.GetTotalTime()
+		d.endMigrationLocked(v, hypervisorv1.MigrationPhase_MIGRATION_PHASE_COMPLETED, "")
+		if total != nil {
+			v.mig.info.TotalTime = total // QEMU's own figure
+			v.persistMigrationLocked()
+		}
+		s.hostStopMessage = "migrated to " + v.mig.info.GetTarget()
+	}
+	v.mu.Unlock()
+	d.log.Info("migrated: stopping the source", "id", v.id, "downtime", v.mig.info.GetDowntime().AsDuration().String())
+	if err := d.stop(context.Background(), v, s, driver.ReasonMigrated); err != nil {
+		d.log.Error("stop the migrated source", "id", v.id, "error", err)
+	}
+}
+
+// runMigratedIn runs a target whose state arrived: cont (QEMU was started with -S), then
+// RUNNING.
+func (d *Driver) runMigratedIn(v *vm, s *session) {
+	ctx, cancel := context.WithTimeout(context.Background(), migrationCommandWait)
+	defer cancel()
+	if _, err := s.mon.Run(ctx, "cont", nil); err != nil {
+		d.log.Error("run the migrated VM", "id", v.id, "error", err)
+		v.mu.Lock()
+		d.endMigrationLocked(v, hypervisorv1.MigrationPhase_MIGRATION_PHASE_FAILED, "cont: "+err.Error())
+		v.mu.Unlock()
+		_ = d.stop(ctx, v, s, driver.ReasonMigrationFailed)
+		return
+	}
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	if v.sess != s {
+		return
+	}
+	s.incoming = false
+	v.state, v.reason, v.message = hypervisorv1.State_STATE_RUNNING, driver.ReasonMigrated, ""
+	v.rec.StartedAt = time.Now()
+	v.rec.MigratedIn = true
+	d.emitLocked(v, hypervisorv1.EventType_EVENT_TYPE_STARTED)
+	d.endMigrationLocked(v, hypervisorv1.MigrationPhase_MIGRATION_PHASE_COMPLETED, "")
+	d.log.Info("migrated in: running", "id", v.id)
+}
+
+// listenIncoming finishes Start of a migration target: its QEMU (-incoming defer, -S) listens
+// for the migration stream, and the VM is PAUSED (IncomingMigration) until the state arrives.
+func (d *Driver) listenIncoming(ctx context.Context, v *vm, s *session, pid int, logs func() string) error {
+	in := v.spec.GetIncomingMigration()
+	v.mu.Lock()
+	s.incoming = true
+	v.mig = &migration{info: &hypervisorv1.MigrationInfo{
+		Role: hypervisorv1.MigrationRole_MIGRATION_ROLE_TARGET, Phase: hypervisorv1.MigrationPhase_MIGRATION_PHASE_SETUP,
+		Mode: hypervisorv1.MigrationMode_MIGRATION_MODE_PRE_COPY, StartedAt: timestamppb.Now(), Target: in.GetSocketPath(),
+		PostCopy: in.GetAllowPostCopy(),
+	}}
+	v.mu.Unlock()
+	if err := d.startIncoming(ctx, v, s); err != nil {
+		_ = d.stop(ctx, v, s, driver.ReasonStartFailed)
+		return status.Errorf(codes.Internal, "qemu (pid %d): %v: %s", pid, err, logs())
+	}
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	select {
+	case <-s.done:
+		return status.Errorf(codes.Internal, "qemu (pid %d) exited: %s", pid, v.message)
+	default:
+	}
+	v.state, v.reason, v.message = hypervisorv1.State_STATE_PAUSED, driver.ReasonIncomingMigration, "waiting for the migration stream on "+in.GetSocketPath()
+	v.rec.PID = pid
+	d.log.Info("waiting for an incoming migration", "id", v.id, "pid", pid, "socket", in.GetSocketPath())
+	d.emitMigrationLocked(v)
+	return nil
+}
+
+// startIncoming makes a launched QEMU (-incoming defer) listen for the migration stream.
+func (d *Driver) startIncoming(ctx context.Context, v *vm, s *session) error {
+	in := v.spec.GetIncomingMigration()
+	ctx, cancel := context.WithTimeout(ctx, migrationCommandWait)
+	defer cancel()
+	if err := setCapabilities(ctx, s.mon, capability{"events", true}, capability{"postcopy-ram", in.GetAllowPostCopy()}); err != nil {
+		return fmt.Errorf("incomingMigration: %w", err)
+	}
+	if _, err := s.mon.Run(ctx, "migrate-incoming", map[string]any{"uri": "unix:" + in.GetSocketPath()}); err != nil {
+		return fmt.Errorf("incomingMigration.socketPath: %w", err)
+	}
+	return nil
+}
+
+// MigrationStatus implements driver.Migrator: the source's live figures while it migrates.
+func (d *Driver) MigrationStatus(ctx context.Context, id string) (*hypervisorv1.MigrationInfo, error) {
+	v, err := d.get(id)
+	if err != nil {
+		return nil, err
+	}
+	v.mu.Lock()
+	m, s := v.mig, v.sess
+	live := m != nil && !m.ended() && m.role() == hypervisorv1.MigrationRole_MIGRATION_ROLE_SOURCE && s != nil
+	v.mu.Unlock()
+	if live {
+		qctx, cancel := context.WithTimeout(ctx, time.Second)
+		q, err := runQueryMigrate(qctx, s.mon)
+		cancel()
+		if err == nil {
+			v.mu.Lock()
+			if v.mig == m && !m.ended() {
+				applyQuery(m.info, q)
+			}
+			v.mu.Unlock()
+		}
+	}
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	if v.mig == nil {
+		return nil, nil
+	}
+	info := proto.CloneOf(v.mig.info)
+	if !v.mig.ended() && info.GetStartedAt() != nil && info.GetRole() == hypervisorv1.MigrationRole_MIGRATION_ROLE_TARGET {
+		info.TotalTime = durationpb.New(time.Since(info.GetStartedAt().AsTime()))
+	}
+	return info, nil
+}
+
+// CancelMigration implements driver.Migrator.
+func (d *Driver) CancelMigration(ctx context.Context, id string) error {
+	v, err := d.get(id)
+	if err != nil {
+		return err
+	}
+	v.mu.Lock()
+	m, s := v.mig, v.sess
+	switch {
+	case m == nil:
+		v.mu.Unlock()
+		return nil
+	case m.ended():
+		done := m.info.GetPhase() == hypervisorv1.MigrationPhase_MIGRATION_PHASE_COMPLETED && m.role() == hypervisorv1.MigrationRole_MIGRATION_ROLE_SOURCE
+		v.mu.Unlock()
+		if done {
+			return status.Errorf(codes.FailedPrecondition, "vm %q migrated already", id)
+		}
+		return nil
+	case s == nil:
+		v.mu.Unlock()
+		return nil
+	case m.role() == hypervisorv1.MigrationRole_MIGRATION_ROLE_TARGET:
+		v.mu.Unlock()
+		return d.stop(ctx, v, s, driver.ReasonMigrationCancelled)
+	case m.info.GetMode() == hypervisorv1.MigrationMode_MIGRATION_MODE_POST_COPY:
+		v.mu.Unlock()
+		return status.Errorf(codes.FailedPrecondition, "vm %q: the migration is in post-copy and can no longer be cancelled", id)
+	case s.migratedOut:
+		v.mu.Unlock()
+		return status.Errorf(codes.FailedPrecondition, "vm %q migrated already", id)
+	}
+	if m.cancelReason == "" {
+		m.cancelReason = "cancelled"
+	}
+	v.mu.Unlock()
+	qctx, cancel := context.WithTimeout(ctx, migrationCommandWait)
+	_, err = s.mon.Run(qctx, "migrate_cancel", nil)
+	cancel()
+	if err != nil {
+		return status.Errorf(codes.Internal, "vm %q: %v", id, err)
+	}
+	if !v.waitFor(ctx, cancelWait, func() bool { return v.mig != m || m.ended() || v.sess != s }) {
+		if ctx.Err() != nil {
+			return status.FromContextError(ctx.Err()).Err()
+		}
+		return status.Errorf(codes.DeadlineExceeded, "vm %q: the migration did not end within %s of migrate_cancel", id, cancelWait)
+	}
+	return nil
+}
+
+// recoverMigration re-adopts the migration of a VM whose QEMU runs, after a driver restart:
+// the state the VM is in, and what to do once it is adopted (nil: nothing). qs is QEMU's run
+// state.
+func (d *Driver) recoverMigration(ctx context.Context, v *vm, mon Monitor, qsStatus string) (hypervisorv1.State, func(*session), bool) {
+	m := v.mig
+	if m == nil || m.ended() {
+		return 0, nil, false
+	}
+	q, err := runQueryMigrate(ctx, mon)
+	qemu := ""
+	if err == nil {
+		qemu = q.Status
+	}
+	if m.role() == hypervisorv1.MigrationRole_MIGRATION_ROLE_TARGET {
+		switch {
+		case qsStatus == "inmigrate":
+			v.reason = driver.ReasonIncomingMigration
+			return hypervisorv1.State_STATE_PAUSED, func(s *session) {
+				v.mu.Lock()
+				s.incoming = true
+				v.mu.Unlock()
+			}, true
+		default:
+			// The state arrived while no driver ran: run it, as the watcher would have.
+			v.reason = driver.ReasonIncomingMigration
+			return hypervisorv1.State_STATE_PAUSED, func(s *session) {
+				v.mu.Lock()
+				s.incoming, s.incomingDone = true, true
+				v.mu.Unlock()
+				go d.runMigratedIn(v, s)
+			}, true
+		}
+	}
+	switch qemu {
+	case "completed":
+		return hypervisorv1.State_STATE_RUNNING, func(s *session) {
+			v.mu.Lock()
+			s.migratedOut = true
+			v.mu.Unlock()
+			go d.finishMigratedOut(v, s)
+		}, true
+	case "failed", "cancelled":
+		phase := hypervisorv1.MigrationPhase_MIGRATION_PHASE_FAILED
+		if qemu == "cancelled" {
+			phase = hypervisorv1.MigrationPhase_MIGRATION_PHASE_CANCELLED
+		}
+		return hypervisorv1.State_STATE_RUNNING, func(s *session) {
+			v.mu.Lock()
+			d.endMigrationLocked(v, phase, "ended while the driver restarted: "+qemu)
+			v.mu.Unlock()
+			go d.afterFailedOut(v, s)
+		}, true
+	default:
+		if err == nil {
+			applyQuery(m.info, q)
+		}
+		return hypervisorv1.State_STATE_RUNNING, func(s *session) { go d.watchMigration(v, s, m) }, true
+	}
+}

@@ -1,0 +1,72 @@
+package qmp
+
+import (
+	"bytes"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"testing"
+
+	conformance "github.com/kubevisor/kubevisor/conformance/driver"
+	"github.com/kubevisor/kubevisor/conformance/driver/cli"
+	"github.com/kubevisor/kubevisor/internal/testbin"
+	"github.com/kubevisor/kubevisor/internal/testenv"
+)
+
+// TestMigrationConformancePlugins runs the kit's Migrate checks against the real plugin
+// binaries, as `kubevisor-conformance vm --run Migrate` does: two kubevisor-driver-qmp
+// processes, each started by a plugin host of its own with its own state directory (two
+// "nodes" on this host), every VM under a kubevisor-launcher of its own, the test guest booting
+// its kernel under TCG and moving from one to the other over a unix socket. The checks' log
+// lines (timings, progress samples) are in the test's output with -v.
+func TestMigrationConformancePlugins(t *testing.T) {
+	requireQEMU(t)
+	dir := guestDir()
+	if _, err := conformance.GuestFromDir(dir); err != nil {
+		testenv.Missing(t, "test guest not built: run make guest (%v)", err)
+	}
+	bin := t.TempDir()
+	if err := testbin.Build(bin, false,
+		"github.com/kubevisor/kubevisor/cmd/kubevisor-driver-qmp",
+		"github.com/kubevisor/kubevisor/cmd/kubevisor-driver-local",
+		"github.com/kubevisor/kubevisor/cmd/kubevisor-launcher"); err != nil {
+		t.Fatal(err)
+	}
+	var stdout, stderr bytes.Buffer
+	code := cli.RunVM(cli.VMConfig{
+		Hypervisor: filepath.Join(bin, "kubevisor-driver-qmp"),
+		Storage:    filepath.Join(bin, "kubevisor-driver-local"),
+		Launcher:   filepath.Join(bin, "kubevisor-launcher"),
+		GuestDir:   dir,
+		Boot:       "kernel",
+		DiskBus:    "virtio", CDROMBus: "scsi",
+		Run:             "Migrate",
+		StateDir:        filepath.Join(t.TempDir(), "state"),
+		Timeout:         conformance.DefaultVMTimeout,
+		BootTimeout:     conformance.DefaultBootTimeout,
+		ShutdownTimeout: conformance.DefaultGuestShutdownTimeout,
+		LogLevel:        "warn",
+	}, &stdout, &stderr)
+	out := stdout.String()
+	t.Logf("kubevisor-conformance vm --run Migrate:\n%s", out)
+	if code != cli.ExitOK {
+		t.Errorf("exit code %d, want %d; stderr:\n%s", code, cli.ExitOK, tailLines(stderr.String(), 60))
+	}
+	for _, check := range []string{"Migrate/KeepsGuestState", "Migrate/Progress", "Migrate/Cancel"} {
+		if !regexp.MustCompile(`--- PASS: vm/` + check + ` `).MatchString(out) {
+			t.Errorf("check %s did not pass", check)
+		}
+	}
+	if !strings.Contains(out, "3 passed, 0 failed, 0 skipped") {
+		t.Errorf("the summary is not 3 passed, 0 failed, 0 skipped")
+	}
+}
+
+// tailLines is the last n lines of s.
+func tailLines(s string, n int) string {
+	lines := strings.Split(strings.TrimRight(s, "\n"), "\n")
+	if len(lines) > n {
+		lines = lines[len(lines)-n:]
+	}
+	return strings.Join(lines, "\n")
+}
