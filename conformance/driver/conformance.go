@@ -156,6 +156,13 @@ type Options struct {
 	ConfineLauncher bool
 	// LauncherCapabilities are the capabilities a confined launcher keeps ("SETUID").
 	LauncherCapabilities []string
+	// MigrationPeer, when set, returns a second instance of the hypervisor driver under test,
+	// in a process of its own, as on another node: the Migrate checks move VMs to it. See
+	// WithMigrationPeer.
+	MigrationPeer HypervisorFactory
+	// MigrationPeerStateDir is the state directory the kit passes to the peer's Configure.
+	// Default: a temporary directory of its own.
+	MigrationPeerStateDir string
 }
 
 // Option changes Options.
@@ -248,6 +255,18 @@ func WithLauncherCapabilities(caps ...string) Option {
 	return func(o *Options) {
 		o.ConfineLauncher = true
 		o.LauncherCapabilities = caps
+	}
+}
+
+// WithMigrationPeer enables the Migrate checks of VM: peer returns a second instance of the
+// hypervisor driver under test, as the driver of another node would be (its own process, or
+// for VMTesting its own implementation served in-process), which the kit configures with
+// Options.Config and stateDir (a temporary directory when empty): the checks migrate running
+// guests from the driver under test to it over a unix socket, on this host.
+func WithMigrationPeer(peer HypervisorFactory, stateDir string) Option {
+	return func(o *Options) {
+		o.MigrationPeer = peer
+		o.MigrationPeerStateDir = stateDir
 	}
 }
 

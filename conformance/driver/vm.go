@@ -263,6 +263,9 @@ func (g Guest) withDefaults() Guest {
 //	CPU/Features                        (device "cpu-features"; Guest.CPUFlagsMarker)
 //	CPU/Pinning                         (device "cpu-pinning"; the kit on two CPUs or more)
 //	Storage/NotAnImage                  (volume type containerDisk)
+//	Migrate/KeepsGuestState             (FEATURE_HYPERVISOR_MIGRATE, and WithMigrationPeer)
+//	Migrate/Progress                    (FEATURE_HYPERVISOR_MIGRATE, and WithMigrationPeer)
+//	Migrate/Cancel                      (FEATURE_HYPERVISOR_MIGRATE, and WithMigrationPeer)
 //
 // Every check but Storage/NotAnImage boots a VM of its own and needs the hypervisor to declare
 // FEATURE_HYPERVISOR_CONSOLE, on which it watches the guest. The storage driver prepares the
@@ -309,6 +312,9 @@ func VM(t T, hv HypervisorFactory, st StorageFactory, g Guest, opts ...Option) {
 	}
 	if s.opts.StorageStateDir == "" {
 		s.opts.StorageStateDir = t.TempDir()
+	}
+	if s.opts.MigrationPeerStateDir == "" {
+		s.opts.MigrationPeerStateDir = t.TempDir()
 	}
 	if s.opts.DiskBus == domainv1.DiskBus_DISK_BUS_UNSPECIFIED {
 		s.opts.DiskBus = domainv1.DiskBus_DISK_BUS_VIRTIO
@@ -373,6 +379,11 @@ func VM(t T, hv HypervisorFactory, st StorageFactory, g Guest, opts ...Option) {
 	})
 	t.Run("Storage", func(t T) {
 		t.Run("NotAnImage", s.checkStorageNotAnImage)
+	})
+	t.Run("Migrate", func(t T) {
+		t.Run("KeepsGuestState", s.checkMigrateKeepsGuestState)
+		t.Run("Progress", s.checkMigrateProgress)
+		t.Run("Cancel", s.checkMigrateCancel)
 	})
 }
 
@@ -452,6 +463,8 @@ type guestVM struct {
 	console *consoleSession
 	// launcher holds the VM's sandbox.
 	launcher *sandboxLauncher
+	// spec is the VM's domain spec as created.
+	spec *domainv1.DomainSpec
 }
 
 // bootPlan is how a check boots its VM.
@@ -654,6 +667,7 @@ func (s *vmSuite) bootWith(t T, seed string, edit func(*domainv1.DomainSpec)) *g
 	if edit != nil {
 		edit(spec)
 	}
+	vm.spec = spec
 	handle, err := hv.Create(s.ctx(t), spec)
 	if err != nil {
 		t.Fatalf("Create of a VM with the guest: %s", describe(err))

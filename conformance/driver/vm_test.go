@@ -87,19 +87,23 @@ var vmChecks = []string{
 	"Shutdown/GracefulWithinTimeout", "Kill", "Pause/StopsGuest", "Reboot/SecondBoot", "SoftReboot/BootsAgain", "GuestAgent/PingExec", "Display/RFBSessions",
 	"Recover/AfterDriverKilled", "Devices/RNG", "Devices/Chassis", "Devices/Watchdog", "Devices/Balloon", "Devices/Input",
 	"Devices/Sound", "Devices/VirtioTransitional", "Devices/TPM", "TPM/Persistent", "Firmware/EFIPersistent", "Clock/Start", "CPU/Features", "CPU/Pinning", "Storage/NotAnImage",
+	"Migrate/KeepsGuestState", "Migrate/Progress", "Migrate/Cancel",
 }
 
 // TestVMRealDrivers runs the VM checks against the QEMU driver (drivers/qmp) and the local
 // storage driver (drivers/storage), both in-process, with the project's test guest booting its
 // kernel. The Recover check's "kill" is qmp's Driver.Close, which lets go of the VMs as the
-// death of the driver process does; the CLI's test kills a real plugin process.
+// death of the driver process does; the CLI's test kills a real plugin process. The Migrate
+// checks move VMs to a second qmp driver, served in-process with a state directory of its own
+// (drivers/qmp's TestMigrationConformancePlugins runs them with two plugin processes).
 func TestVMRealDrivers(t *testing.T) {
 	g := testGuest(t)
 	var (
 		mu  sync.Mutex
 		cur = qmp.New(qmp.WithLogger(qmpLogger()))
 	)
-	t.Cleanup(func() { _ = cur.Close() })
+	peer := qmp.New(qmp.WithLogger(qmpLogger()))
+	t.Cleanup(func() { _ = cur.Close(); _ = peer.Close() })
 	serve := func(ct conformance.T, hv *qmp.Driver) driver.Hypervisor {
 		// Served until the end of the test: a check's cleanup removes its VM through it.
 		c, stop, err := driver.InProcess(basev1.Kind_KIND_HYPERVISOR, hv)
@@ -111,12 +115,14 @@ func TestVMRealDrivers(t *testing.T) {
 	}
 	rec := record(t, "", func(ct conformance.T) {
 		hv := serve(ct, cur)
+		peerClient := serve(ct, peer)
 		st := conformance.ServeInProcess(ct, basev1.Kind_KIND_STORAGE, storage.New(nil)).(driver.Storage)
 		conformance.VM(ct, func(conformance.T) driver.Hypervisor {
 			mu.Lock()
 			defer mu.Unlock()
 			return hv
 		}, func(conformance.T) driver.Storage { return st }, g,
+			conformance.WithMigrationPeer(func(conformance.T) driver.Hypervisor { return peerClient }, ""),
 			conformance.WithDriverKill(func(ct conformance.T) driver.Hypervisor {
 				mu.Lock()
 				defer mu.Unlock()

@@ -5,7 +5,9 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"path/filepath"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/hashicorp/go-hclog"
@@ -14,6 +16,7 @@ import (
 	"github.com/kubevisor/kubevisor/core/api/v1alpha1"
 	domainv1 "github.com/kubevisor/kubevisor/core/domain/v1"
 	"github.com/kubevisor/kubevisor/core/driver"
+	"github.com/kubevisor/kubevisor/core/plugin"
 )
 
 const vmUsage = `usage: kubevisor-conformance vm --hypervisor PATH --storage PATH --guest-dir DIR [flags]
@@ -282,7 +285,9 @@ func runVMPlugins(t conformance.T, cfg VMConfig, logger hclog.Logger, stdout io.
 	}
 
 	get := hypervisorOf(host, hv.Name)
+	peer, peerStateDir := migrationPeer(t, cfg, hv, logger)
 	conformance.VM(t, get, storageOf(host, st.Name), g, append(classOpts,
+		conformance.WithMigrationPeer(peer, peerStateDir),
 		conformance.WithConfig(hv.Config),
 		conformance.WithStateDir(driverStateDir(stateDir, hv)),
 		conformance.WithStorageConfig(st.Config),
@@ -297,4 +302,30 @@ func runVMPlugins(t conformance.T, cfg VMConfig, logger hclog.Logger, stdout io.
 			return get(t)
 		}),
 	)...)
+}
+
+// migrationPeer is the second instance of the hypervisor plugin that the Migrate checks move
+// VMs to: the same binary and configuration, started on first use by a plugin host of its own
+// with its own state directory (<state dir>/peer), as the driver of another node.
+func migrationPeer(t conformance.T, cfg VMConfig, hv plugin.Manifest, logger hclog.Logger) (conformance.HypervisorFactory, string) {
+	peerState := ""
+	if cfg.StateDir != "" {
+		peerState = filepath.Join(cfg.StateDir, "peer")
+	}
+	host, stateDir := newHost(t, peerState, logger.Named("peer"))
+	var (
+		once    sync.Once
+		started bool
+	)
+	get := hypervisorOf(host, hv.Name)
+	return func(ct conformance.T) driver.Hypervisor {
+		once.Do(func() {
+			startPlugin(ct, host, hv, cfg.Timeout, cfg.Class)
+			started = true
+		})
+		if !started {
+			ct.Fatalf("the second instance of the hypervisor plugin did not start")
+		}
+		return get(ct)
+	}, driverStateDir(stateDir, hv)
 }
