@@ -17,6 +17,7 @@ func init() {
 	flag.StringVar(&Cfg.Vmctl, "vmctl", Cfg.Vmctl, "vmctl binary (make e2e builds bin/vmctl)")
 	flag.StringVar(&Cfg.GuestImage, "guest-image", Cfg.GuestImage, "the test guest's containerDisk image")
 	flag.StringVar(&Cfg.ClientImage, "client-image", Cfg.ClientImage, "image with /usr/local/bin/e2e-httpget, for requests from a pod")
+	flag.StringVar(&Cfg.SignalImage, "signal-image", Cfg.SignalImage, "image with /usr/local/bin/e2e-signal, run in an ephemeral container of a handler pod to kill a driver plugin")
 	flag.DurationVar(&Cfg.BootTimeout, "boot-timeout", Cfg.BootTimeout, "creation to Running")
 	flag.StringVar(&Cfg.HypervisorClass, "hypervisor-class", os.Getenv("E2E_HYPERVISOR_CLASS"),
 		"HypervisorClass of the specs' VMIs (default $E2E_HYPERVISOR_CLASS, else the cluster's default class)")

@@ -46,6 +46,9 @@ type Config struct {
 	// ClientImage holds the e2e-httpget program (conformance/e2e/httpget) in /usr/local/bin,
 	// for requests from a pod.
 	ClientImage string
+	// SignalImage holds the e2e-signal program (conformance/e2e/signal) in /usr/local/bin, run
+	// in an ephemeral container of a handler pod to kill a driver plugin.
+	SignalImage string
 	// BootTimeout bounds creation to Running (TCG guests boot in tens of seconds).
 	BootTimeout time.Duration
 	// HypervisorClass is the HypervisorClass of the VMIs the specs make ("": the cluster's
@@ -63,6 +66,7 @@ var Cfg = Config{
 	Vmctl:       "vmctl",
 	GuestImage:  guest.DefaultImage,
 	ClientImage: "kubevisor/e2e-httpget:dev",
+	SignalImage: "kubevisor/e2e-signal:dev",
 	BootTimeout: 5 * time.Minute,
 }
 
@@ -97,7 +101,8 @@ func NewFramework() *Framework {
 	return f
 }
 
-func newClient(kubeconfig string) (client.Client, error) {
+// newClient is a client of the cluster of kubeconfig that can also watch.
+func newClient(kubeconfig string) (client.WithWatch, error) {
 	rules := clientcmd.NewDefaultClientConfigLoadingRules()
 	if kubeconfig != "" {
 		rules.ExplicitPath = kubeconfig
@@ -109,7 +114,7 @@ func newClient(kubeconfig string) (client.Client, error) {
 	scheme := runtime.NewScheme()
 	utilruntime.Must(clientgoscheme.AddToScheme(scheme))
 	utilruntime.Must(v1alpha1.AddToScheme(scheme))
-	return client.New(rc, client.Options{Scheme: scheme})
+	return client.NewWithWatch(rc, client.Options{Scheme: scheme})
 }
 
 // Kubectl runs kubectl in the spec's namespace with stdin, returning its output; a failure
