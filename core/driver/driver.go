@@ -457,11 +457,12 @@ type Recoverer interface {
 //     here, a later migration out included;
 //   - when the incoming migration fails (the stream breaks, the state does not load, the source
 //     cancels): the VM process ends, event STOPPED (state STOPPED, reason MigrationFailed) and a
-//     MIGRATION event with phase FAILED; Start does not retry (the host Deletes the VM and makes
-//     a new target);
-//   - Pause, Resume, Reboot, SoftReboot, the guest agent and Console MUST return
-//     FailedPrecondition until the VM runs; Kill and Shutdown (with no wait: there is no guest
-//     yet) MUST stop it, which fails the migration at the source, the source going on running.
+//     MIGRATION event with phase FAILED; the host Deletes it and creates a new target (a driver
+//     MAY listen again on a later Start of it);
+//   - Pause, Resume, Reboot, SoftReboot and the guest agent MUST return FailedPrecondition
+//     until the VM runs; Console and Display MAY attach before (output follows once it runs);
+//     Kill and Shutdown (with no wait: there is no guest yet) MUST stop it, which fails the
+//     migration at the source, the source going on running.
 //
 // The source (Migrate):
 //

@@ -1,9 +1,3 @@
-// Package qmp is Kubevisor's QEMU hypervisor driver: it runs each VM as a qemu-system-x86_64
-// process, controls it over QMP (github.com/digitalocean/go-qemu) and serves the serial console.
-//
-// Process model: QEMU runs in its own session with its output in <run dir>/qemu.log, so it
-// outlives the driver; a new driver process re-adopts it with Recover. QEMU exits when the guest
-// powers off (no -no-shutdown), which makes the VM STOPPED; Start launches a new process.
 package qmp
 
 import (

@@ -25,7 +25,9 @@ const vmUsage = `usage: kubevisor-conformance vm --hypervisor PATH --storage PAT
 Boots a real guest with a hypervisor and a storage driver plugin, both started through one
 Kubevisor plugin host, and checks what the guest shows on its serial console: boot, cloud-init
 user-data, graceful shutdown, kill, pause, reboot, recovery after the hypervisor driver's
-process is killed (SIGKILL), and a containerDisk that is not an image. Every VM runs under a
+process is killed (SIGKILL), a containerDisk that is not an image, and live migration (when the
+hypervisor declares it) to a second process of the same plugin with a state directory of its
+own (<state dir>/peer), as on another node. Every VM runs under a
 kubevisor-launcher of its own, as under the node handler: the hypervisor must start the VM
 process through it. The guest is the project's test guest as "make guest" builds it
 (_output/guest).

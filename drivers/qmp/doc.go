@@ -1,0 +1,35 @@
+// Package qmp is Kubevisor's QEMU hypervisor driver: it runs each VM as a qemu-system-x86_64
+// process, controls it over QMP (github.com/digitalocean/go-qemu) and serves the serial console.
+//
+// Process model: QEMU runs in its own session with its output in <run dir>/qemu.log, so it
+// outlives the driver; a new driver process re-adopts it with Recover. QEMU exits when the guest
+// powers off (no -no-shutdown), which makes the VM STOPPED; Start launches a new process.
+//
+// # Live migration
+//
+// The driver declares FEATURE_HYPERVISOR_MIGRATE and migrates with QEMU's own migration over
+// unix sockets only (migrate.go has the details): a target (DomainSpec.incoming_migration) runs
+// QEMU with -incoming defer and migrate-incoming unix:<socket_path>, PAUSED (IncomingMigration)
+// until QEMU reports the migration completed, then cont: RUNNING (Migrated). A source sets the
+// capabilities events, return-path, auto-converge and postcopy-ram (the last two as the request
+// allows) and max-bandwidth (the request's limit, else 1 TiB/s instead of QEMU's 32 MiB/s),
+// runs migrate unix:<target_socket_path>, and samples query-migrate every 0.5 s: post-copy
+// (migrate-start-postcopy) when allowed and two passes leave no less to send, or at the
+// completion timeout, which cancels (migrate_cancel) a migration that may not switch. The source
+// stops (STOPPED, Migrated) once QEMU says completed, which with the return path means the target
+// loaded the state. QEMU's MIGRATION events go through the event loop as the driver's MIGRATION
+// events; the switch-over's STOP and RESUME are not reported.
+//
+// Recover of a VM mid-migration: the migration is in the VM's record (state dir), and QEMU goes
+// on migrating while no driver runs. A new driver re-adopts a waiting target as PAUSED
+// (IncomingMigration) and a migrating source as RUNNING with its migration ACTIVE, and restarts
+// the source's watcher (completion timeout, post-copy rule); a migration that completed
+// meanwhile is finished (the source's QEMU, paused in postmigrate, is ended; the target, paused,
+// is run), one that failed or was cancelled is recorded so, the source running.
+//
+// Limits: memory and device state only. Disks are not copied (the contract's block mirroring is
+// the next step), so the target must see the source's writable disks at its spec's paths (shared
+// storage, or one host); a VM with a node-local writable disk must not be migrated between nodes.
+// QEMU refuses to migrate a VM with a VFIO host device (Migrate: FailedPrecondition with QEMU's
+// reason). Migration of a VM with a TPM (swtpm) or a persistent EFI variable store is untested.
+package qmp
