@@ -347,7 +347,10 @@ func (s *hvSuite) checkUnknownNotFound(t T) {
 		expectCode(t, err, codes.NotFound, "Console of an unknown VM")
 	}
 	if m, ok := driver.Optional[driver.Migrator](ctx, d); ok {
-		expectCode(t, m.Migrate(ctx, &hypervisorv1.MigrateRequest{Id: id, TargetUri: "tcp:127.0.0.1:1"}), codes.NotFound, "Migrate of an unknown VM")
+		expectCode(t, m.Migrate(ctx, &hypervisorv1.MigrateRequest{Id: id, TargetSocketPath: "/nonexistent/migration.sock"}), codes.NotFound, "Migrate of an unknown VM")
+		_, err := m.MigrationStatus(ctx, id)
+		expectCode(t, err, codes.NotFound, "MigrationStatus of an unknown VM")
+		expectCode(t, m.CancelMigration(ctx, id), codes.NotFound, "CancelMigration of an unknown VM")
 	}
 }
 

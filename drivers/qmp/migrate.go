@@ -196,6 +196,9 @@ func setCapabilities(ctx context.Context, mon Monitor, caps ...capability) error
 
 // Migrate implements driver.Migrator: the source side, as the comment above says.
 func (d *Driver) Migrate(ctx context.Context, req *hypervisorv1.MigrateRequest) error {
+	if _, err := d.get(req.GetId()); err != nil {
+		return err
+	}
 	path, err := migrationSocket(req)
 	if err != nil {
 		return err
