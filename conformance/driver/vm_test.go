@@ -305,8 +305,13 @@ func TestVMUndeclaredAreSkipped(t *testing.T) {
 			"CPU/Features":                   conformance.StatusSkip,
 			"CPU/Pinning":                    conformance.StatusSkip,
 			"Storage/NotAnImage":             conformance.StatusSkip,
+			"Migrate/KeepsGuestState":        conformance.StatusSkip,
+			"Migrate/Progress":               conformance.StatusSkip,
+			"Migrate/Cancel":                 conformance.StatusSkip,
 		}, map[string]string{
 			"Boot/ConsoleMarker":             console,
+			"Migrate/KeepsGuestState":        "FEATURE_HYPERVISOR_MIGRATE",
+			"Migrate/Cancel":                 "FEATURE_HYPERVISOR_MIGRATE",
 			"CloudInit/UserDataReachesGuest": console,
 			"Kill":                           console,
 			"Pause/StopsGuest":               "FEATURE_HYPERVISOR_PAUSE",
