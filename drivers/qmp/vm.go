@@ -27,6 +27,7 @@ import (
 	"github.com/kubevisor/kubevisor/core/driver"
 	hypervisorv1 "github.com/kubevisor/kubevisor/core/driver/hypervisor/v1"
 	"github.com/kubevisor/kubevisor/core/driver/launcher"
+	launcherv1 "github.com/kubevisor/kubevisor/core/driver/launcher/v1"
 	"github.com/kubevisor/kubevisor/core/driver/serial"
 )
 
@@ -415,7 +416,11 @@ func (d *Driver) launch(ctx context.Context, v *vm, host *HostInfo) error {
 	}
 	starter := d.local
 	if sock := v.spec.GetSandbox().GetLauncherSocket(); sock != "" {
-		starter = launcher.NewStarter(sock)
+		// v has no QEMU of this driver process: one the launcher runs was started by an
+		// earlier process of the driver, SIGKILLed before it recorded it.
+		starter = &launcher.SocketStarter{Socket: sock, KillLeftover: true, Leftover: func(p *launcherv1.Process) {
+			d.log.Warn("killed a process an interrupted start left in the launcher", "id", v.id, "name", p.GetName(), "pid", p.GetPid())
+		}}
 	}
 	pid, err := starter.Start(ctx, &launcher.Command{
 		Path: host.QEMU, Args: cl.Args, LogPath: v.paths.Log,

@@ -234,6 +234,29 @@ func (c *Client) Watch(ctx context.Context, pid int, fn func(*launcherv1.Process
 	}
 }
 
+// KillRunning kills the process the launcher runs, if one runs, and waits until it has exited
+// (the launcher then ends its companions, and a later Start waits for them). It returns the
+// process it killed, nil when none ran.
+func (c *Client) KillRunning(ctx context.Context) (*launcherv1.Process, error) {
+	info, err := c.Info(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("launcher info: %w", err)
+	}
+	st := info.GetProcess()
+	if st == nil || !st.GetRunning() {
+		return nil, nil
+	}
+	pid := int(st.GetProcess().GetPid())
+	// FailedPrecondition: it exited meanwhile, which Wait sees.
+	if err := c.Signal(ctx, pid, syscall.SIGKILL); err != nil && status.Code(err) != codes.FailedPrecondition {
+		return nil, fmt.Errorf("kill %s (pid %d in the launcher): %w", st.GetProcess().GetName(), pid, err)
+	}
+	if _, err := c.Wait(ctx, pid); err != nil {
+		return nil, fmt.Errorf("wait for %s (pid %d in the launcher): %w", st.GetProcess().GetName(), pid, err)
+	}
+	return st.GetProcess(), nil
+}
+
 // ErrLauncherGone is returned by Wait when the launcher exits before the process.
 var ErrLauncherGone = errors.New("the launcher exited before its process")
 

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	domainv1 "github.com/kubevisor/kubevisor/core/domain/v1"
+	launcherv1 "github.com/kubevisor/kubevisor/core/driver/launcher/v1"
 	"github.com/kubevisor/kubevisor/internal/procfs"
 )
 
@@ -84,7 +85,8 @@ const DefaultDialTimeout = 30 * time.Second
 //   - returns the pid in the caller's pid namespace, which the caller may pidfd_open and signal;
 //   - fails if NetNS names another network namespace than the launcher's (the process can only
 //     run in the launcher's);
-//   - passes ExtraFiles by SCM_RIGHTS; they stay open in the caller.
+//   - passes ExtraFiles by SCM_RIGHTS; they stay open in the caller;
+//   - with KillLeftover, first kills the process the launcher still runs, if any.
 //
 // Path must name the binary as the launcher sees it (in a cluster: in the launcher's image).
 type SocketStarter struct {
@@ -92,6 +94,15 @@ type SocketStarter struct {
 	// DialTimeout bounds waiting for the launcher when ctx has no deadline (0:
 	// DefaultDialTimeout).
 	DialTimeout time.Duration
+	// KillLeftover has Start kill the process the launcher runs (Client.KillRunning) before it
+	// starts the new one, where the launcher would refuse a second. For a driver that knows the
+	// VM runs no process, what the launcher runs is a leftover of a start an earlier process of
+	// the driver did not finish: SIGKILLed after the launcher started the VM process but before
+	// the driver recorded it, no later driver process knows that process, and the VM could
+	// never be started again in its sandbox.
+	KillLeftover bool
+	// Leftover, when set, is told of each process KillLeftover killed.
+	Leftover func(*launcherv1.Process)
 }
 
 // NewStarter returns a SocketStarter for the launcher serving socket
@@ -125,6 +136,15 @@ func (s *SocketStarter) Start(ctx context.Context, c *Command) (int, error) {
 		}
 		if ns != info.GetNetNamespace() {
 			return 0, fmt.Errorf("network namespace %s (net:[%d]) is not the launcher's (net:[%d]): the process can only run in the launcher's", c.NetNS, ns, info.GetNetNamespace())
+		}
+	}
+	if s.KillLeftover {
+		p, err := cl.KillRunning(ctx)
+		if err != nil {
+			return 0, fmt.Errorf("the launcher's leftover process: %w", err)
+		}
+		if p != nil && s.Leftover != nil {
+			s.Leftover(p)
 		}
 	}
 	opts := &StartOptions{
