@@ -12,6 +12,7 @@ import (
 
 	"github.com/hashicorp/go-hclog"
 
+	"github.com/kubevisor/kubevisor/core/handler/internal/certdir"
 	"github.com/kubevisor/kubevisor/core/nodeapi"
 )
 
@@ -20,7 +21,7 @@ type Server struct {
 	cfg      Config
 	b        Backend
 	log      hclog.Logger
-	certs    *certStore
+	certs    *certdir.Store
 	consoles consoles
 
 	mu   sync.Mutex
@@ -31,7 +32,7 @@ type Server struct {
 func New(cfg Config, b Backend) *Server {
 	cfg = cfg.withDefaults()
 	s := &Server{cfg: cfg, b: b, log: cfg.Logger}
-	s.certs = &certStore{dir: cfg.CertDir, onLoadErr: func(err error) {
+	s.certs = &certdir.Store{Dir: cfg.CertDir, OnLoadErr: func(err error) {
 		s.log.Warn("stream endpoint certificates not (re)loaded; the last good ones, if any, stay", "dir", cfg.CertDir, "error", err)
 	}}
 	return s
@@ -59,7 +60,7 @@ func (s *Server) Run(ctx context.Context) error {
 func (s *Server) waitForCerts(ctx context.Context) bool {
 	logged := false
 	for {
-		_, _, err := s.certs.load()
+		_, _, err := s.certs.Load()
 		if err == nil {
 			if logged {
 				s.log.Info("stream endpoint certificates found", "dir", s.cfg.CertDir)
