@@ -28,7 +28,7 @@ func installRender(t *testing.T, drivers string) rendered {
 func TestInstallScriptClasses(t *testing.T) {
 	for _, tc := range []struct {
 		drivers, wantDefault string
-		classes             int
+		classes              int
 	}{
 		{"qmp,libvirt,cni,local,hostdev", "qmp", 2},
 		{"libvirt,qmp,cni,local", "qmp", 2},
