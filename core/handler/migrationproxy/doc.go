@@ -1,0 +1,87 @@
+// Package migrationproxy is the node handler's migration proxy: it carries a live migration's
+// streams between the source node's handler and the target node's, over mutual TLS, so that
+// neither VM process ever listens on the network.
+//
+//	source VM process ──unix──▶ source handler ══TLS══▶ target handler ──unix──▶ target VM process
+//	  (connects to the          (Outgoing: listens on   (Incoming: accepts     (listens on
+//	   MigrateRequest's          a socket in the VM's    on MigrationPort)      DomainSpec.incoming_
+//	   target_socket_path)       run_dir)                                       migration.socket_path)
+//
+// # Protocol
+//
+// One TCP connection per stream the VM process opens: a hypervisor may open several for one
+// migration (QEMU's post-copy preemption channel, multifd channels, the disk mirror's), and
+// each is carried on a TLS connection of its own, so that they neither share a window nor wait
+// on one another. The bytes after the handshake are the VM process's, untouched: no header, no
+// framing. Each direction ends on its own: when one side stops writing (EOF on the unix socket,
+// close_notify on TLS) the proxy passes the half-close on and the other direction goes on (the
+// VM process's return path keeps talking after the main stream is done). An error in either
+// direction closes both ends of that connection.
+//
+// The migration is named in the TLS ClientHello: the server name (SNI) is ServerName(id), with
+// id the migration's identifier (a DNS label: the VirtualMachineInstanceMigration's UID), and
+// the application protocol (ALPN) is Protocol. The identifier is in the ClientHello rather
+// than in the first bytes of the stream because
+//   - the target handler knows which migration is asked for before the handshake completes,
+//     and so which node the client certificate must name: it refuses an unknown or ended
+//     migration, and a client of another node, in the handshake itself, before it has read a
+//     byte of the stream or dialled the VM's socket;
+//   - the stream stays the VM process's own bytes, with nothing to parse or wait for, and no
+//     header a slow client could hold a connection open with;
+//   - ALPN versions the protocol: a later one (a framed stream, say) is negotiated, not guessed.
+//
+// The identifier is not a secret (SNI is sent in clear, and anyone who can read the migration
+// object knows it): it routes and scopes, the certificates authenticate. A token known to both
+// handlers would add nothing: only the source node's handler holds the key of its node
+// certificate.
+//
+// # Trust
+//
+// Both handlers present their node certificate (core/nodeapi: common name
+// nodeapi.NodeCommonName(node), issued by the control plane's CA, ExtKeyUsage serverAuth and
+// clientAuth), read from Config.CertDir (tls.crt, tls.key, ca.crt) and read again when the files
+// change. TLS 1.2 or later; no session resumption (every connection is verified against the
+// current CA bundle).
+//   - The target accepts a client certificate that chains to the CA bundle, is valid now, is
+//     for clientAuth, and names the source node of that migration (Incoming's SourceNode).
+//   - The source accepts a server certificate that chains to the CA bundle, is valid now, is for
+//     serverAuth, and names the target node (Outgoing's TargetNode). The address dialled is not
+//     in the certificate (pod or node IPs change): the node name is what is checked.
+//   - Every refusal (unknown migration, another node, another CA, expired, no certificate,
+//     another protocol) is logged with its reason, the remote address and the name in the peer's
+//     certificate, and counted.
+//
+// Nothing listens unauthenticated: the TCP port (MigrationPort) completes a handshake only with
+// a certificate of the CA, and carries bytes only for a migration this node expects from the
+// client's node. The source's unix socket is made 0600 in the VM's run directory (0700), given
+// to the VM process's user when Outgoing says so: only that user and root on the node reach it.
+// The target's socket is the hypervisor driver's own, in the target VM's run directory.
+//
+// # Lifetime and limits
+//
+// Incoming and Outgoing return a Migration, which the handler closes when the migration ends,
+// fails or is cancelled: Close stops accepting for it, closes every connection it carries
+// (both ends), removes the source's socket, and waits for its goroutines. The target's socket is
+// left to the driver. The proxy itself closes every migration when its Run ends.
+//
+//   - Config.MaxConnsPerMigration connections at once per migration and side (8); more are
+//     refused.
+//   - Config.MaxPendingHandshakes handshakes at once on the port (32); more connections are
+//     closed unanswered.
+//   - A handshake must complete within Config.HandshakeTimeout (10 s), and the source's dial of
+//     the target within Config.DialTimeout (10 s). Once carrying, a connection has no idle
+//     timeout (the return path idles for the whole pre-copy): TCP keep-alive finds a dead peer,
+//     and the hypervisor's own progress (the control plane's progress timeout) a stalled one.
+//   - No bandwidth limit of its own: the hypervisor's (MigrateRequest.bandwidth_bytes_per_second)
+//     applies to the stream it writes.
+//
+// # Progress
+//
+// Migration.Stats counts the bytes carried each way and the connections carried and refused,
+// live. With Config.Registerer the proxy also exports Prometheus metrics, by side and direction
+// (not by migration: their number is unbounded):
+//
+//	kubevisor_migration_proxy_bytes_total{side, direction}
+//	kubevisor_migration_proxy_connections_total{side, result}   result: carried, refused
+//	kubevisor_migration_proxy_active_connections{side}
+package migrationproxy

@@ -1,0 +1,185 @@
+package migrationproxy
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"sync"
+	"sync/atomic"
+)
+
+// side is which end of a migration a proxy is.
+type side string
+
+const (
+	sideSource side = "source"
+	sideTarget side = "target"
+)
+
+// Stats are a migration's figures on one side, so far.
+type Stats struct {
+	// Carried is how many connections were carried (handshake done, both ends connected);
+	// Active how many are open now.
+	Carried, Active int
+	// Refused is how many connections were refused: at the target, handshakes naming this
+	// migration that failed (another node, another CA, too many); at the source, connections
+	// of the VM process that could not be carried to the target (dial, handshake, the target's
+	// refusal). Under TLS 1.3 the target refuses the source's certificate after the source's
+	// handshake is done: such a connection is counted carried and refused, and the source sees
+	// only the TLS alert (the reason is in the target's log).
+	Refused int
+	// ToTarget and ToSource are the bytes carried each way.
+	ToTarget, ToSource uint64
+}
+
+// Migration is one side of one migration on this node's proxy (Incoming or Outgoing). Close it
+// when the migration ends.
+type Migration struct {
+	p    *Proxy
+	id   string
+	side side
+	// peer is the node at the other end: the source node of an Incoming, the target node of an
+	// Outgoing.
+	peer string
+	// socket is the unix socket: the target VM's (Incoming) or the one the proxy listens on
+	// (Outgoing).
+	socket string
+	// ln is an Outgoing's listener.
+	ln *net.UnixListener
+	// ctx ends with Close; it stops dials and handshakes.
+	ctx    context.Context
+	cancel context.CancelFunc
+
+	toTarget, toSource atomic.Uint64
+
+	mu      sync.Mutex
+	closed  bool
+	conns   map[net.Conn]struct{}
+	pending int // connections admitted and not yet carried or refused
+	active  int // connections carried now (each has two ends in conns)
+	carried int
+	refused int
+	wg      sync.WaitGroup
+	closing sync.Once
+}
+
+func newMigration(p *Proxy, s side, id, peer, socket string) *Migration {
+	ctx, cancel := context.WithCancel(context.Background())
+	return &Migration{p: p, id: id, side: s, peer: peer, socket: socket, ctx: ctx, cancel: cancel, conns: map[net.Conn]struct{}{}}
+}
+
+// ID is the migration's identifier.
+func (m *Migration) ID() string { return m.id }
+
+// SocketPath is the unix socket: for an Outgoing the one the VM process is to connect to (the
+// MigrateRequest's target_socket_path), for an Incoming the target VM's.
+func (m *Migration) SocketPath() string { return m.socket }
+
+// Stats returns the migration's figures so far.
+func (m *Migration) Stats() Stats {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return Stats{
+		Carried: m.carried, Active: m.active, Refused: m.refused,
+		ToTarget: m.toTarget.Load(), ToSource: m.toSource.Load(),
+	}
+}
+
+// Close ends the migration on this side: no new connection, every connection closed (both
+// ends), the source's socket removed. It waits for what the migration runs, and may be called
+// more than once.
+func (m *Migration) Close() error {
+	var err error
+	m.closing.Do(func() {
+		m.p.unregister(m)
+		m.mu.Lock()
+		m.closed = true
+		m.mu.Unlock()
+		m.cancel()
+		if m.ln != nil {
+			// The listener removes its socket file.
+			if cerr := m.ln.Close(); cerr != nil {
+				err = fmt.Errorf("close the migration socket %s: %w", m.socket, cerr)
+			}
+		}
+		m.closeConns()
+		m.wg.Wait()
+		m.p.log.Info("migration proxy closed", "migration", m.id, "side", m.side, "peer", m.peer, "stats", fmt.Sprintf("%+v", m.Stats()))
+	})
+	return err
+}
+
+// closeConns closes every connection of the migration.
+func (m *Migration) closeConns() {
+	m.mu.Lock()
+	conns := make([]net.Conn, 0, len(m.conns))
+	for c := range m.conns {
+		conns = append(conns, c)
+	}
+	m.mu.Unlock()
+	for _, c := range conns {
+		c.Close()
+	}
+}
+
+// admit reserves room for one more connection, or says why there is none. The connection is
+// then the migration's until refuse, or track and untrack: Close waits for it.
+func (m *Migration) admit() error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.closed {
+		return fmt.Errorf("migration %s has ended on this node", m.id)
+	}
+	if n := m.active + m.pending; n >= m.p.cfg.MaxConnsPerMigration {
+		return fmt.Errorf("migration %s has %d connections already (at most %d)", m.id, n, m.p.cfg.MaxConnsPerMigration)
+	}
+	m.pending++
+	m.wg.Add(1)
+	return nil
+}
+
+// refuse ends an admitted connection that was not carried, and counts it refused.
+func (m *Migration) refuse() {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.pending--
+	m.refused++
+	m.wg.Done()
+}
+
+// countRefused counts a refused connection that was never admitted.
+func (m *Migration) countRefused() {
+	m.mu.Lock()
+	m.refused++
+	m.mu.Unlock()
+}
+
+// track makes conns (the two ends of an admitted connection) carried, so that Close closes
+// them, or returns false when the migration has ended meanwhile (the connection is then done
+// with: the caller closes conns).
+func (m *Migration) track(conns ...net.Conn) bool {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.pending--
+	if m.closed {
+		m.wg.Done()
+		return false
+	}
+	for _, c := range conns {
+		m.conns[c] = struct{}{}
+	}
+	m.carried++
+	m.active++
+	return true
+}
+
+// untrack ends a carried connection, once its ends are closed.
+func (m *Migration) untrack(conns ...net.Conn) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	for _, c := range conns {
+		delete(m.conns, c)
+	}
+	m.active--
+	m.wg.Done()
+}
