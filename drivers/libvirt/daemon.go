@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -111,16 +112,28 @@ func (d daemon) remove() {
 	_ = os.Remove(d.logPath())
 }
 
-// command is how the launcher starts the daemon: setpriv drops to the driver's user (the
-// launcher runs as root), with no capabilities and no new privileges, then libvirtd runs with
-// its XDG directories in d.dir. No --timeout: the daemon lives until the driver deletes the VM.
-func (d daemon) command(setpriv string) *launcher.Command {
+// command is how the daemon is started: setpriv drops to the driver's user (the launcher runs
+// as root), with no capabilities and no new privileges, then libvirtd runs with its XDG
+// directories in d.dir. No --timeout: the daemon lives until the driver deletes the VM.
+//
+// launched says the daemon is started through a launcher, which starts its process with a
+// parent-death signal (SIGKILL) so that the process dies with it. setpriv's --reuid clears
+// that signal (a change of credentials does, prctl(2)), so setpriv sets it again once it has
+// dropped to the user (util-linux 2.38's --pdeathsig), from the launcher's spawner thread,
+// which never exits: the daemon then dies with the launcher, even a SIGKILLed one. Without a
+// launcher there is none: the daemon outlives the driver process, and the driver's thread that
+// forked it may end at any time.
+func (d daemon) command(setpriv string, launched bool) *launcher.Command {
+	args := []string{
+		"--reuid=" + strconv.Itoa(d.user.UID), "--regid=" + strconv.Itoa(d.user.GID), "--clear-groups",
+		"--inh-caps=-all", "--bounding-set=-all", "--no-new-privs",
+	}
+	if launched {
+		args = append(args, "--pdeathsig=KILL")
+	}
 	return &launcher.Command{
 		Path: setpriv,
-		Args: []string{
-			"--reuid=" + strconv.Itoa(d.user.UID), "--regid=" + strconv.Itoa(d.user.GID), "--clear-groups",
-			"--inh-caps=-all", "--bounding-set=-all", "--no-new-privs", "--", d.path,
-		},
+		Args: append(args, "--", d.path),
 		Env: []string{
 			"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
 			"HOME=" + filepath.Join(d.dir, "h"),
@@ -131,6 +144,41 @@ func (d daemon) command(setpriv string) *launcher.Command {
 		LogPath: d.logPath(),
 	}
 }
+
+// emulator is the domain's emulator for a daemon started through a launcher: a script in the
+// daemon's directory that execs QEMU through setpriv --pdeathsig=KILL, so that QEMU dies with
+// the launcher, even a SIGKILLed one, as the daemon does.
+//
+// libvirt daemonizes QEMU (a double fork whose middle process exits), so QEMU's parent is the
+// launcher, a child subreaper, not the daemon, and nothing in libvirt 9.0 or QEMU 7.2 ends it
+// when either dies. A fork clears the parent-death signal, and one set before the middle
+// process exits would fire then (reparenting sends it), so only QEMU's own process can set
+// it, once adopted: libvirtd lets that process exec the emulator only after it has reaped the
+// middle process (their handshake), so the script runs as the launcher's child (measured with
+// libvirt 9.0; libvirt's capability probe, which QEMU daemonizes itself, runs it as the
+// daemon's child). The kernel gives an adopted process to the subreaper's first live thread,
+// the launcher's main thread, which lives as long as the launcher (a thread's exit would send
+// the signal). A launcher that dies in the few milliseconds between QEMU's adoption and
+// setpriv's prctl leaves it running.
+func (d daemon) emulator() string { return filepath.Join(d.dir, "qemu") }
+
+// writeEmulator writes the emulator script (emulator) for qemu, owned by the daemon's user.
+func (d daemon) writeEmulator(setpriv, qemu string) error {
+	script := "#!/bin/sh\n# The VM's QEMU, killed when its launcher dies (kubevisor-driver-libvirt).\n" +
+		"exec " + shellQuote(setpriv) + " --pdeathsig=KILL -- " + shellQuote(qemu) + " \"$@\"\n"
+	p := d.emulator()
+	tmp := p + ".tmp"
+	if err := os.WriteFile(tmp, []byte(script), 0o700); err != nil {
+		return err
+	}
+	if err := os.Lchown(tmp, d.user.UID, d.user.GID); err != nil {
+		return err
+	}
+	return os.Rename(tmp, p)
+}
+
+// shellQuote quotes s for sh.
+func shellQuote(s string) string { return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'" }
 
 // chownTree gives path and everything below it (not following symlinks) to uid:gid.
 func chownTree(root string, uid, gid int) error {

@@ -16,6 +16,19 @@
 // compute container (launcherCapabilities), and the launcher image carries libvirtd, its
 // modules and swtpm's tools (hack/images).
 //
+// # Dying with the launcher
+//
+// The daemon and its QEMU die with the VM's launcher, even a SIGKILLed one, with no driver
+// process running. The launcher starts its process with a parent-death signal, which setpriv's
+// change of user clears (prctl(2)): setpriv sets it again (--pdeathsig=KILL, util-linux 2.38).
+// QEMU, which libvirt daemonizes, is not the daemon's child but the launcher's (a child
+// subreaper adopts it), and nothing in libvirt or QEMU ends it when the daemon dies: in a
+// launcher pod the launcher is the init of the container's pid namespace, whose death kills
+// every process in it; a launcher that is not (the conformance kit's, standalone mode's: a
+// process of the node) has the domain's emulator be a script in the daemon's directory that
+// execs QEMU through setpriv --pdeathsig=KILL (daemon.emulator), which needs /bin/sh and setpriv
+// where that launcher runs.
+//
 // Because QEMU runs as that user, the driver gives the user what QEMU must open (access.go),
 // and nothing more: the taps the network driver made (their owner and group, TUNSETOWNER and
 // TUNSETGROUP: libvirt opens taps by name, not descriptors), the VM's writable disk images
@@ -112,7 +125,11 @@
 //     beside features (the qmp driver's default under TCG is max).
 //   - QEMU outlives a daemon that dies (libvirt daemonizes it), but nothing could manage it: the
 //     driver reports the VM crashed (ProcessExited, the daemon's last log lines) and kills that
-//     QEMU (checked to be the daemon's by its command line), as Errors says.
+//     QEMU (checked to be the daemon's by its command line), as Errors says. That takes a
+//     driver process: a daemon that dies while none runs leaves its QEMU running until the
+//     launcher ends (a launcher that dies takes both, above).
+//   - A launcher that is not its pid namespace's init and is SIGKILLed in the few milliseconds
+//     between QEMU's adoption and the script's prctl leaves that QEMU running.
 //   - Explain places only the refusals it knows (origins.go's refusals, measured with libvirt
 //     9.0 and QEMU 7.2) and those whose message holds a name of a device the record has; another
 //     libvirt's wording may leave a refusal unplaced, which the error then says.

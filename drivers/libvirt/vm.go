@@ -292,7 +292,15 @@ func (d *Driver) Start(ctx context.Context, id string) error {
 	if _, err := pickAccel(map[bool]domainv1.Acceleration{true: domainv1.Acceleration_ACCELERATION_REQUIRED, false: domainv1.Acceleration_ACCELERATION_EMULATED}[v.rec.Accel == qmp.AccelKVM], host); err != nil {
 		return err
 	}
-	x, org, err := BuildDomainOrigins(v.spec, d.env(host, v.rec.Accel, v))
+	env := d.env(host, v.rec.Accel, v)
+	wrap, err := qemuMayOutliveLauncher(ctx, v.spec.GetSandbox().GetLauncherSocket())
+	if err != nil {
+		return err
+	}
+	if wrap {
+		env.Emulator = v.dmn.emulator()
+	}
+	x, org, err := BuildDomainOrigins(v.spec, env)
 	if err != nil {
 		return err
 	}
@@ -316,6 +324,11 @@ func (d *Driver) Start(ctx context.Context, id string) error {
 	}
 	if err := d.grantDevices(v); err != nil {
 		return undo(err)
+	}
+	if wrap {
+		if err := v.dmn.writeEmulator(d.config().Setpriv, host.QEMU); err != nil {
+			return undo(status.Errorf(codes.FailedPrecondition, "the emulator script in the VM's libvirtd directory: %v", err))
+		}
 	}
 	xml, err := x.Marshal()
 	if err != nil {
@@ -480,6 +493,30 @@ func (d *Driver) grantDevices(v *vm) error {
 	return nil
 }
 
+// qemuMayOutliveLauncher reports whether the QEMU of a VM whose launcher serves sock could
+// outlive a launcher that dies, and so must run through the daemon's emulator script
+// (daemon.emulator): there is a launcher, and it is not the init of its pid namespace. A
+// launcher pod's launcher is (its compute container's first process, in a pid namespace of its
+// own), and when a pid namespace's init dies the kernel kills every process in it; the
+// conformance kit's and standalone mode's launchers are processes of the node's namespace.
+func qemuMayOutliveLauncher(ctx context.Context, sock string) (bool, error) {
+	if sock == "" {
+		return false, nil
+	}
+	ctx, cancel := context.WithTimeout(ctx, launcher.DefaultDialTimeout)
+	defer cancel()
+	c, err := launcher.Dial(ctx, sock)
+	if err != nil {
+		return false, status.Errorf(codes.Unavailable, "the VM's launcher: %v", err)
+	}
+	defer c.Close()
+	info, err := c.Info(ctx)
+	if err != nil {
+		return false, status.Errorf(codes.Unavailable, "the VM's launcher: %v", err)
+	}
+	return info.GetPid() != 1, nil
+}
+
 // ensureDaemon returns the connection to v's daemon, starting the daemon when none runs
 // (started). A daemon that fails to come up is killed if it still runs, and its runtime
 // directory (sockets, pid files) removed; the error names libvirtd with its log's last lines.
@@ -496,10 +533,11 @@ func (d *Driver) ensureDaemon(ctx context.Context, v *vm) (conn *golibvirt.Conne
 		return nil, false, status.Errorf(codes.FailedPrecondition, "libvirtd directory: %v", err)
 	}
 	starter := d.local
-	if sock := v.spec.GetSandbox().GetLauncherSocket(); sock != "" {
+	sock := v.spec.GetSandbox().GetLauncherSocket()
+	if sock != "" {
 		starter = launcher.NewStarter(sock)
 	}
-	cmd := v.dmn.command(d.config().Setpriv)
+	cmd := v.dmn.command(d.config().Setpriv, sock != "")
 	cmd.NetNS = v.spec.GetSandbox().GetNetnsPath()
 	logFrom := fileSize(v.dmn.logPath())
 	// failed kills the daemon if it runs, removes its sockets, and says what happened with the

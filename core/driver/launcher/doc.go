@@ -40,7 +40,13 @@
 //     opening the path again would give a new, unattached tap.
 //   - The process outlives the driver process: a driver that crashes or restarts leaves it
 //     running. It dies with the launcher (SIGKILL by PR_SET_PDEATHSIG), and whatever else is in
-//     its process group is killed once it exits.
+//     its process group is killed once it exits. A change of credentials clears that signal
+//     (prctl(2)): a Command.Path that drops privileges before it execs the VM's program (such as
+//     setpriv --reuid) must set it again (setpriv --pdeathsig=KILL). What the process
+//     daemonizes (its children that leave its session) is adopted by the launcher, a child
+//     subreaper, without the signal: it dies with a launcher pod's launcher, the init of the
+//     container's pid namespace, but outlives a SIGKILLed launcher that runs as a process of the
+//     node (standalone mode, the conformance kit) unless it sets the signal itself once adopted.
 //   - Command.Companions (a TPM emulator, ...) are started before it, each the same way with
 //     its own ExtraFiles, and stopped once it exits (SIGTERM, then SIGKILL after 2 s); when
 //     they or the process cannot be started, Start kills those started and fails. Only a

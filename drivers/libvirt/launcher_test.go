@@ -1,0 +1,209 @@
+package libvirt
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	domainv1 "github.com/kubevisor/kubevisor/core/domain/v1"
+	lclient "github.com/kubevisor/kubevisor/core/driver/launcher"
+	"github.com/kubevisor/kubevisor/drivers/qmp"
+	"github.com/kubevisor/kubevisor/internal/testbin"
+)
+
+// testLauncher is a kubevisor-launcher process of a test.
+type testLauncher struct {
+	pid    int // in the test's pid namespace
+	sock   string
+	client *lclient.Client
+	exited chan struct{}
+}
+
+// startLauncher builds cmd/kubevisor-launcher and starts it under the command wrap (none: as
+// the conformance kit and standalone mode run it, a process of the node's pid namespace); it
+// is killed when the test ends.
+func startLauncher(ctx context.Context, t *testing.T, vmi string, wrap ...string) *testLauncher {
+	t.Helper()
+	bin := t.TempDir()
+	if err := testbin.Build(bin, false, "github.com/kubevisor/kubevisor/cmd/kubevisor-launcher"); err != nil {
+		t.Fatal(err)
+	}
+	dir := filepath.Join(t.TempDir(), "l")
+	stderr := filepath.Join(t.TempDir(), "stderr")
+	f, err := os.Create(stderr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	argv := append(wrap, filepath.Join(bin, "kubevisor-launcher"), "--dir", dir, "--vmi", vmi)
+	cmd := exec.Command(argv[0], argv[1:]...)
+	cmd.Stderr = f // a file: Wait would wait for a pipe's other holders, the launcher's children
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	l := &testLauncher{sock: filepath.Join(dir, lclient.SocketName), exited: make(chan struct{})}
+	go func() { _ = cmd.Wait(); close(l.exited) }()
+	t.Cleanup(func() {
+		if l.pid > 0 {
+			_ = unix.Kill(l.pid, unix.SIGKILL)
+		}
+		_ = cmd.Process.Kill()
+		<-l.exited
+		if t.Failed() {
+			raw, _ := os.ReadFile(stderr)
+			t.Logf("launcher stderr:\n%s", raw)
+		}
+	})
+	if l.client, err = lclient.Dial(ctx, l.sock); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = l.client.Close() })
+	if l.pid = l.client.LauncherPid(); l.pid == 0 {
+		t.Fatal("the launcher's pid is not visible here")
+	}
+	return l
+}
+
+// processesOf lists the live processes whose command line or environment names dir: a VM's
+// libvirtd (its XDG directories), its QEMU (monitor socket, pid file) and anything else they
+// started there.
+func processesOf(dir string) []string {
+	ents, _ := os.ReadDir("/proc")
+	var out []string
+	for _, e := range ents {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil || pid == os.Getpid() || !processAlive(pid) {
+			continue
+		}
+		cmdline, _ := os.ReadFile(filepath.Join("/proc", e.Name(), "cmdline"))
+		env, _ := os.ReadFile(filepath.Join("/proc", e.Name(), "environ"))
+		if bytes.Contains(cmdline, []byte(dir+"/")) || bytes.Contains(env, []byte("="+dir+"/")) {
+			argv := strings.ReplaceAll(strings.TrimRight(string(cmdline), "\x00"), "\x00", " ")
+			if len(argv) > 60 {
+				argv = argv[:60] + "..."
+			}
+			out = append(out, fmt.Sprintf("%d %s", pid, argv))
+		}
+	}
+	return out
+}
+
+// killProcessesOf kills what processesOf finds, so that a failed test leaves nothing running.
+func killProcessesOf(dir string) {
+	for _, p := range processesOf(dir) {
+		if pid, err := strconv.Atoi(strings.Fields(p)[0]); err == nil {
+			_ = unix.Kill(pid, unix.SIGKILL)
+		}
+	}
+}
+
+// TestLauncherKilled: a launcher SIGKILLed under a running VM takes the VM's libvirtd and the
+// daemon's QEMU with it, though no driver process manages the VM then (the driver let go of it
+// first, as one that is down or restarting has). As the conformance kit and standalone mode run
+// it, a process of the node's pid namespace, no pod's end would kill them: the daemon dies by
+// the parent-death signal setpriv sets again, QEMU, which the launcher adopted, by the one the
+// daemon's emulator script has setpriv set. As a launcher pod runs it, the init of a pid
+// namespace of its own, the kernel kills them, and QEMU runs without the script.
+func TestLauncherKilled(t *testing.T) {
+	requireLibvirt(t)
+	for _, c := range []struct {
+		name   string
+		wrap   []string
+		script bool
+	}{
+		{name: "NodeProcess", script: true},
+		{name: "PidNamespaceInit", wrap: []string{"unshare", "--pid", "--fork", "--mount-proc", "--"}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+			defer cancel()
+			l := startLauncher(ctx, t, "lv-lkill", c.wrap...)
+			d := newTestDriver(t)
+			spec := bootSpec(t, "lv-lkill", reachableDir(t))
+			spec.Serial = &domainv1.Serial{SocketPath: filepath.Join(spec.GetRunDir(), "serial.sock")}
+			spec.Sandbox = &domainv1.Sandbox{LauncherSocket: l.sock}
+			t.Cleanup(func() { killProcessesOf(spec.GetRunDir()) })
+			if _, err := d.Create(ctx, spec); err != nil {
+				t.Fatal(err)
+			}
+			if err := d.Start(ctx, spec.GetId()); err != nil {
+				t.Fatal(err)
+			}
+			out := &consoleBuf{}
+			go func() { _ = d.Console(ctx, spec.GetId(), nil, out) }()
+			waitFor(t, "the boot sector's marker", time.Minute, func() bool { return out.count(qmp.BootSectorMarker) >= 1 })
+			d.mu.Lock()
+			daemonPID := d.vms[spec.GetId()].rec.DaemonPID
+			d.mu.Unlock()
+			qemuPID := 0 // in this pid namespace (the daemon's pid file has the launcher's)
+			for _, p := range processesOf(spec.GetRunDir()) {
+				if f := strings.Fields(p); len(f) > 1 && strings.HasSuffix(f[1], "qemu-system-x86_64") {
+					qemuPID, _ = strconv.Atoi(f[0])
+				}
+			}
+			if qemuPID == 0 || daemonPID == 0 {
+				t.Fatalf("daemon pid %d, QEMU pid %d; processes: %s", daemonPID, qemuPID, strings.Join(processesOf(spec.GetRunDir()), "; "))
+			}
+			// The daemon is the launcher's child; QEMU, which libvirt daemonizes, is adopted by
+			// the launcher, a child subreaper.
+			for what, pid := range map[string]int{"libvirtd": daemonPID, "qemu": qemuPID} {
+				if pp := parentPID(pid); pp != l.pid {
+					t.Errorf("%s (pid %d) has parent %d, want the launcher %d", what, pid, pp, l.pid)
+				}
+			}
+			if _, err := os.Stat(vmOf(d, spec.GetId()).dmn.emulator()); (err == nil) != c.script {
+				t.Errorf("the emulator script: %v, want it written: %v", err, c.script)
+			}
+			t.Logf("the VM's processes: %s", strings.Join(processesOf(spec.GetRunDir()), "; "))
+
+			if err := d.Close(); err != nil { // no driver is there to kill anything
+				t.Fatal(err)
+			}
+			if err := unix.Kill(l.pid, unix.SIGKILL); err != nil {
+				t.Fatal(err)
+			}
+			<-l.exited
+			deadline := time.Now().Add(10 * time.Second)
+			for len(processesOf(spec.GetRunDir())) > 0 && time.Now().Before(deadline) {
+				time.Sleep(50 * time.Millisecond)
+			}
+			if left := processesOf(spec.GetRunDir()); len(left) > 0 {
+				t.Errorf("10 s after the launcher was SIGKILLed, these still run: %s", strings.Join(left, "; "))
+			}
+		})
+	}
+}
+
+// vmOf is the driver's VM id.
+func vmOf(d *Driver, id string) *vm {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.vms[id]
+}
+
+// parentPID is pid's parent (0 if it cannot be read).
+func parentPID(pid int) int {
+	raw, err := os.ReadFile(filepath.Join("/proc", strconv.Itoa(pid), "stat"))
+	if err != nil {
+		return 0
+	}
+	i := bytes.LastIndexByte(raw, ')')
+	if i < 0 {
+		return 0
+	}
+	f := strings.Fields(string(raw[i+1:]))
+	if len(f) < 2 {
+		return 0
+	}
+	pp, _ := strconv.Atoi(f[1])
+	return pp
+}
