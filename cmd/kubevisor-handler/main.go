@@ -4,6 +4,7 @@
 //
 //	kubevisor-handler serve [--config handler.yaml|DIR] [--plugin-bin-dir DIR] [--node-name NODE] [--kubeconfig FILE]
 //	                        [--stream-addr :8186] [--stream-cert-dir DIR] [--stream-client-name NAME]
+//	                        [--migration-addr :8187] [--migration-cert-dir DIR]
 //	kubevisor-handler run -f vmi.yaml [--config handler.yaml]
 package main
 
@@ -26,6 +27,7 @@ import (
 
 	"github.com/kubevisor/kubevisor/core/handler"
 	"github.com/kubevisor/kubevisor/core/handler/cluster"
+	"github.com/kubevisor/kubevisor/core/handler/migrationproxy"
 	"github.com/kubevisor/kubevisor/core/handler/standalone"
 	"github.com/kubevisor/kubevisor/core/handler/streams"
 	"github.com/kubevisor/kubevisor/core/nodeapi"
@@ -33,6 +35,7 @@ import (
 
 const usage = `usage: kubevisor-handler serve [--config HANDLER.yaml|DIR] [--plugin-bin-dir DIR] [--node-name NODE] [--kubeconfig FILE]
                          [--stream-addr :8186] [--stream-cert-dir DIR] [--stream-client-name NAME]
+                         [--migration-addr :8187] [--migration-cert-dir DIR]
        kubevisor-handler run -f VMI.yaml [--config HANDLER.yaml] [--log-level LEVEL]
 
 serve: runs the VMIs scheduled to this node (their launcher pods' sandboxes) through the
@@ -46,6 +49,12 @@ handler image's /usr/local/bin), besides the plugin directory's manifests.
 --stream-addr serves kubevisor-api the VMIs' consoles, VNC displays, port forwards and
 actions over HTTPS with mutual TLS (0 disables), with the certificates in --stream-cert-dir
 (tls.crt, tls.key, ca.crt); until they exist the port is not served, and the VMIs run anyway.
+--migration-addr serves the migration proxy, which carries live migrations between the
+nodes' handlers over mutual TLS (core/handler/migrationproxy), with this node's certificate
+(common name kubevisor-node:<node>, serverAuth and clientAuth) and the CA bundle in
+--migration-cert-dir (tls.crt, tls.key, ca.crt). Off by default (0): it needs a node
+certificate, which nothing issues yet; once on, the port waits for the files as the stream
+endpoint does, and migrations to and from the node fail meanwhile.
 
 run: runs one VirtualMachineInstance
 on this machine without a cluster: a network namespace on the
@@ -123,6 +132,8 @@ func serve(args []string) {
 	streamAddr := fs.String("stream-addr", streams.DefaultAddr, "listen address of the stream endpoint for kubevisor-api (HTTPS, mutual TLS; 0 disables)")
 	streamCertDir := fs.String("stream-cert-dir", "/etc/kubevisor/handler-certs", "directory of the stream endpoint's tls.crt, tls.key and client CA ca.crt (the Secret "+nodeapi.HandlerCertSecret+"), read again when they change; the endpoint waits for them")
 	streamClient := fs.String("stream-client-name", nodeapi.ClientName, "the only client certificate common name the stream endpoint accepts")
+	migrationAddr := fs.String("migration-addr", "0", "listen address of the migration proxy (mutual TLS with node certificates; 0 disables), e.g. "+migrationproxy.DefaultAddr)
+	migrationCertDir := fs.String("migration-cert-dir", "/etc/kubevisor/node-certs", "directory of this node's certificate tls.crt, tls.key (common name "+nodeapi.NodeCommonNamePrefix+"<node>) and the CA bundle ca.crt, read again when they change; the proxy waits for them")
 	logLevel := fs.String("log-level", "info", "log level: trace, debug, info, warn, error")
 	cpuManagerState := fs.String("cpu-manager-state", cluster.DefaultCPUManagerStateFile, "the kubelet's CPU manager state file; the node is labelled kubevisor.io/cpumanager=true while it names the static policy (empty: the label is left to the admin)")
 	workers := fs.Int("workers", cluster.DefaultWorkers, "VMIs synced at once (the handler serialises the calls for one VMI)")
@@ -160,6 +171,7 @@ func serve(args []string) {
 		Rest: rc, Handler: cfg, PluginBinDir: *pluginBinDir, Agent: cluster.AgentConfig{NodeName: *nodeName, HostStateDir: *hostDir,
 			Controller: controller.Options{MaxConcurrentReconciles: *workers}},
 		Streams:     streams.Config{Addr: *streamAddr, CertDir: *streamCertDir, ClientName: *streamClient},
+		Migration:   migrationproxy.Config{Addr: *migrationAddr, CertDir: *migrationCertDir},
 		MetricsAddr: *metricsAddr, HealthAddr: *healthAddr, Logger: logger, Log: log,
 		CPUManagerStateFile: *cpuManagerState,
 	})

@@ -16,10 +16,12 @@ import (
 	"k8s.io/client-go/rest"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
+	ctrlmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	"github.com/kubevisor/kubevisor/core/api/v1alpha1"
 	"github.com/kubevisor/kubevisor/core/handler"
+	"github.com/kubevisor/kubevisor/core/handler/migrationproxy"
 	"github.com/kubevisor/kubevisor/core/handler/streams"
 	"github.com/kubevisor/kubevisor/core/plugin"
 )
@@ -43,6 +45,11 @@ type ServeConfig struct {
 	// port forwards and actions of the node's VMIs over mutual TLS. Disabled when its Addr is
 	// empty or "0".
 	Streams streams.Config
+	// Migration configures the migration proxy (core/handler/migrationproxy), which carries
+	// live migrations to and from this node's VMIs over mutual TLS with node certificates.
+	// Disabled when its Addr is empty or "0"; its NodeName defaults to the agent's, and its
+	// metrics go to the handler's /metrics.
+	Migration migrationproxy.Config
 	// CPUManagerStateFile is the kubelet's CPU manager state file as the handler sees it; the
 	// node is labelled kubevisor.io/cpumanager=true while it names the static policy
 	// (NodeLabeler.CPUManagerStateFile). Empty: the label is left to the admin.
@@ -58,8 +65,9 @@ type ServeConfig struct {
 }
 
 // Serve runs the node handler against the API server until ctx ends: the agent syncs the
-// node's VMIs, the labeler publishes the drivers' capabilities on the Node, and the stream
-// endpoint (Streams) serves kubevisor-api. The running VMs
+// node's VMIs, the labeler publishes the drivers' capabilities on the Node, the stream
+// endpoint (Streams) serves kubevisor-api, and the migration proxy (Migration) serves its
+// port. The running VMs
 // are left to run when it returns (a restarted handler re-adopts them).
 func Serve(ctx context.Context, c ServeConfig) (err error) {
 	if c.Agent.NodeName == "" {
@@ -114,6 +122,24 @@ func Serve(ctx context.Context, c ServeConfig) (err error) {
 			c.Streams.Logger = c.Logger.Named("streams")
 		}
 		if err := mgr.Add(runnable(streams.New(c.Streams, h).Run)); err != nil {
+			return err
+		}
+	}
+	if c.Migration.Enabled() {
+		if c.Migration.NodeName == "" {
+			c.Migration.NodeName = c.Agent.NodeName
+		}
+		if c.Migration.Logger == nil && c.Logger != nil {
+			c.Migration.Logger = c.Logger.Named("migration-proxy")
+		}
+		if c.Migration.Registerer == nil {
+			c.Migration.Registerer = ctrlmetrics.Registry
+		}
+		proxy, err := migrationproxy.New(c.Migration)
+		if err != nil {
+			return fmt.Errorf("migration proxy: %w", err)
+		}
+		if err := mgr.Add(runnable(proxy.Run)); err != nil {
 			return err
 		}
 	}
