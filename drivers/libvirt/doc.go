@@ -99,6 +99,12 @@
 // process. Recover connects again to the daemon named in the VM's record (checked to be that
 // daemon by its environment) and takes the domain's state; the serial backlog starts then.
 //
+// A driver process SIGKILLed after the launcher started the VM's daemon, before it recorded
+// it, leaves a daemon no record names; so does a Recover that cannot reach the daemon. The
+// launcher runs one process at a time, so a Start under a launcher first kills what the
+// launcher runs (launcher.SocketStarter.KillLeftover), with the QEMU that daemon's pid file
+// names, checked by its command line, and its sockets, then starts the VM's daemon.
+//
 // # Limits
 //
 //   - The domain spec's fields this driver does not implement are refused at Create with their

@@ -15,6 +15,8 @@ import (
 	"golang.org/x/sys/unix"
 
 	domainv1 "github.com/kubevisor/kubevisor/core/domain/v1"
+	basev1 "github.com/kubevisor/kubevisor/core/driver/base/v1"
+	hypervisorv1 "github.com/kubevisor/kubevisor/core/driver/hypervisor/v1"
 	lclient "github.com/kubevisor/kubevisor/core/driver/launcher"
 	"github.com/kubevisor/kubevisor/drivers/qmp"
 	"github.com/kubevisor/kubevisor/internal/testbin"
@@ -206,4 +208,70 @@ func parentPID(pid int) int {
 	}
 	pp, _ := strconv.Atoi(f[1])
 	return pp
+}
+
+// TestLeftoverDaemon: a driver process SIGKILLed after the launcher started the VM's libvirtd,
+// before it recorded the daemon, leaves a daemon no later driver process knows in the
+// launcher, which runs one process at a time: the next driver process's Start kills it and
+// starts the VM on a daemon of its own, where it failed for good before.
+func TestLeftoverDaemon(t *testing.T) {
+	requireLibvirt(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	l := startLauncher(ctx, t, "lv-left")
+	stateDir := t.TempDir()
+	first := New(WithLogger(testLogger()))
+	if err := first.Configure(ctx, &basev1.ConfigureRequest{StateDir: stateDir}); err != nil {
+		t.Fatal(err)
+	}
+	spec := bootSpec(t, "lv-left", reachableDir(t))
+	spec.Serial = &domainv1.Serial{SocketPath: filepath.Join(spec.GetRunDir(), "serial.sock")}
+	spec.Sandbox = &domainv1.Sandbox{LauncherSocket: l.sock}
+	t.Cleanup(func() { killProcessesOf(spec.GetRunDir()) })
+	h, err := first.Create(ctx, spec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// What the first driver's Start does up to the launcher's start of the daemon, and no
+	// further: the driver process dies there.
+	dm := vmOf(first, spec.GetId()).dmn
+	if err := first.prepareFiles(vmOf(first, spec.GetId())); err != nil {
+		t.Fatal(err)
+	}
+	if err := dm.prepare(); err != nil {
+		t.Fatal(err)
+	}
+	leftover, err := lclient.NewStarter(l.sock).Start(ctx, dm.command(first.config().Setpriv, true))
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the leftover daemon's socket", 30*time.Second, func() bool {
+		_, err := os.Stat(dm.socket())
+		return err == nil
+	})
+	_ = first.Close()
+
+	d := newTestDriver(t)
+	d.mu.Lock()
+	d.stateDir = stateDir
+	d.mu.Unlock()
+	st, err := d.Recover(ctx, h)
+	if err != nil || st.GetState() != hypervisorv1.State_STATE_CREATED {
+		t.Fatalf("Recover = %v, %v; want CREATED", st, err)
+	}
+	if err := d.Start(ctx, spec.GetId()); err != nil {
+		t.Fatalf("Start beside the leftover daemon: %v", err)
+	}
+	out := &consoleBuf{}
+	go func() { _ = d.Console(ctx, spec.GetId(), nil, out) }()
+	waitFor(t, "the boot sector's marker", time.Minute, func() bool { return out.count(qmp.BootSectorMarker) >= 1 })
+	waitFor(t, "the leftover daemon gone", 10*time.Second, func() bool { return !processAlive(leftover) })
+	daemonPID := vmOf(d, spec.GetId()).rec.DaemonPID
+	info, err := l.client.Info(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p := info.GetProcess(); daemonPID == leftover || !p.GetRunning() || l.client.LocalPid(p.GetProcess()) != daemonPID {
+		t.Errorf("the launcher runs %v; the VM's daemon is pid %d, the leftover was %d", p, daemonPID, leftover)
+	}
 }

@@ -28,6 +28,7 @@ import (
 	"github.com/kubevisor/kubevisor/core/driver"
 	hypervisorv1 "github.com/kubevisor/kubevisor/core/driver/hypervisor/v1"
 	"github.com/kubevisor/kubevisor/core/driver/launcher"
+	launcherv1 "github.com/kubevisor/kubevisor/core/driver/launcher/v1"
 	"github.com/kubevisor/kubevisor/core/driver/serial"
 	"github.com/kubevisor/kubevisor/drivers/qmp"
 )
@@ -528,6 +529,10 @@ func (d *Driver) ensureDaemon(ctx context.Context, v *vm) (conn *golibvirt.Conne
 		if ok, err := conn.IsAlive(); err == nil && ok {
 			return conn, false, nil
 		}
+		// A connection that is not alive has a daemon that is dead or hung: it goes, with its
+		// callbacks, before another starts (its close callback could otherwise take the new
+		// daemon's sockets for its own).
+		d.stopDaemon(v)
 	}
 	if err := v.dmn.prepare(); err != nil {
 		return nil, false, status.Errorf(codes.FailedPrecondition, "libvirtd directory: %v", err)
@@ -535,7 +540,18 @@ func (d *Driver) ensureDaemon(ctx context.Context, v *vm) (conn *golibvirt.Conne
 	starter := d.local
 	sock := v.spec.GetSandbox().GetLauncherSocket()
 	if sock != "" {
-		starter = launcher.NewStarter(sock)
+		// v has no daemon of this driver process: one the launcher runs was started by an
+		// earlier process of the driver, SIGKILLed before it recorded it (or one a Recover could
+		// not reach). The launcher runs one process at a time, so it goes, and the QEMU it may
+		// have started with it, before this Start's daemon.
+		starter = &launcher.SocketStarter{Socket: sock, KillLeftover: true, Leftover: func(p *launcherv1.Process) {
+			msg := "killed a libvirtd an earlier driver process left in the launcher"
+			if qemu := qemuPID(v.dmn); killQEMUOf(qemu, v.dmn) {
+				msg += ", and its QEMU"
+			}
+			v.dmn.removeRuntime()
+			d.log.Warn(msg, "id", v.id, "name", p.GetName(), "pid", p.GetPid())
+		}}
 	}
 	cmd := v.dmn.command(d.config().Setpriv, sock != "")
 	cmd.NetNS = v.spec.GetSandbox().GetNetnsPath()
