@@ -182,6 +182,7 @@ install() {
   local start=${SECONDS}
   render
   log "drivers: ${components[*]:-(none)}; kubeconfig: ${kubeconfig:-kubectl default}"
+  warn_devices
   k version >/dev/null 2>&1 || die "the cluster does not answer (kubeconfig: ${kubeconfig:-kubectl default})"
   check_dropped
   log "CRDs"
@@ -224,6 +225,20 @@ dropped_classes() {
   for c in $(k get hypervisorclasses -l app.kubernetes.io/part-of=kubevisor -o name 2>/dev/null || true); do
     [[ "${want}" == *" ${c#*/} "* ]] || echo "${c#*/}"
   done
+}
+
+# warn_devices says when the classes of this driver set request device resources
+# (deviceResources, e.g. devices.kubevisor.io/kvm) and the set has no device driver that could
+# serve them (hostdev, or a driver's own component): their VMIs would stay Pending, the scheduler
+# saying the node has none of the resource.
+warn_devices() {
+  local c resources
+  for c in "${components[@]}"; do [[ "${c}" == hostdev || "${c}" == */* ]] && return 0; done
+  resources=$(awk 'function flush() { if (hvc) printf "%s", res; hvc = 0; res = "" }
+    /^---$/ { flush() } /^kind: HypervisorClass$/ { hvc = 1 } /^- devices\.kubevisor\.io\// { res = res $2 " " }
+    END { flush() }' "${work}/install.yaml" | tr ' ' '\n' | sort -u | tr '\n' ' ')
+  [[ -z "${resources}" ]] && return 0
+  echo "install: warning: the HypervisorClasses request ${resources}but no device driver is in --drivers (add hostdev): their VMIs will stay Pending" >&2
 }
 
 # check_dropped refuses, before anything is applied, a driver set that drops the class of VMIs
