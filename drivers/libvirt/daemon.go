@@ -72,8 +72,8 @@ func (d daemon) socket() string { return filepath.Join(d.dir, daemonSocket) }
 func (d daemon) uri() string    { return "qemu+unix:///session?socket=" + d.socket() }
 
 // logPath is the daemon's own log (its stderr, through the launcher): in the run dir, not the
-// daemon's, which is the user's alone: the launcher that opens it is root without capabilities
-// (no CAP_DAC_OVERRIDE) in a launcher pod.
+// daemon's, which is the user's alone: the launcher that opens it is root with SETUID and SETGID
+// only (no CAP_DAC_OVERRIDE) in a launcher pod.
 func (d daemon) logPath() string { return filepath.Join(filepath.Dir(d.dir), daemonLog) }
 
 // qemuLog is where the session daemon has QEMU write (XDG_CACHE_HOME/libvirt/qemu/log).
@@ -113,8 +113,11 @@ func (d daemon) remove() {
 }
 
 // command is how the daemon is started: setpriv drops to the driver's user (the launcher runs
-// as root), with no capabilities and no new privileges, then libvirtd runs with its XDG
-// directories in d.dir. No --timeout: the daemon lives until the driver deletes the VM.
+// as root) with empty inheritable, permitted, effective and ambient capability sets and
+// no_new_privs, then libvirtd runs with its XDG directories in d.dir. No --timeout: the daemon
+// lives until the driver deletes the VM. --bounding-set=-all takes CAP_SETPCAP, which a
+// launcher pod lacks: setpriv then leaves the bounding set as it is and does not fail (see the
+// package doc); where the launcher has it, the bounding set is emptied.
 //
 // launched says the daemon is started through a launcher, which starts its process with a
 // parent-death signal (SIGKILL) so that the process dies with it. setpriv's --reuid clears

@@ -11,10 +11,20 @@
 // by the daemon's euid, and a root daemon is the node's system daemon (system paths, cgroups,
 // DAC relabelling, capabilities it cannot have in a launcher pod). Its XDG directories are in
 // <run dir>/lv, so two VMs' daemons share nothing; each daemon has one domain, named "vm". The
-// launcher, root, drops to the user with util-linux setpriv (no capabilities, no new
-// privileges): in a cluster the HypervisorClass keeps SETUID and SETGID for the launcher's
-// compute container (launcherCapabilities), and the launcher image carries libvirtd, its
-// modules and swtpm's tools (hack/images).
+// launcher, root, drops to the user with util-linux setpriv: in a cluster the HypervisorClass
+// keeps SETUID and SETGID, which setpriv needs for that, for the launcher's compute container
+// (launcherCapabilities), and the launcher image carries libvirtd, its modules and swtpm's
+// tools (hack/images).
+//
+// What the daemon, and the QEMU it forks, then run with (TestDaemonCredentials reads it):
+// the user's uid and gid (real, effective, saved, file system), no supplementary group, empty
+// inheritable, permitted, effective and ambient capability sets, and no_new_privs, so that they
+// hold no capability and an exec of a set-user-ID or file-capability program grants none. The
+// bounding set is emptied only where the launcher has CAP_SETPCAP (root's, in standalone mode
+// and the conformance kit without a class). A launcher pod's compute container lacks it, and
+// setpriv then leaves the bounding set as the launcher's, SETUID and SETGID, without failing
+// (util-linux 2.38): capabilities the two processes do not hold and that only an exec could
+// add to their permitted set, which no_new_privs forbids.
 //
 // # Dying with the launcher
 //

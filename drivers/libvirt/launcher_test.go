@@ -275,3 +275,81 @@ func TestLeftoverDaemon(t *testing.T) {
 		t.Errorf("the launcher runs %v; the VM's daemon is pid %d, the leftover was %d", p, daemonPID, leftover)
 	}
 }
+
+// TestDaemonCredentials reads what the VM's libvirtd and its QEMU run with, under a launcher
+// confined as a launcher pod's compute container is (root with SETUID and SETGID only, the
+// class's launcherCapabilities: no CAP_SETPCAP, so setpriv cannot empty the bounding set and
+// leaves it without failing) and under one with root's capabilities (the conformance kit's
+// and standalone mode's without a class): the user's uid and gid, no supplementary group, empty
+// inheritable, permitted, effective and ambient sets and no_new_privs either way; the bounding
+// set the launcher's, SETUID and SETGID, in the first, and empty in the second.
+func TestDaemonCredentials(t *testing.T) {
+	requireLibvirt(t)
+	for _, c := range []struct {
+		name string
+		wrap []string
+		bnd  uint64
+	}{
+		{name: "PodCapabilities", wrap: []string{"setpriv", "--bounding-set=-all,+setuid,+setgid", "--inh-caps=-all", "--"}, bnd: 1<<unix.CAP_SETUID | 1<<unix.CAP_SETGID},
+		{name: "RootCapabilities", bnd: 0},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+			defer cancel()
+			l := startLauncher(ctx, t, "lv-creds", c.wrap...)
+			if c.wrap != nil {
+				if st := procStatus(t, l.pid); st["CapBnd"] != "00000000000000c0" || st["CapEff"] != "00000000000000c0" || st["Uid"] != "0\t0\t0\t0" {
+					t.Fatalf("the confined launcher: %v", st)
+				}
+			}
+			d := newTestDriver(t)
+			spec := bootSpec(t, "lv-creds", reachableDir(t))
+			spec.Sandbox = &domainv1.Sandbox{LauncherSocket: l.sock}
+			t.Cleanup(func() { killProcessesOf(spec.GetRunDir()) })
+			if _, err := d.Create(ctx, spec); err != nil {
+				t.Fatal(err)
+			}
+			if err := d.Start(ctx, spec.GetId()); err != nil {
+				t.Fatal(err)
+			}
+			pids := map[string]int{"libvirtd": vmOf(d, spec.GetId()).rec.DaemonPID}
+			for _, p := range processesOf(spec.GetRunDir()) {
+				if f := strings.Fields(p); len(f) > 1 && strings.HasSuffix(f[1], "qemu-system-x86_64") {
+					pids["qemu"], _ = strconv.Atoi(f[0])
+				}
+			}
+			want := map[string]string{
+				"Uid": "65534\t65534\t65534\t65534", "Gid": "65534\t65534\t65534\t65534", "Groups": "",
+				"CapInh": "0000000000000000", "CapPrm": "0000000000000000", "CapEff": "0000000000000000",
+				"CapAmb": "0000000000000000", "CapBnd": fmt.Sprintf("%016x", c.bnd), "NoNewPrivs": "1",
+			}
+			for _, what := range []string{"libvirtd", "qemu"} {
+				if pids[what] == 0 {
+					t.Fatalf("no %s found: %s", what, strings.Join(processesOf(spec.GetRunDir()), "; "))
+				}
+				st := procStatus(t, pids[what])
+				for k, w := range want {
+					if st[k] != w {
+						t.Errorf("%s (pid %d): %s %q, want %q", what, pids[what], k, st[k], w)
+					}
+				}
+			}
+		})
+	}
+}
+
+// procStatus is /proc/PID/status by field.
+func procStatus(t *testing.T, pid int) map[string]string {
+	t.Helper()
+	raw, err := os.ReadFile(filepath.Join("/proc", strconv.Itoa(pid), "status"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	st := map[string]string{}
+	for _, l := range strings.Split(string(raw), "\n") {
+		if k, v, ok := strings.Cut(l, ":"); ok {
+			st[k] = strings.TrimSpace(v)
+		}
+	}
+	return st
+}

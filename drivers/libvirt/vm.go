@@ -421,8 +421,8 @@ func (d *Driver) prepareFiles(v *vm) error {
 	if err := os.MkdirAll(v.rec.RunDir, 0o700); err != nil {
 		return status.Errorf(codes.FailedPrecondition, "run dir: %v", err)
 	}
-	// The run dir stays root's (the launcher, root without capabilities, writes the daemon's
-	// log there); the user gets its own entry (grantDir).
+	// The run dir stays root's (the launcher, root without CAP_DAC_OVERRIDE in a launcher pod,
+	// writes the daemon's log there); the user gets its own entry (grantDir).
 	dirs := map[string]string{"run dir": v.rec.RunDir}
 	if p := v.spec.GetSerial().GetSocketPath(); p != "" {
 		dirs["serial.socketPath"] = filepath.Dir(p)
