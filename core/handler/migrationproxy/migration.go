@@ -122,9 +122,10 @@ func (m *Migration) closeConns() {
 	}
 }
 
-// admit reserves room for one more connection, or says why there is none. The connection is
-// then the migration's until refuse, or track and untrack: Close waits for it.
-func (m *Migration) admit() error {
+// admit reserves room for one more connection, conn (its raw end, which Close closes while it
+// is not carried yet), or says why there is none. The connection is then the migration's until
+// refuse, or track and untrack: Close waits for it.
+func (m *Migration) admit(conn net.Conn) error {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if m.closed {
@@ -134,14 +135,16 @@ func (m *Migration) admit() error {
 		return fmt.Errorf("migration %s has %d connections already (at most %d)", m.id, n, m.p.cfg.MaxConnsPerMigration)
 	}
 	m.pending++
+	m.conns[conn] = struct{}{}
 	m.wg.Add(1)
 	return nil
 }
 
-// refuse ends an admitted connection that was not carried, and counts it refused.
-func (m *Migration) refuse() {
+// refuse ends an admitted connection, conn, that was not carried, and counts it refused.
+func (m *Migration) refuse(conn net.Conn) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
+	delete(m.conns, conn)
 	m.pending--
 	m.refused++
 	m.wg.Done()
@@ -154,12 +157,13 @@ func (m *Migration) countRefused() {
 	m.mu.Unlock()
 }
 
-// track makes conns (the two ends of an admitted connection) carried, so that Close closes
-// them, or returns false when the migration has ended meanwhile (the connection is then done
-// with: the caller closes conns).
-func (m *Migration) track(conns ...net.Conn) bool {
+// track makes conns (the two ends of the connection admitted as raw) carried, so that Close
+// closes them, or returns false when the migration has ended meanwhile (the connection is then
+// done with: the caller closes conns).
+func (m *Migration) track(raw net.Conn, conns ...net.Conn) bool {
 	m.mu.Lock()
 	defer m.mu.Unlock()
+	delete(m.conns, raw)
 	m.pending--
 	if m.closed {
 		m.wg.Done()

@@ -174,12 +174,14 @@ func (p *Proxy) Serve(ctx context.Context, ln net.Listener) error {
 	}
 	p.addr, p.running = ln.Addr(), true
 	p.mu.Unlock()
+	// On the way out: the migrations closed first (their connections with them), then the
+	// connections' goroutines waited for.
+	var wg sync.WaitGroup
+	defer wg.Wait()
 	defer p.end()
 	stop := context.AfterFunc(ctx, func() { ln.Close() })
 	defer stop()
 	p.log.Info("migration proxy serving", "addr", ln.Addr().String(), "node", p.cfg.NodeName)
-	var wg sync.WaitGroup
-	defer wg.Wait()
 	for {
 		conn, err := ln.Accept()
 		if err != nil {

@@ -72,6 +72,8 @@ type testNode struct {
 	log  *logBuf
 	reg  *prometheus.Registry
 	addr string
+	// stop ends Serve and waits for it (at most 10 s).
+	stop func()
 }
 
 func startNode(t *testing.T, name, certDir string) *testNode {
@@ -95,11 +97,22 @@ func startNode(t *testing.T, name, certDir string) *testNode {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- n.p.Serve(ctx, ln) }()
+	var once sync.Once
+	n.stop = func() {
+		once.Do(func() {
+			cancel()
+			select {
+			case err := <-done:
+				if err != nil {
+					t.Errorf("Serve of %s: %v", name, err)
+				}
+			case <-time.After(10 * time.Second):
+				t.Errorf("Serve of %s did not return within 10 s of its end", name)
+			}
+		})
+	}
 	t.Cleanup(func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("Serve of %s: %v", name, err)
-		}
+		n.stop()
 		if t.Failed() {
 			t.Logf("log of %s:\n%s", name, n.log.String())
 		}
@@ -450,6 +463,35 @@ func TestEndOfServeClosesEverything(t *testing.T) {
 	}
 	if _, err := net.Dial("tcp", ln.Addr().String()); err == nil {
 		t.Errorf("the port still accepts after Serve ended")
+	}
+}
+
+// TestEndOfServeWithConnections: Serve that ends while connections are carried closes them
+// and returns, and the other side sees its connection end.
+func TestEndOfServeWithConnections(t *testing.T) {
+	ps := newPair(t, func(c *net.UnixConn) { _, _ = io.Copy(c, c) })
+	c := dialSource(t, ps.socket)
+	buf := make([]byte, 5)
+	_ = c.SetReadDeadline(time.Now().Add(10 * time.Second))
+	if _, err := c.Write([]byte("ping\n")); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := io.ReadFull(c, buf); err != nil {
+		t.Fatalf("echo through the proxy: %v", err)
+	}
+	start := time.Now()
+	ps.tgt.stop()
+	if took := time.Since(start); took > 5*time.Second {
+		t.Errorf("Serve took %s to end with a connection carried", took)
+	}
+	if _, err := c.Read(buf); err == nil {
+		t.Fatal("the source's connection still reads after the target's proxy ended")
+	}
+	if st := ps.in.Stats(); st.Active != 0 {
+		t.Errorf("target stats %+v after Serve ended, want none active", st)
+	}
+	if _, err := ps.tgt.p.Incoming(IncomingSpec{ID: "abc", SourceNode: sourceNode, TargetSocket: ps.vm.socket}); !errors.Is(err, ErrDisabled) {
+		t.Errorf("Incoming after Serve ended: %v, want ErrDisabled", err)
 	}
 }
 

@@ -118,7 +118,7 @@ func (p *Proxy) acceptOutgoing(m *Migration, addr string) {
 			}
 			return
 		}
-		if err := m.admit(); err != nil {
+		if err := m.admit(conn); err != nil {
 			p.log.Warn("migration connection refused", "side", sideSource, "migration", m.id, "reason", err)
 			p.metrics.refused(sideSource)
 			m.countRefused()
@@ -138,11 +138,11 @@ func (p *Proxy) dialTarget(m *Migration, vconn *net.UnixConn, addr string) {
 				"target", m.peer, "addr", addr, "peer", peerName(err), "reason", err)
 		}
 		p.metrics.refused(sideSource)
-		m.refuse()
+		m.refuse(vconn)
 		vconn.Close()
 		return
 	}
-	p.carry(m, vconn, tconn, addr)
+	p.carry(m, vconn, vconn, tconn, addr)
 }
 
 // dial connects to the target handler at addr and completes the handshake for m.

@@ -58,7 +58,13 @@ func (p *Proxy) serveConn(ctx context.Context, conn net.Conn) {
 		serverName string     // what the client sent
 		admitted   *Migration // the migration the handshake was admitted to
 	)
-	cfg := p.serverConfig(func(name string) { serverName = name }, func(m *Migration) { admitted = m })
+	cfg := p.serverConfig(func(name string) { serverName = name }, func(m *Migration) error {
+		if err := m.admit(conn); err != nil {
+			return err
+		}
+		admitted = m
+		return nil
+	})
 	tconn := tls.Server(conn, cfg)
 	hctx, cancel := context.WithTimeout(ctx, p.cfg.HandshakeTimeout)
 	err := tconn.HandshakeContext(hctx)
@@ -74,7 +80,7 @@ func (p *Proxy) serveConn(ctx context.Context, conn net.Conn) {
 		p.log.Warn("migration connection refused", "side", sideTarget, "remote", remote, "server_name", serverName, "peer", name, "reason", err)
 		p.metrics.refused(sideTarget)
 		if admitted != nil {
-			admitted.refuse()
+			admitted.refuse(conn)
 		} else if id, ierr := idOfServerName(serverName); ierr == nil {
 			if m := p.incomingMigration(id); m != nil {
 				m.countRefused()
@@ -90,11 +96,11 @@ func (p *Proxy) serveConn(ctx context.Context, conn net.Conn) {
 	if err != nil {
 		p.log.Warn("migration connection not carried: the target VM's socket", "migration", m.id, "remote", remote, "socket", m.socket, "error", err)
 		p.metrics.refused(sideTarget)
-		m.refuse()
+		m.refuse(conn)
 		tconn.Close()
 		return
 	}
-	p.carry(m, tconn, vconn.(*net.UnixConn), remote)
+	p.carry(m, conn, tconn, vconn.(*net.UnixConn), remote)
 }
 
 // remoteAlert says err is a TLS alert the peer sent (it refused the handshake).
@@ -103,10 +109,10 @@ func remoteAlert(err error) bool {
 	return errors.As(err, &oe) && oe.Op == "remote error"
 }
 
-// carry splices an admitted connection's two ends (src the source's end) until both
-// directions end or the migration is closed.
-func (p *Proxy) carry(m *Migration, src, dst halfCloser, remote string) {
-	if !m.track(src, dst) {
+// carry splices the two ends of the connection admitted as raw (src the source's end) until
+// both directions end or the migration is closed.
+func (p *Proxy) carry(m *Migration, raw net.Conn, src, dst halfCloser, remote string) {
+	if !m.track(raw, src, dst) {
 		src.Close()
 		dst.Close()
 		return

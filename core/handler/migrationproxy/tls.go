@@ -48,8 +48,8 @@ type creds struct {
 // serverConfig is the target side's TLS configuration of one connection: the migration is
 // found from the ClientHello's server name, and the client must present a certificate of the
 // CA naming that migration's source node. hello is told the server name the client sent, and
-// admitted the migration once the connection is admitted to it (Migration.admit).
-func (p *Proxy) serverConfig(hello func(serverName string), admitted func(*Migration)) *tls.Config {
+// admit admits the connection to the migration (Migration.admit).
+func (p *Proxy) serverConfig(hello func(serverName string), admit func(*Migration) error) *tls.Config {
 	return &tls.Config{
 		MinVersion: tls.VersionTLS12,
 		GetConfigForClient: func(h *tls.ClientHelloInfo) (*tls.Config, error) {
@@ -69,10 +69,9 @@ func (p *Proxy) serverConfig(hello func(serverName string), admitted func(*Migra
 			if err != nil {
 				return nil, err
 			}
-			if err := m.admit(); err != nil {
+			if err := admit(m); err != nil {
 				return nil, err
 			}
-			admitted(m)
 			return &tls.Config{
 				MinVersion:   tls.VersionTLS12,
 				Certificates: []tls.Certificate{*c.cert},
