@@ -113,7 +113,8 @@
 // it, leaves a daemon no record names; so does a Recover that cannot reach the daemon. The
 // launcher runs one process at a time, so a Start under a launcher first kills what the
 // launcher runs (launcher.SocketStarter.KillLeftover), with the QEMU that daemon's pid file
-// names, checked by its command line, and its sockets, then starts the VM's daemon.
+// names, checked by its command line (where the driver shares the launcher's pid namespace:
+// not a launcher pod's), and its sockets, then starts the VM's daemon.
 //
 // # Limits
 //
@@ -141,7 +142,9 @@
 //     beside features (the qmp driver's default under TCG is max).
 //   - QEMU outlives a daemon that dies (libvirt daemonizes it), but nothing could manage it: the
 //     driver reports the VM crashed (ProcessExited, the daemon's last log lines) and kills that
-//     QEMU (checked to be the daemon's by its command line), as Errors says. That takes a
+//     QEMU (checked to be the daemon's by its command line; in a launcher pod's pid namespace
+//     the daemon's pid file numbers it there, and the driver finds it among the launcher's
+//     children by that innermost pid), as Errors says. That takes a
 //     driver process: a daemon that dies while none runs leaves its QEMU running until the
 //     launcher ends (a launcher that dies takes both, above).
 //   - A launcher that is not its pid namespace's init and is SIGKILLed in the few milliseconds

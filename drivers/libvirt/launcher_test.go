@@ -162,6 +162,9 @@ func TestLauncherKilled(t *testing.T) {
 					t.Errorf("%s (pid %d) has parent %d, want the launcher %d", what, pid, pp, l.pid)
 				}
 			}
+			if st, _ := d.Status(ctx, spec.GetId()); int(st.GetPid()) != qemuPID {
+				t.Errorf("Status says QEMU is pid %d, want %d (this pid namespace's)", st.GetPid(), qemuPID)
+			}
 			if _, err := os.Stat(vmOf(d, spec.GetId()).dmn.emulator()); (err == nil) != c.script {
 				t.Errorf("the emulator script: %v, want it written: %v", err, c.script)
 			}
@@ -352,4 +355,41 @@ func procStatus(t *testing.T, pid int) map[string]string {
 		}
 	}
 	return st
+}
+
+// TestDaemonDiesUnderLauncher: under a launcher in a pid namespace of its own, as a launcher
+// pod's, the daemon's pid file numbers QEMU in that namespace: the driver still reports QEMU's
+// pid in its own, and when the daemon dies it kills that QEMU, which nothing could manage.
+func TestDaemonDiesUnderLauncher(t *testing.T) {
+	requireLibvirt(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	l := startLauncher(ctx, t, "lv-ddies", "unshare", "--pid", "--fork", "--mount-proc", "--")
+	d := newTestDriver(t)
+	spec := bootSpec(t, "lv-ddies", reachableDir(t))
+	spec.Sandbox = &domainv1.Sandbox{LauncherSocket: l.sock}
+	t.Cleanup(func() { killProcessesOf(spec.GetRunDir()) })
+	if _, err := d.Create(ctx, spec); err != nil {
+		t.Fatal(err)
+	}
+	if err := d.Start(ctx, spec.GetId()); err != nil {
+		t.Fatal(err)
+	}
+	st, _ := d.Status(ctx, spec.GetId())
+	qemuPID := int(st.GetPid())
+	if !isQEMUOf(qemuPID, vmOf(d, spec.GetId()).dmn) || parentPID(qemuPID) != l.pid {
+		t.Fatalf("Status says QEMU is pid %d, which is not the VM's QEMU, the launcher's child; processes: %s",
+			qemuPID, strings.Join(processesOf(spec.GetRunDir()), "; "))
+	}
+	if err := unix.Kill(vmOf(d, spec.GetId()).rec.DaemonPID, unix.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the VM crashed", time.Minute, func() bool {
+		st, _ := d.Status(ctx, spec.GetId())
+		return st.GetState() == hypervisorv1.State_STATE_CRASHED
+	})
+	waitFor(t, "its QEMU gone", 10*time.Second, func() bool { return !processAlive(qemuPID) })
+	if st, _ := d.Status(ctx, spec.GetId()); !strings.Contains(st.GetMessage(), "was killed") {
+		t.Errorf("message %q, want it to say QEMU was killed", st.GetMessage())
+	}
 }

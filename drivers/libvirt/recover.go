@@ -118,5 +118,5 @@ func (d *Driver) readopt(ctx context.Context, v *vm) {
 	default:
 		return
 	}
-	v.reason, v.con, v.pid = driver.ReasonRecovered, con, qemuPID(v.dmn)
+	v.reason, v.con, v.pid = driver.ReasonRecovered, con, qemuPID(v.dmn, v.rec.DaemonPID)
 }

@@ -31,6 +31,7 @@ import (
 	launcherv1 "github.com/kubevisor/kubevisor/core/driver/launcher/v1"
 	"github.com/kubevisor/kubevisor/core/driver/serial"
 	"github.com/kubevisor/kubevisor/drivers/qmp"
+	"github.com/kubevisor/kubevisor/internal/procfs"
 )
 
 // Timeouts of the driver's own waits.
@@ -360,7 +361,7 @@ func (d *Driver) Start(ctx context.Context, id string) error {
 	v.mu.Lock()
 	defer v.mu.Unlock()
 	v.con = con
-	v.pid = qemuPID(v.dmn)
+	v.pid = qemuPID(v.dmn, v.rec.DaemonPID)
 	v.state, v.reason, v.message, v.hostOp = hypervisorv1.State_STATE_RUNNING, driver.ReasonStarted, "", ""
 	if v.spec.GetStartPaused() {
 		v.state, v.message = hypervisorv1.State_STATE_PAUSED, "started paused: the guest runs once resumed"
@@ -546,7 +547,7 @@ func (d *Driver) ensureDaemon(ctx context.Context, v *vm) (conn *golibvirt.Conne
 		// have started with it, before this Start's daemon.
 		starter = &launcher.SocketStarter{Socket: sock, KillLeftover: true, Leftover: func(p *launcherv1.Process) {
 			msg := "killed a libvirtd an earlier driver process left in the launcher"
-			if qemu := qemuPID(v.dmn); killQEMUOf(qemu, v.dmn) {
+			if qemu := qemuPID(v.dmn, 0); killQEMUOf(qemu, v.dmn) { // the driver's pid namespace only
 				msg += ", and its QEMU"
 			}
 			v.dmn.removeRuntime()
@@ -1112,8 +1113,29 @@ func (v *vm) detach() {
 	}
 }
 
-// qemuPID reads the pid of the domain's QEMU from the session daemon's pidfile.
-func qemuPID(dm daemon) int { return readPIDFile(dm.qemuPIDFile()) }
+// qemuPID is the pid, in the driver's pid namespace, of the domain's QEMU, which the session
+// daemon writes to its pid file as its own pid namespace numbers it: the same pid where the two
+// share a namespace, else (a launcher pod's) the child of the daemon's parent, the launcher,
+// which adopted QEMU, with that innermost pid. 0 when neither is a QEMU of dm's daemon.
+func qemuPID(dm daemon, daemonPID int) int {
+	p := readPIDFile(dm.qemuPIDFile())
+	if p <= 0 || isQEMUOf(p, dm) {
+		return p
+	}
+	if daemonPID <= 0 {
+		return 0
+	}
+	lp, err := procfs.ParentPid(daemonPID)
+	if err != nil {
+		return 0
+	}
+	for _, c := range procfs.Children(lp) {
+		if in, err := procfs.InnermostPid(c); err == nil && in == p && isQEMUOf(c, dm) {
+			return c
+		}
+	}
+	return 0
+}
 
 func fileSize(p string) int64 {
 	fi, err := os.Stat(p)
