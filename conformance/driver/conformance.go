@@ -163,7 +163,17 @@ type Options struct {
 	// MigrationPeerStateDir is the state directory the kit passes to the peer's Configure.
 	// Default: a temporary directory of its own.
 	MigrationPeerStateDir string
+	// MigrationRelay, when set, stands between the source and the target of every migration
+	// of the Migrate checks. See WithMigrationRelay.
+	MigrationRelay MigrationRelay
 }
+
+// MigrationRelay carries a migration's streams from the source to the target, as the node
+// handlers' migration proxy does between nodes: given the migrating VM's id, the source VM's
+// run directory and the target's incoming socket, it returns the unix socket the source is to
+// connect to (the MigrateRequest's target_socket_path, normally in the source's run directory),
+// and carries every connection made there to targetSocket until the check ends (t.Cleanup).
+type MigrationRelay func(t T, id, sourceRunDir, targetSocket string) string
 
 // Option changes Options.
 type Option func(*Options)
@@ -268,6 +278,12 @@ func WithMigrationPeer(peer HypervisorFactory, stateDir string) Option {
 		o.MigrationPeer = peer
 		o.MigrationPeerStateDir = stateDir
 	}
+}
+
+// WithMigrationRelay makes the Migrate checks migrate through relay (a proxy between the source
+// and the target) rather than straight to the target's socket.
+func WithMigrationRelay(relay MigrationRelay) Option {
+	return func(o *Options) { o.MigrationRelay = relay }
 }
 
 // DefaultDomain is the domain spec of the hypervisor checks unless WithDomain replaces it: the

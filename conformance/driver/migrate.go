@@ -23,7 +23,7 @@ import (
 // directory, as on another node, on the same host. Every VM keeps its own launcher and run
 // directory; the target's disks are the source's own images (one host: shared storage), and the
 // migration stream goes from the source straight to the target's socket, where in a cluster the
-// node handlers' proxy carries it.
+// node handlers' proxy carries it (WithMigrationRelay puts such a relay in between).
 
 // Timings of the migration checks.
 const (
@@ -174,6 +174,20 @@ func (s *vmSuite) prepareTarget(t T, peer driver.Hypervisor, vm *guestVM, allowP
 	return tgt
 }
 
+// migrationPath is where the source of a migration of vm to tgt connects: the target's socket,
+// or the relay's socket (WithMigrationRelay).
+func (s *vmSuite) migrationPath(t T, vm *guestVM, tgt *migrationTarget) string {
+	t.Helper()
+	if s.opts.MigrationRelay == nil {
+		return tgt.socket
+	}
+	path := s.opts.MigrationRelay(t, vm.id, vm.spec.GetRunDir(), tgt.socket)
+	if path == "" {
+		t.Fatalf("the migration relay gave no socket")
+	}
+	return path
+}
+
 // waitMigration polls MigrationStatus of VM id until until says so (or the migration ended),
 // and returns the last answer.
 func (s *vmSuite) waitMigration(t T, m driver.Migrator, id string, until func(*hypervisorv1.MigrationInfo) bool) *hypervisorv1.MigrationInfo {
@@ -237,7 +251,7 @@ func (s *vmSuite) checkMigrateKeepsGuestState(t T) {
 	m := optional[driver.Migrator](t, vm.d, basev1.Feature_FEATURE_HYPERVISOR_MIGRATE)
 
 	start := time.Now()
-	if err := m.Migrate(ctx, &hypervisorv1.MigrateRequest{Id: vm.id, TargetSocketPath: tgt.socket, CompletionTimeout: durationpb.New(s.opts.Timeout)}); err != nil {
+	if err := m.Migrate(ctx, &hypervisorv1.MigrateRequest{Id: vm.id, TargetSocketPath: s.migrationPath(t, vm, tgt), CompletionTimeout: durationpb.New(s.opts.Timeout)}); err != nil {
 		t.Fatalf("Migrate to the target's socket: %s", describe(err))
 	}
 	info := s.waitMigration(t, m, vm.id, nil)
@@ -323,7 +337,7 @@ func (s *vmSuite) checkMigrateProgress(t T) {
 	tgt := s.prepareTarget(t, peer, vm, false)
 	m := optional[driver.Migrator](t, vm.d, basev1.Feature_FEATURE_HYPERVISOR_MIGRATE)
 	ctx := s.ctx(t)
-	if err := m.Migrate(ctx, &hypervisorv1.MigrateRequest{Id: vm.id, TargetSocketPath: tgt.socket, BandwidthBytesPerSecond: progressBandwidth}); err != nil {
+	if err := m.Migrate(ctx, &hypervisorv1.MigrateRequest{Id: vm.id, TargetSocketPath: s.migrationPath(t, vm, tgt), BandwidthBytesPerSecond: progressBandwidth}); err != nil {
 		t.Fatalf("Migrate with a bandwidth limit: %s", describe(err))
 	}
 	var samples []*hypervisorv1.MigrationInfo
@@ -391,7 +405,8 @@ func (s *vmSuite) checkMigrateCancel(t T) {
 		t.Fatalf("make the guest print a line five times a second: %v", err)
 	}
 	tgt := s.prepareTarget(t, peer, vm, false)
-	if err := m.Migrate(ctx, &hypervisorv1.MigrateRequest{Id: vm.id, TargetSocketPath: tgt.socket, BandwidthBytesPerSecond: slowBandwidth}); err != nil {
+	path := s.migrationPath(t, vm, tgt)
+	if err := m.Migrate(ctx, &hypervisorv1.MigrateRequest{Id: vm.id, TargetSocketPath: path, BandwidthBytesPerSecond: slowBandwidth}); err != nil {
 		t.Fatalf("Migrate with a bandwidth limit of %s: %s", fmtRate(slowBandwidth), describe(err))
 	}
 	info := s.waitMigration(t, m, vm.id, func(info *hypervisorv1.MigrationInfo) bool {
@@ -400,7 +415,7 @@ func (s *vmSuite) checkMigrateCancel(t T) {
 	if migrationEnded(info) {
 		t.Fatalf("a migration limited to %s ended before it could be cancelled: %s %q", fmtRate(slowBandwidth), info.GetPhase(), info.GetMessage())
 	}
-	expectCode(t, m.Migrate(ctx, &hypervisorv1.MigrateRequest{Id: vm.id, TargetSocketPath: tgt.socket}), codes.FailedPrecondition, "a second Migrate while one runs")
+	expectCode(t, m.Migrate(ctx, &hypervisorv1.MigrateRequest{Id: vm.id, TargetSocketPath: path}), codes.FailedPrecondition, "a second Migrate while one runs")
 	if _, caps := s.hypervisor(t); hasFeature(caps, basev1.Feature_FEATURE_HYPERVISOR_PAUSE) {
 		p := optional[driver.Pauser](t, vm.d, basev1.Feature_FEATURE_HYPERVISOR_PAUSE)
 		expectCode(t, p.Pause(ctx, vm.id), codes.FailedPrecondition, "Pause of a VM that migrates")

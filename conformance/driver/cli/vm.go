@@ -91,6 +91,9 @@ type VMConfig struct {
 	Launcher string
 	// LogLevel is the level of the host's and the plugins' log lines on stderr.
 	LogLevel string
+	// MigrationRelay, when set, carries the Migrate checks' migrations from source to target
+	// (conformance.WithMigrationRelay): a library caller's, no flag.
+	MigrationRelay conformance.MigrationRelay
 
 	// class is Class, loaded by applyClass.
 	class *v1alpha1.HypervisorClass
@@ -280,15 +283,18 @@ func runVMPlugins(t conformance.T, cfg VMConfig, logger hclog.Logger, stdout io.
 	}
 	fmt.Fprintf(stdout, "=== guest: %s\n", boot)
 	fmt.Fprintf(stdout, "=== launcher: %s\n", launcher)
-	var classOpts []conformance.Option
+	var extraOpts []conformance.Option
 	if cfg.class != nil {
 		printClass(stdout, cfg.Class, cfg.class, true)
-		classOpts = append(classOpts, launcherCapabilities(cfg.class))
+		extraOpts = append(extraOpts, launcherCapabilities(cfg.class))
+	}
+	if cfg.MigrationRelay != nil {
+		extraOpts = append(extraOpts, conformance.WithMigrationRelay(cfg.MigrationRelay))
 	}
 
 	get := hypervisorOf(host, hv.Name)
 	peer, peerStateDir := migrationPeer(t, cfg, hv, logger)
-	conformance.VM(t, get, storageOf(host, st.Name), g, append(classOpts,
+	conformance.VM(t, get, storageOf(host, st.Name), g, append(extraOpts,
 		conformance.WithMigrationPeer(peer, peerStateDir),
 		conformance.WithConfig(hv.Config),
 		conformance.WithStateDir(driverStateDir(stateDir, hv)),

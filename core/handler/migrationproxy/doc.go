@@ -49,7 +49,11 @@
 //     in the certificate (pod or node IPs change): the node name is what is checked.
 //   - Every refusal (unknown migration, another node, another CA, expired, no certificate,
 //     another protocol) is logged with its reason, the remote address and the name in the peer's
-//     certificate, and counted.
+//     certificate, and counted. The other side learns only the TLS alert (internal error for an
+//     unknown migration, bad certificate, unknown certificate authority) and logs that; under
+//     TLS 1.3 a source learns of the target's refusal of its certificate at its first read, after
+//     its handshake is done. Either way the VM process's connection is closed, and its
+//     migration fails.
 //
 // Nothing listens unauthenticated: the TCP port (MigrationPort) completes a handshake only with
 // a certificate of the CA, and carries bytes only for a migration this node expects from the

@@ -1,0 +1,155 @@
+package migrationproxy
+
+import (
+	"bytes"
+	"errors"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"sync"
+	"testing"
+
+	conformance "github.com/kubevisor/kubevisor/conformance/driver"
+	"github.com/kubevisor/kubevisor/conformance/driver/cli"
+	"github.com/kubevisor/kubevisor/internal/testbin"
+	"github.com/kubevisor/kubevisor/internal/testenv"
+)
+
+// TestQMPMigrationThroughTheProxy runs the conformance kit's Migrate checks against the real
+// qmp plugin binaries, as drivers/qmp's TestMigrationConformancePlugins does (two
+// kubevisor-driver-qmp processes, each under a plugin host of its own with its own state
+// directory, every VM under a kubevisor-launcher of its own, the test guest booting under TCG),
+// with every migration carried by a pair of proxies, as between two nodes: the source driver's
+// QEMU connects to node-a's socket in the source VM's run directory, node-a carries it over
+// mutual TLS to node-b's port, node-b to the target QEMU's incoming socket. The guest keeps its
+// state, a limited migration reports its progress, a cancelled one leaves the guest running at
+// the source; both proxies count the same bytes each way, and no socket of theirs is left.
+func TestQMPMigrationThroughTheProxy(t *testing.T) {
+	testenv.Command(t, "qemu-system-x86_64", "qemu-system-x86")
+	dir := os.Getenv("KUBEVISOR_GUEST_DIR")
+	if dir == "" {
+		dir, _ = filepath.Abs(filepath.Join("..", "..", "..", "_output", "guest"))
+	}
+	if _, err := conformance.GuestFromDir(dir); err != nil {
+		testenv.Missing(t, "test guest not built: run make guest (%v)", err)
+	}
+	bin := t.TempDir()
+	if err := testbin.Build(bin, false,
+		"github.com/kubevisor/kubevisor/cmd/kubevisor-driver-qmp",
+		"github.com/kubevisor/kubevisor/cmd/kubevisor-driver-local",
+		"github.com/kubevisor/kubevisor/cmd/kubevisor-launcher"); err != nil {
+		t.Fatal(err)
+	}
+
+	ca := newCA(t, "kubevisor-ca")
+	src := startNode(t, sourceNode, certDir(t, ca, node(sourceNode), ca))
+	tgt := startNode(t, targetNode, certDir(t, ca, node(targetNode), ca))
+	type relayed struct {
+		name    string // the check's migration: its VM id
+		in, out *Migration
+	}
+	var (
+		mu      sync.Mutex
+		relays  []relayed
+		leftErr []string
+	)
+	relay := func(ct conformance.T, id, runDir, targetSocket string) string {
+		in, err := tgt.p.Incoming(IncomingSpec{ID: id, SourceNode: sourceNode, TargetSocket: targetSocket})
+		if err != nil {
+			ct.Fatalf("Incoming on %s: %v", targetNode, err)
+		}
+		out, err := src.p.Outgoing(OutgoingSpec{ID: id, TargetNode: targetNode, TargetAddr: tgt.addr, Socket: filepath.Join(runDir, SocketName)})
+		if err != nil {
+			in.Close()
+			ct.Fatalf("Outgoing on %s: %v", sourceNode, err)
+		}
+		ct.Cleanup(func() {
+			out.Close()
+			in.Close()
+			if _, err := os.Lstat(out.SocketPath()); !errors.Is(err, fs.ErrNotExist) {
+				mu.Lock()
+				leftErr = append(leftErr, out.SocketPath())
+				mu.Unlock()
+			}
+		})
+		mu.Lock()
+		relays = append(relays, relayed{id, in, out})
+		mu.Unlock()
+		return out.SocketPath()
+	}
+
+	var stdout, stderr bytes.Buffer
+	code := cli.RunVM(cli.VMConfig{
+		Hypervisor: filepath.Join(bin, "kubevisor-driver-qmp"),
+		Storage:    filepath.Join(bin, "kubevisor-driver-local"),
+		Launcher:   filepath.Join(bin, "kubevisor-launcher"),
+		GuestDir:   dir,
+		Boot:       "kernel",
+		DiskBus:    "virtio", CDROMBus: "scsi",
+		Run:             "Migrate",
+		StateDir:        filepath.Join(t.TempDir(), "state"),
+		Timeout:         conformance.DefaultVMTimeout,
+		BootTimeout:     conformance.DefaultBootTimeout,
+		ShutdownTimeout: conformance.DefaultGuestShutdownTimeout,
+		LogLevel:        "warn",
+		MigrationRelay:  relay,
+	}, &stdout, &stderr)
+	out := stdout.String()
+	t.Logf("kubevisor-conformance vm --run Migrate, through the proxies:\n%s", out)
+	if code != cli.ExitOK {
+		t.Errorf("exit code %d, want %d; stderr:\n%s", code, cli.ExitOK, tail(stderr.String(), 60))
+	}
+	for _, check := range []string{"Migrate/KeepsGuestState", "Migrate/Progress", "Migrate/Cancel"} {
+		if !regexp.MustCompile(`--- PASS: vm/` + check + ` `).MatchString(out) {
+			t.Errorf("check %s did not pass", check)
+		}
+	}
+	if !strings.Contains(out, "3 passed, 0 failed, 0 skipped") {
+		t.Errorf("the summary is not 3 passed, 0 failed, 0 skipped")
+	}
+
+	mu.Lock()
+	defer mu.Unlock()
+	if len(relays) != 3 {
+		t.Fatalf("%d migrations went through the proxies, want 3 (one per check)", len(relays))
+	}
+	whole := 0 // migrations that carried the guest's memory: those of the checks that complete
+	for _, r := range relays {
+		s, d := r.out.Stats(), r.in.Stats()
+		t.Logf("migration %s: source side %+v, target side %+v", r.name, s, d)
+		if s.Carried == 0 || s.ToTarget == 0 || s.ToSource == 0 || s.Refused != 0 || d.Refused != 0 {
+			t.Errorf("migration %s: the source side carried %d connections, %d bytes to the target and %d back, refused %d (target side %d): want bytes both ways, none refused", r.name, s.Carried, s.ToTarget, s.ToSource, s.Refused, d.Refused)
+		}
+		// The test guest has about 107 MiB of memory that is not zero (docs/driver-authoring.md).
+		if s.ToTarget >= 64<<20 {
+			whole++
+		}
+		// What one side read reached the other unless that one's VM closed first (a cancelled
+		// migration's target stops reading): never more.
+		if d.ToTarget > s.ToTarget || s.ToSource > d.ToSource || s.Carried != d.Carried || s.Active != 0 || d.Active != 0 {
+			t.Errorf("migration %s: the two sides disagree or still carry: source %+v, target %+v", r.name, s, d)
+		}
+	}
+	if whole != 2 {
+		t.Errorf("%d migrations carried at least 64 MiB, want 2 (KeepsGuestState and Progress; Cancel's is cancelled early)", whole)
+	}
+	if len(leftErr) > 0 {
+		t.Errorf("sockets left after the checks: %s", leftErr)
+	}
+	for _, n := range []*testNode{src, tgt} {
+		if strings.Contains(n.log.String(), "refused") {
+			t.Errorf("%s logged a refusal:\n%s", n.name, n.log.String())
+		}
+	}
+}
+
+// tail is the last n lines of s.
+func tail(s string, n int) string {
+	lines := strings.Split(strings.TrimRight(s, "\n"), "\n")
+	if len(lines) > n {
+		lines = lines[len(lines)-n:]
+	}
+	return strings.Join(lines, "\n")
+}
