@@ -825,7 +825,7 @@ func TestFingerprint(t *testing.T) {
 		basev1.Feature_FEATURE_HYPERVISOR_SOFT_REBOOT, basev1.Feature_FEATURE_HYPERVISOR_GUEST_AGENT,
 		basev1.Feature_FEATURE_HYPERVISOR_GUEST_EXEC,
 		basev1.Feature_FEATURE_HYPERVISOR_CONSOLE, basev1.Feature_FEATURE_HYPERVISOR_DISPLAY,
-		basev1.Feature_FEATURE_HYPERVISOR_RECOVER,
+		basev1.Feature_FEATURE_HYPERVISOR_RECOVER, basev1.Feature_FEATURE_HYPERVISOR_MIGRATE,
 	}
 	if got := caps.GetFeatures(); !slices.Equal(got, want) {
 		t.Fatalf("Capabilities features = %v, want %v", got, want)
