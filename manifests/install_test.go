@@ -829,6 +829,14 @@ func TestUserRoles(t *testing.T) {
 	add("migrate", sub, migrations, []string{"update"}, true)
 	add("migrate", core, []string{"virtualmachines", "virtualmachineinstances", "hypervisorclasses"}, writes, false)
 	add("migrate", sub, slices.Concat(streams, actions), []string{"get", "update"}, false)
+	// MigrationPolicies are the cluster admin's: as KubeVirt's kubevirt.io:admin, admin reads
+	// them and no user role writes them; view and edit do not see them.
+	add("admin", core, []string{"migrationpolicies"}, []string{"get", "list", "watch"}, true)
+	for _, role := range []string{"view", "edit", "admin", "migrate"} {
+		add(role, core, []string{"migrationpolicies"}, writes, false)
+	}
+	add("view", core, []string{"migrationpolicies"}, []string{"get", "list"}, false)
+	add("edit", core, []string{"migrationpolicies"}, []string{"get", "list"}, false)
 	for role, cs := range checks {
 		for _, c := range cs {
 			if got := allows(roles[role], c.group, c.resource, c.verb, ""); got != c.want {

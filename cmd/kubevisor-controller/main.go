@@ -8,10 +8,12 @@ import (
 	"os"
 
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
 	"k8s.io/klog/v2/textlogger"
 	ctrl "sigs.k8s.io/controller-runtime"
 
 	"github.com/kubevisor/kubevisor/controlplane/manager"
+	"github.com/kubevisor/kubevisor/controlplane/migration"
 	"github.com/kubevisor/kubevisor/core/layout"
 )
 
@@ -32,6 +34,19 @@ func main() {
 	fs.StringVar(&pullPolicy, "launcher-image-pull-policy", string(corev1.PullIfNotPresent), "pull `policy` of the launcher image (Always, IfNotPresent, Never)")
 	fs.StringVar(&cfg.Pod.HostStateDir, "host-state-dir", layout.DefaultHostStateDir, "node `directory` holding the per-VMI directories shared with launcher pods")
 	fs.StringVar(&cfg.Pod.StateStorageClass, "vm-state-storage-class", "", "storage `class` of the VMs' persistent state claims (persistent TPM and EFI variables); empty: the cluster's default class")
+	mig := migration.DefaultSettings()
+	cfg.Migration = &mig
+	fs.BoolVar(&mig.AllowAutoConverge, "migration-allow-auto-converge", mig.AllowAutoConverge, "cluster default of MigrationPolicy allowAutoConverge: throttle a guest whose migration does not converge")
+	fs.BoolVar(&mig.AllowPostCopy, "migration-allow-post-copy", mig.AllowPostCopy, "cluster default of MigrationPolicy allowPostCopy: switch a migration that does not converge to post-copy")
+	fs.Int64Var(&mig.CompletionTimeoutPerGiB, "migration-completion-timeout-per-gib", mig.CompletionTimeoutPerGiB, "cluster default of MigrationPolicy completionTimeoutPerGiB: `seconds` a migration may take per GiB it copies (at least 1)")
+	fs.Func("migration-bandwidth-per-migration", "cluster default of MigrationPolicy bandwidthPerMigration: bytes per second, a `quantity` such as 64Mi (default 0: no limit)", func(s string) error {
+		q, err := resource.ParseQuantity(s)
+		if err != nil {
+			return err
+		}
+		mig.BandwidthPerMigration = q
+		return nil
+	})
 	_ = fs.Parse(os.Args[1:])
 	cfg.Pod.ImagePullPolicy = corev1.PullPolicy(pullPolicy)
 	if cfg.Pod.LauncherImage == "" || fs.NArg() > 0 {

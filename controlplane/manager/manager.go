@@ -71,6 +71,9 @@ type Config struct {
 	Pod launcherpod.Config
 	// Workers is how many objects each controller reconciles at once; 0 means 1.
 	Workers int
+	// Migration is the cluster's default migration settings, over which MigrationPolicies apply;
+	// nil means migration.DefaultSettings().
+	Migration *migration.Settings
 
 	// SkipNameValidation lets several managers run in one process (tests, benchmarks).
 	SkipNameValidation bool
@@ -89,6 +92,11 @@ func Scheme() *kruntime.Scheme {
 
 // New builds the manager with every controller, the metrics, and the health checks; Start runs it.
 func New(cfg Config) (ctrl.Manager, error) {
+	if cfg.Migration != nil {
+		if err := cfg.Migration.Validate(); err != nil {
+			return nil, fmt.Errorf("migration defaults: %w", err)
+		}
+	}
 	restCfg, err := restConfig(cfg)
 	if err != nil {
 		return nil, err
@@ -149,7 +157,7 @@ func New(cfg Config) (ctrl.Manager, error) {
 			return vmirs.SetupWithManager(mgr, vmirs.Options{MaxConcurrentReconciles: w, SkipNameValidation: skip})
 		}},
 		{"migration", func() error {
-			return migration.SetupWithManager(mgr, migration.Options{MaxConcurrentReconciles: w, SkipNameValidation: skip})
+			return migration.SetupWithManager(mgr, migration.Options{MaxConcurrentReconciles: w, SkipNameValidation: skip, Defaults: cfg.Migration})
 		}},
 		{"metrics", func() error { return metrics.SetupWithManager(mgr) }},
 	}

@@ -43,6 +43,9 @@ type Options struct {
 	MaxConcurrentReconciles int
 	// SkipNameValidation allows a second controller named "migration" in one process (tests).
 	SkipNameValidation bool
+	// Defaults are the cluster's migration settings, over which the MigrationPolicy that selects
+	// a VMI applies (Resolve); nil means DefaultSettings().
+	Defaults *Settings
 }
 
 // Reconciler reconciles VirtualMachineInstanceMigrations.

@@ -108,6 +108,12 @@ var crdExpectations = map[string]crdExpectation{
 		},
 		rules: []string{"self == oldSelf"},
 	},
+	"migrationpolicies.kubevisor.io": {
+		kind: "MigrationPolicy", plural: "migrationpolicies", shortNames: []string{"mp"},
+		scope: apiextensionsv1.ClusterScoped, status: false,
+		columns: map[string]string{"Age": ".metadata.creationTimestamp"},
+		rules:   []string{"!quantity(string(self)).isLessThan(quantity('0'))"},
+	},
 }
 
 func ptrTo[T any](v T) *T { return &v }

@@ -62,6 +62,7 @@ func addKnownTypes(scheme *runtime.Scheme) error {
 		&VirtualMachineInstanceReplicaSet{}, &VirtualMachineInstanceReplicaSetList{},
 		&VirtualMachineInstanceMigration{}, &VirtualMachineInstanceMigrationList{},
 		&HypervisorClass{}, &HypervisorClassList{},
+		&MigrationPolicy{}, &MigrationPolicyList{},
 	)
 	metav1.AddToGroupVersion(scheme, GroupVersion)
 	return nil
