@@ -244,10 +244,11 @@ func (r *reconciler) reconcileNormal(ctx context.Context, vmi *v1alpha1.VirtualM
 		r.created.Delete(vmi.UID)
 	}
 	obs.Pod = pod
+	if obs.VolumeClaims, err = r.volumeClaims(ctx, vmi); err != nil {
+		return ctrl.Result{}, err
+	}
 	if checksClaims(vmi) {
-		if obs.ClaimProblem, obs.Claims, err = r.claimsProblem(ctx, vmi); err != nil {
-			return ctrl.Result{}, err
-		}
+		obs.ClaimProblem, obs.Claims = claimsProblem(vmi.Namespace, claimRefs(vmi), obs.VolumeClaims), obs.VolumeClaims
 	}
 	if pod == nil && vmi.Status.LauncherPodName != "" {
 		obs.PodGone = true
@@ -315,9 +316,9 @@ func (r *reconciler) launcherPod(ctx context.Context, vmi *v1alpha1.VirtualMachi
 	return pod, nil
 }
 
-// claimsProblem reads, from the cache, the PersistentVolumeClaims the VMI's volumes use and says
-// what they lack (claimsProblem), with the claims that exist, by name.
-func (r *reconciler) claimsProblem(ctx context.Context, vmi *v1alpha1.VirtualMachineInstance) (*problem, map[string]*corev1.PersistentVolumeClaim, error) {
+// volumeClaims reads, from the cache, the PersistentVolumeClaims the VMI's volumes use, and
+// returns those that exist, by name.
+func (r *reconciler) volumeClaims(ctx context.Context, vmi *v1alpha1.VirtualMachineInstance) (map[string]*corev1.PersistentVolumeClaim, error) {
 	refs := claimRefs(vmi)
 	found := make(map[string]*corev1.PersistentVolumeClaim, len(refs))
 	for _, ref := range refs {
@@ -326,12 +327,12 @@ func (r *reconciler) claimsProblem(ctx context.Context, vmi *v1alpha1.VirtualMac
 		switch {
 		case apierrors.IsNotFound(err):
 		case err != nil:
-			return nil, nil, fmt.Errorf("get PersistentVolumeClaim %s: %w", ref.Claim, err)
+			return nil, fmt.Errorf("get PersistentVolumeClaim %s: %w", ref.Claim, err)
 		default:
 			found[ref.Claim] = pvc
 		}
 	}
-	return claimsProblem(vmi.Namespace, refs, found), found, nil
+	return found, nil
 }
 
 // createPod resolves the class, builds the pod and creates it, recording the outcome in obs.

@@ -415,6 +415,37 @@ func TestController(t *testing.T) {
 		})
 	})
 
+	t.Run("LiveMigratable: False with InterfaceNotLiveMigratable naming a bridge interface on the pod network, True with masquerade", func(t *testing.T) {
+		ns := h.namespace(t, "migratable")
+		onPodNetwork := func(binding v1alpha1.InterfaceBindingMethod) func(*v1alpha1.VirtualMachineInstance) {
+			return func(v *v1alpha1.VirtualMachineInstance) {
+				v.Spec.Networks = []v1alpha1.Network{{Name: "default", NetworkSource: v1alpha1.NetworkSource{Pod: &v1alpha1.PodNetwork{}}}}
+				v.Spec.Domain.Devices.Interfaces = []v1alpha1.Interface{{Name: "default", InterfaceBindingMethod: binding}}
+			}
+		}
+		bridged := h.createVMI(t, ns, "bridged", h.plainClass(t), onPodNetwork(v1alpha1.InterfaceBindingMethod{Bridge: &v1alpha1.InterfaceBridge{}}))
+		got := h.waitVMI(t, bridged, "LiveMigratable=False", func(v *v1alpha1.VirtualMachineInstance) bool {
+			return condition(v.Status, v1alpha1.VirtualMachineInstanceIsMigratable) != nil
+		})
+		c := condition(got.Status, v1alpha1.VirtualMachineInstanceIsMigratable)
+		if c.Status != corev1.ConditionFalse || c.Reason != v1alpha1.ReasonInterfaceNotLiveMigratable ||
+			!strings.Contains(c.Message, "interface default: bridge binding on the pod network") || c.ObservedGeneration != got.Generation {
+			t.Errorf("LiveMigratable = %+v, want False InterfaceNotLiveMigratable naming interface default, at generation %d", c, got.Generation)
+		}
+		if !slices.ContainsFunc(got.ManagedFields, func(m metav1.ManagedFieldsEntry) bool {
+			return m.Manager == v1alpha1.VMIControllerFieldManager && m.Subresource == "status" &&
+				m.FieldsV1 != nil && strings.Contains(string(m.FieldsV1.Raw), `k:{\"type\":\"LiveMigratable\"}`)
+		}) {
+			t.Errorf("managed fields %+v: want LiveMigratable applied by %s", got.ManagedFields, v1alpha1.VMIControllerFieldManager)
+		}
+
+		masq := h.createVMI(t, ns, "masquerade", h.plainClass(t), onPodNetwork(v1alpha1.InterfaceBindingMethod{Masquerade: &v1alpha1.InterfaceMasquerade{}}))
+		h.waitVMI(t, masq, "LiveMigratable=True", func(v *v1alpha1.VirtualMachineInstance) bool {
+			c := condition(v.Status, v1alpha1.VirtualMachineInstanceIsMigratable)
+			return c != nil && c.Status == corev1.ConditionTrue && c.Reason == ""
+		})
+	})
+
 	t.Run("persistent TPM: the VM's state claim created, owned by the VM, mounted by the launcher pod, and kept for its next VMI", func(t *testing.T) {
 		ns := h.namespace(t, "state")
 		class := h.plainClass(t)

@@ -41,6 +41,9 @@ type observation struct {
 	// Claims are the PersistentVolumeClaims of the VMI's volumes that exist, by name, read with
 	// ClaimProblem (nil when the claims were not looked at): status.volumeStatus is made of them.
 	Claims map[string]*corev1.PersistentVolumeClaim
+	// VolumeClaims are the PersistentVolumeClaims of the VMI's volumes that exist, by name, read
+	// in every pass: the LiveMigratable condition (liveMigratable) is made of them.
+	VolumeClaims map[string]*corev1.PersistentVolumeClaim
 }
 
 // podDown reports whether a pod is finished or on its way out.
@@ -63,6 +66,9 @@ func podDown(pod *corev1.Pod) bool {
 //	| pod running                                       | Scheduled            | nodeName and PodScheduled set, Ready left to the handler |
 //	| pod Failed; or Succeeded before the VMI Running   | Failed               | reason PodFailed, Ready=False naming the pod |
 //	| pod had existed and is gone                       | Failed               | reason PodNotExists, Ready=False naming the pod |
+//
+// In every phase but a final one it sets LiveMigratable (liveMigratable) from the VMI's spec and
+// the claims of its volumes.
 //
 // Of what it returns, the controller writes only the fields it owns (controllerFields); the
 // node handler owns the lifecycle fields from its first write on, and status.nodeName, once set,
@@ -102,6 +108,7 @@ func deriveStatus(vmi *v1alpha1.VirtualMachineInstance, obs observation, now met
 	if obs.Claims != nil {
 		st.VolumeStatus = volumeStatus(vmi, obs.Claims)
 	}
+	setCond(liveMigratable(vmi, obs.VolumeClaims, nil))
 	syncProblem := obs.ClassProblem
 	if syncProblem == nil {
 		syncProblem = obs.CreateProblem
@@ -271,7 +278,8 @@ func condition(st v1alpha1.VirtualMachineInstanceStatus, t v1alpha1.VirtualMachi
 }
 
 // controllerFields returns of st the fields the VMI controller owns: hypervisorClassName,
-// hypervisorDriver, launcherPodName, nodeName and the PodScheduled and LauncherPodCreated conditions; with
+// hypervisorDriver, launcherPodName, nodeName, volumeStatus and the PodScheduled, LauncherPodCreated and
+// LiveMigratable conditions; with
 // lifecycle, also the lifecycle fields (v1alpha1.LifecycleFields), which it owns until a node
 // handler takes them over, and takes back only to end a VMI whose launcher pod failed or is gone.
 func controllerFields(st v1alpha1.VirtualMachineInstanceStatus, lifecycle bool) v1alpha1.VirtualMachineInstanceStatus {
@@ -282,7 +290,7 @@ func controllerFields(st v1alpha1.VirtualMachineInstanceStatus, lifecycle bool) 
 	out.HypervisorClassName, out.HypervisorDriver = st.HypervisorClassName, st.HypervisorDriver
 	out.LauncherPodName, out.NodeName = st.LauncherPodName, st.NodeName
 	out.VolumeStatus = st.VolumeStatus
-	for _, t := range []v1alpha1.VirtualMachineInstanceConditionType{podScheduledCondition, v1alpha1.VirtualMachineInstanceLauncherPodCreated} {
+	for _, t := range []v1alpha1.VirtualMachineInstanceConditionType{podScheduledCondition, v1alpha1.VirtualMachineInstanceLauncherPodCreated, v1alpha1.VirtualMachineInstanceIsMigratable} {
 		if c := v1alpha1.InstanceCondition(st.Conditions, t); c != nil {
 			out.Conditions = append(out.Conditions, *c)
 		}

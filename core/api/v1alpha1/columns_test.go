@@ -9,8 +9,7 @@ import (
 
 // kubeVirtColumns are the printer columns of KubeVirt's kubevirt.io/v1 CRDs, in their order, that
 // `kubectl get vm,vmi` shows; Kubevisor's CRDs must have them in that order, and may add their
-// own after them (kubevisorColumns). KubeVirt's VMI column Live-Migratable (priority 1) is left
-// out until something writes the LiveMigratable condition.
+// own after them (kubevisorColumns).
 var kubeVirtColumns = map[string][]apiextensionsv1.CustomResourceColumnDefinition{
 	"virtualmachines": {
 		{Name: "Age", Type: "date", JSONPath: ".metadata.creationTimestamp"},
@@ -23,6 +22,7 @@ var kubeVirtColumns = map[string][]apiextensionsv1.CustomResourceColumnDefinitio
 		{Name: "IP", Type: "string", JSONPath: ".status.interfaces[0].ipAddress"},
 		{Name: "NodeName", Type: "string", JSONPath: ".status.nodeName"},
 		{Name: "Ready", Type: "string", JSONPath: ".status.conditions[?(@.type=='Ready')].status"},
+		{Name: "Live-Migratable", Type: "string", JSONPath: ".status.conditions[?(@.type=='LiveMigratable')].status", Priority: 1},
 		{Name: "Paused", Type: "string", JSONPath: ".status.conditions[?(@.type=='Paused')].status", Priority: 1},
 	},
 }

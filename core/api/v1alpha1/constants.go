@@ -160,6 +160,9 @@ const (
 	ReasonDisksNotLiveMigratable = "DisksNotLiveMigratable"
 	// ReasonInterfaceNotLiveMigratable says a network interface prevents live migration (LiveMigratable=False).
 	ReasonInterfaceNotLiveMigratable = "InterfaceNotLiveMigratable"
+	// ReasonHostDeviceNotLiveMigratable says a host device or GPU passed through to the guest
+	// prevents live migration (LiveMigratable=False).
+	ReasonHostDeviceNotLiveMigratable = "HostDeviceNotLiveMigratable"
 	// ReasonDriverNotLiveMigratable says the hypervisor driver does not declare the migrate capability
 	// (LiveMigratable=False).
 	ReasonDriverNotLiveMigratable = "DriverNotLiveMigratable"

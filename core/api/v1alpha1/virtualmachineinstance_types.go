@@ -32,6 +32,7 @@ import (
 // +kubebuilder:printcolumn:name="IP",type="string",JSONPath=".status.interfaces[0].ipAddress"
 // +kubebuilder:printcolumn:name="NodeName",type="string",JSONPath=".status.nodeName"
 // +kubebuilder:printcolumn:name="Ready",type="string",JSONPath=".status.conditions[?(@.type=='Ready')].status"
+// +kubebuilder:printcolumn:name="Live-Migratable",type="string",JSONPath=".status.conditions[?(@.type=='LiveMigratable')].status",priority=1
 // +kubebuilder:printcolumn:name="Paused",type="string",JSONPath=".status.conditions[?(@.type=='Paused')].status",priority=1
 // +kubebuilder:printcolumn:name="Class",type="string",JSONPath=".status.hypervisorClassName",priority=1
 // +kubebuilder:printcolumn:name="Driver",type="string",JSONPath=".status.hypervisorDriver",priority=1
