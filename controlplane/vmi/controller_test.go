@@ -434,7 +434,7 @@ func TestController(t *testing.T) {
 		}
 		if !slices.ContainsFunc(got.ManagedFields, func(m metav1.ManagedFieldsEntry) bool {
 			return m.Manager == v1alpha1.VMIControllerFieldManager && m.Subresource == "status" &&
-				m.FieldsV1 != nil && strings.Contains(string(m.FieldsV1.Raw), `k:{\"type\":\"LiveMigratable\"}`)
+				m.FieldsV1 != nil && strings.Contains(m.FieldsV1.GetRawString(), `k:{\"type\":\"LiveMigratable\"}`)
 		}) {
 			t.Errorf("managed fields %+v: want LiveMigratable applied by %s", got.ManagedFields, v1alpha1.VMIControllerFieldManager)
 		}
