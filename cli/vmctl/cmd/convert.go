@@ -24,6 +24,10 @@ import (
 // KubeVirtAPIVersion is the apiVersion convert reads.
 const KubeVirtAPIVersion = "kubevirt.io/v1"
 
+// KubeVirtMigrationsAPIVersion is the apiVersion of KubeVirt's MigrationPolicy, which convert
+// reads too: Kubevisor's is in kubevisor.io/v1alpha1, as every KubeVirt group maps to kubevisor.io.
+const KubeVirtMigrationsAPIVersion = "migrations.kubevirt.io/v1alpha1"
+
 // Problem is one thing convert could not carry over or the webhook would reject.
 type Problem struct {
 	// Object is "Kind/name" of the document.
@@ -44,8 +48,9 @@ func (p Problem) String() string {
 }
 
 // convertDocument converts one YAML document. KubeVirt documents of a supported kind become
-// Kubevisor ones; documents of other API groups are copied unchanged; a KubeVirt kind without a
-// Kubevisor counterpart is dropped whole.
+// Kubevisor ones (kubevirt.io/v1's, and migrations.kubevirt.io/v1alpha1's MigrationPolicy);
+// documents of other API groups are copied unchanged; a KubeVirt kind without a Kubevisor
+// counterpart is dropped whole.
 func convertDocument(doc []byte) ([]byte, []Problem, error) {
 	jsonDoc, err := yaml.YAMLToJSON(doc)
 	if err != nil {
@@ -62,11 +67,18 @@ func convertDocument(doc []byte) ([]byte, []Problem, error) {
 		return nil, nil, fmt.Errorf("parse yaml: %w", err)
 	}
 	objName := meta.Kind + "/" + meta.Metadata.Name
-	if meta.APIVersion != KubeVirtAPIVersion && meta.APIVersion != v1alpha1.GroupVersion.String() {
+	switch meta.APIVersion {
+	case KubeVirtAPIVersion, KubeVirtMigrationsAPIVersion, v1alpha1.GroupVersion.String():
+	default:
 		return doc, nil, nil
 	}
 	var obj runtime.Object
+	if (meta.APIVersion == KubeVirtMigrationsAPIVersion) != (meta.Kind == "MigrationPolicy") && meta.APIVersion != v1alpha1.GroupVersion.String() {
+		return nil, []Problem{{Object: objName, Path: "kind", Detail: "kind " + meta.Kind + " is not supported in " + meta.APIVersion, Dropped: true}}, nil
+	}
 	switch meta.Kind {
+	case "MigrationPolicy":
+		obj = &v1alpha1.MigrationPolicy{}
 	case "VirtualMachine":
 		obj = &v1alpha1.VirtualMachine{}
 	case "VirtualMachineInstance":
@@ -213,8 +225,9 @@ func newConvertCommand(o *options) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "convert -f FILE",
 		Short: "Convert KubeVirt manifests (kubevirt.io/v1) to Kubevisor (kubevisor.io/v1alpha1)",
-		Long: "Convert KubeVirt VirtualMachine, VirtualMachineInstance, VirtualMachineInstanceReplicaSet and\n" +
-			"VirtualMachineInstanceMigration manifests (multi-document YAML) to Kubevisor's API on stdout.\n" +
+		Long: "Convert KubeVirt VirtualMachine, VirtualMachineInstance, VirtualMachineInstanceReplicaSet,\n" +
+			"VirtualMachineInstanceMigration and MigrationPolicy (migrations.kubevirt.io/v1alpha1) manifests\n" +
+			"(multi-document YAML) to Kubevisor's API on stdout.\n" +
 			"Every field Kubevisor does not support is listed with its path on stderr and left out; the\n" +
 			"command then fails unless --allow-drops. Fields the admission webhook would reject are listed\n" +
 			"too, and always fail the command. Documents of other API groups are copied as they are.",

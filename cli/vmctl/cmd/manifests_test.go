@@ -210,3 +210,36 @@ func TestParsePortMapping(t *testing.T) {
 		}
 	}
 }
+
+func TestConvertMigrationPolicy(t *testing.T) {
+	file := filepath.Join(t.TempDir(), "policy.yaml")
+	doc := "apiVersion: migrations.kubevirt.io/v1alpha1\nkind: MigrationPolicy\nmetadata:\n  name: db\nspec:\n" +
+		"  allowAutoConverge: true\n  bandwidthPerMigration: 64Mi\n  completionTimeoutPerGiB: 300\n  allowWorkloadDisruption: true\n" +
+		"  selectors:\n    namespaceSelector:\n      team: data\n    virtualMachineInstanceSelector:\n      app: db\n" +
+		"---\napiVersion: kubevirt.io/v1\nkind: MigrationPolicy\nmetadata:\n  name: wrong-group\nspec:\n  selectors: {}\n"
+	if err := os.WriteFile(file, []byte(doc), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	out, stderr, err := runConvert(t, "-f", file)
+	if err == nil || !strings.Contains(err.Error(), "2 field(s) dropped") {
+		t.Fatalf("err = %v, want 2 dropped (a field, a document)", err)
+	}
+	for _, want := range []string{
+		"MigrationPolicy/db: spec.allowWorkloadDisruption: not supported (dropped)",
+		"MigrationPolicy/wrong-group: kind: kind MigrationPolicy is not supported in kubevirt.io/v1 (dropped)",
+	} {
+		if !strings.Contains(stderr, want) {
+			t.Errorf("stderr lacks %q:\n%s", want, stderr)
+		}
+	}
+	mp := &v1alpha1.MigrationPolicy{}
+	if err := yaml.UnmarshalStrict([]byte(out), mp); err != nil {
+		t.Fatalf("converted policy does not decode strictly: %v\n%s", err, out)
+	}
+	s := mp.Spec
+	if mp.APIVersion != "kubevisor.io/v1alpha1" || mp.Kind != "MigrationPolicy" || s.AllowAutoConverge == nil || !*s.AllowAutoConverge ||
+		s.BandwidthPerMigration == nil || s.BandwidthPerMigration.String() != "64Mi" || s.CompletionTimeoutPerGiB == nil || *s.CompletionTimeoutPerGiB != 300 ||
+		s.Selectors == nil || s.Selectors.NamespaceSelector["team"] != "data" || s.Selectors.VirtualMachineInstanceSelector["app"] != "db" {
+		t.Errorf("converted policy:\n%s", out)
+	}
+}
