@@ -238,13 +238,23 @@ func waitQEMUStatus(t *testing.T, path, want string) {
 	t.Fatalf("QEMU's run state is %q, want %q", got, want)
 }
 
-// recordingMonitor answers every command and records it; it delivers no events.
+// recordingMonitor answers every command and records it; it delivers no events. With hold
+// set, commands wait until it is closed: QEMU answers a command only after the events its main
+// loop emitted before it.
 type recordingMonitor struct {
 	mu   sync.Mutex
 	cmds []string
+	hold chan struct{}
 }
 
-func (m *recordingMonitor) Run(_ context.Context, command string, _ any) (json.RawMessage, error) {
+func (m *recordingMonitor) Run(ctx context.Context, command string, _ any) (json.RawMessage, error) {
+	if m.hold != nil {
+		select {
+		case <-m.hold:
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	m.cmds = append(m.cmds, command)
@@ -263,7 +273,9 @@ func (m *recordingMonitor) commands() []string {
 // again once, and the VM stays RUNNING throughout: the second SHUTDOWN is the same power-off.
 func TestSoftRebootRepeatedPowerOff(t *testing.T) {
 	d := New()
-	mon := &recordingMonitor{}
+	// The power-off's events all come before QEMU answers our system_reset (it stops the vCPU
+	// and emits STOP in the main-loop pass that emits SHUTDOWN): held until they are applied.
+	mon := &recordingMonitor{hold: make(chan struct{})}
 	s := &session{mon: mon}
 	v := &vm{id: "twice", state: hypervisorv1.State_STATE_RUNNING, sess: s, changed: make(chan struct{})}
 	v.rec.SoftReboot = true
@@ -277,6 +289,7 @@ func TestSoftRebootRepeatedPowerOff(t *testing.T) {
 			t.Fatalf("after %s: state %s, want RUNNING", e.Event, st)
 		}
 	}
+	close(mon.hold)
 	deadline := time.Now().Add(10 * time.Second)
 	for !slices.Equal(mon.commands(), []string{"system_reset", "cont", "set-action"}) {
 		if time.Now().After(deadline) {
