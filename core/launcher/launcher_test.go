@@ -605,7 +605,7 @@ func TestCompanionsLiveAsLongAsTheProcess(t *testing.T) {
 		Argv: []string{"sleep", "60"}, LogPath: filepath.Join(in.dir, "vm.log"), Name: "vm",
 		Companions: []*lclient.CompanionOptions{
 			{Argv: []string{"sh", "-c", "echo ready >&3; exec 3>&-; echo started; exec sleep 60"}, LogPath: compLog, Name: "helper", ExtraFiles: []*os.File{w}},
-			{Argv: []string{"sh", "-c", "trap '' TERM; while :; do sleep 0.1; done"}, LogPath: compLog, Name: "stubborn"},
+			{Argv: []string{"sh", "-c", "trap '' TERM; echo trapped; while :; do sleep 0.1; done"}, LogPath: compLog, Name: "stubborn"},
 		},
 	})
 	if err != nil {
@@ -632,9 +632,13 @@ func TestCompanionsLiveAsLongAsTheProcess(t *testing.T) {
 			t.Errorf("%s: started at %d, after the process (%d)", comp.GetName(), comp.GetStartTime(), st.Process.GetStartTime())
 		}
 	}
-	waitFor(t, 5*time.Second, "the companion's log", func() bool {
+	// Both companions have started, the stubborn one with SIGTERM ignored already (a SIGTERM
+	// before its trap would end it at once).
+	waitFor(t, 5*time.Second, "the companions' log", func() bool {
 		raw, _ := os.ReadFile(compLog)
-		return string(raw) == "started\n"
+		lines := strings.Fields(string(raw))
+		slices.Sort(lines)
+		return slices.Equal(lines, []string{"started", "trapped"})
 	})
 	// A second Start is refused at once while the process runs, and starts no companion.
 	refusedAt := time.Now()
