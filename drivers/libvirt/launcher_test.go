@@ -144,7 +144,7 @@ func TestLauncherKilled(t *testing.T) {
 			go func() { _ = d.Console(ctx, spec.GetId(), nil, out) }()
 			waitFor(t, "the boot sector's marker", time.Minute, func() bool { return out.count(qmp.BootSectorMarker) >= 1 })
 			d.mu.Lock()
-			daemonPID := d.vms[spec.GetId()].rec.DaemonPID
+			daemonPID := daemonPIDOf(d, spec.GetId())
 			d.mu.Unlock()
 			qemuPID := 0 // in this pid namespace (the daemon's pid file has the launcher's)
 			for _, p := range processesOf(spec.GetRunDir()) {
@@ -193,6 +193,15 @@ func vmOf(d *Driver, id string) *vm {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	return d.vms[id]
+}
+
+// daemonPIDOf is the pid of VM id's daemon as the driver records it, read under the VM's lock
+// (the driver's event loop writes it when the daemon goes away).
+func daemonPIDOf(d *Driver, id string) int {
+	v := vmOf(d, id)
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	return v.rec.DaemonPID
 }
 
 // parentPID is pid's parent (0 if it cannot be read).
@@ -269,7 +278,7 @@ func TestLeftoverDaemon(t *testing.T) {
 	go func() { _ = d.Console(ctx, spec.GetId(), nil, out) }()
 	waitFor(t, "the boot sector's marker", time.Minute, func() bool { return out.count(qmp.BootSectorMarker) >= 1 })
 	waitFor(t, "the leftover daemon gone", 10*time.Second, func() bool { return !processAlive(leftover) })
-	daemonPID := vmOf(d, spec.GetId()).rec.DaemonPID
+	daemonPID := daemonPIDOf(d, spec.GetId())
 	info, err := l.client.Info(ctx)
 	if err != nil {
 		t.Fatal(err)
@@ -315,7 +324,7 @@ func TestDaemonCredentials(t *testing.T) {
 			if err := d.Start(ctx, spec.GetId()); err != nil {
 				t.Fatal(err)
 			}
-			pids := map[string]int{"libvirtd": vmOf(d, spec.GetId()).rec.DaemonPID}
+			pids := map[string]int{"libvirtd": daemonPIDOf(d, spec.GetId())}
 			for _, p := range processesOf(spec.GetRunDir()) {
 				if f := strings.Fields(p); len(f) > 1 && strings.HasSuffix(f[1], "qemu-system-x86_64") {
 					pids["qemu"], _ = strconv.Atoi(f[0])
@@ -381,7 +390,7 @@ func TestDaemonDiesUnderLauncher(t *testing.T) {
 		t.Fatalf("Status says QEMU is pid %d, which is not the VM's QEMU, the launcher's child; processes: %s",
 			qemuPID, strings.Join(processesOf(spec.GetRunDir()), "; "))
 	}
-	if err := unix.Kill(vmOf(d, spec.GetId()).rec.DaemonPID, unix.SIGKILL); err != nil {
+	if err := unix.Kill(daemonPIDOf(d, spec.GetId()), unix.SIGKILL); err != nil {
 		t.Fatal(err)
 	}
 	waitFor(t, "the VM crashed", time.Minute, func() bool {

@@ -179,7 +179,7 @@ func TestLifecycle(t *testing.T) {
 	if err := d.Kill(ctx, "lv-life"); err != nil {
 		t.Fatal(err)
 	}
-	daemonPID := d.vms["lv-life"].rec.DaemonPID
+	daemonPID := daemonPIDOf(d, "lv-life")
 	if err := d.Delete(ctx, "lv-life"); err != nil {
 		t.Fatal(err)
 	}
@@ -279,7 +279,7 @@ func TestDaemonDies(t *testing.T) {
 	a, _ := d.Status(ctx, "lv-a")
 	b, _ := d.Status(ctx, "lv-b")
 	d.mu.Lock()
-	daemonA := d.vms["lv-a"].rec.DaemonPID
+	daemonA := daemonPIDOf(d, "lv-a")
 	d.mu.Unlock()
 	if err := unix.Kill(daemonA, unix.SIGKILL); err != nil {
 		t.Fatal(err)
