@@ -119,12 +119,17 @@ func TestQMPMigrationThroughTheProxy(t *testing.T) {
 	for _, r := range relays {
 		s, d := r.out.Stats(), r.in.Stats()
 		t.Logf("migration %s: source side %+v, target side %+v", r.name, s, d)
-		if s.Carried == 0 || s.ToTarget == 0 || s.ToSource == 0 || s.Refused != 0 || d.Refused != 0 {
-			t.Errorf("migration %s: the source side carried %d connections, %d bytes to the target and %d back, refused %d (target side %d): want bytes both ways, none refused", r.name, s.Carried, s.ToTarget, s.ToSource, s.Refused, d.Refused)
+		if s.Carried == 0 || s.ToTarget == 0 || s.Refused != 0 || d.Refused != 0 {
+			t.Errorf("migration %s: the source side carried %d connections, %d bytes to the target, refused %d (target side %d): want bytes carried, none refused", r.name, s.Carried, s.ToTarget, s.Refused, d.Refused)
 		}
 		// The test guest has about 107 MiB of memory that is not zero (docs/driver-authoring.md).
+		// A completed migration also carried the target's answers back (QEMU's return path); a
+		// cancelled one may end before the target's first answer reaches the source side.
 		if s.ToTarget >= 64<<20 {
 			whole++
+			if s.ToSource == 0 {
+				t.Errorf("migration %s: completed with no byte back from the target (the return path)", r.name)
+			}
 		}
 		// What one side read reached the other unless that one's VM closed first (a cancelled
 		// migration's target stops reading): never more.
