@@ -24,7 +24,15 @@ import (
 	"github.com/hashicorp/go-hclog"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
+
+	"github.com/kubevisor/kubevisor/core/handler/internal/testpki"
+	"github.com/kubevisor/kubevisor/core/nodeapi"
 )
+
+// node is a node certificate's leaf, as the control plane issues it.
+func node(name string) testpki.Leaf {
+	return testpki.Leaf{CommonName: nodeapi.NodeCommonName(name), Usages: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth, x509.ExtKeyUsageClientAuth}}
+}
 
 // logBuf collects a proxy's log lines.
 type logBuf struct {
@@ -187,7 +195,7 @@ const (
 // pairSetup is a source node and a target node of one CA, with a migration of testID from the
 // first to the second whose target VM serves each connection with serve.
 type pairSetup struct {
-	ca       *testCA
+	ca       *testpki.CA
 	src, tgt *testNode
 	vm       *fakeVM
 	in, out  *Migration
@@ -196,9 +204,9 @@ type pairSetup struct {
 
 func newPair(t *testing.T, serve func(c *net.UnixConn)) *pairSetup {
 	t.Helper()
-	ps := &pairSetup{ca: newCA(t, "kubevisor-ca")}
-	ps.src = startNode(t, sourceNode, certDir(t, ps.ca, node(sourceNode), ps.ca))
-	ps.tgt = startNode(t, targetNode, certDir(t, ps.ca, node(targetNode), ps.ca))
+	ps := &pairSetup{ca: testpki.NewCA(t, "kubevisor-ca")}
+	ps.src = startNode(t, sourceNode, testpki.CertDir(t, ps.ca, node(sourceNode), ps.ca))
+	ps.tgt = startNode(t, targetNode, testpki.CertDir(t, ps.ca, node(targetNode), ps.ca))
 	ps.vm = startVM(t, serve)
 	var err error
 	ps.in, err = ps.tgt.p.Incoming(IncomingSpec{ID: testID, SourceNode: sourceNode, TargetSocket: ps.vm.socket})
@@ -434,8 +442,8 @@ func TestCloseTearsDown(t *testing.T) {
 // TestEndOfServeClosesEverything: when the proxy's Serve ends, its migrations are closed and the
 // source's socket is removed.
 func TestEndOfServeClosesEverything(t *testing.T) {
-	ca := newCA(t, "kubevisor-ca")
-	p, err := New(Config{NodeName: sourceNode, Addr: "127.0.0.1:0", CertDir: certDir(t, ca, node(sourceNode), ca), Logger: hclog.NewNullLogger()})
+	ca := testpki.NewCA(t, "kubevisor-ca")
+	p, err := New(Config{NodeName: sourceNode, Addr: "127.0.0.1:0", CertDir: testpki.CertDir(t, ca, node(sourceNode), ca), Logger: hclog.NewNullLogger()})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -501,12 +509,11 @@ func TestEndOfServeWithConnections(t *testing.T) {
 // target VM's socket never sees a connection.
 func TestRefusedClients(t *testing.T) {
 	ps := newPair(t, func(c *net.UnixConn) { _, _ = io.Copy(c, c) })
-	other := newCA(t, "another-ca")
-	roots := x509.NewCertPool()
-	roots.AddCert(ps.ca.cert)
-	serverOnly := leaf{cn: node(sourceNode).cn, usages: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}}
+	other := testpki.NewCA(t, "another-ca")
+	roots := ps.ca.Pool()
+	serverOnly := testpki.Leaf{CommonName: node(sourceNode).CommonName, Usages: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}}
 	expired := node(sourceNode)
-	expired.notAfter = time.Now().Add(-time.Minute)
+	expired.NotAfter = time.Now().Add(-time.Minute)
 	for _, tc := range []struct {
 		name   string
 		cert   *tls.Certificate
@@ -515,15 +522,15 @@ func TestRefusedClients(t *testing.T) {
 		maxVer uint16
 		reason string // in the target's log line (hclog quotes it: \" for ")
 	}{
-		{"another CA", ptr(other.keyPair(t, node(sourceNode))), testID, []string{Protocol}, 0, "certificate signed by unknown authority"},
-		{"another node", ptr(ps.ca.keyPair(t, node("node-c"))), testID, []string{Protocol}, 0, `the client certificate is node \"node-c\"'s, and the migration's source is node \"node-a\"`},
-		{"not a node certificate", ptr(ps.ca.keyPair(t, leaf{cn: "kubevisor-api", usages: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth}})), testID, []string{Protocol}, 0, `(common name \"kubevisor-api\") is not a node certificate`},
-		{"expired", ptr(ps.ca.keyPair(t, expired)), testID, []string{Protocol}, 0, "certificate has expired"},
-		{"server usage only", ptr(ps.ca.keyPair(t, serverOnly)), testID, []string{Protocol}, 0, "incompatible key usage"},
+		{"another CA", ptr(other.KeyPair(t, node(sourceNode))), testID, []string{Protocol}, 0, "certificate signed by unknown authority"},
+		{"another node", ptr(ps.ca.KeyPair(t, node("node-c"))), testID, []string{Protocol}, 0, `the client certificate is node \"node-c\"'s, and the migration's source is node \"node-a\"`},
+		{"not a node certificate", ptr(ps.ca.KeyPair(t, testpki.Leaf{CommonName: "kubevisor-api", Usages: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth}})), testID, []string{Protocol}, 0, `(common name \"kubevisor-api\") is not a node certificate`},
+		{"expired", ptr(ps.ca.KeyPair(t, expired)), testID, []string{Protocol}, 0, "certificate has expired"},
+		{"server usage only", ptr(ps.ca.KeyPair(t, serverOnly)), testID, []string{Protocol}, 0, "incompatible key usage"},
 		{"no certificate", nil, testID, []string{Protocol}, 0, "client didn't provide a certificate"},
-		{"unknown migration", ptr(ps.ca.keyPair(t, node(sourceNode))), "0000-unknown", []string{Protocol}, 0, "no incoming migration 0000-unknown on this node"},
-		{"no ALPN", ptr(ps.ca.keyPair(t, node(sourceNode))), testID, nil, 0, "does not offer the protocol " + Protocol},
-		{"TLS 1.1", ptr(ps.ca.keyPair(t, node(sourceNode))), testID, []string{Protocol}, tls.VersionTLS11, "offered only unsupported versions"},
+		{"unknown migration", ptr(ps.ca.KeyPair(t, node(sourceNode))), "0000-unknown", []string{Protocol}, 0, "no incoming migration 0000-unknown on this node"},
+		{"no ALPN", ptr(ps.ca.KeyPair(t, node(sourceNode))), testID, nil, 0, "does not offer the protocol " + Protocol},
+		{"TLS 1.1", ptr(ps.ca.KeyPair(t, node(sourceNode))), testID, []string{Protocol}, tls.VersionTLS11, "offered only unsupported versions"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			cfg := &tls.Config{
@@ -588,8 +595,8 @@ func TestSourceChecksTheTarget(t *testing.T) {
 	}
 
 	// A target of another CA (the source trusts the pair's CA only).
-	rogueCA := newCA(t, "rogue-ca")
-	rogue := startNode(t, targetNode, certDir(t, rogueCA, node(targetNode), ps.ca))
+	rogueCA := testpki.NewCA(t, "rogue-ca")
+	rogue := startNode(t, targetNode, testpki.CertDir(t, rogueCA, node(targetNode), ps.ca))
 	vm := startVM(t, func(c *net.UnixConn) {})
 	if _, err := rogue.p.Incoming(IncomingSpec{ID: "8b8b-rogue", SourceNode: sourceNode, TargetSocket: vm.socket}); err != nil {
 		t.Fatal(err)
@@ -615,17 +622,17 @@ func TestSourceChecksTheTarget(t *testing.T) {
 // refusal, and the target VM's socket sees nothing.
 func TestSourceProxiesRefusedByTheTarget(t *testing.T) {
 	ps := newPair(t, func(c *net.UnixConn) { _, _ = io.Copy(c, c) })
-	otherCA := newCA(t, "another-ca")
+	otherCA := testpki.NewCA(t, "another-ca")
 	for _, tc := range []struct {
 		name, node, reason string
-		ca                 *testCA
+		ca                 *testpki.CA
 	}{
 		{"another node", "node-c", `the client certificate is node \"node-c\"'s, and the migration's source is node \"node-a\"`, ps.ca},
 		{"another CA", sourceNode, "certificate signed by unknown authority", otherCA},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			// The source trusts the pair's CA, so that it accepts the target: only the target refuses.
-			src := startNode(t, tc.node, certDir(t, tc.ca, node(tc.node), ps.ca))
+			src := startNode(t, tc.node, testpki.CertDir(t, tc.ca, node(tc.node), ps.ca))
 			out := ps.outgoing(t, src, testID, targetNode)
 			c := dialSource(t, out.SocketPath())
 			_, _ = c.Write([]byte("hello"))
@@ -645,8 +652,8 @@ func TestSourceProxiesRefusedByTheTarget(t *testing.T) {
 
 // TestRefusedSpecs: what Incoming and Outgoing refuse before anything listens.
 func TestRefusedSpecs(t *testing.T) {
-	ca := newCA(t, "kubevisor-ca")
-	n := startNode(t, sourceNode, certDir(t, ca, node(sourceNode), ca))
+	ca := testpki.NewCA(t, "kubevisor-ca")
+	n := startNode(t, sourceNode, testpki.CertDir(t, ca, node(sourceNode), ca))
 	sock := filepath.Join(shortDir(t), SocketName)
 	notSocket := filepath.Join(shortDir(t), "file")
 	if err := os.WriteFile(notSocket, nil, 0o600); err != nil {
@@ -710,8 +717,8 @@ func TestRefusedSpecs(t *testing.T) {
 // TestCertificateOfAnotherNode: a proxy whose certificate names another node (or none) does
 // not serve, and Incoming and Outgoing say why.
 func TestCertificateOfAnotherNode(t *testing.T) {
-	ca := newCA(t, "kubevisor-ca")
-	p, err := New(Config{NodeName: sourceNode, Addr: "127.0.0.1:0", CertDir: certDir(t, ca, node("node-z"), ca), Logger: hclog.NewNullLogger(), CertPoll: 10 * time.Millisecond})
+	ca := testpki.NewCA(t, "kubevisor-ca")
+	p, err := New(Config{NodeName: sourceNode, Addr: "127.0.0.1:0", CertDir: testpki.CertDir(t, ca, node("node-z"), ca), Logger: hclog.NewNullLogger(), CertPoll: 10 * time.Millisecond})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -13,6 +13,7 @@ import (
 
 	conformance "github.com/kubevisor/kubevisor/conformance/driver"
 	"github.com/kubevisor/kubevisor/conformance/driver/cli"
+	"github.com/kubevisor/kubevisor/core/handler/internal/testpki"
 	"github.com/kubevisor/kubevisor/internal/testbin"
 	"github.com/kubevisor/kubevisor/internal/testenv"
 )
@@ -43,9 +44,9 @@ func TestQMPMigrationThroughTheProxy(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	ca := newCA(t, "kubevisor-ca")
-	src := startNode(t, sourceNode, certDir(t, ca, node(sourceNode), ca))
-	tgt := startNode(t, targetNode, certDir(t, ca, node(targetNode), ca))
+	ca := testpki.NewCA(t, "kubevisor-ca")
+	src := startNode(t, sourceNode, testpki.CertDir(t, ca, node(sourceNode), ca))
+	tgt := startNode(t, targetNode, testpki.CertDir(t, ca, node(targetNode), ca))
 	type relayed struct {
 		name    string // the check's migration: its VM id
 		in, out *Migration

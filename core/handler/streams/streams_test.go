@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"crypto/tls"
+	"crypto/x509"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -17,6 +18,7 @@ import (
 	"github.com/hashicorp/go-hclog"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"github.com/kubevisor/kubevisor/core/handler/internal/testpki"
 	"github.com/kubevisor/kubevisor/core/nodeapi"
 	"github.com/kubevisor/kubevisor/core/wsstream"
 	"github.com/kubevisor/kubevisor/drivers/fake"
@@ -27,8 +29,27 @@ import (
 type env struct {
 	srv    *Server
 	dir    string
-	ca     *testCA
+	ca     *testpki.CA
 	client tls.Certificate
+}
+
+// servingLeaf is the endpoint's serving certificate, as kubevisor-api issues it: for
+// nodeapi.ServerName.
+var servingLeaf = testpki.Leaf{CommonName: "kubevisor-handler", DNSNames: []string{nodeapi.ServerName}, Usages: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}}
+
+// clientLeaf is a client certificate with common name cn.
+func clientLeaf(cn string) testpki.Leaf {
+	return testpki.Leaf{CommonName: cn, Usages: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth}}
+}
+
+// clientTLS is kubevisor-api's side: the handler's CA as roots, ServerName checked, and cert
+// (when any) presented.
+func clientTLS(serverCA *testpki.CA, cert *tls.Certificate) *tls.Config {
+	c := &tls.Config{RootCAs: serverCA.Pool(), ServerName: nodeapi.ServerName, MinVersion: tls.VersionTLS12}
+	if cert != nil {
+		c.Certificates = []tls.Certificate{*cert}
+	}
+	return c
 }
 
 func testLogger(t *testing.T) hclog.Logger {
@@ -47,9 +68,9 @@ func (w testWriter) Write(p []byte) (int, error) {
 // as kubevisor-api writes them.
 func startServer(t *testing.T, b Backend) *env {
 	t.Helper()
-	e := &env{dir: t.TempDir(), ca: newCA(t, "kubevisor-ca")}
-	writeCertDir(t, e.dir, e.ca, e.ca)
-	e.client = e.ca.keyPair(t, nodeapi.ClientName, false)
+	e := &env{dir: t.TempDir(), ca: testpki.NewCA(t, "kubevisor-ca")}
+	testpki.WriteCertDir(t, e.dir, e.ca, servingLeaf, e.ca)
+	e.client = e.ca.KeyPair(t, clientLeaf(nodeapi.ClientName))
 	e.srv = run(t, b, e.dir)
 	waitServing(t, e.srv)
 	return e
@@ -188,14 +209,14 @@ func TestClientWithoutCertificateIsRefused(t *testing.T) {
 
 func TestClientOfAnotherCAIsRefused(t *testing.T) {
 	e := startServer(t, newFakeBackend(t, "vm1"))
-	other := newCA(t, "other-ca").keyPair(t, nodeapi.ClientName, false)
+	other := testpki.NewCA(t, "other-ca").KeyPair(t, clientLeaf(nodeapi.ClientName))
 	refused(t, e, clientTLS(e.ca, &other))
 }
 
 func TestClientWithAnotherNameIsRefused(t *testing.T) {
 	e := startServer(t, newFakeBackend(t, "vm1"))
 	for _, cn := range []string{"system:node:node-1", "kubevisor-api-x", ""} {
-		c := e.ca.keyPair(t, cn, false)
+		c := e.ca.KeyPair(t, clientLeaf(cn))
 		refused(t, e, clientTLS(e.ca, &c))
 	}
 }
@@ -414,17 +435,17 @@ func TestRotatedServingCertificateIsUsedWithoutRestart(t *testing.T) {
 		return conn.ConnectionState().PeerCertificates[0].SerialNumber.String()
 	}
 	before := serving()
-	writeCertDir(t, e.dir, e.ca, e.ca)
+	testpki.WriteCertDir(t, e.dir, e.ca, servingLeaf, e.ca)
 	after := serving()
 	if after == before {
 		t.Fatalf("serving certificate %s after the rotation, the old one", after)
 	}
 	// And the new client CA bundle: a new CA's client is accepted once the bundle has it, the
 	// old CA's no longer.
-	newCA := newCA(t, "kubevisor-ca-2")
-	writeCertDir(t, e.dir, e.ca, newCA)
+	newCA := testpki.NewCA(t, "kubevisor-ca-2")
+	testpki.WriteCertDir(t, e.dir, e.ca, servingLeaf, newCA)
 	refused(t, e, clientTLS(e.ca, &e.client))
-	e.client = newCA.keyPair(t, nodeapi.ClientName, false)
+	e.client = newCA.KeyPair(t, clientLeaf(nodeapi.ClientName))
 	if st := e.status(t, http.MethodPut, nodeapi.VMIPath("default", "vm1", "reset")); st.Code != 200 {
 		t.Fatalf("reset with the new CA's client: %d %q", st.Code, st.Message)
 	}
@@ -437,10 +458,10 @@ func TestNotServedUntilTheCertificatesExist(t *testing.T) {
 	if a := srv.Addr(); a != nil {
 		t.Fatalf("serving on %v without certificates", a)
 	}
-	ca := newCA(t, "kubevisor-ca")
-	writeCertDir(t, dir, ca, ca)
+	ca := testpki.NewCA(t, "kubevisor-ca")
+	testpki.WriteCertDir(t, dir, ca, servingLeaf, ca)
 	waitServing(t, srv)
-	e := &env{srv: srv, dir: dir, ca: ca, client: ca.keyPair(t, nodeapi.ClientName, false)}
+	e := &env{srv: srv, dir: dir, ca: ca, client: ca.KeyPair(t, clientLeaf(nodeapi.ClientName))}
 	if st := e.status(t, http.MethodPut, nodeapi.VMIPath("default", "vm1", "pause")); st.Code != 200 {
 		t.Fatalf("pause once the certificates exist: %d %q", st.Code, st.Message)
 	}
