@@ -143,9 +143,7 @@ func TestLauncherKilled(t *testing.T) {
 			out := &consoleBuf{}
 			go func() { _ = d.Console(ctx, spec.GetId(), nil, out) }()
 			waitFor(t, "the boot sector's marker", time.Minute, func() bool { return out.count(qmp.BootSectorMarker) >= 1 })
-			d.mu.Lock()
 			daemonPID := daemonPIDOf(d, spec.GetId())
-			d.mu.Unlock()
 			qemuPID := 0 // in this pid namespace (the daemon's pid file has the launcher's)
 			for _, p := range processesOf(spec.GetRunDir()) {
 				if f := strings.Fields(p); len(f) > 1 && strings.HasSuffix(f[1], "qemu-system-x86_64") {

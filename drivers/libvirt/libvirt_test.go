@@ -278,9 +278,7 @@ func TestDaemonDies(t *testing.T) {
 	}
 	a, _ := d.Status(ctx, "lv-a")
 	b, _ := d.Status(ctx, "lv-b")
-	d.mu.Lock()
 	daemonA := daemonPIDOf(d, "lv-a")
-	d.mu.Unlock()
 	if err := unix.Kill(daemonA, unix.SIGKILL); err != nil {
 		t.Fatal(err)
 	}
