@@ -185,6 +185,7 @@ func Validate(spec *domainv1.DomainSpec) error {
 		if spec.GetStartPaused() {
 			add("startPaused", "not with incomingMigration: the VM runs as the source did")
 		}
+		validateIncomingDisks(spec, in, add)
 	}
 	for i, h := range spec.GetHostDevices() {
 		// A device with no PCI address is known by its device driver's resource (a hypervisor
@@ -292,4 +293,45 @@ func NonPCIHostDevices(spec *domainv1.DomainSpec) []FieldError {
 func VCPUs(spec *domainv1.DomainSpec) uint32 {
 	cpu := spec.GetCpu()
 	return max(cpu.GetSockets(), 1) * max(cpu.GetCores(), 1) * max(cpu.GetThreads(), 1)
+}
+
+// validateIncomingDisks checks the disks a migration target serves over NBD
+// (incoming_migration.disks_socket_path and disks): the socket as socket_path's, and each disk
+// a writable disk of the spec, named once.
+func validateIncomingDisks(spec *domainv1.DomainSpec, in *domainv1.IncomingMigration, add func(field, format string, args ...any)) {
+	p, names := in.GetDisksSocketPath(), in.GetDisks()
+	switch {
+	case p == "" && len(names) == 0:
+		return
+	case p == "":
+		add("incomingMigration.disksSocketPath", "required with incomingMigration.disks")
+	case len(names) == 0:
+		add("incomingMigration.disksSocketPath", "set without incomingMigration.disks to serve on it")
+	case !filepath.IsAbs(p):
+		add("incomingMigration.disksSocketPath", "must be an absolute path, not %q", p)
+	case len(p) > MaxSocketPath:
+		add("incomingMigration.disksSocketPath", "%q is longer than a unix socket path can be (%d bytes)", p, MaxSocketPath)
+	case spec.GetRunDir() != "" && !strings.HasPrefix(p, filepath.Clean(spec.GetRunDir())+"/"):
+		add("incomingMigration.disksSocketPath", "%q is not in runDir %q", p, spec.GetRunDir())
+	case filepath.Clean(p) == filepath.Clean(in.GetSocketPath()):
+		add("incomingMigration.disksSocketPath", "%q is the migration stream's socketPath", p)
+	}
+	disks := map[string]*domainv1.Disk{}
+	for _, d := range spec.GetDisks() {
+		disks[d.GetName()] = d
+	}
+	seen := map[string]bool{}
+	for i, n := range names {
+		f := fmt.Sprintf("incomingMigration.disks[%d]", i)
+		d, ok := disks[n]
+		switch {
+		case !ok:
+			add(f, "%q is not a disk of the spec", n)
+		case seen[n]:
+			add(f, "%q is named twice", n)
+		case d.GetReadOnly() || d.GetDevice() != domainv1.DiskDevice_DISK_DEVICE_DISK:
+			add(f, "disk %q is read-only, a CD-ROM or a LUN: only writable disks are copied", n)
+		}
+		seen[n] = true
+	}
 }

@@ -77,6 +77,28 @@ func TestValidateRejects(t *testing.T) {
 		{"an incoming migration that starts paused", func(s *domainv1.DomainSpec) {
 			s.StartPaused, s.IncomingMigration = true, &domainv1.IncomingMigration{SocketPath: "/run/migration.sock"}
 		}, "startPaused"},
+		{"incoming disks without their socket", func(s *domainv1.DomainSpec) {
+			s.IncomingMigration = &domainv1.IncomingMigration{SocketPath: "/run/migration.sock", Disks: []string{"root"}}
+		}, "incomingMigration.disksSocketPath"},
+		{"an incoming disks socket with no disk to serve", func(s *domainv1.DomainSpec) {
+			s.IncomingMigration = &domainv1.IncomingMigration{SocketPath: "/run/migration.sock", DisksSocketPath: "/run/disks.sock"}
+		}, "incomingMigration.disksSocketPath"},
+		{"the incoming disks on the migration stream's socket", func(s *domainv1.DomainSpec) {
+			s.IncomingMigration = &domainv1.IncomingMigration{SocketPath: "/run/migration.sock", DisksSocketPath: "/run/migration.sock", Disks: []string{"root"}}
+		}, "incomingMigration.disksSocketPath"},
+		{"the incoming disks on a socket outside the run directory", func(s *domainv1.DomainSpec) {
+			s.RunDir = "/run/vm"
+			s.IncomingMigration = &domainv1.IncomingMigration{SocketPath: "/run/vm/migration.sock", DisksSocketPath: "/run/vm2/disks.sock", Disks: []string{"root"}}
+		}, "incomingMigration.disksSocketPath"},
+		{"an incoming disk the spec lacks", func(s *domainv1.DomainSpec) {
+			s.IncomingMigration = &domainv1.IncomingMigration{SocketPath: "/run/migration.sock", DisksSocketPath: "/run/disks.sock", Disks: []string{"root", "data"}}
+		}, "incomingMigration.disks[1]"},
+		{"an incoming read-only CD-ROM to copy", func(s *domainv1.DomainSpec) {
+			s.IncomingMigration = &domainv1.IncomingMigration{SocketPath: "/run/migration.sock", DisksSocketPath: "/run/disks.sock", Disks: []string{"cloudinit"}}
+		}, "incomingMigration.disks[0]"},
+		{"an incoming disk named twice", func(s *domainv1.DomainSpec) {
+			s.IncomingMigration = &domainv1.IncomingMigration{SocketPath: "/run/migration.sock", DisksSocketPath: "/run/disks.sock", Disks: []string{"root", "root"}}
+		}, "incomingMigration.disks[1]"},
 		{"huge page size not a power of two", func(s *domainv1.DomainSpec) {
 			s.Memory.Hugepages = &domainv1.Hugepages{PageSizeBytes: 3 << 20, Path: "/huge"}
 		}, "memory.hugepages.pageSizeBytes"},
@@ -185,5 +207,16 @@ func TestHostDeviceWithoutPCI(t *testing.T) {
 	got := domain.NonPCIHostDevices(spec)
 	if len(got) != 1 || got[0].Field != "hostDevices[1]" || !strings.Contains(got[0].Detail, `"sim" (resource "example-sim", ids sim-1) has no PCI address`) {
 		t.Fatalf("NonPCIHostDevices = %v, want hostDevices[1] naming sim", got)
+	}
+}
+
+// TestValidateAcceptsIncomingDisks: a target serving its writable disk on a second socket in its
+// run directory is valid.
+func TestValidateAcceptsIncomingDisks(t *testing.T) {
+	s := validSpec()
+	s.RunDir = "/run/vm"
+	s.IncomingMigration = &domainv1.IncomingMigration{SocketPath: "/run/vm/migration.sock", DisksSocketPath: "/run/vm/migration-disks.sock", Disks: []string{"root"}}
+	if err := domain.Validate(s); err != nil {
+		t.Fatalf("Validate = %v", err)
 	}
 }

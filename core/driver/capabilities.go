@@ -219,6 +219,9 @@ func CheckDomain(caps *basev1.Capabilities, spec *domainv1.DomainSpec) error {
 	if spec.GetIncomingMigration() != nil && !slices.Contains(caps.GetFeatures(), basev1.Feature_FEATURE_HYPERVISOR_MIGRATE) {
 		add("incomingMigration", "live migration is not declared by the driver (FEATURE_HYPERVISOR_MIGRATE)")
 	}
+	if len(spec.GetIncomingMigration().GetDisks()) > 0 && !caps.GetMigrationDisks() {
+		add("incomingMigration.disks", "copying disks in a migration is not declared by the driver (Capabilities.migration_disks)")
+	}
 	if spec.GetSandbox().GetLauncherSocket() != "" && !caps.GetLauncher() {
 		add("sandbox.launcherSocket", "starting the VM through the VMI's launcher is not declared by the driver (Capabilities.launcher)")
 	}

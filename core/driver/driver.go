@@ -526,13 +526,48 @@ type Recoverer interface {
 //
 // Disks. The host migrates a VM only when each of its writable disks is either shared (the
 // same image reachable by the target at the path of the target's spec: a RWX volume, or one
-// host) or copied by the driver. In this version no disk is copied: a driver migrates memory and
-// device state only, and the host MUST NOT migrate a VM with a writable node-local disk (a
-// containerDisk overlay, an emptyDisk) between nodes. The next version moves such disks by block
-// mirroring before the memory (the target serves its fresh images over NBD on a second unix
-// socket in its run_dir, the source mirrors each disk into it and switches over with the
-// memory), with new fields naming the sockets and the disks; read-only media (cloud-init) are
-// made again on the target and not copied.
+// host) or copied by the driver. A driver that declares Capabilities.migration_disks copies the
+// writable node-local disks (a containerDisk's overlay, an emptyDisk) by block mirroring before
+// the memory; the host sends disks to copy to no other driver, and MUST NOT migrate a VM with a
+// node-local writable disk between nodes through one. Read-only media (cloud-init) are made
+// again on the target by its storage driver and never copied. The target's storage driver has
+// made a fresh image for each disk to copy (an overlay over the same base image, an empty disk
+// of the same size) at the path of the target's spec.
+//
+//   - Target: with incoming_migration.disks and disks_socket_path, Start MUST also serve each
+//     named disk over NBD on disks_socket_path, writable, as an export named as the disk, before
+//     it returns (SHOULD remove a stale socket there first); the guest does not run meanwhile.
+//     It MUST stop serving (and remove the socket) once the VM runs here, and when the
+//     migration fails or is cancelled (the VM process ends); the VM then runs on what the copy
+//     wrote into its images.
+//   - Source: with MigrateRequest.disks, Migrate MUST return InvalidArgument naming the field for
+//     a disk that is not a writable disk of the VM (read-only, a CD-ROM, a LUN, unknown) or is
+//     named twice, and when target_disks_socket_path is missing or not absolute;
+//     FailedPrecondition when no socket is there. It starts mirroring each named disk into the
+//     target's export of the same name (top_only: only the top image, over a backing image the
+//     target has too; else the whole disk as the guest sees it) and returns (phase ACTIVE): the
+//     guest runs on, and what it writes meanwhile is mirrored too. The memory migration MUST
+//     NOT start before every mirror is ready (in sync); it then starts as without disks.
+//   - Switch-over: with the guest paused for it, the source MUST complete every mirror (every
+//     write the guest made reaches the target's image) before the target may run the VM: the
+//     target MUST NOT run a guest whose disks lack a write the source acknowledged. The
+//     source's own images are left as they are (the mirror never switches the source to the
+//     target's images).
+//   - Failure or cancel (CancelMigration, the completion timeout, a mirror's error, the stream
+//     breaking, in the disk phase as in the memory phase): the source MUST cancel every mirror
+//     and disconnect from the target's NBD server, and go on running on its own disks, RUNNING
+//     as before; phase FAILED (with a message naming the disk whose copy failed, when one did)
+//     or CANCELLED. A target whose migration fails stops as without disks.
+//   - MigrationStatus at the source SHOULD report disk_total_bytes, disk_transferred_bytes and
+//     disks (per disk: total, transferred, ready) while the disks are copied and once the
+//     migration ended; the memory figures stay the memory's.
+//   - Recover of a source in the middle of copying its disks MUST re-adopt the mirrors (they
+//     go on in the VM process) and go on as if watched: start the memory once every mirror is
+//     ready, complete the mirrors at the switch-over.
+//   - A driver that does not declare migration_disks MUST refuse a MigrateRequest with disks
+//     (FailedPrecondition, or Unimplemented, naming the first disk) and a target spec with
+//     incoming_migration.disks (InvalidArgument from Create, as CheckDomain does), and never
+//     migrate such a VM without its disks.
 type Migrator interface {
 	Migrate(ctx context.Context, req *hypervisorv1.MigrateRequest) error
 	MigrationStatus(ctx context.Context, id string) (*hypervisorv1.MigrationInfo, error)

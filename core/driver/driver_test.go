@@ -261,6 +261,16 @@ func TestCheckDomain(t *testing.T) {
 			t.Errorf("CheckDomain error %q names %s, which asks for the driver's default", err, field)
 		}
 	}
+	// A target that is to receive its disks needs Capabilities.migration_disks as well.
+	withDisks := spec()
+	withDisks.IncomingMigration.DisksSocketPath, withDisks.IncomingMigration.Disks = "/run/vm/disks.sock", []string{"a"}
+	if err := driver.CheckDomain(all, withDisks); status.Code(err) != codes.InvalidArgument || !strings.Contains(err.Error(), "incomingMigration.disks: ") {
+		t.Errorf("CheckDomain of a target with disks to receive, migration_disks not declared = %v, want InvalidArgument naming incomingMigration.disks", err)
+	}
+	all.MigrationDisks = true
+	if err := driver.CheckDomain(all, withDisks); err != nil {
+		t.Errorf("CheckDomain of a target with disks to receive, migration_disks declared = %v", err)
+	}
 }
 
 func TestStatusCodesCrossTheBoundary(t *testing.T) {

@@ -415,6 +415,16 @@ func (r hvRecoverer) Recover(ctx context.Context, handle *hypervisorv1.Handle) (
 // Migrate implements Migrator.
 func (m hvMigrator) Migrate(ctx context.Context, req *hypervisorv1.MigrateRequest) error {
 	c := m.c
+	if len(req.GetDisks()) > 0 {
+		// Copying disks is declared apart from migration: not sent to a driver without it.
+		caps, err := c.Capabilities(ctx)
+		if err != nil {
+			return err
+		}
+		if !caps.GetMigrationDisks() {
+			return status.Errorf(codes.InvalidArgument, "disks: copying disk %q in a migration is not declared by the driver (Capabilities.migration_disks)", req.GetDisks()[0].GetName())
+		}
+	}
 	_, err := c.hv.Migrate(ctx, req)
 	return err
 }

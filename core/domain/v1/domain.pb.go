@@ -630,6 +630,22 @@ type IncomingMigration struct {
 	// allow_post_copy prepares the target for a migration that may switch to post-copy
 	// (MigrateRequest.allow_post_copy at the source); it must match the source's option.
 	AllowPostCopy bool `protobuf:"varint,2,opt,name=allow_post_copy,json=allowPostCopy,proto3" json:"allow_post_copy,omitempty"`
+	// disks_socket_path is a second unix socket, an absolute path in run_dir other than
+	// socket_path, on which the driver serves the disks named in disks over NBD while the VM
+	// waits: one writable export per disk, named as the disk (Disk.name). The source mirrors each
+	// disk into its export before the memory moves (MigrateRequest.disks). Required with disks,
+	// and only with them; the driver creates it and removes it, and stops serving once the VM
+	// runs or its migration ended. A driver must declare Capabilities.migration_disks to be sent
+	// it.
+	DisksSocketPath string `protobuf:"bytes,3,opt,name=disks_socket_path,json=disksSocketPath,proto3" json:"disks_socket_path,omitempty"`
+	// disks names the disks of this spec (Disk.name) that the source copies here: its writable
+	// node-local disks (a containerDisk's overlay, an emptyDisk), which the host chose. The image
+	// at each such disk's path is a fresh one that this node's storage driver made for the
+	// target (an overlay over the same base image, an empty disk of the same size), which the
+	// copy fills. Each names a disk that is neither read-only nor a CD-ROM nor a LUN; read-only
+	// media (cloud-init) are made again here and not copied. Disks not named are the source's
+	// own images seen at the same paths (shared storage).
+	Disks         []string `protobuf:"bytes,4,rep,name=disks,proto3" json:"disks,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -676,6 +692,20 @@ func (x *IncomingMigration) GetAllowPostCopy() bool {
 		return x.AllowPostCopy
 	}
 	return false
+}
+
+func (x *IncomingMigration) GetDisksSocketPath() string {
+	if x != nil {
+		return x.DisksSocketPath
+	}
+	return ""
+}
+
+func (x *IncomingMigration) GetDisks() []string {
+	if x != nil {
+		return x.Disks
+	}
+	return nil
 }
 
 // TPM is an emulated TPM 2.0. Its state lives in the VM's run_dir: it lasts as long as the VM
@@ -2787,11 +2817,13 @@ const file_core_domain_v1_domain_proto_rawDesc = "" +
 	"\x12incoming_migration\x18# \x01(\v2&.kubevisor.domain.v1.IncomingMigrationR\x11incomingMigration\x1a9\n" +
 	"\vLabelsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\\\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\x9e\x01\n" +
 	"\x11IncomingMigration\x12\x1f\n" +
 	"\vsocket_path\x18\x01 \x01(\tR\n" +
 	"socketPath\x12&\n" +
-	"\x0fallow_post_copy\x18\x02 \x01(\bR\rallowPostCopy\"%\n" +
+	"\x0fallow_post_copy\x18\x02 \x01(\bR\rallowPostCopy\x12*\n" +
+	"\x11disks_socket_path\x18\x03 \x01(\tR\x0fdisksSocketPath\x12\x14\n" +
+	"\x05disks\x18\x04 \x03(\tR\x05disks\"%\n" +
 	"\x03TPM\x12\x1e\n" +
 	"\n" +
 	"persistent\x18\x01 \x01(\bR\n" +

@@ -474,8 +474,14 @@ type Capabilities struct {
 	// directory, as that field's comment requires. A domain spec asking for persistence is not
 	// sent to a driver that does not declare it.
 	PersistentState bool `protobuf:"varint,17,opt,name=persistent_state,json=persistentState,proto3" json:"persistent_state,omitempty"`
-	unknownFields   protoimpl.UnknownFields
-	sizeCache       protoimpl.SizeCache
+	// Hypervisor: the driver copies a migrating VM's writable node-local disks to the target by
+	// block mirroring (DomainSpec.incoming_migration.disks at the target, MigrateRequest.disks at
+	// the source), as driver.Migrator's "Disks" paragraph requires. Only with
+	// FEATURE_HYPERVISOR_MIGRATE. A migration that copies disks is not sent to a driver that does
+	// not declare it.
+	MigrationDisks bool `protobuf:"varint,18,opt,name=migration_disks,json=migrationDisks,proto3" json:"migration_disks,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
 }
 
 func (x *Capabilities) Reset() {
@@ -623,6 +629,13 @@ func (x *Capabilities) GetInterfaceOptions() []string {
 func (x *Capabilities) GetPersistentState() bool {
 	if x != nil {
 		return x.PersistentState
+	}
+	return false
+}
+
+func (x *Capabilities) GetMigrationDisks() bool {
+	if x != nil {
+		return x.MigrationDisks
 	}
 	return false
 }
@@ -849,7 +862,7 @@ const file_core_driver_base_v1_base_proto_rawDesc = "" +
 	"\vdescription\x18\x05 \x01(\tR\vdescription\"\x15\n" +
 	"\x13CapabilitiesRequest\"b\n" +
 	"\x14CapabilitiesResponse\x12J\n" +
-	"\fcapabilities\x18\x01 \x01(\v2&.kubevisor.driver.base.v1.CapabilitiesR\fcapabilities\"\xce\x04\n" +
+	"\fcapabilities\x18\x01 \x01(\v2&.kubevisor.driver.base.v1.CapabilitiesR\fcapabilities\"\xf7\x04\n" +
 	"\fCapabilities\x12=\n" +
 	"\bfeatures\x18\x01 \x03(\x0e2!.kubevisor.driver.base.v1.FeatureR\bfeatures\x12\x1a\n" +
 	"\bfirmware\x18\x02 \x03(\tR\bfirmware\x12\x1d\n" +
@@ -871,7 +884,8 @@ const file_core_driver_base_v1_base_proto_rawDesc = "" +
 	"\adevices\x18\x0e \x03(\tR\adevices\x12(\n" +
 	"\x10multi_queue_taps\x18\x0f \x01(\bR\x0emultiQueueTaps\x12+\n" +
 	"\x11interface_options\x18\x10 \x03(\tR\x10interfaceOptions\x12)\n" +
-	"\x10persistent_state\x18\x11 \x01(\bR\x0fpersistentState\"\x14\n" +
+	"\x10persistent_state\x18\x11 \x01(\bR\x0fpersistentState\x12'\n" +
+	"\x0fmigration_disks\x18\x12 \x01(\bR\x0emigrationDisks\"\x14\n" +
 	"\x12FingerprintRequest\"\x9c\x02\n" +
 	"\x13FingerprintResponse\x128\n" +
 	"\x06health\x18\x01 \x01(\x0e2 .kubevisor.driver.base.v1.HealthR\x06health\x12-\n" +

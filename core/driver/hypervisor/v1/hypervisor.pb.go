@@ -226,7 +226,8 @@ const (
 	// MIGRATION_PHASE_SETUP: the target listens and nothing has arrived yet, or the source is
 	// connecting.
 	MigrationPhase_MIGRATION_PHASE_SETUP MigrationPhase = 1
-	// MIGRATION_PHASE_ACTIVE: memory and device state are moving (mode says how).
+	// MIGRATION_PHASE_ACTIVE: memory and device state are moving (mode says how), or before
+	// them the disks the migration copies (MigrationInfo.disks).
 	MigrationPhase_MIGRATION_PHASE_ACTIVE MigrationPhase = 2
 	// MIGRATION_PHASE_COMPLETED: the target runs the VM; the source stopped (reason Migrated).
 	MigrationPhase_MIGRATION_PHASE_COMPLETED MigrationPhase = 3
@@ -2315,6 +2316,17 @@ type MigrateRequest struct {
 	// still lacks from here. A failure after the switch loses the VM. It requires the target to
 	// have been created with incoming_migration.allow_post_copy.
 	AllowPostCopy bool `protobuf:"varint,7,opt,name=allow_post_copy,json=allowPostCopy,proto3" json:"allow_post_copy,omitempty"`
+	// target_disks_socket_path is the unix socket, on this node, that reaches the target's NBD
+	// server (its incoming_migration.disks_socket_path): that socket itself when both run on one
+	// node, else a second socket of the node's migration proxy in this VM's run_dir (its "disks"
+	// channel). Required with disks, and only with them. The driver connects to it.
+	TargetDisksSocketPath string `protobuf:"bytes,8,opt,name=target_disks_socket_path,json=targetDisksSocketPath,proto3" json:"target_disks_socket_path,omitempty"`
+	// disks are the disks to copy to the target before the memory (block migration of writable
+	// node-local disks): each is mirrored into the target's NBD export of the same name, and the
+	// copies switch over with the memory (driver.Migrator's "Disks" paragraph). They are the
+	// disks the target's incoming_migration.disks names. A driver must declare
+	// Capabilities.migration_disks to be sent them.
+	Disks         []*MigrateDisk `protobuf:"bytes,9,rep,name=disks,proto3" json:"disks,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2398,6 +2410,78 @@ func (x *MigrateRequest) GetAllowPostCopy() bool {
 	return false
 }
 
+func (x *MigrateRequest) GetTargetDisksSocketPath() string {
+	if x != nil {
+		return x.TargetDisksSocketPath
+	}
+	return ""
+}
+
+func (x *MigrateRequest) GetDisks() []*MigrateDisk {
+	if x != nil {
+		return x.Disks
+	}
+	return nil
+}
+
+// MigrateDisk is one disk a migration copies.
+type MigrateDisk struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// name is the disk's Disk.name in the VM's domain spec, and the name of the target's export.
+	Name string `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	// top_only copies only the disk's top image (the clusters written over its backing image: a
+	// containerDisk's overlay), the target's image being an overlay over a backing image of the
+	// same content (QEMU's sync "top"). Else the whole disk is copied, as the guest sees it
+	// (sync "full").
+	TopOnly       bool `protobuf:"varint,2,opt,name=top_only,json=topOnly,proto3" json:"top_only,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *MigrateDisk) Reset() {
+	*x = MigrateDisk{}
+	mi := &file_core_driver_hypervisor_v1_hypervisor_proto_msgTypes[38]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *MigrateDisk) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*MigrateDisk) ProtoMessage() {}
+
+func (x *MigrateDisk) ProtoReflect() protoreflect.Message {
+	mi := &file_core_driver_hypervisor_v1_hypervisor_proto_msgTypes[38]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use MigrateDisk.ProtoReflect.Descriptor instead.
+func (*MigrateDisk) Descriptor() ([]byte, []int) {
+	return file_core_driver_hypervisor_v1_hypervisor_proto_rawDescGZIP(), []int{38}
+}
+
+func (x *MigrateDisk) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *MigrateDisk) GetTopOnly() bool {
+	if x != nil {
+		return x.TopOnly
+	}
+	return false
+}
+
 type MigrateResponse struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	unknownFields protoimpl.UnknownFields
@@ -2406,7 +2490,7 @@ type MigrateResponse struct {
 
 func (x *MigrateResponse) Reset() {
 	*x = MigrateResponse{}
-	mi := &file_core_driver_hypervisor_v1_hypervisor_proto_msgTypes[38]
+	mi := &file_core_driver_hypervisor_v1_hypervisor_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2418,7 +2502,7 @@ func (x *MigrateResponse) String() string {
 func (*MigrateResponse) ProtoMessage() {}
 
 func (x *MigrateResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_core_driver_hypervisor_v1_hypervisor_proto_msgTypes[38]
+	mi := &file_core_driver_hypervisor_v1_hypervisor_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2431,7 +2515,7 @@ func (x *MigrateResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MigrateResponse.ProtoReflect.Descriptor instead.
 func (*MigrateResponse) Descriptor() ([]byte, []int) {
-	return file_core_driver_hypervisor_v1_hypervisor_proto_rawDescGZIP(), []int{38}
+	return file_core_driver_hypervisor_v1_hypervisor_proto_rawDescGZIP(), []int{39}
 }
 
 type MigrationStatusRequest struct {
@@ -2443,7 +2527,7 @@ type MigrationStatusRequest struct {
 
 func (x *MigrationStatusRequest) Reset() {
 	*x = MigrationStatusRequest{}
-	mi := &file_core_driver_hypervisor_v1_hypervisor_proto_msgTypes[39]
+	mi := &file_core_driver_hypervisor_v1_hypervisor_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2455,7 +2539,7 @@ func (x *MigrationStatusRequest) String() string {
 func (*MigrationStatusRequest) ProtoMessage() {}
 
 func (x *MigrationStatusRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_core_driver_hypervisor_v1_hypervisor_proto_msgTypes[39]
+	mi := &file_core_driver_hypervisor_v1_hypervisor_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2468,7 +2552,7 @@ func (x *MigrationStatusRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MigrationStatusRequest.ProtoReflect.Descriptor instead.
 func (*MigrationStatusRequest) Descriptor() ([]byte, []int) {
-	return file_core_driver_hypervisor_v1_hypervisor_proto_rawDescGZIP(), []int{39}
+	return file_core_driver_hypervisor_v1_hypervisor_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *MigrationStatusRequest) GetId() string {
@@ -2488,7 +2572,7 @@ type MigrationStatusResponse struct {
 
 func (x *MigrationStatusResponse) Reset() {
 	*x = MigrationStatusResponse{}
-	mi := &file_core_driver_hypervisor_v1_hypervisor_proto_msgTypes[40]
+	mi := &file_core_driver_hypervisor_v1_hypervisor_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2500,7 +2584,7 @@ func (x *MigrationStatusResponse) String() string {
 func (*MigrationStatusResponse) ProtoMessage() {}
 
 func (x *MigrationStatusResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_core_driver_hypervisor_v1_hypervisor_proto_msgTypes[40]
+	mi := &file_core_driver_hypervisor_v1_hypervisor_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2513,7 +2597,7 @@ func (x *MigrationStatusResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MigrationStatusResponse.ProtoReflect.Descriptor instead.
 func (*MigrationStatusResponse) Descriptor() ([]byte, []int) {
-	return file_core_driver_hypervisor_v1_hypervisor_proto_rawDescGZIP(), []int{40}
+	return file_core_driver_hypervisor_v1_hypervisor_proto_rawDescGZIP(), []int{41}
 }
 
 func (x *MigrationStatusResponse) GetMigration() *MigrationInfo {
@@ -2532,7 +2616,7 @@ type CancelMigrationRequest struct {
 
 func (x *CancelMigrationRequest) Reset() {
 	*x = CancelMigrationRequest{}
-	mi := &file_core_driver_hypervisor_v1_hypervisor_proto_msgTypes[41]
+	mi := &file_core_driver_hypervisor_v1_hypervisor_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2544,7 +2628,7 @@ func (x *CancelMigrationRequest) String() string {
 func (*CancelMigrationRequest) ProtoMessage() {}
 
 func (x *CancelMigrationRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_core_driver_hypervisor_v1_hypervisor_proto_msgTypes[41]
+	mi := &file_core_driver_hypervisor_v1_hypervisor_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2557,7 +2641,7 @@ func (x *CancelMigrationRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CancelMigrationRequest.ProtoReflect.Descriptor instead.
 func (*CancelMigrationRequest) Descriptor() ([]byte, []int) {
-	return file_core_driver_hypervisor_v1_hypervisor_proto_rawDescGZIP(), []int{41}
+	return file_core_driver_hypervisor_v1_hypervisor_proto_rawDescGZIP(), []int{42}
 }
 
 func (x *CancelMigrationRequest) GetId() string {
@@ -2575,7 +2659,7 @@ type CancelMigrationResponse struct {
 
 func (x *CancelMigrationResponse) Reset() {
 	*x = CancelMigrationResponse{}
-	mi := &file_core_driver_hypervisor_v1_hypervisor_proto_msgTypes[42]
+	mi := &file_core_driver_hypervisor_v1_hypervisor_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2587,7 +2671,7 @@ func (x *CancelMigrationResponse) String() string {
 func (*CancelMigrationResponse) ProtoMessage() {}
 
 func (x *CancelMigrationResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_core_driver_hypervisor_v1_hypervisor_proto_msgTypes[42]
+	mi := &file_core_driver_hypervisor_v1_hypervisor_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2600,7 +2684,7 @@ func (x *CancelMigrationResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CancelMigrationResponse.ProtoReflect.Descriptor instead.
 func (*CancelMigrationResponse) Descriptor() ([]byte, []int) {
-	return file_core_driver_hypervisor_v1_hypervisor_proto_rawDescGZIP(), []int{42}
+	return file_core_driver_hypervisor_v1_hypervisor_proto_rawDescGZIP(), []int{43}
 }
 
 // MigrationInfo is one migration of a VM, as the driver at one end sees it. The byte counts,
@@ -2640,15 +2724,23 @@ type MigrationInfo struct {
 	// listens on for the target.
 	Target string `protobuf:"bytes,18,opt,name=target,proto3" json:"target,omitempty"`
 	// auto_converge and post_copy are what the migration was allowed.
-	AutoConverge  bool `protobuf:"varint,19,opt,name=auto_converge,json=autoConverge,proto3" json:"auto_converge,omitempty"`
-	PostCopy      bool `protobuf:"varint,20,opt,name=post_copy,json=postCopy,proto3" json:"post_copy,omitempty"`
+	AutoConverge bool `protobuf:"varint,19,opt,name=auto_converge,json=autoConverge,proto3" json:"auto_converge,omitempty"`
+	PostCopy     bool `protobuf:"varint,20,opt,name=post_copy,json=postCopy,proto3" json:"post_copy,omitempty"`
+	// disk_total_bytes and disk_transferred_bytes sum the disks the migration copies
+	// (MigrateRequest.disks), at the source: what the copies have to move and have moved so far.
+	// The total grows while the guest writes during the copy (a write already copied is copied
+	// again). Zero for a migration that copies no disk, and at the target.
+	DiskTotalBytes       uint64 `protobuf:"varint,21,opt,name=disk_total_bytes,json=diskTotalBytes,proto3" json:"disk_total_bytes,omitempty"`
+	DiskTransferredBytes uint64 `protobuf:"varint,22,opt,name=disk_transferred_bytes,json=diskTransferredBytes,proto3" json:"disk_transferred_bytes,omitempty"`
+	// disks is each copied disk's progress, at the source.
+	Disks         []*MigrationDisk `protobuf:"bytes,23,rep,name=disks,proto3" json:"disks,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *MigrationInfo) Reset() {
 	*x = MigrationInfo{}
-	mi := &file_core_driver_hypervisor_v1_hypervisor_proto_msgTypes[43]
+	mi := &file_core_driver_hypervisor_v1_hypervisor_proto_msgTypes[44]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2660,7 +2752,7 @@ func (x *MigrationInfo) String() string {
 func (*MigrationInfo) ProtoMessage() {}
 
 func (x *MigrationInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_core_driver_hypervisor_v1_hypervisor_proto_msgTypes[43]
+	mi := &file_core_driver_hypervisor_v1_hypervisor_proto_msgTypes[44]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2673,7 +2765,7 @@ func (x *MigrationInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MigrationInfo.ProtoReflect.Descriptor instead.
 func (*MigrationInfo) Descriptor() ([]byte, []int) {
-	return file_core_driver_hypervisor_v1_hypervisor_proto_rawDescGZIP(), []int{43}
+	return file_core_driver_hypervisor_v1_hypervisor_proto_rawDescGZIP(), []int{44}
 }
 
 func (x *MigrationInfo) GetRole() MigrationRole {
@@ -2816,6 +2908,107 @@ func (x *MigrationInfo) GetPostCopy() bool {
 	return false
 }
 
+func (x *MigrationInfo) GetDiskTotalBytes() uint64 {
+	if x != nil {
+		return x.DiskTotalBytes
+	}
+	return 0
+}
+
+func (x *MigrationInfo) GetDiskTransferredBytes() uint64 {
+	if x != nil {
+		return x.DiskTransferredBytes
+	}
+	return 0
+}
+
+func (x *MigrationInfo) GetDisks() []*MigrationDisk {
+	if x != nil {
+		return x.Disks
+	}
+	return nil
+}
+
+// MigrationDisk is the copy of one disk in a migration.
+type MigrationDisk struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// name is the disk's Disk.name.
+	Name             string `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	TopOnly          bool   `protobuf:"varint,2,opt,name=top_only,json=topOnly,proto3" json:"top_only,omitempty"`
+	TotalBytes       uint64 `protobuf:"varint,3,opt,name=total_bytes,json=totalBytes,proto3" json:"total_bytes,omitempty"`
+	TransferredBytes uint64 `protobuf:"varint,4,opt,name=transferred_bytes,json=transferredBytes,proto3" json:"transferred_bytes,omitempty"`
+	// ready says the copy has caught up with the disk and follows the guest's writes (in sync):
+	// the memory moves once every disk is ready.
+	Ready         bool `protobuf:"varint,5,opt,name=ready,proto3" json:"ready,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *MigrationDisk) Reset() {
+	*x = MigrationDisk{}
+	mi := &file_core_driver_hypervisor_v1_hypervisor_proto_msgTypes[45]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *MigrationDisk) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*MigrationDisk) ProtoMessage() {}
+
+func (x *MigrationDisk) ProtoReflect() protoreflect.Message {
+	mi := &file_core_driver_hypervisor_v1_hypervisor_proto_msgTypes[45]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use MigrationDisk.ProtoReflect.Descriptor instead.
+func (*MigrationDisk) Descriptor() ([]byte, []int) {
+	return file_core_driver_hypervisor_v1_hypervisor_proto_rawDescGZIP(), []int{45}
+}
+
+func (x *MigrationDisk) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *MigrationDisk) GetTopOnly() bool {
+	if x != nil {
+		return x.TopOnly
+	}
+	return false
+}
+
+func (x *MigrationDisk) GetTotalBytes() uint64 {
+	if x != nil {
+		return x.TotalBytes
+	}
+	return 0
+}
+
+func (x *MigrationDisk) GetTransferredBytes() uint64 {
+	if x != nil {
+		return x.TransferredBytes
+	}
+	return 0
+}
+
+func (x *MigrationDisk) GetReady() bool {
+	if x != nil {
+		return x.Ready
+	}
+	return false
+}
+
 var File_core_driver_hypervisor_v1_hypervisor_proto protoreflect.FileDescriptor
 
 const file_core_driver_hypervisor_v1_hypervisor_proto_rawDesc = "" +
@@ -2931,7 +3124,7 @@ const file_core_driver_hypervisor_v1_hypervisor_proto_rawDesc = "" +
 	"\x0eRecoverRequest\x12>\n" +
 	"\x06handle\x18\x01 \x01(\v2&.kubevisor.driver.hypervisor.v1.HandleR\x06handle\"S\n" +
 	"\x0fRecoverResponse\x12@\n" +
-	"\x06status\x18\x01 \x01(\v2(.kubevisor.driver.hypervisor.v1.VMStatusR\x06status\"\xcc\x02\n" +
+	"\x06status\x18\x01 \x01(\v2(.kubevisor.driver.hypervisor.v1.VMStatusR\x06status\"\xc8\x03\n" +
 	"\x0eMigrateRequest\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x1d\n" +
 	"\n" +
@@ -2940,7 +3133,12 @@ const file_core_driver_hypervisor_v1_hypervisor_proto_rawDesc = "" +
 	"\x12target_socket_path\x18\x04 \x01(\tR\x10targetSocketPath\x12;\n" +
 	"\x1abandwidth_bytes_per_second\x18\x05 \x01(\x04R\x17bandwidthBytesPerSecond\x12.\n" +
 	"\x13allow_auto_converge\x18\x06 \x01(\bR\x11allowAutoConverge\x12&\n" +
-	"\x0fallow_post_copy\x18\a \x01(\bR\rallowPostCopy\"\x11\n" +
+	"\x0fallow_post_copy\x18\a \x01(\bR\rallowPostCopy\x127\n" +
+	"\x18target_disks_socket_path\x18\b \x01(\tR\x15targetDisksSocketPath\x12A\n" +
+	"\x05disks\x18\t \x03(\v2+.kubevisor.driver.hypervisor.v1.MigrateDiskR\x05disks\"<\n" +
+	"\vMigrateDisk\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12\x19\n" +
+	"\btop_only\x18\x02 \x01(\bR\atopOnly\"\x11\n" +
 	"\x0fMigrateResponse\"(\n" +
 	"\x16MigrationStatusRequest\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\"f\n" +
@@ -2948,7 +3146,7 @@ const file_core_driver_hypervisor_v1_hypervisor_proto_rawDesc = "" +
 	"\tmigration\x18\x01 \x01(\v2-.kubevisor.driver.hypervisor.v1.MigrationInfoR\tmigration\"(\n" +
 	"\x16CancelMigrationRequest\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\"\x19\n" +
-	"\x17CancelMigrationResponse\"\x81\b\n" +
+	"\x17CancelMigrationResponse\"\xa6\t\n" +
 	"\rMigrationInfo\x12A\n" +
 	"\x04role\x18\x01 \x01(\x0e2-.kubevisor.driver.hypervisor.v1.MigrationRoleR\x04role\x12D\n" +
 	"\x05phase\x18\x02 \x01(\x0e2..kubevisor.driver.hypervisor.v1.MigrationPhaseR\x05phase\x12A\n" +
@@ -2975,7 +3173,17 @@ const file_core_driver_hypervisor_v1_hypervisor_proto_rawDesc = "" +
 	"total_time\x18\x11 \x01(\v2\x19.google.protobuf.DurationR\ttotalTime\x12\x16\n" +
 	"\x06target\x18\x12 \x01(\tR\x06target\x12#\n" +
 	"\rauto_converge\x18\x13 \x01(\bR\fautoConverge\x12\x1b\n" +
-	"\tpost_copy\x18\x14 \x01(\bR\bpostCopy*\x95\x01\n" +
+	"\tpost_copy\x18\x14 \x01(\bR\bpostCopy\x12(\n" +
+	"\x10disk_total_bytes\x18\x15 \x01(\x04R\x0ediskTotalBytes\x124\n" +
+	"\x16disk_transferred_bytes\x18\x16 \x01(\x04R\x14diskTransferredBytes\x12C\n" +
+	"\x05disks\x18\x17 \x03(\v2-.kubevisor.driver.hypervisor.v1.MigrationDiskR\x05disks\"\xa2\x01\n" +
+	"\rMigrationDisk\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12\x19\n" +
+	"\btop_only\x18\x02 \x01(\bR\atopOnly\x12\x1f\n" +
+	"\vtotal_bytes\x18\x03 \x01(\x04R\n" +
+	"totalBytes\x12+\n" +
+	"\x11transferred_bytes\x18\x04 \x01(\x04R\x10transferredBytes\x12\x14\n" +
+	"\x05ready\x18\x05 \x01(\bR\x05ready*\x95\x01\n" +
 	"\x05State\x12\x15\n" +
 	"\x11STATE_UNSPECIFIED\x10\x00\x12\x11\n" +
 	"\rSTATE_CREATED\x10\x01\x12\x11\n" +
@@ -3049,7 +3257,7 @@ func file_core_driver_hypervisor_v1_hypervisor_proto_rawDescGZIP() []byte {
 }
 
 var file_core_driver_hypervisor_v1_hypervisor_proto_enumTypes = make([]protoimpl.EnumInfo, 5)
-var file_core_driver_hypervisor_v1_hypervisor_proto_msgTypes = make([]protoimpl.MessageInfo, 44)
+var file_core_driver_hypervisor_v1_hypervisor_proto_msgTypes = make([]protoimpl.MessageInfo, 46)
 var file_core_driver_hypervisor_v1_hypervisor_proto_goTypes = []any{
 	(State)(0),                      // 0: kubevisor.driver.hypervisor.v1.State
 	(EventType)(0),                  // 1: kubevisor.driver.hypervisor.v1.EventType
@@ -3094,86 +3302,90 @@ var file_core_driver_hypervisor_v1_hypervisor_proto_goTypes = []any{
 	(*RecoverRequest)(nil),          // 40: kubevisor.driver.hypervisor.v1.RecoverRequest
 	(*RecoverResponse)(nil),         // 41: kubevisor.driver.hypervisor.v1.RecoverResponse
 	(*MigrateRequest)(nil),          // 42: kubevisor.driver.hypervisor.v1.MigrateRequest
-	(*MigrateResponse)(nil),         // 43: kubevisor.driver.hypervisor.v1.MigrateResponse
-	(*MigrationStatusRequest)(nil),  // 44: kubevisor.driver.hypervisor.v1.MigrationStatusRequest
-	(*MigrationStatusResponse)(nil), // 45: kubevisor.driver.hypervisor.v1.MigrationStatusResponse
-	(*CancelMigrationRequest)(nil),  // 46: kubevisor.driver.hypervisor.v1.CancelMigrationRequest
-	(*CancelMigrationResponse)(nil), // 47: kubevisor.driver.hypervisor.v1.CancelMigrationResponse
-	(*MigrationInfo)(nil),           // 48: kubevisor.driver.hypervisor.v1.MigrationInfo
-	(*v1.DomainSpec)(nil),           // 49: kubevisor.domain.v1.DomainSpec
-	(*durationpb.Duration)(nil),     // 50: google.protobuf.Duration
-	(*timestamppb.Timestamp)(nil),   // 51: google.protobuf.Timestamp
+	(*MigrateDisk)(nil),             // 43: kubevisor.driver.hypervisor.v1.MigrateDisk
+	(*MigrateResponse)(nil),         // 44: kubevisor.driver.hypervisor.v1.MigrateResponse
+	(*MigrationStatusRequest)(nil),  // 45: kubevisor.driver.hypervisor.v1.MigrationStatusRequest
+	(*MigrationStatusResponse)(nil), // 46: kubevisor.driver.hypervisor.v1.MigrationStatusResponse
+	(*CancelMigrationRequest)(nil),  // 47: kubevisor.driver.hypervisor.v1.CancelMigrationRequest
+	(*CancelMigrationResponse)(nil), // 48: kubevisor.driver.hypervisor.v1.CancelMigrationResponse
+	(*MigrationInfo)(nil),           // 49: kubevisor.driver.hypervisor.v1.MigrationInfo
+	(*MigrationDisk)(nil),           // 50: kubevisor.driver.hypervisor.v1.MigrationDisk
+	(*v1.DomainSpec)(nil),           // 51: kubevisor.domain.v1.DomainSpec
+	(*durationpb.Duration)(nil),     // 52: google.protobuf.Duration
+	(*timestamppb.Timestamp)(nil),   // 53: google.protobuf.Timestamp
 }
 var file_core_driver_hypervisor_v1_hypervisor_proto_depIdxs = []int32{
-	49, // 0: kubevisor.driver.hypervisor.v1.CreateRequest.domain:type_name -> kubevisor.domain.v1.DomainSpec
+	51, // 0: kubevisor.driver.hypervisor.v1.CreateRequest.domain:type_name -> kubevisor.domain.v1.DomainSpec
 	5,  // 1: kubevisor.driver.hypervisor.v1.CreateResponse.handle:type_name -> kubevisor.driver.hypervisor.v1.Handle
-	50, // 2: kubevisor.driver.hypervisor.v1.ShutdownRequest.timeout:type_name -> google.protobuf.Duration
+	52, // 2: kubevisor.driver.hypervisor.v1.ShutdownRequest.timeout:type_name -> google.protobuf.Duration
 	18, // 3: kubevisor.driver.hypervisor.v1.StatusResponse.status:type_name -> kubevisor.driver.hypervisor.v1.VMStatus
 	0,  // 4: kubevisor.driver.hypervisor.v1.VMStatus.state:type_name -> kubevisor.driver.hypervisor.v1.State
-	51, // 5: kubevisor.driver.hypervisor.v1.VMStatus.started_at:type_name -> google.protobuf.Timestamp
+	53, // 5: kubevisor.driver.hypervisor.v1.VMStatus.started_at:type_name -> google.protobuf.Timestamp
 	1,  // 6: kubevisor.driver.hypervisor.v1.Event.type:type_name -> kubevisor.driver.hypervisor.v1.EventType
-	51, // 7: kubevisor.driver.hypervisor.v1.Event.time:type_name -> google.protobuf.Timestamp
+	53, // 7: kubevisor.driver.hypervisor.v1.Event.time:type_name -> google.protobuf.Timestamp
 	0,  // 8: kubevisor.driver.hypervisor.v1.Event.state:type_name -> kubevisor.driver.hypervisor.v1.State
-	48, // 9: kubevisor.driver.hypervisor.v1.Event.migration:type_name -> kubevisor.driver.hypervisor.v1.MigrationInfo
+	49, // 9: kubevisor.driver.hypervisor.v1.Event.migration:type_name -> kubevisor.driver.hypervisor.v1.MigrationInfo
 	35, // 10: kubevisor.driver.hypervisor.v1.GuestAgentInfoResponse.os:type_name -> kubevisor.driver.hypervisor.v1.GuestOSInfo
-	50, // 11: kubevisor.driver.hypervisor.v1.GuestAgentExecRequest.timeout:type_name -> google.protobuf.Duration
+	52, // 11: kubevisor.driver.hypervisor.v1.GuestAgentExecRequest.timeout:type_name -> google.protobuf.Duration
 	5,  // 12: kubevisor.driver.hypervisor.v1.RecoverRequest.handle:type_name -> kubevisor.driver.hypervisor.v1.Handle
 	18, // 13: kubevisor.driver.hypervisor.v1.RecoverResponse.status:type_name -> kubevisor.driver.hypervisor.v1.VMStatus
-	50, // 14: kubevisor.driver.hypervisor.v1.MigrateRequest.completion_timeout:type_name -> google.protobuf.Duration
-	48, // 15: kubevisor.driver.hypervisor.v1.MigrationStatusResponse.migration:type_name -> kubevisor.driver.hypervisor.v1.MigrationInfo
-	2,  // 16: kubevisor.driver.hypervisor.v1.MigrationInfo.role:type_name -> kubevisor.driver.hypervisor.v1.MigrationRole
-	3,  // 17: kubevisor.driver.hypervisor.v1.MigrationInfo.phase:type_name -> kubevisor.driver.hypervisor.v1.MigrationPhase
-	4,  // 18: kubevisor.driver.hypervisor.v1.MigrationInfo.mode:type_name -> kubevisor.driver.hypervisor.v1.MigrationMode
-	51, // 19: kubevisor.driver.hypervisor.v1.MigrationInfo.started_at:type_name -> google.protobuf.Timestamp
-	51, // 20: kubevisor.driver.hypervisor.v1.MigrationInfo.ended_at:type_name -> google.protobuf.Timestamp
-	50, // 21: kubevisor.driver.hypervisor.v1.MigrationInfo.downtime:type_name -> google.protobuf.Duration
-	50, // 22: kubevisor.driver.hypervisor.v1.MigrationInfo.expected_downtime:type_name -> google.protobuf.Duration
-	50, // 23: kubevisor.driver.hypervisor.v1.MigrationInfo.total_time:type_name -> google.protobuf.Duration
-	6,  // 24: kubevisor.driver.hypervisor.v1.Hypervisor.Create:input_type -> kubevisor.driver.hypervisor.v1.CreateRequest
-	8,  // 25: kubevisor.driver.hypervisor.v1.Hypervisor.Start:input_type -> kubevisor.driver.hypervisor.v1.StartRequest
-	10, // 26: kubevisor.driver.hypervisor.v1.Hypervisor.Shutdown:input_type -> kubevisor.driver.hypervisor.v1.ShutdownRequest
-	12, // 27: kubevisor.driver.hypervisor.v1.Hypervisor.Kill:input_type -> kubevisor.driver.hypervisor.v1.KillRequest
-	14, // 28: kubevisor.driver.hypervisor.v1.Hypervisor.Delete:input_type -> kubevisor.driver.hypervisor.v1.DeleteRequest
-	16, // 29: kubevisor.driver.hypervisor.v1.Hypervisor.Status:input_type -> kubevisor.driver.hypervisor.v1.StatusRequest
-	19, // 30: kubevisor.driver.hypervisor.v1.Hypervisor.Events:input_type -> kubevisor.driver.hypervisor.v1.EventsRequest
-	21, // 31: kubevisor.driver.hypervisor.v1.Hypervisor.Pause:input_type -> kubevisor.driver.hypervisor.v1.PauseRequest
-	23, // 32: kubevisor.driver.hypervisor.v1.Hypervisor.Resume:input_type -> kubevisor.driver.hypervisor.v1.ResumeRequest
-	25, // 33: kubevisor.driver.hypervisor.v1.Hypervisor.Reboot:input_type -> kubevisor.driver.hypervisor.v1.RebootRequest
-	27, // 34: kubevisor.driver.hypervisor.v1.Hypervisor.SoftReboot:input_type -> kubevisor.driver.hypervisor.v1.SoftRebootRequest
-	29, // 35: kubevisor.driver.hypervisor.v1.Hypervisor.GuestAgentInfo:input_type -> kubevisor.driver.hypervisor.v1.GuestAgentInfoRequest
-	31, // 36: kubevisor.driver.hypervisor.v1.Hypervisor.GuestAgentPing:input_type -> kubevisor.driver.hypervisor.v1.GuestAgentPingRequest
-	33, // 37: kubevisor.driver.hypervisor.v1.Hypervisor.GuestAgentExec:input_type -> kubevisor.driver.hypervisor.v1.GuestAgentExecRequest
-	36, // 38: kubevisor.driver.hypervisor.v1.Hypervisor.Console:input_type -> kubevisor.driver.hypervisor.v1.ConsoleInput
-	38, // 39: kubevisor.driver.hypervisor.v1.Hypervisor.Display:input_type -> kubevisor.driver.hypervisor.v1.DisplayInput
-	40, // 40: kubevisor.driver.hypervisor.v1.Hypervisor.Recover:input_type -> kubevisor.driver.hypervisor.v1.RecoverRequest
-	42, // 41: kubevisor.driver.hypervisor.v1.Hypervisor.Migrate:input_type -> kubevisor.driver.hypervisor.v1.MigrateRequest
-	44, // 42: kubevisor.driver.hypervisor.v1.Hypervisor.MigrationStatus:input_type -> kubevisor.driver.hypervisor.v1.MigrationStatusRequest
-	46, // 43: kubevisor.driver.hypervisor.v1.Hypervisor.CancelMigration:input_type -> kubevisor.driver.hypervisor.v1.CancelMigrationRequest
-	7,  // 44: kubevisor.driver.hypervisor.v1.Hypervisor.Create:output_type -> kubevisor.driver.hypervisor.v1.CreateResponse
-	9,  // 45: kubevisor.driver.hypervisor.v1.Hypervisor.Start:output_type -> kubevisor.driver.hypervisor.v1.StartResponse
-	11, // 46: kubevisor.driver.hypervisor.v1.Hypervisor.Shutdown:output_type -> kubevisor.driver.hypervisor.v1.ShutdownResponse
-	13, // 47: kubevisor.driver.hypervisor.v1.Hypervisor.Kill:output_type -> kubevisor.driver.hypervisor.v1.KillResponse
-	15, // 48: kubevisor.driver.hypervisor.v1.Hypervisor.Delete:output_type -> kubevisor.driver.hypervisor.v1.DeleteResponse
-	17, // 49: kubevisor.driver.hypervisor.v1.Hypervisor.Status:output_type -> kubevisor.driver.hypervisor.v1.StatusResponse
-	20, // 50: kubevisor.driver.hypervisor.v1.Hypervisor.Events:output_type -> kubevisor.driver.hypervisor.v1.Event
-	22, // 51: kubevisor.driver.hypervisor.v1.Hypervisor.Pause:output_type -> kubevisor.driver.hypervisor.v1.PauseResponse
-	24, // 52: kubevisor.driver.hypervisor.v1.Hypervisor.Resume:output_type -> kubevisor.driver.hypervisor.v1.ResumeResponse
-	26, // 53: kubevisor.driver.hypervisor.v1.Hypervisor.Reboot:output_type -> kubevisor.driver.hypervisor.v1.RebootResponse
-	28, // 54: kubevisor.driver.hypervisor.v1.Hypervisor.SoftReboot:output_type -> kubevisor.driver.hypervisor.v1.SoftRebootResponse
-	30, // 55: kubevisor.driver.hypervisor.v1.Hypervisor.GuestAgentInfo:output_type -> kubevisor.driver.hypervisor.v1.GuestAgentInfoResponse
-	32, // 56: kubevisor.driver.hypervisor.v1.Hypervisor.GuestAgentPing:output_type -> kubevisor.driver.hypervisor.v1.GuestAgentPingResponse
-	34, // 57: kubevisor.driver.hypervisor.v1.Hypervisor.GuestAgentExec:output_type -> kubevisor.driver.hypervisor.v1.GuestAgentExecResponse
-	37, // 58: kubevisor.driver.hypervisor.v1.Hypervisor.Console:output_type -> kubevisor.driver.hypervisor.v1.ConsoleOutput
-	39, // 59: kubevisor.driver.hypervisor.v1.Hypervisor.Display:output_type -> kubevisor.driver.hypervisor.v1.DisplayOutput
-	41, // 60: kubevisor.driver.hypervisor.v1.Hypervisor.Recover:output_type -> kubevisor.driver.hypervisor.v1.RecoverResponse
-	43, // 61: kubevisor.driver.hypervisor.v1.Hypervisor.Migrate:output_type -> kubevisor.driver.hypervisor.v1.MigrateResponse
-	45, // 62: kubevisor.driver.hypervisor.v1.Hypervisor.MigrationStatus:output_type -> kubevisor.driver.hypervisor.v1.MigrationStatusResponse
-	47, // 63: kubevisor.driver.hypervisor.v1.Hypervisor.CancelMigration:output_type -> kubevisor.driver.hypervisor.v1.CancelMigrationResponse
-	44, // [44:64] is the sub-list for method output_type
-	24, // [24:44] is the sub-list for method input_type
-	24, // [24:24] is the sub-list for extension type_name
-	24, // [24:24] is the sub-list for extension extendee
-	0,  // [0:24] is the sub-list for field type_name
+	52, // 14: kubevisor.driver.hypervisor.v1.MigrateRequest.completion_timeout:type_name -> google.protobuf.Duration
+	43, // 15: kubevisor.driver.hypervisor.v1.MigrateRequest.disks:type_name -> kubevisor.driver.hypervisor.v1.MigrateDisk
+	49, // 16: kubevisor.driver.hypervisor.v1.MigrationStatusResponse.migration:type_name -> kubevisor.driver.hypervisor.v1.MigrationInfo
+	2,  // 17: kubevisor.driver.hypervisor.v1.MigrationInfo.role:type_name -> kubevisor.driver.hypervisor.v1.MigrationRole
+	3,  // 18: kubevisor.driver.hypervisor.v1.MigrationInfo.phase:type_name -> kubevisor.driver.hypervisor.v1.MigrationPhase
+	4,  // 19: kubevisor.driver.hypervisor.v1.MigrationInfo.mode:type_name -> kubevisor.driver.hypervisor.v1.MigrationMode
+	53, // 20: kubevisor.driver.hypervisor.v1.MigrationInfo.started_at:type_name -> google.protobuf.Timestamp
+	53, // 21: kubevisor.driver.hypervisor.v1.MigrationInfo.ended_at:type_name -> google.protobuf.Timestamp
+	52, // 22: kubevisor.driver.hypervisor.v1.MigrationInfo.downtime:type_name -> google.protobuf.Duration
+	52, // 23: kubevisor.driver.hypervisor.v1.MigrationInfo.expected_downtime:type_name -> google.protobuf.Duration
+	52, // 24: kubevisor.driver.hypervisor.v1.MigrationInfo.total_time:type_name -> google.protobuf.Duration
+	50, // 25: kubevisor.driver.hypervisor.v1.MigrationInfo.disks:type_name -> kubevisor.driver.hypervisor.v1.MigrationDisk
+	6,  // 26: kubevisor.driver.hypervisor.v1.Hypervisor.Create:input_type -> kubevisor.driver.hypervisor.v1.CreateRequest
+	8,  // 27: kubevisor.driver.hypervisor.v1.Hypervisor.Start:input_type -> kubevisor.driver.hypervisor.v1.StartRequest
+	10, // 28: kubevisor.driver.hypervisor.v1.Hypervisor.Shutdown:input_type -> kubevisor.driver.hypervisor.v1.ShutdownRequest
+	12, // 29: kubevisor.driver.hypervisor.v1.Hypervisor.Kill:input_type -> kubevisor.driver.hypervisor.v1.KillRequest
+	14, // 30: kubevisor.driver.hypervisor.v1.Hypervisor.Delete:input_type -> kubevisor.driver.hypervisor.v1.DeleteRequest
+	16, // 31: kubevisor.driver.hypervisor.v1.Hypervisor.Status:input_type -> kubevisor.driver.hypervisor.v1.StatusRequest
+	19, // 32: kubevisor.driver.hypervisor.v1.Hypervisor.Events:input_type -> kubevisor.driver.hypervisor.v1.EventsRequest
+	21, // 33: kubevisor.driver.hypervisor.v1.Hypervisor.Pause:input_type -> kubevisor.driver.hypervisor.v1.PauseRequest
+	23, // 34: kubevisor.driver.hypervisor.v1.Hypervisor.Resume:input_type -> kubevisor.driver.hypervisor.v1.ResumeRequest
+	25, // 35: kubevisor.driver.hypervisor.v1.Hypervisor.Reboot:input_type -> kubevisor.driver.hypervisor.v1.RebootRequest
+	27, // 36: kubevisor.driver.hypervisor.v1.Hypervisor.SoftReboot:input_type -> kubevisor.driver.hypervisor.v1.SoftRebootRequest
+	29, // 37: kubevisor.driver.hypervisor.v1.Hypervisor.GuestAgentInfo:input_type -> kubevisor.driver.hypervisor.v1.GuestAgentInfoRequest
+	31, // 38: kubevisor.driver.hypervisor.v1.Hypervisor.GuestAgentPing:input_type -> kubevisor.driver.hypervisor.v1.GuestAgentPingRequest
+	33, // 39: kubevisor.driver.hypervisor.v1.Hypervisor.GuestAgentExec:input_type -> kubevisor.driver.hypervisor.v1.GuestAgentExecRequest
+	36, // 40: kubevisor.driver.hypervisor.v1.Hypervisor.Console:input_type -> kubevisor.driver.hypervisor.v1.ConsoleInput
+	38, // 41: kubevisor.driver.hypervisor.v1.Hypervisor.Display:input_type -> kubevisor.driver.hypervisor.v1.DisplayInput
+	40, // 42: kubevisor.driver.hypervisor.v1.Hypervisor.Recover:input_type -> kubevisor.driver.hypervisor.v1.RecoverRequest
+	42, // 43: kubevisor.driver.hypervisor.v1.Hypervisor.Migrate:input_type -> kubevisor.driver.hypervisor.v1.MigrateRequest
+	45, // 44: kubevisor.driver.hypervisor.v1.Hypervisor.MigrationStatus:input_type -> kubevisor.driver.hypervisor.v1.MigrationStatusRequest
+	47, // 45: kubevisor.driver.hypervisor.v1.Hypervisor.CancelMigration:input_type -> kubevisor.driver.hypervisor.v1.CancelMigrationRequest
+	7,  // 46: kubevisor.driver.hypervisor.v1.Hypervisor.Create:output_type -> kubevisor.driver.hypervisor.v1.CreateResponse
+	9,  // 47: kubevisor.driver.hypervisor.v1.Hypervisor.Start:output_type -> kubevisor.driver.hypervisor.v1.StartResponse
+	11, // 48: kubevisor.driver.hypervisor.v1.Hypervisor.Shutdown:output_type -> kubevisor.driver.hypervisor.v1.ShutdownResponse
+	13, // 49: kubevisor.driver.hypervisor.v1.Hypervisor.Kill:output_type -> kubevisor.driver.hypervisor.v1.KillResponse
+	15, // 50: kubevisor.driver.hypervisor.v1.Hypervisor.Delete:output_type -> kubevisor.driver.hypervisor.v1.DeleteResponse
+	17, // 51: kubevisor.driver.hypervisor.v1.Hypervisor.Status:output_type -> kubevisor.driver.hypervisor.v1.StatusResponse
+	20, // 52: kubevisor.driver.hypervisor.v1.Hypervisor.Events:output_type -> kubevisor.driver.hypervisor.v1.Event
+	22, // 53: kubevisor.driver.hypervisor.v1.Hypervisor.Pause:output_type -> kubevisor.driver.hypervisor.v1.PauseResponse
+	24, // 54: kubevisor.driver.hypervisor.v1.Hypervisor.Resume:output_type -> kubevisor.driver.hypervisor.v1.ResumeResponse
+	26, // 55: kubevisor.driver.hypervisor.v1.Hypervisor.Reboot:output_type -> kubevisor.driver.hypervisor.v1.RebootResponse
+	28, // 56: kubevisor.driver.hypervisor.v1.Hypervisor.SoftReboot:output_type -> kubevisor.driver.hypervisor.v1.SoftRebootResponse
+	30, // 57: kubevisor.driver.hypervisor.v1.Hypervisor.GuestAgentInfo:output_type -> kubevisor.driver.hypervisor.v1.GuestAgentInfoResponse
+	32, // 58: kubevisor.driver.hypervisor.v1.Hypervisor.GuestAgentPing:output_type -> kubevisor.driver.hypervisor.v1.GuestAgentPingResponse
+	34, // 59: kubevisor.driver.hypervisor.v1.Hypervisor.GuestAgentExec:output_type -> kubevisor.driver.hypervisor.v1.GuestAgentExecResponse
+	37, // 60: kubevisor.driver.hypervisor.v1.Hypervisor.Console:output_type -> kubevisor.driver.hypervisor.v1.ConsoleOutput
+	39, // 61: kubevisor.driver.hypervisor.v1.Hypervisor.Display:output_type -> kubevisor.driver.hypervisor.v1.DisplayOutput
+	41, // 62: kubevisor.driver.hypervisor.v1.Hypervisor.Recover:output_type -> kubevisor.driver.hypervisor.v1.RecoverResponse
+	44, // 63: kubevisor.driver.hypervisor.v1.Hypervisor.Migrate:output_type -> kubevisor.driver.hypervisor.v1.MigrateResponse
+	46, // 64: kubevisor.driver.hypervisor.v1.Hypervisor.MigrationStatus:output_type -> kubevisor.driver.hypervisor.v1.MigrationStatusResponse
+	48, // 65: kubevisor.driver.hypervisor.v1.Hypervisor.CancelMigration:output_type -> kubevisor.driver.hypervisor.v1.CancelMigrationResponse
+	46, // [46:66] is the sub-list for method output_type
+	26, // [26:46] is the sub-list for method input_type
+	26, // [26:26] is the sub-list for extension type_name
+	26, // [26:26] is the sub-list for extension extendee
+	0,  // [0:26] is the sub-list for field type_name
 }
 
 func init() { file_core_driver_hypervisor_v1_hypervisor_proto_init() }
@@ -3187,7 +3399,7 @@ func file_core_driver_hypervisor_v1_hypervisor_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_core_driver_hypervisor_v1_hypervisor_proto_rawDesc), len(file_core_driver_hypervisor_v1_hypervisor_proto_rawDesc)),
 			NumEnums:      5,
-			NumMessages:   44,
+			NumMessages:   46,
 			NumExtensions: 0,
 			NumServices:   1,
 		},
