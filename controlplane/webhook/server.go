@@ -14,6 +14,7 @@ import (
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
 	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
 	"sigs.k8s.io/controller-runtime/pkg/manager"
@@ -21,6 +22,7 @@ import (
 	crwebhook "sigs.k8s.io/controller-runtime/pkg/webhook"
 
 	"github.com/kubevisor/kubevisor/controlplane/certs"
+	"github.com/kubevisor/kubevisor/controlplane/nodecerts"
 	subresourcesv1alpha1 "github.com/kubevisor/kubevisor/core/api/subresources/v1alpha1"
 	"github.com/kubevisor/kubevisor/core/api/v1alpha1"
 	"github.com/kubevisor/kubevisor/core/nodeapi"
@@ -69,6 +71,13 @@ type Config struct {
 	// HandlerCertSecret is the Secret in ServiceNamespace that gets the handlers' serving
 	// certificate for nodeapi.ServerName (empty: none).
 	HandlerCertSecret string
+	// NodeCertSigner makes the process, when it manages certificates, approve and sign the
+	// handlers' node certificate requests (signer nodeapi.NodeSignerName, package
+	// controlplane/nodecerts) with its CA, those of the handler service account of
+	// ServiceNamespace only.
+	NodeCertSigner bool
+	// NodeCertMaxLifetime bounds a node certificate's lifetime (nodeapi.NodeCertMaxLifetime).
+	NodeCertMaxLifetime time.Duration
 	// MetricsAddr and HealthAddr are where Prometheus metrics and /healthz, /readyz are served
 	// ("0" disables).
 	MetricsAddr, HealthAddr string
@@ -90,6 +99,8 @@ func DefaultConfig() Config {
 		ValidatingConfigName: DefaultValidatingConfigName,
 		APIServiceName:       DefaultAPIServiceName,
 		HandlerCertSecret:    nodeapi.HandlerCertSecret,
+		NodeCertSigner:       true,
+		NodeCertMaxLifetime:  nodeapi.NodeCertMaxLifetime,
 		MetricsAddr:          ":8080",
 		HealthAddr:           ":8081",
 	}
@@ -113,6 +124,8 @@ func (c *Config) AddFlags(fs *flag.FlagSet) {
 	fs.StringVar(&c.ValidatingConfigName, "validating-webhook-configuration", c.ValidatingConfigName, "ValidatingWebhookConfiguration that gets the CA bundle")
 	fs.StringVar(&c.APIServiceName, "apiservice", c.APIServiceName, "APIService that gets the CA bundle (empty: none)")
 	fs.StringVar(&c.HandlerCertSecret, "handler-cert-secret", c.HandlerCertSecret, "Secret in the service namespace that gets the handlers' serving certificate (empty: none)")
+	fs.BoolVar(&c.NodeCertSigner, "node-cert-signer", c.NodeCertSigner, "approve and sign the handlers' node certificate requests (signer "+nodeapi.NodeSignerName+") with the managed CA")
+	fs.DurationVar(&c.NodeCertMaxLifetime, "node-cert-max-lifetime", c.NodeCertMaxLifetime, "longest lifetime of a node certificate (a request's expirationSeconds is honoured up to it)")
 	fs.StringVar(&c.MetricsAddr, "metrics-bind-address", c.MetricsAddr, "address of the metrics endpoint (0 disables)")
 	fs.StringVar(&c.HealthAddr, "health-probe-bind-address", c.HealthAddr, "address of /healthz and /readyz (0 disables)")
 	fs.StringVar(&c.MachineType, "default-machine-type", c.MachineType, "machine type of VMIs that name none (empty: "+DefaultMachineType+")")
@@ -155,7 +168,8 @@ func (c Config) rotator(direct client.Client) *certs.Rotator {
 }
 
 // NewManager builds a controller-runtime manager that serves the admission webhooks (and, when
-// c.ManageCertificates, rotates the certificates) with /healthz and /readyz. When it manages
+// c.ManageCertificates, rotates the certificates and, with c.NodeCertSigner, signs the node
+// certificates) with /healthz and /readyz. When it manages
 // certificates it writes them before returning, since the webhook server reads them at start.
 func NewManager(cfg *rest.Config, c Config) (manager.Manager, error) {
 	if c.CertDir == "" {
@@ -166,8 +180,14 @@ func NewManager(cfg *rest.Config, c Config) (manager.Manager, error) {
 			return nil, fmt.Errorf("webhook certificates: %w", err)
 		}
 	}
+	signNodeCerts := c.ManageCertificates && c.NodeCertSigner
+	var cacheOpts cache.Options
+	if signNodeCerts {
+		cacheOpts.ByObject = nodecerts.CacheByObject()
+	}
 	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
 		Scheme:                 Scheme(),
+		Cache:                  cacheOpts,
 		Metrics:                metricsserver.Options{BindAddress: c.MetricsAddr},
 		HealthProbeBindAddress: c.HealthAddr,
 		WebhookServer: crwebhook.NewServer(crwebhook.Options{
@@ -202,6 +222,13 @@ func NewManager(cfg *rest.Config, c Config) (manager.Manager, error) {
 		// The CA lives in CertDir, so each process has its own: run one replica, or turn
 		// ManageCertificates off and mount a shared certificate (cert-manager).
 		if err := mgr.Add(manager.RunnableFunc(r.Run)); err != nil {
+			return nil, err
+		}
+	}
+	if signNodeCerts {
+		s := &nodecerts.Signer{Client: mgr.GetClient(), CertDir: c.CertDir,
+			Requester: nodecerts.Requester(c.ServiceNamespace), MaxLifetime: c.NodeCertMaxLifetime}
+		if err := s.SetupWithManager(mgr); err != nil {
 			return nil, err
 		}
 	}
