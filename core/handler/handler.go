@@ -106,6 +106,9 @@ type entry struct {
 	timeline *Timeline
 	// agent is the hypervisor driver's last answer about the VM's guest agent (pollAgents).
 	agent *hypervisorv1.GuestAgentInfoResponse
+	// incoming is the migration SyncIncoming makes the VMI the target of, until its state
+	// records it (vmiState.Incoming).
+	incoming *Incoming
 }
 
 // New starts the configured drivers through a plugin host on cfg.StateDir (reattaching to the

@@ -72,7 +72,13 @@ func (h *Handler) Sync(ctx context.Context, vmi *v1alpha1.VirtualMachineInstance
 	h.mu.Unlock()
 	if st != nil && st.Started {
 		h.observe(ctx, e)
+		h.incomingDone(e)
 		return h.publish(e), nil
+	}
+	if st != nil && st.Incoming != "" {
+		// A target whose VM is not created yet (a failed SyncIncoming left it): only the
+		// target's side (SyncIncoming) goes on with it.
+		return h.publish(e), fmt.Errorf("sync VMI %s: it waits to migrate in (migration %s)", vmiName(vmi), st.Incoming)
 	}
 	err := h.run(ctx, e, vmi)
 	return h.publish(e), err
@@ -320,6 +326,7 @@ func (h *Handler) pipeline(ctx context.Context, e *entry, vmi *v1alpha1.VirtualM
 // each step leaves for the next.
 type syncRun struct {
 	h       *Handler
+	e       *entry
 	vmi     *v1alpha1.VirtualMachineInstance
 	st      *vmiState
 	d       *drivers
@@ -349,7 +356,7 @@ func (h *Handler) newSyncRun(ctx context.Context, e *entry, vmi *v1alpha1.Virtua
 	if err != nil {
 		return nil, failed(ReasonInvalidSpec, err)
 	}
-	r := &syncRun{h: h, vmi: vmi, d: d, p: p}
+	r := &syncRun{h: h, e: e, vmi: vmi, d: d, p: p}
 	r.accel, _ = h.cfg.acceleration() // checked by New
 	r.diskBus, _ = parseBus(h.cfg.DiskBus)
 	r.cdromBus, _ = parseBus(h.cfg.CDROMBus)
@@ -388,6 +395,9 @@ func (h *Handler) stateFor(e *entry, vmi *v1alpha1.VirtualMachineInstance, names
 		if sandbox.Dir != "" {
 			st.WorkDir = filepath.Join(sandbox.Dir, SandboxVolumesDir)
 			st.RunDir = filepath.Join(sandbox.Dir, SandboxRunDir)
+		}
+		if e.incoming != nil {
+			st.Incoming = e.incoming.MigrationUID
 		}
 		e.state = st
 	}
@@ -619,6 +629,12 @@ func (r *syncRun) buildDomain(ctx context.Context) error {
 	spec, err := assemble.Domain(r.vmi, in)
 	if err != nil {
 		return failed(ReasonDomainFailed, err)
+	}
+	if r.st.Incoming != "" {
+		r.h.mu.Lock()
+		postCopy := r.e.incoming != nil && r.e.incoming.AllowPostCopy
+		r.h.mu.Unlock()
+		spec.IncomingMigration = &domainv1.IncomingMigration{SocketPath: filepath.Join(r.st.RunDir, IncomingSocketName), AllowPostCopy: postCopy}
 	}
 	r.spec = spec
 	return nil

@@ -57,6 +57,9 @@ type vmiState struct {
 	Handle json.RawMessage `json:"handle,omitempty"`
 	// Started is set once Start succeeded: from then on the handler never starts the VM again.
 	Started bool `json:"started,omitempty"`
+	// Incoming is the migration whose target the VM is, from its creation until it runs here
+	// (SyncIncoming).
+	Incoming types.UID `json:"incoming,omitempty"`
 }
 
 func (s *vmiState) began(step string) bool { return slices.Contains(s.Steps, step) }
