@@ -24,11 +24,22 @@ DEPS_SETS := $(shell awk '!/^\#/ && NF {print $$1}' hack/deps/packages.txt | sor
 # What the local cluster's scripts call: containerd and runc, iptables and what kubelet expects
 # on a node, ip/ss, sysctl, openssl, jq and curl.
 CLUSTER_DEPS := deps-runtime deps-node deps-tools deps-net deps-proc
+# Nodes of the local cluster (make up, cluster-up, e2e): 1, or 2 for a second node on this
+# machine in namespaces of its own (hack/cluster/README.md). Unset: as many as the last make up
+# made (1 on a fresh machine); NODES=1 removes a second node.
+NODES ?=
+export NODES
 # The cluster the e2e suite runs against: the local one unless KUBECONFIG names another. The
-# local one is brought up (make up) when it is not running with Kubevisor installed.
+# local one is brought up (make up) when it is not running with Kubevisor installed and NODES
+# nodes Ready.
 E2E_KUBECONFIG ?= $(or $(KUBECONFIG),$(OUT)/cluster/kubeconfig)
 E2E_CLUSTER    := $(if $(KUBECONFIG),,local-cluster)
-E2E_LABELS     ?= Conformance
+# The specs' labels (Ginkgo label filter). Default: Conformance, and the RequiresTwoNodes lane
+# too when the local cluster has two nodes (NODES=2, or the last make up made two). Only the
+# two-node lane: make e2e NODES=2 E2E_LABELS=RequiresTwoNodes. A RequiresTwoNodes spec run
+# against fewer than two schedulable nodes is skipped, and fails under CI=true.
+E2E_NODES      := $(or $(NODES),$(if $(KUBECONFIG),1,$(shell cat $(OUT)/cluster/nodes 2>/dev/null)),1)
+E2E_LABELS     ?= Conformance$(if $(filter 2,$(E2E_NODES)), || RequiresTwoNodes)
 # The HypervisorClass of the e2e specs' VMIs ("": the default class), and the two classes of its
 # TwoClasses spec (a,b: the spec fails when one is missing; "": the cluster's first two, skipped
 # when there are fewer).
@@ -47,7 +58,7 @@ help: ## List the targets by section. The main command is make up; the tests are
 ##@ Main commands
 
 .PHONY: up
-up: $(CLUSTER_DEPS) deps-qemu k8s-bins cni-plugins guest build ## Main command: a local single-node cluster, Kubevisor installed with DRIVERS from its manifests and images, the demo VM booted; prints how to reach it.
+up: $(CLUSTER_DEPS) deps-qemu k8s-bins cni-plugins guest build ## Main command: a local cluster (NODES=2: a second node on this machine), Kubevisor installed with DRIVERS from its manifests and images, the demo VM booted; prints how to reach it.
 	hack/cluster/up.sh
 	$(MAKE) --no-print-directory images
 	hack/install.sh install --drivers $(DRIVERS)
@@ -55,7 +66,7 @@ up: $(CLUSTER_DEPS) deps-qemu k8s-bins cni-plugins guest build ## Main command: 
 	hack/cluster/demo.sh
 
 .PHONY: down
-down: $(CLUSTER_DEPS) ## Stop the local cluster; leaves no process, mount, netns, bridge or iptables rule (PURGE=1 also removes its data).
+down: $(CLUSTER_DEPS) ## Stop the local cluster (both nodes); leaves no process, mount, namespace, bridge, veth, route or iptables rule (PURGE=1 also removes its data).
 	hack/cluster/down.sh $(if $(filter 1,$(PURGE)),--purge)
 
 .PHONY: test
@@ -167,7 +178,7 @@ bench: deps-qemu deps-libvirt deps-net cni-plugins ## Run the benchmarks and pri
 ##@ Local cluster
 
 .PHONY: cluster-up
-cluster-up: $(CLUSTER_DEPS) k8s-bins cni-plugins ## Only the local single-node cluster (etcd, control plane, containerd, kubelet); kubeconfig in _output/cluster/kubeconfig.
+cluster-up: $(CLUSTER_DEPS) k8s-bins cni-plugins ## Only the local cluster (etcd, control plane, containerd, kubelet; NODES=2 a second node's); kubeconfig in _output/cluster/kubeconfig.
 	hack/cluster/up.sh
 
 .PHONY: images

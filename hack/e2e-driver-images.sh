@@ -28,6 +28,9 @@ OUT="${ROOT}/_output"
 KUBECONFIG="${OUT}/cluster/kubeconfig"
 DRIVERS="${DRIVERS:-qmp,libvirt,cni,local,hostdev}"
 DISK_DIR=/var/lib/kubevisor/e2e-hostpath
+# A second node of the local cluster (make up NODES=2) sees its own directory at /var/lib/kubevisor
+# (hack/cluster/README.md): the disk goes there too, wherever the VMI is scheduled.
+NODE2_DISK_DIR=/var/lib/kubevisor-cluster/node2/kubevisor/e2e-hostpath
 export KUBECONFIG
 
 die() { echo "e2e-driver-images: $*" >&2; exit 1; }
@@ -46,7 +49,7 @@ restore() {
   log "installing DRIVERS=${DRIVERS} again"
   kubectl delete vmi --all --all-namespaces --wait --timeout=2m >/dev/null 2>&1 || true
   hack/install.sh install --drivers "${DRIVERS}" >/dev/null || rc=1
-  rm -rf "${work}" "${DISK_DIR}"
+  rm -rf "${work}" "${DISK_DIR}" "${NODE2_DISK_DIR}"
   exit "${rc}"
 }
 trap restore EXIT
@@ -70,9 +73,11 @@ spec() {
 install "qmp,cni,local,hostdev,fake,examples/sim-device/deploy"
 spec Device
 
-mkdir -p "${DISK_DIR}"
-chmod 0700 "${DISK_DIR}"
-cp --sparse=always "${OUT}/guest/disk.raw" "${DISK_DIR}/disk.raw"
+for d in "${DISK_DIR}" $([[ -d "${NODE2_DISK_DIR%/*}" ]] && echo "${NODE2_DISK_DIR}"); do
+  mkdir -p "${d}"
+  chmod 0700 "${d}"
+  cp --sparse=always "${OUT}/guest/disk.raw" "${d}/disk.raw"
+done
 install "qmp,cni,hostdev,examples/hostpath-storage/deploy"
 spec Storage "E2E_HOSTPATH_DISK=${DISK_DIR}/disk.raw"
 

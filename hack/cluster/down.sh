@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # hack/cluster/down.sh — stop the local cluster (make down) and leave none of its processes,
-# mounts, network namespaces, bridge, iptables rules, cgroups or changed sysctls behind.
+# mounts, network namespaces, bridge, iptables rules, cgroups or changed sysctls behind, nor
+# anything of a second node (make up NODES=2: its namespaces, veth pair, route, cgroup root).
 # Pods are not deleted from the API: their containers are killed, and the next up.sh lets
 # kubelet recreate them. Kept for a fast next up: etcd data, containerd's images, certificates.
 #
@@ -12,11 +13,19 @@
 set -euo pipefail
 # shellcheck source=hack/cluster/lib.sh
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
+# shellcheck source=hack/cluster/node2.sh
+source "$(dirname "${BASH_SOURCE[0]}")/node2.sh"
 
 PURGE=0
 [[ "${1:-}" == "--purge" ]] && PURGE=1
 START="${SECONDS}"
 [[ "$(id -u)" == 0 ]] || die "needs root"
+
+# Node 2 first (whatever of it there is), all of it: its kubelet, pods, containerd, namespaces.
+if [[ -n "$(node2_leftovers)" ]]; then
+  log "stopping node 2 (${NODE2_NAME})"
+  node2_down
+fi
 
 # kubelet first, so that it does not restart the containers we are about to kill.
 stop_bg kubelet 20
@@ -141,8 +150,9 @@ for c in "${COMPONENTS[@]}"; do [[ -z "$(pid_of "${c}")" ]] || left+=("process $
 ! ip link show "${BRIDGE}" >/dev/null 2>&1 || left+=("bridge ${BRIDGE}")
 if command -v iptables >/dev/null && iptables-save 2>/dev/null | grep -q -- "${IPT_CHAIN}"; then left+=("iptables ${IPT_CHAIN}"); fi
 [[ -z "$(kubepods_cgroups)" ]] || left+=("cgroups $(kubepods_cgroups | tr '\n' ' ')")
+while read -r l; do [[ -z "${l}" ]] || left+=("node 2: ${l}"); done < <(node2_leftovers)
 if ((${#left[@]})); then
   for l in "${left[@]}"; do log "left behind: ${l}"; done
   die "down incomplete"
 fi
-log "down in $((SECONDS - START))s: no process, mount, network namespace, bridge, iptables rule or cgroup of the cluster left"
+log "down in $((SECONDS - START))s: no process, mount, network namespace, bridge, veth, route, iptables rule or cgroup of the cluster left"

@@ -1,9 +1,14 @@
 #!/usr/bin/env bash
-# hack/cluster/up.sh — bring up a real single-node Kubernetes on this machine (make up):
-# etcd, kube-apiserver, kube-controller-manager, kube-scheduler and kubelet from the binaries
+# hack/cluster/up.sh — bring up a real Kubernetes on this machine (make up): etcd,
+# kube-apiserver, kube-controller-manager, kube-scheduler and kubelet from the binaries
 # `make k8s-bins` cached in _output/k8s/bin, Debian's containerd + runc (behind
 # hack/cluster/runc-wrapper, see ENVIRONMENT.md), the CNI bridge for pods from `make
 # cni-plugins`, and an admin kubeconfig at _output/cluster/kubeconfig.
+#
+# NODES=2 adds a second node on this machine: its own kubelet and containerd in network and
+# mount namespaces of their own (hack/cluster/node2.sh). NODES=1 removes a second node (its
+# processes, namespaces and Node object). Without NODES, as many nodes as the last up made
+# (_output/cluster/nodes; 1 at first), so that a plain `make up` keeps a second node.
 #
 # Idempotent: a component already running is left alone, certificates and images already made
 # are kept, so a second run takes a few seconds. hack/cluster/down.sh undoes it; see
@@ -11,6 +16,8 @@
 set -euo pipefail
 # shellcheck source=hack/cluster/lib.sh
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
+# shellcheck source=hack/cluster/node2.sh
+source "$(dirname "${BASH_SOURCE[0]}")/node2.sh"
 
 START="${SECONDS}"
 [[ "$(id -u)" == 0 ]] || die "needs root (containerd, kubelet, iptables, mounts)"
@@ -23,6 +30,9 @@ for b in bridge host-local loopback; do
   [[ -x "${CNI_BIN}/${b}" ]] || die "${CNI_BIN}/${b} missing: run make cni-plugins first"
 done
 command -v kubectl >/dev/null || die "kubectl not found"
+NODES="${NODES:-$(cat "${NODES_FILE}" 2>/dev/null || true)}"
+NODES="${NODES:-1}"
+[[ "${NODES}" == 1 || "${NODES}" == 2 ]] || die "NODES=${NODES}: the local cluster has 1 or 2 nodes"
 NODE_IP="$(node_ip)"
 [[ -n "${NODE_IP}" ]] || die "no IPv4 default route: cannot pick the node address"
 mkdir -p "${OUT}" "${PKI}" "${LOGS}" "${PIDS}" "${CFG}" "${HELPERS}" "${STATE}" "${RUNSTATE}"
@@ -42,7 +52,7 @@ check_port kubelet "${KUBELET_HEALTHZ_PORT}"
 # --- Debian packages ------------------------------------------------------------------------
 # containerd, runc, iptables, conntrack, ethtool, socat, openssl, jq, curl, iproute2 and procps
 # come from the Makefile's deps sets (make up, make cluster-up: hack/deps/packages.txt).
-for c in containerd ctr runc iptables openssl jq curl ip ss sysctl; do
+for c in containerd ctr runc iptables openssl jq curl ip ss sysctl nsenter unshare findmnt; do
   command -v "${c}" >/dev/null || die "${c} not found: run this through make (make up or make cluster-up), which installs the Debian packages it needs"
 done
 # Debian's containerd package may have started a system containerd (on systemd hosts): it is
@@ -83,9 +93,9 @@ make_cert() { # name ca subject eku [sans]
       -extfile "${ext}" -out "${PKI}/${name}.crt" 2>/dev/null
   rm -f "${ext}"
 }
-node_id="${NODE_NAME} ${NODE_IP}"
+node_id="${NODE_NAME} ${NODE_IP} ${NODE2_NAME} ${NODE2_IP}"
 if [[ "$(cat "${PKI}/.node" 2>/dev/null || true)" != "${node_id}" ]]; then
-  rm -f "${PKI}"/{apiserver,kubelet}.{crt,key}
+  rm -f "${PKI}"/{apiserver,kubelet,node2-kubelet,node2-kubelet-client}.{crt,key}
   echo "${node_id}" >"${PKI}/.node"
 fi
 log "certificates in ${PKI}"
@@ -99,6 +109,9 @@ make_cert controller-manager ca "/CN=system:kube-controller-manager" clientAuth
 make_cert scheduler ca "/CN=system:kube-scheduler" clientAuth
 make_cert kubelet-client ca "/O=system:nodes/CN=system:node:${NODE_NAME}" clientAuth
 make_cert kubelet ca "/CN=${NODE_NAME}" serverAuth "DNS:${NODE_NAME},DNS:localhost,IP:${NODE_IP},IP:127.0.0.1"
+# Node 2's kubelet (made also while it does not run: cheap, and a later NODES=2 finds them).
+make_cert node2-kubelet-client ca "/O=system:nodes/CN=system:node:${NODE2_NAME}" clientAuth
+make_cert node2-kubelet ca "/CN=${NODE2_NAME}" serverAuth "DNS:${NODE2_NAME},DNS:localhost,IP:${NODE2_IP},IP:127.0.0.1"
 # The aggregation layer (the subresource API is an APIService) authenticates as front-proxy-client.
 make_cert front-proxy-client front-proxy-ca "/CN=front-proxy-client" clientAuth
 if [[ ! -s "${PKI}/sa.key" ]]; then
@@ -107,9 +120,10 @@ if [[ ! -s "${PKI}/sa.key" ]]; then
 fi
 chmod 600 "${PKI}"/*.key
 
-# write_kubeconfig file user: certificates embedded, so the file can be copied elsewhere.
+# write_kubeconfig file user [server]: certificates embedded, so the file can be copied
+# elsewhere. The server defaults to the API server on localhost.
 write_kubeconfig() {
-  local file="$1" user="$2" tmp
+  local file="$1" user="$2" server="${3:-https://127.0.0.1:${APISERVER_PORT}}" tmp
   tmp="$(mktemp "${file}.XXXX")"
   cat >"${tmp}" <<KC
 apiVersion: v1
@@ -117,7 +131,7 @@ kind: Config
 clusters:
 - name: kubevisor
   cluster:
-    server: https://127.0.0.1:${APISERVER_PORT}
+    server: ${server}
     certificate-authority-data: $(base64 -w0 <"${PKI}/ca.crt")
 users:
 - name: ${user}
@@ -136,6 +150,9 @@ write_kubeconfig "${KUBECONFIG_ADMIN}" admin
 write_kubeconfig "${CFG}/controller-manager.kubeconfig" controller-manager
 write_kubeconfig "${CFG}/scheduler.kubeconfig" scheduler
 write_kubeconfig "${CFG}/kubelet.kubeconfig" kubelet-client
+# Node 2's localhost is its own network namespace: it reaches the API server at the host's address.
+mkdir -p "${NODE2_CFG}"
+write_kubeconfig "${NODE2_CFG}/kubelet.kubeconfig" node2-kubelet-client "https://${NODE_IP}:${APISERVER_PORT}"
 
 # config_changed component file: write_config, and say so when the running component still has
 # the old configuration (up.sh does not restart running components: down.sh && up.sh does).
@@ -232,27 +249,31 @@ log "pod network: bridge ${BRIDGE} ${POD_CIDR} (CNI config ${CFG}/net.d)"
 mkdir -p "${CFG}/net.d" "${CNI_IPAM_DIR}"
 # ipMasq is off: the plugin would make one iptables chain per pod, which a forced down (pods
 # killed without a CNI DEL) would leave behind. One masquerade rule of ours covers the subnet.
-write_config "${CFG}/net.d/10-kubevisor-cluster.conflist" <<JSON || true
+# cni_config file bridge subnet gateway ipam-dir: a node's CNI network.
+cni_config() {
+  write_config "$1" <<JSON || true
 {
   "cniVersion": "1.0.0",
   "name": "${CNI_NET_NAME}",
   "plugins": [
     {
       "type": "bridge",
-      "bridge": "${BRIDGE}",
+      "bridge": "$2",
       "isGateway": true,
       "ipMasq": false,
       "hairpinMode": true,
       "ipam": {
         "type": "host-local",
-        "dataDir": "${CNI_IPAM_DIR}",
-        "ranges": [[{"subnet": "${POD_CIDR}", "gateway": "${POD_GATEWAY}"}]],
+        "dataDir": "$5",
+        "ranges": [[{"subnet": "$3", "gateway": "$4"}]],
         "routes": [{"dst": "0.0.0.0/0"}]
       }
     }
   ]
 }
 JSON
+}
+cni_config "${CFG}/net.d/10-kubevisor-cluster.conflist" "${BRIDGE}" "${POD_CIDR}" "${POD_GATEWAY}" "${CNI_IPAM_DIR}"
 
 # iptables: one chain per table, jumped to from the built-in chains, so down removes all of it.
 ipt_chain() { # table chain: create (or flush) our chain
@@ -261,9 +282,16 @@ ipt_chain() { # table chain: create (or flush) our chain
 ipt_jump() { # table from-chain to-chain
   iptables -w -t "$1" -C "$2" -j "$3" 2>/dev/null || iptables -w -t "$1" -I "$2" 1 -j "$3"
 }
+# Pod traffic to another node's pods keeps its source address; only what leaves the pod
+# networks is masqueraded.
 ipt_chain nat "${IPT_CHAIN}-POSTROUTING"
-iptables -w -t nat -A "${IPT_CHAIN}-POSTROUTING" -s "${POD_CIDR}" ! -d "${POD_CIDR}" -j MASQUERADE \
+iptables -w -t nat -A "${IPT_CHAIN}-POSTROUTING" -s "${POD_CIDR}" ! -d "${CLUSTER_POD_CIDR}" -j MASQUERADE \
   -m comment --comment "kubevisor cluster: pod egress"
+if [[ "${NODES}" == 2 ]]; then
+  # Node 2's own traffic (and its pods', masqueraded in its namespace) leaving this machine.
+  iptables -w -t nat -A "${IPT_CHAIN}-POSTROUTING" -s "${NODE2_IP}/32" ! -d "${CLUSTER_POD_CIDR}" ! -o "${NODE2_VETH_HOST}" \
+    -j MASQUERADE -m comment --comment "kubevisor cluster: node 2 egress"
+fi
 ipt_jump nat POSTROUTING "${IPT_CHAIN}-POSTROUTING"
 # No kube-proxy: the kubernetes Service (in-cluster clients' KUBERNETES_SERVICE_HOST) is sent
 # to the API server directly.
@@ -276,6 +304,10 @@ ipt_jump nat OUTPUT "${IPT_CHAIN}-SERVICES"
 ipt_chain filter "${IPT_CHAIN}-FORWARD"
 iptables -w -A "${IPT_CHAIN}-FORWARD" -i "${BRIDGE}" -j ACCEPT
 iptables -w -A "${IPT_CHAIN}-FORWARD" -o "${BRIDGE}" -j ACCEPT
+if [[ "${NODES}" == 2 ]]; then
+  iptables -w -A "${IPT_CHAIN}-FORWARD" -i "${NODE2_VETH_HOST}" -j ACCEPT
+  iptables -w -A "${IPT_CHAIN}-FORWARD" -o "${NODE2_VETH_HOST}" -j ACCEPT
+fi
 ipt_jump filter FORWARD "${IPT_CHAIN}-FORWARD"
 
 # --- containerd -----------------------------------------------------------------------------
@@ -283,17 +315,20 @@ ipt_jump filter FORWARD "${IPT_CHAIN}-FORWARD"
 # (ENVIRONMENT.md: negative oom_score_adj fails with EIO; RLIMIT_NOFILE cannot exceed 20000),
 # our CNI plugins and config, the locally built pause image as the sandbox image, and pod
 # network namespaces mounted under its state directory (down unmounts everything there).
-config_changed containerd "${CFG}/containerd.toml" <<TOML
+# containerd_config component file root state socket net.d: a node's containerd configuration.
+containerd_config() {
+  local comp="$1" file="$2" root="$3" state="$4" sock="$5" netd="$6"
+  config_changed "${comp}" "${file}" <<TOML
 version = 2
-root = "${STATE}/containerd"
-state = "${RUNSTATE}/containerd"
+root = "${root}"
+state = "${state}"
 disabled_plugins = ["io.containerd.snapshotter.v1.aufs", "io.containerd.snapshotter.v1.btrfs", "io.containerd.snapshotter.v1.zfs", "io.containerd.snapshotter.v1.devmapper"]
 
 [grpc]
-  address = "${CONTAINERD_SOCK}"
+  address = "${sock}"
 
 [plugins."io.containerd.internal.v1.opt"]
-  path = "${STATE}/containerd-opt"
+  path = "${root}-opt"
 
 [plugins."io.containerd.grpc.v1.cri"]
   sandbox_image = "${PAUSE_IMAGE}"
@@ -307,13 +342,15 @@ disabled_plugins = ["io.containerd.snapshotter.v1.aufs", "io.containerd.snapshot
       runtime_type = "io.containerd.runc.v2"
       [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc.options]
         BinaryName = "${HELPERS}/runc-wrapper"
-        Root = "${RUNSTATE}/runc"
+        Root = "${state%/containerd}/runc"
         SystemdCgroup = false
   [plugins."io.containerd.grpc.v1.cri".cni]
     bin_dir = "${CNI_BIN}"
-    conf_dir = "${CFG}/net.d"
+    conf_dir = "${netd}"
     max_conf_num = 1
 TOML
+}
+containerd_config containerd "${CFG}/containerd.toml" "${STATE}/containerd" "${RUNSTATE}/containerd" "${CONTAINERD_SOCK}" "${CFG}/net.d"
 ensure containerd 60 ctr --address "${CONTAINERD_SOCK}" version -- \
   --config "${CFG}/containerd.toml" --log-level info
 
@@ -346,11 +383,16 @@ fi
 # which it rounds up to whole CPUs for its shared pool: kubeReserved 100m keeps CPU 0 shared and
 # leaves one CPU of a 2-CPU machine to hand out, with 1.9 CPUs allocatable (reservedSystemCPUs
 # "0" would leave 1).
-config_changed kubelet "${CFG}/kubelet.yaml" <<YAML
+# kubelet_config component file socket cert-name [cgroup-root]: a node's kubelet configuration.
+kubelet_config() {
+  local comp="$1" file="$2" sock="$3" cert="$4" cgroot=""
+  # Node 2's pod cgroups under a root of its own: each kubelet sees and manages its own only.
+  [[ -z "${5:-}" ]] || cgroot=$'\n'"cgroupRoot: $5"
+  config_changed "${comp}" "${file}" <<YAML
 apiVersion: kubelet.config.k8s.io/v1beta1
 kind: KubeletConfiguration
-containerRuntimeEndpoint: unix://${CONTAINERD_SOCK}
-cgroupDriver: cgroupfs
+containerRuntimeEndpoint: unix://${sock}
+cgroupDriver: cgroupfs${cgroot}
 failCgroupV1: false
 failSwapOn: false
 authentication:
@@ -362,8 +404,8 @@ authentication:
     clientCAFile: ${PKI}/ca.crt
 authorization:
   mode: Webhook
-tlsCertFile: ${PKI}/kubelet.crt
-tlsPrivateKeyFile: ${PKI}/kubelet.key
+tlsCertFile: ${PKI}/${cert}.crt
+tlsPrivateKeyFile: ${PKI}/${cert}.key
 address: 0.0.0.0
 port: ${KUBELET_PORT}
 readOnlyPort: 0
@@ -385,22 +427,62 @@ cpuManagerPolicy: static
 kubeReserved:
   cpu: 100m
 YAML
+}
+kubelet_config kubelet "${CFG}/kubelet.yaml" "${CONTAINERD_SOCK}" kubelet
 # The kubelet refuses to start on a CPU manager state file of another policy (one written
 # before the static policy was configured): a kubelet that does not run holds no CPUs.
-cpu_state="${KUBELET_ROOT}/cpu_manager_state"
-if [[ -z "$(pid_of kubelet)" && -f "${cpu_state}" ]] && ! grep -q '"policyName":"static"' "${cpu_state}"; then
-  rm -f "${cpu_state}"
-  log "kubelet: removed ${cpu_state} of another CPU manager policy"
-fi
+cpu_state_check() { # component kubelet-root
+  local cpu_state="$2/cpu_manager_state"
+  if [[ -z "$(pid_of "$1")" && -f "${cpu_state}" ]] && ! grep -q '"policyName":"static"' "${cpu_state}"; then
+    rm -f "${cpu_state}"
+    log "$1: removed ${cpu_state} of another CPU manager policy"
+  fi
+}
+cpu_state_check kubelet "${KUBELET_ROOT}"
 ensure kubelet 60 http_ok "http://127.0.0.1:${KUBELET_HEALTHZ_PORT}/healthz" -- \
   --config "${CFG}/kubelet.yaml" --kubeconfig "${CFG}/kubelet.kubeconfig" \
   --root-dir "${KUBELET_ROOT}" --node-ip "${NODE_IP}" --hostname-override "${NODE_NAME}" --v=1
 
 log "waiting for node ${NODE_NAME} to be Ready"
-node_ready() {
-  [[ "$(kubectl_ get node "${NODE_NAME}" -o jsonpath='{.status.conditions[?(@.type=="Ready")].status}' 2>/dev/null)" == True ]]
+node_ready() { # [node]
+  [[ "$(kubectl_ get node "${1:-${NODE_NAME}}" -o jsonpath='{.status.conditions[?(@.type=="Ready")].status}' 2>/dev/null)" == True ]]
 }
 wait_for "node ${NODE_NAME} Ready" 120 kubelet node_ready
+
+# --- node 2 ---------------------------------------------------------------------------------
+if [[ "${NODES}" == 2 ]]; then
+  log "node 2: ${NODE2_NAME} (${NODE2_IP}, pods ${NODE2_POD_CIDR} on ${NODE2_BRIDGE}, network namespace ${NODE2_NETNS})"
+  node2_network "${NODE_IP}"
+  node2_mounts
+  node2_cgroups
+  mkdir -p "${NODE2_CFG}/net.d" "${NODE2_CNI_IPAM_DIR}" "${NODE2_STATE}" "${NODE2_RUNSTATE}"
+  cni_config "${NODE2_CFG}/net.d/10-kubevisor-cluster.conflist" "${NODE2_BRIDGE}" "${NODE2_POD_CIDR}" "${NODE2_POD_GATEWAY}" "${NODE2_CNI_IPAM_DIR}"
+  containerd_config node2-containerd "${NODE2_CFG}/containerd.toml" "${NODE2_STATE}/containerd" "${NODE2_RUNSTATE}/containerd" \
+    "${NODE2_CONTAINERD_SOCK}" "${NODE2_CFG}/net.d"
+  ensure node2-containerd 60 ctr --address "${NODE2_CONTAINERD_SOCK}" version -- \
+    --config "${NODE2_CFG}/containerd.toml" --log-level info
+  # Every image tarball there is (the sandbox image at least), before its kubelet starts: the
+  # DaemonSets' pods on it then start at once instead of backing off from a failed pull.
+  "${CLUSTER_SCRIPTS}/load-images.sh" --node 2
+  kubelet_config node2-kubelet "${NODE2_CFG}/kubelet.yaml" "${NODE2_CONTAINERD_SOCK}" node2-kubelet "${NODE2_CGROUP_ROOT}"
+  cpu_state_check node2-kubelet "${NODE2_STATE}/kubelet"
+  # Its kubelet root is KUBELET_ROOT in its mount namespace (NODE2_BINDS).
+  ensure node2-kubelet 60 in_node2 curl -fsS --max-time 2 "http://127.0.0.1:${KUBELET_HEALTHZ_PORT}/healthz" -- \
+    --config "${NODE2_CFG}/kubelet.yaml" --kubeconfig "${NODE2_CFG}/kubelet.kubeconfig" \
+    --root-dir "${KUBELET_ROOT}" --node-ip "${NODE2_IP}" --hostname-override "${NODE2_NAME}" --v=1
+  log "waiting for node ${NODE2_NAME} to be Ready"
+  wait_for "node ${NODE2_NAME} Ready" 120 node2-kubelet node_ready "${NODE2_NAME}"
+else
+  if [[ -n "$(node2_leftovers)" ]]; then
+    log "node 2: NODES=1, stopping and removing ${NODE2_NAME}"
+    node2_down
+  fi
+  if kubectl_ get node "${NODE2_NAME}" >/dev/null 2>&1; then
+    log "node 2: deleting Node ${NODE2_NAME} (NODES=1)"
+    kubectl_ delete node "${NODE2_NAME}" --wait=false >/dev/null
+  fi
+fi
+echo "${NODES}" >"${NODES_FILE}"
 
 # Claims of the default storage class get a directory of this machine: the controller manager's
 # hostPath provisioner (--enable-hostpath-provisioner, development only: single node) makes
@@ -418,6 +500,7 @@ reclaimPolicy: Delete
 volumeBindingMode: Immediate
 YAML
 log "node ${NODE_NAME} Ready (${NODE_IP}, pods ${POD_CIDR} on ${BRIDGE}); up in $((SECONDS - START))s"
+[[ "${NODES}" != 2 ]] || log "node ${NODE2_NAME} Ready (${NODE2_IP}, pods ${NODE2_POD_CIDR} on ${NODE2_BRIDGE} in network namespace ${NODE2_NETNS})"
 log "logs: ${LOGS}/<component>.log; stop with hack/cluster/down.sh"
 cat <<EOF2
 
