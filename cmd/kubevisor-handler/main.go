@@ -4,7 +4,7 @@
 //
 //	kubevisor-handler serve [--config handler.yaml|DIR] [--plugin-bin-dir DIR] [--node-name NODE] [--kubeconfig FILE]
 //	                        [--stream-addr :8186] [--stream-cert-dir DIR] [--stream-client-name NAME]
-//	                        [--migration-addr :8187] [--migration-cert-dir DIR]
+//	                        [--migration-addr :8187] [--migration-cert-dir DIR] [--node-cert-request=false]
 //	kubevisor-handler run -f vmi.yaml [--config handler.yaml]
 package main
 
@@ -13,6 +13,7 @@ import (
 	"flag"
 	"fmt"
 	"log/slog"
+	"net"
 	"os"
 	"os/signal"
 	"path/filepath"
@@ -28,6 +29,7 @@ import (
 	"github.com/kubevisor/kubevisor/core/handler"
 	"github.com/kubevisor/kubevisor/core/handler/cluster"
 	"github.com/kubevisor/kubevisor/core/handler/migrationproxy"
+	"github.com/kubevisor/kubevisor/core/handler/nodecert"
 	"github.com/kubevisor/kubevisor/core/handler/standalone"
 	"github.com/kubevisor/kubevisor/core/handler/streams"
 	"github.com/kubevisor/kubevisor/core/nodeapi"
@@ -35,7 +37,8 @@ import (
 
 const usage = `usage: kubevisor-handler serve [--config HANDLER.yaml|DIR] [--plugin-bin-dir DIR] [--node-name NODE] [--kubeconfig FILE]
                          [--stream-addr :8186] [--stream-cert-dir DIR] [--stream-client-name NAME]
-                         [--migration-addr :8187] [--migration-cert-dir DIR]
+                         [--migration-addr :8187] [--migration-cert-dir DIR] [--node-cert-request=false]
+                         [--node-cert-ca-bundle FILE] [--node-cert-lifetime 24h]
        kubevisor-handler run -f VMI.yaml [--config HANDLER.yaml] [--log-level LEVEL]
 
 serve: runs the VMIs scheduled to this node (their launcher pods' sandboxes) through the
@@ -52,9 +55,13 @@ actions over HTTPS with mutual TLS (0 disables), with the certificates in --stre
 --migration-addr serves the migration proxy, which carries live migrations between the
 nodes' handlers over mutual TLS (core/handler/migrationproxy), with this node's certificate
 (common name kubevisor-node:<node>, serverAuth and clientAuth) and the CA bundle in
---migration-cert-dir (tls.crt, tls.key, ca.crt). Off by default (0): it needs a node
-certificate, which nothing issues yet; once on, the port waits for the files as the stream
-endpoint does, and migrations to and from the node fail meanwhile.
+--migration-cert-dir (tls.crt, tls.key, ca.crt). Off by default (0); the install manifests
+turn it on. With --node-cert-request (default) the handler obtains that certificate itself
+through the CSR API from kubevisor-api's signer kubevisor.io/node-migration, with a key made
+on the node, copies the CA bundle --node-cert-ca-bundle beside it, and renews it at two
+thirds of --node-cert-lifetime (package core/handler/nodecert). The port waits for the files
+as the stream endpoint does, and migrations to and from the node fail meanwhile; the VMIs
+run anyway.
 
 run: runs one VirtualMachineInstance
 on this machine without a cluster: a network namespace on the
@@ -134,10 +141,17 @@ func serve(args []string) {
 	streamClient := fs.String("stream-client-name", nodeapi.ClientName, "the only client certificate common name the stream endpoint accepts")
 	migrationAddr := fs.String("migration-addr", "0", "listen address of the migration proxy (mutual TLS with node certificates; 0 disables), e.g. "+migrationproxy.DefaultAddr)
 	migrationCertDir := fs.String("migration-cert-dir", "/etc/kubevisor/node-certs", "directory of this node's certificate tls.crt, tls.key (common name "+nodeapi.NodeCommonNamePrefix+"<node>) and the CA bundle ca.crt, read again when they change; the proxy waits for them")
+	nodeCertRequest := fs.Bool("node-cert-request", true, "with the migration proxy on, obtain and renew this node's certificate in --migration-cert-dir through the CSR API (signer "+nodeapi.NodeSignerName+"); false: the files are put there by someone else")
+	nodeCertCABundle := fs.String("node-cert-ca-bundle", "", "CA bundle copied into --migration-cert-dir as ca.crt (default: ca.crt of --stream-cert-dir, the Secret "+nodeapi.HandlerCertSecret+")")
+	nodeCertLifetime := fs.Duration("node-cert-lifetime", nodeapi.NodeCertLifetime, "lifetime asked for a node certificate (the signer may grant less); renewed at two thirds of it")
+	migrationAdvertise := fs.String("migration-advertise-address", "", "host:port at which other nodes' handlers reach the migration proxy (default: $POD_IP and the port of --migration-addr)")
 	logLevel := fs.String("log-level", "info", "log level: trace, debug, info, warn, error")
 	cpuManagerState := fs.String("cpu-manager-state", cluster.DefaultCPUManagerStateFile, "the kubelet's CPU manager state file; the node is labelled kubevisor.io/cpumanager=true while it names the static policy (empty: the label is left to the admin)")
 	workers := fs.Int("workers", cluster.DefaultWorkers, "VMIs synced at once (the handler serialises the calls for one VMI)")
 	_ = fs.Parse(args)
+	if *nodeCertCABundle == "" {
+		*nodeCertCABundle = filepath.Join(*streamCertDir, "ca.crt")
+	}
 	fail := func(code int, err error) {
 		fmt.Fprintln(os.Stderr, "kubevisor-handler serve:", err)
 		os.Exit(code)
@@ -164,15 +178,28 @@ func serve(args []string) {
 	if err != nil {
 		fail(2, err)
 	}
+	if *migrationAdvertise == "" && *migrationAddr != "0" && *migrationAddr != "" {
+		if _, port, err := net.SplitHostPort(*migrationAddr); err == nil && os.Getenv("POD_IP") != "" {
+			*migrationAdvertise = net.JoinHostPort(os.Getenv("POD_IP"), port)
+		}
+	}
+	if *migrationAdvertise == "" && *migrationAddr != "0" && *migrationAddr != "" {
+		if _, port, err := net.SplitHostPort(*migrationAddr); err == nil && os.Getenv("POD_IP") != "" {
+			*migrationAdvertise = net.JoinHostPort(os.Getenv("POD_IP"), port)
+		}
+	}
 	logger := hclog.New(&hclog.LoggerOptions{Name: "kubevisor-handler", Level: hclog.LevelFromString(*logLevel), Output: os.Stderr, JSONFormat: true})
 	log := logr.FromSlogHandler(slog.NewJSONHandler(os.Stderr, nil))
 	ctrl.SetLogger(log)
 	err = cluster.Serve(ctrl.SetupSignalHandler(), cluster.ServeConfig{
 		Rest: rc, Handler: cfg, PluginBinDir: *pluginBinDir, Agent: cluster.AgentConfig{NodeName: *nodeName, HostStateDir: *hostDir,
-			Controller: controller.Options{MaxConcurrentReconciles: *workers}},
-		Streams:     streams.Config{Addr: *streamAddr, CertDir: *streamCertDir, ClientName: *streamClient},
-		Migration:   migrationproxy.Config{Addr: *migrationAddr, CertDir: *migrationCertDir},
-		MetricsAddr: *metricsAddr, HealthAddr: *healthAddr, Logger: logger, Log: log,
+			Controller: controller.Options{MaxConcurrentReconciles: *workers},
+			Migration:  cluster.MigrationConfig{Address: *migrationAdvertise}},
+		Streams:         streams.Config{Addr: *streamAddr, CertDir: *streamCertDir, ClientName: *streamClient},
+		Migration:       migrationproxy.Config{Addr: *migrationAddr, CertDir: *migrationCertDir},
+		RequestNodeCert: *nodeCertRequest,
+		NodeCert:        nodecert.Config{CABundleFile: *nodeCertCABundle, Lifetime: *nodeCertLifetime},
+		MetricsAddr:     *metricsAddr, HealthAddr: *healthAddr, Logger: logger, Log: log,
 		CPUManagerStateFile: *cpuManagerState,
 	})
 	if err != nil {

@@ -22,6 +22,7 @@ import (
 	"github.com/kubevisor/kubevisor/core/api/v1alpha1"
 	"github.com/kubevisor/kubevisor/core/handler"
 	"github.com/kubevisor/kubevisor/core/handler/migrationproxy"
+	"github.com/kubevisor/kubevisor/core/handler/nodecert"
 	"github.com/kubevisor/kubevisor/core/handler/streams"
 	"github.com/kubevisor/kubevisor/core/plugin"
 )
@@ -50,6 +51,12 @@ type ServeConfig struct {
 	// Disabled when its Addr is empty or "0"; its NodeName defaults to the agent's, and its
 	// metrics go to the handler's /metrics.
 	Migration migrationproxy.Config
+	// RequestNodeCert, with the migration proxy enabled, keeps the node certificate in the
+	// proxy's CertDir through the CSR API (core/handler/nodecert, configured by NodeCert,
+	// whose node, directory, client, logger, events and metrics default to the handler's).
+	// Off, the files are put there by someone else.
+	RequestNodeCert bool
+	NodeCert        nodecert.Config
 	// CPUManagerStateFile is the kubelet's CPU manager state file as the handler sees it; the
 	// node is labelled kubevisor.io/cpumanager=true while it names the static policy
 	// (NodeLabeler.CPUManagerStateFile). Empty: the label is left to the admin.
@@ -100,6 +107,25 @@ func Serve(ctx context.Context, c ServeConfig) (err error) {
 	if c.Agent.Log.GetSink() == nil {
 		c.Agent.Log = c.Log.WithName("agent")
 	}
+	var proxy *migrationproxy.Proxy
+	if c.Migration.Enabled() {
+		if c.Migration.NodeName == "" {
+			c.Migration.NodeName = c.Agent.NodeName
+		}
+		if c.Migration.Logger == nil && c.Logger != nil {
+			c.Migration.Logger = c.Logger.Named("migration-proxy")
+		}
+		if c.Migration.Registerer == nil {
+			c.Migration.Registerer = ctrlmetrics.Registry
+		}
+		if proxy, err = migrationproxy.New(c.Migration); err != nil {
+			return fmt.Errorf("migration proxy: %w", err)
+		}
+		c.Agent.Migration.Proxy = proxy
+		if c.Agent.Migration.Address == "" {
+			return errors.New("migration proxy: no address to advertise to other nodes (--migration-advertise-address, or POD_IP)")
+		}
+	}
 	agent, err := NewAgent(ctx, mgr, c.Agent, c.Handler, handler.Options{Logger: c.Logger, Manifests: c.Manifests})
 	if err != nil {
 		return err
@@ -125,20 +151,7 @@ func Serve(ctx context.Context, c ServeConfig) (err error) {
 			return err
 		}
 	}
-	if c.Migration.Enabled() {
-		if c.Migration.NodeName == "" {
-			c.Migration.NodeName = c.Agent.NodeName
-		}
-		if c.Migration.Logger == nil && c.Logger != nil {
-			c.Migration.Logger = c.Logger.Named("migration-proxy")
-		}
-		if c.Migration.Registerer == nil {
-			c.Migration.Registerer = ctrlmetrics.Registry
-		}
-		proxy, err := migrationproxy.New(c.Migration)
-		if err != nil {
-			return fmt.Errorf("migration proxy: %w", err)
-		}
+	if proxy != nil {
 		if err := mgr.Add(runnable(proxy.Run)); err != nil {
 			return err
 		}
