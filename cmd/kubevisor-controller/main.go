@@ -39,6 +39,9 @@ func main() {
 	fs.BoolVar(&mig.AllowAutoConverge, "migration-allow-auto-converge", mig.AllowAutoConverge, "cluster default of MigrationPolicy allowAutoConverge: throttle a guest whose migration does not converge")
 	fs.BoolVar(&mig.AllowPostCopy, "migration-allow-post-copy", mig.AllowPostCopy, "cluster default of MigrationPolicy allowPostCopy: switch a migration that does not converge to post-copy")
 	fs.Int64Var(&mig.CompletionTimeoutPerGiB, "migration-completion-timeout-per-gib", mig.CompletionTimeoutPerGiB, "cluster default of MigrationPolicy completionTimeoutPerGiB: `seconds` a migration may take per GiB it copies (at least 1)")
+	fs.Int64Var(&mig.ProgressTimeout, "migration-progress-timeout", mig.ProgressTimeout, "`seconds` a migration may go without progress before it is cancelled (at least 1)")
+	fs.IntVar(&mig.ParallelMigrationsPerCluster, "migration-parallel-per-cluster", mig.ParallelMigrationsPerCluster, "`migrations` running at once in the cluster; more wait in Pending")
+	fs.IntVar(&mig.ParallelOutboundMigrationsPerNode, "migration-parallel-outbound-per-node", mig.ParallelOutboundMigrationsPerNode, "`migrations` leaving one node at once; more wait in Pending")
 	fs.Func("migration-bandwidth-per-migration", "cluster default of MigrationPolicy bandwidthPerMigration: bytes per second, a `quantity` such as 64Mi (default 0: no limit)", func(s string) error {
 		q, err := resource.ParseQuantity(s)
 		if err != nil {

@@ -6,6 +6,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
@@ -54,7 +55,15 @@ type Reconciler struct {
 	// APIReader reads past the cache, to tell a just-created pod from a missing one.
 	APIReader client.Reader
 	Recorder  recorder.EventRecorder
+	// Settings are the cluster's migration settings (Options.Defaults); limits of 0 are the
+	// defaults.
+	Settings Settings
+	// Now is the clock (tests); nil means time.Now.
+	Now func() time.Time
 }
+
+// throttleRecheck is how often a migration held by a limit looks again.
+const throttleRecheck = 5 * time.Second
 
 // +kubebuilder:rbac:groups=kubevisor.io,resources=virtualmachineinstancemigrations,verbs=get;list;watch;patch
 // +kubebuilder:rbac:groups=kubevisor.io,resources=virtualmachineinstancemigrations/status,verbs=get;patch
@@ -78,10 +87,18 @@ func SetupWithManager(mgr ctrl.Manager, opts Options) error {
 	}); err != nil {
 		return fmt.Errorf("index migrations by UID: %w", err)
 	}
+	settings := DefaultSettings()
+	if opts.Defaults != nil {
+		settings = *opts.Defaults
+	}
+	if err := settings.Validate(); err != nil {
+		return fmt.Errorf("migration settings: %w", err)
+	}
 	r := &Reconciler{
 		Client:    mgr.GetClient(),
 		APIReader: mgr.GetAPIReader(),
 		Recorder:  mgr.GetEventRecorder(ControllerName),
+		Settings:  settings,
 	}
 	copts := controller.Options{MaxConcurrentReconciles: opts.MaxConcurrentReconciles}
 	if opts.SkipNameValidation {
@@ -150,7 +167,65 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (_ ctrl.Re
 	if !mig.DeletionTimestamp.IsZero() {
 		return r.reconcileDelete(ctx, mig)
 	}
-	return ctrl.Result{}, r.reconcileNormal(ctx, mig)
+	return r.reconcileNormal(ctx, mig)
+}
+
+func (r *Reconciler) now() time.Time {
+	if r.Now != nil {
+		return r.Now()
+	}
+	return time.Now()
+}
+
+// throttled says which limit on parallel migrations holds mig back, "" when none does: the
+// migrations past Pending and not final count, in the cluster and from the VMI's node.
+func (r *Reconciler) throttled(ctx context.Context, mig *v1alpha1.VirtualMachineInstanceMigration, node string) (string, error) {
+	var list v1alpha1.VirtualMachineInstanceMigrationList
+	if err := r.Client.List(ctx, &list); err != nil {
+		return "", fmt.Errorf("list migrations: %w", err)
+	}
+	cluster, fromNode := 0, 0
+	for i := range list.Items {
+		m := &list.Items[i]
+		switch m.Status.Phase {
+		case v1alpha1.MigrationPhaseUnset, v1alpha1.MigrationPending, v1alpha1.MigrationSucceeded, v1alpha1.MigrationFailed:
+			continue
+		}
+		if m.UID == mig.UID {
+			continue
+		}
+		cluster++
+		if s := m.Status.MigrationState; s != nil && s.SourceNode == node {
+			fromNode++
+		}
+	}
+	perCluster, perNode := r.Settings.ParallelMigrationsPerCluster, r.Settings.ParallelOutboundMigrationsPerNode
+	if perCluster <= 0 {
+		perCluster = DefaultParallelMigrationsPerCluster
+	}
+	if perNode <= 0 {
+		perNode = DefaultParallelOutboundMigrationsPerNode
+	}
+	switch {
+	case cluster >= perCluster:
+		return fmt.Sprintf("%d migrations run in the cluster, the most allowed at once (parallelMigrationsPerCluster)", cluster), nil
+	case fromNode >= perNode:
+		return fmt.Sprintf("%d migrations leave node %s, the most allowed at once (parallelOutboundMigrationsPerNode)", fromNode, node), nil
+	}
+	return "", nil
+}
+
+// waitingForNode is how long mig has been TargetReady.
+func (r *Reconciler) waitingForNode(mig *v1alpha1.VirtualMachineInstanceMigration) time.Duration {
+	if mig.Status.Phase != v1alpha1.MigrationTargetReady {
+		return 0
+	}
+	for _, t := range mig.Status.PhaseTransitionTimestamps {
+		if t.Phase == v1alpha1.MigrationTargetReady {
+			return r.now().Sub(t.PhaseTransitionTimestamp.Time)
+		}
+	}
+	return 0
 }
 
 // patch writes what the reconcile changed: status first, then the finalizers (their removal;
@@ -175,23 +250,29 @@ func (r *Reconciler) patch(ctx context.Context, before, mig *v1alpha1.VirtualMac
 	return errors.Join(errs...)
 }
 
-func (r *Reconciler) reconcileNormal(ctx context.Context, mig *v1alpha1.VirtualMachineInstanceMigration) error {
+func (r *Reconciler) reconcileNormal(ctx context.Context, mig *v1alpha1.VirtualMachineInstanceMigration) (ctrl.Result, error) {
 	vmi, err := r.getVMI(ctx, mig)
 	if err != nil {
-		return err
+		return ctrl.Result{}, err
 	}
 	state := migrationState(mig)
-	obs := Observation{Phase: mig.Status.Phase, VMI: vmi, MigrationUID: string(mig.UID), TargetPodCreated: state.TargetPod != ""}
+	obs := Observation{Phase: mig.Status.Phase, VMI: vmi, MigrationUID: string(mig.UID), TargetPodCreated: state.TargetPod != "",
+		WaitingForNode: r.waitingForNode(mig)}
 	var source *corev1.Pod
 	if vmi != nil && (mig.Status.Phase == v1alpha1.MigrationPending || mig.Status.Phase == v1alpha1.MigrationScheduling && !obs.TargetPodCreated) {
 		if source, err = r.sourcePod(ctx, vmi, mig); err != nil {
-			return err
+			return ctrl.Result{}, err
 		}
 		obs.SourcePodFound = source != nil
 	}
+	if vmi != nil && mig.Status.Phase == v1alpha1.MigrationPending {
+		if obs.Throttled, err = r.throttled(ctx, mig, vmi.Status.NodeName); err != nil {
+			return ctrl.Result{}, err
+		}
+	}
 	if obs.TargetPodCreated {
 		if obs.TargetPod, err = r.getPod(ctx, mig.Namespace, state.TargetPod); err != nil {
-			return err
+			return ctrl.Result{}, err
 		}
 	}
 	d := Next(obs)
@@ -199,18 +280,27 @@ func (r *Reconciler) reconcileNormal(ctx context.Context, mig *v1alpha1.VirtualM
 	setPhase(mig, d.Phase)
 
 	switch d.Phase {
+	case v1alpha1.MigrationPending:
+		if d.Reason == ReasonThrottled {
+			ctrl.LoggerFrom(ctx).V(1).Info("migration waits", "reason", d.Message)
+			return ctrl.Result{RequeueAfter: throttleRecheck}, nil
+		}
 	case v1alpha1.MigrationScheduling:
 		if obs.TargetPodCreated || source == nil {
-			return nil
+			return ctrl.Result{}, nil
 		}
-		return r.createTarget(ctx, mig, vmi, source)
+		return ctrl.Result{}, r.createTarget(ctx, mig, vmi, source)
 	case v1alpha1.MigrationTargetReady:
 		state.TargetNode = obs.TargetPod.Spec.NodeName
 		if from != d.Phase {
 			r.Recorder.Eventf(mig, obs.TargetPod, corev1.EventTypeNormal, ReasonTargetReady, "Migrate",
 				"target pod %s runs on node %s", state.TargetPod, state.TargetNode)
 		}
-		return r.handOff(ctx, vmi, state)
+		if err := r.configure(ctx, vmi, state); err != nil {
+			return ctrl.Result{}, err
+		}
+		// Brought back at the node start timeout, if the node side has not started by then.
+		return ctrl.Result{RequeueAfter: NodeStartTimeout - obs.WaitingForNode + time.Second}, r.handOff(ctx, vmi, state)
 	case v1alpha1.MigrationRunning:
 		state.StartTimestamp = vmi.Status.MigrationState.StartTimestamp
 		if from != d.Phase {
@@ -229,8 +319,26 @@ func (r *Reconciler) reconcileNormal(ctx context.Context, mig *v1alpha1.VirtualM
 			r.Recorder.Eventf(mig, related(vmi), corev1.EventTypeWarning, d.Reason, "Migrate", "%s", d.Message)
 		}
 		// The guest stays on the source: the target pod has nothing to do any more.
-		return errors.Join(r.deleteTargets(ctx, mig), r.failOnVMI(ctx, vmi, mig, state.FailureReason))
+		return ctrl.Result{}, errors.Join(r.deleteTargets(ctx, mig), r.failOnVMI(ctx, vmi, mig, state.FailureReason))
 	}
+	return ctrl.Result{}, nil
+}
+
+// configure resolves the settings the migration runs with (the cluster's, with the
+// MigrationPolicy that selects the VMI applied) into state, once.
+func (r *Reconciler) configure(ctx context.Context, vmi *v1alpha1.VirtualMachineInstance, state *v1alpha1.VirtualMachineInstanceMigrationState) error {
+	if state.MigrationConfiguration != nil {
+		return nil
+	}
+	var policies v1alpha1.MigrationPolicyList
+	if err := r.Client.List(ctx, &policies); err != nil {
+		return fmt.Errorf("list migration policies: %w", err)
+	}
+	ns := &corev1.Namespace{}
+	if err := r.Client.Get(ctx, types.NamespacedName{Name: vmi.Namespace}, ns); err != nil {
+		return fmt.Errorf("get the VMI's namespace: %w", err)
+	}
+	state.MigrationConfiguration, state.MigrationPolicyName = Resolve(vmi, ns.Labels, policies.Items, r.Settings).Configuration()
 	return nil
 }
 
@@ -368,13 +476,24 @@ func (r *Reconciler) handOff(ctx context.Context, vmi *v1alpha1.VirtualMachineIn
 	}
 	// Next failed this migration if another one's open state were on the VMI; the resourceVersion
 	// precondition below covers one that arrived since this VMI was read.
-	return r.patchVMIState(ctx, vmi, &v1alpha1.VirtualMachineInstanceMigrationState{
-		MigrationUID: state.MigrationUID,
-		SourceNode:   state.SourceNode,
-		SourcePod:    state.SourcePod,
-		TargetNode:   state.TargetNode,
-		TargetPod:    state.TargetPod,
-	})
+	if cur := vmi.Status.MigrationState; cur != nil {
+		// An earlier migration's state, finished (Next failed this one otherwise): the node
+		// side's fields of it must not pass for this one's.
+		if err := r.removeVMIState(ctx, vmi); err != nil {
+			return err
+		}
+	}
+	return r.patchVMIState(ctx, vmi, controllerState(state))
+}
+
+// removeVMIState removes status.migrationState from the VMI whole, whoever wrote its fields,
+// preconditioned on the VMI's resourceVersion; vmi gets the new one.
+func (r *Reconciler) removeVMIState(ctx context.Context, vmi *v1alpha1.VirtualMachineInstance) error {
+	patch := fmt.Appendf(nil, `{"metadata":{"resourceVersion":%q},"status":{"migrationState":null}}`, vmi.ResourceVersion)
+	if err := r.Client.Status().Patch(ctx, vmi, client.RawPatch(types.MergePatchType, patch)); err != nil {
+		return fmt.Errorf("remove the VMI's earlier migration state: %w", err)
+	}
+	return nil
 }
 
 // failOnVMI marks the VMI's migration state failed when it is this migration's and still open,
@@ -396,7 +515,7 @@ func (r *Reconciler) clearOnVMI(ctx context.Context, vmi *v1alpha1.VirtualMachin
 	if vmi == nil || vmi.Status.MigrationState == nil || vmi.Status.MigrationState.MigrationUID != mig.UID || vmi.Status.MigrationState.Completed {
 		return nil
 	}
-	return r.patchVMIState(ctx, vmi, nil)
+	return r.removeVMIState(ctx, vmi)
 }
 
 // controllerState returns of s what the migration controller writes on the VMI: the hand-off
@@ -408,6 +527,7 @@ func controllerState(s *v1alpha1.VirtualMachineInstanceMigrationState) *v1alpha1
 		MigrationUID: s.MigrationUID,
 		SourceNode:   s.SourceNode, SourcePod: s.SourcePod,
 		TargetNode: s.TargetNode, TargetPod: s.TargetPod,
+		MigrationConfiguration: s.MigrationConfiguration.DeepCopy(), MigrationPolicyName: s.MigrationPolicyName,
 	}
 }
 

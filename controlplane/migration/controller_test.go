@@ -40,7 +40,7 @@ func start(t *testing.T) *harness {
 	env := envtest.Start(t, envtest.Options{})
 	// The controller runs as a user granted exactly its +kubebuilder:rbac markers: the markers
 	// are proven to suffice, and least privilege is what the tests exercise.
-	cfg := env.ImpersonateWithMarkers(t, "kubevisor-migration-test", "controller.go")
+	cfg := env.ImpersonateWithMarkers(t, "kubevisor-migration-test", "controller.go", "policy.go")
 	envtest.StartManager(t, cfg, func(mgr ctrl.Manager) error {
 		return migration.SetupWithManager(mgr, migration.Options{SkipNameValidation: true})
 	})

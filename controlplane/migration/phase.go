@@ -2,6 +2,7 @@ package migration
 
 import (
 	"fmt"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 
@@ -27,6 +28,10 @@ const (
 	ReasonTargetReady = "TargetReady"
 	// ReasonAbortRequested says the migration was deleted before it finished.
 	ReasonAbortRequested = "AbortRequested"
+	// ReasonThrottled says a limit on parallel migrations holds the migration in Pending.
+	ReasonThrottled = "Throttled"
+	// ReasonNodeStartTimeout says the node side did not start the migration in time.
+	ReasonNodeStartTimeout = "NodeStartTimeout"
 )
 
 // Observation is what the reconciler saw of the world for one migration; Next decides the
@@ -44,7 +49,17 @@ type Observation struct {
 	TargetPod *corev1.Pod
 	// MigrationUID is the migration's UID, to recognise its own migrationState on the VMI.
 	MigrationUID string
+	// Throttled, when set, says which limit on parallel migrations holds this one in Pending.
+	Throttled string
+	// WaitingForNode is how long the migration has been TargetReady without the node side
+	// starting it.
+	WaitingForNode time.Duration
 }
+
+// NodeStartTimeout is how long a migration may stay TargetReady before the node side starts
+// it (the target handler prepares its VM and the source handler begins to copy): longer means
+// a handler that cannot take part (down, or without its node certificate).
+const NodeStartTimeout = 5 * time.Minute
 
 // Decision is the phase a migration moves to, and why when it fails.
 type Decision struct {
@@ -111,6 +126,9 @@ func Next(obs Observation) Decision {
 		if !obs.SourcePodFound {
 			return failed(ReasonSourcePodNotFound, "no launcher pod of the VMI found on node %q", vmi.Status.NodeName)
 		}
+		if obs.Throttled != "" {
+			return Decision{Phase: v1alpha1.MigrationPending, Reason: ReasonThrottled, Message: obs.Throttled}
+		}
 		return Decision{Phase: v1alpha1.MigrationScheduling}
 	}
 	// Scheduling, TargetReady, Running: the target pod must stay alive until the guest moved.
@@ -136,6 +154,9 @@ func Next(obs Observation) Decision {
 	case v1alpha1.MigrationTargetReady:
 		if ours && state.StartTimestamp != nil {
 			return Decision{Phase: v1alpha1.MigrationRunning}
+		}
+		if obs.WaitingForNode > NodeStartTimeout {
+			return failed(ReasonNodeStartTimeout, "the node side did not start the migration within %s of the target pod running (is each handler up, with its node certificate?)", NodeStartTimeout)
 		}
 		return Decision{Phase: v1alpha1.MigrationTargetReady}
 	case v1alpha1.MigrationRunning:

@@ -2,6 +2,7 @@ package migration
 
 import (
 	"testing"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -64,6 +65,8 @@ func TestNext(t *testing.T) {
 		{name: "pending: earlier migration finished", obs: Observation{Phase: v1alpha1.MigrationPending, VMI: vmi(state(v1alpha1.VirtualMachineInstanceMigrationState{MigrationUID: "other", Completed: true})), SourcePodFound: true, MigrationUID: uid}, want: v1alpha1.MigrationScheduling},
 		{name: "pending: no source pod", obs: Observation{Phase: v1alpha1.MigrationPending, VMI: vmi()}, want: v1alpha1.MigrationFailed, reason: ReasonSourcePodNotFound},
 		{name: "pending: all good", obs: Observation{Phase: v1alpha1.MigrationPending, VMI: vmi(), SourcePodFound: true}, want: v1alpha1.MigrationScheduling},
+		{name: "pending: held by a limit", obs: Observation{Phase: v1alpha1.MigrationPending, VMI: vmi(), SourcePodFound: true, Throttled: "5 migrations run"}, want: v1alpha1.MigrationPending, reason: ReasonThrottled},
+		{name: "pending: a limit does not hold a migration that cannot run", obs: Observation{Phase: v1alpha1.MigrationPending, VMI: vmi(migratable(corev1.ConditionFalse)), SourcePodFound: true, Throttled: "5 migrations run"}, want: v1alpha1.MigrationFailed, reason: ReasonNotLiveMigratable},
 		{name: "scheduling: pod not yet created", obs: Observation{Phase: v1alpha1.MigrationScheduling, VMI: vmi()}, want: v1alpha1.MigrationScheduling},
 		{name: "scheduling: pod pending", obs: Observation{Phase: v1alpha1.MigrationScheduling, VMI: vmi(), TargetPodCreated: true, TargetPod: pod("", corev1.PodPending)}, want: v1alpha1.MigrationScheduling},
 		{name: "scheduling: pod bound, not running", obs: Observation{Phase: v1alpha1.MigrationScheduling, VMI: vmi(), TargetPodCreated: true, TargetPod: pod("node-b", corev1.PodPending)}, want: v1alpha1.MigrationScheduling},
@@ -75,6 +78,8 @@ func TestNext(t *testing.T) {
 		{name: "scheduling: another migration handed off first", obs: Observation{Phase: v1alpha1.MigrationScheduling, VMI: vmi(state(v1alpha1.VirtualMachineInstanceMigrationState{MigrationUID: "other"})), TargetPodCreated: true, TargetPod: pod("node-b", corev1.PodRunning), MigrationUID: uid}, want: v1alpha1.MigrationFailed, reason: ReasonMigrationInProgress},
 		{name: "target ready: another migration handed off first", obs: Observation{Phase: v1alpha1.MigrationTargetReady, VMI: vmi(state(v1alpha1.VirtualMachineInstanceMigrationState{MigrationUID: "other"})), TargetPodCreated: true, TargetPod: pod("node-b", corev1.PodRunning), MigrationUID: uid}, want: v1alpha1.MigrationFailed, reason: ReasonMigrationInProgress},
 		{name: "target ready: waiting for the node side", obs: Observation{Phase: v1alpha1.MigrationTargetReady, VMI: vmi(state(v1alpha1.VirtualMachineInstanceMigrationState{MigrationUID: uid})), TargetPodCreated: true, TargetPod: pod("node-b", corev1.PodRunning), MigrationUID: uid}, want: v1alpha1.MigrationTargetReady},
+		{name: "target ready: the node side never started", obs: Observation{Phase: v1alpha1.MigrationTargetReady, VMI: vmi(state(v1alpha1.VirtualMachineInstanceMigrationState{MigrationUID: uid})), TargetPodCreated: true, TargetPod: pod("node-b", corev1.PodRunning), MigrationUID: uid, WaitingForNode: NodeStartTimeout + time.Second}, want: v1alpha1.MigrationFailed, reason: ReasonNodeStartTimeout},
+		{name: "target ready: the node side started just in time", obs: Observation{Phase: v1alpha1.MigrationTargetReady, VMI: vmi(state(v1alpha1.VirtualMachineInstanceMigrationState{MigrationUID: uid, StartTimestamp: &now})), TargetPodCreated: true, TargetPod: pod("node-b", corev1.PodRunning), MigrationUID: uid, WaitingForNode: NodeStartTimeout + time.Second}, want: v1alpha1.MigrationRunning},
 		{name: "target ready: before the hand-off", obs: Observation{Phase: v1alpha1.MigrationTargetReady, VMI: vmi(), TargetPodCreated: true, TargetPod: pod("node-b", corev1.PodRunning), MigrationUID: uid}, want: v1alpha1.MigrationTargetReady},
 		{name: "target ready: node side started", obs: Observation{Phase: v1alpha1.MigrationTargetReady, VMI: vmi(state(v1alpha1.VirtualMachineInstanceMigrationState{MigrationUID: uid, StartTimestamp: &now})), TargetPodCreated: true, TargetPod: pod("node-b", corev1.PodRunning), MigrationUID: uid}, want: v1alpha1.MigrationRunning},
 		{name: "target ready: target pod terminating", obs: Observation{Phase: v1alpha1.MigrationTargetReady, VMI: vmi(), TargetPodCreated: true, TargetPod: terminating, MigrationUID: uid}, want: v1alpha1.MigrationFailed, reason: ReasonTargetPodFailed},

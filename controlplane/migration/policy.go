@@ -21,6 +21,12 @@ const (
 	DefaultCompletionTimeoutPerGiB int64 = 150
 	DefaultAllowAutoConverge             = false
 	DefaultAllowPostCopy                 = false
+	// DefaultProgressTimeout is how many seconds a migration may go without progress.
+	DefaultProgressTimeout int64 = 150
+	// DefaultParallelMigrationsPerCluster is how many migrations run at once in the cluster.
+	DefaultParallelMigrationsPerCluster = 5
+	// DefaultParallelOutboundMigrationsPerNode is how many migrations leave one node at once.
+	DefaultParallelOutboundMigrationsPerNode = 2
 )
 
 // Settings are what one migration runs with: the cluster's defaults (kubevisor-controller's
@@ -34,6 +40,17 @@ type Settings struct {
 	CompletionTimeoutPerGiB int64
 	// AllowPostCopy lets a migration that does not converge switch to post-copy.
 	AllowPostCopy bool
+
+	// The cluster's own settings, which no policy changes.
+
+	// ProgressTimeout is how many seconds a migration may go without progress (the memory left
+	// to copy reaching a new low) before the source cancels it.
+	ProgressTimeout int64
+	// ParallelMigrationsPerCluster is how many migrations may run at once in the cluster; more
+	// wait in Pending.
+	ParallelMigrationsPerCluster int
+	// ParallelOutboundMigrationsPerNode is how many migrations may leave one node at once.
+	ParallelOutboundMigrationsPerNode int
 }
 
 // DefaultSettings are the cluster defaults when none is configured.
@@ -42,6 +59,10 @@ func DefaultSettings() Settings {
 		AllowAutoConverge:       DefaultAllowAutoConverge,
 		CompletionTimeoutPerGiB: DefaultCompletionTimeoutPerGiB,
 		AllowPostCopy:           DefaultAllowPostCopy,
+
+		ProgressTimeout:                   DefaultProgressTimeout,
+		ParallelMigrationsPerCluster:      DefaultParallelMigrationsPerCluster,
+		ParallelOutboundMigrationsPerNode: DefaultParallelOutboundMigrationsPerNode,
 	}
 }
 
@@ -54,6 +75,15 @@ func (s Settings) Validate() error {
 	}
 	if s.CompletionTimeoutPerGiB < 1 {
 		errs = append(errs, fmt.Errorf("completionTimeoutPerGiB %d: must be at least 1", s.CompletionTimeoutPerGiB))
+	}
+	if s.ProgressTimeout < 1 {
+		errs = append(errs, fmt.Errorf("progressTimeout %d: must be at least 1", s.ProgressTimeout))
+	}
+	if s.ParallelMigrationsPerCluster < 1 {
+		errs = append(errs, fmt.Errorf("parallelMigrationsPerCluster %d: must be at least 1", s.ParallelMigrationsPerCluster))
+	}
+	if s.ParallelOutboundMigrationsPerNode < 1 {
+		errs = append(errs, fmt.Errorf("parallelOutboundMigrationsPerNode %d: must be at least 1", s.ParallelOutboundMigrationsPerNode))
 	}
 	return errors.Join(errs...)
 }
@@ -91,6 +121,24 @@ func Resolve(vmi *v1alpha1.VirtualMachineInstance, namespaceLabels map[string]st
 		out.Settings.AllowPostCopy = *spec.AllowPostCopy
 	}
 	return out
+}
+
+// Configuration is r as the VMI's migrationState records it.
+func (r Resolved) Configuration() (*v1alpha1.MigrationConfiguration, *string) {
+	s := r.Settings
+	bw := s.BandwidthPerMigration.DeepCopy()
+	c := &v1alpha1.MigrationConfiguration{
+		BandwidthPerMigration:   &bw,
+		CompletionTimeoutPerGiB: &s.CompletionTimeoutPerGiB,
+		ProgressTimeout:         &s.ProgressTimeout,
+		AllowAutoConverge:       &s.AllowAutoConverge,
+		AllowPostCopy:           &s.AllowPostCopy,
+	}
+	if r.Policy == "" {
+		return c, nil
+	}
+	name := r.Policy
+	return c, &name
 }
 
 // matchScore is how specific a policy that selects a VMI is: how many labels of its selectors

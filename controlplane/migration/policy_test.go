@@ -134,7 +134,27 @@ func TestSettingsValidate(t *testing.T) {
 	}
 	bad := Settings{BandwidthPerMigration: resource.MustParse("-1"), CompletionTimeoutPerGiB: 0}
 	err := bad.Validate()
-	if err == nil || !strings.Contains(err.Error(), "bandwidthPerMigration") || !strings.Contains(err.Error(), "completionTimeoutPerGiB") {
-		t.Errorf("Validate = %v, want both fields named", err)
+	for _, f := range []string{"bandwidthPerMigration", "completionTimeoutPerGiB", "progressTimeout", "parallelMigrationsPerCluster", "parallelOutboundMigrationsPerNode"} {
+		if err == nil || !strings.Contains(err.Error(), f) {
+			t.Errorf("Validate = %v, want %s named", err, f)
+		}
+	}
+}
+
+// TestResolvedConfiguration: what the VMI's migrationState records of the resolved settings.
+func TestResolvedConfiguration(t *testing.T) {
+	s := DefaultSettings()
+	s.BandwidthPerMigration = resource.MustParse("64Mi")
+	s.AllowPostCopy = true
+	c, name := Resolved{Settings: s}.Configuration()
+	if name != nil {
+		t.Errorf("policy name %q without a policy", *name)
+	}
+	if c.BandwidthPerMigration.Value() != 64<<20 || *c.CompletionTimeoutPerGiB != DefaultCompletionTimeoutPerGiB ||
+		*c.ProgressTimeout != DefaultProgressTimeout || !*c.AllowPostCopy || *c.AllowAutoConverge {
+		t.Errorf("configuration %+v does not hold the settings %+v", c, s)
+	}
+	if _, name := (Resolved{Settings: s, Policy: "databases"}).Configuration(); name == nil || *name != "databases" {
+		t.Errorf("policy name %v, want databases", name)
 	}
 }

@@ -230,6 +230,9 @@ func (r *reconciler) reconcileNormal(ctx context.Context, vmi *v1alpha1.VirtualM
 		r.created.Delete(vmi.UID)
 		return ctrl.Result{}, r.deletePods(ctx, vmi)
 	}
+	if err := r.followMigration(ctx, vmi); err != nil {
+		return ctrl.Result{}, err
+	}
 	var obs observation
 	pod, err := r.launcherPod(ctx, vmi)
 	if err != nil {
@@ -285,6 +288,41 @@ func (r *reconciler) reconcileNormal(ctx context.Context, vmi *v1alpha1.VirtualM
 	}
 	// A failed create is in the status (LauncherPodCreated=False); returning it also retries with backoff.
 	return ctrl.Result{}, createErr
+}
+
+// followMigration moves the VMI to the target of a completed live migration: its launcher pod
+// becomes the target pod and its node the target node (with the node label, by which the target
+// node's handler takes the VMI over and the source's lets it go), and the source pod is deleted.
+// The node side reported the completion once the guest ran on the target.
+func (r *reconciler) followMigration(ctx context.Context, vmi *v1alpha1.VirtualMachineInstance) error {
+	ms := vmi.Status.MigrationState
+	if ms == nil || !ms.Completed || ms.TargetPod == "" || ms.TargetNode == "" || vmi.Status.LauncherPodName == ms.TargetPod {
+		return nil
+	}
+	if vmi.Status.LauncherPodName != "" && vmi.Status.LauncherPodName != ms.SourcePod {
+		return nil // the VMI moved on since: this state is an old one's
+	}
+	vmi.Status.LauncherPodName, vmi.Status.NodeName = ms.TargetPod, ms.TargetNode
+	r.events.Eventf(vmi, nil, corev1.EventTypeNormal, v1alpha1.ReasonMigrated, actionFollow,
+		"the VMI migrated from node %s (pod %s) to node %s (pod %s)", ms.SourceNode, ms.SourcePod, ms.TargetNode, ms.TargetPod)
+	if ms.SourcePod == "" {
+		return nil
+	}
+	src := &corev1.Pod{}
+	err := r.client.Get(ctx, types.NamespacedName{Namespace: vmi.Namespace, Name: ms.SourcePod}, src)
+	switch {
+	case apierrors.IsNotFound(err):
+		return nil
+	case err != nil:
+		return fmt.Errorf("get the migration's source pod: %w", err)
+	case src.Labels[v1alpha1.CreatedByLabel] != string(vmi.UID) || src.DeletionTimestamp != nil:
+		return nil
+	}
+	if err := r.client.Delete(ctx, src, client.Preconditions{UID: &src.UID}); client.IgnoreNotFound(err) != nil && !apierrors.IsConflict(err) {
+		return fmt.Errorf("delete the migration's source pod %s: %w", src.Name, err)
+	}
+	r.events.Eventf(vmi, src, corev1.EventTypeNormal, v1alpha1.ReasonSuccessfulDelete, actionDelete, "deleted launcher pod %s: the VMI migrated away from it", src.Name)
+	return nil
 }
 
 // launcherPod returns the VMI's launcher pod: the one status.launcherPodName names (a migration

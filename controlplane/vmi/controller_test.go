@@ -632,6 +632,57 @@ func TestController(t *testing.T) {
 		}
 	})
 
+	t.Run("a completed migration moves the VMI to the target pod and node, and deletes the source pod", func(t *testing.T) {
+		ns := h.namespace(t, "migrated")
+		vmi := h.createVMI(t, ns, "vm", h.plainClass(t))
+		got := h.waitVMI(t, vmi, "Scheduling", func(v *v1alpha1.VirtualMachineInstance) bool { return v.Status.Phase == v1alpha1.Scheduling })
+		source := h.launcherPod(t, got)
+		h.bind(t, source, "node-1")
+		h.setPodStatus(t, source, func(s *corev1.PodStatus) { s.Phase = corev1.PodRunning })
+		got = h.waitVMI(t, vmi, "Scheduled", func(v *v1alpha1.VirtualMachineInstance) bool { return v.Status.Phase == v1alpha1.Scheduled })
+		h.applyAs(t, got, v1alpha1.HandlerFieldManager("node-1"), v1alpha1.VirtualMachineInstanceStatus{
+			Phase: v1alpha1.Running, PhaseTransitionTimestamps: got.Status.PhaseTransitionTimestamps,
+		})
+		// The migration controller's target pod, running on node-2.
+		target := source.DeepCopy()
+		target.ObjectMeta = metav1.ObjectMeta{Name: "vm-target", Namespace: ns, Labels: map[string]string{}, OwnerReferences: source.OwnerReferences}
+		for k, v := range source.Labels {
+			target.Labels[k] = v
+		}
+		target.Labels[v1alpha1.MigrationUIDLabel] = "mig-1"
+		target.Spec.NodeName = ""
+		target.Status = corev1.PodStatus{}
+		if err := h.c.Create(ctx, target); err != nil {
+			t.Fatal(err)
+		}
+		h.bind(t, target, "node-2")
+		h.setPodStatus(t, target, func(s *corev1.PodStatus) { s.Phase = corev1.PodRunning })
+		got = h.waitVMI(t, vmi, "Running", func(v *v1alpha1.VirtualMachineInstance) bool { return v.Status.Phase == v1alpha1.Running })
+		if got.Status.LauncherPodName != source.Name || got.Status.NodeName != "node-1" {
+			t.Fatalf("before the migration completes: pod %s on %s, want %s on node-1", got.Status.LauncherPodName, got.Status.NodeName, source.Name)
+		}
+		// The node side reports the migration completed.
+		h.applyAs(t, got, v1alpha1.MigrationControllerFieldManager, v1alpha1.VirtualMachineInstanceStatus{MigrationState: &v1alpha1.VirtualMachineInstanceMigrationState{
+			MigrationUID: "mig-1", SourceNode: "node-1", SourcePod: source.Name, TargetNode: "node-2", TargetPod: target.Name, Completed: true,
+		}})
+		got = h.waitVMI(t, vmi, "on the target", func(v *v1alpha1.VirtualMachineInstance) bool {
+			return v.Status.LauncherPodName == target.Name && v.Status.NodeName == "node-2" && v.Labels[v1alpha1.NodeNameLabel] == "node-2"
+		})
+		if got.Status.Phase != v1alpha1.Running {
+			t.Errorf("phase %s after the migration, want Running", got.Status.Phase)
+		}
+		h.wait(t, "the source pod deleted", func() bool {
+			var p corev1.Pod
+			err := h.c.Get(ctx, client.ObjectKeyFromObject(source), &p)
+			return apierrors.IsNotFound(err) || (err == nil && p.DeletionTimestamp != nil)
+		})
+		var tp corev1.Pod
+		if err := h.c.Get(ctx, client.ObjectKeyFromObject(target), &tp); err != nil || tp.DeletionTimestamp != nil {
+			t.Errorf("target pod: %v, deletion %v; want it kept", err, tp.DeletionTimestamp)
+		}
+		h.expectEvent(t, vmi, corev1.EventTypeNormal, v1alpha1.ReasonMigrated)
+	})
+
 	t.Run("VMI deleted: pod deleted, finalizer held until the pod is gone", func(t *testing.T) {
 		ns := h.namespace(t, "delete")
 		vmi := h.createVMI(t, ns, "vm", h.plainClass(t))

@@ -18,6 +18,7 @@ package v1alpha1
 
 import (
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 )
@@ -333,9 +334,14 @@ type VirtualMachineInstanceMigrationState struct {
 	// +nullable
 	// +optional
 	EndTimestamp *metav1.Time `json:"endTimestamp,omitempty"`
-	// TargetNodeAddress is the address on the target node the source migrates to.
+	// TargetNodeAddress is the address on the target node the source migrates to: the target
+	// handler's migration proxy, host:port.
 	// +optional
 	TargetNodeAddress string `json:"targetNodeAddress,omitempty"`
+	// TargetNodeDomainReadyTimestamp is when the target's VM was ready to receive the guest.
+	// +nullable
+	// +optional
+	TargetNodeDomainReadyTimestamp *metav1.Time `json:"targetNodeDomainReadyTimestamp,omitempty"`
 	// TargetNode is the node the VMI moves to.
 	// +optional
 	TargetNode string `json:"targetNode,omitempty"`
@@ -366,6 +372,34 @@ type VirtualMachineInstanceMigrationState struct {
 	// Mode is the copy mode the migration runs in.
 	// +optional
 	Mode MigrationMode `json:"mode,omitempty"`
+	// MigrationConfiguration is the configuration the migration runs with: the cluster's
+	// defaults with the MigrationPolicy that selects the VMI applied.
+	// +optional
+	MigrationConfiguration *MigrationConfiguration `json:"migrationConfiguration,omitempty"`
+	// MigrationPolicyName is the MigrationPolicy that applied, if one did.
+	// +optional
+	MigrationPolicyName *string `json:"migrationPolicyName,omitempty"`
+}
+
+// MigrationConfiguration is how one migration runs (KubeVirt's fields of the same name).
+type MigrationConfiguration struct {
+	// BandwidthPerMigration limits the migration's stream, bytes per second; 0 means no limit.
+	// +optional
+	BandwidthPerMigration *resource.Quantity `json:"bandwidthPerMigration,omitempty"`
+	// CompletionTimeoutPerGiB is how many seconds the migration may take per GiB it copies
+	// before it is cancelled (or switched to post-copy when that is allowed).
+	// +optional
+	CompletionTimeoutPerGiB *int64 `json:"completionTimeoutPerGiB,omitempty"`
+	// ProgressTimeout is how many seconds the migration may go without progress before it is
+	// cancelled.
+	// +optional
+	ProgressTimeout *int64 `json:"progressTimeout,omitempty"`
+	// AllowAutoConverge lets the hypervisor throttle the guest's vCPUs so that the copy converges.
+	// +optional
+	AllowAutoConverge *bool `json:"allowAutoConverge,omitempty"`
+	// AllowPostCopy lets a migration that does not converge switch to post-copy.
+	// +optional
+	AllowPostCopy *bool `json:"allowPostCopy,omitempty"`
 }
 
 // VirtualMachineInstanceStatus is the observed state of a VMI. Several components write it, each

@@ -56,6 +56,8 @@ type AgentConfig struct {
 	Controller controller.Options
 	// Log receives the agent's logs. Default: the manager's logger.
 	Log logr.Logger
+	// Migration is the agent's part in live migrations (migration.go).
+	Migration MigrationConfig
 }
 
 func (c AgentConfig) withDefaults() (AgentConfig, error) {
@@ -125,6 +127,12 @@ type Agent struct {
 	mu        sync.Mutex
 	names     map[types.UID]types.NamespacedName
 	sandboxes map[types.UID]*podSandbox
+
+	// migrations are the node's live migrations (migration.go); targets the target pods the
+	// agent prepared a VM in, by pod.
+	migrations *migrations
+	targetsMu  sync.Mutex
+	targets    map[types.NamespacedName]targetOf
 }
 
 // NewAgent makes the agent of cfg.NodeName on mgr, with its node handler: it starts the handler
@@ -148,11 +156,13 @@ func NewAgent(ctx context.Context, mgr ctrl.Manager, cfg AgentConfig, hcfg handl
 	warnOnce := new(sync.Once) // one warning about the host state directory's propagation
 	a := &Agent{
 		cfg: cfg, client: mgr.GetClient(), reader: mgr.GetAPIReader(), log: cfg.Log, events: mgr.GetEventRecorder(EventSource),
-		disks:     containerDisks{root: cfg.HostStateDir, timeout: cfg.DialTimeout, log: cfg.Log, warnOnce: warnOnce},
-		claims:    podClaims{root: cfg.HostStateDir, log: cfg.Log, warnOnce: warnOnce},
-		changed:   make(chan event.GenericEvent, 1024),
-		names:     map[types.UID]types.NamespacedName{},
-		sandboxes: map[types.UID]*podSandbox{},
+		disks:      containerDisks{root: cfg.HostStateDir, timeout: cfg.DialTimeout, log: cfg.Log, warnOnce: warnOnce},
+		claims:     podClaims{root: cfg.HostStateDir, log: cfg.Log, warnOnce: warnOnce},
+		changed:    make(chan event.GenericEvent, 1024),
+		names:      map[types.UID]types.NamespacedName{},
+		sandboxes:  map[types.UID]*podSandbox{},
+		migrations: newMigrations(),
+		targets:    map[types.NamespacedName]targetOf{},
 	}
 	next := hopts.OnStatus
 	hopts.Sandboxes = handler.SandboxesFunc(func(vmi *v1alpha1.VirtualMachineInstance) handler.Sandbox { return a.sandbox(vmi) })
@@ -203,8 +213,12 @@ func (a *Agent) setup(mgr ctrl.Manager) error {
 		<-ctx.Done()
 		a.consoles.close()
 		a.probes.close()
+		a.migrations.close()
 		return nil
 	})); err != nil {
+		return err
+	}
+	if err := a.setupMigrationTargets(mgr); err != nil {
 		return err
 	}
 	podToVMI := crhandler.EnqueueRequestsFromMapFunc(func(_ context.Context, o client.Object) []reconcile.Request {
@@ -255,6 +269,11 @@ func (a *Agent) Reconcile(ctx context.Context, req reconcile.Request) (reconcile
 	a.mu.Lock()
 	a.names[vmi.UID] = req.NamespacedName
 	a.mu.Unlock()
+	if a.h.MigratedAway(vmi.UID) || migratedAway(&vmi, a.cfg.NodeName) {
+		// The VMI runs on the target now; its status is the target node's to write. The VM is
+		// let go here when the VMI controller moves the VMI (its label) or deletes this pod.
+		return reconcile.Result{}, nil
+	}
 
 	pod, err := a.launcherPod(ctx, &vmi)
 	if err != nil {
@@ -311,6 +330,7 @@ func (a *Agent) Reconcile(ctx context.Context, req reconcile.Request) (reconcile
 		return reconcile.Result{}, err
 	}
 	if st.Phase == v1alpha1.Running {
+		a.ensureOutgoing(&vmi)
 		if vmi.Spec.SerialConsoleLogged() {
 			// For the launcher pod's guest-console-log container.
 			a.consoles.ensure(context.Background(), vmi.UID)
@@ -363,8 +383,14 @@ func (a *Agent) launcherPod(ctx context.Context, vmi *v1alpha1.VirtualMachineIns
 	var found *corev1.Pod
 	for i := range pods.Items {
 		p := &pods.Items[i]
-		if p.Spec.NodeName != a.cfg.NodeName || p.Labels[v1alpha1.MigrationUIDLabel] != "" {
-			continue // another node's, or a migration target
+		if p.Spec.NodeName != a.cfg.NodeName {
+			continue // another node's
+		}
+		if p.Labels[v1alpha1.MigrationUIDLabel] != "" && p.Name != vmi.Status.LauncherPodName {
+			continue // a migration target, not (yet) the VMI's launcher pod
+		}
+		if p.Name == vmi.Status.LauncherPodName {
+			return p, nil
 		}
 		if found == nil || p.CreationTimestamp.After(found.CreationTimestamp.Time) {
 			found = p
@@ -414,6 +440,12 @@ func (a *Agent) forget(ctx context.Context, name types.NamespacedName) error {
 }
 
 func (a *Agent) stopUnknown(ctx context.Context, uid types.UID, name types.NamespacedName) error {
+	if _, waiting := a.h.IncomingOf(uid); waiting {
+		// A migration target: not this node's VMI yet. The target controller stops it when
+		// its migration ends without it.
+		return nil
+	}
+	away := a.h.MigratedAway(uid)
 	a.consoles.stop(uid)
 	a.probes.stop(uid)
 	if _, known := a.h.Status(uid); known {
@@ -421,7 +453,11 @@ func (a *Agent) stopUnknown(ctx context.Context, uid types.UID, name types.Names
 		if _, err := a.h.Stop(ctx, stub, 0); err != nil {
 			return err
 		}
-		a.log.Info("stopped a VM whose VMI is gone", "vmi", name, "uid", uid)
+		if away {
+			a.log.Info("let go of a VM that migrated away", "vmi", name, "uid", uid)
+		} else {
+			a.log.Info("stopped a VM whose VMI is gone", "vmi", name, "uid", uid)
+		}
 	}
 	if err := a.releaseMounts(uid); err != nil {
 		return err
