@@ -70,12 +70,19 @@ type migration struct {
 	// passes are the bytes left after each pass of pre-copy, for the convergence rule.
 	passes  []uint64
 	lastSeq uint64
+	// disks are the disks the source copies (migratedisks.go); memoryStarted says `migrate`
+	// ran (after the disk phase), switching that the switch-over of the disks began.
+	disks         []diskCopy
+	memoryStarted bool
+	switching     bool
 }
 
 // migrationRecord is a migration in the VM's record.
 type migrationRecord struct {
 	Info              json.RawMessage `json:"info"`
 	CompletionTimeout time.Duration   `json:"completionTimeout,omitempty"`
+	Disks             []diskCopy      `json:"disks,omitempty"`
+	MemoryStarted     bool            `json:"memoryStarted,omitempty"`
 }
 
 func (m *migration) ended() bool {
@@ -115,7 +122,7 @@ func (v *vm) persistMigrationLocked() {
 	if err != nil {
 		return
 	}
-	v.rec.Migration = &migrationRecord{Info: raw, CompletionTimeout: v.mig.completionTimeout}
+	v.rec.Migration = &migrationRecord{Info: raw, CompletionTimeout: v.mig.completionTimeout, Disks: v.mig.disks, MemoryStarted: v.mig.memoryStarted}
 }
 
 // loadMigration is the migration of a record, nil when it has none.
@@ -127,7 +134,7 @@ func loadMigration(r *migrationRecord) *migration {
 	if protojson.Unmarshal(r.Info, info) != nil {
 		return nil
 	}
-	return &migration{info: info, completionTimeout: r.CompletionTimeout}
+	return &migration{info: info, completionTimeout: r.CompletionTimeout, disks: r.Disks, memoryStarted: r.MemoryStarted || len(r.Disks) == 0}
 }
 
 // emitMigrationLocked records v.mig and reports it in a MIGRATION event.
@@ -196,10 +203,15 @@ func setCapabilities(ctx context.Context, mon Monitor, caps ...capability) error
 
 // Migrate implements driver.Migrator: the source side, as the comment above says.
 func (d *Driver) Migrate(ctx context.Context, req *hypervisorv1.MigrateRequest) error {
-	if _, err := d.get(req.GetId()); err != nil {
+	vv, err := d.get(req.GetId())
+	if err != nil {
 		return err
 	}
 	path, err := migrationSocket(req)
+	if err != nil {
+		return err
+	}
+	disks, disksSocket, err := migrationDisks(vv.spec, req)
 	if err != nil {
 		return err
 	}
@@ -216,6 +228,9 @@ func (d *Driver) Migrate(ctx context.Context, req *hypervisorv1.MigrateRequest) 
 	if err := setCapabilities(ctx, s.mon,
 		capability{"events", true}, capability{"return-path", true},
 		capability{"auto-converge", req.GetAllowAutoConverge()}, capability{"postcopy-ram", req.GetAllowPostCopy()},
+		// With disks QEMU waits at the switch-over, the guest paused, until the mirrors are
+		// completed (switchOver).
+		capability{"pause-before-switchover", len(disks) > 0},
 	); err != nil {
 		return status.Errorf(codes.FailedPrecondition, "vm %q: %v", v.id, err)
 	}
@@ -238,10 +253,29 @@ func (d *Driver) Migrate(ctx context.Context, req *hypervisorv1.MigrateRequest) 
 			Mode: hypervisorv1.MigrationMode_MIGRATION_MODE_PRE_COPY, StartedAt: timestamppb.Now(), Target: path,
 			BandwidthLimitBytesPerSecond: bandwidth, AutoConverge: req.GetAllowAutoConverge(), PostCopy: req.GetAllowPostCopy(),
 		},
+		disks: disks, memoryStarted: len(disks) == 0,
 	}
 	mig := v.mig
+	applyJobs(mig.info, disks, nil)
 	d.emitMigrationLocked(v)
 	v.mu.Unlock()
+	if len(disks) > 0 {
+		d.log.Info("migrating: copying disks first", "id", v.id, "target", path, "disks_target", disksSocket, "disks", len(disks))
+		if err := startMirrors(ctx, s.mon, disks, disksSocket); err != nil {
+			v.mu.Lock()
+			d.endMigrationLocked(v, hypervisorv1.MigrationPhase_MIGRATION_PHASE_FAILED, err.Error())
+			v.mu.Unlock()
+			return status.Errorf(codes.FailedPrecondition, "vm %q: %v", v.id, err)
+		}
+		v.mu.Lock()
+		if v.mig == mig && !mig.ended() {
+			mig.info.Phase = hypervisorv1.MigrationPhase_MIGRATION_PHASE_ACTIVE
+			d.emitMigrationLocked(v)
+		}
+		v.mu.Unlock()
+		go d.watchDisks(v, s, mig)
+		return nil
+	}
 	d.log.Info("migrating", "id", v.id, "target", path, "bandwidth", bandwidth, "auto_converge", req.GetAllowAutoConverge(),
 		"post_copy", req.GetAllowPostCopy(), "completion_timeout", mig.completionTimeout.String())
 	if _, err := s.mon.Run(ctx, "migrate", map[string]any{"uri": "unix:" + path}); err != nil {
@@ -341,6 +375,11 @@ func (d *Driver) watchMigration(v *vm, s *session, mig *migration) {
 		}
 		applyQuery(mig.info, q)
 		action, why := mig.nextAction(q)
+		if q.Status == "pre-switchover" && len(mig.disks) > 0 && !mig.switching {
+			// Seen here after a driver restart (else the MIGRATION event started it).
+			mig.switching = true
+			go d.switchOver(v, s, mig)
+		}
 		v.mu.Unlock()
 		switch action {
 		case "postcopy":
@@ -436,6 +475,11 @@ func (d *Driver) migrationEventLocked(v *vm, s *session, e qmp.Event) bool {
 			m.info.Phase = hypervisorv1.MigrationPhase_MIGRATION_PHASE_ACTIVE
 			d.emitMigrationLocked(v)
 		}
+	case "pre-switchover":
+		if !target && len(m.disks) > 0 && !m.switching {
+			m.switching = true
+			go d.switchOver(v, s, m)
+		}
 	case "postcopy-active":
 		if m.info.GetMode() != hypervisorv1.MigrationMode_MIGRATION_MODE_POST_COPY {
 			m.info.Phase = hypervisorv1.MigrationPhase_MIGRATION_PHASE_ACTIVE
@@ -463,7 +507,7 @@ func (d *Driver) migrationEventLocked(v *vm, s *session, e qmp.Event) bool {
 			go func() { _ = d.stop(context.Background(), v, s, driver.ReasonMigrationFailed) }()
 			msg = "the migration failed in post-copy: the VM is lost"
 		} else if !target {
-			go d.afterFailedOut(v, s)
+			go d.afterFailedOut(v, s, m.disks)
 		}
 		d.endMigrationLocked(v, hypervisorv1.MigrationPhase_MIGRATION_PHASE_FAILED, msg)
 	case "cancelled":
@@ -472,7 +516,7 @@ func (d *Driver) migrationEventLocked(v *vm, s *session, e qmp.Event) bool {
 			msg = m.cancelReason
 		}
 		if !target {
-			go d.afterFailedOut(v, s)
+			go d.afterFailedOut(v, s, m.disks)
 		}
 		d.endMigrationLocked(v, hypervisorv1.MigrationPhase_MIGRATION_PHASE_CANCELLED, msg)
 	}
@@ -480,8 +524,12 @@ func (d *Driver) migrationEventLocked(v *vm, s *session, e qmp.Event) bool {
 }
 
 // afterFailedOut makes sure a source whose migration failed or was cancelled runs: QEMU resumes
-// it by itself, unless the failure came at a moment it does not.
-func (d *Driver) afterFailedOut(v *vm, s *session) {
+// it by itself, unless the failure came at a moment it does not; the mirrors of its disks, if
+// any, are cancelled.
+func (d *Driver) afterFailedOut(v *vm, s *session, disks []diskCopy) {
+	if len(disks) > 0 {
+		d.cleanupMirrorsAfterFailure(s, disks)
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), migrationCommandWait)
 	defer cancel()
 	raw, err := s.mon.Run(ctx, "query-status", nil)
@@ -537,6 +585,10 @@ func (d *Driver) finishMigratedOut(v *vm, s *session) {
 func (d *Driver) runMigratedIn(v *vm, s *session) {
 	ctx, cancel := context.WithTimeout(context.Background(), migrationCommandWait)
 	defer cancel()
+	// The source completed its mirrors before it sent the device state: no writer is left.
+	if err := stopIncomingDisks(ctx, s.mon, v.spec); err != nil {
+		d.log.Warn("stop serving the migrated disks", "id", v.id, "error", err)
+	}
 	if _, err := s.mon.Run(ctx, "cont", nil); err != nil {
 		d.log.Error("run the migrated VM", "id", v.id, "error", err)
 		v.mu.Lock()
@@ -600,7 +652,7 @@ func (d *Driver) startIncoming(ctx context.Context, v *vm, s *session) error {
 	if _, err := s.mon.Run(ctx, "migrate-incoming", map[string]any{"uri": "unix:" + in.GetSocketPath()}); err != nil {
 		return fmt.Errorf("incomingMigration.socketPath: %w", err)
 	}
-	return nil
+	return serveIncomingDisks(ctx, s.mon, v.spec)
 }
 
 // MigrationStatus implements driver.Migrator: the source's live figures while it migrates.
@@ -616,14 +668,21 @@ func (d *Driver) MigrationStatus(ctx context.Context, id string) (*hypervisorv1.
 	if live {
 		qctx, cancel := context.WithTimeout(ctx, time.Second)
 		q, err := runQueryMigrate(qctx, s.mon)
+		var jobs map[string]blockJob
+		if len(m.disks) > 0 {
+			jobs, _ = queryJobs(qctx, s.mon)
+		}
 		cancel()
-		if err == nil {
-			v.mu.Lock()
-			if v.mig == m && !m.ended() {
+		v.mu.Lock()
+		if v.mig == m && !m.ended() {
+			if err == nil && m.memoryStarted {
 				applyQuery(m.info, q)
 			}
-			v.mu.Unlock()
+			if jobs != nil {
+				applyJobs(m.info, m.disks, jobs)
+			}
 		}
+		v.mu.Unlock()
 	}
 	v.mu.Lock()
 	defer v.mu.Unlock()
@@ -668,6 +727,18 @@ func (d *Driver) CancelMigration(ctx context.Context, id string) error {
 	case s.migratedOut:
 		v.mu.Unlock()
 		return status.Errorf(codes.FailedPrecondition, "vm %q migrated already", id)
+	}
+	if !m.memoryStarted {
+		// In the disk phase no QEMU migration runs: the driver ends it.
+		if m.cancelReason != "" {
+			v.mu.Unlock()
+			v.waitFor(ctx, cancelWait, func() bool { return v.mig != m || m.ended() || v.sess != s })
+			return nil
+		}
+		m.cancelReason = "cancelled"
+		v.mu.Unlock()
+		d.abortDisks(v, s, m, hypervisorv1.MigrationPhase_MIGRATION_PHASE_CANCELLED, "cancelled while its disks were copied")
+		return nil
 	}
 	if m.cancelReason == "" {
 		m.cancelReason = "cancelled"
@@ -738,11 +809,15 @@ func (d *Driver) recoverMigration(ctx context.Context, v *vm, mon Monitor, qsSta
 			v.mu.Lock()
 			d.endMigrationLocked(v, phase, "ended while the driver restarted: "+qemu)
 			v.mu.Unlock()
-			go d.afterFailedOut(v, s)
+			go d.afterFailedOut(v, s, m.disks)
 		}, true
 	default:
 		if err == nil {
 			applyQuery(m.info, q)
+		}
+		if !m.memoryStarted {
+			// In the disk phase: the mirrors go on in QEMU.
+			return hypervisorv1.State_STATE_RUNNING, func(s *session) { go d.watchDisks(v, s, m) }, true
 		}
 		return hypervisorv1.State_STATE_RUNNING, func(s *session) { go d.watchMigration(v, s, m) }, true
 	}

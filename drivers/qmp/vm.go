@@ -74,6 +74,8 @@ type record struct {
 	MigratedIn bool `json:"migratedIn,omitempty"`
 	// IncomingSocket is the socket a migration target listens on (Delete removes it).
 	IncomingSocket string `json:"incomingSocket,omitempty"`
+	// IncomingDisksSocket is the socket a migration target serves its disks on over NBD.
+	IncomingDisksSocket string `json:"incomingDisksSocket,omitempty"`
 }
 
 // vm is one VM the driver knows.
@@ -296,7 +298,7 @@ func (d *Driver) Create(ctx context.Context, spec *domainv1.DomainSpec) (*hyperv
 		rec: record{
 			ID: spec.GetId(), Name: spec.GetName(), RunDir: runDir, OwnRunDir: own,
 			QMPSocket: paths.QMP, SerialSocket: paths.Serial, Accel: accel, Spec: specJSON,
-			IncomingSocket: spec.GetIncomingMigration().GetSocketPath(),
+			IncomingSocket: spec.GetIncomingMigration().GetSocketPath(), IncomingDisksSocket: spec.GetIncomingMigration().GetDisksSocketPath(),
 		},
 	}
 	d.mu.Lock()
@@ -931,7 +933,7 @@ func (d *Driver) Delete(_ context.Context, id string) error {
 	}
 	v.mu.Unlock()
 	made := []string{v.paths.QMP, v.paths.Serial, v.paths.PID, v.paths.Log, v.paths.Agent, v.spec.GetVnc().GetSocketPath(),
-		v.rec.IncomingSocket}
+		v.rec.IncomingSocket, v.rec.IncomingDisksSocket}
 	if !v.spec.GetFirmware().GetEfi().GetPersistent() {
 		// A persistent store is the persistent state directory's, which outlives the VM.
 		made = append(made, v.paths.Vars)
