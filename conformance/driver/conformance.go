@@ -170,10 +170,12 @@ type Options struct {
 
 // MigrationRelay carries a migration's streams from the source to the target, as the node
 // handlers' migration proxy does between nodes: given the migrating VM's id, the source VM's
-// run directory and the target's incoming socket, it returns the unix socket the source is to
-// connect to (the MigrateRequest's target_socket_path, normally in the source's run directory),
-// and carries every connection made there to targetSocket until the check ends (t.Cleanup).
-type MigrationRelay func(t T, id, sourceRunDir, targetSocket string) string
+// run directory and the target's sockets by channel (ChannelMemory: its incoming socket;
+// ChannelDisks, for a migration that copies disks: its NBD socket), it returns for each channel
+// the unix socket the source is to connect to (the MigrateRequest's target_socket_path and
+// target_disks_socket_path, normally in the source's run directory), and carries every
+// connection made there to that channel's target socket until the check ends (t.Cleanup).
+type MigrationRelay func(t T, id, sourceRunDir string, targetSockets map[string]string) map[string]string
 
 // Option changes Options.
 type Option func(*Options)

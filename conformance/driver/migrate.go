@@ -130,6 +130,12 @@ type migrationTarget struct {
 // It checks what the contract says of a target that waits.
 func (s *vmSuite) prepareTarget(t T, peer driver.Hypervisor, vm *guestVM, allowPostCopy bool) *migrationTarget {
 	t.Helper()
+	return s.prepareTargetWith(t, peer, vm, func(spec *domainv1.DomainSpec) { spec.IncomingMigration.AllowPostCopy = allowPostCopy })
+}
+
+// prepareTargetWith is prepareTarget with edit applied to the target's spec before Create.
+func (s *vmSuite) prepareTargetWith(t T, peer driver.Hypervisor, vm *guestVM, edit func(*domainv1.DomainSpec)) *migrationTarget {
+	t.Helper()
 	tgt := &migrationTarget{guestVM: &guestVM{id: vm.id, token: vm.token, d: peer}}
 	tgt.launcher = s.startLauncher(t, vm.id)
 	runDir := shortTempDir(t)
@@ -141,7 +147,10 @@ func (s *vmSuite) prepareTarget(t T, peer driver.Hypervisor, vm *guestVM, allowP
 	}
 	spec.Sandbox = tgt.launcher.sandbox
 	tgt.socket = filepath.Join(runDir, migrationSocketName)
-	spec.IncomingMigration = &domainv1.IncomingMigration{SocketPath: tgt.socket, AllowPostCopy: allowPostCopy}
+	spec.IncomingMigration = &domainv1.IncomingMigration{SocketPath: tgt.socket}
+	if edit != nil {
+		edit(spec)
+	}
 	tgt.spec = spec
 	tgt.events = recordMigrationEvents(t, peer, vm.id)
 	handle, err := peer.Create(s.ctx(t), spec)
@@ -178,14 +187,27 @@ func (s *vmSuite) prepareTarget(t T, peer driver.Hypervisor, vm *guestVM, allowP
 // or the relay's socket (WithMigrationRelay).
 func (s *vmSuite) migrationPath(t T, vm *guestVM, tgt *migrationTarget) string {
 	t.Helper()
+	return s.migrationPaths(t, vm, tgt)[ChannelMemory]
+}
+
+// migrationPaths is migrationPath of each channel of the migration: ChannelMemory, and
+// ChannelDisks when the target serves disks (incoming_migration.disks_socket_path).
+func (s *vmSuite) migrationPaths(t T, vm *guestVM, tgt *migrationTarget) map[string]string {
+	t.Helper()
+	targets := map[string]string{ChannelMemory: tgt.socket}
+	if p := tgt.spec.GetIncomingMigration().GetDisksSocketPath(); p != "" {
+		targets[ChannelDisks] = p
+	}
 	if s.opts.MigrationRelay == nil {
-		return tgt.socket
+		return targets
 	}
-	path := s.opts.MigrationRelay(t, vm.id, vm.spec.GetRunDir(), tgt.socket)
-	if path == "" {
-		t.Fatalf("the migration relay gave no socket")
+	paths := s.opts.MigrationRelay(t, vm.id, vm.spec.GetRunDir(), targets)
+	for ch := range targets {
+		if paths[ch] == "" {
+			t.Fatalf("the migration relay gave no socket for the channel %q", ch)
+		}
 	}
-	return path
+	return paths
 }
 
 // waitMigration polls MigrationStatus of VM id until until says so (or the migration ended),

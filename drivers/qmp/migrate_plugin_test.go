@@ -52,13 +52,13 @@ func TestMigrationConformancePlugins(t *testing.T) {
 	if code != cli.ExitOK {
 		t.Errorf("exit code %d, want %d; stderr:\n%s", code, cli.ExitOK, tailLines(stderr.String(), 60))
 	}
-	for _, check := range []string{"Migrate/KeepsGuestState", "Migrate/Progress", "Migrate/Cancel"} {
+	for _, check := range []string{"Migrate/KeepsGuestState", "Migrate/Progress", "Migrate/Cancel", "Migrate/LocalDisks"} {
 		if !regexp.MustCompile(`--- PASS: vm/` + check + ` `).MatchString(out) {
 			t.Errorf("check %s did not pass", check)
 		}
 	}
-	if !strings.Contains(out, "3 passed, 0 failed, 0 skipped") {
-		t.Errorf("the summary is not 3 passed, 0 failed, 0 skipped")
+	if !strings.Contains(out, "4 passed, 0 failed, 0 skipped") {
+		t.Errorf("the summary is not 4 passed, 0 failed, 0 skipped")
 	}
 }
 
@@ -69,4 +69,50 @@ func tailLines(s string, n int) string {
 		lines = lines[len(lines)-n:]
 	}
 	return strings.Join(lines, "\n")
+}
+
+// TestMigrationLocalDisksDiskBoot runs the kit's Migrate/LocalDisks check as
+// TestMigrationConformancePlugins does, with the guest booting from its containerDisk under the
+// BIOS: the VM then has the containerDisk's overlay as well as the emptyDisk, and the check
+// copies the overlay's top image only (sync top: the target's fresh overlay is over the same
+// base) and the emptyDisk whole, and reads a marker from each back on the target.
+func TestMigrationLocalDisksDiskBoot(t *testing.T) {
+	requireQEMU(t)
+	dir := guestDir()
+	if _, err := conformance.GuestFromDir(dir); err != nil {
+		testenv.Missing(t, "test guest not built: run make guest (%v)", err)
+	}
+	bin := t.TempDir()
+	if err := testbin.Build(bin, false,
+		"github.com/kubevisor/kubevisor/cmd/kubevisor-driver-qmp",
+		"github.com/kubevisor/kubevisor/cmd/kubevisor-driver-local",
+		"github.com/kubevisor/kubevisor/cmd/kubevisor-launcher"); err != nil {
+		t.Fatal(err)
+	}
+	var stdout, stderr bytes.Buffer
+	code := cli.RunVM(cli.VMConfig{
+		Hypervisor: filepath.Join(bin, "kubevisor-driver-qmp"),
+		Storage:    filepath.Join(bin, "kubevisor-driver-local"),
+		Launcher:   filepath.Join(bin, "kubevisor-launcher"),
+		GuestDir:   dir,
+		Boot:       "disk",
+		DiskBus:    "virtio", CDROMBus: "scsi",
+		Run:             "Migrate/LocalDisks",
+		StateDir:        filepath.Join(t.TempDir(), "state"),
+		Timeout:         conformance.DefaultVMTimeout,
+		BootTimeout:     conformance.DefaultBootTimeout,
+		ShutdownTimeout: conformance.DefaultGuestShutdownTimeout,
+		LogLevel:        "warn",
+	}, &stdout, &stderr)
+	out := stdout.String()
+	t.Logf("kubevisor-conformance vm --boot disk --run Migrate/LocalDisks:\n%s", out)
+	if code != cli.ExitOK {
+		t.Errorf("exit code %d, want %d; stderr:\n%s", code, cli.ExitOK, tailLines(stderr.String(), 60))
+	}
+	if !regexp.MustCompile(`--- PASS: vm/Migrate/LocalDisks `).MatchString(out) || !strings.Contains(out, "1 passed, 0 failed, 0 skipped") {
+		t.Errorf("Migrate/LocalDisks did not pass")
+	}
+	if !regexp.MustCompile(`name:"containerdisk"\s+top_only:true\s+total_bytes:\d+\s+transferred_bytes:[1-9]`).MatchString(out) {
+		t.Errorf("the check did not report the containerDisk's top image copied")
+	}
 }

@@ -9,29 +9,38 @@
 //
 // # Protocol
 //
+// A migration has one or two channels, each a pair of unix sockets: ChannelMemory (the memory
+// and device state: the source's Socket, the target VM's incoming socket) and, for a migration
+// that copies disks, ChannelDisks (the disk mirrors' NBD stream: the source's DisksSocket, the
+// target VM's NBD socket, IncomingSpec.DisksTargetSocket). A connection made on a channel's
+// source socket reaches that channel's target socket and no other.
+//
 // One TCP connection per stream the VM process opens: a hypervisor may open several for one
-// migration (QEMU's post-copy preemption channel, multifd channels, the disk mirror's), and
-// each is carried on a TLS connection of its own, so that they neither share a window nor wait
-// on one another. The bytes after the handshake are the VM process's, untouched: no header, no
+// migration (QEMU's post-copy preemption channel, multifd channels, one NBD connection per
+// mirrored disk), and each is carried on a TLS connection of its own, so that they neither
+// share a window nor wait on one another. The bytes after the handshake are the VM process's, untouched: no header, no
 // framing. Each direction ends on its own: when one side stops writing (EOF on the unix socket,
 // close_notify on TLS) the proxy passes the half-close on and the other direction goes on (the
 // VM process's return path keeps talking after the main stream is done). An error in either
 // direction closes both ends of that connection.
 //
-// The migration is named in the TLS ClientHello: the server name (SNI) is ServerName(id), with
-// id the migration's identifier (a DNS label: the VirtualMachineInstanceMigration's UID), and
-// the application protocol (ALPN) is Protocol. The identifier is in the ClientHello rather
-// than in the first bytes of the stream because
-//   - the target handler knows which migration is asked for before the handshake completes,
-//     and so which node the client certificate must name: it refuses an unknown or ended
-//     migration, and a client of another node, in the handshake itself, before it has read a
-//     byte of the stream or dialled the VM's socket;
+// The migration and the channel are named in the TLS ClientHello: the server name (SNI) is
+// ChannelServerName(id, channel), with id the migration's identifier (a DNS label: the
+// VirtualMachineInstanceMigration's UID): "<id>.migration.kubevisor.io" (ServerName(id)) for
+// ChannelMemory, "<channel>.<id>.migration.kubevisor.io" for another channel ("disks.<id>...");
+// the application protocol (ALPN) is Protocol. The identifier and the channel are in the
+// ClientHello rather than in the first bytes of the stream because
+//   - the target handler knows which migration and channel are asked for before the handshake
+//     completes, and so which node the client certificate must name: it refuses an unknown or
+//     ended migration, a channel that migration does not have, and a client of another node, in
+//     the handshake itself, before it has read a byte of the stream or dialled the VM's socket;
 //   - the stream stays the VM process's own bytes, with nothing to parse or wait for, and no
 //     header a slow client could hold a connection open with;
 //   - ALPN versions the protocol: a later one (a framed stream, say) is negotiated, not guessed.
 //
-// The identifier is not a secret (SNI is sent in clear, and anyone who can read the migration
-// object knows it): it routes and scopes, the certificates authenticate. A token known to both
+// The identifier and the channel are not secrets (SNI is sent in clear, and anyone who can read
+// the migration object knows them): they route and scope, the certificates authenticate; every
+// channel of a migration has the same trust rules (below), checked on each connection. A token known to both
 // handlers would add nothing: only the source node's handler holds the key of its node
 // certificate.
 //
@@ -57,19 +66,19 @@
 //
 // Nothing listens unauthenticated: the TCP port (MigrationPort) completes a handshake only with
 // a certificate of the CA, and carries bytes only for a migration this node expects from the
-// client's node. The source's unix socket is made 0600 in the VM's run directory (0700), given
-// to the VM process's user when Outgoing says so: only that user and root on the node reach it.
-// The target's socket is the hypervisor driver's own, in the target VM's run directory.
+// client's node. The source's unix sockets are made 0600 in the VM's run directory (0700), given
+// to the VM process's user when Outgoing says so: only that user and root on the node reach them.
+// The target's sockets are the hypervisor driver's own, in the target VM's run directory.
 //
 // # Lifetime and limits
 //
 // Incoming and Outgoing return a Migration, which the handler closes when the migration ends,
 // fails or is cancelled: Close stops accepting for it, closes every connection it carries
-// (both ends), removes the source's socket, and waits for its goroutines. The target's socket is
-// left to the driver. The proxy itself closes every migration when its Run ends.
+// (both ends), removes the source's sockets, and waits for its goroutines. The target's sockets
+// are left to the driver. The proxy itself closes every migration when its Run ends.
 //
-//   - Config.MaxConnsPerMigration connections at once per migration and side (8); more are
-//     refused.
+//   - Config.MaxConnsPerMigration connections at once per migration and side (8), its channels
+//     together; more are refused.
 //   - Config.MaxPendingHandshakes handshakes at once on the port (32); more connections are
 //     closed unanswered.
 //   - A handshake must complete within Config.HandshakeTimeout (10 s), and the source's dial of
@@ -82,7 +91,7 @@
 // # Progress
 //
 // Migration.Stats counts the bytes carried each way and the connections carried and refused,
-// live. With Config.Registerer the proxy also exports Prometheus metrics, by side and direction
+// live, in all and by channel (Stats.Channels). With Config.Registerer the proxy also exports Prometheus metrics, by side and direction
 // (not by migration: their number is unbounded):
 //
 //	kubevisor_migration_proxy_bytes_total{side, direction}

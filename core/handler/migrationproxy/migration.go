@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"net"
+	"strings"
 	"sync"
 	"sync/atomic"
 )
@@ -28,8 +29,44 @@ type Stats struct {
 	// handshake is done: such a connection is counted carried and refused, and the source sees
 	// only the TLS alert (the reason is in the target's log).
 	Refused int
-	// ToTarget and ToSource are the bytes carried each way.
+	// ToTarget and ToSource are the bytes carried each way, over every channel.
 	ToTarget, ToSource uint64
+	// Channels are the figures of each channel of the migration (ChannelMemory, ChannelDisks),
+	// by name.
+	Channels map[string]ChannelStats
+}
+
+// ChannelStats are one channel's figures, so far.
+type ChannelStats struct {
+	// Carried is how many connections of the channel were carried.
+	Carried int
+	// ToTarget and ToSource are the bytes carried each way on the channel.
+	ToTarget, ToSource uint64
+}
+
+// Channels of a migration: each is its own pair of sockets (the source's, the target VM's),
+// and its connections name it in the ClientHello (ChannelServerName).
+const (
+	// ChannelMemory carries the memory and device state: the MigrateRequest's
+	// target_socket_path to the target's incoming_migration.socket_path.
+	ChannelMemory = "memory"
+	// ChannelDisks carries the disks a migration copies: the MigrateRequest's
+	// target_disks_socket_path to the target's incoming_migration.disks_socket_path (its NBD
+	// server).
+	ChannelDisks = "disks"
+)
+
+// channel is one channel of a migration.
+type channel struct {
+	name string
+	// socket is the unix socket: the target VM's (Incoming) or the one the proxy listens on
+	// (Outgoing).
+	socket string
+	// ln is an Outgoing's listener.
+	ln *net.UnixListener
+
+	toTarget, toSource atomic.Uint64
+	carried            atomic.Int64
 }
 
 // Migration is one side of one migration on this node's proxy (Incoming or Outgoing). Close it
@@ -41,11 +78,8 @@ type Migration struct {
 	// peer is the node at the other end: the source node of an Incoming, the target node of an
 	// Outgoing.
 	peer string
-	// socket is the unix socket: the target VM's (Incoming) or the one the proxy listens on
-	// (Outgoing).
-	socket string
-	// ln is an Outgoing's listener.
-	ln *net.UnixListener
+	// channels are the migration's channels by name; ChannelMemory is always one.
+	channels map[string]*channel
 	// ctx ends with Close; it stops dials and handshakes.
 	ctx    context.Context
 	cancel context.CancelFunc
@@ -63,26 +97,66 @@ type Migration struct {
 	closing sync.Once
 }
 
-func newMigration(p *Proxy, s side, id, peer, socket string) *Migration {
+// newMigration is a migration with a channel per entry of sockets (name: socket).
+func newMigration(p *Proxy, s side, id, peer string, sockets map[string]string) *Migration {
 	ctx, cancel := context.WithCancel(context.Background())
-	return &Migration{p: p, id: id, side: s, peer: peer, socket: socket, ctx: ctx, cancel: cancel, conns: map[net.Conn]struct{}{}}
+	m := &Migration{p: p, id: id, side: s, peer: peer, channels: map[string]*channel{}, ctx: ctx, cancel: cancel, conns: map[net.Conn]struct{}{}}
+	for name, socket := range sockets {
+		m.channels[name] = &channel{name: name, socket: socket}
+	}
+	return m
+}
+
+// channelSockets is the channels of a spec, by name: memory's, and disks' when set.
+func channelSockets(memory, disks string) map[string]string {
+	sockets := map[string]string{ChannelMemory: memory}
+	if disks != "" {
+		sockets[ChannelDisks] = disks
+	}
+	return sockets
+}
+
+// sockets lists the channels' sockets, for the log.
+func (m *Migration) sockets() string {
+	var parts []string
+	for _, name := range []string{ChannelMemory, ChannelDisks} {
+		if c := m.channels[name]; c != nil {
+			parts = append(parts, name+"="+c.socket)
+		}
+	}
+	return strings.Join(parts, " ")
 }
 
 // ID is the migration's identifier.
 func (m *Migration) ID() string { return m.id }
 
-// SocketPath is the unix socket: for an Outgoing the one the VM process is to connect to (the
-// MigrateRequest's target_socket_path), for an Incoming the target VM's.
-func (m *Migration) SocketPath() string { return m.socket }
+// SocketPath is the unix socket of ChannelMemory: for an Outgoing the one the VM process is to
+// connect to (the MigrateRequest's target_socket_path), for an Incoming the target VM's.
+func (m *Migration) SocketPath() string { return m.channels[ChannelMemory].socket }
+
+// DisksSocketPath is the unix socket of ChannelDisks, "" for a migration without it: for an
+// Outgoing the one the VM process is to connect to (the MigrateRequest's
+// target_disks_socket_path), for an Incoming the target VM's NBD socket.
+func (m *Migration) DisksSocketPath() string {
+	if c := m.channels[ChannelDisks]; c != nil {
+		return c.socket
+	}
+	return ""
+}
 
 // Stats returns the migration's figures so far.
 func (m *Migration) Stats() Stats {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	return Stats{
+	st := Stats{
 		Carried: m.carried, Active: m.active, Refused: m.refused,
 		ToTarget: m.toTarget.Load(), ToSource: m.toSource.Load(),
+		Channels: map[string]ChannelStats{},
 	}
+	for name, c := range m.channels {
+		st.Channels[name] = ChannelStats{Carried: int(c.carried.Load()), ToTarget: c.toTarget.Load(), ToSource: c.toSource.Load()}
+	}
+	return st
 }
 
 // Close ends the migration on this side: no new connection, every connection closed (both
@@ -96,10 +170,12 @@ func (m *Migration) Close() error {
 		m.closed = true
 		m.mu.Unlock()
 		m.cancel()
-		if m.ln != nil {
-			// The listener removes its socket file.
-			if cerr := m.ln.Close(); cerr != nil {
-				err = fmt.Errorf("close the migration socket %s: %w", m.socket, cerr)
+		for _, c := range m.channels {
+			if c.ln != nil {
+				// The listener removes its socket file.
+				if cerr := c.ln.Close(); cerr != nil && err == nil {
+					err = fmt.Errorf("close the migration socket %s: %w", c.socket, cerr)
+				}
 			}
 		}
 		m.closeConns()

@@ -750,3 +750,124 @@ func waitFor(t *testing.T, what string, cond func() bool) {
 		time.Sleep(10 * time.Millisecond)
 	}
 }
+
+// TestTwoChannels: a migration with ChannelDisks as well carries each source socket's
+// connections to its own target socket (the memory stream to the VM's incoming socket, the
+// disks' to its NBD socket), counts each channel apart, refuses a channel the target does not
+// expect, and removes both source sockets on Close.
+func TestTwoChannels(t *testing.T) {
+	ca := testpki.NewCA(t, "kubevisor-ca")
+	src := startNode(t, sourceNode, testpki.CertDir(t, ca, node(sourceNode), ca))
+	tgt := startNode(t, targetNode, testpki.CertDir(t, ca, node(targetNode), ca))
+	echoAs := func(tag string) func(c *net.UnixConn) {
+		return func(c *net.UnixConn) {
+			b, err := io.ReadAll(c)
+			if err != nil {
+				return
+			}
+			fmt.Fprintf(c, "%s got %d bytes", tag, len(b))
+			_ = c.CloseWrite()
+		}
+	}
+	mem, disks := startVM(t, echoAs("memory")), startVM(t, echoAs("disks"))
+	in, err := tgt.p.Incoming(IncomingSpec{ID: testID, SourceNode: sourceNode, TargetSocket: mem.socket, DisksTargetSocket: disks.socket})
+	if err != nil {
+		t.Fatalf("Incoming with two channels: %v", err)
+	}
+	defer in.Close()
+	dir := shortDir(t)
+	out, err := src.p.Outgoing(OutgoingSpec{ID: testID, TargetNode: targetNode, TargetAddr: tgt.addr,
+		Socket: filepath.Join(dir, SocketName), DisksSocket: filepath.Join(dir, DisksSocketName)})
+	if err != nil {
+		t.Fatalf("Outgoing with two channels: %v", err)
+	}
+	if out.DisksSocketPath() != filepath.Join(dir, DisksSocketName) || in.DisksSocketPath() != disks.socket {
+		t.Fatalf("DisksSocketPath: source %q, target %q", out.DisksSocketPath(), in.DisksSocketPath())
+	}
+	send := func(socket string, n int) string {
+		c := dialSource(t, socket)
+		_ = c.SetDeadline(time.Now().Add(20 * time.Second))
+		if _, err := c.Write(randomBytes(t, n)); err != nil {
+			t.Fatalf("write into %s: %v", socket, err)
+		}
+		_ = c.CloseWrite()
+		b, err := io.ReadAll(c)
+		if err != nil {
+			t.Fatalf("read from %s: %v", socket, err)
+		}
+		return string(b)
+	}
+	if got := send(out.SocketPath(), 1<<20); got != "memory got 1048576 bytes" {
+		t.Errorf("the memory channel's answer: %q", got)
+	}
+	if got := send(out.DisksSocketPath(), 3<<20); got != "disks got 3145728 bytes" {
+		t.Errorf("the disks channel's answer: %q", got)
+	}
+	if got := send(out.DisksSocketPath(), 1000); got != "disks got 1000 bytes" {
+		t.Errorf("the disks channel's second answer: %q", got)
+	}
+	waitFor(t, "the connections end on both sides", func() bool { return out.Stats().Active == 0 && in.Stats().Active == 0 })
+	for _, m := range []*Migration{out, in} {
+		st := m.Stats()
+		cm, cd := st.Channels[ChannelMemory], st.Channels[ChannelDisks]
+		if cm.Carried != 1 || cm.ToTarget != 1<<20 || cd.Carried != 2 || cd.ToTarget != 3<<20+1000 || st.ToTarget != 4<<20+1000 || st.Carried != 3 || st.Refused != 0 {
+			t.Errorf("%s side stats %+v, want memory 1 connection of 1 MiB, disks 2 of 3 MiB + 1000 bytes, none refused", m.side, st)
+		}
+	}
+	if mem.accepted.Load() != 1 || disks.accepted.Load() != 2 {
+		t.Errorf("the VM's sockets got %d (memory) and %d (disks) connections, want 1 and 2", mem.accepted.Load(), disks.accepted.Load())
+	}
+
+	// A migration that expects no disks channel refuses one in the handshake.
+	const other = "0b0b-no-disks"
+	in2, err := tgt.p.Incoming(IncomingSpec{ID: other, SourceNode: sourceNode, TargetSocket: mem.socket})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer in2.Close()
+	out2, err := src.p.Outgoing(OutgoingSpec{ID: other, TargetNode: targetNode, TargetAddr: tgt.addr,
+		Socket: filepath.Join(dir, "m2.sock"), DisksSocket: filepath.Join(dir, "d2.sock")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer out2.Close()
+	c := dialSource(t, out2.DisksSocketPath())
+	_ = c.SetDeadline(time.Now().Add(20 * time.Second))
+	if b, _ := io.ReadAll(c); len(b) != 0 {
+		t.Errorf("a connection on a channel the target does not expect got %q", b)
+	}
+	waitFor(t, "the refusal is counted", func() bool { return out2.Stats().Refused == 1 })
+	if !strings.Contains(tgt.log.String(), `has no channel \"disks\"`) && !strings.Contains(tgt.log.String(), `has no channel "disks"`) {
+		t.Errorf("the target did not log the unknown channel:\n%s", tgt.log.String())
+	}
+
+	if _, err := src.p.Outgoing(OutgoingSpec{ID: "0c0c", TargetNode: targetNode, TargetAddr: tgt.addr, Socket: filepath.Join(dir, "x.sock"), DisksSocket: filepath.Join(dir, "x.sock")}); !errors.Is(err, ErrInvalid) {
+		t.Errorf("Outgoing with one socket for both channels = %v, want ErrInvalid", err)
+	}
+	if err := out.Close(); err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range []string{filepath.Join(dir, SocketName), filepath.Join(dir, DisksSocketName)} {
+		if _, err := os.Lstat(p); !errors.Is(err, fs.ErrNotExist) {
+			t.Errorf("the source socket %s is left after Close: %v", p, err)
+		}
+	}
+}
+
+func TestServerNames(t *testing.T) {
+	for _, tc := range []struct{ name, id, channel string }{
+		{ServerName("abc"), "abc", ChannelMemory},
+		{ChannelServerName("abc", ChannelMemory), "abc", ChannelMemory},
+		{ChannelServerName("abc", ChannelDisks), "abc", ChannelDisks},
+	} {
+		id, ch, err := idOfServerName(tc.name)
+		if err != nil || id != tc.id || ch != tc.channel {
+			t.Errorf("idOfServerName(%q) = %q, %q, %v; want %q, %q", tc.name, id, ch, err, tc.id, tc.channel)
+		}
+	}
+	for _, bad := range []string{"abc.example.org", "a.b.c" + ServerNameSuffix, "Disks.abc" + ServerNameSuffix, ServerNameSuffix} {
+		if _, _, err := idOfServerName(bad); err == nil {
+			t.Errorf("idOfServerName(%q) is not an error", bad)
+		}
+	}
+}

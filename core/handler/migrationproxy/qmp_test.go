@@ -24,9 +24,12 @@ import (
 // directory, every VM under a kubevisor-launcher of its own, the test guest booting under TCG),
 // with every migration carried by a pair of proxies, as between two nodes: the source driver's
 // QEMU connects to node-a's socket in the source VM's run directory, node-a carries it over
-// mutual TLS to node-b's port, node-b to the target QEMU's incoming socket. The guest keeps its
-// state, a limited migration reports its progress, a cancelled one leaves the guest running at
-// the source; both proxies count the same bytes each way, and no socket of theirs is left.
+// mutual TLS to node-b's port, node-b to the target QEMU's incoming socket; LocalDisks's
+// migration has its disks channel as well (the source QEMU's mirrors to node-a's second socket,
+// over TLS named for that channel, to the target QEMU's NBD socket). The guest keeps its state,
+// a limited migration reports its progress, a cancelled one leaves the guest running at the
+// source, the markers the guest wrote on its emptyDisk are on the target's; both proxies count
+// the same bytes each way, and no socket of theirs is left.
 func TestQMPMigrationThroughTheProxy(t *testing.T) {
 	testenv.Command(t, "qemu-system-x86_64", "qemu-system-x86")
 	dir := os.Getenv("KUBEVISOR_GUEST_DIR")
@@ -56,12 +59,16 @@ func TestQMPMigrationThroughTheProxy(t *testing.T) {
 		relays  []relayed
 		leftErr []string
 	)
-	relay := func(ct conformance.T, id, runDir, targetSocket string) string {
-		in, err := tgt.p.Incoming(IncomingSpec{ID: id, SourceNode: sourceNode, TargetSocket: targetSocket})
+	relay := func(ct conformance.T, id, runDir string, targets map[string]string) map[string]string {
+		in, err := tgt.p.Incoming(IncomingSpec{ID: id, SourceNode: sourceNode, TargetSocket: targets[conformance.ChannelMemory], DisksTargetSocket: targets[conformance.ChannelDisks]})
 		if err != nil {
 			ct.Fatalf("Incoming on %s: %v", targetNode, err)
 		}
-		out, err := src.p.Outgoing(OutgoingSpec{ID: id, TargetNode: targetNode, TargetAddr: tgt.addr, Socket: filepath.Join(runDir, SocketName)})
+		spec := OutgoingSpec{ID: id, TargetNode: targetNode, TargetAddr: tgt.addr, Socket: filepath.Join(runDir, SocketName)}
+		if targets[conformance.ChannelDisks] != "" {
+			spec.DisksSocket = filepath.Join(runDir, DisksSocketName)
+		}
+		out, err := src.p.Outgoing(spec)
 		if err != nil {
 			in.Close()
 			ct.Fatalf("Outgoing on %s: %v", sourceNode, err)
@@ -69,16 +76,22 @@ func TestQMPMigrationThroughTheProxy(t *testing.T) {
 		ct.Cleanup(func() {
 			out.Close()
 			in.Close()
-			if _, err := os.Lstat(out.SocketPath()); !errors.Is(err, fs.ErrNotExist) {
-				mu.Lock()
-				leftErr = append(leftErr, out.SocketPath())
-				mu.Unlock()
+			for _, p := range []string{out.SocketPath(), out.DisksSocketPath()} {
+				if _, err := os.Lstat(p); p != "" && !errors.Is(err, fs.ErrNotExist) {
+					mu.Lock()
+					leftErr = append(leftErr, p)
+					mu.Unlock()
+				}
 			}
 		})
 		mu.Lock()
 		relays = append(relays, relayed{id, in, out})
 		mu.Unlock()
-		return out.SocketPath()
+		paths := map[string]string{conformance.ChannelMemory: out.SocketPath()}
+		if p := out.DisksSocketPath(); p != "" {
+			paths[conformance.ChannelDisks] = p
+		}
+		return paths
 	}
 
 	var stdout, stderr bytes.Buffer
@@ -102,24 +115,33 @@ func TestQMPMigrationThroughTheProxy(t *testing.T) {
 	if code != cli.ExitOK {
 		t.Errorf("exit code %d, want %d; stderr:\n%s", code, cli.ExitOK, tail(stderr.String(), 60))
 	}
-	for _, check := range []string{"Migrate/KeepsGuestState", "Migrate/Progress", "Migrate/Cancel"} {
+	for _, check := range []string{"Migrate/KeepsGuestState", "Migrate/Progress", "Migrate/Cancel", "Migrate/LocalDisks"} {
 		if !regexp.MustCompile(`--- PASS: vm/` + check + ` `).MatchString(out) {
 			t.Errorf("check %s did not pass", check)
 		}
 	}
-	if !strings.Contains(out, "3 passed, 0 failed, 0 skipped") {
-		t.Errorf("the summary is not 3 passed, 0 failed, 0 skipped")
+	if !strings.Contains(out, "4 passed, 0 failed, 0 skipped") {
+		t.Errorf("the summary is not 4 passed, 0 failed, 0 skipped")
 	}
 
 	mu.Lock()
 	defer mu.Unlock()
-	if len(relays) != 3 {
-		t.Fatalf("%d migrations went through the proxies, want 3 (one per check)", len(relays))
+	if len(relays) != 4 {
+		t.Fatalf("%d migrations went through the proxies, want 4 (one per check)", len(relays))
 	}
-	whole := 0 // migrations that carried the guest's memory: those of the checks that complete
+	whole := 0     // migrations that carried the guest's memory: those of the checks that complete
+	withDisks := 0 // migrations that carried disks (LocalDisks: its emptyDisk, whose zeroes cross as NBD write-zeroes, and the guest's markers)
 	for _, r := range relays {
 		s, d := r.out.Stats(), r.in.Stats()
 		t.Logf("migration %s: source side %+v, target side %+v", r.name, s, d)
+		if r.out.DisksSocketPath() != "" {
+			withDisks++
+			sd, dd := s.Channels[ChannelDisks], d.Channels[ChannelDisks]
+			if sd.Carried == 0 || sd.ToTarget == 0 || sd.ToSource == 0 || dd.ToTarget != sd.ToTarget || s.Channels[ChannelMemory].ToTarget < 64<<20 {
+				t.Errorf("migration %s: the disks channel carried %d connections, %d bytes to the target (target side %d), the memory channel %d bytes: want the NBD stream both ways on the disks channel, the memory on its own",
+					r.name, sd.Carried, sd.ToTarget, dd.ToTarget, s.Channels[ChannelMemory].ToTarget)
+			}
+		}
 		if s.Carried == 0 || s.ToTarget == 0 || s.Refused != 0 || d.Refused != 0 {
 			t.Errorf("migration %s: the source side carried %d connections, %d bytes to the target, refused %d (target side %d): want bytes carried, none refused", r.name, s.Carried, s.ToTarget, s.Refused, d.Refused)
 		}
@@ -138,8 +160,11 @@ func TestQMPMigrationThroughTheProxy(t *testing.T) {
 			t.Errorf("migration %s: the two sides disagree or still carry: source %+v, target %+v", r.name, s, d)
 		}
 	}
-	if whole != 2 {
-		t.Errorf("%d migrations carried at least 64 MiB, want 2 (KeepsGuestState and Progress; Cancel's is cancelled early)", whole)
+	if whole != 3 {
+		t.Errorf("%d migrations carried at least 64 MiB, want 3 (KeepsGuestState, Progress and LocalDisks; Cancel's is cancelled early)", whole)
+	}
+	if withDisks != 1 {
+		t.Errorf("%d migrations had a disks channel, want 1 (LocalDisks)", withDisks)
 	}
 	if len(leftErr) > 0 {
 		t.Errorf("sockets left after the checks: %s", leftErr)

@@ -15,6 +15,11 @@ import (
 // gives Outgoing (and the driver's Migrate as target_socket_path).
 const SocketName = "migration-proxy.sock"
 
+// DisksSocketName is the name of the source's socket of ChannelDisks in the VM's run directory
+// that the handler gives Outgoing as DisksSocket (and the driver's Migrate as
+// target_disks_socket_path).
+const DisksSocketName = "migration-proxy-disks.sock"
+
 // maxSocketPath is the longest path a unix socket can be bound at (sun_path, with its NUL).
 const maxSocketPath = 107
 
@@ -33,6 +38,11 @@ type OutgoingSpec struct {
 	// Migrate gets as target_socket_path. Something other than a socket there is an error; a
 	// socket left by an earlier migration is replaced.
 	Socket string
+	// DisksSocket, when set, is the socket of ChannelDisks, for a migration that copies disks:
+	// an absolute path in the source VM's run directory (<run_dir>/DisksSocketName) other than
+	// Socket, which the driver's Migrate gets as target_disks_socket_path; its connections go to
+	// the target's IncomingSpec.DisksTargetSocket. Same rules as Socket.
+	DisksSocket string
 	// Owner, when set, is given the socket (the VM process's user, the owner of the run
 	// directory); else it stays the handler's. It is 0600 either way.
 	Owner *Owner
@@ -41,9 +51,9 @@ type OutgoingSpec struct {
 // Owner is a user and group id.
 type Owner struct{ UID, GID int }
 
-// Outgoing makes the proxy listen on spec.Socket and carry each connection made there to the
-// target handler at spec.TargetAddr over mutual TLS, until the returned Migration is closed
-// (which removes the socket). It fails with ErrDisabled when the proxy does not run,
+// Outgoing makes the proxy listen on spec.Socket (and spec.DisksSocket) and carry each
+// connection made there to the target handler at spec.TargetAddr over mutual TLS, on the
+// channel of that socket, until the returned Migration is closed (which removes the sockets). It fails with ErrDisabled when the proxy does not run,
 // ErrNoCertificate without this node's certificate, ErrExists when the migration is already
 // sent from here, and ErrInvalid for a spec that is not valid.
 func (p *Proxy) Outgoing(spec OutgoingSpec) (*Migration, error) {
@@ -56,6 +66,10 @@ func (p *Proxy) Outgoing(spec OutgoingSpec) (*Migration, error) {
 		return nil, fmt.Errorf("%w: the target node %s is this node (a migration within a node needs no proxy)", ErrInvalid, spec.TargetNode)
 	case !filepath.IsAbs(spec.Socket) || len(spec.Socket) > maxSocketPath:
 		return nil, fmt.Errorf("%w: the socket %q is not an absolute path of at most %d bytes", ErrInvalid, spec.Socket, maxSocketPath)
+	case spec.DisksSocket != "" && (!filepath.IsAbs(spec.DisksSocket) || len(spec.DisksSocket) > maxSocketPath):
+		return nil, fmt.Errorf("%w: the disks socket %q is not an absolute path of at most %d bytes", ErrInvalid, spec.DisksSocket, maxSocketPath)
+	case filepath.Clean(spec.DisksSocket) == filepath.Clean(spec.Socket):
+		return nil, fmt.Errorf("%w: the disks socket is the memory socket %q", ErrInvalid, spec.Socket)
 	}
 	if _, _, err := net.SplitHostPort(spec.TargetAddr); err != nil {
 		return nil, fmt.Errorf("%w: target address %q: %w", ErrInvalid, spec.TargetAddr, err)
@@ -63,18 +77,27 @@ func (p *Proxy) Outgoing(spec OutgoingSpec) (*Migration, error) {
 	if _, err := p.credentials(); err != nil {
 		return nil, err
 	}
-	m := newMigration(p, sideSource, spec.ID, spec.TargetNode, spec.Socket)
+	m := newMigration(p, sideSource, spec.ID, spec.TargetNode, channelSockets(spec.Socket, spec.DisksSocket))
 	if err := p.register(m); err != nil {
 		return nil, err
 	}
-	ln, err := listenSocket(spec.Socket, spec.Owner)
-	if err != nil {
-		p.unregister(m)
-		return nil, err
+	for _, c := range m.channels {
+		ln, err := listenSocket(c.socket, spec.Owner)
+		if err != nil {
+			for _, o := range m.channels {
+				if o.ln != nil {
+					o.ln.Close()
+				}
+			}
+			p.unregister(m)
+			return nil, err
+		}
+		c.ln = ln
 	}
-	m.ln = ln
-	m.wg.Go(func() { p.acceptOutgoing(m, spec.TargetAddr) })
-	p.log.Info("migration proxy sends a migration", "migration", m.id, "target", m.peer, "addr", spec.TargetAddr, "socket", m.socket)
+	for _, c := range m.channels {
+		m.wg.Go(func() { p.acceptOutgoing(m, c, spec.TargetAddr) })
+	}
+	p.log.Info("migration proxy sends a migration", "migration", m.id, "target", m.peer, "addr", spec.TargetAddr, "sockets", m.sockets())
 	return m, nil
 }
 
@@ -107,34 +130,34 @@ func listenSocket(path string, owner *Owner) (*net.UnixListener, error) {
 	return ln, nil
 }
 
-// acceptOutgoing carries each connection of the VM process on m's socket to the target, until
-// m is closed.
-func (p *Proxy) acceptOutgoing(m *Migration, addr string) {
+// acceptOutgoing carries each connection of the VM process on the socket of m's channel c to
+// the target, until m is closed.
+func (p *Proxy) acceptOutgoing(m *Migration, c *channel, addr string) {
 	for {
-		conn, err := m.ln.AcceptUnix()
+		conn, err := c.ln.AcceptUnix()
 		if err != nil {
 			if m.ctx.Err() == nil {
-				p.log.Error("migration socket stopped accepting", "migration", m.id, "socket", m.socket, "error", err)
+				p.log.Error("migration socket stopped accepting", "migration", m.id, "channel", c.name, "socket", c.socket, "error", err)
 			}
 			return
 		}
 		if err := m.admit(conn); err != nil {
-			p.log.Warn("migration connection refused", "side", sideSource, "migration", m.id, "reason", err)
+			p.log.Warn("migration connection refused", "side", sideSource, "migration", m.id, "channel", c.name, "reason", err)
 			p.metrics.refused(sideSource)
 			m.countRefused()
 			conn.Close()
 			continue
 		}
-		go p.dialTarget(m, conn, addr)
+		go p.dialTarget(m, c, conn, addr)
 	}
 }
 
 // dialTarget carries an admitted connection of the VM process to the target handler.
-func (p *Proxy) dialTarget(m *Migration, vconn *net.UnixConn, addr string) {
-	tconn, err := p.dial(m, addr)
+func (p *Proxy) dialTarget(m *Migration, c *channel, vconn *net.UnixConn, addr string) {
+	tconn, err := p.dial(m, c, addr)
 	if err != nil {
 		if m.ctx.Err() == nil {
-			p.log.Warn("migration connection not carried: the target refused or could not be reached", "side", sideSource, "migration", m.id,
+			p.log.Warn("migration connection not carried: the target refused or could not be reached", "side", sideSource, "migration", m.id, "channel", c.name,
 				"target", m.peer, "addr", addr, "peer", peerName(err), "reason", err)
 		}
 		p.metrics.refused(sideSource)
@@ -142,18 +165,18 @@ func (p *Proxy) dialTarget(m *Migration, vconn *net.UnixConn, addr string) {
 		vconn.Close()
 		return
 	}
-	p.carry(m, vconn, vconn, tconn, addr)
+	p.carry(m, c, vconn, vconn, tconn, addr)
 }
 
-// dial connects to the target handler at addr and completes the handshake for m.
-func (p *Proxy) dial(m *Migration, addr string) (*tls.Conn, error) {
+// dial connects to the target handler at addr and completes the handshake for m's channel ch.
+func (p *Proxy) dial(m *Migration, ch *channel, addr string) (*tls.Conn, error) {
 	c, err := p.credentials()
 	if err != nil {
 		return nil, err
 	}
 	d := &tls.Dialer{
 		NetDialer: &net.Dialer{Timeout: p.cfg.DialTimeout},
-		Config:    clientConfig(c, m.id, m.peer),
+		Config:    clientConfig(c, ChannelServerName(m.id, ch.name), m.peer),
 	}
 	ctx, cancel := context.WithTimeout(m.ctx, p.cfg.DialTimeout+p.cfg.HandshakeTimeout)
 	defer cancel()

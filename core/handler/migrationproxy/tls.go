@@ -27,16 +27,29 @@ var idPattern = regexp.MustCompile(`^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$`)
 // '-', at most 63), as a Kubernetes UID is.
 func ValidID(id string) bool { return idPattern.MatchString(id) }
 
-// ServerName is the TLS server name (SNI) of a connection of migration id.
+// ServerName is the TLS server name (SNI) of a connection of migration id on ChannelMemory.
 func ServerName(id string) string { return id + ServerNameSuffix }
 
-// idOfServerName is the migration a server name names.
-func idOfServerName(name string) (string, error) {
-	id, ok := strings.CutSuffix(name, ServerNameSuffix)
-	if !ok || !ValidID(id) {
-		return "", fmt.Errorf("server name %q does not name a migration (<id>%s)", name, ServerNameSuffix)
+// ChannelServerName is the TLS server name of a connection of migration id on channel:
+// ServerName(id) for ChannelMemory, else "<channel>.<id>.migration.kubevisor.io".
+func ChannelServerName(id, channel string) string {
+	if channel == ChannelMemory {
+		return ServerName(id)
 	}
-	return id, nil
+	return channel + "." + ServerName(id)
+}
+
+// idOfServerName is the migration and the channel a server name names.
+func idOfServerName(name string) (id, channel string, err error) {
+	rest, ok := strings.CutSuffix(name, ServerNameSuffix)
+	channel, id, two := strings.Cut(rest, ".")
+	if !two {
+		channel, id = ChannelMemory, rest
+	}
+	if !ok || !ValidID(id) || !ValidID(channel) {
+		return "", "", fmt.Errorf("server name %q does not name a migration and channel ([<channel>.]<id>%s)", name, ServerNameSuffix)
+	}
+	return id, channel, nil
 }
 
 // creds are this node's certificate and the CA pool peers must chain to.
@@ -45,16 +58,16 @@ type creds struct {
 	pool *x509.CertPool
 }
 
-// serverConfig is the target side's TLS configuration of one connection: the migration is
-// found from the ClientHello's server name, and the client must present a certificate of the
-// CA naming that migration's source node. hello is told the server name the client sent, and
-// admit admits the connection to the migration (Migration.admit).
-func (p *Proxy) serverConfig(hello func(serverName string), admit func(*Migration) error) *tls.Config {
+// serverConfig is the target side's TLS configuration of one connection: the migration and its
+// channel are found from the ClientHello's server name, and the client must present a
+// certificate of the CA naming that migration's source node. hello is told the server name the
+// client sent, and admit admits the connection to the migration's channel (Migration.admit).
+func (p *Proxy) serverConfig(hello func(serverName string), admit func(*Migration, *channel) error) *tls.Config {
 	return &tls.Config{
 		MinVersion: tls.VersionTLS12,
 		GetConfigForClient: func(h *tls.ClientHelloInfo) (*tls.Config, error) {
 			hello(h.ServerName)
-			id, err := idOfServerName(h.ServerName)
+			id, chName, err := idOfServerName(h.ServerName)
 			if err != nil {
 				return nil, err
 			}
@@ -65,11 +78,15 @@ func (p *Proxy) serverConfig(hello func(serverName string), admit func(*Migratio
 			if m == nil {
 				return nil, fmt.Errorf("no incoming migration %s on this node", id)
 			}
+			ch := m.channels[chName]
+			if ch == nil {
+				return nil, fmt.Errorf("the incoming migration %s has no channel %q on this node", id, chName)
+			}
 			c, err := p.credentials()
 			if err != nil {
 				return nil, err
 			}
-			if err := admit(m); err != nil {
+			if err := admit(m, ch); err != nil {
 				return nil, err
 			}
 			return &tls.Config{
@@ -89,12 +106,13 @@ func (p *Proxy) serverConfig(hello func(serverName string), admit func(*Migratio
 	}
 }
 
-// clientConfig is the source side's TLS configuration for a connection of migration id to
-// targetNode: this node's certificate, and a server certificate of the CA naming targetNode.
-func clientConfig(c creds, id, targetNode string) *tls.Config {
+// clientConfig is the source side's TLS configuration for a connection to targetNode named
+// serverName (ChannelServerName: the migration and its channel): this node's certificate, and a
+// server certificate of the CA naming targetNode.
+func clientConfig(c creds, serverName, targetNode string) *tls.Config {
 	return &tls.Config{
 		MinVersion: tls.VersionTLS12,
-		ServerName: ServerName(id),
+		ServerName: serverName,
 		NextProtos: []string{Protocol},
 		// Presented whatever CAs the server names, so that a target of another CA says so
 		// (unknown authority) rather than that no certificate came.
