@@ -194,6 +194,8 @@ func (h *Hypervisor) Capabilities(context.Context) (*basev1.Capabilities, error)
 		HostDevices:  true,
 		TapFd:        true,
 		Launcher:     true,
+		// Simulated: a Migrate with disks reports each copied (simulatedDiskBytes).
+		MigrationDisks: true,
 		Devices: []string{driver.DeviceRNG, driver.DeviceChassis, driver.DeviceFeatures, driver.DeviceClock,
 			driver.DeviceInput, driver.DeviceWatchdog, driver.DeviceBalloon, driver.DeviceDiskOptions,
 			driver.DeviceCPUFeatures, driver.DeviceNICOptions,
@@ -699,13 +701,27 @@ func (h *Hypervisor) guestRestarted(id string, gen uint64) {
 	_ = v.persist()
 }
 
+// simulatedDiskBytes is what a simulated migration reports copied of each disk it copies.
+const simulatedDiskBytes = 1 << 20
+
 // Migrate implements driver.Migrator. The simulated migration completes at once: the VM stops
-// with reason Migrated, and MigrationStatus reports it completed. The fake simulates the
-// source side only: it refuses to create a migration target (Create).
+// with reason Migrated, and MigrationStatus reports it completed, with each disk of
+// req.disks copied (simulatedDiskBytes, ready). The fake simulates the source side only: it
+// refuses to create a migration target (Create).
 func (h *Hypervisor) Migrate(_ context.Context, req *hypervisorv1.MigrateRequest) error {
 	target := cmp.Or(req.GetTargetUri(), req.GetTargetSocketPath())
 	if target == "" {
 		return invalid("target_uri: required")
+	}
+	var disks []*hypervisorv1.MigrationDisk
+	for i, d := range req.GetDisks() {
+		if d.GetName() == "" {
+			return invalid("disks[%d].name: required", i)
+		}
+		disks = append(disks, &hypervisorv1.MigrationDisk{Name: d.GetName(), TopOnly: d.GetTopOnly(), TotalBytes: simulatedDiskBytes, TransferredBytes: simulatedDiskBytes, Ready: true})
+	}
+	if (len(disks) > 0) != (req.GetTargetDisksSocketPath() != "") {
+		return invalid("target_disks_socket_path: set with disks, and only with them")
 	}
 	h.mu.Lock()
 	defer h.mu.Unlock()
@@ -723,6 +739,8 @@ func (h *Hypervisor) Migrate(_ context.Context, req *hypervisorv1.MigrateRequest
 		TotalBytes: v.rec.MemoryBytes, TransferredBytes: v.rec.MemoryBytes, Iterations: 1,
 		BandwidthLimitBytesPerSecond: req.GetBandwidthBytesPerSecond(),
 		AutoConverge:                 req.GetAllowAutoConverge(), PostCopy: req.GetAllowPostCopy(),
+		Disks:          disks,
+		DiskTotalBytes: uint64(len(disks)) * simulatedDiskBytes, DiskTransferredBytes: uint64(len(disks)) * simulatedDiskBytes,
 	}
 	h.stopLocked(v, hypervisorv1.EventType_EVENT_TYPE_STOPPED, driver.ReasonMigrated, "migrated to "+target)
 	return nil

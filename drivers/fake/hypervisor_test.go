@@ -502,3 +502,17 @@ func TestHostDevicesShown(t *testing.T) {
 		}
 	}
 }
+
+func TestMigrateDisks(t *testing.T) {
+	h, _ := started(t, ``)
+	disks := []*hypervisorv1.MigrateDisk{{Name: "containerdisk", TopOnly: true}, {Name: "emptydisk"}}
+	expectCode(t, h.Migrate(t.Context(), &hypervisorv1.MigrateRequest{Id: "vm", TargetSocketPath: "/m.sock", Disks: disks}), codes.InvalidArgument, "target_disks_socket_path")
+	if err := h.Migrate(t.Context(), &hypervisorv1.MigrateRequest{Id: "vm", TargetSocketPath: "/m.sock", TargetDisksSocketPath: "/d.sock", Disks: disks}); err != nil {
+		t.Fatal(err)
+	}
+	info, err := h.MigrationStatus(t.Context(), "vm")
+	if err != nil || info.GetPhase() != hypervisorv1.MigrationPhase_MIGRATION_PHASE_COMPLETED || len(info.GetDisks()) != 2 ||
+		!info.GetDisks()[0].GetTopOnly() || !info.GetDisks()[1].GetReady() || info.GetDiskTransferredBytes() != 2<<20 {
+		t.Errorf("MigrationStatus after a Migrate with two disks = %v, %v; want both copied", info, err)
+	}
+}
