@@ -27,9 +27,20 @@
 // meanwhile is finished (the source's QEMU, paused in postmigrate, is ended; the target, paused,
 // is run), one that failed or was cancelled is recorded so, the source running.
 //
-// Limits: memory and device state only. Disks are not copied (the contract's block mirroring is
-// the next step), so the target must see the source's writable disks at its spec's paths (shared
-// storage, or one host); a VM with a node-local writable disk must not be migrated between nodes.
-// QEMU refuses to migrate a VM with a VFIO host device (Migrate: FailedPrecondition with QEMU's
-// reason). Migration of a VM with a TPM (swtpm) or a persistent EFI variable store is untested.
+// Disks (Capabilities.migration_disks, migratedisks.go): the writable node-local disks a
+// migration names are copied by block mirroring before the memory: the target serves them over
+// NBD on incoming_migration.disks_socket_path (nbd-server-start, block-export-add writable), the
+// source mirrors each into its export (blockdev-mirror, sync top or full) and starts the memory
+// once every mirror is ready; with pause-before-switchover QEMU stops at the switch-over, the
+// guest paused, and the driver completes the mirrors (block-job-cancel of ready jobs: the
+// target in sync) before migrate-continue sends the device state, so the target runs only with
+// every write. A failure or cancel cancels the mirrors; the source runs on its own disks.
+//
+// Limits: disks not named in the migration must be shared (the target sees the source's image at
+// its spec's path: shared storage, or one host). The mirrors have no bandwidth limit of their
+// own (max-bandwidth limits the memory stream only). Post-copy of a VM whose disks are copied
+// goes through the same pre-switchover pause (the mirrors complete before post-copy starts) but
+// is untested. QEMU refuses to migrate a VM with a VFIO host device (Migrate: FailedPrecondition
+// with QEMU's reason). Migration of a VM with a TPM (swtpm) or a persistent EFI variable store is
+// untested.
 package qmp
