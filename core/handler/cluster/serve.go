@@ -107,25 +107,6 @@ func Serve(ctx context.Context, c ServeConfig) (err error) {
 	if c.Agent.Log.GetSink() == nil {
 		c.Agent.Log = c.Log.WithName("agent")
 	}
-	var proxy *migrationproxy.Proxy
-	if c.Migration.Enabled() {
-		if c.Migration.NodeName == "" {
-			c.Migration.NodeName = c.Agent.NodeName
-		}
-		if c.Migration.Logger == nil && c.Logger != nil {
-			c.Migration.Logger = c.Logger.Named("migration-proxy")
-		}
-		if c.Migration.Registerer == nil {
-			c.Migration.Registerer = ctrlmetrics.Registry
-		}
-		if proxy, err = migrationproxy.New(c.Migration); err != nil {
-			return fmt.Errorf("migration proxy: %w", err)
-		}
-		c.Agent.Migration.Proxy = proxy
-		if c.Agent.Migration.Address == "" {
-			return errors.New("migration proxy: no address to advertise to other nodes (--migration-advertise-address, or POD_IP)")
-		}
-	}
 	agent, err := NewAgent(ctx, mgr, c.Agent, c.Handler, handler.Options{Logger: c.Logger, Manifests: c.Manifests})
 	if err != nil {
 		return err
@@ -151,8 +132,24 @@ func Serve(ctx context.Context, c ServeConfig) (err error) {
 			return err
 		}
 	}
-	if proxy != nil {
+	if c.Migration.Enabled() {
+		if c.Migration.NodeName == "" {
+			c.Migration.NodeName = c.Agent.NodeName
+		}
+		if c.Migration.Logger == nil && c.Logger != nil {
+			c.Migration.Logger = c.Logger.Named("migration-proxy")
+		}
+		if c.Migration.Registerer == nil {
+			c.Migration.Registerer = ctrlmetrics.Registry
+		}
+		proxy, err := migrationproxy.New(c.Migration)
+		if err != nil {
+			return fmt.Errorf("migration proxy: %w", err)
+		}
 		if err := mgr.Add(runnable(proxy.Run)); err != nil {
+			return err
+		}
+		if err := addNodeCert(mgr, c, cs); err != nil {
 			return err
 		}
 	}
@@ -175,4 +172,41 @@ func Serve(ctx context.Context, c ServeConfig) (err error) {
 		return err
 	}
 	return mgr.Start(ctx)
+}
+
+// addNodeCert runs the node certificate's manager (c.RequestNodeCert) in mgr, with the
+// migration proxy's node and directory and the handler's client, logger, events and metrics.
+// It is not a readiness check: VMs run without a node certificate; its absence is in the logs,
+// the Node's events and kubevisor_node_certificate_ready.
+func addNodeCert(mgr ctrl.Manager, c ServeConfig, cs kubernetes.Interface) error {
+	if !c.RequestNodeCert {
+		return nil
+	}
+	nc := c.NodeCert
+	if nc.NodeName == "" {
+		nc.NodeName = c.Migration.NodeName
+	}
+	if nc.NodeName == "" {
+		nc.NodeName = c.Agent.NodeName
+	}
+	if nc.Dir == "" {
+		nc.Dir = c.Migration.CertDir
+	}
+	if nc.Client == nil {
+		nc.Client = cs
+	}
+	if nc.Logger == nil && c.Logger != nil {
+		nc.Logger = c.Logger.Named("node-cert")
+	}
+	if nc.Events == nil {
+		nc.Events = mgr.GetEventRecorder(EventSource)
+	}
+	if nc.Registerer == nil {
+		nc.Registerer = ctrlmetrics.Registry
+	}
+	certs, err := nodecert.New(nc)
+	if err != nil {
+		return err
+	}
+	return mgr.Add(runnable(certs.Run))
 }
