@@ -13,6 +13,7 @@ import (
 	"context"
 	"fmt"
 	"os/exec"
+	"slices"
 	"strings"
 	"time"
 
@@ -31,6 +32,7 @@ import (
 	"github.com/kubevisor/kubevisor/conformance/e2e/guest"
 	"github.com/kubevisor/kubevisor/core/api/v1alpha1"
 	"github.com/kubevisor/kubevisor/core/layout"
+	"github.com/kubevisor/kubevisor/internal/testenv"
 )
 
 // Config is what the suite runs against; the test entry point fills it from flags.
@@ -214,9 +216,16 @@ func GuestIP(vmi *v1alpha1.VirtualMachineInstance) string {
 // (status line and body).
 func (f *Framework) HTTPFromPod(ctx context.Context, url string) string {
 	GinkgoHelper()
+	return f.HTTPFromPodOn(ctx, "", url)
+}
+
+// HTTPFromPodOn is HTTPFromPod from a pod on the node named node ("": wherever it is scheduled).
+func (f *Framework) HTTPFromPodOn(ctx context.Context, node, url string) string {
+	GinkgoHelper()
 	pod := &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{GenerateName: "httpget-", Namespace: f.Namespace},
 		Spec: corev1.PodSpec{
+			NodeName:      node,
 			RestartPolicy: corev1.RestartPolicyNever,
 			Containers: []corev1.Container{{
 				Name: "get", Image: Cfg.ClientImage, ImagePullPolicy: corev1.PullIfNotPresent,
@@ -232,5 +241,54 @@ func (f *Framework) HTTPFromPod(ctx context.Context, url string) string {
 	out, err := f.Kubectl(ctx, "", "logs", pod.Name)
 	Expect(err).NotTo(HaveOccurred())
 	Expect(pod.Status.Phase).To(Equal(corev1.PodSucceeded), "GET %s from a pod: %s", url, out)
+	if node != "" {
+		Expect(pod.Spec.NodeName).To(Equal(node))
+	}
 	return out
+}
+
+// RequireTwoNodes returns the names of two schedulable nodes (Ready, not cordoned, no NoSchedule
+// or NoExecute taint), in name order, for the specs labelled RequiresTwoNodes. With fewer, the
+// spec is skipped, or fails under CI=true: a lane that asked for two nodes must not pass by
+// running nothing. The local cluster has two with make up NODES=2.
+func (f *Framework) RequireTwoNodes(ctx context.Context) (string, string) {
+	GinkgoHelper()
+	var nodes corev1.NodeList
+	Expect(f.Client.List(ctx, &nodes)).To(Succeed())
+	var names, others []string
+	for _, n := range nodes.Items {
+		if why := unschedulable(n); why != "" {
+			others = append(others, n.Name+" ("+why+")")
+			continue
+		}
+		names = append(names, n.Name)
+	}
+	slices.Sort(names)
+	if len(names) < 2 {
+		msg := fmt.Sprintf("RequiresTwoNodes: the cluster has %d schedulable node(s) %v (others: %v); the local cluster gets two with make up NODES=2",
+			len(names), names, others)
+		if testenv.CI() {
+			Fail(msg)
+		}
+		Skip(msg)
+	}
+	return names[0], names[1]
+}
+
+// unschedulable says why new pods cannot run on the node ("" when they can).
+func unschedulable(n corev1.Node) string {
+	if n.Spec.Unschedulable {
+		return "cordoned"
+	}
+	for _, t := range n.Spec.Taints {
+		if t.Effect == corev1.TaintEffectNoSchedule || t.Effect == corev1.TaintEffectNoExecute {
+			return "taint " + t.Key
+		}
+	}
+	for _, c := range n.Status.Conditions {
+		if c.Type == corev1.NodeReady && c.Status == corev1.ConditionTrue {
+			return ""
+		}
+	}
+	return "not Ready"
 }
