@@ -546,8 +546,9 @@ type Recoverer interface {
 //     FailedPrecondition when no socket is there. It starts mirroring each named disk into the
 //     target's export of the same name (top_only: only the top image, over a backing image the
 //     target has too; else the whole disk as the guest sees it) and returns (phase ACTIVE): the
-//     guest runs on, and what it writes meanwhile is mirrored too. The memory migration MUST
-//     NOT start before every mirror is ready (in sync); it then starts as without disks.
+//     guest runs on, and what it writes meanwhile is mirrored too; bandwidth_bytes_per_second
+//     limits each disk's copy as well. The memory migration MUST NOT start before every mirror
+//     is ready (in sync); it then starts as without disks.
 //   - Switch-over: with the guest paused for it, the source MUST complete every mirror (every
 //     write the guest made reaches the target's image) before the target may run the VM: the
 //     target MUST NOT run a guest whose disks lack a write the source acknowledged. The

@@ -261,7 +261,7 @@ func (d *Driver) Migrate(ctx context.Context, req *hypervisorv1.MigrateRequest) 
 	v.mu.Unlock()
 	if len(disks) > 0 {
 		d.log.Info("migrating: copying disks first", "id", v.id, "target", path, "disks_target", disksSocket, "disks", len(disks))
-		if err := startMirrors(ctx, s.mon, disks, disksSocket); err != nil {
+		if err := startMirrors(ctx, s.mon, disks, disksSocket, bandwidth); err != nil {
 			v.mu.Lock()
 			d.endMigrationLocked(v, hypervisorv1.MigrationPhase_MIGRATION_PHASE_FAILED, err.Error())
 			v.mu.Unlock()

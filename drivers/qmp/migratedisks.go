@@ -31,7 +31,7 @@ import (
 // Source: Migrate connects a `blockdev-add` nbd node (kvmig-nbd<i>) to each export and starts
 // `blockdev-mirror` (job kvmig-mirror<i>, sync top or full, auto-dismiss off so that a job's
 // end, error included, stays readable in query-block-jobs across a driver restart) from the
-// disk's format node, and returns: phase ACTIVE. The disk watcher samples query-block-jobs every
+// disk's format node (speed: the request's bandwidth limit, if any), and returns: phase ACTIVE. The disk watcher samples query-block-jobs every
 // diskPoll; once every job is ready it sets the capability "pause-before-switchover" (set with
 // the others) in effect by running `migrate`. At the switch-over QEMU pauses the guest and stops
 // in the state "pre-switchover" (a MIGRATION event, and query-migrate for a restarted driver):
@@ -124,9 +124,9 @@ func migrationDisks(spec *domainv1.DomainSpec, req *hypervisorv1.MigrateRequest)
 	return disks, path, nil
 }
 
-// startMirrors connects to the target's exports and starts a mirror job per disk. On an error it
-// removes what it started.
-func startMirrors(ctx context.Context, mon Monitor, disks []diskCopy, socket string) error {
+// startMirrors connects to the target's exports and starts a mirror job per disk, each limited
+// to speed bytes/s (0: none). On an error it removes what it started.
+func startMirrors(ctx context.Context, mon Monitor, disks []diskCopy, socket string, speed uint64) error {
 	for i, c := range disks {
 		_, err := mon.Run(ctx, "blockdev-add", map[string]any{
 			"driver": "nbd", "node-name": c.node(), "export": c.Name,
@@ -140,10 +140,14 @@ func startMirrors(ctx context.Context, mon Monitor, disks []diskCopy, socket str
 		if c.TopOnly {
 			sync = "top"
 		}
-		_, err = mon.Run(ctx, "blockdev-mirror", map[string]any{
+		args := map[string]any{
 			"job-id": c.job(), "device": fmt.Sprintf("disk%d", c.Index), "target": c.node(), "sync": sync,
 			"auto-dismiss": false,
-		})
+		}
+		if speed > 0 {
+			args["speed"] = speed
+		}
+		_, err = mon.Run(ctx, "blockdev-mirror", args)
 		if err != nil {
 			_, _ = mon.Run(ctx, "blockdev-del", map[string]any{"node-name": c.node()})
 			cancelMirrors(ctx, mon, disks[:i])

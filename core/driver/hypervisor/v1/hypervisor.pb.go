@@ -2306,7 +2306,8 @@ type MigrateRequest struct {
 	// else a socket that the node's migration proxy listens on in this VM's run_dir and carries to
 	// the target's over mutual TLS. The driver connects to it; it never listens on the network.
 	TargetSocketPath string `protobuf:"bytes,4,opt,name=target_socket_path,json=targetSocketPath,proto3" json:"target_socket_path,omitempty"`
-	// bandwidth_bytes_per_second limits the stream; 0 means no limit of the host's.
+	// bandwidth_bytes_per_second limits the stream; 0 means no limit of the host's. With disks
+	// it limits each disk's copy as well.
 	BandwidthBytesPerSecond uint64 `protobuf:"varint,5,opt,name=bandwidth_bytes_per_second,json=bandwidthBytesPerSecond,proto3" json:"bandwidth_bytes_per_second,omitempty"`
 	// allow_auto_converge lets the driver slow the guest's vCPUs down when the guest dirties
 	// memory faster than it is sent, so that pre-copy converges.
