@@ -18,6 +18,10 @@
 //
 // The CA bundle is injected into the webhook configurations (InjectCABundle) and into the
 // APIService of the aggregated API (InjectAPIServiceCABundle). Rotator does all of it in a loop.
+//
+// The current CA also signs the handlers' node certificates, whose keys it never sees
+// (LoadCA, CA.Issue; controlplane/nodecerts); the handlers trust them with the bundle of the
+// Secret.
 package certs
 
 import (
