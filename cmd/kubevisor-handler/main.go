@@ -13,6 +13,7 @@ import (
 	"flag"
 	"fmt"
 	"log/slog"
+	"net"
 	"os"
 	"os/signal"
 	"path/filepath"
@@ -143,6 +144,7 @@ func serve(args []string) {
 	nodeCertRequest := fs.Bool("node-cert-request", true, "with the migration proxy on, obtain and renew this node's certificate in --migration-cert-dir through the CSR API (signer "+nodeapi.NodeSignerName+"); false: the files are put there by someone else")
 	nodeCertCABundle := fs.String("node-cert-ca-bundle", "", "CA bundle copied into --migration-cert-dir as ca.crt (default: ca.crt of --stream-cert-dir, the Secret "+nodeapi.HandlerCertSecret+")")
 	nodeCertLifetime := fs.Duration("node-cert-lifetime", nodeapi.NodeCertLifetime, "lifetime asked for a node certificate (the signer may grant less); renewed at two thirds of it")
+	migrationAdvertise := fs.String("migration-advertise-address", "", "host:port at which other nodes' handlers reach the migration proxy (default: $POD_IP and the port of --migration-addr)")
 	logLevel := fs.String("log-level", "info", "log level: trace, debug, info, warn, error")
 	cpuManagerState := fs.String("cpu-manager-state", cluster.DefaultCPUManagerStateFile, "the kubelet's CPU manager state file; the node is labelled kubevisor.io/cpumanager=true while it names the static policy (empty: the label is left to the admin)")
 	workers := fs.Int("workers", cluster.DefaultWorkers, "VMIs synced at once (the handler serialises the calls for one VMI)")
@@ -176,12 +178,18 @@ func serve(args []string) {
 	if err != nil {
 		fail(2, err)
 	}
+	if *migrationAdvertise == "" && *migrationAddr != "0" && *migrationAddr != "" {
+		if _, port, err := net.SplitHostPort(*migrationAddr); err == nil && os.Getenv("POD_IP") != "" {
+			*migrationAdvertise = net.JoinHostPort(os.Getenv("POD_IP"), port)
+		}
+	}
 	logger := hclog.New(&hclog.LoggerOptions{Name: "kubevisor-handler", Level: hclog.LevelFromString(*logLevel), Output: os.Stderr, JSONFormat: true})
 	log := logr.FromSlogHandler(slog.NewJSONHandler(os.Stderr, nil))
 	ctrl.SetLogger(log)
 	err = cluster.Serve(ctrl.SetupSignalHandler(), cluster.ServeConfig{
 		Rest: rc, Handler: cfg, PluginBinDir: *pluginBinDir, Agent: cluster.AgentConfig{NodeName: *nodeName, HostStateDir: *hostDir,
-			Controller: controller.Options{MaxConcurrentReconciles: *workers}},
+			Controller: controller.Options{MaxConcurrentReconciles: *workers},
+			Migration:  cluster.MigrationConfig{Address: *migrationAdvertise}},
 		Streams:         streams.Config{Addr: *streamAddr, CertDir: *streamCertDir, ClientName: *streamClient},
 		Migration:       migrationproxy.Config{Addr: *migrationAddr, CertDir: *migrationCertDir},
 		RequestNodeCert: *nodeCertRequest,

@@ -34,8 +34,41 @@ import (
 // MigratedAway says so: the VMI lives on the target, and its status is no longer this node's to
 // write.
 
-// IncomingSocketName is the target VM's incoming migration socket in its run directory.
-const IncomingSocketName = "migration-in.sock"
+// IncomingSocketName is the target VM's incoming migration socket in its run directory, and
+// IncomingDisksSocketName the one on which it serves the disks the source copies (NBD).
+const (
+	IncomingSocketName      = "migration-in.sock"
+	IncomingDisksSocketName = "migration-disks.sock"
+)
+
+// MigratedDisks are the disks of vmi that a migration copies to the target, by name: its
+// writable node-local ones. A containerDisk's overlay is copied top only (the target has the
+// same image beneath its own fresh overlay); an emptyDisk whole. Shared volumes (a
+// ReadWriteMany claim, a shared hostDisk) are reached from the target as they are, cloud-init
+// media are made again there, and read-only disks are not written: none is copied.
+func MigratedDisks(vmi *v1alpha1.VirtualMachineInstance) []*hypervisorv1.MigrateDisk {
+	volumes := map[string]*v1alpha1.Volume{}
+	for i := range vmi.Spec.Volumes {
+		volumes[vmi.Spec.Volumes[i].Name] = &vmi.Spec.Volumes[i]
+	}
+	var out []*hypervisorv1.MigrateDisk
+	for _, d := range vmi.Spec.Domain.Devices.Disks {
+		v := volumes[d.Name]
+		if v == nil || d.CDRom != nil && (d.CDRom.ReadOnly == nil || *d.CDRom.ReadOnly) {
+			continue
+		}
+		if d.Disk != nil && d.Disk.ReadOnly {
+			continue
+		}
+		switch {
+		case v.ContainerDisk != nil:
+			out = append(out, &hypervisorv1.MigrateDisk{Name: d.Name, TopOnly: true})
+		case v.EmptyDisk != nil:
+			out = append(out, &hypervisorv1.MigrateDisk{Name: d.Name})
+		}
+	}
+	return out
+}
 
 // Incoming is what a migration target needs to know of its migration.
 type Incoming struct {
@@ -45,19 +78,33 @@ type Incoming struct {
 	AllowPostCopy bool
 }
 
+// IncomingSockets are where a target VM waits for the source: the migration stream's socket,
+// and the socket of its disks (NBD) when the source copies any (MigratedDisks), else "".
+type IncomingSockets struct {
+	Memory, Disks string
+}
+
+func incomingSockets(vmi *v1alpha1.VirtualMachineInstance, runDir string) IncomingSockets {
+	s := IncomingSockets{Memory: filepath.Join(runDir, IncomingSocketName)}
+	if len(MigratedDisks(vmi)) > 0 {
+		s.Disks = filepath.Join(runDir, IncomingDisksSocketName)
+	}
+	return s
+}
+
 // SyncIncoming makes this node the target of migration in of vmi: the sync pipeline, as Sync
 // runs it, with the VM started waiting for the source. It is idempotent, and returns the
-// incoming socket the source's stream must reach. It fails with FailedPrecondition when the node
+// sockets the source's streams must reach. It fails with FailedPrecondition when the node
 // already runs the VMI otherwise (a VMI cannot migrate to where it runs).
-func (h *Handler) SyncIncoming(ctx context.Context, vmi *v1alpha1.VirtualMachineInstance, in Incoming) (string, error) {
+func (h *Handler) SyncIncoming(ctx context.Context, vmi *v1alpha1.VirtualMachineInstance, in Incoming) (IncomingSockets, error) {
 	if vmi == nil || vmi.UID == "" {
-		return "", fmt.Errorf("sync incoming: the VMI has no UID")
+		return IncomingSockets{}, fmt.Errorf("sync incoming: the VMI has no UID")
 	}
 	if in.MigrationUID == "" {
-		return "", fmt.Errorf("sync incoming: no migration UID")
+		return IncomingSockets{}, fmt.Errorf("sync incoming: no migration UID")
 	}
 	if h.isClosed() {
-		return "", fmt.Errorf("sync incoming: the handler is closed")
+		return IncomingSockets{}, fmt.Errorf("sync incoming: the handler is closed")
 	}
 	unlock := h.locks.Lock(string(vmi.UID))
 	defer unlock()
@@ -66,12 +113,12 @@ func (h *Handler) SyncIncoming(ctx context.Context, vmi *v1alpha1.VirtualMachine
 	st := e.state
 	h.mu.Unlock()
 	if st != nil && st.Incoming != in.MigrationUID {
-		return "", status.Errorf(codes.FailedPrecondition, "VMI %s already runs on this node (not as the target of migration %s)", vmiName(vmi), in.MigrationUID)
+		return IncomingSockets{}, status.Errorf(codes.FailedPrecondition, "VMI %s already runs on this node (not as the target of migration %s)", vmiName(vmi), in.MigrationUID)
 	}
 	if st != nil && st.Started {
 		h.observe(ctx, e)
 		h.publish(e)
-		return filepath.Join(st.RunDir, IncomingSocketName), nil
+		return incomingSockets(vmi, st.RunDir), nil
 	}
 	h.mu.Lock()
 	e.incoming = &in
@@ -80,12 +127,12 @@ func (h *Handler) SyncIncoming(ctx context.Context, vmi *v1alpha1.VirtualMachine
 	err := h.run(ctx, e, vmi)
 	h.publish(e)
 	if err != nil {
-		return "", err
+		return IncomingSockets{}, err
 	}
 	h.mu.Lock()
 	dir := e.state.RunDir
 	h.mu.Unlock()
-	return filepath.Join(dir, IncomingSocketName), nil
+	return incomingSockets(vmi, dir), nil
 }
 
 // IncomingOf returns the migration a VMI waits for on this node as its target, if it does: from
@@ -138,6 +185,17 @@ type Outgoing struct {
 	AllowAutoConverge, AllowPostCopy bool
 	// CompletionTimeout bounds the migration (post-copy or cancel at the end); 0: none.
 	CompletionTimeout time.Duration
+	// TargetDisksSocket is the unix socket on this node that reaches the target's disks
+	// (NBD), for the VMI's MigratedDisks; needed when it has any.
+	TargetDisksSocket string
+}
+
+func diskNames(disks []*hypervisorv1.MigrateDisk) string {
+	names := make([]string, len(disks))
+	for i, d := range disks {
+		names[i] = d.GetName()
+	}
+	return quotedList(names)
 }
 
 // migrator returns the started VM of VMI uid and its hypervisor driver's Migrator, or why not.
@@ -169,6 +227,17 @@ func (h *Handler) Migrate(ctx context.Context, uid types.UID, out Outgoing) erro
 	}
 	if out.CompletionTimeout > 0 {
 		req.CompletionTimeout = durationpb.New(out.CompletionTimeout)
+	}
+	h.mu.Lock()
+	vmi := e.vmi
+	h.mu.Unlock()
+	if vmi != nil {
+		if req.Disks = MigratedDisks(vmi); len(req.Disks) > 0 {
+			if out.TargetDisksSocket == "" {
+				return status.Errorf(codes.FailedPrecondition, "migrate: the VMI has node-local disks to copy (%s) and no socket to the target's disks", diskNames(req.Disks))
+			}
+			req.TargetDisksSocketPath = out.TargetDisksSocket
+		}
 	}
 	if err := m.Migrate(ctx, req); err != nil {
 		return fmt.Errorf("migrate: %w", err)

@@ -89,7 +89,7 @@ func TestQMPMigrationBetweenHandlers(t *testing.T) {
 		t.Fatal("SyncIncoming for another migration of a VMI waiting for one succeeded")
 	}
 
-	if err := src.Migrate(ctx, uid, Outgoing{MigrationUID: mig, TargetSocket: sock}); err != nil {
+	if err := src.Migrate(ctx, uid, Outgoing{MigrationUID: mig, TargetSocket: sock.Memory}); err != nil {
 		t.Fatalf("Migrate: %v", err)
 	}
 	info := waitMigration(t, src, uid)
@@ -167,7 +167,7 @@ func TestQMPMigrationCancelledKeepsSource(t *testing.T) {
 	if err != nil {
 		t.Fatalf("SyncIncoming: %v", err)
 	}
-	if err := src.Migrate(ctx, uid, Outgoing{MigrationUID: mig, TargetSocket: sock, BandwidthBytesPerSecond: 1 << 20}); err != nil {
+	if err := src.Migrate(ctx, uid, Outgoing{MigrationUID: mig, TargetSocket: sock.Memory, BandwidthBytesPerSecond: 1 << 20}); err != nil {
 		t.Fatalf("Migrate: %v", err)
 	}
 	time.Sleep(time.Second)

@@ -635,6 +635,12 @@ func (r *syncRun) buildDomain(ctx context.Context) error {
 		postCopy := r.e.incoming != nil && r.e.incoming.AllowPostCopy
 		r.h.mu.Unlock()
 		spec.IncomingMigration = &domainv1.IncomingMigration{SocketPath: filepath.Join(r.st.RunDir, IncomingSocketName), AllowPostCopy: postCopy}
+		if disks := MigratedDisks(r.vmi); len(disks) > 0 {
+			spec.IncomingMigration.DisksSocketPath = filepath.Join(r.st.RunDir, IncomingDisksSocketName)
+			for _, d := range disks {
+				spec.IncomingMigration.Disks = append(spec.IncomingMigration.Disks, d.GetName())
+			}
+		}
 	}
 	r.spec = spec
 	return nil

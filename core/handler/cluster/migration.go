@@ -215,7 +215,7 @@ func (a *Agent) prepareTarget(ctx context.Context, vmi *v1alpha1.VirtualMachineI
 		return fail("the source node is this node")
 	}
 	postCopy := ms.MigrationConfiguration != nil && ms.MigrationConfiguration.AllowPostCopy != nil && *ms.MigrationConfiguration.AllowPostCopy
-	sock, err := a.h.SyncIncoming(ctx, vmi, handler.Incoming{MigrationUID: ms.MigrationUID, AllowPostCopy: postCopy})
+	socks, err := a.h.SyncIncoming(ctx, vmi, handler.Incoming{MigrationUID: ms.MigrationUID, AllowPostCopy: postCopy})
 	if err != nil {
 		// SyncIncoming undid what it made.
 		return fail(fmt.Sprintf("prepare the VM: %v", err))
@@ -224,7 +224,8 @@ func (a *Agent) prepareTarget(ctx context.Context, vmi *v1alpha1.VirtualMachineI
 	_, registered := a.migrations.incoming[ms.MigrationUID]
 	a.migrations.mu.Unlock()
 	if !registered {
-		in, err := proxy.Incoming(migrationproxy.IncomingSpec{ID: string(ms.MigrationUID), SourceNode: ms.SourceNode, TargetSocket: sock})
+		in, err := proxy.Incoming(migrationproxy.IncomingSpec{ID: string(ms.MigrationUID), SourceNode: ms.SourceNode,
+			TargetSocket: socks.Memory, DisksTargetSocket: socks.Disks})
 		if err != nil && !errors.Is(err, migrationproxy.ErrExists) {
 			return fail(fmt.Sprintf("migration proxy: %v", err))
 		}
@@ -233,7 +234,7 @@ func (a *Agent) prepareTarget(ctx context.Context, vmi *v1alpha1.VirtualMachineI
 			a.migrations.incoming[ms.MigrationUID] = in
 			a.migrations.mu.Unlock()
 		}
-		log.Info("migration target ready", "socket", sock, "address", a.cfg.Migration.Address)
+		log.Info("migration target ready", "socket", socks.Memory, "disksSocket", socks.Disks, "address", a.cfg.Migration.Address)
 	}
 	if ms.TargetNodeAddress != a.cfg.Migration.Address {
 		if _, err := a.patchMigrationState(ctx, key, ms.MigrationUID, func(s *v1alpha1.VirtualMachineInstanceMigrationState) {
@@ -371,6 +372,9 @@ func (r *sourceRun) run(ctx context.Context) {
 		ID: string(ms.MigrationUID), TargetNode: ms.TargetNode, TargetAddr: ms.TargetNodeAddress,
 		Socket: filepath.Join(runDir, migrationproxy.SocketName), Owner: ownerOf(runDir),
 	}
+	if len(handler.MigratedDisks(r.vmi)) > 0 {
+		spec.DisksSocket = filepath.Join(runDir, migrationproxy.DisksSocketName)
+	}
 	out, err := proxy.Outgoing(spec)
 	if err != nil {
 		r.fail(ctx, fmt.Sprintf("source node %s: migration proxy: %v", a.cfg.NodeName, err))
@@ -389,6 +393,7 @@ func (r *sourceRun) run(ctx context.Context) {
 			MigrationUID: ms.MigrationUID, TargetSocket: spec.Socket,
 			AllowAutoConverge: boolOf(cfg.AllowAutoConverge), AllowPostCopy: boolOf(cfg.AllowPostCopy),
 			CompletionTimeout: completionTimeout(r.vmi, cfg.CompletionTimeoutPerGiB),
+			TargetDisksSocket: spec.DisksSocket,
 		}
 		if cfg.BandwidthPerMigration != nil && cfg.BandwidthPerMigration.Sign() > 0 {
 			o.BandwidthBytesPerSecond = uint64(cfg.BandwidthPerMigration.Value())

@@ -107,6 +107,26 @@ func Serve(ctx context.Context, c ServeConfig) (err error) {
 	if c.Agent.Log.GetSink() == nil {
 		c.Agent.Log = c.Log.WithName("agent")
 	}
+	var proxy *migrationproxy.Proxy
+	if c.Migration.Enabled() {
+		if c.Migration.NodeName == "" {
+			c.Migration.NodeName = c.Agent.NodeName
+		}
+		if c.Migration.Logger == nil && c.Logger != nil {
+			c.Migration.Logger = c.Logger.Named("migration-proxy")
+		}
+		if c.Migration.Registerer == nil {
+			c.Migration.Registerer = ctrlmetrics.Registry
+		}
+		if proxy, err = migrationproxy.New(c.Migration); err != nil {
+			return fmt.Errorf("migration proxy: %w", err)
+		}
+		c.Agent.Migration.Proxy = proxy
+		if c.Agent.Migration.Address == "" && c.Logger != nil {
+			// The VMIs run; migrations to this node fail with this reason.
+			c.Logger.Warn("the migration proxy has no address to advertise to other nodes (--migration-advertise-address, or POD_IP): migrations to this node fail")
+		}
+	}
 	agent, err := NewAgent(ctx, mgr, c.Agent, c.Handler, handler.Options{Logger: c.Logger, Manifests: c.Manifests})
 	if err != nil {
 		return err
@@ -132,20 +152,7 @@ func Serve(ctx context.Context, c ServeConfig) (err error) {
 			return err
 		}
 	}
-	if c.Migration.Enabled() {
-		if c.Migration.NodeName == "" {
-			c.Migration.NodeName = c.Agent.NodeName
-		}
-		if c.Migration.Logger == nil && c.Logger != nil {
-			c.Migration.Logger = c.Logger.Named("migration-proxy")
-		}
-		if c.Migration.Registerer == nil {
-			c.Migration.Registerer = ctrlmetrics.Registry
-		}
-		proxy, err := migrationproxy.New(c.Migration)
-		if err != nil {
-			return fmt.Errorf("migration proxy: %w", err)
-		}
+	if proxy != nil {
 		if err := mgr.Add(runnable(proxy.Run)); err != nil {
 			return err
 		}
