@@ -48,7 +48,8 @@ const installNS = "kubevisor-system"
 // the token, and from it into the request's spec.extra). The handler of node-x obtains a
 // certificate for node-x and renews it with a new key; a handler with a token of a pod on
 // node-x asking for node-y is denied (NodeMismatch); a token bound to no pod is denied
-// (TokenNotBoundToNode); the handler cannot approve its own request.
+// (TokenNotBoundToNode); the handler cannot approve its own request; a request someone else
+// approved that the signer would deny is marked Failed, not signed.
 func TestNodeCertificatesThroughTheAPIServer(t *testing.T) {
 	env := envtest.Start(t, envtest.Options{})
 	admin, ctx := env.Client, context.Background()
@@ -93,9 +94,20 @@ func TestNodeCertificatesThroughTheAPIServer(t *testing.T) {
 	if err := signer.SetupWithManager(mgr); err != nil {
 		t.Fatal(err)
 	}
+	cs := kubernetes.NewForConfigOrDie(env.Config)
+
+	// Before the signer runs, an administrator files a request and approves it: not the
+	// handler's, so the signer does not sign it but marks it Failed.
+	preApproved, err := cs.CertificatesV1().CertificateSigningRequests().Create(ctx, requestFor(t, "node-x", "pre-approved"), metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	preApproved.Status.Conditions = []certv1.CertificateSigningRequestCondition{condition(certv1.CertificateApproved, "ByHand", "approved by an administrator", time.Now())}
+	if _, err := cs.CertificatesV1().CertificateSigningRequests().UpdateApproval(ctx, preApproved.Name, preApproved, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
 	envtest.RunManager(t, mgr)
 
-	cs := kubernetes.NewForConfigOrDie(env.Config)
 	podOnX := handlerPod(t, cs, "handler-x", "node-x")
 	handlerX := tokenConfig(t, env.Config, cs, podOnX)
 
@@ -186,6 +198,19 @@ func TestNodeCertificatesThroughTheAPIServer(t *testing.T) {
 	}
 	if len(csrY.Status.Certificate) != 0 {
 		t.Error("the denied request got a certificate")
+	}
+
+	// The request approved by hand: Failed, not signed.
+	waitFor(t, "the approved request of an administrator failed", func() bool {
+		var got certv1.CertificateSigningRequest
+		return admin.Get(ctx, client.ObjectKey{Name: "pre-approved"}, &got) == nil && conditionOf(&got, certv1.CertificateFailed) != nil
+	})
+	var pre certv1.CertificateSigningRequest
+	if err := admin.Get(ctx, client.ObjectKey{Name: "pre-approved"}, &pre); err != nil {
+		t.Fatal(err)
+	}
+	if c := conditionOf(&pre, certv1.CertificateFailed); c.Reason != ReasonNotHandler || len(pre.Status.Certificate) != 0 {
+		t.Errorf("request approved by hand: Failed %s %q, certificate %d bytes; want %s and none", c.Reason, c.Message, len(pre.Status.Certificate), ReasonNotHandler)
 	}
 
 	// A token of the handler's service account bound to no pod: no node, denied.
