@@ -1,6 +1,7 @@
 package fake
 
 import (
+	"net"
 	"cmp"
 	"context"
 	"encoding/json"
@@ -111,6 +112,8 @@ type vmRecord struct {
 	// Devices are the domain's host devices whole: the simulated guest accepts every one, PCI
 	// function or not, and its boot log names each (HostDeviceLine).
 	Devices []RecordedHostDevice `json:"devices,omitempty"`
+	// Incoming is the migration a target VM waits for, until it runs (migrate.go).
+	Incoming *incomingRecord `json:"incoming,omitempty"`
 }
 
 // RecordedHostDevice is one host device of a VM's domain spec as the fake hypervisor records it.
@@ -148,6 +151,9 @@ type vm struct {
 	consoles map[*queue[[]byte]]struct{}
 	// migration is the last simulated migration.
 	migration *hypervisorv1.MigrationInfo
+	// listeners are a waiting target's sockets; cancel ends a source's stream (migrate.go).
+	listeners []net.Listener
+	cancel    context.CancelFunc
 }
 
 // run is one run of a VM process, from boot to stop.
@@ -235,9 +241,6 @@ func (h *Hypervisor) Create(_ context.Context, spec *domainv1.DomainSpec) (*hype
 	if spec.GetAcceleration() == domainv1.Acceleration_ACCELERATION_REQUIRED {
 		return nil, precondition("acceleration: hardware acceleration is required but the fake hypervisor only simulates")
 	}
-	if spec.GetIncomingMigration() != nil {
-		return nil, invalid("incomingMigration: the fake hypervisor simulates the source of a migration only")
-	}
 	rec := vmRecord{
 		ID:          spec.GetId(),
 		Name:        spec.GetName(),
@@ -246,6 +249,9 @@ func (h *Hypervisor) Create(_ context.Context, spec *domainv1.DomainSpec) (*hype
 		VCPUs:       domain.VCPUs(spec),
 		State:       hypervisorv1.State_STATE_CREATED.String(),
 		Reason:      driver.ReasonCreated,
+	}
+	if in := spec.GetIncomingMigration(); in != nil {
+		rec.Incoming = &incomingRecord{Socket: in.GetSocketPath(), DisksSocket: in.GetDisksSocketPath(), Disks: in.GetDisks()}
 	}
 	for _, h := range spec.GetHostDevices() {
 		rec.HostDevices = append(rec.HostDevices, h.GetName()+"="+h.GetPciAddress())
@@ -303,6 +309,10 @@ func (h *Hypervisor) Start(ctx context.Context, id string) error {
 		err := v.startableLocked()
 		h.mu.Unlock()
 		return err
+	}
+	if v.rec.Incoming != nil {
+		defer h.mu.Unlock()
+		return h.listenIncomingLocked(v)
 	}
 	delay := time.Duration(h.cfg.BootDelay)
 	h.mu.Unlock()
@@ -732,6 +742,13 @@ func (h *Hypervisor) Migrate(_ context.Context, req *hypervisorv1.MigrateRequest
 	if v.state != hypervisorv1.State_STATE_RUNNING {
 		return precondition("VM %q is %s, not running", req.GetId(), driver.StateWord(v.state))
 	}
+	if v.migration != nil && v.migration.GetPhase() == hypervisorv1.MigrationPhase_MIGRATION_PHASE_ACTIVE {
+		return precondition("VM %q is migrating already", req.GetId())
+	}
+	if isSocket(req.GetTargetSocketPath()) {
+		h.streamOutLocked(v, req, disks)
+		return nil
+	}
 	now := timestamppb.Now()
 	v.migration = &hypervisorv1.MigrationInfo{
 		Role: hypervisorv1.MigrationRole_MIGRATION_ROLE_SOURCE, Phase: hypervisorv1.MigrationPhase_MIGRATION_PHASE_COMPLETED,
@@ -768,6 +785,19 @@ func (h *Hypervisor) CancelMigration(_ context.Context, id string) error {
 	}
 	if v.migration != nil && v.state == hypervisorv1.State_STATE_STOPPED && v.rec.Reason == driver.ReasonMigrated {
 		return precondition("VM %q migrated already", id)
+	}
+	if v.rec.Incoming != nil && v.running() {
+		// A target that does not run yet stops.
+		v.migration = &hypervisorv1.MigrationInfo{Role: hypervisorv1.MigrationRole_MIGRATION_ROLE_TARGET,
+			Phase: hypervisorv1.MigrationPhase_MIGRATION_PHASE_CANCELLED, Message: "cancelled at the target", EndedAt: timestamppb.Now()}
+		h.stopLocked(v, hypervisorv1.EventType_EVENT_TYPE_STOPPED, driver.ReasonMigrationCancelled, "the incoming migration was cancelled")
+		return nil
+	}
+	if v.cancel != nil && v.migration.GetPhase() == hypervisorv1.MigrationPhase_MIGRATION_PHASE_ACTIVE {
+		v.migration.Phase, v.migration.Message = hypervisorv1.MigrationPhase_MIGRATION_PHASE_CANCELLED, "cancelled"
+		v.migration.EndedAt = timestamppb.Now()
+		v.cancel()
+		v.cancel = nil
 	}
 	return nil
 }
@@ -810,6 +840,13 @@ func (h *Hypervisor) Recover(_ context.Context, handle *hypervisorv1.Handle) (*h
 	v.run = &run{stopped: make(chan struct{})}
 	if !v.running() {
 		close(v.run.stopped)
+	}
+	if v.rec.Incoming != nil && v.state == hypervisorv1.State_STATE_PAUSED {
+		// A target that waited while no driver ran: it listens again (the simulated VM
+		// process is this driver).
+		if err := h.listenIncomingLocked(v); err != nil {
+			return nil, err
+		}
 	}
 	if v.state == hypervisorv1.State_STATE_SHUTTING_DOWN && !h.cfg.IgnoreShutdown {
 		// The guest was powering off while no driver watched: it has finished by now.
@@ -960,6 +997,7 @@ func (h *Hypervisor) bootLocked(v *vm) {
 // event is STOPPED; a SHUTDOWN (the guest powered off) comes before it, in state SHUTTING_DOWN.
 func (h *Hypervisor) stopLocked(v *vm, typ hypervisorv1.EventType, reason, message string) {
 	v.gen++
+	v.closeListeners()
 	if typ == hypervisorv1.EventType_EVENT_TYPE_SHUTDOWN {
 		h.setStateLocked(v, hypervisorv1.State_STATE_SHUTTING_DOWN, typ, reason, message)
 		typ = hypervisorv1.EventType_EVENT_TYPE_STOPPED
