@@ -1,7 +1,6 @@
 package fake
 
 import (
-	"net"
 	"cmp"
 	"context"
 	"encoding/json"
@@ -9,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
+	"net"
 	"os"
 	"path/filepath"
 	"slices"
