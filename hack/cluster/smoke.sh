@@ -29,7 +29,9 @@ phase up "${HERE}/up.sh"
 run_pod() {
   kubectl_ delete pod "${POD}" --ignore-not-found --wait=true >/dev/null
   log "smoke: pod ${POD} from ${PAUSE_IMAGE} (imagePullPolicy Never)"
-  kubectl_ run "${POD}" --image "${PAUSE_IMAGE}" --image-pull-policy Never --restart Never >/dev/null
+  # On the first node (a second one, make up NODES=2, has other addresses and its own containerd).
+  kubectl_ run "${POD}" --image "${PAUSE_IMAGE}" --image-pull-policy Never --restart Never \
+    --overrides "{\"spec\":{\"nodeName\":\"${NODE_NAME}\"}}" >/dev/null
   kubectl_ wait --for=condition=Ready "pod/${POD}" --timeout 90s >/dev/null || fail "pod not Ready in 90s"
 }
 phase pod run_pod
