@@ -1,4 +1,4 @@
-// Command kubevisor-controller runs Kubevisor's controllers (VM, VMI, VMI replica set, migration) with leader
+// Command kubevisor-controller runs Kubevisor's controllers (VM, VMI, VMI replica set, migration, evacuation) with leader
 // election, /healthz and /readyz, and Prometheus metrics. See package controlplane/manager.
 package main
 
@@ -12,6 +12,7 @@ import (
 	"k8s.io/klog/v2/textlogger"
 	ctrl "sigs.k8s.io/controller-runtime"
 
+	"github.com/kubevisor/kubevisor/controlplane/evacuation"
 	"github.com/kubevisor/kubevisor/controlplane/manager"
 	"github.com/kubevisor/kubevisor/controlplane/migration"
 	"github.com/kubevisor/kubevisor/core/layout"
@@ -49,6 +50,11 @@ func main() {
 		}
 		mig.BandwidthPerMigration = q
 		return nil
+	})
+	fs.Func("default-eviction-strategy", "eviction `strategy` of VMIs that set none: None (default), LiveMigrate, LiveMigrateIfPossible or External; give kubevisor-api the same", func(s string) error {
+		v, err := evacuation.ParseStrategy(s)
+		cfg.DefaultEvictionStrategy = v
+		return err
 	})
 	_ = fs.Parse(os.Args[1:])
 	cfg.Pod.ImagePullPolicy = corev1.PullPolicy(pullPolicy)

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	policyv1 "k8s.io/api/policy/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	kruntime "k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/selection"
@@ -24,6 +25,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
+	"github.com/kubevisor/kubevisor/controlplane/evacuation"
 	"github.com/kubevisor/kubevisor/controlplane/launcherpod"
 	"github.com/kubevisor/kubevisor/controlplane/metrics"
 	"github.com/kubevisor/kubevisor/controlplane/migration"
@@ -75,6 +77,11 @@ type Config struct {
 	// nil means migration.DefaultSettings().
 	Migration *migration.Settings
 
+	// DefaultEvictionStrategy is the eviction strategy of VMIs that set none ("" is None); the
+	// evacuation controller keeps PodDisruptionBudgets by it. kubevisor-api's eviction webhook
+	// must be given the same (its --default-eviction-strategy).
+	DefaultEvictionStrategy v1alpha1.EvictionStrategy
+
 	// SkipNameValidation lets several managers run in one process (tests, benchmarks).
 	SkipNameValidation bool
 }
@@ -111,6 +118,8 @@ func New(cfg Config) (ctrl.Manager, error) {
 		Scheme: Scheme(),
 		Cache: cache.Options{ByObject: map[client.Object]cache.ByObject{
 			&corev1.Pod{}: {Label: labels.NewSelector().Add(*launcherPods)},
+			// Likewise the evacuation controller's PodDisruptionBudgets, which carry the label too.
+			&policyv1.PodDisruptionBudget{}: {Label: labels.NewSelector().Add(*launcherPods)},
 		}},
 		Metrics:                    metricsserver.Options{BindAddress: or(cfg.MetricsAddr, DefaultMetricsAddr)},
 		HealthProbeBindAddress:     or(cfg.HealthProbeAddr, DefaultHealthProbeAddr),
@@ -158,6 +167,10 @@ func New(cfg Config) (ctrl.Manager, error) {
 		}},
 		{"migration", func() error {
 			return migration.SetupWithManager(mgr, migration.Options{MaxConcurrentReconciles: w, SkipNameValidation: skip, Defaults: cfg.Migration})
+		}},
+		{"evacuation", func() error {
+			return evacuation.SetupWithManager(mgr, evacuation.Options{DefaultStrategy: cfg.DefaultEvictionStrategy,
+				Migration: cfg.Migration, MaxConcurrentReconciles: w, SkipNameValidation: skip})
 		}},
 		{"metrics", func() error { return metrics.SetupWithManager(mgr) }},
 	}

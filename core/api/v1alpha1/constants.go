@@ -41,6 +41,9 @@ const (
 	NodeNameLabel = LabelPrefix + "node-name"
 	// MigrationUIDLabel is set on the target launcher pod of a migration to the VirtualMachineInstanceMigration UID.
 	MigrationUIDLabel = LabelPrefix + "migration-uid"
+	// EvacuationLabel is set on a VirtualMachineInstanceMigration that the evacuation controller
+	// created to move a VMI off a node, to that node's name.
+	EvacuationLabel = LabelPrefix + "evacuation"
 	// HypervisorClassLabel is set on a launcher pod to the name of the HypervisorClass it was built for.
 	HypervisorClassLabel = LabelPrefix + "hypervisor-class"
 	// HypervisorDriverLabel is set on a launcher pod to the hypervisor driver of the

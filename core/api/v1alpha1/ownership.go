@@ -25,6 +25,9 @@ const (
 	VMIControllerFieldManager = "kubevisor-vmi-controller"
 	// MigrationControllerFieldManager is the migration controller's field manager.
 	MigrationControllerFieldManager = "kubevisor-migration-controller"
+	// EvacuationFieldManager is the field manager of status.evacuationNodeName: the eviction
+	// webhook of kubevisor-api sets it, the evacuation controller removes it.
+	EvacuationFieldManager = "kubevisor-evacuation"
 	// handlerFieldManagerPrefix followed by a node name is that node's handler's field manager.
 	handlerFieldManagerPrefix = "kubevisor-handler/"
 )

@@ -437,6 +437,13 @@ type VirtualMachineInstanceStatus struct {
 	// MigrationState is the state of the latest live migration.
 	// +optional
 	MigrationState *VirtualMachineInstanceMigrationState `json:"migrationState,omitempty"`
+	// EvacuationNodeName is the node the VMI must leave: an eviction of its launcher pod there
+	// (kubectl drain) found an evictionStrategy that moves the VMI instead (LiveMigrate, or
+	// LiveMigrateIfPossible with the VMI LiveMigratable) or leaves it to someone else (External).
+	// The evacuation controller migrates the VMI away (not for External) and removes the field
+	// once the VMI no longer runs on that node (KubeVirt's field).
+	// +optional
+	EvacuationNodeName string `json:"evacuationNodeName,omitempty"`
 	// LauncherPodName is the name of the launcher pod that runs the VMI.
 	// +optional
 	LauncherPodName string `json:"launcherPodName,omitempty"`
