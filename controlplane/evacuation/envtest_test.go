@@ -157,7 +157,9 @@ func TestController(t *testing.T) {
 			t.Fatalf("%d migrations once one succeeded, the VMI not moved yet, want 2", len(got))
 		}
 		// The VMI moves: the mark goes, no further migration.
-		setStatus(t, c, vmi, func(st *v1alpha1.VirtualMachineInstanceStatus) { st.NodeName, st.LauncherPodName = "node-2", "launcher-lm-target" })
+		setStatus(t, c, vmi, func(st *v1alpha1.VirtualMachineInstanceStatus) {
+			st.NodeName, st.LauncherPodName = "node-2", "launcher-lm-target"
+		})
 		waitFor(t, "the mark removed", func() (bool, error) {
 			cur := &v1alpha1.VirtualMachineInstance{}
 			err := c.Get(ctx, client.ObjectKeyFromObject(vmi), cur)
