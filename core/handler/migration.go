@@ -165,6 +165,9 @@ func (h *Handler) incomingDone(e *entry) {
 	}
 	st.Incoming = ""
 	e.incoming = nil
+	// What the target published while it waited was never the VMI's: the status is derived
+	// afresh from the VMI as stored (Running, its phases) and the running VM.
+	e.status = v1alpha1.VirtualMachineInstanceStatus{}
 	h.mu.Unlock()
 	if err := h.states.save(st); err != nil {
 		h.log.Warn("VMI migrated in, but its state was not saved", "uid", st.UID, "error", err)

@@ -386,11 +386,11 @@ func (a *Agent) launcherPod(ctx context.Context, vmi *v1alpha1.VirtualMachineIns
 		if p.Spec.NodeName != a.cfg.NodeName {
 			continue // another node's
 		}
-		if p.Labels[v1alpha1.MigrationUIDLabel] != "" && p.Name != vmi.Status.LauncherPodName {
-			continue // a migration target, not (yet) the VMI's launcher pod
-		}
-		if p.Name == vmi.Status.LauncherPodName {
+		if p.Name == vmi.Status.LauncherPodName || migratedTo(vmi, a.cfg.NodeName, p.Name) {
 			return p, nil
+		}
+		if p.Labels[v1alpha1.MigrationUIDLabel] != "" {
+			continue // a migration target, not (yet) the VMI's launcher pod
 		}
 		if found == nil || p.CreationTimestamp.After(found.CreationTimestamp.Time) {
 			found = p
@@ -408,6 +408,14 @@ func (a *Agent) writeStatus(ctx context.Context, name types.NamespacedName, node
 		var vmi v1alpha1.VirtualMachineInstance
 		if err := a.client.Get(ctx, name, &vmi); err != nil {
 			return client.IgnoreNotFound(err)
+		}
+		if a.h.MigratedAway(vmi.UID) {
+			// Its VM stopped here because it runs on the migration's target: the status the
+			// handler derived of that (Succeeded) is not the VMI's.
+			return nil
+		}
+		if err := a.takeOverFromSource(ctx, &vmi); err != nil {
+			return err
 		}
 		w := handlerStatus(&vmi, node, manager)
 		body, changes, err := w.apply(&vmi)
