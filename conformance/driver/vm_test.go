@@ -87,7 +87,7 @@ var vmChecks = []string{
 	"Shutdown/GracefulWithinTimeout", "Kill", "Pause/StopsGuest", "Reboot/SecondBoot", "SoftReboot/BootsAgain", "GuestAgent/PingExec", "Display/RFBSessions",
 	"Recover/AfterDriverKilled", "Devices/RNG", "Devices/Chassis", "Devices/Watchdog", "Devices/Balloon", "Devices/Input",
 	"Devices/Sound", "Devices/VirtioTransitional", "Devices/TPM", "TPM/Persistent", "Firmware/EFIPersistent", "Clock/Start", "CPU/Features", "CPU/Pinning", "Storage/NotAnImage",
-	"Migrate/KeepsGuestState", "Migrate/Progress", "Migrate/Cancel",
+	"Migrate/KeepsGuestState", "Migrate/Progress", "Migrate/Cancel", "Migrate/LocalDisks",
 }
 
 // TestVMRealDrivers runs the VM checks against the QEMU driver (drivers/qmp) and the local
@@ -308,10 +308,12 @@ func TestVMUndeclaredAreSkipped(t *testing.T) {
 			"Migrate/KeepsGuestState":        conformance.StatusSkip,
 			"Migrate/Progress":               conformance.StatusSkip,
 			"Migrate/Cancel":                 conformance.StatusSkip,
+			"Migrate/LocalDisks":             conformance.StatusSkip,
 		}, map[string]string{
 			"Boot/ConsoleMarker":             console,
 			"Migrate/KeepsGuestState":        "FEATURE_HYPERVISOR_MIGRATE",
 			"Migrate/Cancel":                 "FEATURE_HYPERVISOR_MIGRATE",
+			"Migrate/LocalDisks":             "FEATURE_HYPERVISOR_MIGRATE",
 			"CloudInit/UserDataReachesGuest": console,
 			"Kill":                           console,
 			"Pause/StopsGuest":               "FEATURE_HYPERVISOR_PAUSE",
@@ -551,4 +553,32 @@ func TestVMDevicesIgnored(t *testing.T) {
 		"Devices/VirtioTransitional": "no transitional virtio balloon", "Devices/TPM": "no TPM 2.0",
 		"CPU/Pinning": "main thread may run on CPUs",
 	})
+}
+
+// noDiskCopy is the fake hypervisor without Capabilities.migration_disks.
+type noDiskCopy struct{ *fake.Hypervisor }
+
+func (h noDiskCopy) Capabilities(ctx context.Context) (*basev1.Capabilities, error) {
+	caps, err := h.Hypervisor.Capabilities(ctx)
+	if caps != nil {
+		caps.MigrationDisks = false
+	}
+	return caps, err
+}
+
+// TestVMLocalDisksSkippedWithoutDiskCopy: a driver that migrates but does not declare
+// migration_disks has Migrate/LocalDisks skipped, saying so.
+func TestVMLocalDisksSkippedWithoutDiskCopy(t *testing.T) {
+	kernel := filepath.Join(t.TempDir(), "vmlinuz")
+	if err := os.WriteFile(kernel, []byte("not really a kernel"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	g := conformance.Guest{Kernel: kernel, ReadyMarker: fake.ConsoleMarker, UserDataBegin: "BEGIN", UserDataEnd: "END"}
+	peer := noDiskCopy{fake.NewHypervisor()}
+	rec := runVM(t, "Migrate/LocalDisks", noDiskCopy{fake.NewHypervisor()}, fake.NewStorage(), g,
+		conformance.WithMigrationPeer(func(ct conformance.T) driver.Hypervisor {
+			return conformance.ServeInProcess(ct, basev1.Kind_KIND_HYPERVISOR, peer).(driver.Hypervisor)
+		}, t.TempDir()))
+	expectStatus(t, rec, map[string]conformance.Status{"Migrate/LocalDisks": conformance.StatusSkip},
+		map[string]string{"Migrate/LocalDisks": "does not declare Capabilities.migration_disks"})
 }
