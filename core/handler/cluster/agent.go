@@ -409,7 +409,7 @@ func (a *Agent) writeStatus(ctx context.Context, name types.NamespacedName, node
 		if err := a.client.Get(ctx, name, &vmi); err != nil {
 			return client.IgnoreNotFound(err)
 		}
-		if a.h.MigratedAway(vmi.UID) {
+		if a.h != nil && a.h.MigratedAway(vmi.UID) {
 			// Its VM stopped here because it runs on the migration's target: the status the
 			// handler derived of that (Succeeded) is not the VMI's.
 			return nil
