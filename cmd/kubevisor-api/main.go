@@ -1,8 +1,10 @@
 // Command kubevisor-api serves Kubevisor's admission webhooks (package controlplane/webhook):
 // defaulting and validation of VirtualMachines, VirtualMachineInstances, replica sets and
-// migrations, over TLS with a self-managed, rotated certificate, with /healthz and /readyz; and,
-// in the same process, the aggregated API server subresources.kubevisor.io (package
-// controlplane/subresources) with the same serving certificate.
+// migrations, and the evictions of launcher pods (kubectl drain: a VMI with evictionStrategy
+// LiveMigrate is migrated instead), over TLS with a self-managed, rotated certificate, with
+// /healthz and /readyz; and, in the same process, the aggregated API server
+// subresources.kubevisor.io (package controlplane/subresources) with the same serving
+// certificate.
 package main
 
 import (

@@ -1,5 +1,6 @@
 // Package webhook is Kubevisor's admission: defaulting and validation of VirtualMachines,
-// VirtualMachineInstances, replica sets and migrations, served over TLS by kubevisor-api.
+// VirtualMachineInstances, replica sets and migrations, and the evictions of launcher pods,
+// served over TLS by kubevisor-api.
 package webhook
 
 import (
@@ -16,12 +17,14 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/config"
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
 	"sigs.k8s.io/controller-runtime/pkg/manager"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 	crwebhook "sigs.k8s.io/controller-runtime/pkg/webhook"
 
 	"github.com/kubevisor/kubevisor/controlplane/certs"
+	"github.com/kubevisor/kubevisor/controlplane/evacuation"
 	"github.com/kubevisor/kubevisor/controlplane/nodecerts"
 	subresourcesv1alpha1 "github.com/kubevisor/kubevisor/core/api/subresources/v1alpha1"
 	"github.com/kubevisor/kubevisor/core/api/v1alpha1"
@@ -83,6 +86,12 @@ type Config struct {
 	MetricsAddr, HealthAddr string
 	// MachineType replaces DefaultMachineType when set.
 	MachineType string
+	// DefaultEvictionStrategy is the eviction strategy of VMIs that set none ("" is None), for
+	// the eviction webhook; kubevisor-controller must be given the same.
+	DefaultEvictionStrategy v1alpha1.EvictionStrategy
+	// SkipNameValidation lets several managers run in one process (tests): controller names
+	// (nodecerts) are otherwise unique per process.
+	SkipNameValidation bool
 }
 
 // DefaultConfig is the configuration the manifests expect.
@@ -128,6 +137,11 @@ func (c *Config) AddFlags(fs *flag.FlagSet) {
 	fs.DurationVar(&c.NodeCertMaxLifetime, "node-cert-max-lifetime", c.NodeCertMaxLifetime, "longest lifetime of a node certificate (a request's expirationSeconds is honoured up to it)")
 	fs.StringVar(&c.MetricsAddr, "metrics-bind-address", c.MetricsAddr, "address of the metrics endpoint (0 disables)")
 	fs.StringVar(&c.HealthAddr, "health-probe-bind-address", c.HealthAddr, "address of /healthz and /readyz (0 disables)")
+	fs.Func("default-eviction-strategy", "eviction `strategy` of VMIs that set none: None (default), LiveMigrate, LiveMigrateIfPossible or External; give kubevisor-controller the same", func(s string) error {
+		v, err := evacuation.ParseStrategy(s)
+		c.DefaultEvictionStrategy = v
+		return err
+	})
 	fs.StringVar(&c.MachineType, "default-machine-type", c.MachineType, "machine type of VMIs that name none (empty: "+DefaultMachineType+")")
 }
 
@@ -188,6 +202,7 @@ func NewManager(cfg *rest.Config, c Config) (manager.Manager, error) {
 	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
 		Scheme:                 Scheme(),
 		Cache:                  cacheOpts,
+		Controller:             config.Controller{SkipNameValidation: &c.SkipNameValidation},
 		Metrics:                metricsserver.Options{BindAddress: c.MetricsAddr},
 		HealthProbeBindAddress: c.HealthAddr,
 		WebhookServer: crwebhook.NewServer(crwebhook.Options{
@@ -207,6 +222,12 @@ func NewManager(cfg *rest.Config, c Config) (manager.Manager, error) {
 	if err := a.SetupWithManager(mgr); err != nil {
 		return nil, err
 	}
+	if _, err := evacuation.ParseStrategy(string(c.DefaultEvictionStrategy)); err != nil {
+		return nil, err
+	}
+	mgr.GetWebhookServer().Register(EvictionPath, &crwebhook.Admission{Handler: &Eviction{
+		Reader: mgr.GetAPIReader(), Writer: mgr.GetClient(), DefaultStrategy: c.DefaultEvictionStrategy,
+	}})
 	if err := mgr.AddHealthzCheck("healthz", healthz.Ping); err != nil {
 		return nil, err
 	}
