@@ -144,6 +144,61 @@ func (c *Client) VirtualMachineInstance(ctx context.Context, name string) (*v1al
 	return vmi, nil
 }
 
+// migrations is the resource of VirtualMachineInstanceMigrations.
+const migrations = "virtualmachineinstancemigrations"
+
+// CreateMigration POSTs m (with generateName) and returns the migration the API server made;
+// dryRun only validates it.
+func (c *Client) CreateMigration(ctx context.Context, m *v1alpha1.VirtualMachineInstanceMigration, dryRun bool) (*v1alpha1.VirtualMachineInstanceMigration, error) {
+	m.APIVersion, m.Kind = v1alpha1.GroupVersion.String(), "VirtualMachineInstanceMigration"
+	data, err := json.Marshal(m)
+	if err != nil {
+		return nil, fmt.Errorf("encode migration: %w", err)
+	}
+	req := c.rest.Post().AbsPath(c.ObjectPath(migrations, "")).SetHeader("Content-Type", "application/json").Body(data)
+	if dryRun {
+		req = req.Param("dryRun", "All")
+	}
+	res := req.Do(ctx)
+	if err := res.Error(); err != nil {
+		return nil, err
+	}
+	raw, err := res.Raw()
+	if err != nil {
+		return nil, err
+	}
+	out := &v1alpha1.VirtualMachineInstanceMigration{}
+	if err := json.Unmarshal(raw, out); err != nil {
+		return nil, fmt.Errorf("decode migration: %w", err)
+	}
+	return out, nil
+}
+
+// Migration GETs the named VirtualMachineInstanceMigration.
+func (c *Client) Migration(ctx context.Context, name string) (*v1alpha1.VirtualMachineInstanceMigration, error) {
+	m := &v1alpha1.VirtualMachineInstanceMigration{}
+	if err := c.GetJSON(ctx, c.ObjectPath(migrations, name), m); err != nil {
+		return nil, err
+	}
+	return m, nil
+}
+
+// Migrations lists the VirtualMachineInstanceMigrations of the namespace.
+func (c *Client) Migrations(ctx context.Context) ([]v1alpha1.VirtualMachineInstanceMigration, error) {
+	var list v1alpha1.VirtualMachineInstanceMigrationList
+	if err := c.GetJSON(ctx, c.ObjectPath(migrations, ""), &list); err != nil {
+		return nil, err
+	}
+	return list.Items, nil
+}
+
+// DeleteMigration DELETEs the named VirtualMachineInstanceMigration, of that UID only.
+func (c *Client) DeleteMigration(ctx context.Context, name string, uid string) error {
+	body := fmt.Sprintf(`{"apiVersion":"v1","kind":"DeleteOptions","preconditions":{"uid":%q}}`, uid)
+	return c.rest.Delete().AbsPath(c.ObjectPath(migrations, name)).SetHeader("Content-Type", "application/json").
+		Body([]byte(body)).Do(ctx).Error()
+}
+
 // Names lists the names of the objects of resource (virtualmachines or virtualmachineinstances)
 // in the namespace; shell completion uses it.
 func (c *Client) Names(ctx context.Context, resource string) ([]string, error) {

@@ -19,9 +19,8 @@ type vmAction struct {
 
 func newActionCommands(o *options) []*cobra.Command {
 	var (
-		grace  int64
-		force  bool
-		dryRun bool
+		grace int64
+		force bool
 	)
 	typeMeta := func(kind string) metav1.TypeMeta {
 		return metav1.TypeMeta{APIVersion: subv1.GroupVersion.String(), Kind: kind}
@@ -40,10 +39,6 @@ func newActionCommands(o *options) []*cobra.Command {
 			subresource: subv1.SubresourceStop, done: "was scheduled to stop"},
 		{use: "restart NAME", short: "Restart a VM: stop its VMI and start a new one", verb: "restart",
 			subresource: subv1.SubresourceRestart, done: "was scheduled to restart"},
-		{use: "migrate NAME", short: "Live-migrate a VM's VMI to another node", verb: "migrate",
-			subresource: subv1.SubresourceMigrate, done: "was scheduled to migrate"},
-		{use: "migrate-cancel NAME", short: "Cancel a VM's running migration", verb: "cancel the migration of",
-			subresource: subv1.SubresourceCancelMigration, done: "had its migration cancelled"},
 	}
 	for _, a := range vmActions {
 		a := a
@@ -63,12 +58,6 @@ func newActionCommands(o *options) []*cobra.Command {
 				body = &subv1.StopOptions{TypeMeta: typeMeta("StopOptions"), GracePeriodSeconds: gracePtr(cmd), Force: force}
 			case subv1.SubresourceRestart:
 				body = &subv1.RestartOptions{TypeMeta: typeMeta("RestartOptions"), GracePeriodSeconds: gracePtr(cmd)}
-			case subv1.SubresourceMigrate:
-				m := &subv1.MigrateOptions{TypeMeta: typeMeta("MigrateOptions")}
-				if dryRun {
-					m.DryRun = []string{"All"}
-				}
-				body = m
 			}
 			return o.put(cmd, subv1.VirtualMachines, args[0], a.verb, a.subresource, body, "VM "+args[0]+" "+a.done)
 		}
@@ -78,8 +67,6 @@ func newActionCommands(o *options) []*cobra.Command {
 			cmd.Flags().BoolVar(&force, "force", false, "Stop at once, without asking the guest")
 		case subv1.SubresourceRestart:
 			cmd.Flags().Int64Var(&grace, "grace-period", 0, "Seconds the running guest gets to power off")
-		case subv1.SubresourceMigrate:
-			cmd.Flags().BoolVar(&dryRun, "dry-run", false, "Validate the migration without creating it")
 		}
 		cmds = append(cmds, cmd)
 	}

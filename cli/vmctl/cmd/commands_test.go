@@ -339,8 +339,6 @@ func TestActionsReachTheirSubresource(t *testing.T) {
 	}{
 		{[]string{"start", "vm1"}, "virtualmachines/vm1/start"},
 		{[]string{"restart", "vm1"}, "virtualmachines/vm1/restart"},
-		{[]string{"migrate", "vm1"}, "virtualmachines/vm1/migrate"},
-		{[]string{"migrate-cancel", "vm1"}, "virtualmachines/vm1/cancelmigration"},
 		{[]string{"pause", "vm", "vm1"}, "virtualmachineinstances/vm1/pause"},
 		{[]string{"unpause", "vmi/vm1"}, "virtualmachineinstances/vm1/unpause"},
 		{[]string{"soft-reboot", "vm1"}, "virtualmachineinstances/vm1/softreboot"},

@@ -47,7 +47,7 @@ func NewRootCommand(arg0 string, streams IOStreams) *cobra.Command {
 	root.AddCommand(
 		newConsoleCommand(o), newVNCCommand(o), newPortForwardCommand(o), newSSHCommand(o),
 		newGuestOSInfoCommand(o), newCreateCommand(o), newConvertCommand(o), newExposeCommand(o),
-		newVersionCommand(o),
+		newVersionCommand(o), newMigrateCommand(o), newMigrateCancelCommand(o),
 	)
 	root.AddCommand(newActionCommands(o)...)
 	return root
