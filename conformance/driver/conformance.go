@@ -169,7 +169,8 @@ type Options struct {
 }
 
 // MigrationRelay carries a migration's streams from the source to the target, as the node
-// handlers' migration proxy does between nodes: given the migrating VM's id, the source VM's
+// handlers' migration proxy does between nodes: given an identifier of the migration (a DNS
+// label, new for each migration, as a VirtualMachineInstanceMigration's UID), the source VM's
 // run directory and the target's sockets by channel (ChannelMemory: its incoming socket;
 // ChannelDisks, for a migration that copies disks: its NBD socket), it returns for each channel
 // the unix socket the source is to connect to (the MigrateRequest's target_socket_path and

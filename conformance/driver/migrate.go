@@ -201,7 +201,8 @@ func (s *vmSuite) migrationPaths(t T, vm *guestVM, tgt *migrationTarget) map[str
 	if s.opts.MigrationRelay == nil {
 		return targets
 	}
-	paths := s.opts.MigrationRelay(t, vm.id, vm.spec.GetRunDir(), targets)
+	// Each migration has an identifier of its own, as a VirtualMachineInstanceMigration's UID.
+	paths := s.opts.MigrationRelay(t, newID(), vm.spec.GetRunDir(), targets)
 	for ch := range targets {
 		if paths[ch] == "" {
 			t.Fatalf("the migration relay gave no socket for the channel %q", ch)

@@ -261,3 +261,122 @@ func guestCount(ctx context.Context, cs *consoleSession, key, expr string) (int,
 	}
 	return n, nil
 }
+
+const (
+	// cancelDiskBandwidth keeps the copy of the data the cancel check writes going for seconds.
+	cancelDiskBandwidth = 1 << 20
+	// afterMarkerSector is where the cancel check writes after the cancelled migration: past
+	// the 8 MiB of random data it checksums.
+	afterMarkerSector = 20000
+)
+
+// checkMigrateLocalDisksCancel: a migration cancelled while it copies the disks (8 MiB of random
+// data the guest wrote on its emptyDisk, copied at 1 MiB/s) ends CANCELLED with the VM RUNNING
+// on its own disks: the guest writes and reads a marker there, its page cache dropped. The host
+// then kills and deletes the target that never ran, and a second migration to a new target,
+// copying the same disks, completes (nothing of the first copy is left in the way) with the
+// data and the marker on the target's disk.
+func (s *vmSuite) checkMigrateLocalDisksCancel(t T) {
+	peer := s.requireMigration(t)
+	hv, hvCaps := s.hypervisor(t)
+	if !hvCaps.GetMigrationDisks() {
+		t.Skipf("the hypervisor driver does not declare Capabilities.migration_disks (copying writable node-local disks in a migration)")
+	}
+	st, stCaps := s.storage(t)
+	requireVolumeType(t, stCaps, "emptyDisk")
+	vm := s.boot(t, "")
+	ctx := s.ctx(t)
+	m := optional[driver.Migrator](t, hv, basev1.Feature_FEATURE_HYPERVISOR_MIGRATE)
+	plan := s.plan(t, hvCaps, stCaps, "", vm.token)
+	size := uint64(emptyDiskSize)
+	dev, err := guestValue(ctx, vm.console, "dev", fmt.Sprintf("$(for b in /sys/block/*; do [ \"$(cat $b/size)\" = %d ] && echo ${b##*/}; done | head -n 1)", size/512))
+	if err != nil || dev == "" {
+		t.Fatalf("find the guest's emptyDisk of %d bytes: %v", size, err)
+	}
+	sum := func(cs *consoleSession, key string) string {
+		t.Helper()
+		v, err := guestValue(ctx, cs, key, fmt.Sprintf("$(dd if=/dev/%s bs=1M count=8 2>/dev/null | md5sum | cut -c1-32)", dev))
+		if err != nil || len(v) != 32 {
+			t.Fatalf("checksum the first 8 MiB of the emptyDisk: %q, %v", v, err)
+		}
+		return v
+	}
+	if err := vm.console.typeUntil(ctx, fmt.Sprintf("dd if=/dev/urandom of=/dev/%s bs=1M count=8 conv=fsync 2>/dev/null && echo kv-filled-$((6*7))", dev), "kv-filled-42", commandWithin); err != nil {
+		t.Fatalf("fill the emptyDisk with 8 MiB of random data: %v", err)
+	}
+	want := sum(vm.console, "sum0")
+
+	migrate := func(bandwidth uint64) *migrationTarget {
+		t.Helper()
+		fresh := (&storageSuite{s.suite}).prepare(t, st, &request{vmiID: vm.id, workDir: t.TempDir(), volumes: plan.volumes})
+		tgt := s.prepareTargetWith(t, peer, vm, func(spec *domainv1.DomainSpec) {
+			for _, d := range spec.GetDisks() {
+				for _, f := range fresh {
+					if f.GetVolumeName() == d.GetName() {
+						d.Path, d.Format = f.GetPath(), f.GetFormat()
+					}
+				}
+			}
+			spec.IncomingMigration.DisksSocketPath = filepath.Join(spec.GetRunDir(), migrationDisksSocketName)
+			spec.IncomingMigration.Disks = []string{emptyDiskVolume}
+		})
+		paths := s.migrationPaths(t, vm, tgt)
+		if err := m.Migrate(ctx, &hypervisorv1.MigrateRequest{Id: vm.id, TargetSocketPath: paths[ChannelMemory], TargetDisksSocketPath: paths[ChannelDisks],
+			Disks: []*hypervisorv1.MigrateDisk{{Name: emptyDiskVolume}}, BandwidthBytesPerSecond: bandwidth}); err != nil {
+			t.Fatalf("Migrate copying the emptyDisk: %s", describe(err))
+		}
+		return tgt
+	}
+	tgt := migrate(cancelDiskBandwidth)
+	info := s.waitMigration(t, m, vm.id, func(info *hypervisorv1.MigrationInfo) bool { return info.GetDiskTransferredBytes() > 0 })
+	if migrationEnded(info) || len(info.GetDisks()) != 1 || info.GetDisks()[0].GetReady() {
+		t.Fatalf("a copy of 8 MiB at %s is not in progress to be cancelled: %v", fmtRate(cancelDiskBandwidth), info)
+	}
+	if err := m.CancelMigration(ctx, vm.id); err != nil {
+		t.Fatalf("CancelMigration while the disks are copied: %s", describe(err))
+	}
+	if info, err := m.MigrationStatus(ctx, vm.id); err != nil || info.GetPhase() != hypervisorv1.MigrationPhase_MIGRATION_PHASE_CANCELLED {
+		t.Errorf("MigrationStatus after CancelMigration in the disk phase = %v, %s; want CANCELLED", info, describe(err))
+	}
+	s.expectState(t, vm, hypervisorv1.State_STATE_RUNNING, "CancelMigration in the disk phase")
+	line := writeMarker(dev, afterMarkerSector, vm.token+"-after", "after")
+	if err := vm.console.typeUntil(ctx, line, "kv-marked-after-42", commandWithin); err != nil {
+		t.Fatalf("write on the emptyDisk after the cancelled migration: %v", err)
+	}
+	if err := vm.console.typeUntil(ctx, "echo 3 > /proc/sys/vm/drop_caches; echo kv-dropped-$((6*7))", "kv-dropped-42", commandWithin); err != nil {
+		t.Fatalf("drop the page cache: %v", err)
+	}
+	if got, err := guestValue(ctx, vm.console, "after", fmt.Sprintf("$(dd if=/dev/%s bs=512 skip=%d count=1 2>/dev/null | head -n 1)", dev, afterMarkerSector)); err != nil || got != "KVMARK-"+vm.token+"-after" {
+		t.Errorf("the source's guest reads back %q (%v) of what it wrote after the cancelled migration", got, err)
+	}
+	if got := sum(vm.console, "sum1"); got != want {
+		t.Errorf("the source's emptyDisk changed under the cancelled copy: md5 %s, was %s", got, want)
+	}
+	// The host kills and deletes the target that never ran.
+	if err := peer.Kill(ctx, vm.id); err != nil {
+		t.Fatalf("Kill of the target of the cancelled migration: %s", describe(err))
+	}
+	if err := peer.Delete(ctx, vm.id); err != nil {
+		t.Fatalf("Delete of the target of the cancelled migration: %s", describe(err))
+	}
+
+	tgt = migrate(0)
+	info = s.waitMigration(t, m, vm.id, nil)
+	if info.GetPhase() != hypervisorv1.MigrationPhase_MIGRATION_PHASE_COMPLETED {
+		t.Fatalf("the migration after the cancelled one ended %s: %q", info.GetPhase(), info.GetMessage())
+	}
+	if tst := s.waitState(t, tgt.guestVM, hypervisorv1.State_STATE_RUNNING, targetStopWithin); tst.GetState() != hypervisorv1.State_STATE_RUNNING {
+		t.Fatalf("after the second migration the target is %s (reason %q)", tst.GetState(), tst.GetReason())
+	}
+	c := optional[driver.Consoler](t, peer, basev1.Feature_FEATURE_HYPERVISOR_CONSOLE)
+	tgt.console = attachConsole(t, c, vm.id)
+	if err := tgt.console.typeUntil(ctx, "echo 3 > /proc/sys/vm/drop_caches; echo kv-dropped-$((6*7))", "kv-dropped-42", commandWithin); err != nil {
+		t.Fatalf("drop the page cache: %v", err)
+	}
+	if got := sum(tgt.console, "sum2"); got != want {
+		t.Errorf("the target's emptyDisk after the second migration: md5 %s, want the source's %s", got, want)
+	}
+	if got, err := guestValue(ctx, tgt.console, "after2", fmt.Sprintf("$(dd if=/dev/%s bs=512 skip=%d count=1 2>/dev/null | head -n 1)", dev, afterMarkerSector)); err != nil || got != "KVMARK-"+vm.token+"-after" {
+		t.Errorf("the target's guest reads %q (%v) of the marker written between the two migrations", got, err)
+	}
+}

@@ -267,6 +267,7 @@ func (g Guest) withDefaults() Guest {
 //	Migrate/Progress                    (FEATURE_HYPERVISOR_MIGRATE, and WithMigrationPeer)
 //	Migrate/Cancel                      (FEATURE_HYPERVISOR_MIGRATE, and WithMigrationPeer)
 //	Migrate/LocalDisks                  (FEATURE_HYPERVISOR_MIGRATE, Capabilities.migration_disks, volume type emptyDisk, and WithMigrationPeer)
+//	Migrate/LocalDisksCancel            (FEATURE_HYPERVISOR_MIGRATE, Capabilities.migration_disks, volume type emptyDisk, and WithMigrationPeer)
 //
 // Every check but Storage/NotAnImage boots a VM of its own and needs the hypervisor to declare
 // FEATURE_HYPERVISOR_CONSOLE, on which it watches the guest. The storage driver prepares the
@@ -386,6 +387,7 @@ func VM(t T, hv HypervisorFactory, st StorageFactory, g Guest, opts ...Option) {
 		t.Run("Progress", s.checkMigrateProgress)
 		t.Run("Cancel", s.checkMigrateCancel)
 		t.Run("LocalDisks", s.checkMigrateLocalDisks)
+		t.Run("LocalDisksCancel", s.checkMigrateLocalDisksCancel)
 	})
 }
 

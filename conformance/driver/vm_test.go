@@ -87,7 +87,7 @@ var vmChecks = []string{
 	"Shutdown/GracefulWithinTimeout", "Kill", "Pause/StopsGuest", "Reboot/SecondBoot", "SoftReboot/BootsAgain", "GuestAgent/PingExec", "Display/RFBSessions",
 	"Recover/AfterDriverKilled", "Devices/RNG", "Devices/Chassis", "Devices/Watchdog", "Devices/Balloon", "Devices/Input",
 	"Devices/Sound", "Devices/VirtioTransitional", "Devices/TPM", "TPM/Persistent", "Firmware/EFIPersistent", "Clock/Start", "CPU/Features", "CPU/Pinning", "Storage/NotAnImage",
-	"Migrate/KeepsGuestState", "Migrate/Progress", "Migrate/Cancel", "Migrate/LocalDisks",
+	"Migrate/KeepsGuestState", "Migrate/Progress", "Migrate/Cancel", "Migrate/LocalDisks", "Migrate/LocalDisksCancel",
 }
 
 // TestVMRealDrivers runs the VM checks against the QEMU driver (drivers/qmp) and the local
@@ -309,6 +309,7 @@ func TestVMUndeclaredAreSkipped(t *testing.T) {
 			"Migrate/Progress":               conformance.StatusSkip,
 			"Migrate/Cancel":                 conformance.StatusSkip,
 			"Migrate/LocalDisks":             conformance.StatusSkip,
+			"Migrate/LocalDisksCancel":       conformance.StatusSkip,
 		}, map[string]string{
 			"Boot/ConsoleMarker":             console,
 			"Migrate/KeepsGuestState":        "FEATURE_HYPERVISOR_MIGRATE",
@@ -567,7 +568,7 @@ func (h noDiskCopy) Capabilities(ctx context.Context) (*basev1.Capabilities, err
 }
 
 // TestVMLocalDisksSkippedWithoutDiskCopy: a driver that migrates but does not declare
-// migration_disks has Migrate/LocalDisks skipped, saying so.
+// migration_disks has Migrate/LocalDisks and Migrate/LocalDisksCancel skipped, saying so.
 func TestVMLocalDisksSkippedWithoutDiskCopy(t *testing.T) {
 	kernel := filepath.Join(t.TempDir(), "vmlinuz")
 	if err := os.WriteFile(kernel, []byte("not really a kernel"), 0o600); err != nil {
@@ -579,6 +580,6 @@ func TestVMLocalDisksSkippedWithoutDiskCopy(t *testing.T) {
 		conformance.WithMigrationPeer(func(ct conformance.T) driver.Hypervisor {
 			return conformance.ServeInProcess(ct, basev1.Kind_KIND_HYPERVISOR, peer).(driver.Hypervisor)
 		}, t.TempDir()))
-	expectStatus(t, rec, map[string]conformance.Status{"Migrate/LocalDisks": conformance.StatusSkip},
-		map[string]string{"Migrate/LocalDisks": "does not declare Capabilities.migration_disks"})
+	expectStatus(t, rec, map[string]conformance.Status{"Migrate/LocalDisks": conformance.StatusSkip, "Migrate/LocalDisksCancel": conformance.StatusSkip},
+		map[string]string{"Migrate/LocalDisks": "does not declare Capabilities.migration_disks", "Migrate/LocalDisksCancel": "does not declare Capabilities.migration_disks"})
 }

@@ -52,13 +52,13 @@ func TestMigrationConformancePlugins(t *testing.T) {
 	if code != cli.ExitOK {
 		t.Errorf("exit code %d, want %d; stderr:\n%s", code, cli.ExitOK, tailLines(stderr.String(), 60))
 	}
-	for _, check := range []string{"Migrate/KeepsGuestState", "Migrate/Progress", "Migrate/Cancel", "Migrate/LocalDisks"} {
+	for _, check := range []string{"Migrate/KeepsGuestState", "Migrate/Progress", "Migrate/Cancel", "Migrate/LocalDisks", "Migrate/LocalDisksCancel"} {
 		if !regexp.MustCompile(`--- PASS: vm/` + check + ` `).MatchString(out) {
 			t.Errorf("check %s did not pass", check)
 		}
 	}
-	if !strings.Contains(out, "4 passed, 0 failed, 0 skipped") {
-		t.Errorf("the summary is not 4 passed, 0 failed, 0 skipped")
+	if !strings.Contains(out, "5 passed, 0 failed, 0 skipped") {
+		t.Errorf("the summary is not 5 passed, 0 failed, 0 skipped")
 	}
 }
 
@@ -97,7 +97,7 @@ func TestMigrationLocalDisksDiskBoot(t *testing.T) {
 		GuestDir:   dir,
 		Boot:       "disk",
 		DiskBus:    "virtio", CDROMBus: "scsi",
-		Run:             "Migrate/LocalDisks",
+		Run:             "Migrate/LocalDisks$",
 		StateDir:        filepath.Join(t.TempDir(), "state"),
 		Timeout:         conformance.DefaultVMTimeout,
 		BootTimeout:     conformance.DefaultBootTimeout,
