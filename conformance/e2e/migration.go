@@ -122,8 +122,15 @@ func describeMigration(m *v1alpha1.VirtualMachineInstanceMigration) string {
 // source pod gone, the heartbeat going on with no gap longer than maxGap plus the switch-over.
 func (f *Framework) expectMovedOn(ctx context.Context, g *migrant, beatsBefore []float64) *v1alpha1.VirtualMachineInstance {
 	GinkgoHelper()
-	vmi := f.VMI(ctx, g.name)
-	Expect(vmi).NotTo(BeNil())
+	By("the VMI controller moves the VMI to the target pod and node")
+	var vmi *v1alpha1.VirtualMachineInstance
+	Eventually(func(gm Gomega) {
+		vmi = f.VMI(ctx, g.name)
+		gm.Expect(vmi).NotTo(BeNil())
+		ms := vmi.Status.MigrationState
+		gm.Expect(ms).NotTo(BeNil())
+		gm.Expect(vmi.Status.LauncherPodName).To(Equal(ms.TargetPod))
+	}).WithContext(ctx).WithTimeout(time.Minute).WithPolling(time.Second).Should(Succeed())
 	Expect(vmi.UID).To(Equal(g.vmi.UID), "the same VMI")
 	Expect(vmi.Status.Phase).To(Equal(v1alpha1.Running))
 	ms := vmi.Status.MigrationState
@@ -292,6 +299,7 @@ spec:
 	It("refuses a VMI that is not LiveMigratable, with the condition's reason, and leaves it running", func(ctx SpecContext) {
 		spec := guestSpecOf(guest.Options{UserData: "bridged"})
 		spec.Domain.Devices.Interfaces[0].InterfaceBindingMethod = v1alpha1.InterfaceBindingMethod{Bridge: &v1alpha1.InterfaceBridge{}}
+		spec.Domain.Devices.Interfaces[0].Ports = nil // port forwarding is masquerade's
 		b, err := yaml.Marshal(spec)
 		Expect(err).NotTo(HaveOccurred())
 		f.Apply(ctx, "apiVersion: kubevisor.io/v1alpha1\nkind: VirtualMachineInstance\nmetadata:\n  name: bridged\nspec:\n"+indent(string(b), 2))

@@ -53,8 +53,10 @@ STORAGE_CLASS="local"
 HOSTPATH_PV_DIR="/tmp/hostpath_pv"
 NODE_NAME="${NODE_NAME:-$(hostname | tr '[:upper:]' '[:lower:]')}"
 # sysctls kubelet (and the bridge plugin) change; up saves their values once, down restores them.
+# vm.unprivileged_userfaultfd: up sets it to 1, so that the unprivileged QEMU of a launcher pod
+# can take a post-copy migration (QEMU 7.2 asks for userfaultfd without /dev/userfaultfd).
 SYSCTLS=(vm.overcommit_memory vm.panic_on_oom kernel.panic kernel.panic_on_oops
-  kernel.keys.root_maxkeys kernel.keys.root_maxbytes net.ipv4.ip_forward)
+  kernel.keys.root_maxkeys kernel.keys.root_maxbytes net.ipv4.ip_forward vm.unprivileged_userfaultfd)
 # Components in start order (down stops them in reverse).
 COMPONENTS=(etcd kube-apiserver kube-controller-manager kube-scheduler containerd kubelet)
 # How many nodes the last up made (make up NODES=2); up without NODES takes this, else 1.

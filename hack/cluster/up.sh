@@ -240,10 +240,14 @@ ensure kube-scheduler 60 http_ok -k "https://127.0.0.1:${SCHED_PORT}/healthz" --
 # --- node network ---------------------------------------------------------------------------
 # Save the sysctls kubelet and the bridge plugin change, once (a second up must not record
 # kubelet's values as the originals); down restores them.
-if [[ ! -s "${OUT}/sysctl.saved" ]]; then
-  for s in "${SYSCTLS[@]}"; do echo "${s}=$(sysctl -n "${s}")"; done >"${OUT}/sysctl.saved"
-fi
+# A sysctl added to SYSCTLS since the file was made is added to it.
+touch "${OUT}/sysctl.saved"
+for s in "${SYSCTLS[@]}"; do
+  grep -q "^${s}=" "${OUT}/sysctl.saved" || echo "${s}=$(sysctl -n "${s}")" >>"${OUT}/sysctl.saved"
+done
 sysctl -qw net.ipv4.ip_forward=1
+# Post-copy live migration: the launcher pods' QEMU is unprivileged and needs userfaultfd.
+sysctl -qw vm.unprivileged_userfaultfd=1
 
 log "pod network: bridge ${BRIDGE} ${POD_CIDR} (CNI config ${CFG}/net.d)"
 mkdir -p "${CFG}/net.d" "${CNI_IPAM_DIR}"
