@@ -327,7 +327,7 @@ func (s *vmSuite) checkMigrateLocalDisksCancel(t T) {
 		}
 		return tgt
 	}
-	tgt := migrate(cancelDiskBandwidth)
+	first := migrate(cancelDiskBandwidth)
 	info := s.waitMigration(t, m, vm.id, func(info *hypervisorv1.MigrationInfo) bool { return info.GetDiskTransferredBytes() > 0 })
 	if migrationEnded(info) || len(info.GetDisks()) != 1 || info.GetDisks()[0].GetReady() {
 		t.Fatalf("a copy of 8 MiB at %s is not in progress to be cancelled: %v", fmtRate(cancelDiskBandwidth), info)
@@ -339,6 +339,9 @@ func (s *vmSuite) checkMigrateLocalDisksCancel(t T) {
 		t.Errorf("MigrationStatus after CancelMigration in the disk phase = %v, %s; want CANCELLED", info, describe(err))
 	}
 	s.expectState(t, vm, hypervisorv1.State_STATE_RUNNING, "CancelMigration in the disk phase")
+	if st := s.status(t, first.guestVM); st.GetState() == hypervisorv1.State_STATE_RUNNING {
+		t.Errorf("the target of the migration cancelled in its disk phase runs the VM (reason %q): it never got the memory", st.GetReason())
+	}
 	line := writeMarker(dev, afterMarkerSector, vm.token+"-after", "after")
 	if err := vm.console.typeUntil(ctx, line, "kv-marked-after-42", commandWithin); err != nil {
 		t.Fatalf("write on the emptyDisk after the cancelled migration: %v", err)
@@ -360,7 +363,7 @@ func (s *vmSuite) checkMigrateLocalDisksCancel(t T) {
 		t.Fatalf("Delete of the target of the cancelled migration: %s", describe(err))
 	}
 
-	tgt = migrate(0)
+	tgt := migrate(0)
 	info = s.waitMigration(t, m, vm.id, nil)
 	if info.GetPhase() != hypervisorv1.MigrationPhase_MIGRATION_PHASE_COMPLETED {
 		t.Fatalf("the migration after the cancelled one ended %s: %q", info.GetPhase(), info.GetMessage())

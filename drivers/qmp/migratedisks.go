@@ -362,6 +362,16 @@ func (d *Driver) watchDisks(v *vm, s *session, mig *migration) {
 				d.abortDisks(v, s, mig, hypervisorv1.MigrationPhase_MIGRATION_PHASE_FAILED, "migrate: "+err.Error())
 				return
 			}
+			v.mu.Lock()
+			cancelled := mig.cancelReason != ""
+			v.mu.Unlock()
+			if cancelled {
+				// CancelMigration came between the disks' readiness and migrate, and its
+				// migrate_cancel may have found nothing to cancel yet.
+				ctx, cancel := context.WithTimeout(context.Background(), migrationCommandWait)
+				_, _ = s.mon.Run(ctx, "migrate_cancel", nil)
+				cancel()
+			}
 			d.watchMigration(v, s, mig)
 			return
 		}
