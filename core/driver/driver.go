@@ -435,8 +435,10 @@ type Recoverer interface {
 // The sequence, as the host runs it:
 //
 //  1. Target: Create with DomainSpec.incoming_migration set (the same virtual hardware as the
-//     source's), then Start.
-//  2. Source: Migrate with the socket that reaches the target's (MigrateRequest).
+//     source's; with disks to copy, fresh images of them and a second socket: "Disks" below),
+//     then Start.
+//  2. Source: Migrate with the socket that reaches the target's (MigrateRequest), and the one
+//     that reaches its disks' when it copies disks.
 //  3. Both: MigrationStatus and MIGRATION events until the phase is COMPLETED, FAILED or
 //     CANCELLED; CancelMigration to give up.
 //  4. Completed: the source is STOPPED (reason Migrated) and the host Deletes it; the target
