@@ -5,6 +5,10 @@
 // and whose parent's is -parent, signals it, and waits until a process of that name and
 // parent runs again with another pid. Stdlib only, so it builds static for a scratch image.
 //
+// With the host's process namespace (the handler runs with hostPID) it sees every node's
+// handler when several nodes share one machine (the local cluster's make up NODES=2): the
+// parent is then its own pod's, the one under the same containerd shim (one per pod) as itself.
+//
 // Its standard output is what the suite reads, one fact per line:
 //
 //	before <program> <pid>      every child of the parent, before the signal
@@ -84,6 +88,7 @@ func run(o options) error {
 	if len(parents) == 0 {
 		return fmt.Errorf("no %s process in %s: is this container in the handler pod's process namespace?", o.parent, o.proc)
 	}
+	parents = ownPod(ps, os.Getpid(), parents)
 	kids := children(ps, parents)
 	printAll(o.out, "before", kids)
 	target := filter(kids, func(p process) bool { return p.program == o.name })
@@ -190,6 +195,41 @@ func readProcess(root string, pid int) (process, error) {
 		return process{}, fmt.Errorf("stat starttime: %w", err)
 	}
 	return p, nil
+}
+
+// ownPod narrows several parents to those in the pod of process self: under the same
+// containerd shim, the nearest ancestor whose program is one. Parents stay as they are when
+// there is one, when self has no shim above it, or when none shares it.
+func ownPod(ps []process, self int, parents []process) []process {
+	if len(parents) < 2 {
+		return parents
+	}
+	byPid := make(map[int]process, len(ps))
+	for _, p := range ps {
+		byPid[p.pid] = p
+	}
+	shim := shimOf(byPid, self)
+	if shim == 0 {
+		return parents
+	}
+	own := filter(parents, func(p process) bool { return shimOf(byPid, p.pid) == shim })
+	if len(own) == 0 {
+		return parents
+	}
+	return own
+}
+
+// shimOf is the pid of the nearest ancestor of pid whose program is a containerd shim
+// (containerd-shim, containerd-shim-runc-v2, ...), 0 when there is none.
+func shimOf(byPid map[int]process, pid int) int {
+	seen := map[int]bool{}
+	for p, ok := byPid[pid]; ok && !seen[p.pid]; p, ok = byPid[p.ppid] {
+		seen[p.pid] = true
+		if p.pid != pid && strings.HasPrefix(p.program, "containerd-shim") {
+			return p.pid
+		}
+	}
+	return 0
 }
 
 func filter(ps []process, keep func(process) bool) []process {

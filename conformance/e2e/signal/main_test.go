@@ -204,3 +204,45 @@ func must(t *testing.T, err error) {
 		t.Fatal(err)
 	}
 }
+
+// Two nodes on one machine (hostPID): two handlers, each with its plugin, each the child of its
+// pod's shim; e2e-signal, in an ephemeral container of one pod, takes that pod's handler only.
+func TestOwnPod(t *testing.T) {
+	ps := []process{
+		{pid: 1, program: "init"},
+		{pid: 10, ppid: 1, program: "containerd-shim-runc-v2"},
+		{pid: 11, ppid: 10, program: "kubevisor-handler"},
+		{pid: 12, ppid: 11, program: "kubevisor-driver-qmp"},
+		{pid: 20, ppid: 1, program: "containerd-shim-runc-v2"},
+		{pid: 21, ppid: 20, program: "kubevisor-handler"},
+		{pid: 22, ppid: 21, program: "kubevisor-driver-qmp"},
+		{pid: 30, ppid: 20, program: "e2e-signal"},     // in the second pod
+		{pid: 40, ppid: 1, program: "e2e-signal"},      // under no shim
+		{pid: 50, ppid: 1, program: "containerd-shim"}, // a shim of another pod
+		{pid: 51, ppid: 50, program: "sh"},
+		{pid: 52, ppid: 51, program: "e2e-signal"}, // started by a shell in that pod
+	}
+	handlers := filter(ps, func(p process) bool { return p.program == "kubevisor-handler" })
+	pids := func(ps []process) []int {
+		var out []int
+		for _, p := range ps {
+			out = append(out, p.pid)
+		}
+		return out
+	}
+	for _, c := range []struct {
+		self int
+		want []int
+	}{
+		{30, []int{21}},     // its own pod's handler
+		{40, []int{11, 21}}, // no shim above it: both, as before (the caller refuses two)
+		{52, []int{11, 21}}, // a shim, but no handler under it: both
+	} {
+		if got := pids(ownPod(ps, c.self, handlers)); fmt.Sprint(got) != fmt.Sprint(c.want) {
+			t.Errorf("self %d: parents %v, want %v", c.self, got, c.want)
+		}
+	}
+	if got := pids(ownPod(ps, 30, handlers[:1])); fmt.Sprint(got) != "[11]" {
+		t.Errorf("one parent: %v, want it kept", got)
+	}
+}
