@@ -37,10 +37,11 @@
 // every write. A failure or cancel cancels the mirrors; the source runs on its own disks.
 //
 // Limits: disks not named in the migration must be shared (the target sees the source's image at
-// its spec's path: shared storage, or one host). The mirrors have no bandwidth limit of their
-// own (max-bandwidth limits the memory stream only). Post-copy of a VM whose disks are copied
-// goes through the same pre-switchover pause (the mirrors complete before post-copy starts) but
-// is untested. QEMU refuses to migrate a VM with a VFIO host device (Migrate: FailedPrecondition
-// with QEMU's reason). Migration of a VM with a TPM (swtpm) or a persistent EFI variable store is
-// untested.
+// its spec's path: shared storage, or one host). The request's bandwidth limit applies to the
+// memory stream and to each mirror (its speed), not to their sum. Post-copy of a VM whose disks
+// are copied goes through the same pre-switchover pause: the mirrors complete before post-copy
+// starts (TestMigrationDisksPostCopy). A driver restart in the middle of the switch-over's
+// completion of the mirrors cancels the migration (the source runs on). QEMU refuses to migrate
+// a VM with a VFIO host device (Migrate: FailedPrecondition with QEMU's reason). Migration of a
+// VM with a TPM (swtpm) or a persistent EFI variable store is untested.
 package qmp

@@ -14,6 +14,8 @@ import (
 	"testing"
 	"time"
 
+	"google.golang.org/protobuf/types/known/durationpb"
+
 	conformance "github.com/kubevisor/kubevisor/conformance/driver"
 	domainv1 "github.com/kubevisor/kubevisor/core/domain/v1"
 	hypervisorv1 "github.com/kubevisor/kubevisor/core/driver/hypervisor/v1"
@@ -204,5 +206,66 @@ func TestMigrationDisksRecoverCancelComplete(t *testing.T) {
 	}
 	if !bytes.Equal(got, want) {
 		t.Errorf("the target's image (sha256 %x) is not the source's (sha256 %x)", sha256.Sum256(got), sha256.Sum256(want))
+	}
+}
+
+// TestMigrationDisksPostCopy: a migration copying a 4 MiB random data disk, limited to 4 MiB/s,
+// allowed post-copy with a completion timeout of 6 s: the disk is copied within the first
+// seconds, the memory does not finish by the timeout, the driver switches to post-copy, which
+// QEMU too pauses before (pre-switchover): the mirror completes there, the VM runs on the target
+// in post-copy and the migration completes, the target's image the source's, byte for byte.
+func TestMigrationDisksPostCopy(t *testing.T) {
+	ctx := context.Background()
+	a, b := newTestDriver(t, t.TempDir()), newTestDriver(t, t.TempDir())
+	src := realGuestSpec(t, "migdiskpc")
+	data := filepath.Join(t.TempDir(), "data.raw")
+	buf := make([]byte, 4<<20)
+	if _, err := rand.Read(buf); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(data, buf, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	src.Disks = []*domainv1.Disk{{Name: "data", Path: data, Format: domainv1.DiskFormat_DISK_FORMAT_RAW, Bus: domainv1.DiskBus_DISK_BUS_VIRTIO}}
+	id := src.GetId()
+	if _, err := a.Create(ctx, src); err != nil {
+		t.Fatalf("Create: %v", err)
+	}
+	if err := a.Start(ctx, id); err != nil {
+		t.Fatalf("Start: %v", err)
+	}
+	out, _, _ := attachConsole(t, a, id)
+	out.waitCount(t, conformance.GuestReadyMarker, 1, 2*time.Minute)
+	tgt := targetSpec(t, src, true)
+	empty := filepath.Join(t.TempDir(), "data.raw")
+	if err := os.WriteFile(empty, make([]byte, 4<<20), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	tgt.Disks[0].Path = empty
+	tgt.IncomingMigration.DisksSocketPath = filepath.Join(tgt.GetRunDir(), "migration-disks.sock")
+	tgt.IncomingMigration.Disks = []string{"data"}
+	if _, err := b.Create(ctx, tgt); err != nil {
+		t.Fatalf("Create of the target: %v", err)
+	}
+	if err := b.Start(ctx, id); err != nil {
+		t.Fatalf("Start of the target: %v", err)
+	}
+	if err := a.Migrate(ctx, &hypervisorv1.MigrateRequest{Id: id, TargetSocketPath: tgt.GetIncomingMigration().GetSocketPath(),
+		TargetDisksSocketPath: tgt.GetIncomingMigration().GetDisksSocketPath(), Disks: []*hypervisorv1.MigrateDisk{{Name: "data"}},
+		BandwidthBytesPerSecond: 4 << 20, AllowPostCopy: true, CompletionTimeout: durationpb.New(6 * time.Second)}); err != nil {
+		t.Fatalf("Migrate: %v", err)
+	}
+	info := waitMigration(t, a, id, 2*time.Minute, nil)
+	if info.GetPhase() != hypervisorv1.MigrationPhase_MIGRATION_PHASE_COMPLETED || info.GetMode() != hypervisorv1.MigrationMode_MIGRATION_MODE_POST_COPY {
+		t.Fatalf("the migration = %v, want COMPLETED in POST_COPY", info)
+	}
+	t.Logf("post-copy with a disk: total %s, downtime %s, memory %d bytes, disk %d bytes", info.GetTotalTime().AsDuration(), info.GetDowntime().AsDuration(), info.GetTransferredBytes(), info.GetDiskTransferredBytes())
+	waitState(t, b, id, hypervisorv1.State_STATE_RUNNING, 30*time.Second)
+	got, err := os.ReadFile(empty)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(got, buf) {
+		t.Errorf("the target's image (sha256 %x) is not the source's (sha256 %x)", sha256.Sum256(got), sha256.Sum256(buf))
 	}
 }
