@@ -17,6 +17,7 @@ import (
 	"github.com/hashicorp/go-hclog"
 	"github.com/prometheus/client_golang/prometheus"
 	corev1 "k8s.io/api/core/v1"
+	eventsv1 "k8s.io/api/events/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -269,6 +270,24 @@ func TestAgentsMigrate(t *testing.T) {
 	if _, waiting := dst.h.IncomingOf(vmi.UID); !waiting {
 		t.Error("the target's VM does not count as incoming before the VMI moved")
 	}
+	// The hypervisor's figures are in a Migrated event of the VMI.
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		var evs eventsv1.EventList
+		if err := c.List(ctx, &evs, client.InNamespace("default")); err != nil {
+			t.Fatal(err)
+		}
+		found := slices.ContainsFunc(evs.Items, func(e eventsv1.Event) bool {
+			return e.Regarding.UID == vmi.UID && e.Reason == v1alpha1.ReasonMigrated && strings.Contains(e.Note, "downtime") && strings.Contains(e.Note, "to node node-2")
+		})
+		if found {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("no Migrated event with the migration's figures on the VMI")
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
 
 	// The VMI controller moves the VMI to the target and deletes the source pod.
 	var cur v1alpha1.VirtualMachineInstance
@@ -295,7 +314,7 @@ func TestAgentsMigrate(t *testing.T) {
 	if v1alpha1.SharesLifecycle(got, v1alpha1.HandlerFieldManager(src.name)) {
 		t.Errorf("the source's handler still shares the lifecycle: %+v", got.ManagedFields)
 	}
-	deadline := time.Now().Add(30 * time.Second)
+	deadline = time.Now().Add(30 * time.Second)
 	for slices.Contains(src.h.VMIs(), vmi.UID) && time.Now().Before(deadline) {
 		time.Sleep(100 * time.Millisecond)
 	}
