@@ -40,8 +40,9 @@
 // its spec's path: shared storage, or one host). The request's bandwidth limit applies to the
 // memory stream and to each mirror (its speed), not to their sum. Post-copy of a VM whose disks
 // are copied goes through the same pre-switchover pause: the mirrors complete before post-copy
-// starts (TestMigrationDisksPostCopy). A driver restart in the middle of the switch-over's
-// completion of the mirrors cancels the migration (the source runs on). QEMU refuses to migrate
+// starts (TestMigrationDisksPostCopy). A driver restart in the middle of the switch-over, after
+// it dismissed a completed mirror, cancels the migration (the source runs on): the job's outcome
+// is gone. QEMU refuses to migrate
 // a VM with a VFIO host device (Migrate: FailedPrecondition with QEMU's reason). Migration of a
 // VM with a TPM (swtpm) or a persistent EFI variable store is untested.
 package qmp

@@ -284,7 +284,15 @@ func waitJobs(ctx context.Context, mon Monitor, disks []diskCopy, complete bool)
 // completeMirrors completes every (ready) job at the switch-over: the target's images then
 // hold every write; then it removes the nbd nodes.
 func completeMirrors(ctx context.Context, mon Monitor, disks []diskCopy) error {
+	jobs, err := queryJobs(ctx, mon)
+	if err != nil {
+		return err
+	}
 	for _, c := range disks {
+		if jobs[c.job()].Status == "concluded" {
+			// Completed already (by a driver that restarted since): waitJobs reads how.
+			continue
+		}
 		if _, err := mon.Run(ctx, "block-job-cancel", map[string]any{"device": c.job()}); err != nil {
 			return fmt.Errorf("complete the copy of disk %q: %w", c.Name, err)
 		}
