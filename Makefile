@@ -156,6 +156,16 @@ bench-start: deps-qemu deps-iso deps-net guest $(E2E_CLUSTER) ## One VMI at a ti
 	$(GO) build -o $(BIN)/kubevisor-bench ./cmd/kubevisor-bench
 	$(BIN)/kubevisor-bench start --kubeconfig $(E2E_KUBECONFIG) --guest $(OUT)/guest
 
+# MIGRATE_ROUNDS is make bench-migrate's rounds per mode (each a raw and a Kubevisor migration).
+MIGRATE_ROUNDS ?= 3
+
+.PHONY: bench-migrate
+bench-migrate: NODES = 2
+bench-migrate: deps-qemu deps-iso deps-net guest $(E2E_CLUSTER) ## Live-migrate the test guest, idle and dirtying memory, with raw QEMU to QEMU over a unix socket and through Kubevisor on the local two-node cluster (brought up with NODES=2 when not running), alternating (MIGRATE_ROUNDS, default 3): QEMU's total and downtime, the guest's heartbeat gap seen from the host, create → Running on the target; medians and ratios Kubevisor/raw (pre-copy, no bandwidth limit on both sides). Run on the node as root.
+	@mkdir -p $(BIN)
+	$(GO) build -o $(BIN)/kubevisor-bench ./cmd/kubevisor-bench
+	$(BIN)/kubevisor-bench migrate --kubeconfig $(E2E_KUBECONFIG) --guest $(OUT)/guest --rounds $(MIGRATE_ROUNDS)
+
 .PHONY: bench-e2e
 bench-e2e: deps-iso deps-net $(E2E_CLUSTER) ## 20 VMIs at once on the local cluster (brought up when not running): P50/P95 of creation to Running and to the console marker, memory per VM on the node beyond QEMU (aim <= 25 MiB), API requests per VMI, against the node's own start of as many idle and busy (burning a guest boot's CPU) pods. Run on the node as root.
 	@mkdir -p $(BIN)

@@ -27,8 +27,14 @@
 //
 // boots one VMI there and prints the p50/p99 of keystroke to echo on its serial console through
 // the API server (vmctl console's path) and straight to the node handler's stream endpoint, their
-// ratio, and the time from opening vnc to the first FramebufferUpdate on both paths. See package
-// hack/bench.
+// ratio, and the time from opening vnc to the first FramebufferUpdate on both paths;
+//
+//	kubevisor-bench migrate [--kubeconfig FILE] [--rounds 3] [--modes idle,dirty] [--raw-only]
+//
+// live-migrates the test guest, idle and dirtying its memory, with raw QEMU to QEMU over a unix
+// socket and through Kubevisor on a two-node cluster, alternating, and prints QEMU's total time
+// and downtime, the guest's heartbeat gap seen from the host, the medians and the ratios
+// Kubevisor/raw. See package hack/bench.
 package main
 
 import (

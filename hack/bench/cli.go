@@ -24,7 +24,7 @@ const (
 	ExitUsage = 2
 )
 
-const usage = `usage: kubevisor-bench boot|memory|controlplane|e2e|console-latency|start [flags]
+const usage = `usage: kubevisor-bench boot|memory|controlplane|e2e|console-latency|start|migrate [flags]
 
 boot times the test guest (make guest) from start to its console marker, with raw
 qemu-system-x86_64 running the command line the qmp driver builds (less -S), with the same
@@ -55,6 +55,12 @@ and prints the p50/p99 of keystroke to echo on its serial console through the AP
 vmctl console) and straight to the node handler's stream endpoint (the baseline), their ratio,
 and the time from opening vnc to the first FramebufferUpdate on both paths.
 "kubevisor-bench console-latency -h" lists its flags.
+
+migrate live-migrates the test guest, idle and dirtying its memory, with raw QEMU to QEMU over
+a unix socket and through Kubevisor on the local two-node cluster, alternating, and prints the
+hypervisor's total time and downtime, the guest's heartbeat gap seen from the host, Kubevisor's
+migration create to Running on the target, medians and ratios Kubevisor/raw.
+"kubevisor-bench migrate -h" lists its flags.
 `
 
 const memoryUsage = `usage: kubevisor-bench memory [flags]
@@ -108,6 +114,8 @@ func Run(args []string, stdout, stderr io.Writer) int {
 		return runConsole(args[1:], stdout, stderr)
 	case "start":
 		return runStart(args[1:], stdout, stderr)
+	case "migrate":
+		return runMigrate(args[1:], stdout, stderr)
 	default:
 		fmt.Fprintf(stderr, "kubevisor-bench: unknown command %q\n%s", args[0], usage)
 		return ExitUsage

@@ -1,0 +1,858 @@
+package bench
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"os/exec"
+	"os/signal"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	eventsv1 "k8s.io/api/events/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	conformance "github.com/kubevisor/kubevisor/conformance/driver"
+	"github.com/kubevisor/kubevisor/conformance/e2e/guest"
+	"github.com/kubevisor/kubevisor/controlplane/manager"
+	"github.com/kubevisor/kubevisor/core/api/v1alpha1"
+	domainv1 "github.com/kubevisor/kubevisor/core/domain/v1"
+	"github.com/kubevisor/kubevisor/core/layout"
+	"github.com/kubevisor/kubevisor/drivers/qmp"
+)
+
+// Defaults of `kubevisor-bench migrate`.
+const (
+	DefaultMigrateRounds  = 3
+	DefaultMigrateTimeout = 4 * time.Minute
+	// DefaultHeartbeat is the guest's heartbeat period: the e2e specs' heartbeat prints every
+	// second; a shorter period resolves the gap more finely (busybox sleep takes fractions).
+	DefaultHeartbeat = 100 * time.Millisecond
+	// DefaultDirtySettle is how long the guest dirties its memory before the migration starts.
+	DefaultDirtySettle = 3 * time.Second
+	// migrateBenchLabel marks the bench's VMIs; its value is the bench's namespace, which the
+	// bench's MigrationPolicy selects.
+	migrateBenchLabel = "kubevisor.io/bench"
+	// unlimitedBandwidth is the driver's max-bandwidth without a limit (drivers/qmp).
+	rawUnlimitedBandwidth = 1 << 40
+	// dirtyCommand is the e2e specs' (conformance/e2e/migration.go): 32 MiB of the guest's
+	// memory (a tmpfs file) written over and over.
+	dirtyCommand = "while :; do dd if=/dev/zero of=/tmp/kv-dirty bs=1M count=32 2>/dev/null; done &\r"
+	// beatsAfter is how many heartbeats the target must print before a round ends.
+	beatsAfter = 5
+)
+
+// DefaultMigrateHostStates are the host state directories of the local cluster's two nodes as
+// this host sees them (hack/cluster/lib.sh: node 2 sees /run/kubevisor at the second path).
+var DefaultMigrateHostStates = []string{DefaultE2EHostState, "/run/kubevisor-cluster/node2/kubevisor"}
+
+// heartbeatCommand is the e2e specs' heartbeat (conformance/e2e/subresources.go) with its period.
+func heartbeatCommand(period time.Duration) string {
+	return fmt.Sprintf("while :; do read -r up idle </proc/uptime; echo HB-$up; sleep %g; done &\r", period.Seconds())
+}
+
+// MigrateConfig is the configuration of `kubevisor-bench migrate`, one field per flag.
+type MigrateConfig struct {
+	Kubeconfig string
+	Image      string
+	GuestDir   string
+	QEMU       string
+	QemuImg    string
+	HostStates []string
+	Rounds     int
+	Modes      []string
+	Heartbeat  time.Duration
+	Settle     time.Duration
+	Timeout    time.Duration
+	// RawOnly runs the raw side alone (no cluster needed).
+	RawOnly bool
+}
+
+const migrateUsage = `usage: kubevisor-bench migrate [flags]
+
+Live-migrates the test guest, idle and then dirtying its memory (the e2e specs' dd loop), with
+raw QEMU (two qemu-system-x86_64 on this host, the qmp driver's command line, the target with
+-incoming defer, migrate-incoming and migrate over a unix socket, the driver's capabilities and
+max-bandwidth) and through Kubevisor on the local two-node cluster (a VMI, a
+VirtualMachineInstanceMigration), the order alternating per round. Both sides: pre-copy, no
+bandwidth limit, no auto-converge (a MigrationPolicy selecting the bench's VMIs says so).
+Prints per round and the medians: the hypervisor's total time and downtime (QEMU's own figures,
+through the Migrated event on the Kubevisor side), the guest's heartbeat gap from host-side
+arrival times of its serial console lines, Kubevisor's time from creating the migration to the
+VMI Running on the target, and the ratios Kubevisor/raw. Run on the node as root.
+
+Flags:
+`
+
+func runMigrate(args []string, stdout, stderr io.Writer) int {
+	cfg := MigrateConfig{HostStates: DefaultMigrateHostStates, Modes: []string{"idle", "dirty"}}
+	fs := flag.NewFlagSet("kubevisor-bench migrate", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.Usage = func() {
+		fmt.Fprint(stderr, migrateUsage)
+		fs.PrintDefaults()
+	}
+	fs.StringVar(&cfg.Kubeconfig, "kubeconfig", os.Getenv("KUBECONFIG"), "admin `kubeconfig` of the cluster")
+	fs.StringVar(&cfg.Image, "image", DefaultE2EImage, "containerDisk `image` of the test guest")
+	fs.StringVar(&cfg.GuestDir, "guest", "_output/guest", "`directory` of the test guest (make guest), for the raw runs")
+	fs.StringVar(&cfg.QEMU, "qemu", "qemu-system-x86_64", "QEMU `binary` of the raw runs")
+	fs.StringVar(&cfg.QemuImg, "qemu-img", "qemu-img", "qemu-img `binary` for the raw runs' overlays")
+	fs.Func("host-states", "comma-separated Kubevisor state `directories` of the nodes as this host sees them (default "+strings.Join(DefaultMigrateHostStates, ",")+")", func(s string) error {
+		cfg.HostStates = strings.Split(s, ",")
+		return nil
+	})
+	fs.Func("modes", "comma-separated `modes`: idle, dirty (default idle,dirty)", func(s string) error {
+		cfg.Modes = nil
+		for m := range strings.SplitSeq(s, ",") {
+			if m != "idle" && m != "dirty" {
+				return fmt.Errorf("unknown mode %q", m)
+			}
+			cfg.Modes = append(cfg.Modes, m)
+		}
+		return nil
+	})
+	fs.IntVar(&cfg.Rounds, "rounds", DefaultMigrateRounds, "`rounds` per mode, each a raw and a Kubevisor migration")
+	fs.DurationVar(&cfg.Heartbeat, "heartbeat", DefaultHeartbeat, "the guest's heartbeat `period`")
+	fs.DurationVar(&cfg.Settle, "settle", DefaultDirtySettle, "how long the guest runs its heartbeat (and dirties memory) before the migration")
+	fs.BoolVar(&cfg.RawOnly, "raw-only", false, "run the raw QEMU side alone, with no cluster")
+	fs.DurationVar(&cfg.Timeout, "timeout", DefaultMigrateTimeout, "how long one boot or one migration may take")
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return ExitOK
+		}
+		return ExitUsage
+	}
+	switch {
+	case len(fs.Args()) > 0:
+		fmt.Fprintf(stderr, "kubevisor-bench migrate: unexpected arguments %q\n", fs.Args())
+		return ExitUsage
+	case cfg.Rounds < 1 || cfg.Timeout <= 0 || cfg.Heartbeat < 10*time.Millisecond || len(cfg.Modes) == 0:
+		fmt.Fprintln(stderr, "kubevisor-bench migrate: --rounds must be at least 1, --timeout positive, --heartbeat at least 10ms, --modes not empty")
+		return ExitUsage
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	if err := RunMigrate(ctx, cfg, stdout); err != nil {
+		fmt.Fprintf(stderr, "kubevisor-bench migrate: %v\n", err)
+		return ExitFail
+	}
+	return ExitOK
+}
+
+// migResult is one migration's figures.
+type migResult struct {
+	Total    time.Duration // the hypervisor's
+	Downtime time.Duration // the hypervisor's
+	Gap      Gap
+	EndToEnd time.Duration // Kubevisor: migration created → VMI Running on the target
+	Memory   uint64
+	Disks    uint64
+	Mode     string
+	Route    string
+}
+
+// migrator runs one `kubevisor-bench migrate`.
+type migrator struct {
+	cfg   MigrateConfig
+	out   io.Writer
+	rc    *rest.Config
+	c     client.Client
+	ns    string
+	guest conformance.Guest
+	qemu  string
+	accel qmp.Accel
+	work  string
+	seed  string
+}
+
+// RunMigrate runs the migration benchmark and prints its figures to out.
+func RunMigrate(ctx context.Context, cfg MigrateConfig, out io.Writer) error {
+	g, err := conformance.GuestFromDir(cfg.GuestDir)
+	if err != nil {
+		return fmt.Errorf("test guest: %w", err)
+	}
+	if g.Disk == "" {
+		return fmt.Errorf("test guest: %s has no %s (make guest)", cfg.GuestDir, conformance.GuestDiskFile)
+	}
+	for _, d := range cfg.HostStates {
+		if cfg.RawOnly {
+			break
+		}
+		if _, err := os.Stat(layout.VMIsDir(d)); err != nil {
+			return fmt.Errorf("a node's state directory is needed for the console logs (run on the node, as root; --host-states): %w", err)
+		}
+	}
+	m := &migrator{cfg: cfg, out: out, guest: g}
+	if m.qemu, err = exec.LookPath(cfg.QEMU); err != nil {
+		return fmt.Errorf("qemu: %w (install qemu-system-x86)", err)
+	}
+	m.accel = qmp.NewProber().Probe(ctx, qmp.ProbeOptions{QEMU: m.qemu}).Best()
+	if m.work, err = os.MkdirTemp("/tmp", "kvbench-migrate-"); err != nil {
+		return err
+	}
+	defer os.RemoveAll(m.work)
+	if m.seed, err = makeSeed(ctx, m.work); err != nil {
+		return err
+	}
+
+	if cfg.RawOnly {
+		return m.rounds(ctx)
+	}
+	rules := clientcmd.NewDefaultClientConfigLoadingRules()
+	rules.ExplicitPath = cfg.Kubeconfig
+	if m.rc, err = clientcmd.NewNonInteractiveDeferredLoadingClientConfig(rules, nil).ClientConfig(); err != nil {
+		return fmt.Errorf("kubeconfig: %w", err)
+	}
+	if m.c, err = client.New(m.rc, client.Options{Scheme: manager.Scheme()}); err != nil {
+		return fmt.Errorf("client: %w", err)
+	}
+	var nodes corev1.NodeList
+	if err := m.c.List(ctx, &nodes); err != nil {
+		return fmt.Errorf("list nodes: %w", err)
+	}
+	if len(nodes.Items) < 2 {
+		return fmt.Errorf("%d node(s): a migration needs two (make up NODES=2)", len(nodes.Items))
+	}
+	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{GenerateName: "kv-bench-migrate-", Labels: map[string]string{migrateBenchLabel: "migrate"}}}
+	if err := m.c.Create(ctx, ns); err != nil {
+		return fmt.Errorf("create namespace: %w", err)
+	}
+	m.ns = ns.Name
+	defer func() { _ = m.c.Delete(context.Background(), ns) }()
+	// Pre-copy only, no bandwidth limit, no auto-converge: the raw side's settings.
+	no, zero := false, resource.MustParse("0")
+	policy := &v1alpha1.MigrationPolicy{
+		ObjectMeta: metav1.ObjectMeta{Name: m.ns},
+		Spec: v1alpha1.MigrationPolicySpec{
+			AllowAutoConverge: &no, AllowPostCopy: &no, BandwidthPerMigration: &zero,
+			Selectors: &v1alpha1.MigrationPolicySelectors{VirtualMachineInstanceSelector: v1alpha1.MigrationLabelSelector{migrateBenchLabel: m.ns}},
+		},
+	}
+	if err := m.c.Create(ctx, policy); err != nil {
+		return fmt.Errorf("create MigrationPolicy: %w", err)
+	}
+	defer func() { _ = m.c.Delete(context.Background(), policy) }()
+
+	fmt.Fprintf(out, "kubevisor-bench migrate: test guest %s (128 MiB), raw QEMU with accel %s, Kubevisor in namespace %s on nodes %s and %s; load average %s\n",
+		cfg.Image, m.accel, m.ns, nodes.Items[0].Name, nodes.Items[1].Name, loadAvg())
+	fmt.Fprintf(out, "  both sides: pre-copy, no bandwidth limit (max-bandwidth %d), no auto-converge, no post-copy (MigrationPolicy %s); heartbeat every %s; %d round(s) per mode, raw and Kubevisor alternating\n",
+		int64(rawUnlimitedBandwidth), policy.Name, cfg.Heartbeat, cfg.Rounds)
+	return m.rounds(ctx)
+}
+
+// rounds runs the rounds of every mode and prints them and the medians.
+func (m *migrator) rounds(ctx context.Context) error {
+	cfg, out := m.cfg, m.out
+	fmt.Fprintf(out, "  raw: the guest's memory only, the target opening a fresh overlay of the same image; Kubevisor also mirrors the containerDisk overlay's top before the memory (its disks column)\n")
+	fmt.Fprintf(out, "  heartbeat gap: the longest interval between the guest's heartbeat lines by host arrival time (raw: read from each QEMU's serial socket; Kubevisor: from each node's console log file, read every %s),\n", consoleFilePoll)
+	fmt.Fprintf(out, "  each line dated at the earliest its stream proves (a line delivered late, as the target node's console log replays what the guest printed before the handler attached, is dated by a later line's arrival less the guest's uptime between them):\n")
+	fmt.Fprintf(out, "  so it is the guest's interruption (the switch-over pause plus the target's resume) plus up to one heartbeat period; \"arrival gap\" is the same without the dating, what a console reader saw\n\n")
+
+	results := map[string][2][]migResult{}
+	for _, mode := range cfg.Modes {
+		for i := range cfg.Rounds {
+			var raw, kv migResult
+			rawRun := func() (err error) { raw, err = m.rawRound(ctx, mode, i); return err }
+			kvRun := func() (err error) {
+				if !cfg.RawOnly {
+					kv, err = m.kvRound(ctx, mode, i)
+				}
+				return err
+			}
+			first, order := "raw", []func() error{rawRun, kvRun}
+			if i%2 == 1 {
+				first, order = "Kubevisor", []func() error{kvRun, rawRun}
+			}
+			for _, f := range order {
+				if err := f(); err != nil {
+					return fmt.Errorf("%s round %d: %w", mode, i+1, err)
+				}
+			}
+			r := results[mode]
+			r[0], r[1] = append(r[0], raw), append(r[1], kv)
+			results[mode] = r
+			line := fmt.Sprintf("%s %d/%d (%s first): raw total %s downtime %s gap %s (arrival %s)",
+				mode, i+1, cfg.Rounds, first, ms(raw.Total), ms(raw.Downtime), ms(raw.Gap.Guest), ms(raw.Gap.Arrival))
+			if !cfg.RawOnly {
+				line += fmt.Sprintf(" | Kubevisor total %s downtime %s gap %s (arrival %s) create→running %s, memory %d MiB, disks %d KiB, %s, %s",
+					ms(kv.Total), ms(kv.Downtime), ms(kv.Gap.Guest), ms(kv.Gap.Arrival), ms(kv.EndToEnd), kv.Memory>>20, kv.Disks>>10, kv.Mode, kv.Route)
+			}
+			fmt.Fprintln(out, line)
+		}
+	}
+	m.summary(results)
+	return nil
+}
+
+// summary prints the medians and ratios per mode.
+func (m *migrator) summary(results map[string][2][]migResult) {
+	fmt.Fprintf(m.out, "\nmedians of %d round(s):\n", m.cfg.Rounds)
+	tab := table{w: m.out, widths: []int{18, 11, 11, 15, 13, 17}}
+	tab.row("", "total", "downtime", "heartbeat gap", "arrival gap", "create→running")
+	for _, mode := range m.cfg.Modes {
+		r := results[mode]
+		med := func(xs []migResult, f func(migResult) time.Duration) time.Duration { return Median(column(xs, f)) }
+		total := func(x migResult) time.Duration { return x.Total }
+		down := func(x migResult) time.Duration { return x.Downtime }
+		gap := func(x migResult) time.Duration { return x.Gap.Guest }
+		arr := func(x migResult) time.Duration { return x.Gap.Arrival }
+		e2e := func(x migResult) time.Duration { return x.EndToEnd }
+		tab.row(mode+" raw", ms(med(r[0], total)), ms(med(r[0], down)), ms(med(r[0], gap)), ms(med(r[0], arr)), "-")
+		tab.row(mode+" Kubevisor", ms(med(r[1], total)), ms(med(r[1], down)), ms(med(r[1], gap)), ms(med(r[1], arr)), ms(med(r[1], e2e)))
+		tab.row(mode+" Kubevisor/raw", ratio(med(r[1], total), med(r[0], total)), ratio(med(r[1], down), med(r[0], down)),
+			ratio(med(r[1], gap), med(r[0], gap)), ratio(med(r[1], arr), med(r[0], arr)), "-")
+	}
+	fmt.Fprintln(m.out, "(total and downtime: QEMU's own figures of the source, query-migrate's total-time and downtime: create→running: Kubevisor's migration object created → the VMI Running on the target node with the target pod, which raw QEMU has no counterpart of)")
+}
+
+// makeSeed makes the raw runs' cloud-init ISO (read-only, shared by both QEMUs).
+func makeSeed(ctx context.Context, work string) (string, error) {
+	if _, err := exec.LookPath("genisoimage"); err != nil {
+		return "", fmt.Errorf("genisoimage makes the raw runs' seed: %w (install genisoimage)", err)
+	}
+	seedDir, iso := filepath.Join(work, "seed"), filepath.Join(work, "seed.iso")
+	if err := os.MkdirAll(seedDir, 0o700); err != nil {
+		return "", err
+	}
+	for name, text := range map[string]string{
+		"user-data": "#cloud-config\n# kubevisor-bench migrate, raw run\n",
+		"meta-data": "instance-id: raw-migrate\nlocal-hostname: raw\n",
+	} {
+		if err := os.WriteFile(filepath.Join(seedDir, name), []byte(text), 0o600); err != nil {
+			return "", err
+		}
+	}
+	if out, err := exec.CommandContext(ctx, "genisoimage", "-quiet", "-V", "cidata", "-J", "-r", "-o", iso, seedDir).CombinedOutput(); err != nil {
+		return "", fmt.Errorf("seed ISO: %w: %s", err, strings.TrimSpace(string(out)))
+	}
+	return iso, nil
+}
+
+// rawVM is one raw QEMU of a round.
+type rawVM struct {
+	runDir string
+	cmd    *exec.Cmd
+	exited chan struct{}
+	serial net.Conn
+	mon    qmp.Monitor
+	events chan string // MIGRATION statuses
+	beats  *BeatRecorder
+	marker *MarkerWatcher
+}
+
+// startRaw starts QEMU with the qmp driver's command line for the guest in runDir (a migration
+// target when incoming), connects to its serial console and QMP.
+func (m *migrator) startRaw(ctx context.Context, runDir string, incoming string) (*rawVM, error) {
+	if err := os.MkdirAll(runDir, 0o700); err != nil {
+		return nil, err
+	}
+	overlay := filepath.Join(runDir, overlayFile)
+	if out, err := exec.CommandContext(ctx, m.cfg.QemuImg, "create", "-q", "-f", "qcow2", "-F", "qcow2", "-b", m.guest.Disk, overlay).CombinedOutput(); err != nil {
+		return nil, fmt.Errorf("create overlay: %w: %s", err, strings.TrimSpace(string(out)))
+	}
+	// As start.go's raw runs: the VMI's disks (containerDisk, cloud-init), its serial console.
+	spec := &domainv1.DomainSpec{
+		Id: "raw", Name: "kubevisor-bench/raw-migrate",
+		Memory:   &domainv1.Memory{GuestBytes: 128 << 20},
+		Firmware: &domainv1.Firmware{Boot: &domainv1.Firmware_Bios{Bios: &domainv1.BIOS{}}},
+		Disks: []*domainv1.Disk{
+			{Name: "containerdisk", Path: overlay, Format: domainv1.DiskFormat_DISK_FORMAT_QCOW2, Bus: domainv1.DiskBus_DISK_BUS_VIRTIO, BootOrder: 1},
+			{Name: "cloudinitdisk", Path: m.seed, Format: domainv1.DiskFormat_DISK_FORMAT_RAW, Bus: domainv1.DiskBus_DISK_BUS_SCSI, Device: domainv1.DiskDevice_DISK_DEVICE_CDROM, ReadOnly: true},
+		},
+		Serial: &domainv1.Serial{SocketPath: filepath.Join(runDir, serialSocket)},
+		RunDir: runDir,
+	}
+	if incoming != "" {
+		spec.IncomingMigration = &domainv1.IncomingMigration{SocketPath: incoming}
+	}
+	cl, err := qmp.BuildArgs(spec, qmp.HostEnv{Accel: m.accel, RunDir: runDir})
+	if err != nil {
+		return nil, fmt.Errorf("build the raw command line: %w", err)
+	}
+	args := cl.Args
+	if incoming == "" {
+		// The source runs at once; the target waits with -S, as the driver's, until `cont`.
+		if args, err = RawArgs(cl.Args); err != nil {
+			return nil, err
+		}
+	}
+	args = append(args, "-netdev", "user,id=net0", "-device", "virtio-net-pci,netdev=net0")
+	logf, err := os.OpenFile(filepath.Join(runDir, "qemu.log"), os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o600)
+	if err != nil {
+		return nil, err
+	}
+	defer logf.Close()
+	v := &rawVM{runDir: runDir, exited: make(chan struct{}), events: make(chan string, 64)}
+	v.cmd = exec.Command(m.qemu, args...)
+	v.cmd.Stdout, v.cmd.Stderr = logf, logf
+	v.cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
+	if err := v.cmd.Start(); err != nil {
+		return nil, fmt.Errorf("raw qemu: %w", err)
+	}
+	go func() {
+		_ = v.cmd.Wait()
+		close(v.exited)
+	}()
+	fail := func(err error) (*rawVM, error) {
+		v.stop()
+		return nil, err
+	}
+	dctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	if v.serial, err = dialSerial(dctx, filepath.Join(runDir, serialSocket), v.exited); err != nil {
+		return fail(fmt.Errorf("raw qemu: serial console: %w: %s", err, tail(filepath.Join(runDir, "qemu.log"))))
+	}
+	v.beats = NewBeatRecorder(filepath.Base(runDir))
+	v.marker = NewMarkerWatcher(m.guest.ReadyMarker)
+	go func() { _, _ = io.Copy(io.MultiWriter(v.beats, v.marker), v.serial) }()
+	for {
+		if v.mon, err = qmp.DialQMP(dctx, qmp.RunPaths(spec, runDir).QMP); err == nil {
+			break
+		}
+		select {
+		case <-dctx.Done():
+			return fail(fmt.Errorf("raw qemu: qmp: %w", err))
+		case <-time.After(dialInterval):
+		}
+	}
+	go func() {
+		// Drained always: QEMU's replies queue behind undelivered events.
+		for ev := range v.mon.Events() {
+			if ev.Event == "MIGRATION" {
+				if s, ok := ev.Data["status"].(string); ok {
+					select {
+					case v.events <- s:
+					default:
+					}
+				}
+			}
+		}
+	}()
+	return v, nil
+}
+
+func (v *rawVM) stop() {
+	if v.mon != nil {
+		_ = v.mon.Close()
+	}
+	if v.serial != nil {
+		_ = v.serial.Close()
+	}
+	_ = v.cmd.Process.Kill()
+	<-v.exited
+}
+
+// capabilities sets migrate-set-capabilities.
+func (v *rawVM) capabilities(ctx context.Context, caps map[string]bool) error {
+	var list []map[string]any
+	for k, on := range caps {
+		list = append(list, map[string]any{"capability": k, "state": on})
+	}
+	_, err := v.mon.Run(ctx, "migrate-set-capabilities", map[string]any{"capabilities": list})
+	return err
+}
+
+// rawRound migrates the guest from one raw QEMU to another over a unix socket.
+func (m *migrator) rawRound(ctx context.Context, mode string, i int) (migResult, error) {
+	ctx, cancel := context.WithTimeout(ctx, m.cfg.Timeout)
+	defer cancel()
+	dir := filepath.Join(m.work, fmt.Sprintf("raw-%s-%d", mode, i))
+	defer os.RemoveAll(dir)
+	src, err := m.startRaw(ctx, filepath.Join(dir, "source"), "")
+	if err != nil {
+		return migResult{}, err
+	}
+	defer src.stop()
+	select {
+	case <-src.marker.Found():
+	case <-src.exited:
+		return migResult{}, fmt.Errorf("raw source exited: %s", tail(filepath.Join(src.runDir, "qemu.log")))
+	case <-ctx.Done():
+		return migResult{}, fmt.Errorf("raw source: no %s: %w; console: %q", m.guest.ReadyMarker, ctx.Err(), src.marker.Tail())
+	}
+	if err := m.startLoad(ctx, src.serial, mode, func() int { return len(src.beats.Beats()) }); err != nil {
+		return migResult{}, fmt.Errorf("raw source: %w; console: %q", err, src.marker.Tail())
+	}
+	sock := filepath.Join(dir, "target", "migrate.sock")
+	dst, err := m.startRaw(ctx, filepath.Join(dir, "target"), sock)
+	if err != nil {
+		return migResult{}, err
+	}
+	defer dst.stop()
+	// The driver's settings (drivers/qmp/migrate.go), post-copy and auto-converge not allowed.
+	if err := dst.capabilities(ctx, map[string]bool{"events": true, "postcopy-ram": false}); err != nil {
+		return migResult{}, fmt.Errorf("target capabilities: %w", err)
+	}
+	if _, err := dst.mon.Run(ctx, "migrate-incoming", map[string]any{"uri": "unix:" + sock}); err != nil {
+		return migResult{}, fmt.Errorf("migrate-incoming: %w", err)
+	}
+	if err := src.capabilities(ctx, map[string]bool{"events": true, "return-path": true, "auto-converge": false, "postcopy-ram": false, "pause-before-switchover": false}); err != nil {
+		return migResult{}, fmt.Errorf("source capabilities: %w", err)
+	}
+	if _, err := src.mon.Run(ctx, "migrate-set-parameters", map[string]any{"max-bandwidth": int64(rawUnlimitedBandwidth)}); err != nil {
+		return migResult{}, fmt.Errorf("max-bandwidth: %w", err)
+	}
+	if _, err := src.mon.Run(ctx, "migrate", map[string]any{"uri": "unix:" + sock}); err != nil {
+		return migResult{}, fmt.Errorf("migrate: %w", err)
+	}
+	// The target: `cont` once its incoming migration completed, as the driver does.
+	for done := false; !done; {
+		select {
+		case s := <-dst.events:
+			switch s {
+			case "completed":
+				if _, err := dst.mon.Run(ctx, "cont", nil); err != nil {
+					return migResult{}, fmt.Errorf("target cont: %w", err)
+				}
+				done = true
+			case "failed", "cancelled":
+				return migResult{}, fmt.Errorf("the target's migration %s: %s", s, tail(filepath.Join(dst.runDir, "qemu.log")))
+			}
+		case <-dst.exited:
+			return migResult{}, fmt.Errorf("raw target exited: %s", tail(filepath.Join(dst.runDir, "qemu.log")))
+		case <-ctx.Done():
+			_, _ = src.mon.Run(context.Background(), "migrate_cancel", nil)
+			return migResult{}, fmt.Errorf("the migration did not complete: %w", ctx.Err())
+		}
+	}
+	var res migResult
+	for {
+		raw, err := src.mon.Run(ctx, "query-migrate", nil)
+		if err != nil {
+			return migResult{}, fmt.Errorf("query-migrate: %w", err)
+		}
+		var q struct {
+			Status    string `json:"status"`
+			TotalTime int64  `json:"total-time"`
+			Downtime  int64  `json:"downtime"`
+			RAM       struct {
+				Transferred uint64 `json:"transferred"`
+			} `json:"ram"`
+		}
+		if err := json.Unmarshal(raw, &q); err != nil {
+			return migResult{}, fmt.Errorf("query-migrate: %w", err)
+		}
+		if q.Status == "completed" {
+			res = migResult{Total: time.Duration(q.TotalTime) * time.Millisecond, Downtime: time.Duration(q.Downtime) * time.Millisecond,
+				Memory: q.RAM.Transferred, Mode: "PreCopy", Route: "raw"}
+			break
+		}
+		if q.Status == "failed" || q.Status == "cancelled" {
+			return migResult{}, fmt.Errorf("the source's migration %s", q.Status)
+		}
+		select {
+		case <-ctx.Done():
+			return migResult{}, ctx.Err()
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+	if err := waitBeats(ctx, func() []Beat { return dst.beats.Beats() }, beatsAfter); err != nil {
+		return migResult{}, fmt.Errorf("raw target: %w; console: %q", err, dst.marker.Tail())
+	}
+	res.Gap, err = HeartbeatGap(append(src.beats.Beats(), dst.beats.Beats()...))
+	return res, err
+}
+
+// startLoad types the heartbeat (and the dirtying loop) on a guest's console, waits for three
+// beats and then the settle time.
+func (m *migrator) startLoad(ctx context.Context, console io.Writer, mode string, beats func() int) error {
+	cmds := []string{"\r", heartbeatCommand(m.cfg.Heartbeat)}
+	if mode == "dirty" {
+		cmds = append(cmds, dirtyCommand)
+	}
+	for _, c := range cmds {
+		if _, err := io.WriteString(console, c); err != nil {
+			return fmt.Errorf("type on the console: %w", err)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	deadline := time.Now().Add(30 * time.Second)
+	for beats() < 3 {
+		if time.Now().After(deadline) {
+			return errors.New("no heartbeat")
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-time.After(m.cfg.Settle):
+	}
+	return nil
+}
+
+// waitBeats waits until beats gives at least n beats.
+func waitBeats(ctx context.Context, beats func() []Beat, n int) error {
+	deadline := time.Now().Add(time.Minute)
+	for len(beats()) < n {
+		if time.Now().After(deadline) {
+			return fmt.Errorf("%d heartbeat(s) after the migration in a minute, want %d", len(beats()), n)
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+	return nil
+}
+
+// consoleFollower reads a VMI's console log file on one node as it grows, into a recorder.
+type consoleFollower struct {
+	path   string
+	beats  *BeatRecorder
+	marker *MarkerWatcher
+}
+
+// follow reads the file every consoleFilePoll until ctx ends; a new file at the path (the
+// handler attached again, or the VMI came to this node) is read from its start once the old
+// one is read to its end.
+func (f *consoleFollower) follow(ctx context.Context) {
+	var file *os.File
+	defer func() {
+		if file != nil {
+			file.Close()
+		}
+	}()
+	w := io.MultiWriter(f.beats, f.marker)
+	buf := make([]byte, 64<<10)
+	for ctx.Err() == nil {
+		if file == nil {
+			file, _ = os.Open(f.path)
+		}
+		if file != nil {
+			for {
+				n, _ := file.Read(buf)
+				if n == 0 {
+					break
+				}
+				_, _ = w.Write(buf[:n])
+			}
+			cur, err1 := file.Stat()
+			now, err2 := os.Stat(f.path)
+			if err1 == nil && err2 == nil && !os.SameFile(cur, now) {
+				file.Close()
+				file = nil
+				continue
+			}
+		}
+		select {
+		case <-ctx.Done():
+		case <-time.After(consoleFilePoll):
+		}
+	}
+}
+
+// kvRound boots the guest as a VMI, migrates it with a VirtualMachineInstanceMigration, and
+// deletes it.
+func (m *migrator) kvRound(ctx context.Context, mode string, i int) (res migResult, err error) {
+	ctx, cancel := context.WithTimeout(ctx, 2*m.cfg.Timeout)
+	defer cancel()
+	name := fmt.Sprintf("%s-%d", mode, i)
+	vmi := &v1alpha1.VirtualMachineInstance{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: m.ns, Labels: map[string]string{migrateBenchLabel: m.ns}},
+		Spec:       guest.Spec(guest.Options{Image: m.cfg.Image, UserData: "kubevisor-bench migrate " + name}),
+	}
+	if err := m.c.Create(ctx, vmi); err != nil {
+		return res, fmt.Errorf("create VMI: %w", err)
+	}
+	defer func() {
+		if derr := m.deleteVMI(context.WithoutCancel(ctx), vmi); derr != nil && err == nil {
+			err = derr
+		}
+	}()
+	fctx, stopFollow := context.WithCancel(ctx)
+	defer stopFollow()
+	var followers []*consoleFollower
+	for _, d := range m.cfg.HostStates {
+		f := &consoleFollower{path: layout.ConsoleLog(d, vmi.UID), beats: NewBeatRecorder(d), marker: NewMarkerWatcher(m.guest.ReadyMarker)}
+		followers = append(followers, f)
+		go f.follow(fctx)
+	}
+	allBeats := func() []Beat {
+		var bs []Beat
+		for _, f := range followers {
+			bs = append(bs, f.beats.Beats()...)
+		}
+		return bs
+	}
+	if vmi, err = waitRunning(ctx, m.c, vmi, m.cfg.Timeout); err != nil {
+		return res, err
+	}
+	// Ready: the console marker, and LiveMigratable.
+	for {
+		ready := false
+		for _, f := range followers {
+			select {
+			case <-f.marker.Found():
+				ready = true
+			default:
+			}
+		}
+		cur := &v1alpha1.VirtualMachineInstance{}
+		if err := m.c.Get(ctx, client.ObjectKeyFromObject(vmi), cur); err != nil {
+			return res, fmt.Errorf("get VMI: %w", err)
+		}
+		c := v1alpha1.InstanceCondition(cur.Status.Conditions, v1alpha1.VirtualMachineInstanceIsMigratable)
+		if ready && c != nil && c.Status == corev1.ConditionTrue {
+			vmi = cur
+			break
+		}
+		select {
+		case <-ctx.Done():
+			return res, fmt.Errorf("VMI %s: no console marker in %v or not LiveMigratable (%v): %w", name, m.cfg.HostStates, c, ctx.Err())
+		case <-time.After(200 * time.Millisecond):
+		}
+	}
+	source := vmi.Status.NodeName
+	sp, err := apiPath(m.rc, m.ns, name)
+	if err != nil {
+		return res, err
+	}
+	conn, err := sp.dial(ctx, "console")
+	if err != nil {
+		return res, fmt.Errorf("console: %w", err)
+	}
+	go func() { _, _ = io.Copy(io.Discard, conn) }()
+	err = m.startLoad(ctx, conn, mode, func() int { return len(allBeats()) })
+	conn.Close()
+	if err != nil {
+		return res, fmt.Errorf("VMI %s: %w", name, err)
+	}
+
+	mig := &v1alpha1.VirtualMachineInstanceMigration{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: m.ns},
+		Spec:       v1alpha1.VirtualMachineInstanceMigrationSpec{VMIName: name},
+	}
+	created := time.Now()
+	if err := m.c.Create(ctx, mig); err != nil {
+		return res, fmt.Errorf("create migration: %w", err)
+	}
+	var state *v1alpha1.VirtualMachineInstanceMigrationState
+	for state == nil {
+		if err := m.c.Get(ctx, client.ObjectKeyFromObject(mig), mig); err != nil {
+			return res, fmt.Errorf("get migration: %w", err)
+		}
+		switch mig.Status.Phase {
+		case v1alpha1.MigrationSucceeded:
+			state = mig.Status.MigrationState
+			if state == nil {
+				return res, errors.New("migration Succeeded with no migration state")
+			}
+			continue
+		case v1alpha1.MigrationFailed:
+			return res, fmt.Errorf("migration %s failed: %s", name, describeState(mig.Status.MigrationState))
+		}
+		select {
+		case <-ctx.Done():
+			return res, fmt.Errorf("migration %s: %s: %w", name, mig.Status.Phase, ctx.Err())
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+	for {
+		cur := &v1alpha1.VirtualMachineInstance{}
+		if err := m.c.Get(ctx, client.ObjectKeyFromObject(vmi), cur); err != nil {
+			return res, fmt.Errorf("get VMI: %w", err)
+		}
+		if cur.Status.NodeName == state.TargetNode && cur.Status.LauncherPodName == state.TargetPod && cur.Status.Phase == v1alpha1.Running {
+			res.EndToEnd = time.Since(created)
+			break
+		}
+		select {
+		case <-ctx.Done():
+			return res, fmt.Errorf("VMI %s not Running on %s: %w", name, state.TargetNode, ctx.Err())
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+	note, err := m.migratedNote(ctx, vmi.UID, mig.UID)
+	if err != nil {
+		return res, err
+	}
+	res.Total, res.Downtime, res.Memory, res.Disks, res.Mode = note.Total, note.Downtime, note.MemoryBytes, note.DiskBytes, note.Mode
+	res.Route = source + "→" + state.TargetNode
+	// Beats after the migration: more than before it by beatsAfter.
+	n := len(allBeats())
+	if err := waitBeats(ctx, allBeats, n+beatsAfter); err != nil {
+		return res, fmt.Errorf("VMI %s on %s: %w", name, state.TargetNode, err)
+	}
+	res.Gap, err = HeartbeatGap(allBeats())
+	return res, err
+}
+
+func describeState(s *v1alpha1.VirtualMachineInstanceMigrationState) string {
+	if s == nil {
+		return "no migration state"
+	}
+	return fmt.Sprintf("source %s/%s, target %s/%s: %s", s.SourceNode, s.SourcePod, s.TargetNode, s.TargetPod, s.FailureReason)
+}
+
+// migratedNote waits for the Migrated event of the VMI's migration and parses its note.
+func (m *migrator) migratedNote(ctx context.Context, vmi, migration types.UID) (MigratedNote, error) {
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		var evs eventsv1.EventList
+		if err := m.c.List(ctx, &evs, client.InNamespace(m.ns)); err != nil {
+			return MigratedNote{}, fmt.Errorf("list events: %w", err)
+		}
+		for _, ev := range evs.Items {
+			if ev.Reason != v1alpha1.ReasonMigrated || ev.Regarding.UID != vmi {
+				continue
+			}
+			n, err := ParseMigratedNote(ev.Note)
+			if err != nil {
+				return MigratedNote{}, err
+			}
+			if n.UID == string(migration) {
+				return n, nil
+			}
+		}
+		if time.Now().After(deadline) {
+			return MigratedNote{}, fmt.Errorf("no Migrated event of migration %s in 30s", migration)
+		}
+		select {
+		case <-ctx.Done():
+			return MigratedNote{}, ctx.Err()
+		case <-time.After(200 * time.Millisecond):
+		}
+	}
+}
+
+// deleteVMI deletes the VMI and waits until it and its launcher pods are gone.
+func (m *migrator) deleteVMI(ctx context.Context, vmi *v1alpha1.VirtualMachineInstance) error {
+	ctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
+	defer cancel()
+	if err := m.c.Delete(ctx, vmi); err != nil && !apierrors.IsNotFound(err) {
+		return fmt.Errorf("delete VMI %s: %w", vmi.Name, err)
+	}
+	for {
+		var pods corev1.PodList
+		err := m.c.List(ctx, &pods, client.InNamespace(m.ns), client.MatchingLabels{v1alpha1.CreatedByLabel: string(vmi.UID)})
+		gone := m.c.Get(ctx, client.ObjectKeyFromObject(vmi), &v1alpha1.VirtualMachineInstance{})
+		if err == nil && len(pods.Items) == 0 && apierrors.IsNotFound(gone) {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("VMI %s and its launcher pods did not go: %w", vmi.Name, ctx.Err())
+		case <-time.After(250 * time.Millisecond):
+		}
+	}
+}
