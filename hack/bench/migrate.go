@@ -80,6 +80,8 @@ type MigrateConfig struct {
 	Timeout    time.Duration
 	// RawOnly runs the raw side alone (no cluster needed).
 	RawOnly bool
+	// RawDisks makes the raw side copy the containerDisk overlay's top as Kubevisor does.
+	RawDisks bool
 }
 
 const migrateUsage = `usage: kubevisor-bench migrate [flags]
@@ -99,7 +101,7 @@ Flags:
 `
 
 func runMigrate(args []string, stdout, stderr io.Writer) int {
-	cfg := MigrateConfig{HostStates: DefaultMigrateHostStates, Modes: []string{"idle", "dirty"}}
+	cfg := MigrateConfig{HostStates: DefaultMigrateHostStates, Modes: []string{"idle", "dirty"}, RawDisks: true}
 	fs := flag.NewFlagSet("kubevisor-bench migrate", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	fs.Usage = func() {
@@ -129,6 +131,7 @@ func runMigrate(args []string, stdout, stderr io.Writer) int {
 	fs.DurationVar(&cfg.Heartbeat, "heartbeat", DefaultHeartbeat, "the guest's heartbeat `period`")
 	fs.DurationVar(&cfg.Settle, "settle", DefaultDirtySettle, "how long the guest runs its heartbeat (and dirties memory) before the migration")
 	fs.BoolVar(&cfg.RawOnly, "raw-only", false, "run the raw QEMU side alone, with no cluster")
+	fs.BoolVar(&cfg.RawDisks, "raw-disks", true, "the raw side copies the containerDisk overlay's top before the memory (NBD, blockdev-mirror, pause-before-switchover), as Kubevisor's qmp driver does; false: the memory only")
 	fs.DurationVar(&cfg.Timeout, "timeout", DefaultMigrateTimeout, "how long one boot or one migration may take")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
@@ -257,7 +260,11 @@ func RunMigrate(ctx context.Context, cfg MigrateConfig, out io.Writer) error {
 // rounds runs the rounds of every mode and prints them and the medians.
 func (m *migrator) rounds(ctx context.Context) error {
 	cfg, out := m.cfg, m.out
-	fmt.Fprintf(out, "  raw: the guest's memory only, the target opening a fresh overlay of the same image; Kubevisor also mirrors the containerDisk overlay's top before the memory (its disks column)\n")
+	if cfg.RawDisks {
+		fmt.Fprintf(out, "  both sides copy the containerDisk overlay's top to the target's fresh overlay of the same image before the memory (NBD over a unix socket, blockdev-mirror sync=top, pause-before-switchover, the mirror completed at the switch-over), as the qmp driver does\n")
+	} else {
+		fmt.Fprintf(out, "  raw: the guest's memory only, the target opening a fresh overlay of the same image; Kubevisor also mirrors the containerDisk overlay's top before the memory (its disks column)\n")
+	}
 	fmt.Fprintf(out, "  heartbeat gap: the longest interval between the guest's heartbeat lines by host arrival time (raw: read from each QEMU's serial socket; Kubevisor: from each node's console log file, read every %s),\n", consoleFilePoll)
 	fmt.Fprintf(out, "  each line dated at the earliest its stream proves (a line delivered late, as the target node's console log replays what the guest printed before the handler attached, is dated by a later line's arrival less the guest's uptime between them):\n")
 	fmt.Fprintf(out, "  so it is the guest's interruption (the switch-over pause plus the target's resume) plus up to one heartbeat period; \"arrival gap\" is the same without the dating, what a console reader saw\n\n")
@@ -285,8 +292,8 @@ func (m *migrator) rounds(ctx context.Context) error {
 			r := results[mode]
 			r[0], r[1] = append(r[0], raw), append(r[1], kv)
 			results[mode] = r
-			line := fmt.Sprintf("%s %d/%d (%s first): raw total %s downtime %s gap %s (arrival %s)",
-				mode, i+1, cfg.Rounds, first, ms(raw.Total), ms(raw.Downtime), ms(raw.Gap.Guest), ms(raw.Gap.Arrival))
+			line := fmt.Sprintf("%s %d/%d (%s first): raw total %s downtime %s gap %s (arrival %s), memory %d MiB, disks %d KiB",
+				mode, i+1, cfg.Rounds, first, ms(raw.Total), ms(raw.Downtime), ms(raw.Gap.Guest), ms(raw.Gap.Arrival), raw.Memory>>20, raw.Disks>>10)
 			if !cfg.RawOnly {
 				line += fmt.Sprintf(" | Kubevisor total %s downtime %s gap %s (arrival %s) create→running %s, memory %d MiB, disks %d KiB, %s, %s",
 					ms(kv.Total), ms(kv.Downtime), ms(kv.Gap.Guest), ms(kv.Gap.Arrival), ms(kv.EndToEnd), kv.Memory>>20, kv.Disks>>10, kv.Mode, kv.Route)
@@ -312,6 +319,9 @@ func (m *migrator) summary(results map[string][2][]migResult) {
 		arr := func(x migResult) time.Duration { return x.Gap.Arrival }
 		e2e := func(x migResult) time.Duration { return x.EndToEnd }
 		tab.row(mode+" raw", ms(med(r[0], total)), ms(med(r[0], down)), ms(med(r[0], gap)), ms(med(r[0], arr)), "-")
+		if m.cfg.RawOnly {
+			continue
+		}
 		tab.row(mode+" Kubevisor", ms(med(r[1], total)), ms(med(r[1], down)), ms(med(r[1], gap)), ms(med(r[1], arr)), ms(med(r[1], e2e)))
 		tab.row(mode+" Kubevisor/raw", ratio(med(r[1], total), med(r[0], total)), ratio(med(r[1], down), med(r[0], down)),
 			ratio(med(r[1], gap), med(r[0], gap)), ratio(med(r[1], arr), med(r[0], arr)), "-")
@@ -356,7 +366,7 @@ type rawVM struct {
 
 // startRaw starts QEMU with the qmp driver's command line for the guest in runDir (a migration
 // target when incoming), connects to its serial console and QMP.
-func (m *migrator) startRaw(ctx context.Context, runDir string, incoming string) (*rawVM, error) {
+func (m *migrator) startRaw(ctx context.Context, runDir, incoming, disksSocket string) (*rawVM, error) {
 	if err := os.MkdirAll(runDir, 0o700); err != nil {
 		return nil, err
 	}
@@ -378,6 +388,9 @@ func (m *migrator) startRaw(ctx context.Context, runDir string, incoming string)
 	}
 	if incoming != "" {
 		spec.IncomingMigration = &domainv1.IncomingMigration{SocketPath: incoming}
+		if disksSocket != "" {
+			spec.IncomingMigration.DisksSocketPath, spec.IncomingMigration.Disks = disksSocket, []string{"containerdisk"}
+		}
 	}
 	cl, err := qmp.BuildArgs(spec, qmp.HostEnv{Accel: m.accel, RunDir: runDir})
 	if err != nil {
@@ -472,7 +485,7 @@ func (m *migrator) rawRound(ctx context.Context, mode string, i int) (migResult,
 	defer cancel()
 	dir := filepath.Join(m.work, fmt.Sprintf("raw-%s-%d", mode, i))
 	defer os.RemoveAll(dir)
-	src, err := m.startRaw(ctx, filepath.Join(dir, "source"), "")
+	src, err := m.startRaw(ctx, filepath.Join(dir, "source"), "", "")
 	if err != nil {
 		return migResult{}, err
 	}
@@ -488,7 +501,11 @@ func (m *migrator) rawRound(ctx context.Context, mode string, i int) (migResult,
 		return migResult{}, fmt.Errorf("raw source: %w; console: %q", err, src.marker.Tail())
 	}
 	sock := filepath.Join(dir, "target", "migrate.sock")
-	dst, err := m.startRaw(ctx, filepath.Join(dir, "target"), sock)
+	disksSock := ""
+	if m.cfg.RawDisks {
+		disksSock = filepath.Join(dir, "target", "disks.sock")
+	}
+	dst, err := m.startRaw(ctx, filepath.Join(dir, "target"), sock, disksSock)
 	if err != nil {
 		return migResult{}, err
 	}
@@ -497,26 +514,103 @@ func (m *migrator) rawRound(ctx context.Context, mode string, i int) (migResult,
 	if err := dst.capabilities(ctx, map[string]bool{"events": true, "postcopy-ram": false}); err != nil {
 		return migResult{}, fmt.Errorf("target capabilities: %w", err)
 	}
+	if disksSock != "" {
+		// The target serves its overlay over NBD (the driver's serveIncomingDisks).
+		if _, err := dst.mon.Run(ctx, "nbd-server-start", map[string]any{"addr": map[string]any{"type": "unix", "data": map[string]any{"path": disksSock}}}); err != nil {
+			return migResult{}, fmt.Errorf("nbd-server-start: %w", err)
+		}
+		if _, err := dst.mon.Run(ctx, "block-export-add", map[string]any{"type": "nbd", "id": "bench-export0", "node-name": "disk0", "name": "containerdisk", "writable": true}); err != nil {
+			return migResult{}, fmt.Errorf("block-export-add: %w", err)
+		}
+	}
 	if _, err := dst.mon.Run(ctx, "migrate-incoming", map[string]any{"uri": "unix:" + sock}); err != nil {
 		return migResult{}, fmt.Errorf("migrate-incoming: %w", err)
 	}
-	if err := src.capabilities(ctx, map[string]bool{"events": true, "return-path": true, "auto-converge": false, "postcopy-ram": false, "pause-before-switchover": false}); err != nil {
+	if err := src.capabilities(ctx, map[string]bool{"events": true, "return-path": true, "auto-converge": false, "postcopy-ram": false, "pause-before-switchover": disksSock != ""}); err != nil {
 		return migResult{}, fmt.Errorf("source capabilities: %w", err)
 	}
 	if _, err := src.mon.Run(ctx, "migrate-set-parameters", map[string]any{"max-bandwidth": int64(rawUnlimitedBandwidth)}); err != nil {
 		return migResult{}, fmt.Errorf("max-bandwidth: %w", err)
 	}
+	var diskBytes uint64
+	if disksSock != "" {
+		// The driver's startMirrors and watchDisks: the overlay's top mirrored until in sync.
+		if _, err := src.mon.Run(ctx, "blockdev-add", map[string]any{"driver": "nbd", "node-name": "bench-nbd0", "export": "containerdisk",
+			"server": map[string]any{"type": "unix", "path": disksSock}}); err != nil {
+			return migResult{}, fmt.Errorf("blockdev-add nbd: %w", err)
+		}
+		if _, err := src.mon.Run(ctx, "blockdev-mirror", map[string]any{"job-id": "bench-mirror0", "device": "disk0", "target": "bench-nbd0", "sync": "top", "auto-dismiss": false}); err != nil {
+			return migResult{}, fmt.Errorf("blockdev-mirror: %w", err)
+		}
+		for {
+			j, err := mirrorJob(ctx, src.mon)
+			if err != nil {
+				return migResult{}, err
+			}
+			if j.Error != "" || j.Status == "concluded" {
+				return migResult{}, fmt.Errorf("the mirror ended before it was in sync: %s %s", j.Status, j.Error)
+			}
+			if j.Ready {
+				break
+			}
+			select {
+			case <-ctx.Done():
+				return migResult{}, ctx.Err()
+			case <-time.After(20 * time.Millisecond):
+			}
+		}
+	}
 	if _, err := src.mon.Run(ctx, "migrate", map[string]any{"uri": "unix:" + sock}); err != nil {
 		return migResult{}, fmt.Errorf("migrate: %w", err)
 	}
-	// The target: `cont` once its incoming migration completed, as the driver does.
+	// The source: at pre-switchover the mirror is completed and the migration continued (the
+	// driver's switchOver); the target: `cont` once its incoming migration completed.
 	for done := false; !done; {
 		select {
+		case s := <-src.events:
+			if s != "pre-switchover" {
+				continue
+			}
+			if _, err := src.mon.Run(ctx, "block-job-cancel", map[string]any{"device": "bench-mirror0"}); err != nil {
+				return migResult{}, fmt.Errorf("complete the mirror: %w", err)
+			}
+			for {
+				j, err := mirrorJob(ctx, src.mon)
+				if err != nil {
+					return migResult{}, err
+				}
+				if j.Status == "concluded" {
+					if j.Error != "" {
+						return migResult{}, fmt.Errorf("the mirror failed: %s", j.Error)
+					}
+					diskBytes = j.Offset
+					break
+				}
+				select {
+				case <-ctx.Done():
+					return migResult{}, ctx.Err()
+				case <-time.After(5 * time.Millisecond):
+				}
+			}
+			if _, err := src.mon.Run(ctx, "job-dismiss", map[string]any{"id": "bench-mirror0"}); err != nil {
+				return migResult{}, fmt.Errorf("job-dismiss: %w", err)
+			}
+			if _, err := src.mon.Run(ctx, "blockdev-del", map[string]any{"node-name": "bench-nbd0"}); err != nil {
+				return migResult{}, fmt.Errorf("blockdev-del: %w", err)
+			}
+			if _, err := src.mon.Run(ctx, "migrate-continue", map[string]any{"state": "pre-switchover"}); err != nil {
+				return migResult{}, fmt.Errorf("migrate-continue: %w", err)
+			}
 		case s := <-dst.events:
 			switch s {
 			case "completed":
 				if _, err := dst.mon.Run(ctx, "cont", nil); err != nil {
 					return migResult{}, fmt.Errorf("target cont: %w", err)
+				}
+				if disksSock != "" {
+					if _, err := dst.mon.Run(ctx, "nbd-server-stop", nil); err != nil {
+						return migResult{}, fmt.Errorf("target nbd-server-stop: %w", err)
+					}
 				}
 				done = true
 			case "failed", "cancelled":
@@ -548,7 +642,7 @@ func (m *migrator) rawRound(ctx context.Context, mode string, i int) (migResult,
 		}
 		if q.Status == "completed" {
 			res = migResult{Total: time.Duration(q.TotalTime) * time.Millisecond, Downtime: time.Duration(q.Downtime) * time.Millisecond,
-				Memory: q.RAM.Transferred, Mode: "PreCopy", Route: "raw"}
+				Memory: q.RAM.Transferred, Disks: diskBytes, Mode: "PreCopy", Route: "raw"}
 			break
 		}
 		if q.Status == "failed" || q.Status == "cancelled" {
@@ -565,6 +659,33 @@ func (m *migrator) rawRound(ctx context.Context, mode string, i int) (migResult,
 	}
 	res.Gap, err = HeartbeatGap(append(src.beats.Beats(), dst.beats.Beats()...))
 	return res, err
+}
+
+// mirrorJob is the bench's mirror job in query-block-jobs.
+func mirrorJob(ctx context.Context, mon qmp.Monitor) (blockJob, error) {
+	raw, err := mon.Run(ctx, "query-block-jobs", nil)
+	if err != nil {
+		return blockJob{}, fmt.Errorf("query-block-jobs: %w", err)
+	}
+	var jobs []blockJob
+	if err := json.Unmarshal(raw, &jobs); err != nil {
+		return blockJob{}, fmt.Errorf("query-block-jobs: %w", err)
+	}
+	for _, j := range jobs {
+		if j.Device == "bench-mirror0" {
+			return j, nil
+		}
+	}
+	return blockJob{}, errors.New("the mirror job is gone")
+}
+
+// blockJob is what the bench reads of query-block-jobs.
+type blockJob struct {
+	Device string `json:"device"`
+	Offset uint64 `json:"offset"`
+	Ready  bool   `json:"ready"`
+	Status string `json:"status"`
+	Error  string `json:"error"`
 }
 
 // startLoad types the heartbeat (and the dirtying loop) on a guest's console, waits for three
