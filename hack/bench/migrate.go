@@ -815,7 +815,7 @@ func (m *migrator) kvRound(ctx context.Context, mode string, i int) (res migResu
 		}
 		return bs
 	}
-	if vmi, err = waitRunning(ctx, m.c, vmi, m.cfg.Timeout); err != nil {
+	if _, err := waitRunning(ctx, m.c, vmi.DeepCopy(), m.cfg.Timeout); err != nil {
 		return res, err
 	}
 	// Ready: the console marker, and LiveMigratable.
