@@ -49,7 +49,7 @@ E2E_TWO_CLASSES      ?=
 E2E_JUNIT            ?= $(OUT)/e2e-junit.xml
 # What make generate writes: verify fails when it differs from what is committed.
 GENERATED := ':(glob)core/**/*.pb.go' ':(glob)core/**/zz_generated.*.go' manifests/crd manifests/webhook manifests/rbac \
-             docs/kubevirt-compatibility.md
+             docs/kubevirt-compatibility.md core/seccomp/launcher.json
 
 .PHONY: help
 help: ## List the targets by section. The main command is make up; the tests are make test.
@@ -287,12 +287,13 @@ $(addprefix deps-,$(DEPS_SETS)): deps-%:
 	@hack/deps/install.sh $*
 
 .PHONY: generate
-generate: deps-build ## Regenerate protobuf code, deepcopy functions, CRDs, webhook configurations, per-component RBAC, and the KubeVirt field list with docs/kubevirt-compatibility.md.
+generate: deps-build ## Regenerate protobuf code, deepcopy functions, CRDs, webhook configurations, per-component RBAC, the KubeVirt field list with docs/kubevirt-compatibility.md, and the launcher's seccomp profile (core/seccomp/launcher.json, from containerd's default: hack/seccomp).
 	hack/generate-proto.sh
 	hack/generate-api.sh
 	$(GO) run ./hack/kubevirt-compat
 	hack/generate-webhook.sh
 	hack/generate-rbac.sh
+	cd hack/seccomp && $(GO) run . -o ../../core/seccomp/launcher.json
 
 .PHONY: verify
 verify: generate deps-libvirt ## Fail when generated files are stale, go.mod is not tidy, code is not gofmt'ed, go vet / staticcheck complain, or a target calls a command it does not install.
