@@ -35,6 +35,13 @@ func main() {
 	fs.StringVar(&pullPolicy, "launcher-image-pull-policy", string(corev1.PullIfNotPresent), "pull `policy` of the launcher image (Always, IfNotPresent, Never)")
 	fs.StringVar(&cfg.Pod.HostStateDir, "host-state-dir", layout.DefaultHostStateDir, "node `directory` holding the per-VMI directories shared with launcher pods")
 	fs.StringVar(&cfg.Pod.StateStorageClass, "vm-state-storage-class", "", "storage `class` of the VMs' persistent state claims (persistent TPM and EFI variables); empty: the cluster's default class")
+	fs.Func("launcher-seccomp-profile", "seccomp profile `type` of the launcher pods' compute container: Localhost (default: kubevisor/launcher.json, the runtime's default plus userfaultfd for post-copy migration, which the handler DaemonSet installs on every node) or RuntimeDefault (for clusters that forbid Localhost profiles; post-copy migrations then fail)", func(s string) error {
+		cfg.Pod.ComputeSeccomp = corev1.SeccompProfileType(s)
+		if s != string(corev1.SeccompProfileTypeLocalhost) && s != string(corev1.SeccompProfileTypeRuntimeDefault) {
+			return fmt.Errorf("want Localhost or RuntimeDefault")
+		}
+		return nil
+	})
 	mig := migration.DefaultSettings()
 	cfg.Migration = &mig
 	fs.BoolVar(&mig.AllowAutoConverge, "migration-allow-auto-converge", mig.AllowAutoConverge, "cluster default of MigrationPolicy allowAutoConverge: throttle a guest whose migration does not converge")

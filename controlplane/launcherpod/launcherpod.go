@@ -65,7 +65,9 @@
 // # Security
 //
 // The launcher container is not privileged, shares no host namespace, drops every capability and
-// cannot gain privileges: it only starts the VM process the driver asks for. Host devices reach
+// cannot gain privileges: it only starts the VM process the driver asks for. Its seccomp profile
+// is the runtime's default plus userfaultfd, which QEMU needs for post-copy migration (package
+// core/seccomp; Config.ComputeSeccomp); the other containers have the runtime's default. Host devices reach
 // it only through the device plugin resources the class lists (HypervisorClass.DeviceResources).
 // It runs as the image's user (root in the container, without capabilities) because the kubelet
 // creates the per-VMI directory as root, and the launcher must own its directory in it.
@@ -90,6 +92,7 @@ import (
 
 	"github.com/kubevisor/kubevisor/core/api/v1alpha1"
 	"github.com/kubevisor/kubevisor/core/layout"
+	"github.com/kubevisor/kubevisor/core/seccomp"
 )
 
 // Defaults of Config, and the fixed names of the pod that only the control plane uses (the
@@ -199,6 +202,13 @@ type Config struct {
 	// StateStorageClass is the storage class of the VMs' persistent state claims (StateClaim);
 	// empty means the cluster's default class. KubeVirt's vmStateStorageClass.
 	StateStorageClass string
+	// ComputeSeccomp is the seccomp profile type of the compute container: Localhost (the
+	// default) gives it seccomp.LauncherProfileName, the runtime's default profile plus
+	// userfaultfd (post-copy migration), which the handler DaemonSet installs on every node;
+	// RuntimeDefault gives it the runtime's own, for clusters that forbid Localhost profiles
+	// (post-copy migrations then fail on the target). The pod's other containers run with
+	// RuntimeDefault either way.
+	ComputeSeccomp corev1.SeccompProfileType
 }
 
 func (c Config) withDefaults() (Config, error) {
@@ -225,6 +235,13 @@ func (c Config) withDefaults() (Config, error) {
 	}
 	if *c.GracePeriodMarginSeconds < 0 {
 		return c, errors.New("negative grace period margin")
+	}
+	switch c.ComputeSeccomp {
+	case "":
+		c.ComputeSeccomp = corev1.SeccompProfileTypeLocalhost
+	case corev1.SeccompProfileTypeLocalhost, corev1.SeccompProfileTypeRuntimeDefault:
+	default:
+		return c, fmt.Errorf("compute container seccomp profile %q is neither Localhost nor RuntimeDefault", c.ComputeSeccomp)
 	}
 	return c, nil
 }
@@ -371,13 +388,22 @@ func Build(vmi *v1alpha1.VirtualMachineInstance, class *v1alpha1.HypervisorClass
 					Privileged:               ptr.To(false),
 					AllowPrivilegeEscalation: ptr.To(false),
 					// All dropped, bar what the class keeps for its driver's VM manager.
-					Capabilities: &corev1.Capabilities{Drop: []corev1.Capability{"ALL"}, Add: slices.Clone(class.LauncherCapabilities)},
+					Capabilities:   &corev1.Capabilities{Drop: []corev1.Capability{"ALL"}, Add: slices.Clone(class.LauncherCapabilities)},
+					SeccompProfile: computeSeccomp(cfg.ComputeSeccomp),
 				},
 				TerminationMessagePolicy: corev1.TerminationMessageFallbackToLogsOnError,
 			}}, helperContainers(vmi, cfg, mounts[0], helpers, diskContainers)...),
 		},
 	}
 	return pod, nil
+}
+
+// computeSeccomp is the compute container's seccomp profile of type t (Config.ComputeSeccomp).
+func computeSeccomp(t corev1.SeccompProfileType) *corev1.SeccompProfile {
+	if t == corev1.SeccompProfileTypeLocalhost {
+		return &corev1.SeccompProfile{Type: t, LocalhostProfile: ptr.To(seccomp.LauncherProfileName)}
+	}
+	return &corev1.SeccompProfile{Type: t}
 }
 
 // helperContainers are the pod's containers beside compute: guest-console-log when the VMI's

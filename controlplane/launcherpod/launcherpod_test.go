@@ -108,6 +108,9 @@ func TestBuildMinimal(t *testing.T) {
 					Privileged:               ptr.To(false),
 					AllowPrivilegeEscalation: ptr.To(false),
 					Capabilities:             &corev1.Capabilities{Drop: []corev1.Capability{"ALL"}},
+					// The runtime's default plus userfaultfd (post-copy), which the handler
+					// installs on every node.
+					SeccompProfile: &corev1.SeccompProfile{Type: corev1.SeccompProfileTypeLocalhost, LocalhostProfile: ptr.To("kubevisor/launcher.json")},
 				},
 				TerminationMessagePolicy: corev1.TerminationMessageFallbackToLogsOnError,
 			}, {
@@ -739,6 +742,48 @@ func TestBuild(t *testing.T) {
 			name:    "no launcher image",
 			cfg:     &Config{},
 			wantErr: "no launcher image configured",
+		},
+		{
+			name: "seccomp RuntimeDefault from the config: the compute container gets the runtime's profile",
+			cfg:  &Config{LauncherImage: "img", ComputeSeccomp: corev1.SeccompProfileTypeRuntimeDefault},
+			check: func(t *testing.T, pod *corev1.Pod) {
+				want := &corev1.SeccompProfile{Type: corev1.SeccompProfileTypeRuntimeDefault}
+				if got := pod.Spec.Containers[0].SecurityContext.SeccompProfile; !equality.Semantic.DeepEqual(got, want) {
+					t.Errorf("compute seccomp profile = %+v, want %+v", got, want)
+				}
+				if got := pod.Spec.SecurityContext.SeccompProfile; !equality.Semantic.DeepEqual(got, want) {
+					t.Errorf("pod seccomp profile = %+v, want %+v", got, want)
+				}
+			},
+		},
+		{
+			name: "seccomp Localhost from the config: the launcher profile for compute only, RuntimeDefault for the other containers",
+			vmi: testVMI(func(v *v1alpha1.VirtualMachineInstance) {
+				v.Spec.Volumes = append(v.Spec.Volumes, v1alpha1.Volume{Name: "cd", VolumeSource: v1alpha1.VolumeSource{ContainerDisk: &v1alpha1.ContainerDiskSource{Image: "disk:1"}}})
+			}),
+			cfg: &Config{LauncherImage: "img", ComputeSeccomp: corev1.SeccompProfileTypeLocalhost},
+			check: func(t *testing.T, pod *corev1.Pod) {
+				want := &corev1.SeccompProfile{Type: corev1.SeccompProfileTypeLocalhost, LocalhostProfile: ptr.To("kubevisor/launcher.json")}
+				if got := pod.Spec.Containers[0].SecurityContext.SeccompProfile; !equality.Semantic.DeepEqual(got, want) {
+					t.Errorf("compute seccomp profile = %+v, want %+v", got, want)
+				}
+				if got := pod.Spec.SecurityContext.SeccompProfile; got == nil || got.Type != corev1.SeccompProfileTypeRuntimeDefault {
+					t.Errorf("pod seccomp profile = %+v, want RuntimeDefault", got)
+				}
+				if len(pod.Spec.Containers) < 2 {
+					t.Fatalf("containers = %d, want compute and the containerDisk's", len(pod.Spec.Containers))
+				}
+				for _, c := range pod.Spec.Containers[1:] {
+					if c.SecurityContext != nil && c.SecurityContext.SeccompProfile != nil {
+						t.Errorf("container %s has its own seccomp profile %+v, want the pod's", c.Name, c.SecurityContext.SeccompProfile)
+					}
+				}
+			},
+		},
+		{
+			name:    "seccomp profile type neither Localhost nor RuntimeDefault",
+			cfg:     &Config{LauncherImage: "img", ComputeSeccomp: corev1.SeccompProfileTypeUnconfined},
+			wantErr: `seccomp profile "Unconfined" is neither Localhost nor RuntimeDefault`,
 		},
 		{
 			name:    "relative host state directory",
