@@ -6,6 +6,7 @@
 //	                        [--stream-addr :8186] [--stream-cert-dir DIR] [--stream-client-name NAME]
 //	                        [--migration-addr :8187] [--migration-cert-dir DIR] [--node-cert-request=false]
 //	kubevisor-handler run -f vmi.yaml [--config handler.yaml]
+//	kubevisor-handler install-seccomp --dir /var/lib/kubelet/seccomp/kubevisor
 package main
 
 import (
@@ -33,6 +34,7 @@ import (
 	"github.com/kubevisor/kubevisor/core/handler/standalone"
 	"github.com/kubevisor/kubevisor/core/handler/streams"
 	"github.com/kubevisor/kubevisor/core/nodeapi"
+	"github.com/kubevisor/kubevisor/core/seccomp"
 )
 
 const usage = `usage: kubevisor-handler serve [--config HANDLER.yaml|DIR] [--plugin-bin-dir DIR] [--node-name NODE] [--kubeconfig FILE]
@@ -40,6 +42,7 @@ const usage = `usage: kubevisor-handler serve [--config HANDLER.yaml|DIR] [--plu
                          [--migration-addr :8187] [--migration-cert-dir DIR] [--node-cert-request=false]
                          [--node-cert-ca-bundle FILE] [--node-cert-lifetime 24h]
        kubevisor-handler run -f VMI.yaml [--config HANDLER.yaml] [--log-level LEVEL]
+       kubevisor-handler install-seccomp --dir DIR
 
 serve: runs the VMIs scheduled to this node (their launcher pods' sandboxes) through the
 configured driver plugins, writes their status, and publishes the drivers' capabilities as
@@ -70,11 +73,32 @@ configured driver plugins (default qmp, cni, local: the kubevisor-driver-* binar
 this one), its phase changes and serial console on stdout. Ctrl-C or SIGTERM shuts the guest
 down within terminationGracePeriodSeconds and removes everything; a second Ctrl-C cuts the
 shutdown short. Needs root.
+
+install-seccomp: writes the launcher pods' seccomp profile (launcher.json: the runtime's
+default plus userfaultfd, package core/seccomp) into DIR, which must exist, by renaming a full
+copy into place, and exits. The handler DaemonSet's init container runs it with DIR the
+kubelet's /var/lib/kubelet/seccomp/kubevisor, whose launcher pods' compute containers name
+kubevisor/launcher.json as their Localhost profile.
 `
 
 func main() {
 	if len(os.Args) >= 2 && os.Args[1] == "serve" {
 		serve(os.Args[2:])
+		return
+	}
+	if len(os.Args) >= 2 && os.Args[1] == "install-seccomp" {
+		fs := flag.NewFlagSet("install-seccomp", flag.ExitOnError)
+		fs.Usage = func() { fmt.Fprint(os.Stderr, usage) }
+		dir := fs.String("dir", "", "directory to write launcher.json into")
+		_ = fs.Parse(os.Args[2:])
+		if *dir == "" || fs.NArg() > 0 {
+			fs.Usage()
+			os.Exit(2)
+		}
+		if err := seccomp.Install(*dir); err != nil {
+			fmt.Fprintln(os.Stderr, "kubevisor-handler: install seccomp profile:", err)
+			os.Exit(1)
+		}
 		return
 	}
 	if len(os.Args) < 2 || os.Args[1] != "run" {
