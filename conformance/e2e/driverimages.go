@@ -127,7 +127,8 @@ var _ = Describe("Driver from a driver image", Label("DriverImages"), func() {
 		}
 		Expect(compute).NotTo(BeNil(), "launcher pod %s has no compute container", pods[0].Name)
 		Expect(compute.Resources.Limits).To(HaveKeyWithValue(simResource, resource.MustParse("1")))
-		for _, pod := range f.handlerPods(ctx) {
+		// The handler pod of the VMI's node (with two nodes, the other one allocated nothing).
+		for _, pod := range []corev1.Pod{f.handlerPodOn(ctx, vmi.Status.NodeName)} {
 			for _, c := range []string{"deviceplugins", "handler"} {
 				out, err := f.Kubectl(ctx, "", "-n", "kubevisor-system", "logs", pod.Name, "-c", c, "--since-time="+since)
 				Expect(err).NotTo(HaveOccurred(), out)
