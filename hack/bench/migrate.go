@@ -13,6 +13,7 @@ import (
 	"os/signal"
 	"path/filepath"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 
@@ -22,6 +23,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -174,6 +176,7 @@ type migrator struct {
 	out   io.Writer
 	rc    *rest.Config
 	c     client.Client
+	cs    kubernetes.Interface
 	ns    string
 	guest conformance.Guest
 	qemu  string
@@ -223,6 +226,9 @@ func RunMigrate(ctx context.Context, cfg MigrateConfig, out io.Writer) error {
 	if m.c, err = client.New(m.rc, client.Options{Scheme: manager.Scheme()}); err != nil {
 		return fmt.Errorf("client: %w", err)
 	}
+	if m.cs, err = kubernetes.NewForConfig(m.rc); err != nil {
+		return fmt.Errorf("clientset: %w", err)
+	}
 	var nodes corev1.NodeList
 	if err := m.c.List(ctx, &nodes); err != nil {
 		return fmt.Errorf("list nodes: %w", err)
@@ -269,7 +275,7 @@ func (m *migrator) rounds(ctx context.Context) error {
 	fmt.Fprintf(out, "  each line dated at the earliest its stream proves (a line delivered late, as the target node's console log replays what the guest printed before the handler attached, is dated by a later line's arrival less the guest's uptime between them):\n")
 	fmt.Fprintf(out, "  so it is the guest's interruption (the switch-over pause plus the target's resume) plus up to one heartbeat period; \"arrival gap\" is the same without the dating, what a console reader saw\n\n")
 
-	results := map[string][2][]migResult{}
+	results, failures := map[string][2][]migResult{}, 0
 	for _, mode := range cfg.Modes {
 		for i := range cfg.Rounds {
 			var raw, kv migResult
@@ -284,10 +290,20 @@ func (m *migrator) rounds(ctx context.Context) error {
 			if i%2 == 1 {
 				first, order = "Kubevisor", []func() error{kvRun, rawRun}
 			}
+			failed := false
 			for _, f := range order {
 				if err := f(); err != nil {
-					return fmt.Errorf("%s round %d: %w", mode, i+1, err)
+					if ctx.Err() != nil {
+						return fmt.Errorf("%s round %d: %w", mode, i+1, err)
+					}
+					// Reported and left out of the medians; the next rounds go on.
+					fmt.Fprintf(out, "%s %d/%d: FAILED: %v\n", mode, i+1, cfg.Rounds, err)
+					failed, failures = true, failures+1
+					break
 				}
+			}
+			if failed {
+				continue
 			}
 			r := results[mode]
 			r[0], r[1] = append(r[0], raw), append(r[1], kv)
@@ -302,12 +318,15 @@ func (m *migrator) rounds(ctx context.Context) error {
 		}
 	}
 	m.summary(results)
+	if failures > 0 {
+		return fmt.Errorf("%d round(s) failed", failures)
+	}
 	return nil
 }
 
 // summary prints the medians and ratios per mode.
 func (m *migrator) summary(results map[string][2][]migResult) {
-	fmt.Fprintf(m.out, "\nmedians of %d round(s):\n", m.cfg.Rounds)
+	fmt.Fprintf(m.out, "\nmedians of the rounds that succeeded (%d per mode asked):\n", m.cfg.Rounds)
 	tab := table{w: m.out, widths: []int{18, 11, 11, 15, 13, 17}}
 	tab.row("", "total", "downtime", "heartbeat gap", "arrival gap", "create→running")
 	for _, mode := range m.cfg.Modes {
@@ -741,6 +760,22 @@ type consoleFollower struct {
 	path   string
 	beats  *BeatRecorder
 	marker *MarkerWatcher
+
+	mu     sync.Mutex
+	read   int64
+	opened int
+}
+
+// describe says what the follower read, for a message.
+func (f *consoleFollower) describe() string {
+	f.mu.Lock()
+	read, opened := f.read, f.opened
+	f.mu.Unlock()
+	st := "absent"
+	if fi, err := os.Stat(f.path); err == nil {
+		st = fmt.Sprintf("%d bytes", fi.Size())
+	}
+	return fmt.Sprintf("%s (%s now): %d bytes read from %d file(s), %d beats, ending %q", f.path, st, read, opened, len(f.beats.Beats()), f.marker.Tail())
 }
 
 // follow reads the file every consoleFilePoll until ctx ends; a new file at the path (the
@@ -757,7 +792,11 @@ func (f *consoleFollower) follow(ctx context.Context) {
 	buf := make([]byte, 64<<10)
 	for ctx.Err() == nil {
 		if file == nil {
-			file, _ = os.Open(f.path)
+			if file, _ = os.Open(f.path); file != nil {
+				f.mu.Lock()
+				f.opened++
+				f.mu.Unlock()
+			}
 		}
 		if file != nil {
 			for {
@@ -766,6 +805,9 @@ func (f *consoleFollower) follow(ctx context.Context) {
 					break
 				}
 				_, _ = w.Write(buf[:n])
+				f.mu.Lock()
+				f.read += int64(n)
+				f.mu.Unlock()
 			}
 			cur, err1 := file.Stat()
 			now, err2 := os.Stat(f.path)
@@ -912,10 +954,31 @@ func (m *migrator) kvRound(ctx context.Context, mode string, i int) (res migResu
 	// Beats after the migration: more than before it by beatsAfter.
 	n := len(allBeats())
 	if err := waitBeats(ctx, allBeats, n+beatsAfter); err != nil {
-		return res, fmt.Errorf("VMI %s on %s: %w", name, state.TargetNode, err)
+		return res, fmt.Errorf("VMI %s on %s: %w%s", name, state.TargetNode, err, m.diagnose(ctx, vmi, state, followers))
 	}
 	res.Gap, err = HeartbeatGap(allBeats())
 	return res, err
+}
+
+// diagnose says what the consoles of a VMI whose heartbeat did not come show.
+func (m *migrator) diagnose(ctx context.Context, vmi *v1alpha1.VirtualMachineInstance, state *v1alpha1.VirtualMachineInstanceMigrationState, followers []*consoleFollower) string {
+	var b strings.Builder
+	for _, f := range followers {
+		fmt.Fprintf(&b, "\n  console log %s", f.describe())
+	}
+	cur := &v1alpha1.VirtualMachineInstance{}
+	if err := m.c.Get(ctx, client.ObjectKeyFromObject(vmi), cur); err == nil {
+		fmt.Fprintf(&b, "\n  VMI: phase %s, node %s, pod %s, conditions %+v", cur.Status.Phase, cur.Status.NodeName, cur.Status.LauncherPodName, cur.Status.Conditions)
+	}
+	if m.cs != nil {
+		raw, err := m.cs.CoreV1().Pods(m.ns).GetLogs(state.TargetPod, &corev1.PodLogOptions{Container: layout.ConsoleLogContainer, Timestamps: true}).DoRaw(ctx)
+		out := string(raw)
+		if len(out) > 1500 {
+			out = out[len(out)-1500:]
+		}
+		fmt.Fprintf(&b, "\n  target pod %s %s log (%v): %q", state.TargetPod, layout.ConsoleLogContainer, err, out)
+	}
+	return b.String()
 }
 
 func describeState(s *v1alpha1.VirtualMachineInstanceMigrationState) string {
