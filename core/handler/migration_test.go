@@ -64,7 +64,7 @@ func TestQMPMigrationBetweenHandlers(t *testing.T) {
 		}
 		return nil
 	})
-	if _, err := io.WriteString(c.in, "\necho kv-$((6*7))-state > /tmp/kv-state\n"); err != nil {
+	if _, err := io.WriteString(c.in, "\necho kv-$((6*7))-state > /tmp/kv-state\nwhile :; do echo HB-tick; sleep 1; done &\n"); err != nil {
 		t.Fatal(err)
 	}
 
@@ -129,6 +129,14 @@ func TestQMPMigrationBetweenHandlers(t *testing.T) {
 	if tc.count(guestReady) != 0 {
 		t.Error("the guest booted again on the target")
 	}
+	// Its timers go on: the heartbeat started before the migration ticks on the target.
+	beats := tc.count("HB-tick")
+	eventually(t, "the guest's heartbeat goes on on the target", 30*time.Second, func() error {
+		if n := tc.count("HB-tick"); n < beats+3 {
+			return fmt.Errorf("%d heartbeats on the target's console, want %d", n, beats+3)
+		}
+		return nil
+	})
 	// What the target published while it waited is not the VMI's (the agent writes a target's
 	// status only once it runs there); from then on it is Running.
 	if last, ok := dstEnv.rec.last(uid); !ok || last.Phase != v1alpha1.Running {

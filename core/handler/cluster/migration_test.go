@@ -330,6 +330,20 @@ func TestAgentsMigrate(t *testing.T) {
 	if st, ok := dst.h.Status(vmi.UID); !ok || st.Phase != v1alpha1.Running {
 		t.Errorf("target handler's status %v, %v", st.Phase, ok)
 	}
+	// The target node writes the guest's serial console into the VMI's directory there, for
+	// its launcher pod's console log container.
+	logFile := layout.ConsoleLog(dst.hostDir, vmi.UID)
+	deadline = time.Now().Add(10 * time.Second)
+	for {
+		b, _ := os.ReadFile(logFile)
+		if strings.Contains(string(b), "migrated in") {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("console log %s on the target: %q, want the migrated guest's output", logFile, b)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
 }
 
 // TestAgentsMigrationTargetFails: a target pod whose VM cannot be prepared (no launcher
