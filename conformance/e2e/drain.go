@@ -86,6 +86,20 @@ var _ = Describe("Node drain", Label("RequiresTwoNodes", "Migration", "Drain"), 
 		b := f.bootEvictable(ctx, "drain-b")
 		f.setUnschedulable(ctx, second, false)
 		guests := []*migrant{a, b}
+		DeferCleanup(func(ctx context.Context) {
+			if !CurrentSpecReport().Failed() {
+				return
+			}
+			for _, g := range guests {
+				GinkgoWriter.Printf("VMI %s: %s\n", g.name, f.describeEvacuation(ctx, g.name))
+				if vmi := f.VMI(ctx, g.name); vmi != nil {
+					for _, p := range f.LauncherPods(ctx, vmi.UID) {
+						out, err := f.Kubectl(ctx, "", "logs", p.Name, "-c", "guest-console-log", "--tail=15")
+						GinkgoWriter.Printf("pod %s on %s, console log tail (%v):\n%s\n", p.Name, p.Spec.NodeName, err, out)
+					}
+				}
+			}
+		})
 		for _, g := range guests {
 			Expect(g.node).To(Equal(first), "VMI %s", g.name)
 		}
