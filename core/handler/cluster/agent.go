@@ -414,9 +414,6 @@ func (a *Agent) writeStatus(ctx context.Context, name types.NamespacedName, node
 			// handler derived of that (Succeeded) is not the VMI's.
 			return nil
 		}
-		if err := a.takeOverFromSource(ctx, &vmi); err != nil {
-			return err
-		}
 		w := handlerStatus(&vmi, node, manager)
 		body, changes, err := w.apply(&vmi)
 		if err != nil || !changes {

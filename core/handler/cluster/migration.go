@@ -2,7 +2,6 @@ package cluster
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
@@ -593,37 +592,6 @@ func migratedAway(vmi *v1alpha1.VirtualMachineInstance, node string) bool {
 func migratedTo(vmi *v1alpha1.VirtualMachineInstance, node, pod string) bool {
 	ms := vmi.Status.MigrationState
 	return ms != nil && ms.Completed && ms.TargetNode == node && ms.TargetPod == pod
-}
-
-// takeOverFromSource, for a VMI that migrated to this node, removes the source node handler's
-// entries from its managedFields: that handler no longer writes the VMI, and fields it had set
-// to the values this node writes would stay co-owned by it otherwise (server-side apply shares
-// a field two managers set alike), so that this node's handler never held the lifecycle alone.
-// The removal is preconditioned on the VMI's resourceVersion; vmi is updated.
-func (a *Agent) takeOverFromSource(ctx context.Context, vmi *v1alpha1.VirtualMachineInstance) error {
-	ms := vmi.Status.MigrationState
-	if ms == nil || !ms.Completed || ms.TargetNode != a.cfg.NodeName || ms.SourceNode == "" || ms.SourceNode == a.cfg.NodeName {
-		return nil
-	}
-	source := v1alpha1.HandlerFieldManager(ms.SourceNode)
-	kept := make([]metav1.ManagedFieldsEntry, 0, len(vmi.ManagedFields))
-	for _, f := range vmi.ManagedFields {
-		if f.Manager != source {
-			kept = append(kept, f)
-		}
-	}
-	if len(kept) == len(vmi.ManagedFields) || len(kept) == 0 {
-		return nil
-	}
-	patch, err := json.Marshal(map[string]any{"metadata": map[string]any{"resourceVersion": vmi.ResourceVersion, "managedFields": kept}})
-	if err != nil {
-		return err
-	}
-	if err := a.client.Patch(ctx, vmi, client.RawPatch(types.MergePatchType, patch)); err != nil {
-		return fmt.Errorf("take the VMI's status over from node %s's handler: %w", ms.SourceNode, err)
-	}
-	a.log.Info("took the VMI over from the migration's source node", "vmi", client.ObjectKeyFromObject(vmi), "source", ms.SourceNode)
-	return nil
 }
 
 func modeWord(m hypervisorv1.MigrationMode) string {
