@@ -101,7 +101,8 @@ type Gap struct {
 }
 
 // HeartbeatGap computes the gap of beats from any number of streams. A beat seen twice (a
-// replayed backlog) counts once, at its first arrival. It needs two beats.
+// replayed backlog, another stream) counts once, at its first arrival and its earliest dating.
+// It needs two beats.
 func HeartbeatGap(beats []Beat) (Gap, error) {
 	// Per stream: distinct uptimes, first arrival.
 	byStream := map[string][]Beat{}
@@ -139,7 +140,18 @@ func HeartbeatGap(beats []Beat) (Gap, error) {
 		}
 		return a.arrival.Compare(b.arrival)
 	})
-	all = slices.CompactFunc(all, func(a, b datedBeat) bool { return a.up == b.up })
+	// One beat per uptime: the earliest arrival and the earliest dating of any stream.
+	merged := all[:0]
+	for _, b := range all {
+		if n := len(merged); n > 0 && merged[n-1].up == b.up {
+			if b.dated.Before(merged[n-1].dated) {
+				merged[n-1].dated = b.dated
+			}
+			continue
+		}
+		merged = append(merged, b)
+	}
+	all = merged
 	if len(all) < 2 {
 		return Gap{}, fmt.Errorf("%d heartbeat(s), want at least 2", len(all))
 	}

@@ -63,6 +63,12 @@ func TestHeartbeatGap(t *testing.T) {
 	if g, err := HeartbeatGap(live); err != nil || g.Guest != 550*time.Millisecond || g.Arrival != 550*time.Millisecond {
 		t.Errorf("live: %+v, %v; want both gaps 550ms", g, err)
 	}
+	// The same beats through a second stream, one of them late in a replay: each beat counts
+	// once, at its earliest arrival and dating.
+	both := append(append([]Beat{}, live...), Beat{1.1, at(90), "c"}, Beat{1.2, at(2000), "c"}, Beat{1.3, at(2100), "c"})
+	if g, err := HeartbeatGap(both); err != nil || g.Beats != 4 || g.Guest != 560*time.Millisecond || g.Arrival != 560*time.Millisecond {
+		t.Errorf("two streams: %+v, %v; want 4 beats, both gaps 560ms", g, err)
+	}
 	if _, err := HeartbeatGap(live[:1]); err == nil {
 		t.Error("one beat: no error")
 	}
