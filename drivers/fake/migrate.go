@@ -92,7 +92,8 @@ func (h *Hypervisor) listenIncomingLocked(v *vm) error {
 	return nil
 }
 
-// drainDisks accepts the disks channel's connections and reads them to their end.
+// drainDisks accepts the disks channel's connections, reads each to its end and answers
+// "ok\n", as a disk copy completes before the memory moves.
 func drainDisks(l net.Listener) {
 	for {
 		c, err := l.Accept()
@@ -101,7 +102,10 @@ func drainDisks(l net.Listener) {
 		}
 		go func() {
 			defer c.Close()
-			_, _ = io.Copy(io.Discard, c)
+			_ = c.SetDeadline(time.Now().Add(streamTimeout))
+			if _, err := io.Copy(io.Discard, c); err == nil {
+				_, _ = io.WriteString(c, "ok\n")
+			}
 		}()
 	}
 }
@@ -196,9 +200,9 @@ func stream(ctx context.Context, req *hypervisorv1.MigrateRequest, msg streamMes
 		if err != nil {
 			return fmt.Errorf("disks: %w", err)
 		}
-		for _, disk := range req.GetDisks() {
-			_, err = fmt.Fprintln(c, disk.GetName())
-		}
+		stop := context.AfterFunc(ctx, func() { _ = c.Close() })
+		err = copyDisks(c, req.GetDisks())
+		stop()
 		_ = c.Close()
 		if err != nil {
 			return fmt.Errorf("disks: %w", err)
@@ -222,6 +226,27 @@ func stream(ctx context.Context, req *hypervisorv1.MigrateRequest, msg streamMes
 		if ctx.Err() != nil {
 			return errors.New("no answer from the target within the stream's time")
 		}
+		return fmt.Errorf("the target did not answer: %w", err)
+	}
+	if line != "ok\n" {
+		return fmt.Errorf("the target answered %q", line)
+	}
+	return nil
+}
+
+// copyDisks sends the disks' names on the disks channel and waits for the target's answer:
+// the copies are done before the memory moves.
+func copyDisks(c net.Conn, disks []*hypervisorv1.MigrateDisk) error {
+	for _, disk := range disks {
+		if _, err := fmt.Fprintln(c, disk.GetName()); err != nil {
+			return err
+		}
+	}
+	if cw, ok := c.(interface{ CloseWrite() error }); ok {
+		_ = cw.CloseWrite()
+	}
+	line, err := bufio.NewReader(c).ReadString('\n')
+	if err != nil {
 		return fmt.Errorf("the target did not answer: %w", err)
 	}
 	if line != "ok\n" {

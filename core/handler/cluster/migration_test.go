@@ -94,7 +94,10 @@ func startMigrationNodes(t *testing.T) (c client.Client, bin string, nodes [2]*m
 		go func() { defer close(done); _ = n.proxy.Serve(pctx, ln) }()
 		t.Cleanup(func() { pcancel(); <-done })
 
-		mgr, err := ctrl.NewManager(env.Config, ctrl.Options{
+		// Each agent runs as a user granted exactly the handler's +kubebuilder:rbac markers, as
+		// its service account is in a cluster.
+		cfg := env.ImpersonateWithMarkers(t, "kubevisor-handler-"+name, "agent.go")
+		mgr, err := ctrl.NewManager(cfg, ctrl.Options{
 			Scheme: envtest.Scheme(), Cache: CacheOptions(name),
 			Metrics: metricsserver.Options{BindAddress: "0"}, HealthProbeBindAddress: "0",
 		})
