@@ -211,6 +211,7 @@ metadata:
 spec:
   allowPostCopy: true
   bandwidthPerMigration: 16Mi
+  completionTimeoutPerGiB: 1
   selectors:
     virtualMachineInstanceSelector:
       kv-e2e-policy: %s
@@ -233,7 +234,7 @@ spec:
 		Expect(*vmi.Status.MigrationState.MigrationPolicyName).To(Equal(policy))
 		Expect(*vmi.Status.MigrationState.MigrationConfiguration.AllowPostCopy).To(BeTrue())
 		Expect(vmi.Status.MigrationState.Mode).To(Equal(v1alpha1.MigrationPostCopy),
-			"a guest dirtying memory faster than 16 MiB/s does not converge: the migration switches to post-copy (%s)", describeMigration(m))
+			"the completion timeout (1 s per GiB: 1 s) cannot copy 128 MiB at 16 MiB/s: the migration switches to post-copy (%s)", describeMigration(m))
 	})
 
 	It("cancelled by deleting the migration while it copies, leaves the VMI running on the source as it was", func(ctx SpecContext) {

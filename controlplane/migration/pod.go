@@ -1,6 +1,7 @@
 package migration
 
 import (
+	"slices"
 	"strings"
 
 	corev1 "k8s.io/api/core/v1"
@@ -63,10 +64,46 @@ func TargetPod(source *corev1.Pod, mig *v1alpha1.VirtualMachineInstanceMigration
 	}
 	spec.InitContainers = dropServiceAccountMounts(spec.InitContainers, source.Spec.Volumes)
 	spec.Containers = dropServiceAccountMounts(spec.Containers, source.Spec.Volumes)
+	if prev := source.Annotations[AvoidedNodeAnnotation]; prev != "" {
+		// The source is the target of an earlier migration: what kept it off that
+		// migration's source node is not this one's to keep.
+		unavoidNode(spec, prev)
+		delete(pod.Annotations, AvoidedNodeAnnotation)
+	}
 	if sourceNode != "" {
 		avoidNode(spec, sourceNode)
+		pod.Annotations[AvoidedNodeAnnotation] = sourceNode
 	}
 	return pod
+}
+
+// AvoidedNodeAnnotation on a target pod names the node its affinity keeps it off (avoidNode):
+// the migration's source node, which a later migration of the VMI from this pod lifts.
+const AvoidedNodeAnnotation = v1alpha1.LabelPrefix + "migration-avoids-node"
+
+// unavoidNode removes what avoidNode(spec, node) added: the requirement from every term, and
+// the terms (or the node affinity) it alone made.
+func unavoidNode(spec *corev1.PodSpec, node string) {
+	if spec.Affinity == nil || spec.Affinity.NodeAffinity == nil || spec.Affinity.NodeAffinity.RequiredDuringSchedulingIgnoredDuringExecution == nil {
+		return
+	}
+	sel := spec.Affinity.NodeAffinity.RequiredDuringSchedulingIgnoredDuringExecution
+	terms := sel.NodeSelectorTerms[:0]
+	for _, t := range sel.NodeSelectorTerms {
+		t.MatchFields = slices.DeleteFunc(t.MatchFields, func(r corev1.NodeSelectorRequirement) bool {
+			return r.Key == "metadata.name" && r.Operator == corev1.NodeSelectorOpNotIn && slices.Equal(r.Values, []string{node})
+		})
+		if len(t.MatchFields) == 0 {
+			t.MatchFields = nil
+		}
+		if len(t.MatchExpressions) > 0 || len(t.MatchFields) > 0 {
+			terms = append(terms, t)
+		}
+	}
+	sel.NodeSelectorTerms = terms
+	if len(terms) == 0 {
+		spec.Affinity.NodeAffinity.RequiredDuringSchedulingIgnoredDuringExecution = nil
+	}
 }
 
 func isServiceAccountVolume(v corev1.Volume) bool {

@@ -111,6 +111,36 @@ func TestTargetPod(t *testing.T) {
 	}
 }
 
+// TestTargetPodOfATarget: a VMI that migrated from node-a to node-b migrates again, from its
+// target pod there: the new target pod keeps off node-b only (node-a is allowed again), and the
+// VMI's own node affinity is kept.
+func TestTargetPodOfATarget(t *testing.T) {
+	capability := corev1.NodeSelectorRequirement{Key: v1alpha1.DriverHealthLabel("hypervisor", "qmp"), Operator: corev1.NodeSelectorOpIn, Values: []string{"healthy"}}
+	for _, affinity := range []*corev1.Affinity{nil, {NodeAffinity: &corev1.NodeAffinity{RequiredDuringSchedulingIgnoredDuringExecution: &corev1.NodeSelector{
+		NodeSelectorTerms: []corev1.NodeSelectorTerm{{MatchExpressions: []corev1.NodeSelectorRequirement{capability}}},
+	}}}} {
+		m1 := &v1alpha1.VirtualMachineInstanceMigration{ObjectMeta: metav1.ObjectMeta{Name: "m1", Namespace: "ns", UID: "1111111111"}, Spec: v1alpha1.VirtualMachineInstanceMigrationSpec{VMIName: "vm1"}}
+		m2 := &v1alpha1.VirtualMachineInstanceMigration{ObjectMeta: metav1.ObjectMeta{Name: "m2", Namespace: "ns", UID: "2222222222"}, Spec: v1alpha1.VirtualMachineInstanceMigrationSpec{VMIName: "vm1"}}
+		first := TargetPod(sourcePod(affinity), m1)
+		if first.Annotations[AvoidedNodeAnnotation] != "node-a" {
+			t.Fatalf("first target's annotations %v", first.Annotations)
+		}
+		first.Spec.NodeName = "node-b"
+		second := TargetPod(first, m2)
+		notOnB := corev1.NodeSelectorRequirement{Key: "metadata.name", Operator: corev1.NodeSelectorOpNotIn, Values: []string{"node-b"}}
+		want := []corev1.NodeSelectorTerm{{MatchFields: []corev1.NodeSelectorRequirement{notOnB}}}
+		if affinity != nil {
+			want[0].MatchExpressions = []corev1.NodeSelectorRequirement{capability}
+		}
+		if got := second.Spec.Affinity.NodeAffinity.RequiredDuringSchedulingIgnoredDuringExecution.NodeSelectorTerms; !equality.Semantic.DeepEqual(got, want) {
+			t.Errorf("second target's terms %+v, want %+v", got, want)
+		}
+		if second.Annotations[AvoidedNodeAnnotation] != "node-b" {
+			t.Errorf("second target's annotations %v", second.Annotations)
+		}
+	}
+}
+
 func TestTargetPodName(t *testing.T) {
 	for _, vmi := range []string{"a", strings.Repeat("v", 63), strings.Repeat("v", 40) + "-" + strings.Repeat("w", 40)} {
 		n := TargetPodName(vmi, "0123456789abcdef")
