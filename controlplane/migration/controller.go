@@ -215,13 +215,13 @@ func (r *Reconciler) throttled(ctx context.Context, mig *v1alpha1.VirtualMachine
 	return "", nil
 }
 
-// waitingForNode is how long mig has been TargetReady.
-func (r *Reconciler) waitingForNode(mig *v1alpha1.VirtualMachineInstanceMigration) time.Duration {
-	if mig.Status.Phase != v1alpha1.MigrationTargetReady {
+// inPhase is how long mig has been in phase p, 0 when it is in another.
+func (r *Reconciler) inPhase(mig *v1alpha1.VirtualMachineInstanceMigration, p v1alpha1.VirtualMachineInstanceMigrationPhase) time.Duration {
+	if mig.Status.Phase != p {
 		return 0
 	}
 	for _, t := range mig.Status.PhaseTransitionTimestamps {
-		if t.Phase == v1alpha1.MigrationTargetReady {
+		if t.Phase == p {
 			return r.now().Sub(t.PhaseTransitionTimestamp.Time)
 		}
 	}
@@ -257,7 +257,7 @@ func (r *Reconciler) reconcileNormal(ctx context.Context, mig *v1alpha1.VirtualM
 	}
 	state := migrationState(mig)
 	obs := Observation{Phase: mig.Status.Phase, VMI: vmi, MigrationUID: string(mig.UID), TargetPodCreated: state.TargetPod != "",
-		WaitingForNode: r.waitingForNode(mig)}
+		WaitingForNode: r.inPhase(mig, v1alpha1.MigrationTargetReady), Scheduling: r.inPhase(mig, v1alpha1.MigrationScheduling)}
 	var source *corev1.Pod
 	if vmi != nil && (mig.Status.Phase == v1alpha1.MigrationPending || mig.Status.Phase == v1alpha1.MigrationScheduling && !obs.TargetPodCreated) {
 		if source, err = r.sourcePod(ctx, vmi, mig); err != nil {
@@ -287,7 +287,8 @@ func (r *Reconciler) reconcileNormal(ctx context.Context, mig *v1alpha1.VirtualM
 		}
 	case v1alpha1.MigrationScheduling:
 		if obs.TargetPodCreated || source == nil {
-			return ctrl.Result{}, nil
+			// Brought back at the pending timeout, if no pod event comes before.
+			return ctrl.Result{RequeueAfter: TargetPodPendingTimeout - obs.Scheduling + time.Second}, nil
 		}
 		return ctrl.Result{}, r.createTarget(ctx, mig, vmi, source)
 	case v1alpha1.MigrationTargetReady:

@@ -32,6 +32,8 @@ const (
 	ReasonThrottled = "Throttled"
 	// ReasonNodeStartTimeout says the node side did not start the migration in time.
 	ReasonNodeStartTimeout = "NodeStartTimeout"
+	// ReasonTargetPodUnschedulable says no node took the target pod in time.
+	ReasonTargetPodUnschedulable = "TargetPodUnschedulable"
 )
 
 // Observation is what the reconciler saw of the world for one migration; Next decides the
@@ -54,7 +56,13 @@ type Observation struct {
 	// WaitingForNode is how long the migration has been TargetReady without the node side
 	// starting it.
 	WaitingForNode time.Duration
+	// Scheduling is how long the migration has been in Scheduling.
+	Scheduling time.Duration
 }
+
+// TargetPodPendingTimeout is how long a target pod may stay unschedulable (no node fits: none
+// other than the source, none with the class's driver, no room) before the migration fails.
+const TargetPodPendingTimeout = 5 * time.Minute
 
 // NodeStartTimeout is how long a migration may stay TargetReady before the node side starts
 // it (the target handler prepares its VM and the source handler begins to copy): longer means
@@ -149,6 +157,15 @@ func Next(obs Observation) Decision {
 	case v1alpha1.MigrationScheduling:
 		if pod := obs.TargetPod; pod != nil && pod.Spec.NodeName != "" && pod.Status.Phase == corev1.PodRunning {
 			return Decision{Phase: v1alpha1.MigrationTargetReady}
+		}
+		if pod := obs.TargetPod; pod != nil && pod.Spec.NodeName == "" && obs.Scheduling > TargetPodPendingTimeout {
+			why := "no node can take it"
+			for _, c := range pod.Status.Conditions {
+				if c.Type == corev1.PodScheduled && c.Status == corev1.ConditionFalse && c.Message != "" {
+					why = c.Message
+				}
+			}
+			return failed(ReasonTargetPodUnschedulable, "target pod %s was not scheduled within %s: %s", pod.Name, TargetPodPendingTimeout, why)
 		}
 		return Decision{Phase: v1alpha1.MigrationScheduling}
 	case v1alpha1.MigrationTargetReady:

@@ -49,6 +49,8 @@ func TestNext(t *testing.T) {
 	now := metav1.Now()
 	terminating := pod("node-b", corev1.PodRunning)
 	terminating.DeletionTimestamp = &now
+	unschedulable := pod("", corev1.PodPending)
+	unschedulable.Status.Conditions = []corev1.PodCondition{{Type: corev1.PodScheduled, Status: corev1.ConditionFalse, Message: "0/2 nodes are available: 1 node(s) didn't match node affinity"}}
 	for _, tc := range []struct {
 		name   string
 		obs    Observation
@@ -70,6 +72,8 @@ func TestNext(t *testing.T) {
 		{name: "scheduling: pod not yet created", obs: Observation{Phase: v1alpha1.MigrationScheduling, VMI: vmi()}, want: v1alpha1.MigrationScheduling},
 		{name: "scheduling: pod pending", obs: Observation{Phase: v1alpha1.MigrationScheduling, VMI: vmi(), TargetPodCreated: true, TargetPod: pod("", corev1.PodPending)}, want: v1alpha1.MigrationScheduling},
 		{name: "scheduling: pod bound, not running", obs: Observation{Phase: v1alpha1.MigrationScheduling, VMI: vmi(), TargetPodCreated: true, TargetPod: pod("node-b", corev1.PodPending)}, want: v1alpha1.MigrationScheduling},
+		{name: "scheduling: pod unschedulable for too long", obs: Observation{Phase: v1alpha1.MigrationScheduling, VMI: vmi(), TargetPodCreated: true, TargetPod: unschedulable, Scheduling: TargetPodPendingTimeout + time.Second}, want: v1alpha1.MigrationFailed, reason: ReasonTargetPodUnschedulable},
+		{name: "scheduling: pod unschedulable for a while", obs: Observation{Phase: v1alpha1.MigrationScheduling, VMI: vmi(), TargetPodCreated: true, TargetPod: unschedulable, Scheduling: time.Minute}, want: v1alpha1.MigrationScheduling},
 		{name: "scheduling: pod running", obs: Observation{Phase: v1alpha1.MigrationScheduling, VMI: vmi(), TargetPodCreated: true, TargetPod: pod("node-b", corev1.PodRunning)}, want: v1alpha1.MigrationTargetReady},
 		{name: "scheduling: pod gone", obs: Observation{Phase: v1alpha1.MigrationScheduling, VMI: vmi(), TargetPodCreated: true}, want: v1alpha1.MigrationFailed, reason: ReasonTargetPodFailed},
 		{name: "scheduling: pod failed", obs: Observation{Phase: v1alpha1.MigrationScheduling, VMI: vmi(), TargetPodCreated: true, TargetPod: pod("node-b", corev1.PodFailed)}, want: v1alpha1.MigrationFailed, reason: ReasonTargetPodFailed},
