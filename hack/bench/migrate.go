@@ -279,41 +279,44 @@ func (m *migrator) rounds(ctx context.Context) error {
 	for _, mode := range cfg.Modes {
 		for i := range cfg.Rounds {
 			var raw, kv migResult
-			rawRun := func() (err error) { raw, err = m.rawRound(ctx, mode, i); return err }
-			kvRun := func() (err error) {
+			var rawErr, kvErr error
+			rawRun := func() { raw, rawErr = m.rawRound(ctx, mode, i) }
+			kvRun := func() {
 				if !cfg.RawOnly {
-					kv, err = m.kvRound(ctx, mode, i)
+					kv, kvErr = m.kvRound(ctx, mode, i)
 				}
-				return err
 			}
-			first, order := "raw", []func() error{rawRun, kvRun}
+			first, order := "raw", []func(){rawRun, kvRun}
 			if i%2 == 1 {
-				first, order = "Kubevisor", []func() error{kvRun, rawRun}
+				first, order = "Kubevisor", []func(){kvRun, rawRun}
 			}
-			failed := false
 			for _, f := range order {
-				if err := f(); err != nil {
-					if ctx.Err() != nil {
-						return fmt.Errorf("%s round %d: %w", mode, i+1, err)
-					}
-					// Reported and left out of the medians; the next rounds go on.
-					fmt.Fprintf(out, "%s %d/%d: FAILED: %v\n", mode, i+1, cfg.Rounds, err)
-					failed, failures = true, failures+1
-					break
+				if f(); ctx.Err() != nil {
+					return fmt.Errorf("%s round %d: %w", mode, i+1, ctx.Err())
 				}
 			}
-			if failed {
-				continue
-			}
+			// A side that failed is reported and left out of the medians; the rounds go on.
 			r := results[mode]
-			r[0], r[1] = append(r[0], raw), append(r[1], kv)
-			results[mode] = r
-			line := fmt.Sprintf("%s %d/%d (%s first): raw total %s downtime %s gap %s (arrival %s), memory %d MiB, disks %d KiB",
-				mode, i+1, cfg.Rounds, first, ms(raw.Total), ms(raw.Downtime), ms(raw.Gap.Guest), ms(raw.Gap.Arrival), raw.Memory>>20, raw.Disks>>10)
-			if !cfg.RawOnly {
-				line += fmt.Sprintf(" | Kubevisor total %s downtime %s gap %s (arrival %s) create→running %s, memory %d MiB, disks %d KiB, %s, %s",
-					ms(kv.Total), ms(kv.Downtime), ms(kv.Gap.Guest), ms(kv.Gap.Arrival), ms(kv.EndToEnd), kv.Memory>>20, kv.Disks>>10, kv.Mode, kv.Route)
+			line := fmt.Sprintf("%s %d/%d (%s first): ", mode, i+1, cfg.Rounds, first)
+			if rawErr == nil {
+				r[0] = append(r[0], raw)
+				line += fmt.Sprintf("raw total %s downtime %s gap %s (arrival %s), memory %d MiB, disks %d KiB",
+					ms(raw.Total), ms(raw.Downtime), ms(raw.Gap.Guest), ms(raw.Gap.Arrival), raw.Memory>>20, raw.Disks>>10)
+			} else {
+				failures++
+				line += fmt.Sprintf("raw FAILED: %v", rawErr)
 			}
+			if !cfg.RawOnly {
+				if kvErr == nil {
+					r[1] = append(r[1], kv)
+					line += fmt.Sprintf(" | Kubevisor total %s downtime %s gap %s (arrival %s) create→running %s, memory %d MiB, disks %d KiB, %s, %s",
+						ms(kv.Total), ms(kv.Downtime), ms(kv.Gap.Guest), ms(kv.Gap.Arrival), ms(kv.EndToEnd), kv.Memory>>20, kv.Disks>>10, kv.Mode, kv.Route)
+				} else {
+					failures++
+					line += fmt.Sprintf(" | Kubevisor FAILED: %v", kvErr)
+				}
+			}
+			results[mode] = r
 			fmt.Fprintln(out, line)
 		}
 	}
@@ -326,8 +329,8 @@ func (m *migrator) rounds(ctx context.Context) error {
 
 // summary prints the medians and ratios per mode.
 func (m *migrator) summary(results map[string][2][]migResult) {
-	fmt.Fprintf(m.out, "\nmedians of the rounds that succeeded (%d per mode asked):\n", m.cfg.Rounds)
-	tab := table{w: m.out, widths: []int{18, 11, 11, 15, 13, 17}}
+	fmt.Fprintf(m.out, "\nmedians of the migrations that succeeded (of %d per mode and side):\n", m.cfg.Rounds)
+	tab := table{w: m.out, widths: []int{22, 11, 11, 15, 13, 17}}
 	tab.row("", "total", "downtime", "heartbeat gap", "arrival gap", "create→running")
 	for _, mode := range m.cfg.Modes {
 		r := results[mode]
@@ -337,11 +340,11 @@ func (m *migrator) summary(results map[string][2][]migResult) {
 		gap := func(x migResult) time.Duration { return x.Gap.Guest }
 		arr := func(x migResult) time.Duration { return x.Gap.Arrival }
 		e2e := func(x migResult) time.Duration { return x.EndToEnd }
-		tab.row(mode+" raw", ms(med(r[0], total)), ms(med(r[0], down)), ms(med(r[0], gap)), ms(med(r[0], arr)), "-")
+		tab.row(fmt.Sprintf("%s raw (%d)", mode, len(r[0])), ms(med(r[0], total)), ms(med(r[0], down)), ms(med(r[0], gap)), ms(med(r[0], arr)), "-")
 		if m.cfg.RawOnly {
 			continue
 		}
-		tab.row(mode+" Kubevisor", ms(med(r[1], total)), ms(med(r[1], down)), ms(med(r[1], gap)), ms(med(r[1], arr)), ms(med(r[1], e2e)))
+		tab.row(fmt.Sprintf("%s Kubevisor (%d)", mode, len(r[1])), ms(med(r[1], total)), ms(med(r[1], down)), ms(med(r[1], gap)), ms(med(r[1], arr)), ms(med(r[1], e2e)))
 		tab.row(mode+" Kubevisor/raw", ratio(med(r[1], total), med(r[0], total)), ratio(med(r[1], down), med(r[0], down)),
 			ratio(med(r[1], gap), med(r[0], gap)), ratio(med(r[1], arr), med(r[0], arr)), "-")
 	}
