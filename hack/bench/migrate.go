@@ -1026,8 +1026,15 @@ func (m *migrator) kvRound(ctx context.Context, mode string, i int) (res migResu
 // diagnose says what the consoles of a VMI whose heartbeat did not come show.
 func (m *migrator) diagnose(ctx context.Context, vmi *v1alpha1.VirtualMachineInstance, state *v1alpha1.VirtualMachineInstanceMigrationState, followers []*consoleFollower) string {
 	var b strings.Builder
-	for _, f := range followers {
+	for i, f := range followers {
 		fmt.Fprintf(&b, "\n  console log %s", f.describe())
+		// A copy for whoever looks into it: the VMI and its directories go with the round.
+		if data, err := os.ReadFile(f.path); err == nil {
+			keep := filepath.Join(os.TempDir(), fmt.Sprintf("kvbench-migrate-%s-%s-%d.console.log", m.ns, vmi.Name, i))
+			if os.WriteFile(keep, data, 0o600) == nil {
+				fmt.Fprintf(&b, " (copied to %s)", keep)
+			}
+		}
 	}
 	cur := &v1alpha1.VirtualMachineInstance{}
 	if err := m.c.Get(ctx, client.ObjectKeyFromObject(vmi), cur); err == nil {
