@@ -188,8 +188,11 @@ var _ = Describe("Live migration", Label("RequiresTwoNodes", "Migration"), func(
 		Expect(m.Status.MigrationState.Completed).To(BeTrue())
 		vmi := f.expectMovedOn(ctx, g, before)
 
-		By("its web server answers a pod on the source node at the VMI's new address")
-		Expect(GuestIP(vmi)).To(Equal(f.LauncherPods(ctx, vmi.UID)[0].Status.PodIP))
+		By("the target node's handler reports the VMI's new address (masquerade: the target pod's), and its web server answers a pod on the source node there")
+		Eventually(func() string {
+			vmi = f.VMI(ctx, "migrant")
+			return GuestIP(vmi)
+		}).WithContext(ctx).WithTimeout(time.Minute).WithPolling(time.Second).Should(Equal(f.LauncherPods(ctx, vmi.UID)[0].Status.PodIP))
 		Expect(f.HTTPFromPodOn(ctx, g.node, "http://"+GuestIP(vmi)+"/")).To(ContainSubstring(guest.WebAnswer))
 
 		By("and it migrates back")
