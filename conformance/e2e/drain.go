@@ -12,9 +12,7 @@ import (
 	policyv1 "k8s.io/api/policy/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/yaml"
 
-	"github.com/kubevisor/kubevisor/conformance/e2e/guest"
 	"github.com/kubevisor/kubevisor/core/api/v1alpha1"
 )
 
@@ -27,39 +25,14 @@ import (
 // (parallelOutboundMigrationsPerNode 2), target pod start included, and the drain's retries.
 const drainTimeout = 8 * time.Minute
 
-// bootEvictable runs the test guest as VMI name with evictionStrategy LiveMigrate, booted and
-// Ready, LiveMigratable, its boot id read and its heartbeat printing: bootMigrant's guest with
-// the strategy, which bootMigrant has no way to set (a VMI's spec is immutable).
+// bootEvictable runs the test guest as VMI name with evictionStrategy LiveMigrate (bootMigrant's
+// guest with the strategy).
 func (f *Framework) bootEvictable(ctx context.Context, name string) *migrant {
 	GinkgoHelper()
-	spec := guestSpecOf(guest.Options{UserData: name})
-	live := v1alpha1.EvictionStrategyLiveMigrate
-	spec.EvictionStrategy = &live
-	b, err := yaml.Marshal(spec)
-	Expect(err).NotTo(HaveOccurred())
-	f.Apply(ctx, "apiVersion: kubevisor.io/v1alpha1\nkind: VirtualMachineInstance\nmetadata:\n  name: "+name+"\nspec:\n"+indent(string(b), 2))
-	g := &guestRun{name: name}
-	g.vmi = f.WaitRunning(ctx, name)
-	f.WaitReady(ctx, g.vmi)
-	g.vmi = f.waitReadyCondition(ctx, name)
-	Eventually(func() string {
-		c := v1alpha1.InstanceCondition(f.VMI(ctx, name).Status.Conditions, v1alpha1.VirtualMachineInstanceIsMigratable)
-		if c == nil {
-			return "no condition"
-		}
-		return string(c.Status) + " " + c.Reason + " " + c.Message
-	}).WithContext(ctx).WithTimeout(time.Minute).Should(HavePrefix("True"), "VMI %s LiveMigratable", name)
-	pods := f.LauncherPods(ctx, g.vmi.UID)
-	Expect(pods).To(HaveLen(1))
-	g.launcher = pods[0]
-	g.bootID = f.bootID(ctx, name)
-	c := f.OpenConsole(ctx, name)
-	c.Send("\r")
-	c.Send(heartbeatCommand)
-	Eventually(func() int { return len(f.heartbeats(ctx, g)) }).WithContext(ctx).
-		WithTimeout(30*time.Second).WithPolling(time.Second).Should(BeNumerically(">=", 2), "VM %s: no heartbeat", name)
-	c.Close()
-	return &migrant{guestRun: g, node: g.vmi.Status.NodeName}
+	return f.bootMigrant(ctx, name, nil, func(spec *v1alpha1.VirtualMachineInstanceSpec) {
+		live := v1alpha1.EvictionStrategyLiveMigrate
+		spec.EvictionStrategy = &live
+	})
 }
 
 // setUnschedulable cordons (true) or uncordons the node.

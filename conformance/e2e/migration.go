@@ -36,11 +36,15 @@ type migrant struct {
 	node string // the node it ran on first
 }
 
-// bootMigrant runs the test guest as VMI name with labels, booted and Ready, its boot id read
-// and its heartbeat printing on its console.
-func (f *Framework) bootMigrant(ctx context.Context, name string, labels map[string]string) *migrant {
+// bootMigrant runs the test guest as VMI name with labels (and its spec changed by change, when
+// given), booted and Ready, LiveMigratable, its boot id read and its heartbeat printing on its
+// console.
+func (f *Framework) bootMigrant(ctx context.Context, name string, labels map[string]string, change ...func(*v1alpha1.VirtualMachineInstanceSpec)) *migrant {
 	GinkgoHelper()
 	spec := guestSpecOf(guest.Options{UserData: name})
+	for _, c := range change {
+		c(&spec)
+	}
 	b, err := yaml.Marshal(spec)
 	Expect(err).NotTo(HaveOccurred())
 	meta := "  name: " + name + "\n"
@@ -73,6 +77,20 @@ func (f *Framework) bootMigrant(ctx context.Context, name string, labels map[str
 		WithTimeout(30*time.Second).WithPolling(time.Second).Should(BeNumerically(">=", 2), "VM %s: no heartbeat", name)
 	c.Close()
 	return &migrant{guestRun: g, node: g.vmi.Status.NodeName}
+}
+
+// migrationPolicy creates a MigrationPolicy named after the spec's namespace with the given
+// spec lines, selecting the VMIs labelled kv-e2e-policy=<its name>, deleted when the spec ends;
+// it returns the name (the label's value).
+func (f *Framework) migrationPolicy(ctx context.Context, prefix, specLines string) string {
+	GinkgoHelper()
+	name := prefix + "-" + f.Namespace
+	f.Apply(ctx, fmt.Sprintf("apiVersion: kubevisor.io/v1alpha1\nkind: MigrationPolicy\nmetadata:\n  name: %s\nspec:\n%s  selectors:\n    virtualMachineInstanceSelector:\n      kv-e2e-policy: %s\n",
+		name, specLines, name))
+	DeferCleanup(func(ctx context.Context) {
+		_ = f.Client.Delete(ctx, &v1alpha1.MigrationPolicy{ObjectMeta: metaName(name)})
+	})
+	return name
 }
 
 // migrate creates a VirtualMachineInstanceMigration of VMI vmi named name.
@@ -206,22 +224,7 @@ var _ = Describe("Live migration", Label("RequiresTwoNodes", "Migration"), func(
 
 	It("moves a guest that dirties its memory, switching to post-copy where the MigrationPolicy allows it", func(ctx SpecContext) {
 		f.RequireTwoNodes(ctx)
-		policy := "kv-e2e-postcopy-" + f.Namespace
-		f.Apply(ctx, fmt.Sprintf(`apiVersion: kubevisor.io/v1alpha1
-kind: MigrationPolicy
-metadata:
-  name: %s
-spec:
-  allowPostCopy: true
-  bandwidthPerMigration: 16Mi
-  completionTimeoutPerGiB: 1
-  selectors:
-    virtualMachineInstanceSelector:
-      kv-e2e-policy: %s
-`, policy, policy))
-		DeferCleanup(func(ctx context.Context) {
-			_ = f.Client.Delete(ctx, &v1alpha1.MigrationPolicy{ObjectMeta: metaName(policy)})
-		})
+		policy := f.migrationPolicy(ctx, "kv-e2e-postcopy", "  allowPostCopy: true\n  bandwidthPerMigration: 16Mi\n  completionTimeoutPerGiB: 1\n")
 		g := f.bootMigrant(ctx, "dirty", map[string]string{"kv-e2e-policy": policy})
 		By("the guest writes 32 MiB of its memory over and over")
 		c := f.OpenConsole(ctx, "dirty")
@@ -242,20 +245,7 @@ spec:
 
 	It("cancelled by deleting the migration while it copies, leaves the VMI running on the source as it was", func(ctx SpecContext) {
 		f.RequireTwoNodes(ctx)
-		policy := "kv-e2e-slow-" + f.Namespace
-		f.Apply(ctx, fmt.Sprintf(`apiVersion: kubevisor.io/v1alpha1
-kind: MigrationPolicy
-metadata:
-  name: %s
-spec:
-  bandwidthPerMigration: 1Mi
-  selectors:
-    virtualMachineInstanceSelector:
-      kv-e2e-policy: %s
-`, policy, policy))
-		DeferCleanup(func(ctx context.Context) {
-			_ = f.Client.Delete(ctx, &v1alpha1.MigrationPolicy{ObjectMeta: metaName(policy)})
-		})
+		policy := f.migrationPolicy(ctx, "kv-e2e-slow", "  bandwidthPerMigration: 1Mi\n")
 		g := f.bootMigrant(ctx, "stayer", map[string]string{"kv-e2e-policy": policy})
 		f.migrate(ctx, "stayer-1", "stayer")
 		f.waitMigrationPhase(ctx, "stayer-1", v1alpha1.MigrationRunning, migrationTimeout)
@@ -270,20 +260,7 @@ spec:
 
 	It("whose target pod fails, fails with the reason and leaves the VMI running on the source as it was", func(ctx SpecContext) {
 		f.RequireTwoNodes(ctx)
-		policy := "kv-e2e-slow2-" + f.Namespace
-		f.Apply(ctx, fmt.Sprintf(`apiVersion: kubevisor.io/v1alpha1
-kind: MigrationPolicy
-metadata:
-  name: %s
-spec:
-  bandwidthPerMigration: 1Mi
-  selectors:
-    virtualMachineInstanceSelector:
-      kv-e2e-policy: %s
-`, policy, policy))
-		DeferCleanup(func(ctx context.Context) {
-			_ = f.Client.Delete(ctx, &v1alpha1.MigrationPolicy{ObjectMeta: metaName(policy)})
-		})
+		policy := f.migrationPolicy(ctx, "kv-e2e-slow2", "  bandwidthPerMigration: 1Mi\n")
 		g := f.bootMigrant(ctx, "orphan", map[string]string{"kv-e2e-policy": policy})
 		f.migrate(ctx, "orphan-1", "orphan")
 		m := f.waitMigrationPhase(ctx, "orphan-1", v1alpha1.MigrationRunning, migrationTimeout)
