@@ -262,35 +262,21 @@ func TestAgentsMigrate(t *testing.T) {
 	for _, n := range nodes {
 		// A proxy counts a connection once it has passed it on (the disks channel's may end
 		// after the memory's).
-		deadline := time.Now().Add(10 * time.Second)
-		for carriedConns(t, n.metrics) < 2 && time.Now().Before(deadline) {
-			time.Sleep(50 * time.Millisecond)
-		}
-		if carried := carriedConns(t, n.metrics); carried < 2 {
-			t.Errorf("%s's proxy carried %v connections, want the memory and the disks streams", n.name, carried)
-		}
+		pollUntil(t, n.name+"'s proxy carried the memory and the disks streams", 10*time.Second, func() bool { return carriedConns(t, n.metrics) >= 2 })
 	}
 	if _, waiting := dst.h.IncomingOf(vmi.UID); !waiting {
 		t.Error("the target's VM does not count as incoming before the VMI moved")
 	}
 	// The hypervisor's figures are in a Migrated event of the VMI.
-	deadline := time.Now().Add(10 * time.Second)
-	for {
+	pollUntil(t, "a Migrated event with the migration's figures on the VMI", 10*time.Second, func() bool {
 		var evs eventsv1.EventList
 		if err := c.List(ctx, &evs, client.InNamespace("default")); err != nil {
 			t.Fatal(err)
 		}
-		found := slices.ContainsFunc(evs.Items, func(e eventsv1.Event) bool {
+		return slices.ContainsFunc(evs.Items, func(e eventsv1.Event) bool {
 			return e.Regarding.UID == vmi.UID && e.Reason == v1alpha1.ReasonMigrated && strings.Contains(e.Note, "downtime") && strings.Contains(e.Note, "to node node-2")
 		})
-		if found {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("no Migrated event with the migration's figures on the VMI")
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
+	})
 
 	// The VMI controller moves the VMI to the target and deletes the source pod.
 	var cur v1alpha1.VirtualMachineInstance
@@ -314,13 +300,7 @@ func TestAgentsMigrate(t *testing.T) {
 	// The target's handler follows the VMI from now on (what the source wrote is what it
 	// would write, so it writes nothing until something changes).
 	waitFor(t, c, "mover", "Running", func(v *v1alpha1.VirtualMachineInstance) bool { return v.Status.Phase == v1alpha1.Running })
-	deadline = time.Now().Add(30 * time.Second)
-	for slices.Contains(src.h.VMIs(), vmi.UID) && time.Now().Before(deadline) {
-		time.Sleep(100 * time.Millisecond)
-	}
-	if slices.Contains(src.h.VMIs(), vmi.UID) {
-		t.Error("the source's handler still holds the VM that migrated away")
-	}
+	pollUntil(t, "the source's handler lets go of the VM that migrated away", 30*time.Second, func() bool { return !slices.Contains(src.h.VMIs(), vmi.UID) })
 	if _, err := os.Stat(layout.VMIDir(src.hostDir, vmi.UID)); err == nil {
 		t.Error("the source node's VMI directory is left")
 	}
@@ -344,17 +324,10 @@ func TestAgentsMigrate(t *testing.T) {
 	// The target node writes the guest's serial console into the VMI's directory there, for
 	// its launcher pod's console log container.
 	logFile := layout.ConsoleLog(dst.hostDir, vmi.UID)
-	deadline = time.Now().Add(10 * time.Second)
-	for {
+	pollUntil(t, "the migrated guest's output in the target's console log "+logFile, 10*time.Second, func() bool {
 		b, _ := os.ReadFile(logFile)
-		if strings.Contains(string(b), "migrated in") {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("console log %s on the target: %q, want the migrated guest's output", logFile, b)
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
+		return strings.Contains(string(b), "migrated in")
+	})
 }
 
 // TestAgentsMigrationTargetFails: a target pod whose VM cannot be prepared (no launcher
@@ -411,4 +384,16 @@ func carriedConns(t *testing.T, reg *prometheus.Registry) float64 {
 		}
 	}
 	return n
+}
+
+// pollUntil fails the test when cond does not hold within timeout.
+func pollUntil(t *testing.T, what string, timeout time.Duration, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("not within %s: %s", timeout, what)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
 }
