@@ -21,7 +21,20 @@ func migrationPair(t *testing.T) (src, dst *Handler, srcEnv, dstEnv *env, cmdlin
 	srcEnv, cmdline = newQMPGuestEnv(t)
 	dstEnv, _ = newQMPGuestEnv(t)
 	dstEnv.cfg.NodeName = "node-2"
-	return srcEnv.start(), dstEnv.start(), srcEnv, dstEnv, cmdline
+	src, dst = srcEnv.start(), dstEnv.start()
+	// A test that fails half-way leaves no QEMU behind (Close leaves VMs running).
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		for _, h := range []*Handler{src, dst} {
+			for _, uid := range h.VMIs() {
+				stub := &v1alpha1.VirtualMachineInstance{}
+				stub.UID = uid
+				_, _ = h.Stop(ctx, stub, 0)
+			}
+		}
+	})
+	return src, dst, srcEnv, dstEnv, cmdline
 }
 
 // waitMigration polls the source's MigrationStatus until the migration ends.
