@@ -56,6 +56,10 @@ const (
 	dirtyCommand = "while :; do dd if=/dev/zero of=/tmp/kv-dirty bs=1M count=32 2>/dev/null; done &\r"
 	// beatsAfter is how many heartbeats the target must print before a round ends.
 	beatsAfter = 5
+	// watchAfter is how long the target's console is watched for the kernel's reports of
+	// trouble (KernelWatcher) once its heartbeats came: a guest whose memory arrived damaged
+	// may print a few beats before the kernel trips over it.
+	watchAfter = 5 * time.Second
 )
 
 // DefaultMigrateHostStates are the host state directories of the local cluster's two nodes as
@@ -84,6 +88,9 @@ type MigrateConfig struct {
 	RawOnly bool
 	// RawDisks makes the raw side copy the containerDisk overlay's top as Kubevisor does.
 	RawDisks bool
+	// TCGTranslationCacheMiB is the raw side's tb-size under TCG: the qmp driver's default
+	// unless set; 0 is QEMU's own default.
+	TCGTranslationCacheMiB int
 }
 
 const migrateUsage = `usage: kubevisor-bench migrate [flags]
@@ -103,7 +110,7 @@ Flags:
 `
 
 func runMigrate(args []string, stdout, stderr io.Writer) int {
-	cfg := MigrateConfig{HostStates: DefaultMigrateHostStates, Modes: []string{"idle", "dirty"}, RawDisks: true}
+	cfg := MigrateConfig{HostStates: DefaultMigrateHostStates, Modes: []string{"idle", "dirty"}, RawDisks: true, TCGTranslationCacheMiB: qmp.DefaultTCGTranslationCacheMiB}
 	fs := flag.NewFlagSet("kubevisor-bench migrate", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	fs.Usage = func() {
@@ -132,6 +139,7 @@ func runMigrate(args []string, stdout, stderr io.Writer) int {
 	fs.IntVar(&cfg.Rounds, "rounds", DefaultMigrateRounds, "`rounds` per mode, each a raw and a Kubevisor migration")
 	fs.DurationVar(&cfg.Heartbeat, "heartbeat", DefaultHeartbeat, "the guest's heartbeat `period`")
 	fs.DurationVar(&cfg.Settle, "settle", DefaultDirtySettle, "how long the guest runs its heartbeat (and dirties memory) before the migration")
+	fs.IntVar(&cfg.TCGTranslationCacheMiB, "raw-tb-size", cfg.TCGTranslationCacheMiB, "the raw side's translation cache under TCG in `MiB` (QEMU's tb-size; 0: QEMU's default); the default is the qmp driver's")
 	fs.BoolVar(&cfg.RawOnly, "raw-only", false, "run the raw QEMU side alone, with no cluster")
 	fs.BoolVar(&cfg.RawDisks, "raw-disks", true, "the raw side copies the containerDisk overlay's top before the memory (NBD, blockdev-mirror, pause-before-switchover), as Kubevisor's qmp driver does; false: the memory only")
 	fs.DurationVar(&cfg.Timeout, "timeout", DefaultMigrateTimeout, "how long one boot or one migration may take")
@@ -384,6 +392,7 @@ type rawVM struct {
 	events chan string // MIGRATION statuses
 	beats  *BeatRecorder
 	marker *MarkerWatcher
+	kernel *KernelWatcher
 }
 
 // startRaw starts QEMU with the qmp driver's command line for the guest in runDir (a migration
@@ -408,13 +417,16 @@ func (m *migrator) startRaw(ctx context.Context, runDir, incoming, disksSocket s
 		Serial: &domainv1.Serial{SocketPath: filepath.Join(runDir, serialSocket)},
 		RunDir: runDir,
 	}
+	if m := os.Getenv("KV_RAW_CPU"); m != "" {
+		spec.Cpu = &domainv1.CPU{Model: m}
+	}
 	if incoming != "" {
 		spec.IncomingMigration = &domainv1.IncomingMigration{SocketPath: incoming}
 		if disksSocket != "" {
 			spec.IncomingMigration.DisksSocketPath, spec.IncomingMigration.Disks = disksSocket, []string{"containerdisk"}
 		}
 	}
-	cl, err := qmp.BuildArgs(spec, qmp.HostEnv{Accel: m.accel, RunDir: runDir})
+	cl, err := qmp.BuildArgs(spec, qmp.HostEnv{Accel: m.accel, RunDir: runDir, TCGTranslationCacheMiB: m.cfg.TCGTranslationCacheMiB})
 	if err != nil {
 		return nil, fmt.Errorf("build the raw command line: %w", err)
 	}
@@ -453,7 +465,8 @@ func (m *migrator) startRaw(ctx context.Context, runDir, incoming, disksSocket s
 	}
 	v.beats = NewBeatRecorder(filepath.Base(runDir))
 	v.marker = NewMarkerWatcher(m.guest.ReadyMarker)
-	go func() { _, _ = io.Copy(io.MultiWriter(v.beats, v.marker), v.serial) }()
+	v.kernel = &KernelWatcher{}
+	go func() { _, _ = io.Copy(io.MultiWriter(v.beats, v.marker, v.kernel), v.serial) }()
 	for {
 		if v.mon, err = qmp.DialQMP(dctx, qmp.RunPaths(spec, runDir).QMP); err == nil {
 			break
@@ -679,6 +692,9 @@ func (m *migrator) rawRound(ctx context.Context, mode string, i int) (migResult,
 	if err := waitBeats(ctx, func() []Beat { return dst.beats.Beats() }, beatsAfter); err != nil {
 		return migResult{}, fmt.Errorf("raw target: %w; console: %q", err, dst.marker.Tail())
 	}
+	if err := watchKernel(ctx, dst.kernel, src.kernel); err != nil {
+		return res, fmt.Errorf("raw target: %w", err)
+	}
 	res.Gap, err = HeartbeatGap(append(src.beats.Beats(), dst.beats.Beats()...))
 	return res, err
 }
@@ -742,6 +758,27 @@ func (m *migrator) startLoad(ctx context.Context, console io.Writer, mode string
 	return nil
 }
 
+// watchKernel watches the consoles for watchAfter and fails with the first kernel's report of
+// trouble any of them shows.
+func watchKernel(ctx context.Context, ws ...*KernelWatcher) error {
+	deadline := time.Now().Add(watchAfter)
+	for {
+		for _, w := range ws {
+			if t := w.Trouble(); t != nil {
+				return fmt.Errorf("the guest's kernel reported trouble after the migration: %q", t)
+			}
+		}
+		if time.Now().After(deadline) {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+}
+
 // waitBeats waits until beats gives at least n beats.
 func waitBeats(ctx context.Context, beats func() []Beat, n int) error {
 	deadline := time.Now().Add(time.Minute)
@@ -763,6 +800,7 @@ type consoleFollower struct {
 	path   string
 	beats  *BeatRecorder
 	marker *MarkerWatcher
+	kernel *KernelWatcher
 
 	mu     sync.Mutex
 	read   int64
@@ -791,7 +829,7 @@ func (f *consoleFollower) follow(ctx context.Context) {
 			file.Close()
 		}
 	}()
-	w := io.MultiWriter(f.beats, f.marker)
+	w := io.MultiWriter(f.beats, f.marker, f.kernel)
 	buf := make([]byte, 64<<10)
 	for ctx.Err() == nil {
 		if file == nil {
@@ -832,6 +870,8 @@ func (f *consoleFollower) follow(ctx context.Context) {
 // moved to the target node), until ctx ends. The driver replays its backlog to a new console,
 // so what the guest printed meanwhile arrives late, in a burst: HeartbeatGap dates it.
 type apiConsole struct {
+	kernel *KernelWatcher
+
 	mu   sync.Mutex
 	recs []*BeatRecorder
 }
@@ -872,6 +912,7 @@ func (a *apiConsole) follow(ctx context.Context, dial func(context.Context) (net
 			k, err := conn.Read(buf)
 			if k > 0 {
 				_, _ = rec.Write(buf[:k])
+				_, _ = a.kernel.Write(buf[:k])
 			}
 			if err != nil {
 				break
@@ -905,7 +946,7 @@ func (m *migrator) kvRound(ctx context.Context, mode string, i int) (res migResu
 	defer stopFollow()
 	var followers []*consoleFollower
 	for _, d := range m.cfg.HostStates {
-		f := &consoleFollower{path: layout.ConsoleLog(d, vmi.UID), beats: NewBeatRecorder(d), marker: NewMarkerWatcher(m.guest.ReadyMarker)}
+		f := &consoleFollower{path: layout.ConsoleLog(d, vmi.UID), beats: NewBeatRecorder(d), marker: NewMarkerWatcher(m.guest.ReadyMarker), kernel: &KernelWatcher{}}
 		followers = append(followers, f)
 		go f.follow(fctx)
 	}
@@ -958,7 +999,7 @@ func (m *migrator) kvRound(ctx context.Context, mode string, i int) (res migResu
 	if err != nil {
 		return res, fmt.Errorf("console: %w", err)
 	}
-	api = &apiConsole{}
+	api = &apiConsole{kernel: &KernelWatcher{}}
 	go api.follow(fctx, func(ctx context.Context) (net.Conn, error) { return sp.dial(ctx, "console") }, conn)
 	if err := m.startLoad(ctx, conn, mode, func() int { return len(allBeats()) }); err != nil {
 		return res, fmt.Errorf("VMI %s: %w", name, err)
@@ -1018,6 +1059,13 @@ func (m *migrator) kvRound(ctx context.Context, mode string, i int) (res migResu
 	n := len(allBeats())
 	if err := waitBeats(ctx, allBeats, n+beatsAfter); err != nil {
 		return res, fmt.Errorf("VMI %s on %s: %w (%d beats through the API console)%s", name, state.TargetNode, err, len(api.beats()), m.diagnose(ctx, vmi, state, followers))
+	}
+	watchers := []*KernelWatcher{api.kernel}
+	for _, f := range followers {
+		watchers = append(watchers, f.kernel)
+	}
+	if err := watchKernel(ctx, watchers...); err != nil {
+		return res, fmt.Errorf("VMI %s on %s: %w%s", name, state.TargetNode, err, m.diagnose(ctx, vmi, state, followers))
 	}
 	res.Gap, err = HeartbeatGap(rawBeats())
 	return res, err

@@ -1,0 +1,59 @@
+package bench
+
+import (
+	"bytes"
+	"regexp"
+	"sync"
+)
+
+// KernelWatcher is an io.Writer that takes a guest's serial console and keeps the lines in which
+// the guest's kernel reports that something went wrong (an oops, a BUG, a bad page, a panic).
+// A migration that the hypervisor calls completed can still have handed the target a guest whose
+// memory is not the source's: heartbeats may go on for a while, and the kernel's own checks are
+// what notices first. It is safe for concurrent use.
+type KernelWatcher struct {
+	mu    sync.Mutex
+	line  []byte
+	found []string
+}
+
+// kernelTrouble matches the first line of the Linux kernel's reports of a fault in itself or in
+// the memory it manages.
+var kernelTrouble = regexp.MustCompile(`Oops|BUG: |Bad page (state|map)|Kernel panic|general protection fault|Unable to handle kernel|list_(add|del) corruption|WARNING: CPU: |segfault at`)
+
+// maxKernelLines bounds what a watcher keeps.
+const maxKernelLines = 20
+
+// Write implements io.Writer. It never fails.
+func (w *KernelWatcher) Write(p []byte) (int, error) {
+	n := len(p)
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	for len(p) > 0 {
+		i := bytes.IndexAny(p, "\r\n")
+		if i < 0 {
+			w.line = append(w.line, p...)
+			if len(w.line) > 4096 {
+				w.line = w.line[len(w.line)-1024:]
+			}
+			break
+		}
+		w.line = append(w.line, p[:i]...)
+		if kernelTrouble.Match(w.line) && len(w.found) < maxKernelLines {
+			w.found = append(w.found, string(bytes.TrimSpace(w.line)))
+		}
+		w.line = w.line[:0]
+		p = p[i+1:]
+	}
+	return n, nil
+}
+
+// Trouble returns the kernel's trouble lines seen so far, nil when none.
+func (w *KernelWatcher) Trouble() []string {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if len(w.found) == 0 {
+		return nil
+	}
+	return append([]string(nil), w.found...)
+}
