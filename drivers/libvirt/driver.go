@@ -80,6 +80,7 @@ var (
 	_ driver.Rebooter   = (*Driver)(nil)
 	_ driver.Consoler   = (*Driver)(nil)
 	_ driver.Recoverer  = (*Driver)(nil)
+	_ driver.Migrator   = (*Driver)(nil)
 )
 
 // Option changes a Driver made by New.
@@ -123,6 +124,7 @@ func (d *Driver) Capabilities(ctx context.Context) (*basev1.Capabilities, error)
 			basev1.Feature_FEATURE_HYPERVISOR_CONSOLE,
 			basev1.Feature_FEATURE_HYPERVISOR_DISPLAY,
 			basev1.Feature_FEATURE_HYPERVISOR_RECOVER,
+			basev1.Feature_FEATURE_HYPERVISOR_MIGRATE,
 		},
 		Firmware:     supportedFirmware,
 		DiskBuses:    supportedDiskBuses,
@@ -135,6 +137,9 @@ func (d *Driver) Capabilities(ctx context.Context) (*basev1.Capabilities, error)
 		Devices:      devices,
 		// The TPM's state and the EFI variable store in persistent_state_dir (tpm.go).
 		PersistentState: true,
+		// libvirt's NBD disk copy cannot follow two socket paths (the package doc's "Live
+		// migration").
+		MigrationDisks: false,
 	}, nil
 }
 

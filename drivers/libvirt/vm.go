@@ -64,6 +64,8 @@ type record struct {
 	DaemonPID int             `json:"daemonPid,omitempty"`
 	StartedAt time.Time       `json:"startedAt,omitzero"`
 	Spec      json.RawMessage `json:"spec"`
+	// Migration is the VM's current or last migration (migrate.go).
+	Migration *migrationRecord `json:"migration,omitempty"`
 }
 
 // vm is one VM the driver knows.
@@ -90,6 +92,9 @@ type vm struct {
 	// softReboot: a soft reboot is pending; softRebooting: the guest powered off for it
 	// (softreboot.go).
 	softReboot, softRebooting bool
+
+	// mig is the VM's current or last migration (migrate.go).
+	mig *migration
 }
 
 func (v *vm) signalLocked() {
@@ -191,6 +196,9 @@ func (d *Driver) Create(ctx context.Context, spec *domainv1.DomainSpec) (*hyperv
 	accel, err := pickAccel(spec.GetAcceleration(), host)
 	if err != nil {
 		return nil, err
+	}
+	if spec.GetIncomingMigration().GetDisksSocketPath() != "" {
+		return nil, domain.ValidationError{{Field: "incoming_migration.disks_socket_path", Detail: "the libvirt driver does not migrate local disks (Capabilities.migration_disks is false)"}}
 	}
 	runDir, own := d.runDirFor(spec)
 	if len(runDir) > maxRunDir {
@@ -340,6 +348,13 @@ func (d *Driver) Start(ctx context.Context, id string) error {
 		if stale != "" {
 			_ = os.Remove(stale)
 		}
+	}
+	if v.spec.GetIncomingMigration() != nil {
+		// A migration target: the domain comes with the migration (migrate.go).
+		if err := d.listenIncoming(v, conn, xml); err != nil {
+			return undo(err)
+		}
+		return nil
 	}
 	flags := golibvirt.DOMAIN_NONE
 	if v.spec.GetStartPaused() {
@@ -651,16 +666,28 @@ func (d *Driver) watch(v *vm, conn *golibvirt.Connect) error {
 		_ = conn.DomainEventDeregister(life)
 		return err
 	}
+	// A migration's final figures (migrate.go).
+	job, err := conn.DomainEventJobCompletedRegister(nil, func(_ *golibvirt.Connect, dom *golibvirt.Domain, ev *golibvirt.DomainEventJobCompleted) {
+		if name, _ := dom.GetName(); name == DomainName {
+			d.jobCompleted(v, &ev.Info)
+		}
+	})
+	if err != nil {
+		_ = conn.DomainEventDeregister(life)
+		_ = conn.DomainEventDeregister(reboot)
+		return err
+	}
 	// The callback's Connect is a wrapper of its own: v's connection is known by conn.
 	if err := conn.RegisterCloseCallback(func(_ *golibvirt.Connect, reason golibvirt.ConnectCloseReason) {
 		d.daemonLost(v, conn, reason)
 	}); err != nil {
 		_ = conn.DomainEventDeregister(life)
 		_ = conn.DomainEventDeregister(reboot)
+		_ = conn.DomainEventDeregister(job)
 		return err
 	}
 	v.mu.Lock()
-	v.cbs = []int{life, reboot}
+	v.cbs = []int{life, reboot, job}
 	v.mu.Unlock()
 	return nil
 }
@@ -672,7 +699,7 @@ func (d *Driver) lifecycle(v *vm, conn *golibvirt.Connect, ev *golibvirt.DomainE
 	if v.conn != conn {
 		return
 	}
-	if d.softRebootEventLocked(v, ev) {
+	if d.migrationEventLocked(v, conn, ev) || d.softRebootEventLocked(v, ev) {
 		v.signalLocked()
 		return
 	}
@@ -818,6 +845,11 @@ func (d *Driver) Shutdown(ctx context.Context, id string, timeout time.Duration)
 	defer v.op.Unlock()
 	v.mu.Lock()
 	st := v.state
+	if v.waitingIncomingLocked() {
+		d.stopIncomingLocked(v, driver.ReasonForcedShutdown)
+		v.mu.Unlock()
+		return false, nil
+	}
 	v.mu.Unlock()
 	if !active(st) {
 		return false, nil
@@ -862,6 +894,12 @@ func (d *Driver) Shutdown(ctx context.Context, id string, timeout time.Duration)
 func (d *Driver) destroy(ctx context.Context, v *vm, dom *golibvirt.Domain, reason string) error {
 	v.mu.Lock()
 	if !active(v.state) {
+		v.mu.Unlock()
+		return nil
+	}
+	if v.waitingIncomingLocked() {
+		// A migration target with no QEMU yet: nothing runs to destroy.
+		d.stopIncomingLocked(v, reason)
 		v.mu.Unlock()
 		return nil
 	}
@@ -927,6 +965,7 @@ func (d *Driver) Delete(_ context.Context, id string) error {
 	}
 	v.mu.Unlock()
 	d.stopDaemon(v)
+	v.removeIncomingLink()
 	v.dmn.remove()
 	if v.rec.OwnRunDir {
 		_ = os.RemoveAll(v.rec.RunDir)
@@ -995,8 +1034,11 @@ func (d *Driver) pauseResume(ctx context.Context, id string, pause bool) error {
 	v.op.Lock()
 	defer v.op.Unlock()
 	v.mu.Lock()
-	st := v.state
+	st, busy := v.state, v.migrationBusyLocked()
 	v.mu.Unlock()
+	if busy != nil {
+		return busy
+	}
 	want := hypervisorv1.State_STATE_RUNNING
 	if pause {
 		want = hypervisorv1.State_STATE_PAUSED
@@ -1035,8 +1077,11 @@ func (d *Driver) Reboot(ctx context.Context, id string) error {
 	v.op.Lock()
 	defer v.op.Unlock()
 	v.mu.Lock()
-	st, boots := v.state, v.rec.Boots
+	st, boots, busy := v.state, v.rec.Boots, v.migrationBusyLocked()
 	v.mu.Unlock()
+	if busy != nil {
+		return busy
+	}
 	if st != hypervisorv1.State_STATE_RUNNING {
 		return status.Errorf(codes.FailedPrecondition, "vm %q is %s", id, st)
 	}

@@ -1,0 +1,704 @@
+package libvirt
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/encoding/protojson"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/durationpb"
+	"google.golang.org/protobuf/types/known/timestamppb"
+	golibvirt "libvirt.org/go/libvirt"
+
+	"github.com/kubevisor/kubevisor/core/driver"
+	hypervisorv1 "github.com/kubevisor/kubevisor/core/driver/hypervisor/v1"
+)
+
+// Live migration between two VMs' daemons (driver.Migrator), libvirt's peer-to-peer tunnelled
+// migration: the package doc's "Live migration" says how and what it does not do.
+
+const (
+	// migrationPoll is how often the source's watcher looks at the completion timeout.
+	migrationPoll = 500 * time.Millisecond
+	// cancelWait bounds waiting for an aborted migration to end.
+	cancelWait = 30 * time.Second
+	// finalFiguresWait bounds waiting for libvirt's job-completed event after the migration
+	// call returned.
+	finalFiguresWait = 2 * time.Second
+	// targetConnectWait bounds reaching the target's daemon for its domain XML.
+	targetConnectWait = 10 * time.Second
+	// migrateFlags: live, the source's daemon connecting to the target's (peer to peer), the
+	// migration stream inside that one libvirt connection (tunnelled), and unsafe: libvirt
+	// refuses a writable disk whose cache mode is not none unless its file system is one it
+	// knows to be shared (NFS, ...), while the contract leaves which disks the target shares to
+	// the host (a driver without migration_disks is given VMs whose disks it shares).
+	migrateFlags = golibvirt.MIGRATE_LIVE | golibvirt.MIGRATE_PEER2PEER | golibvirt.MIGRATE_TUNNELLED | golibvirt.MIGRATE_UNSAFE
+)
+
+// migration is a VM's current or last migration (under vm.mu).
+type migration struct {
+	info              *hypervisorv1.MigrationInfo
+	completionTimeout time.Duration
+	// cancelReason, when set, is why the driver aborted the migration.
+	cancelReason string
+	// final are libvirt's figures of the completed job (its job-completed event).
+	final *golibvirt.DomainJobInfo
+	// switchedAt is when the source paused for the switch-over (its SUSPENDED, migrated event).
+	switchedAt time.Time
+	// done is closed when the source's migration call returned (nil at the target).
+	done chan struct{}
+}
+
+// migrationRecord is a migration in the VM's record, for Recover.
+type migrationRecord struct {
+	Info              []byte        `json:"info"`
+	CompletionTimeout time.Duration `json:"completionTimeout,omitempty"`
+}
+
+func (m *migration) ended() bool {
+	if m == nil {
+		return true
+	}
+	switch m.info.GetPhase() {
+	case hypervisorv1.MigrationPhase_MIGRATION_PHASE_COMPLETED, hypervisorv1.MigrationPhase_MIGRATION_PHASE_FAILED,
+		hypervisorv1.MigrationPhase_MIGRATION_PHASE_CANCELLED:
+		return true
+	}
+	return false
+}
+
+func (m *migration) source() bool {
+	return m != nil && m.info.GetRole() == hypervisorv1.MigrationRole_MIGRATION_ROLE_SOURCE
+}
+
+func (m *migration) target() bool {
+	return m != nil && m.info.GetRole() == hypervisorv1.MigrationRole_MIGRATION_ROLE_TARGET
+}
+
+// migrationBusyLocked is FailedPrecondition while v migrates (either end) or waits for an
+// incoming migration: what the contract forbids meanwhile.
+func (v *vm) migrationBusyLocked() error {
+	switch {
+	case v.mig.ended():
+		return nil
+	case v.mig.target():
+		return status.Errorf(codes.FailedPrecondition, "vm %q is the target of a migration that has not completed", v.id)
+	default:
+		return status.Errorf(codes.FailedPrecondition, "vm %q is migrating (cancel the migration first)", v.id)
+	}
+}
+
+// waitingIncomingLocked says v is a target whose domain has not arrived: no QEMU runs.
+func (v *vm) waitingIncomingLocked() bool {
+	return v.mig.target() && !v.mig.ended() && v.pid == 0
+}
+
+// emitMigrationLocked records v.mig and reports it in a MIGRATION event.
+func (d *Driver) emitMigrationLocked(v *vm) {
+	if raw, err := protojson.Marshal(v.mig.info); err == nil {
+		v.rec.Migration = &migrationRecord{Info: raw, CompletionTimeout: v.mig.completionTimeout}
+	}
+	d.persistLocked(v)
+	d.events.Publish(&hypervisorv1.Event{
+		Id: v.id, Type: hypervisorv1.EventType_EVENT_TYPE_MIGRATION, Time: timestamppb.Now(),
+		State: v.state, Reason: v.reason, Message: v.message, Migration: proto.CloneOf(v.mig.info),
+	})
+	v.signalLocked()
+}
+
+// endMigrationLocked ends v.mig with phase and message, reporting it; nothing when it ended.
+func (d *Driver) endMigrationLocked(v *vm, phase hypervisorv1.MigrationPhase, msg string) {
+	m := v.mig
+	if m.ended() {
+		return
+	}
+	m.info.Phase, m.info.Message, m.info.EndedAt = phase, msg, timestamppb.Now()
+	if m.info.GetTotalTime() == nil || m.target() {
+		m.info.TotalTime = durationpb.New(time.Since(m.info.GetStartedAt().AsTime()))
+	}
+	d.log.Info("migration ended", "id", v.id, "role", m.info.GetRole().String(), "phase", phase.String(), "message", msg)
+	d.emitMigrationLocked(v)
+}
+
+// migrationSocket is the unix socket of a MigrateRequest: target_socket_path, or target_uri as
+// "unix:PATH".
+func migrationSocket(req *hypervisorv1.MigrateRequest) (string, error) {
+	field, path := "targetSocketPath", req.GetTargetSocketPath()
+	if uri := req.GetTargetUri(); uri != "" {
+		p, ok := strings.CutPrefix(uri, "unix:")
+		if !ok {
+			return "", status.Errorf(codes.InvalidArgument, "targetUri: %q is not unix:PATH (the libvirt driver migrates over unix sockets only)", uri)
+		}
+		field, path = "targetUri", p
+	}
+	switch {
+	case path == "":
+		return "", status.Errorf(codes.InvalidArgument, "%s: required", field)
+	case !filepath.IsAbs(path):
+		return "", status.Errorf(codes.InvalidArgument, "%s: %q is not an absolute path", field, path)
+	}
+	fi, err := os.Stat(path)
+	switch {
+	case err != nil:
+		return "", status.Errorf(codes.FailedPrecondition, "%s: no socket at %s: %v", field, path, err)
+	case fi.Mode()&os.ModeSocket == 0:
+		return "", status.Errorf(codes.FailedPrecondition, "%s: %s is not a socket", field, path)
+	}
+	return path, nil
+}
+
+// socketURI is the libvirt URI of a session daemon reached at the unix socket path.
+func socketURI(path string) string { return "qemu+unix:///session?socket=" + path }
+
+// bandwidthMiB is a limit in bytes per second as libvirt takes it, MiB/s (rounded down, at
+// least 1); 0 is no limit.
+func bandwidthMiB(bps uint64) uint64 {
+	if bps == 0 {
+		return 0
+	}
+	return max(bps>>20, 1)
+}
+
+// targetDomainXML reads the domain the target's driver defined on its daemon (listenIncoming),
+// through the socket the source migrates to: the XML the target's QEMU must run with (its own
+// run dir's sockets, its emulator), which the source gives libvirt as the destination XML.
+func targetDomainXML(ctx context.Context, path string) (string, error) {
+	conn, err := connect(ctx, socketURI(path), targetConnectWait, nil)
+	if err != nil {
+		return "", err
+	}
+	defer conn.Close()
+	dom, err := conn.LookupDomainByName(DomainName)
+	if err != nil {
+		return "", fmt.Errorf("the target's libvirtd has no domain waiting for the migration: %s", libvirtMessage(err))
+	}
+	defer dom.Free()
+	if active, err := dom.IsActive(); err == nil && active {
+		return "", errors.New("the target's domain runs already: it is not waiting for a migration")
+	}
+	return dom.GetXMLDesc(golibvirt.DOMAIN_XML_SECURE | golibvirt.DOMAIN_XML_MIGRATABLE)
+}
+
+// Migrate implements driver.Migrator: the source side.
+func (d *Driver) Migrate(ctx context.Context, req *hypervisorv1.MigrateRequest) error {
+	v, err := d.get(req.GetId())
+	if err != nil {
+		return err
+	}
+	path, err := migrationSocket(req)
+	if err != nil {
+		return err
+	}
+	if len(req.GetDisks()) > 0 || req.GetTargetDisksSocketPath() != "" {
+		return status.Error(codes.InvalidArgument, "disks: the libvirt driver does not migrate local disks (Capabilities.migration_disks is false): a VM with a containerDisk or an emptyDisk cannot migrate with it")
+	}
+	v.op.Lock()
+	defer v.op.Unlock()
+	v.mu.Lock()
+	st := v.state
+	busy := v.migrationBusyLocked()
+	v.mu.Unlock()
+	switch {
+	case busy != nil:
+		return busy
+	case st != hypervisorv1.State_STATE_RUNNING:
+		return status.Errorf(codes.FailedPrecondition, "vm %q is %s: only a running VM migrates", v.id, st)
+	}
+	dom, err := v.domain()
+	if err != nil {
+		return status.Errorf(codes.Unavailable, "vm %q: %v", v.id, err)
+	}
+	// The source's daemon, the VM's user, connects to the socket: the user's ACL entry on it.
+	if err := grantAccess(v.rec.User, path, true); err != nil {
+		dom.Free()
+		return status.Errorf(codes.FailedPrecondition, "targetSocketPath: let the VM's user (%s) connect to %s: %v", v.rec.User.Name, path, err)
+	}
+	destXML, err := targetDomainXML(ctx, path)
+	if err != nil {
+		dom.Free()
+		return status.Errorf(codes.FailedPrecondition, "vm %q: the target at %s: %v", v.id, path, err)
+	}
+	// A pending soft reboot would make the guest's power-off a boot at the target: not while
+	// it moves.
+	v.mu.Lock()
+	v.softReboot = false
+	v.mu.Unlock()
+	params := &golibvirt.DomainMigrateParameters{DestXML: destXML, DestXMLSet: true}
+	if mib := bandwidthMiB(req.GetBandwidthBytesPerSecond()); mib > 0 {
+		params.Bandwidth, params.BandwidthSet = mib, true
+	}
+	flags := migrateFlags
+	if req.GetAllowAutoConverge() {
+		flags |= golibvirt.MIGRATE_AUTO_CONVERGE
+	}
+	if req.GetAllowPostCopy() {
+		flags |= golibvirt.MIGRATE_POSTCOPY
+	}
+	v.mu.Lock()
+	if v.state != hypervisorv1.State_STATE_RUNNING {
+		v.mu.Unlock()
+		dom.Free()
+		return status.Errorf(codes.FailedPrecondition, "vm %q stopped", v.id)
+	}
+	mig := &migration{
+		completionTimeout: req.GetCompletionTimeout().AsDuration(),
+		done:              make(chan struct{}),
+		info: &hypervisorv1.MigrationInfo{
+			Role: hypervisorv1.MigrationRole_MIGRATION_ROLE_SOURCE, Phase: hypervisorv1.MigrationPhase_MIGRATION_PHASE_SETUP,
+			Mode: hypervisorv1.MigrationMode_MIGRATION_MODE_PRE_COPY, StartedAt: timestamppb.Now(), Target: path,
+			BandwidthLimitBytesPerSecond: req.GetBandwidthBytesPerSecond(), AutoConverge: req.GetAllowAutoConverge(), PostCopy: req.GetAllowPostCopy(),
+		},
+	}
+	v.mig = mig
+	d.emitMigrationLocked(v)
+	v.mu.Unlock()
+	d.log.Info("migrating", "id", v.id, "target", path, "bandwidth", req.GetBandwidthBytesPerSecond(), "auto_converge", req.GetAllowAutoConverge(),
+		"post_copy", req.GetAllowPostCopy(), "completion_timeout", mig.completionTimeout.String())
+	go d.runMigration(v, dom, socketURI(path), params, flags, mig)
+	go d.watchMigration(v, mig)
+	return nil
+}
+
+// runMigration makes the source's daemon migrate the domain, and ends the migration with the
+// call's outcome.
+func (d *Driver) runMigration(v *vm, dom *golibvirt.Domain, uri string, params *golibvirt.DomainMigrateParameters, flags golibvirt.DomainMigrateFlags, mig *migration) {
+	defer dom.Free()
+	defer close(mig.done)
+	err := dom.MigrateToURI3(uri, params, flags)
+	if err == nil {
+		// The figures come in libvirt's job-completed event, on the driver's connection.
+		v.waitFor(context.Background(), finalFiguresWait, func() bool { return mig.final != nil })
+	}
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	if v.mig != mig || mig.ended() {
+		return
+	}
+	if err == nil {
+		mig.info.RemainingBytes = 0
+		if f := mig.final; f != nil {
+			applyJob(mig.info, f)
+		}
+		if mig.info.Downtime == nil && !mig.switchedAt.IsZero() {
+			// No figure from libvirt: the time from the source's pause to the call's return,
+			// an upper bound.
+			mig.info.Downtime = durationpb.New(time.Since(mig.switchedAt))
+		}
+		if mig.info.GetTotalTime() == nil {
+			mig.info.TotalTime = durationpb.New(time.Since(mig.info.GetStartedAt().AsTime()))
+		}
+		d.endMigrationLocked(v, hypervisorv1.MigrationPhase_MIGRATION_PHASE_COMPLETED, "")
+		return
+	}
+	msg := libvirtMessage(err)
+	phase := hypervisorv1.MigrationPhase_MIGRATION_PHASE_FAILED
+	var lerr golibvirt.Error
+	if mig.cancelReason != "" {
+		phase, msg = hypervisorv1.MigrationPhase_MIGRATION_PHASE_CANCELLED, mig.cancelReason
+	} else if errors.As(err, &lerr) && lerr.Code == golibvirt.ERR_OPERATION_ABORTED {
+		phase = hypervisorv1.MigrationPhase_MIGRATION_PHASE_CANCELLED
+	}
+	if phase == hypervisorv1.MigrationPhase_MIGRATION_PHASE_FAILED {
+		msg = "libvirt: " + msg
+	}
+	d.endMigrationLocked(v, phase, msg)
+	if mig.info.GetMode() == hypervisorv1.MigrationMode_MIGRATION_MODE_POST_COPY && active(v.state) {
+		// The guest's memory is split between both ends: the source cannot run it.
+		v.message = "the migration failed in post-copy: the VM is lost"
+		go func() {
+			if dom, err := v.domain(); err == nil {
+				_ = d.destroy(context.Background(), v, dom, driver.ReasonMigrationFailed)
+				dom.Free()
+			}
+		}()
+	}
+}
+
+// watchMigration is the source's completion timeout: past it, a migration that may switch to
+// post-copy does, another is aborted.
+func (d *Driver) watchMigration(v *vm, mig *migration) {
+	if mig.completionTimeout <= 0 {
+		return
+	}
+	t := time.NewTimer(mig.completionTimeout)
+	defer t.Stop()
+	select {
+	case <-mig.done:
+		return
+	case <-t.C:
+	}
+	dom, err := v.domain()
+	if err != nil {
+		return
+	}
+	defer dom.Free()
+	v.mu.Lock()
+	if v.mig != mig || mig.ended() {
+		v.mu.Unlock()
+		return
+	}
+	postcopy := mig.info.GetPostCopy() && mig.info.GetMode() != hypervisorv1.MigrationMode_MIGRATION_MODE_POST_COPY
+	if !postcopy {
+		mig.cancelReason = fmt.Sprintf("the migration did not complete within its completion timeout of %s", mig.completionTimeout)
+	}
+	v.mu.Unlock()
+	if postcopy {
+		d.log.Info("switching the migration to post-copy: completion timeout reached", "id", v.id)
+		if err := dom.MigrateStartPostCopy(0); err != nil {
+			d.log.Warn("switch to post-copy", "id", v.id, "error", err)
+		}
+		return
+	}
+	if err := dom.AbortJob(); err != nil {
+		d.log.Warn("abort the migration", "id", v.id, "error", err)
+	}
+}
+
+// applyJob copies libvirt's job figures into info.
+func applyJob(info *hypervisorv1.MigrationInfo, j *golibvirt.DomainJobInfo) {
+	if j.MemTotalSet {
+		info.TotalBytes = j.MemTotal
+	} else if j.DataTotalSet {
+		info.TotalBytes = j.DataTotal
+	}
+	if j.MemProcessedSet {
+		info.TransferredBytes = j.MemProcessed
+	} else if j.DataProcessedSet {
+		info.TransferredBytes = j.DataProcessed
+	}
+	if j.MemRemainingSet {
+		info.RemainingBytes = j.MemRemaining
+	} else if j.DataRemainingSet {
+		info.RemainingBytes = j.DataRemaining
+	}
+	if j.MemDirtyRateSet {
+		page := uint64(4096)
+		if j.MemPageSizeSet && j.MemPageSize > 0 {
+			page = j.MemPageSize
+		}
+		info.DirtyRateBytesPerSecond = j.MemDirtyRate * page
+	}
+	if j.MemBpsSet {
+		info.ThroughputBytesPerSecond = j.MemBps
+	}
+	if j.MemIterationSet {
+		info.Iterations = j.MemIteration
+	}
+	if j.AutoConvergeThrottleSet {
+		info.ThrottlePercent = uint32(max(j.AutoConvergeThrottle, 0))
+	}
+	if j.TimeElapsedSet && j.TimeElapsed > 0 {
+		info.TotalTime = durationpb.New(time.Duration(j.TimeElapsed) * time.Millisecond)
+	}
+	if j.DowntimeSet {
+		if j.Type == golibvirt.DOMAIN_JOB_COMPLETED {
+			info.Downtime = durationpb.New(time.Duration(j.Downtime) * time.Millisecond)
+		} else {
+			info.ExpectedDowntime = durationpb.New(time.Duration(j.Downtime) * time.Millisecond)
+		}
+	}
+}
+
+// migrationEventLocked is what a lifecycle event means to a VM in a migration: true when it is
+// consumed here.
+func (d *Driver) migrationEventLocked(v *vm, conn *golibvirt.Connect, ev *golibvirt.DomainEventLifecycle) bool {
+	m := v.mig
+	if m == nil {
+		return false
+	}
+	switch ev.Event {
+	case golibvirt.DOMAIN_EVENT_SUSPENDED:
+		switch golibvirt.DomainEventSuspendedDetailType(ev.Detail) {
+		case golibvirt.DOMAIN_EVENT_SUSPENDED_MIGRATED, golibvirt.DOMAIN_EVENT_SUSPENDED_POSTCOPY:
+			// The source's switch-over: downtime, not a pause.
+			if m.source() && !m.ended() {
+				m.switchedAt = time.Now()
+				if golibvirt.DomainEventSuspendedDetailType(ev.Detail) == golibvirt.DOMAIN_EVENT_SUSPENDED_POSTCOPY {
+					m.info.Mode = hypervisorv1.MigrationMode_MIGRATION_MODE_POST_COPY
+					d.emitMigrationLocked(v)
+				}
+			}
+			return true
+		}
+		// An incoming domain is paused until it runs.
+		return m.target() && !m.ended()
+	case golibvirt.DOMAIN_EVENT_RESUMED:
+		detail := golibvirt.DomainEventResumedDetailType(ev.Detail)
+		if m.target() && !m.ended() && v.state == hypervisorv1.State_STATE_PAUSED && v.reason == driver.ReasonIncomingMigration {
+			if detail == golibvirt.DOMAIN_EVENT_RESUMED_POSTCOPY {
+				m.info.Mode = hypervisorv1.MigrationMode_MIGRATION_MODE_POST_COPY
+			}
+			v.reason = driver.ReasonMigrated // once
+			go d.runMigratedIn(v, conn)
+			return true
+		}
+		// A source whose migration failed is resumed by libvirt: it was never reported paused.
+		return detail == golibvirt.DOMAIN_EVENT_RESUMED_MIGRATED || detail == golibvirt.DOMAIN_EVENT_RESUMED_POSTCOPY ||
+			(m.target() && !m.ended())
+	case golibvirt.DOMAIN_EVENT_STARTED:
+		if m.target() && !m.ended() && golibvirt.DomainEventStartedDetailType(ev.Detail) == golibvirt.DOMAIN_EVENT_STARTED_MIGRATED {
+			// libvirt's Prepare started the target's QEMU: the stream is arriving.
+			v.pid = qemuPID(v.dmn, v.rec.DaemonPID)
+			m.info.Phase = hypervisorv1.MigrationPhase_MIGRATION_PHASE_ACTIVE
+			v.message = "receiving the migration"
+			d.emitMigrationLocked(v)
+			return true
+		}
+	case golibvirt.DOMAIN_EVENT_STOPPED:
+		detail := golibvirt.DomainEventStoppedDetailType(ev.Detail)
+		if detail == golibvirt.DOMAIN_EVENT_STOPPED_MIGRATED && active(v.state) {
+			// The source's QEMU ended once the target ran the VM.
+			v.message = "migrated to " + m.info.GetTarget()
+			d.endRunLocked(v, hypervisorv1.EventType_EVENT_TYPE_STOPPED, hypervisorv1.State_STATE_STOPPED, driver.ReasonMigrated)
+			return true
+		}
+		if m.target() && !m.ended() && active(v.state) {
+			// libvirt ended an incoming migration that failed or was cancelled at the source.
+			reason := driver.ReasonMigrationFailed
+			if v.hostOp != "" {
+				reason = v.hostOp
+			}
+			v.message = "the incoming migration did not complete: libvirt stopped the domain (" + stoppedDetail(detail) + ")" + qemuTail(v)
+			d.endMigrationLocked(v, hypervisorv1.MigrationPhase_MIGRATION_PHASE_FAILED, v.message)
+			d.endRunLocked(v, hypervisorv1.EventType_EVENT_TYPE_STOPPED, hypervisorv1.State_STATE_STOPPED, reason)
+			go d.endIncoming(v)
+			return true
+		}
+	}
+	return false
+}
+
+func stoppedDetail(d golibvirt.DomainEventStoppedDetailType) string {
+	switch d {
+	case golibvirt.DOMAIN_EVENT_STOPPED_FAILED:
+		return "failed"
+	case golibvirt.DOMAIN_EVENT_STOPPED_DESTROYED:
+		return "destroyed"
+	case golibvirt.DOMAIN_EVENT_STOPPED_CRASHED:
+		return "crashed"
+	}
+	return fmt.Sprintf("detail %d", d)
+}
+
+// qemuTail is ": " and the last lines of the VM's QEMU log, or nothing.
+func qemuTail(v *vm) string {
+	if t := tailLog(v.dmn.qemuLog(), max(fileSize(v.dmn.qemuLog())-512, 0)); t != "" {
+		return ": " + t
+	}
+	return ""
+}
+
+// jobCompleted takes libvirt's figures of a completed migration at the source.
+func (d *Driver) jobCompleted(v *vm, info *golibvirt.DomainJobInfo) {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	if m := v.mig; m.source() && !m.ended() {
+		m.final = info
+		v.signalLocked()
+	}
+}
+
+// runMigratedIn runs a target whose domain arrived and runs: its serial port, the domain made
+// transient as every VM's, RUNNING (Migrated).
+func (d *Driver) runMigratedIn(v *vm, conn *golibvirt.Connect) {
+	con, err := attachSerial(context.Background(), v.serialSocket())
+	if err != nil {
+		d.log.Warn("serial console of the migrated VM", "id", v.id, "error", err)
+	}
+	if dom, err := conn.LookupDomainByName(DomainName); err == nil {
+		if err := dom.Undefine(); err != nil {
+			d.log.Warn("make the migrated domain transient", "id", v.id, "error", err)
+		}
+		dom.Free()
+	}
+	v.removeIncomingLink()
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	if v.conn != conn || !active(v.state) {
+		if con != nil {
+			con.Close()
+		}
+		return
+	}
+	v.con = con
+	v.pid = qemuPID(v.dmn, v.rec.DaemonPID)
+	v.state, v.reason, v.message = hypervisorv1.State_STATE_RUNNING, driver.ReasonMigrated, ""
+	v.rec.StartedAt = time.Now()
+	d.emitLocked(v, hypervisorv1.EventType_EVENT_TYPE_STARTED)
+	d.endMigrationLocked(v, hypervisorv1.MigrationPhase_MIGRATION_PHASE_COMPLETED, "")
+	d.persistLocked(v)
+	v.signalLocked()
+	d.log.Info("migrated in: running", "id", v.id, "qemu_pid", v.pid)
+}
+
+// incomingLink is the target's incoming_migration.socket_path.
+func (v *vm) incomingLink() string { return v.spec.GetIncomingMigration().GetSocketPath() }
+
+// removeIncomingLink removes the target's socket_path, when it is the driver's symlink.
+func (v *vm) removeIncomingLink() {
+	p := v.incomingLink()
+	if fi, err := os.Lstat(p); p != "" && err == nil && fi.Mode()&os.ModeSymlink != 0 {
+		_ = os.Remove(p)
+	}
+}
+
+// endIncoming takes away what waited for a migration that will not come: the defined domain
+// and the socket_path link.
+func (d *Driver) endIncoming(v *vm) {
+	v.removeIncomingLink()
+	if dom, err := v.domain(); err == nil {
+		if active, err := dom.IsActive(); err == nil && !active {
+			_ = dom.Undefine()
+		}
+		dom.Free()
+	}
+}
+
+// listenIncoming finishes Start of a migration target: the target's domain is defined (not
+// started) on its daemon, socket_path is made a symlink to the daemon's socket, and the VM is
+// PAUSED (IncomingMigration) until libvirt's Prepare, called by the source's daemon through
+// that socket, starts the domain's QEMU for the stream.
+func (d *Driver) listenIncoming(v *vm, conn *golibvirt.Connect, xml string) error {
+	in := v.spec.GetIncomingMigration()
+	dom, err := conn.DomainDefineXML(xml)
+	if err != nil {
+		return status.Errorf(codes.Internal, "incomingMigration: define the target's domain: %s", libvirtMessage(err))
+	}
+	dom.Free()
+	link := in.GetSocketPath()
+	if fi, err := os.Lstat(link); err == nil && fi.Mode()&(os.ModeSymlink|os.ModeSocket) != 0 {
+		_ = os.Remove(link)
+	}
+	if err := os.Symlink(v.dmn.socket(), link); err != nil {
+		d.endIncoming(v)
+		return status.Errorf(codes.FailedPrecondition, "incomingMigration.socketPath: %v", err)
+	}
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	v.mig = &migration{info: &hypervisorv1.MigrationInfo{
+		Role: hypervisorv1.MigrationRole_MIGRATION_ROLE_TARGET, Phase: hypervisorv1.MigrationPhase_MIGRATION_PHASE_SETUP,
+		Mode: hypervisorv1.MigrationMode_MIGRATION_MODE_PRE_COPY, StartedAt: timestamppb.Now(), Target: link,
+		PostCopy: in.GetAllowPostCopy(),
+	}}
+	v.pid, v.hostOp = 0, ""
+	v.state, v.reason, v.message = hypervisorv1.State_STATE_PAUSED, driver.ReasonIncomingMigration, "waiting for the migration on "+link+" (the VM's libvirtd)"
+	d.log.Info("waiting for an incoming migration", "id", v.id, "socket", link)
+	d.emitMigrationLocked(v)
+	return nil
+}
+
+// stopIncomingLocked stops a target that waits with no QEMU (reason: Kill's, Shutdown's,
+// CancelMigration's).
+func (d *Driver) stopIncomingLocked(v *vm, reason string) {
+	d.endMigrationLocked(v, hypervisorv1.MigrationPhase_MIGRATION_PHASE_CANCELLED, "the target was stopped before the migration came: "+reason)
+	d.endRunLocked(v, hypervisorv1.EventType_EVENT_TYPE_STOPPED, hypervisorv1.State_STATE_STOPPED, reason)
+	v.signalLocked()
+	go d.endIncoming(v)
+}
+
+// MigrationStatus implements driver.Migrator.
+func (d *Driver) MigrationStatus(_ context.Context, id string) (*hypervisorv1.MigrationInfo, error) {
+	v, err := d.get(id)
+	if err != nil {
+		return nil, err
+	}
+	v.mu.Lock()
+	m := v.mig
+	live := m.source() && !m.ended()
+	v.mu.Unlock()
+	if live {
+		if dom, err := v.domain(); err == nil {
+			j, err := dom.GetJobStats(0)
+			dom.Free()
+			v.mu.Lock()
+			if err == nil && v.mig == m && !m.ended() && j.Type != golibvirt.DOMAIN_JOB_NONE {
+				applyJob(m.info, j)
+				if m.info.GetPhase() == hypervisorv1.MigrationPhase_MIGRATION_PHASE_SETUP && m.info.GetTotalBytes() > 0 {
+					m.info.Phase = hypervisorv1.MigrationPhase_MIGRATION_PHASE_ACTIVE
+					d.emitMigrationLocked(v)
+				}
+			}
+			v.mu.Unlock()
+		}
+	}
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	if v.mig == nil {
+		return nil, nil
+	}
+	info := proto.CloneOf(v.mig.info)
+	if !v.mig.ended() && info.GetStartedAt() != nil {
+		info.TotalTime = durationpb.New(time.Since(info.GetStartedAt().AsTime()))
+	}
+	return info, nil
+}
+
+// CancelMigration implements driver.Migrator: the source's migration job is aborted (libvirt
+// resumes the source and stops the target's domain); a target is stopped.
+func (d *Driver) CancelMigration(ctx context.Context, id string) error {
+	v, err := d.get(id)
+	if err != nil {
+		return err
+	}
+	v.mu.Lock()
+	m := v.mig
+	switch {
+	case m == nil:
+		v.mu.Unlock()
+		return nil
+	case m.ended():
+		done := m.info.GetPhase() == hypervisorv1.MigrationPhase_MIGRATION_PHASE_COMPLETED && m.source()
+		v.mu.Unlock()
+		if done {
+			return status.Errorf(codes.FailedPrecondition, "vm %q migrated already", id)
+		}
+		return nil
+	case m.target():
+		if v.waitingIncomingLocked() {
+			d.stopIncomingLocked(v, driver.ReasonMigrationCancelled)
+			v.mu.Unlock()
+			return nil
+		}
+		v.mu.Unlock()
+		dom, err := v.domain()
+		if err != nil {
+			return status.Errorf(codes.Unavailable, "vm %q: %v", id, err)
+		}
+		defer dom.Free()
+		return d.destroy(ctx, v, dom, driver.ReasonMigrationCancelled)
+	case m.info.GetMode() == hypervisorv1.MigrationMode_MIGRATION_MODE_POST_COPY:
+		v.mu.Unlock()
+		return status.Errorf(codes.FailedPrecondition, "vm %q: the migration is in post-copy and can no longer be cancelled", id)
+	}
+	if m.cancelReason == "" {
+		m.cancelReason = "cancelled"
+	}
+	v.mu.Unlock()
+	dom, err := v.domain()
+	if err != nil {
+		return status.Errorf(codes.Unavailable, "vm %q: %v", id, err)
+	}
+	err = dom.AbortJob()
+	dom.Free()
+	if err != nil {
+		// No job to abort: the migration has just ended (below).
+		var lerr golibvirt.Error
+		if !errors.As(err, &lerr) || lerr.Code != golibvirt.ERR_OPERATION_INVALID {
+			return status.Errorf(codes.Internal, "vm %q: abort the migration: %s", id, libvirtMessage(err))
+		}
+	}
+	if !v.waitFor(ctx, cancelWait, func() bool { return v.mig != m || m.ended() }) {
+		if ctx.Err() != nil {
+			return status.FromContextError(ctx.Err()).Err()
+		}
+		return status.Errorf(codes.DeadlineExceeded, "vm %q: the migration did not end within %s of its abort", id, cancelWait)
+	}
+	return nil
+}
