@@ -5,6 +5,7 @@ import (
 	"strings"
 
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/kubevisor/kubevisor/core/api/v1alpha1"
@@ -31,8 +32,10 @@ func TargetPodName(vmiName, migUID string) string {
 
 // TargetPod builds the target launcher pod of a migration from the VMI's source launcher pod:
 // the same pod (as KubeVirt does, so the target runs exactly what the source runs) with the
-// migration's UID label, a fresh identity, and a node affinity that keeps it off the source node.
-func TargetPod(source *corev1.Pod, mig *v1alpha1.VirtualMachineInstanceMigration) *corev1.Pod {
+// migration's UID label, a fresh identity, and a node affinity that keeps it off the source node
+// and, when driver (the VMI's hypervisor driver) is known, requires a node where that driver
+// declares live migration (v1alpha1.DriverMigrationLabel).
+func TargetPod(source *corev1.Pod, mig *v1alpha1.VirtualMachineInstanceMigration, driver string) *corev1.Pod {
 	pod := &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{
 			Name:            TargetPodName(mig.Spec.VMIName, string(mig.UID)),
@@ -74,7 +77,23 @@ func TargetPod(source *corev1.Pod, mig *v1alpha1.VirtualMachineInstanceMigration
 		avoidNode(spec, sourceNode)
 		pod.Annotations[AvoidedNodeAnnotation] = sourceNode
 	}
+	if driver != "" {
+		requireMigratingDriver(spec, driver)
+	}
 	return pod
+}
+
+// requireMigratingDriver adds to each required node selector term (there is one at least:
+// avoidNode made it) that driver declares live migration on the node, unless the term says so
+// already (the source pod was a migration's target).
+func requireMigratingDriver(spec *corev1.PodSpec, driver string) {
+	req := corev1.NodeSelectorRequirement{Key: v1alpha1.DriverMigrationLabel(driver), Operator: corev1.NodeSelectorOpIn, Values: []string{"true"}}
+	terms := requiredTerms(spec)
+	for i := range terms {
+		if !slices.ContainsFunc(terms[i].MatchExpressions, func(r corev1.NodeSelectorRequirement) bool { return equality.Semantic.DeepEqual(r, req) }) {
+			terms[i].MatchExpressions = append(terms[i].MatchExpressions, req)
+		}
+	}
 }
 
 // AvoidedNodeAnnotation on a target pod names the node its affinity keeps it off (avoidNode):
@@ -137,6 +156,15 @@ func dropServiceAccountMounts(cs []corev1.Container, volumes []corev1.Volume) []
 // where the kubernetes.io/hostname label need not equal the node's name.
 func avoidNode(spec *corev1.PodSpec, node string) {
 	req := corev1.NodeSelectorRequirement{Key: "metadata.name", Operator: corev1.NodeSelectorOpNotIn, Values: []string{node}}
+	terms := requiredTerms(spec)
+	for i := range terms {
+		terms[i].MatchFields = append(terms[i].MatchFields, req)
+	}
+}
+
+// requiredTerms returns the pod's required node selector terms, made (one empty term) when it has
+// none, for a requirement to be added to each.
+func requiredTerms(spec *corev1.PodSpec) []corev1.NodeSelectorTerm {
 	if spec.Affinity == nil {
 		spec.Affinity = &corev1.Affinity{}
 	}
@@ -151,7 +179,5 @@ func avoidNode(spec *corev1.PodSpec, node string) {
 	if len(sel.NodeSelectorTerms) == 0 {
 		sel.NodeSelectorTerms = []corev1.NodeSelectorTerm{{}}
 	}
-	for i := range sel.NodeSelectorTerms {
-		sel.NodeSelectorTerms[i].MatchFields = append(sel.NodeSelectorTerms[i].MatchFields, req)
-	}
+	return sel.NodeSelectorTerms
 }

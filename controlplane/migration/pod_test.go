@@ -41,10 +41,12 @@ var notOnA = corev1.NodeSelectorRequirement{Key: "metadata.name", Operator: core
 
 func TestTargetPod(t *testing.T) {
 	capability := corev1.NodeSelectorRequirement{Key: v1alpha1.DriverHealthLabel("hypervisor", "qmp"), Operator: corev1.NodeSelectorOpIn, Values: []string{"healthy", "degraded"}}
+	migrates := corev1.NodeSelectorRequirement{Key: v1alpha1.DriverMigrationLabel("qmp"), Operator: corev1.NodeSelectorOpIn, Values: []string{"true"}}
 	podAffinity := &corev1.PodAffinity{}
 	for _, tc := range []struct {
 		name     string
 		affinity *corev1.Affinity
+		driver   string
 		want     []corev1.NodeSelectorTerm
 	}{
 		{name: "no affinity", want: []corev1.NodeSelectorTerm{{MatchFields: []corev1.NodeSelectorRequirement{notOnA}}}},
@@ -63,12 +65,23 @@ func TestTargetPod(t *testing.T) {
 				{MatchExpressions: []corev1.NodeSelectorRequirement{capability}, MatchFields: []corev1.NodeSelectorRequirement{notOnA}},
 			},
 		},
+		{
+			name:   "a known driver must declare migration on the target's node",
+			driver: "qmp",
+			affinity: &corev1.Affinity{NodeAffinity: &corev1.NodeAffinity{RequiredDuringSchedulingIgnoredDuringExecution: &corev1.NodeSelector{
+				NodeSelectorTerms: []corev1.NodeSelectorTerm{{MatchExpressions: []corev1.NodeSelectorRequirement{capability}}, {}},
+			}}},
+			want: []corev1.NodeSelectorTerm{
+				{MatchExpressions: []corev1.NodeSelectorRequirement{capability, migrates}, MatchFields: []corev1.NodeSelectorRequirement{notOnA}},
+				{MatchExpressions: []corev1.NodeSelectorRequirement{migrates}, MatchFields: []corev1.NodeSelectorRequirement{notOnA}},
+			},
+		},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			src := sourcePod(tc.affinity)
 			orig := src.DeepCopy()
 			mig := &v1alpha1.VirtualMachineInstanceMigration{ObjectMeta: metav1.ObjectMeta{Name: "m", Namespace: "ns", UID: types.UID("0123456789abcdef")}, Spec: v1alpha1.VirtualMachineInstanceMigrationSpec{VMIName: "vm1"}}
-			got := TargetPod(src, mig)
+			got := TargetPod(src, mig, tc.driver)
 
 			if !equality.Semantic.DeepEqual(src, orig) {
 				t.Fatal("TargetPod modified the source pod")
@@ -121,16 +134,18 @@ func TestTargetPodOfATarget(t *testing.T) {
 	}}}} {
 		m1 := &v1alpha1.VirtualMachineInstanceMigration{ObjectMeta: metav1.ObjectMeta{Name: "m1", Namespace: "ns", UID: "1111111111"}, Spec: v1alpha1.VirtualMachineInstanceMigrationSpec{VMIName: "vm1"}}
 		m2 := &v1alpha1.VirtualMachineInstanceMigration{ObjectMeta: metav1.ObjectMeta{Name: "m2", Namespace: "ns", UID: "2222222222"}, Spec: v1alpha1.VirtualMachineInstanceMigrationSpec{VMIName: "vm1"}}
-		first := TargetPod(sourcePod(affinity), m1)
+		first := TargetPod(sourcePod(affinity), m1, "qmp")
 		if first.Annotations[AvoidedNodeAnnotation] != "node-a" {
 			t.Fatalf("first target's annotations %v", first.Annotations)
 		}
 		first.Spec.NodeName = "node-b"
-		second := TargetPod(first, m2)
+		second := TargetPod(first, m2, "qmp")
 		notOnB := corev1.NodeSelectorRequirement{Key: "metadata.name", Operator: corev1.NodeSelectorOpNotIn, Values: []string{"node-b"}}
-		want := []corev1.NodeSelectorTerm{{MatchFields: []corev1.NodeSelectorRequirement{notOnB}}}
+		// The driver's requirement is the first target's, not added twice.
+		migrates := corev1.NodeSelectorRequirement{Key: v1alpha1.DriverMigrationLabel("qmp"), Operator: corev1.NodeSelectorOpIn, Values: []string{"true"}}
+		want := []corev1.NodeSelectorTerm{{MatchExpressions: []corev1.NodeSelectorRequirement{migrates}, MatchFields: []corev1.NodeSelectorRequirement{notOnB}}}
 		if affinity != nil {
-			want[0].MatchExpressions = []corev1.NodeSelectorRequirement{capability}
+			want[0].MatchExpressions = []corev1.NodeSelectorRequirement{capability, migrates}
 		}
 		if got := second.Spec.Affinity.NodeAffinity.RequiredDuringSchedulingIgnoredDuringExecution.NodeSelectorTerms; !equality.Semantic.DeepEqual(got, want) {
 			t.Errorf("second target's terms %+v, want %+v", got, want)

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"slices"
 	"sort"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -45,6 +46,10 @@ const awaitingClassIndex = "kubevisor.io/vmi-awaiting-class"
 // PersistentVolumeClaims their volumes use: the ones a claim's creation, binding or deletion
 // concerns.
 const claimIndex = "kubevisor.io/vmi-claims"
+
+// nodeIndex indexes the VMIs by status.nodeName: the ones a change of their node's labels (the
+// driver's live-migration label, LiveMigratable) concerns.
+const nodeIndex = "kubevisor.io/vmi-node"
 
 // Event actions (events.k8s.io/v1 wants one with every event).
 const (
@@ -119,6 +124,15 @@ func SetupWithManager(mgr ctrl.Manager, opts Options) error {
 		}); err != nil {
 		return fmt.Errorf("vmi controller: index VMIs by claim: %w", err)
 	}
+	if err := mgr.GetFieldIndexer().IndexField(context.Background(), &v1alpha1.VirtualMachineInstance{}, nodeIndex,
+		func(o client.Object) []string {
+			if n := o.(*v1alpha1.VirtualMachineInstance).Status.NodeName; n != "" {
+				return []string{n}
+			}
+			return nil
+		}); err != nil {
+		return fmt.Errorf("vmi controller: index VMIs by node: %w", err)
+	}
 	copts := controller.Options{MaxConcurrentReconciles: opts.MaxConcurrentReconciles}
 	if opts.SkipNameValidation {
 		copts.SkipNameValidation = &opts.SkipNameValidation
@@ -130,6 +144,8 @@ func SetupWithManager(mgr ctrl.Manager, opts Options) error {
 		Watches(&v1alpha1.HypervisorClass{}, handler.EnqueueRequestsFromMapFunc(r.vmisAwaitingClass)).
 		Watches(&corev1.PersistentVolumeClaim{}, handler.EnqueueRequestsFromMapFunc(r.vmisUsingClaim),
 			builder.WithPredicates(claimPhaseChanged)).
+		Watches(&corev1.Node{}, handler.EnqueueRequestsFromMapFunc(r.vmisOnNode),
+			builder.WithPredicates(migrationLabelsChanged)).
 		WithOptions(copts).
 		Complete(r)
 }
@@ -172,6 +188,60 @@ func (r *reconciler) vmisUsingClaim(ctx context.Context, o client.Object) []reco
 	return reqs
 }
 
+// migrationLabelsChanged lets through a node's creation and deletion, and the updates that change
+// one of its drivers' live-migration labels: all that driverMigrates reads of it.
+var migrationLabelsChanged = predicate.Funcs{
+	UpdateFunc: func(e event.UpdateEvent) bool {
+		changed := func(a, b map[string]string) bool {
+			for k, v := range a {
+				if strings.HasPrefix(k, v1alpha1.CapabilityLabelPrefix) && strings.HasSuffix(k, migrationLabelSuffix) && b[k] != v {
+					return true
+				}
+			}
+			return false
+		}
+		return changed(e.ObjectOld.GetLabels(), e.ObjectNew.GetLabels()) || changed(e.ObjectNew.GetLabels(), e.ObjectOld.GetLabels())
+	},
+}
+
+// migrationLabelSuffix ends every driver's live-migration label.
+var migrationLabelSuffix = strings.TrimPrefix(v1alpha1.DriverMigrationLabel(""), v1alpha1.CapabilityLabelPrefix)
+
+// vmisOnNode maps a Node event to the VMIs on that node.
+func (r *reconciler) vmisOnNode(ctx context.Context, o client.Object) []reconcile.Request {
+	var list v1alpha1.VirtualMachineInstanceList
+	if err := r.client.List(ctx, &list, client.MatchingFields{nodeIndex: o.GetName()}); err != nil {
+		log.FromContext(ctx).Error(err, "list VMIs on a node", "node", o.GetName())
+		return nil
+	}
+	reqs := make([]reconcile.Request, 0, len(list.Items))
+	for _, vmi := range list.Items {
+		reqs = append(reqs, reconcile.Request{NamespacedName: types.NamespacedName{Namespace: vmi.Namespace, Name: vmi.Name}})
+	}
+	return reqs
+}
+
+// driverMigrates reads, from the cache, whether the VMI's hypervisor driver declares live
+// migration on the VMI's node (v1alpha1.DriverMigrationLabel): nil when the VMI has no node or
+// driver yet, or the node no such label (a handler that has not said, or is gone).
+func (r *reconciler) driverMigrates(ctx context.Context, vmi *v1alpha1.VirtualMachineInstance) (*bool, error) {
+	if vmi.Status.NodeName == "" || vmi.Status.HypervisorDriver == "" {
+		return nil, nil
+	}
+	node := &corev1.Node{}
+	switch err := r.client.Get(ctx, types.NamespacedName{Name: vmi.Status.NodeName}, node); {
+	case apierrors.IsNotFound(err):
+		return nil, nil
+	case err != nil:
+		return nil, fmt.Errorf("get node %s: %w", vmi.Status.NodeName, err)
+	}
+	v, err := strconv.ParseBool(node.Labels[v1alpha1.DriverMigrationLabel(vmi.Status.HypervisorDriver)])
+	if err != nil {
+		return nil, nil
+	}
+	return &v, nil
+}
+
 // RBAC: exactly what Reconcile and the watches use; the envtest suite runs the controller with
 // nothing more. virtualmachineinstances/finalizers update lets the API server accept pods whose
 // owner reference blocks the VMI's deletion (OwnerReferencesPermissionEnforcement).
@@ -182,6 +252,7 @@ func (r *reconciler) vmisUsingClaim(ctx context.Context, o client.Object) []reco
 // +kubebuilder:rbac:groups=kubevisor.io,resources=hypervisorclasses,verbs=get;list;watch
 // +kubebuilder:rbac:groups="",resources=pods,verbs=get;list;watch;create;delete
 // +kubebuilder:rbac:groups="",resources=persistentvolumeclaims,verbs=list;watch;create
+// +kubebuilder:rbac:groups="",resources=nodes,verbs=list;watch
 // +kubebuilder:rbac:groups=events.k8s.io,resources=events,verbs=create;patch
 
 // Reconcile brings one VMI's launcher pod and status in line (get → finalizer → deferred patch →
@@ -248,6 +319,9 @@ func (r *reconciler) reconcileNormal(ctx context.Context, vmi *v1alpha1.VirtualM
 	}
 	obs.Pod = pod
 	if obs.VolumeClaims, err = r.volumeClaims(ctx, vmi); err != nil {
+		return ctrl.Result{}, err
+	}
+	if obs.DriverMigrates, err = r.driverMigrates(ctx, vmi); err != nil {
 		return ctrl.Result{}, err
 	}
 	if checksClaims(vmi) {

@@ -446,6 +446,42 @@ func TestController(t *testing.T) {
 		})
 	})
 
+	t.Run("LiveMigratable follows the node's live-migration label of the VMI's driver: False with DriverNotLiveMigratable, True again", func(t *testing.T) {
+		ns := h.namespace(t, "driver-migrates")
+		label := v1alpha1.DriverMigrationLabel("qmp")
+		node := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "node-no-migration", Labels: map[string]string{label: "false"}}}
+		if err := h.c.Create(ctx, node); err != nil {
+			t.Fatalf("create node: %v", err)
+		}
+		t.Cleanup(func() { _ = h.c.Delete(context.Background(), node) })
+		vmi := h.createVMI(t, ns, "vm", h.plainClass(t))
+		got := h.waitVMI(t, vmi, "Scheduling", func(v *v1alpha1.VirtualMachineInstance) bool { return v.Status.Phase == v1alpha1.Scheduling })
+		pod := h.launcherPod(t, got)
+		h.bind(t, pod, node.Name)
+		h.setPodStatus(t, pod, func(s *corev1.PodStatus) {
+			s.Phase = corev1.PodRunning
+			s.Conditions = []corev1.PodCondition{{Type: corev1.PodScheduled, Status: corev1.ConditionTrue}}
+		})
+		got = h.waitVMI(t, vmi, "LiveMigratable=False DriverNotLiveMigratable", func(v *v1alpha1.VirtualMachineInstance) bool {
+			c := condition(v.Status, v1alpha1.VirtualMachineInstanceIsMigratable)
+			return v.Status.NodeName == node.Name && c != nil && c.Status == corev1.ConditionFalse && c.Reason == v1alpha1.ReasonDriverNotLiveMigratable
+		})
+		if c := condition(got.Status, v1alpha1.VirtualMachineInstanceIsMigratable); !strings.Contains(c.Message, "hypervisor driver qmp does not declare live migration on node node-no-migration") {
+			t.Errorf("LiveMigratable message %q", c.Message)
+		}
+		// The node's handler loads a driver that migrates: the label's change alone brings the
+		// VMI back.
+		patch := client.MergeFrom(node.DeepCopy())
+		node.Labels[label] = "true"
+		if err := h.c.Patch(ctx, node, patch); err != nil {
+			t.Fatal(err)
+		}
+		h.waitVMI(t, vmi, "LiveMigratable=True", func(v *v1alpha1.VirtualMachineInstance) bool {
+			c := condition(v.Status, v1alpha1.VirtualMachineInstanceIsMigratable)
+			return c != nil && c.Status == corev1.ConditionTrue
+		})
+	})
+
 	t.Run("persistent TPM: the VM's state claim created, owned by the VM, mounted by the launcher pod, and kept for its next VMI", func(t *testing.T) {
 		ns := h.namespace(t, "state")
 		class := h.plainClass(t)

@@ -26,10 +26,11 @@ import (
 // Disks that are the VMI's own (containerDisk, emptyDisk, cloud-init) move with it and do not
 // count. claims holds the claims of the VMI's volumes that exist, by name; a claim's access
 // modes are its status's once bound, else its spec's. driverMigrates says whether the VMI's
-// hypervisor driver declares migration; nil when that is not known (the control plane does not
-// know it today: drivers' features are not published as node labels), and then it is not a
-// reason. The condition carries no observed generation or times: deriveStatus sets those.
-func liveMigratable(vmi *v1alpha1.VirtualMachineInstance, claims map[string]*corev1.PersistentVolumeClaim, driverMigrates *bool) v1alpha1.VirtualMachineInstanceCondition {
+// hypervisor driver (named driver) declares migration on the VMI's node, as the node's handler
+// publishes it (v1alpha1.DriverMigrationLabel); nil when that is not known (no node yet, a node
+// whose handler has not said), and then it is not a reason. The condition carries no observed
+// generation or times: deriveStatus sets those.
+func liveMigratable(vmi *v1alpha1.VirtualMachineInstance, driver string, claims map[string]*corev1.PersistentVolumeClaim, driverMigrates *bool) v1alpha1.VirtualMachineInstanceCondition {
 	type obstacle struct{ reason, what string }
 	var obstacles []obstacle
 	add := func(reason, format string, args ...any) {
@@ -74,7 +75,7 @@ func liveMigratable(vmi *v1alpha1.VirtualMachineInstance, claims map[string]*cor
 	}
 
 	if driverMigrates != nil && !*driverMigrates {
-		add(v1alpha1.ReasonDriverNotLiveMigratable, "hypervisor driver %s does not declare migration", vmi.Status.HypervisorDriver)
+		add(v1alpha1.ReasonDriverNotLiveMigratable, "hypervisor driver %s does not declare live migration on node %s", driver, vmi.Status.NodeName)
 	}
 
 	if len(obstacles) == 0 {

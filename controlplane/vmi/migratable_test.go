@@ -124,7 +124,7 @@ func TestLiveMigratable(t *testing.T) {
 			spec: func(s *v1alpha1.VirtualMachineInstanceSpec) {
 				s.Domain.Devices.HostDevices = []v1alpha1.HostDevice{{Name: "nic1", DeviceName: "devices.kubevisor.io/sriov"}}
 			}},
-		{name: "driver known not to migrate", driver: new(false), want: "False/DriverNotLiveMigratable|hypervisor driver qmp does not declare migration",
+		{name: "driver known not to migrate", driver: new(false), want: "False/DriverNotLiveMigratable|hypervisor driver qmp does not declare live migration on node node-a",
 			spec: func(*v1alpha1.VirtualMachineInstanceSpec) {}},
 		{name: "driver known to migrate", driver: new(true), want: "True", spec: func(*v1alpha1.VirtualMachineInstanceSpec) {}},
 		{name: "every obstacle named, the disks' reason first",
@@ -138,9 +138,9 @@ func TestLiveMigratable(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			vmi := &v1alpha1.VirtualMachineInstance{ObjectMeta: metav1.ObjectMeta{Name: "vm1", Namespace: "ns"}}
-			vmi.Status.HypervisorDriver = "qmp"
+			vmi.Status.NodeName = "node-a"
 			tc.spec(&vmi.Spec)
-			c := liveMigratable(vmi, claims, tc.driver)
+			c := liveMigratable(vmi, "qmp", claims, tc.driver)
 			if c.Type != v1alpha1.VirtualMachineInstanceIsMigratable {
 				t.Fatalf("type = %s", c.Type)
 			}

@@ -44,6 +44,10 @@ type observation struct {
 	// VolumeClaims are the PersistentVolumeClaims of the VMI's volumes that exist, by name, read
 	// in every pass: the LiveMigratable condition (liveMigratable) is made of them.
 	VolumeClaims map[string]*corev1.PersistentVolumeClaim
+	// DriverMigrates says whether the VMI's hypervisor driver declares live migration on the
+	// VMI's node (the node's v1alpha1.DriverMigrationLabel); nil when that is not known (no node
+	// or driver yet, a node without the label).
+	DriverMigrates *bool
 }
 
 // podDown reports whether a pod is finished or on its way out.
@@ -108,7 +112,7 @@ func deriveStatus(vmi *v1alpha1.VirtualMachineInstance, obs observation, now met
 	if obs.Claims != nil {
 		st.VolumeStatus = volumeStatus(vmi, obs.Claims)
 	}
-	setCond(liveMigratable(vmi, obs.VolumeClaims, nil))
+	setCond(liveMigratable(vmi, st.HypervisorDriver, obs.VolumeClaims, obs.DriverMigrates))
 	syncProblem := obs.ClassProblem
 	if syncProblem == nil {
 		syncProblem = obs.CreateProblem

@@ -297,11 +297,11 @@ func (h *Handler) NodeLabels() map[string]string {
 	h.mu.Lock()
 	var fps []DriverFingerprint
 	for _, d := range h.cfg.Drivers.all() {
-		fp := h.fingerprints[d.name]
+		fp, caps := h.fingerprints[d.name], h.caps[d.name]
 		if h.loaded[d.name] == "" || !h.host.Status(d.name).Running {
-			fp = nil
+			fp, caps = nil, nil
 		}
-		fps = append(fps, DriverFingerprint{Kind: d.kind, Name: d.name, Fingerprint: fp})
+		fps = append(fps, DriverFingerprint{Kind: d.kind, Name: d.name, Fingerprint: fp, Capabilities: caps})
 	}
 	h.mu.Unlock()
 	labels, problems := NodeLabels(fps)

@@ -2,7 +2,9 @@ package handler
 
 import (
 	"fmt"
+	"slices"
 	"sort"
+	"strconv"
 
 	"k8s.io/apimachinery/pkg/util/validation"
 
@@ -23,14 +25,19 @@ type DriverFingerprint struct {
 	Kind, Name string
 	// Fingerprint is nil while the driver is not running or has sent none.
 	Fingerprint *basev1.FingerprintResponse
+	// Capabilities are what the driver declared when it loaded; nil while it is not loaded.
+	Capabilities *basev1.Capabilities
 }
 
 // NodeLabels turns the drivers' fingerprints into node labels:
 //
 //	capability.kubevisor.io/<kind>.<driver> = healthy | degraded | unhealthy
 //	capability.kubevisor.io/<driver>.<attribute> = <value>
+//	capability.kubevisor.io/<driver>.live-migration = true | false   (hypervisor drivers)
 //
-// A driver without a fingerprint is unhealthy. An attribute that does not make a valid label
+// A driver without a fingerprint is unhealthy. A loaded hypervisor driver's live-migration
+// label (v1alpha1.DriverMigrationLabel) says whether its capabilities declare
+// FEATURE_HYPERVISOR_MIGRATE; it replaces an attribute of that name. An attribute that does not make a valid label
 // (key or value) is left out and said in problems.
 func NodeLabels(drivers []DriverFingerprint) (labels map[string]string, problems []string) {
 	labels = map[string]string{}
@@ -65,6 +72,9 @@ func NodeLabels(drivers []DriverFingerprint) (labels map[string]string, problems
 				continue
 			}
 			labels[key] = value
+		}
+		if d.Kind == "hypervisor" && d.Capabilities != nil {
+			labels[v1alpha1.DriverMigrationLabel(d.Name)] = strconv.FormatBool(slices.Contains(d.Capabilities.GetFeatures(), basev1.Feature_FEATURE_HYPERVISOR_MIGRATE))
 		}
 	}
 	return labels, problems

@@ -379,6 +379,7 @@ func TestNodeLabelsFromFingerprints(t *testing.T) {
 		"capability.kubevisor.io/network.fake-net":       HealthHealthy,
 		"capability.kubevisor.io/storage.fake-storage":   HealthHealthy,
 		"capability.kubevisor.io/fake.simulated":         "true",
+		"capability.kubevisor.io/fake.live-migration":    "true",
 		"capability.kubevisor.io/fake-net.simulated":     "true",
 		"capability.kubevisor.io/fake-storage.simulated": "true",
 	}

@@ -417,9 +417,6 @@ func (m *migrator) startRaw(ctx context.Context, runDir, incoming, disksSocket s
 		Serial: &domainv1.Serial{SocketPath: filepath.Join(runDir, serialSocket)},
 		RunDir: runDir,
 	}
-	if m := os.Getenv("KV_RAW_CPU"); m != "" {
-		spec.Cpu = &domainv1.CPU{Model: m}
-	}
 	if incoming != "" {
 		spec.IncomingMigration = &domainv1.IncomingMigration{SocketPath: incoming}
 		if disksSocket != "" {

@@ -97,6 +97,15 @@ func DriverHealthLabel(kind, driver string) string {
 	return CapabilityLabelPrefix + kind + "." + driver
 }
 
+// DriverMigrationLabel is the node label a handler sets on its node for each loaded hypervisor
+// driver (capability.kubevisor.io/<driver>.live-migration = "true" | "false"): whether the driver
+// declares live migration (FEATURE_HYPERVISOR_MIGRATE). A VMI whose driver says "false" on its
+// node is not LiveMigratable (DriverNotLiveMigratable), and a migration's target pod requires
+// "true" on its node. It wins over a fingerprint attribute of the same name.
+func DriverMigrationLabel(driver string) string {
+	return CapabilityLabelPrefix + driver + ".live-migration"
+}
+
 // DriverAttributeLabel is the node label a handler sets to a fingerprint attribute of a loaded
 // driver (capability.kubevisor.io/<driver>.<attribute>, for example capability.kubevisor.io/qmp.accel).
 func DriverAttributeLabel(driver, attribute string) string {
