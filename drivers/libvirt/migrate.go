@@ -19,6 +19,7 @@ import (
 
 	"github.com/kubevisor/kubevisor/core/driver"
 	hypervisorv1 "github.com/kubevisor/kubevisor/core/driver/hypervisor/v1"
+	"github.com/kubevisor/kubevisor/core/driver/serial"
 )
 
 // Live migration between two VMs' daemons (driver.Migrator), libvirt's peer-to-peer tunnelled
@@ -196,8 +197,8 @@ func (d *Driver) Migrate(ctx context.Context, req *hypervisorv1.MigrateRequest) 
 	if err != nil {
 		return err
 	}
-	if len(req.GetDisks()) > 0 || req.GetTargetDisksSocketPath() != "" {
-		return status.Error(codes.InvalidArgument, "disks: the libvirt driver does not migrate local disks (Capabilities.migration_disks is false): a VM with a containerDisk or an emptyDisk cannot migrate with it")
+	if disks := req.GetDisks(); len(disks) > 0 {
+		return status.Errorf(codes.FailedPrecondition, "disks[0] (%q): the libvirt driver does not copy disks in a migration (Capabilities.migration_disks is false): a VM with a node-local writable disk (a containerDisk's overlay, an emptyDisk) does not migrate with it", disks[0].GetName())
 	}
 	v.op.Lock()
 	defer v.op.Unlock()
@@ -278,7 +279,8 @@ func (d *Driver) runMigration(v *vm, dom *golibvirt.Domain, uri string, params *
 	}
 	v.mu.Lock()
 	defer v.mu.Unlock()
-	if v.mig != mig || mig.ended() {
+	if v.mig != mig || mig.ended() || v.conn == nil {
+		// Ended already, or let go of (Close): a later driver's Recover takes the migration.
 		return
 	}
 	if err == nil {
@@ -327,7 +329,7 @@ func (d *Driver) watchMigration(v *vm, mig *migration) {
 	if mig.completionTimeout <= 0 {
 		return
 	}
-	t := time.NewTimer(mig.completionTimeout)
+	t := time.NewTimer(time.Until(mig.info.GetStartedAt().AsTime().Add(mig.completionTimeout)))
 	defer t.Stop()
 	select {
 	case <-mig.done:
@@ -508,9 +510,14 @@ func (d *Driver) jobCompleted(v *vm, info *golibvirt.DomainJobInfo) {
 // runMigratedIn runs a target whose domain arrived and runs: its serial port, the domain made
 // transient as every VM's, RUNNING (Migrated).
 func (d *Driver) runMigratedIn(v *vm, conn *golibvirt.Connect) {
-	con, err := attachSerial(context.Background(), v.serialSocket())
-	if err != nil {
-		d.log.Warn("serial console of the migrated VM", "id", v.id, "error", err)
+	v.mu.Lock()
+	con := v.con
+	v.mu.Unlock()
+	if con == nil {
+		var err error
+		if con, err = attachSerial(context.Background(), v.serialSocket()); err != nil {
+			d.log.Warn("serial console of the migrated VM", "id", v.id, "error", err)
+		}
 	}
 	if dom, err := conn.LookupDomainByName(DomainName); err == nil {
 		if err := dom.Undefine(); err != nil {
@@ -522,7 +529,7 @@ func (d *Driver) runMigratedIn(v *vm, conn *golibvirt.Connect) {
 	v.mu.Lock()
 	defer v.mu.Unlock()
 	if v.conn != conn || !active(v.state) {
-		if con != nil {
+		if con != nil && con != v.con {
 			con.Close()
 		}
 		return
@@ -701,4 +708,176 @@ func (d *Driver) CancelMigration(ctx context.Context, id string) error {
 		return status.Errorf(codes.DeadlineExceeded, "vm %q: the migration did not end within %s of its abort", id, cancelWait)
 	}
 	return nil
+}
+
+// loadMigration is the migration of a record, nil when it has none.
+func loadMigration(r *migrationRecord) *migration {
+	if r == nil {
+		return nil
+	}
+	info := &hypervisorv1.MigrationInfo{}
+	if protojson.Unmarshal(r.Info, info) != nil {
+		return nil
+	}
+	return &migration{info: info, completionTimeout: r.CompletionTimeout}
+}
+
+// recoverMigration re-adopts v's unfinished migration (v.mig) after a driver restart, from the
+// state of the domain on v's daemon (conn): the migration goes on in the daemons, which
+// outlived the driver; one that ended while no driver ran is finished as if it had been
+// watched.
+func (d *Driver) recoverMigration(ctx context.Context, v *vm, conn *golibvirt.Connect) {
+	m := v.mig
+	st := golibvirt.DOMAIN_SHUTOFF
+	dom, err := conn.LookupDomainByName(DomainName)
+	defined := err == nil
+	if defined {
+		st, _, _ = dom.GetState()
+		dom.Free()
+	}
+	running := st == golibvirt.DOMAIN_RUNNING || st == golibvirt.DOMAIN_PAUSED
+	var con *serial.Console
+	if running {
+		con, _ = attachSerial(ctx, v.serialSocket())
+	}
+	if m.source() && !running {
+		// The source's domain ended while no driver ran: completed when the target runs it.
+		d.recoverEndedSource(ctx, v, m)
+		return
+	}
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	defer d.persistLocked(v)
+	if m.source() {
+		v.con, v.pid = con, qemuPID(v.dmn, v.rec.DaemonPID)
+		v.state, v.reason, v.message = hypervisorv1.State_STATE_RUNNING, driver.ReasonRecovered, ""
+		m.done = make(chan struct{})
+		d.log.Info("recover: the migration goes on", "id", v.id, "target", m.info.GetTarget())
+		go d.watchRecoveredSource(v, m)
+		go d.watchMigration(v, m)
+		return
+	}
+	switch {
+	case running:
+		// The stream arrived (or arrives): PAUSED until it runs here.
+		v.con, v.pid = con, qemuPID(v.dmn, v.rec.DaemonPID)
+		v.state, v.reason, v.message = hypervisorv1.State_STATE_PAUSED, driver.ReasonIncomingMigration, "receiving the migration"
+		m.info.Phase = hypervisorv1.MigrationPhase_MIGRATION_PHASE_ACTIVE
+		if st == golibvirt.DOMAIN_RUNNING {
+			// It ran while no driver did: run it, as the RESUMED event would have.
+			v.reason = driver.ReasonMigrated
+			go d.runMigratedIn(v, conn)
+		}
+	case defined && m.info.GetPhase() == hypervisorv1.MigrationPhase_MIGRATION_PHASE_SETUP:
+		v.state, v.reason, v.message = hypervisorv1.State_STATE_PAUSED, driver.ReasonIncomingMigration, "waiting for the migration on "+v.incomingLink()+" (the VM's libvirtd)"
+		if _, err := os.Lstat(v.incomingLink()); err != nil {
+			_ = os.Symlink(v.dmn.socket(), v.incomingLink())
+		}
+	default:
+		v.state, v.reason = hypervisorv1.State_STATE_STOPPED, driver.ReasonMigrationFailed
+		v.message = "the incoming migration ended while the driver restarted, its domain gone"
+		m.info.Phase, m.info.Message, m.info.EndedAt = hypervisorv1.MigrationPhase_MIGRATION_PHASE_FAILED, v.message, timestamppb.Now()
+		go d.endIncoming(v)
+	}
+	if raw, err := protojson.Marshal(m.info); err == nil {
+		v.rec.Migration = &migrationRecord{Info: raw, CompletionTimeout: m.completionTimeout}
+	}
+}
+
+// recoverEndedSource finishes a source whose domain ended while no driver ran: the migration
+// completed when the target's daemon (through the socket it migrated to) runs the domain;
+// otherwise its end is unknown (FAILED), the VM STOPPED.
+func (d *Driver) recoverEndedSource(ctx context.Context, v *vm, m *migration) {
+	migrated := false
+	if c, err := connect(ctx, socketURI(m.info.GetTarget()), targetConnectWait/2, nil); err == nil {
+		if dom, err := c.LookupDomainByName(DomainName); err == nil {
+			if uuid, err := dom.GetUUIDString(); err == nil && uuid == domainUUID(v.spec) {
+				migrated, _ = dom.IsActive()
+			}
+			dom.Free()
+		}
+		_, _ = c.Close()
+	}
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	if migrated {
+		m.info.RemainingBytes = 0
+		v.state, v.reason, v.message = hypervisorv1.State_STATE_STOPPED, driver.ReasonMigrated, "migrated to "+m.info.GetTarget()+" while the driver restarted"
+		d.endMigrationLocked(v, hypervisorv1.MigrationPhase_MIGRATION_PHASE_COMPLETED, "completed while the driver restarted")
+	} else {
+		v.state, v.reason, v.message = hypervisorv1.State_STATE_STOPPED, driver.ReasonProcessGone, "the VM's domain ended while the driver restarted, during its migration"
+		d.endMigrationLocked(v, hypervisorv1.MigrationPhase_MIGRATION_PHASE_FAILED, "the source's domain ended while the driver restarted, and the target does not run it")
+	}
+	d.persistLocked(v)
+}
+
+// watchRecoveredSource watches a source's migration that a driver before this one started,
+// until libvirt's job ends: its outcome then (the domain gone: migrated; running: failed or
+// cancelled).
+func (d *Driver) watchRecoveredSource(v *vm, m *migration) {
+	defer close(m.done)
+	tick := time.NewTicker(migrationPoll)
+	defer tick.Stop()
+	for range tick.C {
+		v.mu.Lock()
+		gone := v.mig != m || m.ended() || v.conn == nil
+		v.mu.Unlock()
+		if gone {
+			return
+		}
+		dom, err := v.domain()
+		if err != nil {
+			if !errors.Is(err, errNoDaemon) {
+				// The transient domain is gone: it migrated (its STOPPED event says so).
+				d.finishRecoveredSource(v, m, hypervisorv1.MigrationPhase_MIGRATION_PHASE_COMPLETED, "")
+			}
+			return
+		}
+		j, err := dom.GetJobStats(0)
+		if err == nil && j.Type != golibvirt.DOMAIN_JOB_NONE {
+			dom.Free()
+			continue
+		}
+		isActive, _ := dom.IsActive()
+		last, _ := dom.GetJobStats(golibvirt.DOMAIN_JOB_STATS_COMPLETED)
+		dom.Free()
+		switch {
+		case !isActive:
+			d.finishRecoveredSource(v, m, hypervisorv1.MigrationPhase_MIGRATION_PHASE_COMPLETED, "")
+		case last != nil && last.Type == golibvirt.DOMAIN_JOB_CANCELLED:
+			d.finishRecoveredSource(v, m, hypervisorv1.MigrationPhase_MIGRATION_PHASE_CANCELLED, "cancelled")
+		default:
+			msg := "the migration ended without completing"
+			if last != nil && last.ErrorMessageSet {
+				msg += ": " + last.ErrorMessage
+			}
+			d.finishRecoveredSource(v, m, hypervisorv1.MigrationPhase_MIGRATION_PHASE_FAILED, msg)
+		}
+		return
+	}
+}
+
+func (d *Driver) finishRecoveredSource(v *vm, m *migration, phase hypervisorv1.MigrationPhase, msg string) {
+	if phase == hypervisorv1.MigrationPhase_MIGRATION_PHASE_COMPLETED {
+		v.waitFor(context.Background(), finalFiguresWait, func() bool { return m.final != nil })
+	}
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	if v.mig != m || m.ended() {
+		return
+	}
+	if phase == hypervisorv1.MigrationPhase_MIGRATION_PHASE_COMPLETED {
+		m.info.RemainingBytes = 0
+		if m.final != nil {
+			applyJob(m.info, m.final)
+		}
+		if active(v.state) {
+			// Its STOPPED event was missed.
+			v.message = "migrated to " + m.info.GetTarget()
+			d.endRunLocked(v, hypervisorv1.EventType_EVENT_TYPE_STOPPED, hypervisorv1.State_STATE_STOPPED, driver.ReasonMigrated)
+		}
+	} else if m.cancelReason != "" {
+		phase, msg = hypervisorv1.MigrationPhase_MIGRATION_PHASE_CANCELLED, m.cancelReason
+	}
+	d.endMigrationLocked(v, phase, msg)
 }

@@ -159,4 +159,3 @@ func tailLines(s string, n int) string {
 	}
 	return strings.Join(lines, "\n")
 }
-

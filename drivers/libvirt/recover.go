@@ -52,7 +52,7 @@ func (d *Driver) Recover(ctx context.Context, h *hypervisorv1.Handle) (*hypervis
 		return nil, status.Errorf(codes.InvalidArgument, "handle.state: spec: %v", err)
 	}
 	v := &vm{id: rec.ID, spec: spec, rec: rec, changed: make(chan struct{}),
-		state: hypervisorv1.State_STATE_CREATED, reason: driver.ReasonCreated}
+		state: hypervisorv1.State_STATE_CREATED, reason: driver.ReasonCreated, mig: loadMigration(rec.Migration)}
 	v.dmn = newDaemon(rec.RunDir, rec.User, d.config().Libvirtd)
 	d.mu.Lock()
 	if _, ok := d.vms[v.id]; ok {
@@ -66,6 +66,15 @@ func (d *Driver) Recover(ctx context.Context, h *hypervisorv1.Handle) (*hypervis
 	}
 	v.mu.Lock()
 	defer v.mu.Unlock()
+	if v.state == hypervisorv1.State_STATE_CREATED && v.mig != nil && !v.mig.ended() {
+		// In a migration, with no daemon left (or none reachable): it is over.
+		v.state, v.reason, v.message = hypervisorv1.State_STATE_STOPPED, driver.ReasonProcessGone, "the VM's libvirtd was gone when the driver restarted, during its migration"
+		if v.mig.target() {
+			v.reason = driver.ReasonMigrationFailed
+		}
+		d.endMigrationLocked(v, hypervisorv1.MigrationPhase_MIGRATION_PHASE_FAILED, v.message)
+		v.removeIncomingLink()
+	}
 	if v.state == hypervisorv1.State_STATE_CREATED && (rec.Boots > 0 || !recorded) {
 		v.state, v.reason = hypervisorv1.State_STATE_STOPPED, driver.ReasonProcessGone
 		v.rec.DaemonPID = 0
@@ -94,7 +103,12 @@ func (d *Driver) readopt(ctx context.Context, v *vm) {
 	}
 	v.mu.Lock()
 	v.conn, v.proc = conn, proc
+	migrating := v.mig != nil && !v.mig.ended()
 	v.mu.Unlock()
+	if migrating {
+		d.recoverMigration(ctx, v, conn)
+		return
+	}
 	dom, err := conn.LookupDomainByName(DomainName)
 	if err != nil {
 		return // the daemon runs, the domain ended: STOPPED below

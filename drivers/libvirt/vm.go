@@ -197,8 +197,12 @@ func (d *Driver) Create(ctx context.Context, spec *domainv1.DomainSpec) (*hyperv
 	if err != nil {
 		return nil, err
 	}
-	if spec.GetIncomingMigration().GetDisksSocketPath() != "" {
-		return nil, domain.ValidationError{{Field: "incoming_migration.disks_socket_path", Detail: "the libvirt driver does not migrate local disks (Capabilities.migration_disks is false)"}}
+	if in := spec.GetIncomingMigration(); len(in.GetDisks()) > 0 || in.GetDisksSocketPath() != "" {
+		field := "incoming_migration.disks"
+		if len(in.GetDisks()) == 0 {
+			field = "incoming_migration.disks_socket_path"
+		}
+		return nil, domain.ValidationError{{Field: field, Detail: "the libvirt driver does not copy disks in a migration (Capabilities.migration_disks is false)"}}
 	}
 	runDir, own := d.runDirFor(spec)
 	if len(runDir) > maxRunDir {
