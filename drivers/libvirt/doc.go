@@ -116,11 +116,76 @@
 // names, checked by its command line (where the driver shares the launcher's pid namespace:
 // not a launcher pod's), and its sockets, then starts the VM's daemon.
 //
+// # Live migration
+//
+// A VM moves between two VMs' daemons by libvirt's own migration (migrate.go, driver.Migrator),
+// peer to peer and tunnelled: the source's daemon connects to the target's, as a libvirt
+// client, and QEMU's migration stream travels inside that one libvirt connection (a virStream),
+// so the whole migration is one unix-socket connection, which the node agents' proxies carry
+// like any byte stream; nothing listens on a network port.
+//
+//   - Target: Start (incoming_migration set) starts the VM's daemon as for any Start and defines
+//     the target's domain on it, built from the target's own spec (its run dir's sockets, its
+//     emulator), without starting it; then makes incoming_migration.socket_path a symlink to the
+//     daemon's socket. The VM is PAUSED (IncomingMigration), no QEMU runs: "the daemon is up and
+//     ready to receive". A symlink, not a proxy in the driver: it holds nothing the driver
+//     process owns, so a driver that restarts mid-migration does not cut the stream, and a
+//     Recover finds the target as it was. libvirt's Prepare, called by the source's daemon
+//     through that socket, starts the target's QEMU paused (the lifecycle event STARTED,
+//     migrated: the migration is ACTIVE) and its Finish resumes it (RESUMED, migrated or
+//     post-copy): the driver then attaches the serial console, undefines the domain (transient,
+//     as every VM's) and removes the symlink, and reports STARTED, RUNNING (Migrated), the
+//     migration COMPLETED; the guest did not boot (boots stays 0). A domain libvirt stops before
+//     that (the migration failed or was cancelled at the source: libvirt's Finish destroys it)
+//     ends the target STOPPED (MigrationFailed).
+//   - Source: Migrate checks target_socket_path (absolute, a socket: else InvalidArgument or
+//     FailedPrecondition), gives the VM's user an ACL entry on it (the daemon, unprivileged,
+//     connects to it), reads the target's defined domain through it (a second, short
+//     connection: the XML the target must run, passed to libvirt as the destination XML: the
+//     source's own XML names the source's run dir), and starts virDomainMigrateToURI3 to
+//     qemu+unix:///session?socket=<target_socket_path> with VIR_MIGRATE_LIVE, PEER2PEER,
+//     TUNNELLED and UNSAFE (libvirt refuses writable disks whose cache mode is not none unless
+//     on a file system it knows to be shared; the contract leaves which disks are shared to the
+//     host), AUTO_CONVERGE and POSTCOPY as the request allows, and the bandwidth limit in MiB/s
+//     (libvirt's unit: a limit below 1 MiB/s is 1 MiB/s, others rounded down to whole MiB/s).
+//     MigrationStatus reads virDomainGetJobStats; the final figures (downtime, total time) come
+//     in libvirt's job-completed event. The source's pause for the switch-over (SUSPENDED,
+//     migrated) is downtime, not reported; libvirt's STOPPED (migrated) makes the source STOPPED
+//     (Migrated). CancelMigration and the completion timeout abort the job
+//     (virDomainAbortJob): libvirt resumes the source, which stays RUNNING, and its Finish
+//     stops the target. With post-copy allowed, the completion timeout switches to post-copy
+//     (virDomainMigrateStartPostCopy) instead.
+//   - Recover: the migration is in the VM's record. The daemons do the migration, so it goes on
+//     while no driver runs; a restarted driver re-adopts it: a target that waits is PAUSED
+//     (IncomingMigration), one whose domain arrived and runs is run as the event would have; a
+//     source whose domain runs is RUNNING, its job watched (virDomainGetJobStats) until libvirt
+//     ends it, the completion timeout counted from the migration's start; a source whose domain
+//     ended while no driver ran is STOPPED (Migrated) when the target's daemon runs the domain
+//     (asked through the socket it migrated to), otherwise the migration FAILED.
+//
+// Limits of live migration:
+//
+//   - No disks are copied (Capabilities.migration_disks is false): a VM with a node-local
+//     writable disk (a containerDisk's overlay, an emptyDisk) cannot migrate on this driver, and
+//     Migrate with disks and Create with incoming_migration.disks are refused. libvirt's NBD copy
+//     (VIR_MIGRATE_NON_SHARED_DISK/INC) takes one disks URI for both ends: the target's daemon
+//     makes its NBD server listen on it and the source's QEMU connects to the same path, while
+//     the contract has the target serve at disks_socket_path and the source connect to the
+//     different target_disks_socket_path (the proxies' socket); on one host both paths are in
+//     one file system, so neither a symlink nor a shared path makes the two meet.
+//   - Post-copy starts at the completion timeout only: the qmp driver's "pre-copy does not
+//     converge" rule (passes that leave no less to send) is not applied. A failure in post-copy
+//     loses the VM (it is destroyed at the source, as the qmp driver's).
+//   - The target's domain is the source's XML checked by libvirt against the target's (ABI
+//     stability): both specs must be the same but for their paths, as the host makes them.
+//   - Only a RUNNING VM migrates (a PAUSED one is refused).
+//
 // # Limits
 //
 //   - The domain spec's fields this driver does not implement are refused at Create with their
 //     field path (BuildDomain), and left out of Capabilities: launch security, huge pages,
-//     BIOS serial output, lun, NIC descriptors (tap_fd); no migration yet.
+//     BIOS serial output, lun, NIC descriptors (tap_fd); migration copies no disk (Live
+//     migration).
 //   - The guest agent (guestagent.go) is reached through the VM's daemon, which is the agent
 //     channel's one client (virDomainQemuAgentCommand, libvirt-qemu). A soft reboot
 //     (softreboot.go) is libvirt's fake reboot; its pending mark lives in the daemon, so a driver

@@ -56,7 +56,7 @@ type Config struct {
 const DefaultUser = "nobody"
 
 // Driver is the libvirt hypervisor driver. It implements driver.Hypervisor and the optional
-// Pauser, Rebooter, Consoler and Recoverer.
+// Pauser, Rebooter, Consoler, Recoverer and Migrator.
 type Driver struct {
 	log    hclog.Logger
 	local  launcher.Starter
