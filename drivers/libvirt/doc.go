@@ -146,15 +146,14 @@
 //     qemu+unix:///session?socket=<target_socket_path> with VIR_MIGRATE_LIVE, PEER2PEER,
 //     TUNNELLED and UNSAFE (libvirt refuses writable disks whose cache mode is not none unless
 //     on a file system it knows to be shared; the contract leaves which disks are shared to the
-//     host), AUTO_CONVERGE and POSTCOPY as the request allows, and the bandwidth limit in MiB/s
+//     host), AUTO_CONVERGE as the request allows, and the bandwidth limit in MiB/s
 //     (libvirt's unit: a limit below 1 MiB/s is 1 MiB/s, others rounded down to whole MiB/s).
 //     MigrationStatus reads virDomainGetJobStats; the final figures (downtime, total time) come
 //     in libvirt's job-completed event. The source's pause for the switch-over (SUSPENDED,
 //     migrated) is downtime, not reported; libvirt's STOPPED (migrated) makes the source STOPPED
 //     (Migrated). CancelMigration and the completion timeout abort the job
 //     (virDomainAbortJob): libvirt resumes the source, which stays RUNNING, and its Finish
-//     stops the target. With post-copy allowed, the completion timeout switches to post-copy
-//     (virDomainMigrateStartPostCopy) instead.
+//     stops the target.
 //   - Recover: the migration is in the VM's record. The daemons do the migration, so it goes on
 //     while no driver runs; a restarted driver re-adopts it: a target that waits is PAUSED
 //     (IncomingMigration), one whose domain arrived and runs is run as the event would have; a
@@ -173,9 +172,12 @@
 //     the contract has the target serve at disks_socket_path and the source connect to the
 //     different target_disks_socket_path (the proxies' socket); on one host both paths are in
 //     one file system, so neither a symlink nor a shared path makes the two meet.
-//   - Post-copy starts at the completion timeout only: the qmp driver's "pre-copy does not
-//     converge" rule (passes that leave no less to send) is not applied. A failure in post-copy
-//     loses the VM (it is destroyed at the source, as the qmp driver's).
+//   - No post-copy: allow_post_copy is accepted (MigrationInfo.post_copy says it was allowed)
+//     but never used, since libvirt 9.0 refuses post-copy in a tunnelled migration ("post-copy
+//     is not supported with tunnelled migration"), and tunnelling is what puts the whole
+//     migration in the one socket connection; a migration that does not converge is cancelled
+//     at its completion timeout. A native (not tunnelled) migration would allow post-copy but
+//     takes one unix socket path for QEMU's stream at both ends, as the disk copy below.
 //   - The target's domain is the source's XML checked by libvirt against the target's (ABI
 //     stability): both specs must be the same but for their paths, as the host makes them.
 //   - Only a RUNNING VM migrates (a PAUSED one is refused).

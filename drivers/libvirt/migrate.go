@@ -193,12 +193,12 @@ func (d *Driver) Migrate(ctx context.Context, req *hypervisorv1.MigrateRequest) 
 	if err != nil {
 		return err
 	}
+	if disks := req.GetDisks(); len(disks) > 0 {
+		return status.Errorf(codes.FailedPrecondition, "disks[0] (%q): the libvirt driver does not copy disks in a migration (Capabilities.migration_disks is false): a VM with a node-local writable disk (a containerDisk's overlay, an emptyDisk) does not migrate with it", disks[0].GetName())
+	}
 	path, err := migrationSocket(req)
 	if err != nil {
 		return err
-	}
-	if disks := req.GetDisks(); len(disks) > 0 {
-		return status.Errorf(codes.FailedPrecondition, "disks[0] (%q): the libvirt driver does not copy disks in a migration (Capabilities.migration_disks is false): a VM with a node-local writable disk (a containerDisk's overlay, an emptyDisk) does not migrate with it", disks[0].GetName())
 	}
 	v.op.Lock()
 	defer v.op.Unlock()
@@ -239,9 +239,8 @@ func (d *Driver) Migrate(ctx context.Context, req *hypervisorv1.MigrateRequest) 
 	if req.GetAllowAutoConverge() {
 		flags |= golibvirt.MIGRATE_AUTO_CONVERGE
 	}
-	if req.GetAllowPostCopy() {
-		flags |= golibvirt.MIGRATE_POSTCOPY
-	}
+	// No VIR_MIGRATE_POSTCOPY even when allowed: libvirt refuses post-copy with tunnelled
+	// migration ("post-copy is not supported with tunnelled migration").
 	v.mu.Lock()
 	if v.state != hypervisorv1.State_STATE_RUNNING {
 		v.mu.Unlock()
@@ -323,8 +322,8 @@ func (d *Driver) runMigration(v *vm, dom *golibvirt.Domain, uri string, params *
 	}
 }
 
-// watchMigration is the source's completion timeout: past it, a migration that may switch to
-// post-copy does, another is aborted.
+// watchMigration is the source's completion timeout: past it, the migration is aborted (never
+// switched to post-copy: libvirt has no post-copy in a tunnelled migration).
 func (d *Driver) watchMigration(v *vm, mig *migration) {
 	if mig.completionTimeout <= 0 {
 		return
@@ -346,18 +345,8 @@ func (d *Driver) watchMigration(v *vm, mig *migration) {
 		v.mu.Unlock()
 		return
 	}
-	postcopy := mig.info.GetPostCopy() && mig.info.GetMode() != hypervisorv1.MigrationMode_MIGRATION_MODE_POST_COPY
-	if !postcopy {
-		mig.cancelReason = fmt.Sprintf("the migration did not complete within its completion timeout of %s", mig.completionTimeout)
-	}
+	mig.cancelReason = fmt.Sprintf("the migration did not complete within its completion timeout of %s", mig.completionTimeout)
 	v.mu.Unlock()
-	if postcopy {
-		d.log.Info("switching the migration to post-copy: completion timeout reached", "id", v.id)
-		if err := dom.MigrateStartPostCopy(0); err != nil {
-			d.log.Warn("switch to post-copy", "id", v.id, "error", err)
-		}
-		return
-	}
 	if err := dom.AbortJob(); err != nil {
 		d.log.Warn("abort the migration", "id", v.id, "error", err)
 	}

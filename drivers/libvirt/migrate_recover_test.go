@@ -25,29 +25,44 @@ import (
 // limit is lifted (through libvirt, as a test only can) the new source driver reports the
 // migration COMPLETED and the VM STOPPED (Migrated), the new target driver RUNNING (Migrated),
 // and the guest answers on the target's console.
-func TestMigrationRecover(t *testing.T) {
+// migrationPair is a source VM running the test guest on one driver and its migration target
+// waiting on another, each driver with a state dir of its own (two "nodes"), VMs without a
+// launcher.
+type migrationPair struct {
+	ctx                  context.Context
+	id                   string
+	src, tgt             *Driver
+	srcState, tgtState   string
+	srcHandle, tgtHandle *hypervisorv1.Handle
+	spec, tspec          *domainv1.DomainSpec
+	drivers              *[]*Driver
+}
+
+func (p *migrationPair) newDriver(t *testing.T, stateDir string) *Driver {
+	t.Helper()
+	d := New(WithLogger(testLogger()))
+	if err := d.Configure(p.ctx, &basev1.ConfigureRequest{StateDir: stateDir}); err != nil {
+		t.Fatal(err)
+	}
+	*p.drivers = append(*p.drivers, d)
+	return d
+}
+
+func newMigrationPair(t *testing.T, ctx context.Context, id string) *migrationPair {
+	t.Helper()
 	requireLibvirt(t)
 	g, err := conformance.GuestFromDir(guestDir())
 	if err != nil {
 		testenv.Missing(t, "test guest not built: run make guest (%v)", err)
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
-	defer cancel()
-	newDriver := func(stateDir string) *Driver {
-		d := New(WithLogger(testLogger()))
-		if err := d.Configure(ctx, &basev1.ConfigureRequest{StateDir: stateDir}); err != nil {
-			t.Fatal(err)
-		}
-		return d
-	}
-	srcState, tgtState := t.TempDir(), t.TempDir()
-	src, tgt := newDriver(srcState), newDriver(tgtState)
-	var drivers = []*Driver{src, tgt}
+	drivers := []*Driver{}
 	t.Cleanup(func() {
 		for _, d := range drivers {
 			killAll(d)
 		}
 	})
+	p := &migrationPair{ctx: ctx, id: id, srcState: t.TempDir(), tgtState: t.TempDir(), drivers: &drivers}
+	p.src, p.tgt = p.newDriver(t, p.srcState), p.newDriver(t, p.tgtState)
 	runDir := func() string {
 		dir, err := os.MkdirTemp("", "lvm-")
 		if err != nil {
@@ -56,37 +71,44 @@ func TestMigrationRecover(t *testing.T) {
 		t.Cleanup(func() { _ = os.RemoveAll(dir) })
 		return dir
 	}
-	const id = "lv-mig-recover"
 	srcDir := runDir()
-	spec := &domainv1.DomainSpec{
+	p.spec = &domainv1.DomainSpec{
 		Id: id, Name: "test/" + id, Memory: &domainv1.Memory{GuestBytes: conformance.DefaultGuestMemory},
 		Firmware: &domainv1.Firmware{Boot: &domainv1.Firmware_Kernel{Kernel: &domainv1.KernelBoot{KernelPath: g.Kernel, InitrdPath: g.Initrd, Cmdline: g.Cmdline}}},
 		RunDir:   srcDir,
 		Serial:   &domainv1.Serial{SocketPath: filepath.Join(srcDir, "serial.sock")},
 	}
-	srcHandle, err := src.Create(ctx, spec)
-	if err != nil {
+	if p.srcHandle, err = p.src.Create(ctx, p.spec); err != nil {
 		t.Fatal(err)
 	}
-	if err := src.Start(ctx, id); err != nil {
+	if err := p.src.Start(ctx, id); err != nil {
 		t.Fatal(err)
 	}
 	out := &consoleBuf{}
-	go func() { _ = src.Console(ctx, id, nil, out) }()
+	go func() { _ = p.src.Console(ctx, id, nil, out) }()
 	waitFor(t, "the guest's ready marker", 2*time.Minute, func() bool { return out.count(g.ReadyMarker) >= 1 })
 
 	tgtDir := runDir()
-	tspec := proto.CloneOf(spec)
-	tspec.RunDir = tgtDir
-	tspec.Serial = &domainv1.Serial{SocketPath: filepath.Join(tgtDir, "serial.sock")}
-	tspec.IncomingMigration = &domainv1.IncomingMigration{SocketPath: filepath.Join(tgtDir, "migration.sock")}
-	tgtHandle, err := tgt.Create(ctx, tspec)
-	if err != nil {
+	p.tspec = proto.CloneOf(p.spec)
+	p.tspec.RunDir = tgtDir
+	p.tspec.Serial = &domainv1.Serial{SocketPath: filepath.Join(tgtDir, "serial.sock")}
+	p.tspec.IncomingMigration = &domainv1.IncomingMigration{SocketPath: filepath.Join(tgtDir, "migration.sock")}
+	if p.tgtHandle, err = p.tgt.Create(ctx, p.tspec); err != nil {
 		t.Fatal(err)
 	}
-	if err := tgt.Start(ctx, id); err != nil {
+	if err := p.tgt.Start(ctx, id); err != nil {
 		t.Fatal(err)
 	}
+	return p
+}
+
+func TestMigrationRecover(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	const id = "lv-mig-recover"
+	p := newMigrationPair(t, ctx, id)
+	src, tgt, tspec := p.src, p.tgt, p.tspec
+	srcHandle, tgtHandle := p.srcHandle, p.tgtHandle
 	if err := src.Migrate(ctx, &hypervisorv1.MigrateRequest{Id: id, TargetSocketPath: tspec.IncomingMigration.SocketPath, BandwidthBytesPerSecond: 1 << 20}); err != nil {
 		t.Fatal(err)
 	}
@@ -99,8 +121,7 @@ func TestMigrationRecover(t *testing.T) {
 
 	// The target's driver restarts.
 	_ = tgt.Close()
-	tgt = newDriver(tgtState)
-	drivers = append(drivers, tgt)
+	tgt = p.newDriver(t, p.tgtState)
 	st, err := tgt.Recover(ctx, tgtHandle)
 	if err != nil {
 		t.Fatalf("Recover of the target: %v", err)
@@ -114,8 +135,7 @@ func TestMigrationRecover(t *testing.T) {
 
 	// The source's driver restarts.
 	_ = src.Close()
-	src = newDriver(srcState)
-	drivers = append(drivers, src)
+	src = p.newDriver(t, p.srcState)
 	st, err = src.Recover(ctx, srcHandle)
 	if err != nil {
 		t.Fatalf("Recover of the source: %v", err)

@@ -198,9 +198,9 @@ func (d *Driver) Create(ctx context.Context, spec *domainv1.DomainSpec) (*hyperv
 		return nil, err
 	}
 	if in := spec.GetIncomingMigration(); len(in.GetDisks()) > 0 || in.GetDisksSocketPath() != "" {
-		field := "incoming_migration.disks"
+		field := "incomingMigration.disks"
 		if len(in.GetDisks()) == 0 {
-			field = "incoming_migration.disks_socket_path"
+			field = "incomingMigration.disksSocketPath"
 		}
 		return nil, domain.ValidationError{{Field: field, Detail: "the libvirt driver does not copy disks in a migration (Capabilities.migration_disks is false)"}}
 	}

@@ -1,0 +1,114 @@
+package libvirt
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/types/known/durationpb"
+
+	domainv1 "github.com/kubevisor/kubevisor/core/domain/v1"
+	"github.com/kubevisor/kubevisor/core/driver"
+	hypervisorv1 "github.com/kubevisor/kubevisor/core/driver/hypervisor/v1"
+)
+
+func TestBandwidthMiB(t *testing.T) {
+	for _, c := range []struct{ bps, mib uint64 }{{0, 0}, {1, 1}, {1 << 20, 1}, {16 << 20, 16}, {(16 << 20) + 1, 16}, {(2 << 20) - 1, 1}} {
+		if got := bandwidthMiB(c.bps); got != c.mib {
+			t.Errorf("bandwidthMiB(%d) = %d, want %d", c.bps, got, c.mib)
+		}
+	}
+}
+
+// TestMigrationRefusesDisks: without migration_disks the driver refuses a MigrateRequest with
+// disks (FailedPrecondition naming the first) and a target spec with incoming disks
+// (InvalidArgument at Create, naming the field), as the contract says.
+func TestMigrationRefusesDisks(t *testing.T) {
+	requireLibvirt(t)
+	ctx := context.Background()
+	d := newTestDriver(t)
+	dir := reachableDir(t)
+	spec := &domainv1.DomainSpec{
+		Id: "lv-mig-disks", Name: "test/lv-mig-disks", Memory: &domainv1.Memory{GuestBytes: 64 << 20},
+		Disks: []*domainv1.Disk{{Name: "boot", Path: bootDisk(t, dir), ReadOnly: true, BootOrder: 1},
+			{Name: "data", Path: filepath.Join(dir, "data.img")}},
+		RunDir: filepath.Join(dir, "run"),
+		IncomingMigration: &domainv1.IncomingMigration{SocketPath: filepath.Join(dir, "run", "migration.sock"),
+			DisksSocketPath: filepath.Join(dir, "run", "disks.sock"), Disks: []string{"data"}},
+	}
+	_, err := d.Create(ctx, spec)
+	if status.Code(err) != codes.InvalidArgument || !strings.Contains(err.Error(), "incomingMigration.disks") {
+		t.Errorf("Create with incoming_migration.disks = %v, want InvalidArgument naming the field", err)
+	}
+	spec.IncomingMigration = nil
+	if _, err := d.Create(ctx, spec); err != nil {
+		t.Fatal(err)
+	}
+	err = d.Migrate(ctx, &hypervisorv1.MigrateRequest{Id: spec.Id, TargetSocketPath: reachableDir(t), Disks: []*hypervisorv1.MigrateDisk{{Name: "data"}}})
+	if status.Code(err) != codes.FailedPrecondition || !strings.Contains(err.Error(), `"data"`) {
+		t.Errorf("Migrate with disks = %v, want FailedPrecondition naming the disk", err)
+	}
+}
+
+// TestMigrationCompletionTimeout: a migration that cannot complete within its completion
+// timeout is cancelled: CANCELLED with the timeout in its message, the source RUNNING (and no
+// PAUSED reported), the target STOPPED (MigrationFailed); the target's socket_path is gone.
+func TestMigrationCompletionTimeout(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	p := newMigrationPair(t, ctx, "lv-mig-timeout")
+	var paused atomic.Bool
+	go func() {
+		_ = p.src.Events(ctx, p.id, func(e *hypervisorv1.Event) error {
+			if e.GetType() == hypervisorv1.EventType_EVENT_TYPE_PAUSED {
+				paused.Store(true)
+			}
+			return nil
+		})
+	}()
+	start := time.Now()
+	if err := p.src.Migrate(ctx, &hypervisorv1.MigrateRequest{Id: p.id, TargetSocketPath: p.tspec.GetIncomingMigration().GetSocketPath(),
+		BandwidthBytesPerSecond: 1 << 20, CompletionTimeout: durationpb.New(3 * time.Second)}); err != nil {
+		t.Fatal(err)
+	}
+	var info *hypervisorv1.MigrationInfo
+	waitFor(t, "the migration to end", time.Minute, func() bool {
+		var err error
+		info, err = p.src.MigrationStatus(ctx, p.id)
+		return err == nil && info.GetEndedAt() != nil
+	})
+	took := time.Since(start)
+	if info.GetPhase() != hypervisorv1.MigrationPhase_MIGRATION_PHASE_CANCELLED || !strings.Contains(info.GetMessage(), "completion timeout of 3s") {
+		t.Errorf("the migration past its completion timeout ended %s (%q), want CANCELLED naming the timeout", info.GetPhase(), info.GetMessage())
+	}
+	if took < 3*time.Second || took > 20*time.Second {
+		t.Errorf("the migration with a completion timeout of 3s ended after %s", took)
+	}
+	if st, _ := p.src.Status(ctx, p.id); st.GetState() != hypervisorv1.State_STATE_RUNNING {
+		t.Errorf("the source after its cancelled migration is %s (%s)", st.GetState(), st.GetReason())
+	}
+	waitFor(t, "the target to stop", 30*time.Second, func() bool {
+		st, _ := p.tgt.Status(ctx, p.id)
+		return st.GetState() == hypervisorv1.State_STATE_STOPPED
+	})
+	if st, _ := p.tgt.Status(ctx, p.id); st.GetReason() != driver.ReasonMigrationFailed {
+		t.Errorf("the target stopped with reason %q (%s), want %s", st.GetReason(), st.GetMessage(), driver.ReasonMigrationFailed)
+	}
+	if paused.Load() {
+		t.Errorf("the source reported PAUSED during its migration")
+	}
+	waitFor(t, "the target's socket_path to go", 10*time.Second, func() bool {
+		v, err := p.tgt.get(p.id)
+		if err != nil {
+			return false
+		}
+		_, err = os.Lstat(v.incomingLink())
+		return err != nil
+	})
+}
