@@ -28,7 +28,7 @@ type BeatRecorder struct {
 	now    func() time.Time
 
 	mu    sync.Mutex
-	line  []byte
+	line  lineBuffer
 	beats []Beat
 }
 
@@ -42,23 +42,34 @@ func (r *BeatRecorder) Write(p []byte) (int, error) {
 	n, now := len(p), r.now()
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	r.line.feed(p, func(line []byte) {
+		if up, ok := parseBeat(line); ok {
+			r.beats = append(r.beats, Beat{Uptime: up, Arrival: now, Stream: r.stream})
+		}
+	})
+	return n, nil
+}
+
+// lineBuffer splits a console's bytes, which may split lines anywhere, into lines ended by CR
+// or LF. A line longer than 4 KiB keeps its last 1 KiB: no line the bench looks for is that long.
+type lineBuffer struct{ partial []byte }
+
+// feed calls each with every line p completes, without its end.
+func (b *lineBuffer) feed(p []byte, each func(line []byte)) {
 	for len(p) > 0 {
 		i := bytes.IndexAny(p, "\r\n")
 		if i < 0 {
-			r.line = append(r.line, p...)
-			if len(r.line) > 4096 { // no heartbeat is that long
-				r.line = r.line[len(r.line)-64:]
+			b.partial = append(b.partial, p...)
+			if len(b.partial) > 4096 {
+				b.partial = append(b.partial[:0], b.partial[len(b.partial)-1024:]...)
 			}
-			break
+			return
 		}
-		r.line = append(r.line, p[:i]...)
-		if up, ok := parseBeat(r.line); ok {
-			r.beats = append(r.beats, Beat{Uptime: up, Arrival: now, Stream: r.stream})
-		}
-		r.line = r.line[:0]
+		b.partial = append(b.partial, p[:i]...)
+		each(b.partial)
+		b.partial = b.partial[:0]
 		p = p[i+1:]
 	}
-	return n, nil
 }
 
 // Beats returns the beats recorded so far.

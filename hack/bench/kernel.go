@@ -13,7 +13,7 @@ import (
 // what notices first. It is safe for concurrent use.
 type KernelWatcher struct {
 	mu    sync.Mutex
-	line  []byte
+	line  lineBuffer
 	found []string
 }
 
@@ -29,22 +29,11 @@ func (w *KernelWatcher) Write(p []byte) (int, error) {
 	n := len(p)
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	for len(p) > 0 {
-		i := bytes.IndexAny(p, "\r\n")
-		if i < 0 {
-			w.line = append(w.line, p...)
-			if len(w.line) > 4096 {
-				w.line = w.line[len(w.line)-1024:]
-			}
-			break
+	w.line.feed(p, func(line []byte) {
+		if kernelTrouble.Match(line) && len(w.found) < maxKernelLines {
+			w.found = append(w.found, string(bytes.TrimSpace(line)))
 		}
-		w.line = append(w.line, p[:i]...)
-		if kernelTrouble.Match(w.line) && len(w.found) < maxKernelLines {
-			w.found = append(w.found, string(bytes.TrimSpace(w.line)))
-		}
-		w.line = w.line[:0]
-		p = p[i+1:]
-	}
+	})
 	return n, nil
 }
 
