@@ -803,6 +803,11 @@ func (d *Driver) daemonLost(v *vm, conn *golibvirt.Connect, reason golibvirt.Con
 		}
 		d.endRunLocked(v, hypervisorv1.EventType_EVENT_TYPE_CRASHED, hypervisorv1.State_STATE_CRASHED, driver.ReasonProcessExited)
 	}
+	if !v.mig.ended() {
+		// The daemon did the migration: it is over, at either end.
+		d.endMigrationLocked(v, hypervisorv1.MigrationPhase_MIGRATION_PHASE_FAILED, "the VM's libvirtd went away")
+		v.removeIncomingLink()
+	}
 	// The dead daemon's sockets, and those of the QEMU it ran, which nobody serves any more.
 	v.removeSockets()
 	d.persistLocked(v)
