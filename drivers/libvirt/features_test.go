@@ -26,6 +26,7 @@ func TestCapabilitiesDeclared(t *testing.T) {
 		basev1.Feature_FEATURE_HYPERVISOR_SOFT_REBOOT, basev1.Feature_FEATURE_HYPERVISOR_GUEST_AGENT,
 		basev1.Feature_FEATURE_HYPERVISOR_GUEST_EXEC, basev1.Feature_FEATURE_HYPERVISOR_CONSOLE,
 		basev1.Feature_FEATURE_HYPERVISOR_DISPLAY, basev1.Feature_FEATURE_HYPERVISOR_RECOVER,
+		basev1.Feature_FEATURE_HYPERVISOR_MIGRATE,
 	} {
 		if !slices.Contains(caps.GetFeatures(), f) {
 			t.Errorf("Capabilities.features %v lacks %v", caps.GetFeatures(), f)
@@ -41,10 +42,14 @@ func TestCapabilitiesDeclared(t *testing.T) {
 	if !caps.GetPersistentState() {
 		t.Errorf("Capabilities.persistent_state is false")
 	}
+	if caps.GetMigrationDisks() {
+		t.Errorf("Capabilities.migration_disks is true: the driver copies no disk in a migration (doc.go, Live migration)")
+	}
 	var _ driver.SoftRebooter = New()
 	var _ driver.GuestAgent = New()
 	var _ driver.GuestExecer = New()
 	var _ driver.Displayer = New()
+	var _ driver.Migrator = New()
 }
 
 // TestStartPaused: a VM whose spec starts paused is PAUSED after Start, its guest printing
