@@ -148,12 +148,15 @@
 //     on a file system it knows to be shared; the contract leaves which disks are shared to the
 //     host), AUTO_CONVERGE as the request allows, and the bandwidth limit in MiB/s
 //     (libvirt's unit: a limit below 1 MiB/s is 1 MiB/s, others rounded down to whole MiB/s).
-//     MigrationStatus reads virDomainGetJobStats; the final figures (downtime, total time) come
-//     in libvirt's job-completed event. The source's pause for the switch-over (SUSPENDED,
+//     The call, which lasts the whole migration, has a libvirt connection of its own (on the
+//     VM's, it held other calls up for seconds). MigrationStatus reads virDomainGetJobStats,
+//     waiting 0.5 s at most (around the switch-over libvirt's job holds the domain for a second
+//     or two: the figures so far then); the final figures (downtime, total time) come in
+//     libvirt's job-completed event. The source's pause for the switch-over (SUSPENDED,
 //     migrated) is downtime, not reported; libvirt's STOPPED (migrated) makes the source STOPPED
 //     (Migrated). CancelMigration and the completion timeout abort the job
-//     (virDomainAbortJob): libvirt resumes the source, which stays RUNNING, and its Finish
-//     stops the target.
+//     (virDomainAbortJob): libvirt resumes the source (the driver resumes one libvirt left
+//     paused), which stays RUNNING, and its Finish stops the target.
 //   - Recover: the migration is in the VM's record. The daemons do the migration, so it goes on
 //     while no driver runs; a restarted driver re-adopts it: a target that waits is PAUSED
 //     (IncomingMigration), one whose domain arrived and runs is run as the event would have; a

@@ -33,6 +33,8 @@ const (
 	// finalFiguresWait bounds waiting for libvirt's job-completed event after the migration
 	// call returned.
 	finalFiguresWait = 2 * time.Second
+	// statusWait bounds MigrationStatus's wait for libvirt's job statistics.
+	statusWait = 500 * time.Millisecond
 	// targetConnectWait bounds reaching the target's daemon for its domain XML.
 	targetConnectWait = 10 * time.Second
 	// migrateFlags: live, the source's daemon connecting to the target's (peer to peer), the
@@ -212,18 +214,29 @@ func (d *Driver) Migrate(ctx context.Context, req *hypervisorv1.MigrateRequest) 
 	case st != hypervisorv1.State_STATE_RUNNING:
 		return status.Errorf(codes.FailedPrecondition, "vm %q is %s: only a running VM migrates", v.id, st)
 	}
-	dom, err := v.domain()
+	// The migration call, which lasts as long as the migration, has a connection of its own:
+	// on the VM's connection it held up other calls (MigrationStatus's) for seconds.
+	mconn, err := golibvirt.NewConnect(v.dmn.uri())
 	if err != nil {
-		return status.Errorf(codes.Unavailable, "vm %q: %v", v.id, err)
+		return status.Errorf(codes.Unavailable, "vm %q: connect to the VM's libvirtd: %s", v.id, libvirtMessage(err))
+	}
+	dom, err := mconn.LookupDomainByName(DomainName)
+	if err != nil {
+		_, _ = mconn.Close()
+		return status.Errorf(codes.Unavailable, "vm %q: %s", v.id, libvirtMessage(err))
+	}
+	release := func() {
+		_ = dom.Free()
+		_, _ = mconn.Close()
 	}
 	// The source's daemon, the VM's user, connects to the socket: the user's ACL entry on it.
 	if err := grantAccess(v.rec.User, path, true); err != nil {
-		dom.Free()
+		release()
 		return status.Errorf(codes.FailedPrecondition, "targetSocketPath: let the VM's user (%s) connect to %s: %v", v.rec.User.Name, path, err)
 	}
 	destXML, err := targetDomainXML(ctx, path)
 	if err != nil {
-		dom.Free()
+		release()
 		return status.Errorf(codes.FailedPrecondition, "vm %q: the target at %s: %v", v.id, path, err)
 	}
 	// A pending soft reboot would make the guest's power-off a boot at the target: not while
@@ -244,7 +257,7 @@ func (d *Driver) Migrate(ctx context.Context, req *hypervisorv1.MigrateRequest) 
 	v.mu.Lock()
 	if v.state != hypervisorv1.State_STATE_RUNNING {
 		v.mu.Unlock()
-		dom.Free()
+		release()
 		return status.Errorf(codes.FailedPrecondition, "vm %q stopped", v.id)
 	}
 	mig := &migration{
@@ -261,15 +274,15 @@ func (d *Driver) Migrate(ctx context.Context, req *hypervisorv1.MigrateRequest) 
 	v.mu.Unlock()
 	d.log.Info("migrating", "id", v.id, "target", path, "bandwidth", req.GetBandwidthBytesPerSecond(), "auto_converge", req.GetAllowAutoConverge(),
 		"post_copy", req.GetAllowPostCopy(), "completion_timeout", mig.completionTimeout.String())
-	go d.runMigration(v, dom, socketURI(path), params, flags, mig)
+	go d.runMigration(v, dom, release, socketURI(path), params, flags, mig)
 	go d.watchMigration(v, mig)
 	return nil
 }
 
 // runMigration makes the source's daemon migrate the domain, and ends the migration with the
 // call's outcome.
-func (d *Driver) runMigration(v *vm, dom *golibvirt.Domain, uri string, params *golibvirt.DomainMigrateParameters, flags golibvirt.DomainMigrateFlags, mig *migration) {
-	defer dom.Free()
+func (d *Driver) runMigration(v *vm, dom *golibvirt.Domain, release func(), uri string, params *golibvirt.DomainMigrateParameters, flags golibvirt.DomainMigrateFlags, mig *migration) {
+	defer release()
 	defer close(mig.done)
 	err := dom.MigrateToURI3(uri, params, flags)
 	if err == nil {
@@ -310,15 +323,28 @@ func (d *Driver) runMigration(v *vm, dom *golibvirt.Domain, uri string, params *
 		msg = "libvirt: " + msg
 	}
 	d.endMigrationLocked(v, phase, msg)
-	if mig.info.GetMode() == hypervisorv1.MigrationMode_MIGRATION_MODE_POST_COPY && active(v.state) {
-		// The guest's memory is split between both ends: the source cannot run it.
-		v.message = "the migration failed in post-copy: the VM is lost"
-		go func() {
-			if dom, err := v.domain(); err == nil {
-				_ = d.destroy(context.Background(), v, dom, driver.ReasonMigrationFailed)
-				dom.Free()
-			}
-		}()
+	go d.afterFailedOut(v)
+}
+
+// afterFailedOut makes sure a source whose migration failed or was cancelled runs: libvirt
+// resumes a source it paused for the switch-over, unless the failure came at a moment it
+// does not.
+func (d *Driver) afterFailedOut(v *vm) {
+	dom, err := v.domain()
+	if err != nil {
+		return
+	}
+	defer dom.Free()
+	st, reason, err := dom.GetState()
+	v.mu.Lock()
+	want := v.state == hypervisorv1.State_STATE_RUNNING
+	v.mu.Unlock()
+	if err != nil || !want || st != golibvirt.DOMAIN_PAUSED {
+		return
+	}
+	d.log.Info("resuming the source after its migration ended", "id", v.id, "paused_reason", reason)
+	if err := dom.Resume(); err != nil {
+		d.log.Warn("resume the source", "id", v.id, "error", err)
 	}
 }
 
@@ -610,18 +636,16 @@ func (d *Driver) MigrationStatus(_ context.Context, id string) (*hypervisorv1.Mi
 	live := m.source() && !m.ended()
 	v.mu.Unlock()
 	if live {
-		if dom, err := v.domain(); err == nil {
-			j, err := dom.GetJobStats(0)
-			dom.Free()
-			v.mu.Lock()
-			if err == nil && v.mig == m && !m.ended() && j.Type != golibvirt.DOMAIN_JOB_NONE {
-				applyJob(m.info, j)
-				if m.info.GetPhase() == hypervisorv1.MigrationPhase_MIGRATION_PHASE_SETUP && m.info.GetTotalBytes() > 0 {
-					m.info.Phase = hypervisorv1.MigrationPhase_MIGRATION_PHASE_ACTIVE
-					d.emitMigrationLocked(v)
-				}
-			}
-			v.mu.Unlock()
+		// libvirt answers at once but around the switch-over, when its job holds the domain
+		// for a second or two: the figures so far then.
+		sampled := make(chan struct{})
+		go func() {
+			defer close(sampled)
+			d.sampleJob(v, m)
+		}()
+		select {
+		case <-sampled:
+		case <-time.After(statusWait):
 		}
 	}
 	v.mu.Lock()
@@ -634,6 +658,26 @@ func (d *Driver) MigrationStatus(_ context.Context, id string) (*hypervisorv1.Mi
 		info.TotalTime = durationpb.New(time.Since(info.GetStartedAt().AsTime()))
 	}
 	return info, nil
+}
+
+// sampleJob copies the source's job statistics into m (ACTIVE once libvirt reports the
+// memory to send).
+func (d *Driver) sampleJob(v *vm, m *migration) {
+	dom, err := v.domain()
+	if err != nil {
+		return
+	}
+	j, err := dom.GetJobStats(0)
+	dom.Free()
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	if err == nil && v.mig == m && !m.ended() && j.Type != golibvirt.DOMAIN_JOB_NONE {
+		applyJob(m.info, j)
+		if m.info.GetPhase() == hypervisorv1.MigrationPhase_MIGRATION_PHASE_SETUP && m.info.GetTotalBytes() > 0 {
+			m.info.Phase = hypervisorv1.MigrationPhase_MIGRATION_PHASE_ACTIVE
+			d.emitMigrationLocked(v)
+		}
+	}
 }
 
 // CancelMigration implements driver.Migrator: the source's migration job is aborted (libvirt
@@ -669,9 +713,6 @@ func (d *Driver) CancelMigration(ctx context.Context, id string) error {
 		}
 		defer dom.Free()
 		return d.destroy(ctx, v, dom, driver.ReasonMigrationCancelled)
-	case m.info.GetMode() == hypervisorv1.MigrationMode_MIGRATION_MODE_POST_COPY:
-		v.mu.Unlock()
-		return status.Errorf(codes.FailedPrecondition, "vm %q: the migration is in post-copy and can no longer be cancelled", id)
 	}
 	if m.cancelReason == "" {
 		m.cancelReason = "cancelled"
@@ -865,8 +906,11 @@ func (d *Driver) finishRecoveredSource(v *vm, m *migration, phase hypervisorv1.M
 			v.message = "migrated to " + m.info.GetTarget()
 			d.endRunLocked(v, hypervisorv1.EventType_EVENT_TYPE_STOPPED, hypervisorv1.State_STATE_STOPPED, driver.ReasonMigrated)
 		}
-	} else if m.cancelReason != "" {
-		phase, msg = hypervisorv1.MigrationPhase_MIGRATION_PHASE_CANCELLED, m.cancelReason
+	} else {
+		if m.cancelReason != "" {
+			phase, msg = hypervisorv1.MigrationPhase_MIGRATION_PHASE_CANCELLED, m.cancelReason
+		}
+		go d.afterFailedOut(v)
 	}
 	d.endMigrationLocked(v, phase, msg)
 }
