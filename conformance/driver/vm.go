@@ -7,6 +7,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"strings"
 	"sync"
@@ -91,6 +92,12 @@ type Guest struct {
 	// DefaultBootTimeout.
 	BootTimeout time.Duration
 }
+
+// GuestKernelTrouble matches, on a Linux guest's console, the first line of its kernel's
+// reports of a fault in itself or in the memory it manages (an oops, a BUG, a bad page, a
+// corrupted list, a panic): what a guest whose memory arrived damaged after a migration shows
+// first, often while its heartbeat still goes on.
+var GuestKernelTrouble = regexp.MustCompile(`Oops|BUG: |Bad page (state|map)|Kernel panic|general protection fault|Unable to handle kernel|list_(add|del) corruption`)
 
 // The console markers of the project's test guest (hack/guest/README.md).
 const (

@@ -15,6 +15,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/yaml"
 
+	conformance "github.com/kubevisor/kubevisor/conformance/driver"
 	"github.com/kubevisor/kubevisor/conformance/e2e/guest"
 	"github.com/kubevisor/kubevisor/core/api/v1alpha1"
 )
@@ -180,7 +181,10 @@ func (f *Framework) expectMovedOn(ctx context.Context, g *migrant, beatsBefore [
 	Eventually(func() int { return len(f.heartbeats(ctx, g.guestRun)) }).WithContext(ctx).
 		WithTimeout(time.Minute).WithPolling(time.Second).Should(BeNumerically(">=", 3), "no heartbeat on the target")
 	after := f.heartbeats(ctx, g.guestRun)
-	Expect(strings.Count(f.Console(ctx, vmi), ReadyMarker)).To(BeZero(), "a ready marker on the target: the guest booted again")
+	console := f.Console(ctx, vmi)
+	Expect(strings.Count(console, ReadyMarker)).To(BeZero(), "a ready marker on the target: the guest booted again")
+	// A guest whose memory arrived damaged goes on for a while; its kernel notices first.
+	Expect(conformance.GuestKernelTrouble.FindAllString(console, -1)).To(BeEmpty(), "the guest's kernel reports damage on the target")
 	if len(beatsBefore) > 0 {
 		last := beatsBefore[len(beatsBefore)-1]
 		Expect(after[0]).To(BeNumerically(">", last), "uptime went back: %v after %v", after, beatsBefore)

@@ -483,6 +483,10 @@ type Recoverer interface {
 //     memory left after a pass does not shrink) and MUST switch when completion_timeout is
 //     reached; without it, it MUST cancel the migration at completion_timeout, as
 //     CancelMigration does, with phase CANCELLED and a message naming the timeout;
+//   - SHOULD copy memory while the guest runs (MIGRATION_MODE_PRE_COPY); where that would lose
+//     some of the guest's writes it MUST instead pause the guest for the copy
+//     (MIGRATION_MODE_PAUSED, the pause counted in MigrationInfo.downtime), and MAY switch to
+//     post-copy at once when allow_post_copy;
 //   - while it migrates the VM stays RUNNING: the pause for the switch-over is reported as
 //     MigrationInfo.downtime, not as PAUSED and RESUMED events. Pause, Resume, Reboot and
 //     SoftReboot MUST return FailedPrecondition meanwhile; Shutdown SHOULD cancel the

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"time"
 
@@ -43,6 +44,18 @@ import (
 // RUNNING). Once completed the driver reads QEMU's final figures (downtime, total time) and
 // ends QEMU: STOPPED, Migrated.
 //
+// Emulated VMs on QEMU before 9.0 migrate paused (MIGRATION_MODE_PAUSED): under TCG those QEMUs
+// lose some of the guest's writes made while memory is copied (the fast path of their dirty
+// bitmap sync clears dirty bits without resetting TCG's TLB, so later stores through it mark no
+// page dirty again; fixed in QEMU 9.0 by "physmem: Fix migration dirty bitmap coherency with TCG
+// memory access"), and the target then runs with stale pages: the guest's kernel oopses within
+// seconds under a writing workload (kubevisor-bench migrate found it with raw QEMU as with
+// Kubevisor). So the driver pauses the guest (`stop`) before `migrate`, and the copy is
+// downtime; where post-copy is allowed it switches to post-copy at once, so the guest resumes at
+// the target after the device state and pulls the rest of its memory from there. A failed or
+// cancelled paused migration resumes the guest (afterFailedOut). KVM tracks dirty pages itself
+// and migrates live on every version.
+//
 // The migration is recorded in the VM's record (state dir), so a restarted driver's Recover
 // re-adopts it as the contract says (recoverMigration).
 
@@ -58,7 +71,36 @@ const (
 	// notConverging is how many passes in a row that leave no less to send than the pass
 	// before make pre-copy "not converging".
 	notConverging = 2
+	// tcgDirtyTrackingFixed is the first QEMU major version whose TCG keeps every guest write
+	// of a live migration (see above).
+	tcgDirtyTrackingFixed = 9
 )
+
+// TCGLosesMigrationWrites says whether QEMU of version ("7.2.22") loses, under TCG, guest
+// writes made while a live migration copies memory: the versions before 9.0, and a version it
+// cannot read.
+func TCGLosesMigrationWrites(version string) bool {
+	major, _, ok := strings.Cut(version, ".")
+	n, err := strconv.Atoi(major)
+	return !ok || err != nil || n < tcgDirtyTrackingFixed
+}
+
+// pausesMigration says whether a VM of accel on the QEMU of session s migrates paused: an
+// emulated VM on a QEMU that loses its writes in a live copy (query-version; a QEMU that does
+// not answer counts as one).
+func pausesMigration(ctx context.Context, s *session, accel Accel) bool {
+	if accel != AccelTCG {
+		return false
+	}
+	raw, err := s.mon.Run(ctx, "query-version", nil)
+	var v struct {
+		QEMU struct{ Major, Minor, Micro int } `json:"qemu"`
+	}
+	if err != nil || json.Unmarshal(raw, &v) != nil {
+		return true
+	}
+	return TCGLosesMigrationWrites(fmt.Sprintf("%d.%d.%d", v.QEMU.Major, v.QEMU.Minor, v.QEMU.Micro))
+}
 
 // migration is a VM's current or last migration (under vm.mu).
 type migration struct {
@@ -75,6 +117,22 @@ type migration struct {
 	disks         []diskCopy
 	memoryStarted bool
 	switching     bool
+	// paused: the guest is paused for the copy of its memory (MIGRATION_MODE_PAUSED, see
+	// above); post-copy, where allowed, follows at once. pausedAt is when the driver paused it,
+	// switchedAt when QEMU switched to post-copy (zero: it did not).
+	paused               bool
+	pausedAt, switchedAt time.Time
+}
+
+// pausedDowntime is the downtime of a paused migration that completed at end: QEMU counts
+// downtime from its own stop of the guest, which was already paused, so the guest stood still
+// from pausedAt to the end, or, after a switch to post-copy, to the switch plus QEMU's downtime
+// (qemu) of it.
+func (m *migration) pausedDowntime(qemu time.Duration, end time.Time) time.Duration {
+	if m.switchedAt.IsZero() {
+		return end.Sub(m.pausedAt)
+	}
+	return m.switchedAt.Sub(m.pausedAt) + qemu
 }
 
 // migrationRecord is a migration in the VM's record.
@@ -134,7 +192,8 @@ func loadMigration(r *migrationRecord) *migration {
 	if protojson.Unmarshal(r.Info, info) != nil {
 		return nil
 	}
-	return &migration{info: info, completionTimeout: r.CompletionTimeout, disks: r.Disks, memoryStarted: r.MemoryStarted || len(r.Disks) == 0}
+	return &migration{info: info, completionTimeout: r.CompletionTimeout, disks: r.Disks, memoryStarted: r.MemoryStarted || len(r.Disks) == 0,
+		paused: info.GetMode() == hypervisorv1.MigrationMode_MIGRATION_MODE_PAUSED}
 }
 
 // emitMigrationLocked records v.mig and reports it in a MIGRATION event.
@@ -241,6 +300,10 @@ func (d *Driver) Migrate(ctx context.Context, req *hypervisorv1.MigrateRequest) 
 	if _, err := s.mon.Run(ctx, "migrate-set-parameters", map[string]any{"max-bandwidth": limit}); err != nil {
 		return status.Errorf(codes.InvalidArgument, "bandwidthBytesPerSecond: %v", err)
 	}
+	mode := hypervisorv1.MigrationMode_MIGRATION_MODE_PRE_COPY
+	if pausesMigration(ctx, s, v.rec.Accel) {
+		mode = hypervisorv1.MigrationMode_MIGRATION_MODE_PAUSED
+	}
 	v.mu.Lock()
 	if v.sess != s {
 		v.mu.Unlock()
@@ -248,9 +311,10 @@ func (d *Driver) Migrate(ctx context.Context, req *hypervisorv1.MigrateRequest) 
 	}
 	v.mig = &migration{
 		completionTimeout: req.GetCompletionTimeout().AsDuration(),
+		paused:            mode == hypervisorv1.MigrationMode_MIGRATION_MODE_PAUSED,
 		info: &hypervisorv1.MigrationInfo{
 			Role: hypervisorv1.MigrationRole_MIGRATION_ROLE_SOURCE, Phase: hypervisorv1.MigrationPhase_MIGRATION_PHASE_SETUP,
-			Mode: hypervisorv1.MigrationMode_MIGRATION_MODE_PRE_COPY, StartedAt: timestamppb.Now(), Target: path,
+			Mode: mode, StartedAt: timestamppb.Now(), Target: path,
 			BandwidthLimitBytesPerSecond: bandwidth, AutoConverge: req.GetAllowAutoConverge(), PostCopy: req.GetAllowPostCopy(),
 		},
 		disks: disks, memoryStarted: len(disks) == 0,
@@ -277,14 +341,43 @@ func (d *Driver) Migrate(ctx context.Context, req *hypervisorv1.MigrateRequest) 
 		return nil
 	}
 	d.log.Info("migrating", "id", v.id, "target", path, "bandwidth", bandwidth, "auto_converge", req.GetAllowAutoConverge(),
-		"post_copy", req.GetAllowPostCopy(), "completion_timeout", mig.completionTimeout.String())
-	if _, err := s.mon.Run(ctx, "migrate", map[string]any{"uri": "unix:" + path}); err != nil {
+		"post_copy", req.GetAllowPostCopy(), "completion_timeout", mig.completionTimeout.String(), "paused", mig.paused)
+	if err := d.startMemory(ctx, v, s, mig); err != nil {
 		v.mu.Lock()
 		d.endMigrationLocked(v, hypervisorv1.MigrationPhase_MIGRATION_PHASE_FAILED, err.Error())
 		v.mu.Unlock()
 		return status.Errorf(codes.FailedPrecondition, "vm %q: %v", v.id, err)
 	}
 	go d.watchMigration(v, s, mig)
+	return nil
+}
+
+// startMemory starts the copy of the VM's memory to the migration's target (`migrate`). A paused
+// migration stops the guest first (and resumes it if `migrate` fails), and switches to post-copy
+// at once where allowed: the guest resumes at the target after the device state.
+func (d *Driver) startMemory(ctx context.Context, v *vm, s *session, mig *migration) error {
+	if mig.paused {
+		if _, err := s.mon.Run(ctx, "stop", nil); err != nil {
+			return fmt.Errorf("pause the guest for its migration: %w", err)
+		}
+		v.mu.Lock()
+		mig.pausedAt = time.Now()
+		v.mu.Unlock()
+	}
+	if _, err := s.mon.Run(ctx, "migrate", map[string]any{"uri": "unix:" + mig.info.GetTarget()}); err != nil {
+		if mig.paused {
+			if _, cerr := s.mon.Run(ctx, "cont", nil); cerr != nil {
+				d.log.Warn("resume the guest after migrate failed", "id", v.id, "error", cerr)
+			}
+		}
+		return fmt.Errorf("migrate: %w", err)
+	}
+	if mig.paused && mig.info.GetPostCopy() {
+		if _, err := s.mon.Run(ctx, "migrate-start-postcopy", nil); err != nil {
+			// The paused copy goes on to its end.
+			d.log.Warn("migrate-start-postcopy", "id", v.id, "error", err)
+		}
+	}
 	return nil
 }
 
@@ -481,6 +574,9 @@ func (d *Driver) migrationEventLocked(v *vm, s *session, e qmp.Event) bool {
 			go d.switchOver(v, s, m)
 		}
 	case "postcopy-active":
+		if m.switchedAt.IsZero() {
+			m.switchedAt = time.Now()
+		}
 		if m.info.GetMode() != hypervisorv1.MigrationMode_MIGRATION_MODE_POST_COPY {
 			m.info.Phase = hypervisorv1.MigrationPhase_MIGRATION_PHASE_ACTIVE
 			m.info.Mode = hypervisorv1.MigrationMode_MIGRATION_MODE_POST_COPY
@@ -565,12 +661,15 @@ func (d *Driver) finishMigratedOut(v *vm, s *session) {
 			applyQuery(v.mig.info, q)
 		}
 		v.mig.info.RemainingBytes = 0
+		if m := v.mig; m.paused && !m.pausedAt.IsZero() {
+			m.info.Downtime = durationpb.New(m.pausedDowntime(m.info.GetDowntime().AsDuration(), time.Now()))
+		}
 		total := v.mig.info.GetTotalTime()
 		d.endMigrationLocked(v, hypervisorv1.MigrationPhase_MIGRATION_PHASE_COMPLETED, "")
 		if total != nil {
 			v.mig.info.TotalTime = total // QEMU's own figure
-			v.persistMigrationLocked()
 		}
+		v.persistMigrationLocked()
 		s.hostStopMessage = "migrated to " + v.mig.info.GetTarget()
 	}
 	v.mu.Unlock()

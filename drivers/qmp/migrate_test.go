@@ -165,3 +165,26 @@ func TestBuildArgsIncoming(t *testing.T) {
 		t.Errorf("a VM that boots waits for a migration: %s", strings.Join(cl.Args, " "))
 	}
 }
+
+func TestTCGLosesMigrationWrites(t *testing.T) {
+	for v, want := range map[string]bool{
+		"7.2.22": true, "8.2.1": true, "9.0.0": false, "10.1.2": false,
+		"": true, "nine": true, // unreadable: the safe answer
+	} {
+		if got := TCGLosesMigrationWrites(v); got != want {
+			t.Errorf("TCGLosesMigrationWrites(%q) = %v, want %v", v, got, want)
+		}
+	}
+}
+
+func TestPausedDowntime(t *testing.T) {
+	at := time.Date(2026, 12, 6, 12, 0, 0, 0, time.UTC)
+	m := &migration{paused: true, pausedAt: at}
+	if got := m.pausedDowntime(20*time.Millisecond, at.Add(700*time.Millisecond)); got != 700*time.Millisecond {
+		t.Errorf("a paused copy to its end: downtime %s, want 700ms (from the pause, not QEMU's 20ms)", got)
+	}
+	m.switchedAt = at.Add(150 * time.Millisecond)
+	if got := m.pausedDowntime(30*time.Millisecond, at.Add(5*time.Second)); got != 180*time.Millisecond {
+		t.Errorf("a paused start switched to post-copy: downtime %s, want 180ms (to the switch, plus QEMU's 30ms)", got)
+	}
+}

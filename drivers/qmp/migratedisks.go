@@ -364,10 +364,10 @@ func (d *Driver) watchDisks(v *vm, s *session, mig *migration) {
 		case ready:
 			d.log.Info("migration: every disk copy is in sync, the memory follows", "id", v.id, "disks", len(mig.disks))
 			ctx, cancel := context.WithTimeout(context.Background(), migrationCommandWait)
-			_, err := s.mon.Run(ctx, "migrate", map[string]any{"uri": "unix:" + mig.info.GetTarget()})
+			err := d.startMemory(ctx, v, s, mig)
 			cancel()
 			if err != nil {
-				d.abortDisks(v, s, mig, hypervisorv1.MigrationPhase_MIGRATION_PHASE_FAILED, "migrate: "+err.Error())
+				d.abortDisks(v, s, mig, hypervisorv1.MigrationPhase_MIGRATION_PHASE_FAILED, err.Error())
 				return
 			}
 			v.mu.Lock()

@@ -2,8 +2,9 @@ package bench
 
 import (
 	"bytes"
-	"regexp"
 	"sync"
+
+	conformance "github.com/kubevisor/kubevisor/conformance/driver"
 )
 
 // KernelWatcher is an io.Writer that takes a guest's serial console and keeps the lines in which
@@ -17,10 +18,6 @@ type KernelWatcher struct {
 	found []string
 }
 
-// kernelTrouble matches the first line of the Linux kernel's reports of a fault in itself or in
-// the memory it manages.
-var kernelTrouble = regexp.MustCompile(`Oops|BUG: |Bad page (state|map)|Kernel panic|general protection fault|Unable to handle kernel|list_(add|del) corruption|WARNING: CPU: |segfault at`)
-
 // maxKernelLines bounds what a watcher keeps.
 const maxKernelLines = 20
 
@@ -30,7 +27,7 @@ func (w *KernelWatcher) Write(p []byte) (int, error) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	w.line.feed(p, func(line []byte) {
-		if kernelTrouble.Match(line) && len(w.found) < maxKernelLines {
+		if conformance.GuestKernelTrouble.Match(line) && len(w.found) < maxKernelLines {
 			w.found = append(w.found, string(bytes.TrimSpace(line)))
 		}
 	})

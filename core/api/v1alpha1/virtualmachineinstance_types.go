@@ -313,7 +313,7 @@ type VirtualMachineInstanceGuestOSInfo struct {
 }
 
 // MigrationMode is the copy mode of a running live migration.
-// +kubebuilder:validation:Enum=PreCopy;PostCopy
+// +kubebuilder:validation:Enum=PreCopy;PostCopy;Paused
 type MigrationMode string
 
 // Migration modes.
@@ -322,6 +322,10 @@ const (
 	MigrationPreCopy MigrationMode = "PreCopy"
 	// MigrationPostCopy switches the guest over and fetches memory on demand.
 	MigrationPostCopy MigrationMode = "PostCopy"
+	// MigrationPaused copies memory with the guest paused at the source: the whole copy is
+	// downtime. Drivers use it where a live copy would lose some of the guest's writes (the qmp
+	// driver under emulation on QEMU before 9.0; docs/migration.md).
+	MigrationPaused MigrationMode = "Paused"
 )
 
 // VirtualMachineInstanceMigrationState is the state of a VMI's latest live migration.

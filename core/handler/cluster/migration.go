@@ -595,8 +595,11 @@ func migratedTo(vmi *v1alpha1.VirtualMachineInstance, node, pod string) bool {
 }
 
 func modeWord(m hypervisorv1.MigrationMode) string {
-	if m == hypervisorv1.MigrationMode_MIGRATION_MODE_POST_COPY {
+	switch m {
+	case hypervisorv1.MigrationMode_MIGRATION_MODE_POST_COPY:
 		return string(v1alpha1.MigrationPostCopy)
+	case hypervisorv1.MigrationMode_MIGRATION_MODE_PAUSED:
+		return string(v1alpha1.MigrationPaused)
 	}
 	return string(v1alpha1.MigrationPreCopy)
 }

@@ -29,6 +29,7 @@ import (
 
 	"github.com/kubevisor/kubevisor/core/api/v1alpha1"
 	"github.com/kubevisor/kubevisor/core/driver"
+	hypervisorv1 "github.com/kubevisor/kubevisor/core/driver/hypervisor/v1"
 	"github.com/kubevisor/kubevisor/core/handler"
 	"github.com/kubevisor/kubevisor/core/handler/internal/testpki"
 	"github.com/kubevisor/kubevisor/core/handler/migrationproxy"
@@ -395,5 +396,19 @@ func pollUntil(t *testing.T, what string, timeout time.Duration, cond func() boo
 			t.Fatalf("not within %s: %s", timeout, what)
 		}
 		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// TestModeWord: the driver's modes as the VMI's migrationState.mode says them.
+func TestModeWord(t *testing.T) {
+	for m, want := range map[hypervisorv1.MigrationMode]v1alpha1.MigrationMode{
+		hypervisorv1.MigrationMode_MIGRATION_MODE_PRE_COPY:    v1alpha1.MigrationPreCopy,
+		hypervisorv1.MigrationMode_MIGRATION_MODE_POST_COPY:   v1alpha1.MigrationPostCopy,
+		hypervisorv1.MigrationMode_MIGRATION_MODE_PAUSED:      v1alpha1.MigrationPaused,
+		hypervisorv1.MigrationMode_MIGRATION_MODE_UNSPECIFIED: v1alpha1.MigrationPreCopy,
+	} {
+		if got := modeWord(m); got != string(want) {
+			t.Errorf("modeWord(%s) = %q, want %q", m, got, want)
+		}
 	}
 }

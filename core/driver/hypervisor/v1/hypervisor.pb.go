@@ -297,6 +297,11 @@ const (
 	// MIGRATION_MODE_POST_COPY: the VM runs at the target and the rest of its memory follows on
 	// demand; it cannot be cancelled any more.
 	MigrationMode_MIGRATION_MODE_POST_COPY MigrationMode = 2
+	// MIGRATION_MODE_PAUSED: the VM is paused at the source while its memory is copied (a
+	// stop-and-copy), so the whole copy is downtime. A driver uses it where copying the memory of
+	// a running VM would lose some of the guest's writes: the qmp driver under emulation (TCG) on
+	// QEMU before 9.0. A failed or cancelled paused migration resumes the VM at the source.
+	MigrationMode_MIGRATION_MODE_PAUSED MigrationMode = 3
 )
 
 // Enum value maps for MigrationMode.
@@ -305,11 +310,13 @@ var (
 		0: "MIGRATION_MODE_UNSPECIFIED",
 		1: "MIGRATION_MODE_PRE_COPY",
 		2: "MIGRATION_MODE_POST_COPY",
+		3: "MIGRATION_MODE_PAUSED",
 	}
 	MigrationMode_value = map[string]int32{
 		"MIGRATION_MODE_UNSPECIFIED": 0,
 		"MIGRATION_MODE_PRE_COPY":    1,
 		"MIGRATION_MODE_POST_COPY":   2,
+		"MIGRATION_MODE_PAUSED":      3,
 	}
 )
 
@@ -3216,11 +3223,12 @@ const file_core_driver_hypervisor_v1_hypervisor_proto_rawDesc = "" +
 	"\x16MIGRATION_PHASE_ACTIVE\x10\x02\x12\x1d\n" +
 	"\x19MIGRATION_PHASE_COMPLETED\x10\x03\x12\x1a\n" +
 	"\x16MIGRATION_PHASE_FAILED\x10\x04\x12\x1d\n" +
-	"\x19MIGRATION_PHASE_CANCELLED\x10\x05*j\n" +
+	"\x19MIGRATION_PHASE_CANCELLED\x10\x05*\x85\x01\n" +
 	"\rMigrationMode\x12\x1e\n" +
 	"\x1aMIGRATION_MODE_UNSPECIFIED\x10\x00\x12\x1b\n" +
 	"\x17MIGRATION_MODE_PRE_COPY\x10\x01\x12\x1c\n" +
-	"\x18MIGRATION_MODE_POST_COPY\x10\x022\xcb\x11\n" +
+	"\x18MIGRATION_MODE_POST_COPY\x10\x02\x12\x19\n" +
+	"\x15MIGRATION_MODE_PAUSED\x10\x032\xcb\x11\n" +
 	"\n" +
 	"Hypervisor\x12g\n" +
 	"\x06Create\x12-.kubevisor.driver.hypervisor.v1.CreateRequest\x1a..kubevisor.driver.hypervisor.v1.CreateResponse\x12d\n" +
