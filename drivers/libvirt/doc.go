@@ -148,6 +148,11 @@
 //     on a file system it knows to be shared; the contract leaves which disks are shared to the
 //     host), AUTO_CONVERGE as the request allows, and the bandwidth limit in MiB/s
 //     (libvirt's unit: a limit below 1 MiB/s is 1 MiB/s, others rounded down to whole MiB/s).
+//     An emulated VM on a QEMU before 9.0 (qmp.TCGLosesMigrationWrites: its TCG loses guest
+//     writes made during a live copy) migrates paused: the same call without VIR_MIGRATE_LIVE,
+//     libvirt pausing the domain for the whole copy (MIGRATION_MODE_PAUSED; the downtime is the
+//     time from that pause, libvirt's SUSPENDED event, to the call's return), resuming it at the
+//     target, or here when the migration fails or is cancelled.
 //     The call, which lasts the whole migration, has a libvirt connection of its own (on the
 //     VM's, it held other calls up for seconds). MigrationStatus reads virDomainGetJobStats,
 //     waiting 0.5 s at most (around the switch-over libvirt's job holds the domain for a second

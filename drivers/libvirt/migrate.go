@@ -20,6 +20,7 @@ import (
 	"github.com/kubevisor/kubevisor/core/driver"
 	hypervisorv1 "github.com/kubevisor/kubevisor/core/driver/hypervisor/v1"
 	"github.com/kubevisor/kubevisor/core/driver/serial"
+	"github.com/kubevisor/kubevisor/drivers/qmp"
 )
 
 // Live migration between two VMs' daemons (driver.Migrator), libvirt's peer-to-peer tunnelled
@@ -248,7 +249,21 @@ func (d *Driver) Migrate(ctx context.Context, req *hypervisorv1.MigrateRequest) 
 	if mib := bandwidthMiB(req.GetBandwidthBytesPerSecond()); mib > 0 {
 		params.Bandwidth, params.BandwidthSet = mib, true
 	}
+	// Under emulation on a QEMU before 9.0 a live copy loses guest writes (the qmp driver's
+	// TCGLosesMigrationWrites): such a VM migrates paused, libvirt's offline migration of a
+	// running domain (no VIR_MIGRATE_LIVE), which pauses it first and resumes it at the target
+	// (or here, when the migration fails).
+	host, err := d.hostInfo(ctx)
+	if err != nil {
+		release()
+		return err
+	}
+	mode := hypervisorv1.MigrationMode_MIGRATION_MODE_PRE_COPY
 	flags := migrateFlags
+	if v.rec.Accel == qmp.AccelTCG && qmp.TCGLosesMigrationWrites(host.Version) {
+		mode = hypervisorv1.MigrationMode_MIGRATION_MODE_PAUSED
+		flags &^= golibvirt.MIGRATE_LIVE
+	}
 	if req.GetAllowAutoConverge() {
 		flags |= golibvirt.MIGRATE_AUTO_CONVERGE
 	}
@@ -265,7 +280,7 @@ func (d *Driver) Migrate(ctx context.Context, req *hypervisorv1.MigrateRequest) 
 		done:              make(chan struct{}),
 		info: &hypervisorv1.MigrationInfo{
 			Role: hypervisorv1.MigrationRole_MIGRATION_ROLE_SOURCE, Phase: hypervisorv1.MigrationPhase_MIGRATION_PHASE_SETUP,
-			Mode: hypervisorv1.MigrationMode_MIGRATION_MODE_PRE_COPY, StartedAt: timestamppb.Now(), Target: path,
+			Mode: mode, StartedAt: timestamppb.Now(), Target: path,
 			BandwidthLimitBytesPerSecond: req.GetBandwidthBytesPerSecond(), AutoConverge: req.GetAllowAutoConverge(), PostCopy: req.GetAllowPostCopy(),
 		},
 	}
@@ -285,6 +300,7 @@ func (d *Driver) runMigration(v *vm, dom *golibvirt.Domain, release func(), uri 
 	defer release()
 	defer close(mig.done)
 	err := dom.MigrateToURI3(uri, params, flags)
+	returned := time.Now()
 	if err == nil {
 		// The figures come in libvirt's job-completed event, on the driver's connection.
 		v.waitFor(context.Background(), finalFiguresWait, func() bool { return mig.final != nil })
@@ -300,14 +316,14 @@ func (d *Driver) runMigration(v *vm, dom *golibvirt.Domain, release func(), uri 
 		if f := mig.final; f != nil {
 			applyJob(mig.info, f)
 		}
-		if mig.info.Downtime == nil && !mig.switchedAt.IsZero() {
-			// No figure from libvirt: the time from the source's pause to the call's return,
-			// an upper bound.
-			mig.info.Downtime = durationpb.New(time.Since(mig.switchedAt))
+		if !mig.switchedAt.IsZero() && (mig.info.Downtime == nil || mig.info.GetMode() == hypervisorv1.MigrationMode_MIGRATION_MODE_PAUSED) {
+			// No figure from libvirt, or a paused migration, whose whole copy is downtime
+			// (QEMU's figure counts from its own stop, at the end): the time from the
+			// source's pause to the call's return, an upper bound.
+			mig.info.Downtime = durationpb.New(max(returned.Sub(mig.switchedAt), mig.info.GetDowntime().AsDuration()))
 		}
-		if mig.info.GetTotalTime() == nil {
-			mig.info.TotalTime = durationpb.New(time.Since(mig.info.GetStartedAt().AsTime()))
-		}
+		// libvirt's elapsed time leaves out the driver's setup: Migrate to the call's return.
+		mig.info.TotalTime = durationpb.New(max(returned.Sub(mig.info.GetStartedAt().AsTime()), mig.info.GetTotalTime().AsDuration()))
 		d.endMigrationLocked(v, hypervisorv1.MigrationPhase_MIGRATION_PHASE_COMPLETED, "")
 		return
 	}
@@ -432,16 +448,17 @@ func (d *Driver) migrationEventLocked(v *vm, conn *golibvirt.Connect, ev *golibv
 	}
 	switch ev.Event {
 	case golibvirt.DOMAIN_EVENT_SUSPENDED:
+		if m.source() && !m.ended() && m.switchedAt.IsZero() {
+			// The source's pause for the switch-over, or for the whole copy of a paused
+			// migration: downtime, not a pause.
+			m.switchedAt = time.Now()
+		}
+		if m.source() && !m.ended() {
+			return true
+		}
 		switch golibvirt.DomainEventSuspendedDetailType(ev.Detail) {
 		case golibvirt.DOMAIN_EVENT_SUSPENDED_MIGRATED, golibvirt.DOMAIN_EVENT_SUSPENDED_POSTCOPY:
-			// The source's switch-over: downtime, not a pause.
-			if m.source() && !m.ended() {
-				m.switchedAt = time.Now()
-				if golibvirt.DomainEventSuspendedDetailType(ev.Detail) == golibvirt.DOMAIN_EVENT_SUSPENDED_POSTCOPY {
-					m.info.Mode = hypervisorv1.MigrationMode_MIGRATION_MODE_POST_COPY
-					d.emitMigrationLocked(v)
-				}
-			}
+			// A late one of a migration that ended.
 			return true
 		}
 		// An incoming domain is paused until it runs.
@@ -458,7 +475,7 @@ func (d *Driver) migrationEventLocked(v *vm, conn *golibvirt.Connect, ev *golibv
 		}
 		// A source whose migration failed is resumed by libvirt: it was never reported paused.
 		return detail == golibvirt.DOMAIN_EVENT_RESUMED_MIGRATED || detail == golibvirt.DOMAIN_EVENT_RESUMED_POSTCOPY ||
-			(m.target() && !m.ended())
+			!m.ended()
 	case golibvirt.DOMAIN_EVENT_STARTED:
 		if m.target() && !m.ended() && golibvirt.DomainEventStartedDetailType(ev.Detail) == golibvirt.DOMAIN_EVENT_STARTED_MIGRATED {
 			// libvirt's Prepare started the target's QEMU: the stream is arriving.
