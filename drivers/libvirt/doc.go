@@ -121,8 +121,9 @@
 // A VM moves between two VMs' daemons by libvirt's own migration (migrate.go, driver.Migrator),
 // peer to peer and tunnelled: the source's daemon connects to the target's, as a libvirt
 // client, and QEMU's migration stream travels inside that one libvirt connection (a virStream),
-// so the whole migration is one unix-socket connection, which the node agents' proxies carry
-// like any byte stream; nothing listens on a network port.
+// so the migration is one unix-socket connection (and a second, short one in which the source's
+// driver reads the target's domain), which the node agents' proxies carry like any byte
+// stream; nothing listens on a network port.
 //
 //   - Target: Start (incoming_migration set) starts the VM's daemon as for any Start and defines
 //     the target's domain on it, built from the target's own spec (its run dir's sockets, its
@@ -185,10 +186,13 @@
 //     is not supported with tunnelled migration"), and tunnelling is what puts the whole
 //     migration in the one socket connection; a migration that does not converge is cancelled
 //     at its completion timeout. A native (not tunnelled) migration would allow post-copy but
-//     takes one unix socket path for QEMU's stream at both ends, as the disk copy below.
+//     takes one unix socket path for QEMU's stream at both ends, as the disk copy above.
 //   - The target's domain is the source's XML checked by libvirt against the target's (ABI
 //     stability): both specs must be the same but for their paths, as the host makes them.
 //   - Only a RUNNING VM migrates (a PAUSED one is refused).
+//   - While a target waits, its socket_path reaches its daemon's whole libvirt API (in a
+//     cluster only through the target node's proxy, after the source node's mutual TLS); the
+//     link goes once the migration completes or fails.
 //
 // # Limits
 //
