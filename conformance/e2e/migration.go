@@ -298,7 +298,54 @@ var _ = Describe("Live migration", Label("RequiresTwoNodes", "Migration"), func(
 		Expect(after.Status.Phase).To(Equal(v1alpha1.Running))
 		Expect(after.Status.NodeName).To(Equal(vmi.Status.NodeName))
 	})
+
+	It("says a VMI with a containerDisk is not LiveMigratable where its class's driver copies no disk (the node's live-migration-disks label), and refuses its migration", func(ctx SpecContext) {
+		class := f.classCopyingNoDisk(ctx)
+		By(fmt.Sprintf("class %s: driver %s migrates but copies no disk", class.Name, class.Driver))
+		spec := guestSpecOf(guest.Options{UserData: "nocopy", HypervisorClass: class.Name})
+		b, err := yaml.Marshal(spec)
+		Expect(err).NotTo(HaveOccurred())
+		f.Apply(ctx, "apiVersion: kubevisor.io/v1alpha1\nkind: VirtualMachineInstance\nmetadata:\n  name: nocopy\nspec:\n"+indent(string(b), 2))
+		vmi := f.WaitRunning(ctx, "nocopy")
+		Eventually(func() string {
+			c := v1alpha1.InstanceCondition(f.VMI(ctx, "nocopy").Status.Conditions, v1alpha1.VirtualMachineInstanceIsMigratable)
+			if c == nil {
+				return "no condition"
+			}
+			return string(c.Status) + " " + c.Reason + ": " + c.Message
+		}).WithContext(ctx).WithTimeout(time.Minute).Should(And(HavePrefix("False "+v1alpha1.ReasonDisksNotLiveMigratable),
+			ContainSubstring("hypervisor driver "+class.Driver+" does not copy disks")))
+		f.migrate(ctx, "nocopy-1", "nocopy")
+		m := f.waitMigrationPhase(ctx, "nocopy-1", v1alpha1.MigrationFailed, time.Minute)
+		Expect(m.Status.MigrationState).NotTo(BeNil())
+		Expect(m.Status.MigrationState.FailureReason).To(ContainSubstring(v1alpha1.ReasonDisksNotLiveMigratable))
+		Expect(f.LauncherPods(ctx, vmi.UID)).To(HaveLen(1), "no target pod was made")
+		Expect(f.VMI(ctx, "nocopy").Status.Phase).To(Equal(v1alpha1.Running))
+	})
 })
+
+// classCopyingNoDisk is a HypervisorClass whose driver migrates but copies no disk on the
+// cluster's nodes (capability.kubevisor.io/<driver>.live-migration-disks=false on each), the spec
+// skipped when there is none (every driver installed copies disks).
+func (f *Framework) classCopyingNoDisk(ctx context.Context) *v1alpha1.HypervisorClass {
+	GinkgoHelper()
+	var classes v1alpha1.HypervisorClassList
+	Expect(f.Client.List(ctx, &classes)).To(Succeed())
+	var nodes corev1.NodeList
+	Expect(f.Client.List(ctx, &nodes)).To(Succeed())
+	for i := range classes.Items {
+		c := &classes.Items[i]
+		all := len(nodes.Items) > 0
+		for _, n := range nodes.Items {
+			all = all && n.Labels[v1alpha1.DriverMigrationDisksLabel(c.Driver)] == "false"
+		}
+		if all {
+			return c
+		}
+	}
+	Skip("no HypervisorClass whose driver migrates without copying disks on every node")
+	return nil
+}
 
 // expectStayed checks that g's guest runs where it ran, as it was: the same node, launcher pod
 // and guest boot, no target pod left, the heartbeat going on.

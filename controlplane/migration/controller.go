@@ -428,7 +428,7 @@ func (r *Reconciler) sourcePod(ctx context.Context, vmi *v1alpha1.VirtualMachine
 }
 
 func (r *Reconciler) createTarget(ctx context.Context, mig *v1alpha1.VirtualMachineInstanceMigration, vmi *v1alpha1.VirtualMachineInstance, source *corev1.Pod) error {
-	pod := TargetPod(source, mig, vmi.Status.HypervisorDriver)
+	pod := TargetPod(source, mig, vmi.Status.HypervisorDriver, len(vmi.Spec.LocalWritableDisks()) > 0)
 	err := r.Client.Create(ctx, pod)
 	if err != nil && !apierrors.IsAlreadyExists(err) {
 		r.Recorder.Eventf(mig, related(vmi), corev1.EventTypeWarning, v1alpha1.ReasonFailedCreate, "Create", "create target pod %s: %v", pod.Name, err)

@@ -34,8 +34,9 @@ func TargetPodName(vmiName, migUID string) string {
 // the same pod (as KubeVirt does, so the target runs exactly what the source runs) with the
 // migration's UID label, a fresh identity, and a node affinity that keeps it off the source node
 // and, when driver (the VMI's hypervisor driver) is known, requires a node where that driver
-// declares live migration (v1alpha1.DriverMigrationLabel).
-func TargetPod(source *corev1.Pod, mig *v1alpha1.VirtualMachineInstanceMigration, driver string) *corev1.Pod {
+// declares live migration (v1alpha1.DriverMigrationLabel) and, for a VMI with writable
+// node-local disks (localDisks), copies them (DriverMigrationDisksLabel).
+func TargetPod(source *corev1.Pod, mig *v1alpha1.VirtualMachineInstanceMigration, driver string, localDisks bool) *corev1.Pod {
 	pod := &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{
 			Name:            TargetPodName(mig.Spec.VMIName, string(mig.UID)),
@@ -78,16 +79,19 @@ func TargetPod(source *corev1.Pod, mig *v1alpha1.VirtualMachineInstanceMigration
 		pod.Annotations[AvoidedNodeAnnotation] = sourceNode
 	}
 	if driver != "" {
-		requireMigratingDriver(spec, driver)
+		requireMigratingDriver(spec, v1alpha1.DriverMigrationLabel(driver))
+		if localDisks {
+			requireMigratingDriver(spec, v1alpha1.DriverMigrationDisksLabel(driver))
+		}
 	}
 	return pod
 }
 
-// requireMigratingDriver adds to each required node selector term (there is one at least:
-// avoidNode made it) that driver declares live migration on the node, unless the term says so
-// already (the source pod was a migration's target).
-func requireMigratingDriver(spec *corev1.PodSpec, driver string) {
-	req := corev1.NodeSelectorRequirement{Key: v1alpha1.DriverMigrationLabel(driver), Operator: corev1.NodeSelectorOpIn, Values: []string{"true"}}
+// requireMigratingDriver adds to each required node selector term that the node's label (a
+// driver's live-migration label) is "true", unless the term says so already (the source pod was
+// a migration's target).
+func requireMigratingDriver(spec *corev1.PodSpec, label string) {
+	req := corev1.NodeSelectorRequirement{Key: label, Operator: corev1.NodeSelectorOpIn, Values: []string{"true"}}
 	terms := requiredTerms(spec)
 	for i := range terms {
 		if !slices.ContainsFunc(terms[i].MatchExpressions, func(r corev1.NodeSelectorRequirement) bool { return equality.Semantic.DeepEqual(r, req) }) {

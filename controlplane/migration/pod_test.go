@@ -42,12 +42,15 @@ var notOnA = corev1.NodeSelectorRequirement{Key: "metadata.name", Operator: core
 func TestTargetPod(t *testing.T) {
 	capability := corev1.NodeSelectorRequirement{Key: v1alpha1.DriverHealthLabel("hypervisor", "qmp"), Operator: corev1.NodeSelectorOpIn, Values: []string{"healthy", "degraded"}}
 	migrates := corev1.NodeSelectorRequirement{Key: v1alpha1.DriverMigrationLabel("qmp"), Operator: corev1.NodeSelectorOpIn, Values: []string{"true"}}
+	copiesDisks := corev1.NodeSelectorRequirement{Key: v1alpha1.DriverMigrationDisksLabel("qmp"), Operator: corev1.NodeSelectorOpIn, Values: []string{"true"}}
 	podAffinity := &corev1.PodAffinity{}
 	for _, tc := range []struct {
 		name     string
 		affinity *corev1.Affinity
 		driver   string
-		want     []corev1.NodeSelectorTerm
+		// localDisks: the VMI has writable node-local disks.
+		localDisks bool
+		want       []corev1.NodeSelectorTerm
 	}{
 		{name: "no affinity", want: []corev1.NodeSelectorTerm{{MatchFields: []corev1.NodeSelectorRequirement{notOnA}}}},
 		{
@@ -76,12 +79,16 @@ func TestTargetPod(t *testing.T) {
 				{MatchExpressions: []corev1.NodeSelectorRequirement{migrates}, MatchFields: []corev1.NodeSelectorRequirement{notOnA}},
 			},
 		},
+		{
+			name: "node-local disks: the driver must copy disks there too", driver: "qmp", localDisks: true,
+			want: []corev1.NodeSelectorTerm{{MatchExpressions: []corev1.NodeSelectorRequirement{migrates, copiesDisks}, MatchFields: []corev1.NodeSelectorRequirement{notOnA}}},
+		},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			src := sourcePod(tc.affinity)
 			orig := src.DeepCopy()
 			mig := &v1alpha1.VirtualMachineInstanceMigration{ObjectMeta: metav1.ObjectMeta{Name: "m", Namespace: "ns", UID: types.UID("0123456789abcdef")}, Spec: v1alpha1.VirtualMachineInstanceMigrationSpec{VMIName: "vm1"}}
-			got := TargetPod(src, mig, tc.driver)
+			got := TargetPod(src, mig, tc.driver, tc.localDisks)
 
 			if !equality.Semantic.DeepEqual(src, orig) {
 				t.Fatal("TargetPod modified the source pod")
@@ -134,12 +141,12 @@ func TestTargetPodOfATarget(t *testing.T) {
 	}}}} {
 		m1 := &v1alpha1.VirtualMachineInstanceMigration{ObjectMeta: metav1.ObjectMeta{Name: "m1", Namespace: "ns", UID: "1111111111"}, Spec: v1alpha1.VirtualMachineInstanceMigrationSpec{VMIName: "vm1"}}
 		m2 := &v1alpha1.VirtualMachineInstanceMigration{ObjectMeta: metav1.ObjectMeta{Name: "m2", Namespace: "ns", UID: "2222222222"}, Spec: v1alpha1.VirtualMachineInstanceMigrationSpec{VMIName: "vm1"}}
-		first := TargetPod(sourcePod(affinity), m1, "qmp")
+		first := TargetPod(sourcePod(affinity), m1, "qmp", false)
 		if first.Annotations[AvoidedNodeAnnotation] != "node-a" {
 			t.Fatalf("first target's annotations %v", first.Annotations)
 		}
 		first.Spec.NodeName = "node-b"
-		second := TargetPod(first, m2, "qmp")
+		second := TargetPod(first, m2, "qmp", false)
 		notOnB := corev1.NodeSelectorRequirement{Key: "metadata.name", Operator: corev1.NodeSelectorOpNotIn, Values: []string{"node-b"}}
 		// The driver's requirement is the first target's, not added twice.
 		migrates := corev1.NodeSelectorRequirement{Key: v1alpha1.DriverMigrationLabel("qmp"), Operator: corev1.NodeSelectorOpIn, Values: []string{"true"}}

@@ -194,7 +194,7 @@ var migrationLabelsChanged = predicate.Funcs{
 	UpdateFunc: func(e event.UpdateEvent) bool {
 		changed := func(a, b map[string]string) bool {
 			for k, v := range a {
-				if strings.HasPrefix(k, v1alpha1.CapabilityLabelPrefix) && strings.HasSuffix(k, migrationLabelSuffix) && b[k] != v {
+				if strings.HasPrefix(k, v1alpha1.CapabilityLabelPrefix) && (strings.HasSuffix(k, migrationLabelSuffix) || strings.HasSuffix(k, migrationDisksLabelSuffix)) && b[k] != v {
 					return true
 				}
 			}
@@ -204,8 +204,11 @@ var migrationLabelsChanged = predicate.Funcs{
 	},
 }
 
-// migrationLabelSuffix ends every driver's live-migration label.
-var migrationLabelSuffix = strings.TrimPrefix(v1alpha1.DriverMigrationLabel(""), v1alpha1.CapabilityLabelPrefix)
+// migrationLabelSuffix and migrationDisksLabelSuffix end every driver's live-migration labels.
+var (
+	migrationLabelSuffix      = strings.TrimPrefix(v1alpha1.DriverMigrationLabel(""), v1alpha1.CapabilityLabelPrefix)
+	migrationDisksLabelSuffix = strings.TrimPrefix(v1alpha1.DriverMigrationDisksLabel(""), v1alpha1.CapabilityLabelPrefix)
+)
 
 // vmisOnNode maps a Node event to the VMIs on that node.
 func (r *reconciler) vmisOnNode(ctx context.Context, o client.Object) []reconcile.Request {
@@ -222,24 +225,28 @@ func (r *reconciler) vmisOnNode(ctx context.Context, o client.Object) []reconcil
 }
 
 // driverMigrates reads, from the cache, whether the VMI's hypervisor driver declares live
-// migration on the VMI's node (v1alpha1.DriverMigrationLabel): nil when the VMI has no node or
-// driver yet, or the node no such label (a handler that has not said, or is gone).
-func (r *reconciler) driverMigrates(ctx context.Context, vmi *v1alpha1.VirtualMachineInstance) (*bool, error) {
+// migration on the VMI's node, and whether it copies disks in one (v1alpha1.DriverMigrationLabel,
+// DriverMigrationDisksLabel): nil when the VMI has no node or driver yet, or the node no such
+// label (a handler that has not said, or is gone).
+func (r *reconciler) driverMigrates(ctx context.Context, vmi *v1alpha1.VirtualMachineInstance) (migrates, disks *bool, err error) {
 	if vmi.Status.NodeName == "" || vmi.Status.HypervisorDriver == "" {
-		return nil, nil
+		return nil, nil, nil
 	}
 	node := &corev1.Node{}
 	switch err := r.client.Get(ctx, types.NamespacedName{Name: vmi.Status.NodeName}, node); {
 	case apierrors.IsNotFound(err):
-		return nil, nil
+		return nil, nil, nil
 	case err != nil:
-		return nil, fmt.Errorf("get node %s: %w", vmi.Status.NodeName, err)
+		return nil, nil, fmt.Errorf("get node %s: %w", vmi.Status.NodeName, err)
 	}
-	v, err := strconv.ParseBool(node.Labels[v1alpha1.DriverMigrationLabel(vmi.Status.HypervisorDriver)])
-	if err != nil {
-		return nil, nil
+	label := func(key string) *bool {
+		v, err := strconv.ParseBool(node.Labels[key])
+		if err != nil {
+			return nil
+		}
+		return &v
 	}
-	return &v, nil
+	return label(v1alpha1.DriverMigrationLabel(vmi.Status.HypervisorDriver)), label(v1alpha1.DriverMigrationDisksLabel(vmi.Status.HypervisorDriver)), nil
 }
 
 // RBAC: exactly what Reconcile and the watches use; the envtest suite runs the controller with
@@ -321,7 +328,7 @@ func (r *reconciler) reconcileNormal(ctx context.Context, vmi *v1alpha1.VirtualM
 	if obs.VolumeClaims, err = r.volumeClaims(ctx, vmi); err != nil {
 		return ctrl.Result{}, err
 	}
-	if obs.DriverMigrates, err = r.driverMigrates(ctx, vmi); err != nil {
+	if obs.DriverMigrates, obs.DriverMigratesDisks, err = r.driverMigrates(ctx, vmi); err != nil {
 		return ctrl.Result{}, err
 	}
 	if checksClaims(vmi) {

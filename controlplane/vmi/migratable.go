@@ -21,16 +21,19 @@ import (
 //	| an ephemeral volume whose backing claim is neither ReadWriteMany nor ReadOnlyMany | DisksNotLiveMigratable |
 //	| an interface with bridge binding on the pod network                        | InterfaceNotLiveMigratable  |
 //	| a GPU or host device passed through                                        | HostDeviceNotLiveMigratable |
+//	| a writable node-local disk (containerDisk, emptyDisk) with a driver known  | DisksNotLiveMigratable      |
+//	|   not to copy disks in a migration (driverMigratesDisks false)             |                             |
 //	| a hypervisor driver known not to declare migration (driverMigrates false)  | DriverNotLiveMigratable     |
 //
 // Disks that are the VMI's own (containerDisk, emptyDisk, cloud-init) move with it and do not
-// count. claims holds the claims of the VMI's volumes that exist, by name; a claim's access
+// count, unless the driver does not copy disks. claims holds the claims of the VMI's volumes that exist, by name; a claim's access
 // modes are its status's once bound, else its spec's. driverMigrates says whether the VMI's
 // hypervisor driver (named driver) declares migration on the VMI's node, as the node's handler
 // publishes it (v1alpha1.DriverMigrationLabel); nil when that is not known (no node yet, a node
-// whose handler has not said), and then it is not a reason. The condition carries no observed
-// generation or times: deriveStatus sets those.
-func liveMigratable(vmi *v1alpha1.VirtualMachineInstance, driver string, claims map[string]*corev1.PersistentVolumeClaim, driverMigrates *bool) v1alpha1.VirtualMachineInstanceCondition {
+// whose handler has not said), and then it is not a reason; driverMigratesDisks likewise says
+// whether it copies the writable node-local disks (v1alpha1.DriverMigrationDisksLabel). The
+// condition carries no observed generation or times: deriveStatus sets those.
+func liveMigratable(vmi *v1alpha1.VirtualMachineInstance, driver string, claims map[string]*corev1.PersistentVolumeClaim, driverMigrates, driverMigratesDisks *bool) v1alpha1.VirtualMachineInstanceCondition {
 	type obstacle struct{ reason, what string }
 	var obstacles []obstacle
 	add := func(reason, format string, args ...any) {
@@ -51,6 +54,15 @@ func liveMigratable(vmi *v1alpha1.VirtualMachineInstance, driver string, claims 
 			if msg := claimShared(claims[name], corev1.ReadWriteMany, corev1.ReadOnlyMany); msg != "" {
 				add(v1alpha1.ReasonDisksNotLiveMigratable, "volume %s: ephemeral's PersistentVolumeClaim %s %s", v.Name, name, msg)
 			}
+		}
+	}
+	if driverMigratesDisks != nil && !*driverMigratesDisks {
+		for _, d := range vmi.Spec.LocalWritableDisks() {
+			what := "an emptyDisk"
+			if d.Overlay {
+				what = "a containerDisk, whose writable overlay"
+			}
+			add(v1alpha1.ReasonDisksNotLiveMigratable, "volume %s: %s is on its node alone, and hypervisor driver %s does not copy disks in a migration on node %s", d.Name, what, driver, vmi.Status.NodeName)
 		}
 	}
 

@@ -61,6 +61,7 @@ func TestLiveMigratable(t *testing.T) {
 		name   string
 		spec   func(*v1alpha1.VirtualMachineInstanceSpec)
 		driver *bool
+		disks  *bool
 		// want is "True", or "False/<reason>" followed by what the message must hold, each "|"-separated.
 		want string
 	}{
@@ -127,6 +128,19 @@ func TestLiveMigratable(t *testing.T) {
 		{name: "driver known not to migrate", driver: new(false), want: "False/DriverNotLiveMigratable|hypervisor driver qmp does not declare live migration on node node-a",
 			spec: func(*v1alpha1.VirtualMachineInstanceSpec) {}},
 		{name: "driver known to migrate", driver: new(true), want: "True", spec: func(*v1alpha1.VirtualMachineInstanceSpec) {}},
+		{name: "node-local disks, a driver that copies no disk", driver: new(true), disks: new(false),
+			want: "False/DisksNotLiveMigratable|volume root: a containerDisk, whose writable overlay is on its node alone|volume scratch: an emptyDisk|hypervisor driver qmp does not copy disks in a migration on node node-a",
+			spec: func(s *v1alpha1.VirtualMachineInstanceSpec) {
+				s.Volumes = []v1alpha1.Volume{own("root"), {Name: "scratch", VolumeSource: v1alpha1.VolumeSource{EmptyDisk: &v1alpha1.EmptyDiskSource{}}}}
+				s.Domain.Devices.Disks = []v1alpha1.Disk{{Name: "root"}, {Name: "scratch"}}
+			}},
+		{name: "node-local disks, a driver that copies them", driver: new(true), disks: new(true), want: "True",
+			spec: func(s *v1alpha1.VirtualMachineInstanceSpec) {
+				s.Volumes = []v1alpha1.Volume{own("root")}
+				s.Domain.Devices.Disks = []v1alpha1.Disk{{Name: "root"}}
+			}},
+		{name: "no node-local disk, a driver that copies none", driver: new(true), disks: new(false), want: "True",
+			spec: func(s *v1alpha1.VirtualMachineInstanceSpec) {}},
 		{name: "every obstacle named, the disks' reason first",
 			want: "False/DisksNotLiveMigratable|interface default:|volume root: PersistentVolumeClaim local|GPU gpu1",
 			spec: func(s *v1alpha1.VirtualMachineInstanceSpec) {
@@ -140,7 +154,7 @@ func TestLiveMigratable(t *testing.T) {
 			vmi := &v1alpha1.VirtualMachineInstance{ObjectMeta: metav1.ObjectMeta{Name: "vm1", Namespace: "ns"}}
 			vmi.Status.NodeName = "node-a"
 			tc.spec(&vmi.Spec)
-			c := liveMigratable(vmi, "qmp", claims, tc.driver)
+			c := liveMigratable(vmi, "qmp", claims, tc.driver, tc.disks)
 			if c.Type != v1alpha1.VirtualMachineInstanceIsMigratable {
 				t.Fatalf("type = %s", c.Type)
 			}

@@ -48,6 +48,9 @@ type observation struct {
 	// VMI's node (the node's v1alpha1.DriverMigrationLabel); nil when that is not known (no node
 	// or driver yet, a node without the label).
 	DriverMigrates *bool
+	// DriverMigratesDisks says whether that driver also copies the VMI's writable node-local
+	// disks (the node's v1alpha1.DriverMigrationDisksLabel); nil when not known.
+	DriverMigratesDisks *bool
 }
 
 // podDown reports whether a pod is finished or on its way out.
@@ -112,7 +115,7 @@ func deriveStatus(vmi *v1alpha1.VirtualMachineInstance, obs observation, now met
 	if obs.Claims != nil {
 		st.VolumeStatus = volumeStatus(vmi, obs.Claims)
 	}
-	setCond(liveMigratable(vmi, st.HypervisorDriver, obs.VolumeClaims, obs.DriverMigrates))
+	setCond(liveMigratable(vmi, st.HypervisorDriver, obs.VolumeClaims, obs.DriverMigrates, obs.DriverMigratesDisks))
 	syncProblem := obs.ClassProblem
 	if syncProblem == nil {
 		syncProblem = obs.CreateProblem

@@ -34,10 +34,12 @@ type DriverFingerprint struct {
 //	capability.kubevisor.io/<kind>.<driver> = healthy | degraded | unhealthy
 //	capability.kubevisor.io/<driver>.<attribute> = <value>
 //	capability.kubevisor.io/<driver>.live-migration = true | false   (hypervisor drivers)
+//	capability.kubevisor.io/<driver>.live-migration-disks = true | false   (those that migrate)
 //
 // A driver without a fingerprint is unhealthy. A loaded hypervisor driver's live-migration
 // label (v1alpha1.DriverMigrationLabel) says whether its capabilities declare
-// FEATURE_HYPERVISOR_MIGRATE; it replaces an attribute of that name. An attribute that does not make a valid label
+// FEATURE_HYPERVISOR_MIGRATE, and, for one that does, live-migration-disks whether they declare
+// migration_disks; they replace attributes of those names. An attribute that does not make a valid label
 // (key or value) is left out and said in problems.
 func NodeLabels(drivers []DriverFingerprint) (labels map[string]string, problems []string) {
 	labels = map[string]string{}
@@ -74,7 +76,11 @@ func NodeLabels(drivers []DriverFingerprint) (labels map[string]string, problems
 			labels[key] = value
 		}
 		if d.Kind == "hypervisor" && d.Capabilities != nil {
-			labels[v1alpha1.DriverMigrationLabel(d.Name)] = strconv.FormatBool(slices.Contains(d.Capabilities.GetFeatures(), basev1.Feature_FEATURE_HYPERVISOR_MIGRATE))
+			migrates := slices.Contains(d.Capabilities.GetFeatures(), basev1.Feature_FEATURE_HYPERVISOR_MIGRATE)
+			labels[v1alpha1.DriverMigrationLabel(d.Name)] = strconv.FormatBool(migrates)
+			if migrates {
+				labels[v1alpha1.DriverMigrationDisksLabel(d.Name)] = strconv.FormatBool(d.Capabilities.GetMigrationDisks())
+			}
 		}
 	}
 	return labels, problems

@@ -42,30 +42,13 @@ const (
 )
 
 // MigratedDisks are the disks of vmi that a migration copies to the target, by name: its
-// writable node-local ones. A containerDisk's overlay is copied top only (the target has the
-// same image beneath its own fresh overlay); an emptyDisk whole. Shared volumes (a
-// ReadWriteMany claim, a shared hostDisk) are reached from the target as they are, cloud-init
-// media are made again there, and read-only disks are not written: none is copied.
+// writable node-local ones (VirtualMachineInstanceSpec.LocalWritableDisks). A containerDisk's
+// overlay is copied top only (the target has the same image beneath its own fresh overlay); an
+// emptyDisk whole.
 func MigratedDisks(vmi *v1alpha1.VirtualMachineInstance) []*hypervisorv1.MigrateDisk {
-	volumes := map[string]*v1alpha1.Volume{}
-	for i := range vmi.Spec.Volumes {
-		volumes[vmi.Spec.Volumes[i].Name] = &vmi.Spec.Volumes[i]
-	}
 	var out []*hypervisorv1.MigrateDisk
-	for _, d := range vmi.Spec.Domain.Devices.Disks {
-		v := volumes[d.Name]
-		if v == nil || d.CDRom != nil && (d.CDRom.ReadOnly == nil || *d.CDRom.ReadOnly) {
-			continue
-		}
-		if d.Disk != nil && d.Disk.ReadOnly {
-			continue
-		}
-		switch {
-		case v.ContainerDisk != nil:
-			out = append(out, &hypervisorv1.MigrateDisk{Name: d.Name, TopOnly: true})
-		case v.EmptyDisk != nil:
-			out = append(out, &hypervisorv1.MigrateDisk{Name: d.Name})
-		}
+	for _, d := range vmi.Spec.LocalWritableDisks() {
+		out = append(out, &hypervisorv1.MigrateDisk{Name: d.Name, TopOnly: d.Overlay})
 	}
 	return out
 }

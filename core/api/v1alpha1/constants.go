@@ -106,6 +106,16 @@ func DriverMigrationLabel(driver string) string {
 	return CapabilityLabelPrefix + driver + ".live-migration"
 }
 
+// DriverMigrationDisksLabel is the node label a handler sets on its node for each loaded
+// hypervisor driver that declares live migration
+// (capability.kubevisor.io/<driver>.live-migration-disks = "true" | "false"): whether the driver
+// also copies a VMI's writable node-local disks (LocalWritableDisks) to the target
+// (Capabilities.migration_disks). A VMI with such disks whose driver says "false" on its node is
+// not LiveMigratable (DisksNotLiveMigratable), and its migration's target pod requires "true".
+func DriverMigrationDisksLabel(driver string) string {
+	return CapabilityLabelPrefix + driver + ".live-migration-disks"
+}
+
 // DriverAttributeLabel is the node label a handler sets to a fingerprint attribute of a loaded
 // driver (capability.kubevisor.io/<driver>.<attribute>, for example capability.kubevisor.io/qmp.accel).
 func DriverAttributeLabel(driver, attribute string) string {

@@ -238,3 +238,37 @@ func (d *DomainSpec) MemoryHugepages() *Hugepages {
 	}
 	return d.Memory.Hugepages
 }
+
+// LocalDisk is a writable disk of a VMI whose data lives on the VMI's node alone.
+type LocalDisk struct {
+	// Name is the disk's (and its volume's) name.
+	Name string
+	// Overlay: the disk is a containerDisk's writable overlay over an image every node can
+	// pull, so only the overlay's own data is the VMI's; else (an emptyDisk) the whole disk is.
+	Overlay bool
+}
+
+// LocalWritableDisks are the VMI's writable node-local disks, in the order of its disks: a
+// containerDisk's overlay and an emptyDisk. A live migration must copy them to the target.
+// Shared volumes (a ReadWriteMany claim, a shared hostDisk) are reached from any node, cloud-init
+// media are made again from the spec, and read-only disks are not written: none is listed.
+func (s *VirtualMachineInstanceSpec) LocalWritableDisks() []LocalDisk {
+	volumes := map[string]*Volume{}
+	for i := range s.Volumes {
+		volumes[s.Volumes[i].Name] = &s.Volumes[i]
+	}
+	var out []LocalDisk
+	for _, d := range s.Domain.Devices.Disks {
+		v := volumes[d.Name]
+		if v == nil || d.CDRom != nil && (d.CDRom.ReadOnly == nil || *d.CDRom.ReadOnly) || d.Disk != nil && d.Disk.ReadOnly {
+			continue
+		}
+		switch {
+		case v.ContainerDisk != nil:
+			out = append(out, LocalDisk{Name: d.Name, Overlay: true})
+		case v.EmptyDisk != nil:
+			out = append(out, LocalDisk{Name: d.Name})
+		}
+	}
+	return out
+}

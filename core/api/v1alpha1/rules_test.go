@@ -156,3 +156,26 @@ func TestGuestHostname(t *testing.T) {
 		}
 	}
 }
+
+func TestLocalWritableDisks(t *testing.T) {
+	yes := true
+	var s VirtualMachineInstanceSpec
+	s.Domain.Devices.Disks = []Disk{
+		{Name: "boot"}, {Name: "scratch"}, {Name: "ro-scratch", DiskDevice: DiskDevice{Disk: &DiskTarget{ReadOnly: true}}},
+		{Name: "cd", DiskDevice: DiskDevice{CDRom: &CDRomTarget{}}}, {Name: "cloudinit"}, {Name: "shared"}, {Name: "no-volume"},
+		{Name: "rw-cd", DiskDevice: DiskDevice{CDRom: &CDRomTarget{ReadOnly: new(false)}}},
+	}
+	s.Volumes = []Volume{
+		{Name: "boot", VolumeSource: VolumeSource{ContainerDisk: &ContainerDiskSource{Image: "img"}}},
+		{Name: "scratch", VolumeSource: VolumeSource{EmptyDisk: &EmptyDiskSource{}}},
+		{Name: "ro-scratch", VolumeSource: VolumeSource{EmptyDisk: &EmptyDiskSource{}}},
+		{Name: "cd", VolumeSource: VolumeSource{ContainerDisk: &ContainerDiskSource{Image: "iso"}}},
+		{Name: "cloudinit", VolumeSource: VolumeSource{CloudInitNoCloud: &CloudInitNoCloudSource{UserData: "x"}}},
+		{Name: "shared", VolumeSource: VolumeSource{HostDisk: &HostDisk{Path: "/d", Shared: &yes}}},
+		{Name: "rw-cd", VolumeSource: VolumeSource{EmptyDisk: &EmptyDiskSource{}}},
+	}
+	want := []LocalDisk{{Name: "boot", Overlay: true}, {Name: "scratch"}, {Name: "rw-cd"}}
+	if got := s.LocalWritableDisks(); !slices.Equal(got, want) {
+		t.Errorf("LocalWritableDisks() = %+v, want %+v", got, want)
+	}
+}
