@@ -428,6 +428,7 @@ func (r *sourceRun) follow(ctx context.Context, progressTimeout time.Duration) {
 	var best uint64
 	lastProgress := time.Now()
 	cancelled, postCopy := "", false
+	mode := v1alpha1.MigrationPreCopy // what run wrote at the start
 	for {
 		select {
 		case <-ctx.Done():
@@ -461,8 +462,8 @@ func (r *sourceRun) follow(ctx context.Context, progressTimeout time.Duration) {
 			r.patch(ctx, func(s *v1alpha1.VirtualMachineInstanceMigrationState) {
 				now := metav1.Now()
 				s.Completed, s.EndTimestamp = true, &now
-				if info.GetMode() == hypervisorv1.MigrationMode_MIGRATION_MODE_POST_COPY {
-					s.Mode = v1alpha1.MigrationPostCopy
+				if info.GetMode() != hypervisorv1.MigrationMode_MIGRATION_MODE_UNSPECIFIED {
+					s.Mode = v1alpha1.MigrationMode(modeWord(info.GetMode()))
 				}
 			})
 			return
@@ -477,10 +478,12 @@ func (r *sourceRun) follow(ctx context.Context, progressTimeout time.Duration) {
 			r.fail(ctx, reason)
 			return
 		}
-		if info.GetMode() == hypervisorv1.MigrationMode_MIGRATION_MODE_POST_COPY && !postCopy {
-			postCopy = true
-			r.patch(ctx, func(s *v1alpha1.VirtualMachineInstanceMigrationState) { s.Mode = v1alpha1.MigrationPostCopy })
+		// The mode as the driver says it: a paused copy from the start, post-copy once switched.
+		if m := v1alpha1.MigrationMode(modeWord(info.GetMode())); info.GetMode() != hypervisorv1.MigrationMode_MIGRATION_MODE_UNSPECIFIED && m != mode {
+			mode = m
+			r.patch(ctx, func(s *v1alpha1.VirtualMachineInstanceMigrationState) { s.Mode = m })
 		}
+		postCopy = info.GetMode() == hypervisorv1.MigrationMode_MIGRATION_MODE_POST_COPY
 		if rem := info.GetRemainingBytes(); best == 0 || rem < best {
 			best, lastProgress = rem, time.Now()
 		} else if cancelled == "" && !postCopy && time.Since(lastProgress) > progressTimeout {
