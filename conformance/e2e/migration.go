@@ -299,6 +299,31 @@ var _ = Describe("Live migration", Label("RequiresTwoNodes", "Migration"), func(
 		Expect(after.Status.NodeName).To(Equal(vmi.Status.NodeName))
 	})
 
+	It("moves a VMI of a class whose driver copies no disk when it has no writable node-local disk (its containerDisk read-only): the same boot, its heartbeat goes on, its web server answers a pod afterwards", func(ctx SpecContext) {
+		f.RequireTwoNodes(ctx)
+		class := f.classCopyingNoDisk(ctx)
+		By(fmt.Sprintf("class %s: driver %s, the guest's containerDisk read-only", class.Name, class.Driver))
+		g := f.bootMigrant(ctx, "nodisk", nil, func(s *v1alpha1.VirtualMachineInstanceSpec) {
+			s.HypervisorClassName = class.Name
+			for i := range s.Domain.Devices.Disks {
+				if d := &s.Domain.Devices.Disks[i]; d.Disk != nil {
+					d.Disk.ReadOnly = true
+				}
+			}
+		})
+		before := f.heartbeats(ctx, g.guestRun)
+		f.migrate(ctx, "nodisk-1", "nodisk")
+		m := f.waitMigrationPhase(ctx, "nodisk-1", v1alpha1.MigrationSucceeded, migrationTimeout)
+		Expect(m.Status.MigrationState).NotTo(BeNil())
+		vmi := f.expectMovedOn(ctx, g, before)
+		Expect(vmi.Status.HypervisorDriver).To(Equal(class.Driver))
+		Eventually(func() string {
+			vmi = f.VMI(ctx, "nodisk")
+			return GuestIP(vmi)
+		}).WithContext(ctx).WithTimeout(time.Minute).WithPolling(time.Second).Should(Equal(f.LauncherPods(ctx, vmi.UID)[0].Status.PodIP))
+		Expect(f.HTTPFromPodOn(ctx, g.node, "http://"+GuestIP(vmi)+"/")).To(ContainSubstring(guest.WebAnswer))
+	})
+
 	It("says a VMI with a containerDisk is not LiveMigratable where its class's driver copies no disk (the node's live-migration-disks label), and refuses its migration", func(ctx SpecContext) {
 		class := f.classCopyingNoDisk(ctx)
 		By(fmt.Sprintf("class %s: driver %s migrates but copies no disk", class.Name, class.Driver))
