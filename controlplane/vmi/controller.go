@@ -152,9 +152,15 @@ func SetupWithManager(mgr ctrl.Manager, opts Options) error {
 
 // vmisAwaitingClass maps a HypervisorClass event to the VMIs that wait for a class.
 func (r *reconciler) vmisAwaitingClass(ctx context.Context, _ client.Object) []reconcile.Request {
+	return r.vmiRequests(ctx, "awaiting a HypervisorClass", client.MatchingFields{awaitingClassIndex: "true"})
+}
+
+// vmiRequests are the requests of the VMIs the cache lists with opts; a listing that fails is
+// logged (what: which VMIs) and brings none.
+func (r *reconciler) vmiRequests(ctx context.Context, what string, opts ...client.ListOption) []reconcile.Request {
 	var list v1alpha1.VirtualMachineInstanceList
-	if err := r.client.List(ctx, &list, client.MatchingFields{awaitingClassIndex: "true"}); err != nil {
-		log.FromContext(ctx).Error(err, "list VMIs awaiting a HypervisorClass")
+	if err := r.client.List(ctx, &list, opts...); err != nil {
+		log.FromContext(ctx).Error(err, "list VMIs "+what)
 		return nil
 	}
 	reqs := make([]reconcile.Request, 0, len(list.Items))
@@ -176,16 +182,8 @@ var claimPhaseChanged = predicate.Funcs{
 
 // vmisUsingClaim maps a PersistentVolumeClaim event to the VMIs not yet Scheduled whose volumes use it.
 func (r *reconciler) vmisUsingClaim(ctx context.Context, o client.Object) []reconcile.Request {
-	var list v1alpha1.VirtualMachineInstanceList
-	if err := r.client.List(ctx, &list, client.InNamespace(o.GetNamespace()), client.MatchingFields{claimIndex: o.GetName()}); err != nil {
-		log.FromContext(ctx).Error(err, "list VMIs using a PersistentVolumeClaim", "claim", o.GetName())
-		return nil
-	}
-	reqs := make([]reconcile.Request, 0, len(list.Items))
-	for _, vmi := range list.Items {
-		reqs = append(reqs, reconcile.Request{NamespacedName: types.NamespacedName{Namespace: vmi.Namespace, Name: vmi.Name}})
-	}
-	return reqs
+	return r.vmiRequests(ctx, "using PersistentVolumeClaim "+o.GetNamespace()+"/"+o.GetName(),
+		client.InNamespace(o.GetNamespace()), client.MatchingFields{claimIndex: o.GetName()})
 }
 
 // migrationLabelsChanged lets through a node's creation and deletion, and the updates that change
@@ -212,16 +210,7 @@ var (
 
 // vmisOnNode maps a Node event to the VMIs on that node.
 func (r *reconciler) vmisOnNode(ctx context.Context, o client.Object) []reconcile.Request {
-	var list v1alpha1.VirtualMachineInstanceList
-	if err := r.client.List(ctx, &list, client.MatchingFields{nodeIndex: o.GetName()}); err != nil {
-		log.FromContext(ctx).Error(err, "list VMIs on a node", "node", o.GetName())
-		return nil
-	}
-	reqs := make([]reconcile.Request, 0, len(list.Items))
-	for _, vmi := range list.Items {
-		reqs = append(reqs, reconcile.Request{NamespacedName: types.NamespacedName{Namespace: vmi.Namespace, Name: vmi.Name}})
-	}
-	return reqs
+	return r.vmiRequests(ctx, "on node "+o.GetName(), client.MatchingFields{nodeIndex: o.GetName()})
 }
 
 // driverMigrates reads, from the cache, whether the VMI's hypervisor driver declares live

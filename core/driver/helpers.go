@@ -2,8 +2,13 @@ package driver
 
 import (
 	"context"
+	"os"
+	"path/filepath"
+	"strings"
 	"time"
 
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 
 	basev1 "github.com/kubevisor/kubevisor/core/driver/base/v1"
@@ -57,4 +62,33 @@ func WatchFingerprint(ctx context.Context, interval time.Duration,
 		case <-changed:
 		}
 	}
+}
+
+// MigrationSocket is the unix socket a MigrateRequest names: target_socket_path, or target_uri as
+// "unix:PATH", which must exist and be a socket. Errors are gRPC statuses naming the field:
+// InvalidArgument for a target_uri of another scheme ("the <driver> driver migrates over unix
+// sockets only") or a path that is empty or relative, FailedPrecondition for no socket there.
+func MigrationSocket(driver string, req *hypervisorv1.MigrateRequest) (string, error) {
+	field, path := "targetSocketPath", req.GetTargetSocketPath()
+	if uri := req.GetTargetUri(); uri != "" {
+		p, ok := strings.CutPrefix(uri, "unix:")
+		if !ok {
+			return "", status.Errorf(codes.InvalidArgument, "targetUri: %q is not unix:PATH (the %s driver migrates over unix sockets only)", uri, driver)
+		}
+		field, path = "targetUri", p
+	}
+	switch {
+	case path == "":
+		return "", status.Errorf(codes.InvalidArgument, "%s: required", field)
+	case !filepath.IsAbs(path):
+		return "", status.Errorf(codes.InvalidArgument, "%s: %q is not an absolute path", field, path)
+	}
+	fi, err := os.Stat(path)
+	switch {
+	case err != nil:
+		return "", status.Errorf(codes.FailedPrecondition, "%s: no socket at %s: %v", field, path, err)
+	case fi.Mode()&os.ModeSocket == 0:
+		return "", status.Errorf(codes.FailedPrecondition, "%s: %s is not a socket", field, path)
+	}
+	return path, nil
 }

@@ -2,9 +2,16 @@ package driver_test
 
 import (
 	"context"
+	"net"
+	"os"
+	"path/filepath"
+	"strings"
 	"sync"
 	"testing"
 	"time"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 
 	"github.com/kubevisor/kubevisor/core/driver"
 	basev1 "github.com/kubevisor/kubevisor/core/driver/base/v1"
@@ -89,5 +96,38 @@ func TestChangedDevices(t *testing.T) {
 	if len(sent) != 4 || len(sent[0]) != 0 || sent[1][0].GetHealth() != basev1.Health_HEALTH_HEALTHY ||
 		sent[2][0].GetHealth() != basev1.Health_HEALTH_UNHEALTHY || len(sent[3]) != 0 {
 		t.Errorf("sent %v", sent)
+	}
+}
+
+func TestMigrationSocket(t *testing.T) {
+	dir := t.TempDir()
+	sock := filepath.Join(dir, "m.sock")
+	l, err := net.Listen("unix", sock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	file := filepath.Join(dir, "file")
+	if err := os.WriteFile(file, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		req        *hypervisorv1.MigrateRequest
+		code       codes.Code
+		field      string
+		wantSocket string
+	}{
+		{&hypervisorv1.MigrateRequest{TargetSocketPath: sock}, codes.OK, "", sock},
+		{&hypervisorv1.MigrateRequest{TargetUri: "unix:" + sock}, codes.OK, "", sock},
+		{&hypervisorv1.MigrateRequest{TargetUri: "tcp:10.0.0.1:4444"}, codes.InvalidArgument, "the test driver migrates over unix sockets only", ""},
+		{&hypervisorv1.MigrateRequest{TargetSocketPath: "m.sock"}, codes.InvalidArgument, "targetSocketPath", ""},
+		{&hypervisorv1.MigrateRequest{}, codes.InvalidArgument, "targetSocketPath", ""},
+		{&hypervisorv1.MigrateRequest{TargetSocketPath: filepath.Join(dir, "none")}, codes.FailedPrecondition, "targetSocketPath", ""},
+		{&hypervisorv1.MigrateRequest{TargetSocketPath: file}, codes.FailedPrecondition, "not a socket", ""},
+	} {
+		got, err := driver.MigrationSocket("test", tc.req)
+		if status.Code(err) != tc.code || got != tc.wantSocket || (tc.field != "" && !strings.Contains(status.Convert(err).Message(), tc.field)) {
+			t.Errorf("MigrationSocket(%v) = %q, %v; want %q, %s naming %q", tc.req, got, err, tc.wantSocket, tc.code, tc.field)
+		}
 	}
 }

@@ -5,8 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"path/filepath"
-	"strings"
 	"time"
 
 	"google.golang.org/grpc/codes"
@@ -131,33 +129,6 @@ func (d *Driver) endMigrationLocked(v *vm, phase hypervisorv1.MigrationPhase, ms
 	d.emitMigrationLocked(v)
 }
 
-// migrationSocket is the unix socket of a MigrateRequest: target_socket_path, or target_uri as
-// "unix:PATH".
-func migrationSocket(req *hypervisorv1.MigrateRequest) (string, error) {
-	field, path := "targetSocketPath", req.GetTargetSocketPath()
-	if uri := req.GetTargetUri(); uri != "" {
-		p, ok := strings.CutPrefix(uri, "unix:")
-		if !ok {
-			return "", status.Errorf(codes.InvalidArgument, "targetUri: %q is not unix:PATH (the libvirt driver migrates over unix sockets only)", uri)
-		}
-		field, path = "targetUri", p
-	}
-	switch {
-	case path == "":
-		return "", status.Errorf(codes.InvalidArgument, "%s: required", field)
-	case !filepath.IsAbs(path):
-		return "", status.Errorf(codes.InvalidArgument, "%s: %q is not an absolute path", field, path)
-	}
-	fi, err := os.Stat(path)
-	switch {
-	case err != nil:
-		return "", status.Errorf(codes.FailedPrecondition, "%s: no socket at %s: %v", field, path, err)
-	case fi.Mode()&os.ModeSocket == 0:
-		return "", status.Errorf(codes.FailedPrecondition, "%s: %s is not a socket", field, path)
-	}
-	return path, nil
-}
-
 // socketURI is the libvirt URI of a session daemon reached at the unix socket path.
 func socketURI(path string) string { return "qemu+unix:///session?socket=" + path }
 
@@ -199,7 +170,7 @@ func (d *Driver) Migrate(ctx context.Context, req *hypervisorv1.MigrateRequest) 
 	if disks := req.GetDisks(); len(disks) > 0 {
 		return status.Errorf(codes.FailedPrecondition, "disks[0] (%q): the libvirt driver does not copy disks in a migration (Capabilities.migration_disks is false): a VM with a node-local writable disk (a containerDisk's overlay, an emptyDisk) does not migrate with it", disks[0].GetName())
 	}
-	path, err := migrationSocket(req)
+	path, err := driver.MigrationSocket("libvirt", req)
 	if err != nil {
 		return err
 	}

@@ -4,8 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"os"
-	"path/filepath"
 	"strconv"
 	"strings"
 	"time"
@@ -222,33 +220,6 @@ func (d *Driver) endMigrationLocked(v *vm, phase hypervisorv1.MigrationPhase, ms
 	d.emitMigrationLocked(v)
 }
 
-// migrationSocket is the unix socket of a MigrateRequest: target_socket_path, or target_uri as
-// "unix:PATH" (the only form this driver understands: it never migrates over the network).
-func migrationSocket(req *hypervisorv1.MigrateRequest) (string, error) {
-	field, path := "targetSocketPath", req.GetTargetSocketPath()
-	if uri := req.GetTargetUri(); uri != "" {
-		p, ok := strings.CutPrefix(uri, "unix:")
-		if !ok {
-			return "", status.Errorf(codes.InvalidArgument, "targetUri: %q is not unix:PATH (the qmp driver migrates over unix sockets only)", uri)
-		}
-		field, path = "targetUri", p
-	}
-	switch {
-	case path == "":
-		return "", status.Errorf(codes.InvalidArgument, "%s: required", field)
-	case !filepath.IsAbs(path):
-		return "", status.Errorf(codes.InvalidArgument, "%s: %q is not an absolute path", field, path)
-	}
-	fi, err := os.Stat(path)
-	switch {
-	case err != nil:
-		return "", status.Errorf(codes.FailedPrecondition, "%s: no socket at %s: %v", field, path, err)
-	case fi.Mode()&os.ModeSocket == 0:
-		return "", status.Errorf(codes.FailedPrecondition, "%s: %s is not a socket", field, path)
-	}
-	return path, nil
-}
-
 // capability is one entry of migrate-set-capabilities.
 type capability struct {
 	Capability string `json:"capability"`
@@ -266,7 +237,7 @@ func (d *Driver) Migrate(ctx context.Context, req *hypervisorv1.MigrateRequest) 
 	if err != nil {
 		return err
 	}
-	path, err := migrationSocket(req)
+	path, err := driver.MigrationSocket("qmp", req)
 	if err != nil {
 		return err
 	}

@@ -1,16 +1,11 @@
 package qmp
 
 import (
-	"net"
-	"os"
-	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
 	"time"
 
-	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	domainv1 "github.com/kubevisor/kubevisor/core/domain/v1"
@@ -111,39 +106,6 @@ func TestApplyQuery(t *testing.T) {
 	applyQuery(info, &queryMigrate{Status: "postcopy-active"})
 	if info.GetMode() != hypervisorv1.MigrationMode_MIGRATION_MODE_POST_COPY {
 		t.Errorf("postcopy-active: mode %s", info.GetMode())
-	}
-}
-
-func TestMigrationSocket(t *testing.T) {
-	dir := t.TempDir()
-	sock := filepath.Join(dir, "m.sock")
-	l, err := net.Listen("unix", sock)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	file := filepath.Join(dir, "file")
-	if err := os.WriteFile(file, nil, 0o600); err != nil {
-		t.Fatal(err)
-	}
-	for _, tc := range []struct {
-		req        *hypervisorv1.MigrateRequest
-		code       codes.Code
-		field      string
-		wantSocket string
-	}{
-		{&hypervisorv1.MigrateRequest{TargetSocketPath: sock}, codes.OK, "", sock},
-		{&hypervisorv1.MigrateRequest{TargetUri: "unix:" + sock}, codes.OK, "", sock},
-		{&hypervisorv1.MigrateRequest{TargetUri: "tcp:10.0.0.1:4444"}, codes.InvalidArgument, "targetUri", ""},
-		{&hypervisorv1.MigrateRequest{TargetSocketPath: "m.sock"}, codes.InvalidArgument, "targetSocketPath", ""},
-		{&hypervisorv1.MigrateRequest{}, codes.InvalidArgument, "targetSocketPath", ""},
-		{&hypervisorv1.MigrateRequest{TargetSocketPath: filepath.Join(dir, "none")}, codes.FailedPrecondition, "targetSocketPath", ""},
-		{&hypervisorv1.MigrateRequest{TargetSocketPath: file}, codes.FailedPrecondition, "not a socket", ""},
-	} {
-		got, err := migrationSocket(tc.req)
-		if status.Code(err) != tc.code || got != tc.wantSocket || (tc.field != "" && !strings.Contains(status.Convert(err).Message(), tc.field)) {
-			t.Errorf("migrationSocket(%v) = %q, %v; want %q, %s naming %q", tc.req, got, err, tc.wantSocket, tc.code, tc.field)
-		}
 	}
 }
 
