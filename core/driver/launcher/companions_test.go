@@ -95,7 +95,9 @@ func TestLocalStarterCompanions(t *testing.T) {
 	}
 	defer r.Close()
 	pid, err := LocalStarter{}.Start(context.Background(), &Command{
-		Path: "/bin/sh", Args: []string{"-c", "test -s " + pidFile + " && sleep 0.5"}, LogPath: filepath.Join(dir, "vm.log"),
+		// The process outlives the checks below (a loaded machine may take a while to run
+		// them): its end ends the companion.
+		Path: "/bin/sh", Args: []string{"-c", "test -s " + pidFile + " && sleep 3"}, LogPath: filepath.Join(dir, "vm.log"),
 		Companions: []*Companion{{Name: "helper", Path: "/bin/sh", LogPath: filepath.Join(dir, "helper.log"), ExtraFiles: []*os.File{w},
 			Args: []string{"-c", "echo $$ >" + pidFile + "; echo ok >&3; exec 3>&-; exec sleep 60"}}},
 	})
