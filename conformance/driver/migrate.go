@@ -235,12 +235,7 @@ func (s *vmSuite) waitMigration(t T, m driver.Migrator, id string, until func(*h
 }
 
 func migrationEnded(info *hypervisorv1.MigrationInfo) bool {
-	switch info.GetPhase() {
-	case hypervisorv1.MigrationPhase_MIGRATION_PHASE_COMPLETED, hypervisorv1.MigrationPhase_MIGRATION_PHASE_FAILED,
-		hypervisorv1.MigrationPhase_MIGRATION_PHASE_CANCELLED:
-		return true
-	}
-	return false
+	return driver.MigrationEnded(info.GetPhase())
 }
 
 // waitState waits for a VM to reach want (up to within), and returns its last status.

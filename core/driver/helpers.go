@@ -92,3 +92,13 @@ func MigrationSocket(driver string, req *hypervisorv1.MigrateRequest) (string, e
 	}
 	return path, nil
 }
+
+// MigrationEnded says whether a migration in phase p is over: COMPLETED, FAILED or CANCELLED.
+func MigrationEnded(p hypervisorv1.MigrationPhase) bool {
+	switch p {
+	case hypervisorv1.MigrationPhase_MIGRATION_PHASE_COMPLETED, hypervisorv1.MigrationPhase_MIGRATION_PHASE_FAILED,
+		hypervisorv1.MigrationPhase_MIGRATION_PHASE_CANCELLED:
+		return true
+	}
+	return false
+}

@@ -131,3 +131,15 @@ func TestMigrationSocket(t *testing.T) {
 		}
 	}
 }
+
+func TestMigrationEnded(t *testing.T) {
+	for p, want := range map[hypervisorv1.MigrationPhase]bool{
+		hypervisorv1.MigrationPhase_MIGRATION_PHASE_UNSPECIFIED: false, hypervisorv1.MigrationPhase_MIGRATION_PHASE_SETUP: false,
+		hypervisorv1.MigrationPhase_MIGRATION_PHASE_ACTIVE: false, hypervisorv1.MigrationPhase_MIGRATION_PHASE_COMPLETED: true,
+		hypervisorv1.MigrationPhase_MIGRATION_PHASE_FAILED: true, hypervisorv1.MigrationPhase_MIGRATION_PHASE_CANCELLED: true,
+	} {
+		if got := driver.MigrationEnded(p); got != want {
+			t.Errorf("MigrationEnded(%s) = %v, want %v", p, got, want)
+		}
+	}
+}

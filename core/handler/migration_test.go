@@ -48,9 +48,7 @@ func waitMigration(t *testing.T, h *Handler, uid types.UID) *hypervisorv1.Migrat
 		if info, err = h.MigrationStatus(ctx, uid); err != nil {
 			return err
 		}
-		switch info.GetPhase() {
-		case hypervisorv1.MigrationPhase_MIGRATION_PHASE_COMPLETED, hypervisorv1.MigrationPhase_MIGRATION_PHASE_FAILED,
-			hypervisorv1.MigrationPhase_MIGRATION_PHASE_CANCELLED:
+		if driver.MigrationEnded(info.GetPhase()) {
 			return nil
 		}
 		return fmt.Errorf("migration %s", info.GetPhase())

@@ -68,12 +68,7 @@ func (m *migration) ended() bool {
 	if m == nil {
 		return true
 	}
-	switch m.info.GetPhase() {
-	case hypervisorv1.MigrationPhase_MIGRATION_PHASE_COMPLETED, hypervisorv1.MigrationPhase_MIGRATION_PHASE_FAILED,
-		hypervisorv1.MigrationPhase_MIGRATION_PHASE_CANCELLED:
-		return true
-	}
-	return false
+	return driver.MigrationEnded(m.info.GetPhase())
 }
 
 func (m *migration) source() bool {

@@ -83,14 +83,14 @@ func TCGLosesMigrationWrites(version string) bool {
 	return !ok || err != nil || n < tcgDirtyTrackingFixed
 }
 
-// pausesMigration says whether a VM of accel on the QEMU of session s migrates paused: an
+// PausesMigration says whether a VM of accel on the QEMU behind mon migrates paused: an
 // emulated VM on a QEMU that loses its writes in a live copy (query-version; a QEMU that does
 // not answer counts as one).
-func pausesMigration(ctx context.Context, s *session, accel Accel) bool {
+func PausesMigration(ctx context.Context, mon Monitor, accel Accel) bool {
 	if accel != AccelTCG {
 		return false
 	}
-	raw, err := s.mon.Run(ctx, "query-version", nil)
+	raw, err := mon.Run(ctx, "query-version", nil)
 	var v struct {
 		QEMU struct{ Major, Minor, Micro int } `json:"qemu"`
 	}
@@ -145,12 +145,7 @@ func (m *migration) ended() bool {
 	if m == nil {
 		return true
 	}
-	switch m.info.GetPhase() {
-	case hypervisorv1.MigrationPhase_MIGRATION_PHASE_COMPLETED, hypervisorv1.MigrationPhase_MIGRATION_PHASE_FAILED,
-		hypervisorv1.MigrationPhase_MIGRATION_PHASE_CANCELLED:
-		return true
-	}
-	return false
+	return driver.MigrationEnded(m.info.GetPhase())
 }
 
 func (m *migration) role() hypervisorv1.MigrationRole { return m.info.GetRole() }
@@ -272,7 +267,7 @@ func (d *Driver) Migrate(ctx context.Context, req *hypervisorv1.MigrateRequest) 
 		return status.Errorf(codes.InvalidArgument, "bandwidthBytesPerSecond: %v", err)
 	}
 	mode := hypervisorv1.MigrationMode_MIGRATION_MODE_PRE_COPY
-	if pausesMigration(ctx, s, v.rec.Accel) {
+	if PausesMigration(ctx, s.mon, v.rec.Accel) {
 		mode = hypervisorv1.MigrationMode_MIGRATION_MODE_PAUSED
 	}
 	v.mu.Lock()

@@ -57,12 +57,7 @@ func waitMigration(t *testing.T, d *Driver, id string, timeout time.Duration, co
 		if err != nil {
 			t.Fatalf("MigrationStatus: %v", err)
 		}
-		switch info.GetPhase() {
-		case hypervisorv1.MigrationPhase_MIGRATION_PHASE_COMPLETED, hypervisorv1.MigrationPhase_MIGRATION_PHASE_FAILED,
-			hypervisorv1.MigrationPhase_MIGRATION_PHASE_CANCELLED:
-			return info
-		}
-		if cond != nil && cond(info) {
+		if driver.MigrationEnded(info.GetPhase()) || cond != nil && cond(info) {
 			return info
 		}
 		if time.Now().After(deadline) {

@@ -594,10 +594,7 @@ func (m *migrator) rawRound(ctx context.Context, mode string, i int) (migResult,
 		}
 	}
 	// The driver's paused copy where it makes one (drivers/qmp/migrate.go).
-	paused, err := m.rawPaused(ctx, src)
-	if err != nil {
-		return migResult{}, err
-	}
+	paused := qmp.PausesMigration(ctx, src.mon, m.accel)
 	if paused {
 		if _, err := src.mon.Run(ctx, "stop", nil); err != nil {
 			return migResult{}, fmt.Errorf("stop: %w", err)
@@ -705,25 +702,6 @@ func (m *migrator) rawRound(ctx context.Context, mode string, i int) (migResult,
 	}
 	res.Gap, err = HeartbeatGap(append(src.beats.Beats(), dst.beats.Beats()...))
 	return res, err
-}
-
-// rawPaused says whether the qmp driver would copy the memory of the raw source with the guest
-// paused: emulated, on a QEMU that loses a live copy's writes (qmp.TCGLosesMigrationWrites).
-func (m *migrator) rawPaused(ctx context.Context, v *rawVM) (bool, error) {
-	if m.accel != qmp.AccelTCG {
-		return false, nil
-	}
-	raw, err := v.mon.Run(ctx, "query-version", nil)
-	if err != nil {
-		return false, fmt.Errorf("query-version: %w", err)
-	}
-	var q struct {
-		QEMU struct{ Major, Minor, Micro int } `json:"qemu"`
-	}
-	if err := json.Unmarshal(raw, &q); err != nil {
-		return false, fmt.Errorf("query-version: %w", err)
-	}
-	return qmp.TCGLosesMigrationWrites(fmt.Sprintf("%d.%d.%d", q.QEMU.Major, q.QEMU.Minor, q.QEMU.Micro)), nil
 }
 
 // mirrorJob is the bench's mirror job in query-block-jobs.
