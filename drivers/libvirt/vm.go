@@ -968,11 +968,11 @@ func (d *Driver) Delete(_ context.Context, id string) error {
 	v.op.Lock()
 	defer v.op.Unlock()
 	v.mu.Lock()
-	if active(v.state) {
-		v.mu.Unlock()
-		return status.Errorf(codes.FailedPrecondition, "vm %q is %s: stop it first", id, v.state)
-	}
+	st := v.state
 	v.mu.Unlock()
+	if active(st) {
+		return status.Errorf(codes.FailedPrecondition, "vm %q is %s: stop it first", id, st)
+	}
 	d.stopDaemon(v)
 	v.removeIncomingLink()
 	v.dmn.remove()
