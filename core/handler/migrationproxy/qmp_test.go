@@ -1,7 +1,6 @@
 package migrationproxy
 
 import (
-	"bytes"
 	"errors"
 	"io/fs"
 	"os"
@@ -14,7 +13,7 @@ import (
 	conformance "github.com/kubevisor/kubevisor/conformance/driver"
 	"github.com/kubevisor/kubevisor/conformance/driver/cli"
 	"github.com/kubevisor/kubevisor/core/handler/internal/testpki"
-	"github.com/kubevisor/kubevisor/internal/testbin"
+	"github.com/kubevisor/kubevisor/internal/kittest"
 	"github.com/kubevisor/kubevisor/internal/testenv"
 )
 
@@ -32,21 +31,6 @@ import (
 // the same bytes each way, and no socket of theirs is left.
 func TestQMPMigrationThroughTheProxy(t *testing.T) {
 	testenv.Command(t, "qemu-system-x86_64", "qemu-system-x86")
-	dir := os.Getenv("KUBEVISOR_GUEST_DIR")
-	if dir == "" {
-		dir, _ = filepath.Abs(filepath.Join("..", "..", "..", "_output", "guest"))
-	}
-	if _, err := conformance.GuestFromDir(dir); err != nil {
-		testenv.Missing(t, "test guest not built: run make guest (%v)", err)
-	}
-	bin := t.TempDir()
-	if err := testbin.Build(bin, false,
-		"github.com/kubevisor/kubevisor/cmd/kubevisor-driver-qmp",
-		"github.com/kubevisor/kubevisor/cmd/kubevisor-driver-local",
-		"github.com/kubevisor/kubevisor/cmd/kubevisor-launcher"); err != nil {
-		t.Fatal(err)
-	}
-
 	ca := testpki.NewCA(t, "kubevisor-ca")
 	src := startNode(t, sourceNode, testpki.CertDir(t, ca, node(sourceNode), ca))
 	tgt := startNode(t, targetNode, testpki.CertDir(t, ca, node(targetNode), ca))
@@ -94,26 +78,11 @@ func TestQMPMigrationThroughTheProxy(t *testing.T) {
 		return paths
 	}
 
-	var stdout, stderr bytes.Buffer
-	code := cli.RunVM(cli.VMConfig{
-		Hypervisor: filepath.Join(bin, "kubevisor-driver-qmp"),
-		Storage:    filepath.Join(bin, "kubevisor-driver-local"),
-		Launcher:   filepath.Join(bin, "kubevisor-launcher"),
-		GuestDir:   dir,
-		Boot:       "kernel",
-		DiskBus:    "virtio", CDROMBus: "scsi",
-		Run:             "Migrate",
-		StateDir:        filepath.Join(t.TempDir(), "state"),
-		Timeout:         conformance.DefaultVMTimeout,
-		BootTimeout:     conformance.DefaultBootTimeout,
-		ShutdownTimeout: conformance.DefaultGuestShutdownTimeout,
-		LogLevel:        "warn",
-		MigrationRelay:  relay,
-	}, &stdout, &stderr)
-	out := stdout.String()
+	r := kittest.RunVM(t, kittest.Options{Hypervisor: "qmp", Run: "Migrate", Relay: relay})
+	out := r.Stdout
 	t.Logf("kubevisor-conformance vm --run Migrate, through the proxies:\n%s", out)
-	if code != cli.ExitOK {
-		t.Errorf("exit code %d, want %d; stderr:\n%s", code, cli.ExitOK, tail(stderr.String(), 60))
+	if r.Code != cli.ExitOK {
+		t.Errorf("exit code %d, want %d; stderr:\n%s", r.Code, cli.ExitOK, kittest.Tail(r.Stderr, 60))
 	}
 	for _, check := range []string{"Migrate/KeepsGuestState", "Migrate/Progress", "Migrate/Cancel", "Migrate/LocalDisks", "Migrate/LocalDisksCancel"} {
 		if !regexp.MustCompile(`--- PASS: vm/` + check + ` `).MatchString(out) {
@@ -174,13 +143,4 @@ func TestQMPMigrationThroughTheProxy(t *testing.T) {
 			t.Errorf("%s logged a refusal:\n%s", n.name, n.log.String())
 		}
 	}
-}
-
-// tail is the last n lines of s.
-func tail(s string, n int) string {
-	lines := strings.Split(strings.TrimRight(s, "\n"), "\n")
-	if len(lines) > n {
-		lines = lines[len(lines)-n:]
-	}
-	return strings.Join(lines, "\n")
 }
