@@ -127,16 +127,9 @@ func (d daemon) remove() {
 // launcher there is none: the daemon outlives the driver process, and the driver's thread that
 // forked it may end at any time.
 func (d daemon) command(setpriv string, launched bool) *launcher.Command {
-	args := []string{
-		"--reuid=" + strconv.Itoa(d.user.UID), "--regid=" + strconv.Itoa(d.user.GID), "--clear-groups",
-		"--inh-caps=-all", "--bounding-set=-all", "--no-new-privs",
-	}
-	if launched {
-		args = append(args, "--pdeathsig=KILL")
-	}
 	return &launcher.Command{
 		Path: setpriv,
-		Args: append(args, "--", d.path),
+		Args: d.asUser(launched, d.path),
 		Env: []string{
 			"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
 			"HOME=" + filepath.Join(d.dir, "h"),
@@ -146,6 +139,19 @@ func (d daemon) command(setpriv string, launched bool) *launcher.Command {
 		},
 		LogPath: d.logPath(),
 	}
+}
+
+// asUser is setpriv's arguments that run argv as the VM's user with no capability and
+// no_new_privs (and, through a launcher, killed when it dies).
+func (d daemon) asUser(launched bool, argv ...string) []string {
+	args := []string{
+		"--reuid=" + strconv.Itoa(d.user.UID), "--regid=" + strconv.Itoa(d.user.GID), "--clear-groups",
+		"--inh-caps=-all", "--bounding-set=-all", "--no-new-privs",
+	}
+	if launched {
+		args = append(args, "--pdeathsig=KILL")
+	}
+	return append(append(args, "--"), argv...)
 }
 
 // emulator is the domain's emulator for a daemon started through a launcher: a script in the

@@ -171,22 +171,52 @@
 //     ended while no driver ran is STOPPED (Migrated) when the target's daemon runs the domain
 //     (asked through the socket it migrated to), otherwise the migration FAILED.
 //
+// Disks (Capabilities.migration_disks; migratedisks.go). libvirt's own storage migration
+// cannot be used: with a tunnelled migration libvirt 9.0 refuses it ("migration of non-shared
+// storage is not supported with tunnelled migration and this QEMU"), and a native one takes one
+// disks URI for both ends (the target's NBD server listens on it, the source's QEMU connects
+// to it), while the contract gives the two ends different sockets. So the copy is the driver's:
+//
+//   - Target: a Start with incoming_migration.disks starts QEMU's storage daemon
+//     (qemu-storage-daemon, beside QEMU) as a launcher companion of the VM's libvirtd, as the
+//     VM's user: a QMP monitor and an NBD server on sockets of its own in the run dir, one
+//     writable export per disk, named as the disk, of the fresh image the target's storage
+//     driver made. The driver relays disks_socket_path to that NBD socket and counts the
+//     connections: once every disk's came and all closed (the source completed its copies), or
+//     the migration ended, it makes the storage daemon quit and waits for its exit, so that its
+//     image locks are gone before libvirt's Prepare starts the target's QEMU on the images; a
+//     connection that comes meanwhile is held, and closed without a byte once it has exited.
+//   - Source: Migrate checks the disks as the qmp driver does (qmp.MigrationDisks), gives the
+//     VM's user an ACL entry on target_disks_socket_path, and starts libvirt's block copy of
+//     each disk (virDomainBlockCopy, REUSE_EXT, SHALLOW for a top_only one: the top image only,
+//     the target's is over the same base) into an NBD disk on that socket, limited to the
+//     bandwidth, and returns: phase ACTIVE, the guest runs on and its writes are mirrored. The
+//     disk watcher samples the copies (virDomainGetBlockJobInfo; ready: the domain XML's
+//     mirror ready='yes') every 200 ms into MigrationInfo's disk figures. Once every copy is
+//     ready it pauses the guest (virDomainSuspend), completes every copy (virDomainBlockJobAbort
+//     without pivot: for a ready copy libvirt waits for the target to be in sync, and the
+//     source stays on its own images), waits until a connection to target_disks_socket_path is
+//     refused or closed without a byte (the target released the images), then migrates the
+//     memory as above, paused (MIGRATION_MODE_PAUSED: libvirt refuses a migration while a block
+//     job runs, so the copies end first, and the guest may not write in between). libvirt's
+//     Finish leaves the arrived domain paused, as the source was; the target's driver resumes
+//     it (lifecycle SUSPENDED, paused, after STARTED, migrated). A copy that fails, a cancel or
+//     the completion timeout before the memory moves aborts the copies, and the guest runs on
+//     here on its own disks (resumed, when it was paused for the switch-over).
+//
 // Limits of live migration:
 //
-//   - No disks are copied (Capabilities.migration_disks is false): a VM with a node-local
-//     writable disk (a containerDisk's overlay, an emptyDisk) cannot migrate on this driver, and
-//     Migrate with disks and Create with incoming_migration.disks are refused. libvirt's NBD copy
-//     (VIR_MIGRATE_NON_SHARED_DISK/INC) takes one disks URI for both ends: the target's daemon
-//     makes its NBD server listen on it and the source's QEMU connects to the same path, while
-//     the contract has the target serve at disks_socket_path and the source connect to the
-//     different target_disks_socket_path (the proxies' socket); on one host both paths are in
-//     one file system, so neither a symlink nor a shared path makes the two meet.
+//   - With disks the memory always moves paused, also where QEMU could copy it live (KVM, or
+//     QEMU 9.0 and later): the downtime is the whole memory copy.
+//   - A driver restart in the disk phase fails the migration: the target's relay is the
+//     driver's, and a restarted source's Recover aborts the copies (the guest runs on there)
+//     rather than re-adopting them, as the contract's Recover asks.
 //   - No post-copy: allow_post_copy is accepted (MigrationInfo.post_copy says it was allowed)
 //     but never used, since libvirt 9.0 refuses post-copy in a tunnelled migration ("post-copy
 //     is not supported with tunnelled migration"), and tunnelling is what puts the whole
 //     migration in the one socket connection; a migration that does not converge is cancelled
 //     at its completion timeout. A native (not tunnelled) migration would allow post-copy but
-//     takes one unix socket path for QEMU's stream at both ends, as the disk copy above.
+//     takes one unix socket path for QEMU's stream at both ends, as libvirt's disk copy does.
 //   - The target's domain is the source's XML checked by libvirt against the target's (ABI
 //     stability): both specs must be the same but for their paths, as the host makes them.
 //   - Only a RUNNING VM migrates (a PAUSED one is refused).
@@ -198,8 +228,7 @@
 //
 //   - The domain spec's fields this driver does not implement are refused at Create with their
 //     field path (BuildDomain), and left out of Capabilities: launch security, huge pages,
-//     BIOS serial output, lun, NIC descriptors (tap_fd); migration copies no disk (Live
-//     migration).
+//     BIOS serial output, lun, NIC descriptors (tap_fd).
 //   - The guest agent (guestagent.go) is reached through the VM's daemon, which is the agent
 //     channel's one client (virDomainQemuAgentCommand, libvirt-qemu). A soft reboot
 //     (softreboot.go) is libvirt's fake reboot; its pending mark lives in the daemon, so a driver

@@ -137,9 +137,8 @@ func (d *Driver) Capabilities(ctx context.Context) (*basev1.Capabilities, error)
 		Devices:      devices,
 		// The TPM's state and the EFI variable store in persistent_state_dir (tpm.go).
 		PersistentState: true,
-		// libvirt's NBD disk copy cannot follow two socket paths (the package doc's "Live
-		// migration").
-		MigrationDisks: false,
+		// Block copies into QEMU's storage daemon at the target (migratedisks.go).
+		MigrationDisks: true,
 	}, nil
 }
 

@@ -42,8 +42,8 @@ func TestCapabilitiesDeclared(t *testing.T) {
 	if !caps.GetPersistentState() {
 		t.Errorf("Capabilities.persistent_state is false")
 	}
-	if caps.GetMigrationDisks() {
-		t.Errorf("Capabilities.migration_disks is true: the driver copies no disk in a migration (doc.go, Live migration)")
+	if !caps.GetMigrationDisks() {
+		t.Errorf("Capabilities.migration_disks is false: the driver copies disks in a migration (migratedisks.go)")
 	}
 	var _ driver.SoftRebooter = New()
 	var _ driver.GuestAgent = New()

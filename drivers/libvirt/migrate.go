@@ -162,10 +162,11 @@ func (d *Driver) Migrate(ctx context.Context, req *hypervisorv1.MigrateRequest) 
 	if err != nil {
 		return err
 	}
-	if disks := req.GetDisks(); len(disks) > 0 {
-		return status.Errorf(codes.FailedPrecondition, "disks[0] (%q): the libvirt driver does not copy disks in a migration (Capabilities.migration_disks is false): a VM with a node-local writable disk (a containerDisk's overlay, an emptyDisk) does not migrate with it", disks[0].GetName())
-	}
 	path, err := driver.MigrationSocket("libvirt", req)
+	if err != nil {
+		return err
+	}
+	copies, disksSocket, err := qmp.MigrationDisks(v.spec, req)
 	if err != nil {
 		return err
 	}
@@ -201,6 +202,13 @@ func (d *Driver) Migrate(ctx context.Context, req *hypervisorv1.MigrateRequest) 
 		release()
 		return status.Errorf(codes.FailedPrecondition, "targetSocketPath: let the VM's user (%s) connect to %s: %v", v.rec.User.Name, path, err)
 	}
+	if disksSocket != "" {
+		// The source's QEMU, the VM's user, connects to the target's NBD server.
+		if err := grantAccess(v.rec.User, disksSocket, true); err != nil {
+			release()
+			return status.Errorf(codes.FailedPrecondition, "targetDisksSocketPath: let the VM's user (%s) connect to %s: %v", v.rec.User.Name, disksSocket, err)
+		}
+	}
 	destXML, err := targetDomainXML(ctx, path)
 	if err != nil {
 		release()
@@ -226,7 +234,9 @@ func (d *Driver) Migrate(ctx context.Context, req *hypervisorv1.MigrateRequest) 
 	}
 	mode := hypervisorv1.MigrationMode_MIGRATION_MODE_PRE_COPY
 	flags := migrateFlags
-	if v.rec.Accel == qmp.AccelTCG && qmp.TCGLosesMigrationWrites(host.Version) {
+	if v.rec.Accel == qmp.AccelTCG && qmp.TCGLosesMigrationWrites(host.Version) || len(copies) > 0 {
+		// With disks the guest is paused at the end of the disk phase, before the memory
+		// moves (migratedisks.go).
 		mode = hypervisorv1.MigrationMode_MIGRATION_MODE_PAUSED
 		flags &^= golibvirt.MIGRATE_LIVE
 	}
@@ -235,9 +245,17 @@ func (d *Driver) Migrate(ctx context.Context, req *hypervisorv1.MigrateRequest) 
 	}
 	// No VIR_MIGRATE_POSTCOPY even when allowed: libvirt refuses post-copy with tunnelled
 	// migration ("post-copy is not supported with tunnelled migration").
+	var jobs []diskJob
+	if len(copies) > 0 {
+		if jobs, err = startDiskCopies(dom, copies, disksSocket, req.GetBandwidthBytesPerSecond()); err != nil {
+			release()
+			return err
+		}
+	}
 	v.mu.Lock()
 	if v.state != hypervisorv1.State_STATE_RUNNING {
 		v.mu.Unlock()
+		abortDiskCopies(dom, jobs)
 		release()
 		return status.Errorf(codes.FailedPrecondition, "vm %q stopped", v.id)
 	}
@@ -250,12 +268,24 @@ func (d *Driver) Migrate(ctx context.Context, req *hypervisorv1.MigrateRequest) 
 			BandwidthLimitBytesPerSecond: req.GetBandwidthBytesPerSecond(), AutoConverge: req.GetAllowAutoConverge(), PostCopy: req.GetAllowPostCopy(),
 		},
 	}
+	if len(jobs) > 0 {
+		// The disk phase: the copies run.
+		mig.info.Phase = hypervisorv1.MigrationPhase_MIGRATION_PHASE_ACTIVE
+		for _, j := range jobs {
+			mig.info.Disks = append(mig.info.Disks, &hypervisorv1.MigrationDisk{Name: j.Name, TopOnly: j.TopOnly})
+		}
+	}
 	v.mig = mig
 	d.emitMigrationLocked(v)
 	v.mu.Unlock()
-	d.log.Info("migrating", "id", v.id, "target", path, "bandwidth", req.GetBandwidthBytesPerSecond(), "auto_converge", req.GetAllowAutoConverge(),
+	d.log.Info("migrating", "id", v.id, "target", path, "disks", len(jobs), "bandwidth", req.GetBandwidthBytesPerSecond(), "auto_converge", req.GetAllowAutoConverge(),
 		"post_copy", req.GetAllowPostCopy(), "completion_timeout", mig.completionTimeout.String())
-	go d.runMigration(v, dom, release, socketURI(path), params, flags, mig)
+	memory := func() { d.runMigration(v, dom, release, socketURI(path), params, flags, mig) }
+	if len(jobs) > 0 {
+		go d.runDiskPhase(v, dom, release, mig, jobs, disksSocket, memory)
+	} else {
+		go memory()
+	}
 	go d.watchMigration(v, mig)
 	return nil
 }
@@ -427,6 +457,12 @@ func (d *Driver) migrationEventLocked(v *vm, conn *golibvirt.Connect, ev *golibv
 			// A late one of a migration that ended.
 			return true
 		}
+		if m.target() && !m.ended() && v.pid != 0 && golibvirt.DomainEventSuspendedDetailType(ev.Detail) == golibvirt.DOMAIN_EVENT_SUSPENDED_PAUSED {
+			// libvirt's Finish left the arrived domain paused, as the source was when its
+			// memory moved: a source that copied disks pauses the guest itself first
+			// (migratedisks.go). The guest ran there, so it runs here (RESUMED, below).
+			go d.resumeMigratedIn(v)
+		}
 		// An incoming domain is paused until it runs.
 		return m.target() && !m.ended()
 	case golibvirt.DOMAIN_EVENT_RESUMED:
@@ -508,6 +544,7 @@ func (d *Driver) jobCompleted(v *vm, info *golibvirt.DomainJobInfo) {
 // runMigratedIn runs a target whose domain arrived and runs: its serial port, the domain made
 // transient as every VM's, RUNNING (Migrated).
 func (d *Driver) runMigratedIn(v *vm, conn *golibvirt.Connect) {
+	v.releaseIncomingDisks() // released before the domain's QEMU opened them: a formality
 	v.mu.Lock()
 	con := v.con
 	v.mu.Unlock()
@@ -543,6 +580,19 @@ func (d *Driver) runMigratedIn(v *vm, conn *golibvirt.Connect) {
 	d.log.Info("migrated in: running", "id", v.id, "qemu_pid", v.pid)
 }
 
+// resumeMigratedIn resumes a target whose domain arrived paused.
+func (d *Driver) resumeMigratedIn(v *vm) {
+	dom, err := v.domain()
+	if err != nil {
+		return
+	}
+	defer dom.Free()
+	d.log.Info("the migrated domain arrived paused: resuming it", "id", v.id)
+	if err := dom.Resume(); err != nil {
+		d.log.Warn("resume the migrated domain", "id", v.id, "error", libvirtMessage(err))
+	}
+}
+
 // incomingLink is the target's incoming_migration.socket_path.
 func (v *vm) incomingLink() string { return v.spec.GetIncomingMigration().GetSocketPath() }
 
@@ -558,6 +608,7 @@ func (v *vm) removeIncomingLink() {
 // and the socket_path link.
 func (d *Driver) endIncoming(v *vm) {
 	v.removeIncomingLink()
+	v.releaseIncomingDisks()
 	if dom, err := v.domain(); err == nil {
 		if active, err := dom.IsActive(); err == nil && !active {
 			_ = dom.Undefine()
@@ -853,10 +904,19 @@ func (d *Driver) watchRecoveredSource(v *vm, m *migration) {
 		}
 		isActive, _ := dom.IsActive()
 		last, _ := dom.GetJobStats(golibvirt.DOMAIN_JOB_STATS_COMPLETED)
+		copies := 0
+		if isActive && len(m.info.GetDisks()) > 0 {
+			// No migration job: the driver stopped in the disk phase, or between its end and
+			// the memory's start. The copies go.
+			copies = abortLeftoverCopies(dom)
+		}
 		dom.Free()
 		switch {
 		case !isActive:
 			d.finishRecoveredSource(v, m, hypervisorv1.MigrationPhase_MIGRATION_PHASE_COMPLETED, "")
+		case len(m.info.GetDisks()) > 0 && (last == nil || last.Type == golibvirt.DOMAIN_JOB_NONE):
+			d.finishRecoveredSource(v, m, hypervisorv1.MigrationPhase_MIGRATION_PHASE_FAILED,
+				fmt.Sprintf("the driver restarted before the memory moved: the disk copies were aborted (%d running), the guest runs on here", copies))
 		case last != nil && last.Type == golibvirt.DOMAIN_JOB_CANCELLED:
 			d.finishRecoveredSource(v, m, hypervisorv1.MigrationPhase_MIGRATION_PHASE_CANCELLED, "cancelled")
 		default:

@@ -1,10 +1,8 @@
 package libvirt
 
 import (
-	"bytes"
 	"io"
 	"net"
-	"os"
 	"path/filepath"
 	"regexp"
 	"strings"
@@ -14,55 +12,8 @@ import (
 
 	conformance "github.com/kubevisor/kubevisor/conformance/driver"
 	"github.com/kubevisor/kubevisor/conformance/driver/cli"
-	"github.com/kubevisor/kubevisor/internal/testbin"
-	"github.com/kubevisor/kubevisor/internal/testenv"
+	"github.com/kubevisor/kubevisor/internal/kittest"
 )
-
-// guestDir is the project's test guest (make guest), or KUBEVISOR_GUEST_DIR.
-func guestDir() string {
-	if d := os.Getenv("KUBEVISOR_GUEST_DIR"); d != "" {
-		return d
-	}
-	abs, _ := filepath.Abs(filepath.Join("..", "..", "_output", "guest"))
-	return abs
-}
-
-// runMigrateKit runs the conformance VM kit's checks matching run against the real plugin
-// binaries (kubevisor-driver-libvirt, kubevisor-driver-local, kubevisor-launcher), the test
-// guest booting its kernel, with relay (may be nil) between every migration's source and
-// target; it returns the exit code, stdout and stderr.
-func runMigrateKit(t *testing.T, run string, relay conformance.MigrationRelay) (int, string, string) {
-	t.Helper()
-	requireLibvirt(t)
-	dir := guestDir()
-	if _, err := conformance.GuestFromDir(dir); err != nil {
-		testenv.Missing(t, "test guest not built: run make guest (%v)", err)
-	}
-	bin := t.TempDir()
-	if err := testbin.Build(bin, false,
-		"github.com/kubevisor/kubevisor/cmd/kubevisor-driver-libvirt",
-		"github.com/kubevisor/kubevisor/cmd/kubevisor-driver-local",
-		"github.com/kubevisor/kubevisor/cmd/kubevisor-launcher"); err != nil {
-		t.Fatal(err)
-	}
-	var stdout, stderr bytes.Buffer
-	code := cli.RunVM(cli.VMConfig{
-		Hypervisor: filepath.Join(bin, "kubevisor-driver-libvirt"),
-		Storage:    filepath.Join(bin, "kubevisor-driver-local"),
-		Launcher:   filepath.Join(bin, "kubevisor-launcher"),
-		GuestDir:   dir,
-		Boot:       "kernel",
-		DiskBus:    "virtio", CDROMBus: "scsi",
-		Run:             run,
-		StateDir:        filepath.Join(t.TempDir(), "state"),
-		Timeout:         conformance.DefaultVMTimeout,
-		BootTimeout:     conformance.DefaultBootTimeout,
-		ShutdownTimeout: conformance.DefaultGuestShutdownTimeout,
-		LogLevel:        "warn",
-		MigrationRelay:  relay,
-	}, &stdout, &stderr)
-	return code, stdout.String(), stderr.String()
-}
 
 // socketRelay is a MigrationRelay that carries each connection to a socket of the source's
 // run dir on to the target's socket, byte for byte, as the node agents' proxies do in a
@@ -75,7 +26,9 @@ type socketRelay struct {
 func (r *socketRelay) relay(t conformance.T, id, runDir string, targets map[string]string) map[string]string {
 	paths := map[string]string{}
 	for ch, target := range targets {
-		p := filepath.Join(runDir, "relay-"+ch+".sock")
+		// A socket per migration: a check may migrate one VM twice (a cancelled migration,
+		// then another).
+		p := filepath.Join(runDir, "relay-"+ch+"-"+id[:min(len(id), 8)]+".sock")
 		l, err := net.Listen("unix", p)
 		if err != nil {
 			t.Fatalf("relay %s: %v", ch, err)
@@ -123,39 +76,49 @@ func (r *socketRelay) relay(t conformance.T, id, runDir string, targets map[stri
 // "nodes" on this host), every VM under a kubevisor-launcher of its own with a libvirtd of its
 // own, the test guest booting its kernel under TCG and moving from one daemon to the other
 // through a relay (socketRelay), as through the node agents' proxies: the source's daemon
-// reaches the target's through the relay's socket, not the target's socket_path. The local-disk
-// checks skip: the driver does not declare Capabilities.migration_disks.
+// reaches the target's through the relay's socket, not the target's socket_path, and the
+// source's QEMU copies the emptyDisk into the target's storage daemon through the relay's
+// disks socket.
 func TestMigrationConformancePlugins(t *testing.T) {
-	r := &socketRelay{}
-	code, out, stderrOut := runMigrateKit(t, "Migrate", r.relay)
-	t.Logf("kubevisor-conformance vm --run Migrate (through a relay):\n%s", out)
-	if code != cli.ExitOK {
-		t.Errorf("exit code %d, want %d; stderr:\n%s", code, cli.ExitOK, tailLines(stderrOut, 60))
+	requireLibvirt(t)
+	relay := &socketRelay{}
+	r := kittest.RunVM(t, kittest.Options{Hypervisor: "libvirt", Run: "Migrate", Relay: relay.relay})
+	t.Logf("kubevisor-conformance vm --run Migrate (through a relay):\n%s", r.Stdout)
+	if r.Code != cli.ExitOK {
+		t.Errorf("exit code %d, want %d; stderr:\n%s", r.Code, cli.ExitOK, kittest.Tail(r.Stderr, 60))
 	}
-	for _, check := range []string{"Migrate/KeepsGuestState", "Migrate/Progress", "Migrate/Cancel"} {
-		if !regexp.MustCompile(`--- PASS: vm/` + check + ` `).MatchString(out) {
+	for _, check := range []string{"Migrate/KeepsGuestState", "Migrate/Progress", "Migrate/Cancel", "Migrate/LocalDisks", "Migrate/LocalDisksCancel"} {
+		if !regexp.MustCompile(`--- PASS: vm/` + check + ` `).MatchString(r.Stdout) {
 			t.Errorf("check %s did not pass", check)
 		}
 	}
-	for _, check := range []string{"Migrate/LocalDisks", "Migrate/LocalDisksCancel"} {
-		if !regexp.MustCompile(`--- SKIP: vm/` + check + ` `).MatchString(out) {
-			t.Errorf("check %s did not skip (the driver does not declare migration_disks)", check)
-		}
+	if !strings.Contains(r.Stdout, "5 passed, 0 failed, 0 skipped") {
+		t.Errorf("the summary is not 5 passed, 0 failed, 0 skipped")
 	}
-	if !strings.Contains(out, "3 passed, 0 failed, 2 skipped") {
-		t.Errorf("the summary is not 3 passed, 0 failed, 2 skipped")
-	}
-	t.Logf("the relay carried %d connections, %d bytes to the targets, %d back", r.conns.Load(), r.toTarget.Load(), r.toSource.Load())
-	if r.conns.Load() == 0 || r.toTarget.Load() == 0 {
+	t.Logf("the relay carried %d connections, %d bytes to the targets, %d back", relay.conns.Load(), relay.toTarget.Load(), relay.toSource.Load())
+	if relay.conns.Load() == 0 || relay.toTarget.Load() == 0 {
 		t.Errorf("nothing went through the relay: the migrations did not use target_socket_path")
 	}
 }
 
-// tailLines is the last n lines of s.
-func tailLines(s string, n int) string {
-	lines := strings.Split(strings.TrimRight(s, "\n"), "\n")
-	if len(lines) > n {
-		lines = lines[len(lines)-n:]
+// TestMigrationLocalDisksDiskBoot runs the kit's Migrate/LocalDisks check as
+// TestMigrationConformancePlugins does, with the guest booting from its containerDisk under the
+// BIOS: the VM then has the containerDisk's overlay as well as the emptyDisk, and the check
+// copies the overlay's top image only (libvirt's shallow block copy: the target's fresh overlay
+// is over the same base) and the emptyDisk whole, and reads a marker from each back on the
+// target.
+func TestMigrationLocalDisksDiskBoot(t *testing.T) {
+	requireLibvirt(t)
+	relay := &socketRelay{}
+	r := kittest.RunVM(t, kittest.Options{Hypervisor: "libvirt", Boot: "disk", Run: "Migrate/LocalDisks$", Relay: relay.relay})
+	t.Logf("kubevisor-conformance vm --boot disk --run Migrate/LocalDisks:\n%s", r.Stdout)
+	if r.Code != cli.ExitOK {
+		t.Errorf("exit code %d, want %d; stderr:\n%s", r.Code, cli.ExitOK, kittest.Tail(r.Stderr, 60))
 	}
-	return strings.Join(lines, "\n")
+	if !regexp.MustCompile(`--- PASS: vm/Migrate/LocalDisks `).MatchString(r.Stdout) || !strings.Contains(r.Stdout, "1 passed, 0 failed, 0 skipped") {
+		t.Errorf("Migrate/LocalDisks did not pass")
+	}
+	if !regexp.MustCompile(`name:"containerdisk"\s+top_only:true\s+total_bytes:\d+\s+transferred_bytes:[1-9]`).MatchString(r.Stdout) {
+		t.Errorf("the check did not report the containerDisk's top image copied")
+	}
 }

@@ -15,6 +15,7 @@ import (
 	"github.com/kubevisor/kubevisor/core/driver"
 	basev1 "github.com/kubevisor/kubevisor/core/driver/base/v1"
 	hypervisorv1 "github.com/kubevisor/kubevisor/core/driver/hypervisor/v1"
+	"github.com/kubevisor/kubevisor/internal/kittest"
 	"github.com/kubevisor/kubevisor/internal/testenv"
 )
 
@@ -51,7 +52,7 @@ func (p *migrationPair) newDriver(t *testing.T, stateDir string) *Driver {
 func newMigrationPair(t *testing.T, ctx context.Context, id string) *migrationPair {
 	t.Helper()
 	requireLibvirt(t)
-	g, err := conformance.GuestFromDir(guestDir())
+	g, err := conformance.GuestFromDir(kittest.GuestDir(t))
 	if err != nil {
 		testenv.Missing(t, "test guest not built: run make guest (%v)", err)
 	}

@@ -3,6 +3,7 @@ package libvirt
 import (
 	"context"
 	"io"
+	"net"
 	"os"
 	"path/filepath"
 	"strings"
@@ -12,6 +13,7 @@ import (
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	conformance "github.com/kubevisor/kubevisor/conformance/driver"
@@ -29,10 +31,11 @@ func TestBandwidthMiB(t *testing.T) {
 	}
 }
 
-// TestMigrationRefusesDisks: without migration_disks the driver refuses a MigrateRequest with
-// disks (FailedPrecondition naming the first) and a target spec with incoming disks
-// (InvalidArgument at Create, naming the field), as the contract says.
-func TestMigrationRefusesDisks(t *testing.T) {
+// TestMigrationDisksBadInput: a target spec whose incoming disks are not writable disks of it
+// is refused at Create (InvalidArgument naming the field), and so is a MigrateRequest naming a
+// disk the VM does not have or cannot copy, or with disks and no targetDisksSocketPath; one
+// whose targetDisksSocketPath is no socket is FailedPrecondition naming the field.
+func TestMigrationDisksBadInput(t *testing.T) {
 	requireLibvirt(t)
 	ctx := context.Background()
 	d := newTestDriver(t)
@@ -42,20 +45,46 @@ func TestMigrationRefusesDisks(t *testing.T) {
 		Disks: []*domainv1.Disk{{Name: "boot", Path: bootDisk(t, dir), ReadOnly: true, BootOrder: 1},
 			{Name: "data", Path: filepath.Join(dir, "data.img")}},
 		RunDir: filepath.Join(dir, "run"),
-		IncomingMigration: &domainv1.IncomingMigration{SocketPath: filepath.Join(dir, "run", "migration.sock"),
-			DisksSocketPath: filepath.Join(dir, "run", "disks.sock"), Disks: []string{"data"}},
 	}
-	_, err := d.Create(ctx, spec)
-	if status.Code(err) != codes.InvalidArgument || !strings.Contains(err.Error(), "incomingMigration.disks") {
-		t.Errorf("Create with incoming_migration.disks = %v, want InvalidArgument naming the field", err)
+	for _, c := range []struct {
+		disks  []string
+		naming string
+	}{
+		{[]string{"nope"}, `incomingMigration.disks[0]: "nope" is not a disk`},
+		{[]string{"data", "boot"}, `incomingMigration.disks[1]: disk "boot" is read-only`},
+	} {
+		target := proto.CloneOf(spec)
+		target.IncomingMigration = &domainv1.IncomingMigration{SocketPath: filepath.Join(dir, "run", "migration.sock"),
+			DisksSocketPath: filepath.Join(dir, "run", "disks.sock"), Disks: c.disks}
+		if _, err := d.Create(ctx, target); status.Code(err) != codes.InvalidArgument || !strings.Contains(err.Error(), c.naming) {
+			t.Errorf("Create with incoming_migration.disks %v = %v, want InvalidArgument naming %q", c.disks, err, c.naming)
+		}
 	}
-	spec.IncomingMigration = nil
 	if _, err := d.Create(ctx, spec); err != nil {
 		t.Fatal(err)
 	}
-	err = d.Migrate(ctx, &hypervisorv1.MigrateRequest{Id: spec.Id, TargetSocketPath: reachableDir(t), Disks: []*hypervisorv1.MigrateDisk{{Name: "data"}}})
-	if status.Code(err) != codes.FailedPrecondition || !strings.Contains(err.Error(), `"data"`) {
-		t.Errorf("Migrate with disks = %v, want FailedPrecondition naming the disk", err)
+	sock := filepath.Join(dir, "target.sock")
+	lis, err := net.Listen("unix", sock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer lis.Close()
+	notSocket := spec.Disks[0].Path
+	for _, c := range []struct {
+		req    *hypervisorv1.MigrateRequest
+		code   codes.Code
+		naming string
+	}{
+		{&hypervisorv1.MigrateRequest{Disks: []*hypervisorv1.MigrateDisk{{Name: "nope"}}, TargetDisksSocketPath: sock}, codes.InvalidArgument, `disks[0]: "nope" is not a disk`},
+		{&hypervisorv1.MigrateRequest{Disks: []*hypervisorv1.MigrateDisk{{Name: "boot"}}, TargetDisksSocketPath: sock}, codes.InvalidArgument, `disks[0]: disk "boot" is read-only`},
+		{&hypervisorv1.MigrateRequest{Disks: []*hypervisorv1.MigrateDisk{{Name: "data"}, {Name: "data"}}, TargetDisksSocketPath: sock}, codes.InvalidArgument, `disks[1]: disk "data" is named twice`},
+		{&hypervisorv1.MigrateRequest{Disks: []*hypervisorv1.MigrateDisk{{Name: "data"}}}, codes.InvalidArgument, "targetDisksSocketPath: required"},
+		{&hypervisorv1.MigrateRequest{Disks: []*hypervisorv1.MigrateDisk{{Name: "data"}}, TargetDisksSocketPath: notSocket}, codes.FailedPrecondition, "targetDisksSocketPath: " + notSocket + " is not a socket"},
+	} {
+		c.req.Id, c.req.TargetSocketPath = spec.Id, sock
+		if err := d.Migrate(ctx, c.req); status.Code(err) != c.code || !strings.Contains(err.Error(), c.naming) {
+			t.Errorf("Migrate(%v) = %v, want %s naming %q", c.req, err, c.code, c.naming)
+		}
 	}
 }
 

@@ -95,6 +95,9 @@ type vm struct {
 
 	// mig is the VM's current or last migration (migrate.go).
 	mig *migration
+	// in serves the disks a migration target receives, until it released them
+	// (migratedisks.go).
+	in *incomingDisks
 }
 
 func (v *vm) signalLocked() {
@@ -197,12 +200,8 @@ func (d *Driver) Create(ctx context.Context, spec *domainv1.DomainSpec) (*hyperv
 	if err != nil {
 		return nil, err
 	}
-	if in := spec.GetIncomingMigration(); len(in.GetDisks()) > 0 || in.GetDisksSocketPath() != "" {
-		field := "incomingMigration.disks"
-		if len(in.GetDisks()) == 0 {
-			field = "incomingMigration.disksSocketPath"
-		}
-		return nil, domain.ValidationError{{Field: field, Detail: "the libvirt driver does not copy disks in a migration (Capabilities.migration_disks is false)"}}
+	if _, err := qmp.IncomingDisks(spec); err != nil {
+		return nil, status.Error(codes.InvalidArgument, err.Error())
 	}
 	runDir, own := d.runDirFor(spec)
 	if len(runDir) > maxRunDir {
@@ -324,7 +323,13 @@ func (d *Driver) Start(ctx context.Context, id string) error {
 	if err := d.preparePersistent(v); err != nil {
 		return err
 	}
-	conn, started, err := d.ensureDaemon(ctx, v)
+	// A migration target that receives disks serves them with QEMU's storage daemon, a
+	// companion of its libvirtd (migratedisks.go).
+	sdaemon, in, err := d.storageDaemon(v, host.QEMU, v.spec.GetSandbox().GetLauncherSocket() != "")
+	if err != nil {
+		return err
+	}
+	conn, started, err := d.ensureDaemon(ctx, v, sdaemon)
 	if err != nil {
 		return err
 	}
@@ -355,7 +360,17 @@ func (d *Driver) Start(ctx context.Context, id string) error {
 	}
 	if v.spec.GetIncomingMigration() != nil {
 		// A migration target: the domain comes with the migration (migrate.go).
+		if in != nil {
+			if err := in.serve(ctx, v.spec.GetIncomingMigration().GetDisksSocketPath()); err != nil {
+				return undo(status.Errorf(codes.FailedPrecondition, "incomingMigration.disks: %v; its log ends: %s", err,
+					tailLog(filepath.Join(v.rec.RunDir, storageDaemonLog), 0)))
+			}
+			v.mu.Lock()
+			v.in = in
+			v.mu.Unlock()
+		}
 		if err := d.listenIncoming(v, conn, xml); err != nil {
+			v.releaseIncomingDisks()
 			return undo(err)
 		}
 		return nil
@@ -541,12 +556,15 @@ func qemuMayOutliveLauncher(ctx context.Context, sock string) (bool, error) {
 // ensureDaemon returns the connection to v's daemon, starting the daemon when none runs
 // (started). A daemon that fails to come up is killed if it still runs, and its runtime
 // directory (sockets, pid files) removed; the error names libvirtd with its log's last lines.
-func (d *Driver) ensureDaemon(ctx context.Context, v *vm) (conn *golibvirt.Connect, started bool, err error) {
+func (d *Driver) ensureDaemon(ctx context.Context, v *vm, companion *launcher.Companion) (conn *golibvirt.Connect, started bool, err error) {
 	v.mu.Lock()
 	conn = v.conn
 	v.mu.Unlock()
 	if conn != nil {
 		if ok, err := conn.IsAlive(); err == nil && ok {
+			if companion != nil {
+				return nil, false, status.Errorf(codes.FailedPrecondition, "the VM's libvirtd runs already: %s, which starts with it, cannot start", companion.Name)
+			}
 			return conn, false, nil
 		}
 		// A connection that is not alive has a daemon that is dead or hung: it goes, with its
@@ -575,6 +593,9 @@ func (d *Driver) ensureDaemon(ctx context.Context, v *vm) (conn *golibvirt.Conne
 	}
 	cmd := v.dmn.command(d.config().Setpriv, sock != "")
 	cmd.NetNS = v.spec.GetSandbox().GetNetnsPath()
+	if companion != nil {
+		cmd.Companions = []*launcher.Companion{companion}
+	}
 	logFrom := fileSize(v.dmn.logPath())
 	// failed kills the daemon if it runs, removes its sockets, and says what happened with the
 	// last lines of its log (in the run dir, which is gone by the time a user reads this).
@@ -648,6 +669,7 @@ func (d *Driver) stopDaemon(v *vm) {
 		proc.exited(10 * time.Second)
 		proc.close()
 	}
+	v.releaseIncomingDisks()
 	v.dmn.removeRuntime()
 }
 

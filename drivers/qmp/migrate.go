@@ -112,7 +112,7 @@ type migration struct {
 	lastSeq uint64
 	// disks are the disks the source copies (migratedisks.go); memoryStarted says `migrate`
 	// ran (after the disk phase), switching that the switch-over of the disks began.
-	disks         []diskCopy
+	disks         []DiskCopy
 	memoryStarted bool
 	switching     bool
 	// paused: the guest is paused for the copy of its memory (MIGRATION_MODE_PAUSED, see
@@ -137,7 +137,7 @@ func (m *migration) pausedDowntime(qemu time.Duration, end time.Time) time.Durat
 type migrationRecord struct {
 	Info              json.RawMessage `json:"info"`
 	CompletionTimeout time.Duration   `json:"completionTimeout,omitempty"`
-	Disks             []diskCopy      `json:"disks,omitempty"`
+	Disks             []DiskCopy      `json:"disks,omitempty"`
 	MemoryStarted     bool            `json:"memoryStarted,omitempty"`
 }
 
@@ -236,7 +236,7 @@ func (d *Driver) Migrate(ctx context.Context, req *hypervisorv1.MigrateRequest) 
 	if err != nil {
 		return err
 	}
-	disks, disksSocket, err := migrationDisks(vv.spec, req)
+	disks, disksSocket, err := MigrationDisks(vv.spec, req)
 	if err != nil {
 		return err
 	}
@@ -588,7 +588,7 @@ func (d *Driver) migrationEventLocked(v *vm, s *session, e qmp.Event) bool {
 // afterFailedOut makes sure a source whose migration failed or was cancelled runs: QEMU resumes
 // it by itself, unless the failure came at a moment it does not; the mirrors of its disks, if
 // any, are cancelled.
-func (d *Driver) afterFailedOut(v *vm, s *session, disks []diskCopy) {
+func (d *Driver) afterFailedOut(v *vm, s *session, disks []DiskCopy) {
 	if len(disks) > 0 {
 		d.cleanupMirrorsAfterFailure(s, disks)
 	}

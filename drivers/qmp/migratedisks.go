@@ -57,23 +57,24 @@ const (
 	exportPrefix = "kvmig-export"
 )
 
-// diskCopy is one disk a source copies (in its migration and its record).
-type diskCopy struct {
+// DiskCopy is one disk a source copies (in its migration and its record). The libvirt driver
+// checks its requests with the same rules (MigrationDisks).
+type DiskCopy struct {
 	Name    string `json:"name"`
 	Index   int    `json:"index"` // in the spec's disks: node disk<Index>
 	TopOnly bool   `json:"topOnly,omitempty"`
 }
 
-func (c diskCopy) job() string  { return fmt.Sprintf("%s%d", mirrorJobPrefix, c.Index) }
-func (c diskCopy) node() string { return fmt.Sprintf("%s%d", nbdNodePrefix, c.Index) }
+func (c DiskCopy) job() string  { return fmt.Sprintf("%s%d", mirrorJobPrefix, c.Index) }
+func (c DiskCopy) node() string { return fmt.Sprintf("%s%d", nbdNodePrefix, c.Index) }
 
-// diskIndex is the index of the disk named name in spec, or -1.
-func diskIndex(spec *domainv1.DomainSpec, name string) int {
+// DiskIndex is the index of the disk named name in spec, or -1.
+func DiskIndex(spec *domainv1.DomainSpec, name string) int {
 	return slices.IndexFunc(spec.GetDisks(), func(d *domainv1.Disk) bool { return d.GetName() == name })
 }
 
-// copyableDisk says why disk d cannot be copied in a migration, "" when it can.
-func copyableDisk(d *domainv1.Disk) string {
+// CopyableDisk says why disk d cannot be copied in a migration, "" when it can.
+func CopyableDisk(d *domainv1.Disk) string {
 	switch {
 	case d.GetDevice() != domainv1.DiskDevice_DISK_DEVICE_DISK:
 		return "a " + strings.ToLower(strings.TrimPrefix(d.GetDevice().String(), "DISK_DEVICE_")) + ", not a disk"
@@ -83,9 +84,9 @@ func copyableDisk(d *domainv1.Disk) string {
 	return ""
 }
 
-// migrationDisks checks a MigrateRequest's disks against spec: the disks to copy and the
+// MigrationDisks checks a MigrateRequest's disks against spec: the disks to copy and the
 // target's NBD socket, or why not.
-func migrationDisks(spec *domainv1.DomainSpec, req *hypervisorv1.MigrateRequest) ([]diskCopy, string, error) {
+func MigrationDisks(spec *domainv1.DomainSpec, req *hypervisorv1.MigrateRequest) ([]DiskCopy, string, error) {
 	path := req.GetTargetDisksSocketPath()
 	if len(req.GetDisks()) == 0 {
 		if path != "" {
@@ -93,20 +94,20 @@ func migrationDisks(spec *domainv1.DomainSpec, req *hypervisorv1.MigrateRequest)
 		}
 		return nil, "", nil
 	}
-	var disks []diskCopy
+	var disks []DiskCopy
 	for i, md := range req.GetDisks() {
 		f := fmt.Sprintf("disks[%d]", i)
-		idx := diskIndex(spec, md.GetName())
+		idx := DiskIndex(spec, md.GetName())
 		switch {
 		case idx < 0:
 			return nil, "", status.Errorf(codes.InvalidArgument, "%s: %q is not a disk of the VM", f, md.GetName())
-		case slices.ContainsFunc(disks, func(c diskCopy) bool { return c.Index == idx }):
+		case slices.ContainsFunc(disks, func(c DiskCopy) bool { return c.Index == idx }):
 			return nil, "", status.Errorf(codes.InvalidArgument, "%s: disk %q is named twice", f, md.GetName())
 		}
-		if why := copyableDisk(spec.GetDisks()[idx]); why != "" {
+		if why := CopyableDisk(spec.GetDisks()[idx]); why != "" {
 			return nil, "", status.Errorf(codes.InvalidArgument, "%s: disk %q is %s", f, md.GetName(), why)
 		}
-		disks = append(disks, diskCopy{Name: md.GetName(), Index: idx, TopOnly: md.GetTopOnly()})
+		disks = append(disks, DiskCopy{Name: md.GetName(), Index: idx, TopOnly: md.GetTopOnly()})
 	}
 	switch {
 	case path == "":
@@ -126,7 +127,7 @@ func migrationDisks(spec *domainv1.DomainSpec, req *hypervisorv1.MigrateRequest)
 
 // startMirrors connects to the target's exports and starts a mirror job per disk, each limited
 // to speed bytes/s (0: none). On an error it removes what it started.
-func startMirrors(ctx context.Context, mon Monitor, disks []diskCopy, socket string, speed uint64) error {
+func startMirrors(ctx context.Context, mon Monitor, disks []DiskCopy, socket string, speed uint64) error {
 	for i, c := range disks {
 		_, err := mon.Run(ctx, "blockdev-add", map[string]any{
 			"driver": "nbd", "node-name": c.node(), "export": c.Name,
@@ -187,7 +188,7 @@ func queryJobs(ctx context.Context, mon Monitor) (map[string]blockJob, error) {
 }
 
 // applyJobs copies the jobs' progress into info (the disks of the migration).
-func applyJobs(info *hypervisorv1.MigrationInfo, disks []diskCopy, jobs map[string]blockJob) {
+func applyJobs(info *hypervisorv1.MigrationInfo, disks []DiskCopy, jobs map[string]blockJob) {
 	if len(disks) == 0 {
 		return
 	}
@@ -211,7 +212,7 @@ func applyJobs(info *hypervisorv1.MigrationInfo, disks []diskCopy, jobs map[stri
 
 // mirrorsState sums the jobs up: all ready, or the first that failed (concluded with an error, or
 // gone before it was ready) and why.
-func mirrorsState(disks []diskCopy, jobs map[string]blockJob) (allReady bool, failed string) {
+func mirrorsState(disks []DiskCopy, jobs map[string]blockJob) (allReady bool, failed string) {
 	allReady = true
 	for _, c := range disks {
 		j, ok := jobs[c.job()]
@@ -231,7 +232,7 @@ func mirrorsState(disks []diskCopy, jobs map[string]blockJob) (allReady bool, fa
 
 // cancelMirrors ends every job of disks at once (forced: the target's copy is abandoned) and
 // removes the nbd nodes. The source never switched to the copies: it goes on on its disks.
-func cancelMirrors(ctx context.Context, mon Monitor, disks []diskCopy) {
+func cancelMirrors(ctx context.Context, mon Monitor, disks []DiskCopy) {
 	for _, c := range disks {
 		_, _ = mon.Run(ctx, "block-job-cancel", map[string]any{"device": c.job(), "force": true})
 	}
@@ -243,7 +244,7 @@ func cancelMirrors(ctx context.Context, mon Monitor, disks []diskCopy) {
 
 // waitJobs waits until every job of disks has concluded and dismisses it. With complete, a job
 // that concluded with an error, or that is gone (unless it concluded before), is an error.
-func waitJobs(ctx context.Context, mon Monitor, disks []diskCopy, complete bool) error {
+func waitJobs(ctx context.Context, mon Monitor, disks []DiskCopy, complete bool) error {
 	pending := slices.Clone(disks)
 	var errs []error
 	for len(pending) > 0 {
@@ -251,7 +252,7 @@ func waitJobs(ctx context.Context, mon Monitor, disks []diskCopy, complete bool)
 		if err != nil {
 			return errors.Join(append(errs, err)...)
 		}
-		var still []diskCopy
+		var still []DiskCopy
 		for _, c := range pending {
 			j, ok := jobs[c.job()]
 			switch {
@@ -283,7 +284,7 @@ func waitJobs(ctx context.Context, mon Monitor, disks []diskCopy, complete bool)
 
 // completeMirrors completes every (ready) job at the switch-over: the target's images then
 // hold every write; then it removes the nbd nodes.
-func completeMirrors(ctx context.Context, mon Monitor, disks []diskCopy) error {
+func completeMirrors(ctx context.Context, mon Monitor, disks []DiskCopy) error {
 	jobs, err := queryJobs(ctx, mon)
 	if err != nil {
 		return err
@@ -432,14 +433,14 @@ func (d *Driver) switchOver(v *vm, s *session, mig *migration) {
 
 // cleanupMirrorsAfterFailure ends the mirrors of a source whose memory migration failed or was
 // cancelled (QEMU resumed it): they are cancelled, the source goes on on its own disks.
-func (d *Driver) cleanupMirrorsAfterFailure(s *session, disks []diskCopy) {
+func (d *Driver) cleanupMirrorsAfterFailure(s *session, disks []DiskCopy) {
 	ctx, cancel := context.WithTimeout(context.Background(), mirrorEndWait)
 	defer cancel()
 	jobs, err := queryJobs(ctx, s.mon)
 	if err != nil {
 		return
 	}
-	var left []diskCopy
+	var left []DiskCopy
 	for _, c := range disks {
 		if _, ok := jobs[c.job()]; ok {
 			left = append(left, c)
@@ -459,6 +460,10 @@ func serveIncomingDisks(ctx context.Context, mon Monitor, spec *domainv1.DomainS
 	if len(in.GetDisks()) == 0 {
 		return nil
 	}
+	idxs, err := IncomingDisks(spec)
+	if err != nil {
+		return err
+	}
 	path := in.GetDisksSocketPath()
 	if err := os.Remove(path); err != nil && !errors.Is(err, os.ErrNotExist) {
 		return fmt.Errorf("incomingMigration.disksSocketPath: %w", err)
@@ -469,13 +474,7 @@ func serveIncomingDisks(ctx context.Context, mon Monitor, spec *domainv1.DomainS
 		return fmt.Errorf("incomingMigration.disksSocketPath: %w", err)
 	}
 	for i, name := range in.GetDisks() {
-		idx := diskIndex(spec, name)
-		if idx < 0 {
-			return fmt.Errorf("incomingMigration.disks[%d]: %q is not a disk of the VM", i, name)
-		}
-		if why := copyableDisk(spec.GetDisks()[idx]); why != "" {
-			return fmt.Errorf("incomingMigration.disks[%d]: disk %q is %s", i, name, why)
-		}
+		idx := idxs[i]
 		if _, err := mon.Run(ctx, "block-export-add", map[string]any{
 			"type": "nbd", "id": fmt.Sprintf("%s%d", exportPrefix, idx), "node-name": fmt.Sprintf("disk%d", idx),
 			"name": name, "writable": true,
@@ -484,6 +483,23 @@ func serveIncomingDisks(ctx context.Context, mon Monitor, spec *domainv1.DomainS
 		}
 	}
 	return nil
+}
+
+// IncomingDisks checks a target's incoming_migration.disks against its spec: the index in
+// the spec's disks of each, or an error naming the field.
+func IncomingDisks(spec *domainv1.DomainSpec) ([]int, error) {
+	var idxs []int
+	for i, name := range spec.GetIncomingMigration().GetDisks() {
+		idx := DiskIndex(spec, name)
+		if idx < 0 {
+			return nil, fmt.Errorf("incomingMigration.disks[%d]: %q is not a disk of the VM", i, name)
+		}
+		if why := CopyableDisk(spec.GetDisks()[idx]); why != "" {
+			return nil, fmt.Errorf("incomingMigration.disks[%d]: disk %q is %s", i, name, why)
+		}
+		idxs = append(idxs, idx)
+	}
+	return idxs, nil
 }
 
 // stopIncomingDisks stops a target's NBD server once the VM runs, and removes its socket.

@@ -50,18 +50,18 @@ func TestMigrationDisks(t *testing.T) {
 		{"a relative socket", &hypervisorv1.MigrateRequest{Disks: md("root"), TargetDisksSocketPath: "d.sock"}, codes.InvalidArgument, "targetDisksSocketPath"},
 		{"no socket there", &hypervisorv1.MigrateRequest{Disks: md("root"), TargetDisksSocketPath: sock + "x"}, codes.FailedPrecondition, "targetDisksSocketPath"},
 	} {
-		disks, path, err := migrationDisks(spec, tc.req)
+		disks, path, err := MigrationDisks(spec, tc.req)
 		if status.Code(err) != tc.code || !strings.Contains(strings.ToLower(status.Convert(err).Message()), strings.ToLower(tc.naming)) {
-			t.Errorf("%s: migrationDisks = %v, want %s naming %q", tc.name, err, tc.code, tc.naming)
+			t.Errorf("%s: MigrationDisks = %v, want %s naming %q", tc.name, err, tc.code, tc.naming)
 		}
-		if tc.name == "two disks" && (len(disks) != 2 || disks[0] != (diskCopy{Name: "root", Index: 0, TopOnly: true}) || disks[1] != (diskCopy{Name: "scratch", Index: 1}) || path != sock) {
+		if tc.name == "two disks" && (len(disks) != 2 || disks[0] != (DiskCopy{Name: "root", Index: 0, TopOnly: true}) || disks[1] != (DiskCopy{Name: "scratch", Index: 1}) || path != sock) {
 			t.Errorf("two disks: %v %q", disks, path)
 		}
 	}
 }
 
 func TestMirrorsStateAndProgress(t *testing.T) {
-	disks := []diskCopy{{Name: "root", Index: 0, TopOnly: true}, {Name: "scratch", Index: 1}}
+	disks := []DiskCopy{{Name: "root", Index: 0, TopOnly: true}, {Name: "scratch", Index: 1}}
 	job := func(id string, off, total uint64, ready bool, st, e string) blockJob {
 		return blockJob{Device: id, Offset: off, Len: total, Ready: ready, Status: st, Error: e}
 	}
