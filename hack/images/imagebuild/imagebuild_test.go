@@ -122,11 +122,12 @@ func resolveIn(ents map[string]*tar.Header, p string) (*tar.Header, bool) {
 // TestQEMULayer: the launcher's QEMU layer holds qemu-system-x86_64 and every library ldd
 // lists for it (each resolving, through the layer's own symlinks, to a regular file), the TCG
 // module and the firmware; as root, QEMU then starts a pc machine (loading SeaBIOS) inside a
-// chroot of the layer alone, and so does swtpm (with the libraries it links: libtpms and its
-// own in /usr/lib/x86_64-linux-gnu/swtpm).
+// chroot of the layer alone, and so do swtpm (with the libraries it links: libtpms and its
+// own in /usr/lib/x86_64-linux-gnu/swtpm) and qemu-storage-daemon.
 func TestQEMULayer(t *testing.T) {
 	qemu := testenv.Command(t, "qemu-system-x86_64", "qemu-system-x86")
 	swtpm := testenv.Command(t, "swtpm", "swtpm")
+	qsd := testenv.Command(t, "qemu-storage-daemon", "qemu-system-common")
 	tr := BaseTree()
 	if err := AddQEMU(tr, DefaultQEMUOptions()); err != nil {
 		t.Fatal(err)
@@ -149,7 +150,7 @@ func TestQEMULayer(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := append([]string{qemu, swtpm}, libs...)
+	want := append([]string{qemu, swtpm, qsd}, libs...)
 	want = append(want, swtpmLibs...)
 	want = append(want, mods...)
 	want = append(want, "/usr/share/seabios/bios-256k.bin", "/usr/lib/ipxe/qemu/efi-virtio.rom", "/usr/share/qemu/kvmvapic.bin", "/usr/share/qemu/keymaps/en-us", "/usr/share/OVMF/OVMF_CODE.fd")
@@ -176,6 +177,9 @@ func TestQEMULayer(t *testing.T) {
 	t.Logf("QEMU (TCG) started and quit inside the layer alone in %v; layer has %d entries", time.Since(start), len(ents))
 	if out, err := exec.Command("chroot", dir, swtpm, "socket", "--tpm2", "--print-capabilities").CombinedOutput(); err != nil || !strings.Contains(string(out), `"tpm-2.0"`) {
 		t.Fatalf("swtpm in a chroot of the layer: %v\n%s", err, out)
+	}
+	if out, err := exec.Command("chroot", dir, qsd, "--version").CombinedOutput(); err != nil || !strings.Contains(string(out), "qemu-storage-daemon") {
+		t.Fatalf("qemu-storage-daemon in a chroot of the layer: %v\n%s", err, out)
 	}
 }
 

@@ -10,8 +10,9 @@ import (
 // QEMUOptions says which host QEMU goes into a layer.
 type QEMUOptions struct {
 	// Binaries are the QEMU executables (looked up in PATH when relative); default
-	// qemu-system-x86_64, qemu-img and swtpm (the TPM emulator the qmp driver starts beside
-	// QEMU, at the host's path, where the driver found it).
+	// qemu-system-x86_64, qemu-img, qemu-storage-daemon (the NBD server of the disks a libvirt
+	// migration target receives) and swtpm (the TPM emulator the qmp driver starts beside QEMU,
+	// at the host's path, where the driver found it).
 	Binaries []string
 	// DataDirs are copied whole (firmware, option ROMs, keymaps, and what their symlinks
 	// point to); default Debian's QEMU firmware path (/usr/share/qemu, /usr/share/seabios,
@@ -27,12 +28,12 @@ type QEMUOptions struct {
 // DefaultQEMUOptions is the hypervisor runtime of the qmp driver's launcher pods: x86-64 QEMU
 // with TCG and KVM, SeaBIOS and OVMF firmware, virtio display; no audio, spice, or network
 // block backends (their modules pull in many libraries and the drivers use none of them); swtpm
-// for the VMs' TPMs.
+// for the VMs' TPMs; QEMU's storage daemon for the libvirt driver's migration targets.
 //
-//deps:commands qemu-system-x86_64 qemu-img swtpm
+//deps:commands qemu-system-x86_64 qemu-img qemu-storage-daemon swtpm
 func DefaultQEMUOptions() QEMUOptions {
 	return QEMUOptions{
-		Binaries:  []string{"qemu-system-x86_64", "qemu-img", "swtpm"},
+		Binaries:  []string{"qemu-system-x86_64", "qemu-img", "qemu-storage-daemon", "swtpm"},
 		DataDirs:  []string{"/usr/share/qemu", "/usr/share/seabios", "/usr/lib/ipxe/qemu", "/usr/share/OVMF"},
 		ModuleDir: "/usr/lib/x86_64-linux-gnu/qemu",
 		Modules:   []string{"accel-*.so", "hw-display-virtio-gpu.so", "hw-display-virtio-gpu-pci.so", "hw-display-virtio-vga.so"},
