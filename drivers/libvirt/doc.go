@@ -208,9 +208,13 @@
 //
 //   - With disks the memory always moves paused, also where QEMU could copy it live (KVM, or
 //     QEMU 9.0 and later): the downtime is the whole memory copy.
-//   - A driver restart in the disk phase fails the migration: the target's relay is the
-//     driver's, and a restarted source's Recover aborts the copies (the guest runs on there)
-//     rather than re-adopting them, as the contract's Recover asks.
+//   - The target's relay is the driver process's: a target driver that restarts in the disk
+//     phase breaks the copies' connections (QEMU's NBD client did not reconnect to a relay
+//     that came back, measured), so its Recover makes the storage daemon quit and reports the
+//     target STOPPED (MigrationFailed), and the source's migration fails naming the disk. A
+//     source driver that restarts goes on: the copies run in QEMU, and Recover re-adopts them
+//     (the disks and the target's NBD socket are in the VM's record) and goes on with the disk
+//     phase and the memory as if watched.
 //   - No post-copy: allow_post_copy is accepted (MigrationInfo.post_copy says it was allowed)
 //     but never used, since libvirt 9.0 refuses post-copy in a tunnelled migration ("post-copy
 //     is not supported with tunnelled migration"), and tunnelling is what puts the whole

@@ -56,12 +56,27 @@ type migration struct {
 	switchedAt time.Time
 	// done is closed when the source's migration call returned (nil at the target).
 	done chan struct{}
+	// jobs are the source's disk copies and disksSocket the target's NBD socket they write to
+	// (migratedisks.go), none without disks.
+	jobs        []diskJob
+	disksSocket string
 }
 
 // migrationRecord is a migration in the VM's record, for Recover.
 type migrationRecord struct {
 	Info              []byte        `json:"info"`
 	CompletionTimeout time.Duration `json:"completionTimeout,omitempty"`
+	Disks             []diskJob     `json:"disks,omitempty"`
+	DisksSocket       string        `json:"disksSocket,omitempty"`
+}
+
+// record is m as the VM's record keeps it (nil when its info does not marshal).
+func (m *migration) record() *migrationRecord {
+	raw, err := protojson.Marshal(m.info)
+	if err != nil {
+		return nil
+	}
+	return &migrationRecord{Info: raw, CompletionTimeout: m.completionTimeout, Disks: m.jobs, DisksSocket: m.disksSocket}
 }
 
 func (m *migration) ended() bool {
@@ -99,8 +114,8 @@ func (v *vm) waitingIncomingLocked() bool {
 
 // emitMigrationLocked records v.mig and reports it in a MIGRATION event.
 func (d *Driver) emitMigrationLocked(v *vm) {
-	if raw, err := protojson.Marshal(v.mig.info); err == nil {
-		v.rec.Migration = &migrationRecord{Info: raw, CompletionTimeout: v.mig.completionTimeout}
+	if r := v.mig.record(); r != nil {
+		v.rec.Migration = r
 	}
 	d.persistLocked(v)
 	d.events.Publish(&hypervisorv1.Event{
@@ -209,42 +224,16 @@ func (d *Driver) Migrate(ctx context.Context, req *hypervisorv1.MigrateRequest) 
 			return status.Errorf(codes.FailedPrecondition, "targetDisksSocketPath: let the VM's user (%s) connect to %s: %v", v.rec.User.Name, disksSocket, err)
 		}
 	}
-	destXML, err := targetDomainXML(ctx, path)
-	if err != nil {
-		release()
-		return status.Errorf(codes.FailedPrecondition, "vm %q: the target at %s: %v", v.id, path, err)
-	}
 	// A pending soft reboot would make the guest's power-off a boot at the target: not while
 	// it moves.
 	v.mu.Lock()
 	v.softReboot = false
 	v.mu.Unlock()
-	params := &golibvirt.DomainMigrateParameters{DestXML: destXML, DestXMLSet: true}
-	if mib := bandwidthMiB(req.GetBandwidthBytesPerSecond()); mib > 0 {
-		params.Bandwidth, params.BandwidthSet = mib, true
-	}
-	// Under emulation on a QEMU before 9.0 a live copy loses guest writes (the qmp driver's
-	// TCGLosesMigrationWrites): such a VM migrates paused, libvirt's offline migration of a
-	// running domain (no VIR_MIGRATE_LIVE), which pauses it first and resumes it at the target
-	// (or here, when the migration fails).
-	host, err := d.hostInfo(ctx)
+	plan, err := d.planMemory(ctx, v, path, req.GetBandwidthBytesPerSecond(), req.GetAllowAutoConverge(), len(copies) > 0)
 	if err != nil {
 		release()
 		return err
 	}
-	mode := hypervisorv1.MigrationMode_MIGRATION_MODE_PRE_COPY
-	flags := migrateFlags
-	if v.rec.Accel == qmp.AccelTCG && qmp.TCGLosesMigrationWrites(host.Version) || len(copies) > 0 {
-		// With disks the guest is paused at the end of the disk phase, before the memory
-		// moves (migratedisks.go).
-		mode = hypervisorv1.MigrationMode_MIGRATION_MODE_PAUSED
-		flags &^= golibvirt.MIGRATE_LIVE
-	}
-	if req.GetAllowAutoConverge() {
-		flags |= golibvirt.MIGRATE_AUTO_CONVERGE
-	}
-	// No VIR_MIGRATE_POSTCOPY even when allowed: libvirt refuses post-copy with tunnelled
-	// migration ("post-copy is not supported with tunnelled migration").
 	var jobs []diskJob
 	if len(copies) > 0 {
 		if jobs, err = startDiskCopies(dom, copies, disksSocket, req.GetBandwidthBytesPerSecond()); err != nil {
@@ -264,10 +253,11 @@ func (d *Driver) Migrate(ctx context.Context, req *hypervisorv1.MigrateRequest) 
 		done:              make(chan struct{}),
 		info: &hypervisorv1.MigrationInfo{
 			Role: hypervisorv1.MigrationRole_MIGRATION_ROLE_SOURCE, Phase: hypervisorv1.MigrationPhase_MIGRATION_PHASE_SETUP,
-			Mode: mode, StartedAt: timestamppb.Now(), Target: path,
+			Mode: plan.mode, StartedAt: timestamppb.Now(), Target: path,
 			BandwidthLimitBytesPerSecond: req.GetBandwidthBytesPerSecond(), AutoConverge: req.GetAllowAutoConverge(), PostCopy: req.GetAllowPostCopy(),
 		},
 	}
+	mig.jobs, mig.disksSocket = jobs, disksSocket
 	if len(jobs) > 0 {
 		// The disk phase: the copies run.
 		mig.info.Phase = hypervisorv1.MigrationPhase_MIGRATION_PHASE_ACTIVE
@@ -280,7 +270,7 @@ func (d *Driver) Migrate(ctx context.Context, req *hypervisorv1.MigrateRequest) 
 	v.mu.Unlock()
 	d.log.Info("migrating", "id", v.id, "target", path, "disks", len(jobs), "bandwidth", req.GetBandwidthBytesPerSecond(), "auto_converge", req.GetAllowAutoConverge(),
 		"post_copy", req.GetAllowPostCopy(), "completion_timeout", mig.completionTimeout.String())
-	memory := func() { d.runMigration(v, dom, release, socketURI(path), params, flags, mig) }
+	memory := func() { d.runMigration(v, dom, release, socketURI(path), plan.params, plan.flags, mig) }
 	if len(jobs) > 0 {
 		go d.runDiskPhase(v, dom, release, mig, jobs, disksSocket, memory)
 	} else {
@@ -288,6 +278,44 @@ func (d *Driver) Migrate(ctx context.Context, req *hypervisorv1.MigrateRequest) 
 	}
 	go d.watchMigration(v, mig)
 	return nil
+}
+
+// memoryPlan is how the memory moves: libvirt's parameters and flags, and the mode reported.
+type memoryPlan struct {
+	params *golibvirt.DomainMigrateParameters
+	flags  golibvirt.DomainMigrateFlags
+	mode   hypervisorv1.MigrationMode
+}
+
+// planMemory reads the target's domain through path (its XML is the destination's) and
+// chooses the memory migration's parameters: the bandwidth limit, auto-converge, and whether
+// the guest moves paused (disks: the copies end with it paused; under emulation on a QEMU
+// before 9.0 a live copy loses guest writes, the qmp driver's TCGLosesMigrationWrites: libvirt's
+// offline migration of a running domain, without VIR_MIGRATE_LIVE, pauses it first and resumes
+// it at the target, or here when the migration fails). No VIR_MIGRATE_POSTCOPY even when
+// allowed: libvirt refuses post-copy in a tunnelled migration.
+func (d *Driver) planMemory(ctx context.Context, v *vm, path string, bandwidth uint64, autoConverge, disks bool) (*memoryPlan, error) {
+	destXML, err := targetDomainXML(ctx, path)
+	if err != nil {
+		return nil, status.Errorf(codes.FailedPrecondition, "vm %q: the target at %s: %v", v.id, path, err)
+	}
+	host, err := d.hostInfo(ctx)
+	if err != nil {
+		return nil, err
+	}
+	p := &memoryPlan{params: &golibvirt.DomainMigrateParameters{DestXML: destXML, DestXMLSet: true},
+		flags: migrateFlags, mode: hypervisorv1.MigrationMode_MIGRATION_MODE_PRE_COPY}
+	if mib := bandwidthMiB(bandwidth); mib > 0 {
+		p.params.Bandwidth, p.params.BandwidthSet = mib, true
+	}
+	if disks || v.rec.Accel == qmp.AccelTCG && qmp.TCGLosesMigrationWrites(host.Version) {
+		p.mode = hypervisorv1.MigrationMode_MIGRATION_MODE_PAUSED
+		p.flags &^= golibvirt.MIGRATE_LIVE
+	}
+	if autoConverge {
+		p.flags |= golibvirt.MIGRATE_AUTO_CONVERGE
+	}
+	return p, nil
 }
 
 // runMigration makes the source's daemon migrate the domain, and ends the migration with the
@@ -783,7 +811,7 @@ func loadMigration(r *migrationRecord) *migration {
 	if protojson.Unmarshal(r.Info, info) != nil {
 		return nil
 	}
-	return &migration{info: info, completionTimeout: r.CompletionTimeout}
+	return &migration{info: info, completionTimeout: r.CompletionTimeout, jobs: r.Disks, disksSocket: r.DisksSocket}
 }
 
 // recoverMigration re-adopts v's unfinished migration (v.mig) after a driver restart, from the
@@ -795,8 +823,14 @@ func (d *Driver) recoverMigration(ctx context.Context, v *vm, conn *golibvirt.Co
 	st := golibvirt.DOMAIN_SHUTOFF
 	dom, err := conn.LookupDomainByName(DomainName)
 	defined := err == nil
+	copying := false
 	if defined {
 		st, _, _ = dom.GetState()
+		if m.source() && len(m.jobs) > 0 {
+			// In its disk phase: the copies run (in QEMU) and no migration job does.
+			j, err := dom.GetJobStats(0)
+			copying = err == nil && j.Type == golibvirt.DOMAIN_JOB_NONE && diskCopiesIn(dom) > 0
+		}
 		dom.Free()
 	}
 	running := st == golibvirt.DOMAIN_RUNNING || st == golibvirt.DOMAIN_PAUSED
@@ -816,10 +850,21 @@ func (d *Driver) recoverMigration(ctx context.Context, v *vm, conn *golibvirt.Co
 		v.con, v.pid = con, qemuPID(v.dmn, v.rec.DaemonPID)
 		v.state, v.reason, v.message = hypervisorv1.State_STATE_RUNNING, driver.ReasonRecovered, ""
 		m.done = make(chan struct{})
-		d.log.Info("recover: the migration goes on", "id", v.id, "target", m.info.GetTarget())
-		go d.watchRecoveredSource(v, m)
+		d.log.Info("recover: the migration goes on", "id", v.id, "target", m.info.GetTarget(), "copying_disks", copying)
+		if copying {
+			go d.readoptDiskPhase(v, m)
+		} else {
+			go d.watchRecoveredSource(v, m)
+		}
 		go d.watchMigration(v, m)
 		return
+	}
+	lostDisks := false
+	if defined && m.info.GetPhase() == hypervisorv1.MigrationPhase_MIGRATION_PHASE_SETUP && !running {
+		// A target still receiving its disks: the copies' connections ended with the driver
+		// process's relay, so the migration fails (the storage daemon, which outlived it,
+		// goes).
+		lostDisks = d.releaseLeftoverDisks(ctx, v)
 	}
 	switch {
 	case running:
@@ -832,6 +877,11 @@ func (d *Driver) recoverMigration(ctx context.Context, v *vm, conn *golibvirt.Co
 			v.reason = driver.ReasonMigrated
 			go d.runMigratedIn(v, conn)
 		}
+	case lostDisks:
+		v.state, v.reason = hypervisorv1.State_STATE_STOPPED, driver.ReasonMigrationFailed
+		v.message = "the driver restarted while the target received the disks: their copy broke off"
+		m.info.Phase, m.info.Message, m.info.EndedAt = hypervisorv1.MigrationPhase_MIGRATION_PHASE_FAILED, v.message, timestamppb.Now()
+		go d.endIncoming(v)
 	case defined && m.info.GetPhase() == hypervisorv1.MigrationPhase_MIGRATION_PHASE_SETUP:
 		v.state, v.reason, v.message = hypervisorv1.State_STATE_PAUSED, driver.ReasonIncomingMigration, "waiting for the migration on "+v.incomingLink()+" (the VM's libvirtd)"
 		if _, err := os.Lstat(v.incomingLink()); err != nil {
@@ -843,8 +893,8 @@ func (d *Driver) recoverMigration(ctx context.Context, v *vm, conn *golibvirt.Co
 		m.info.Phase, m.info.Message, m.info.EndedAt = hypervisorv1.MigrationPhase_MIGRATION_PHASE_FAILED, v.message, timestamppb.Now()
 		go d.endIncoming(v)
 	}
-	if raw, err := protojson.Marshal(m.info); err == nil {
-		v.rec.Migration = &migrationRecord{Info: raw, CompletionTimeout: m.completionTimeout}
+	if r := m.record(); r != nil {
+		v.rec.Migration = r
 	}
 }
 

@@ -94,7 +94,7 @@ func TestMigrationDisksBadInput(t *testing.T) {
 func TestMigrationCompletionTimeout(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
-	p := newMigrationPair(t, ctx, "lv-mig-timeout")
+	p := newMigrationPair(t, ctx, "lv-mig-timeout", 0)
 	var paused atomic.Bool
 	go func() {
 		_ = p.src.Events(ctx, p.id, func(e *hypervisorv1.Event) error {
@@ -153,7 +153,7 @@ func TestMigrationCompletionTimeout(t *testing.T) {
 func TestMigrationDirtyingGuestKeepsItsMemory(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
-	p := newMigrationPair(t, ctx, "lv-mig-dirty")
+	p := newMigrationPair(t, ctx, "lv-mig-dirty", 0)
 	out := &consoleBuf{}
 	in, w := io.Pipe()
 	go func() { _ = p.src.Console(ctx, p.id, in, out) }()

@@ -67,7 +67,9 @@ type incomingDisks struct {
 	mon       qmp.Monitor
 	sessions  int
 	active    int
+	conns     map[net.Conn]bool // the relayed connections (the source's side)
 	releasing bool
+	abandoned bool
 	held      []net.Conn
 	released  chan struct{}
 }
@@ -84,10 +86,7 @@ func (d *Driver) storageDaemon(v *vm, qemu string, launched bool) (*launcher.Com
 		}
 		return nil, nil, err
 	}
-	in := &incomingDisks{
-		log: d.log.With("id", v.id), want: len(idxs), released: make(chan struct{}),
-		nbd: filepath.Join(v.rec.RunDir, storageDaemonNBD), qmp: filepath.Join(v.rec.RunDir, storageDaemonQMP),
-	}
+	in := d.newIncomingDisks(v, len(idxs))
 	for _, p := range []string{in.nbd, in.qmp} {
 		if len(p) > domain.MaxSocketPath {
 			return nil, nil, status.Errorf(codes.InvalidArgument, "runDir: the storage daemon's socket %s is longer than a unix socket's %d bytes", p, domain.MaxSocketPath)
@@ -121,6 +120,40 @@ func (d *Driver) storageDaemon(v *vm, qemu string, launched bool) (*launcher.Com
 		Args:    v.dmn.asUser(launched, append([]string{filepath.Join(filepath.Dir(qemu), storageDaemonBinary)}, args...)...),
 		LogPath: filepath.Join(v.rec.RunDir, storageDaemonLog),
 	}, in, nil
+}
+
+// newIncomingDisks is the service of want disks of v's storage daemon, not serving yet.
+func (d *Driver) newIncomingDisks(v *vm, want int) *incomingDisks {
+	return &incomingDisks{
+		log: d.log.With("id", v.id), want: want, released: make(chan struct{}), conns: map[net.Conn]bool{},
+		nbd: filepath.Join(v.rec.RunDir, storageDaemonNBD), qmp: filepath.Join(v.rec.RunDir, storageDaemonQMP),
+	}
+}
+
+// releaseLeftoverDisks makes the storage daemon an earlier driver process started for v quit,
+// when it still serves v's incoming disks (its monitor's socket is there), and says so: the
+// source's copies lost their connection with that process's relay, so the migration cannot
+// complete.
+func (d *Driver) releaseLeftoverDisks(ctx context.Context, v *vm) bool {
+	idxs, err := qmp.IncomingDisks(v.spec)
+	if err != nil || len(idxs) == 0 {
+		return false
+	}
+	in := d.newIncomingDisks(v, len(idxs))
+	if _, err := os.Stat(in.qmp); err != nil {
+		return false
+	}
+	ctx, cancel := context.WithTimeout(ctx, storageDaemonWait)
+	defer cancel()
+	if mon, err := qmp.DialQMP(ctx, in.qmp); err == nil {
+		go func() {
+			for range mon.Events() {
+			}
+		}()
+		in.mon = mon
+	}
+	in.release()
+	return true
 }
 
 func jsonArg(v any) string {
@@ -185,6 +218,7 @@ func (in *incomingDisks) accept(lis net.Listener) {
 		}
 		in.sessions++
 		in.active++
+		in.conns[c] = true
 		in.mu.Unlock()
 		go in.relay(c)
 	}
@@ -197,7 +231,8 @@ func (in *incomingDisks) relay(c net.Conn) {
 		_ = c.Close()
 		in.mu.Lock()
 		in.active--
-		done := in.active == 0 && in.sessions >= in.want
+		delete(in.conns, c)
+		done := in.active == 0 && in.sessions >= in.want && !in.abandoned
 		in.mu.Unlock()
 		if done {
 			in.log.Info("the source closed its disk copies: releasing the images")
@@ -265,6 +300,30 @@ func (in *incomingDisks) release() {
 	_ = os.Remove(in.nbd)
 	_ = os.Remove(in.qmp)
 	close(in.released)
+}
+
+// abandon stops the relay as the driver process's end would (Close): its socket and the
+// connections it carries close, the storage daemon runs on with the images, for a later
+// driver's Recover to serve again.
+func (in *incomingDisks) abandon() {
+	in.mu.Lock()
+	in.abandoned = true
+	lis := in.lis
+	var conns []net.Conn
+	for c := range in.conns {
+		conns = append(conns, c)
+	}
+	mon := in.mon
+	in.mu.Unlock()
+	if lis != nil {
+		_ = lis.Close()
+	}
+	for _, c := range conns {
+		_ = c.Close()
+	}
+	if mon != nil {
+		_ = mon.Close()
+	}
 }
 
 // releaseIncomingDisks releases v's incoming disks, if it serves any (not under v.mu: it waits
@@ -360,25 +419,70 @@ func abortDiskCopies(dom *golibvirt.Domain, jobs []diskJob) {
 	}
 }
 
-// abortLeftoverCopies aborts every block copy in the domain (a recovered source's, of a disk
-// phase no driver watches any more) and says how many there were.
-func abortLeftoverCopies(dom *golibvirt.Domain) int {
+// mirroredDisks are the domain's disks (their targets) that a block copy mirrors.
+func mirroredDisks(dom *golibvirt.Domain) []string {
 	raw, err := dom.GetXMLDesc(0)
 	if err != nil {
-		return 0
+		return nil
 	}
 	var x libvirtxml.Domain
 	if x.Unmarshal(raw) != nil || x.Devices == nil {
-		return 0
+		return nil
 	}
-	n := 0
+	var devs []string
 	for _, disk := range x.Devices.Disks {
 		if disk.Mirror != nil && disk.Target != nil {
-			_ = dom.BlockJobAbort(disk.Target.Dev, 0)
-			n++
+			devs = append(devs, disk.Target.Dev)
 		}
 	}
-	return n
+	return devs
+}
+
+// diskCopiesIn is how many block copies run in the domain.
+func diskCopiesIn(dom *golibvirt.Domain) int { return len(mirroredDisks(dom)) }
+
+// abortLeftoverCopies aborts every block copy in the domain (a recovered source's, of a disk
+// phase it does not go on with) and says how many there were.
+func abortLeftoverCopies(dom *golibvirt.Domain) int {
+	devs := mirroredDisks(dom)
+	for _, dev := range devs {
+		_ = dom.BlockJobAbort(dev, 0)
+	}
+	return len(devs)
+}
+
+// readoptDiskPhase goes on with a recovered source's disk phase (the copies ran on in QEMU
+// while no driver did), then moves the memory, as Migrate's goroutine would have.
+func (d *Driver) readoptDiskPhase(v *vm, m *migration) {
+	mconn, err := golibvirt.NewConnect(v.dmn.uri())
+	var dom *golibvirt.Domain
+	if err == nil {
+		if dom, err = mconn.LookupDomainByName(DomainName); err != nil {
+			_, _ = mconn.Close()
+		}
+	}
+	if err != nil {
+		d.finishRecoveredSource(v, m, hypervisorv1.MigrationPhase_MIGRATION_PHASE_FAILED, "recover the disk copies: "+libvirtMessage(err))
+		close(m.done)
+		return
+	}
+	release := func() {
+		_ = dom.Free()
+		_, _ = mconn.Close()
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), targetConnectWait)
+	plan, err := d.planMemory(ctx, v, m.info.GetTarget(), m.info.GetBandwidthLimitBytesPerSecond(), m.info.GetAutoConverge(), true)
+	cancel()
+	if err != nil {
+		abortDiskCopies(dom, m.jobs)
+		release()
+		d.finishRecoveredSource(v, m, hypervisorv1.MigrationPhase_MIGRATION_PHASE_FAILED, "recover the disk copies: "+err.Error())
+		close(m.done)
+		return
+	}
+	d.runDiskPhase(v, dom, release, m, m.jobs, m.disksSocket, func() {
+		d.runMigration(v, dom, release, socketURI(m.info.GetTarget()), plan.params, plan.flags, m)
+	})
 }
 
 // sampleDiskCopies reads each copy's progress into info and says whether all are ready (in
@@ -448,10 +552,17 @@ func (d *Driver) runDiskPhase(v *vm, dom *golibvirt.Domain, release func(), mig 
 	defer tick.Stop()
 	for {
 		v.mu.Lock()
-		over := v.mig != mig || mig.ended() || v.conn == nil
-		cancelled := !over && mig.cancelReason != ""
+		// Let go of (Close: a later driver's Recover goes on with the copies), or the
+		// daemon went away with them.
+		detached := v.mig != mig || v.conn == nil
+		over := mig.ended() || mig.cancelReason != ""
 		v.mu.Unlock()
-		if over || cancelled {
+		switch {
+		case detached:
+			close(mig.done)
+			release()
+			return
+		case over:
 			fail(hypervisorv1.MigrationPhase_MIGRATION_PHASE_CANCELLED, "cancelled", false)
 			return
 		}

@@ -1171,9 +1171,12 @@ func attachSerial(ctx context.Context, path string) (*serial.Console, error) {
 // detach lets go of v without stopping anything.
 func (v *vm) detach() {
 	v.mu.Lock()
-	conn, proc, cbs, con := v.conn, v.proc, v.cbs, v.con
-	v.conn, v.proc, v.con = nil, nil, nil
+	conn, proc, cbs, con, in := v.conn, v.proc, v.cbs, v.con, v.in
+	v.conn, v.proc, v.con, v.in = nil, nil, nil, nil
 	v.mu.Unlock()
+	if in != nil {
+		in.abandon()
+	}
 	if conn != nil {
 		for _, cb := range cbs {
 			_ = conn.DomainEventDeregister(cb)
