@@ -1,11 +1,8 @@
 package qmp
 
 import (
-	"regexp"
-	"strings"
 	"testing"
 
-	"github.com/kubevisor/kubevisor/conformance/driver/cli"
 	"github.com/kubevisor/kubevisor/internal/kittest"
 )
 
@@ -19,17 +16,7 @@ func TestMigrationConformancePlugins(t *testing.T) {
 	requireQEMU(t)
 	r := kittest.RunVM(t, kittest.Options{Hypervisor: "qmp", Run: "Migrate"})
 	t.Logf("kubevisor-conformance vm --run Migrate:\n%s", r.Stdout)
-	if r.Code != cli.ExitOK {
-		t.Errorf("exit code %d, want %d; stderr:\n%s", r.Code, cli.ExitOK, kittest.Tail(r.Stderr, 60))
-	}
-	for _, check := range []string{"Migrate/KeepsGuestState", "Migrate/Progress", "Migrate/Cancel", "Migrate/LocalDisks", "Migrate/LocalDisksCancel"} {
-		if !regexp.MustCompile(`--- PASS: vm/` + check + ` `).MatchString(r.Stdout) {
-			t.Errorf("check %s did not pass", check)
-		}
-	}
-	if !strings.Contains(r.Stdout, "5 passed, 0 failed, 0 skipped") {
-		t.Errorf("the summary is not 5 passed, 0 failed, 0 skipped")
-	}
+	kittest.ExpectPassed(t, r, "Migrate/KeepsGuestState", "Migrate/Progress", "Migrate/Cancel", "Migrate/LocalDisks", "Migrate/LocalDisksCancel")
 }
 
 // TestMigrationLocalDisksDiskBoot runs the kit's Migrate/LocalDisks check as
@@ -41,13 +28,6 @@ func TestMigrationLocalDisksDiskBoot(t *testing.T) {
 	requireQEMU(t)
 	r := kittest.RunVM(t, kittest.Options{Hypervisor: "qmp", Boot: "disk", Run: "Migrate/LocalDisks$"})
 	t.Logf("kubevisor-conformance vm --boot disk --run Migrate/LocalDisks:\n%s", r.Stdout)
-	if r.Code != cli.ExitOK {
-		t.Errorf("exit code %d, want %d; stderr:\n%s", r.Code, cli.ExitOK, kittest.Tail(r.Stderr, 60))
-	}
-	if !regexp.MustCompile(`--- PASS: vm/Migrate/LocalDisks `).MatchString(r.Stdout) || !strings.Contains(r.Stdout, "1 passed, 0 failed, 0 skipped") {
-		t.Errorf("Migrate/LocalDisks did not pass")
-	}
-	if !regexp.MustCompile(`name:"containerdisk"\s+top_only:true\s+total_bytes:\d+\s+transferred_bytes:[1-9]`).MatchString(r.Stdout) {
-		t.Errorf("the check did not report the containerDisk's top image copied")
-	}
+	kittest.ExpectPassed(t, r, "Migrate/LocalDisks")
+	kittest.ExpectTopImageCopied(t, r)
 }

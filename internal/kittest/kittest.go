@@ -5,8 +5,10 @@ package kittest
 
 import (
 	"bytes"
+	"fmt"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 
@@ -105,4 +107,30 @@ func Tail(s string, n int) string {
 		lines = lines[len(lines)-n:]
 	}
 	return strings.Join(lines, "\n")
+}
+
+// ExpectPassed fails t unless the kit exited OK with every one of checks passed and nothing
+// else run ("N passed, 0 failed, 0 skipped").
+func ExpectPassed(t *testing.T, r Result, checks ...string) {
+	t.Helper()
+	if r.Code != cli.ExitOK {
+		t.Errorf("exit code %d, want %d; stderr:\n%s", r.Code, cli.ExitOK, Tail(r.Stderr, 60))
+	}
+	for _, check := range checks {
+		if !regexp.MustCompile(`--- PASS: vm/` + regexp.QuoteMeta(check) + ` `).MatchString(r.Stdout) {
+			t.Errorf("check %s did not pass", check)
+		}
+	}
+	if summary := fmt.Sprintf("%d passed, 0 failed, 0 skipped", len(checks)); !strings.Contains(r.Stdout, summary) {
+		t.Errorf("the summary is not %s", summary)
+	}
+}
+
+// ExpectTopImageCopied fails t unless the output of the kit's Migrate/LocalDisks check with the
+// guest booted from its containerDisk reports that disk's top image copied.
+func ExpectTopImageCopied(t *testing.T, r Result) {
+	t.Helper()
+	if !regexp.MustCompile(`name:"containerdisk"\s+top_only:true\s+total_bytes:\d+\s+transferred_bytes:[1-9]`).MatchString(r.Stdout) {
+		t.Errorf("the check did not report the containerDisk's top image copied")
+	}
 }
