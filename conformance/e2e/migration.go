@@ -3,6 +3,7 @@ package e2e
 import (
 	"context"
 	"fmt"
+	"regexp"
 	"strings"
 	"time"
 
@@ -10,6 +11,7 @@ import (
 	. "github.com/onsi/gomega"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -299,77 +301,97 @@ var _ = Describe("Live migration", Label("RequiresTwoNodes", "Migration"), func(
 		Expect(after.Status.NodeName).To(Equal(vmi.Status.NodeName))
 	})
 
-	It("moves a VMI of a class whose driver copies no disk when it has no writable node-local disk (its containerDisk read-only): the same boot, its heartbeat goes on, its web server answers a pod afterwards", func(ctx SpecContext) {
+	It("moves a VMI of each other class whose driver migrates (libvirt beside qmp), its writable disks copied: the same boot, its heartbeat goes on, its web server answers a pod afterwards, what it wrote on its containerDisk and an emptyDisk reads back on the target", func(ctx SpecContext) {
 		f.RequireTwoNodes(ctx)
-		class := f.classCopyingNoDisk(ctx)
-		By(fmt.Sprintf("class %s: driver %s, the guest's containerDisk read-only", class.Name, class.Driver))
-		g := f.bootMigrant(ctx, "nodisk", nil, func(s *v1alpha1.VirtualMachineInstanceSpec) {
-			s.HypervisorClassName = class.Name
-			for i := range s.Domain.Devices.Disks {
-				if d := &s.Domain.Devices.Disks[i]; d.Disk != nil {
-					d.Disk.ReadOnly = true
-				}
-			}
-		})
-		before := f.heartbeats(ctx, g.guestRun)
-		f.migrate(ctx, "nodisk-1", "nodisk")
-		m := f.waitMigrationPhase(ctx, "nodisk-1", v1alpha1.MigrationSucceeded, migrationTimeout)
-		Expect(m.Status.MigrationState).NotTo(BeNil())
-		vmi := f.expectMovedOn(ctx, g, before)
-		Expect(vmi.Status.HypervisorDriver).To(Equal(class.Driver))
-		Eventually(func() string {
-			vmi = f.VMI(ctx, "nodisk")
-			return GuestIP(vmi)
-		}).WithContext(ctx).WithTimeout(time.Minute).WithPolling(time.Second).Should(Equal(f.LauncherPods(ctx, vmi.UID)[0].Status.PodIP))
-		Expect(f.HTTPFromPodOn(ctx, g.node, "http://"+GuestIP(vmi)+"/")).To(ContainSubstring(guest.WebAnswer))
-	})
-
-	It("says a VMI with a containerDisk is not LiveMigratable where its class's driver copies no disk (the node's live-migration-disks label), and refuses its migration", func(ctx SpecContext) {
-		class := f.classCopyingNoDisk(ctx)
-		By(fmt.Sprintf("class %s: driver %s migrates but copies no disk", class.Name, class.Driver))
-		spec := guestSpecOf(guest.Options{UserData: "nocopy", HypervisorClass: class.Name})
-		b, err := yaml.Marshal(spec)
-		Expect(err).NotTo(HaveOccurred())
-		f.Apply(ctx, "apiVersion: kubevisor.io/v1alpha1\nkind: VirtualMachineInstance\nmetadata:\n  name: nocopy\nspec:\n"+indent(string(b), 2))
-		vmi := f.WaitRunning(ctx, "nocopy")
-		Eventually(func() string {
-			c := v1alpha1.InstanceCondition(f.VMI(ctx, "nocopy").Status.Conditions, v1alpha1.VirtualMachineInstanceIsMigratable)
-			if c == nil {
-				return "no condition"
-			}
-			return string(c.Status) + " " + c.Reason + ": " + c.Message
-		}).WithContext(ctx).WithTimeout(time.Minute).Should(And(HavePrefix("False "+v1alpha1.ReasonDisksNotLiveMigratable),
-			ContainSubstring("hypervisor driver "+class.Driver+" does not copy disks")))
-		f.migrate(ctx, "nocopy-1", "nocopy")
-		m := f.waitMigrationPhase(ctx, "nocopy-1", v1alpha1.MigrationFailed, time.Minute)
-		Expect(m.Status.MigrationState).NotTo(BeNil())
-		Expect(m.Status.MigrationState.FailureReason).To(ContainSubstring(v1alpha1.ReasonDisksNotLiveMigratable))
-		Expect(f.LauncherPods(ctx, vmi.UID)).To(HaveLen(1), "no target pod was made")
-		Expect(f.VMI(ctx, "nocopy").Status.Phase).To(Equal(v1alpha1.Running))
+		for _, class := range f.otherMigratingClasses(ctx) {
+			name := "disks-" + class.Name
+			By(fmt.Sprintf("class %s (driver %s): a VMI with its containerDisk's overlay and a %d-byte emptyDisk", class.Name, class.Driver, scratchBytes))
+			g := f.bootMigrant(ctx, name, nil, func(s *v1alpha1.VirtualMachineInstanceSpec) {
+				s.HypervisorClassName = class.Name
+				s.Domain.Devices.Disks = append(s.Domain.Devices.Disks, v1alpha1.Disk{Name: "scratch", DiskDevice: v1alpha1.DiskDevice{Disk: &v1alpha1.DiskTarget{Bus: v1alpha1.DiskBusVirtio}}})
+				s.Volumes = append(s.Volumes, v1alpha1.Volume{Name: "scratch", VolumeSource: v1alpha1.VolumeSource{
+					EmptyDisk: &v1alpha1.EmptyDiskSource{Capacity: *resource.NewQuantity(scratchBytes, resource.BinarySI)}}})
+			})
+			By("the guest writes a marker on each disk (the containerDisk's last sector, the emptyDisk's 100th)")
+			Expect(f.consoleAnswer(ctx, name, "kv-marked", diskMarkers("write", name))).To(MatchRegexp(`^vd[a-z],vd[a-z]$`))
+			before := f.heartbeats(ctx, g.guestRun)
+			f.migrate(ctx, name+"-1", name)
+			m := f.waitMigrationPhase(ctx, name+"-1", v1alpha1.MigrationSucceeded, migrationTimeout)
+			Expect(m.Status.MigrationState).NotTo(BeNil())
+			vmi := f.expectMovedOn(ctx, g, before)
+			Expect(vmi.Status.HypervisorDriver).To(Equal(class.Driver))
+			By("on the target, its page cache dropped, the guest reads both markers back from its disks")
+			Expect(f.consoleAnswer(ctx, name, "kv-read", diskMarkers("read", name))).To(Equal("KVMARK-" + name + "-cd,KVMARK-" + name + "-scratch"))
+			Eventually(func() string {
+				vmi = f.VMI(ctx, name)
+				return GuestIP(vmi)
+			}).WithContext(ctx).WithTimeout(time.Minute).WithPolling(time.Second).Should(Equal(f.LauncherPods(ctx, vmi.UID)[0].Status.PodIP))
+			Expect(f.HTTPFromPodOn(ctx, g.node, "http://"+GuestIP(vmi)+"/")).To(ContainSubstring(guest.WebAnswer))
+		}
 	})
 })
 
-// classCopyingNoDisk is a HypervisorClass whose driver migrates but copies no disk on the
-// cluster's nodes (capability.kubevisor.io/<driver>.live-migration-disks=false on each), the spec
-// skipped when there is none (every driver installed copies disks).
-func (f *Framework) classCopyingNoDisk(ctx context.Context) *v1alpha1.HypervisorClass {
+// scratchBytes is the size of the emptyDisk the disk-copying spec gives its VMI, by which the
+// guest finds it.
+const scratchBytes = 16 << 20
+
+// diskMarkers is the shell command that writes ("write") or reads back ("read") a marker on
+// the guest's containerDisk (the virtio disk that is not the emptyDisk: its last sector) and
+// emptyDisk (its 100th sector), printing "<marker>-42 <what>" (the devices, or what it read).
+func diskMarkers(op, token string) string {
+	find := fmt.Sprintf(`s=$(for b in /sys/block/vd*; do [ "$(cat $b/size)" = %[1]d ] && echo ${b##*/}; done | head -n 1); c=$(for b in /sys/block/vd*; do [ "$(cat $b/size)" != %[1]d ] && echo ${b##*/}; done | head -n 1); n=$(cat /sys/block/$c/size); `, scratchBytes/512)
+	if op == "write" {
+		return find + fmt.Sprintf(`printf 'KVMARK-%[1]s-cd\n' | dd of=/dev/$c bs=512 seek=$((n-1)) conv=sync,fsync 2>/dev/null; printf 'KVMARK-%[1]s-scratch\n' | dd of=/dev/$s bs=512 seek=100 conv=sync,fsync 2>/dev/null; echo kv-marked-$((6*7)) $c,$s`, token)
+	}
+	return find + `sync; echo 3 > /proc/sys/vm/drop_caches; echo kv-read-$((6*7)) $(dd if=/dev/$c bs=512 skip=$((n-1)) count=1 2>/dev/null | head -n 1),$(dd if=/dev/$s bs=512 skip=100 count=1 2>/dev/null | head -n 1)`
+}
+
+// consoleAnswer runs command on VMI name's serial console and returns the word it printed after
+// "<marker>-42 " (the command prints marker-$((6*7)), so that the echoed command line does not
+// match).
+func (f *Framework) consoleAnswer(ctx context.Context, name, marker, command string) string {
+	GinkgoHelper()
+	re := regexp.MustCompile(regexp.QuoteMeta(marker) + `-42 (\S*)`)
+	var answer string
+	Eventually(func(g Gomega) {
+		c := f.OpenConsole(ctx, name)
+		defer c.Close()
+		c.Send("\r")
+		c.Send(command + "\r")
+		g.Eventually(func() []string { return re.FindStringSubmatch(c.Output()) }).WithTimeout(30 * time.Second).WithPolling(500 * time.Millisecond).Should(HaveLen(2))
+		answer = re.FindStringSubmatch(c.Output())[1]
+	}).WithContext(ctx).WithTimeout(2 * time.Minute).Should(Succeed())
+	return answer
+}
+
+// otherMigratingClasses are the HypervisorClasses other than the one the specs use by default
+// whose driver migrates and copies disks on every node (capability.kubevisor.io/<driver>.
+// live-migration and .live-migration-disks "true" on each); the spec is skipped when there is
+// none.
+func (f *Framework) otherMigratingClasses(ctx context.Context) []*v1alpha1.HypervisorClass {
 	GinkgoHelper()
 	var classes v1alpha1.HypervisorClassList
 	Expect(f.Client.List(ctx, &classes)).To(Succeed())
 	var nodes corev1.NodeList
 	Expect(f.Client.List(ctx, &nodes)).To(Succeed())
+	var out []*v1alpha1.HypervisorClass
 	for i := range classes.Items {
 		c := &classes.Items[i]
-		all := len(nodes.Items) > 0
+		if c.Name == Cfg.HypervisorClass || Cfg.HypervisorClass == "" && v1alpha1.IsDefaultClass(c) {
+			continue
+		}
+		all := len(nodes.Items) > 1
 		for _, n := range nodes.Items {
-			all = all && n.Labels[v1alpha1.DriverMigrationDisksLabel(c.Driver)] == "false"
+			all = all && n.Labels[v1alpha1.DriverMigrationLabel(c.Driver)] == "true" && n.Labels[v1alpha1.DriverMigrationDisksLabel(c.Driver)] == "true"
 		}
 		if all {
-			return c
+			out = append(out, c)
 		}
 	}
-	Skip("no HypervisorClass whose driver migrates without copying disks on every node")
-	return nil
+	if len(out) == 0 {
+		Skip("no other HypervisorClass whose driver migrates and copies disks on every node")
+	}
+	return out
 }
 
 // expectStayed checks that g's guest runs where it ran, as it was: the same node, launcher pod
