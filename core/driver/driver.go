@@ -479,10 +479,12 @@ type Recoverer interface {
 //   - MUST honour bandwidth_bytes_per_second (0: the driver's own limit, which SHOULD NOT be
 //     lower than the node's network; the qmp driver lifts QEMU's default of 32 MiB/s), use
 //     auto-converge only when allow_auto_converge and post-copy only when allow_post_copy;
-//     with allow_post_copy it SHOULD switch to post-copy when pre-copy does not converge (the
-//     memory left after a pass does not shrink) and MUST switch when completion_timeout is
-//     reached; without it, it MUST cancel the migration at completion_timeout, as
-//     CancelMigration does, with phase CANCELLED and a message naming the timeout;
+//     a driver that declares Capabilities.migration_post_copy, with allow_post_copy, SHOULD
+//     switch to post-copy when pre-copy does not converge (the memory left after a pass does
+//     not shrink) and MUST switch when completion_timeout is reached; otherwise (no
+//     allow_post_copy, or a driver without post-copy) it MUST cancel the migration at
+//     completion_timeout, as CancelMigration does, with phase CANCELLED and a message naming
+//     the timeout;
 //   - SHOULD copy memory while the guest runs (MIGRATION_MODE_PRE_COPY); where that would lose
 //     some of the guest's writes it MUST instead pause the guest for the copy
 //     (MIGRATION_MODE_PAUSED, the pause counted in MigrationInfo.downtime), and MAY switch to

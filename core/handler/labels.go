@@ -35,11 +35,13 @@ type DriverFingerprint struct {
 //	capability.kubevisor.io/<driver>.<attribute> = <value>
 //	capability.kubevisor.io/<driver>.live-migration = true | false   (hypervisor drivers)
 //	capability.kubevisor.io/<driver>.live-migration-disks = true | false   (those that migrate)
+//	capability.kubevisor.io/<driver>.live-migration-post-copy = true | false   (those that migrate)
 //
 // A driver without a fingerprint is unhealthy. A loaded hypervisor driver's live-migration
 // label (v1alpha1.DriverMigrationLabel) says whether its capabilities declare
 // FEATURE_HYPERVISOR_MIGRATE, and, for one that does, live-migration-disks whether they declare
-// migration_disks; they replace attributes of those names. An attribute that does not make a valid label
+// migration_disks and live-migration-post-copy whether they declare migration_post_copy; they
+// replace attributes of those names. An attribute that does not make a valid label
 // (key or value) is left out and said in problems.
 func NodeLabels(drivers []DriverFingerprint) (labels map[string]string, problems []string) {
 	labels = map[string]string{}
@@ -80,6 +82,7 @@ func NodeLabels(drivers []DriverFingerprint) (labels map[string]string, problems
 			labels[v1alpha1.DriverMigrationLabel(d.Name)] = strconv.FormatBool(migrates)
 			if migrates {
 				labels[v1alpha1.DriverMigrationDisksLabel(d.Name)] = strconv.FormatBool(d.Capabilities.GetMigrationDisks())
+				labels[v1alpha1.DriverMigrationPostCopyLabel(d.Name)] = strconv.FormatBool(d.Capabilities.GetMigrationPostCopy())
 			}
 		}
 	}

@@ -150,8 +150,8 @@ func TestNodeLabels(t *testing.T) {
 		{Kind: "hypervisor", Name: "qmp", Fingerprint: &basev1.FingerprintResponse{
 			Health:     basev1.Health_HEALTH_DEGRADED,
 			Attributes: map[string]string{"accel": "tcg", "qemu-version": "9.2", "bad value": "x", "note": "not a label value!"},
-		}, Capabilities: &basev1.Capabilities{Features: []basev1.Feature{basev1.Feature_FEATURE_HYPERVISOR_MIGRATE}, MigrationDisks: true}},
-		// Migrates memory, copies no disk.
+		}, Capabilities: &basev1.Capabilities{Features: []basev1.Feature{basev1.Feature_FEATURE_HYPERVISOR_MIGRATE}, MigrationDisks: true, MigrationPostCopy: true}},
+		// Migrates memory, copies no disk, no post-copy.
 		{Kind: "hypervisor", Name: "lv", Fingerprint: &basev1.FingerprintResponse{Health: basev1.Health_HEALTH_HEALTHY},
 			Capabilities: &basev1.Capabilities{Features: []basev1.Feature{basev1.Feature_FEATURE_HYPERVISOR_MIGRATE}}},
 		// A driver without migration; its attribute of the label's name does not say otherwise.
@@ -165,21 +165,23 @@ func TestNodeLabels(t *testing.T) {
 		{Kind: "device", Name: "vfio"},
 	})
 	want := map[string]string{
-		"capability.kubevisor.io/hypervisor.qmp":           HealthDegraded,
-		"capability.kubevisor.io/qmp.accel":                "tcg",
-		"capability.kubevisor.io/qmp.qemu-version":         "9.2",
-		"capability.kubevisor.io/qmp.live-migration":       "true",
-		"capability.kubevisor.io/qmp.live-migration-disks": "true",
-		"capability.kubevisor.io/hypervisor.lv":            HealthHealthy,
-		"capability.kubevisor.io/lv.live-migration":        "true",
-		"capability.kubevisor.io/lv.live-migration-disks":  "false",
-		"capability.kubevisor.io/hypervisor.sim":           HealthHealthy,
-		"capability.kubevisor.io/sim.live-migration":       "false",
-		"capability.kubevisor.io/hypervisor.gone":          HealthUnhealthy,
-		"capability.kubevisor.io/network.cni":              HealthHealthy,
-		"capability.kubevisor.io/cni.bindings":             "bridge.masquerade",
-		"capability.kubevisor.io/storage.local":            HealthUnhealthy,
-		"capability.kubevisor.io/device.vfio":              HealthUnhealthy,
+		"capability.kubevisor.io/hypervisor.qmp":               HealthDegraded,
+		"capability.kubevisor.io/qmp.accel":                    "tcg",
+		"capability.kubevisor.io/qmp.qemu-version":             "9.2",
+		"capability.kubevisor.io/qmp.live-migration":           "true",
+		"capability.kubevisor.io/qmp.live-migration-disks":     "true",
+		"capability.kubevisor.io/qmp.live-migration-post-copy": "true",
+		"capability.kubevisor.io/hypervisor.lv":                HealthHealthy,
+		"capability.kubevisor.io/lv.live-migration":            "true",
+		"capability.kubevisor.io/lv.live-migration-disks":      "false",
+		"capability.kubevisor.io/lv.live-migration-post-copy":  "false",
+		"capability.kubevisor.io/hypervisor.sim":               HealthHealthy,
+		"capability.kubevisor.io/sim.live-migration":           "false",
+		"capability.kubevisor.io/hypervisor.gone":              HealthUnhealthy,
+		"capability.kubevisor.io/network.cni":                  HealthHealthy,
+		"capability.kubevisor.io/cni.bindings":                 "bridge.masquerade",
+		"capability.kubevisor.io/storage.local":                HealthUnhealthy,
+		"capability.kubevisor.io/device.vfio":                  HealthUnhealthy,
 	}
 	if len(labels) != len(want) {
 		t.Errorf("labels = %v, want %v", labels, want)

@@ -201,7 +201,8 @@ func (h *Hypervisor) Capabilities(context.Context) (*basev1.Capabilities, error)
 		TapFd:        true,
 		Launcher:     true,
 		// Simulated: a Migrate with disks reports each copied (simulatedDiskBytes).
-		MigrationDisks: true,
+		MigrationDisks:    true,
+		MigrationPostCopy: true,
 		Devices: []string{driver.DeviceRNG, driver.DeviceChassis, driver.DeviceFeatures, driver.DeviceClock,
 			driver.DeviceInput, driver.DeviceWatchdog, driver.DeviceBalloon, driver.DeviceDiskOptions,
 			driver.DeviceCPUFeatures, driver.DeviceNICOptions,

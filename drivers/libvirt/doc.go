@@ -215,8 +215,8 @@
 //     source driver that restarts goes on: the copies run in QEMU, and Recover re-adopts them
 //     (the disks and the target's NBD socket are in the VM's record) and goes on with the disk
 //     phase and the memory as if watched.
-//   - No post-copy: allow_post_copy is accepted (MigrationInfo.post_copy says it was allowed)
-//     but never used, since libvirt 9.0 refuses post-copy in a tunnelled migration ("post-copy
+//   - No post-copy (Capabilities.migration_post_copy is false): allow_post_copy is accepted
+//     (MigrationInfo.post_copy says it was allowed) but never used, since libvirt 9.0 refuses post-copy in a tunnelled migration ("post-copy
 //     is not supported with tunnelled migration"), and tunnelling is what puts the whole
 //     migration in the one socket connection; a migration that does not converge is cancelled
 //     at its completion timeout. A native (not tunnelled) migration would allow post-copy but

@@ -139,6 +139,9 @@ func (d *Driver) Capabilities(ctx context.Context) (*basev1.Capabilities, error)
 		PersistentState: true,
 		// Block copies into QEMU's storage daemon at the target (migratedisks.go).
 		MigrationDisks: true,
+		// libvirt refuses post-copy in a tunnelled migration (the package doc's "Live
+		// migration").
+		MigrationPostCopy: false,
 	}, nil
 }
 

@@ -45,6 +45,9 @@ func TestCapabilitiesDeclared(t *testing.T) {
 	if !caps.GetMigrationDisks() {
 		t.Errorf("Capabilities.migration_disks is false: the driver copies disks in a migration (migratedisks.go)")
 	}
+	if caps.GetMigrationPostCopy() {
+		t.Errorf("Capabilities.migration_post_copy is true: libvirt refuses post-copy in the driver's tunnelled migration")
+	}
 	var _ driver.SoftRebooter = New()
 	var _ driver.GuestAgent = New()
 	var _ driver.GuestExecer = New()

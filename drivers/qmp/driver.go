@@ -182,7 +182,8 @@ func (d *Driver) capabilities() *basev1.Capabilities {
 		// The TPM's state and the EFI variable store in persistent_state_dir (persistent.go).
 		PersistentState: true,
 		// Writable node-local disks copied by block mirroring over NBD (migratedisks.go).
-		MigrationDisks: true,
+		MigrationDisks:    true,
+		MigrationPostCopy: true,
 		Devices: []string{driver.DeviceRNG, driver.DeviceChassis, driver.DeviceFeatures, driver.DeviceClock,
 			driver.DeviceInput, driver.DeviceWatchdog, driver.DeviceBalloon, driver.DeviceDiskOptions,
 			driver.DeviceCPUFeatures, driver.DeviceNICOptions,

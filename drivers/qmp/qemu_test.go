@@ -830,6 +830,9 @@ func TestFingerprint(t *testing.T) {
 	if got := caps.GetFeatures(); !slices.Equal(got, want) {
 		t.Fatalf("Capabilities features = %v, want %v", got, want)
 	}
+	if !caps.GetMigrationDisks() || !caps.GetMigrationPostCopy() {
+		t.Errorf("Capabilities migration_disks %v, migration_post_copy %v: the driver copies disks and switches to post-copy", caps.GetMigrationDisks(), caps.GetMigrationPostCopy())
+	}
 }
 
 // guestDir is where the project's test guest is built.

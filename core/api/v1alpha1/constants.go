@@ -116,6 +116,16 @@ func DriverMigrationDisksLabel(driver string) string {
 	return CapabilityLabelPrefix + driver + ".live-migration-disks"
 }
 
+// DriverMigrationPostCopyLabel is the node label a handler sets on its node for each loaded
+// hypervisor driver that declares live migration
+// (capability.kubevisor.io/<driver>.live-migration-post-copy = "true" | "false"): whether the
+// driver switches a migration to post-copy where the configuration allows it
+// (Capabilities.migration_post_copy). Where it says "false", allowPostCopy is a permission the
+// driver does not use: a migration that does not converge is cancelled at its completion timeout.
+func DriverMigrationPostCopyLabel(driver string) string {
+	return CapabilityLabelPrefix + driver + ".live-migration-post-copy"
+}
+
 // DriverAttributeLabel is the node label a handler sets to a fingerprint attribute of a loaded
 // driver (capability.kubevisor.io/<driver>.<attribute>, for example capability.kubevisor.io/qmp.accel).
 func DriverAttributeLabel(driver, attribute string) string {

@@ -480,8 +480,13 @@ type Capabilities struct {
 	// FEATURE_HYPERVISOR_MIGRATE. A migration that copies disks is not sent to a driver that does
 	// not declare it.
 	MigrationDisks bool `protobuf:"varint,18,opt,name=migration_disks,json=migrationDisks,proto3" json:"migration_disks,omitempty"`
-	unknownFields  protoimpl.UnknownFields
-	sizeCache      protoimpl.SizeCache
+	// Hypervisor: the driver switches a migration to post-copy when MigrateRequest.allow_post_copy
+	// lets it (driver.Migrator's post-copy rules). Only with FEATURE_HYPERVISOR_MIGRATE. A driver
+	// that does not declare it takes allow_post_copy (a permission) and never switches: a
+	// migration that does not converge is cancelled at its completion timeout.
+	MigrationPostCopy bool `protobuf:"varint,19,opt,name=migration_post_copy,json=migrationPostCopy,proto3" json:"migration_post_copy,omitempty"`
+	unknownFields     protoimpl.UnknownFields
+	sizeCache         protoimpl.SizeCache
 }
 
 func (x *Capabilities) Reset() {
@@ -636,6 +641,13 @@ func (x *Capabilities) GetPersistentState() bool {
 func (x *Capabilities) GetMigrationDisks() bool {
 	if x != nil {
 		return x.MigrationDisks
+	}
+	return false
+}
+
+func (x *Capabilities) GetMigrationPostCopy() bool {
+	if x != nil {
+		return x.MigrationPostCopy
 	}
 	return false
 }
@@ -862,7 +874,7 @@ const file_core_driver_base_v1_base_proto_rawDesc = "" +
 	"\vdescription\x18\x05 \x01(\tR\vdescription\"\x15\n" +
 	"\x13CapabilitiesRequest\"b\n" +
 	"\x14CapabilitiesResponse\x12J\n" +
-	"\fcapabilities\x18\x01 \x01(\v2&.kubevisor.driver.base.v1.CapabilitiesR\fcapabilities\"\xf7\x04\n" +
+	"\fcapabilities\x18\x01 \x01(\v2&.kubevisor.driver.base.v1.CapabilitiesR\fcapabilities\"\xa7\x05\n" +
 	"\fCapabilities\x12=\n" +
 	"\bfeatures\x18\x01 \x03(\x0e2!.kubevisor.driver.base.v1.FeatureR\bfeatures\x12\x1a\n" +
 	"\bfirmware\x18\x02 \x03(\tR\bfirmware\x12\x1d\n" +
@@ -885,7 +897,8 @@ const file_core_driver_base_v1_base_proto_rawDesc = "" +
 	"\x10multi_queue_taps\x18\x0f \x01(\bR\x0emultiQueueTaps\x12+\n" +
 	"\x11interface_options\x18\x10 \x03(\tR\x10interfaceOptions\x12)\n" +
 	"\x10persistent_state\x18\x11 \x01(\bR\x0fpersistentState\x12'\n" +
-	"\x0fmigration_disks\x18\x12 \x01(\bR\x0emigrationDisks\"\x14\n" +
+	"\x0fmigration_disks\x18\x12 \x01(\bR\x0emigrationDisks\x12.\n" +
+	"\x13migration_post_copy\x18\x13 \x01(\bR\x11migrationPostCopy\"\x14\n" +
 	"\x12FingerprintRequest\"\x9c\x02\n" +
 	"\x13FingerprintResponse\x128\n" +
 	"\x06health\x18\x01 \x01(\x0e2 .kubevisor.driver.base.v1.HealthR\x06health\x12-\n" +
