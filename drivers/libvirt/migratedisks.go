@@ -146,11 +146,7 @@ func (d *Driver) releaseLeftoverDisks(ctx context.Context, v *vm) bool {
 	ctx, cancel := context.WithTimeout(ctx, storageDaemonWait)
 	defer cancel()
 	if mon, err := qmp.DialQMP(ctx, in.qmp); err == nil {
-		go func() {
-			for range mon.Events() {
-			}
-		}()
-		in.mon = mon
+		in.adopt(mon)
 	}
 	in.release()
 	return true
@@ -178,13 +174,7 @@ func (in *incomingDisks) serve(ctx context.Context, path string) error {
 		case <-time.After(25 * time.Millisecond):
 		}
 	}
-	go func() {
-		for range mon.Events() {
-		}
-	}()
-	in.mu.Lock()
-	in.mon = mon
-	in.mu.Unlock()
+	in.adopt(mon)
 	if _, err := os.Stat(in.nbd); err != nil {
 		in.release()
 		return fmt.Errorf("the storage daemon serves no NBD socket: %v", err)
@@ -202,6 +192,18 @@ func (in *incomingDisks) serve(ctx context.Context, path string) error {
 	in.mu.Unlock()
 	go in.accept(lis)
 	return nil
+}
+
+// adopt makes mon, the storage daemon's monitor, the one release quits it through; its events
+// are read and dropped (QEMU's replies queue behind them).
+func (in *incomingDisks) adopt(mon qmp.Monitor) {
+	go func() {
+		for range mon.Events() {
+		}
+	}()
+	in.mu.Lock()
+	in.mon = mon
+	in.mu.Unlock()
 }
 
 func (in *incomingDisks) accept(lis net.Listener) {
@@ -346,6 +348,22 @@ type diskJob struct {
 // diskDevs maps the VM's disks (by the name in its spec) to their targets in the running
 // domain (the disks carry the user alias ua-disk-<name>).
 func diskDevs(dom *golibvirt.Domain) (map[string]string, error) {
+	disks, err := domainDisks(dom)
+	if err != nil {
+		return nil, err
+	}
+	devs := map[string]string{}
+	for _, disk := range disks {
+		if disk.Alias != nil && disk.Target != nil {
+			devs[disk.Alias.Name] = disk.Target.Dev
+		}
+	}
+	return devs, nil
+}
+
+// domainDisks are the disks of the running domain's XML (with their mirrors while a block copy
+// runs).
+func domainDisks(dom *golibvirt.Domain) ([]libvirtxml.DomainDisk, error) {
 	raw, err := dom.GetXMLDesc(0)
 	if err != nil {
 		return nil, err
@@ -354,16 +372,10 @@ func diskDevs(dom *golibvirt.Domain) (map[string]string, error) {
 	if err := x.Unmarshal(raw); err != nil {
 		return nil, err
 	}
-	devs := map[string]string{}
 	if x.Devices == nil {
-		return devs, nil
+		return nil, nil
 	}
-	for _, disk := range x.Devices.Disks {
-		if disk.Alias != nil && disk.Target != nil {
-			devs[disk.Alias.Name] = disk.Target.Dev
-		}
-	}
-	return devs, nil
+	return x.Devices.Disks, nil
 }
 
 // startDiskCopies starts libvirt's block copy of each disk into the target's NBD export of the
@@ -421,16 +433,9 @@ func abortDiskCopies(dom *golibvirt.Domain, jobs []diskJob) {
 
 // mirroredDisks are the domain's disks (their targets) that a block copy mirrors.
 func mirroredDisks(dom *golibvirt.Domain) []string {
-	raw, err := dom.GetXMLDesc(0)
-	if err != nil {
-		return nil
-	}
-	var x libvirtxml.Domain
-	if x.Unmarshal(raw) != nil || x.Devices == nil {
-		return nil
-	}
+	disks, _ := domainDisks(dom)
 	var devs []string
-	for _, disk := range x.Devices.Disks {
+	for _, disk := range disks {
 		if disk.Mirror != nil && disk.Target != nil {
 			devs = append(devs, disk.Target.Dev)
 		}
@@ -488,22 +493,16 @@ func (d *Driver) readoptDiskPhase(v *vm, m *migration) {
 // sampleDiskCopies reads each copy's progress into info and says whether all are ready (in
 // sync), or which one ended (failed: libvirt removes a block job that ended on an error).
 func sampleDiskCopies(dom *golibvirt.Domain, jobs []diskJob, info *hypervisorv1.MigrationInfo) (allReady bool, ended string, err error) {
-	raw, err := dom.GetXMLDesc(0)
+	disks, err := domainDisks(dom)
 	if err != nil {
-		return false, "", err
-	}
-	var x libvirtxml.Domain
-	if err := x.Unmarshal(raw); err != nil {
 		return false, "", err
 	}
 	ready := map[string]bool{}
 	mirrored := map[string]bool{}
-	if x.Devices != nil {
-		for _, disk := range x.Devices.Disks {
-			if disk.Target != nil && disk.Mirror != nil {
-				mirrored[disk.Target.Dev] = true
-				ready[disk.Target.Dev] = disk.Mirror.Ready == "yes"
-			}
+	for _, disk := range disks {
+		if disk.Target != nil && disk.Mirror != nil {
+			mirrored[disk.Target.Dev] = true
+			ready[disk.Target.Dev] = disk.Mirror.Ready == "yes"
 		}
 	}
 	allReady = true
