@@ -93,16 +93,21 @@ run: deps-qemu deps-net build guest cni-plugins ## Boot the demo VMI without a c
 # conformance kit with each (kubevisor-conformance --class), finding the drivers in bin/.
 QMP_CLASS     := manifests/install/drivers/qmp/hypervisorclass.yaml
 LIBVIRT_CLASS := manifests/install/drivers/libvirt/hypervisorclass.yaml
+# make demo leaves out the kit's Migrate checks (DEMO_SKIP= runs them): make test runs them
+# against both drivers' plugin binaries already, through the node agent's migration proxies
+# (core/handler/migrationproxy, qmp) and a relay (drivers/libvirt), and the cluster e2e suite
+# moves VMs of both classes between two nodes.
+DEMO_SKIP     ?= Migrate
 
 .PHONY: demo
 demo: deps-qemu deps-libvirt build guest ## Boot the test guest through the qmp and local driver plugins, then the libvirt and local ones, each hypervisor by its install's HypervisorClass (launchers with the class's capabilities only), and run the conformance kit against every in-tree driver.
 	@mkdir -p $(OUT)
 	@echo "==> a real VM: test guest booted under QEMU by the qmp and local driver plugins, launchers as in the qmp class's pods (kubevisor-conformance vm --class)"
 	@$(BIN)/kubevisor-conformance vm --class $(QMP_CLASS) --storage $(BIN)/kubevisor-driver-local \
-	    --guest-dir $(GUEST) --junit $(OUT)/conformance-vm.xml
+	    --guest-dir $(GUEST) --skip '$(DEMO_SKIP)' --junit $(OUT)/conformance-vm.xml
 	@echo "==> a real VM: test guest booted by the libvirt and local driver plugins (a libvirt daemon per VM), launchers as in the libvirt class's pods"
 	@$(BIN)/kubevisor-conformance vm --class $(LIBVIRT_CLASS) --storage $(BIN)/kubevisor-driver-local \
-	    --guest-dir $(GUEST) --junit $(OUT)/conformance-vm-libvirt.xml
+	    --guest-dir $(GUEST) --skip '$(DEMO_SKIP)' --junit $(OUT)/conformance-vm-libvirt.xml
 	@echo "==> conformance: qmp hypervisor driver of the qmp class (bin/kubevisor-driver-qmp)"
 	@$(BIN)/kubevisor-conformance driver --class $(QMP_CLASS) --junit $(OUT)/conformance-qmp.xml
 	@echo "==> conformance: libvirt hypervisor driver of the libvirt class (bin/kubevisor-driver-libvirt)"

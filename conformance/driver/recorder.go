@@ -44,6 +44,10 @@ type RecorderConfig struct {
 	// Run, when set, selects the checks to run as `go test -run` does, with the pattern applied
 	// to the names below the suite: "Lifecycle" or "Setup/StableMAC|Teardown".
 	Run string
+	// Skip, when set, leaves out the checks it matches, as `go test -skip` does: split at its
+	// slashes like Run, a check is left out when every element matches its name's element at
+	// that depth ("Migrate" leaves out Migrate and every check below it).
+	Skip string
 	// TempDir is where the checks' temporary directories are made. Default: os.TempDir().
 	TempDir string
 }
@@ -54,24 +58,39 @@ type RecorderConfig struct {
 type Recorder struct {
 	cfg    RecorderConfig
 	filter []*regexp.Regexp
+	skip   []*regexp.Regexp
 
 	mu      sync.Mutex
 	results []Result
 }
 
-// NewRecorder returns a Recorder, or an error if cfg.Run is not a valid pattern.
+// NewRecorder returns a Recorder, or an error if cfg.Run or cfg.Skip is not a valid pattern.
 func NewRecorder(cfg RecorderConfig) (*Recorder, error) {
-	r := &Recorder{cfg: cfg}
-	if cfg.Run != "" {
-		for _, elem := range splitPattern(cfg.Run) {
-			re, err := regexp.Compile(elem)
-			if err != nil {
-				return nil, fmt.Errorf("run pattern %q: %w", cfg.Run, err)
-			}
-			r.filter = append(r.filter, re)
-		}
+	filter, err := compilePattern("run", cfg.Run)
+	if err != nil {
+		return nil, err
 	}
-	return r, nil
+	skip, err := compilePattern("skip", cfg.Skip)
+	if err != nil {
+		return nil, err
+	}
+	return &Recorder{cfg: cfg, filter: filter, skip: skip}, nil
+}
+
+// compilePattern compiles each element of a -run or -skip pattern; "" is no pattern.
+func compilePattern(what, p string) ([]*regexp.Regexp, error) {
+	if p == "" {
+		return nil, nil
+	}
+	var res []*regexp.Regexp
+	for _, elem := range splitPattern(p) {
+		re, err := regexp.Compile(elem)
+		if err != nil {
+			return nil, fmt.Errorf("%s pattern %q: %w", what, p, err)
+		}
+		res = append(res, re)
+	}
+	return res, nil
 }
 
 // splitPattern splits a -run pattern at the slashes outside brackets and parentheses, as
@@ -97,14 +116,23 @@ func splitPattern(p string) []string {
 	return append(elems, p[start:])
 }
 
-// selected reports whether a test with these name elements below the suite runs.
+// selected reports whether a test with these name elements below the suite runs: Run matches
+// each element it has a pattern for, and Skip does not match them all.
 func (r *Recorder) selected(elems []string) bool {
 	for i, elem := range elems {
 		if i < len(r.filter) && !r.filter[i].MatchString(elem) {
 			return false
 		}
 	}
-	return true
+	if len(r.skip) == 0 || len(elems) < len(r.skip) {
+		return true
+	}
+	for i, re := range r.skip {
+		if !re.MatchString(elems[i]) {
+			return true
+		}
+	}
+	return false
 }
 
 // Run runs f as the suite named name, in a goroutine of its own, and reports whether it passed.

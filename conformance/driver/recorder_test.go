@@ -110,17 +110,22 @@ func TestRecorderOutcomes(t *testing.T) {
 
 func TestRecorderRunFilter(t *testing.T) {
 	for _, c := range []struct {
-		run  string
-		want []string
+		run, skip string
+		want      []string
 	}{
-		{"", []string{"s/A/One", "s/A/Two", "s/B/One"}},
-		{"A", []string{"s/A/One", "s/A/Two"}},
-		{"/One", []string{"s/A/One", "s/B/One"}},
-		{"A/Two|B", []string{"s/A/Two"}},
-		{"^(A|B)$/One", []string{"s/A/One", "s/B/One"}},
-		{"C", nil},
+		{"", "", []string{"s/A/One", "s/A/Two", "s/B/One"}},
+		{"A", "", []string{"s/A/One", "s/A/Two"}},
+		{"/One", "", []string{"s/A/One", "s/B/One"}},
+		{"A/Two|B", "", []string{"s/A/Two"}},
+		{"^(A|B)$/One", "", []string{"s/A/One", "s/B/One"}},
+		{"C", "", nil},
+		{"", "A", []string{"s/B/One"}},
+		{"", "/One", []string{"s/A/Two"}},
+		{"", "A/Two", []string{"s/A/One", "s/B/One"}},
+		{"A", "/One", []string{"s/A/Two"}},
+		{"", "C", []string{"s/A/One", "s/A/Two", "s/B/One"}},
 	} {
-		rec := newRecorder(t, conformance.RecorderConfig{Run: c.run})
+		rec := newRecorder(t, conformance.RecorderConfig{Run: c.run, Skip: c.skip})
 		rec.Run("s", func(t conformance.T) {
 			for _, g := range []string{"A", "B"} {
 				t.Run(g, func(t conformance.T) {
@@ -136,11 +141,14 @@ func TestRecorderRunFilter(t *testing.T) {
 			got = append(got, res.Name)
 		}
 		if !slices.Equal(got, c.want) {
-			t.Errorf("Run %q ran %v, want %v", c.run, got, c.want)
+			t.Errorf("Run %q Skip %q ran %v, want %v", c.run, c.skip, got, c.want)
 		}
 	}
 	if _, err := conformance.NewRecorder(conformance.RecorderConfig{Run: "A/("}); err == nil {
 		t.Errorf("NewRecorder accepted an invalid pattern")
+	}
+	if _, err := conformance.NewRecorder(conformance.RecorderConfig{Skip: "A/("}); err == nil {
+		t.Errorf("NewRecorder accepted an invalid skip pattern")
 	}
 }
 

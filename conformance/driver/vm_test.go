@@ -95,7 +95,8 @@ var vmChecks = []string{
 // kernel. The Recover check's "kill" is qmp's Driver.Close, which lets go of the VMs as the
 // death of the driver process does; the CLI's test kills a real plugin process. The Migrate
 // checks move VMs to a second qmp driver, served in-process with a state directory of its own
-// (drivers/qmp's TestMigrationConformancePlugins runs them with two plugin processes).
+// (core/handler/migrationproxy's TestQMPMigrationThroughTheProxy runs them with two plugin
+// processes).
 func TestVMRealDrivers(t *testing.T) {
 	g := testGuest(t)
 	var (

@@ -80,6 +80,8 @@ type VMConfig struct {
 	JUnit string
 	// Run selects checks as `go test -run` does ("Boot", "Pause|Reboot").
 	Run string
+	// Skip leaves out the checks it matches, as `go test -skip` does ("Migrate").
+	Skip string
 	// StateDir is the plugin host's state directory; empty means a temporary one.
 	StateDir string
 	// Timeout bounds each check; BootTimeout each boot of the guest.
@@ -130,6 +132,7 @@ func newVMFlags(cfg *VMConfig, stderr io.Writer) *flag.FlagSet {
 	fs.StringVar(&cfg.CDROMBus, "cdrom-bus", "scsi", "`bus` of the VM's CD-ROMs (the cloud-init seed): sata, scsi or usb")
 	fs.StringVar(&cfg.JUnit, "junit", "", "write a JUnit XML report to `file`")
 	fs.StringVar(&cfg.Run, "run", "", "run only the checks matching `regexp`, as go test -run")
+	fs.StringVar(&cfg.Skip, "skip", "", "leave out the checks matching `regexp`, as go test -skip")
 	fs.StringVar(&cfg.StateDir, "state-dir", "", "plugin host state `directory` (default: a temporary one)")
 	fs.DurationVar(&cfg.Timeout, "timeout", conformance.DefaultVMTimeout, "how long each check may take")
 	fs.DurationVar(&cfg.BootTimeout, "boot-timeout", conformance.DefaultBootTimeout, "how long each boot of the guest may take")
@@ -206,6 +209,9 @@ func (cfg *VMConfig) validate(rest []string) error {
 	if _, err := conformance.NewRecorder(conformance.RecorderConfig{Run: cfg.Run}); err != nil {
 		return fmt.Errorf("--run: %w", err)
 	}
+	if _, err := conformance.NewRecorder(conformance.RecorderConfig{Skip: cfg.Skip}); err != nil {
+		return fmt.Errorf("--skip: %w", err)
+	}
 	return nil
 }
 
@@ -240,7 +246,7 @@ func RunVM(cfg VMConfig, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "kubevisor-conformance vm: %v\n", err)
 		return ExitUsage
 	}
-	rec, err := conformance.NewRecorder(conformance.RecorderConfig{Progress: stdout, Run: cfg.Run})
+	rec, err := conformance.NewRecorder(conformance.RecorderConfig{Progress: stdout, Run: cfg.Run, Skip: cfg.Skip})
 	if err != nil {
 		fmt.Fprintf(stderr, "kubevisor-conformance vm: --run: %v\n", err)
 		return ExitUsage

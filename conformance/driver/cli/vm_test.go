@@ -111,6 +111,7 @@ func TestVMUsage(t *testing.T) {
 		append(base, "--disk-bus", "ide"),
 		append(base, "--cdrom-bus", "virtio"),
 		append(base, "--run", "a/("),
+		append(base, "--skip", "a/("),
 		append(base, "--log-level", "loud"),
 		append(base, "extra"),
 		{"driver", "--plugin", "p", "--kind", "storage", "--guest-dir", "g"},

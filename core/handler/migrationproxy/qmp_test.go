@@ -16,8 +16,7 @@ import (
 )
 
 // TestQMPMigrationThroughTheProxy runs the conformance kit's Migrate checks against the real
-// qmp plugin binaries, as drivers/qmp's TestMigrationConformancePlugins does (two
-// kubevisor-driver-qmp processes, each under a plugin host of its own with its own state
+// qmp plugin binaries (two kubevisor-driver-qmp processes, each under a plugin host of its own with its own state
 // directory, every VM under a kubevisor-launcher of its own, the test guest booting under TCG),
 // with every migration carried by a pair of proxies, as between two nodes: the source driver's
 // QEMU connects to node-a's socket in the source VM's run directory, node-a carries it over
