@@ -19,6 +19,10 @@ controller_gen crd:allowDangerousTypes=false,generateEmbeddedObjectMeta=true \
 # (not the API server's "unknown field") answers a KubeVirt field Kubevisor does not have, with
 # its reason; the webhook refuses every unknown field, so none is stored.
 go run ./hack/crd-unknown-fields manifests/crd/kubevisor.io_*.yaml
+# The Kubevisor CRD comes with kubevisor-operator (manifests/operator), not with the install the
+# operator makes and removes.
+mkdir -p manifests/operator/crd
+mv manifests/crd/kubevisor.io_kubevisors.yaml manifests/operator/crd/
 
 # The kustomization lists exactly the generated CRDs.
 {

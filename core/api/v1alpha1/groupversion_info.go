@@ -48,6 +48,8 @@ var (
 	VirtualMachineInstanceMigrationGroupVersionKind = GroupVersion.WithKind("VirtualMachineInstanceMigration")
 	// HypervisorClassGroupVersionKind is the GroupVersionKind of HypervisorClass.
 	HypervisorClassGroupVersionKind = GroupVersion.WithKind("HypervisorClass")
+	// KubevisorGroupVersionKind is the GroupVersionKind of Kubevisor.
+	KubevisorGroupVersionKind = GroupVersion.WithKind("Kubevisor")
 )
 
 // Resource returns the GroupResource of the named resource (plural, lower case) in this group.
@@ -63,6 +65,7 @@ func addKnownTypes(scheme *runtime.Scheme) error {
 		&VirtualMachineInstanceMigration{}, &VirtualMachineInstanceMigrationList{},
 		&HypervisorClass{}, &HypervisorClassList{},
 		&MigrationPolicy{}, &MigrationPolicyList{},
+		&Kubevisor{}, &KubevisorList{},
 	)
 	metav1.AddToGroupVersion(scheme, GroupVersion)
 	return nil

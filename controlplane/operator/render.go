@@ -1,0 +1,556 @@
+package operator
+
+import (
+	"encoding/json"
+	"fmt"
+	"io/fs"
+	"maps"
+	"path"
+	"slices"
+	"sort"
+	"strconv"
+	"strings"
+
+	jsonpatch "gopkg.in/evanphx/json-patch.v4"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/util/validation/field"
+	"sigs.k8s.io/kustomize/api/krusty"
+	"sigs.k8s.io/kustomize/kyaml/filesys"
+	"sigs.k8s.io/yaml"
+
+	"github.com/kubevisor/kubevisor/core/api/v1alpha1"
+)
+
+// The labels every object of an install carries. ManagedByLabel is how the operator finds what
+// it made (to prune what a spec no longer wants, and to uninstall); PartOfLabel is the install
+// manifests' own.
+const (
+	ManagedByLabel = "app.kubernetes.io/managed-by"
+	ManagedByValue = "kubevisor-operator"
+	PartOfLabel    = "app.kubernetes.io/part-of"
+	// VersionAnnotation on the pod templates of the components says which version (image tag)
+	// of the install made them.
+	VersionAnnotation = "kubevisor.io/version"
+	// DefaultClassAnnotation marks the default HypervisorClass (as StorageClass's).
+	DefaultClassAnnotation = "hypervisorclass.kubevisor.io/is-default-class"
+	// Namespace is where the components run.
+	Namespace = "kubevisor-system"
+)
+
+// The workloads of an install, in the order the operator rolls them out: the controller and
+// the node handlers before the API (the API server keeps answering old clients until both
+// run the new version).
+const (
+	ControllerDeployment = "kubevisor-controller"
+	HandlerDaemonSet     = "kubevisor-handler"
+	APIDeployment        = "kubevisor-api"
+)
+
+// images are the component images the install manifests name (kubevisor/<name>).
+var images = []string{"kubevisor-controller", "kubevisor-api", "kubevisor-handler", "kubevisor-launcher"}
+
+// operatorHandlerFile is the handler configuration part the operator adds (drivers' config):
+// after the base's 00- and the drivers' 10- files, so its driverConfig entries win.
+const operatorHandlerFile = "90-kubevisor-operator.yaml"
+
+// Rendered is the install a spec wants.
+type Rendered struct {
+	// CRDs are applied first, and must be established before the rest.
+	CRDs []*unstructured.Unstructured
+	// Objects are the rest, in apply order (cluster-wide and configuration objects, then
+	// the workloads, then what needs the API to answer: webhooks, APIService, classes).
+	Objects []*unstructured.Unstructured
+	// Version is the image tag of the components.
+	Version string
+	// Drivers are the driver names, sorted.
+	Drivers []string
+	// Classes are the HypervisorClasses of the driver set; DefaultClass is the one marked
+	// default ("" when none is).
+	Classes      []string
+	DefaultClass string
+}
+
+// Renderer renders installs from the install manifests (manifests.FS: crd/, rbac/, webhook/,
+// install/) with kustomize, as `kubectl kustomize` renders the base with the chosen driver
+// components, then applies the spec's configuration to the result.
+type Renderer struct {
+	// Manifests is the tree of install manifests.
+	Manifests fs.FS
+	// DefaultVersion is the image tag of a spec that names none: the operator's own.
+	DefaultVersion string
+}
+
+// Drivers lists the in-tree drivers of the manifests (install/drivers/<name>), sorted.
+func (r Renderer) Drivers() ([]string, error) {
+	entries, err := fs.ReadDir(r.Manifests, "install/drivers")
+	if err != nil {
+		return nil, fmt.Errorf("install manifests: %w", err)
+	}
+	var names []string
+	for _, e := range entries {
+		if e.IsDir() {
+			if _, err := fs.Stat(r.Manifests, path.Join("install/drivers", e.Name(), "kustomization.yaml")); err == nil {
+				names = append(names, e.Name())
+			}
+		}
+	}
+	return names, nil
+}
+
+// driverPart is what a driver component's handler configuration part says.
+type driverPart struct {
+	Drivers struct {
+		Hypervisor  string   `json:"hypervisor"`
+		Hypervisors []string `json:"hypervisors"`
+		Network     string   `json:"network"`
+		Storage     string   `json:"storage"`
+		Device      string   `json:"device"`
+		Devices     []string `json:"devices"`
+	} `json:"drivers"`
+	DriverConfig map[string]json.RawMessage `json:"driverConfig"`
+}
+
+func (r Renderer) driverPart(name string) (driverPart, error) {
+	var p driverPart
+	data, err := fs.ReadFile(r.Manifests, path.Join("install/drivers", name, "handler.yaml"))
+	if err != nil {
+		return p, fmt.Errorf("install manifests of driver %q: %w", name, err)
+	}
+	if err := yaml.Unmarshal(data, &p); err != nil {
+		return p, fmt.Errorf("install manifests of driver %q: handler.yaml: %w", name, err)
+	}
+	return p, nil
+}
+
+// Render renders the install spec wants, or returns what is wrong with the spec, each error
+// with its field path.
+func (r Renderer) Render(spec *v1alpha1.KubevisorSpec) (*Rendered, field.ErrorList) {
+	var errs field.ErrorList
+	known, err := r.Drivers()
+	if err != nil {
+		return nil, field.ErrorList{field.InternalError(field.NewPath("spec", "drivers"), err)}
+	}
+	driversPath := field.NewPath("spec", "drivers")
+	var (
+		names                       []string
+		hypervisors, network, store []string
+		driverConfig                = map[string]json.RawMessage{}
+	)
+	for i, d := range spec.Drivers {
+		p := driversPath.Index(i)
+		if !slices.Contains(known, d.Name) {
+			errs = append(errs, field.NotSupported(p.Child("name"), d.Name, known))
+			continue
+		}
+		if slices.Contains(names, d.Name) {
+			errs = append(errs, field.Duplicate(p.Child("name"), d.Name))
+			continue
+		}
+		names = append(names, d.Name)
+		part, err := r.driverPart(d.Name)
+		if err != nil {
+			errs = append(errs, field.InternalError(p, err))
+			continue
+		}
+		hypervisors = append(hypervisors, part.Drivers.Hypervisor)
+		hypervisors = append(hypervisors, part.Drivers.Hypervisors...)
+		network = append(network, part.Drivers.Network)
+		store = append(store, part.Drivers.Storage)
+		if d.Config == nil {
+			continue
+		}
+		merged, err := mergeConfig(part.DriverConfig[d.Name], d.Config.Raw)
+		if err != nil {
+			errs = append(errs, field.Invalid(p.Child("config"), string(d.Config.Raw), err.Error()))
+			continue
+		}
+		driverConfig[d.Name] = merged
+	}
+	hypervisors, network, store = nonEmpty(hypervisors), nonEmpty(network), nonEmpty(store)
+	if len(errs) == 0 {
+		if len(hypervisors) == 0 {
+			errs = append(errs, field.Required(driversPath, "no hypervisor driver: name one (qmp, libvirt) to run VMs"))
+		}
+		if len(network) != 1 {
+			errs = append(errs, field.Invalid(driversPath, network, "a node runs exactly one network driver (cni)"))
+		}
+		if len(store) != 1 {
+			errs = append(errs, field.Invalid(driversPath, store, "a node runs exactly one storage driver (local)"))
+		}
+	}
+	if len(errs) > 0 {
+		return nil, errs
+	}
+
+	version := spec.ImageTag
+	if version == "" {
+		version = r.DefaultVersion
+	}
+	objs, err := r.kustomize(names, spec.ImageRegistry, version, driverConfig)
+	if err != nil {
+		return nil, field.ErrorList{field.InternalError(driversPath, err)}
+	}
+	out := &Rendered{Version: version, Drivers: slices.Sorted(slices.Values(names))}
+	for _, o := range objs {
+		if o.GetKind() == "HypervisorClass" {
+			out.Classes = append(out.Classes, o.GetName())
+		}
+	}
+	sort.Strings(out.Classes)
+	def, ferr := defaultClass(objs, out.Classes, spec.Configuration.DefaultHypervisorClass)
+	if ferr != nil {
+		return nil, field.ErrorList{ferr}
+	}
+	out.DefaultClass = def
+	for _, o := range objs {
+		if err := configure(o, spec, version, def); err != nil {
+			return nil, field.ErrorList{field.InternalError(field.NewPath("spec"), err)}
+		}
+		if o.GetKind() == "CustomResourceDefinition" {
+			out.CRDs = append(out.CRDs, o)
+		} else {
+			out.Objects = append(out.Objects, o)
+		}
+	}
+	sort.SliceStable(out.Objects, func(i, j int) bool { return applyRank(out.Objects[i]) < applyRank(out.Objects[j]) })
+	return out, nil
+}
+
+func nonEmpty(s []string) []string {
+	return slices.DeleteFunc(s, func(v string) bool { return v == "" })
+}
+
+// mergeConfig applies the spec's configuration of a driver (a JSON merge patch) over the
+// install's.
+func mergeConfig(base, patch json.RawMessage) (json.RawMessage, error) {
+	var obj map[string]any
+	if err := json.Unmarshal(patch, &obj); err != nil || obj == nil {
+		return nil, fmt.Errorf("not a JSON object")
+	}
+	if len(base) == 0 {
+		base = json.RawMessage("{}")
+	}
+	merged, err := jsonpatch.MergePatch(base, patch)
+	if err != nil {
+		return nil, err
+	}
+	return merged, nil
+}
+
+// kustomize renders the base with the drivers' components, the images at registry and tag,
+// and the drivers' configuration as one more part of the handler configuration.
+func (r Renderer) kustomize(drivers []string, registry, tag string, driverConfig map[string]json.RawMessage) ([]*unstructured.Unstructured, error) {
+	mem := filesys.MakeFsInMemory()
+	err := fs.WalkDir(r.Manifests, ".", func(p string, d fs.DirEntry, err error) error {
+		if err != nil || d.IsDir() {
+			return err
+		}
+		data, err := fs.ReadFile(r.Manifests, p)
+		if err != nil {
+			return err
+		}
+		return mem.WriteFile(path.Join("/manifests", p), data)
+	})
+	if err != nil {
+		return nil, fmt.Errorf("install manifests: %w", err)
+	}
+	k := map[string]any{
+		"apiVersion": "kustomize.config.k8s.io/v1beta1",
+		"kind":       "Kustomization",
+		"resources":  []string{"../manifests/install"},
+		"labels": []map[string]any{{
+			"pairs":            map[string]string{PartOfLabel: "kubevisor", ManagedByLabel: ManagedByValue},
+			"includeSelectors": false,
+		}},
+	}
+	var components []string
+	for _, d := range drivers {
+		components = append(components, "../manifests/install/drivers/"+d)
+	}
+	if len(components) > 0 {
+		k["components"] = components
+	}
+	var imgs []map[string]string
+	for _, i := range images {
+		img := map[string]string{"name": "kubevisor/" + i, "newTag": tag}
+		if registry != "" {
+			img["newName"] = registry + "/" + i
+		}
+		imgs = append(imgs, img)
+	}
+	k["images"] = imgs
+	if len(driverConfig) > 0 {
+		part, err := yaml.Marshal(map[string]any{"driverConfig": driverConfig})
+		if err != nil {
+			return nil, err
+		}
+		if err := mem.WriteFile("/work/"+operatorHandlerFile, append([]byte("# Made by kubevisor-operator: spec.drivers[].config merged over the drivers' own.\n"), part...)); err != nil {
+			return nil, err
+		}
+		k["configMapGenerator"] = []map[string]any{{
+			"name": "kubevisor-handler", "namespace": Namespace, "behavior": "merge",
+			"files": []string{operatorHandlerFile},
+		}}
+	}
+	data, err := yaml.Marshal(k)
+	if err != nil {
+		return nil, err
+	}
+	if err := mem.WriteFile("/work/kustomization.yaml", data); err != nil {
+		return nil, err
+	}
+	res, err := krusty.MakeKustomizer(krusty.MakeDefaultOptions()).Run(mem, "/work")
+	if err != nil {
+		return nil, fmt.Errorf("kustomize: %w", err)
+	}
+	var objs []*unstructured.Unstructured
+	for _, r := range res.Resources() {
+		// Through JSON: kustomize's maps hold ints, unstructured's hold int64s.
+		data, err := r.MarshalJSON()
+		if err != nil {
+			return nil, fmt.Errorf("kustomize: %s: %w", r.CurId(), err)
+		}
+		u := &unstructured.Unstructured{}
+		if err := u.UnmarshalJSON(data); err != nil {
+			return nil, fmt.Errorf("kustomize: %s: %w", r.CurId(), err)
+		}
+		objs = append(objs, u)
+	}
+	return objs, nil
+}
+
+// defaultClass picks the default HypervisorClass: the spec's, else the one the driver
+// components mark, else the only one.
+func defaultClass(objs []*unstructured.Unstructured, classes []string, want string) (string, *field.Error) {
+	if want != "" {
+		if !slices.Contains(classes, want) {
+			return "", field.NotSupported(field.NewPath("spec", "configuration", "defaultHypervisorClass"), want, classes)
+		}
+		return want, nil
+	}
+	var marked []string
+	for _, o := range objs {
+		if o.GetKind() == "HypervisorClass" && o.GetAnnotations()[DefaultClassAnnotation] == "true" {
+			marked = append(marked, o.GetName())
+		}
+	}
+	switch {
+	case len(marked) == 1:
+		return marked[0], nil
+	case len(marked) == 0 && len(classes) == 1:
+		return classes[0], nil
+	}
+	return "", nil
+}
+
+// configure applies the spec to one rendered object: the default class's annotation, the
+// components' flags, their placement, and the version on the pod templates.
+func configure(o *unstructured.Unstructured, spec *v1alpha1.KubevisorSpec, version, defClass string) error {
+	switch o.GetKind() {
+	case "HypervisorClass":
+		ann := o.GetAnnotations()
+		if o.GetName() == defClass {
+			if ann == nil {
+				ann = map[string]string{}
+			}
+			ann[DefaultClassAnnotation] = "true"
+		} else {
+			delete(ann, DefaultClassAnnotation)
+		}
+		o.SetAnnotations(ann)
+		return nil
+	case "Deployment", "DaemonSet":
+	default:
+		return nil
+	}
+	var (
+		container string
+		flags     map[string]string
+		place     *v1alpha1.ComponentPlacement
+	)
+	cfg := spec.Configuration
+	switch o.GetName() {
+	case ControllerDeployment:
+		container, flags, place = "controller", controllerFlags(cfg), spec.Infra
+	case APIDeployment:
+		container, flags, place = "api", apiFlags(cfg), spec.Infra
+	case HandlerDaemonSet:
+		container, flags, place = "handler", handlerFlags(cfg), spec.Workloads
+	default:
+		return nil
+	}
+	if err := unstructured.SetNestedField(o.Object, version, "spec", "template", "metadata", "annotations", VersionAnnotation); err != nil {
+		return err
+	}
+	containers, _, err := unstructured.NestedSlice(o.Object, "spec", "template", "spec", "containers")
+	if err != nil {
+		return err
+	}
+	for i, c := range containers {
+		cm, _ := c.(map[string]any)
+		if cm == nil || cm["name"] != container {
+			continue
+		}
+		args, _, _ := unstructured.NestedStringSlice(cm, "args")
+		cm["args"] = toAny(setFlags(args, flags))
+		containers[i] = cm
+	}
+	if err := unstructured.SetNestedSlice(o.Object, containers, "spec", "template", "spec", "containers"); err != nil {
+		return err
+	}
+	return applyPlacement(o, place)
+}
+
+func toAny(s []string) []any {
+	out := make([]any, len(s))
+	for i, v := range s {
+		out[i] = v
+	}
+	return out
+}
+
+// setFlags sets each --name=value of flags in args, replacing the flag where args has it.
+func setFlags(args []string, flags map[string]string) []string {
+	names := slices.Sorted(func(yield func(string) bool) {
+		for n := range flags {
+			if !yield(n) {
+				return
+			}
+		}
+	})
+	for _, n := range names {
+		arg := "--" + n + "=" + flags[n]
+		i := slices.IndexFunc(args, func(a string) bool { return a == "--"+n || strings.HasPrefix(a, "--"+n+"=") })
+		if i >= 0 {
+			args[i] = arg
+		} else {
+			args = append(args, arg)
+		}
+	}
+	return args
+}
+
+func controllerFlags(c v1alpha1.KubevisorConfiguration) map[string]string {
+	f := map[string]string{}
+	if c.DefaultEvictionStrategy != "" {
+		f["default-eviction-strategy"] = c.DefaultEvictionStrategy
+	}
+	if m := c.Migrations; m != nil {
+		if m.BandwidthPerMigration != nil {
+			f["migration-bandwidth-per-migration"] = m.BandwidthPerMigration.String()
+		}
+		if m.CompletionTimeoutPerGiB != nil {
+			f["migration-completion-timeout-per-gib"] = strconv.FormatInt(*m.CompletionTimeoutPerGiB, 10)
+		}
+		if m.ProgressTimeout != nil {
+			f["migration-progress-timeout"] = strconv.FormatInt(*m.ProgressTimeout, 10)
+		}
+		if m.ParallelMigrationsPerCluster != nil {
+			f["migration-parallel-per-cluster"] = strconv.Itoa(int(*m.ParallelMigrationsPerCluster))
+		}
+		if m.ParallelOutboundMigrationsPerNode != nil {
+			f["migration-parallel-outbound-per-node"] = strconv.Itoa(int(*m.ParallelOutboundMigrationsPerNode))
+		}
+		if m.AllowAutoConverge != nil {
+			f["migration-allow-auto-converge"] = strconv.FormatBool(*m.AllowAutoConverge)
+		}
+		if m.AllowPostCopy != nil {
+			f["migration-allow-post-copy"] = strconv.FormatBool(*m.AllowPostCopy)
+		}
+	}
+	if v := c.LogVerbosity; v != nil && v.Controller != nil {
+		f["v"] = strconv.Itoa(int(*v.Controller))
+	}
+	return f
+}
+
+func apiFlags(c v1alpha1.KubevisorConfiguration) map[string]string {
+	f := map[string]string{}
+	if c.DefaultEvictionStrategy != "" {
+		f["default-eviction-strategy"] = c.DefaultEvictionStrategy
+	}
+	if v := c.LogVerbosity; v != nil && v.API != nil {
+		f["v"] = strconv.Itoa(int(*v.API))
+	}
+	return f
+}
+
+func handlerFlags(c v1alpha1.KubevisorConfiguration) map[string]string {
+	f := map[string]string{}
+	if v := c.LogVerbosity; v != nil && v.Handler != "" {
+		f["log-level"] = v.Handler
+	}
+	return f
+}
+
+// applyPlacement adds p to a workload's pod template: its node selector and tolerations added
+// to the template's, its affinity replacing the template's.
+func applyPlacement(o *unstructured.Unstructured, p *v1alpha1.ComponentPlacement) error {
+	if p == nil {
+		return nil
+	}
+	pod := []string{"spec", "template", "spec"}
+	if len(p.NodeSelector) > 0 {
+		sel, _, err := unstructured.NestedStringMap(o.Object, append(pod, "nodeSelector")...)
+		if err != nil {
+			return err
+		}
+		if sel == nil {
+			sel = map[string]string{}
+		}
+		maps.Copy(sel, p.NodeSelector)
+		if err := unstructured.SetNestedStringMap(o.Object, sel, append(pod, "nodeSelector")...); err != nil {
+			return err
+		}
+	}
+	if len(p.Tolerations) > 0 {
+		tols, _, err := unstructured.NestedSlice(o.Object, append(pod, "tolerations")...)
+		if err != nil {
+			return err
+		}
+		for i := range p.Tolerations {
+			t, err := runtime.DefaultUnstructuredConverter.ToUnstructured(&p.Tolerations[i])
+			if err != nil {
+				return err
+			}
+			tols = append(tols, t)
+		}
+		if err := unstructured.SetNestedSlice(o.Object, tols, append(pod, "tolerations")...); err != nil {
+			return err
+		}
+	}
+	if p.Affinity != nil {
+		a, err := runtime.DefaultUnstructuredConverter.ToUnstructured(p.Affinity)
+		if err != nil {
+			return err
+		}
+		if err := unstructured.SetNestedMap(o.Object, a, append(pod, "affinity")...); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// applyRank orders the objects for apply: namespaces, then identities and roles,
+// configuration, services, workloads, and last what calls the components (webhook
+// configurations, the APIService) or needs the webhooks (HypervisorClasses).
+func applyRank(o *unstructured.Unstructured) int {
+	switch o.GetKind() {
+	case "Namespace":
+		return 0
+	case "ServiceAccount", "ClusterRole", "Role":
+		return 1
+	case "ClusterRoleBinding", "RoleBinding":
+		return 2
+	case "ConfigMap", "Secret":
+		return 3
+	case "Service":
+		return 4
+	case "Deployment", "DaemonSet":
+		return 5
+	case "MutatingWebhookConfiguration", "ValidatingWebhookConfiguration", "APIService":
+		return 6
+	}
+	return 7
+}

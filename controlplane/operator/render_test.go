@@ -1,0 +1,326 @@
+package operator
+
+import (
+	"bytes"
+	"encoding/json"
+	"os/exec"
+	"slices"
+	"strings"
+	"testing"
+
+	corev1 "k8s.io/api/core/v1"
+	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/yaml"
+
+	"github.com/kubevisor/kubevisor/core/api/v1alpha1"
+	"github.com/kubevisor/kubevisor/manifests"
+)
+
+var testRenderer = Renderer{Manifests: manifests.FS, DefaultVersion: "v9"}
+
+func specOf(drivers ...string) *v1alpha1.KubevisorSpec {
+	s := &v1alpha1.KubevisorSpec{}
+	for _, d := range drivers {
+		s.Drivers = append(s.Drivers, v1alpha1.KubevisorDriver{Name: d})
+	}
+	return s
+}
+
+func mustRender(t *testing.T, spec *v1alpha1.KubevisorSpec) *Rendered {
+	t.Helper()
+	r, errs := testRenderer.Render(spec)
+	if len(errs) > 0 {
+		t.Fatalf("Render: %v", errs.ToAggregate())
+	}
+	return r
+}
+
+func find(r *Rendered, kind, name string) *unstructured.Unstructured {
+	for _, o := range append(slices.Clone(r.CRDs), r.Objects...) {
+		if o.GetKind() == kind && o.GetName() == name {
+			return o
+		}
+	}
+	return nil
+}
+
+func ids(objs []*unstructured.Unstructured) []string {
+	var out []string
+	for _, o := range objs {
+		out = append(out, o.GetKind()+" "+o.GetNamespace()+"/"+o.GetName())
+	}
+	slices.Sort(out)
+	return out
+}
+
+// TestRenderMatchesInstallScript renders the default driver set and checks it against what
+// hack/install.sh renders with kubectl's kustomize for the same set: the same objects, each
+// with the same content but for the operator's label and version annotation.
+func TestRenderMatchesInstallScript(t *testing.T) {
+	if _, err := exec.LookPath("kubectl"); err != nil {
+		t.Fatalf("kubectl is not on PATH (it renders the install script's manifests): %v", err)
+	}
+	drivers := []string{"qmp", "libvirt", "cni", "local", "hostdev"}
+	out, err := exec.Command("../../hack/install.sh", "render", "--drivers", strings.Join(drivers, ","), "--tag", "v9").CombinedOutput()
+	if err != nil {
+		t.Fatalf("hack/install.sh render: %v\n%s", err, out)
+	}
+	var want []*unstructured.Unstructured
+	dec := utilyaml.NewYAMLOrJSONDecoder(bytes.NewReader(out), 4096)
+	for {
+		var m map[string]any
+		if err := dec.Decode(&m); err != nil {
+			break
+		}
+		if m != nil {
+			want = append(want, &unstructured.Unstructured{Object: m})
+		}
+	}
+	got := mustRender(t, specOf(drivers...))
+	all := append(slices.Clone(got.CRDs), got.Objects...)
+	if g, w := ids(all), ids(want); !slices.Equal(g, w) {
+		t.Fatalf("objects differ:\noperator: %v\nscript:   %v", g, w)
+	}
+	for _, w := range want {
+		g := find(got, w.GetKind(), w.GetName())
+		g = g.DeepCopy()
+		labels := g.GetLabels()
+		if labels[ManagedByLabel] != ManagedByValue {
+			t.Errorf("%s %s: label %s=%q, want %q", g.GetKind(), g.GetName(), ManagedByLabel, labels[ManagedByLabel], ManagedByValue)
+		}
+		delete(labels, ManagedByLabel)
+		g.SetLabels(labels)
+		unstructured.RemoveNestedField(g.Object, "spec", "template", "metadata", "annotations", VersionAnnotation)
+		if a, ok, _ := unstructured.NestedMap(g.Object, "spec", "template", "metadata", "annotations"); ok && len(a) == 0 {
+			unstructured.RemoveNestedField(g.Object, "spec", "template", "metadata", "annotations")
+		}
+		gj, _ := json.Marshal(g.Object)
+		wj, _ := json.Marshal(w.Object)
+		if !bytes.Equal(gj, wj) {
+			t.Errorf("%s %s differs:\noperator: %s\nscript:   %s", g.GetKind(), g.GetName(), gj, wj)
+		}
+	}
+	if got.Version != "v9" || got.DefaultClass != "qmp" || !slices.Equal(got.Classes, []string{"libvirt", "qmp"}) {
+		t.Errorf("version %q, classes %v, default %q: want v9, [libvirt qmp], qmp", got.Version, got.Classes, got.DefaultClass)
+	}
+	// Workloads come after what they need, webhooks and classes after the workloads.
+	rank := func(kind, name string) int {
+		return slices.IndexFunc(got.Objects, func(o *unstructured.Unstructured) bool { return o.GetKind() == kind && o.GetName() == name })
+	}
+	if !(rank("ServiceAccount", "kubevisor-handler") < rank("DaemonSet", HandlerDaemonSet) &&
+		rank("DaemonSet", HandlerDaemonSet) < rank("ValidatingWebhookConfiguration", "kubevisor-validating") &&
+		rank("Deployment", APIDeployment) < rank("HypervisorClass", "qmp")) {
+		t.Errorf("apply order: %v", ids(got.Objects))
+	}
+}
+
+func TestRenderBadSpec(t *testing.T) {
+	for _, c := range []struct {
+		name string
+		spec *v1alpha1.KubevisorSpec
+		want string
+	}{
+		{"unknown driver", specOf("qmp", "cni", "local", "vmware"), `spec.drivers[3].name: Unsupported value: "vmware": supported values: "cni", "fake", "hostdev", "libvirt", "local", "qmp"`},
+		{"no hypervisor", specOf("cni", "local"), "spec.drivers: Required value: no hypervisor driver"},
+		{"no network", specOf("qmp", "local"), "spec.drivers: Invalid value: []: a node runs exactly one network driver (cni)"},
+		{"no storage", specOf("qmp", "cni"), "exactly one storage driver"},
+		{"twice", specOf("qmp", "cni", "local", "qmp"), `spec.drivers[3].name: Duplicate value: "qmp"`},
+		{"default class not in the set", func() *v1alpha1.KubevisorSpec {
+			s := specOf("qmp", "cni", "local")
+			s.Configuration.DefaultHypervisorClass = "libvirt"
+			return s
+		}(), `spec.configuration.defaultHypervisorClass: Unsupported value: "libvirt": supported values: "qmp"`},
+		{"config not an object", func() *v1alpha1.KubevisorSpec {
+			s := specOf("qmp", "cni", "local")
+			s.Drivers[1].Config = &apiextensionsv1.JSON{Raw: []byte(`[1]`)}
+			return s
+		}(), "spec.drivers[1].config: Invalid value"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			r, errs := testRenderer.Render(c.spec)
+			if len(errs) == 0 {
+				t.Fatalf("rendered %d objects, want an error", len(r.Objects))
+			}
+			if got := errs.ToAggregate().Error(); !strings.Contains(got, c.want) {
+				t.Errorf("error %q, want it to hold %q", got, c.want)
+			}
+		})
+	}
+}
+
+func handlerConfig(t *testing.T, r *Rendered) (name string, files map[string]string) {
+	t.Helper()
+	ds := find(r, "DaemonSet", HandlerDaemonSet)
+	vols, _, _ := unstructured.NestedSlice(ds.Object, "spec", "template", "spec", "volumes")
+	for _, v := range vols {
+		if n, ok, _ := unstructured.NestedString(v.(map[string]any), "configMap", "name"); ok && strings.HasPrefix(n, "kubevisor-handler") {
+			name = n
+		}
+	}
+	cm := find(r, "ConfigMap", name)
+	if cm == nil {
+		t.Fatalf("the DaemonSet mounts ConfigMap %q, which is not rendered", name)
+	}
+	files, _, _ = unstructured.NestedStringMap(cm.Object, "data")
+	return name, files
+}
+
+// TestRenderDriverConfig: a driver's config is merged over the install's, in a handler
+// configuration part of its own, and the new ConfigMap name rolls the DaemonSet.
+func TestRenderDriverConfig(t *testing.T) {
+	plain := mustRender(t, specOf("qmp", "cni", "local"))
+	plainName, plainFiles := handlerConfig(t, plain)
+	if _, ok := plainFiles[operatorHandlerFile]; ok {
+		t.Errorf("without driver config the handler configuration has %s", operatorHandlerFile)
+	}
+	spec := specOf("qmp", "cni", "local")
+	spec.Drivers[1].Config = &apiextensionsv1.JSON{Raw: []byte(`{"cniCacheDir":"/var/lib/elsewhere","mtu":1400}`)}
+	r := mustRender(t, spec)
+	name, files := handlerConfig(t, r)
+	if name == plainName {
+		t.Errorf("the handler's ConfigMap keeps its name %q with a new configuration: the DaemonSet would not roll", name)
+	}
+	var part struct {
+		DriverConfig map[string]map[string]any `json:"driverConfig"`
+	}
+	if err := yaml.Unmarshal([]byte(files[operatorHandlerFile]), &part); err != nil {
+		t.Fatalf("%s: %v\n%s", operatorHandlerFile, err, files[operatorHandlerFile])
+	}
+	cni := part.DriverConfig["cni"]
+	if cni["cniCacheDir"] != "/var/lib/elsewhere" || cni["mtu"] != float64(1400) {
+		t.Errorf("cni config %v: want the spec's cniCacheDir and mtu", cni)
+	}
+	if bin, _ := cni["cniBinDir"].([]any); len(bin) != 1 || bin[0] != "/opt/cni/bin" {
+		t.Errorf("cni config %v: want the install's cniBinDir kept", cni)
+	}
+	for _, f := range []string{"00-base.yaml", "10-hypervisor-qmp.yaml", "10-network-cni.yaml", "10-storage-local.yaml"} {
+		if _, ok := files[f]; !ok {
+			t.Errorf("handler configuration lacks %s: %v", f, files)
+		}
+	}
+}
+
+func containerOf(t *testing.T, o *unstructured.Unstructured, name string) corev1.Container {
+	t.Helper()
+	cs, _, _ := unstructured.NestedSlice(o.Object, "spec", "template", "spec", "containers")
+	for _, c := range cs {
+		if c.(map[string]any)["name"] == name {
+			var out corev1.Container
+			data, _ := json.Marshal(c)
+			if err := json.Unmarshal(data, &out); err != nil {
+				t.Fatal(err)
+			}
+			return out
+		}
+	}
+	t.Fatalf("%s %s has no container %s", o.GetKind(), o.GetName(), name)
+	return corev1.Container{}
+}
+
+func TestRenderImagesAndFlags(t *testing.T) {
+	spec := specOf("qmp", "cni", "local")
+	spec.ImageRegistry = "registry.example:5000/kv"
+	spec.ImageTag = "v2.1"
+	spec.Configuration = v1alpha1.KubevisorConfiguration{
+		DefaultEvictionStrategy: "LiveMigrate",
+		Migrations: &v1alpha1.KubevisorMigrations{
+			BandwidthPerMigration:   ptr.To(resource.MustParse("64Mi")),
+			CompletionTimeoutPerGiB: ptr.To[int64](300),
+			ProgressTimeout:         ptr.To[int64](90),
+			AllowPostCopy:           ptr.To(true),
+		},
+		LogVerbosity: &v1alpha1.LogVerbosity{Controller: ptr.To[int32](4), API: ptr.To[int32](2), Handler: "debug"},
+	}
+	r := mustRender(t, spec)
+	if r.Version != "v2.1" {
+		t.Errorf("version %q, want v2.1", r.Version)
+	}
+	ctl := containerOf(t, find(r, "Deployment", ControllerDeployment), "controller")
+	api := containerOf(t, find(r, "Deployment", APIDeployment), "api")
+	handler := containerOf(t, find(r, "DaemonSet", HandlerDaemonSet), "handler")
+	for img, want := range map[string]string{ctl.Image: "controller", api.Image: "api", handler.Image: "handler"} {
+		if img != "registry.example:5000/kv/kubevisor-"+want+":v2.1" {
+			t.Errorf("image %q, want registry.example:5000/kv/kubevisor-%s:v2.1", img, want)
+		}
+	}
+	launcher := ""
+	for _, e := range ctl.Env {
+		if e.Name == "KUBEVISOR_LAUNCHER_IMAGE" {
+			launcher = e.Value
+		}
+	}
+	if launcher != "registry.example:5000/kv/kubevisor-launcher:v2.1" {
+		t.Errorf("launcher image %q, want registry.example:5000/kv/kubevisor-launcher:v2.1", launcher)
+	}
+	for _, want := range []string{"--default-eviction-strategy=LiveMigrate", "--migration-bandwidth-per-migration=64Mi",
+		"--migration-completion-timeout-per-gib=300", "--migration-progress-timeout=90", "--migration-allow-post-copy=true",
+		"--v=4", "--leader-elect=true"} {
+		if !slices.Contains(ctl.Args, want) {
+			t.Errorf("controller args %q lack %s", ctl.Args, want)
+		}
+	}
+	for _, want := range []string{"--default-eviction-strategy=LiveMigrate", "--v=2"} {
+		if !slices.Contains(api.Args, want) {
+			t.Errorf("api args %q lack %s", api.Args, want)
+		}
+	}
+	if !slices.Contains(handler.Args, "--log-level=debug") || slices.Contains(handler.Args, "--log-level=info") {
+		t.Errorf("handler args %q: want --log-level=debug replacing info", handler.Args)
+	}
+	for _, o := range []*unstructured.Unstructured{find(r, "Deployment", ControllerDeployment), find(r, "DaemonSet", HandlerDaemonSet)} {
+		if v, _, _ := unstructured.NestedString(o.Object, "spec", "template", "metadata", "annotations", VersionAnnotation); v != "v2.1" {
+			t.Errorf("%s: template annotation %s=%q, want v2.1", o.GetName(), VersionAnnotation, v)
+		}
+	}
+}
+
+func TestRenderDefaultClass(t *testing.T) {
+	if r := mustRender(t, specOf("libvirt", "cni", "local")); r.DefaultClass != "libvirt" ||
+		find(r, "HypervisorClass", "libvirt").GetAnnotations()[DefaultClassAnnotation] != "true" {
+		t.Errorf("libvirt alone: default %q, want libvirt, annotated", r.DefaultClass)
+	}
+	spec := specOf("qmp", "libvirt", "cni", "local")
+	spec.Configuration.DefaultHypervisorClass = "libvirt"
+	r := mustRender(t, spec)
+	if r.DefaultClass != "libvirt" || find(r, "HypervisorClass", "libvirt").GetAnnotations()[DefaultClassAnnotation] != "true" {
+		t.Errorf("default libvirt: %q, want libvirt, annotated", r.DefaultClass)
+	}
+	if _, ok := find(r, "HypervisorClass", "qmp").GetAnnotations()[DefaultClassAnnotation]; ok {
+		t.Errorf("default libvirt: the qmp class keeps the default annotation")
+	}
+}
+
+func TestRenderPlacement(t *testing.T) {
+	spec := specOf("qmp", "cni", "local")
+	spec.Infra = &v1alpha1.ComponentPlacement{
+		NodeSelector: map[string]string{"node-role.kubernetes.io/control-plane": ""},
+		Tolerations:  []corev1.Toleration{{Key: "node-role.kubernetes.io/control-plane", Operator: corev1.TolerationOpExists, Effect: corev1.TaintEffectNoSchedule}},
+	}
+	spec.Workloads = &v1alpha1.ComponentPlacement{NodeSelector: map[string]string{"kubevisor.io/vms": "true"}}
+	r := mustRender(t, spec)
+	var ctl, ds struct {
+		Spec struct {
+			Template corev1.PodTemplateSpec `json:"template"`
+		} `json:"spec"`
+	}
+	data, _ := json.Marshal(find(r, "Deployment", ControllerDeployment).Object)
+	_ = json.Unmarshal(data, &ctl)
+	data, _ = json.Marshal(find(r, "DaemonSet", HandlerDaemonSet).Object)
+	_ = json.Unmarshal(data, &ds)
+	if _, ok := ctl.Spec.Template.Spec.NodeSelector["node-role.kubernetes.io/control-plane"]; !ok {
+		t.Errorf("controller node selector %v lacks the infra one", ctl.Spec.Template.Spec.NodeSelector)
+	}
+	if !slices.ContainsFunc(ctl.Spec.Template.Spec.Tolerations, func(t corev1.Toleration) bool { return t.Key == "node-role.kubernetes.io/control-plane" }) {
+		t.Errorf("controller tolerations %v lack the infra one", ctl.Spec.Template.Spec.Tolerations)
+	}
+	if ds.Spec.Template.Spec.NodeSelector["kubevisor.io/vms"] != "true" {
+		t.Errorf("handler node selector %v: want the workloads'", ds.Spec.Template.Spec.NodeSelector)
+	}
+	if len(ds.Spec.Template.Spec.Tolerations) != 2 {
+		t.Errorf("handler tolerations %v: want the install's two kept", ds.Spec.Template.Spec.Tolerations)
+	}
+}

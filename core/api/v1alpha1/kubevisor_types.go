@@ -1,0 +1,261 @@
+/*
+Copyright 2026 The Kubevisor Authors.
+
+Licensed under the Apache License, Version 2.0 (the "License");
+you may not use this file except in compliance with the License.
+You may obtain a copy of the License at
+
+    http://www.apache.org/licenses/LICENSE-2.0
+
+Unless required by applicable law or agreed to in writing, software
+distributed under the License is distributed on an "AS IS" BASIS,
+WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+See the License for the specific language governing permissions and
+limitations under the License.
+*/
+
+package v1alpha1
+
+import (
+	corev1 "k8s.io/api/core/v1"
+	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
+
+// Kubevisor is the installation of Kubevisor in a cluster, as kubevisor-operator makes it: the
+// driver set, the images, the configuration of the components and where they run. It is
+// cluster-scoped and there is one: a second one is reported Degraded and not acted on. Its CRD
+// comes with the operator (manifests/operator), not with the install it makes.
+//
+// +kubebuilder:object:root=true
+// +kubebuilder:subresource:status
+// +kubebuilder:resource:scope=Cluster,shortName=kv,categories=kubevisor
+// +kubebuilder:printcolumn:name="Version",type="string",JSONPath=".status.observedVersion"
+// +kubebuilder:printcolumn:name="Available",type="string",JSONPath=".status.conditions[?(@.type=='Available')].status"
+// +kubebuilder:printcolumn:name="Progressing",type="string",JSONPath=".status.conditions[?(@.type=='Progressing')].status"
+// +kubebuilder:printcolumn:name="Degraded",type="string",JSONPath=".status.conditions[?(@.type=='Degraded')].status"
+// +kubebuilder:printcolumn:name="Age",type="date",JSONPath=".metadata.creationTimestamp"
+type Kubevisor struct {
+	metav1.TypeMeta   `json:",inline"`
+	metav1.ObjectMeta `json:"metadata,omitempty"`
+
+	Spec KubevisorSpec `json:"spec,omitempty"`
+	// +optional
+	Status KubevisorStatus `json:"status,omitempty"`
+}
+
+// KubevisorSpec is the wanted installation.
+type KubevisorSpec struct {
+	// Drivers is the driver set: the in-tree drivers of this release by name (qmp, libvirt,
+	// cni, local, hostdev, fake), each with its handler configuration. A hypervisor driver
+	// brings its HypervisorClass; dropping one deletes its class, which is refused while a VMI
+	// uses it.
+	// +listType=map
+	// +listMapKey=name
+	// +kubebuilder:validation:MinItems=1
+	// +kubebuilder:validation:MaxItems=32
+	Drivers []KubevisorDriver `json:"drivers"`
+	// ImageRegistry, when set, replaces the registry part of the component images
+	// (kubevisor/kubevisor-<component> becomes <imageRegistry>/kubevisor-<component>).
+	// +kubebuilder:validation:MaxLength=253
+	// +kubebuilder:validation:Pattern=`^[a-z0-9]([-a-z0-9.:]*[a-z0-9])?(/[a-z0-9]([-a-z0-9._]*[a-z0-9])?)*$`
+	// +optional
+	ImageRegistry string `json:"imageRegistry,omitempty"`
+	// ImageTag is the version of the components' images; empty means the operator's own.
+	// +kubebuilder:validation:MaxLength=128
+	// +kubebuilder:validation:Pattern=`^[A-Za-z0-9_][A-Za-z0-9_.-]*$`
+	// +optional
+	ImageTag string `json:"imageTag,omitempty"`
+	// Configuration of the components.
+	// +optional
+	Configuration KubevisorConfiguration `json:"configuration,omitempty"`
+	// Infra places the control plane (kubevisor-controller and kubevisor-api).
+	// +optional
+	Infra *ComponentPlacement `json:"infra,omitempty"`
+	// Workloads places the node agent (the kubevisor-handler DaemonSet), so the nodes where
+	// VMs may run.
+	// +optional
+	Workloads *ComponentPlacement `json:"workloads,omitempty"`
+	// UninstallStrategy says what deleting this object does while VMs or VMIs exist:
+	// BlockUninstallIfWorkloadsExist (the default) keeps everything and says so in the
+	// Degraded condition until they are gone; RemoveWorkloads deletes them first.
+	// +kubebuilder:validation:Enum=BlockUninstallIfWorkloadsExist;RemoveWorkloads
+	// +kubebuilder:default=BlockUninstallIfWorkloadsExist
+	// +optional
+	UninstallStrategy UninstallStrategy `json:"uninstallStrategy,omitempty"`
+}
+
+// KubevisorDriver is one driver of the set.
+type KubevisorDriver struct {
+	// Name is an in-tree driver of this release: manifests/install/drivers/<name>.
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=63
+	// +kubebuilder:validation:Pattern=`^[a-z0-9]([-a-z0-9]*[a-z0-9])?$`
+	Name string `json:"name"`
+	// Config is merged (RFC 7386 JSON merge patch) over the install's configuration of the
+	// driver, and the node handlers pass the result to the driver (the handler configuration's
+	// driverConfig.<name>); a change rolls the handler DaemonSet, which keeps the running VMs.
+	// +kubebuilder:pruning:PreserveUnknownFields
+	// +kubebuilder:validation:Type=object
+	// +optional
+	Config *apiextensionsv1.JSON `json:"config,omitempty"`
+}
+
+// UninstallStrategy is KubevisorSpec.UninstallStrategy.
+type UninstallStrategy string
+
+// The uninstall strategies.
+const (
+	UninstallBlockIfWorkloadsExist UninstallStrategy = "BlockUninstallIfWorkloadsExist"
+	UninstallRemoveWorkloads       UninstallStrategy = "RemoveWorkloads"
+)
+
+// KubevisorConfiguration configures the components. A change rolls the components that take
+// it as flags (kubevisor-controller, kubevisor-api); the VMs keep running.
+type KubevisorConfiguration struct {
+	// DefaultHypervisorClass is the class VMIs that name none run with: one of the driver
+	// set's classes. Empty: the qmp class when the set has it, else the set's only class.
+	// +kubebuilder:validation:MaxLength=253
+	// +optional
+	DefaultHypervisorClass string `json:"defaultHypervisorClass,omitempty"`
+	// DefaultEvictionStrategy is the eviction strategy of VMIs that set none (KubeVirt's
+	// evictionStrategy): None, LiveMigrate, LiveMigrateIfPossible or External.
+	// +kubebuilder:validation:Enum=None;LiveMigrate;LiveMigrateIfPossible;External
+	// +optional
+	DefaultEvictionStrategy string `json:"defaultEvictionStrategy,omitempty"`
+	// Migrations are the cluster's migration defaults, which a MigrationPolicy overrides.
+	// +optional
+	Migrations *KubevisorMigrations `json:"migrations,omitempty"`
+	// LogVerbosity of each component.
+	// +optional
+	LogVerbosity *LogVerbosity `json:"logVerbosity,omitempty"`
+}
+
+// KubevisorMigrations is KubevisorConfiguration.Migrations (KubeVirt's
+// spec.configuration.migrations); unset fields keep kubevisor-controller's defaults.
+type KubevisorMigrations struct {
+	// BandwidthPerMigration limits each migration, in bytes per second; 0 is no limit.
+	// +optional
+	BandwidthPerMigration *resource.Quantity `json:"bandwidthPerMigration,omitempty"`
+	// CompletionTimeoutPerGiB is how many seconds a migration may take per GiB it copies.
+	// +kubebuilder:validation:Minimum=1
+	// +optional
+	CompletionTimeoutPerGiB *int64 `json:"completionTimeoutPerGiB,omitempty"`
+	// ProgressTimeout is how many seconds a migration may go without progress.
+	// +kubebuilder:validation:Minimum=1
+	// +optional
+	ProgressTimeout *int64 `json:"progressTimeout,omitempty"`
+	// ParallelMigrationsPerCluster is how many migrations run at once in the cluster.
+	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=1000
+	// +optional
+	ParallelMigrationsPerCluster *int32 `json:"parallelMigrationsPerCluster,omitempty"`
+	// ParallelOutboundMigrationsPerNode is how many migrations leave one node at once.
+	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=100
+	// +optional
+	ParallelOutboundMigrationsPerNode *int32 `json:"parallelOutboundMigrationsPerNode,omitempty"`
+	// AllowAutoConverge throttles a guest whose migration does not converge.
+	// +optional
+	AllowAutoConverge *bool `json:"allowAutoConverge,omitempty"`
+	// AllowPostCopy switches a migration that does not converge to post-copy, where the
+	// hypervisor driver can.
+	// +optional
+	AllowPostCopy *bool `json:"allowPostCopy,omitempty"`
+}
+
+// LogVerbosity is KubevisorConfiguration.LogVerbosity.
+type LogVerbosity struct {
+	// Controller is kubevisor-controller's klog verbosity (its -v).
+	// +kubebuilder:validation:Minimum=0
+	// +kubebuilder:validation:Maximum=10
+	// +optional
+	Controller *int32 `json:"controller,omitempty"`
+	// API is kubevisor-api's klog verbosity (its -v).
+	// +kubebuilder:validation:Minimum=0
+	// +kubebuilder:validation:Maximum=10
+	// +optional
+	API *int32 `json:"api,omitempty"`
+	// Handler is the node handler's log level, which its drivers' logs follow.
+	// +kubebuilder:validation:Enum=trace;debug;info;warn;error
+	// +optional
+	Handler string `json:"handler,omitempty"`
+}
+
+// ComponentPlacement is where a component's pods run (KubeVirt's ComponentConfig).
+type ComponentPlacement struct {
+	// NodeSelector is added to the pods' node selector.
+	// +optional
+	NodeSelector map[string]string `json:"nodeSelector,omitempty"`
+	// Tolerations are added to the pods' tolerations.
+	// +kubebuilder:validation:MaxItems=32
+	// +optional
+	Tolerations []corev1.Toleration `json:"tolerations,omitempty"`
+	// Affinity replaces the pods' affinity.
+	// +optional
+	Affinity *corev1.Affinity `json:"affinity,omitempty"`
+}
+
+// KubevisorStatus is what the operator observed and did.
+type KubevisorStatus struct {
+	// ObservedGeneration is the generation of the spec the status describes.
+	// +optional
+	ObservedGeneration int64 `json:"observedGeneration,omitempty"`
+	// TargetVersion is the image tag the operator is installing.
+	// +optional
+	TargetVersion string `json:"targetVersion,omitempty"`
+	// ObservedVersion is the image tag of the last install that became Available.
+	// +optional
+	ObservedVersion string `json:"observedVersion,omitempty"`
+	// Drivers is the driver set of the last install that became Available.
+	// +listType=set
+	// +optional
+	Drivers []string `json:"drivers,omitempty"`
+	// Conditions: Available (every component is ready at the target version), Progressing
+	// (the operator is applying or a component is rolling out), Degraded (something needs the
+	// admin: the reason and message name it).
+	// +listType=map
+	// +listMapKey=type
+	// +optional
+	Conditions []metav1.Condition `json:"conditions,omitempty"`
+	// Components has a line per workload of the install.
+	// +listType=map
+	// +listMapKey=name
+	// +optional
+	Components []KubevisorComponentStatus `json:"components,omitempty"`
+}
+
+// The condition types of a Kubevisor.
+const (
+	KubevisorAvailable   = "Available"
+	KubevisorProgressing = "Progressing"
+	KubevisorDegraded    = "Degraded"
+)
+
+// KubevisorComponentStatus is one workload of the install.
+type KubevisorComponentStatus struct {
+	// Name of the Deployment or DaemonSet in kubevisor-system.
+	Name string `json:"name"`
+	// Kind is Deployment or DaemonSet.
+	Kind string `json:"kind"`
+	// Desired, Updated and Ready count its pods: wanted, at the current template, ready.
+	Desired int32 `json:"desired"`
+	Updated int32 `json:"updated"`
+	Ready   int32 `json:"ready"`
+	// Version is the image tag of its current template.
+	// +optional
+	Version string `json:"version,omitempty"`
+	// Message says what it waits for, when it is not ready.
+	// +optional
+	Message string `json:"message,omitempty"`
+}
+
+// +kubebuilder:object:root=true
+
+// KubevisorList is a list of Kubevisor.
+type KubevisorList struct {
+	metav1.TypeMeta `json:",inline"`
+	metav1.ListMeta `json:"metadata,omitempty"`
+	Items           []Kubevisor `json:"items"`
+}
