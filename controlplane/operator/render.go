@@ -50,9 +50,62 @@ const (
 // images are the component images the install manifests name (kubevisor/<name>).
 var images = []string{"kubevisor-controller", "kubevisor-api", "kubevisor-handler", "kubevisor-launcher"}
 
-// operatorHandlerFile is the handler configuration part the operator adds (drivers' config):
-// after the base's 00- and the drivers' 10- files, so its driverConfig entries win.
-const operatorHandlerFile = "90-kubevisor-operator.yaml"
+// The handler configuration parts the operator adds: the drivers from driver images (after the
+// base's 00- and the in-tree drivers' 10- files), and the drivers' configuration, last so that
+// its driverConfig entries win.
+const (
+	imageDriversHandlerFile = "20-kubevisor-operator-drivers.yaml"
+	operatorHandlerFile     = "90-kubevisor-operator.yaml"
+)
+
+// driverKinds are the kinds of drivers, as the handler configuration names them.
+var driverKinds = []string{"hypervisor", "network", "storage", "device"}
+
+// imagePart is the handler configuration part of a driver from a driver image.
+func imagePart(d v1alpha1.KubevisorDriver) driverPart {
+	var p driverPart
+	switch d.Kind {
+	case "hypervisor":
+		p.Drivers.Hypervisors = []string{d.Name}
+	case "network":
+		p.Drivers.Network = d.Name
+	case "storage":
+		p.Drivers.Storage = d.Name
+	case "device":
+		p.Drivers.Devices = []string{d.Name}
+	}
+	return p
+}
+
+// addDriverImages appends to the handler DaemonSet an init container per driver from a driver
+// image, after the base's plugin-dir init container: it runs the kubevisor-plugin-install
+// that plugin-dir left in the plugin-tools volume, which copies the image's /kubevisor/plugin
+// (binary and manifest) into the plugin directory (docs/driver-authoring.md).
+func addDriverImages(ds *unstructured.Unstructured, drivers []v1alpha1.KubevisorDriver) error {
+	inits, _, err := unstructured.NestedSlice(ds.Object, "spec", "template", "spec", "initContainers")
+	if err != nil {
+		return err
+	}
+	for _, d := range drivers {
+		if d.Image == "" {
+			continue
+		}
+		inits = append(inits, map[string]any{
+			"name": "driver-" + d.Name, "image": d.Image, "imagePullPolicy": "IfNotPresent",
+			"command": []any{"/kubevisor/tools/kubevisor-plugin-install", "--from=/kubevisor/plugin", "--plugin-dir=/etc/kubevisor/plugins"},
+			"resources": map[string]any{
+				"requests": map[string]any{"cpu": "10m", "memory": "16Mi"},
+				"limits":   map[string]any{"memory": "64Mi"},
+			},
+			"securityContext": map[string]any{"allowPrivilegeEscalation": false, "capabilities": map[string]any{"drop": []any{"ALL"}}},
+			"volumeMounts": []any{
+				map[string]any{"name": "plugins", "mountPath": "/etc/kubevisor/plugins"},
+				map[string]any{"name": "plugin-tools", "mountPath": "/kubevisor/tools", "readOnly": true},
+			},
+		})
+	}
+	return unstructured.SetNestedSlice(ds.Object, inits, "spec", "template", "spec", "initContainers")
+}
 
 // Rendered is the install a spec wants.
 type Rendered struct {
@@ -137,22 +190,37 @@ func (r Renderer) Render(spec *v1alpha1.KubevisorSpec) (*Rendered, field.ErrorLi
 		hypervisors, network, store []string
 		driverConfig                = map[string]json.RawMessage{}
 	)
+	var imageDrivers []v1alpha1.KubevisorDriver
 	for i, d := range spec.Drivers {
 		p := driversPath.Index(i)
-		if !slices.Contains(known, d.Name) {
-			errs = append(errs, field.NotSupported(p.Child("name"), d.Name, known))
-			continue
-		}
 		if slices.Contains(names, d.Name) {
 			errs = append(errs, field.Duplicate(p.Child("name"), d.Name))
 			continue
 		}
-		names = append(names, d.Name)
-		part, err := r.driverPart(d.Name)
-		if err != nil {
-			errs = append(errs, field.InternalError(p, err))
+		var part driverPart
+		switch {
+		case d.Image != "" || d.Kind != "":
+			if slices.Contains(known, d.Name) {
+				errs = append(errs, field.Invalid(p.Child("name"), d.Name, "an in-tree driver's name: name the driver of the image"))
+				continue
+			}
+			if d.Image == "" || !slices.Contains(driverKinds, d.Kind) {
+				errs = append(errs, field.Invalid(p, d.Image+" "+d.Kind, "a driver from a driver image names its image and its kind ("+strings.Join(driverKinds, ", ")+")"))
+				continue
+			}
+			part = imagePart(d)
+			imageDrivers = append(imageDrivers, d)
+		case !slices.Contains(known, d.Name):
+			errs = append(errs, field.NotSupported(p.Child("name"), d.Name, known))
 			continue
+		default:
+			var err error
+			if part, err = r.driverPart(d.Name); err != nil {
+				errs = append(errs, field.InternalError(p, err))
+				continue
+			}
 		}
+		names = append(names, d.Name)
 		hypervisors = append(hypervisors, part.Drivers.Hypervisor)
 		hypervisors = append(hypervisors, part.Drivers.Hypervisors...)
 		network = append(network, part.Drivers.Network)
@@ -187,7 +255,13 @@ func (r Renderer) Render(spec *v1alpha1.KubevisorSpec) (*Rendered, field.ErrorLi
 	if version == "" {
 		version = r.DefaultVersion
 	}
-	objs, err := r.kustomize(names, spec.ImageRegistry, version, driverConfig)
+	var inTree []string
+	for _, n := range names {
+		if slices.Contains(known, n) {
+			inTree = append(inTree, n)
+		}
+	}
+	objs, err := r.kustomize(inTree, imageDrivers, spec.ImageRegistry, version, driverConfig)
 	if err != nil {
 		return nil, field.ErrorList{field.InternalError(driversPath, err)}
 	}
@@ -240,7 +314,7 @@ func mergeConfig(base, patch json.RawMessage) (json.RawMessage, error) {
 
 // kustomize renders the base with the drivers' components, the images at registry and tag,
 // and the drivers' configuration as one more part of the handler configuration.
-func (r Renderer) kustomize(drivers []string, registry, tag string, driverConfig map[string]json.RawMessage) ([]*unstructured.Unstructured, error) {
+func (r Renderer) kustomize(drivers []string, imageDrivers []v1alpha1.KubevisorDriver, registry, tag string, driverConfig map[string]json.RawMessage) ([]*unstructured.Unstructured, error) {
 	mem := filesys.MakeFsInMemory()
 	err := fs.WalkDir(r.Manifests, ".", func(p string, d fs.DirEntry, err error) error {
 		if err != nil || d.IsDir() {
@@ -280,6 +354,38 @@ func (r Renderer) kustomize(drivers []string, registry, tag string, driverConfig
 		imgs = append(imgs, img)
 	}
 	k["images"] = imgs
+	var parts []string
+	if len(imageDrivers) > 0 {
+		var set driverPart
+		for _, d := range imageDrivers {
+			p := imagePart(d)
+			set.Drivers.Hypervisors = append(set.Drivers.Hypervisors, p.Drivers.Hypervisors...)
+			set.Drivers.Devices = append(set.Drivers.Devices, p.Drivers.Devices...)
+			set.Drivers.Network += p.Drivers.Network
+			set.Drivers.Storage += p.Drivers.Storage
+		}
+		drivers := map[string]any{}
+		if len(set.Drivers.Hypervisors) > 0 {
+			drivers["hypervisors"] = set.Drivers.Hypervisors
+		}
+		if len(set.Drivers.Devices) > 0 {
+			drivers["devices"] = set.Drivers.Devices
+		}
+		if set.Drivers.Network != "" {
+			drivers["network"] = set.Drivers.Network
+		}
+		if set.Drivers.Storage != "" {
+			drivers["storage"] = set.Drivers.Storage
+		}
+		data, err := yaml.Marshal(map[string]any{"drivers": drivers})
+		if err != nil {
+			return nil, err
+		}
+		if err := mem.WriteFile("/work/"+imageDriversHandlerFile, append([]byte("# Made by kubevisor-operator: the drivers of spec.drivers[] from driver images.\n"), data...)); err != nil {
+			return nil, err
+		}
+		parts = append(parts, imageDriversHandlerFile)
+	}
 	if len(driverConfig) > 0 {
 		part, err := yaml.Marshal(map[string]any{"driverConfig": driverConfig})
 		if err != nil {
@@ -288,9 +394,11 @@ func (r Renderer) kustomize(drivers []string, registry, tag string, driverConfig
 		if err := mem.WriteFile("/work/"+operatorHandlerFile, append([]byte("# Made by kubevisor-operator: spec.drivers[].config merged over the drivers' own.\n"), part...)); err != nil {
 			return nil, err
 		}
+		parts = append(parts, operatorHandlerFile)
+	}
+	if len(parts) > 0 {
 		k["configMapGenerator"] = []map[string]any{{
-			"name": "kubevisor-handler", "namespace": Namespace, "behavior": "merge",
-			"files": []string{operatorHandlerFile},
+			"name": "kubevisor-handler", "namespace": Namespace, "behavior": "merge", "files": parts,
 		}}
 	}
 	data, err := yaml.Marshal(k)
@@ -305,6 +413,15 @@ func (r Renderer) kustomize(drivers []string, registry, tag string, driverConfig
 		return nil, fmt.Errorf("kustomize: %w", err)
 	}
 	var objs []*unstructured.Unstructured
+	for _, d := range imageDrivers {
+		if d.Kind == "hypervisor" {
+			objs = append(objs, &unstructured.Unstructured{Object: map[string]any{
+				"apiVersion": v1alpha1.GroupVersion.String(), "kind": "HypervisorClass",
+				"metadata": map[string]any{"name": d.Name, "labels": map[string]any{PartOfLabel: "kubevisor", ManagedByLabel: ManagedByValue}},
+				"driver":   d.Name,
+			}})
+		}
+	}
 	for _, r := range res.Resources() {
 		// Through JSON: kustomize's maps hold ints, unstructured's hold int64s.
 		data, err := r.MarshalJSON()
@@ -377,6 +494,9 @@ func configure(o *unstructured.Unstructured, spec *v1alpha1.KubevisorSpec, versi
 		container, flags, place = "api", apiFlags(cfg), spec.Infra
 	case HandlerDaemonSet:
 		container, flags, place = "handler", handlerFlags(cfg), spec.Workloads
+		if err := addDriverImages(o, spec.Drivers); err != nil {
+			return err
+		}
 	default:
 		return nil
 	}

@@ -3,6 +3,7 @@ package operator
 import (
 	"bytes"
 	"encoding/json"
+	"fmt"
 	"os/exec"
 	"slices"
 	"strings"
@@ -134,6 +135,21 @@ func TestRenderBadSpec(t *testing.T) {
 			s.Configuration.DefaultHypervisorClass = "libvirt"
 			return s
 		}(), `spec.configuration.defaultHypervisorClass: Unsupported value: "libvirt": supported values: "qmp"`},
+		{"an image driver without its kind", func() *v1alpha1.KubevisorSpec {
+			s := specOf("qmp", "cni", "local")
+			s.Drivers = append(s.Drivers, v1alpha1.KubevisorDriver{Name: "sim", Image: "example/sim:1"})
+			return s
+		}(), "spec.drivers[3]: Invalid value: \"example/sim:1 \": a driver from a driver image names its image and its kind"},
+		{"an image driver with an in-tree name", func() *v1alpha1.KubevisorSpec {
+			s := specOf("qmp", "cni")
+			s.Drivers = append(s.Drivers, v1alpha1.KubevisorDriver{Name: "local", Image: "example/local:1", Kind: "storage"})
+			return s
+		}(), "spec.drivers[2].name: Invalid value: \"local\": an in-tree driver's name"},
+		{"two storage drivers", func() *v1alpha1.KubevisorSpec {
+			s := specOf("qmp", "cni", "local")
+			s.Drivers = append(s.Drivers, v1alpha1.KubevisorDriver{Name: "hostpath", Image: "example/hostpath:1", Kind: "storage"})
+			return s
+		}(), "a node runs exactly one storage driver"},
 		{"config not an object", func() *v1alpha1.KubevisorSpec {
 			s := specOf("qmp", "cni", "local")
 			s.Drivers[1].Config = &apiextensionsv1.JSON{Raw: []byte(`[1]`)}
@@ -322,5 +338,49 @@ func TestRenderPlacement(t *testing.T) {
 	}
 	if len(ds.Spec.Template.Spec.Tolerations) != 2 {
 		t.Errorf("handler tolerations %v: want the install's two kept", ds.Spec.Template.Spec.Tolerations)
+	}
+}
+
+// TestRenderDriverImages: drivers from driver images get an init container each (after the
+// base's plugin-dir), a handler configuration part naming them by kind, and a hypervisor a
+// class of its name.
+func TestRenderDriverImages(t *testing.T) {
+	spec := specOf("qmp", "cni", "hostdev")
+	spec.Drivers = append(spec.Drivers,
+		v1alpha1.KubevisorDriver{Name: "sim", Image: "kubevisor-examples/sim-device:dev", Kind: "device"},
+		v1alpha1.KubevisorDriver{Name: "hostpath", Image: "kubevisor-examples/hostpath-storage:dev", Kind: "storage",
+			Config: &apiextensionsv1.JSON{Raw: []byte(`{"root":"/var/lib/disks"}`)}},
+		v1alpha1.KubevisorDriver{Name: "vbox", Image: "example/vbox:1", Kind: "hypervisor"})
+	r := mustRender(t, spec)
+	ds := find(r, "DaemonSet", HandlerDaemonSet)
+	inits, _, _ := unstructured.NestedSlice(ds.Object, "spec", "template", "spec", "initContainers")
+	var names []string
+	for _, c := range inits {
+		names = append(names, c.(map[string]any)["name"].(string))
+	}
+	if want := []string{"install-containerdisk", "install-seccomp", "plugin-dir", "driver-sim", "driver-hostpath", "driver-vbox"}; !slices.Equal(names, want) {
+		t.Errorf("init containers %v, want %v", names, want)
+	}
+	if img := inits[3].(map[string]any)["image"]; img != "kubevisor-examples/sim-device:dev" {
+		t.Errorf("driver-sim image %v", img)
+	}
+	_, files := handlerConfig(t, r)
+	var part struct {
+		Drivers map[string]any `json:"drivers"`
+	}
+	if err := yaml.Unmarshal([]byte(files[imageDriversHandlerFile]), &part); err != nil {
+		t.Fatal(err)
+	}
+	if fmt.Sprint(part.Drivers) != "map[devices:[sim] hypervisors:[vbox] storage:hostpath]" {
+		t.Errorf("%s: drivers %v", imageDriversHandlerFile, part.Drivers)
+	}
+	if !strings.Contains(files[operatorHandlerFile], "root: /var/lib/disks") {
+		t.Errorf("%s lacks hostpath's config:\n%s", operatorHandlerFile, files[operatorHandlerFile])
+	}
+	if c := find(r, "HypervisorClass", "vbox"); c == nil || c.Object["driver"] != "vbox" || c.GetLabels()[ManagedByLabel] != ManagedByValue {
+		t.Errorf("class vbox %v: want one naming its driver, with the operator's label", c)
+	}
+	if !slices.Equal(r.Drivers, []string{"cni", "hostdev", "hostpath", "qmp", "sim", "vbox"}) {
+		t.Errorf("drivers %v", r.Drivers)
 	}
 }

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"strings"
 	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
@@ -41,6 +42,39 @@ type Config struct {
 	HealthProbeAddr string
 	// Recheck is Reconciler.Recheck.
 	Recheck time.Duration
+	// PodNamespace and PodName name the operator's own pod: without Version, its image's tag
+	// (the container named "operator") is the version.
+	PodNamespace, PodName string
+}
+
+// OperatorContainer is the container of the operator's pod whose image tag is its version.
+const OperatorContainer = "operator"
+
+// ownVersion reads the tag of the operator's own image from its pod.
+func ownVersion(ctx context.Context, c client.Reader, namespace, name string) (string, error) {
+	var pod corev1.Pod
+	if err := c.Get(ctx, client.ObjectKey{Namespace: namespace, Name: name}, &pod); err != nil {
+		return "", fmt.Errorf("the operator's version: read its pod %s/%s: %w", namespace, name, err)
+	}
+	for _, ct := range pod.Spec.Containers {
+		if ct.Name == OperatorContainer {
+			if tag := imageTag(ct.Image); tag != "" {
+				return tag, nil
+			}
+			return "", fmt.Errorf("the operator's version: image %q of its pod %s/%s has no tag: give --version", ct.Image, namespace, name)
+		}
+	}
+	return "", fmt.Errorf("the operator's version: its pod %s/%s has no container %q: give --version", namespace, name, OperatorContainer)
+}
+
+// imageTag is the tag of an image reference ("" when it has none, or only a digest).
+func imageTag(ref string) string {
+	ref, _, _ = strings.Cut(ref, "@")
+	i := strings.LastIndex(ref, ":")
+	if i < 0 || strings.Contains(ref[i:], "/") {
+		return ""
+	}
+	return ref[i+1:]
 }
 
 // Scheme returns the scheme the operator's clients use.
@@ -55,7 +89,7 @@ func Scheme() *kruntime.Scheme {
 // and pods of kubevisor-system only.
 func NewManager(restCfg *rest.Config, cfg Config) (manager.Manager, error) {
 	if cfg.Version == "" {
-		return nil, errors.New("the operator's version (the image tag it installs by default) is required")
+		return nil, errors.New("the operator's version (the image tag it installs by default) is required: give --version, or run it in its pod ($POD_NAMESPACE, $POD_NAME)")
 	}
 	ns := map[string]cache.Config{Namespace: {}}
 	mgr, err := ctrl.NewManager(restCfg, ctrl.Options{
@@ -100,11 +134,22 @@ func NewManager(restCfg *rest.Config, cfg Config) (manager.Manager, error) {
 	return mgr, nil
 }
 
+// +kubebuilder:rbac:groups=coordination.k8s.io,namespace=kubevisor-system,resources=leases,verbs=get;list;watch;create;update;patch;delete
+
 // Run runs the operator until ctx ends.
 func Run(ctx context.Context, cfg Config) error {
 	restCfg, err := restConfig(cfg.Kubeconfig)
 	if err != nil {
 		return err
+	}
+	if cfg.Version == "" && cfg.PodName != "" {
+		c, err := client.New(restCfg, client.Options{Scheme: Scheme()})
+		if err != nil {
+			return err
+		}
+		if cfg.Version, err = ownVersion(ctx, c, cfg.PodNamespace, cfg.PodName); err != nil {
+			return err
+		}
 	}
 	mgr, err := NewManager(restCfg, cfg)
 	if err != nil {

@@ -64,6 +64,7 @@ type component struct {
 var components = []component{
 	{name: "kubevisor-controller", bins: []string{"kubevisor-controller"}},
 	{name: "kubevisor-api", bins: []string{"kubevisor-api"}},
+	{name: "kubevisor-operator", bins: []string{"kubevisor-operator"}},
 	// The handler image carries QEMU too: the qmp driver probes it (version, machines,
 	// accelerators) for its fingerprint, though VMs run in the launcher pods; and swtpm's tools,
 	// which the libvirt driver looks for to say its nodes' VMs can have a TPM.

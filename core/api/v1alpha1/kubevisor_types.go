@@ -86,13 +86,27 @@ type KubevisorSpec struct {
 	UninstallStrategy UninstallStrategy `json:"uninstallStrategy,omitempty"`
 }
 
-// KubevisorDriver is one driver of the set.
+// KubevisorDriver is one driver of the set: an in-tree driver by name, or a driver from its
+// driver image (docs/driver-authoring.md), by name, kind and image.
+// +kubebuilder:validation:XValidation:rule="has(self.image) == has(self.kind)",message="image and kind go together: a driver from a driver image names both, an in-tree driver neither"
 type KubevisorDriver struct {
-	// Name is an in-tree driver of this release: manifests/install/drivers/<name>.
+	// Name is an in-tree driver of this release (manifests/install/drivers/<name>), or the name
+	// of the driver that Image carries (its plugin manifest's name).
 	// +kubebuilder:validation:MinLength=1
 	// +kubebuilder:validation:MaxLength=63
 	// +kubebuilder:validation:Pattern=`^[a-z0-9]([-a-z0-9]*[a-z0-9])?$`
 	Name string `json:"name"`
+	// Image is a driver image (its binary and plugin manifest under /kubevisor/plugin): an init
+	// container of the handler DaemonSet installs it into the nodes' plugin directory, where the
+	// handler checks the binary's sha256 against the manifest before it loads it.
+	// +kubebuilder:validation:MaxLength=512
+	// +optional
+	Image string `json:"image,omitempty"`
+	// Kind of the driver of Image: hypervisor (it gets a HypervisorClass of its name), network,
+	// storage or device.
+	// +kubebuilder:validation:Enum=hypervisor;network;storage;device
+	// +optional
+	Kind string `json:"kind,omitempty"`
 	// Config is merged (RFC 7386 JSON merge patch) over the install's configuration of the
 	// driver, and the node handlers pass the result to the driver (the handler configuration's
 	// driverConfig.<name>); a change rolls the handler DaemonSet, which keeps the running VMs.
