@@ -250,11 +250,11 @@ test-deviceplugins-kubelet: deps-runtime deps-net deps-qemu deps-libvirt k8s-bin
 DRIVERS ?= qmp,libvirt,cni,local,hostdev
 
 .PHONY: install
-install: $(if $(KUBECONFIG),,cluster-up images) ## Install Kubevisor with the drivers DRIVERS (default qmp,libvirt,cni,local,hostdev) on the cluster of KUBECONFIG (default: the local cluster, brought up with its images) and wait until it is ready.
+install: deps-tools $(if $(KUBECONFIG),,cluster-up images) ## Install Kubevisor through kubevisor-operator with the drivers DRIVERS (default qmp,libvirt,cni,local,hostdev; NAME:KIND=IMAGE a driver image) on the cluster of KUBECONFIG (default: the local cluster, brought up with its images) and wait until the Kubevisor object is Available.
 	hack/install.sh install --drivers $(DRIVERS) $(if $(KUBECONFIG),--kubeconfig $(KUBECONFIG))
 
 .PHONY: uninstall
-uninstall: ## Remove Kubevisor from the cluster of KUBECONFIG: VMs and VMIs first, the components, then the CRDs and the node labels.
+uninstall: deps-tools ## Remove Kubevisor from the cluster of KUBECONFIG: the Kubevisor object deleted with uninstallStrategy RemoveWorkloads (the operator deletes VMs and VMIs first, the components, then the CRDs and the node labels), then the operator.
 	hack/install.sh uninstall $(if $(KUBECONFIG),--kubeconfig $(KUBECONFIG))
 
 .PHONY: install-smoke

@@ -3,19 +3,21 @@
 # images (docs/driver-authoring.md, section 12), on the local cluster (make up), with the
 # examples' images built and imported (make images): make e2e-driver-images runs it.
 #
-# For each case it installs a driver set with hack/install.sh (the handler DaemonSet rolls) and
-# runs the e2e specs labelled "DriverImages && <case>" (conformance/e2e/driverimages.go):
-#   Device       qmp,cni,local,hostdev,fake + examples/sim-device/deploy (beside hostdev: a node
+# For each case it installs a driver set with hack/install.sh, through kubevisor-operator, the
+# example's driver image named in the Kubevisor's spec.drivers (NAME:KIND=IMAGE; the handler
+# DaemonSet rolls) and runs the e2e specs labelled "DriverImages && <case>"
+# (conformance/e2e/driverimages.go):
+#   Device       qmp,cni,local,hostdev,fake + sim:device=kubevisor-examples/sim-device:dev (beside hostdev: a node
 #                runs several device drivers): installed, loaded, its resource
 #                devices.kubevisor.io/example-sim on the Node with hostdev's kvm and tun, a VMI of
 #                the simulated class fake asking for one (hostDevices) gets one allocated and its
 #                hypervisor driver's domain spec names it (the fake guest's boot log on the
 #                console, vmctl console), and a qmp VMI asking for one is refused naming
 #                hostDevices[0] (no PCI address)
-#   Storage      qmp,cni,hostdev + examples/hostpath-storage/deploy (in place of local): a VMI
+#   Storage      qmp,cni,hostdev + hostpath:storage=kubevisor-examples/hostpath-storage:dev (in place of local): a VMI
 #                boots from a hostDisk the hostpath driver serves (a copy of the test guest's raw
 #                disk under /var/lib/kubevisor/e2e-hostpath on the node) and sees its emptyDisk
-#   BadChecksum  the same storage component with an image whose manifest's sha256 is wrong:
+#   BadChecksum  the same storage driver from an image whose manifest's sha256 is wrong:
 #                refused by name, the node's other drivers loaded and serving
 # then installs $DRIVERS (default qmp,libvirt,cni,local,hostdev) again, also when a case failed. JUnit reports:
 # _output/e2e-driver-images-<case>.xml.
@@ -70,7 +72,7 @@ spec() {
     -ginkgo.junit-report "${OUT}/e2e-driver-images-${label}.xml" -ginkgo.v
 }
 
-install "qmp,cni,local,hostdev,fake,examples/sim-device/deploy"
+install "qmp,cni,local,hostdev,fake,sim:device=kubevisor-examples/sim-device:dev"
 spec Device
 
 for d in "${DISK_DIR}" $([[ -d "${NODE2_DISK_DIR%/*}" ]] && echo "${NODE2_DISK_DIR}"); do
@@ -78,7 +80,7 @@ for d in "${DISK_DIR}" $([[ -d "${NODE2_DISK_DIR%/*}" ]] && echo "${NODE2_DISK_D
   chmod 0700 "${d}"
   cp --sparse=always "${OUT}/guest/disk.raw" "${d}/disk.raw"
 done
-install "qmp,cni,hostdev,examples/hostpath-storage/deploy"
+install "qmp,cni,hostdev,hostpath:storage=kubevisor-examples/hostpath-storage:dev"
 spec Storage "E2E_HOSTPATH_DISK=${DISK_DIR}/disk.raw"
 
 # The same driver with a manifest whose digest is not its binary's.
@@ -87,9 +89,6 @@ spec Storage "E2E_HOSTPATH_DISK=${DISK_DIR}/disk.raw"
   -driver-bin "${OUT}/examples/hostpath-storage" -driver-kind storage -driver-name hostpath \
   -driver-sha256 "$(printf '0%.0s' {1..64})" driver
 hack/cluster/load-images.sh "${work}/hostpath-storage-badsum.tar"
-cp -r examples/hostpath-storage/deploy "${work}/hostpath-badsum"
-sed -i 's#kubevisor-examples/hostpath-storage:dev#kubevisor-examples/hostpath-storage-badsum:dev#' "${work}/hostpath-badsum/initcontainer.yaml"
-grep -q hostpath-storage-badsum "${work}/hostpath-badsum/initcontainer.yaml" || die "could not point the component at the bad image"
-install "qmp,cni,hostdev,${work}/hostpath-badsum"
+install "qmp,cni,hostdev,hostpath:storage=kubevisor-examples/hostpath-storage-badsum:dev"
 spec BadChecksum
 log "passed"

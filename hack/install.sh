@@ -1,22 +1,34 @@
 #!/usr/bin/env bash
 # hack/install.sh — install Kubevisor with a chosen driver set on any cluster (make install,
-# make uninstall), from the kustomize base manifests/install and its driver components
-# manifests/install/drivers/<name>.
+# make uninstall): by default through kubevisor-operator (manifests/operator and a Kubevisor
+# object), or with --no-operator from the kustomize base manifests/install and its driver
+# components manifests/install/drivers/<name>.
 #
-#   hack/install.sh [install] [--drivers qmp,libvirt,cni,local,hostdev] [--kubeconfig FILE] [--tag TAG] [--timeout 5m]
-#   (a --drivers entry with a "/" is a driver's own kustomize Component directory, e.g.
-#    examples/sim-device/deploy: a driver installed from its driver image, docs/driver-authoring.md)
+#   hack/install.sh [install] [--drivers qmp,libvirt,cni,local,hostdev] [--kubeconfig FILE] [--tag TAG] [--timeout 5m] [--no-operator]
+#   (a --drivers entry NAME:KIND=IMAGE is a driver from its driver image, e.g.
+#    sim:device=kubevisor-examples/sim-device:dev, docs/driver-authoring.md; with --no-operator
+#    an entry with a "/" is a driver's own kustomize Component directory instead, e.g.
+#    examples/sim-device/deploy)
 #   hack/install.sh render    [--drivers ...] [--tag TAG]      # print the manifests, apply nothing
 #   hack/install.sh uninstall [--kubeconfig FILE] [--timeout 5m]
 #
-# install builds a temporary kustomization (the base plus the chosen components, and the image
-# tag), applies it with `kubectl apply --server-side` (CRDs first, then the rest once they are
-# established) and waits until kubevisor-controller and kubevisor-api are Available and the
+# install applies the operator (its CRD, roles and Deployment, the images at --tag), waits for it,
+# then applies the Kubevisor object "kubevisor" with the driver set and the tag, and waits until
+# its status says Available at that spec, printing what the operator reports as it goes; a spec
+# the operator refuses (a driver unknown, a dropped driver whose class VMIs use) ends it with the
+# operator's message, the running install untouched. The operator applies the same manifests as
+# --no-operator, prunes what a driver set no longer has (a dropped driver's class), and rolls the
+# components out controller, handlers, API.
+# --no-operator builds a temporary kustomization (the base plus the chosen components, and the
+# image tag), applies it with `kubectl apply --server-side` (CRDs first, then the rest once they
+# are established) and waits until kubevisor-controller and kubevisor-api are Available and the
 # kubevisor-handler DaemonSet is rolled out on every node. A driver set with a single
 # HypervisorClass and no default one makes that class the default; the classes an earlier
 # install made that this driver set has not are deleted. uninstall deletes the Kubevisor
-# objects (VMs and VMIs first, while the controller and webhooks still run to finish them),
-# then the components, then the CRDs, and the capability labels the handlers put on nodes.
+# object with uninstallStrategy RemoveWorkloads and waits for the operator to remove everything,
+# then the operator; without an operator it deletes the Kubevisor objects (VMs and VMIs first,
+# while the controller and webhooks still run to finish them), then the components, then the
+# CRDs, and the capability labels the handlers put on nodes.
 #
 # The kubeconfig is --kubeconfig, else $KUBECONFIG, else the local cluster's
 # (_output/cluster/kubeconfig, make up) when it exists, else kubectl's default. --timeout defaults
@@ -33,7 +45,7 @@ die() { echo "install: $*" >&2; exit 1; }
 log() { echo "==> install: $*"; }
 
 usage() {
-  sed -n '2,20p' "${BASH_SOURCE[0]}" | grep '^#' | sed 's/^# \{0,1\}//'
+  sed -n '2,16p' "${BASH_SOURCE[0]}" | grep '^#' | sed 's/^# \{0,1\}//'
   exit 2
 }
 
@@ -50,6 +62,7 @@ drivers="qmp,libvirt,cni,local,hostdev"
 kubeconfig="${KUBECONFIG:-}"
 tag=""
 timeout="${INSTALL_TIMEOUT:-5m}"
+operator=1
 while [[ $# -gt 0 ]]; do
   case "$1" in
     install|uninstall|render) action="$1" ;;
@@ -61,6 +74,7 @@ while [[ $# -gt 0 ]]; do
     --tag=*) tag="${1#*=}" ;;
     --timeout) timeout="${2-}"; shift ;;
     --timeout=*) timeout="${1#*=}" ;;
+    --no-operator) operator=0 ;;
     -h|--help) usage ;;
     *) echo "install: unknown argument $1" >&2; usage ;;
   esac
@@ -82,7 +96,15 @@ component_dirs=() # absolute
 IFS=, read -r -a wanted <<<"${drivers// /}"
 for d in "${wanted[@]}"; do
   [[ -z "${d}" ]] && continue
-  if [[ "${d}" == */* ]]; then
+  if [[ "${d}" == *=* ]]; then
+    # NAME:KIND=IMAGE, a driver from its driver image: the operator's spec.drivers entry.
+    [[ "${d}" =~ ^([a-z0-9][a-z0-9-]*):(hypervisor|network|storage|device)=(.+)$ ]] ||
+      die "driver \"${d}\": a driver from a driver image is NAME:KIND=IMAGE, KIND hypervisor, network, storage or device"
+    ((operator)) || die "driver \"${d}\": a driver image is installed through the operator (drop --no-operator), or name its kustomize Component directory"
+    components+=("${d}")
+    continue
+  elif [[ "${d}" == */* ]]; then
+    ((operator == 0)) || die "driver component \"${d}\": a driver's kustomize Component directory needs --no-operator; with the operator, name its driver image: NAME:KIND=IMAGE"
     dir=""
     for cand in "${d}" "${ROOT}/${d}"; do
       if [[ -f "${cand}/kustomization.yaml" ]]; then dir="$(cd "${cand}" && pwd)"; break; fi
@@ -93,7 +115,7 @@ for d in "${wanted[@]}"; do
   elif [[ "${d}" =~ ^[a-z0-9][a-z0-9-]*$ && -f "${BASE}/drivers/${d}/kustomization.yaml" ]]; then
     dir="${BASE}/drivers/${d}"
   else
-    die "unknown driver \"${d}\"; available drivers: $(available_drivers) (manifests/install/drivers), or the directory of a driver's component (a path with a /)"
+    die "unknown driver \"${d}\"; available drivers: $(available_drivers) (manifests/install/drivers), or a driver image NAME:KIND=IMAGE (with --no-operator: the directory of a driver's component, a path with a /)"
   fi
   for c in "${component_dirs[@]}"; do [[ "${c}" == "${dir}" ]] && die "driver \"${d}\" is named twice"; done
   components+=("${d}")
@@ -105,7 +127,10 @@ trap 'rm -rf "${work}"' EXIT
 
 # render writes the full installation to ${work}/install.yaml and the CRDs to ${work}/crds.yaml.
 render() {
-  local rel
+  local rel c
+  for c in "${components[@]}"; do
+    [[ "${c}" != *=* ]] || die "render prints the kustomize install (--no-operator); the driver image ${c} is the operator's to add"
+  done
   rel="$(realpath --relative-to="${work}" "${BASE}")" # kustomize takes no absolute roots
   {
     echo "# Made by hack/install.sh: the Kubevisor base and the chosen driver components."
@@ -286,8 +311,133 @@ uninstall() {
   log "uninstalled in $((SECONDS - start))s (node directories /run/kubevisor and /var/lib/kubevisor are left)"
 }
 
+# ---- through kubevisor-operator ----
+
+KV=kubevisor # the Kubevisor object's name
+
+# kv_json prints the Kubevisor object as JSON, or nothing when there is none.
+kv_json() { k get kubevisors.kubevisor.io "${KV}" -o json 2>/dev/null || true; }
+
+# kv_state prints "generation observedGeneration available progressing degraded-reason" and,
+# on the next lines, the Progressing and the Degraded messages.
+kv_state() {
+  jq -r '(.status.conditions // []) as $c
+    | ([.metadata.generation, (.status.observedGeneration // 0),
+        ($c | map(select(.type == "Available"))[0].status // "Unknown"),
+        ($c | map(select(.type == "Progressing"))[0].status // "Unknown"),
+        ($c | map(select(.type == "Degraded" and .status == "True"))[0].reason // "-")] | map(tostring) | join(" ")),
+      ($c | map(select(.type == "Progressing"))[0].message // ""),
+      ($c | map(select(.type == "Degraded"))[0].message // "")'
+}
+
+install_operator() {
+  local start=${SECONDS} rel c
+  command -v jq >/dev/null || die "jq is needed (make deps-tools installs it)"
+  log "drivers: ${components[*]:-(none)}; kubeconfig: ${kubeconfig:-kubectl default}; through kubevisor-operator"
+  k version >/dev/null 2>&1 || die "the cluster does not answer (kubeconfig: ${kubeconfig:-kubectl default})"
+  rel="$(realpath --relative-to="${work}" "${ROOT}/manifests/operator")"
+  {
+    echo "# Made by hack/install.sh: kubevisor-operator."
+    echo "apiVersion: kustomize.config.k8s.io/v1beta1"
+    echo "kind: Kustomization"
+    echo "resources:"
+    echo "- ${rel}"
+    if [[ -n "${tag}" ]]; then
+      echo "images:"
+      echo "- name: kubevisor/kubevisor-operator"
+      echo "  newTag: ${tag}"
+    fi
+  } >"${work}/kustomization.yaml"
+  "${KUBECTL}" kustomize "${work}" >"${work}/operator.yaml" || die "kustomize failed (kustomization: ${work}/kustomization.yaml)"
+  log "kubevisor-operator$([[ -n "${tag}" ]] && echo " ${tag}")"
+  k apply --server-side --force-conflicts --field-manager="${FIELD_MANAGER}" -f "${work}/operator.yaml" >/dev/null
+  k wait --for condition=Established --timeout="${timeout}" crd/kubevisors.kubevisor.io >/dev/null
+  if ! k -n "${NS}" rollout status deployment/kubevisor-operator --timeout="${timeout}" >/dev/null; then
+    diagnose
+    die "kubevisor-operator did not become ready within ${timeout}"
+  fi
+  # The Kubevisor object, applied with this script's field manager: drivers dropped from the
+  # list leave the spec.
+  {
+    echo "apiVersion: kubevisor.io/v1alpha1"
+    echo "kind: Kubevisor"
+    echo "metadata:"
+    echo "  name: ${KV}"
+    echo "spec:"
+    [[ -n "${tag}" ]] && echo "  imageTag: ${tag}"
+    echo "  drivers:"
+    for c in "${components[@]}"; do
+      if [[ "${c}" =~ ^([^:]+):([^=]+)=(.+)$ ]]; then
+        printf '  - name: %s
+    kind: %s
+    image: %s
+' "${BASH_REMATCH[1]}" "${BASH_REMATCH[2]}" "${BASH_REMATCH[3]}"
+      else
+        printf '  - name: %s
+' "${c}"
+      fi
+    done
+  } >"${work}/kubevisor.yaml"
+  log "Kubevisor ${KV}: applying"
+  k apply --server-side --force-conflicts --field-manager="${FIELD_MANAGER}" -f "${work}/kubevisor.yaml" >/dev/null
+  # Until the operator reports this spec Available and done, saying what it does as it goes.
+  local deadline=$((SECONDS + $(timeout_seconds))) state gen obs avail prog degraded pmsg dmsg last=""
+  while :; do
+    state="$(kv_json | kv_state)"
+    pmsg="" dmsg=""
+    { read -r gen obs avail prog degraded; read -r pmsg || true; read -r dmsg || true; } <<<"${state}"
+    if [[ "${gen}" == "${obs}" ]]; then
+      case "${degraded}" in
+        InvalidSpec|DriverInUse) die "the operator refuses the driver set (${degraded}): ${dmsg}" ;;
+      esac
+      [[ "${avail}" == True && "${prog}" == False ]] && break
+      if [[ -n "${pmsg}" && "${pmsg}" != "${last}" ]]; then
+        log "operator: ${pmsg}$([[ "${degraded}" != - ]] && echo " (${degraded}: ${dmsg})")"
+        last="${pmsg}"
+      fi
+    fi
+    if ((SECONDS >= deadline)); then
+      diagnose
+      die "Kubevisor did not become Available within ${timeout}: ${pmsg:-no status}${dmsg:+; ${dmsg}}"
+    fi
+    sleep 2
+  done
+  log "installed in $((SECONDS - start))s"
+  k get kubevisors.kubevisor.io "${KV}"
+  k -n "${NS}" get deployments,daemonsets
+  k get hypervisorclasses 2>/dev/null || true
+}
+
+# timeout_seconds prints --timeout (5m, 300s, 1h) in seconds.
+timeout_seconds() {
+  case "${timeout}" in
+    *h) echo $((${timeout%h} * 3600)) ;;
+    *m) echo $((${timeout%m} * 60)) ;;
+    *s) echo "${timeout%s}" ;;
+    *) echo "${timeout}" ;;
+  esac
+}
+
+uninstall_operator() {
+  local start=${SECONDS} deadline
+  log "Kubevisor ${KV}: uninstallStrategy RemoveWorkloads, deleting it (the operator deletes the VMs, then what it made)"
+  k patch kubevisors.kubevisor.io "${KV}" --type merge -p '{"spec":{"uninstallStrategy":"RemoveWorkloads"}}' >/dev/null
+  k delete kubevisors.kubevisor.io "${KV}" --wait=false >/dev/null
+  deadline=$((SECONDS + $(timeout_seconds)))
+  while [[ -n "$(kv_json)" ]]; do
+    if ((SECONDS >= deadline)); then
+      die "the operator did not finish the uninstall within ${timeout}: $(kv_json | kv_state | sed -n 2p)"
+    fi
+    sleep 2
+  done
+  log "deleting kubevisor-operator"
+  "${KUBECTL}" kustomize "${ROOT}/manifests/operator" >"${work}/operator.yaml"
+  k delete --ignore-not-found --wait --timeout="${timeout}" -f "${work}/operator.yaml" >/dev/null || true
+  log "uninstalled in $((SECONDS - start))s (node directories /run/kubevisor and /var/lib/kubevisor are left)"
+}
+
 case "${action}" in
   render) render; cat "${work}/install.yaml" ;;
-  install) install ;;
-  uninstall) uninstall ;;
+  install) if ((operator)); then install_operator; else install; fi ;;
+  uninstall) if [[ -n "$(kv_json)" ]]; then uninstall_operator; else uninstall; fi ;;
 esac

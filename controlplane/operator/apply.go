@@ -40,13 +40,14 @@ var owned = []schema.GroupVersionKind{
 // kube-system for the API server's authentication reader binding.
 var ownedNamespaces = []string{Namespace, "kube-system"}
 
-// apply applies o with server-side apply, as the operator's field manager.
-func (r *Reconciler) apply(ctx context.Context, o *unstructured.Unstructured) error {
+// apply applies o with server-side apply, as the operator's field manager, and returns the
+// object the API server stored (its generation and status as of the apply).
+func (r *Reconciler) apply(ctx context.Context, o *unstructured.Unstructured) (*unstructured.Unstructured, error) {
 	o = o.DeepCopy()
 	if err := r.Client.Apply(ctx, client.ApplyConfigurationFromUnstructured(o), client.FieldOwner(FieldManager), client.ForceOwnership); err != nil {
-		return fmt.Errorf("apply %s %s: %w", o.GetKind(), objName(o), err)
+		return nil, fmt.Errorf("apply %s %s: %w", o.GetKind(), objName(o), err)
 	}
-	return nil
+	return o, nil
 }
 
 func objName(o client.Object) string {

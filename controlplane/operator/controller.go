@@ -16,6 +16,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -194,7 +195,7 @@ func (r *Reconciler) reconcile(ctx context.Context, kv *v1alpha1.Kubevisor) (rec
 		case o.GetKind() == "Deployment" || o.GetKind() == "DaemonSet":
 			workloads = append(workloads, o)
 		default:
-			if err := r.apply(ctx, o); err != nil {
+			if _, err := r.apply(ctx, o); err != nil {
 				return r.applyTrouble(kv, err)
 			}
 		}
@@ -266,7 +267,7 @@ func (r *Reconciler) active(ctx context.Context) (*v1alpha1.Kubevisor, error) {
 // applyCRDs applies the CRDs and reports whether all are established.
 func (r *Reconciler) applyCRDs(ctx context.Context, crds []*unstructured.Unstructured) (bool, error) {
 	for _, o := range crds {
-		if err := r.apply(ctx, o); err != nil {
+		if _, err := r.apply(ctx, o); err != nil {
 			return false, err
 		}
 	}
@@ -315,14 +316,16 @@ func (r *Reconciler) rollOut(ctx context.Context, workloads []*unstructured.Unst
 			all = false
 			continue
 		}
-		if err := r.apply(ctx, w); err != nil {
-			return false, err
-		}
-		ready, err := r.workloadReady(ctx, w, version)
+		applied, err := r.apply(ctx, w)
 		if err != nil {
 			return false, err
 		}
-		if !ready {
+		// The stored object, not the cache's: its generation is the one just applied.
+		line, err := r.lineOf(ctx, applied)
+		if err != nil {
+			return false, err
+		}
+		if !lineReady(line, version) {
 			blocked, all = true, false
 		}
 	}
@@ -336,43 +339,51 @@ func orderOf(name string) int {
 	return len(workloadOrder)
 }
 
-// workloadReady reports whether the workload w names runs at version.
-func (r *Reconciler) workloadReady(ctx context.Context, w *unstructured.Unstructured, version string) (bool, error) {
-	line, err := r.line(ctx, w.GetKind(), w.GetName())
-	if err != nil || line == nil {
-		return false, err
-	}
-	return lineReady(*line, version), nil
-}
-
-// line reads the status line of a workload of kubevisor-system; nil when it does not exist.
-func (r *Reconciler) line(ctx context.Context, kind, name string) (*v1alpha1.KubevisorComponentStatus, error) {
-	key := client.ObjectKey{Namespace: Namespace, Name: name}
-	switch kind {
+// lineOf is the status line of a workload, from the object the API server returned.
+func (r *Reconciler) lineOf(ctx context.Context, u *unstructured.Unstructured) (v1alpha1.KubevisorComponentStatus, error) {
+	switch u.GetKind() {
 	case "Deployment":
 		var d appsv1.Deployment
-		if err := r.Client.Get(ctx, key, &d); err != nil {
-			return nil, client.IgnoreNotFound(err)
+		if err := runtime.DefaultUnstructuredConverter.FromUnstructured(u.Object, &d); err != nil {
+			return v1alpha1.KubevisorComponentStatus{}, err
 		}
 		pods, err := r.pods(ctx, d.Spec.Selector)
-		if err != nil {
-			return nil, err
-		}
-		l := deploymentLine(&d, pods)
-		return &l, nil
+		return deploymentLine(&d, pods), err
 	case "DaemonSet":
 		var ds appsv1.DaemonSet
-		if err := r.Client.Get(ctx, key, &ds); err != nil {
-			return nil, client.IgnoreNotFound(err)
+		if err := runtime.DefaultUnstructuredConverter.FromUnstructured(u.Object, &ds); err != nil {
+			return v1alpha1.KubevisorComponentStatus{}, err
 		}
 		pods, err := r.pods(ctx, ds.Spec.Selector)
-		if err != nil {
-			return nil, err
-		}
-		l := daemonSetLine(&ds, pods)
-		return &l, nil
+		return daemonSetLine(&ds, pods), err
 	}
-	return nil, fmt.Errorf("%s %s is not a workload", kind, name)
+	return v1alpha1.KubevisorComponentStatus{}, fmt.Errorf("%s %s is not a workload", u.GetKind(), objName(u))
+}
+
+// line reads the status line of a workload of kubevisor-system from the cache; nil when it
+// does not exist.
+func (r *Reconciler) line(ctx context.Context, kind, name string) (*v1alpha1.KubevisorComponentStatus, error) {
+	key := client.ObjectKey{Namespace: Namespace, Name: name}
+	var obj client.Object
+	switch kind {
+	case "Deployment":
+		obj = &appsv1.Deployment{}
+	case "DaemonSet":
+		obj = &appsv1.DaemonSet{}
+	default:
+		return nil, fmt.Errorf("%s %s is not a workload", kind, name)
+	}
+	if err := r.Client.Get(ctx, key, obj); err != nil {
+		return nil, client.IgnoreNotFound(err)
+	}
+	m, err := runtime.DefaultUnstructuredConverter.ToUnstructured(obj)
+	if err != nil {
+		return nil, err
+	}
+	u := &unstructured.Unstructured{Object: m}
+	u.SetKind(kind)
+	l, err := r.lineOf(ctx, u)
+	return &l, err
 }
 
 func (r *Reconciler) pods(ctx context.Context, sel *metav1.LabelSelector) ([]corev1.Pod, error) {

@@ -26,8 +26,13 @@ if [[ -n "${oldest}" ]] && (($(date -d "${oldest}" +%s) >= imported)); then
   exit 0
 fi
 log "rollout: new images imported ($(grep -o 'kubevisor/kubevisor-[a-z]*' "${CHANGED}" | sort -u | tr '\n' ' ')): restarting the components"
-kubectl_ -n kubevisor-system rollout restart deployment/kubevisor-controller deployment/kubevisor-api daemonset/kubevisor-handler >/dev/null
-for o in deployment/kubevisor-controller deployment/kubevisor-api daemonset/kubevisor-handler; do
+# The operator (absent from an install made with --no-operator) first: it keeps the others.
+objs=()
+for o in deployment/kubevisor-operator deployment/kubevisor-controller deployment/kubevisor-api daemonset/kubevisor-handler; do
+  kubectl_ -n kubevisor-system get "${o}" >/dev/null 2>&1 && objs+=("${o}")
+done
+kubectl_ -n kubevisor-system rollout restart "${objs[@]}" >/dev/null
+for o in "${objs[@]}"; do
   kubectl_ -n kubevisor-system rollout status "${o}" --timeout=5m >/dev/null || die "rollout: ${o} did not become ready"
 done
 rm -f "${CHANGED}"
