@@ -47,6 +47,8 @@ E2E_HYPERVISOR_CLASS ?=
 E2E_TWO_CLASSES      ?=
 # Where make e2e writes its JUnit report.
 E2E_JUNIT            ?= $(OUT)/e2e-junit.xml
+# The image tag make e2e-upgrade builds this tree's component images under, for the upgrade spec.
+E2E_UPGRADE_TAG      ?=
 # What make generate writes: verify fails when it differs from what is committed.
 GENERATED := ':(glob)core/**/*.pb.go' ':(glob)core/**/zz_generated.*.go' manifests/crd manifests/webhook manifests/rbac \
              docs/kubevirt-compatibility.md core/seccomp/launcher.json
@@ -228,8 +230,17 @@ e2e: deps-runtime deps-tools deps-qemu deps-libvirt $(E2E_CLUSTER) ## Cluster co
 	$(GO) run ./hack/images --out $(OUT)/images -name e2e-signal -bins $(BIN)/e2e-signal custom
 	@if [ -S /run/kubevisor-cluster/containerd/containerd.sock ]; then hack/cluster/load-images.sh $(OUT)/images/e2e-httpget.tar $(OUT)/images/e2e-signal.tar; fi
 	$(GO) test -tags e2e -count=1 -timeout 60m ./conformance/e2e -args -kubeconfig $(E2E_KUBECONFIG) -vmctl $(BIN)/vmctl \
-	    -hypervisor-class '$(E2E_HYPERVISOR_CLASS)' -two-classes '$(E2E_TWO_CLASSES)' \
+	    -hypervisor-class '$(E2E_HYPERVISOR_CLASS)' -two-classes '$(E2E_TWO_CLASSES)' -upgrade-tag '$(E2E_UPGRADE_TAG)' \
 	    -ginkgo.label-filter '$(E2E_LABELS)' -ginkgo.junit-report $(abspath $(E2E_JUNIT)) -ginkgo.v
+
+.PHONY: e2e-upgrade
+e2e-upgrade: UPGRADE_TAG = $(or $(E2E_UPGRADE_TAG),upgrade)
+e2e-upgrade: deps-runtime deps-tools deps-qemu local-cluster ## Local cluster: this tree's component images built again under the tag UPGRADE_TAG (default upgrade) and imported, then the upgrade spec: VMs of each class running, the Kubevisor's imageTag set to it, the operator rolls every component (VMs undisturbed, status followed), and back.
+	$(MAKE) --no-print-directory images
+	$(GO) build -o $(BIN)/vmctl ./cmd/vmctl
+	$(GO) run ./hack/images --bin-dir $(BIN) --out $(OUT)/images-upgrade --tag $(UPGRADE_TAG) components
+	hack/cluster/load-images.sh $(OUT)/images-upgrade/*.tar
+	$(MAKE) --no-print-directory e2e E2E_LABELS=Upgrade E2E_UPGRADE_TAG=$(UPGRADE_TAG) E2E_JUNIT=$(OUT)/e2e-junit-upgrade.xml
 
 .PHONY: e2e-driver-images
 e2e-driver-images: deps-runtime deps-tools deps-qemu local-cluster ## Local cluster: the example drivers installed from their driver images (hack/e2e-driver-images.sh): the sim device driver beside hostdev (its resource on the Node, a VMI of the simulated class fake given one and named in its domain spec), a VMI booted from the storage driver's disks, a wrong sha256 refused by name while the other drivers serve; then DRIVERS again.

@@ -21,6 +21,8 @@ func init() {
 	flag.DurationVar(&Cfg.BootTimeout, "boot-timeout", Cfg.BootTimeout, "creation to Running")
 	flag.StringVar(&Cfg.HypervisorClass, "hypervisor-class", os.Getenv("E2E_HYPERVISOR_CLASS"),
 		"HypervisorClass of the specs' VMIs (default $E2E_HYPERVISOR_CLASS, else the cluster's default class)")
+	flag.StringVar(&Cfg.UpgradeTag, "upgrade-tag", os.Getenv("E2E_UPGRADE_TAG"),
+		"image tag the upgrade spec (label Upgrade) moves the install to and back from (default $E2E_UPGRADE_TAG; make e2e-upgrade builds that image set)")
 	flag.StringVar(&Cfg.TwoClasses, "two-classes", os.Getenv("E2E_TWO_CLASSES"),
 		"the two HypervisorClasses of the TwoClasses spec, a,b (default $E2E_TWO_CLASSES); set, the spec fails when one is missing, unset it takes the cluster's first two and is skipped when there are fewer")
 }

@@ -60,6 +60,9 @@ type Config struct {
 	// fails when they do not both exist; unset, it takes the first two classes of the cluster
 	// (by name) and is skipped when there are fewer.
 	TwoClasses string
+	// UpgradeTag is the image tag the upgrade spec moves the install to (an image set of the
+	// same tree under another tag, make e2e-upgrade), and back from.
+	UpgradeTag string
 }
 
 // Cfg is the suite's configuration.
