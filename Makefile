@@ -230,12 +230,12 @@ e2e: deps-runtime deps-tools deps-qemu deps-libvirt $(E2E_CLUSTER) ## Cluster co
 	$(GO) run ./hack/images --out $(OUT)/images -name e2e-signal -bins $(BIN)/e2e-signal custom
 	@if [ -S /run/kubevisor-cluster/containerd/containerd.sock ]; then hack/cluster/load-images.sh $(OUT)/images/e2e-httpget.tar $(OUT)/images/e2e-signal.tar; fi
 	$(GO) test -tags e2e -count=1 -timeout 60m ./conformance/e2e -args -kubeconfig $(E2E_KUBECONFIG) -vmctl $(BIN)/vmctl \
-	    -hypervisor-class '$(E2E_HYPERVISOR_CLASS)' -two-classes '$(E2E_TWO_CLASSES)' -upgrade-tag '$(E2E_UPGRADE_TAG)' \
+	    -hypervisor-class '$(E2E_HYPERVISOR_CLASS)' -two-classes '$(E2E_TWO_CLASSES)' -upgrade-tag '$(E2E_UPGRADE_TAG)' -upgrade-pairs $(or $(UPGRADE_PAIRS),1) \
 	    -ginkgo.label-filter '$(E2E_LABELS)' -ginkgo.junit-report $(abspath $(E2E_JUNIT)) -ginkgo.v
 
 .PHONY: e2e-upgrade
 e2e-upgrade: UPGRADE_TAG = $(or $(E2E_UPGRADE_TAG),upgrade)
-e2e-upgrade: deps-runtime deps-tools deps-qemu local-cluster ## Local cluster: this tree's component images built again under the tag UPGRADE_TAG (default upgrade) and imported, then the upgrade spec: VMs of each class running, the Kubevisor's imageTag set to it, the operator rolls every component (VMs undisturbed, status followed), and back.
+e2e-upgrade: deps-runtime deps-tools deps-qemu local-cluster ## Local cluster: this tree's component images built again under the tag UPGRADE_TAG (default upgrade) and imported, then the upgrade spec: UPGRADE_PAIRS (default 1) VMs of each of two classes running, the Kubevisor's imageTag set to it, the operator rolls every component (VMs undisturbed, web servers polled, status followed; figures in the log), and back.
 	$(MAKE) --no-print-directory images
 	$(GO) build -o $(BIN)/vmctl ./cmd/vmctl
 	$(GO) run ./hack/images --bin-dir $(BIN) --out $(OUT)/images-upgrade --tag $(UPGRADE_TAG) components

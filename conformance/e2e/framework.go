@@ -63,6 +63,8 @@ type Config struct {
 	// UpgradeTag is the image tag the upgrade spec moves the install to (an image set of the
 	// same tree under another tag, make e2e-upgrade), and back from.
 	UpgradeTag string
+	// UpgradePairs is how many VMs of each of two classes the upgrade spec runs (default 1).
+	UpgradePairs int
 }
 
 // Cfg is the suite's configuration.

@@ -312,6 +312,17 @@ func (f *Framework) heartbeats(ctx context.Context, g *guestRun) []float64 {
 // from the last beat before the kill on, no gap longer than maxGap.
 func (f *Framework) expectUndisturbed(ctx context.Context, g *guestRun, since int) {
 	GinkgoHelper()
+	ups := f.expectSameGuest(ctx, g, since)
+	for i := max(since, 1); i < len(ups); i++ { // from the last beat before the kill on (a pause before is no gap of this)
+		Expect(ups[i]-ups[i-1]).To(BeNumerically("<", maxGap.Seconds()), "VM %s: uptimes %v: a gap after beat %d", g.name, ups, since)
+	}
+}
+
+// expectSameGuest checks that g's VM runs on as it was: its heartbeat going on past since with
+// its uptime rising, the same VMI and launcher pod (UID, no container restarted), no new phase,
+// the same guest boot (boot id, one ready marker). It returns the heartbeat uptimes.
+func (f *Framework) expectSameGuest(ctx context.Context, g *guestRun, since int) []float64 {
+	GinkgoHelper()
 	By(fmt.Sprintf("VM %s (%s): the guest's heartbeat goes on", g.name, g.class.Driver))
 	Eventually(func() int { return len(f.heartbeats(ctx, g)) }).WithContext(ctx).
 		WithTimeout(time.Minute).WithPolling(time.Second).Should(BeNumerically(">=", since+5),
@@ -320,9 +331,6 @@ func (f *Framework) expectUndisturbed(ctx context.Context, g *guestRun, since in
 	ups := Heartbeats(console)
 	for i := 1; i < len(ups); i++ {
 		Expect(ups[i]).To(BeNumerically(">", ups[i-1]), "VM %s: uptimes %v went back (a reboot?)", g.name, ups)
-		if i >= since { // from the last beat before the kill on (a pause before is no gap of this)
-			Expect(ups[i]-ups[i-1]).To(BeNumerically("<", maxGap.Seconds()), "VM %s: uptimes %v: a gap after beat %d", g.name, ups, since)
-		}
 	}
 	Expect(strings.Count(console, ReadyMarker)).To(Equal(1), "VM %s: a second ready marker, the guest booted again", g.name)
 
@@ -338,6 +346,7 @@ func (f *Framework) expectUndisturbed(ctx context.Context, g *guestRun, since in
 	Expect(pods[0].UID).To(Equal(g.launcher.UID), "VMI %s: another launcher pod", g.name)
 	Expect(containerRestarts(pods[0])).To(Equal(containerRestarts(g.launcher)), "VMI %s: a launcher container restarted", g.name)
 	Expect(f.bootID(ctx, g.name)).To(Equal(g.bootID), "VM %s: another boot id, the guest booted again", g.name)
+	return ups
 }
 
 // maxGap bounds the time between two heartbeats of a guest that was never stopped (they come
