@@ -50,7 +50,7 @@ E2E_JUNIT            ?= $(OUT)/e2e-junit.xml
 # The image tag make e2e-upgrade builds this tree's component images under, for the upgrade spec.
 E2E_UPGRADE_TAG      ?=
 # What make generate writes: verify fails when it differs from what is committed.
-GENERATED := ':(glob)core/**/*.pb.go' ':(glob)core/**/zz_generated.*.go' manifests/crd manifests/webhook manifests/rbac \
+GENERATED := ':(glob)core/**/*.pb.go' ':(glob)core/**/zz_generated.*.go' manifests/crd manifests/webhook manifests/rbac manifests/operator/crd manifests/operator/rbac \
              docs/kubevirt-compatibility.md core/seccomp/launcher.json
 
 .PHONY: help

@@ -163,13 +163,13 @@ func maxHeartbeatGap(ups []float64, since int) float64 {
 // webPoll asks a guest's web server for its page every 200 ms from the test process while it
 // runs, and records the failures and the longest run of them (an outage as a client sees it).
 type webPoll struct {
-	url             string
-	mu              sync.Mutex
-	ok, failed      int
-	outage, longest time.Duration
-	lastOK          time.Time
-	cancel          context.CancelFunc
-	done            chan struct{}
+	url        string
+	mu         sync.Mutex
+	ok, failed int
+	longest    time.Duration
+	lastOK     time.Time
+	cancel     context.CancelFunc
+	done       chan struct{}
 }
 
 // pollWeb starts a webPoll of the guest of vmi, or returns nil when the test process cannot

@@ -333,7 +333,7 @@ func TestOperatorLifecycle(t *testing.T) {
 		t.Errorf("classes %v: the libvirt class went while a VMI uses it", c)
 	}
 	h.must(h.c.Delete(h.ctx, &v1alpha1.VirtualMachineInstance{ObjectMeta: metav1.ObjectMeta{Name: "vm-libvirt", Namespace: "default"}}))
-	got = h.waitCondition("kubevisor", v1alpha1.KubevisorDegraded, metav1.ConditionFalse, operator.ReasonAsExpected)
+	h.waitCondition("kubevisor", v1alpha1.KubevisorDegraded, metav1.ConditionFalse, operator.ReasonAsExpected)
 	h.waitCondition("kubevisor", v1alpha1.KubevisorAvailable, metav1.ConditionTrue, operator.ReasonInstalled)
 	h.eventually("the libvirt class is pruned", func() (bool, error) { return slices.Equal(h.classes(), []string{"qmp"}), nil })
 	var cms corev1.ConfigMapList
