@@ -59,8 +59,8 @@
 // # Limits
 //
 // The components take the configuration as flags, so a change restarts them (rolling; the VMs
-// keep running); none is taken live yet. The control plane's certificates are still made and
-// rotated by kubevisor-api, not by the operator. VMIs whose launcher is of an older version are
+// keep running); none is taken live yet. The control plane's certificates are made and
+// rotated by kubevisor-api; the operator sets their lifetimes (certificateRotateStrategy). VMIs whose launcher is of an older version are
 // not yet marked or migrated after an upgrade. A guest's serial output while its node's handler
 // is replaced is not in its console log (the handler writes that log).
 package operator

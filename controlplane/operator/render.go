@@ -10,8 +10,10 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"time"
 
 	jsonpatch "gopkg.in/evanphx/json-patch.v4"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/util/validation/field"
@@ -247,6 +249,7 @@ func (r Renderer) Render(spec *v1alpha1.KubevisorSpec) (*Rendered, field.ErrorLi
 			errs = append(errs, field.Invalid(driversPath, store, "a node runs exactly one storage driver (local)"))
 		}
 	}
+	errs = append(errs, validateCerts(spec.CertificateRotateStrategy)...)
 	if len(errs) > 0 {
 		return nil, errs
 	}
@@ -492,6 +495,7 @@ func configure(o *unstructured.Unstructured, spec *v1alpha1.KubevisorSpec, versi
 		container, flags, place = "controller", controllerFlags(cfg), spec.Infra
 	case APIDeployment:
 		container, flags, place = "api", apiFlags(cfg), spec.Infra
+		maps.Copy(flags, certFlags(spec.CertificateRotateStrategy))
 	case HandlerDaemonSet:
 		container, flags, place = "handler", handlerFlags(cfg), spec.Workloads
 		if err := addDriverImages(o, spec.Drivers); err != nil {
@@ -592,6 +596,55 @@ func apiFlags(c v1alpha1.KubevisorConfiguration) map[string]string {
 	}
 	if v := c.LogVerbosity; v != nil && v.API != nil {
 		f["v"] = strconv.Itoa(int(*v.API))
+	}
+	return f
+}
+
+// minCertDuration is the shortest certificate lifetime the operator accepts: rotation runs
+// on a timer, and a lifetime of seconds would have the components renewing all the time.
+const minCertDuration = 10 * time.Minute
+
+// validateCerts checks the certificate lifetimes against each other.
+func validateCerts(c *v1alpha1.CertificateRotateStrategy) field.ErrorList {
+	if c == nil || c.SelfSigned == nil {
+		return nil
+	}
+	p := field.NewPath("spec", "certificateRotateStrategy", "selfSigned")
+	ss := c.SelfSigned
+	var errs field.ErrorList
+	cert := 90 * 24 * time.Hour // kubevisor-api's default
+	if ss.CertDuration != nil {
+		cert = ss.CertDuration.Duration
+		if cert < minCertDuration {
+			errs = append(errs, field.Invalid(p.Child("certDuration"), ss.CertDuration.Duration.String(), "at least "+minCertDuration.String()))
+		}
+	}
+	if ss.RenewBefore != nil && (ss.RenewBefore.Duration <= 0 || ss.RenewBefore.Duration > cert/2) {
+		errs = append(errs, field.Invalid(p.Child("renewBefore"), ss.RenewBefore.Duration.String(), "more than 0 and at most half of certDuration ("+(cert/2).String()+")"))
+	}
+	if ss.CADuration != nil && ss.CADuration.Duration < 2*cert {
+		errs = append(errs, field.Invalid(p.Child("caDuration"), ss.CADuration.Duration.String(), "at least twice certDuration ("+(2*cert).String()+")"))
+	}
+	if ss.NodeCertMaxDuration != nil && ss.NodeCertMaxDuration.Duration < minCertDuration {
+		errs = append(errs, field.Invalid(p.Child("nodeCertMaxDuration"), ss.NodeCertMaxDuration.Duration.String(), "at least "+minCertDuration.String()))
+	}
+	return errs
+}
+
+// certFlags are kubevisor-api's flags of the certificate lifetimes.
+func certFlags(c *v1alpha1.CertificateRotateStrategy) map[string]string {
+	f := map[string]string{}
+	if c == nil || c.SelfSigned == nil {
+		return f
+	}
+	ss := c.SelfSigned
+	for flag, d := range map[string]*metav1.Duration{
+		"cert-lifetime": ss.CertDuration, "cert-renew-before": ss.RenewBefore,
+		"ca-lifetime": ss.CADuration, "node-cert-max-lifetime": ss.NodeCertMaxDuration,
+	} {
+		if d != nil {
+			f[flag] = d.Duration.String()
+		}
 	}
 	return f
 }

@@ -8,10 +8,12 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 	"k8s.io/utils/ptr"
@@ -150,6 +152,13 @@ func TestRenderBadSpec(t *testing.T) {
 			s.Drivers = append(s.Drivers, v1alpha1.KubevisorDriver{Name: "hostpath", Image: "example/hostpath:1", Kind: "storage"})
 			return s
 		}(), "a node runs exactly one storage driver"},
+		{"renewBefore over half the lifetime", func() *v1alpha1.KubevisorSpec {
+			s := specOf("qmp", "cni", "local")
+			s.CertificateRotateStrategy = &v1alpha1.CertificateRotateStrategy{SelfSigned: &v1alpha1.SelfSignedCertificates{
+				CertDuration: &metav1.Duration{Duration: 24 * time.Hour}, RenewBefore: &metav1.Duration{Duration: 13 * time.Hour},
+				CADuration: &metav1.Duration{Duration: 36 * time.Hour}}}
+			return s
+		}(), "spec.certificateRotateStrategy.selfSigned.renewBefore: Invalid value: \"13h0m0s\": more than 0 and at most half of certDuration (12h0m0s), spec.certificateRotateStrategy.selfSigned.caDuration: Invalid value: \"36h0m0s\": at least twice certDuration (48h0m0s)"},
 		{"config not an object", func() *v1alpha1.KubevisorSpec {
 			s := specOf("qmp", "cni", "local")
 			s.Drivers[1].Config = &apiextensionsv1.JSON{Raw: []byte(`[1]`)}
@@ -251,6 +260,9 @@ func TestRenderImagesAndFlags(t *testing.T) {
 		},
 		LogVerbosity: &v1alpha1.LogVerbosity{Controller: ptr.To[int32](4), API: ptr.To[int32](2), Handler: "debug"},
 	}
+	spec.CertificateRotateStrategy = &v1alpha1.CertificateRotateStrategy{SelfSigned: &v1alpha1.SelfSignedCertificates{
+		CertDuration: &metav1.Duration{Duration: 24 * time.Hour}, RenewBefore: &metav1.Duration{Duration: 8 * time.Hour},
+		CADuration: &metav1.Duration{Duration: 7 * 24 * time.Hour}, NodeCertMaxDuration: &metav1.Duration{Duration: time.Hour}}}
 	r := mustRender(t, spec)
 	if r.Version != "v2.1" {
 		t.Errorf("version %q, want v2.1", r.Version)
@@ -279,7 +291,8 @@ func TestRenderImagesAndFlags(t *testing.T) {
 			t.Errorf("controller args %q lack %s", ctl.Args, want)
 		}
 	}
-	for _, want := range []string{"--default-eviction-strategy=LiveMigrate", "--v=2"} {
+	for _, want := range []string{"--default-eviction-strategy=LiveMigrate", "--v=2", "--cert-lifetime=24h0m0s", "--cert-renew-before=8h0m0s",
+		"--ca-lifetime=168h0m0s", "--node-cert-max-lifetime=1h0m0s"} {
 		if !slices.Contains(api.Args, want) {
 			t.Errorf("api args %q lack %s", api.Args, want)
 		}

@@ -61,8 +61,8 @@ type Config struct {
 	// CertExtraNames are DNS names or IP addresses the serving certificate carries besides the
 	// Service's.
 	CertExtraNames []string
-	// CertLifetime and CertRenewBefore tune certificate rotation (certs.Options).
-	CertLifetime, CertRenewBefore time.Duration
+	// CertLifetime, CertRenewBefore and CALifetime tune certificate rotation (certs.Options).
+	CertLifetime, CertRenewBefore, CALifetime time.Duration
 	// ServiceName and ServiceNamespace are the webhook Service, whose DNS names the serving
 	// certificate carries.
 	ServiceName, ServiceNamespace string
@@ -127,6 +127,7 @@ func (c *Config) AddFlags(fs *flag.FlagSet) {
 	})
 	fs.DurationVar(&c.CertLifetime, "cert-lifetime", c.CertLifetime, "lifetime of a serving certificate")
 	fs.DurationVar(&c.CertRenewBefore, "cert-renew-before", c.CertRenewBefore, "renew a certificate this long before it expires")
+	fs.DurationVar(&c.CALifetime, "ca-lifetime", c.CALifetime, "lifetime of the CA (0: 4 times --cert-lifetime; at least twice it)")
 	fs.StringVar(&c.ServiceName, "service-name", c.ServiceName, "name of the webhook Service")
 	fs.StringVar(&c.ServiceNamespace, "service-namespace", c.ServiceNamespace, "namespace of the webhook Service")
 	fs.StringVar(&c.MutatingConfigName, "mutating-webhook-configuration", c.MutatingConfigName, "MutatingWebhookConfiguration that gets the CA bundle")
@@ -154,6 +155,7 @@ func (c Config) certOptions() certs.Options {
 		ClientName:       nodeapi.ClientName,
 		Lifetime:         c.CertLifetime,
 		RenewBefore:      c.CertRenewBefore,
+		CALifetime:       c.CALifetime,
 	}
 }
 

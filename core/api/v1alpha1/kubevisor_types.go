@@ -70,6 +70,11 @@ type KubevisorSpec struct {
 	// Configuration of the components.
 	// +optional
 	Configuration KubevisorConfiguration `json:"configuration,omitempty"`
+	// CertificateRotateStrategy sets the lifetimes of the control plane's self-signed
+	// certificates (webhooks, subresource API, handler streams, migration CA), which
+	// kubevisor-api makes and renews before they expire.
+	// +optional
+	CertificateRotateStrategy *CertificateRotateStrategy `json:"certificateRotateStrategy,omitempty"`
 	// Infra places the control plane (kubevisor-controller and kubevisor-api).
 	// +optional
 	Infra *ComponentPlacement `json:"infra,omitempty"`
@@ -84,6 +89,35 @@ type KubevisorSpec struct {
 	// +kubebuilder:default=BlockUninstallIfWorkloadsExist
 	// +optional
 	UninstallStrategy UninstallStrategy `json:"uninstallStrategy,omitempty"`
+}
+
+// CertificateRotateStrategy is KubevisorSpec.CertificateRotateStrategy.
+type CertificateRotateStrategy struct {
+	// SelfSigned are the lifetimes of the self-signed CA and the certificates it signs.
+	// +optional
+	SelfSigned *SelfSignedCertificates `json:"selfSigned,omitempty"`
+}
+
+// SelfSignedCertificates are the lifetimes of the control plane's certificates; unset fields
+// keep kubevisor-api's defaults (certificates 90 days, renewed 30 days before expiry, the CA
+// four times a certificate's lifetime).
+type SelfSignedCertificates struct {
+	// CADuration is the CA's lifetime: at least twice CertDuration, so that a certificate
+	// never outlives its CA.
+	// +optional
+	CADuration *metav1.Duration `json:"caDuration,omitempty"`
+	// CertDuration is the serving and client certificates' lifetime (at least 10 minutes).
+	// +optional
+	CertDuration *metav1.Duration `json:"certDuration,omitempty"`
+	// RenewBefore is how long before its expiry a certificate or the CA is renewed: at most
+	// half of CertDuration. A renewed CA is added to the bundles the clients trust before it
+	// signs anything, so no client is dropped.
+	// +optional
+	RenewBefore *metav1.Duration `json:"renewBefore,omitempty"`
+	// NodeCertMaxDuration bounds the node handlers' migration certificates (their requests'
+	// expirationSeconds are honoured up to it).
+	// +optional
+	NodeCertMaxDuration *metav1.Duration `json:"nodeCertMaxDuration,omitempty"`
 }
 
 // KubevisorDriver is one driver of the set: an in-tree driver by name, or a driver from its
