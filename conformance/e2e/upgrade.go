@@ -338,7 +338,13 @@ var _ = Describe("Kubevisor upgrade through the operator", Label("Operator", "Up
 		bad, events := watch.Stop()
 		Expect(bad).To(BeEmpty(), "the VMIs were not Running and Ready throughout (%d events)", events)
 
-		By("a VMI made now runs in a launcher pod of the new version")
+		By("a VMI made now runs in a launcher pod of the new version (the VMs above deleted first: room on the node)")
+		for _, g := range guests {
+			Expect(client.IgnoreNotFound(f.Client.Delete(ctx, g.vmi))).To(Succeed())
+		}
+		for _, g := range guests {
+			f.WaitGone(ctx, g.name)
+		}
 		vmi := f.bootGuest(ctx, "upgrade-new")
 		pods2 := f.LauncherPods(ctx, vmi.UID)
 		Expect(pods2).To(HaveLen(1))

@@ -389,7 +389,7 @@ func TestOperatorLifecycle(t *testing.T) {
 
 	t.Log("configuration")
 	envtest.Update(t, h.c, h.kv("kubevisor"), func(kv *v1alpha1.Kubevisor) {
-		kv.Spec.Configuration.Migrations = &v1alpha1.KubevisorMigrations{CompletionTimeoutPerGiB: ptr.To[int64](300)}
+		kv.Spec.Configuration.Migrations = &v1alpha1.KubevisorMigrations{MigrationConfiguration: v1alpha1.MigrationConfiguration{CompletionTimeoutPerGiB: ptr.To[int64](300)}}
 	})
 	h.eventually("the controller gets the migration default", func() (bool, error) {
 		var d appsv1.Deployment

@@ -250,6 +250,7 @@ func (r Renderer) Render(spec *v1alpha1.KubevisorSpec) (*Rendered, field.ErrorLi
 		}
 	}
 	errs = append(errs, validateCerts(spec.CertificateRotateStrategy)...)
+	errs = append(errs, validateMigrations(spec.Configuration.Migrations)...)
 	if len(errs) > 0 {
 		return nil, errs
 	}
@@ -627,6 +628,25 @@ func validateCerts(c *v1alpha1.CertificateRotateStrategy) field.ErrorList {
 	}
 	if ss.NodeCertMaxDuration != nil && ss.NodeCertMaxDuration.Duration < minCertDuration {
 		errs = append(errs, field.Invalid(p.Child("nodeCertMaxDuration"), ss.NodeCertMaxDuration.Duration.String(), "at least "+minCertDuration.String()))
+	}
+	return errs
+}
+
+// validateMigrations checks what kubevisor-controller's flags would refuse at its start.
+func validateMigrations(m *v1alpha1.KubevisorMigrations) field.ErrorList {
+	if m == nil {
+		return nil
+	}
+	p := field.NewPath("spec", "configuration", "migrations")
+	var errs field.ErrorList
+	if m.BandwidthPerMigration != nil && m.BandwidthPerMigration.Sign() < 0 {
+		errs = append(errs, field.Invalid(p.Child("bandwidthPerMigration"), m.BandwidthPerMigration.String(), "bytes per second, 0 for no limit"))
+	}
+	if m.CompletionTimeoutPerGiB != nil && *m.CompletionTimeoutPerGiB < 1 {
+		errs = append(errs, field.Invalid(p.Child("completionTimeoutPerGiB"), *m.CompletionTimeoutPerGiB, "at least 1 second"))
+	}
+	if m.ProgressTimeout != nil && *m.ProgressTimeout < 1 {
+		errs = append(errs, field.Invalid(p.Child("progressTimeout"), *m.ProgressTimeout, "at least 1 second"))
 	}
 	return errs
 }

@@ -159,6 +159,11 @@ func TestRenderBadSpec(t *testing.T) {
 				CADuration: &metav1.Duration{Duration: 36 * time.Hour}}}
 			return s
 		}(), "spec.certificateRotateStrategy.selfSigned.renewBefore: Invalid value: \"13h0m0s\": more than 0 and at most half of certDuration (12h0m0s), spec.certificateRotateStrategy.selfSigned.caDuration: Invalid value: \"36h0m0s\": at least twice certDuration (48h0m0s)"},
+		{"a migration timeout of 0", func() *v1alpha1.KubevisorSpec {
+			s := specOf("qmp", "cni", "local")
+			s.Configuration.Migrations = &v1alpha1.KubevisorMigrations{MigrationConfiguration: v1alpha1.MigrationConfiguration{ProgressTimeout: ptr.To[int64](0)}}
+			return s
+		}(), "spec.configuration.migrations.progressTimeout: Invalid value: 0: at least 1 second"},
 		{"config not an object", func() *v1alpha1.KubevisorSpec {
 			s := specOf("qmp", "cni", "local")
 			s.Drivers[1].Config = &apiextensionsv1.JSON{Raw: []byte(`[1]`)}
@@ -252,12 +257,12 @@ func TestRenderImagesAndFlags(t *testing.T) {
 	spec.ImageTag = "v2.1"
 	spec.Configuration = v1alpha1.KubevisorConfiguration{
 		DefaultEvictionStrategy: "LiveMigrate",
-		Migrations: &v1alpha1.KubevisorMigrations{
+		Migrations: &v1alpha1.KubevisorMigrations{MigrationConfiguration: v1alpha1.MigrationConfiguration{
 			BandwidthPerMigration:   ptr.To(resource.MustParse("64Mi")),
 			CompletionTimeoutPerGiB: ptr.To[int64](300),
 			ProgressTimeout:         ptr.To[int64](90),
 			AllowPostCopy:           ptr.To(true),
-		},
+		}},
 		LogVerbosity: &v1alpha1.LogVerbosity{Controller: ptr.To[int32](4), API: ptr.To[int32](2), Handler: "debug"},
 	}
 	spec.CertificateRotateStrategy = &v1alpha1.CertificateRotateStrategy{SelfSigned: &v1alpha1.SelfSignedCertificates{

@@ -19,7 +19,6 @@ package v1alpha1
 import (
 	corev1 "k8s.io/api/core/v1"
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
-	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
 
@@ -181,19 +180,11 @@ type KubevisorConfiguration struct {
 }
 
 // KubevisorMigrations is KubevisorConfiguration.Migrations (KubeVirt's
-// spec.configuration.migrations); unset fields keep kubevisor-controller's defaults.
+// spec.configuration.migrations): the fields of one migration's configuration, and the limits
+// on migrations at once. Unset fields keep kubevisor-controller's defaults; the operator refuses
+// timeouts under 1 second and a negative bandwidth, naming the field.
 type KubevisorMigrations struct {
-	// BandwidthPerMigration limits each migration, in bytes per second; 0 is no limit.
-	// +optional
-	BandwidthPerMigration *resource.Quantity `json:"bandwidthPerMigration,omitempty"`
-	// CompletionTimeoutPerGiB is how many seconds a migration may take per GiB it copies.
-	// +kubebuilder:validation:Minimum=1
-	// +optional
-	CompletionTimeoutPerGiB *int64 `json:"completionTimeoutPerGiB,omitempty"`
-	// ProgressTimeout is how many seconds a migration may go without progress.
-	// +kubebuilder:validation:Minimum=1
-	// +optional
-	ProgressTimeout *int64 `json:"progressTimeout,omitempty"`
+	MigrationConfiguration `json:",inline"`
 	// ParallelMigrationsPerCluster is how many migrations run at once in the cluster.
 	// +kubebuilder:validation:Minimum=1
 	// +kubebuilder:validation:Maximum=1000
@@ -204,13 +195,6 @@ type KubevisorMigrations struct {
 	// +kubebuilder:validation:Maximum=100
 	// +optional
 	ParallelOutboundMigrationsPerNode *int32 `json:"parallelOutboundMigrationsPerNode,omitempty"`
-	// AllowAutoConverge throttles a guest whose migration does not converge.
-	// +optional
-	AllowAutoConverge *bool `json:"allowAutoConverge,omitempty"`
-	// AllowPostCopy switches a migration that does not converge to post-copy, where the
-	// hypervisor driver can.
-	// +optional
-	AllowPostCopy *bool `json:"allowPostCopy,omitempty"`
 }
 
 // LogVerbosity is KubevisorConfiguration.LogVerbosity.
