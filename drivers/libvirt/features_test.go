@@ -124,10 +124,12 @@ func TestDiskOptionsBoot(t *testing.T) {
 }
 
 // TestNUMABoot: libvirt takes two guest NUMA nodes, the first's memory bound to host node 0
-// (which every Linux host has), and the guest boots.
+// (which every Linux host has), and the guest boots. It starts paused and is resumed once the
+// console is attached, so that the marker is on the console however loaded the machine is (two
+// vCPUs under TCG beside other tests' QEMUs).
 func TestNUMABoot(t *testing.T) {
 	requireLibvirt(t)
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	d := newTestDriver(t)
 	dir := reachableDir(t)
@@ -137,8 +139,9 @@ func TestNUMABoot(t *testing.T) {
 			{Vcpus: []uint32{0}, MemoryBytes: 64 << 20, HostNodes: []uint32{0}},
 			{Vcpus: []uint32{1}, MemoryBytes: 64 << 20},
 		}},
-		Disks:  []*domainv1.Disk{{Name: "boot", Path: bootDisk(t, dir), ReadOnly: true, BootOrder: 1}},
-		RunDir: filepath.Join(dir, "run"),
+		Disks:       []*domainv1.Disk{{Name: "boot", Path: bootDisk(t, dir), ReadOnly: true, BootOrder: 1}},
+		RunDir:      filepath.Join(dir, "run"),
+		StartPaused: true,
 	}
 	if _, err := d.Create(ctx, spec); err != nil {
 		t.Fatal(err)
@@ -148,5 +151,8 @@ func TestNUMABoot(t *testing.T) {
 	}
 	out := &consoleBuf{}
 	go func() { _ = d.Console(ctx, "lv-numa", nil, out) }()
-	waitFor(t, "the boot sector's marker", time.Minute, func() bool { return out.count(qmp.BootSectorMarker) >= 1 })
+	if err := d.Resume(ctx, "lv-numa"); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the boot sector's marker", 2*time.Minute, func() bool { return out.count(qmp.BootSectorMarker) >= 1 })
 }

@@ -430,7 +430,17 @@ func startError(err error, org *Origins, qemuLog string) error {
 	if errors.As(err, &lerr) {
 		num, msg = lerr.Code, lerr.Message
 	}
+	said := qemuSaid(qemuLog, msg)
 	r := org.Explain(num, msg)
+	if len(r.Fields) == 0 && said != "" {
+		// libvirt can lose the race with QEMU's exit and report only that it could not reach
+		// the monitor ("failed to connect to monitor socket"): QEMU's own words, in its log,
+		// then say what it refused.
+		if q := org.Explain(num, said); len(q.Fields) > 0 {
+			q.Message = msg
+			r = q
+		}
+	}
 	out := r.Error()
 	// A helper's log that libvirt points to (swtpm_setup's) is in the run dir, which is gone
 	// by the time a user reads the error: its last lines come with it.
@@ -439,7 +449,7 @@ func startError(err error, org *Origins, qemuLog string) error {
 			out += "; " + filepath.Base(m[1]) + ": " + t
 		}
 	}
-	if said := qemuSaid(qemuLog, msg); said != "" {
+	if said != "" {
 		out += "; qemu: " + said
 	}
 	return status.Error(r.Code, out)
