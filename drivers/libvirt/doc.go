@@ -55,7 +55,10 @@
 // # Lifecycle and events
 //
 // Create checks the spec by building the domain XML. Start starts the daemon when none runs,
-// then creates the domain (virDomainCreateXML). State changes come from libvirt's event loop
+// then creates the domain (virDomainCreateXML) with its vCPUs stopped, attaches the serial
+// port, and resumes the guest (unless the spec starts paused): QEMU drops what a guest writes to
+// a socket port that no client holds, so a guest running at once could lose its first lines on
+// a loaded node. State changes come from libvirt's event loop
 // (lifecycle and reboot events, one default event loop per driver process); a guest reboot is a
 // reset of the same QEMU (on_reboot restart), counted in boots. Shutdown presses the ACPI power
 // button until the guest powers off or the timeout, then destroys the domain. Delete kills the

@@ -86,8 +86,12 @@ type vm struct {
 	con     *serial.Console    // the serial port while the domain runs
 	pid     int                // QEMU's pid while the domain runs
 	hostOp  string             // the reason of a stop the host asked for (Kill, Shutdown)
-	reset   time.Time          // when the last counted reset was reported
-	changed chan struct{}
+	// startResume: Start started the domain paused to attach the serial port before the guest
+	// runs, and resumes it then; the SUSPENDED and RESUMED events of that start are not a pause
+	// of the guest's.
+	startResume bool
+	reset       time.Time // when the last counted reset was reported
+	changed     chan struct{}
 
 	// softReboot: a soft reboot is pending; softRebooting: the guest powered off for it
 	// (softreboot.go).
@@ -375,22 +379,40 @@ func (d *Driver) Start(ctx context.Context, id string) error {
 		}
 		return nil
 	}
-	flags := golibvirt.DOMAIN_NONE
-	if v.spec.GetStartPaused() {
-		// libvirt starts QEMU with its vCPUs stopped and leaves them so: the guest runs once
-		// resumed. Its SUSPENDED event finds the VM PAUSED already (below), or not yet started.
-		flags = golibvirt.DOMAIN_START_PAUSED
+	// libvirt starts QEMU with its vCPUs stopped and leaves them so: the serial port is attached
+	// before the guest prints anything (QEMU drops what a socket port's guest writes while no
+	// client is connected: a guest that ran at once could print its first lines before the
+	// driver connects, on a loaded node). A spec that starts paused stays so (its SUSPENDED
+	// event finds the VM PAUSED already, below, or not yet started); another is resumed here.
+	resume := !v.spec.GetStartPaused()
+	v.mu.Lock()
+	v.startResume = resume
+	v.mu.Unlock()
+	undoStart := func(err error) error {
+		v.mu.Lock()
+		v.startResume = false
+		v.mu.Unlock()
+		return undo(err)
 	}
-	dom, err := conn.DomainCreateXML(xml, flags)
+	dom, err := conn.DomainCreateXML(xml, golibvirt.DOMAIN_START_PAUSED)
 	if err != nil {
 		// A transient domain that failed to start is not defined: the daemon has none.
-		return undo(startError(err, org, v.dmn.qemuLog()))
+		return undoStart(startError(err, org, v.dmn.qemuLog()))
 	}
 	defer dom.Free()
 	con, err := attachSerial(ctx, v.serialSocket())
 	if err != nil {
 		_ = dom.Destroy()
-		return undo(status.Errorf(codes.Internal, "serial console: %v", err))
+		return undoStart(status.Errorf(codes.Internal, "serial console: %v", err))
+	}
+	if resume {
+		if err := dom.Resume(); err != nil {
+			_ = dom.Destroy()
+			if con != nil {
+				con.Close()
+			}
+			return undoStart(status.Errorf(codes.Internal, "resume the guest once its serial port is attached: %v", err))
+		}
 	}
 	v.mu.Lock()
 	defer v.mu.Unlock()
@@ -738,6 +760,17 @@ func (d *Driver) lifecycle(v *vm, conn *golibvirt.Connect, ev *golibvirt.DomainE
 	if d.migrationEventLocked(v, conn, ev) || d.softRebootEventLocked(v, ev) {
 		v.signalLocked()
 		return
+	}
+	if v.startResume {
+		switch ev.Event {
+		case golibvirt.DOMAIN_EVENT_SUSPENDED:
+			return // Start's paused start
+		case golibvirt.DOMAIN_EVENT_RESUMED:
+			v.startResume = false // Start's resume
+			return
+		case golibvirt.DOMAIN_EVENT_STOPPED, golibvirt.DOMAIN_EVENT_CRASHED:
+			v.startResume = false
+		}
 	}
 	switch ev.Event {
 	case golibvirt.DOMAIN_EVENT_SUSPENDED:
