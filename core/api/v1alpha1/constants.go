@@ -44,6 +44,14 @@ const (
 	// EvacuationLabel is set on a VirtualMachineInstanceMigration that the evacuation controller
 	// created to move a VMI off a node, to that node's name.
 	EvacuationLabel = LabelPrefix + "evacuation"
+	// OutdatedLauncherImageLabel (value "") is set by kubevisor-controller's workload updater on
+	// a running VirtualMachineInstance whose launcher pod runs another launcher image than the
+	// controller's, and removed once it no longer does (KubeVirt's
+	// kubevirt.io/outdatedLauncherImage).
+	OutdatedLauncherImageLabel = LabelPrefix + "outdatedLauncherImage"
+	// WorkloadUpdateLabel is set (value "true") on a VirtualMachineInstanceMigration that the
+	// workload updater created to move a VMI to the current launcher image.
+	WorkloadUpdateLabel = LabelPrefix + "workload-update"
 	// HypervisorClassLabel is set on a launcher pod to the name of the HypervisorClass it was built for.
 	HypervisorClassLabel = LabelPrefix + "hypervisor-class"
 	// HypervisorDriverLabel is set on a launcher pod to the hypervisor driver of the

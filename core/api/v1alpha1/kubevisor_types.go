@@ -88,7 +88,44 @@ type KubevisorSpec struct {
 	// +kubebuilder:default=BlockUninstallIfWorkloadsExist
 	// +optional
 	UninstallStrategy UninstallStrategy `json:"uninstallStrategy,omitempty"`
+	// WorkloadUpdateStrategy says what kubevisor-controller does with running VMIs whose
+	// launcher pod runs another launcher image than its own (after an upgrade): it always marks
+	// them (OutdatedLauncherImageLabel, counted in status.outdatedVirtualMachineInstanceWorkloads),
+	// and with methods it live-migrates or evicts them in batches. Unset: mark only.
+	// +optional
+	WorkloadUpdateStrategy *WorkloadUpdateStrategy `json:"workloadUpdateStrategy,omitempty"`
 }
+
+// WorkloadUpdateStrategy is KubevisorSpec.WorkloadUpdateStrategy (KubeVirt's
+// spec.workloadUpdateStrategy).
+type WorkloadUpdateStrategy struct {
+	// WorkloadUpdateMethods are how an outdated VMI gets a new launcher: LiveMigrate migrates
+	// the VMIs that are LiveMigratable; Evict evicts the launcher pods of the others (of all
+	// of them without LiveMigrate) through the Eviction API, so PodDisruptionBudgets and the
+	// VMIs' eviction strategies apply, and a VM's runStrategy restarts it on the new launcher.
+	// Empty (the default): the VMIs are marked and counted, nothing else.
+	// +listType=set
+	// +kubebuilder:validation:MaxItems=2
+	// +optional
+	WorkloadUpdateMethods []WorkloadUpdateMethod `json:"workloadUpdateMethods,omitempty"`
+	// BatchEvictionSize is how many VMIs are migrated or evicted per batch (default 10).
+	// +kubebuilder:validation:Minimum=1
+	// +optional
+	BatchEvictionSize *int `json:"batchEvictionSize,omitempty"`
+	// BatchEvictionInterval is the time between two batches (default 1m, at least 1s).
+	// +optional
+	BatchEvictionInterval *metav1.Duration `json:"batchEvictionInterval,omitempty"`
+}
+
+// WorkloadUpdateMethod is one of WorkloadUpdateStrategy.WorkloadUpdateMethods.
+// +kubebuilder:validation:Enum=LiveMigrate;Evict
+type WorkloadUpdateMethod string
+
+// The workload update methods.
+const (
+	WorkloadUpdateMethodLiveMigrate WorkloadUpdateMethod = "LiveMigrate"
+	WorkloadUpdateMethodEvict       WorkloadUpdateMethod = "Evict"
+)
 
 // CertificateRotateStrategy is KubevisorSpec.CertificateRotateStrategy.
 type CertificateRotateStrategy struct {
@@ -256,6 +293,11 @@ type KubevisorStatus struct {
 	// +listMapKey=name
 	// +optional
 	Components []KubevisorComponentStatus `json:"components,omitempty"`
+	// OutdatedVirtualMachineInstanceWorkloads is how many VMIs carry OutdatedLauncherImageLabel:
+	// they run on another launcher image than the installed one (counted when the operator
+	// reconciles, and rechecked while not zero).
+	// +optional
+	OutdatedVirtualMachineInstanceWorkloads *int `json:"outdatedVirtualMachineInstanceWorkloads,omitempty"`
 }
 
 // The condition types of a Kubevisor.
