@@ -40,9 +40,9 @@ func ParseStrategy(s string) (v1alpha1.EvictionStrategy, error) {
 	return "", fmt.Errorf("eviction strategy %q: must be None, LiveMigrate, LiveMigrateIfPossible or External", s)
 }
 
-// liveMigratable returns whether vmi's LiveMigratable condition is True, and the condition's
+// LiveMigratable returns whether vmi's LiveMigratable condition is True, and the condition's
 // reason and message when it is not.
-func liveMigratable(vmi *v1alpha1.VirtualMachineInstance) (bool, string) {
+func LiveMigratable(vmi *v1alpha1.VirtualMachineInstance) (bool, string) {
 	c := v1alpha1.InstanceCondition(vmi.Status.Conditions, v1alpha1.VirtualMachineInstanceIsMigratable)
 	switch {
 	case c == nil:
@@ -61,7 +61,7 @@ func Protected(vmi *v1alpha1.VirtualMachineInstance, def v1alpha1.EvictionStrate
 	case v1alpha1.EvictionStrategyLiveMigrate, v1alpha1.EvictionStrategyExternal:
 		return true
 	case v1alpha1.EvictionStrategyLiveMigrateIfPossible:
-		ok, _ := liveMigratable(vmi)
+		ok, _ := LiveMigratable(vmi)
 		return ok
 	}
 	return false
@@ -106,7 +106,7 @@ func Evict(pod *corev1.Pod, vmi *v1alpha1.VirtualMachineInstance, def v1alpha1.E
 		return EvictionVerdict{Allow: true}
 	}
 	node := pod.Spec.NodeName
-	migratable, why := liveMigratable(vmi)
+	migratable, why := LiveMigratable(vmi)
 	if strategy == v1alpha1.EvictionStrategyLiveMigrateIfPossible {
 		if !migratable {
 			return EvictionVerdict{Allow: true}
