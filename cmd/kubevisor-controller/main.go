@@ -1,4 +1,4 @@
-// Command kubevisor-controller runs Kubevisor's controllers (VM, VMI, VMI replica set, migration, evacuation) with leader
+// Command kubevisor-controller runs Kubevisor's controllers (VM, VMI, VMI replica set, migration, evacuation, workload update) with leader
 // election, /healthz and /readyz, and Prometheus metrics. See package controlplane/manager.
 package main
 
@@ -15,6 +15,7 @@ import (
 	"github.com/kubevisor/kubevisor/controlplane/evacuation"
 	"github.com/kubevisor/kubevisor/controlplane/manager"
 	"github.com/kubevisor/kubevisor/controlplane/migration"
+	"github.com/kubevisor/kubevisor/controlplane/workloadupdate"
 	"github.com/kubevisor/kubevisor/core/layout"
 )
 
@@ -63,6 +64,14 @@ func main() {
 		cfg.DefaultEvictionStrategy = v
 		return err
 	})
+	cfg.WorkloadUpdate = workloadupdate.DefaultSettings()
+	fs.Func("workload-update-methods", "how VMIs on an outdated launcher image get the current one: a comma-separated `list` of LiveMigrate (the LiveMigratable ones) and Evict (the others); empty (default): they are only marked", func(s string) error {
+		m, err := workloadupdate.ParseMethods(s)
+		cfg.WorkloadUpdate.Methods = m
+		return err
+	})
+	fs.IntVar(&cfg.WorkloadUpdate.BatchSize, "workload-update-batch-size", workloadupdate.DefaultBatchSize, "`VMIs` migrated or evicted per batch (at least 1)")
+	fs.DurationVar(&cfg.WorkloadUpdate.BatchInterval, "workload-update-batch-interval", workloadupdate.DefaultBatchInterval, "`time` between two batches of the workload updater (at least 1s)")
 	_ = fs.Parse(os.Args[1:])
 	cfg.Pod.ImagePullPolicy = corev1.PullPolicy(pullPolicy)
 	if cfg.Pod.LauncherImage == "" || fs.NArg() > 0 {

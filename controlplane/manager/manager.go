@@ -32,6 +32,7 @@ import (
 	"github.com/kubevisor/kubevisor/controlplane/vm"
 	"github.com/kubevisor/kubevisor/controlplane/vmi"
 	"github.com/kubevisor/kubevisor/controlplane/vmirs"
+	"github.com/kubevisor/kubevisor/controlplane/workloadupdate"
 	"github.com/kubevisor/kubevisor/core/api/v1alpha1"
 )
 
@@ -82,6 +83,10 @@ type Config struct {
 	// must be given the same (its --default-eviction-strategy).
 	DefaultEvictionStrategy v1alpha1.EvictionStrategy
 
+	// WorkloadUpdate is the workload updater's strategy for VMIs whose launcher pod runs another
+	// image than Pod.LauncherImage; the zero value marks them only, with the default batch.
+	WorkloadUpdate workloadupdate.Settings
+
 	// SkipNameValidation lets several managers run in one process (tests, benchmarks).
 	SkipNameValidation bool
 }
@@ -103,6 +108,9 @@ func New(cfg Config) (ctrl.Manager, error) {
 		if err := cfg.Migration.Validate(); err != nil {
 			return nil, fmt.Errorf("migration defaults: %w", err)
 		}
+	}
+	if err := cfg.WorkloadUpdate.Validate(); err != nil {
+		return nil, err
 	}
 	restCfg, err := restConfig(cfg)
 	if err != nil {
@@ -171,6 +179,10 @@ func New(cfg Config) (ctrl.Manager, error) {
 		{"evacuation", func() error {
 			return evacuation.SetupWithManager(mgr, evacuation.Options{DefaultStrategy: cfg.DefaultEvictionStrategy,
 				Migration: cfg.Migration, MaxConcurrentReconciles: w, SkipNameValidation: skip})
+		}},
+		{"workload-update", func() error {
+			return workloadupdate.SetupWithManager(mgr, workloadupdate.Options{LauncherImage: cfg.Pod.LauncherImage,
+				Settings: cfg.WorkloadUpdate, SkipNameValidation: skip})
 		}},
 		{"metrics", func() error { return metrics.SetupWithManager(mgr) }},
 	}
