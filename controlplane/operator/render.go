@@ -251,6 +251,7 @@ func (r Renderer) Render(spec *v1alpha1.KubevisorSpec) (*Rendered, field.ErrorLi
 	}
 	errs = append(errs, validateCerts(spec.CertificateRotateStrategy)...)
 	errs = append(errs, validateMigrations(spec.Configuration.Migrations)...)
+	errs = append(errs, validateWorkloadUpdate(spec.WorkloadUpdateStrategy)...)
 	if len(errs) > 0 {
 		return nil, errs
 	}
@@ -494,6 +495,7 @@ func configure(o *unstructured.Unstructured, spec *v1alpha1.KubevisorSpec, versi
 	switch o.GetName() {
 	case ControllerDeployment:
 		container, flags, place = "controller", controllerFlags(cfg), spec.Infra
+		maps.Copy(flags, workloadUpdateFlags(spec.WorkloadUpdateStrategy))
 	case APIDeployment:
 		container, flags, place = "api", apiFlags(cfg), spec.Infra
 		maps.Copy(flags, certFlags(spec.CertificateRotateStrategy))
