@@ -19,6 +19,11 @@
 // The CA bundle is injected into the webhook configurations (InjectCABundle) and into the
 // APIService of the aggregated API (InjectAPIServiceCABundle). Rotator does all of it in a loop.
 //
+// The CA itself lives in the Secret DefaultCASecret of the install namespace (casecret.go:
+// EnsureCA keeps it, SyncCA copies it into the directory, and Ensure with Options.ExternalCA
+// issues from it), so that it outlives the process; without a CA Secret, Ensure keeps a CA of its
+// own in the directory.
+//
 // The current CA also signs the handlers' node certificates, whose keys it never sees
 // (LoadCA, CA.Issue; controlplane/nodecerts); the handlers trust them with the bundle of the
 // Secret.
@@ -89,6 +94,10 @@ type Options struct {
 	// CALifetime is the lifetime of the CA; DefaultCALifetimeFactor*Lifetime when 0, and at
 	// least 2*Lifetime.
 	CALifetime time.Duration
+	// ExternalCA says the CA is someone else's: SyncCA wrote it into Dir from the CA Secret
+	// (casecret.go). Ensure then never makes or replaces a CA, takes the bundle as it is, and
+	// keeps a serving certificate of a previous CA of the bundle until it is due.
+	ExternalCA bool
 	// Now returns the current time; time.Now when nil (tests move it).
 	Now func() time.Time
 }
@@ -100,6 +109,11 @@ func (o Options) withDefaults() (Options, error) {
 	if o.ServiceName == "" && len(o.ExtraNames) == 0 {
 		return o, errors.New("a service name or an extra DNS name is required")
 	}
+	return o.lifetimes()
+}
+
+// lifetimes fills in the defaults of the lifetimes and Now, and checks them against each other.
+func (o Options) lifetimes() (Options, error) {
 	if o.Lifetime <= 0 {
 		o.Lifetime = DefaultLifetime
 	}
@@ -176,32 +190,45 @@ func Ensure(o Options) (State, error) {
 	var st State
 
 	ca, _ := readPair(filepath.Join(o.Dir, CAFile), filepath.Join(o.Dir, CAKeyFile))
-	var oldCA *keyPair
-	if ca == nil || !ca.cert.IsCA || now.Add(o.Lifetime).After(ca.cert.NotAfter) {
-		oldCA = ca
-		if ca, err = newCA(now, o.CALifetime); err != nil {
-			return State{}, err
+	// trusted are the CAs a serving certificate may be signed by and still be kept.
+	var trusted []*x509.Certificate
+	if o.ExternalCA {
+		if ca == nil || !ca.cert.IsCA || !now.Before(ca.cert.NotAfter) {
+			return State{}, fmt.Errorf("no valid CA in %s: it is copied there from the CA secret (SyncCA)", o.Dir)
 		}
-		st.CARotated = true
-	}
+		if st.Bundle, err = os.ReadFile(filepath.Join(o.Dir, BundleFile)); err != nil {
+			return State{}, fmt.Errorf("CA bundle: %w", err)
+		}
+		trusted = parseCerts(st.Bundle)
+	} else {
+		var oldCA *keyPair
+		if ca == nil || !ca.cert.IsCA || now.Add(o.Lifetime).After(ca.cert.NotAfter) {
+			oldCA = ca
+			if ca, err = newCA(now, o.CALifetime); err != nil {
+				return State{}, err
+			}
+			st.CARotated = true
+		}
 
-	// The bundle goes first, so that whoever reads it trusts the new CA before a certificate
-	// signed by it is served.
-	st.Bundle = bundle(o.Dir, ca, oldCA, now)
-	if err := writeAtomic(filepath.Join(o.Dir, BundleFile), st.Bundle, 0o644); err != nil {
-		return State{}, err
-	}
-	if st.CARotated {
-		if err := writeAtomic(filepath.Join(o.Dir, CAKeyFile), ca.keyPEM, 0o600); err != nil {
+		// The bundle goes first, so that whoever reads it trusts the new CA before a certificate
+		// signed by it is served.
+		st.Bundle = bundle(o.Dir, ca, oldCA, now)
+		if err := writeAtomic(filepath.Join(o.Dir, BundleFile), st.Bundle, 0o644); err != nil {
 			return State{}, err
 		}
-		if err := writeAtomic(filepath.Join(o.Dir, CAFile), ca.certPEM, 0o644); err != nil {
-			return State{}, err
+		if st.CARotated {
+			if err := writeAtomic(filepath.Join(o.Dir, CAKeyFile), ca.keyPEM, 0o600); err != nil {
+				return State{}, err
+			}
+			if err := writeAtomic(filepath.Join(o.Dir, CAFile), ca.certPEM, 0o644); err != nil {
+				return State{}, err
+			}
 		}
+		trusted = []*x509.Certificate{ca.cert}
 	}
 
 	serving, _ := readPair(filepath.Join(o.Dir, CertFile), filepath.Join(o.Dir, KeyFile))
-	if st.CARotated || !valid(serving, ca, o, now) {
+	if st.CARotated || !valid(serving, trusted, o, now) {
 		if serving, err = newServing(ca, now, o); err != nil {
 			return State{}, err
 		}
@@ -214,7 +241,10 @@ func Ensure(o Options) (State, error) {
 		st.Rotated = true
 	}
 	st.NotAfter = serving.cert.NotAfter
-	st.RenewAt = earlier(serving.cert.NotAfter.Add(-o.RenewBefore), ca.cert.NotAfter.Add(-o.Lifetime))
+	st.RenewAt = serving.cert.NotAfter.Add(-o.RenewBefore)
+	if !o.ExternalCA {
+		st.RenewAt = earlier(st.RenewAt, ca.cert.NotAfter.Add(-o.Lifetime))
+	}
 
 	if o.ClientName != "" {
 		renewAt, rotated, err := ensureClient(o, ca, st.Bundle, now)
@@ -250,8 +280,9 @@ func ensureClient(o Options, ca *keyPair, bundle []byte, now time.Time) (renewAt
 	return cl.cert.NotAfter.Add(-o.RenewBefore), rotated, nil
 }
 
-// valid says serving is signed by ca, covers o's names, and has more than RenewBefore left.
-func valid(serving, ca *keyPair, o Options, now time.Time) bool {
+// valid says serving is signed by one of cas, covers o's names, and has more than RenewBefore
+// left.
+func valid(serving *keyPair, cas []*x509.Certificate, o Options, now time.Time) bool {
 	if serving == nil {
 		return false
 	}
@@ -259,22 +290,19 @@ func valid(serving, ca *keyPair, o Options, now time.Time) bool {
 	if now.Before(c.NotBefore) || !now.Add(o.RenewBefore).Before(c.NotAfter) {
 		return false
 	}
-	if err := c.CheckSignatureFrom(ca.cert); err != nil {
-		return false
-	}
 	for _, name := range o.Names() {
 		if c.VerifyHostname(name) != nil {
 			return false
 		}
 	}
-	return true
+	return slices.ContainsFunc(cas, func(ca *x509.Certificate) bool {
+		return now.Before(ca.NotAfter) && c.CheckSignatureFrom(ca) == nil
+	})
 }
 
 // bundle is the current CA plus the previous one (the one being replaced, or the one kept in
 // the bundle file from an earlier rotation) while it is still valid.
 func bundle(dir string, ca, oldCA *keyPair, now time.Time) []byte {
-	out := bytes.Clone(ca.certPEM)
-	seen := map[string]bool{string(ca.cert.Raw): true}
 	var previous []*x509.Certificate
 	if oldCA != nil {
 		previous = append(previous, oldCA.cert)
@@ -282,13 +310,18 @@ func bundle(dir string, ca, oldCA *keyPair, now time.Time) []byte {
 	if data, err := os.ReadFile(filepath.Join(dir, BundleFile)); err == nil {
 		previous = append(previous, parseCerts(data)...)
 	}
+	return joinBundle(ca, previous, now)
+}
+
+// joinBundle is ca's certificate followed by the first of previous that is another CA and still
+// valid: one previous CA is enough, since older ones signed no certificate still served.
+func joinBundle(ca *keyPair, previous []*x509.Certificate, now time.Time) []byte {
+	out := bytes.Clone(ca.certPEM)
 	for _, c := range previous {
-		if seen[string(c.Raw)] || now.After(c.NotAfter) {
+		if c.Equal(ca.cert) || now.After(c.NotAfter) || !c.IsCA {
 			continue
 		}
-		seen[string(c.Raw)] = true
-		out = append(out, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: c.Raw})...)
-		break // one previous CA is enough: older ones signed no certificate still served.
+		return append(out, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: c.Raw})...)
 	}
 	return out
 }

@@ -23,7 +23,8 @@ import (
 // TestGeneratedRoleSufficesForRotation runs EnsureSecret and InjectAPIServiceCABundle as a user
 // granted only kubevisor-api's generated roles (manifests/webhook/role.yaml: the ClusterRole,
 // and the Role in kubevisor-system), so that the +kubebuilder:rbac markers are proved enough:
-// creating the Secret, renewing it, replacing one of the wrong type, and injecting the APIService.
+// creating the Secret, renewing it, replacing one of the wrong type, injecting the APIService,
+// and keeping and reading the CA Secret.
 func TestGeneratedRoleSufficesForRotation(t *testing.T) {
 	env := envtest.Start(t, envtest.Options{})
 	admin, ctx := env.Client, context.Background()
@@ -110,6 +111,33 @@ func TestGeneratedRoleSufficesForRotation(t *testing.T) {
 		t.Fatal(err)
 	}
 	verifyHandler(t, o.Dir, &got, clk.Now())
+
+	// The CA Secret: made, kept, copied into two directories (two pods) that get the same CA,
+	// and renewed when due.
+	cs := CASecret{Client: c, Namespace: "kubevisor-system", Name: DefaultCASecret}
+	eo := externalOptions(t.TempDir(), clk.Now)
+	for _, step := range []string{"create", "unchanged", "renew"} {
+		if step == "renew" {
+			clk.Add(2*time.Hour + 10*time.Minute)
+		}
+		if _, rotated, err := EnsureCA(ctx, eo, cs); err != nil || rotated != (step != "unchanged") {
+			t.Fatalf("CA secret, %s: rotated %v, err %v", step, rotated, err)
+		}
+	}
+	var cas [][]byte
+	for _, dir := range []string{eo.Dir, t.TempDir()} {
+		if _, err := SyncCA(ctx, dir, cs); err != nil {
+			t.Fatal(err)
+		}
+		ca, err := os.ReadFile(filepath.Join(dir, CAFile))
+		if err != nil {
+			t.Fatal(err)
+		}
+		cas = append(cas, ca)
+	}
+	if !bytes.Equal(cas[0], cas[1]) {
+		t.Fatal("two directories synced from the CA Secret hold different CAs")
+	}
 
 	// Another Secret is out of reach.
 	other := &corev1.Secret{}

@@ -10,6 +10,11 @@ import (
 // every CheckInterval and when a renewal is due, and hands the CA bundle to Inject each time.
 type Rotator struct {
 	Options Options
+	// CA, when set, is the CA Secret (casecret.go): each check copies it into Options.Dir
+	// (SyncCA) before Ensure, whose Options must then say ExternalCA.
+	CA *CASecret
+	// ManageCA makes each check keep the CA Secret too (EnsureCA): the process owns the CA.
+	ManageCA bool
 	// Secret, when set, is a Secret in which Run keeps a serving certificate of the same CA
 	// (the handlers' nodeapi.HandlerCertSecret).
 	Secret *SecretCert
@@ -57,12 +62,14 @@ func (r *Rotator) Run(ctx context.Context) error {
 
 // check runs one round; ok says renewAt is when the next renewal is due.
 func (r *Rotator) check(ctx context.Context) (renewAt time.Time, ok bool) {
+	caRenewAt, caChanged := r.syncCA(ctx)
 	st, err := Ensure(r.Options)
 	if err != nil {
 		r.report(fmt.Errorf("ensure certificates: %w", err))
 		return time.Time{}, false
 	}
-	renewAt, ok = st.RenewAt, true
+	st.CARotated = st.CARotated || caChanged
+	renewAt, ok = earlier(st.RenewAt, caRenewAt), true
 	if r.Secret != nil {
 		secretRenewAt, rotated, err := EnsureSecret(ctx, r.Options, st, *r.Secret)
 		if err != nil {
@@ -87,4 +94,28 @@ func (r *Rotator) report(err error) {
 	if r.OnError != nil {
 		r.OnError(err)
 	}
+}
+
+// syncCA keeps the CA Secret when the Rotator owns it and copies it into the certificate
+// directory. Failures are reported; Ensure then goes on with the CA the directory has (and
+// fails, naming it, when there is none). caRenewAt is when the CA is next due (far in the
+// future when the Rotator does not own it).
+func (r *Rotator) syncCA(ctx context.Context) (caRenewAt time.Time, changed bool) {
+	caRenewAt = time.Unix(1<<40, 0)
+	if r.CA == nil {
+		return caRenewAt, false
+	}
+	if r.ManageCA {
+		at, _, err := EnsureCA(ctx, r.Options, *r.CA)
+		if err != nil {
+			r.report(err)
+		} else {
+			caRenewAt = at
+		}
+	}
+	changed, err := SyncCA(ctx, r.Options.Dir, *r.CA)
+	if err != nil {
+		r.report(err)
+	}
+	return caRenewAt, changed
 }

@@ -125,6 +125,9 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 	}
 	orig := kv.DeepCopy()
 	res, err := r.reconcile(ctx, &kv)
+	if again := r.countOutdated(ctx, &kv); again > 0 && (res.RequeueAfter == 0 || again < res.RequeueAfter) {
+		res.RequeueAfter = again
+	}
 	kv.Status.ObservedGeneration = kv.Generation
 	if !equality.Semantic.DeepEqual(orig.Status, kv.Status) {
 		// A merge patch of the status alone: the operator is its only writer.
@@ -187,6 +190,10 @@ func (r *Reconciler) reconcile(ctx context.Context, kv *v1alpha1.Kubevisor) (rec
 	if done, err := r.applyCRDs(ctx, rendered.CRDs); err != nil || !done {
 		return r.applyTrouble(kv, err)
 	}
+	caRecheck, err := r.ensureCA(ctx, &kv.Spec)
+	if err != nil {
+		return r.applyTrouble(kv, err)
+	}
 	var workloads []*unstructured.Unstructured
 	for _, o := range rendered.Objects {
 		switch {
@@ -225,7 +232,7 @@ func (r *Reconciler) reconcile(ctx context.Context, kv *v1alpha1.Kubevisor) (rec
 		fmt.Sprintf("Kubevisor %s is installed with drivers %s", rendered.Version, strings.Join(rendered.Drivers, ", ")))
 	setCondition(kv, v1alpha1.KubevisorProgressing, false, ReasonInstalled, "")
 	setCondition(kv, v1alpha1.KubevisorDegraded, false, ReasonAsExpected, "")
-	return reconcile.Result{}, nil
+	return reconcile.Result{RequeueAfter: caRecheck}, nil
 }
 
 // troubled reports whether a line says something beyond waiting: a pod that cannot pull its

@@ -1,8 +1,10 @@
 package operator_test
 
 import (
+	"bytes"
 	"context"
 	"fmt"
+	"maps"
 	"os"
 	"path/filepath"
 	"slices"
@@ -24,6 +26,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/yaml"
 
+	"github.com/kubevisor/kubevisor/controlplane/certs"
 	"github.com/kubevisor/kubevisor/controlplane/operator"
 	"github.com/kubevisor/kubevisor/core/api/v1alpha1"
 	"github.com/kubevisor/kubevisor/internal/envtest"
@@ -60,7 +63,7 @@ func start(t *testing.T) *harness {
 	})
 	h.must(h.c.Create(h.ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: operator.Namespace}}))
 
-	cfg := env.ImpersonateWithMarkers(t, "kubevisor-operator-test", "controller.go")
+	cfg := env.ImpersonateWithMarkers(t, "kubevisor-operator-test", "controller.go", "ca.go")
 	mgr, err := operator.NewManager(cfg, operator.Config{Version: "v1", MetricsAddr: "0", HealthProbeAddr: "0", Recheck: 500 * time.Millisecond})
 	h.must(err)
 	envtest.RunManager(t, mgr)
@@ -291,6 +294,12 @@ func TestOperatorLifecycle(t *testing.T) {
 	if img := h.image("Deployment", operator.ControllerDeployment, "controller"); img != "kubevisor/kubevisor-controller:v1" {
 		t.Errorf("controller image %q, want the operator's version v1", img)
 	}
+	// The operator owns the CA: its Secret holds a CA and the bundle.
+	var caSecret corev1.Secret
+	h.must(h.c.Get(h.ctx, client.ObjectKey{Namespace: operator.Namespace, Name: certs.DefaultCASecret}, &caSecret))
+	if caSecret.Type != corev1.SecretTypeTLS || len(caSecret.Data[corev1.TLSPrivateKeyKey]) == 0 || !bytes.Contains(caSecret.Data[certs.BundleKey], caSecret.Data[corev1.TLSCertKey]) {
+		t.Errorf("CA secret of type %q with keys %v: want a CA and a bundle holding it", caSecret.Type, slices.Sorted(maps.Keys(caSecret.Data)))
+	}
 	installed := h.managed()
 	for _, want := range []string{"CustomResourceDefinition /virtualmachineinstances.kubevisor.io", "DaemonSet kubevisor-system/kubevisor-handler",
 		"APIService /v1alpha1.subresources.kubevisor.io", "RoleBinding kube-system/kubevisor-api:extension-apiserver-authentication-reader"} {
@@ -418,6 +427,9 @@ func TestOperatorLifecycle(t *testing.T) {
 	})
 	if left := h.managed(); len(left) > 0 {
 		t.Errorf("left after the uninstall: %v", left)
+	}
+	if err := h.c.Get(h.ctx, client.ObjectKey{Namespace: operator.Namespace, Name: certs.DefaultCASecret}, &corev1.Secret{}); !apierrors.IsNotFound(err) {
+		t.Errorf("the CA secret after the uninstall: %v, want it gone", err)
 	}
 	var node corev1.Node
 	h.must(h.c.Get(h.ctx, client.ObjectKey{Name: "node-a"}, &node))

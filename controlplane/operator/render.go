@@ -499,6 +499,8 @@ func configure(o *unstructured.Unstructured, spec *v1alpha1.KubevisorSpec, versi
 	case APIDeployment:
 		container, flags, place = "api", apiFlags(cfg), spec.Infra
 		maps.Copy(flags, certFlags(spec.CertificateRotateStrategy))
+		// The operator owns the CA (ca.go).
+		flags["manage-ca"] = "false"
 	case HandlerDaemonSet:
 		container, flags, place = "handler", handlerFlags(cfg), spec.Workloads
 		if err := addDriverImages(o, spec.Drivers); err != nil {
@@ -653,7 +655,8 @@ func validateMigrations(m *v1alpha1.KubevisorMigrations) field.ErrorList {
 	return errs
 }
 
-// certFlags are kubevisor-api's flags of the certificate lifetimes.
+// certFlags are kubevisor-api's flags of the certificate lifetimes (the CA's is the operator's:
+// caOptions).
 func certFlags(c *v1alpha1.CertificateRotateStrategy) map[string]string {
 	f := map[string]string{}
 	if c == nil || c.SelfSigned == nil {
@@ -662,7 +665,7 @@ func certFlags(c *v1alpha1.CertificateRotateStrategy) map[string]string {
 	ss := c.SelfSigned
 	for flag, d := range map[string]*metav1.Duration{
 		"cert-lifetime": ss.CertDuration, "cert-renew-before": ss.RenewBefore,
-		"ca-lifetime": ss.CADuration, "node-cert-max-lifetime": ss.NodeCertMaxDuration,
+		"node-cert-max-lifetime": ss.NodeCertMaxDuration,
 	} {
 		if d != nil {
 			f[flag] = d.Duration.String()

@@ -62,7 +62,8 @@ func ids(objs []*unstructured.Unstructured) []string {
 
 // TestRenderMatchesInstallScript renders the default driver set and checks it against what
 // hack/install.sh renders with kubectl's kustomize for the same set: the same objects, each
-// with the same content but for the operator's label and version annotation.
+// with the same content but for the operator's label and version annotation, and
+// kubevisor-api's --manage-ca=false (the operator owns the CA).
 func TestRenderMatchesInstallScript(t *testing.T) {
 	if _, err := exec.LookPath("kubectl"); err != nil {
 		t.Fatalf("kubectl is not on PATH (it renders the install script's manifests): %v", err)
@@ -100,6 +101,16 @@ func TestRenderMatchesInstallScript(t *testing.T) {
 		unstructured.RemoveNestedField(g.Object, "spec", "template", "metadata", "annotations", VersionAnnotation)
 		if a, ok, _ := unstructured.NestedMap(g.Object, "spec", "template", "metadata", "annotations"); ok && len(a) == 0 {
 			unstructured.RemoveNestedField(g.Object, "spec", "template", "metadata", "annotations")
+		}
+		if g.GetKind() == "Deployment" && g.GetName() == APIDeployment {
+			c := containerOf(t, g, "api")
+			if !slices.Contains(c.Args, "--manage-ca=false") {
+				t.Errorf("kubevisor-api args %q lack --manage-ca=false", c.Args)
+			}
+			containers, _, _ := unstructured.NestedSlice(g.Object, "spec", "template", "spec", "containers")
+			args := containers[0].(map[string]any)["args"].([]any)
+			containers[0].(map[string]any)["args"] = slices.DeleteFunc(args, func(a any) bool { return a == "--manage-ca=false" })
+			_ = unstructured.SetNestedSlice(g.Object, containers, "spec", "template", "spec", "containers")
 		}
 		gj, _ := json.Marshal(g.Object)
 		wj, _ := json.Marshal(w.Object)
@@ -297,10 +308,17 @@ func TestRenderImagesAndFlags(t *testing.T) {
 		}
 	}
 	for _, want := range []string{"--default-eviction-strategy=LiveMigrate", "--v=2", "--cert-lifetime=24h0m0s", "--cert-renew-before=8h0m0s",
-		"--ca-lifetime=168h0m0s", "--node-cert-max-lifetime=1h0m0s"} {
+		"--node-cert-max-lifetime=1h0m0s", "--manage-ca=false"} {
 		if !slices.Contains(api.Args, want) {
 			t.Errorf("api args %q lack %s", api.Args, want)
 		}
+	}
+	// The CA is the operator's (caOptions), not kubevisor-api's.
+	if slices.ContainsFunc(api.Args, func(a string) bool { return strings.HasPrefix(a, "--ca-lifetime") }) {
+		t.Errorf("api args %q: the CA's lifetime is the operator's", api.Args)
+	}
+	if o := caOptions(spec); o.Lifetime != 24*time.Hour || o.RenewBefore != 8*time.Hour || o.CALifetime != 7*24*time.Hour {
+		t.Errorf("CA options %+v, want the spec's lifetimes", o)
 	}
 	if !slices.Contains(handler.Args, "--log-level=debug") || slices.Contains(handler.Args, "--log-level=info") {
 		t.Errorf("handler args %q: want --log-level=debug replacing info", handler.Args)

@@ -94,6 +94,9 @@ func NewManager(restCfg *rest.Config, cfg Config) (manager.Manager, error) {
 	ns := map[string]cache.Config{Namespace: {}}
 	mgr, err := ctrl.NewManager(restCfg, ctrl.Options{
 		Scheme: Scheme(),
+		// The CA Secret is read when the operator looks at it, not watched: a cache of Secrets
+		// would watch every Secret of the cluster.
+		Client: client.Options{Cache: &client.CacheOptions{DisableFor: []client.Object{&corev1.Secret{}}}},
 		Cache: cache.Options{ByObject: map[client.Object]cache.ByObject{
 			&appsv1.Deployment{}: {Namespaces: ns},
 			&appsv1.DaemonSet{}:  {Namespaces: ns},

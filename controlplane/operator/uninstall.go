@@ -67,6 +67,9 @@ func (r *Reconciler) uninstall(ctx context.Context, kv *v1alpha1.Kubevisor) (rec
 	if err := r.unlabelNodes(ctx); err != nil {
 		return reconcile.Result{}, err
 	}
+	if err := r.deleteCA(ctx); err != nil {
+		return reconcile.Result{}, err
+	}
 	// Gone when listed again: the CRDs' deletion waits for their objects.
 	if made, err = r.stale(ctx, nil); err != nil {
 		return reconcile.Result{}, err

@@ -99,20 +99,41 @@ func startAPI(t *testing.T) (client.Client, string) {
 	return c, cfg.CertDir
 }
 
-// leastPrivileged returns a config for a user granted only the ClusterRole in
-// manifests/webhook/role.yaml (generated from the +kubebuilder:rbac markers), so that the tests
-// prove the markers are enough.
+// leastPrivileged returns a config for a user granted only the roles in
+// manifests/webhook/role.yaml (generated from the +kubebuilder:rbac markers: the ClusterRole, and
+// the Role in kubevisor-system, which it creates, for the CA and handler Secrets), so that the
+// tests prove the markers are enough.
 func leastPrivileged(t *testing.T, env *envtest.Env) *rest.Config {
 	t.Helper()
+	const user = "kubevisor-api"
 	data, err := os.ReadFile(filepath.Join(envtest.RepoRoot(), "manifests", "webhook", "role.yaml"))
 	if err != nil {
 		t.Fatal(err)
 	}
+	docs := strings.Split(strings.TrimPrefix(string(data), "---\n"), "\n---\n")
 	var role rbacv1.ClusterRole
-	if err := yaml.Unmarshal(data, &role); err != nil {
+	if err := yaml.Unmarshal([]byte(docs[0]), &role); err != nil {
 		t.Fatal(err)
 	}
-	return env.Impersonate(t, "kubevisor-api", &role)
+	ctx := context.Background()
+	for _, doc := range docs[1:] {
+		var r rbacv1.Role
+		if err := yaml.Unmarshal([]byte(doc), &r); err != nil || r.Kind != "Role" {
+			t.Fatalf("manifests/webhook/role.yaml: want a Role after the ClusterRole, got %q (%v)", r.Kind, err)
+		}
+		ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: r.Namespace}}
+		binding := &rbacv1.RoleBinding{
+			ObjectMeta: metav1.ObjectMeta{Name: user, Namespace: r.Namespace},
+			RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "Role", Name: r.Name},
+			Subjects:   []rbacv1.Subject{{APIGroup: rbacv1.GroupName, Kind: rbacv1.UserKind, Name: user}},
+		}
+		for _, o := range []client.Object{ns, &r, binding} {
+			if err := env.Client.Create(ctx, o); err != nil && !apierrors.IsAlreadyExists(err) {
+				t.Fatal(err)
+			}
+		}
+	}
+	return env.Impersonate(t, user, &role)
 }
 
 func vmi(name string, spec *v1alpha1.VirtualMachineInstanceSpec) *v1alpha1.VirtualMachineInstance {
@@ -167,6 +188,18 @@ func TestAdmissionThroughAPIServer(t *testing.T) {
 			if !bytes.Equal(b, bundle) {
 				t.Fatalf("webhook %d has another CA bundle", i)
 			}
+		}
+		// The CA is the one of the CA Secret, which kubevisor-api made (--manage-ca).
+		var sec corev1.Secret
+		if err := c.Get(ctx, client.ObjectKey{Namespace: DefaultServiceNamespace, Name: certs.DefaultCASecret}, &sec); err != nil {
+			t.Fatal(err)
+		}
+		ca, err := os.ReadFile(filepath.Join(certDir, certs.CAFile))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !bytes.Equal(ca, sec.Data[corev1.TLSCertKey]) || !bytes.Equal(bundle, sec.Data[certs.BundleKey]) {
+			t.Fatal("the certificate directory's CA is not the CA Secret's")
 		}
 	})
 

@@ -58,6 +58,14 @@ type Config struct {
 	// layout). Off, CertDir and the Secret are filled by someone else (cert-manager, a mounted
 	// Secret, envtest).
 	ManageCertificates bool
+	// CASecret is the Secret in ServiceNamespace that holds the CA (certs.CASecret), so that
+	// the CA outlives this process: a restarted or upgraded kubevisor-api issues from the same
+	// CA and nobody must learn a new bundle. Empty: the CA lives in CertDir and dies with the
+	// process (one replica only).
+	CASecret string
+	// ManageCA makes the process make and rotate the CA in CASecret itself (without
+	// kubevisor-operator, which owns it when it installs and turns this off).
+	ManageCA bool
 	// CertExtraNames are DNS names or IP addresses the serving certificate carries besides the
 	// Service's.
 	CertExtraNames []string
@@ -100,6 +108,8 @@ func DefaultConfig() Config {
 		Port:                 DefaultPort,
 		CertDir:              "/var/run/kubevisor-api/certs",
 		ManageCertificates:   true,
+		CASecret:             certs.DefaultCASecret,
+		ManageCA:             true,
 		CertLifetime:         certs.DefaultLifetime,
 		CertRenewBefore:      certs.DefaultRenewBefore,
 		ServiceName:          DefaultServiceName,
@@ -121,6 +131,8 @@ func (c *Config) AddFlags(fs *flag.FlagSet) {
 	fs.IntVar(&c.Port, "webhook-port", c.Port, "port the webhook server listens on")
 	fs.StringVar(&c.CertDir, "cert-dir", c.CertDir, "directory with tls.crt and tls.key (reloaded on change)")
 	fs.BoolVar(&c.ManageCertificates, "manage-certificates", c.ManageCertificates, "create, rotate and inject a self-signed CA and serving certificate")
+	fs.StringVar(&c.CASecret, "ca-secret", c.CASecret, "Secret in the service namespace holding the CA, which outlives the process (empty: the CA lives in --cert-dir and dies with the process)")
+	fs.BoolVar(&c.ManageCA, "manage-ca", c.ManageCA, "make and rotate the CA in --ca-secret (off: someone else, kubevisor-operator, keeps it)")
 	fs.Func("cert-extra-name", "DNS name or IP address the serving certificate carries besides the Service's (repeatable)", func(v string) error {
 		c.CertExtraNames = append(c.CertExtraNames, v)
 		return nil
@@ -156,14 +168,25 @@ func (c Config) certOptions() certs.Options {
 		Lifetime:         c.CertLifetime,
 		RenewBefore:      c.CertRenewBefore,
 		CALifetime:       c.CALifetime,
+		ExternalCA:       c.CASecret != "",
 	}
+}
+
+// caSecret is the CA Secret of c, read and written with direct; nil when the CA lives in CertDir.
+func (c Config) caSecret(direct client.Client) *certs.CASecret {
+	if c.CASecret == "" {
+		return nil
+	}
+	return &certs.CASecret{Client: direct, Namespace: c.ServiceNamespace, Name: c.CASecret}
 }
 
 // rotator is the certificate rotation of c, writing and injecting with direct.
 func (c Config) rotator(direct client.Client) *certs.Rotator {
 	log := ctrl.Log.WithName("certs")
 	r := &certs.Rotator{
-		Options: c.certOptions(),
+		Options:  c.certOptions(),
+		CA:       c.caSecret(direct),
+		ManageCA: c.ManageCA,
 		Inject: func(ctx context.Context, bundle []byte) error {
 			err := certs.InjectCABundle(ctx, direct, c.MutatingConfigName, c.ValidatingConfigName, bundle)
 			if c.APIServiceName != "" {
@@ -191,7 +214,26 @@ func NewManager(cfg *rest.Config, c Config) (manager.Manager, error) {
 	if c.CertDir == "" {
 		return nil, errors.New("a certificate directory is required")
 	}
+	var direct client.Client
 	if c.ManageCertificates {
+		var err error
+		if direct, err = client.New(cfg, client.Options{Scheme: Scheme()}); err != nil {
+			return nil, fmt.Errorf("client: %w", err)
+		}
+		if s := c.caSecret(direct); s != nil {
+			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+			defer cancel()
+			if c.ManageCA {
+				// A failure here (another replica made the Secret first) leaves it to SyncCA to
+				// find a CA or fail.
+				if _, _, err := certs.EnsureCA(ctx, c.certOptions(), *s); err != nil {
+					ctrl.Log.WithName("certs").Error(err, "keep the CA secret")
+				}
+			}
+			if _, err := certs.SyncCA(ctx, c.CertDir, *s); err != nil {
+				return nil, err
+			}
+		}
 		if _, err := certs.Ensure(c.certOptions()); err != nil {
 			return nil, fmt.Errorf("webhook certificates: %w", err)
 		}
@@ -237,13 +279,7 @@ func NewManager(cfg *rest.Config, c Config) (manager.Manager, error) {
 		return nil, err
 	}
 	if c.ManageCertificates {
-		direct, err := client.New(cfg, client.Options{Scheme: mgr.GetScheme()})
-		if err != nil {
-			return nil, fmt.Errorf("client: %w", err)
-		}
 		r := c.rotator(direct)
-		// The CA lives in CertDir, so each process has its own: run one replica, or turn
-		// ManageCertificates off and mount a shared certificate (cert-manager).
 		if err := mgr.Add(manager.RunnableFunc(r.Run)); err != nil {
 			return nil, err
 		}
