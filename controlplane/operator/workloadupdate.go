@@ -1,11 +1,14 @@
 package operator
 
 import (
+	"context"
 	"strconv"
 	"strings"
 	"time"
 
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/validation/field"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/kubevisor/kubevisor/core/api/v1alpha1"
 )
@@ -64,4 +67,27 @@ func workloadUpdateFlags(s *v1alpha1.WorkloadUpdateStrategy) map[string]string {
 		f["workload-update-batch-interval"] = s.BatchEvictionInterval.Duration.String()
 	}
 	return f
+}
+
+// countOutdated writes into kv's status how many VMIs carry v1alpha1.OutdatedLauncherImageLabel
+// (kubevisor-controller's workload updater sets it), by an uncached list of their metadata
+// alone, and returns how soon to count again: the recheck interval while some are outdated
+// (the operator watches no VMI), else 0. When the VMIs cannot be listed (no CRD yet, a
+// Kubevisor being deleted) the status keeps its last count.
+func (r *Reconciler) countOutdated(ctx context.Context, kv *v1alpha1.Kubevisor) time.Duration {
+	if kv.DeletionTimestamp != nil {
+		return 0
+	}
+	list := &metav1.PartialObjectMetadataList{}
+	list.SetGroupVersionKind(v1alpha1.GroupVersion.WithKind("VirtualMachineInstanceList"))
+	if err := r.Reader.List(ctx, list, client.HasLabels{v1alpha1.OutdatedLauncherImageLabel}); err != nil {
+		r.log(ctx).V(1).Info("count outdated VMIs", "error", err.Error())
+		return 0
+	}
+	n := len(list.Items)
+	kv.Status.OutdatedVirtualMachineInstanceWorkloads = &n
+	if n > 0 {
+		return r.recheck()
+	}
+	return 0
 }

@@ -1,6 +1,7 @@
 package operator
 
 import (
+	"context"
 	"slices"
 	"strings"
 	"testing"
@@ -8,6 +9,7 @@ import (
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client/fake"
 
 	"github.com/kubevisor/kubevisor/core/api/v1alpha1"
 )
@@ -64,5 +66,33 @@ func TestRenderRefusesBadWorkloadUpdate(t *testing.T) {
 				t.Errorf("error %q, want it to hold %q", got, c.want)
 			}
 		})
+	}
+}
+
+// TestCountOutdated: the status counts the VMIs the workload updater marked, and the operator
+// looks again while there are some.
+func TestCountOutdated(t *testing.T) {
+	vmi := func(name string, marked bool) *v1alpha1.VirtualMachineInstance {
+		v := &v1alpha1.VirtualMachineInstance{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "default"}}
+		if marked {
+			v.Labels = map[string]string{v1alpha1.OutdatedLauncherImageLabel: ""}
+		}
+		return v
+	}
+	c := fake.NewClientBuilder().WithScheme(Scheme()).WithObjects(vmi("a", true), vmi("b", false), vmi("c", true)).Build()
+	r := &Reconciler{Client: c, Reader: c, Recheck: 7 * time.Second}
+	kv := &v1alpha1.Kubevisor{}
+	if again := r.countOutdated(context.Background(), kv); again != 7*time.Second {
+		t.Errorf("recheck %s with outdated VMIs, want 7s", again)
+	}
+	if n := kv.Status.OutdatedVirtualMachineInstanceWorkloads; n == nil || *n != 2 {
+		t.Errorf("outdated = %v, want 2", n)
+	}
+	r.Reader = fake.NewClientBuilder().WithScheme(Scheme()).WithObjects(vmi("b", false)).Build()
+	if again := r.countOutdated(context.Background(), kv); again != 0 {
+		t.Errorf("recheck %s with none outdated, want 0", again)
+	}
+	if n := kv.Status.OutdatedVirtualMachineInstanceWorkloads; n == nil || *n != 0 {
+		t.Errorf("outdated = %v, want 0", n)
 	}
 }
