@@ -13,8 +13,9 @@
 // component's, as a part of the handler configuration, so the handler ConfigMap's name changes
 // and the DaemonSet rolls), drivers from driver images (an init container each, a handler
 // configuration part, a HypervisorClass for a hypervisor), the default class, the components'
-// flags (migration defaults, eviction strategy, log verbosity) and their placement. A bad spec
-// is refused with each field's path, in the Degraded condition; the running install is kept.
+// flags (migration defaults, eviction strategy, log verbosity, workload update strategy) and
+// their placement. A bad spec is refused with each field's path, in the Degraded condition; the
+// running install is kept.
 //
 // # How it applies
 //
@@ -60,7 +61,10 @@
 //
 // The components take the configuration as flags, so a change restarts them (rolling; the VMs
 // keep running); none is taken live yet. The control plane's certificates are made and
-// rotated by kubevisor-api; the operator sets their lifetimes (certificateRotateStrategy). VMIs whose launcher is of an older version are
-// not yet marked or migrated after an upgrade. A guest's serial output while its node's handler
-// is replaced is not in its console log (the handler writes that log).
+// rotated by kubevisor-api; the operator sets their lifetimes (certificateRotateStrategy).
+// VMIs whose launcher is of an older version are marked, and migrated or evicted per
+// workloadUpdateStrategy, by kubevisor-controller (controlplane/workloadupdate); the operator
+// renders its flags and counts the marked VMIs (status.outdatedVirtualMachineInstanceWorkloads).
+// A guest's serial output while its node's handler is replaced is not in its console log (the
+// handler writes that log).
 package operator
