@@ -125,9 +125,6 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 	}
 	orig := kv.DeepCopy()
 	res, err := r.reconcile(ctx, &kv)
-	if again := r.countOutdated(ctx, &kv); again > 0 && (res.RequeueAfter == 0 || again < res.RequeueAfter) {
-		res.RequeueAfter = again
-	}
 	kv.Status.ObservedGeneration = kv.Generation
 	if !equality.Semantic.DeepEqual(orig.Status, kv.Status) {
 		// A merge patch of the status alone: the operator is its only writer.

@@ -249,13 +249,18 @@ func drivers(names ...string) []v1alpha1.KubevisorDriver {
 // uninstall blocked while a VMI exists, then removing it and everything the operator made.
 func TestOperatorLifecycle(t *testing.T) {
 	h := start(t)
-	// Before any webhook exists (nothing serves them here): two VMIs, a node with the labels a
-	// handler publishes and one of the admin's.
+	// Before any webhook exists (nothing serves them here): two VMIs (vm-qmp marked outdated
+	// as the workload updater does), a node with the labels a handler publishes and one of the
+	// admin's.
 	for _, class := range []string{"libvirt", "qmp"} {
-		h.must(h.c.Create(h.ctx, &v1alpha1.VirtualMachineInstance{
+		vmi := &v1alpha1.VirtualMachineInstance{
 			ObjectMeta: metav1.ObjectMeta{Name: "vm-" + class, Namespace: "default"},
 			Spec:       v1alpha1.VirtualMachineInstanceSpec{HypervisorClassName: class},
-		}))
+		}
+		if class == "qmp" {
+			vmi.Labels = map[string]string{v1alpha1.OutdatedLauncherImageLabel: ""}
+		}
+		h.must(h.c.Create(h.ctx, vmi))
 	}
 	h.must(h.c.Create(h.ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "node-a", Labels: map[string]string{
 		v1alpha1.SchedulableNodeLabel: "true", v1alpha1.DriverHealthLabel("hypervisor", "qmp"): "healthy", "kubevisor.io/vms": "true",
@@ -288,6 +293,11 @@ func TestOperatorLifecycle(t *testing.T) {
 	if !slices.Contains(got.Finalizers, operator.Finalizer) {
 		t.Errorf("finalizers %v lack %s", got.Finalizers, operator.Finalizer)
 	}
+	// vm-qmp, which the workload updater marked outdated, is counted in the status.
+	h.eventually("one outdated VMI in the status", func() (bool, error) {
+		n := h.kv("kubevisor").Status.OutdatedVirtualMachineInstanceWorkloads
+		return n != nil && *n == 1, nil
+	})
 	if c := h.classes(); !slices.Equal(c, []string{"libvirt", "qmp"}) {
 		t.Errorf("classes %v, want libvirt and qmp", c)
 	}

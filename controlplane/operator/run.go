@@ -123,6 +123,9 @@ func NewManager(restCfg *rest.Config, cfg Config) (manager.Manager, error) {
 	if err := r.SetupWithManager(mgr); err != nil {
 		return nil, err
 	}
+	if err := mgr.Add(manager.RunnableFunc(r.CountOutdated)); err != nil {
+		return nil, err
+	}
 	if err := mgr.AddHealthzCheck("ping", healthz.Ping); err != nil {
 		return nil, err
 	}

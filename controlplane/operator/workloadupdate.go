@@ -2,6 +2,7 @@ package operator
 
 import (
 	"context"
+	"fmt"
 	"strconv"
 	"strings"
 	"time"
@@ -69,25 +70,46 @@ func workloadUpdateFlags(s *v1alpha1.WorkloadUpdateStrategy) map[string]string {
 	return f
 }
 
-// countOutdated writes into kv's status how many VMIs carry v1alpha1.OutdatedLauncherImageLabel
-// (kubevisor-controller's workload updater sets it), by an uncached list of their metadata
-// alone, and returns how soon to count again: the recheck interval while some are outdated
-// (the operator watches no VMI), else 0. When the VMIs cannot be listed (no CRD yet, a
-// Kubevisor being deleted) the status keeps its last count.
-func (r *Reconciler) countOutdated(ctx context.Context, kv *v1alpha1.Kubevisor) time.Duration {
-	if kv.DeletionTimestamp != nil {
-		return 0
+// CountOutdated writes the active Kubevisor's status.outdatedVirtualMachineInstanceWorkloads,
+// how many VMIs carry v1alpha1.OutdatedLauncherImageLabel (kubevisor-controller's workload
+// updater sets it), every recheck interval until ctx ends: the operator watches no VMI, so it
+// counts them by an uncached list of their metadata alone, on its own, not in Reconcile (which
+// would apply the whole install each time). It is the field's one writer. A failed count (no
+// VMI CRD yet, during an uninstall) is logged and tried again.
+func (r *Reconciler) CountOutdated(ctx context.Context) error {
+	t := time.NewTicker(r.recheck())
+	defer t.Stop()
+	for {
+		if err := r.countOutdated(ctx); err != nil {
+			r.log(ctx).V(1).Info("count outdated VMIs", "error", err.Error())
+		}
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-t.C:
+		}
+	}
+}
+
+func (r *Reconciler) countOutdated(ctx context.Context) error {
+	kv, err := r.active(ctx)
+	if err != nil || kv == nil || kv.DeletionTimestamp != nil {
+		return err
 	}
 	list := &metav1.PartialObjectMetadataList{}
 	list.SetGroupVersionKind(v1alpha1.GroupVersion.WithKind("VirtualMachineInstanceList"))
 	if err := r.Reader.List(ctx, list, client.HasLabels{v1alpha1.OutdatedLauncherImageLabel}); err != nil {
-		r.log(ctx).V(1).Info("count outdated VMIs", "error", err.Error())
-		return 0
+		return fmt.Errorf("list outdated VMIs: %w", err)
 	}
 	n := len(list.Items)
-	kv.Status.OutdatedVirtualMachineInstanceWorkloads = &n
-	if n > 0 {
-		return r.recheck()
+	if cur := kv.Status.OutdatedVirtualMachineInstanceWorkloads; cur != nil && *cur == n {
+		return nil
 	}
-	return 0
+	orig := kv.DeepCopy()
+	kv.Status.OutdatedVirtualMachineInstanceWorkloads = &n
+	// A merge patch of this field alone: Reconcile's patches carry only what it changed.
+	if err := r.Client.Status().Patch(ctx, kv, client.MergeFrom(orig)); client.IgnoreNotFound(err) != nil {
+		return fmt.Errorf("write status.outdatedVirtualMachineInstanceWorkloads: %w", err)
+	}
+	return nil
 }

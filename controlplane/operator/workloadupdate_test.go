@@ -8,7 +8,9 @@ import (
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
 
 	"github.com/kubevisor/kubevisor/core/api/v1alpha1"
@@ -69,9 +71,10 @@ func TestRenderRefusesBadWorkloadUpdate(t *testing.T) {
 	}
 }
 
-// TestCountOutdated: the status counts the VMIs the workload updater marked, and the operator
-// looks again while there are some.
+// TestCountOutdated: the active Kubevisor's status counts the VMIs the workload updater
+// marked.
 func TestCountOutdated(t *testing.T) {
+	ctx := context.Background()
 	vmi := func(name string, marked bool) *v1alpha1.VirtualMachineInstance {
 		v := &v1alpha1.VirtualMachineInstance{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "default"}}
 		if marked {
@@ -79,20 +82,35 @@ func TestCountOutdated(t *testing.T) {
 		}
 		return v
 	}
-	c := fake.NewClientBuilder().WithScheme(Scheme()).WithObjects(vmi("a", true), vmi("b", false), vmi("c", true)).Build()
-	r := &Reconciler{Client: c, Reader: c, Recheck: 7 * time.Second}
-	kv := &v1alpha1.Kubevisor{}
-	if again := r.countOutdated(context.Background(), kv); again != 7*time.Second {
-		t.Errorf("recheck %s with outdated VMIs, want 7s", again)
+	kv := &v1alpha1.Kubevisor{ObjectMeta: metav1.ObjectMeta{Name: "kubevisor"}}
+	c := fake.NewClientBuilder().WithScheme(Scheme()).WithStatusSubresource(kv).
+		WithObjects(kv, vmi("a", true), vmi("b", false), vmi("c", true)).Build()
+	r := &Reconciler{Client: c, Reader: c}
+	outdated := func() *int {
+		t.Helper()
+		cur := &v1alpha1.Kubevisor{}
+		if err := c.Get(ctx, client.ObjectKeyFromObject(kv), cur); err != nil {
+			t.Fatal(err)
+		}
+		return cur.Status.OutdatedVirtualMachineInstanceWorkloads
 	}
-	if n := kv.Status.OutdatedVirtualMachineInstanceWorkloads; n == nil || *n != 2 {
+	if err := r.countOutdated(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if n := outdated(); n == nil || *n != 2 {
 		t.Errorf("outdated = %v, want 2", n)
 	}
-	r.Reader = fake.NewClientBuilder().WithScheme(Scheme()).WithObjects(vmi("b", false)).Build()
-	if again := r.countOutdated(context.Background(), kv); again != 0 {
-		t.Errorf("recheck %s with none outdated, want 0", again)
+	for _, name := range []string{"a", "c"} {
+		unmarked := vmi(name, false)
+		if err := c.Patch(ctx, unmarked, client.RawPatch(types.MergePatchType,
+			[]byte(`{"metadata":{"labels":{"`+v1alpha1.OutdatedLauncherImageLabel+`":null}}}`))); err != nil {
+			t.Fatal(err)
+		}
 	}
-	if n := kv.Status.OutdatedVirtualMachineInstanceWorkloads; n == nil || *n != 0 {
+	if err := r.countOutdated(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if n := outdated(); n == nil || *n != 0 {
 		t.Errorf("outdated = %v, want 0", n)
 	}
 }
