@@ -294,8 +294,8 @@ type KubevisorStatus struct {
 	// +optional
 	Components []KubevisorComponentStatus `json:"components,omitempty"`
 	// OutdatedVirtualMachineInstanceWorkloads is how many VMIs carry OutdatedLauncherImageLabel:
-	// they run on another launcher image than the installed one (counted when the operator
-	// reconciles, and rechecked while not zero).
+	// they run on another launcher image than the installed one (the operator counts them
+	// every recheck interval, 15s by default).
 	// +optional
 	OutdatedVirtualMachineInstanceWorkloads *int `json:"outdatedVirtualMachineInstanceWorkloads,omitempty"`
 }
