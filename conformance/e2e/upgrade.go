@@ -338,6 +338,21 @@ var _ = Describe("Kubevisor upgrade through the operator", Label("Operator", "Up
 		bad, events := watch.Stop()
 		Expect(bad).To(BeEmpty(), "the VMIs were not Running and Ready throughout (%d events)", events)
 
+		// The install's workloadUpdateStrategy has no method: the VMIs are marked, nothing else
+		// (their launcher pods are the same, as checked above).
+		By("the workload updater marked each running VMI outdated, and the status counts them")
+		Eventually(func(g Gomega) {
+			for _, gr := range guests {
+				vmi := f.VMI(ctx, gr.name)
+				g.Expect(vmi).NotTo(BeNil(), "VMI %s is gone", gr.name)
+				_, marked := vmi.Labels[v1alpha1.OutdatedLauncherImageLabel]
+				g.Expect(marked).To(BeTrue(), "VMI %s is not marked %s", gr.name, v1alpha1.OutdatedLauncherImageLabel)
+			}
+			n := f.kubevisor(ctx).Status.OutdatedVirtualMachineInstanceWorkloads
+			g.Expect(n).NotTo(BeNil(), "status.outdatedVirtualMachineInstanceWorkloads is not set")
+			g.Expect(*n).To(BeNumerically(">=", len(guests)))
+		}).WithContext(ctx).WithTimeout(time.Minute).WithPolling(time.Second).Should(Succeed())
+
 		By("a VMI made now runs in a launcher pod of the new version (the VMs above deleted first: room on the node)")
 		for _, g := range guests {
 			Expect(client.IgnoreNotFound(f.Client.Delete(ctx, g.vmi))).To(Succeed())
@@ -349,5 +364,13 @@ var _ = Describe("Kubevisor upgrade through the operator", Label("Operator", "Up
 		pods2 := f.LauncherPods(ctx, vmi.UID)
 		Expect(pods2).To(HaveLen(1))
 		Expect(imagesOf(pods2[0])).To(ContainElement(HaveSuffix("kubevisor-launcher:" + Cfg.UpgradeTag)))
+		Consistently(func() bool {
+			cur := f.VMI(ctx, vmi.Name)
+			if cur == nil {
+				return false
+			}
+			_, marked := cur.Labels[v1alpha1.OutdatedLauncherImageLabel]
+			return marked
+		}).WithContext(ctx).WithTimeout(5*time.Second).WithPolling(time.Second).Should(BeFalse(), "a VMI on the new launcher is marked outdated")
 	})
 })
