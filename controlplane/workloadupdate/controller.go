@@ -117,12 +117,14 @@ func (r *reconciler) Reconcile(ctx context.Context, _ ctrl.Request) (ctrl.Result
 
 func (r *reconciler) observe(ctx context.Context) (Observation, error) {
 	obs := Observation{LauncherImage: r.opts.LauncherImage, Settings: r.opts.Settings, LastBatch: r.lastBatch, Now: r.opts.Now()}
+	// Every VMI and migration of the cache at each decision: they are read, never written
+	// (label patches go to a fresh object), so the cache's objects are not copied.
 	var vmis v1alpha1.VirtualMachineInstanceList
-	if err := r.client.List(ctx, &vmis); err != nil {
+	if err := r.client.List(ctx, &vmis, client.UnsafeDisableDeepCopy); err != nil {
 		return obs, fmt.Errorf("list VMIs: %w", err)
 	}
 	var migs v1alpha1.VirtualMachineInstanceMigrationList
-	if err := r.client.List(ctx, &migs); err != nil {
+	if err := r.client.List(ctx, &migs, client.UnsafeDisableDeepCopy); err != nil {
 		return obs, fmt.Errorf("list migrations: %w", err)
 	}
 	byVMI := map[types.NamespacedName][]v1alpha1.VirtualMachineInstanceMigration{}
@@ -190,7 +192,9 @@ func (r *reconciler) label(ctx context.Context, vmi *v1alpha1.VirtualMachineInst
 	if err != nil {
 		return err
 	}
-	if err := r.client.Patch(ctx, vmi, client.RawPatch(types.MergePatchType, patch)); client.IgnoreNotFound(err) != nil {
+	// A fresh object: Patch writes the answer into it, and vmi is the cache's own.
+	target := &v1alpha1.VirtualMachineInstance{ObjectMeta: metav1.ObjectMeta{Name: vmi.Name, Namespace: vmi.Namespace}}
+	if err := r.client.Patch(ctx, target, client.RawPatch(types.MergePatchType, patch)); client.IgnoreNotFound(err) != nil {
 		return fmt.Errorf("label VMI %s/%s: %w", vmi.Namespace, vmi.Name, err)
 	}
 	return nil
