@@ -70,7 +70,7 @@ func main() {
 		cfg.WorkloadUpdate.Methods = m
 		return err
 	})
-	fs.IntVar(&cfg.WorkloadUpdate.BatchSize, "workload-update-batch-size", workloadupdate.DefaultBatchSize, "`VMIs` migrated or evicted per batch (at least 1)")
+	fs.IntVar(&cfg.WorkloadUpdate.BatchSize, "workload-update-batch-size", workloadupdate.DefaultBatchSize, "`VMIs` migrated or evicted per batch (0 means 10)")
 	fs.DurationVar(&cfg.WorkloadUpdate.BatchInterval, "workload-update-batch-interval", workloadupdate.DefaultBatchInterval, "`time` between two batches of the workload updater (at least 1s)")
 	_ = fs.Parse(os.Args[1:])
 	cfg.Pod.ImagePullPolicy = corev1.PullPolicy(pullPolicy)
