@@ -270,11 +270,17 @@ func (w *vmiWatch) Stop() ([]string, int) {
 
 // bootID types bootIDCommand into the guest's serial shell through `vmctl console` (the VMI's
 // hypervisor driver serves it) and returns the boot id it printed. A console that the driver
-// cannot serve yet (just restarted, the VM not re-adopted) is opened again.
+// cannot serve yet (just restarted, the VM not re-adopted) is opened again; how long that took
+// and how many consoles were opened is printed.
 func (f *Framework) bootID(ctx context.Context, name string) string {
 	GinkgoHelper()
 	var id string
+	start, opened := time.Now(), 0
+	defer func() {
+		GinkgoWriter.Printf("VM %s: boot id read through its console in %s (%d console(s) opened)\n", name, time.Since(start).Round(10*time.Millisecond), opened)
+	}()
 	Eventually(func(g Gomega) {
+		opened++
 		c := f.OpenConsole(ctx, name)
 		defer c.Close()
 		c.Send("\r")
