@@ -1,0 +1,97 @@
+package liveconfig
+
+import (
+	"flag"
+	"strings"
+	"testing"
+
+	"github.com/go-logr/logr"
+	"k8s.io/apimachinery/pkg/api/resource"
+	"k8s.io/utils/ptr"
+
+	"github.com/kubevisor/kubevisor/core/api/v1alpha1"
+)
+
+func TestParse(t *testing.T) {
+	head := "apiVersion: " + APIVersion + "\nkind: " + Kind + "\n"
+	for _, c := range []struct {
+		name string
+		data map[string]string
+		want string // an error holds it; "" means valid
+	}{
+		{"empty: the flags", map[string]string{Key: head}, ""},
+		{"migrations and verbosity", map[string]string{Key: head + "migrations:\n  bandwidthPerMigration: 64Mi\n  parallelMigrationsPerCluster: 3\n  allowPostCopy: true\nlogVerbosity:\n  controller: 4\n"}, ""},
+		{"no document", map[string]string{"other": head}, "data[config.yaml]: Required value"},
+		{"another version", map[string]string{Key: "apiVersion: liveconfig.kubevisor.io/v2\nkind: " + Kind + "\n"}, `data[config.yaml].apiVersion: Unsupported value: "liveconfig.kubevisor.io/v2"`},
+		{"no version", map[string]string{Key: "migrations: {}\n"}, "data[config.yaml].apiVersion: Unsupported value"},
+		{"unknown field", map[string]string{Key: head + "migration:\n  progressTimeout: 5\n"}, `unknown field "migration"`},
+		{"not YAML", map[string]string{Key: "{"}, "data[config.yaml]: Invalid value"},
+		{"a timeout of 0", map[string]string{Key: head + "migrations:\n  progressTimeout: 0\n"}, "data[config.yaml].migrations.progressTimeout: Invalid value: 0: at least 1 second"},
+		{"a limit of 0", map[string]string{Key: head + "migrations:\n  parallelOutboundMigrationsPerNode: 0\n"}, "data[config.yaml].migrations.parallelOutboundMigrationsPerNode: Invalid value: 0: at least 1"},
+		{"a negative bandwidth", map[string]string{Key: head + "migrations:\n  bandwidthPerMigration: -1Mi\n"}, "data[config.yaml].migrations.bandwidthPerMigration: Invalid value"},
+		{"verbosity over 10", map[string]string{Key: head + "logVerbosity:\n  api: 11\n"}, "data[config.yaml].logVerbosity.api: Invalid value: 11: from 0 to 10"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			_, err := Parse(c.data)
+			switch {
+			case c.want == "" && err != nil:
+				t.Fatalf("Parse: %v", err)
+			case c.want != "" && err == nil:
+				t.Fatalf("Parse: no error, want one holding %q", c.want)
+			case c.want != "" && !strings.Contains(err.Error(), c.want):
+				t.Fatalf("Parse: %v, want it to hold %q", err, c.want)
+			}
+		})
+	}
+}
+
+func TestMarshalParses(t *testing.T) {
+	c := New()
+	c.Migrations = &v1alpha1.KubevisorMigrations{MigrationConfiguration: v1alpha1.MigrationConfiguration{
+		BandwidthPerMigration: ptr.To(resource.MustParse("64Mi")), ProgressTimeout: ptr.To[int64](90)},
+		ParallelMigrationsPerCluster: ptr.To[int32](2)}
+	c.LogVerbosity = &LogVerbosity{API: ptr.To[int32](3)}
+	data, err := c.Marshal()
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := Parse(data)
+	if err != nil {
+		t.Fatalf("Parse(Marshal()): %v\n%s", err, data[Key])
+	}
+	if got.Migrations.BandwidthPerMigration.String() != "64Mi" || *got.Migrations.ProgressTimeout != 90 ||
+		*got.Migrations.ParallelMigrationsPerCluster != 2 || *APIVerbosity(got) != 3 || ControllerVerbosity(got) != nil {
+		t.Errorf("round trip: %+v", got)
+	}
+	if _, err := Parse(map[string]string{Key: mustMarshal(t, New())}); err != nil {
+		t.Errorf("New() does not parse: %v", err)
+	}
+}
+
+func mustMarshal(t *testing.T, c Config) string {
+	t.Helper()
+	data, err := c.Marshal()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return data[Key]
+}
+
+// TestVerbosity: the applier sets the flag to the configuration's value, and back to the
+// flag's value at its making when the configuration has none.
+func TestVerbosity(t *testing.T) {
+	fs := flag.NewFlagSet("t", flag.ContinueOnError)
+	v := fs.Int("v", 2, "")
+	val := fs.Lookup("v").Value
+	apply := Verbosity(val, ControllerVerbosity, logr.Discard())
+	c := New()
+	c.LogVerbosity = &LogVerbosity{Controller: ptr.To[int32](5), API: ptr.To[int32](1)}
+	apply(c)
+	if *v != 5 {
+		t.Errorf("after a configuration of 5: -v=%d", *v)
+	}
+	apply(New())
+	if *v != 2 {
+		t.Errorf("after a configuration without it: -v=%d, want the flag's 2", *v)
+	}
+}
