@@ -59,7 +59,7 @@ func (w *Watcher) Current() Config {
 	return w.current
 }
 
-// Start watches until ctx ends. It applies New() first when the ConfigMap does not exist once
+// Start watches until ctx ends; it returns nil. It applies New() first when the ConfigMap does not exist once
 // the first list is done, so that the flags hold until a configuration arrives.
 func (w *Watcher) Start(ctx context.Context) error {
 	ns, name := or(w.Namespace, Namespace), or(w.Name, Name)
@@ -76,7 +76,10 @@ func (w *Watcher) Start(ctx context.Context) error {
 			},
 		},
 	})
-	go ctl.Run(ctx.Done())
+	// Start returns only once the informer stopped: no applier runs after it.
+	var running sync.WaitGroup
+	running.Go(func() { ctl.Run(ctx.Done()) })
+	defer running.Wait()
 	if !cache.WaitForCacheSync(ctx.Done(), ctl.HasSynced) {
 		return nil // ctx ended
 	}
