@@ -12,11 +12,13 @@ import (
 	"fmt"
 	"os"
 
+	"k8s.io/client-go/kubernetes"
 	"k8s.io/klog/v2/textlogger"
 	ctrl "sigs.k8s.io/controller-runtime"
 
 	"github.com/kubevisor/kubevisor/controlplane/subresources"
 	"github.com/kubevisor/kubevisor/controlplane/webhook"
+	"github.com/kubevisor/kubevisor/core/liveconfig"
 )
 
 func main() {
@@ -27,6 +29,9 @@ func main() {
 	// klog's text logger rather than zap: it is already a dependency of client-go.
 	logCfg := textlogger.NewConfig()
 	logCfg.AddFlags(flag.CommandLine)
+	live := liveconfig.Watcher{}
+	flag.StringVar(&live.Namespace, "live-config-namespace", liveconfig.Namespace, "`namespace` of the live configuration ConfigMap")
+	flag.StringVar(&live.Name, "live-config-name", liveconfig.Name, "`name` of the live configuration ConfigMap (core/liveconfig), whose api log verbosity replaces -v while it exists; \"\" turns it off")
 	flag.Parse()
 	if flag.NArg() > 0 {
 		fmt.Fprintf(os.Stderr, "kubevisor-api: unexpected arguments %q\n", flag.Args())
@@ -36,13 +41,22 @@ func main() {
 	// The subresource server shares the webhook's certificate directory.
 	sub.CertDir = cfg.CertDir
 
-	if err := run(cfg, sub); err != nil {
+	var w *liveconfig.Watcher
+	if live.Name != "" {
+		log := ctrl.Log.WithName("liveconfig")
+		live.Log = log
+		live.Appliers = []liveconfig.Applier{liveconfig.Verbosity(logCfg.Verbosity(), liveconfig.APIVerbosity, log)}
+		w = &live
+	}
+	if err := run(cfg, sub, w); err != nil {
 		fmt.Fprintln(os.Stderr, "kubevisor-api:", err)
 		os.Exit(1)
 	}
 }
 
-func run(cfg webhook.Config, sub subresources.Config) error {
+// run serves until a signal; live, when not nil, is added to the manager with a client of its
+// own (it reads one ConfigMap, past the manager's cache).
+func run(cfg webhook.Config, sub subresources.Config, live *liveconfig.Watcher) error {
 	restCfg, err := ctrl.GetConfig()
 	if err != nil {
 		return err
@@ -53,6 +67,14 @@ func run(cfg webhook.Config, sub subresources.Config) error {
 	}
 	if err := subresources.AddToManager(mgr, sub); err != nil {
 		return err
+	}
+	if live != nil {
+		if live.Client, err = kubernetes.NewForConfig(restCfg); err != nil {
+			return err
+		}
+		if err := mgr.Add(live); err != nil {
+			return err
+		}
 	}
 	return mgr.Start(ctrl.SetupSignalHandler())
 }

@@ -17,6 +17,7 @@ import (
 	"github.com/kubevisor/kubevisor/controlplane/migration"
 	"github.com/kubevisor/kubevisor/controlplane/workloadupdate"
 	"github.com/kubevisor/kubevisor/core/layout"
+	"github.com/kubevisor/kubevisor/core/liveconfig"
 )
 
 func main() {
@@ -72,7 +73,13 @@ func main() {
 	})
 	fs.IntVar(&cfg.WorkloadUpdate.BatchSize, "workload-update-batch-size", workloadupdate.DefaultBatchSize, "`VMIs` migrated or evicted per batch (0 means 10)")
 	fs.DurationVar(&cfg.WorkloadUpdate.BatchInterval, "workload-update-batch-interval", workloadupdate.DefaultBatchInterval, "`time` between two batches of the workload updater (at least 1s)")
+	live := manager.LiveConfig{Verbosity: logCfg.Verbosity()}
+	fs.StringVar(&live.Namespace, "live-config-namespace", liveconfig.Namespace, "`namespace` of the live configuration ConfigMap")
+	fs.StringVar(&live.Name, "live-config-name", liveconfig.Name, "`name` of the live configuration ConfigMap (core/liveconfig), whose migration defaults and limits and controller log verbosity replace the flags' while it exists; \"\" turns it off")
 	_ = fs.Parse(os.Args[1:])
+	if live.Name != "" {
+		cfg.LiveConfig = &live
+	}
 	cfg.Pod.ImagePullPolicy = corev1.PullPolicy(pullPolicy)
 	if cfg.Pod.LauncherImage == "" || fs.NArg() > 0 {
 		fmt.Fprintln(os.Stderr, "kubevisor-controller: --launcher-image is required and no arguments are accepted")

@@ -49,8 +49,9 @@ const indexVMIName = "evacuation.spec.vmiName"
 type Options struct {
 	// DefaultStrategy is the cluster's default eviction strategy ("" is None).
 	DefaultStrategy v1alpha1.EvictionStrategy
-	// Migration holds the limits on parallel migrations; nil means migration.DefaultSettings().
-	Migration *migration.Settings
+	// Migration holds the limits on parallel migrations, read at each reconcile (they may
+	// change while the controller runs); nil means migration.DefaultSettings().
+	Migration *migration.SettingsValue
 	// RetryBackoff and MaxRetryBackoff: the delay after a failed evacuation migration; zero
 	// means the defaults.
 	RetryBackoff, MaxRetryBackoff time.Duration
@@ -66,7 +67,7 @@ type reconciler struct {
 	client   client.Client
 	recorder recorder.EventRecorder
 	opts     Options
-	settings migration.Settings
+	settings *migration.SettingsValue
 }
 
 // SetupWithManager registers the evacuation controller with mgr: it watches VMIs, their
@@ -74,10 +75,6 @@ type reconciler struct {
 func SetupWithManager(mgr ctrl.Manager, opts Options) error {
 	if _, err := ParseStrategy(string(opts.DefaultStrategy)); err != nil {
 		return err
-	}
-	settings := migration.DefaultSettings()
-	if opts.Migration != nil {
-		settings = *opts.Migration
 	}
 	if opts.Now == nil {
 		opts.Now = time.Now
@@ -88,7 +85,7 @@ func SetupWithManager(mgr ctrl.Manager, opts Options) error {
 		}); err != nil {
 		return fmt.Errorf("index migrations by VMI name: %w", err)
 	}
-	r := &reconciler{client: mgr.GetClient(), recorder: mgr.GetEventRecorder(ControllerName), opts: opts, settings: settings}
+	r := &reconciler{client: mgr.GetClient(), recorder: mgr.GetEventRecorder(ControllerName), opts: opts, settings: opts.Migration}
 	copts := controller.Options{MaxConcurrentReconciles: max(opts.MaxConcurrentReconciles, 1)}
 	if opts.SkipNameValidation {
 		copts.SkipNameValidation = &opts.SkipNameValidation
@@ -131,9 +128,10 @@ func (r *reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 }
 
 func (r *reconciler) observe(ctx context.Context, vmi *v1alpha1.VirtualMachineInstance) (Observation, *policyv1.PodDisruptionBudget, error) {
+	settings := r.settings.Load()
 	obs := Observation{
 		VMI: vmi, DefaultStrategy: r.opts.DefaultStrategy, Now: r.opts.Now(),
-		PerCluster: r.settings.ParallelMigrationsPerCluster, PerNode: r.settings.ParallelOutboundMigrationsPerNode,
+		PerCluster: settings.ParallelMigrationsPerCluster, PerNode: settings.ParallelOutboundMigrationsPerNode,
 		RetryBackoff: r.opts.RetryBackoff, MaxRetryBackoff: r.opts.MaxRetryBackoff,
 	}
 	pdb := &policyv1.PodDisruptionBudget{}

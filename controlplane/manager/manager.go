@@ -75,8 +75,18 @@ type Config struct {
 	// Workers is how many objects each controller reconciles at once; 0 means 1.
 	Workers int
 	// Migration is the cluster's default migration settings, over which MigrationPolicies apply;
-	// nil means migration.DefaultSettings().
+	// nil means migration.DefaultSettings(). With LiveConfig, the live configuration's
+	// migrations replace its fields while the manager runs (and it applies again when they
+	// are gone).
 	Migration *migration.Settings
+	// MigrationSettings is what the controllers read the migration settings from; nil: New
+	// makes one. New stores Migration into it; a caller that passes one sees the live
+	// configuration's changes in it.
+	MigrationSettings *migration.SettingsValue
+	// LiveConfig, when set, makes every replica watch the live configuration
+	// (core/liveconfig) and take its migration defaults and limits and its controller log
+	// verbosity without a restart.
+	LiveConfig *LiveConfig
 
 	// DefaultEvictionStrategy is the eviction strategy of VMIs that set none ("" is None); the
 	// evacuation controller keeps PodDisruptionBudgets by it. kubevisor-api's eviction webhook
@@ -104,10 +114,19 @@ func Scheme() *kruntime.Scheme {
 
 // New builds the manager with every controller, the metrics, and the health checks; Start runs it.
 func New(cfg Config) (ctrl.Manager, error) {
+	base := migration.DefaultSettings()
 	if cfg.Migration != nil {
-		if err := cfg.Migration.Validate(); err != nil {
-			return nil, fmt.Errorf("migration defaults: %w", err)
-		}
+		base = *cfg.Migration
+	}
+	if err := base.Validate(); err != nil {
+		return nil, fmt.Errorf("migration defaults: %w", err)
+	}
+	migrationSettings := cfg.MigrationSettings
+	if migrationSettings == nil {
+		migrationSettings = &migration.SettingsValue{}
+	}
+	if err := migrationSettings.Store(base); err != nil {
+		return nil, fmt.Errorf("migration defaults: %w", err)
 	}
 	if err := cfg.WorkloadUpdate.Validate(); err != nil {
 		return nil, err
@@ -174,17 +193,18 @@ func New(cfg Config) (ctrl.Manager, error) {
 			return vmirs.SetupWithManager(mgr, vmirs.Options{MaxConcurrentReconciles: w, SkipNameValidation: skip})
 		}},
 		{"migration", func() error {
-			return migration.SetupWithManager(mgr, migration.Options{MaxConcurrentReconciles: w, SkipNameValidation: skip, Defaults: cfg.Migration})
+			return migration.SetupWithManager(mgr, migration.Options{MaxConcurrentReconciles: w, SkipNameValidation: skip, Settings: migrationSettings})
 		}},
 		{"evacuation", func() error {
 			return evacuation.SetupWithManager(mgr, evacuation.Options{DefaultStrategy: cfg.DefaultEvictionStrategy,
-				Migration: cfg.Migration, MaxConcurrentReconciles: w, SkipNameValidation: skip})
+				Migration: migrationSettings, MaxConcurrentReconciles: w, SkipNameValidation: skip})
 		}},
 		{"workload-update", func() error {
 			return workloadupdate.SetupWithManager(mgr, workloadupdate.Options{LauncherImage: cfg.Pod.LauncherImage,
 				Settings: cfg.WorkloadUpdate, SkipNameValidation: skip})
 		}},
 		{"metrics", func() error { return metrics.SetupWithManager(mgr) }},
+		{"live configuration", func() error { return addLiveConfig(mgr, cfg.LiveConfig, base, migrationSettings) }},
 	}
 	for _, s := range setups {
 		if err := s.setup(); err != nil {

@@ -44,9 +44,10 @@ type Options struct {
 	MaxConcurrentReconciles int
 	// SkipNameValidation allows a second controller named "migration" in one process (tests).
 	SkipNameValidation bool
-	// Defaults are the cluster's migration settings, over which the MigrationPolicy that selects
-	// a VMI applies (Resolve); nil means DefaultSettings().
-	Defaults *Settings
+	// Settings are the cluster's migration settings, over which the MigrationPolicy that selects
+	// a VMI applies (Resolve), read at each reconcile (they may change while the controller
+	// runs); nil means DefaultSettings().
+	Settings *SettingsValue
 }
 
 // Reconciler reconciles VirtualMachineInstanceMigrations.
@@ -55,9 +56,9 @@ type Reconciler struct {
 	// APIReader reads past the cache, to tell a just-created pod from a missing one.
 	APIReader client.Reader
 	Recorder  recorder.EventRecorder
-	// Settings are the cluster's migration settings (Options.Defaults); limits of 0 are the
-	// defaults.
-	Settings Settings
+	// Settings are the cluster's migration settings (Options.Settings), loaded at each
+	// reconcile; nil means DefaultSettings(), and limits of 0 are the defaults.
+	Settings *SettingsValue
 	// Now is the clock (tests); nil means time.Now.
 	Now func() time.Time
 }
@@ -87,18 +88,11 @@ func SetupWithManager(mgr ctrl.Manager, opts Options) error {
 	}); err != nil {
 		return fmt.Errorf("index migrations by UID: %w", err)
 	}
-	settings := DefaultSettings()
-	if opts.Defaults != nil {
-		settings = *opts.Defaults
-	}
-	if err := settings.Validate(); err != nil {
-		return fmt.Errorf("migration settings: %w", err)
-	}
 	r := &Reconciler{
 		Client:    mgr.GetClient(),
 		APIReader: mgr.GetAPIReader(),
 		Recorder:  mgr.GetEventRecorder(ControllerName),
-		Settings:  settings,
+		Settings:  opts.Settings,
 	}
 	copts := controller.Options{MaxConcurrentReconciles: opts.MaxConcurrentReconciles}
 	if opts.SkipNameValidation {
@@ -199,7 +193,8 @@ func (r *Reconciler) throttled(ctx context.Context, mig *v1alpha1.VirtualMachine
 			fromNode++
 		}
 	}
-	perCluster, perNode := r.Settings.ParallelMigrationsPerCluster, r.Settings.ParallelOutboundMigrationsPerNode
+	settings := r.Settings.Load()
+	perCluster, perNode := settings.ParallelMigrationsPerCluster, settings.ParallelOutboundMigrationsPerNode
 	if perCluster <= 0 {
 		perCluster = DefaultParallelMigrationsPerCluster
 	}
@@ -339,7 +334,7 @@ func (r *Reconciler) configure(ctx context.Context, vmi *v1alpha1.VirtualMachine
 	if err := r.Client.Get(ctx, types.NamespacedName{Name: vmi.Namespace}, ns); err != nil {
 		return fmt.Errorf("get the VMI's namespace: %w", err)
 	}
-	state.MigrationConfiguration, state.MigrationPolicyName = Resolve(vmi, ns.Labels, policies.Items, r.Settings).Configuration()
+	state.MigrationConfiguration, state.MigrationPolicyName = Resolve(vmi, ns.Labels, policies.Items, r.Settings.Load()).Configuration()
 	return nil
 }
 

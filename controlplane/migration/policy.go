@@ -3,6 +3,7 @@ package migration
 import (
 	"errors"
 	"fmt"
+	"sync/atomic"
 
 	"k8s.io/apimachinery/pkg/api/resource"
 
@@ -86,6 +87,80 @@ func (s Settings) Validate() error {
 		errs = append(errs, fmt.Errorf("parallelOutboundMigrationsPerNode %d: must be at least 1", s.ParallelOutboundMigrationsPerNode))
 	}
 	return errors.Join(errs...)
+}
+
+// With returns s with each field m sets replacing s's: the Kubevisor's
+// configuration.migrations (or the live configuration's) over the flags' settings.
+func (s Settings) With(m *v1alpha1.KubevisorMigrations) Settings {
+	out := s
+	out.BandwidthPerMigration = s.BandwidthPerMigration.DeepCopy()
+	if m == nil {
+		return out
+	}
+	if m.AllowAutoConverge != nil {
+		out.AllowAutoConverge = *m.AllowAutoConverge
+	}
+	if m.BandwidthPerMigration != nil {
+		out.BandwidthPerMigration = m.BandwidthPerMigration.DeepCopy()
+	}
+	if m.CompletionTimeoutPerGiB != nil {
+		out.CompletionTimeoutPerGiB = *m.CompletionTimeoutPerGiB
+	}
+	if m.AllowPostCopy != nil {
+		out.AllowPostCopy = *m.AllowPostCopy
+	}
+	if m.ProgressTimeout != nil {
+		out.ProgressTimeout = *m.ProgressTimeout
+	}
+	if m.ParallelMigrationsPerCluster != nil {
+		out.ParallelMigrationsPerCluster = int(*m.ParallelMigrationsPerCluster)
+	}
+	if m.ParallelOutboundMigrationsPerNode != nil {
+		out.ParallelOutboundMigrationsPerNode = int(*m.ParallelOutboundMigrationsPerNode)
+	}
+	return out
+}
+
+// SettingsValue holds the cluster's migration settings while the controllers run: they Load
+// it at each decision, so a Store (the live configuration, core/liveconfig) takes effect at the
+// next reconcile without a restart. A nil *SettingsValue loads DefaultSettings(). It is safe
+// for concurrent use.
+type SettingsValue struct {
+	p atomic.Pointer[Settings]
+}
+
+// NewSettingsValue returns a SettingsValue holding s, or an error when s is not valid.
+func NewSettingsValue(s Settings) (*SettingsValue, error) {
+	v := &SettingsValue{}
+	if err := v.Store(s); err != nil {
+		return nil, err
+	}
+	return v, nil
+}
+
+// Load returns the current settings (a copy).
+func (v *SettingsValue) Load() Settings {
+	if v == nil {
+		return DefaultSettings()
+	}
+	p := v.p.Load()
+	if p == nil {
+		return DefaultSettings()
+	}
+	out := *p
+	out.BandwidthPerMigration = p.BandwidthPerMigration.DeepCopy()
+	return out
+}
+
+// Store replaces the settings with s when s is valid (Validate); otherwise it keeps them and
+// returns why.
+func (v *SettingsValue) Store(s Settings) error {
+	if err := s.Validate(); err != nil {
+		return err
+	}
+	s.BandwidthPerMigration = s.BandwidthPerMigration.DeepCopy()
+	v.p.Store(&s)
+	return nil
 }
 
 // Resolved is the outcome of Resolve.

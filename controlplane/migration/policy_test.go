@@ -158,3 +158,45 @@ func TestResolvedConfiguration(t *testing.T) {
 		t.Errorf("policy name %v, want databases", name)
 	}
 }
+
+// TestSettingsWith: the fields a configuration sets replace the base's, the others stay.
+func TestSettingsWith(t *testing.T) {
+	base := DefaultSettings()
+	base.BandwidthPerMigration = resource.MustParse("1Gi")
+	if got := base.With(nil); got.BandwidthPerMigration.String() != "1Gi" || got.ParallelMigrationsPerCluster != DefaultParallelMigrationsPerCluster {
+		t.Errorf("With(nil) = %+v, want the base", got)
+	}
+	per, out, bw := int32(9), int32(3), resource.MustParse("64Mi")
+	got := base.With(&v1alpha1.KubevisorMigrations{MigrationConfiguration: v1alpha1.MigrationConfiguration{
+		BandwidthPerMigration: &bw, AllowPostCopy: new(true)}, ParallelMigrationsPerCluster: &per, ParallelOutboundMigrationsPerNode: &out})
+	if got.BandwidthPerMigration.String() != "64Mi" || !got.AllowPostCopy || got.ParallelMigrationsPerCluster != 9 ||
+		got.ParallelOutboundMigrationsPerNode != 3 || got.CompletionTimeoutPerGiB != DefaultCompletionTimeoutPerGiB {
+		t.Errorf("With = %+v", got)
+	}
+	if base.BandwidthPerMigration.String() != "1Gi" {
+		t.Errorf("With changed its base: %+v", base)
+	}
+}
+
+// TestSettingsValue: Load returns what was stored last; an invalid Store keeps it; nil loads
+// the defaults.
+func TestSettingsValue(t *testing.T) {
+	var none *SettingsValue
+	if got := none.Load(); got.ParallelMigrationsPerCluster != DefaultParallelMigrationsPerCluster {
+		t.Errorf("nil Load = %+v, want the defaults", got)
+	}
+	s := DefaultSettings()
+	s.ParallelMigrationsPerCluster = 1
+	v, err := NewSettingsValue(s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.ParallelMigrationsPerCluster = 7
+	if err := v.Store(s); err != nil || v.Load().ParallelMigrationsPerCluster != 7 {
+		t.Errorf("Store 7: %v, Load %+v", err, v.Load())
+	}
+	s.ParallelMigrationsPerCluster = 0
+	if err := v.Store(s); err == nil || v.Load().ParallelMigrationsPerCluster != 7 {
+		t.Errorf("Store 0: %v, Load %+v, want refused and 7 kept", err, v.Load())
+	}
+}
