@@ -12,6 +12,7 @@ import (
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
 	corev1 "k8s.io/api/core/v1"
+	eventsv1 "k8s.io/api/events/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -35,6 +36,13 @@ func (f *Framework) kubevisor(ctx context.Context) *v1alpha1.Kubevisor {
 	Expect(f.Client.Get(ctx, types.NamespacedName{Name: kubevisorName}, &kv)).To(Succeed(),
 		"the Kubevisor object %q: is Kubevisor installed through its operator (make up, make install)?", kubevisorName)
 	return &kv
+}
+
+// patchKubevisor merge-patches the Kubevisor with patch.
+func (f *Framework) patchKubevisor(ctx context.Context, patch string) {
+	GinkgoHelper()
+	kv := &v1alpha1.Kubevisor{ObjectMeta: metav1.ObjectMeta{Name: kubevisorName}}
+	Expect(f.Client.Patch(ctx, kv, client.RawPatch(types.MergePatchType, []byte(patch)))).To(Succeed())
 }
 
 // setImageTag sets the Kubevisor's spec.imageTag ("" removes it: the operator's own version).
@@ -372,5 +380,82 @@ var _ = Describe("Kubevisor upgrade through the operator", Label("Operator", "Up
 			_, marked := cur.Labels[v1alpha1.OutdatedLauncherImageLabel]
 			return marked
 		}).WithContext(ctx).WithTimeout(5*time.Second).WithPolling(time.Second).Should(BeFalse(), "a VMI on the new launcher is marked outdated")
+	})
+
+	// workloadUpdateStrategy Evict on the one-node cluster: the VMs on the old launcher are
+	// evicted (through the Eviction API) one per batch, and their VMs start them again on the
+	// new launcher. LiveMigrate needs a second node; the updater's envtest covers its choice.
+	It("evicts the VMIs left on the old launcher one batch at a time when workloadUpdateStrategy says Evict: their VMs start again on the new launcher", func(ctx SpecContext) {
+		if Cfg.UpgradeTag == "" {
+			Fail("no -upgrade-tag: make e2e-upgrade builds a second image set of this tree under a tag of its own and names it")
+		}
+		kv := f.kubevisor(ctx)
+		from, specTag := kv.Status.ObservedVersion, kv.Spec.ImageTag
+		Expect(from).NotTo(Equal(Cfg.UpgradeTag), "the install already runs %s", Cfg.UpgradeTag)
+		const interval = 15 * time.Second
+		DeferCleanup(func(ctx SpecContext) {
+			By(fmt.Sprintf("back to %s, with no workload update method", from))
+			tag := "null"
+			if specTag != "" {
+				tag = fmt.Sprintf("%q", specTag)
+			}
+			f.patchKubevisor(ctx, `{"spec":{"workloadUpdateStrategy":null,"imageTag":`+tag+`}}`)
+			f.waitInstalled(ctx, from, 10*time.Minute)
+		})
+		By(fmt.Sprintf("workloadUpdateStrategy: Evict, a batch of 1 every %s", interval))
+		f.patchKubevisor(ctx, fmt.Sprintf(`{"spec":{"workloadUpdateStrategy":{"workloadUpdateMethods":["Evict"],"batchEvictionSize":1,"batchEvictionInterval":%q}}}`, interval.String()))
+		f.waitInstalled(ctx, from, 10*time.Minute)
+
+		guests := f.bootOneOfEach(ctx, "evict", true)
+		old := map[string]types.UID{}
+		for _, g := range guests {
+			old[g.name] = g.vmi.UID
+		}
+
+		By(fmt.Sprintf("spec.imageTag %s", Cfg.UpgradeTag))
+		start := time.Now()
+		f.setImageTag(ctx, Cfg.UpgradeTag)
+		f.waitInstalled(ctx, Cfg.UpgradeTag, 10*time.Minute)
+
+		By("each VM runs a new VMI in a launcher pod of the new version, not marked; the status counts none")
+		Eventually(func(g Gomega) {
+			for _, gr := range guests {
+				vmi := f.VMI(ctx, gr.name)
+				g.Expect(vmi).NotTo(BeNil(), "VM %s has no VMI", gr.name)
+				g.Expect(vmi.UID).NotTo(Equal(old[gr.name]), "VM %s still runs its VMI of the old launcher", gr.name)
+				g.Expect(vmi.Status.Phase).To(Equal(v1alpha1.Running), "VMI %s", gr.name)
+				g.Expect(vmi.Labels).NotTo(HaveKey(v1alpha1.OutdatedLauncherImageLabel), "VMI %s", gr.name)
+				pods := f.LauncherPods(ctx, vmi.UID)
+				g.Expect(pods).To(HaveLen(1), "launcher pods of VMI %s", gr.name)
+				g.Expect(imagesOf(pods[0])).To(ContainElement(HaveSuffix("kubevisor-launcher:"+Cfg.UpgradeTag)), "VMI %s", gr.name)
+			}
+			n := f.kubevisor(ctx).Status.OutdatedVirtualMachineInstanceWorkloads
+			g.Expect(n == nil || *n == 0).To(BeTrue(), "status.outdatedVirtualMachineInstanceWorkloads %v", n)
+		}).WithContext(ctx).WithTimeout(5*time.Minute).WithPolling(2*time.Second).Should(Succeed())
+		GinkgoWriter.Printf("Evict, batches of 1 every %s: %d VMs on the new launcher %s after the imageTag change\n",
+			interval, len(guests), time.Since(start).Round(100*time.Millisecond))
+
+		By("one eviction per batch: the updater's eviction events are an interval apart")
+		var events eventsv1.EventList
+		Expect(f.Client.List(ctx, &events, client.InNamespace(f.Namespace))).To(Succeed())
+		var at []time.Time
+		for _, e := range events.Items {
+			if e.Reason == "WorkloadUpdateEvicted" && old[e.Regarding.Name] == e.Regarding.UID && e.Regarding.UID != "" {
+				at = append(at, e.EventTime.Time)
+			}
+		}
+		slices.SortFunc(at, func(a, b time.Time) int { return a.Compare(b) })
+		Expect(at).To(HaveLen(len(guests)), "eviction events of the old VMIs")
+		GinkgoWriter.Printf("evictions at %s after the imageTag change\n", func() (out []string) {
+			for _, t := range at {
+				out = append(out, t.Sub(start).Round(100*time.Millisecond).String())
+			}
+			return out
+		}())
+		for i := 1; i < len(at); i++ {
+			// The interval is the updater's, counted from its previous batch; a second of slack
+			// for the event's clock.
+			Expect(at[i].Sub(at[i-1])).To(BeNumerically(">=", interval-time.Second), "evictions at %v", at)
+		}
 	})
 })
