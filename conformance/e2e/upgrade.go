@@ -18,6 +18,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	"github.com/kubevisor/kubevisor/conformance/e2e/guest"
 	"github.com/kubevisor/kubevisor/core/api/v1alpha1"
 )
 
@@ -431,7 +432,7 @@ var _ = Describe("Kubevisor upgrade through the operator", Label("Operator", "Up
 			}
 			n := f.kubevisor(ctx).Status.OutdatedVirtualMachineInstanceWorkloads
 			g.Expect(n == nil || *n == 0).To(BeTrue(), "status.outdatedVirtualMachineInstanceWorkloads %v", n)
-		}).WithContext(ctx).WithTimeout(5*time.Minute).WithPolling(2*time.Second).Should(Succeed())
+		}).WithContext(ctx).WithTimeout(5 * time.Minute).WithPolling(2 * time.Second).Should(Succeed())
 		GinkgoWriter.Printf("Evict, batches of 1 every %s: %d VMs on the new launcher %s after the imageTag change\n",
 			interval, len(guests), time.Since(start).Round(100*time.Millisecond))
 
@@ -458,4 +459,69 @@ var _ = Describe("Kubevisor upgrade through the operator", Label("Operator", "Up
 			Expect(at[i].Sub(at[i-1])).To(BeNumerically(">=", interval-time.Second), "evictions at %v", at)
 		}
 	})
+
+	// Bad input: an imageTag no node has. The operator rolls kubevisor-controller first; its new
+	// pod cannot get its image, so the rollout stops there with the old pod serving, Degraded
+	// names the pod and why, the handlers and kubevisor-api are not touched, and setting the
+	// tag back recovers.
+	It("keeps the running install when imageTag names images the nodes do not have, says why in Degraded, and recovers when the tag is set back", func(ctx SpecContext) {
+		kv := f.kubevisor(ctx)
+		from, specTag := kv.Status.ObservedVersion, kv.Spec.ImageTag
+		const missing = "e2e-no-such-tag"
+		handlersBefore := map[types.UID]bool{}
+		for _, p := range f.handlerPods(ctx) {
+			handlersBefore[p.UID] = true
+		}
+		DeferCleanup(func(ctx SpecContext) {
+			By(fmt.Sprintf("back to %s", from))
+			f.setImageTag(ctx, specTag)
+			f.waitInstalled(ctx, from, 10*time.Minute)
+		})
+
+		By(fmt.Sprintf("spec.imageTag %s", missing))
+		f.setImageTag(ctx, missing)
+		Eventually(func(g Gomega) {
+			kv := f.kubevisor(ctx)
+			c := meta.FindStatusCondition(kv.Status.Conditions, v1alpha1.KubevisorDegraded)
+			g.Expect(c).NotTo(BeNil())
+			g.Expect(c.Status).To(Equal(metav1.ConditionTrue), "Degraded: %+v", c)
+			g.Expect(c.Message).To(ContainSubstring("kubevisor-controller"), "Degraded: %+v", c)
+			g.Expect(c.Message).To(MatchRegexp("ErrImagePull|ImagePullBackOff|ErrImageNeverPull|InvalidImageName"), "Degraded: %+v", c)
+			g.Expect(kv.Status.ObservedVersion).To(Equal(from))
+		}).WithContext(ctx).WithTimeout(3 * time.Minute).WithPolling(time.Second).Should(Succeed())
+		GinkgoWriter.Printf("Degraded: %s\n", meta.FindStatusCondition(f.kubevisor(ctx).Status.Conditions, v1alpha1.KubevisorDegraded).Message)
+
+		By("the install still serves at the old version: a ready controller pod of it, the same handler pods, admission answering")
+		var pods corev1.PodList
+		Expect(f.Client.List(ctx, &pods, client.InNamespace("kubevisor-system"))).To(Succeed())
+		readyOld := 0
+		for _, p := range pods.Items {
+			switch p.Labels["app.kubernetes.io/name"] {
+			case "kubevisor-controller":
+				if podIsReady(p) && slices.ContainsFunc(imagesOf(p), func(img string) bool { return strings.HasSuffix(img, ":"+from) }) {
+					readyOld++
+				}
+			case "kubevisor-handler", "kubevisor-api":
+				for _, img := range imagesOf(p) {
+					Expect(img).NotTo(HaveSuffix(":"+missing), "pod %s was rolled before kubevisor-controller was ready", p.Name)
+				}
+			}
+		}
+		Expect(readyOld).To(BeNumerically(">=", 1), "no ready kubevisor-controller pod of %s", from)
+		for _, p := range f.handlerPods(ctx) {
+			Expect(handlersBefore).To(HaveKey(p.UID), "handler pod %s is new", p.Name)
+		}
+		probe := &v1alpha1.VirtualMachineInstance{ObjectMeta: metav1.ObjectMeta{Name: "probe", Namespace: f.Namespace}, Spec: guestSpecOf(guest.Options{UserData: "probe"})}
+		Expect(f.Client.Create(ctx, probe, client.DryRunAll)).To(Succeed(), "admission of a VMI")
+	})
 })
+
+// podIsReady says p's Ready condition is True.
+func podIsReady(p corev1.Pod) bool {
+	for _, c := range p.Status.Conditions {
+		if c.Type == corev1.PodReady {
+			return c.Status == corev1.ConditionTrue
+		}
+	}
+	return false
+}
