@@ -29,6 +29,7 @@ import (
 	"github.com/kubevisor/kubevisor/controlplane/certs"
 	"github.com/kubevisor/kubevisor/controlplane/operator"
 	"github.com/kubevisor/kubevisor/core/api/v1alpha1"
+	"github.com/kubevisor/kubevisor/core/liveconfig"
 	"github.com/kubevisor/kubevisor/internal/envtest"
 )
 
@@ -357,8 +358,14 @@ func TestOperatorLifecycle(t *testing.T) {
 	h.eventually("the libvirt class is pruned", func() (bool, error) { return slices.Equal(h.classes(), []string{"qmp"}), nil })
 	var cms corev1.ConfigMapList
 	h.must(h.c.List(h.ctx, &cms, client.InNamespace(operator.Namespace)))
-	if len(cms.Items) != 1 {
-		t.Errorf("%d ConfigMaps in kubevisor-system, want the handler's current one only (the old one pruned)", len(cms.Items))
+	var cmNames []string
+	for _, cm := range cms.Items {
+		if cm.Name != liveconfig.Name {
+			cmNames = append(cmNames, cm.Name)
+		}
+	}
+	if len(cmNames) != 1 || len(cms.Items) != 2 {
+		t.Errorf("ConfigMaps %v in kubevisor-system besides %s (%d in all), want the handler's current one only (the old one pruned)", cmNames, liveconfig.Name, len(cms.Items))
 	}
 
 	t.Log("upgrade to v2, the controller's new pods not coming up")
@@ -406,18 +413,32 @@ func TestOperatorLifecycle(t *testing.T) {
 		t.Errorf("observed version %q, api %q: want v2", got.Status.ObservedVersion, h.image("Deployment", operator.APIDeployment, "api"))
 	}
 
-	t.Log("configuration")
+	t.Log("configuration: a live field reaches the live ConfigMap and leaves the workloads as they are")
+	generations := map[string]int64{}
+	for _, name := range []string{operator.ControllerDeployment, operator.APIDeployment} {
+		var d appsv1.Deployment
+		h.must(h.c.Get(h.ctx, client.ObjectKey{Namespace: operator.Namespace, Name: name}, &d))
+		generations[name] = d.Generation
+	}
 	envtest.Update(t, h.c, h.kv("kubevisor"), func(kv *v1alpha1.Kubevisor) {
 		kv.Spec.Configuration.Migrations = &v1alpha1.KubevisorMigrations{MigrationConfiguration: v1alpha1.MigrationConfiguration{CompletionTimeoutPerGiB: ptr.To[int64](300)}}
 	})
-	h.eventually("the controller gets the migration default", func() (bool, error) {
-		var d appsv1.Deployment
-		if err := h.c.Get(h.ctx, client.ObjectKey{Namespace: operator.Namespace, Name: operator.ControllerDeployment}, &d); err != nil {
+	h.eventually("the live configuration gets the migration default", func() (bool, error) {
+		var cm corev1.ConfigMap
+		if err := h.c.Get(h.ctx, client.ObjectKey{Namespace: liveconfig.Namespace, Name: liveconfig.Name}, &cm); err != nil {
 			return false, err
 		}
-		return slices.Contains(d.Spec.Template.Spec.Containers[0].Args, "--migration-completion-timeout-per-gib=300"), nil
+		c, err := liveconfig.Parse(cm.Data)
+		return err == nil && c.Migrations != nil && ptr.Deref(c.Migrations.CompletionTimeoutPerGiB, 0) == 300, err
 	})
 	h.waitCondition("kubevisor", v1alpha1.KubevisorAvailable, metav1.ConditionTrue, operator.ReasonInstalled)
+	for name, gen := range generations {
+		var d appsv1.Deployment
+		h.must(h.c.Get(h.ctx, client.ObjectKey{Namespace: operator.Namespace, Name: name}, &d))
+		if d.Generation != gen {
+			t.Errorf("Deployment %s: generation %d, was %d: a live field changed it (its pods roll)", name, d.Generation, gen)
+		}
+	}
 
 	t.Log("uninstall, blocked while a VMI exists")
 	before := h.managed()

@@ -13,8 +13,12 @@
 // component's, as a part of the handler configuration, so the handler ConfigMap's name changes
 // and the DaemonSet rolls), drivers from driver images (an init container each, a handler
 // configuration part, a HypervisorClass for a hypervisor), the default class, the components'
-// flags (migration defaults, eviction strategy, log verbosity, workload update strategy) and
-// their placement. A bad spec is refused with each field's path, in the Degraded condition; the
+// flags (eviction strategy, the handler's log level, workload update strategy) and their
+// placement, and the live configuration (core/liveconfig): the ConfigMap
+// kubevisor-system/kubevisor-config holding the migration defaults and limits and the
+// controller's and api's log verbosity, which those components watch and take without a
+// restart; those fields are not flags, so a change of them leaves the pod templates as they
+// are. A bad spec is refused with each field's path, in the Degraded condition; the
 // running install is kept.
 //
 // # How it applies
@@ -59,8 +63,9 @@
 //
 // # Limits
 //
-// The components take the configuration as flags, so a change restarts them (rolling; the VMs
-// keep running); none is taken live yet. The control plane's certificates are made and
+// The configuration the components cannot take live is flags, so a change of it restarts them
+// (rolling; the VMs keep running): the eviction strategy, the handler's log level, the drivers'
+// configuration (permitted host devices are hostdev's), placement. The control plane's certificates are made and
 // rotated by kubevisor-api; the operator sets their lifetimes (certificateRotateStrategy).
 // VMIs whose launcher is of an older version are marked, and migrated or evicted per
 // workloadUpdateStrategy, by kubevisor-controller (controlplane/workloadupdate); the operator

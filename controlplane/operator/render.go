@@ -8,7 +8,6 @@ import (
 	"path"
 	"slices"
 	"sort"
-	"strconv"
 	"strings"
 	"time"
 
@@ -22,6 +21,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/kubevisor/kubevisor/core/api/v1alpha1"
+	"github.com/kubevisor/kubevisor/core/liveconfig"
 )
 
 // The labels every object of an install carries. ManagedByLabel is how the operator finds what
@@ -250,7 +250,7 @@ func (r Renderer) Render(spec *v1alpha1.KubevisorSpec) (*Rendered, field.ErrorLi
 		}
 	}
 	errs = append(errs, validateCerts(spec.CertificateRotateStrategy)...)
-	errs = append(errs, validateMigrations(spec.Configuration.Migrations)...)
+	errs = append(errs, liveconfig.ValidateMigrations(spec.Configuration.Migrations, field.NewPath("spec", "configuration", "migrations"))...)
 	errs = append(errs, validateWorkloadUpdate(spec.WorkloadUpdateStrategy)...)
 	if len(errs) > 0 {
 		return nil, errs
@@ -292,6 +292,11 @@ func (r Renderer) Render(spec *v1alpha1.KubevisorSpec) (*Rendered, field.ErrorLi
 			out.Objects = append(out.Objects, o)
 		}
 	}
+	live, err := liveConfigMap(spec)
+	if err != nil {
+		return nil, field.ErrorList{field.InternalError(field.NewPath("spec", "configuration"), err)}
+	}
+	out.Objects = append(out.Objects, live)
 	sort.SliceStable(out.Objects, func(i, j int) bool { return applyRank(out.Objects[i]) < applyRank(out.Objects[j]) })
 	return out, nil
 }
@@ -560,49 +565,59 @@ func setFlags(args []string, flags map[string]string) []string {
 	return args
 }
 
+// controllerFlags are kubevisor-controller's flags of the configuration that it cannot take
+// live. Its migration defaults and limits and its verbosity are live (liveConfigMap): they are
+// not flags here, so that changing them leaves the pod template, and the pods, as they are.
 func controllerFlags(c v1alpha1.KubevisorConfiguration) map[string]string {
 	f := map[string]string{}
 	if c.DefaultEvictionStrategy != "" {
 		f["default-eviction-strategy"] = c.DefaultEvictionStrategy
 	}
-	if m := c.Migrations; m != nil {
-		if m.BandwidthPerMigration != nil {
-			f["migration-bandwidth-per-migration"] = m.BandwidthPerMigration.String()
-		}
-		if m.CompletionTimeoutPerGiB != nil {
-			f["migration-completion-timeout-per-gib"] = strconv.FormatInt(*m.CompletionTimeoutPerGiB, 10)
-		}
-		if m.ProgressTimeout != nil {
-			f["migration-progress-timeout"] = strconv.FormatInt(*m.ProgressTimeout, 10)
-		}
-		if m.ParallelMigrationsPerCluster != nil {
-			f["migration-parallel-per-cluster"] = strconv.Itoa(int(*m.ParallelMigrationsPerCluster))
-		}
-		if m.ParallelOutboundMigrationsPerNode != nil {
-			f["migration-parallel-outbound-per-node"] = strconv.Itoa(int(*m.ParallelOutboundMigrationsPerNode))
-		}
-		if m.AllowAutoConverge != nil {
-			f["migration-allow-auto-converge"] = strconv.FormatBool(*m.AllowAutoConverge)
-		}
-		if m.AllowPostCopy != nil {
-			f["migration-allow-post-copy"] = strconv.FormatBool(*m.AllowPostCopy)
-		}
-	}
-	if v := c.LogVerbosity; v != nil && v.Controller != nil {
-		f["v"] = strconv.Itoa(int(*v.Controller))
-	}
 	return f
 }
 
+// apiFlags are kubevisor-api's flags of the configuration; its verbosity is live.
 func apiFlags(c v1alpha1.KubevisorConfiguration) map[string]string {
 	f := map[string]string{}
 	if c.DefaultEvictionStrategy != "" {
 		f["default-eviction-strategy"] = c.DefaultEvictionStrategy
 	}
-	if v := c.LogVerbosity; v != nil && v.API != nil {
-		f["v"] = strconv.Itoa(int(*v.API))
-	}
 	return f
+}
+
+// liveConfigMap is the live configuration (core/liveconfig) of spec: the ConfigMap the
+// components watch, holding configuration.migrations and the controller's and api's
+// logVerbosity. It is rendered for every spec, empty fields and all, so that a field removed
+// from the spec returns the components to their flags.
+func liveConfigMap(spec *v1alpha1.KubevisorSpec) (*unstructured.Unstructured, error) {
+	c := liveconfig.New()
+	if m := spec.Configuration.Migrations; m != nil {
+		c.Migrations = m.DeepCopy()
+	}
+	if v := spec.Configuration.LogVerbosity; v != nil && (v.Controller != nil || v.API != nil) {
+		c.LogVerbosity = &liveconfig.LogVerbosity{Controller: v.Controller, API: v.API}
+	}
+	if errs := c.Validate(field.NewPath("spec", "configuration")); len(errs) > 0 {
+		return nil, errs.ToAggregate()
+	}
+	data, err := c.Marshal()
+	if err != nil {
+		return nil, err
+	}
+	return &unstructured.Unstructured{Object: map[string]any{
+		"apiVersion": "v1", "kind": "ConfigMap",
+		"metadata": map[string]any{"name": liveconfig.Name, "namespace": liveconfig.Namespace,
+			"labels": map[string]any{PartOfLabel: "kubevisor", ManagedByLabel: ManagedByValue}},
+		"data": toAnyMap(data),
+	}}, nil
+}
+
+func toAnyMap(m map[string]string) map[string]any {
+	out := make(map[string]any, len(m))
+	for k, v := range m {
+		out[k] = v
+	}
+	return out
 }
 
 // minCertDuration is the shortest certificate lifetime the operator accepts: rotation runs
@@ -632,25 +647,6 @@ func validateCerts(c *v1alpha1.CertificateRotateStrategy) field.ErrorList {
 	}
 	if ss.NodeCertMaxDuration != nil && ss.NodeCertMaxDuration.Duration < minCertDuration {
 		errs = append(errs, field.Invalid(p.Child("nodeCertMaxDuration"), ss.NodeCertMaxDuration.Duration.String(), "at least "+minCertDuration.String()))
-	}
-	return errs
-}
-
-// validateMigrations checks what kubevisor-controller's flags would refuse at its start.
-func validateMigrations(m *v1alpha1.KubevisorMigrations) field.ErrorList {
-	if m == nil {
-		return nil
-	}
-	p := field.NewPath("spec", "configuration", "migrations")
-	var errs field.ErrorList
-	if m.BandwidthPerMigration != nil && m.BandwidthPerMigration.Sign() < 0 {
-		errs = append(errs, field.Invalid(p.Child("bandwidthPerMigration"), m.BandwidthPerMigration.String(), "bytes per second, 0 for no limit"))
-	}
-	if m.CompletionTimeoutPerGiB != nil && *m.CompletionTimeoutPerGiB < 1 {
-		errs = append(errs, field.Invalid(p.Child("completionTimeoutPerGiB"), *m.CompletionTimeoutPerGiB, "at least 1 second"))
-	}
-	if m.ProgressTimeout != nil && *m.ProgressTimeout < 1 {
-		errs = append(errs, field.Invalid(p.Child("progressTimeout"), *m.ProgressTimeout, "at least 1 second"))
 	}
 	return errs
 }

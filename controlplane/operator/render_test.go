@@ -20,6 +20,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/kubevisor/kubevisor/core/api/v1alpha1"
+	"github.com/kubevisor/kubevisor/core/liveconfig"
 	"github.com/kubevisor/kubevisor/manifests"
 )
 
@@ -63,7 +64,8 @@ func ids(objs []*unstructured.Unstructured) []string {
 // TestRenderMatchesInstallScript renders the default driver set and checks it against what
 // hack/install.sh renders with kubectl's kustomize for the same set: the same objects, each
 // with the same content but for the operator's label and version annotation, and
-// kubevisor-api's --manage-ca=false (the operator owns the CA).
+// kubevisor-api's --manage-ca=false (the operator owns the CA); and the operator's live
+// configuration ConfigMap besides.
 func TestRenderMatchesInstallScript(t *testing.T) {
 	if _, err := exec.LookPath("kubectl"); err != nil {
 		t.Fatalf("kubectl is not on PATH (it renders the install script's manifests): %v", err)
@@ -85,7 +87,13 @@ func TestRenderMatchesInstallScript(t *testing.T) {
 		}
 	}
 	got := mustRender(t, specOf(drivers...))
-	all := append(slices.Clone(got.CRDs), got.Objects...)
+	// The live configuration is the operator's own: an install without it runs on flags.
+	if find(got, "ConfigMap", liveconfig.Name) == nil {
+		t.Errorf("no ConfigMap %s", liveconfig.Name)
+	}
+	all := slices.DeleteFunc(append(slices.Clone(got.CRDs), got.Objects...), func(o *unstructured.Unstructured) bool {
+		return o.GetKind() == "ConfigMap" && o.GetName() == liveconfig.Name
+	})
 	if g, w := ids(all), ids(want); !slices.Equal(g, w) {
 		t.Fatalf("objects differ:\noperator: %v\nscript:   %v", g, w)
 	}
@@ -175,6 +183,11 @@ func TestRenderBadSpec(t *testing.T) {
 			s.Configuration.Migrations = &v1alpha1.KubevisorMigrations{MigrationConfiguration: v1alpha1.MigrationConfiguration{ProgressTimeout: ptr.To[int64](0)}}
 			return s
 		}(), "spec.configuration.migrations.progressTimeout: Invalid value: 0: at least 1 second"},
+		{"a parallel limit of 0", func() *v1alpha1.KubevisorSpec {
+			s := specOf("qmp", "cni", "local")
+			s.Configuration.Migrations = &v1alpha1.KubevisorMigrations{ParallelMigrationsPerCluster: ptr.To[int32](0)}
+			return s
+		}(), "spec.configuration.migrations.parallelMigrationsPerCluster: Invalid value: 0: at least 1"},
 		{"config not an object", func() *v1alpha1.KubevisorSpec {
 			s := specOf("qmp", "cni", "local")
 			s.Drivers[1].Config = &apiextensionsv1.JSON{Raw: []byte(`[1]`)}
@@ -300,18 +313,30 @@ func TestRenderImagesAndFlags(t *testing.T) {
 	if launcher != "registry.example:5000/kv/kubevisor-launcher:v2.1" {
 		t.Errorf("launcher image %q, want registry.example:5000/kv/kubevisor-launcher:v2.1", launcher)
 	}
-	for _, want := range []string{"--default-eviction-strategy=LiveMigrate", "--migration-bandwidth-per-migration=64Mi",
-		"--migration-completion-timeout-per-gib=300", "--migration-progress-timeout=90", "--migration-allow-post-copy=true",
-		"--v=4", "--leader-elect=true"} {
+	for _, want := range []string{"--default-eviction-strategy=LiveMigrate", "--leader-elect=true"} {
 		if !slices.Contains(ctl.Args, want) {
 			t.Errorf("controller args %q lack %s", ctl.Args, want)
 		}
 	}
-	for _, want := range []string{"--default-eviction-strategy=LiveMigrate", "--v=2", "--cert-lifetime=24h0m0s", "--cert-renew-before=8h0m0s",
+	for _, want := range []string{"--default-eviction-strategy=LiveMigrate", "--cert-lifetime=24h0m0s", "--cert-renew-before=8h0m0s",
 		"--node-cert-max-lifetime=1h0m0s", "--manage-ca=false"} {
 		if !slices.Contains(api.Args, want) {
 			t.Errorf("api args %q lack %s", api.Args, want)
 		}
+	}
+	// The migration defaults and the verbosity are live: in the ConfigMap, not in the flags.
+	for _, args := range [][]string{ctl.Args, api.Args} {
+		if i := slices.IndexFunc(args, func(a string) bool { return strings.HasPrefix(a, "--migration-") || strings.HasPrefix(a, "--v=") }); i >= 0 {
+			t.Errorf("args %q: %s is live, not a flag", args, args[i])
+		}
+	}
+	live := liveConfig(t, r)
+	if m := live.Migrations; m == nil || m.BandwidthPerMigration.String() != "64Mi" || *m.CompletionTimeoutPerGiB != 300 ||
+		*m.ProgressTimeout != 90 || !*m.AllowPostCopy {
+		t.Errorf("live migrations %+v, want the spec's", live.Migrations)
+	}
+	if v := live.LogVerbosity; v == nil || *v.Controller != 4 || *v.API != 2 {
+		t.Errorf("live verbosity %+v, want controller 4, api 2", live.LogVerbosity)
 	}
 	// The CA is the operator's (caOptions), not kubevisor-api's.
 	if slices.ContainsFunc(api.Args, func(a string) bool { return strings.HasPrefix(a, "--ca-lifetime") }) {
@@ -327,6 +352,62 @@ func TestRenderImagesAndFlags(t *testing.T) {
 		if v, _, _ := unstructured.NestedString(o.Object, "spec", "template", "metadata", "annotations", VersionAnnotation); v != "v2.1" {
 			t.Errorf("%s: template annotation %s=%q, want v2.1", o.GetName(), VersionAnnotation, v)
 		}
+	}
+}
+
+// liveConfig is the live configuration r renders, parsed as the components parse it.
+func liveConfig(t *testing.T, r *Rendered) liveconfig.Config {
+	t.Helper()
+	cm := find(r, "ConfigMap", liveconfig.Name)
+	if cm == nil || cm.GetNamespace() != liveconfig.Namespace || cm.GetLabels()[ManagedByLabel] != ManagedByValue {
+		t.Fatalf("live configuration ConfigMap %v: want %s/%s with the operator's label", cm, liveconfig.Namespace, liveconfig.Name)
+	}
+	data, _, _ := unstructured.NestedStringMap(cm.Object, "data")
+	c, err := liveconfig.Parse(data)
+	if err != nil {
+		t.Fatalf("the rendered live configuration does not parse: %v\n%v", err, data)
+	}
+	return c
+}
+
+// TestRenderLiveFieldsKeepTemplates: a change of only live fields (migration defaults and
+// limits, the controller's and api's verbosity) changes the live configuration ConfigMap and
+// no workload, so nothing restarts; a spec without them renders a ConfigMap without them (the
+// flags apply again). The handler's log level is a flag: it changes the DaemonSet.
+func TestRenderLiveFieldsKeepTemplates(t *testing.T) {
+	a, b := specOf("qmp", "cni", "local"), specOf("qmp", "cni", "local")
+	a.Configuration.Migrations = &v1alpha1.KubevisorMigrations{MigrationConfiguration: v1alpha1.MigrationConfiguration{
+		ProgressTimeout: ptr.To[int64](90)}, ParallelMigrationsPerCluster: ptr.To[int32](2)}
+	a.Configuration.LogVerbosity = &v1alpha1.LogVerbosity{Controller: ptr.To[int32](4)}
+	b.Configuration.Migrations = &v1alpha1.KubevisorMigrations{MigrationConfiguration: v1alpha1.MigrationConfiguration{
+		ProgressTimeout: ptr.To[int64](300), AllowAutoConverge: ptr.To(true)}, ParallelOutboundMigrationsPerNode: ptr.To[int32](1)}
+	b.Configuration.LogVerbosity = &v1alpha1.LogVerbosity{API: ptr.To[int32](6)}
+	ra, rb, rn := mustRender(t, a), mustRender(t, b), mustRender(t, specOf("qmp", "cni", "local"))
+	for _, w := range []struct{ kind, name string }{{"Deployment", ControllerDeployment}, {"Deployment", APIDeployment}, {"DaemonSet", HandlerDaemonSet}} {
+		ja, _ := json.Marshal(find(ra, w.kind, w.name).Object)
+		jb, _ := json.Marshal(find(rb, w.kind, w.name).Object)
+		jn, _ := json.Marshal(find(rn, w.kind, w.name).Object)
+		if !bytes.Equal(ja, jb) || !bytes.Equal(ja, jn) {
+			t.Errorf("%s %s differs between specs that differ only in live fields:\n%s\n%s", w.kind, w.name, ja, jb)
+		}
+	}
+	ca, cb, cn := liveConfig(t, ra), liveConfig(t, rb), liveConfig(t, rn)
+	if *ca.Migrations.ProgressTimeout != 90 || *ca.Migrations.ParallelMigrationsPerCluster != 2 || *liveconfig.ControllerVerbosity(ca) != 4 {
+		t.Errorf("live configuration of a: %+v", ca)
+	}
+	if *cb.Migrations.ProgressTimeout != 300 || cb.Migrations.ParallelMigrationsPerCluster != nil || *liveconfig.APIVerbosity(cb) != 6 ||
+		liveconfig.ControllerVerbosity(cb) != nil {
+		t.Errorf("live configuration of b: %+v", cb)
+	}
+	if cn.Migrations != nil || cn.LogVerbosity != nil {
+		t.Errorf("live configuration without live fields: %+v, want none (the flags)", cn)
+	}
+	h := specOf("qmp", "cni", "local")
+	h.Configuration.LogVerbosity = &v1alpha1.LogVerbosity{Handler: "debug"}
+	jh, _ := json.Marshal(find(mustRender(t, h), "DaemonSet", HandlerDaemonSet).Object)
+	jn, _ := json.Marshal(find(rn, "DaemonSet", HandlerDaemonSet).Object)
+	if bytes.Equal(jh, jn) {
+		t.Error("the handler's log level left the DaemonSet as it was: it is a flag, and rolls the handlers")
 	}
 }
 
