@@ -33,6 +33,7 @@ import (
 	"github.com/kubevisor/kubevisor/core/handler/nodecert"
 	"github.com/kubevisor/kubevisor/core/handler/standalone"
 	"github.com/kubevisor/kubevisor/core/handler/streams"
+	"github.com/kubevisor/kubevisor/core/liveconfig"
 	"github.com/kubevisor/kubevisor/core/nodeapi"
 	"github.com/kubevisor/kubevisor/core/seccomp"
 )
@@ -65,6 +66,10 @@ on the node, copies the CA bundle --node-cert-ca-bundle beside it, and renews it
 thirds of --node-cert-lifetime (package core/handler/nodecert). The port waits for the files
 as the stream endpoint does, and migrations to and from the node fail meanwhile; the VMIs
 run anyway.
+
+--live-config-name names the ConfigMap (in --live-config-namespace; default
+kubevisor-system/kubevisor-config, core/liveconfig) whose logVerbosity.handler replaces
+--log-level while it exists, without a restart ("" turns it off).
 
 run: runs one VirtualMachineInstance
 on this machine without a cluster: a network namespace on the
@@ -172,6 +177,9 @@ func serve(args []string) {
 	logLevel := fs.String("log-level", "info", "log level: trace, debug, info, warn, error")
 	cpuManagerState := fs.String("cpu-manager-state", cluster.DefaultCPUManagerStateFile, "the kubelet's CPU manager state file; the node is labelled kubevisor.io/cpumanager=true while it names the static policy (empty: the label is left to the admin)")
 	workers := fs.Int("workers", cluster.DefaultWorkers, "VMIs synced at once (the handler serialises the calls for one VMI)")
+	live := &liveconfig.Watcher{}
+	fs.StringVar(&live.Namespace, "live-config-namespace", liveconfig.Namespace, "`namespace` of the live configuration ConfigMap")
+	fs.StringVar(&live.Name, "live-config-name", liveconfig.Name, "`name` of the live configuration ConfigMap (core/liveconfig), whose handler log level replaces --log-level while it exists; \"\" turns it off")
 	_ = fs.Parse(args)
 	if *nodeCertCABundle == "" {
 		*nodeCertCABundle = filepath.Join(*streamCertDir, "ca.crt")
@@ -207,9 +215,18 @@ func serve(args []string) {
 			*migrationAdvertise = net.JoinHostPort(os.Getenv("POD_IP"), port)
 		}
 	}
-	logger := hclog.New(&hclog.LoggerOptions{Name: "kubevisor-handler", Level: hclog.LevelFromString(*logLevel), Output: os.Stderr, JSONFormat: true})
-	log := logr.FromSlogHandler(slog.NewJSONHandler(os.Stderr, nil))
+	level := hclog.LevelFromString(*logLevel)
+	logger := hclog.New(&hclog.LoggerOptions{Name: "kubevisor-handler", Level: level, Output: os.Stderr, JSONFormat: true})
+	slogLevel := &slog.LevelVar{}
+	slogLevel.Set(liveconfig.SlogLevel(level))
+	log := logr.FromSlogHandler(slog.NewJSONHandler(os.Stderr, &slog.HandlerOptions{Level: slogLevel}))
 	ctrl.SetLogger(log)
+	if live.Name != "" {
+		live.Log = log.WithName("liveconfig")
+		live.Appliers = []liveconfig.Applier{liveconfig.HandlerLevel(logger, slogLevel, *logLevel, live.Log)}
+	} else {
+		live = nil
+	}
 	err = cluster.Serve(ctrl.SetupSignalHandler(), cluster.ServeConfig{
 		Rest: rc, Handler: cfg, PluginBinDir: *pluginBinDir, Agent: cluster.AgentConfig{NodeName: *nodeName, HostStateDir: *hostDir,
 			Controller: controller.Options{MaxConcurrentReconciles: *workers},
@@ -219,7 +236,7 @@ func serve(args []string) {
 		RequestNodeCert: *nodeCertRequest,
 		NodeCert:        nodecert.Config{CABundleFile: *nodeCertCABundle, Lifetime: *nodeCertLifetime},
 		MetricsAddr:     *metricsAddr, HealthAddr: *healthAddr, Logger: logger, Log: log,
-		CPUManagerStateFile: *cpuManagerState,
+		CPUManagerStateFile: *cpuManagerState, LiveConfig: live,
 	})
 	if err != nil {
 		fail(1, err)

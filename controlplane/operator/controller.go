@@ -78,7 +78,7 @@ func (r *Reconciler) recheck() time.Duration {
 // server checks these names on create too).
 // +kubebuilder:rbac:groups=rbac.authorization.k8s.io,resources=clusterroles,resourceNames=kubevisor-api;kubevisor-controller;kubevisor-handler;kubevisor.io:admin;kubevisor.io:edit;kubevisor.io:migrate;kubevisor.io:view,verbs=escalate;bind
 // +kubebuilder:rbac:groups=rbac.authorization.k8s.io,resources=clusterroles,resourceNames=system:auth-delegator,verbs=bind
-// +kubebuilder:rbac:groups=rbac.authorization.k8s.io,namespace=kubevisor-system,resources=roles,resourceNames=kubevisor-api;kubevisor-controller,verbs=escalate;bind
+// +kubebuilder:rbac:groups=rbac.authorization.k8s.io,namespace=kubevisor-system,resources=roles,resourceNames=kubevisor-api;kubevisor-controller;kubevisor-handler,verbs=escalate;bind
 // +kubebuilder:rbac:groups=rbac.authorization.k8s.io,namespace=kube-system,resources=roles,resourceNames=extension-apiserver-authentication-reader,verbs=bind
 // +kubebuilder:rbac:groups=apiextensions.k8s.io,resources=customresourcedefinitions,verbs=get;list;watch;create;update;patch;delete
 // +kubebuilder:rbac:groups=admissionregistration.k8s.io,resources=mutatingwebhookconfigurations;validatingwebhookconfigurations,verbs=get;list;watch;create;update;patch;delete

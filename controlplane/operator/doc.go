@@ -13,11 +13,10 @@
 // component's, as a part of the handler configuration, so the handler ConfigMap's name changes
 // and the DaemonSet rolls), drivers from driver images (an init container each, a handler
 // configuration part, a HypervisorClass for a hypervisor), the default class, the components'
-// flags (eviction strategy, the handler's log level, workload update strategy) and their
-// placement, and the live configuration (core/liveconfig): the ConfigMap
-// kubevisor-system/kubevisor-config holding the migration defaults and limits and the
-// controller's and api's log verbosity, which those components watch and take without a
-// restart; those fields are not flags, so a change of them leaves the pod templates as they
+// flags (eviction strategy, workload update strategy) and their placement, and the live
+// configuration (core/liveconfig): the ConfigMap kubevisor-system/kubevisor-config holding the
+// migration defaults and limits and the log verbosity of the controller, the api and the
+// handler, which those components watch and take without a restart; those fields are not flags, so a change of them leaves the pod templates as they
 // are. A bad spec is refused with each field's path, in the Degraded condition; the
 // running install is kept.
 //
@@ -64,8 +63,8 @@
 // # Limits
 //
 // The configuration the components cannot take live is flags, so a change of it restarts them
-// (rolling; the VMs keep running): the eviction strategy, the handler's log level, the drivers'
-// configuration (permitted host devices are hostdev's), placement. The control plane's certificates are made and
+// (rolling; the VMs keep running): the eviction strategy, the workload update strategy, the
+// drivers' configuration (permitted host devices are hostdev's), images, placement. The control plane's certificates are made and
 // rotated by kubevisor-api; the operator sets their lifetimes (certificateRotateStrategy).
 // VMIs whose launcher is of an older version are marked, and migrated or evicted per
 // workloadUpdateStrategy, by kubevisor-controller (controlplane/workloadupdate); the operator

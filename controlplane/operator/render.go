@@ -586,16 +586,15 @@ func apiFlags(c v1alpha1.KubevisorConfiguration) map[string]string {
 }
 
 // liveConfigMap is the live configuration (core/liveconfig) of spec: the ConfigMap the
-// components watch, holding configuration.migrations and the controller's and api's
-// logVerbosity. It is rendered for every spec, empty fields and all, so that a field removed
+// components watch, holding configuration.migrations and logVerbosity. It is rendered for every spec, empty fields and all, so that a field removed
 // from the spec returns the components to their flags.
 func liveConfigMap(spec *v1alpha1.KubevisorSpec) (*unstructured.Unstructured, error) {
 	c := liveconfig.New()
 	if m := spec.Configuration.Migrations; m != nil {
 		c.Migrations = m.DeepCopy()
 	}
-	if v := spec.Configuration.LogVerbosity; v != nil && (v.Controller != nil || v.API != nil) {
-		c.LogVerbosity = &liveconfig.LogVerbosity{Controller: v.Controller, API: v.API}
+	if v := spec.Configuration.LogVerbosity; v != nil && (v.Controller != nil || v.API != nil || v.Handler != "") {
+		c.LogVerbosity = &liveconfig.LogVerbosity{Controller: v.Controller, API: v.API, Handler: v.Handler}
 	}
 	if errs := c.Validate(field.NewPath("spec", "configuration")); len(errs) > 0 {
 		return nil, errs.ToAggregate()
@@ -670,12 +669,9 @@ func certFlags(c *v1alpha1.CertificateRotateStrategy) map[string]string {
 	return f
 }
 
-func handlerFlags(c v1alpha1.KubevisorConfiguration) map[string]string {
-	f := map[string]string{}
-	if v := c.LogVerbosity; v != nil && v.Handler != "" {
-		f["log-level"] = v.Handler
-	}
-	return f
+// handlerFlags are the handler's flags of the configuration: none (its log level is live).
+func handlerFlags(v1alpha1.KubevisorConfiguration) map[string]string {
+	return map[string]string{}
 }
 
 // applyPlacement adds p to a workload's pod template: its node selector and tolerations added

@@ -335,8 +335,8 @@ func TestRenderImagesAndFlags(t *testing.T) {
 		*m.ProgressTimeout != 90 || !*m.AllowPostCopy {
 		t.Errorf("live migrations %+v, want the spec's", live.Migrations)
 	}
-	if v := live.LogVerbosity; v == nil || *v.Controller != 4 || *v.API != 2 {
-		t.Errorf("live verbosity %+v, want controller 4, api 2", live.LogVerbosity)
+	if v := live.LogVerbosity; v == nil || *v.Controller != 4 || *v.API != 2 || v.Handler != "debug" {
+		t.Errorf("live verbosity %+v, want controller 4, api 2, handler debug", live.LogVerbosity)
 	}
 	// The CA is the operator's (caOptions), not kubevisor-api's.
 	if slices.ContainsFunc(api.Args, func(a string) bool { return strings.HasPrefix(a, "--ca-lifetime") }) {
@@ -345,8 +345,9 @@ func TestRenderImagesAndFlags(t *testing.T) {
 	if o := caOptions(spec); o.Lifetime != 24*time.Hour || o.RenewBefore != 8*time.Hour || o.CALifetime != 7*24*time.Hour {
 		t.Errorf("CA options %+v, want the spec's lifetimes", o)
 	}
-	if !slices.Contains(handler.Args, "--log-level=debug") || slices.Contains(handler.Args, "--log-level=info") {
-		t.Errorf("handler args %q: want --log-level=debug replacing info", handler.Args)
+	// The handler's log level is live too: its flag keeps the install's value.
+	if slices.Contains(handler.Args, "--log-level=debug") || !slices.Contains(handler.Args, "--log-level=info") {
+		t.Errorf("handler args %q: want the install's --log-level=info (debug is live)", handler.Args)
 	}
 	for _, o := range []*unstructured.Unstructured{find(r, "Deployment", ControllerDeployment), find(r, "DaemonSet", HandlerDaemonSet)} {
 		if v, _, _ := unstructured.NestedString(o.Object, "spec", "template", "metadata", "annotations", VersionAnnotation); v != "v2.1" {
@@ -371,9 +372,10 @@ func liveConfig(t *testing.T, r *Rendered) liveconfig.Config {
 }
 
 // TestRenderLiveFieldsKeepTemplates: a change of only live fields (migration defaults and
-// limits, the controller's and api's verbosity) changes the live configuration ConfigMap and
-// no workload, so nothing restarts; a spec without them renders a ConfigMap without them (the
-// flags apply again). The handler's log level is a flag: it changes the DaemonSet.
+// limits, the components' verbosity) changes the live configuration ConfigMap and no
+// workload, so nothing restarts; a spec without them renders a ConfigMap without them (the
+// flags apply again). A driver's configuration (hostdev's permitted devices) is not live: it
+// changes the DaemonSet.
 func TestRenderLiveFieldsKeepTemplates(t *testing.T) {
 	a, b := specOf("qmp", "cni", "local"), specOf("qmp", "cni", "local")
 	a.Configuration.Migrations = &v1alpha1.KubevisorMigrations{MigrationConfiguration: v1alpha1.MigrationConfiguration{
@@ -381,7 +383,7 @@ func TestRenderLiveFieldsKeepTemplates(t *testing.T) {
 	a.Configuration.LogVerbosity = &v1alpha1.LogVerbosity{Controller: ptr.To[int32](4)}
 	b.Configuration.Migrations = &v1alpha1.KubevisorMigrations{MigrationConfiguration: v1alpha1.MigrationConfiguration{
 		ProgressTimeout: ptr.To[int64](300), AllowAutoConverge: ptr.To(true)}, ParallelOutboundMigrationsPerNode: ptr.To[int32](1)}
-	b.Configuration.LogVerbosity = &v1alpha1.LogVerbosity{API: ptr.To[int32](6)}
+	b.Configuration.LogVerbosity = &v1alpha1.LogVerbosity{API: ptr.To[int32](6), Handler: "trace"}
 	ra, rb, rn := mustRender(t, a), mustRender(t, b), mustRender(t, specOf("qmp", "cni", "local"))
 	for _, w := range []struct{ kind, name string }{{"Deployment", ControllerDeployment}, {"Deployment", APIDeployment}, {"DaemonSet", HandlerDaemonSet}} {
 		ja, _ := json.Marshal(find(ra, w.kind, w.name).Object)
@@ -396,18 +398,19 @@ func TestRenderLiveFieldsKeepTemplates(t *testing.T) {
 		t.Errorf("live configuration of a: %+v", ca)
 	}
 	if *cb.Migrations.ProgressTimeout != 300 || cb.Migrations.ParallelMigrationsPerCluster != nil || *liveconfig.APIVerbosity(cb) != 6 ||
-		liveconfig.ControllerVerbosity(cb) != nil {
+		liveconfig.ControllerVerbosity(cb) != nil || cb.LogVerbosity.Handler != "trace" {
 		t.Errorf("live configuration of b: %+v", cb)
 	}
 	if cn.Migrations != nil || cn.LogVerbosity != nil {
 		t.Errorf("live configuration without live fields: %+v, want none (the flags)", cn)
 	}
-	h := specOf("qmp", "cni", "local")
-	h.Configuration.LogVerbosity = &v1alpha1.LogVerbosity{Handler: "debug"}
+	h := specOf("qmp", "cni", "local", "hostdev")
+	hn := mustRender(t, h)
+	h.Drivers[3].Config = &apiextensionsv1.JSON{Raw: []byte(`{"permittedHostDevices":{"pciHostDevices":[{"pciVendorSelector":"10DE:1EB8","resourceName":"gpu-t4"}]}}`)}
 	jh, _ := json.Marshal(find(mustRender(t, h), "DaemonSet", HandlerDaemonSet).Object)
-	jn, _ := json.Marshal(find(rn, "DaemonSet", HandlerDaemonSet).Object)
+	jn, _ := json.Marshal(find(hn, "DaemonSet", HandlerDaemonSet).Object)
 	if bytes.Equal(jh, jn) {
-		t.Error("the handler's log level left the DaemonSet as it was: it is a flag, and rolls the handlers")
+		t.Error("hostdev's configuration left the DaemonSet as it was: it is not live, and must roll the handlers")
 	}
 }
 

@@ -9,6 +9,7 @@ package liveconfig
 
 import (
 	"fmt"
+	"slices"
 
 	"k8s.io/apimachinery/pkg/util/validation/field"
 	"sigs.k8s.io/yaml"
@@ -43,16 +44,21 @@ type Config struct {
 	// Migrations are the cluster's migration defaults and limits on migrations at once
 	// (kubevisor-controller's --migration-* flags), the Kubevisor's configuration.migrations.
 	Migrations *v1alpha1.KubevisorMigrations `json:"migrations,omitempty"`
-	// LogVerbosity is the klog verbosity (-v) of kubevisor-controller and kubevisor-api.
+	// LogVerbosity is the klog verbosity (-v) of kubevisor-controller and kubevisor-api, and
+	// the node handler's log level (--log-level).
 	LogVerbosity *LogVerbosity `json:"logVerbosity,omitempty"`
 }
 
-// LogVerbosity is Config.LogVerbosity: the components whose verbosity is live. (The node
-// handler's log level is a flag of its DaemonSet.)
+// LogVerbosity is Config.LogVerbosity.
 type LogVerbosity struct {
 	Controller *int32 `json:"controller,omitempty"`
 	API        *int32 `json:"api,omitempty"`
+	// Handler is a level of HandlerLevels; "" means the handler's flag.
+	Handler string `json:"handler,omitempty"`
 }
+
+// HandlerLevels are the node handler's log levels (the Kubevisor CRD's logVerbosity.handler).
+var HandlerLevels = []string{"trace", "debug", "info", "warn", "error"}
 
 // New returns an empty Config of the current version: every field is the flags'.
 func New() Config {
@@ -100,6 +106,9 @@ func (c Config) Validate(p *field.Path) field.ErrorList {
 	if v := c.LogVerbosity; v != nil {
 		errs = append(errs, validateVerbosity(v.Controller, p.Child("logVerbosity", "controller"))...)
 		errs = append(errs, validateVerbosity(v.API, p.Child("logVerbosity", "api"))...)
+		if v.Handler != "" && !slices.Contains(HandlerLevels, v.Handler) {
+			errs = append(errs, field.NotSupported(p.Child("logVerbosity", "handler"), v.Handler, HandlerLevels))
+		}
 	}
 	return errs
 }

@@ -2,10 +2,13 @@ package liveconfig
 
 import (
 	"flag"
+	"io"
+	"log/slog"
 	"strings"
 	"testing"
 
 	"github.com/go-logr/logr"
+	"github.com/hashicorp/go-hclog"
 	"k8s.io/apimachinery/pkg/api/resource"
 	"k8s.io/utils/ptr"
 
@@ -29,6 +32,8 @@ func TestParse(t *testing.T) {
 		{"a timeout of 0", map[string]string{Key: head + "migrations:\n  progressTimeout: 0\n"}, "data[config.yaml].migrations.progressTimeout: Invalid value: 0: at least 1 second"},
 		{"a limit of 0", map[string]string{Key: head + "migrations:\n  parallelOutboundMigrationsPerNode: 0\n"}, "data[config.yaml].migrations.parallelOutboundMigrationsPerNode: Invalid value: 0: at least 1"},
 		{"a negative bandwidth", map[string]string{Key: head + "migrations:\n  bandwidthPerMigration: -1Mi\n"}, "data[config.yaml].migrations.bandwidthPerMigration: Invalid value"},
+		{"a handler level", map[string]string{Key: head + "logVerbosity:\n  handler: debug\n"}, ""},
+		{"an unknown handler level", map[string]string{Key: head + "logVerbosity:\n  handler: loud\n"}, `data[config.yaml].logVerbosity.handler: Unsupported value: "loud"`},
 		{"verbosity over 10", map[string]string{Key: head + "logVerbosity:\n  api: 11\n"}, "data[config.yaml].logVerbosity.api: Invalid value: 11: from 0 to 10"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
@@ -93,5 +98,24 @@ func TestVerbosity(t *testing.T) {
 	apply(New())
 	if *v != 2 {
 		t.Errorf("after a configuration without it: -v=%d, want the flag's 2", *v)
+	}
+}
+
+// TestHandlerLevel: the applier sets the hclog root's level (its sub-loggers follow) and the
+// slog level, and returns them to the flag's when the configuration has none.
+func TestHandlerLevel(t *testing.T) {
+	root := hclog.New(&hclog.LoggerOptions{Level: hclog.Info, Output: io.Discard})
+	sub := root.Named("driver")
+	sl := &slog.LevelVar{}
+	apply := HandlerLevel(root, sl, "info", logr.Discard())
+	c := New()
+	c.LogVerbosity = &LogVerbosity{Handler: "trace"}
+	apply(c)
+	if !sub.IsTrace() || sl.Level() != slog.LevelDebug-4 {
+		t.Errorf("after trace: sub-logger level %v, slog %v", sub.GetLevel(), sl.Level())
+	}
+	apply(New())
+	if sub.GetLevel() != hclog.Info || sl.Level() != slog.LevelInfo {
+		t.Errorf("after none: sub-logger level %v, slog %v, want the flag's info", sub.GetLevel(), sl.Level())
 	}
 }

@@ -24,6 +24,7 @@ import (
 	"github.com/kubevisor/kubevisor/core/handler/migrationproxy"
 	"github.com/kubevisor/kubevisor/core/handler/nodecert"
 	"github.com/kubevisor/kubevisor/core/handler/streams"
+	"github.com/kubevisor/kubevisor/core/liveconfig"
 	"github.com/kubevisor/kubevisor/core/plugin"
 )
 
@@ -69,6 +70,9 @@ type ServeConfig struct {
 	// running, with their VMs, for the next handler to re-adopt.
 	StopDrivers bool
 	Log         logr.Logger
+	// LiveConfig, when set, watches the live configuration (its Client is made here) and
+	// hands it to its appliers (the handler's log level) while the handler runs.
+	LiveConfig *liveconfig.Watcher
 }
 
 // Serve runs the node handler against the API server until ctx ends: the agent syncs the
@@ -164,6 +168,12 @@ func Serve(ctx context.Context, c ServeConfig) (err error) {
 		CPUManagerStateFile: c.CPUManagerStateFile, Events: mgr.GetEventRecorder(EventSource)}
 	if err := mgr.Add(runnable(labeler.Run)); err != nil {
 		return err
+	}
+	if c.LiveConfig != nil {
+		c.LiveConfig.Client = cs
+		if err := mgr.Add(c.LiveConfig); err != nil {
+			return err
+		}
 	}
 	if err := mgr.AddHealthzCheck("ping", healthz.Ping); err != nil {
 		return err
