@@ -25,7 +25,8 @@ type LiveConfig struct {
 
 // addLiveConfig adds to mgr a watcher of the live configuration whose appliers store the
 // migration settings (base with the configuration's migrations over it) into settings and set
-// the verbosity. It runs on every replica: a replica that becomes the leader has them already.
+// the verbosity; a refused version gets a Warning Event (kubevisor-controller is the component
+// that reports it: the api and the handlers only log). It runs on every replica: a replica that becomes the leader has them already.
 func addLiveConfig(mgr ctrl.Manager, lc *LiveConfig, base migration.Settings, settings *migration.SettingsValue) error {
 	if lc == nil {
 		return nil
@@ -39,7 +40,8 @@ func addLiveConfig(mgr ctrl.Manager, lc *LiveConfig, base migration.Settings, se
 	if lc.Verbosity != nil {
 		appliers = append(appliers, liveconfig.Verbosity(lc.Verbosity, liveconfig.ControllerVerbosity, log))
 	}
-	return mgr.Add(&liveconfig.Watcher{Client: cs, Namespace: lc.Namespace, Name: lc.Name, Appliers: appliers, Log: log})
+	return mgr.Add(&liveconfig.Watcher{Client: cs, Namespace: lc.Namespace, Name: lc.Name, Appliers: appliers, Log: log,
+		Recorder: mgr.GetEventRecorder("kubevisor-controller")})
 }
 
 // migrationApplier stores base with the configuration's migrations over it. The watcher

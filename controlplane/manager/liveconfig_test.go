@@ -2,11 +2,14 @@ package manager_test
 
 import (
 	"context"
+	"strings"
 	"testing"
 
 	corev1 "k8s.io/api/core/v1"
+	eventsv1 "k8s.io/api/events/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/klog/v2/textlogger"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/kubevisor/kubevisor/controlplane/launcherpod"
 	"github.com/kubevisor/kubevisor/controlplane/manager"
@@ -61,6 +64,28 @@ func TestLiveConfig(t *testing.T) {
 	})
 	if s := settings.Load(); s.ParallelOutboundMigrationsPerNode != migration.DefaultParallelOutboundMigrationsPerNode {
 		t.Errorf("settings %+v: the fields the ConfigMap leaves out keep the flags'", s)
+	}
+
+	// A bad version: refused with a Warning Event naming the field, the settings kept.
+	cm.Data = map[string]string{liveconfig.Key: "apiVersion: " + liveconfig.APIVersion + "\nkind: " + liveconfig.Kind + "\nmigrations:\n  parallelMigrationsPerCluster: 0\n"}
+	if err := env.Client.Update(ctx, cm); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "a Warning Event on the ConfigMap", func() (bool, error) {
+		var evs eventsv1.EventList
+		if err := env.Client.List(ctx, &evs, client.InNamespace(liveconfig.Namespace)); err != nil {
+			return false, err
+		}
+		for _, e := range evs.Items {
+			if e.Reason == liveconfig.ReasonRefused && e.Type == corev1.EventTypeWarning && e.Regarding.Name == liveconfig.Name &&
+				strings.Contains(e.Note, "migrations.parallelMigrationsPerCluster") {
+				return true, nil
+			}
+		}
+		return false, nil
+	})
+	if got := settings.Load().ParallelMigrationsPerCluster; got != 9 {
+		t.Errorf("after a bad version: parallelMigrationsPerCluster %d, want the last good 9", got)
 	}
 
 	if err := env.Client.Delete(ctx, cm); err != nil {

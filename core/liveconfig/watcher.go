@@ -10,6 +10,7 @@ import (
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/cache"
+	"sigs.k8s.io/controller-runtime/pkg/recorder"
 )
 
 // The watcher reads only the one ConfigMap, by name: get, list and watch limited to that name
@@ -17,6 +18,9 @@ import (
 // resourceNames).
 //
 // +kubebuilder:rbac:groups="",namespace=kubevisor-system,resources=configmaps,resourceNames=kubevisor-config,verbs=get;list;watch
+
+// ReasonRefused is the reason of the Warning Event on a refused live configuration.
+const ReasonRefused = "LiveConfigRefused"
 
 // Applier takes one valid configuration. It is called from one goroutine, in order; a field the
 // configuration leaves nil means the component's base (its flag). It must not block for long.
@@ -26,10 +30,10 @@ type Applier func(Config)
 // of it, and with New() (every field the flags') when it is absent or deleted.
 //
 // Limits: a version that does not parse or validate is refused (an error log line naming the
-// ConfigMap's resourceVersion and each bad field's path) and the last good configuration stays
-// applied; no Event or condition is written (the components have no rights on Events in
-// kubevisor-system, and the operator validates what it renders before writing it). Appliers
-// are called again on every change of the ConfigMap, even one that keeps the document.
+// ConfigMap's resourceVersion and each bad field's path, and a Warning Event on the ConfigMap
+// when Recorder is set) and the last good configuration stays applied; no condition is
+// written anywhere. Appliers are called again on every change of the ConfigMap, even one that
+// keeps the document.
 type Watcher struct {
 	// Client reads the ConfigMap.
 	Client kubernetes.Interface
@@ -39,6 +43,9 @@ type Watcher struct {
 	Appliers []Applier
 	// Log receives a line per applied or refused version.
 	Log logr.Logger
+	// Recorder, when set, writes a Warning Event ReasonRefused on the ConfigMap for each
+	// refused version (one component should: each one that refuses writes its own).
+	Recorder recorder.EventRecorder
 
 	mu      sync.Mutex
 	current Config
@@ -101,6 +108,10 @@ func (w *Watcher) observe(o any) {
 	if err != nil {
 		w.Log.Error(err, "live configuration refused: the last good one stays applied",
 			"configMap", cm.Namespace+"/"+cm.Name, "resourceVersion", cm.ResourceVersion)
+		if w.Recorder != nil {
+			w.Recorder.Eventf(cm, nil, corev1.EventTypeWarning, ReasonRefused, "Apply",
+				"refused, the configuration before it stays applied: %v", err)
+		}
 		return
 	}
 	w.Log.Info("live configuration applied", "configMap", cm.Namespace+"/"+cm.Name, "resourceVersion", cm.ResourceVersion,
