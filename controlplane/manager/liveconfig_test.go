@@ -33,11 +33,13 @@ func TestLiveConfig(t *testing.T) {
 	base.ParallelMigrationsPerCluster = 4
 	settings := &migration.SettingsValue{}
 	logCfg := textlogger.NewConfig(textlogger.Verbosity(1))
+	// Read through a LockedValue: klog's String is not atomic against the watcher's Set.
+	verbosity := &liveconfig.LockedValue{Value: logCfg.Verbosity()}
 	mgr, err := manager.New(manager.Config{
 		RestConfig: env.Config, MetricsAddr: "0", HealthProbeAddr: "0", SkipNameValidation: true,
 		Pod:       launcherpod.Config{LauncherImage: "kubevisor-launcher:test"},
 		Migration: &base, MigrationSettings: settings,
-		LiveConfig: &manager.LiveConfig{Verbosity: logCfg.Verbosity()},
+		LiveConfig: &manager.LiveConfig{Verbosity: verbosity},
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -60,7 +62,7 @@ func TestLiveConfig(t *testing.T) {
 		t.Fatal(err)
 	}
 	eventually(t, "parallelMigrationsPerCluster 9 and verbosity 6", func() (bool, error) {
-		return settings.Load().ParallelMigrationsPerCluster == 9 && logCfg.Verbosity().String() == "6", nil
+		return settings.Load().ParallelMigrationsPerCluster == 9 && verbosity.String() == "6", nil
 	})
 	if s := settings.Load(); s.ParallelOutboundMigrationsPerNode != migration.DefaultParallelOutboundMigrationsPerNode {
 		t.Errorf("settings %+v: the fields the ConfigMap leaves out keep the flags'", s)
@@ -92,6 +94,6 @@ func TestLiveConfig(t *testing.T) {
 		t.Fatal(err)
 	}
 	eventually(t, "the flags' settings again", func() (bool, error) {
-		return settings.Load().ParallelMigrationsPerCluster == 4 && logCfg.Verbosity().String() == "1", nil
+		return settings.Load().ParallelMigrationsPerCluster == 4 && verbosity.String() == "1", nil
 	})
 }

@@ -3,6 +3,7 @@ package liveconfig
 import (
 	"flag"
 	"strconv"
+	"sync"
 
 	"github.com/go-logr/logr"
 )
@@ -43,4 +44,27 @@ func APIVerbosity(c Config) *int32 {
 		return nil
 	}
 	return c.LogVerbosity.API
+}
+
+// LockedValue is a flag.Value whose String and Set are serialised. klog's verbosity is read
+// atomically by the logger that checks it, but its String is not: whoever reads it while a
+// watcher sets it (a test, a debug endpoint) must go through a LockedValue given to Verbosity.
+type LockedValue struct {
+	mu sync.Mutex
+	// Value is the flag value wrapped.
+	Value flag.Value
+}
+
+// String is the wrapped value's String.
+func (l *LockedValue) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.Value.String()
+}
+
+// Set is the wrapped value's Set.
+func (l *LockedValue) Set(s string) error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.Value.Set(s)
 }

@@ -58,7 +58,8 @@ func TestWatcher(t *testing.T) {
 	}
 
 	logCfg := textlogger.NewConfig(textlogger.Verbosity(2))
-	verbosity := logCfg.Verbosity()
+	// Read through a LockedValue: klog's String is not atomic against the watcher's Set.
+	verbosity := &liveconfig.LockedValue{Value: logCfg.Verbosity()}
 	var (
 		mu   sync.Mutex
 		last liveconfig.Config
