@@ -27,8 +27,10 @@ import (
 type Options struct {
 	// Logger receives the handler's and the plugins' logs. Default: hclog's default logger.
 	Logger hclog.Logger
-	// Manifests are drivers to offer besides those found in Config.PluginDir (a manifest of
-	// the same name replaces the directory's).
+	// Manifests are drivers to offer besides those found in Config.PluginDir: the drivers of
+	// the handler's own image. A manifest of the same name in the directory replaces one of
+	// these, so that a driver image (which an init container installs there) can replace an
+	// in-tree driver's binary without a new handler image: a driver-only upgrade.
 	Manifests []plugin.Manifest
 	// Sandboxes gives each VMI's sandbox. Default: none (the drivers run the VMs on the node,
 	// without a network namespace).
@@ -188,17 +190,21 @@ func New(ctx context.Context, cfg Config, opts Options) (*Handler, error) {
 // loadDrivers starts the configured drivers, in parallel.
 func (h *Handler) loadDrivers(ctx context.Context) {
 	manifests := map[string]plugin.Manifest{}
+	for _, m := range h.opts.Manifests {
+		manifests[m.Name] = m
+	}
 	if h.cfg.PluginDir != "" {
 		found, err := plugin.Discover(h.cfg.PluginDir)
 		if err != nil {
 			h.log.Warn("plugin directory", "dir", h.cfg.PluginDir, "error", err)
 		}
 		for _, m := range found {
+			if own, ok := manifests[m.Name]; ok {
+				h.log.Info("driver from the plugin directory replaces the handler image's", "driver", m.Name,
+					"binary", m.Binary, "sha256", m.SHA256, "replaced", own.Binary)
+			}
 			manifests[m.Name] = m
 		}
-	}
-	for _, m := range h.opts.Manifests {
-		manifests[m.Name] = m
 	}
 	var wg sync.WaitGroup
 	for _, d := range h.cfg.Drivers.all() {
@@ -233,7 +239,8 @@ func (h *Handler) loadDrivers(ctx context.Context) {
 			h.loaded[name] = kind
 			h.caps[name] = caps
 			h.mu.Unlock()
-			h.log.Info("driver loaded", "kind", kind, "driver", name, "pid", h.host.Status(name).Pid, "reattached", h.host.Status(name).Reattached)
+			h.log.Info("driver loaded", "kind", kind, "driver", name, "binary", m.Binary, "sha256", m.SHA256,
+				"pid", h.host.Status(name).Pid, "reattached", h.host.Status(name).Reattached)
 		})
 	}
 	wg.Wait()

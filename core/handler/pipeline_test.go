@@ -333,6 +333,49 @@ func TestBadInput(t *testing.T) {
 	}
 }
 
+// TestPluginDirectoryReplacesImageDriver: a driver the plugin directory has (a driver image's,
+// installed there by an init container) replaces the handler image's driver of the same name,
+// so that a driver-only upgrade needs no new handler image.
+func TestPluginDirectoryReplacesImageDriver(t *testing.T) {
+	e := newEnv(t, DriverSet{Hypervisor: fakeHV, Network: testNetwork, Storage: testStorage}, fakeManifests(t))
+	e.cfg.PluginDir = filepath.Join(e.dir, "plugins")
+	if err := os.MkdirAll(filepath.Join(e.cfg.PluginDir, fakeHV), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	bin := filepath.Join(e.cfg.PluginDir, fakeHV, "kubevisor-driver-fake")
+	data, err := os.ReadFile(bins.fake)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(bin, data, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	m := manifest(t, bin, driver.KindHypervisor, fakeHV, driver.KindHypervisor)
+	raw, err := json.Marshal(m)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(e.cfg.PluginDir, fakeHV+".json"), raw, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	h := e.start()
+	for _, d := range h.Drivers() {
+		if !d.Loaded {
+			t.Fatalf("driver %s not loaded: %s", d.Name, d.Error)
+		}
+		if d.Name != fakeHV {
+			continue
+		}
+		exe, err := os.Readlink(fmt.Sprintf("/proc/%d/exe", d.Plugin.Pid))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if exe != bin {
+			t.Errorf("the %s driver runs %s, want the plugin directory's %s", fakeHV, exe, bin)
+		}
+	}
+}
+
 func TestDriverNotInstalled(t *testing.T) {
 	e := newEnv(t, DriverSet{Hypervisor: fakeHV, Network: "cni", Storage: testStorage}, fakeManifests(t))
 	e.cfg.PluginDir = filepath.Join(e.dir, "plugins")
