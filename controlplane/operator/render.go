@@ -201,9 +201,9 @@ func (r Renderer) Render(spec *v1alpha1.KubevisorSpec) (*Rendered, field.ErrorLi
 		}
 		var part driverPart
 		switch {
-		case d.Image != "" || d.Kind != "":
+		case d.Kind != "" || (d.Image != "" && !slices.Contains(known, d.Name)):
 			if slices.Contains(known, d.Name) {
-				errs = append(errs, field.Invalid(p.Child("name"), d.Name, "an in-tree driver's name: name the driver of the image"))
+				errs = append(errs, field.Invalid(p.Child("kind"), d.Kind, "an in-tree driver's kind is the release's: give only image to replace its binary"))
 				continue
 			}
 			if d.Image == "" || !slices.Contains(driverKinds, d.Kind) {

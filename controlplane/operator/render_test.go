@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"maps"
 	"os/exec"
 	"slices"
 	"strings"
@@ -161,11 +162,11 @@ func TestRenderBadSpec(t *testing.T) {
 			s.Drivers = append(s.Drivers, v1alpha1.KubevisorDriver{Name: "sim", Image: "example/sim:1"})
 			return s
 		}(), "spec.drivers[3]: Invalid value: \"example/sim:1 \": a driver from a driver image names its image and its kind"},
-		{"an image driver with an in-tree name", func() *v1alpha1.KubevisorSpec {
+		{"an in-tree driver given a kind", func() *v1alpha1.KubevisorSpec {
 			s := specOf("qmp", "cni")
 			s.Drivers = append(s.Drivers, v1alpha1.KubevisorDriver{Name: "local", Image: "example/local:1", Kind: "storage"})
 			return s
-		}(), "spec.drivers[2].name: Invalid value: \"local\": an in-tree driver's name"},
+		}(), "spec.drivers[2].kind: Invalid value: \"storage\": an in-tree driver's kind is the release's: give only image to replace its binary"},
 		{"two storage drivers", func() *v1alpha1.KubevisorSpec {
 			s := specOf("qmp", "cni", "local")
 			s.Drivers = append(s.Drivers, v1alpha1.KubevisorDriver{Name: "hostpath", Image: "example/hostpath:1", Kind: "storage"})
@@ -502,5 +503,28 @@ func TestRenderDriverImages(t *testing.T) {
 	}
 	if !slices.Equal(r.Drivers, []string{"cni", "hostdev", "hostpath", "qmp", "sim", "vbox"}) {
 		t.Errorf("drivers %v", r.Drivers)
+	}
+}
+
+// TestRenderInTreeDriverImage: an image on an in-tree driver (no kind) replaces that driver's
+// binary through an init container; the driver set, its class and configuration stay the
+// release's.
+func TestRenderInTreeDriverImage(t *testing.T) {
+	plain := mustRender(t, specOf("qmp", "cni", "local"))
+	spec := specOf("qmp", "cni", "local")
+	spec.Drivers[0].Image = "kubevisor/kubevisor-driver-qmp:v2"
+	r := mustRender(t, spec)
+	inits, _, _ := unstructured.NestedSlice(find(r, "DaemonSet", HandlerDaemonSet).Object, "spec", "template", "spec", "initContainers")
+	last := inits[len(inits)-1].(map[string]any)
+	if last["name"] != "driver-qmp" || last["image"] != "kubevisor/kubevisor-driver-qmp:v2" {
+		t.Errorf("last init container %v, want driver-qmp from the image", last)
+	}
+	if !slices.Equal(r.Drivers, plain.Drivers) || !slices.Equal(r.Classes, plain.Classes) {
+		t.Errorf("drivers %v classes %v, want %v %v as without the image", r.Drivers, r.Classes, plain.Drivers, plain.Classes)
+	}
+	_, files := handlerConfig(t, r)
+	_, plainFiles := handlerConfig(t, plain)
+	if !maps.Equal(files, plainFiles) {
+		t.Errorf("the handler configuration changed with the driver's image:\n%v\nwant\n%v", files, plainFiles)
 	}
 }

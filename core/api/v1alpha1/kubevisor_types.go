@@ -158,7 +158,7 @@ type SelfSignedCertificates struct {
 
 // KubevisorDriver is one driver of the set: an in-tree driver by name, or a driver from its
 // driver image (docs/driver-authoring.md), by name, kind and image.
-// +kubebuilder:validation:XValidation:rule="has(self.image) == has(self.kind)",message="image and kind go together: a driver from a driver image names both, an in-tree driver neither"
+// +kubebuilder:validation:XValidation:rule="!has(self.kind) || has(self.image)",message="kind is the kind of a driver image's driver: name the image too"
 type KubevisorDriver struct {
 	// Name is an in-tree driver of this release (manifests/install/drivers/<name>), or the name
 	// of the driver that Image carries (its plugin manifest's name).
@@ -168,7 +168,10 @@ type KubevisorDriver struct {
 	Name string `json:"name"`
 	// Image is a driver image (its binary and plugin manifest under /kubevisor/plugin): an init
 	// container of the handler DaemonSet installs it into the nodes' plugin directory, where the
-	// handler checks the binary's sha256 against the manifest before it loads it.
+	// handler checks the binary's sha256 against the manifest before it loads it. For a
+	// third-party driver Kind says its kind. On an in-tree driver (no Kind) it replaces the
+	// binary of the handler image: a driver-only upgrade, the running VMs kept (the handler
+	// rollout restarts the driver, which recovers them).
 	// +kubebuilder:validation:MaxLength=512
 	// +optional
 	Image string `json:"image,omitempty"`
