@@ -239,6 +239,11 @@ e2e-upgrade: deps-runtime deps-tools deps-qemu local-cluster ## Local cluster: t
 	$(MAKE) --no-print-directory images
 	$(GO) build -o $(BIN)/vmctl ./cmd/vmctl
 	$(GO) run ./hack/images --bin-dir $(BIN) --out $(OUT)/images-upgrade --tag $(UPGRADE_TAG) components
+	@# The qmp driver alone, as a driver image (static, as driver images hold no C library), for
+	@# the driver-only upgrade spec.
+	CGO_ENABLED=0 $(GO) build -trimpath -o $(OUT)/images-upgrade/bin/kubevisor-driver-qmp ./cmd/kubevisor-driver-qmp
+	$(GO) run ./hack/images --out $(OUT)/images-upgrade --tag $(UPGRADE_TAG) -name kubevisor-driver-qmp \
+	    -driver-bin $(OUT)/images-upgrade/bin/kubevisor-driver-qmp -driver-kind hypervisor -driver-name qmp driver
 	hack/cluster/load-images.sh $(OUT)/images-upgrade/*.tar
 	$(MAKE) --no-print-directory e2e E2E_LABELS=Upgrade E2E_UPGRADE_TAG=$(UPGRADE_TAG) E2E_JUNIT=$(OUT)/e2e-junit-upgrade.xml
 

@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"net/http"
 	"slices"
@@ -514,7 +515,76 @@ var _ = Describe("Kubevisor upgrade through the operator", Label("Operator", "Up
 		probe := &v1alpha1.VirtualMachineInstance{ObjectMeta: metav1.ObjectMeta{Name: "probe", Namespace: f.Namespace}, Spec: guestSpecOf(guest.Options{UserData: "probe"})}
 		Expect(f.Client.Create(ctx, probe, client.DryRunAll)).To(Succeed(), "admission of a VMI")
 	})
+
+	// A driver-only upgrade: a driver image replaces the in-tree qmp driver's binary
+	// (drivers[qmp].image), the handler and launcher images unchanged. The handler rollout
+	// starts the new binary, which recovers the running VMs: no migration, no restart.
+	It("replaces an in-tree driver's binary from a driver image with VMs running: the handler runs the image's binary, and the VMs keep their guest boot and launcher, their status and console served by it", func(ctx SpecContext) {
+		if Cfg.UpgradeTag == "" {
+			Fail("no -upgrade-tag: make e2e-upgrade builds the qmp driver image under a tag of its own and names it")
+		}
+		kv := f.kubevisor(ctx)
+		from := kv.Status.ObservedVersion
+		before := slices.Clone(kv.Spec.Drivers)
+		i := slices.IndexFunc(before, func(d v1alpha1.KubevisorDriver) bool { return d.Name == "qmp" })
+		if i < 0 {
+			Skip("the install has no qmp driver")
+		}
+		image := "kubevisor/kubevisor-driver-qmp:" + Cfg.UpgradeTag
+		guests := f.bootOneOfEach(ctx, "driverimage", false)
+		beats := map[string]int{}
+		for _, g := range guests {
+			beats[g.name] = len(f.heartbeats(ctx, g))
+		}
+		handlersBefore := map[types.UID]bool{}
+		for _, p := range f.handlerPods(ctx) {
+			handlersBefore[p.UID] = true
+		}
+		DeferCleanup(func(ctx SpecContext) {
+			By("the handler image's qmp driver again")
+			f.setDrivers(ctx, before)
+			f.waitInstalled(ctx, from, 10*time.Minute)
+		})
+
+		By(fmt.Sprintf("drivers[qmp].image %s", image))
+		with := slices.Clone(before)
+		with[i].Image = image
+		start := time.Now()
+		f.setDrivers(ctx, with)
+		f.waitInstalled(ctx, from, 10*time.Minute)
+		GinkgoWriter.Printf("driver-only upgrade of qmp: installed %s after the spec change\n", time.Since(start).Round(100*time.Millisecond))
+
+		By("each node's new handler runs the qmp driver from the plugin directory, where the image's init container put it")
+		for _, p := range f.handlerPods(ctx) {
+			Expect(handlersBefore).NotTo(HaveKey(p.UID), "handler pod %s was not replaced", p.Name)
+			Eventually(func(g Gomega) {
+				out, err := f.Kubectl(ctx, "", "-n", handlerNamespace, "logs", p.Name, "-c", handlerContainer)
+				g.Expect(err).NotTo(HaveOccurred())
+				var loaded string
+				for _, l := range strings.Split(out, "\n") {
+					if strings.Contains(l, "driver loaded") && strings.Contains(l, "qmp") {
+						loaded = l
+					}
+				}
+				g.Expect(loaded).To(ContainSubstring("/etc/kubevisor/plugins/qmp/"), "handler %s: the qmp driver's load line: %q", p.Name, loaded)
+			}).WithContext(ctx).WithTimeout(time.Minute).WithPolling(time.Second).Should(Succeed())
+		}
+
+		By("each VM ran on: the same VMI, launcher pod and guest boot, its heartbeat going on, its console served by its driver")
+		for _, g := range guests {
+			f.expectSameGuest(ctx, g, beats[g.name])
+			f.waitReadyCondition(ctx, g.name)
+		}
+	})
 })
+
+// setDrivers replaces the Kubevisor's spec.drivers (a merge patch replaces a list whole).
+func (f *Framework) setDrivers(ctx context.Context, drivers []v1alpha1.KubevisorDriver) {
+	GinkgoHelper()
+	raw, err := json.Marshal(map[string]any{"spec": map[string]any{"drivers": drivers}})
+	Expect(err).NotTo(HaveOccurred())
+	f.patchKubevisor(ctx, string(raw))
+}
 
 // podIsReady says p's Ready condition is True.
 func podIsReady(p corev1.Pod) bool {
