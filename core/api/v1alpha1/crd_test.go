@@ -118,7 +118,7 @@ var crdExpectations = map[string]crdExpectation{
 			"Degraded":    ".status.conditions[?(@.type=='Degraded')].status",
 			"Age":         ".metadata.creationTimestamp",
 		},
-		rules: []string{"has(self.image) == has(self.kind)"},
+		rules: []string{"!has(self.kind) || has(self.image)"},
 	},
 	"migrationpolicies.kubevisor.io": {
 		kind: "MigrationPolicy", plural: "migrationpolicies", shortNames: []string{"mp"},
