@@ -6,9 +6,11 @@ import (
 	"errors"
 	"fmt"
 	"path/filepath"
-	"regexp"
+	"slices"
 	"strings"
 	"time"
+
+	"k8s.io/apimachinery/pkg/util/validation/field"
 
 	"github.com/kubevisor/kubevisor/core/api/v1alpha1"
 )
@@ -62,21 +64,12 @@ type CharDevice struct {
 	Permissions string `json:"permissions,omitempty"`
 }
 
-// PermittedHostDevices is KubeVirt's permittedHostDevices, the part this driver offers.
-type PermittedHostDevices struct {
-	// PCIHostDevices select PCI functions by vendor:device.
-	PCIHostDevices []PCIHostDevice `json:"pciHostDevices,omitempty"`
-}
+// PermittedHostDevices is KubeVirt's permittedHostDevices, the part this driver offers: the
+// API's type, which the live configuration (core/liveconfig) carries too.
+type PermittedHostDevices = v1alpha1.PermittedHostDevices
 
-// PCIHostDevice selects the PCI functions of one vendor:device ID that are bound to vfio-pci,
-// one device per function (its PCI address). Entries naming the same resource share it.
-type PCIHostDevice struct {
-	// PCIVendorSelector is "vendor:device" in hex, e.g. "10DE:1EB8".
-	PCIVendorSelector string `json:"pciVendorSelector"`
-	// ResourceName is the resource: "gpu-t4" or "devices.kubevisor.io/gpu-t4" (the kubelet
-	// device plugins serve devices.kubevisor.io/ only).
-	ResourceName string `json:"resourceName"`
-}
+// PCIHostDevice selects the PCI functions of one vendor:device ID (v1alpha1.PCIHostDevice).
+type PCIHostDevice = v1alpha1.PCIHostDevice
 
 // DefaultCharDevices are the devices every VM node needs: /dev/kvm, /dev/net/tun and
 // /dev/vhost-net, and /dev/sev (unhealthy, so none allocatable, where the host has no SEV). All
@@ -117,13 +110,6 @@ func (s pciSelector) field() string {
 	return fmt.Sprintf("permittedHostDevices.pciHostDevices[%d] (%s, resource %s)", s.index, s.id(), s.resource)
 }
 
-var (
-	hexID = regexp.MustCompile(`^[0-9a-f]{4}$`)
-	// resourceRE is a resource name as the device contract has it (lowercase: a DNS label
-	// with dots), which the kubelet takes as the name part of an extended resource.
-	resourceRE = regexp.MustCompile(`^[a-z0-9]([a-z0-9.-]{0,61}[a-z0-9])?$`)
-)
-
 // parseConfig decodes raw strictly (an unknown field, such as KubeVirt's mediatedDevices, is an
 // error naming it), fills the defaults and reports every problem, each naming its field.
 func parseConfig(raw []byte) (settings, error) {
@@ -161,68 +147,67 @@ func parseConfig(raw []byte) (settings, error) {
 		chars = DefaultCharDevices()
 	}
 	seen := map[string]string{} // resource → field that named it
-	resource := func(field, name string) string {
-		r := bare(name)
-		switch {
-		case strings.Contains(r, "/"):
-			errs = append(errs, fmt.Errorf("%s.resourceName %q: the device plugins serve %s<name> only", field, name, v1alpha1.DeviceResourcePrefix))
-		case !resourceRE.MatchString(r):
-			errs = append(errs, fmt.Errorf("%s.resourceName %q: not a resource name (lowercase letters, digits, '-' and '.', at most 63)", field, name))
-		}
-		return r
-	}
 	for i, d := range chars {
-		field := fmt.Sprintf("config.charDevices[%d]", i)
-		d.ResourceName = resource(field, d.ResourceName)
-		if prev, ok := seen[d.ResourceName]; ok {
-			errs = append(errs, fmt.Errorf("%s.resourceName %q: already used by %s", field, d.ResourceName, prev))
+		at := fmt.Sprintf("config.charDevices[%d]", i)
+		if err := v1alpha1.CheckDeviceResource(d.ResourceName); err != nil {
+			errs = append(errs, fmt.Errorf("%s.resourceName %q: %w", at, d.ResourceName, err))
 		}
-		seen[d.ResourceName] = field
+		d.ResourceName = bare(d.ResourceName)
+		if prev, ok := seen[d.ResourceName]; ok {
+			errs = append(errs, fmt.Errorf("%s.resourceName %q: already used by %s", at, d.ResourceName, prev))
+		}
+		seen[d.ResourceName] = at
 		if !filepath.IsAbs(d.Path) {
-			errs = append(errs, fmt.Errorf("%s.path %q: not an absolute path", field, d.Path))
+			errs = append(errs, fmt.Errorf("%s.path %q: not an absolute path", at, d.Path))
 		}
 		if d.Slots == 0 {
 			d.Slots = DefaultSlots
 		}
 		if d.Slots < 1 || d.Slots > 1<<16 {
-			errs = append(errs, fmt.Errorf("%s.slots %d: must be between 1 and 65536", field, d.Slots))
+			errs = append(errs, fmt.Errorf("%s.slots %d: must be between 1 and 65536", at, d.Slots))
 		}
 		if d.Permissions == "" {
 			d.Permissions = "rw"
 		}
 		if strings.Trim(d.Permissions, "rwm") != "" {
-			errs = append(errs, fmt.Errorf("%s.permissions %q: only r, w and m are allowed", field, d.Permissions))
+			errs = append(errs, fmt.Errorf("%s.permissions %q: only r, w and m are allowed", at, d.Permissions))
 		}
 		s.chars = append(s.chars, d)
 	}
-	pciField := map[string]bool{}
-	selectorAt := map[string]string{} // vendor:device → field
+	// The selectors and resource names by the API's rule; a collision with a character
+	// device only here, where they are known.
+	for _, e := range c.PermittedHostDevices.Validate(field.NewPath("config", "permittedHostDevices")) {
+		errs = append(errs, e)
+	}
 	for i, p := range c.PermittedHostDevices.PCIHostDevices {
-		field := fmt.Sprintf("config.permittedHostDevices.pciHostDevices[%d]", i)
-		vendor, device, ok := strings.Cut(p.PCIVendorSelector, ":")
-		sel := pciSelector{index: i, vendor: normalizeID(vendor), device: normalizeID(device)}
-		if !ok || !hexID.MatchString(sel.vendor) || !hexID.MatchString(sel.device) {
-			errs = append(errs, fmt.Errorf("%s.pciVendorSelector %q: want vendor:device, four hex digits each (\"10DE:1EB8\")", field, p.PCIVendorSelector))
+		vendor, device, _ := p.Selector()
+		sel := pciSelector{index: i, vendor: vendor, device: device, resource: p.Resource()}
+		if prev, ok := seen[sel.resource]; ok && p.ResourceName != "" {
+			errs = append(errs, fmt.Errorf("config.permittedHostDevices.pciHostDevices[%d].resourceName %q: already a character device (%s)", i, sel.resource, prev))
 		}
-		if prev, ok := selectorAt[sel.id()]; ok {
-			errs = append(errs, fmt.Errorf("%s.pciVendorSelector %q: already selected by %s", field, p.PCIVendorSelector, prev))
-		}
-		selectorAt[sel.id()] = field
-		if p.ResourceName == "" {
-			errs = append(errs, fmt.Errorf("%s.resourceName: required", field))
-		}
-		sel.resource = resource(field, p.ResourceName)
-		if prev, ok := seen[sel.resource]; ok && !pciField[sel.resource] {
-			errs = append(errs, fmt.Errorf("%s.resourceName %q: already a character device (%s)", field, sel.resource, prev))
-		}
-		if _, ok := seen[sel.resource]; !ok {
-			seen[sel.resource] = field
-		}
-		pciField[sel.resource] = true
 		s.pci = append(s.pci, sel)
 	}
 	if err := errors.Join(errs...); err != nil {
 		return settings{}, err
 	}
 	return s, nil
+}
+
+// fixedFields names the fields of the configuration in which s and o differ, besides
+// permittedHostDevices: what a configured driver does not take live (Configure).
+func (s settings) fixedFields(o settings) []string {
+	var out []string
+	if s.devRoot != o.devRoot {
+		out = append(out, "config.devRoot")
+	}
+	if s.sysfsRoot != o.sysfsRoot {
+		out = append(out, "config.sysfsRoot")
+	}
+	if s.poll != o.poll {
+		out = append(out, "config.pollInterval")
+	}
+	if !slices.Equal(s.chars, o.chars) {
+		out = append(out, "config.charDevices")
+	}
+	return out
 }

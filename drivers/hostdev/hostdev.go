@@ -54,12 +54,16 @@ type Driver struct {
 
 	mu  sync.Mutex
 	cfg settings
+	// configured is set by the first Configure, with the node name and state directory it
+	// gave: a later Configure may change permittedHostDevices only.
+	configured         bool
+	nodeName, stateDir string
 	// known holds every PCI function ever listed, by address, so that one that goes away is
 	// reported Unhealthy rather than silently dropped.
 	known map[string]knownPCI
 	// problems are the configuration's entries that select nothing, as last logged.
 	problems []string
-	// changed is closed and replaced on Configure.
+	// changed is closed and replaced on a Configure that changes the configuration.
 	changed chan struct{}
 }
 
@@ -97,7 +101,8 @@ func (d *Driver) Info(context.Context) (*basev1.InfoResponse, error) {
 }
 
 // Capabilities implements driver.Driver: Watch, and the resources of the configuration. Before
-// Configure they are the default configuration's; the host asks after Configure.
+// Configure they are the default configuration's; the host asks again after each Configure
+// (a change of permittedHostDevices changes them).
 func (d *Driver) Capabilities(context.Context) (*basev1.Capabilities, error) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
@@ -124,6 +129,15 @@ func (s settings) resources() []string {
 
 // Configure implements driver.Driver. The configuration is a Config; every problem is an
 // InvalidArgument naming its field.
+//
+// Once configured, the driver takes another request only when it differs in
+// permittedHostDevices alone (the live configuration's, core/liveconfig): from then on
+// Capabilities lists the new resources, List, Watch and Allocate go by the new selection (a
+// resource no longer configured lists no device, and an open Watch of it sends an empty list),
+// and nothing handed out before is touched (a container keeps the VFIO nodes it was given;
+// the driver keeps no allocation). Another change (devRoot, sysfsRoot, pollInterval,
+// charDevices, the node name or the state directory) is FailedPrecondition naming the fields,
+// and the configuration before it stays.
 func (d *Driver) Configure(_ context.Context, req *basev1.ConfigureRequest) error {
 	cfg, err := parseConfig(req.GetConfig())
 	if err != nil {
@@ -131,8 +145,38 @@ func (d *Driver) Configure(_ context.Context, req *basev1.ConfigureRequest) erro
 	}
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	d.cfg = cfg
-	d.known = map[string]knownPCI{}
+	if d.configured {
+		fixed := d.cfg.fixedFields(cfg)
+		if req.GetNodeName() != d.nodeName {
+			fixed = append(fixed, "nodeName")
+		}
+		if req.GetStateDir() != d.stateDir {
+			fixed = append(fixed, "stateDir")
+		}
+		if len(fixed) > 0 {
+			return status.Errorf(codes.FailedPrecondition, "already configured: only config.permittedHostDevices changes without a restart of the driver, and %s differ", strings.Join(fixed, ", "))
+		}
+		if slices.Equal(cfg.pci, d.cfg.pci) {
+			return nil // the same request: nothing changes
+		}
+		before := d.cfg.resources()
+		// The functions known under a selection that stays are still reported Unhealthy when
+		// they go; the others are no longer this driver's.
+		maps.DeleteFunc(d.known, func(_ string, k knownPCI) bool {
+			return !slices.ContainsFunc(cfg.pci, func(s pciSelector) bool {
+				return s.vendor == k.dev.Vendor && s.device == k.dev.Device && s.resource == k.resource
+			})
+		})
+		d.cfg = cfg
+		after := d.cfg.resources()
+		d.log.Info("permitted host devices changed", "resources", strings.Join(after, ","),
+			"added", strings.Join(slices.DeleteFunc(slices.Clone(after), func(r string) bool { return slices.Contains(before, r) }), ","),
+			"removed", strings.Join(slices.DeleteFunc(slices.Clone(before), func(r string) bool { return slices.Contains(after, r) }), ","))
+	} else {
+		d.configured, d.nodeName, d.stateDir = true, req.GetNodeName(), req.GetStateDir()
+		d.cfg = cfg
+		d.known = map[string]knownPCI{}
+	}
 	d.problems = nil
 	close(d.changed)
 	d.changed = make(chan struct{})

@@ -289,11 +289,11 @@ func TestConfigErrors(t *testing.T) {
 	for _, c := range []struct{ config, want string }{
 		{`{"mediatedDevices": []}`, `unknown field "mediatedDevices"`},
 		{`{"permittedHostDevices": {"usb": []}}`, `unknown field "usb"`},
-		{`{"permittedHostDevices": {"pciHostDevices": [{"pciVendorSelector": "10de", "resourceName": "gpu"}]}}`, `config.permittedHostDevices.pciHostDevices[0].pciVendorSelector "10de": want vendor:device`},
-		{`{"permittedHostDevices": {"pciHostDevices": [{"pciVendorSelector": "10de:1eb8"}]}}`, `pciHostDevices[0].resourceName: required`},
-		{`{"permittedHostDevices": {"pciHostDevices": [{"pciVendorSelector": "10de:1eb8", "resourceName": "nvidia.com/T4"}]}}`, `resourceName "nvidia.com/T4": the device plugins serve devices.kubevisor.io/<name> only`},
+		{`{"permittedHostDevices": {"pciHostDevices": [{"pciVendorSelector": "10de", "resourceName": "gpu"}]}}`, `config.permittedHostDevices.pciHostDevices[0].pciVendorSelector: Invalid value: "10de": want vendor:device`},
+		{`{"permittedHostDevices": {"pciHostDevices": [{"pciVendorSelector": "10de:1eb8"}]}}`, `config.permittedHostDevices.pciHostDevices[0].resourceName: Required value`},
+		{`{"permittedHostDevices": {"pciHostDevices": [{"pciVendorSelector": "10de:1eb8", "resourceName": "nvidia.com/T4"}]}}`, `pciHostDevices[0].resourceName: Invalid value: "nvidia.com/T4": the device plugins serve devices.kubevisor.io/<name> only`},
 		{`{"permittedHostDevices": {"pciHostDevices": [{"pciVendorSelector": "10de:1eb8", "resourceName": "kvm"}]}}`, `resourceName "kvm": already a character device (config.charDevices[0])`},
-		{`{"permittedHostDevices": {"pciHostDevices": [{"pciVendorSelector": "10de:1eb8", "resourceName": "a"}, {"pciVendorSelector": "10DE:1EB8", "resourceName": "b"}]}}`, `pciHostDevices[1].pciVendorSelector "10DE:1EB8": already selected by config.permittedHostDevices.pciHostDevices[0]`},
+		{`{"permittedHostDevices": {"pciHostDevices": [{"pciVendorSelector": "10de:1eb8", "resourceName": "a"}, {"pciVendorSelector": "10DE:1EB8", "resourceName": "b"}]}}`, `pciHostDevices[1].pciVendorSelector: Invalid value: "10DE:1EB8": already selected by config.permittedHostDevices.pciHostDevices[0]`},
 		{`{"charDevices": [{"resourceName": "kvm", "path": "dev/kvm"}]}`, `config.charDevices[0].path "dev/kvm": not an absolute path`},
 		{`{"charDevices": [{"resourceName": "kvm", "path": "/dev/kvm", "permissions": "rwx"}]}`, `config.charDevices[0].permissions "rwx"`},
 		{`{"charDevices": [{"resourceName": "kvm", "path": "/dev/kvm"}, {"resourceName": "kvm", "path": "/dev/kvm2"}]}`, `config.charDevices[1].resourceName "kvm": already used by config.charDevices[0]`},
@@ -312,5 +312,138 @@ func TestConfigErrors(t *testing.T) {
 	d, _ = newDriver(t, nil)
 	if caps, _ := d.Capabilities(t.Context()); !slices.Equal(caps.GetResources(), []string{"kvm", "tun", "vhost-net", "sev"}) {
 		t.Errorf("default resources %v", caps.GetResources())
+	}
+}
+
+// watchLists follows Watch of one resource until the test ends.
+func watchLists(t *testing.T, d *hostdev.Driver, resource string) <-chan []string {
+	t.Helper()
+	ctx, cancel := context.WithCancel(t.Context())
+	lists := make(chan []string, 16)
+	done := make(chan error, 1)
+	go func() {
+		done <- d.Watch(ctx, resource, func(l []*devicev1.HostDevice) error { lists <- short(l); return nil })
+	}()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("Watch(%s): %v", resource, err)
+		}
+	})
+	return lists
+}
+
+func next(t *testing.T, lists <-chan []string, what string) []string {
+	t.Helper()
+	select {
+	case l := <-lists:
+		return l
+	case <-time.After(5 * time.Second):
+		t.Fatalf("%s: Watch sent nothing within 5s", what)
+		return nil
+	}
+}
+
+// TestReconfigurePermittedHostDevices: a configured driver takes a request that changes only
+// permittedHostDevices: a PCI resource removed lists nothing (an open Watch of it sends an
+// empty list) and is no longer in Capabilities, a new one is listed and allocatable, and a
+// resource that stays sends nothing new. Any other change, and a bad selection, are refused
+// and leave the configuration as it was.
+func TestReconfigurePermittedHostDevices(t *testing.T) {
+	h := hostdevtest.New(t)
+	gpuConfig := h.Config(t, "1h", 2, "10de:1eb8=gpu")
+	d, logs := newDriver(t, gpuConfig)
+	resources := func() []string {
+		caps, err := d.Capabilities(t.Context())
+		if err != nil {
+			t.Fatal(err)
+		}
+		return caps.GetResources()
+	}
+	gpu, nic, kvm := watchLists(t, d, "gpu"), watchLists(t, d, "nic"), watchLists(t, d, "kvm")
+	if got := next(t, gpu, "gpu"); !slices.Equal(got, []string{"gpu/0000:01:00.0=HEALTHY", "gpu/0000:02:00.0=HEALTHY"}) {
+		t.Errorf("gpu first %v", got)
+	}
+	if got := next(t, nic, "nic"); len(got) != 0 {
+		t.Errorf("nic before it is permitted: %v, want none", got)
+	}
+	kvmFirst := next(t, kvm, "kvm")
+	alloc, err := d.Allocate(t.Context(), &devicev1.AllocateRequest{Resource: "gpu", DeviceIds: []string{"0000:01:00.0"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	// gpu out, nic in.
+	nicConfig := h.Config(t, "1h", 2, "8086:1572=devices.kubevisor.io/nic")
+	if err := d.Configure(t.Context(), &basev1.ConfigureRequest{Config: nicConfig}); err != nil {
+		t.Fatalf("Configure changing only permittedHostDevices: %v", err)
+	}
+	if got, want := resources(), []string{"kvm", "tun", "vhost-net", "sev", "nic"}; !slices.Equal(got, want) {
+		t.Errorf("resources after the change %v, want %v", got, want)
+	}
+	if got := next(t, gpu, "gpu after removal"); len(got) != 0 {
+		t.Errorf("Watch(gpu) after gpu was removed: %v, want an empty list", got)
+	}
+	if got := next(t, nic, "nic after it was added"); !slices.Equal(got, []string{"nic/0000:04:00.0=HEALTHY"}) {
+		t.Errorf("Watch(nic) after nic was added: %v", got)
+	}
+	select {
+	case l := <-kvm:
+		t.Errorf("Watch(kvm) sent %v after a change that keeps kvm (first %v): its devices must not be disturbed", l, kvmFirst)
+	case <-time.After(300 * time.Millisecond):
+	}
+	if got := list(t, d, "gpu"); len(got) != 0 {
+		t.Errorf("List(gpu) after removal: %v", short(got))
+	}
+	_, err = d.Allocate(t.Context(), &devicev1.AllocateRequest{Resource: "gpu", DeviceIds: []string{"0000:02:00.0"}})
+	expectCode(t, err, codes.NotFound, `no resource "gpu"`)
+	if _, err := d.Allocate(t.Context(), &devicev1.AllocateRequest{Resource: "nic", DeviceIds: []string{"0000:04:00.0"}}); err != nil {
+		t.Errorf("Allocate of the new resource: %v", err)
+	}
+	if !strings.Contains(logs.String(), "added=nic") || !strings.Contains(logs.String(), "removed=gpu") {
+		t.Errorf("the change is not logged with what it added and removed:\n%s", logs)
+	}
+	// What was handed out before stays as it was: the driver keeps no allocation, and the
+	// answer named the host's paths.
+	if len(alloc.GetDeviceNodes()) != 2 || alloc.GetDeviceNodes()[1].GetHostPath() != "/dev/vfio/12" {
+		t.Errorf("allocation made before the change: %v", alloc)
+	}
+
+	// Refused: any other field, another node or state directory, a bad selection. The
+	// configuration stays nic's.
+	for _, c := range []struct {
+		name string
+		req  *basev1.ConfigureRequest
+		code codes.Code
+		want string
+	}{
+		{"slots", &basev1.ConfigureRequest{Config: h.Config(t, "1h", 3, "8086:1572=nic")}, codes.FailedPrecondition, "config.charDevices differ"},
+		{"poll interval", &basev1.ConfigureRequest{Config: h.Config(t, "1m", 2, "8086:1572=nic")}, codes.FailedPrecondition, "config.pollInterval differ"},
+		{"empty", &basev1.ConfigureRequest{}, codes.FailedPrecondition, "config.devRoot, config.sysfsRoot, config.pollInterval, config.charDevices differ"},
+		{"node", &basev1.ConfigureRequest{Config: nicConfig, NodeName: "node-2"}, codes.FailedPrecondition, "nodeName differ"},
+		{"bad selector", &basev1.ConfigureRequest{Config: h.Config(t, "1h", 2, "8086=nic")}, codes.InvalidArgument, "config.permittedHostDevices.pciHostDevices[0].pciVendorSelector"},
+		{"character device's resource", &basev1.ConfigureRequest{Config: h.Config(t, "1h", 2, "8086:1572=kvm")}, codes.InvalidArgument, `resourceName "kvm": already a character device`},
+	} {
+		err := d.Configure(t.Context(), c.req)
+		if status.Code(err) != c.code || !strings.Contains(status.Convert(err).Message(), c.want) {
+			t.Errorf("%s: %v, want %s containing %q", c.name, err, c.code, c.want)
+		}
+		if got, want := resources(), []string{"kvm", "tun", "vhost-net", "sev", "nic"}; !slices.Equal(got, want) {
+			t.Errorf("%s: resources %v after a refused Configure, want %v", c.name, got, want)
+		}
+	}
+
+	// And back: the same request again changes nothing; gpu returns.
+	if err := d.Configure(t.Context(), &basev1.ConfigureRequest{Config: nicConfig}); err != nil {
+		t.Errorf("the same request again: %v", err)
+	}
+	if err := d.Configure(t.Context(), &basev1.ConfigureRequest{Config: gpuConfig}); err != nil {
+		t.Fatal(err)
+	}
+	if got := next(t, gpu, "gpu back"); !slices.Equal(got, []string{"gpu/0000:01:00.0=HEALTHY", "gpu/0000:02:00.0=HEALTHY"}) {
+		t.Errorf("Watch(gpu) after gpu came back: %v", got)
+	}
+	if got := next(t, nic, "nic removed"); len(got) != 0 {
+		t.Errorf("Watch(nic) after nic was removed: %v", got)
 	}
 }
