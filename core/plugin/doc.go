@@ -21,6 +21,14 @@
 // up a minute) and configured again. Calls made while it is down fail at once with
 // codes.Unavailable. Stop and Close do not count as exits.
 //
+// # Configuration
+//
+// Each driver is configured (Configure) with its manifest's Config when its process starts.
+// Reconfigure hands a running driver another configuration, for what the driver takes while it
+// runs (core/driver's Configure contract): an accepted one replaces the manifest's for every
+// later start of that driver by this host, and the host's clients ask Capabilities again; a
+// refused one changes nothing.
+//
 // # Reattach
 //
 // After a start the host writes a reattach record (go-plugin's ReattachConfig, the binary's

@@ -1,11 +1,14 @@
 package plugin
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"sync"
 	"time"
 
@@ -185,11 +188,12 @@ func (h *Host) Start(ctx context.Context, m Manifest) error {
 	}
 	kind, _ := driver.ParseKind(m.Kind) // normalize checked it
 	mp := &managed{
-		h:    h,
-		m:    m,
-		kind: kind,
-		log:  h.log.Named(m.Name),
-		done: make(chan struct{}),
+		h:      h,
+		m:      m,
+		kind:   kind,
+		log:    h.log.Named(m.Name),
+		done:   make(chan struct{}),
+		config: m.Config,
 	}
 	mp.ctx, mp.cancel = context.WithCancel(context.Background())
 	mp.down = "starting"
@@ -327,6 +331,59 @@ func typed[T driver.Driver](h *Host, name string, kind basev1.Kind) (T, error) {
 		return zero, fmt.Errorf("driver %q: client %T is not a %s client", name, mp.client(), driver.KindName(kind))
 	}
 	return c, nil
+}
+
+// Reconfigure configures the running plugin of a started driver again (Configure), with
+// config in place of its configuration (the manifest's, or the last one a Reconfigure set); the
+// node name, state directory and protocol version stay. It is how a host hands a driver a
+// change the driver can take while it runs (core/driver's Configure contract: a device
+// driver's permitted host devices).
+//
+// When the driver accepts it, config is the driver's configuration from then on: a plugin
+// process the host starts again after a crash is configured with it, and the host's client of
+// the driver (Driver, Device, ...) asks Capabilities again. When the driver refuses it (its
+// error, with its code: FailedPrecondition for a change it does not take while it runs,
+// InvalidArgument for a configuration it cannot use), or no process runs (Unavailable), the
+// configuration before it stays. The same configuration as the current one is not sent again.
+// Calls for one driver are serialised, and with the Configure of a plugin being started again.
+//
+// Limits: what Reconfigure sets lives in this host only. A host that reattaches after a restart
+// configures the running process with its manifest's configuration again, which the driver
+// takes or refuses like any other request (a refusal kills that process and starts a new one);
+// whoever called Reconfigure calls it again on the new host.
+func (h *Host) Reconfigure(ctx context.Context, name string, config json.RawMessage) error {
+	mp, err := h.lookup(name)
+	if err != nil {
+		return fmt.Errorf("reconfigure: %w", err)
+	}
+	if len(config) > 0 && !json.Valid(config) {
+		return status.Errorf(codes.InvalidArgument, "reconfigure driver %q: config is not valid JSON", name)
+	}
+	if bytes.Equal(bytes.TrimSpace(config), []byte("null")) {
+		config = nil
+	}
+	mp.configuring.Lock()
+	defer mp.configuring.Unlock()
+	if bytes.Equal(config, mp.configuration()) {
+		return nil
+	}
+	_, inst, err := h.current(name)
+	if err != nil {
+		return err
+	}
+	req, err := mp.configureRequest(config, inst.version)
+	if err != nil {
+		return status.Errorf(codes.Internal, "reconfigure: %v", err)
+	}
+	// Through the client the callers share, so that its Capabilities cache is dropped.
+	if err := mp.client().Configure(ctx, req); err != nil {
+		return err
+	}
+	mp.mu.Lock()
+	mp.config = slices.Clone(config)
+	mp.mu.Unlock()
+	mp.log.Info("driver reconfigured", "pid", inst.pid)
+	return nil
 }
 
 // Status reports on one driver. For a name that is not started it returns only the name.

@@ -452,3 +452,58 @@ func TestTail(t *testing.T) {
 		t.Errorf("partial line: %q", got)
 	}
 }
+
+// TestReconfigure: Reconfigure configures the running plugin again with another configuration
+// (node, state directory and protocol version kept); an accepted one is what a plugin started
+// again after a crash is configured with; a refused one, or the same one, changes nothing.
+func TestReconfigure(t *testing.T) {
+	h := newTestHost(t, HostConfig{NodeName: "node-7"})
+	m := testManifest(t, "alpha")
+	m.Config = json.RawMessage(`{"accel":"tcg"}`)
+	h.start(t, m)
+	hv := h.hv(t, "alpha")
+	ctx := context.Background()
+	pid := h.Status("alpha").Pid
+	check := func(what, config, configures string) {
+		t.Helper()
+		attrs := fingerprint(t, hv)
+		for k, v := range map[string]string{
+			"config": config, "configures": configures, "node": "node-7",
+			"state-dir": filepath.Join(h.dir, "drivers", "alpha"), "protocol-version": strconv.Itoa(driver.ProtocolVersion),
+		} {
+			if attrs[k] != v {
+				t.Errorf("%s: Configure got %s = %q, want %q", what, k, attrs[k], v)
+			}
+		}
+	}
+
+	if err := h.Reconfigure(ctx, "alpha", json.RawMessage(`{"accel":"kvm"}`)); err != nil {
+		t.Fatalf("Reconfigure: %v", err)
+	}
+	check("accepted", `{"accel":"kvm"}`, "2")
+	if st := h.Status("alpha"); st.Pid != pid || st.Restarts != 0 {
+		t.Errorf("Reconfigure restarted the plugin: %+v (pid was %d)", st, pid)
+	}
+	// The same configuration is not sent again.
+	if err := h.Reconfigure(ctx, "alpha", json.RawMessage(`{"accel":"kvm"}`)); err != nil {
+		t.Fatal(err)
+	}
+	check("the same again", `{"accel":"kvm"}`, "2")
+	// Refused by the driver (its code kept, the driver named), or not JSON: nothing changes.
+	wantStatus(t, h.Reconfigure(ctx, "alpha", json.RawMessage(`[1]`)), codes.InvalidArgument, `driver "alpha": config:`)
+	wantStatus(t, h.Reconfigure(ctx, "alpha", json.RawMessage(`{`)), codes.InvalidArgument, "not valid JSON")
+	check("refused", `{"accel":"kvm"}`, "2")
+	wantErr(t, h.Reconfigure(ctx, "beta", nil), `driver "beta": not started`)
+
+	// A crash: the new process gets the configuration Reconfigure set, not the manifest's.
+	if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 10*time.Second, func() error {
+		if st := h.Status("alpha"); !st.Running || st.Pid == pid {
+			return fmt.Errorf("not restarted: %+v", st)
+		}
+		return nil
+	})
+	check("restarted", `{"accel":"kvm"}`, "1")
+}

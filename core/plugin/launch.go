@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"maps"
@@ -273,20 +274,34 @@ func (mp *managed) ready(ctx context.Context, inst *instance, version int, deadl
 	if info.GetKind() != mp.kind {
 		return fail("info", fmt.Errorf("plugin is a %s driver, manifest says %s", kindText(info.GetKind()), m.Kind))
 	}
-	stateDir, err := mp.stateDir()
+	inst.version = version
+	req, err := mp.configureRequest(nil, version)
 	if err != nil {
 		return fail("configure", err)
 	}
-	err = drv.Configure(ctx, &basev1.ConfigureRequest{
-		Config:          m.Config,
-		NodeName:        mp.h.cfg.NodeName,
-		StateDir:        stateDir,
-		ProtocolVersion: uint32(version),
-	})
+	// Not while a Reconfigure is under way: this process gets the configuration it settles on.
+	mp.configuring.Lock()
+	req.Config = mp.configuration()
+	err = drv.Configure(ctx, req)
+	mp.configuring.Unlock()
 	if err != nil {
 		return fail("configure", err)
 	}
 	return nil
+}
+
+// configureRequest is the ConfigureRequest of the driver with config.
+func (mp *managed) configureRequest(config json.RawMessage, version int) (*basev1.ConfigureRequest, error) {
+	stateDir, err := mp.stateDir()
+	if err != nil {
+		return nil, err
+	}
+	return &basev1.ConfigureRequest{
+		Config:          config,
+		NodeName:        mp.h.cfg.NodeName,
+		StateDir:        stateDir,
+		ProtocolVersion: uint32(version),
+	}, nil
 }
 
 func kindText(k basev1.Kind) string {

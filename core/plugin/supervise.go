@@ -3,6 +3,7 @@ package plugin
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"os/exec"
 	"strings"
@@ -53,7 +54,13 @@ type managed struct {
 	clientOnce sync.Once
 	drv        driver.Driver
 
-	mu       sync.Mutex
+	// configuring serialises configuring a process: a start's (ready) and Reconfigure.
+	configuring sync.Mutex
+
+	mu sync.Mutex
+	// config is the driver's configuration: the manifest's, until a Reconfigure the driver
+	// accepted replaces it. Every process started from then on is configured with it.
+	config   json.RawMessage
 	restarts int
 	down     string // why no process serves calls; "" while one does
 	lastErr  string // the last failure, kept after a restart
@@ -66,6 +73,7 @@ type instance struct {
 	cmd        *exec.Cmd // nil when reattached
 	proc       *proc     // nil when the process was gone before it could be opened
 	pid        int
+	version    int // the protocol version negotiated (or recorded, when reattached)
 	reattached bool
 	stderr     *tail
 	started    time.Time
@@ -91,6 +99,13 @@ func (mp *managed) status() PluginStatus {
 		st.Running, st.Pid, st.Reattached = true, inst.pid, inst.reattached
 	}
 	return st
+}
+
+// configuration is the driver's current configuration (managed.config).
+func (mp *managed) configuration() json.RawMessage {
+	mp.mu.Lock()
+	defer mp.mu.Unlock()
+	return mp.config
 }
 
 func (mp *managed) downReason() string {
