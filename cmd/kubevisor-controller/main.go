@@ -6,9 +6,11 @@ import (
 	"flag"
 	"fmt"
 	"os"
+	"strings"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/klog/v2/textlogger"
 	ctrl "sigs.k8s.io/controller-runtime"
 
@@ -73,6 +75,19 @@ func main() {
 	})
 	fs.IntVar(&cfg.WorkloadUpdate.BatchSize, "workload-update-batch-size", workloadupdate.DefaultBatchSize, "`VMIs` migrated or evicted per batch (0 means 10)")
 	fs.DurationVar(&cfg.WorkloadUpdate.BatchInterval, "workload-update-batch-interval", workloadupdate.DefaultBatchInterval, "`time` between two batches of the workload updater (at least 1s)")
+	cfg.HandlerDaemonSet = types.NamespacedName{Namespace: "kubevisor-system", Name: "kubevisor-handler"}
+	fs.Func("handler-daemonset", "`namespace/name` of the node handlers' DaemonSet (default kubevisor-system/kubevisor-handler): the workload updater acts only once its rollout is done; \"\" acts at once", func(s string) error {
+		if s == "" {
+			cfg.HandlerDaemonSet = types.NamespacedName{}
+			return nil
+		}
+		ns, name, ok := strings.Cut(s, "/")
+		if !ok || ns == "" || name == "" {
+			return fmt.Errorf("%q: want namespace/name", s)
+		}
+		cfg.HandlerDaemonSet = types.NamespacedName{Namespace: ns, Name: name}
+		return nil
+	})
 	live := manager.LiveConfig{Verbosity: logCfg.Verbosity()}
 	fs.StringVar(&live.Namespace, "live-config-namespace", liveconfig.Namespace, "`namespace` of the live configuration ConfigMap")
 	fs.StringVar(&live.Name, "live-config-name", liveconfig.Name, "`name` of the live configuration ConfigMap (core/liveconfig), whose migration defaults and limits and controller log verbosity replace the flags' while it exists; \"\" turns it off")

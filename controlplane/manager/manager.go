@@ -14,6 +14,7 @@ import (
 	"k8s.io/apimachinery/pkg/labels"
 	kruntime "k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/selection"
+	"k8s.io/apimachinery/pkg/types"
 	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
@@ -96,6 +97,9 @@ type Config struct {
 	// WorkloadUpdate is the workload updater's strategy for VMIs whose launcher pod runs another
 	// image than Pod.LauncherImage; the zero value marks them only, with the default batch.
 	WorkloadUpdate workloadupdate.Settings
+	// HandlerDaemonSet is the node handlers' DaemonSet, whose rollout holds the workload
+	// updater's batches (workloadupdate.Options); zero: no hold.
+	HandlerDaemonSet types.NamespacedName
 
 	// SkipNameValidation lets several managers run in one process (tests, benchmarks).
 	SkipNameValidation bool
@@ -201,7 +205,7 @@ func New(cfg Config) (ctrl.Manager, error) {
 		}},
 		{"workload-update", func() error {
 			return workloadupdate.SetupWithManager(mgr, workloadupdate.Options{LauncherImage: cfg.Pod.LauncherImage,
-				Settings: cfg.WorkloadUpdate, SkipNameValidation: skip})
+				Settings: cfg.WorkloadUpdate, HandlerDaemonSet: cfg.HandlerDaemonSet, SkipNameValidation: skip})
 		}},
 		{"metrics", func() error { return metrics.SetupWithManager(mgr) }},
 		{"live configuration", func() error { return addLiveConfig(mgr, cfg.LiveConfig, base, migrationSettings) }},

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"time"
 
+	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	policyv1 "k8s.io/api/policy/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -56,10 +57,15 @@ type Options struct {
 	SkipNameValidation bool
 	// Now is the clock (tests); nil means time.Now.
 	Now func() time.Time
+	// HandlerDaemonSet is the node handlers' DaemonSet: while its rollout is under way (some
+	// node runs an older handler, or none), no batch acts (Observation.Held). Zero: no hold
+	// (an install whose handlers are not a DaemonSet of the cluster).
+	HandlerDaemonSet types.NamespacedName
 }
 
 type reconciler struct {
 	client    client.Client
+	apiReader client.Reader // the handler DaemonSet, read by name (no cache of DaemonSets)
 	recorder  recorder.EventRecorder
 	opts      Options
 	lastBatch time.Time // only the one reconcile of key writes it (one worker)
@@ -77,7 +83,7 @@ func SetupWithManager(mgr ctrl.Manager, opts Options) error {
 	if opts.Now == nil {
 		opts.Now = time.Now
 	}
-	r := &reconciler{client: mgr.GetClient(), recorder: mgr.GetEventRecorder(ControllerName), opts: opts}
+	r := &reconciler{client: mgr.GetClient(), apiReader: mgr.GetAPIReader(), recorder: mgr.GetEventRecorder(ControllerName), opts: opts}
 	toKey := handler.EnqueueRequestsFromMapFunc(func(context.Context, client.Object) []reconcile.Request {
 		return []reconcile.Request{key}
 	})
@@ -99,6 +105,7 @@ func SetupWithManager(mgr ctrl.Manager, opts Options) error {
 // +kubebuilder:rbac:groups="",resources=pods,verbs=get;list;watch
 // +kubebuilder:rbac:groups="",resources=pods/eviction,verbs=create
 // +kubebuilder:rbac:groups=events.k8s.io,resources=events,verbs=create;patch
+// +kubebuilder:rbac:groups=apps,namespace=kubevisor-system,resources=daemonsets,resourceNames=kubevisor-handler,verbs=get
 
 // Reconcile observes every VMI, decides (Decide) and acts. A failed action is reported and
 // the others go on.
@@ -110,13 +117,20 @@ func (r *reconciler) Reconcile(ctx context.Context, _ ctrl.Request) (ctrl.Result
 	d := Decide(obs)
 	err = r.act(ctx, d, obs.Now)
 	if d.Outdated > 0 {
-		ctrl.LoggerFrom(ctx).V(1).Info("outdated VMIs", "outdated", d.Outdated, "batch", len(d.Batch), "left", d.Left, "next", d.Wait)
+		ctrl.LoggerFrom(ctx).V(1).Info("outdated VMIs", "outdated", d.Outdated, "batch", len(d.Batch), "left", d.Left, "next", d.Wait, "held", d.Held)
 	}
 	return ctrl.Result{RequeueAfter: d.Wait}, err
 }
 
 func (r *reconciler) observe(ctx context.Context) (Observation, error) {
 	obs := Observation{LauncherImage: r.opts.LauncherImage, Settings: r.opts.Settings, LastBatch: r.lastBatch, Now: r.opts.Now()}
+	if ds := r.opts.HandlerDaemonSet; ds.Name != "" {
+		held, err := r.handlersHeld(ctx, ds)
+		if err != nil {
+			return obs, err
+		}
+		obs.Held = held
+	}
 	// Every VMI and migration of the cache at each decision: they are read, never written
 	// (label patches go to a fresh object), so the cache's objects are not copied.
 	var vmis v1alpha1.VirtualMachineInstanceList
@@ -148,6 +162,36 @@ func (r *reconciler) observe(ctx context.Context) (Observation, error) {
 		obs.Workloads = append(obs.Workloads, w)
 	}
 	return obs, nil
+}
+
+// handlersHeld reads the handler DaemonSet and says why its rollout holds the updater ("":
+// every scheduled handler pod is of its current template and available). A DaemonSet that does
+// not exist holds it too: no node would serve a migration's target or a VM started again.
+func (r *reconciler) handlersHeld(ctx context.Context, key types.NamespacedName) (string, error) {
+	ds := &appsv1.DaemonSet{}
+	switch err := r.apiReader.Get(ctx, key, ds); {
+	case apierrors.IsNotFound(err):
+		return fmt.Sprintf("handler daemonset %s does not exist", key), nil
+	case err != nil:
+		return "", fmt.Errorf("get handler daemonset %s: %w", key, err)
+	}
+	return RolloutPending(ds), nil
+}
+
+// RolloutPending says why DaemonSet ds has not finished rolling out ("" when it has): its
+// controller has not seen its latest generation, or some scheduled node runs a pod of an older
+// template or none available.
+func RolloutPending(ds *appsv1.DaemonSet) string {
+	st := ds.Status
+	switch {
+	case st.ObservedGeneration < ds.Generation:
+		return fmt.Sprintf("daemonset %s/%s: generation %d not observed yet", ds.Namespace, ds.Name, ds.Generation)
+	case st.UpdatedNumberScheduled < st.DesiredNumberScheduled:
+		return fmt.Sprintf("daemonset %s/%s rolling out: %d of %d nodes updated", ds.Namespace, ds.Name, st.UpdatedNumberScheduled, st.DesiredNumberScheduled)
+	case st.NumberAvailable < st.DesiredNumberScheduled:
+		return fmt.Sprintf("daemonset %s/%s: %d of %d pods available", ds.Namespace, ds.Name, st.NumberAvailable, st.DesiredNumberScheduled)
+	}
+	return ""
 }
 
 func (r *reconciler) act(ctx context.Context, d Decision, now time.Time) error {

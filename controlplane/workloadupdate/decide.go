@@ -123,7 +123,16 @@ type Observation struct {
 	Workloads []Workload
 	// LastBatch is when the last batch acted (zero: none yet), Now the time of the observation.
 	LastBatch, Now time.Time
+	// Held, when not empty, says why no batch may act now: the node agents are not all on the
+	// current version yet (a rollout of the handler DaemonSet under way). A migration started
+	// then could lose its source or target handler mid-way, and an eviction would start the VM
+	// again on a node whose handler is about to be replaced. Marking goes on.
+	Held string
 }
+
+// HeldRecheck is how soon a held updater looks again (the handler DaemonSet is read, not
+// watched, so its rollout's end is not an event of the updater's).
+const HeldRecheck = 5 * time.Second
 
 // Action is one migration or eviction of a batch.
 type Action struct {
@@ -142,8 +151,11 @@ type Decision struct {
 	// Outdated is how many VMIs run another launcher image; Left how many of them an action
 	// would apply to that this batch leaves for the next ones (or that wait out a backoff).
 	Outdated, Left int
-	// Wait, when not zero, is when to look again: the next batch, or the end of a backoff.
+	// Wait, when not zero, is when to look again: the next batch, the end of a backoff, or
+	// HeldRecheck.
 	Wait time.Duration
+	// Held is Observation.Held when it kept a batch from acting.
+	Held string
 }
 
 // state is what a VMI's launcher says about it.
@@ -232,6 +244,7 @@ func backoff(w Workload, now time.Time) time.Duration {
 // LiveMigratable, a migration (not within FailedMigrationBackoff of a failed one of the
 // updater's), else with Evict an eviction of its launcher pod; with neither nothing. At most
 // BatchSize of those per BatchInterval since LastBatch, the VMIs taken by namespace and name.
+// While Held, no batch acts and the updater looks again after HeldRecheck.
 func Decide(obs Observation) Decision {
 	var d Decision
 	type candidate struct {
@@ -282,7 +295,12 @@ func Decide(obs Observation) Decision {
 	slices.SortFunc(cands, func(a, b candidate) int { return cmp.Compare(a.key, b.key) })
 
 	interval := obs.Settings.interval()
-	if next := obs.LastBatch.Add(interval); !obs.LastBatch.IsZero() && obs.Now.Before(next) {
+	if obs.Held != "" {
+		d.Left += len(cands)
+		if len(cands) > 0 {
+			d.Held, d.Wait = obs.Held, HeldRecheck
+		}
+	} else if next := obs.LastBatch.Add(interval); !obs.LastBatch.IsZero() && obs.Now.Before(next) {
 		d.Left += len(cands)
 		if len(cands) > 0 {
 			d.Wait = next.Sub(obs.Now)

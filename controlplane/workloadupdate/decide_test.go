@@ -100,6 +100,7 @@ func TestDecide(t *testing.T) {
 		methods   []v1alpha1.WorkloadUpdateMethod
 		size      int
 		lastBatch time.Time
+		held      string
 		workloads []Workload
 		// want: marked, unmarked, batch, outdated, left, wait
 		mark, unmark, batch string
@@ -160,16 +161,25 @@ func TestDecide(t *testing.T) {
 			workloads: []Workload{workload("a", oldImage, marked)}},
 		{name: "within the interval and nothing to do: no wait", methods: evict, lastBatch: now.Add(-20 * time.Second),
 			workloads: []Workload{workload("a", newImage)}},
+		{name: "held (handlers rolling out): marked, no batch, looked at again soon", methods: both, held: "rollout", outdated: 2, mark: "a,b", left: 2, wait: HeldRecheck,
+			workloads: []Workload{workload("a", oldImage, migratable), workload("b", oldImage)}},
+		{name: "held and nothing to act on: no wait", methods: both, held: "rollout", outdated: 1,
+			workloads: []Workload{workload("a", oldImage, marked, func(w *Workload) { w.VMI.Status.EvacuationNodeName = "node1" })}},
+		{name: "held, a VMI in its backoff alone: looked at again when it ends", methods: both, held: "rollout", outdated: 1, left: 1, wait: 2 * time.Minute,
+			workloads: []Workload{workload("a", oldImage, migratable, marked, migration("m1", v1alpha1.MigrationFailed, true, now.Add(-4*time.Minute)))}},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			d := Decide(Observation{
 				LauncherImage: newImage, Settings: Settings{Methods: c.methods, BatchSize: c.size},
-				Workloads: c.workloads, LastBatch: c.lastBatch, Now: now,
+				Workloads: c.workloads, LastBatch: c.lastBatch, Now: now, Held: c.held,
 			})
 			got := fmt.Sprintf("mark=%s unmark=%s batch=%s outdated=%d left=%d wait=%s", names(d.Mark), names(d.Unmark), batch(d.Batch), d.Outdated, d.Left, d.Wait)
 			want := fmt.Sprintf("mark=%s unmark=%s batch=%s outdated=%d left=%d wait=%s", c.mark, c.unmark, c.batch, c.outdated, c.left, c.wait)
 			if got != want {
 				t.Errorf("\n got %s\nwant %s", got, want)
+			}
+			if wantHeld := c.held != "" && c.wait == HeldRecheck; (d.Held != "") != wantHeld {
+				t.Errorf("Held %q, want it set: %v", d.Held, wantHeld)
 			}
 			for _, a := range d.Batch {
 				if a.Method == v1alpha1.WorkloadUpdateMethodEvict && a.Pod == nil {

@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	eventsv1 "k8s.io/api/events/v1"
 	policyv1 "k8s.io/api/policy/v1"
@@ -48,9 +49,14 @@ type harness struct {
 
 func (h *harness) start(t *testing.T, settings Settings) {
 	t.Helper()
-	envtest.StartManager(t, h.cfg, func(mgr ctrl.Manager) error {
-		return SetupWithManager(mgr, Options{LauncherImage: newImage, Settings: settings, SkipNameValidation: true})
-	})
+	h.startWith(t, Options{Settings: settings})
+}
+
+// startWith runs the updater with opts, its launcher image newImage.
+func (h *harness) startWith(t *testing.T, opts Options) {
+	t.Helper()
+	opts.LauncherImage, opts.SkipNameValidation = newImage, true
+	envtest.StartManager(t, h.cfg, func(mgr ctrl.Manager) error { return SetupWithManager(mgr, opts) })
 }
 
 // vmi creates a Running VMI with a Running, Ready launcher pod whose compute container runs
@@ -270,5 +276,45 @@ func TestController(t *testing.T) {
 		if gap := time.Since(seen); gap < 2*time.Second {
 			t.Errorf("second batch %s after the first, want about the 3s interval", gap)
 		}
+	})
+
+	t.Run("a rollout of the handler DaemonSet holds the batches; its end lets them act", func(t *testing.T) {
+		h.namespace(t, "held")
+		vmi, _ := h.vmi(t, "vm", oldImage, true)
+		// The handler DaemonSet, half rolled out (playing the DaemonSet controller's status).
+		ds := &appsv1.DaemonSet{
+			ObjectMeta: metav1.ObjectMeta{Name: "kubevisor-handler", Namespace: "kubevisor-system"},
+			Spec: appsv1.DaemonSetSpec{
+				Selector: &metav1.LabelSelector{MatchLabels: map[string]string{"app": "handler"}},
+				Template: corev1.PodTemplateSpec{
+					ObjectMeta: metav1.ObjectMeta{Labels: map[string]string{"app": "handler"}},
+					Spec:       corev1.PodSpec{Containers: []corev1.Container{{Name: "handler", Image: "handler:v2"}}},
+				},
+			},
+		}
+		if err := h.c.Create(ctx, ds); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = h.c.Delete(context.Background(), ds) })
+		setStatus := func(updated, available int32) {
+			t.Helper()
+			ds.Status = appsv1.DaemonSetStatus{ObservedGeneration: ds.Generation, DesiredNumberScheduled: 2,
+				CurrentNumberScheduled: 2, UpdatedNumberScheduled: updated, NumberAvailable: available, NumberReady: available}
+			if err := h.c.Status().Update(ctx, ds); err != nil {
+				t.Fatal(err)
+			}
+		}
+		setStatus(1, 1)
+		h.startWith(t, Options{
+			Settings:         Settings{Methods: []v1alpha1.WorkloadUpdateMethod{v1alpha1.WorkloadUpdateMethodLiveMigrate}, BatchSize: 1, BatchInterval: time.Second},
+			HandlerDaemonSet: client.ObjectKeyFromObject(ds),
+		})
+		waitFor(t, "the outdated VMI marked while held", func() (bool, error) { return h.marked(t, vmi), nil })
+		time.Sleep(consistent + HeldRecheck)
+		if got := h.migrations(t, vmi); len(got) != 0 {
+			t.Fatalf("%d migrations while the handler DaemonSet rolls out", len(got))
+		}
+		setStatus(2, 2)
+		waitFor(t, "the migration once the handlers are rolled out", func() (bool, error) { return len(h.migrations(t, vmi)) == 1, nil })
 	})
 }
