@@ -36,10 +36,14 @@ E2E_KUBECONFIG ?= $(or $(KUBECONFIG),$(OUT)/cluster/kubeconfig)
 E2E_CLUSTER    := $(if $(KUBECONFIG),,local-cluster)
 # The specs' labels (Ginkgo label filter). Default: Conformance, and the RequiresTwoNodes lane
 # too when the local cluster has two nodes (NODES=2, or the last make up made two). Only the
-# two-node lane: make e2e NODES=2 E2E_LABELS=RequiresTwoNodes. A RequiresTwoNodes spec run
-# against fewer than two schedulable nodes is skipped, and fails under CI=true.
+# two-node lane: make e2e NODES=2 E2E_LABELS='RequiresTwoNodes && !Upgrade'. A
+# RequiresTwoNodes spec run against fewer than two schedulable nodes is skipped, and fails under
+# CI=true. The Upgrade specs need the images make e2e-upgrade builds: they run there
+# (E2E_UPGRADE_LABELS), never in make e2e's default.
 E2E_NODES      := $(or $(NODES),$(if $(KUBECONFIG),1,$(shell cat $(OUT)/cluster/nodes 2>/dev/null)),1)
-E2E_LABELS     ?= Conformance$(if $(filter 2,$(E2E_NODES)), || RequiresTwoNodes)
+E2E_LABELS     ?= Conformance$(if $(filter 2,$(E2E_NODES)), || (RequiresTwoNodes && !Upgrade))
+# make e2e-upgrade's specs: the one-node ones, or on two nodes the two-node one (LiveMigrate).
+E2E_UPGRADE_LABELS ?= Upgrade && $(if $(filter 2,$(E2E_NODES)),,!)RequiresTwoNodes
 # The HypervisorClass of the e2e specs' VMIs ("": the default class), and the two classes of its
 # TwoClasses spec (a,b: the spec fails when one is missing; "": the cluster's first two, skipped
 # when there are fewer).
@@ -235,7 +239,7 @@ e2e: deps-runtime deps-tools deps-qemu deps-libvirt $(E2E_CLUSTER) ## Cluster co
 
 .PHONY: e2e-upgrade
 e2e-upgrade: UPGRADE_TAG = $(or $(E2E_UPGRADE_TAG),upgrade)
-e2e-upgrade: deps-runtime deps-tools deps-qemu local-cluster ## Local cluster: this tree's component images built again under the tag UPGRADE_TAG (default upgrade) and imported, then the upgrade spec: UPGRADE_PAIRS (default 1) VMs of each of two classes running, the Kubevisor's imageTag set to it, the operator rolls every component (VMs undisturbed, web servers polled, status followed; figures in the log), and back.
+e2e-upgrade: deps-runtime deps-tools deps-qemu local-cluster ## Local cluster: this tree's component images built again under the tag UPGRADE_TAG (default upgrade) and imported into every node, then the Upgrade specs (E2E_UPGRADE_LABELS): UPGRADE_PAIRS (default 1) VMs of each of two classes running, the Kubevisor's imageTag set to it, the operator rolls every component (VMs undisturbed, web servers polled, status followed; figures in the log), and back; workloadUpdateStrategy Evict; an imageTag no node has; a driver-only upgrade. With two nodes (NODES=2) instead: workloadUpdateStrategy LiveMigrate, the VMIs moved to the other node's new launcher.
 	$(MAKE) --no-print-directory images
 	$(GO) build -o $(BIN)/vmctl ./cmd/vmctl
 	$(GO) run ./hack/images --bin-dir $(BIN) --out $(OUT)/images-upgrade --tag $(UPGRADE_TAG) components
@@ -245,7 +249,7 @@ e2e-upgrade: deps-runtime deps-tools deps-qemu local-cluster ## Local cluster: t
 	$(GO) run ./hack/images --out $(OUT)/images-upgrade --tag $(UPGRADE_TAG) -name kubevisor-driver-qmp \
 	    -driver-bin $(OUT)/images-upgrade/bin/kubevisor-driver-qmp -driver-kind hypervisor -driver-name qmp driver
 	hack/cluster/load-images.sh $(OUT)/images-upgrade/*.tar
-	$(MAKE) --no-print-directory e2e E2E_LABELS=Upgrade E2E_UPGRADE_TAG=$(UPGRADE_TAG) E2E_JUNIT=$(OUT)/e2e-junit-upgrade.xml
+	$(MAKE) --no-print-directory e2e E2E_LABELS='$(E2E_UPGRADE_LABELS)' E2E_UPGRADE_TAG=$(UPGRADE_TAG) E2E_JUNIT=$(OUT)/e2e-junit-upgrade$(if $(filter 2,$(E2E_NODES)),-two-nodes).xml
 
 .PHONY: e2e-driver-images
 e2e-driver-images: deps-runtime deps-tools deps-qemu local-cluster ## Local cluster: the example drivers installed from their driver images (hack/e2e-driver-images.sh): the sim device driver beside hostdev (its resource on the Node, a VMI of the simulated class fake given one and named in its domain spec), a VMI booted from the storage driver's disks, a wrong sha256 refused by name while the other drivers serve; then DRIVERS again.

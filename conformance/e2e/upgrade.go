@@ -461,6 +461,88 @@ var _ = Describe("Kubevisor upgrade through the operator", Label("Operator", "Up
 		}
 	})
 
+	// workloadUpdateStrategy LiveMigrate on two nodes: after the upgrade, each VMI left on the
+	// old launcher is live-migrated by the workload updater (once every handler runs the new
+	// version) into a launcher pod of the new version on the other node: the same VMI and guest
+	// boot, its heartbeat going on, unmarked afterwards.
+	It("live-migrates the VMIs left on the old launcher to the other node when workloadUpdateStrategy says LiveMigrate: the same guests, now on the new launcher", Label("RequiresTwoNodes", "Migration"), func(ctx SpecContext) {
+		if Cfg.UpgradeTag == "" {
+			Fail("no -upgrade-tag: make e2e-upgrade builds a second image set of this tree under a tag of its own and names it")
+		}
+		first, second := f.RequireTwoNodes(ctx)
+		kv := f.kubevisor(ctx)
+		from, specTag := kv.Status.ObservedVersion, kv.Spec.ImageTag
+		Expect(from).NotTo(Equal(Cfg.UpgradeTag), "the install already runs %s", Cfg.UpgradeTag)
+		const interval = 10 * time.Second
+		DeferCleanup(func(ctx SpecContext) {
+			By(fmt.Sprintf("back to %s, with no workload update method", from))
+			tag := "null"
+			if specTag != "" {
+				tag = fmt.Sprintf("%q", specTag)
+			}
+			f.patchKubevisor(ctx, `{"spec":{"workloadUpdateStrategy":null,"imageTag":`+tag+`}}`)
+			f.waitInstalled(ctx, from, 10*time.Minute)
+		})
+		By(fmt.Sprintf("workloadUpdateStrategy: LiveMigrate, a batch of 1 every %s", interval))
+		f.patchKubevisor(ctx, fmt.Sprintf(`{"spec":{"workloadUpdateStrategy":{"workloadUpdateMethods":["LiveMigrate"],"batchEvictionSize":1,"batchEvictionInterval":%q}}}`, interval.String()))
+		f.waitInstalled(ctx, from, 10*time.Minute)
+
+		By("two LiveMigratable VMIs boot on " + first + " (" + second + " cordoned meanwhile)")
+		f.setUnschedulable(ctx, second, true)
+		DeferCleanup(func(ctx context.Context) { f.setUnschedulable(ctx, second, false) })
+		guests := []*migrant{f.bootMigrant(ctx, "upgrade-mig-a", nil), f.bootMigrant(ctx, "upgrade-mig-b", nil)}
+		f.setUnschedulable(ctx, second, false)
+		before := map[string][]float64{}
+		for _, g := range guests {
+			Expect(g.node).To(Equal(first), "VMI %s", g.name)
+			before[g.name] = f.heartbeats(ctx, g.guestRun)
+		}
+
+		By(fmt.Sprintf("spec.imageTag %s", Cfg.UpgradeTag))
+		start := time.Now()
+		f.setImageTag(ctx, Cfg.UpgradeTag)
+		f.waitInstalled(ctx, Cfg.UpgradeTag, 10*time.Minute)
+		installed := time.Since(start)
+
+		By("each VMI moves to " + second + " by a migration of the workload updater, into a launcher pod of the new version, and is unmarked")
+		Eventually(func(g Gomega) {
+			for _, gr := range guests {
+				vmi := f.VMI(ctx, gr.name)
+				g.Expect(vmi).NotTo(BeNil(), "VMI %s is gone", gr.name)
+				g.Expect(vmi.UID).To(Equal(gr.vmi.UID), "VMI %s: another VMI", gr.name)
+				g.Expect(vmi.Status.NodeName).To(Equal(second), "VMI %s: %s", gr.name, f.describeEvacuation(ctx, gr.name))
+				pods := f.LauncherPods(ctx, vmi.UID)
+				g.Expect(pods).To(HaveLen(1), "launcher pods of VMI %s", gr.name)
+				g.Expect(imagesOf(pods[0])).To(ContainElement(HaveSuffix("kubevisor-launcher:"+Cfg.UpgradeTag)), "VMI %s", gr.name)
+				g.Expect(vmi.Labels).NotTo(HaveKey(v1alpha1.OutdatedLauncherImageLabel), "VMI %s", gr.name)
+			}
+			n := f.kubevisor(ctx).Status.OutdatedVirtualMachineInstanceWorkloads
+			g.Expect(n == nil || *n == 0).To(BeTrue(), "status.outdatedVirtualMachineInstanceWorkloads %v", n)
+		}).WithContext(ctx).WithTimeout(2 * migrationTimeout).WithPolling(2 * time.Second).Should(Succeed())
+		GinkgoWriter.Printf("LiveMigrate, batches of 1 every %s: install at %s in %s; %d VMIs on the new launcher on %s %s after the imageTag change\n",
+			interval, Cfg.UpgradeTag, installed.Round(100*time.Millisecond), len(guests), second, time.Since(start).Round(100*time.Millisecond))
+
+		By("the same guests: the same boot, the heartbeat going on from where it was")
+		for _, g := range guests {
+			f.expectMovedOn(ctx, g, before[g.name])
+		}
+
+		By("each moved by exactly one migration of the workload updater, which succeeded")
+		var migs v1alpha1.VirtualMachineInstanceMigrationList
+		Expect(f.Client.List(ctx, &migs, client.InNamespace(f.Namespace), client.MatchingLabels{v1alpha1.WorkloadUpdateLabel: "true"})).To(Succeed())
+		for _, g := range guests {
+			var mine []string
+			for _, m := range migs.Items {
+				if m.Spec.VMIName == g.name {
+					mine = append(mine, m.Name+" "+string(m.Status.Phase))
+					GinkgoWriter.Printf("VMI %s: workload update migration %s created %s after the imageTag change, %s\n", g.name, m.Name,
+						m.CreationTimestamp.Sub(start).Round(time.Second), m.Status.Phase)
+				}
+			}
+			Expect(mine).To(HaveExactElements(HaveSuffix(" Succeeded")), "VMI %s: workload update migrations", g.name)
+		}
+	})
+
 	// Bad input: an imageTag no node has. The operator rolls kubevisor-controller first; its new
 	// pod cannot get its image, so the rollout stops there with the old pod serving, Degraded
 	// names the pod and why, the handlers and kubevisor-api are not touched, and setting the
