@@ -1,7 +1,8 @@
 // Package liveconfig is the configuration the components take while they run: a versioned
 // document in one ConfigMap (kubevisor-system/kubevisor-config) that kubevisor-operator renders
 // from the Kubevisor object's live fields, a watcher of that ConfigMap, and appliers that hand
-// each valid version to what a component can change without a restart.
+// each valid version to what a component can change without a restart: migration defaults and
+// limits, log verbosity, and the permitted host devices of the nodes' hostdev driver.
 //
 // A component's flags stay its base: a field the ConfigMap leaves out, or a ConfigMap that is
 // absent or deleted, means the flag's value (installs without the operator run on flags only).
@@ -12,6 +13,7 @@ import (
 	"slices"
 
 	"k8s.io/apimachinery/pkg/util/validation/field"
+	kjson "sigs.k8s.io/json"
 	"sigs.k8s.io/yaml"
 
 	"github.com/kubevisor/kubevisor/core/api/v1alpha1"
@@ -47,6 +49,12 @@ type Config struct {
 	// LogVerbosity is the klog verbosity (-v) of kubevisor-controller and kubevisor-api, and
 	// the node handler's log level (--log-level).
 	LogVerbosity *LogVerbosity `json:"logVerbosity,omitempty"`
+	// PermittedHostDevices are the host devices the nodes' hostdev driver (HostDevicesDriver)
+	// offers, in place of the permittedHostDevices of its node configuration
+	// (driverConfig.hostdev); nil means the node's. The node handlers and the
+	// kubevisor-deviceplugins containers give them to their running hostdev driver
+	// (HostDevices), which lists and advertises the new resources. An empty value permits none.
+	PermittedHostDevices *v1alpha1.PermittedHostDevices `json:"permittedHostDevices,omitempty"`
 }
 
 // LogVerbosity is Config.LogVerbosity.
@@ -66,7 +74,8 @@ func New() Config {
 }
 
 // Parse reads the ConfigMap's data: the document under Key, strictly (an unknown field is an
-// error, so a typo is not silently the flag's value), then Validate. Errors carry the field
+// error naming its path in the document, so a typo is not silently the flag's value), then
+// Validate. Errors carry the field
 // path from the ConfigMap: data[config.yaml].migrations.progressTimeout.
 func Parse(data map[string]string) (Config, error) {
 	p := field.NewPath("data").Key(Key)
@@ -75,8 +84,21 @@ func Parse(data map[string]string) (Config, error) {
 		return Config{}, field.ErrorList{field.Required(p, "the live configuration document")}.ToAggregate()
 	}
 	var c Config
-	if err := yaml.UnmarshalStrict([]byte(doc), &c); err != nil {
+	j, err := yaml.YAMLToJSON([]byte(doc))
+	if err != nil {
 		return Config{}, field.ErrorList{field.Invalid(p, "", err.Error())}.ToAggregate()
+	}
+	// Strict, case-sensitive, and an unknown field named by its path in the document.
+	strict, err := kjson.UnmarshalStrict(j, &c)
+	if err != nil {
+		return Config{}, field.ErrorList{field.Invalid(p, "", err.Error())}.ToAggregate()
+	}
+	if len(strict) > 0 {
+		var errs field.ErrorList
+		for _, e := range strict {
+			errs = append(errs, field.Invalid(p, "", e.Error()))
+		}
+		return Config{}, errs.ToAggregate()
 	}
 	if errs := c.Validate(p); len(errs) > 0 {
 		return Config{}, errs.ToAggregate()
@@ -110,6 +132,7 @@ func (c Config) Validate(p *field.Path) field.ErrorList {
 			errs = append(errs, field.NotSupported(p.Child("logVerbosity", "handler"), v.Handler, HandlerLevels))
 		}
 	}
+	errs = append(errs, c.PermittedHostDevices.Validate(p.Child("permittedHostDevices"))...)
 	return errs
 }
 

@@ -35,6 +35,14 @@ func TestParse(t *testing.T) {
 		{"a handler level", map[string]string{Key: head + "logVerbosity:\n  handler: debug\n"}, ""},
 		{"an unknown handler level", map[string]string{Key: head + "logVerbosity:\n  handler: loud\n"}, `data[config.yaml].logVerbosity.handler: Unsupported value: "loud"`},
 		{"verbosity over 10", map[string]string{Key: head + "logVerbosity:\n  api: 11\n"}, "data[config.yaml].logVerbosity.api: Invalid value: 11: from 0 to 10"},
+		{"permitted host devices", map[string]string{Key: head + "permittedHostDevices:\n  pciHostDevices:\n  - pciVendorSelector: 10DE:1EB8\n    resourceName: devices.kubevisor.io/gpu-t4\n  - {pciVendorSelector: '8086:1572', resourceName: nic}\n"}, ""},
+		{"no permitted host devices", map[string]string{Key: head + "permittedHostDevices: {}\n"}, ""},
+		{"a bad selector", map[string]string{Key: head + "permittedHostDevices:\n  pciHostDevices:\n  - {pciVendorSelector: 10de, resourceName: gpu}\n"}, `data[config.yaml].permittedHostDevices.pciHostDevices[0].pciVendorSelector: Invalid value: "10de": want vendor:device`},
+		{"a selector twice", map[string]string{Key: head + "permittedHostDevices:\n  pciHostDevices:\n  - {pciVendorSelector: '10de:1eb8', resourceName: a}\n  - {pciVendorSelector: '10DE:1EB8', resourceName: b}\n"}, `data[config.yaml].permittedHostDevices.pciHostDevices[1].pciVendorSelector: Invalid value: "10DE:1EB8": already selected by data[config.yaml].permittedHostDevices.pciHostDevices[0]`},
+		{"no resource name", map[string]string{Key: head + "permittedHostDevices:\n  pciHostDevices:\n  - {pciVendorSelector: '10de:1eb8'}\n"}, "data[config.yaml].permittedHostDevices.pciHostDevices[0].resourceName: Required value"},
+		{"another domain", map[string]string{Key: head + "permittedHostDevices:\n  pciHostDevices:\n  - {pciVendorSelector: '10de:1eb8', resourceName: nvidia.com/T4}\n"}, `data[config.yaml].permittedHostDevices.pciHostDevices[0].resourceName: Invalid value: "nvidia.com/T4": the device plugins serve devices.kubevisor.io/<name> only`},
+		{"KubeVirt's mediated devices", map[string]string{Key: head + "permittedHostDevices:\n  mediatedDevices: []\n"}, `unknown field "permittedHostDevices.mediatedDevices"`},
+		{"KubeVirt's external provider", map[string]string{Key: head + "permittedHostDevices:\n  pciHostDevices:\n  - {pciVendorSelector: '10de:1eb8', resourceName: gpu, externalResourceProvider: true}\n"}, `unknown field "permittedHostDevices.pciHostDevices[0].externalResourceProvider"`},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			_, err := Parse(c.data)
@@ -56,6 +64,7 @@ func TestMarshalParses(t *testing.T) {
 		BandwidthPerMigration: ptr.To(resource.MustParse("64Mi")), ProgressTimeout: ptr.To[int64](90)},
 		ParallelMigrationsPerCluster: ptr.To[int32](2)}
 	c.LogVerbosity = &LogVerbosity{API: ptr.To[int32](3)}
+	c.PermittedHostDevices = &v1alpha1.PermittedHostDevices{PCIHostDevices: []v1alpha1.PCIHostDevice{{PCIVendorSelector: "10DE:1EB8", ResourceName: "gpu"}}}
 	data, err := c.Marshal()
 	if err != nil {
 		t.Fatal(err)
@@ -65,7 +74,8 @@ func TestMarshalParses(t *testing.T) {
 		t.Fatalf("Parse(Marshal()): %v\n%s", err, data[Key])
 	}
 	if got.Migrations.BandwidthPerMigration.String() != "64Mi" || *got.Migrations.ProgressTimeout != 90 ||
-		*got.Migrations.ParallelMigrationsPerCluster != 2 || *APIVerbosity(got) != 3 || ControllerVerbosity(got) != nil {
+		*got.Migrations.ParallelMigrationsPerCluster != 2 || *APIVerbosity(got) != 3 || ControllerVerbosity(got) != nil ||
+		got.PermittedHostDevices.PCIHostDevices[0] != c.PermittedHostDevices.PCIHostDevices[0] {
 		t.Errorf("round trip: %+v", got)
 	}
 	if _, err := Parse(map[string]string{Key: mustMarshal(t, New())}); err != nil {
