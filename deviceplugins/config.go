@@ -18,6 +18,15 @@
 //
 // Each plugin re-creates its socket and registers again when the kubelet restarts (the kubelet
 // deletes every socket in its directory when it starts) or when kubelet.sock is replaced.
+//
+// # Resources that change
+//
+// A device driver's resources may follow its configuration (the hostdev driver's permitted
+// host devices, which the live configuration changes: HostDevices). Manager.Resync makes the
+// plugins follow: a new resource gets a plugin, one no longer declared is retired (an empty
+// list to the kubelet, then the plugin goes). The kubelet copes with a plugin going away, with
+// one delay: it keeps the resource on the Node at capacity 0 for its endpoint grace period (5
+// minutes) before it drops it. Devices it allocated to running pods stay theirs.
 package deviceplugins
 
 import (

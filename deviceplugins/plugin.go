@@ -63,9 +63,16 @@ type Plugin struct {
 	devs    map[string]*devicev1.HostDevice
 	order   []string
 	changed chan struct{} // closed and replaced whenever list changes
+	// retired is set when the plugin's resource is no longer declared (Manager.Resync): the
+	// list is empty from then on, and ListAndWatch ends once it has sent it.
+	retired bool
 	// registrations counts successful registrations, for tests and logs.
 	registrations int
 }
+
+// retireTimeout bounds the wait for the kubelet's ListAndWatch streams to take a retired
+// plugin's empty list before the server is stopped anyway.
+const retireTimeout = 2 * time.Second
 
 func newPlugin(cfg Config, resource, driverRes string, src Source, log hclog.Logger) *Plugin {
 	return &Plugin{
@@ -143,7 +150,15 @@ func (p *Plugin) Run(ctx context.Context) error {
 		return err
 	}
 	l := &lifecycle{p: p, srv: srv, retry: time.NewTimer(0), needRegister: true, backoff: registerRetryMin}
-	defer func() { l.srv.Stop() }()
+	defer func() {
+		if p.isRetired() {
+			// Let the streams send the empty list and end (ListAndWatch returns then).
+			stopGracefully(l.srv, retireTimeout)
+			p.log.Info("device plugin retired: the driver no longer declares the resource")
+			return
+		}
+		l.srv.Stop()
+	}()
 	defer l.retry.Stop()
 	poll := time.NewTicker(p.poll)
 	defer poll.Stop()
@@ -379,6 +394,35 @@ func (p *Plugin) update(devs []*devicev1.HostDevice) {
 	p.setListLocked()
 }
 
+// retire empties the list for good and wakes the ListAndWatch streams, which send it and end:
+// the resource is no longer declared. Run then stops serving.
+func (p *Plugin) retire() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.retired = true
+	p.setListLocked()
+	close(p.changed)
+	p.changed = make(chan struct{})
+}
+
+func (p *Plugin) isRetired() bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.retired
+}
+
+// stopGracefully stops srv once its calls have ended, or at once after timeout.
+func stopGracefully(srv *grpc.Server, timeout time.Duration) {
+	done := make(chan struct{})
+	go func() { srv.GracefulStop(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(timeout):
+		srv.Stop()
+		<-done
+	}
+}
+
 // markUnhealthy reports every device Unhealthy: the driver does not answer.
 func (p *Plugin) markUnhealthy() {
 	p.mu.Lock()
@@ -387,10 +431,14 @@ func (p *Plugin) markUnhealthy() {
 	p.setListLocked()
 }
 
-// setListLocked makes the kubelet's list from p.devs and p.order. p.mu must be held.
+// setListLocked makes the kubelet's list from p.devs and p.order (none once retired). p.mu must
+// be held.
 func (p *Plugin) setListLocked() {
 	list := make([]*pluginapi.Device, 0, len(p.order))
 	for _, id := range p.order {
+		if p.retired {
+			break
+		}
 		dev := &pluginapi.Device{ID: id, Health: pluginapi.Unhealthy}
 		if d, ok := p.devs[id]; ok {
 			if d.GetHealth() == basev1.Health_HEALTH_HEALTHY {
@@ -559,14 +607,17 @@ func (p *Plugin) GetDevicePluginOptions(context.Context, *pluginapi.Empty) (*plu
 }
 
 // ListAndWatch sends the device list, then again on every change, until the kubelet goes away
-// or the server stops.
+// or the server stops, or the plugin is retired (after the empty list).
 func (p *Plugin) ListAndWatch(_ *pluginapi.Empty, stream pluginapi.DevicePlugin_ListAndWatchServer) error {
 	for {
 		p.mu.Lock()
-		list, changed := p.list, p.changed
+		list, changed, retired := p.list, p.changed, p.retired
 		p.mu.Unlock()
 		if err := stream.Send(&pluginapi.ListAndWatchResponse{Devices: list}); err != nil {
 			return err
+		}
+		if retired {
+			return nil
 		}
 		select {
 		case <-changed:

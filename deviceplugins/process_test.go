@@ -4,10 +4,14 @@ import (
 	"context"
 	"os/exec"
 	"path/filepath"
+	"slices"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
 
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
 
 	"github.com/kubevisor/kubevisor/core/api/v1alpha1"
@@ -100,3 +104,82 @@ func TestDriverPluginProcess(t *testing.T) {
 }
 
 const devicesGPU = v1alpha1.DeviceResourcePrefix + "gpu"
+
+// TestHostDevicesLive: the live permitted host devices reach kubevisor-driver-hostdev, a
+// plugin process of the host, and the kubelet (HostDevices.Set, as kubevisor-deviceplugins's
+// watcher calls it): nic replaces gpu; a change the driver refuses names the field and changes
+// nothing; after a crash the driver comes back with the live devices; nil is the node's again.
+func TestHostDevicesLive(t *testing.T) {
+	dir := t.TempDir()
+	bin := filepath.Join(dir, "kubevisor-driver-hostdev")
+	if out, err := exec.Command("go", "build", "-o", bin, "github.com/kubevisor/kubevisor/cmd/kubevisor-driver-hostdev").CombinedOutput(); err != nil {
+		t.Fatalf("build: %v\n%s", err, out)
+	}
+	m, err := plugin.ManifestFor(bin, "device", "hostdev")
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := hostdevtest.New(t)
+	m.Config = h.Config(t, "1h", 2, "10de:1eb8=gpu")
+	host, sources, err := StartDrivers(t.Context(), plugin.HostConfig{StateDir: filepath.Join(dir, "state"), Logger: testLogger(t), MinBackoff: 50 * time.Millisecond}, []plugin.Manifest{m})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer host.Close()
+	pdir := pluginDir(t)
+	k := startFakeKubelet(t, pdir)
+	mgr, err := NewManager(t.Context(), testConfig(pdir, time.Hour), sources, testLogger(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	runManager(t, mgr)
+	k.registrations(t, 5, 10*time.Second)
+	live := &HostDevices{Host: host, Base: m.Config, Manager: mgr}
+	nic := &v1alpha1.PermittedHostDevices{PCIHostDevices: []v1alpha1.PCIHostDevice{{PCIVendorSelector: "8086:1572", ResourceName: "nic"}}}
+	want := func(what string, rs ...string) {
+		t.Helper()
+		all := append([]string{v1alpha1.KVMDeviceResource, v1alpha1.SEVDeviceResource, v1alpha1.TunDeviceResource, v1alpha1.VhostNetDeviceResource}, rs...)
+		slices.Sort(all)
+		if got := resources(mgr); !slices.Equal(got, all) {
+			t.Errorf("%s: plugins %v, want %v", what, got, all)
+		}
+	}
+
+	if err := live.Set(t.Context(), nic); err != nil {
+		t.Fatalf("Set(nic): %v", err)
+	}
+	want("nic permitted", devicesNIC)
+	if r := k.registrations(t, 1, 10*time.Second)[devicesNIC]; r == nil {
+		t.Fatal("nic did not register")
+	}
+
+	kvm := &v1alpha1.PermittedHostDevices{PCIHostDevices: []v1alpha1.PCIHostDevice{{PCIVendorSelector: "8086:1572", ResourceName: "kvm"}}}
+	err = live.Set(t.Context(), kvm)
+	if status.Code(err) != codes.InvalidArgument || !strings.Contains(err.Error(), `config.permittedHostDevices.pciHostDevices[0].resourceName "kvm": already a character device`) {
+		t.Errorf("Set(kvm) = %v, want InvalidArgument naming the field", err)
+	}
+	want("after a refused change", devicesNIC)
+
+	// A crash: the host starts the driver again with the live devices, not the node's.
+	pid := host.Status("hostdev").Pid
+	if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(20 * time.Second)
+	for st := host.Status("hostdev"); !st.Running || st.Pid == pid; st = host.Status("hostdev") {
+		if time.Now().After(deadline) {
+			t.Fatalf("driver not restarted: %+v", st)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	if _, _, err := mgr.Resync(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	want("after the driver restarted", devicesNIC)
+
+	// The ConfigMap gone: the node's configuration again.
+	if err := live.Set(t.Context(), nil); err != nil {
+		t.Fatalf("Set(nil): %v", err)
+	}
+	want("the node's again", devicesGPU)
+}

@@ -1,25 +1,36 @@
 // Command kubevisor-deviceplugins runs Kubevisor's kubelet device plugins (package deviceplugins)
-// on a node, for every device driver the handler's configuration names:
+// on a node, for every device driver the handler's configuration names, and gives its hostdev
+// driver the live permitted host devices (core/liveconfig):
 //
 //	kubevisor-deviceplugins [--handler-config /etc/kubevisor/handler.d] [--plugin-bin-dir DIR]
 package main
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
+	"log/slog"
 	"os"
 	"os/signal"
 	"path/filepath"
+	"slices"
+	"sync"
 	"syscall"
 	"time"
 
+	"github.com/go-logr/logr"
 	"github.com/hashicorp/go-hclog"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
+	ctrlconfig "sigs.k8s.io/controller-runtime/pkg/client/config"
 
 	"github.com/kubevisor/kubevisor/core/driver"
 	"github.com/kubevisor/kubevisor/core/handler"
+	"github.com/kubevisor/kubevisor/core/liveconfig"
 	"github.com/kubevisor/kubevisor/core/plugin"
 	"github.com/kubevisor/kubevisor/deviceplugins"
 )
@@ -34,6 +45,13 @@ configuration), started here through the plugin host: kubevisor-driver-<name> in
 --plugin-bin-dir, else the handler configuration's pluginDir. Needs root: the sockets live in
 the kubelet's root-only device plugin directory.
 
+With a hostdev driver it watches the live configuration ConfigMap (--live-config-name in
+--live-config-namespace, with the pod's service account or --kubeconfig): its
+permittedHostDevices replace those of driverConfig.hostdev while it has them, the driver is
+configured again without a restart, and the plugins follow its resources (a resource no
+longer permitted is withdrawn from the kubelet, a new one registered). Without an API server
+to reach, the handler configuration alone applies.
+
 Flags:
 `
 
@@ -47,6 +65,9 @@ func main() {
 	poll := fs.Duration("health-poll-interval", deviceplugins.DefaultHealthPollInterval, "how often the sockets are checked besides fsnotify, and a driver without Watch is listed")
 	nodeName := fs.String("node-name", os.Getenv("NODE_NAME"), "the node's name, passed to the drivers (default $NODE_NAME)")
 	logLevel := fs.String("log-level", "info", "log level: trace, debug, info, warn, error")
+	kubeconfig := fs.String("kubeconfig", "", "kubeconfig file for the live configuration (default: in-cluster, or $KUBECONFIG)")
+	liveNamespace := fs.String("live-config-namespace", liveconfig.Namespace, "`namespace` of the live configuration ConfigMap")
+	liveName := fs.String("live-config-name", liveconfig.Name, "`name` of the live configuration ConfigMap (core/liveconfig), whose permittedHostDevices replace driverConfig.hostdev's while it exists; \"\" turns it off")
 	_ = fs.Parse(os.Args[1:])
 	if fs.NArg() > 0 {
 		fs.Usage()
@@ -73,14 +94,63 @@ func main() {
 	if mgr, err := deviceplugins.NewManager(ctx, cfg, sources, logger); err != nil {
 		fmt.Fprintln(os.Stderr, "kubevisor-deviceplugins:", err)
 		code = 2
-	} else if err := mgr.Run(ctx); err != nil {
-		fmt.Fprintln(os.Stderr, "kubevisor-deviceplugins:", err)
-		code = 1
+	} else {
+		var watching sync.WaitGroup
+		if w := liveWatcher(ms, *liveNamespace, *liveName, *kubeconfig, *logLevel, logger); w != nil {
+			hd := &deviceplugins.HostDevices{Host: host, Base: hostdevConfig(ms), Manager: mgr}
+			w.Appliers = []liveconfig.Applier{liveconfig.HostDevices(ctx, hd.Set, w.Log)}
+			watching.Go(func() { _ = w.Start(ctx) })
+		}
+		if err := mgr.Run(ctx); err != nil {
+			fmt.Fprintln(os.Stderr, "kubevisor-deviceplugins:", err)
+			code = 1
+		}
+		stop() // the watcher too, when a plugin could not start
+		watching.Wait()
 	}
 	if err := host.Close(); err != nil {
 		logger.Warn("stop device drivers", "error", err)
 	}
 	os.Exit(code)
+}
+
+// liveWatcher is the watcher of the live configuration when the device drivers include the
+// hostdev driver and name is set, nil otherwise; without an API server to reach it logs why and
+// is nil.
+func liveWatcher(ms []plugin.Manifest, namespace, name, kubeconfig, level string, logger hclog.Logger) *liveconfig.Watcher {
+	if name == "" || !slices.ContainsFunc(ms, func(m plugin.Manifest) bool { return m.Name == liveconfig.HostDevicesDriver }) {
+		return nil
+	}
+	var rc *rest.Config
+	var err error
+	if kubeconfig != "" {
+		rc, err = clientcmd.BuildConfigFromFlags("", kubeconfig)
+	} else {
+		rc, err = ctrlconfig.GetConfig()
+	}
+	var cs kubernetes.Interface
+	if err == nil {
+		cs, err = kubernetes.NewForConfig(rc)
+	}
+	if err != nil {
+		logger.Warn("the live configuration is not watched: driverConfig."+liveconfig.HostDevicesDriver+" alone applies", "error", err)
+		return nil
+	}
+	sl := &slog.LevelVar{}
+	sl.Set(liveconfig.SlogLevel(hclog.LevelFromString(level)))
+	log := logr.FromSlogHandler(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: sl})).WithName("liveconfig")
+	return &liveconfig.Watcher{Client: cs, Namespace: namespace, Name: name, Log: log}
+}
+
+// hostdevConfig is the configuration the hostdev driver is started with (the handler
+// configuration's driverConfig.hostdev, or its manifest's).
+func hostdevConfig(ms []plugin.Manifest) json.RawMessage {
+	for _, m := range ms {
+		if m.Name == liveconfig.HostDevicesDriver {
+			return m.Config
+		}
+	}
+	return nil
 }
 
 // deviceManifests are the manifests of the handler configuration's device drivers, in order
