@@ -179,7 +179,7 @@ func serve(args []string) {
 	workers := fs.Int("workers", cluster.DefaultWorkers, "VMIs synced at once (the handler serialises the calls for one VMI)")
 	live := &liveconfig.Watcher{}
 	fs.StringVar(&live.Namespace, "live-config-namespace", liveconfig.Namespace, "`namespace` of the live configuration ConfigMap")
-	fs.StringVar(&live.Name, "live-config-name", liveconfig.Name, "`name` of the live configuration ConfigMap (core/liveconfig), whose handler log level replaces --log-level while it exists; \"\" turns it off")
+	fs.StringVar(&live.Name, "live-config-name", liveconfig.Name, "`name` of the live configuration ConfigMap (core/liveconfig), whose handler log level replaces --log-level, and whose permittedHostDevices replace driverConfig.hostdev's, while it exists; \"\" turns it off")
 	_ = fs.Parse(args)
 	if *nodeCertCABundle == "" {
 		*nodeCertCABundle = filepath.Join(*streamCertDir, "ca.crt")

@@ -232,3 +232,90 @@ func TestPermittedHostDeviceSelectingNothing(t *testing.T) {
 		}
 	}
 }
+
+// TestPermittedHostDevicesLive: the handler's hostdev driver takes other permitted host devices
+// while VMIs run (SetPermittedHostDevices, as the live configuration's watcher calls it): a
+// running VMI with a GPU of a resource then removed keeps running and stops cleanly, a new VMI
+// is refused that resource and runs with the one added; a change the driver refuses names the
+// field and changes nothing; nil is the node's configuration again.
+func TestPermittedHostDevicesLive(t *testing.T) {
+	bin := filepath.Join(t.TempDir(), "kubevisor-driver-hostdev")
+	if out, err := exec.Command("go", "build", "-o", bin, "github.com/kubevisor/kubevisor/cmd/kubevisor-driver-hostdev").CombinedOutput(); err != nil {
+		t.Fatalf("build: %v\n%s", err, out)
+	}
+	host := hostdevtest.New(t)
+	dev, err := plugin.ManifestFor(bin, driver.KindDevice, "hostdev")
+	if err != nil {
+		t.Fatal(err)
+	}
+	dev.Config = host.Config(t, "1h", 2, "10de:1eb8=gpu")
+	set := fakeSet
+	set.Device = "hostdev"
+	e := newEnv(t, set, append(fakeManifests(t), dev))
+	devices := map[types.UID]map[string][]string{
+		"uid-gpu":  {"gpu": {"0000:01:00.0"}},
+		"uid-gpu2": {"gpu": {"0000:02:00.0"}},
+		"uid-nic":  {"nic": {"0000:04:00.0"}},
+	}
+	e.opts.Sandboxes = SandboxesFunc(func(vmi *v1alpha1.VirtualMachineInstance) Sandbox {
+		return newTestSandbox(SandboxSpec{Devices: devices[vmi.UID]})
+	})
+	h := e.start()
+	ctx := t.Context()
+	withDevice := func(name string, uid types.UID, res string) *v1alpha1.VirtualMachineInstance {
+		vmi := testVMI(name, uid, e.disk)
+		vmi.Spec.Domain.Devices.HostDevices = []v1alpha1.HostDevice{{Name: "dev", DeviceName: v1alpha1.DeviceResourcePrefix + res}}
+		return vmi
+	}
+	resources := func() []string {
+		h.mu.Lock()
+		defer h.mu.Unlock()
+		return h.caps["hostdev"].GetResources()
+	}
+	running := withDevice("gpu", "uid-gpu", "gpu")
+	mustRun(t, h, running)
+
+	nic := &v1alpha1.PermittedHostDevices{PCIHostDevices: []v1alpha1.PCIHostDevice{{PCIVendorSelector: "8086:1572", ResourceName: "nic"}}}
+	if err := h.SetPermittedHostDevices(ctx, nic); err != nil {
+		t.Fatalf("SetPermittedHostDevices(nic): %v", err)
+	}
+	if got := resources(); !slices.Equal(got, []string{"kvm", "tun", "vhost-net", "sev", "nic"}) {
+		t.Errorf("resources %v after nic replaced gpu", got)
+	}
+	if st := h.DriverPluginStatus("hostdev"); st.Restarts != 0 {
+		t.Errorf("the driver was restarted: %+v", st)
+	}
+	if st, _ := h.Status(running.UID); st.Phase != v1alpha1.Running {
+		t.Errorf("the VMI with a gpu: %s after gpu was removed, want Running", st.Phase)
+	}
+	_, err = doSync(t, h, withDevice("gpu2", "uid-gpu2", "gpu"))
+	if err == nil || !strings.Contains(err.Error(), `resource "gpu": no loaded device driver lists it`) {
+		t.Errorf("a new VMI with a gpu: %v, want it refused naming the resource", err)
+	}
+	requireNothingLeft(t, h, "uid-gpu2")
+	mustRun(t, h, withDevice("nic", "uid-nic", "nic"))
+
+	kvm := &v1alpha1.PermittedHostDevices{PCIHostDevices: []v1alpha1.PCIHostDevice{{PCIVendorSelector: "8086:1572", ResourceName: "kvm"}}}
+	err = h.SetPermittedHostDevices(ctx, kvm)
+	if err == nil || !strings.Contains(err.Error(), `config.permittedHostDevices.pciHostDevices[0].resourceName "kvm": already a character device`) {
+		t.Errorf("SetPermittedHostDevices(kvm) = %v, want the driver's refusal naming the field", err)
+	}
+	if got := resources(); !slices.Equal(got, []string{"kvm", "tun", "vhost-net", "sev", "nic"}) {
+		t.Errorf("resources %v after a refused change, want nic's kept", got)
+	}
+
+	if err := h.SetPermittedHostDevices(ctx, nil); err != nil {
+		t.Fatalf("SetPermittedHostDevices(nil): %v", err)
+	}
+	if got := resources(); !slices.Equal(got, []string{"kvm", "tun", "vhost-net", "sev", "gpu"}) {
+		t.Errorf("resources %v with the node's configuration again", got)
+	}
+	for _, vmi := range []*v1alpha1.VirtualMachineInstance{running, withDevice("nic", "uid-nic", "nic")} {
+		sctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		if _, err := h.Stop(sctx, vmi, time.Second); err != nil {
+			t.Errorf("stop %s: %v", vmi.Name, err)
+		}
+		cancel()
+		requireNothingLeft(t, h, vmi.UID)
+	}
+}

@@ -2,6 +2,7 @@ package handler
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -20,6 +21,7 @@ import (
 	basev1 "github.com/kubevisor/kubevisor/core/driver/base/v1"
 	hypervisorv1 "github.com/kubevisor/kubevisor/core/driver/hypervisor/v1"
 	"github.com/kubevisor/kubevisor/core/keyedmutex"
+	"github.com/kubevisor/kubevisor/core/liveconfig"
 	"github.com/kubevisor/kubevisor/core/plugin"
 )
 
@@ -75,6 +77,7 @@ type Handler struct {
 
 	mu           sync.Mutex
 	loaded       map[string]string                      // name → kind of the drivers running
+	configs      map[string]json.RawMessage             // name → the configuration a driver started with
 	loadErrs     map[string]error                       // name → why the configured driver is not running
 	caps         map[string]*basev1.Capabilities        // by driver name
 	fingerprints map[string]*basev1.FingerprintResponse // by driver name
@@ -154,6 +157,7 @@ func New(ctx context.Context, cfg Config, opts Options) (*Handler, error) {
 		cfg: cfg, opts: opts, log: opts.Logger, host: host,
 		states:       stateStore{dir: filepath.Join(cfg.StateDir, "vmis")},
 		loaded:       map[string]string{},
+		configs:      map[string]json.RawMessage{},
 		loadErrs:     map[string]error{},
 		caps:         map[string]*basev1.Capabilities{},
 		fingerprints: map[string]*basev1.FingerprintResponse{},
@@ -237,6 +241,7 @@ func (h *Handler) loadDrivers(ctx context.Context) {
 			}
 			h.mu.Lock()
 			h.loaded[name] = kind
+			h.configs[name] = m.Config
 			h.caps[name] = caps
 			h.mu.Unlock()
 			h.log.Info("driver loaded", "kind", kind, "driver", name, "binary", m.Binary, "sha256", m.SHA256,
@@ -259,6 +264,48 @@ func (h *Handler) setLoadErr(name string, err error) {
 	h.mu.Lock()
 	h.loadErrs[name] = err
 	h.mu.Unlock()
+}
+
+// SetPermittedHostDevices gives the node's hostdev driver (liveconfig.HostDevicesDriver, when
+// it is a loaded device driver here) permitted in place of the permittedHostDevices of the
+// configuration it started with (driverConfig.hostdev, or its manifest's); nil means that
+// configuration's own. The driver takes it while it runs (plugin.Host.Reconfigure), and the
+// handler reads its resources again: a VMI synced from then on allocates a resource it
+// permits, and is refused one it no longer does (the device step fails naming the resource).
+// VMIs already running keep their devices: their allocation is done, and nothing is asked of
+// the driver again for them. A change the driver refuses is returned (with its code and the
+// field it names) and changes nothing. Without a hostdev driver it does nothing. The live
+// configuration's watcher calls it (liveconfig.HostDevices).
+func (h *Handler) SetPermittedHostDevices(ctx context.Context, permitted *v1alpha1.PermittedHostDevices) error {
+	name := liveconfig.HostDevicesDriver
+	if !slices.Contains(h.cfg.Drivers.DeviceNames(), name) {
+		return nil
+	}
+	h.mu.Lock()
+	loaded, base, loadErr := h.loaded[name] == driver.KindDevice, h.configs[name], h.loadErrs[name]
+	h.mu.Unlock()
+	if !loaded {
+		if loadErr != nil {
+			return fmt.Errorf("device driver %q is not loaded: %w", name, loadErr)
+		}
+		return fmt.Errorf("device driver %q is not loaded", name)
+	}
+	config, err := liveconfig.MergeHostDevices(base, permitted)
+	if err != nil {
+		return err
+	}
+	if err := h.host.Reconfigure(ctx, name, config); err != nil {
+		return err
+	}
+	caps, err := h.driverCaps(ctx, name)
+	if err != nil {
+		return fmt.Errorf("device driver %q: capabilities: %w", name, err)
+	}
+	h.mu.Lock()
+	h.caps[name] = caps
+	h.mu.Unlock()
+	h.log.Info("permitted host devices taken", "driver", name, "resources", caps.GetResources())
+	return nil
 }
 
 // DriverStatus is one configured driver as Drivers reports it.

@@ -71,7 +71,9 @@ type ServeConfig struct {
 	StopDrivers bool
 	Log         logr.Logger
 	// LiveConfig, when set, watches the live configuration (its Client is made here) and
-	// hands it to its appliers (the handler's log level) while the handler runs.
+	// hands it to its appliers (the handler's log level) while the handler runs, and to the
+	// handler's hostdev driver (its permitted host devices: Handler.SetPermittedHostDevices),
+	// which Serve adds.
 	LiveConfig *liveconfig.Watcher
 }
 
@@ -171,6 +173,7 @@ func Serve(ctx context.Context, c ServeConfig) (err error) {
 	}
 	if c.LiveConfig != nil {
 		c.LiveConfig.Client = cs
+		c.LiveConfig.Appliers = append(c.LiveConfig.Appliers, liveconfig.HostDevices(ctx, h.SetPermittedHostDevices, c.LiveConfig.Log))
 		if err := mgr.Add(c.LiveConfig); err != nil {
 			return err
 		}
