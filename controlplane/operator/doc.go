@@ -11,13 +11,17 @@
 // components makes (TestRenderMatchesInstallScript holds it to hack/install.sh's render). It
 // then applies the spec: image registry and tag, the drivers' configuration (merged over their
 // component's, as a part of the handler configuration, so the handler ConfigMap's name changes
-// and the DaemonSet rolls), drivers from driver images (an init container each, a handler
-// configuration part, a HypervisorClass for a hypervisor), the default class, the components'
-// flags (eviction strategy, workload update strategy) and their placement, and the live
-// configuration (core/liveconfig): the ConfigMap kubevisor-system/kubevisor-config holding the
-// migration defaults and limits and the log verbosity of the controller, the api and the
-// handler, which those components watch and take without a restart; those fields are not flags, so a change of them leaves the pod templates as they
-// are. A bad spec is refused with each field's path, in the Degraded condition; the
+// and the DaemonSet rolls; all but the hostdev driver's permittedHostDevices, which are live),
+// drivers from driver images (an init container each, a handler configuration part, a
+// HypervisorClass for a hypervisor), the default class, the components' flags (eviction
+// strategy, workload update strategy) and their placement, and the live configuration
+// (core/liveconfig): the ConfigMap kubevisor-system/kubevisor-config holding the migration
+// defaults and limits, the log verbosity of the controller, the api and the handler, and the
+// permitted host devices of spec.drivers[hostdev].config, which those components (for the
+// permitted host devices, each node's handler and its kubevisor-deviceplugins container, which
+// reconfigure their running hostdev driver) watch and take without a restart. Those fields are
+// neither flags nor handler configuration, so a change of them leaves the pod templates as
+// they are. A bad spec is refused with each field's path, in the Degraded condition; the
 // running install is kept.
 //
 // # How it applies
@@ -62,10 +66,15 @@
 //
 // # Limits
 //
-// The configuration the components cannot take live is flags, so a change of it restarts them
-// (rolling; the VMs keep running): the eviction strategy, the workload update strategy, the
-// drivers' configuration (permitted host devices are hostdev's), images, placement. The control plane's certificates are made and
-// rotated by kubevisor-api; the operator sets their lifetimes (certificateRotateStrategy).
+// The configuration the components cannot take live is flags or the handler configuration, so
+// a change of it restarts them (rolling; the VMs keep running): the eviction strategy, the
+// workload update strategy, the drivers' configuration but hostdev's permittedHostDevices
+// (hostdev's devRoot, sysfsRoot, pollInterval and charDevices roll the handlers), the driver
+// set, images, placement. Permitted host devices the spec checks (selector, resource name) can
+// still be refused by a node's hostdev driver (a resource of one of its character devices):
+// only the nodes' logs say so, and they keep the devices before. The control plane's
+// certificates are made and rotated by kubevisor-api; the operator sets their lifetimes
+// (certificateRotateStrategy).
 // VMIs whose launcher is of an older version are marked, and migrated or evicted per
 // workloadUpdateStrategy, by kubevisor-controller (controlplane/workloadupdate); the operator
 // renders its flags and counts the marked VMIs (status.outdatedVirtualMachineInstanceWorkloads).

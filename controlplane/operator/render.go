@@ -16,6 +16,7 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/util/validation/field"
+	kjson "sigs.k8s.io/json"
 	"sigs.k8s.io/kustomize/api/krusty"
 	"sigs.k8s.io/kustomize/kyaml/filesys"
 	"sigs.k8s.io/yaml"
@@ -193,6 +194,9 @@ func (r Renderer) Render(spec *v1alpha1.KubevisorSpec) (*Rendered, field.ErrorLi
 		driverConfig                = map[string]json.RawMessage{}
 	)
 	var imageDrivers []v1alpha1.KubevisorDriver
+	// permitted are hostdev's permitted host devices, which go live rather than into the
+	// handler configuration (liveConfigMap).
+	var permitted *v1alpha1.PermittedHostDevices
 	for i, d := range spec.Drivers {
 		p := driversPath.Index(i)
 		if slices.Contains(names, d.Name) {
@@ -230,7 +234,16 @@ func (r Renderer) Render(spec *v1alpha1.KubevisorSpec) (*Rendered, field.ErrorLi
 		if d.Config == nil {
 			continue
 		}
-		merged, err := mergeConfig(part.DriverConfig[d.Name], d.Config.Raw)
+		patch := json.RawMessage(d.Config.Raw)
+		if d.Name == liveconfig.HostDevicesDriver {
+			var ferrs field.ErrorList
+			patch, permitted, ferrs = splitHostDevices(patch, p.Child("config"))
+			errs = append(errs, ferrs...)
+			if patch == nil {
+				continue // no other field: the handler configuration stays the install's
+			}
+		}
+		merged, err := mergeConfig(part.DriverConfig[d.Name], patch)
 		if err != nil {
 			errs = append(errs, field.Invalid(p.Child("config"), string(d.Config.Raw), err.Error()))
 			continue
@@ -292,7 +305,7 @@ func (r Renderer) Render(spec *v1alpha1.KubevisorSpec) (*Rendered, field.ErrorLi
 			out.Objects = append(out.Objects, o)
 		}
 	}
-	live, err := liveConfigMap(spec)
+	live, err := liveConfigMap(spec, permitted)
 	if err != nil {
 		return nil, field.ErrorList{field.InternalError(field.NewPath("spec", "configuration"), err)}
 	}
@@ -303,6 +316,47 @@ func (r Renderer) Render(spec *v1alpha1.KubevisorSpec) (*Rendered, field.ErrorLi
 
 func nonEmpty(s []string) []string {
 	return slices.DeleteFunc(s, func(v string) bool { return v == "" })
+}
+
+// splitHostDevices takes permittedHostDevices out of the hostdev driver's configuration in the
+// spec (raw, at p): they are live (the live configuration's), not a part of the handler
+// configuration, so that changing them rolls no handler. It returns the rest of the
+// configuration (nil when nothing is left) and the permitted host devices (nil when the spec
+// has none, or null: the install's), checked strictly, each error under
+// p.permittedHostDevices. A configuration that is not a JSON object is returned as it is, for
+// mergeConfig to refuse.
+func splitHostDevices(raw json.RawMessage, p *field.Path) (json.RawMessage, *v1alpha1.PermittedHostDevices, field.ErrorList) {
+	var obj map[string]json.RawMessage
+	if err := json.Unmarshal(raw, &obj); err != nil || obj == nil {
+		return raw, nil, nil
+	}
+	doc, ok := obj["permittedHostDevices"]
+	if !ok {
+		return raw, nil, nil
+	}
+	delete(obj, "permittedHostDevices")
+	rest, err := json.Marshal(obj)
+	if err != nil {
+		return raw, nil, field.ErrorList{field.InternalError(p, err)}
+	}
+	if len(obj) == 0 {
+		rest = nil
+	}
+	pp := p.Child("permittedHostDevices")
+	if string(doc) == "null" {
+		return rest, nil, nil
+	}
+	var permitted v1alpha1.PermittedHostDevices
+	strict, err := kjson.UnmarshalStrict(doc, &permitted)
+	if err != nil {
+		return rest, nil, field.ErrorList{field.Invalid(pp, string(doc), err.Error())}
+	}
+	var errs field.ErrorList
+	for _, e := range strict {
+		errs = append(errs, field.Invalid(pp, string(doc), e.Error()))
+	}
+	errs = append(errs, permitted.Validate(pp)...)
+	return rest, &permitted, errs
 }
 
 // mergeConfig applies the spec's configuration of a driver (a JSON merge patch) over the
@@ -586,10 +640,13 @@ func apiFlags(c v1alpha1.KubevisorConfiguration) map[string]string {
 }
 
 // liveConfigMap is the live configuration (core/liveconfig) of spec: the ConfigMap the
-// components watch, holding configuration.migrations and logVerbosity. It is rendered for every spec, empty fields and all, so that a field removed
-// from the spec returns the components to their flags.
-func liveConfigMap(spec *v1alpha1.KubevisorSpec) (*unstructured.Unstructured, error) {
+// components watch, holding configuration.migrations and logVerbosity, and the hostdev
+// driver's permittedHostDevices (permitted, from spec.drivers[hostdev].config). It is rendered
+// for every spec, empty fields and all, so that a field removed from the spec returns the
+// components to their flags (the nodes to their driverConfig.hostdev).
+func liveConfigMap(spec *v1alpha1.KubevisorSpec, permitted *v1alpha1.PermittedHostDevices) (*unstructured.Unstructured, error) {
 	c := liveconfig.New()
+	c.PermittedHostDevices = permitted
 	if m := spec.Configuration.Migrations; m != nil {
 		c.Migrations = m.DeepCopy()
 	}

@@ -189,6 +189,16 @@ func TestRenderBadSpec(t *testing.T) {
 			s.Configuration.Migrations = &v1alpha1.KubevisorMigrations{ParallelMigrationsPerCluster: ptr.To[int32](0)}
 			return s
 		}(), "spec.configuration.migrations.parallelMigrationsPerCluster: Invalid value: 0: at least 1"},
+		{"a permitted host device's selector", func() *v1alpha1.KubevisorSpec {
+			s := specOf("qmp", "cni", "local", "hostdev")
+			s.Drivers[3].Config = &apiextensionsv1.JSON{Raw: []byte(`{"permittedHostDevices":{"pciHostDevices":[{"pciVendorSelector":"10de","resourceName":"gpu"},{"pciVendorSelector":"10de:1eb8","resourceName":"nvidia.com/T4"}]}}`)}
+			return s
+		}(), `spec.drivers[3].config.permittedHostDevices.pciHostDevices[0].pciVendorSelector: Invalid value: "10de": want vendor:device, four hex digits each ("10DE:1EB8"), spec.drivers[3].config.permittedHostDevices.pciHostDevices[1].resourceName: Invalid value: "nvidia.com/T4": the device plugins serve devices.kubevisor.io/<name> only`},
+		{"KubeVirt's mediated devices", func() *v1alpha1.KubevisorSpec {
+			s := specOf("qmp", "cni", "local", "hostdev")
+			s.Drivers[3].Config = &apiextensionsv1.JSON{Raw: []byte(`{"permittedHostDevices":{"mediatedDevices":[]}}`)}
+			return s
+		}(), `spec.drivers[3].config.permittedHostDevices: Invalid value: "{\"mediatedDevices\":[]}": unknown field "mediatedDevices"`},
 		{"config not an object", func() *v1alpha1.KubevisorSpec {
 			s := specOf("qmp", "cni", "local")
 			s.Drivers[1].Config = &apiextensionsv1.JSON{Raw: []byte(`[1]`)}
@@ -373,10 +383,10 @@ func liveConfig(t *testing.T, r *Rendered) liveconfig.Config {
 }
 
 // TestRenderLiveFieldsKeepTemplates: a change of only live fields (migration defaults and
-// limits, the components' verbosity) changes the live configuration ConfigMap and no
-// workload, so nothing restarts; a spec without them renders a ConfigMap without them (the
-// flags apply again). A driver's configuration (hostdev's permitted devices) is not live: it
-// changes the DaemonSet.
+// limits, the components' verbosity, hostdev's permitted host devices) changes the live
+// configuration ConfigMap and no workload, so nothing restarts; a spec without them renders a
+// ConfigMap without them (the flags, and the nodes' driverConfig.hostdev, apply again). The
+// rest of a driver's configuration is not live: it changes the DaemonSet.
 func TestRenderLiveFieldsKeepTemplates(t *testing.T) {
 	a, b := specOf("qmp", "cni", "local"), specOf("qmp", "cni", "local")
 	a.Configuration.Migrations = &v1alpha1.KubevisorMigrations{MigrationConfiguration: v1alpha1.MigrationConfiguration{
@@ -405,13 +415,56 @@ func TestRenderLiveFieldsKeepTemplates(t *testing.T) {
 	if cn.Migrations != nil || cn.LogVerbosity != nil {
 		t.Errorf("live configuration without live fields: %+v, want none (the flags)", cn)
 	}
-	h := specOf("qmp", "cni", "local", "hostdev")
-	hn := mustRender(t, h)
-	h.Drivers[3].Config = &apiextensionsv1.JSON{Raw: []byte(`{"permittedHostDevices":{"pciHostDevices":[{"pciVendorSelector":"10DE:1EB8","resourceName":"gpu-t4"}]}}`)}
-	jh, _ := json.Marshal(find(mustRender(t, h), "DaemonSet", HandlerDaemonSet).Object)
-	jn, _ := json.Marshal(find(hn, "DaemonSet", HandlerDaemonSet).Object)
-	if bytes.Equal(jh, jn) {
-		t.Error("hostdev's configuration left the DaemonSet as it was: it is not live, and must roll the handlers")
+
+	// hostdev's permitted host devices: live, in the ConfigMap, not the handler configuration.
+	hostdev := func(config string) *Rendered {
+		h := specOf("qmp", "cni", "local", "hostdev")
+		if config != "" {
+			h.Drivers[3].Config = &apiextensionsv1.JSON{Raw: []byte(config)}
+		}
+		return mustRender(t, h)
+	}
+	daemonSet := func(r *Rendered) []byte {
+		j, _ := json.Marshal(find(r, "DaemonSet", HandlerDaemonSet).Object)
+		return j
+	}
+	gpu := `"permittedHostDevices":{"pciHostDevices":[{"pciVendorSelector":"10DE:1EB8","resourceName":"gpu-t4"}]}`
+	hn, hg := hostdev(""), hostdev("{"+gpu+"}")
+	hnic := hostdev(`{"permittedHostDevices":{"pciHostDevices":[{"pciVendorSelector":"8086:1572","resourceName":"nic"}]}}`)
+	if !bytes.Equal(daemonSet(hn), daemonSet(hg)) || !bytes.Equal(daemonSet(hg), daemonSet(hnic)) {
+		t.Errorf("hostdev's permitted host devices changed the DaemonSet: they are live\n%s\n%s", daemonSet(hn), daemonSet(hg))
+	}
+	_, files := handlerConfig(t, hg)
+	for name, f := range files {
+		var part driverPart
+		if err := yaml.Unmarshal([]byte(f), &part); err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+		if strings.Contains(string(part.DriverConfig["hostdev"]), "permittedHostDevices") {
+			t.Errorf("handler configuration %s holds the permitted host devices: %s", name, part.DriverConfig["hostdev"])
+		}
+	}
+	if p := liveConfig(t, hg).PermittedHostDevices; p == nil || len(p.PCIHostDevices) != 1 || p.PCIHostDevices[0] != (v1alpha1.PCIHostDevice{PCIVendorSelector: "10DE:1EB8", ResourceName: "gpu-t4"}) {
+		t.Errorf("live permitted host devices %+v, want the spec's gpu-t4", p)
+	}
+	if p := liveConfig(t, hn).PermittedHostDevices; p != nil {
+		t.Errorf("live permitted host devices without any in the spec: %+v, want none (the nodes' own)", p)
+	}
+	// An empty list is live too (none permitted), and null is the nodes' own.
+	if p := liveConfig(t, hostdev(`{"permittedHostDevices":{}}`)).PermittedHostDevices; p == nil || len(p.PCIHostDevices) != 0 {
+		t.Errorf("permittedHostDevices {}: live %+v, want an empty one", p)
+	}
+	if p := liveConfig(t, hostdev(`{"permittedHostDevices":null}`)).PermittedHostDevices; p != nil {
+		t.Errorf("permittedHostDevices null: live %+v, want none", p)
+	}
+	// The rest of hostdev's configuration still rolls the handlers, the permitted host
+	// devices beside it still do not.
+	hp, hpg := hostdev(`{"pollInterval":"5s"}`), hostdev(`{"pollInterval":"5s",`+gpu+`}`)
+	if bytes.Equal(daemonSet(hn), daemonSet(hp)) {
+		t.Error("hostdev's pollInterval left the DaemonSet as it was: it is not live, and must roll the handlers")
+	}
+	if !bytes.Equal(daemonSet(hp), daemonSet(hpg)) {
+		t.Error("permitted host devices beside pollInterval changed the DaemonSet")
 	}
 }
 

@@ -183,6 +183,9 @@ type KubevisorDriver struct {
 	// Config is merged (RFC 7386 JSON merge patch) over the install's configuration of the
 	// driver, and the node handlers pass the result to the driver (the handler configuration's
 	// driverConfig.<name>); a change rolls the handler DaemonSet, which keeps the running VMs.
+	// The hostdev driver's permittedHostDevices (PermittedHostDevices) are the exception: they
+	// go to the live configuration, and the nodes' hostdev drivers take a change of them
+	// without a restart.
 	// +kubebuilder:pruning:PreserveUnknownFields
 	// +kubebuilder:validation:Type=object
 	// +optional
