@@ -56,7 +56,8 @@ func (s *baseServer) Configure(ctx context.Context, req *basev1.ConfigureRequest
 
 // baseClient is the host's side of the Driver service. It caches Capabilities, which do not
 // change for the life of a plugin process except a device driver's resources, which may follow
-// its configuration: a successful Configure drops the cache. Optional goes by them.
+// its configuration: a successful Configure (plugin.Host.Reconfigure calls it through this
+// client) drops the cache. Optional goes by them.
 type baseClient struct {
 	base basev1.DriverClient
 

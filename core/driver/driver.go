@@ -71,8 +71,18 @@ import (
 // and calls Configure again with the same request: the driver's memory is gone, so what must
 // survive goes to ConfigureRequest.state_dir (or to the per-VM and per-VMI directories it is
 // given). A restart of the host does not restart the driver: the new host reattaches to the
-// running process, so a driver MUST NOT depend on the host's stdio after it started (Serve
+// running process and calls Configure with its own request (a driver that refuses it is killed
+// and started again), so a driver MUST NOT depend on the host's stdio after it started (Serve
 // ignores SIGPIPE for its log lines) and MUST NOT exit when its stdin or stdout closes.
+//
+// The host calls Configure of a running driver with another request only to hand it a change
+// of what the driver takes while it runs (plugin.Host.Reconfigure): of the in-tree drivers, a
+// device driver's selection of host devices, the hostdev driver's config.permittedHostDevices,
+// which the live configuration (core/liveconfig) changes on every node without a restart. The
+// config is then the one it started with but for that part; node_name, state_dir and
+// protocol_version are the same. When the driver accepts it, the host restarts the driver with
+// that config from then on and its client asks Capabilities again; when the driver refuses
+// it, nothing changes on the host's side (the refusal is logged, with the field it names).
 //
 // Info:
 //
@@ -87,7 +97,8 @@ import (
 //     once and caches the answer. One exception: a device driver's resources MAY come from its
 //     configuration (which host devices become which resource, as KubeVirt's
 //     permittedHostDevices); they MUST then be the same after every Configure with the same
-//     request, and the host's client asks again after a Configure;
+//     request, and MUST follow a change it accepts (below) at once; the host's client asks again
+//     after every successful Configure;
 //   - MUST declare only optional features it implements and that belong to its kind (Serve
 //     refuses to run a driver that does not: CheckCapabilities);
 //   - SHOULD list every input it accepts (firmware, disk buses, machine types, volume types,
@@ -110,11 +121,21 @@ import (
 //
 // Configure:
 //
-//   - MUST accept an empty config as the defaults;
-//   - MUST succeed when called again with the same request; MAY return FailedPrecondition for
-//     another one;
+//   - MUST accept an empty config as the defaults (at its first Configure);
+//   - MUST succeed when called again with the same request, changing nothing;
+//   - MAY return FailedPrecondition for another request, naming what differs. It MAY instead
+//     accept one that changes only what it can take while it runs; it MUST then take the change
+//     as a whole or not at all (an error leaves the configuration before it), MUST NOT disturb
+//     what it already handed out (a device allocated to a container stays the container's; a
+//     running VM runs on), and answers by the new configuration from then on. A device driver
+//     whose resources follow its configuration lists a resource it no longer offers with no
+//     device (an open Watch of it sends an empty list), refuses Allocate of it (NotFound), and
+//     lists a new one as at start; the host then stops and starts the kubelet device plugins of
+//     those resources (package deviceplugins). The hostdev driver takes a change of
+//     config.permittedHostDevices alone, and refuses any other (devRoot, sysfsRoot,
+//     pollInterval, charDevices, node_name, state_dir) with FailedPrecondition;
 //   - SHOULD return InvalidArgument naming the field for a config it cannot use ("config.root:
-//     must be absolute");
+//     must be absolute"), and then keep the configuration it has;
 //   - state_dir is a root-only directory owned by this driver that survives restarts of the
 //     driver and of the host; node_name is empty in standalone mode.
 type Driver interface {
