@@ -68,7 +68,7 @@ type Driver struct {
 	cfg        Config
 	user       vmUser
 	stateDir   string
-	probe      *probeRun
+	probe      *qmp.HostProbe
 	vms        map[string]*vm
 
 	events driver.Broadcaster
@@ -99,6 +99,10 @@ func New(opts ...Option) *Driver {
 	for _, o := range opts {
 		o(d)
 	}
+	d.probe = &qmp.HostProbe{Prober: d.prober, Log: func(h *qmp.HostInfo, took time.Duration) {
+		d.log.Info("probed qemu", "qemu", h.QEMU, "version", h.Version, "kvm", h.KVM, "kvm_reason", h.KVMReason,
+			"tcg", h.TCG, "problem", h.Problem, "transient", h.Transient, "took", took.String())
+	}}
 	return d
 }
 
@@ -183,7 +187,7 @@ func (d *Driver) Configure(_ context.Context, req *basev1.ConfigureRequest) erro
 	d.configured = true
 	d.rawConfig = append([]byte(nil), req.GetConfig()...)
 	d.cfg, d.user, d.stateDir = cfg, u, req.GetStateDir()
-	d.startProbeLocked(opts)
+	d.probe.Start(opts)
 	d.log.Info("configured", "state_dir", d.stateDir, "user", u.Name, "uid", u.UID)
 	return nil
 }
@@ -244,66 +248,35 @@ func (d *Driver) config() Config {
 	return c
 }
 
-// probeRun is one run of the accelerator probe.
-type probeRun struct {
-	opts qmp.ProbeOptions
-	done chan struct{}
-	info *qmp.HostInfo
-}
-
-func (d *Driver) startProbeLocked(opts qmp.ProbeOptions) {
-	if d.probe != nil && d.probe.opts == opts {
-		return
-	}
-	p := &probeRun{opts: opts, done: make(chan struct{})}
-	d.probe = p
-	go func() {
-		p.info = d.prober.Probe(context.Background(), opts)
-		d.log.Info("probed qemu", "qemu", p.info.QEMU, "version", p.info.Version, "kvm", p.info.KVM, "kvm_reason", p.info.KVMReason, "tcg", p.info.TCG)
-		close(p.done)
-	}()
-}
-
-// hostInfo waits for the probe (starting it with the defaults when Configure has not).
+// hostInfo waits for the probe's latest result (starting it with the defaults when Configure
+// has not).
 func (d *Driver) hostInfo(ctx context.Context) (*qmp.HostInfo, error) {
 	d.mu.Lock()
-	if d.probe == nil {
-		opts, _ := d.cfg.probeOptions()
-		d.startProbeLocked(opts)
-	}
-	p := d.probe
+	opts, _ := d.cfg.probeOptions()
 	d.mu.Unlock()
-	select {
-	case <-p.done:
-		return p.info, nil
-	case <-ctx.Done():
-		return nil, status.FromContextError(ctx.Err()).Err()
-	}
+	return d.probe.Info(ctx, opts)
 }
 
 // Fingerprint implements driver.Driver: QEMU's health and accelerator as the probe found them
 // (kvm, or tcg where KVM is not usable), the libvirt library's version, and the tpm attribute
-// where libvirt can run swtpm, once.
+// where libvirt can run swtpm; again after each later probe (qmp.HostProbe).
 func (d *Driver) Fingerprint(ctx context.Context, send func(*basev1.FingerprintResponse) error) error {
-	h, err := d.hostInfo(ctx)
-	if err != nil {
-		return nil
-	}
-	fp := h.Fingerprint()
-	if v := libvirtVersion(); v != "" {
-		fp.Attributes["libvirt-version"] = v
-	}
-	// No check of Config.Libvirtd here: it is the launcher's (in a cluster, the launcher
-	// image's), not this process's. A missing one fails Start, naming it.
-	if d.swtpmProblem(ctx) == "" {
-		// As the qmp driver's: VMIs with a TPM are placed on nodes with the attribute.
-		fp.Attributes["tpm"] = qmp.TPMAttributeValue(d.prober.SWTPM(ctx, "").Version)
-	}
-	if err := send(fp); err != nil {
-		return err
-	}
-	<-ctx.Done()
-	return nil
+	d.mu.Lock()
+	opts, _ := d.cfg.probeOptions()
+	d.mu.Unlock()
+	return d.probe.Watch(ctx, opts, func(h *qmp.HostInfo) error {
+		fp := h.Fingerprint()
+		if v := libvirtVersion(); v != "" {
+			fp.Attributes["libvirt-version"] = v
+		}
+		// No check of Config.Libvirtd here: it is the launcher's (in a cluster, the launcher
+		// image's), not this process's. A missing one fails Start, naming it.
+		if d.swtpmProblem(ctx) == "" {
+			// As the qmp driver's: VMIs with a TPM are placed on nodes with the attribute.
+			fp.Attributes["tpm"] = qmp.TPMAttributeValue(d.prober.SWTPM(ctx, "").Version)
+		}
+		return send(fp)
+	})
 }
 
 // Close lets go of every VM without stopping it, as the death of the driver process does: the

@@ -82,7 +82,7 @@ type Driver struct {
 	rawConfig  []byte
 	cfg        Config
 	stateDir   string
-	probe      *probeRun
+	probe      *HostProbe
 	vms        map[string]*vm
 
 	events driver.Broadcaster
@@ -129,6 +129,10 @@ func New(opts ...Option) *Driver {
 	for _, o := range opts {
 		o(d)
 	}
+	d.probe = &HostProbe{Prober: d.prober, Log: func(h *HostInfo, took time.Duration) {
+		d.log.Info("probed qemu", "qemu", h.QEMU, "version", h.Version, "kvm", h.KVM, "kvm_reason", h.KVMReason,
+			"tcg", h.TCG, "problem", h.Problem, "transient", h.Transient, "took", took.String())
+	}}
 	return d
 }
 
@@ -227,68 +231,36 @@ func (d *Driver) Configure(_ context.Context, req *basev1.ConfigureRequest) erro
 	d.rawConfig = append([]byte(nil), req.GetConfig()...)
 	d.cfg = cfg
 	d.stateDir = req.GetStateDir()
-	d.startProbeLocked(opts)
+	d.probe.Start(opts)
 	d.log.Info("configured", "state_dir", d.stateDir, "qemu", cfg.QEMU, "disable_kvm", cfg.DisableKVM)
 	return nil
 }
 
-// probeRun is one run of the accelerator probe.
-type probeRun struct {
-	opts ProbeOptions
-	done chan struct{}
-	info *HostInfo
-}
-
-func (d *Driver) startProbeLocked(opts ProbeOptions) {
-	if d.probe != nil && d.probe.opts == opts {
-		return
-	}
-	p := &probeRun{opts: opts, done: make(chan struct{})}
-	d.probe = p
-	go func() {
-		start := time.Now()
-		p.info = d.prober.Probe(context.Background(), opts)
-		d.log.Info("probed qemu", "qemu", p.info.QEMU, "version", p.info.Version, "kvm", p.info.KVM,
-			"kvm_reason", p.info.KVMReason, "tcg", p.info.TCG, "problem", p.info.Problem, "took", time.Since(start).String())
-		close(p.done)
-	}()
-}
-
-// hostInfo waits for the probe (starting it with the defaults when Configure has not).
+// hostInfo waits for the probe's latest result (starting it with the defaults when Configure
+// has not).
 func (d *Driver) hostInfo(ctx context.Context) (*HostInfo, error) {
 	d.mu.Lock()
-	if d.probe == nil {
-		opts, _ := d.cfg.probeOptions()
-		d.startProbeLocked(opts)
-	}
-	p := d.probe
+	opts, _ := d.cfg.probeOptions()
 	d.mu.Unlock()
-	select {
-	case <-p.done:
-		return p.info, nil
-	case <-ctx.Done():
-		return nil, status.FromContextError(ctx.Err()).Err()
-	}
+	return d.probe.Info(ctx, opts)
 }
 
 // Fingerprint implements driver.Driver: health and attributes once the probe is done (which
-// takes up to the probe timeout when KVM hangs), then nothing more until ctx is done. The
-// attribute tpm (swtpm-<version>) says the node's VMs can have a TPM.
+// takes up to the probe timeout when KVM hangs), then again after each later probe (one whose
+// result rested on a timeout runs again: HostProbe) until ctx is done. The attribute tpm
+// (swtpm-<version>) says the node's VMs can have a TPM.
 func (d *Driver) Fingerprint(ctx context.Context, send func(*basev1.FingerprintResponse) error) error {
-	h, err := d.hostInfo(ctx)
-	if err != nil {
-		return nil // ctx done
-	}
-	fp := h.Fingerprint()
-	if s := d.swtpm(ctx); s.Path != "" {
-		// The control plane places VMIs with a TPM on nodes with this attribute.
-		fp.Attributes["tpm"] = TPMAttributeValue(s.Version)
-	}
-	if err := send(fp); err != nil {
-		return err
-	}
-	<-ctx.Done()
-	return nil
+	d.mu.Lock()
+	opts, _ := d.cfg.probeOptions()
+	d.mu.Unlock()
+	return d.probe.Watch(ctx, opts, func(h *HostInfo) error {
+		fp := h.Fingerprint()
+		if s := d.swtpm(ctx); s.Path != "" {
+			// The control plane places VMIs with a TPM on nodes with this attribute.
+			fp.Attributes["tpm"] = TPMAttributeValue(s.Version)
+		}
+		return send(fp)
+	})
 }
 
 // Close lets go of every VM without stopping it: QMP and console connections are closed, the

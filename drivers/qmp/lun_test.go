@@ -21,9 +21,7 @@ import (
 func probedDriver(t *testing.T) *Driver {
 	t.Helper()
 	d := New(WithLogger(testLogger()))
-	done := make(chan struct{})
-	close(done)
-	d.probe = &probeRun{done: done, info: &HostInfo{}}
+	d.probe.Set(&HostInfo{})
 	d.stateDir = t.TempDir()
 	return d
 }

@@ -54,9 +54,12 @@ type ProbeOptions struct {
 	VhostNetDevice string
 	// DisableKVM skips KVM: the node is emulation only.
 	DisableKVM bool
-	// Timeout bounds each test boot (5 s when zero).
+	// Timeout bounds each test boot (DefaultProbeTimeout when zero).
 	Timeout time.Duration
 }
+
+// DefaultProbeTimeout bounds a test boot when ProbeOptions.Timeout is zero.
+const DefaultProbeTimeout = 5 * time.Second
 
 // HostInfo is what a probe found out about QEMU on this node.
 type HostInfo struct {
@@ -65,6 +68,11 @@ type HostInfo struct {
 	Version string
 	// Problem, when set, says why QEMU cannot run VMs at all.
 	Problem string
+	// Transient says Problem rests on a timeout: a test guest ran out of time under an
+	// accelerator, which a busy node causes as surely as a broken one, so a later probe may
+	// find it working (HostProbe probes again). Such a result is not remembered by
+	// Prober.Probe.
+	Transient bool
 	// KVM and TCG say whether a test guest ran under each accelerator; the reasons say why not.
 	KVM       bool
 	KVMReason string
@@ -178,8 +186,8 @@ func (p *Prober) Probe(ctx context.Context, opts ProbeOptions) *HostInfo {
 	}
 	p.mu.Unlock()
 	h := p.probe(ctx, opts)
-	if ctx.Err() != nil {
-		return h // cut short: do not remember
+	if ctx.Err() != nil || h.Transient {
+		return h // cut short, or may differ next time: do not remember
 	}
 	p.mu.Lock()
 	if p.memo == nil {
@@ -213,7 +221,7 @@ func (p *Prober) probe(ctx context.Context, opts ProbeOptions) *HostInfo {
 		opts.VhostNetDevice = "/dev/vhost-net"
 	}
 	if opts.Timeout <= 0 {
-		opts.Timeout = 5 * time.Second
+		opts.Timeout = DefaultProbeTimeout
 	}
 	h := &HostInfo{}
 	bin := opts.QEMU
@@ -250,11 +258,12 @@ func (p *Prober) probe(ctx context.Context, opts ProbeOptions) *HostInfo {
 	defer os.RemoveAll(dir)
 
 	var wg sync.WaitGroup
+	var tcgTimedOut, kvmTimedOut bool
 	wg.Add(1)
 	go func() {
 		defer wg.Done()
 		start := time.Now()
-		h.TCG, h.TCGReason = p.boot(ctx, path, AccelTCG, dir, opts.Timeout)
+		h.TCG, h.TCGReason, tcgTimedOut = p.boot(ctx, path, AccelTCG, dir, opts.Timeout)
 		h.TCGBoot = time.Since(start)
 	}()
 	switch {
@@ -265,7 +274,7 @@ func (p *Prober) probe(ctx context.Context, opts ProbeOptions) *HostInfo {
 			h.KVMReason = err.Error()
 			break
 		}
-		h.KVM, h.KVMReason = p.boot(ctx, path, AccelKVM, dir, opts.Timeout)
+		h.KVM, h.KVMReason, kvmTimedOut = p.boot(ctx, path, AccelKVM, dir, opts.Timeout)
 	}
 	h.SEVReason = "KVM is not usable"
 	if h.KVM {
@@ -281,6 +290,7 @@ func (p *Prober) probe(ctx context.Context, opts ProbeOptions) *HostInfo {
 	wg.Wait()
 	if !h.TCG && !h.KVM {
 		h.Problem = fmt.Sprintf("no accelerator runs a test guest: tcg: %s; kvm: %s", h.TCGReason, h.KVMReason)
+		h.Transient = tcgTimedOut || kvmTimedOut
 	}
 	return h
 }
@@ -295,24 +305,25 @@ func ProbeArgs(accel Accel, image string) []string {
 	}
 }
 
-// boot runs the probe guest under accel and reports whether it finished, and if not, why.
-func (p *Prober) boot(ctx context.Context, qemu string, accel Accel, dir string, timeout time.Duration) (bool, string) {
+// boot runs the probe guest under accel and reports whether it finished, and if not, why and
+// whether it ran out of time (rather than failed).
+func (p *Prober) boot(ctx context.Context, qemu string, accel Accel, dir string, timeout time.Duration) (ok bool, reason string, timedOut bool) {
 	image := filepath.Join(dir, string(accel)+".img")
 	if err := WriteBootDisk(image, ProbeBootSector()); err != nil {
-		return false, err.Error()
+		return false, err.Error(), false
 	}
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	out, err := p.Runner.Run(ctx, qemu, ProbeArgs(accel, image)...)
 	switch {
 	case bytes.Contains(out, []byte(ProbeMarker)):
-		return true, ""
+		return true, "", false
 	case ctx.Err() != nil && bytes.Contains(out, []byte(ProbeBootedMarker)):
-		return false, fmt.Sprintf("a test guest booted but did not finish a short computation within %s: guest code runs far too slowly", timeout)
+		return false, fmt.Sprintf("a test guest booted but did not finish a short computation within %s: guest code runs far too slowly", timeout), true
 	case ctx.Err() != nil:
-		return false, fmt.Sprintf("a test guest printed nothing within %s", timeout)
+		return false, fmt.Sprintf("a test guest printed nothing within %s", timeout), true
 	default:
-		return false, "qemu: " + describeFailure(out, err)
+		return false, "qemu: " + describeFailure(out, err), false
 	}
 }
 

@@ -41,7 +41,9 @@ func (f *fakeQEMU) Run(ctx context.Context, name string, args ...string) ([]byte
 	if i < 0 {
 		return nil, errors.New("unexpected command " + strings.Join(args, " "))
 	}
+	f.mu.Lock()
 	behaviour := map[string]string{"kvm": f.kvm, "tcg": f.tcg}[args[i+1]]
+	f.mu.Unlock()
 	switch behaviour {
 	case "ok":
 		return []byte(ProbeBootedMarker + "\r\n" + ProbeMarker + "\r\n"), errors.New("exit status 1")
@@ -82,6 +84,7 @@ func TestProbe(t *testing.T) {
 		descHas    string
 		kvmBooted  bool
 		wantModels bool
+		transient  bool
 	}{
 		{
 			name: "kvm works", fake: &fakeQEMU{kvm: "ok", tcg: "ok", version: "7.2.22"},
@@ -122,6 +125,16 @@ func TestProbe(t *testing.T) {
 		{
 			name: "nothing boots", fake: &fakeQEMU{kvm: "abort", tcg: "silent", version: "7.2.22"},
 			health: basev1.Health_HEALTH_UNHEALTHY, kvmBooted: true, descHas: "no accelerator runs a test guest: tcg: a test guest printed nothing",
+			transient: true,
+		},
+		{
+			name: "nothing finishes in time (a busy node)", fake: &fakeQEMU{kvm: "silent", tcg: "slow", version: "7.2.22"},
+			health: basev1.Health_HEALTH_UNHEALTHY, kvmBooted: true, transient: true,
+			descHas: "no accelerator runs a test guest: tcg: a test guest booted but did not finish a short computation within 200ms",
+		},
+		{
+			name: "nothing boots, neither in time", fake: &fakeQEMU{kvm: "abort", tcg: "abort", version: "7.2.22"},
+			health: basev1.Health_HEALTH_UNHEALTHY, kvmBooted: true, descHas: "no accelerator runs a test guest: tcg: qemu:",
 		},
 	}
 	for _, c := range cases {
@@ -153,6 +166,9 @@ func TestProbe(t *testing.T) {
 			}
 			if !strings.Contains(fp.GetHealthDescription(), c.descHas) {
 				t.Errorf("description %q lacks %q", fp.GetHealthDescription(), c.descHas)
+			}
+			if h.Transient != c.transient {
+				t.Errorf("Transient = %v, want %v", h.Transient, c.transient)
 			}
 			if got := c.fake.booted("kvm"); got != c.kvmBooted {
 				t.Errorf("booted under kvm = %v, want %v", got, c.kvmBooted)
@@ -215,5 +231,82 @@ func TestParseCPUFlagsRealQEMU(t *testing.T) {
 		if !slices.Contains(flags, f) {
 			t.Errorf("qemu-system-x86_64 -cpu help: %q not among the %d flags parsed", f, len(flags))
 		}
+	}
+}
+
+func TestProbeForgetsTransient(t *testing.T) {
+	fake := &fakeQEMU{kvm: "silent", tcg: "slow", version: "7.2.22"}
+	p := &Prober{Runner: fake, LookPath: func(string) (string, error) { return "/q", nil }, OpenDevice: func(string) error { return nil }, TempDir: t.TempDir()}
+	opts := ProbeOptions{Timeout: 50 * time.Millisecond}
+	if h := p.Probe(context.Background(), opts); !h.Transient {
+		t.Fatalf("slow TCG, silent KVM: not transient: %+v", h)
+	}
+	fake.mu.Lock()
+	fake.tcg = "ok"
+	fake.mu.Unlock()
+	if h := p.Probe(context.Background(), opts); h.Problem != "" || !h.TCG {
+		t.Fatalf("the probe after a transient result was not run again: %+v", h)
+	}
+}
+
+// TestHostProbeRetriesTransient checks that a probe whose result rests on a timeout runs again
+// with backoff and a longer timeout, that the new result reaches Watch (the fingerprint), and
+// that probing stops once a result is final.
+func TestHostProbeRetriesTransient(t *testing.T) {
+	fake := &fakeQEMU{kvm: "silent", tcg: "slow", version: "7.2.22"}
+	var mu sync.Mutex
+	var timeouts []time.Duration
+	runner := RunnerFunc(func(ctx context.Context, name string, args ...string) ([]byte, error) {
+		if slices.Contains(args, "-accel") && hasArgs(args, "-accel", "tcg") {
+			d, _ := ctx.Deadline()
+			mu.Lock()
+			timeouts = append(timeouts, time.Until(d).Round(10*time.Millisecond))
+			n := len(timeouts)
+			mu.Unlock()
+			if n == 3 { // the third TCG boot finishes: the node is less busy now
+				fake.mu.Lock()
+				fake.tcg = "ok"
+				fake.mu.Unlock()
+			}
+		}
+		return fake.Run(ctx, name, args...)
+	})
+	hp := &HostProbe{
+		Prober:   &Prober{Runner: runner, LookPath: func(string) (string, error) { return "/q", nil }, OpenDevice: func(string) error { return nil }, TempDir: t.TempDir()},
+		RetryMin: 20 * time.Millisecond, RetryMax: 40 * time.Millisecond,
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	var healths []basev1.Health
+	err := hp.Watch(ctx, ProbeOptions{Timeout: 100 * time.Millisecond}, func(h *HostInfo) error {
+		healths = append(healths, h.Fingerprint().GetHealth())
+		if !h.Transient {
+			cancel()
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []basev1.Health{basev1.Health_HEALTH_UNHEALTHY, basev1.Health_HEALTH_UNHEALTHY, basev1.Health_HEALTH_DEGRADED}
+	if !slices.Equal(healths, want) {
+		t.Fatalf("healths seen %v, want %v", healths, want)
+	}
+	mu.Lock()
+	got := slices.Clone(timeouts)
+	mu.Unlock()
+	// 100ms, then doubled, then capped at 4 times.
+	if len(got) != 3 || got[0] > 100*time.Millisecond || got[1] <= 100*time.Millisecond || got[2] <= 200*time.Millisecond || got[2] > 400*time.Millisecond {
+		t.Errorf("test boot timeouts %v: want about 100ms, 200ms, 400ms", got)
+	}
+	time.Sleep(200 * time.Millisecond)
+	mu.Lock()
+	defer mu.Unlock()
+	if len(timeouts) != 3 {
+		t.Errorf("%d TCG boots: the probe ran again after a final result", len(timeouts))
+	}
+	info, err := hp.Info(context.Background(), ProbeOptions{})
+	if err != nil || !info.TCG || info.Transient {
+		t.Errorf("Info after the final result: %+v, %v", info, err)
 	}
 }
