@@ -15,6 +15,10 @@
 // Health follows the device nodes through fsnotify on their directories and a poll (sysfs, which
 // inotify does not see). A permittedHostDevices entry that selects no function bound to vfio-pci
 // is reported in the fingerprint (HEALTH_DEGRADED, naming the entry) and logged, not ignored.
+//
+// permittedHostDevices are the one part of the configuration a running driver takes again
+// (Configure): the live configuration (core/liveconfig) changes them on every node without a
+// restart, and its resources follow. Anything else needs a new process.
 package hostdev
 
 import (
