@@ -105,7 +105,11 @@ func SetupWithManager(mgr ctrl.Manager, opts Options) error {
 // +kubebuilder:rbac:groups="",resources=pods,verbs=get;list;watch
 // +kubebuilder:rbac:groups="",resources=pods/eviction,verbs=create
 // +kubebuilder:rbac:groups=events.k8s.io,resources=events,verbs=create;patch
-// +kubebuilder:rbac:groups=apps,namespace=kubevisor-system,resources=daemonsets,resourceNames=kubevisor-handler,verbs=get
+// +kubebuilder:rbac:groups=apps,namespace=kubevisor-system,resources=daemonsets,verbs=get
+
+// The DaemonSet right names no resource: kustomize renames a resourceNames entry equal to a
+// generated ConfigMap's name (the handler's configuration is the ConfigMap kubevisor-handler),
+// whatever the rule's resource, which would grant get on a DaemonSet that does not exist.
 
 // Reconcile observes every VMI, decides (Decide) and acts. A failed action is reported and
 // the others go on.
