@@ -391,22 +391,8 @@ var _ = Describe("Kubevisor upgrade through the operator", Label("Operator", "Up
 		if Cfg.UpgradeTag == "" {
 			Fail("no -upgrade-tag: make e2e-upgrade builds a second image set of this tree under a tag of its own and names it")
 		}
-		kv := f.kubevisor(ctx)
-		from, specTag := kv.Status.ObservedVersion, kv.Spec.ImageTag
-		Expect(from).NotTo(Equal(Cfg.UpgradeTag), "the install already runs %s", Cfg.UpgradeTag)
 		const interval = 15 * time.Second
-		DeferCleanup(func(ctx SpecContext) {
-			By(fmt.Sprintf("back to %s, with no workload update method", from))
-			tag := "null"
-			if specTag != "" {
-				tag = fmt.Sprintf("%q", specTag)
-			}
-			f.patchKubevisor(ctx, `{"spec":{"workloadUpdateStrategy":null,"imageTag":`+tag+`}}`)
-			f.waitInstalled(ctx, from, 10*time.Minute)
-		})
-		By(fmt.Sprintf("workloadUpdateStrategy: Evict, a batch of 1 every %s", interval))
-		f.patchKubevisor(ctx, fmt.Sprintf(`{"spec":{"workloadUpdateStrategy":{"workloadUpdateMethods":["Evict"],"batchEvictionSize":1,"batchEvictionInterval":%q}}}`, interval.String()))
-		f.waitInstalled(ctx, from, 10*time.Minute)
+		f.workloadUpdateStrategy(ctx, v1alpha1.WorkloadUpdateMethodEvict, interval)
 
 		guests := f.bootOneOfEach(ctx, "evict", true)
 		old := map[string]types.UID{}
@@ -470,22 +456,8 @@ var _ = Describe("Kubevisor upgrade through the operator", Label("Operator", "Up
 			Fail("no -upgrade-tag: make e2e-upgrade builds a second image set of this tree under a tag of its own and names it")
 		}
 		first, second := f.RequireTwoNodes(ctx)
-		kv := f.kubevisor(ctx)
-		from, specTag := kv.Status.ObservedVersion, kv.Spec.ImageTag
-		Expect(from).NotTo(Equal(Cfg.UpgradeTag), "the install already runs %s", Cfg.UpgradeTag)
 		const interval = 10 * time.Second
-		DeferCleanup(func(ctx SpecContext) {
-			By(fmt.Sprintf("back to %s, with no workload update method", from))
-			tag := "null"
-			if specTag != "" {
-				tag = fmt.Sprintf("%q", specTag)
-			}
-			f.patchKubevisor(ctx, `{"spec":{"workloadUpdateStrategy":null,"imageTag":`+tag+`}}`)
-			f.waitInstalled(ctx, from, 10*time.Minute)
-		})
-		By(fmt.Sprintf("workloadUpdateStrategy: LiveMigrate, a batch of 1 every %s", interval))
-		f.patchKubevisor(ctx, fmt.Sprintf(`{"spec":{"workloadUpdateStrategy":{"workloadUpdateMethods":["LiveMigrate"],"batchEvictionSize":1,"batchEvictionInterval":%q}}}`, interval.String()))
-		f.waitInstalled(ctx, from, 10*time.Minute)
+		f.workloadUpdateStrategy(ctx, v1alpha1.WorkloadUpdateMethodLiveMigrate, interval)
 
 		By("two LiveMigratable VMIs boot on " + first + " (" + second + " cordoned meanwhile)")
 		f.setUnschedulable(ctx, second, true)
@@ -661,6 +633,29 @@ var _ = Describe("Kubevisor upgrade through the operator", Label("Operator", "Up
 })
 
 // setDrivers replaces the Kubevisor's spec.drivers (a merge patch replaces a list whole).
+// workloadUpdateStrategy sets the Kubevisor's workloadUpdateStrategy to method, a batch of 1
+// per interval, and waits until the install is Available again; at the spec's end it sets the
+// strategy and imageTag back and waits for the version the install runs now (which must not be
+// Cfg.UpgradeTag).
+func (f *Framework) workloadUpdateStrategy(ctx context.Context, method v1alpha1.WorkloadUpdateMethod, interval time.Duration) {
+	GinkgoHelper()
+	kv := f.kubevisor(ctx)
+	from, specTag := kv.Status.ObservedVersion, kv.Spec.ImageTag
+	Expect(from).NotTo(Equal(Cfg.UpgradeTag), "the install already runs %s", Cfg.UpgradeTag)
+	DeferCleanup(func(ctx SpecContext) {
+		By(fmt.Sprintf("back to %s, with no workload update method", from))
+		tag := "null"
+		if specTag != "" {
+			tag = fmt.Sprintf("%q", specTag)
+		}
+		f.patchKubevisor(ctx, `{"spec":{"workloadUpdateStrategy":null,"imageTag":`+tag+`}}`)
+		f.waitInstalled(ctx, from, 10*time.Minute)
+	})
+	By(fmt.Sprintf("workloadUpdateStrategy: %s, a batch of 1 every %s", method, interval))
+	f.patchKubevisor(ctx, fmt.Sprintf(`{"spec":{"workloadUpdateStrategy":{"workloadUpdateMethods":[%q],"batchEvictionSize":1,"batchEvictionInterval":%q}}}`, method, interval.String()))
+	f.waitInstalled(ctx, from, 10*time.Minute)
+}
+
 func (f *Framework) setDrivers(ctx context.Context, drivers []v1alpha1.KubevisorDriver) {
 	GinkgoHelper()
 	raw, err := json.Marshal(map[string]any{"spec": map[string]any{"drivers": drivers}})
