@@ -19,11 +19,12 @@ import (
 	"github.com/kubevisor/kubevisor/drivers/hostdev/hostdevtest"
 )
 
-// TestDriverPluginProcess runs the plugins on kubevisor-driver-hostdev started by the plugin
-// host (StartDrivers, as kubevisor-deviceplugins does): the kubelet's list and Allocate come
-// from that process; when it is SIGKILLed every device turns Unhealthy, and once the host has
-// restarted it the devices are Healthy again and allocate.
-func TestDriverPluginProcess(t *testing.T) {
+// startHostdevProcess builds kubevisor-driver-hostdev, starts it through the plugin host
+// (StartDrivers, as kubevisor-deviceplugins does) on a fake host with slots kvm slots and the
+// PCI function 10de:1eb8 as resource gpu, and runs the plugins' Manager against a fake
+// kubelet. The host is closed when the test ends.
+func startHostdevProcess(t *testing.T, slots int) (*plugin.Host, *Manager, *fakeKubelet, plugin.Manifest) {
+	t.Helper()
 	dir := t.TempDir()
 	bin := filepath.Join(dir, "kubevisor-driver-hostdev")
 	if out, err := exec.Command("go", "build", "-o", bin, "github.com/kubevisor/kubevisor/cmd/kubevisor-driver-hostdev").CombinedOutput(); err != nil {
@@ -33,14 +34,12 @@ func TestDriverPluginProcess(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	h := hostdevtest.New(t)
-	m.Config = h.Config(t, "1h", 3, "10de:1eb8=gpu")
+	m.Config = hostdevtest.New(t).Config(t, "1h", slots, "10de:1eb8=gpu")
 	host, sources, err := StartDrivers(t.Context(), plugin.HostConfig{StateDir: filepath.Join(dir, "state"), Logger: testLogger(t), MinBackoff: 50 * time.Millisecond}, []plugin.Manifest{m})
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer host.Close()
-
+	t.Cleanup(func() { host.Close() })
 	pdir := pluginDir(t)
 	k := startFakeKubelet(t, pdir)
 	mgr, err := NewManager(t.Context(), testConfig(pdir, time.Hour), sources, testLogger(t))
@@ -48,6 +47,15 @@ func TestDriverPluginProcess(t *testing.T) {
 		t.Fatal(err)
 	}
 	runManager(t, mgr)
+	return host, mgr, k, m
+}
+
+// TestDriverPluginProcess runs the plugins on kubevisor-driver-hostdev started by the plugin
+// host (StartDrivers, as kubevisor-deviceplugins does): the kubelet's list and Allocate come
+// from that process; when it is SIGKILLed every device turns Unhealthy, and once the host has
+// restarted it the devices are Healthy again and allocate.
+func TestDriverPluginProcess(t *testing.T) {
+	host, _, k, _ := startHostdevProcess(t, 3)
 	regs := k.registrations(t, 5, 10*time.Second)
 	ctx, cancel := context.WithCancel(t.Context())
 	defer cancel()
@@ -110,29 +118,7 @@ const devicesGPU = v1alpha1.DeviceResourcePrefix + "gpu"
 // watcher calls it): nic replaces gpu; a change the driver refuses names the field and changes
 // nothing; after a crash the driver comes back with the live devices; nil is the node's again.
 func TestHostDevicesLive(t *testing.T) {
-	dir := t.TempDir()
-	bin := filepath.Join(dir, "kubevisor-driver-hostdev")
-	if out, err := exec.Command("go", "build", "-o", bin, "github.com/kubevisor/kubevisor/cmd/kubevisor-driver-hostdev").CombinedOutput(); err != nil {
-		t.Fatalf("build: %v\n%s", err, out)
-	}
-	m, err := plugin.ManifestFor(bin, "device", "hostdev")
-	if err != nil {
-		t.Fatal(err)
-	}
-	h := hostdevtest.New(t)
-	m.Config = h.Config(t, "1h", 2, "10de:1eb8=gpu")
-	host, sources, err := StartDrivers(t.Context(), plugin.HostConfig{StateDir: filepath.Join(dir, "state"), Logger: testLogger(t), MinBackoff: 50 * time.Millisecond}, []plugin.Manifest{m})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer host.Close()
-	pdir := pluginDir(t)
-	k := startFakeKubelet(t, pdir)
-	mgr, err := NewManager(t.Context(), testConfig(pdir, time.Hour), sources, testLogger(t))
-	if err != nil {
-		t.Fatal(err)
-	}
-	runManager(t, mgr)
+	host, mgr, k, m := startHostdevProcess(t, 2)
 	k.registrations(t, 5, 10*time.Second)
 	live := &HostDevices{Host: host, Base: m.Config, Manager: mgr}
 	nic := &v1alpha1.PermittedHostDevices{PCIHostDevices: []v1alpha1.PCIHostDevice{{PCIVendorSelector: "8086:1572", ResourceName: "nic"}}}
@@ -154,7 +140,7 @@ func TestHostDevicesLive(t *testing.T) {
 	}
 
 	kvm := &v1alpha1.PermittedHostDevices{PCIHostDevices: []v1alpha1.PCIHostDevice{{PCIVendorSelector: "8086:1572", ResourceName: "kvm"}}}
-	err = live.Set(t.Context(), kvm)
+	err := live.Set(t.Context(), kvm)
 	if status.Code(err) != codes.InvalidArgument || !strings.Contains(err.Error(), `config.permittedHostDevices.pciHostDevices[0].resourceName "kvm": already a character device`) {
 		t.Errorf("Set(kvm) = %v, want InvalidArgument naming the field", err)
 	}

@@ -2,6 +2,7 @@ package qmp
 
 import (
 	"context"
+	"errors"
 	"sync"
 	"time"
 
@@ -118,23 +119,19 @@ func (p *HostProbe) run(gen int, opts ProbeOptions) {
 // Info waits for a result (starting the probe with defaults when Start was not called) and
 // returns the latest one.
 func (p *HostProbe) Info(ctx context.Context, defaults ProbeOptions) (*HostInfo, error) {
-	for {
-		p.mu.Lock()
-		if !p.started {
-			p.startLocked(defaults)
-		}
-		info, changed := p.info, p.changed
-		p.mu.Unlock()
-		if info != nil {
-			return info, nil
-		}
-		select {
-		case <-changed:
-		case <-ctx.Done():
-			return nil, status.FromContextError(ctx.Err()).Err()
-		}
+	var got *HostInfo
+	_ = p.Watch(ctx, defaults, func(h *HostInfo) error {
+		got = h
+		return errGot
+	})
+	if got == nil {
+		return nil, status.FromContextError(ctx.Err()).Err()
 	}
+	return got, nil
 }
+
+// errGot ends Info's Watch at the first result.
+var errGot = errors.New("got a result")
 
 // Watch calls fn with the latest result and then with each new one, until ctx is done (it
 // returns nil then) or fn fails (it returns fn's error).
