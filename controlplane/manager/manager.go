@@ -197,7 +197,8 @@ func New(cfg Config) (ctrl.Manager, error) {
 			return vmirs.SetupWithManager(mgr, vmirs.Options{MaxConcurrentReconciles: w, SkipNameValidation: skip})
 		}},
 		{"migration", func() error {
-			return migration.SetupWithManager(mgr, migration.Options{MaxConcurrentReconciles: w, SkipNameValidation: skip, Settings: migrationSettings})
+			return migration.SetupWithManager(mgr, migration.Options{MaxConcurrentReconciles: w, SkipNameValidation: skip, Settings: migrationSettings,
+				LauncherImage: cfg.Pod.LauncherImage})
 		}},
 		{"evacuation", func() error {
 			return evacuation.SetupWithManager(mgr, evacuation.Options{DefaultStrategy: cfg.DefaultEvictionStrategy,

@@ -48,6 +48,9 @@ type Options struct {
 	// a VMI applies (Resolve), read at each reconcile (they may change while the controller
 	// runs); nil means DefaultSettings().
 	Settings *SettingsValue
+	// LauncherImage is the current launcher image, which target pods run (TargetPod); "" keeps
+	// the source pod's.
+	LauncherImage string
 }
 
 // Reconciler reconciles VirtualMachineInstanceMigrations.
@@ -61,6 +64,8 @@ type Reconciler struct {
 	Settings *SettingsValue
 	// Now is the clock (tests); nil means time.Now.
 	Now func() time.Time
+	// LauncherImage is Options.LauncherImage.
+	LauncherImage string
 }
 
 // throttleRecheck is how often a migration held by a limit looks again.
@@ -93,6 +98,8 @@ func SetupWithManager(mgr ctrl.Manager, opts Options) error {
 		APIReader: mgr.GetAPIReader(),
 		Recorder:  mgr.GetEventRecorder(ControllerName),
 		Settings:  opts.Settings,
+		// The current launcher image: a target pod runs it, not the source's.
+		LauncherImage: opts.LauncherImage,
 	}
 	copts := controller.Options{MaxConcurrentReconciles: opts.MaxConcurrentReconciles}
 	if opts.SkipNameValidation {
@@ -423,7 +430,7 @@ func (r *Reconciler) sourcePod(ctx context.Context, vmi *v1alpha1.VirtualMachine
 }
 
 func (r *Reconciler) createTarget(ctx context.Context, mig *v1alpha1.VirtualMachineInstanceMigration, vmi *v1alpha1.VirtualMachineInstance, source *corev1.Pod) error {
-	pod := TargetPod(source, mig, vmi.Status.HypervisorDriver, len(vmi.Spec.LocalWritableDisks()) > 0)
+	pod := TargetPod(source, mig, vmi.Status.HypervisorDriver, len(vmi.Spec.LocalWritableDisks()) > 0, r.LauncherImage)
 	err := r.Client.Create(ctx, pod)
 	if err != nil && !apierrors.IsAlreadyExists(err) {
 		r.Recorder.Eventf(mig, related(vmi), corev1.EventTypeWarning, v1alpha1.ReasonFailedCreate, "Create", "create target pod %s: %v", pod.Name, err)

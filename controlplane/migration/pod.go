@@ -9,6 +9,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/kubevisor/kubevisor/core/api/v1alpha1"
+	"github.com/kubevisor/kubevisor/core/layout"
 )
 
 // serviceAccountVolumePrefix starts the name of the token volume the API server's ServiceAccount
@@ -31,12 +32,17 @@ func TargetPodName(vmiName, migUID string) string {
 }
 
 // TargetPod builds the target launcher pod of a migration from the VMI's source launcher pod:
-// the same pod (as KubeVirt does, so the target runs exactly what the source runs) with the
+// the same pod (so the target gets the same devices, volumes and resources) with the
 // migration's UID label, a fresh identity, and a node affinity that keeps it off the source node
 // and, when driver (the VMI's hypervisor driver) is known, requires a node where that driver
 // declares live migration (v1alpha1.DriverMigrationLabel) and, for a VMI with writable
 // node-local disks (localDisks), copies them (DriverMigrationDisksLabel).
-func TargetPod(source *corev1.Pod, mig *v1alpha1.VirtualMachineInstanceMigration, driver string, localDisks bool) *corev1.Pod {
+//
+// The launcher image is the current one, launcherImage (kubevisor-controller's), not the
+// source's, as KubeVirt's target pods are: every container of the source that ran the source's
+// launcher image (the compute container's) runs launcherImage, so a migration moves a VMI off an
+// older launcher (the workload updater relies on it); "" keeps the source's.
+func TargetPod(source *corev1.Pod, mig *v1alpha1.VirtualMachineInstanceMigration, driver string, localDisks bool, launcherImage string) *corev1.Pod {
 	pod := &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{
 			Name:            TargetPodName(mig.Spec.VMIName, string(mig.UID)),
@@ -68,6 +74,15 @@ func TargetPod(source *corev1.Pod, mig *v1alpha1.VirtualMachineInstanceMigration
 	}
 	spec.InitContainers = dropServiceAccountMounts(spec.InitContainers, source.Spec.Volumes)
 	spec.Containers = dropServiceAccountMounts(spec.Containers, source.Spec.Volumes)
+	if old := computeImage(source); launcherImage != "" && old != "" {
+		for _, cs := range [][]corev1.Container{spec.InitContainers, spec.Containers} {
+			for i := range cs {
+				if cs[i].Image == old {
+					cs[i].Image = launcherImage
+				}
+			}
+		}
+	}
 	if prev := source.Annotations[AvoidedNodeAnnotation]; prev != "" {
 		// The source is the target of an earlier migration: what kept it off that
 		// migration's source node is not this one's to keep.
@@ -184,4 +199,14 @@ func requiredTerms(spec *corev1.PodSpec) []corev1.NodeSelectorTerm {
 		sel.NodeSelectorTerms = []corev1.NodeSelectorTerm{{}}
 	}
 	return sel.NodeSelectorTerms
+}
+
+// computeImage is the image of pod's compute container (the launcher's), "" without one.
+func computeImage(pod *corev1.Pod) string {
+	for _, c := range pod.Spec.Containers {
+		if c.Name == layout.ComputeContainer {
+			return c.Image
+		}
+	}
+	return ""
 }

@@ -1,6 +1,7 @@
 package migration
 
 import (
+	"slices"
 	"strings"
 	"testing"
 
@@ -88,7 +89,7 @@ func TestTargetPod(t *testing.T) {
 			src := sourcePod(tc.affinity)
 			orig := src.DeepCopy()
 			mig := &v1alpha1.VirtualMachineInstanceMigration{ObjectMeta: metav1.ObjectMeta{Name: "m", Namespace: "ns", UID: types.UID("0123456789abcdef")}, Spec: v1alpha1.VirtualMachineInstanceMigrationSpec{VMIName: "vm1"}}
-			got := TargetPod(src, mig, tc.driver, tc.localDisks)
+			got := TargetPod(src, mig, tc.driver, tc.localDisks, "")
 
 			if !equality.Semantic.DeepEqual(src, orig) {
 				t.Fatal("TargetPod modified the source pod")
@@ -118,7 +119,7 @@ func TestTargetPod(t *testing.T) {
 				t.Errorf("mounts %v", m)
 			}
 			if got.Spec.Containers[0].Image != "launcher" {
-				t.Errorf("container not copied: %v", got.Spec.Containers[0])
+				t.Errorf("container not copied (no current launcher image given): %v", got.Spec.Containers[0])
 			}
 			terms := got.Spec.Affinity.NodeAffinity.RequiredDuringSchedulingIgnoredDuringExecution.NodeSelectorTerms
 			if !equality.Semantic.DeepEqual(terms, tc.want) {
@@ -141,12 +142,12 @@ func TestTargetPodOfATarget(t *testing.T) {
 	}}}} {
 		m1 := &v1alpha1.VirtualMachineInstanceMigration{ObjectMeta: metav1.ObjectMeta{Name: "m1", Namespace: "ns", UID: "1111111111"}, Spec: v1alpha1.VirtualMachineInstanceMigrationSpec{VMIName: "vm1"}}
 		m2 := &v1alpha1.VirtualMachineInstanceMigration{ObjectMeta: metav1.ObjectMeta{Name: "m2", Namespace: "ns", UID: "2222222222"}, Spec: v1alpha1.VirtualMachineInstanceMigrationSpec{VMIName: "vm1"}}
-		first := TargetPod(sourcePod(affinity), m1, "qmp", false)
+		first := TargetPod(sourcePod(affinity), m1, "qmp", false, "")
 		if first.Annotations[AvoidedNodeAnnotation] != "node-a" {
 			t.Fatalf("first target's annotations %v", first.Annotations)
 		}
 		first.Spec.NodeName = "node-b"
-		second := TargetPod(first, m2, "qmp", false)
+		second := TargetPod(first, m2, "qmp", false, "")
 		notOnB := corev1.NodeSelectorRequirement{Key: "metadata.name", Operator: corev1.NodeSelectorOpNotIn, Values: []string{"node-b"}}
 		// The driver's requirement is the first target's, not added twice.
 		migrates := corev1.NodeSelectorRequirement{Key: v1alpha1.DriverMigrationLabel("qmp"), Operator: corev1.NodeSelectorOpIn, Values: []string{"true"}}
@@ -169,5 +170,32 @@ func TestTargetPodName(t *testing.T) {
 		if len(n) > 63 || !strings.HasSuffix(n, "-mig-01234567") || strings.Contains(n, "--") {
 			t.Errorf("TargetPodName(%q) = %q (%d characters)", vmi, n, len(n))
 		}
+	}
+}
+
+// TestTargetPodRunsTheCurrentLauncher: a target pod runs the controller's launcher image in
+// every container that ran the source's launcher image (after an upgrade, a migration moves the
+// VMI to the new launcher); other images (a containerDisk) are kept.
+func TestTargetPodRunsTheCurrentLauncher(t *testing.T) {
+	src := sourcePod(nil)
+	src.Spec.Containers[0].Image = "launcher:v1"
+	src.Spec.Containers = append(src.Spec.Containers, corev1.Container{Name: "guest-console-log", Image: "launcher:v1"})
+	src.Spec.InitContainers = []corev1.Container{{Name: "volume-containerdisk", Image: "guest:latest"}, {Name: "setup", Image: "launcher:v1"}}
+	mig := &v1alpha1.VirtualMachineInstanceMigration{ObjectMeta: metav1.ObjectMeta{Name: "m", Namespace: "ns", UID: "0123456789"}, Spec: v1alpha1.VirtualMachineInstanceMigrationSpec{VMIName: "vm1"}}
+	got := TargetPod(src, mig, "qmp", false, "launcher:v2")
+	images := func(cs []corev1.Container) (out []string) {
+		for _, c := range cs {
+			out = append(out, c.Name+"="+c.Image)
+		}
+		return out
+	}
+	if want := []string{"compute=launcher:v2", "guest-console-log=launcher:v2"}; !slices.Equal(images(got.Spec.Containers), want) {
+		t.Errorf("containers %v, want %v", images(got.Spec.Containers), want)
+	}
+	if want := []string{"volume-containerdisk=guest:latest", "setup=launcher:v2"}; !slices.Equal(images(got.Spec.InitContainers), want) {
+		t.Errorf("init containers %v, want %v", images(got.Spec.InitContainers), want)
+	}
+	if src.Spec.Containers[0].Image != "launcher:v1" || src.Spec.InitContainers[1].Image != "launcher:v1" {
+		t.Error("TargetPod modified the source pod's images")
 	}
 }
