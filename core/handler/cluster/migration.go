@@ -75,7 +75,18 @@ type MigrationConfig struct {
 type MigrationProxy interface {
 	Incoming(spec migrationproxy.IncomingSpec) (*migrationproxy.Migration, error)
 	Outgoing(spec migrationproxy.OutgoingSpec) (*migrationproxy.Migration, error)
+	// WaitServing returns once the proxy serves (migrationproxy.Proxy.WaitServing).
+	WaitServing(ctx context.Context) error
 }
+
+// How long a migration waits for the node's migration proxy to serve: a handler pod that just
+// started (an upgrade, a restart) serves it once its node certificate is there, a few seconds
+// later; a migration started meanwhile waits instead of failing. The target side waits within
+// its reconcile, so for less.
+const (
+	proxySourceWait = time.Minute
+	proxyTargetWait = 10 * time.Second
+)
 
 // targetRecheck is how often a target looks at its VMI again while the migration is not over:
 // the target controller follows pods, and the VMI's migrationState changes are not its events.
@@ -224,6 +235,12 @@ func (a *Agent) prepareTarget(ctx context.Context, vmi *v1alpha1.VirtualMachineI
 	_, registered := a.migrations.incoming[ms.MigrationUID]
 	a.migrations.mu.Unlock()
 	if !registered {
+		waitCtx, cancel := context.WithTimeout(ctx, proxyTargetWait)
+		err := proxy.WaitServing(waitCtx)
+		cancel()
+		if err != nil {
+			return fail(fmt.Sprintf("migration proxy: %v", err))
+		}
 		in, err := proxy.Incoming(migrationproxy.IncomingSpec{ID: string(ms.MigrationUID), SourceNode: ms.SourceNode,
 			TargetSocket: socks.Memory, DisksTargetSocket: socks.Disks})
 		if err != nil && !errors.Is(err, migrationproxy.ErrExists) {
@@ -374,6 +391,13 @@ func (r *sourceRun) run(ctx context.Context) {
 	}
 	if len(handler.MigratedDisks(r.vmi)) > 0 {
 		spec.DisksSocket = filepath.Join(runDir, migrationproxy.DisksSocketName)
+	}
+	waitCtx, cancel := context.WithTimeout(ctx, proxySourceWait)
+	err := proxy.WaitServing(waitCtx)
+	cancel()
+	if err != nil {
+		r.fail(ctx, fmt.Sprintf("source node %s: migration proxy: %v", a.cfg.NodeName, err))
+		return
 	}
 	out, err := proxy.Outgoing(spec)
 	if err != nil {

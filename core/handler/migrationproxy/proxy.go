@@ -139,6 +139,32 @@ func (p *Proxy) Run(ctx context.Context) error {
 	return p.Serve(ctx, ln)
 }
 
+// WaitServing returns nil once the proxy serves its port, at once when it does. While it waits
+// for this node's certificate (a handler pod that just started gets its node certificate a
+// few seconds later) it waits, until ctx is done. It returns ErrDisabled when the proxy is not
+// configured or has ended, and ErrDisabled wrapped with ctx's error when ctx ends first.
+func (p *Proxy) WaitServing(ctx context.Context) error {
+	if !p.cfg.Enabled() {
+		return ErrDisabled
+	}
+	for {
+		p.mu.Lock()
+		running, ended := p.running, p.ended
+		p.mu.Unlock()
+		switch {
+		case running:
+			return nil
+		case ended:
+			return ErrDisabled
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("%w: not serving yet (%v)", ErrDisabled, ctx.Err())
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+}
+
 // waitForCerts returns once this node's certificate loads (true), or ctx is done (false).
 func (p *Proxy) waitForCerts(ctx context.Context) bool {
 	logged := false

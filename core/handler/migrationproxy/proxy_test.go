@@ -450,13 +450,29 @@ func TestEndOfServeClosesEverything(t *testing.T) {
 	if _, err := p.Outgoing(OutgoingSpec{ID: testID, TargetNode: targetNode, TargetAddr: "127.0.0.1:1", Socket: filepath.Join(shortDir(t), SocketName)}); !errors.Is(err, ErrDisabled) {
 		t.Fatalf("Outgoing before Serve: %v, want ErrDisabled", err)
 	}
+	// Not serving yet: WaitServing waits, and says so when its ctx ends first.
+	short, stopShort := context.WithTimeout(context.Background(), 200*time.Millisecond)
+	defer stopShort()
+	if err := p.WaitServing(short); !errors.Is(err, ErrDisabled) || !strings.Contains(err.Error(), "not serving yet") {
+		t.Fatalf("WaitServing before Serve: %v, want ErrDisabled, not serving yet", err)
+	}
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
+	waited := make(chan error, 1)
+	go func() { waited <- p.WaitServing(context.Background()) }()
 	go func() { done <- p.Serve(ctx, ln) }()
+	select {
+	case err := <-waited:
+		if err != nil {
+			t.Fatalf("WaitServing while Serve starts: %v", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("WaitServing did not return once Serve served")
+	}
 	var out *Migration
 	waitFor(t, "Serve runs", func() bool {
 		out, err = p.Outgoing(OutgoingSpec{ID: testID, TargetNode: targetNode, TargetAddr: "127.0.0.1:1", Socket: filepath.Join(shortDir(t), SocketName)})
@@ -471,6 +487,9 @@ func TestEndOfServeClosesEverything(t *testing.T) {
 	}
 	if _, err := net.Dial("tcp", ln.Addr().String()); err == nil {
 		t.Errorf("the port still accepts after Serve ended")
+	}
+	if err := p.WaitServing(context.Background()); !errors.Is(err, ErrDisabled) {
+		t.Errorf("WaitServing after Serve ended: %v, want ErrDisabled at once", err)
 	}
 }
 
