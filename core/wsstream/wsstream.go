@@ -130,6 +130,7 @@ type conn struct {
 	ws      *websocket.Conn
 	wmu     sync.Mutex // gorilla allows one concurrent writer
 	reader  io.Reader  // the rest of the current message
+	rerr    error      // the error that ended reading, returned by every later Read
 	closed  chan struct{}
 	closeMu sync.Once
 }
@@ -157,7 +158,13 @@ func (c *conn) pinger() {
 	}
 }
 
+// Read returns the bytes of the binary messages in order. The error that ends the stream (io.EOF
+// after a normal close) is returned again by every later Read: gorilla panics on the 1000th
+// read of a failed connection, so a failed stream is not read from again.
 func (c *conn) Read(p []byte) (int, error) {
+	if c.rerr != nil {
+		return 0, c.rerr
+	}
 	for {
 		if c.reader != nil {
 			n, err := c.reader.Read(p)
@@ -168,19 +175,24 @@ func (c *conn) Read(p []byte) (int, error) {
 				}
 				continue
 			}
+			if err != nil {
+				c.rerr = err
+			}
 			return n, err
 		}
 		typ, r, err := c.ws.NextReader()
 		if err != nil {
 			var ce *websocket.CloseError
 			if errors.As(err, &ce) && (ce.Code == websocket.CloseNormalClosure || ce.Code == websocket.CloseGoingAway) {
-				return 0, io.EOF
+				err = io.EOF
 			}
+			c.rerr = err
 			return 0, err
 		}
 		if typ != websocket.BinaryMessage {
 			c.Close()
-			return 0, errors.New("websocket: text message on a binary stream")
+			c.rerr = errors.New("websocket: text message on a binary stream")
+			return 0, c.rerr
 		}
 		// Any message shows the peer is alive, as a pong does.
 		_ = c.ws.SetReadDeadline(time.Now().Add(PongWait))

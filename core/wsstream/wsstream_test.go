@@ -84,3 +84,24 @@ func TestCloseEndsThePeersRead(t *testing.T) {
 		t.Fatal("read after close succeeded")
 	}
 }
+
+// TestReadAfterTheEndKeepsFailing: every Read after the one that ended the stream returns that
+// error again; gorilla panics on the 1000th read of a failed connection, so conn must not ask it.
+func TestReadAfterTheEndKeepsFailing(t *testing.T) {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if c, err := Upgrade(w, r); err == nil {
+			c.Close()
+		}
+	}))
+	defer srv.Close()
+	c, err := Dial(context.Background(), wsURL(srv, "/"), DialOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	for i := range 1100 {
+		if n, err := c.Read(make([]byte, 1)); n != 0 || !errors.Is(err, io.EOF) {
+			t.Fatalf("read %d = %d, %v; want io.EOF", i, n, err)
+		}
+	}
+}
