@@ -96,8 +96,11 @@ func TestLocalStarterCompanions(t *testing.T) {
 	defer r.Close()
 	pid, err := LocalStarter{}.Start(context.Background(), &Command{
 		// The process outlives the checks below (a loaded machine may take a while to run
-		// them): its end ends the companion.
-		Path: "/bin/sh", Args: []string{"-c", "test -s " + pidFile + " && sleep 3"}, LogPath: filepath.Join(dir, "vm.log"),
+		// them): its end ends the companion. It waits for the companion's pid file first: the
+		// companion is started before it, not necessarily run that far (on a loaded machine
+		// the process ran first, exited, and its end killed the companion before it wrote).
+		Path: "/bin/sh", Args: []string{"-c", "i=0; while ! test -s " + pidFile + " && [ $i -lt 200 ]; do sleep 0.05; i=$((i+1)); done; test -s " + pidFile + " && sleep 3"},
+		LogPath: filepath.Join(dir, "vm.log"),
 		Companions: []*Companion{{Name: "helper", Path: "/bin/sh", LogPath: filepath.Join(dir, "helper.log"), ExtraFiles: []*os.File{w},
 			Args: []string{"-c", "echo $$ >" + pidFile + "; echo ok >&3; exec 3>&-; exec sleep 60"}}},
 	})
