@@ -83,6 +83,52 @@ func decodeBody(body []byte, into any) error {
 	return nil
 }
 
+// stopOptions reads a stop's body (StopOptions): the grace period it asks for, 0 when it forces
+// the stop, nil for the VMI's own. A negative grace period is a 400.
+func stopOptions(body []byte) (*int64, error) {
+	var opts subv1.StopOptions
+	if err := decodeBody(body, &opts); err != nil {
+		return nil, err
+	}
+	grace := opts.GracePeriodSeconds
+	if opts.Force {
+		grace = ptr.To[int64](0)
+	}
+	if grace != nil && *grace < 0 {
+		return nil, apierrors.NewBadRequest("gracePeriodSeconds must not be negative")
+	}
+	return grace, nil
+}
+
+// restartOptions reads a restart's body (RestartOptions): the grace period it asks for, nil
+// for the VMI's own. A negative grace period is a 400.
+func restartOptions(body []byte) (*int64, error) {
+	var opts subv1.RestartOptions
+	if err := decodeBody(body, &opts); err != nil {
+		return nil, err
+	}
+	if g := opts.GracePeriodSeconds; g != nil && *g < 0 {
+		return nil, apierrors.NewBadRequest("gracePeriodSeconds must not be negative")
+	}
+	return opts.GracePeriodSeconds, nil
+}
+
+// migrateOptions reads a migrate's body (MigrateOptions): whether it is a dry run. A dryRun
+// value other than "All" is a 400.
+func migrateOptions(body []byte) (dryRun bool, err error) {
+	var opts subv1.MigrateOptions
+	if err := decodeBody(body, &opts); err != nil {
+		return false, err
+	}
+	for _, d := range opts.DryRun {
+		if d != metav1.DryRunAll {
+			return false, apierrors.NewBadRequest(fmt.Sprintf("dryRun %q: only %q is supported", d, metav1.DryRunAll))
+		}
+		dryRun = true
+	}
+	return dryRun, nil
+}
+
 // getVM reads the VM and its VMI (nil when none), and its run strategy.
 func (a *vmActions) getVM(ctx context.Context, ns, name string) (*v1alpha1.VirtualMachine, *v1alpha1.VirtualMachineInstance, v1alpha1.VirtualMachineRunStrategy, error) {
 	m := &v1alpha1.VirtualMachine{}
@@ -154,16 +200,9 @@ func (a *vmActions) start(ctx context.Context, ns, name string, body []byte) (st
 // spec.terminationGracePeriodSeconds, which the node's shutdown reads. A VM that is Halted, or
 // Manual without an active VMI, is a 409 unless a grace period shortens a stop in progress.
 func (a *vmActions) stop(ctx context.Context, ns, name string, body []byte) (string, error) {
-	var opts subv1.StopOptions
-	if err := decodeBody(body, &opts); err != nil {
+	grace, err := stopOptions(body)
+	if err != nil {
 		return "", err
-	}
-	grace := opts.GracePeriodSeconds
-	if opts.Force {
-		grace = ptr.To[int64](0)
-	}
-	if grace != nil && *grace < 0 {
-		return "", apierrors.NewBadRequest("gracePeriodSeconds must not be negative")
 	}
 	m, vmi, strategy, err := a.getVM(ctx, ns, name)
 	if err != nil {
@@ -198,12 +237,9 @@ func (a *vmActions) stop(ctx context.Context, ns, name string, body []byte) (str
 // restart deletes the VM's active VMI so that its controller creates a new one (Manual: a Stop
 // then a Start request). A Halted VM or one without an active VMI is a 409.
 func (a *vmActions) restart(ctx context.Context, ns, name string, body []byte) (string, error) {
-	var opts subv1.RestartOptions
-	if err := decodeBody(body, &opts); err != nil {
+	grace, err := restartOptions(body)
+	if err != nil {
 		return "", err
-	}
-	if g := opts.GracePeriodSeconds; g != nil && *g < 0 {
-		return "", apierrors.NewBadRequest("gracePeriodSeconds must not be negative")
 	}
 	m, vmi, strategy, err := a.getVM(ctx, ns, name)
 	if err != nil {
@@ -215,8 +251,8 @@ func (a *vmActions) restart(ctx context.Context, ns, name string, body []byte) (
 	if !active(vmi) {
 		return "", conflict(name, "VM %s is not running", name)
 	}
-	if opts.GracePeriodSeconds != nil {
-		if err := a.setGracePeriod(ctx, vmi, *opts.GracePeriodSeconds); err != nil {
+	if grace != nil {
+		if err := a.setGracePeriod(ctx, vmi, *grace); err != nil {
 			return "", err
 		}
 	}
@@ -239,15 +275,12 @@ func (a *vmActions) restart(ctx context.Context, ns, name string, body []byte) (
 // migrate creates a migration of the VM's running VMI (only validated under dryRun All). A VMI
 // that is not running, or one already migrating, is a 409.
 func (a *vmActions) migrate(ctx context.Context, ns, name string, body []byte) (string, error) {
-	var opts subv1.MigrateOptions
-	if err := decodeBody(body, &opts); err != nil {
+	dryRun, err := migrateOptions(body)
+	if err != nil {
 		return "", err
 	}
 	var createOpts []client.CreateOption
-	for _, d := range opts.DryRun {
-		if d != metav1.DryRunAll {
-			return "", apierrors.NewBadRequest(fmt.Sprintf("dryRun %q: only %q is supported", d, metav1.DryRunAll))
-		}
+	if dryRun {
 		createOpts = []client.CreateOption{client.DryRunAll}
 	}
 	_, vmi, _, err := a.getVM(ctx, ns, name)
