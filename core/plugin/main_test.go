@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"flag"
 	"fmt"
 	"os"
 	"os/exec"
@@ -39,6 +40,10 @@ const (
 func TestMain(m *testing.M) {
 	if mode := os.Getenv(envHelperHost); mode != "" {
 		os.Exit(runHelperHost(mode))
+	}
+	flag.Parse()
+	if testbin.FuzzOnly() { // the fuzz targets need no testdriver
+		os.Exit(m.Run())
 	}
 	// Plugins orphaned by a killed helper host are then adopted (and reaped) by this process.
 	becomeSubreaper()

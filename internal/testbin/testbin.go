@@ -3,10 +3,12 @@
 package testbin
 
 import (
+	"flag"
 	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
 )
 
 // GoTool is the go command running the tests: the one on PATH, else the one in $GOROOT.
@@ -30,4 +32,17 @@ func Build(dir string, race bool, pkgs ...string) error {
 		return fmt.Errorf("go build %v: %w\n%s", pkgs, err, out)
 	}
 	return nil
+}
+
+// FuzzOnly reports whether this test binary runs fuzz targets alone: it is a fuzzing worker
+// (-test.fuzzworker), or its -test.run pattern is one alternative starting with "^Fuzz" (go
+// test -run '^FuzzX$' [-fuzz FuzzX]). A TestMain that builds binaries for its package's tests
+// skips that then: fuzz targets need none, and fuzzing runs TestMain again in every worker.
+// flag.Parse must have been called.
+func FuzzOnly() bool {
+	if f := flag.Lookup("test.fuzzworker"); f != nil && f.Value.String() == "true" {
+		return true
+	}
+	f := flag.Lookup("test.run")
+	return f != nil && strings.HasPrefix(f.Value.String(), "^Fuzz") && !strings.Contains(f.Value.String(), "|")
 }
