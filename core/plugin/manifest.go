@@ -63,13 +63,23 @@ func LoadManifest(path string) (Manifest, error) {
 	if err != nil {
 		return Manifest{}, fmt.Errorf("manifest %s: %w", path, err)
 	}
+	m, err := parseManifest(abs, data)
+	if err != nil {
+		return Manifest{}, fmt.Errorf("manifest %s: %w", path, err)
+	}
+	return m, nil
+}
+
+// parseManifest decodes and checks data, the manifest file at the absolute path abs: its
+// extension says JSON or YAML, its directory is Dir.
+func parseManifest(abs string, data []byte) (Manifest, error) {
 	var m Manifest
 	if err := decodeManifest(abs, data, &m); err != nil {
-		return Manifest{}, fmt.Errorf("manifest %s: %w", path, err)
+		return Manifest{}, err
 	}
 	m.Dir = filepath.Dir(abs)
 	if err := m.normalize(); err != nil {
-		return Manifest{}, fmt.Errorf("manifest %s: %w", path, err)
+		return Manifest{}, err
 	}
 	return m, nil
 }
