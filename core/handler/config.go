@@ -253,15 +253,25 @@ func LoadConfig(path string) (Config, error) {
 	if err != nil {
 		return Config{}, fmt.Errorf("handler config: %w", err)
 	}
-	var c Config
-	if err := DecodeStrict(data, &c); err != nil {
-		return Config{}, fmt.Errorf("handler config %s: %w", path, err)
-	}
 	abs, err := filepath.Abs(path)
 	if err != nil {
 		return Config{}, fmt.Errorf("handler config: %w", err)
 	}
-	c.resolve(filepath.Dir(abs))
+	c, err := parseConfig(data, filepath.Dir(abs))
+	if err != nil {
+		return Config{}, fmt.Errorf("handler config %s: %w", path, err)
+	}
+	return c, nil
+}
+
+// parseConfig decodes a configuration file's data strictly and resolves its relative paths
+// against dir, the file's directory.
+func parseConfig(data []byte, dir string) (Config, error) {
+	var c Config
+	if err := DecodeStrict(data, &c); err != nil {
+		return Config{}, err
+	}
+	c.resolve(dir)
 	return c, nil
 }
 

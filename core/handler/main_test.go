@@ -2,6 +2,7 @@ package handler
 
 import (
 	"context"
+	"flag"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -31,6 +32,10 @@ var bins struct {
 }
 
 func TestMain(m *testing.M) {
+	flag.Parse()
+	if testbin.FuzzOnly() { // the fuzz targets need no driver binaries
+		os.Exit(m.Run())
+	}
 	dir, err := os.MkdirTemp("", "kubevisor-handler-test-")
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
