@@ -3,90 +3,19 @@ package driver_test
 import (
 	"errors"
 	"fmt"
-	"os"
-	"path/filepath"
 	"slices"
 	"testing"
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"sigs.k8s.io/yaml"
 
-	"github.com/kubevisor/kubevisor/core/api/v1alpha1"
 	"github.com/kubevisor/kubevisor/core/domain"
-	"github.com/kubevisor/kubevisor/core/domain/assemble"
 	domainv1 "github.com/kubevisor/kubevisor/core/domain/v1"
 	"github.com/kubevisor/kubevisor/core/driver"
 	basev1 "github.com/kubevisor/kubevisor/core/driver/base/v1"
-	networkv1 "github.com/kubevisor/kubevisor/core/driver/network/v1"
-	storagev1 "github.com/kubevisor/kubevisor/core/driver/storage/v1"
+	"github.com/kubevisor/kubevisor/internal/domainseed"
 )
-
-// AssembledSpecs are the domain specs the node handler sends for the KubeVirt example manifests
-// of core/api's tests (assemble.Domain, with made-up results of the other drivers), as
-// proto-marshalled bytes: realistic seeds for fuzzing what a hypervisor driver receives.
-func assembledSpecs(tb testing.TB) [][]byte {
-	files, err := filepath.Glob("../api/v1alpha1/testdata/kubevirt/*.yaml")
-	if err != nil || len(files) == 0 {
-		tb.Fatalf("no example manifests: %v", err)
-	}
-	const uid = "6a1f0c1e-0000-4000-8000-000000000001"
-	var out [][]byte
-	for _, f := range files {
-		data, err := os.ReadFile(f)
-		if err != nil {
-			tb.Fatal(err)
-		}
-		var obj struct {
-			Metadata metav1.ObjectMeta `json:"metadata"`
-			Spec     struct {
-				v1alpha1.VirtualMachineInstanceSpec `json:",inline"`
-				Template                            *v1alpha1.VirtualMachineInstanceTemplateSpec `json:"template"`
-			} `json:"spec"`
-		}
-		if err := yaml.Unmarshal(data, &obj); err != nil {
-			tb.Fatalf("%s: %v", f, err)
-		}
-		vmi := &v1alpha1.VirtualMachineInstance{ObjectMeta: obj.Metadata, Spec: obj.Spec.VirtualMachineInstanceSpec}
-		if t := obj.Spec.Template; t != nil {
-			vmi.Spec = t.Spec
-		}
-		vmi.Namespace, vmi.UID = "default", uid
-		dir := "/var/lib/kubevisor/volumes/" + uid
-		in := assemble.Inputs{
-			Disks:              map[string]*storagev1.PreparedDisk{},
-			Interfaces:         map[string]*networkv1.InterfaceResult{},
-			RunDir:             "/run/kubevisor/vmis/" + uid,
-			Sandbox:            &domainv1.Sandbox{NetnsPath: "/run/netns/kv-6a1f0c1e", LauncherSocket: "/run/kubevisor/vmis/" + uid + "/launcher.sock"},
-			Kernel:             &assemble.KernelArtifacts{KernelPath: dir + "/kernel/vmlinuz", InitrdPath: dir + "/kernel/initrd"},
-			HugepagesDir:       "/dev/hugepages",
-			CPUs:               []uint32{2, 3, 4, 5},
-			PersistentStateDir: "/var/lib/kubevisor/persistent/default/vm",
-		}
-		for _, v := range vmi.Spec.Volumes {
-			d := &storagev1.PreparedDisk{VolumeName: v.Name, Path: dir + "/" + v.Name + ".qcow2", Format: domainv1.DiskFormat_DISK_FORMAT_QCOW2}
-			if v.CloudInitNoCloud != nil {
-				d.Path, d.Format, d.ReadOnly, d.Cdrom = dir+"/"+v.Name+".iso", domainv1.DiskFormat_DISK_FORMAT_RAW, true, true
-			}
-			in.Disks[v.Name] = d
-		}
-		for i, iface := range vmi.Spec.Domain.Devices.Interfaces {
-			in.Interfaces[iface.Name] = &networkv1.InterfaceResult{Name: iface.Name, TapName: fmt.Sprintf("tap%d", i),
-				Mac: fmt.Sprintf("02:00:00:00:00:%02x", i+1), IpAddresses: []string{fmt.Sprintf("10.0.2.%d/24", i+2)}, Mtu: 1450}
-		}
-		spec, err := assemble.Domain(vmi, in)
-		if err != nil {
-			continue // a manifest this node could not run as it is (tested in assemble)
-		}
-		out = append(out, must(proto.Marshal(spec)))
-	}
-	if len(out) < 2 {
-		tb.Fatalf("%d of %d example manifests assemble into a domain spec", len(out), len(files))
-	}
-	return out
-}
 
 func must[T any](v T, err error) T {
 	if err != nil {
@@ -162,10 +91,14 @@ func checkDomain(t *testing.T, spec *domainv1.DomainSpec, caps *basev1.Capabilit
 
 // FuzzCheckDomain feeds the host's check of a domain spec against a driver's capabilities
 // (CheckDomain, with domain.Validate) proto-marshalled specs and capabilities. The seeds are the
-// specs the handler assembles from the KubeVirt examples and TestCheckDomain's, against the
+// specs the handler assembles from the KubeVirt examples (domainseed) and TestCheckDomain's, against the
 // capabilities of TestCheckDomain, of none, and of the qmp driver.
 func FuzzCheckDomain(f *testing.F) {
-	specs := append(assembledSpecs(f),
+	var specs [][]byte
+	for _, s := range domainseed.Specs(f) {
+		specs = append(specs, must(proto.Marshal(s)))
+	}
+	specs = append(specs,
 		must(proto.Marshal(&domainv1.DomainSpec{Id: "vm"})),
 		must(proto.Marshal(&domainv1.DomainSpec{
 			Id: "vm", Machine: &domainv1.Machine{Type: "pc-q35-7.2"},
