@@ -71,6 +71,12 @@
 // it only through the device plugin resources the class lists (HypervisorClass.DeviceResources).
 // It runs as the image's user (root in the container, without capabilities) because the kubelet
 // creates the per-VMI directory as root, and the launcher must own its directory in it.
+//
+// The pod's securityContext.seLinuxOptions.level is the VMI's status.selinuxLevel, an SELinux
+// MCS level no other VMI's pods have (the VMI controller allocates it before it builds the pod:
+// package core/mcs), so that where SELinux is enabled every container of the pod, the VM
+// process with them, runs at it, and the node labels the VMI's files with it. It is set whatever
+// the node (the pod is built before it is scheduled); a node with SELinux disabled ignores it.
 package launcherpod
 
 import (
@@ -92,6 +98,7 @@ import (
 
 	"github.com/kubevisor/kubevisor/core/api/v1alpha1"
 	"github.com/kubevisor/kubevisor/core/layout"
+	"github.com/kubevisor/kubevisor/core/mcs"
 	"github.com/kubevisor/kubevisor/core/seccomp"
 )
 
@@ -320,6 +327,11 @@ func Build(vmi *v1alpha1.VirtualMachineInstance, class *v1alpha1.HypervisorClass
 		mounts[0].MountPropagation = ptr.To(corev1.MountPropagationHostToContainer)
 	}
 
+	podSecurity, err := podSecurityContext(vmi)
+	if err != nil {
+		return nil, err
+	}
+
 	vmiGrace := vmi.Spec.GracePeriodSeconds()
 
 	labels := map[string]string{}
@@ -366,10 +378,8 @@ func Build(vmi *v1alpha1.VirtualMachineInstance, class *v1alpha1.HypervisorClass
 			SchedulerName:     vmi.Spec.SchedulerName,
 			Affinity:          buildAffinity(vmi, class),
 			Tolerations:       mergeTolerations(vmi, class),
-			SecurityContext: &corev1.PodSecurityContext{
-				SeccompProfile: &corev1.SeccompProfile{Type: corev1.SeccompProfileTypeRuntimeDefault},
-			},
-			Volumes: volumes,
+			SecurityContext: podSecurity,
+			Volumes:         volumes,
 			Containers: append([]corev1.Container{{
 				Name:            layout.ComputeContainer,
 				Image:           cfg.LauncherImage,
@@ -396,6 +406,23 @@ func Build(vmi *v1alpha1.VirtualMachineInstance, class *v1alpha1.HypervisorClass
 		},
 	}
 	return pod, nil
+}
+
+// podSecurityContext is the pod's security context: the runtime's default seccomp profile, and
+// the VMI's SELinux level (status.selinuxLevel) when it has one. Of the SELinux options only the
+// level is set: the user, role and type are the runtime's (Pod Security's restricted profile
+// allows no user or role, and only the container types), and where a node has SELinux disabled
+// the runtime ignores the level.
+func podSecurityContext(vmi *v1alpha1.VirtualMachineInstance) (*corev1.PodSecurityContext, error) {
+	sc := &corev1.PodSecurityContext{SeccompProfile: &corev1.SeccompProfile{Type: corev1.SeccompProfileTypeRuntimeDefault}}
+	if s := vmi.Status.SELinuxLevel; s != "" {
+		l, err := mcs.ParseLevel(s)
+		if err != nil {
+			return nil, fmt.Errorf("status.selinuxLevel: %w", err)
+		}
+		sc.SELinuxOptions = &corev1.SELinuxOptions{Level: l.String()}
+	}
+	return sc, nil
 }
 
 // computeSeccomp is the compute container's seccomp profile of type t (Config.ComputeSeccomp).

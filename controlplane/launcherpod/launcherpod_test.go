@@ -1299,3 +1299,49 @@ func TestDedicatedCPUs(t *testing.T) {
 		t.Errorf("node selector %v without dedicated CPUs, want none", pod.Spec.NodeSelector)
 	}
 }
+
+// TestSELinuxLevel: the VMI's status.selinuxLevel is the pod's SELinux level, and the only
+// SELinux option the pod sets (the runtime picks user, role and type); a VMI without one gets a
+// pod without SELinux options, and a level that is not one of the allocator's is refused.
+func TestSELinuxLevel(t *testing.T) {
+	withLevel := func(level string) *v1alpha1.VirtualMachineInstance {
+		return testVMI(func(v *v1alpha1.VirtualMachineInstance) {
+			v.Status.SELinuxLevel = level
+			v.Spec.Volumes = []v1alpha1.Volume{{Name: "root", VolumeSource: v1alpha1.VolumeSource{ContainerDisk: &v1alpha1.ContainerDiskSource{Image: "kubevisor/test-guest:latest"}}}}
+		})
+	}
+	pod, err := Build(withLevel("s0:c17,c903"), testClass(), testConfig)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := &corev1.PodSecurityContext{
+		SeccompProfile: &corev1.SeccompProfile{Type: corev1.SeccompProfileTypeRuntimeDefault},
+		SELinuxOptions: &corev1.SELinuxOptions{Level: "s0:c17,c903"},
+	}
+	if !equality.Semantic.DeepEqual(pod.Spec.SecurityContext, want) {
+		t.Errorf("pod security context %+v, want %+v", pod.Spec.SecurityContext, want)
+	}
+	// Every container (compute, guest-console-log, the containerDisk's) runs at the pod's level:
+	// none sets its own.
+	if len(pod.Spec.Containers) != 3 {
+		t.Fatalf("%d containers, want compute, guest-console-log and volume-root", len(pod.Spec.Containers))
+	}
+	for _, c := range pod.Spec.Containers {
+		if c.SecurityContext != nil && c.SecurityContext.SELinuxOptions != nil {
+			t.Errorf("container %s sets SELinux options %+v", c.Name, c.SecurityContext.SELinuxOptions)
+		}
+	}
+
+	pod, err = Build(withLevel(""), testClass(), testConfig)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if pod.Spec.SecurityContext.SELinuxOptions != nil {
+		t.Errorf("a VMI without a level: pod SELinux options %+v", pod.Spec.SecurityContext.SELinuxOptions)
+	}
+	for _, bad := range []string{"s0:c903,c17", "s0", "s0:c1,c1024", "s0:c1,c2 ", "system_u:system_r:spc_t:s0"} {
+		if _, err := Build(withLevel(bad), testClass(), testConfig); err == nil || !strings.Contains(err.Error(), "status.selinuxLevel") {
+			t.Errorf("level %q: %v, want an error naming status.selinuxLevel", bad, err)
+		}
+	}
+}

@@ -7,11 +7,14 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
+	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/ptr"
 
+	"github.com/kubevisor/kubevisor/controlplane/launcherpod"
 	"github.com/kubevisor/kubevisor/core/api/v1alpha1"
+	"github.com/kubevisor/kubevisor/core/mcs"
 )
 
 func sourcePod(affinity *corev1.Affinity) *corev1.Pod {
@@ -197,5 +200,30 @@ func TestTargetPodRunsTheCurrentLauncher(t *testing.T) {
 	}
 	if src.Spec.Containers[0].Image != "launcher:v1" || src.Spec.InitContainers[1].Image != "launcher:v1" {
 		t.Error("TargetPod modified the source pod's images")
+	}
+}
+
+// TestTargetPodKeepsSELinuxLevel: a target pod runs at its VMI's SELinux level, the source's
+// (launcherpod.Build's, from status.selinuxLevel), and so does the target of a migration from
+// it: the VM's files on the target's node are labelled with the level its process runs at.
+func TestTargetPodKeepsSELinuxLevel(t *testing.T) {
+	vmi := &v1alpha1.VirtualMachineInstance{
+		ObjectMeta: metav1.ObjectMeta{Name: "vm1", Namespace: "ns", UID: "vmi-uid"},
+		Spec:       v1alpha1.VirtualMachineInstanceSpec{Domain: v1alpha1.DomainSpec{Memory: &v1alpha1.Memory{Guest: ptr.To(resource.MustParse("1Gi"))}}},
+		Status:     v1alpha1.VirtualMachineInstanceStatus{SELinuxLevel: "s0:c40,c41"},
+	}
+	source, err := launcherpod.Build(vmi, &v1alpha1.HypervisorClass{ObjectMeta: metav1.ObjectMeta{Name: "c"}, Driver: "qmp"}, launcherpod.Config{LauncherImage: "launcher:1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	source.Spec.NodeName = "node-a"
+	mig := &v1alpha1.VirtualMachineInstanceMigration{ObjectMeta: metav1.ObjectMeta{UID: "mig-1"}, Spec: v1alpha1.VirtualMachineInstanceMigrationSpec{VMIName: "vm1"}}
+	target := TargetPod(source, mig, "qmp", false, "launcher:2")
+	again := TargetPod(target, &v1alpha1.VirtualMachineInstanceMigration{ObjectMeta: metav1.ObjectMeta{UID: "mig-2"}, Spec: mig.Spec}, "qmp", false, "launcher:2")
+	for _, pod := range []*corev1.Pod{source, target, again} {
+		l, ok, err := mcs.PodLevel(pod)
+		if err != nil || !ok || l.String() != "s0:c40,c41" {
+			t.Errorf("pod %s runs at %s (set %v, %v), want the VMI's s0:c40,c41", pod.Name, l, ok, err)
+		}
 	}
 }

@@ -33,6 +33,7 @@ import (
 
 	"github.com/kubevisor/kubevisor/controlplane/launcherpod"
 	"github.com/kubevisor/kubevisor/core/api/v1alpha1"
+	"github.com/kubevisor/kubevisor/core/mcs"
 )
 
 // controllerName is the name of the controller (metrics, logs, events' reporting controller).
@@ -67,6 +68,9 @@ type Options struct {
 	MaxConcurrentReconciles int
 	// SkipNameValidation lets several managers in one process (tests) register the controller.
 	SkipNameValidation bool
+	// SELinuxCategories are how many MCS categories the VMIs' SELinux levels are made of
+	// (mcs.NewAllocator). Default: all of them, mcs.Categories (1024).
+	SELinuxCategories int
 }
 
 // reconciler reconciles VirtualMachineInstances.
@@ -83,6 +87,8 @@ type reconciler struct {
 	// event brings the VMI back; an entry older than createdTTL is dropped, in case that event
 	// never comes (the pod was deleted before the cache saw it).
 	created sync.Map
+	// levels are the VMIs' SELinux levels, which their launcher pods run at.
+	levels *levels
 }
 
 // createdTTL bounds how long a created pod is waited for in the cache.
@@ -93,12 +99,16 @@ func SetupWithManager(mgr ctrl.Manager, opts Options) error {
 	if opts.Pod.LauncherImage == "" {
 		return errors.New("vmi controller: no launcher image configured")
 	}
+	if _, err := mcs.NewAllocator(opts.SELinuxCategories); err != nil {
+		return fmt.Errorf("vmi controller: SELinux levels: %w", err)
+	}
 	r := &reconciler{
 		client:    mgr.GetClient(),
 		apiReader: mgr.GetAPIReader(),
 		events:    mgr.GetEventRecorder(controllerName),
 		opts:      opts,
 		now:       time.Now,
+		levels:    &levels{reader: mgr.GetAPIReader(), categories: opts.SELinuxCategories},
 	}
 	if err := mgr.GetFieldIndexer().IndexField(context.Background(), &v1alpha1.VirtualMachineInstance{}, awaitingClassIndex,
 		func(o client.Object) []string {
@@ -295,7 +305,10 @@ func (r *reconciler) reconcileNormal(ctx context.Context, vmi *v1alpha1.VirtualM
 		// Nothing runs any more: free the node. The handler's teardown holds the pod (its own
 		// finalizer) as long as it needs to.
 		r.created.Delete(vmi.UID)
-		return ctrl.Result{}, r.deletePods(ctx, vmi)
+		if err := r.deletePods(ctx, vmi); err != nil {
+			return ctrl.Result{}, err
+		}
+		return ctrl.Result{}, r.releaseLevel(ctx, vmi)
 	}
 	if err := r.followMigration(ctx, vmi); err != nil {
 		return ctrl.Result{}, err
@@ -460,6 +473,14 @@ func (r *reconciler) createPod(ctx context.Context, vmi *v1alpha1.VirtualMachine
 		r.events.Eventf(vmi, nil, corev1.EventTypeWarning, v1alpha1.ReasonFailedCreate, actionCreate, "%s", obs.CreateProblem.Message)
 		return err
 	}
+	level, err := r.levels.allocate(ctx, vmi.UID)
+	if err != nil {
+		obs.CreateProblem = &problem{Reason: v1alpha1.ReasonFailedCreate, Message: "allocate an SELinux level: " + err.Error()}
+		r.events.Eventf(vmi, nil, corev1.EventTypeWarning, v1alpha1.ReasonFailedCreate, actionCreate, "%s", obs.CreateProblem.Message)
+		return fmt.Errorf("allocate an SELinux level: %w", err)
+	}
+	// The pod's level (launcherpod.Build reads it there), recorded with the status.
+	vmi.Status.SELinuxLevel = level.String()
 	pod, err := launcherpod.Build(vmi, class, r.opts.Pod)
 	if err != nil {
 		obs.CreateProblem = &problem{Reason: v1alpha1.ReasonFailedCreate, Message: "build launcher pod: " + err.Error()}
@@ -582,8 +603,26 @@ func (r *reconciler) reconcileDelete(ctx context.Context, vmi *v1alpha1.VirtualM
 	if pods, err = r.pods(ctx, vmi, r.apiReader); err != nil || len(pods) > 0 {
 		return ctrl.Result{RequeueAfter: time.Second}, err
 	}
+	r.levels.release(vmi.UID)
 	controllerutil.RemoveFinalizer(vmi, v1alpha1.TeardownFinalizer)
 	return ctrl.Result{}, nil
+}
+
+// releaseLevel releases the SELinux level of a VMI that ended, once it has no launcher pod left
+// (the cache's word, then the API server's: a pod the cache has not seen yet still runs at it).
+// The deletion of its last pod brings the VMI back here.
+func (r *reconciler) releaseLevel(ctx context.Context, vmi *v1alpha1.VirtualMachineInstance) error {
+	if !r.levels.holds(vmi.UID) {
+		return nil
+	}
+	for _, c := range []client.Reader{r.client, r.apiReader} {
+		pods, err := r.pods(ctx, vmi, c)
+		if err != nil || len(pods) > 0 {
+			return err
+		}
+	}
+	r.levels.release(vmi.UID)
+	return nil
 }
 
 // pods lists every pod created for the VMI (the launcher pod and migration targets).

@@ -9,6 +9,7 @@ import (
 
 	"github.com/kubevisor/kubevisor/controlplane/launcherpod"
 	"github.com/kubevisor/kubevisor/core/api/v1alpha1"
+	"github.com/kubevisor/kubevisor/core/mcs"
 )
 
 // podScheduledCondition is the VMI condition that mirrors its launcher pod's PodScheduled
@@ -108,6 +109,12 @@ func deriveStatus(vmi *v1alpha1.VirtualMachineInstance, obs observation, now met
 	}
 	if className != "" {
 		st.HypervisorClassName = className
+	}
+	if obs.Pod != nil {
+		// The level the pod runs at, whose status write may have been lost.
+		if l, ok, err := mcs.PodLevel(obs.Pod); err == nil && ok {
+			st.SELinuxLevel = l.String()
+		}
 	}
 	if driver != "" {
 		st.HypervisorDriver = driver
@@ -285,7 +292,7 @@ func condition(st v1alpha1.VirtualMachineInstanceStatus, t v1alpha1.VirtualMachi
 }
 
 // controllerFields returns of st the fields the VMI controller owns: hypervisorClassName,
-// hypervisorDriver, launcherPodName, nodeName, volumeStatus and the PodScheduled, LauncherPodCreated and
+// hypervisorDriver, launcherPodName, nodeName, volumeStatus, selinuxLevel and the PodScheduled, LauncherPodCreated and
 // LiveMigratable conditions; with
 // lifecycle, also the lifecycle fields (v1alpha1.LifecycleFields), which it owns until a node
 // handler takes them over, and takes back only to end a VMI whose launcher pod failed or is gone.
@@ -297,6 +304,7 @@ func controllerFields(st v1alpha1.VirtualMachineInstanceStatus, lifecycle bool) 
 	out.HypervisorClassName, out.HypervisorDriver = st.HypervisorClassName, st.HypervisorDriver
 	out.LauncherPodName, out.NodeName = st.LauncherPodName, st.NodeName
 	out.VolumeStatus = st.VolumeStatus
+	out.SELinuxLevel = st.SELinuxLevel
 	for _, t := range []v1alpha1.VirtualMachineInstanceConditionType{podScheduledCondition, v1alpha1.VirtualMachineInstanceLauncherPodCreated, v1alpha1.VirtualMachineInstanceIsMigratable} {
 		if c := v1alpha1.InstanceCondition(st.Conditions, t); c != nil {
 			out.Conditions = append(out.Conditions, *c)

@@ -435,3 +435,36 @@ func TestDefaultClass(t *testing.T) {
 		})
 	}
 }
+
+// TestDeriveStatusSELinuxLevel: status.selinuxLevel is the level the launcher pod runs at, also
+// when the write that recorded it with the pod's creation was lost; without a pod it is kept;
+// the controller owns it.
+func TestDeriveStatusSELinuxLevel(t *testing.T) {
+	atLevel := func(level string) func(*corev1.Pod) {
+		return func(p *corev1.Pod) {
+			p.Spec.SecurityContext = &corev1.PodSecurityContext{SELinuxOptions: &corev1.SELinuxOptions{Level: level}}
+		}
+	}
+	for _, tc := range []struct {
+		name, had string
+		pod       *corev1.Pod
+		want      string
+	}{
+		{"status write lost", "", launcher(atLevel("s0:c1,c2")), "s0:c1,c2"},
+		{"recorded", "s0:c1,c2", launcher(atLevel("s0:c1,c2")), "s0:c1,c2"},
+		{"no pod yet: kept", "s0:c1,c2", nil, "s0:c1,c2"},
+		{"a pod from before levels", "", launcher(), ""},
+		{"an unreadable level on the pod: the status keeps its own", "s0:c1,c2", launcher(atLevel("s0:c2,c1")), "s0:c1,c2"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			vmi := vmiWith(v1alpha1.Pending, func(s *v1alpha1.VirtualMachineInstanceStatus) { s.SELinuxLevel = tc.had })
+			st := deriveStatus(vmi, observation{Pod: tc.pod}, t0)
+			if st.SELinuxLevel != tc.want {
+				t.Errorf("status.selinuxLevel = %q, want %q", st.SELinuxLevel, tc.want)
+			}
+			if got := controllerFields(st, false).SELinuxLevel; got != tc.want {
+				t.Errorf("the controller's fields have selinuxLevel %q, want %q", got, tc.want)
+			}
+		})
+	}
+}

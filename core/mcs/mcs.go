@@ -42,6 +42,7 @@ import (
 	"sync"
 
 	"github.com/opencontainers/selinux/go-selinux"
+	corev1 "k8s.io/api/core/v1"
 )
 
 // Categories is how many MCS categories levels are made of (c0 to c1023), the library's and
@@ -281,4 +282,19 @@ func (a *Allocator) Release(owner string) {
 	} else {
 		a.holders[l] = rest
 	}
+}
+
+// PodLevel is the level pod's containers run at: its securityContext.seLinuxOptions.level (the
+// launcher pods' only SELinux option), with ok false when it sets none, and an error when it is
+// not a level as String writes it.
+func PodLevel(pod *corev1.Pod) (l Level, ok bool, err error) {
+	sc := pod.Spec.SecurityContext
+	if sc == nil || sc.SELinuxOptions == nil || sc.SELinuxOptions.Level == "" {
+		return Level{}, false, nil
+	}
+	l, err = ParseLevel(sc.SELinuxOptions.Level)
+	if err != nil {
+		return Level{}, false, fmt.Errorf("pod %s/%s: %w", pod.Namespace, pod.Name, err)
+	}
+	return l, true, nil
 }

@@ -7,6 +7,8 @@ import (
 	"testing"
 
 	"github.com/opencontainers/selinux/go-selinux"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
 
 func TestParseLevel(t *testing.T) {
@@ -298,5 +300,24 @@ func BenchmarkAllocateFull(b *testing.B) {
 			b.Fatal(err)
 		}
 		a.Release("last")
+	}
+}
+
+func TestPodLevel(t *testing.T) {
+	pod := func(sc *corev1.PodSecurityContext) *corev1.Pod {
+		return &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "p"}, Spec: corev1.PodSpec{SecurityContext: sc}}
+	}
+	for _, p := range []*corev1.Pod{pod(nil), pod(&corev1.PodSecurityContext{}), pod(&corev1.PodSecurityContext{SELinuxOptions: &corev1.SELinuxOptions{Type: "container_t"}})} {
+		if l, ok, err := PodLevel(p); ok || err != nil {
+			t.Errorf("PodLevel(%+v) = %s, %v, %v; want none", p.Spec.SecurityContext, l, ok, err)
+		}
+	}
+	l, ok, err := PodLevel(pod(&corev1.PodSecurityContext{SELinuxOptions: &corev1.SELinuxOptions{Level: "s0:c5,c6"}}))
+	if !ok || err != nil || l.String() != "s0:c5,c6" {
+		t.Errorf("PodLevel = %s, %v, %v; want s0:c5,c6", l, ok, err)
+	}
+	_, _, err = PodLevel(pod(&corev1.PodSecurityContext{SELinuxOptions: &corev1.SELinuxOptions{Level: "s0:c6,c5"}}))
+	if err == nil || !strings.Contains(err.Error(), "ns/p") {
+		t.Errorf("PodLevel of a pod with level s0:c6,c5: %v, want an error naming the pod", err)
 	}
 }

@@ -467,6 +467,14 @@ type VirtualMachineInstanceStatus struct {
 	// +listMapKey=name
 	// +optional
 	VolumeStatus []VolumeStatus `json:"volumeStatus,omitempty"`
+	// SELinuxLevel is the SELinux MCS level ("s0:cX,cY") of the VMI's launcher pods
+	// (securityContext.seLinuxOptions.level), which no other VMI of the cluster has while this
+	// one has a launcher pod: the VM process runs at it, and the node labels the VMI's files with
+	// it where SELinux is enabled (package core/mcs). Kubevisor's field; KubeVirt's
+	// selinuxContext is the launcher's whole context as its node reads it.
+	// +kubebuilder:validation:Pattern=`^s0:c[0-9]+,c[0-9]+$`
+	// +optional
+	SELinuxLevel string `json:"selinuxLevel,omitempty"`
 }
 
 // VolumeStatus is the status of one volume of a VMI.
