@@ -3,7 +3,10 @@
 # exactly the packages that component runs, so no component holds another's rights:
 #   manifests/rbac/controller/role.yaml  ClusterRole kubevisor-controller (controlplane controllers)
 #   manifests/rbac/handler/role.yaml     ClusterRole kubevisor-handler (node agent)
-# (kubevisor-api's role is generated with its webhooks by hack/generate-webhook.sh.)
+# (kubevisor-api's role is generated with its webhooks by hack/generate-webhook.sh.) Every
+# component serves its metrics through core/metricsauth, whose markers (TokenReview and
+# SubjectAccessReview) are in each component's role. The role a scraper is bound to:
+#   manifests/rbac/metrics-reader/role.yaml  ClusterRole kubevisor-metrics-reader (get /metrics)
 # and the user roles from controlplane/rbac/<role>, each holding the rights of the one below it
 # too, with the label that aggregates it into the built-in role of that name:
 #   manifests/rbac/view/role.yaml        ClusterRole kubevisor.io:view     → view
@@ -28,10 +31,12 @@ gen() { # role-name output-dir package-patterns...
 
 gen kubevisor-controller manifests/rbac/controller \
   ./controlplane/vm/... ./controlplane/vmi/... ./controlplane/vmirs/... \
-  ./controlplane/migration/... ./controlplane/evacuation/... ./controlplane/workloadupdate/... ./controlplane/metrics/... ./controlplane/manager/... ./core/liveconfig/...
-gen kubevisor-handler manifests/rbac/handler ./core/handler/cluster/... ./core/handler/nodecert/... ./core/liveconfig/...
+  ./controlplane/migration/... ./controlplane/evacuation/... ./controlplane/workloadupdate/... ./controlplane/metrics/... ./controlplane/manager/... ./core/liveconfig/... ./core/metricsauth/...
+gen kubevisor-handler manifests/rbac/handler ./core/handler/cluster/... ./core/handler/nodecert/... ./core/liveconfig/... ./core/metricsauth/...
 # The operator's roles come with the operator (manifests/operator), not with the install it makes.
-gen kubevisor-operator manifests/operator/rbac ./controlplane/operator/...
+gen kubevisor-operator manifests/operator/rbac ./controlplane/operator/... ./core/metricsauth/...
+# Bound to nobody by the install: an admin binds a scraper to it.
+gen kubevisor-metrics-reader manifests/rbac/metrics-reader ./controlplane/rbac/metricsreader/...
 
 user_role() { # role aggregate-to package-patterns...
   local role="$1" to="$2"
@@ -66,4 +71,5 @@ resources:
 - edit/role.yaml
 - admin/role.yaml
 - migrate/role.yaml
+- metrics-reader/role.yaml
 YAML

@@ -4,7 +4,8 @@
 # kubevisor-api's role (role.yaml: the ClusterRole kubevisor-api and, for what it needs in the
 # install namespace only, the Role kubevisor-api in kubevisor-system) from the
 # +kubebuilder:rbac markers of the packages it runs: controlplane/webhook, controlplane/certs,
-# controlplane/nodecerts, controlplane/subresources and core/liveconfig. controller-gen
+# controlplane/nodecerts, controlplane/subresources, core/liveconfig and core/metricsauth (its
+# metrics' TokenReviews and SubjectAccessReviews). controller-gen
 # always names the Service "webhook-service" in namespace "system" (kubebuilder leaves that to a
 # kustomize overlay); this script writes the names kubevisor-api uses instead, so that the file
 # applies as it is. Run from anywhere; it works from the repository root.
@@ -14,7 +15,7 @@ cd "$(dirname "$0")/.."
 GOWORK=off go tool -modfile=hack/tools/go.mod controller-gen \
   webhook paths=./controlplane/webhook/... output:webhook:artifacts:config=manifests/webhook
 api_paths=()
-for p in controlplane/webhook controlplane/certs controlplane/nodecerts controlplane/subresources core/liveconfig; do
+for p in controlplane/webhook controlplane/certs controlplane/nodecerts controlplane/subresources core/liveconfig core/metricsauth; do
   [[ -d "$p" ]] && api_paths+=("paths=./$p/...")
 done
 GOWORK=off go tool -modfile=hack/tools/go.mod controller-gen \

@@ -29,6 +29,7 @@ import (
 	"github.com/kubevisor/kubevisor/core/api/v1alpha1"
 	"github.com/kubevisor/kubevisor/core/handler"
 	"github.com/kubevisor/kubevisor/core/layout"
+	"github.com/kubevisor/kubevisor/core/metricsauth"
 	"github.com/kubevisor/kubevisor/core/nodeapi"
 	"github.com/kubevisor/kubevisor/drivers/hostdev"
 	"github.com/kubevisor/kubevisor/internal/testenv"
@@ -68,6 +69,10 @@ var userRoles = map[string]string{
 	"ClusterRole/kubevisor.io:admin":   "admin",
 	"ClusterRole/kubevisor.io:migrate": "admin",
 }
+
+// scraperRole is the generated role of Prometheus and the like (get /metrics): the install binds
+// it to nobody.
+const scraperRole = "ClusterRole/" + metricsauth.ReaderRole
 
 // hypervisorDrivers are the hypervisor driver components, each bringing its HypervisorClass,
 // and whether that class is the default (exactly one is).
@@ -268,7 +273,8 @@ func generatedRoles(t *testing.T) map[string][]rbacv1.PolicyRule {
 	t.Helper()
 	out := map[string][]rbacv1.PolicyRule{}
 	for _, f := range []string{"rbac/controller/role.yaml", "rbac/handler/role.yaml", "webhook/role.yaml",
-		"rbac/view/role.yaml", "rbac/edit/role.yaml", "rbac/admin/role.yaml", "rbac/migrate/role.yaml"} {
+		"rbac/view/role.yaml", "rbac/edit/role.yaml", "rbac/admin/role.yaml", "rbac/migrate/role.yaml",
+		"rbac/metrics-reader/role.yaml"} {
 		data, err := os.ReadFile(f)
 		if err != nil {
 			t.Fatal(err)
@@ -335,6 +341,9 @@ func TestServiceAccountsBoundOnlyToTheirGeneratedRoles(t *testing.T) {
 			if _, ok := userRoles[role]; ok {
 				t.Errorf("%s %s binds the user role %s: users get it through the built-in roles", kind, b.Name, role)
 			}
+			if role == scraperRole {
+				t.Errorf("%s %s binds %s: the admin binds it to the scraper", kind, b.Name, role)
+			}
 			if len(b.Subjects) != 1 {
 				t.Errorf("%s %s: %d subjects, want its one ServiceAccount", kind, b.Name, len(b.Subjects))
 				continue
@@ -364,7 +373,7 @@ func TestServiceAccountsBoundOnlyToTheirGeneratedRoles(t *testing.T) {
 		}
 	}
 	for role := range generated {
-		if _, ok := userRoles[role]; ok {
+		if _, ok := userRoles[role]; ok || role == scraperRole {
 			continue
 		}
 		found := false

@@ -77,6 +77,8 @@ func (r *Reconciler) recheck() time.Duration {
 // bind those roles by name, and only those (server-side apply names the object, so the API
 // server checks these names on create too).
 // +kubebuilder:rbac:groups=rbac.authorization.k8s.io,resources=clusterroles,resourceNames=kubevisor-api;kubevisor-controller;kubevisor-handler;kubevisor.io:admin;kubevisor.io:edit;kubevisor.io:migrate;kubevisor.io:view,verbs=escalate;bind
+// The scrapers' role (get /metrics) is made, and bound by nobody here.
+// +kubebuilder:rbac:groups=rbac.authorization.k8s.io,resources=clusterroles,resourceNames=kubevisor-metrics-reader,verbs=escalate
 // +kubebuilder:rbac:groups=rbac.authorization.k8s.io,resources=clusterroles,resourceNames=system:auth-delegator,verbs=bind
 // +kubebuilder:rbac:groups=rbac.authorization.k8s.io,namespace=kubevisor-system,resources=roles,resourceNames=kubevisor-api;kubevisor-controller;kubevisor-handler,verbs=escalate;bind
 // +kubebuilder:rbac:groups=rbac.authorization.k8s.io,namespace=kube-system,resources=roles,resourceNames=extension-apiserver-authentication-reader,verbs=bind
