@@ -378,8 +378,8 @@ func Build(vmi *v1alpha1.VirtualMachineInstance, class *v1alpha1.HypervisorClass
 			SchedulerName:     vmi.Spec.SchedulerName,
 			Affinity:          buildAffinity(vmi, class),
 			Tolerations:       mergeTolerations(vmi, class),
-			SecurityContext: podSecurity,
-			Volumes:         volumes,
+			SecurityContext:   podSecurity,
+			Volumes:           volumes,
 			Containers: append([]corev1.Container{{
 				Name:            layout.ComputeContainer,
 				Image:           cfg.LauncherImage,
