@@ -32,7 +32,7 @@ func main() {
 	fs.BoolVar(&cfg.LeaderElection, "leader-elect", true, "elect one leader among the replicas through a Lease; only the leader reconciles")
 	fs.StringVar(&cfg.LeaderElectionNamespace, "leader-election-namespace", manager.DefaultLeaderElectionNamespace, "`namespace` of the leader election Lease")
 	fs.StringVar(&cfg.LeaderElectionID, "leader-election-id", manager.DefaultLeaderElectionID, "`name` of the leader election Lease")
-	fs.StringVar(&cfg.MetricsAddr, "metrics-bind-address", manager.DefaultMetricsAddr, "`address` of /metrics (\"0\" turns it off)")
+	fs.StringVar(&cfg.MetricsAddr, "metrics-bind-address", manager.DefaultMetricsAddr, "`address` of /metrics: HTTPS (self-signed certificate), for bearer tokens allowed get on /metrics (\"0\" turns it off)")
 	fs.StringVar(&cfg.HealthProbeAddr, "health-probe-bind-address", manager.DefaultHealthProbeAddr, "`address` of /healthz and /readyz (\"0\" turns them off)")
 	fs.IntVar(&cfg.Workers, "workers", 4, "objects each controller reconciles at once")
 	fs.StringVar(&cfg.Pod.LauncherImage, "launcher-image", "", "`image` of the launcher pods (required)")

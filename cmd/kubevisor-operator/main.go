@@ -22,7 +22,7 @@ func main() {
 	fs.StringVar(&cfg.Kubeconfig, "kubeconfig", "", "`path` of a kubeconfig file (default: $KUBECONFIG, the in-cluster service account, or ~/.kube/config)")
 	fs.StringVar(&cfg.Version, "version", "", "image `tag` of the components when the Kubevisor names none (default: the tag of this pod's own image, found through $POD_NAMESPACE and $POD_NAME)")
 	fs.BoolVar(&cfg.LeaderElection, "leader-elect", true, "elect one leader among the replicas through a Lease; only the leader reconciles")
-	fs.StringVar(&cfg.MetricsAddr, "metrics-bind-address", ":8080", "`address` of /metrics (\"0\" turns it off)")
+	fs.StringVar(&cfg.MetricsAddr, "metrics-bind-address", ":8080", "`address` of /metrics: HTTPS (self-signed certificate), for bearer tokens allowed get on /metrics (\"0\" turns it off)")
 	fs.StringVar(&cfg.HealthProbeAddr, "health-probe-bind-address", ":8081", "`address` of /healthz and /readyz (\"0\" turns them off)")
 	_ = fs.Parse(os.Args[1:])
 	if fs.NArg() > 0 {

@@ -24,7 +24,6 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/config"
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
-	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	"github.com/kubevisor/kubevisor/controlplane/evacuation"
 	"github.com/kubevisor/kubevisor/controlplane/launcherpod"
@@ -35,6 +34,7 @@ import (
 	"github.com/kubevisor/kubevisor/controlplane/vmirs"
 	"github.com/kubevisor/kubevisor/controlplane/workloadupdate"
 	"github.com/kubevisor/kubevisor/core/api/v1alpha1"
+	"github.com/kubevisor/kubevisor/core/metricsauth"
 )
 
 // Defaults of Config, which kubevisor-controller's flags start from.
@@ -66,9 +66,12 @@ type Config struct {
 	// controller-runtime's defaults (15s, 10s, 2s).
 	LeaseDuration, RenewDeadline, RetryPeriod time.Duration
 
-	// MetricsAddr is where /metrics is served (plain HTTP); "0" turns it off.
+	// MetricsAddr is where /metrics is served, over HTTPS to requests whose bearer token the API
+	// server authenticates and authorizes for get on /metrics (core/metricsauth); "0" turns it
+	// off. Its certificate is self-signed, made at start.
 	MetricsAddr string
-	// HealthProbeAddr is where /healthz and /readyz are served; "0" turns them off.
+	// HealthProbeAddr is where /healthz and /readyz are served (plain HTTP, for the kubelet);
+	// "0" turns them off.
 	HealthProbeAddr string
 
 	// Pod shapes the launcher pods the VMI controller builds.
@@ -152,7 +155,7 @@ func New(cfg Config) (ctrl.Manager, error) {
 			// Likewise the evacuation controller's PodDisruptionBudgets, which carry the label too.
 			&policyv1.PodDisruptionBudget{}: {Label: labels.NewSelector().Add(*launcherPods)},
 		}},
-		Metrics:                    metricsserver.Options{BindAddress: or(cfg.MetricsAddr, DefaultMetricsAddr)},
+		Metrics:                    metricsauth.Options(or(cfg.MetricsAddr, DefaultMetricsAddr), ""),
 		HealthProbeBindAddress:     or(cfg.HealthProbeAddr, DefaultHealthProbeAddr),
 		LeaderElection:             cfg.LeaderElection,
 		LeaderElectionID:           or(cfg.LeaderElectionID, DefaultLeaderElectionID),

@@ -154,7 +154,12 @@ func TestTwoReplicas(t *testing.T) {
 		}
 	}
 
-	_, body, err := get("http://" + leader.metrics + "/metrics")
+	// /metrics is HTTPS for a token allowed get on /metrics (core/metricsauth): a scraper's.
+	if code, _, err := envtest.GetMetrics(leader.metrics, "", nil); err != nil || code != http.StatusUnauthorized {
+		t.Fatalf("/metrics without a token: %d %v, want 401", code, err)
+	}
+	token := env.MetricsReaderToken(t, "monitoring", "prometheus")
+	_, body, err := envtest.GetMetrics(leader.metrics, token, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -194,7 +199,7 @@ func TestTwoReplicas(t *testing.T) {
 	}
 	eventually(t, "the Kubevisor metrics and the reconcile counters on /metrics", func() (bool, error) {
 		var err error
-		_, body, err = get("http://" + leader.metrics + "/metrics")
+		_, body, err = envtest.GetMetrics(leader.metrics, token, nil)
 		if err != nil {
 			return false, err
 		}
@@ -226,7 +231,7 @@ func TestTwoReplicas(t *testing.T) {
 	leader.stop(t)
 	eventually(t, "the follower leading", func() (bool, error) { return follower.leads(), nil })
 	eventually(t, "the new leader's VMI count", func() (bool, error) {
-		_, body, err := get("http://" + follower.metrics + "/metrics")
+		_, body, err := envtest.GetMetrics(follower.metrics, token, nil)
 		return vmiPhaseTotal(body) == 1, err
 	})
 	for _, path := range []string{"/healthz", "/readyz"} {

@@ -20,9 +20,9 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
 	"sigs.k8s.io/controller-runtime/pkg/manager"
-	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	"github.com/kubevisor/kubevisor/core/api/v1alpha1"
+	"github.com/kubevisor/kubevisor/core/metricsauth"
 	"github.com/kubevisor/kubevisor/manifests"
 )
 
@@ -37,7 +37,9 @@ type Config struct {
 	// Namespace; only the leader reconciles.
 	LeaderElection   bool
 	LeaderElectionID string
-	// MetricsAddr serves /metrics ("0" turns it off); HealthProbeAddr /healthz and /readyz.
+	// MetricsAddr serves /metrics over HTTPS with a self-signed certificate, to bearer tokens the
+	// API server allows get on /metrics (core/metricsauth; "0" turns it off); HealthProbeAddr
+	// /healthz and /readyz, plain HTTP.
 	MetricsAddr     string
 	HealthProbeAddr string
 	// Recheck is Reconciler.Recheck.
@@ -102,7 +104,7 @@ func NewManager(restCfg *rest.Config, cfg Config) (manager.Manager, error) {
 			&appsv1.DaemonSet{}:  {Namespaces: ns},
 			&corev1.Pod{}:        {Namespaces: ns},
 		}},
-		Metrics:                       metricsserver.Options{BindAddress: or(cfg.MetricsAddr, ":8080")},
+		Metrics:                       metricsauth.Options(or(cfg.MetricsAddr, ":8080"), ""),
 		HealthProbeBindAddress:        or(cfg.HealthProbeAddr, ":8081"),
 		LeaderElection:                cfg.LeaderElection,
 		LeaderElectionID:              or(cfg.LeaderElectionID, "kubevisor-operator"),

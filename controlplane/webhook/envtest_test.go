@@ -3,12 +3,15 @@ package webhook
 import (
 	"bytes"
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"errors"
 	"net"
 	"net/http"
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -33,6 +36,7 @@ import (
 	"github.com/kubevisor/kubevisor/core/api/v1alpha1"
 	"github.com/kubevisor/kubevisor/core/kubevirtcompat"
 	"github.com/kubevisor/kubevisor/internal/envtest"
+	"github.com/kubevisor/kubevisor/internal/tlstest"
 )
 
 // startAPI brings up the API server with manifests/webhook installed and kubevisor-api's
@@ -41,6 +45,19 @@ import (
 // the webhook configurations (replacing envtest's). So a request admitted here went through
 // the certificate code as well as the webhooks.
 func startAPI(t *testing.T) (client.Client, string) {
+	t.Helper()
+	a := startAPIServer(t)
+	return a.env.Client, a.cfg.CertDir
+}
+
+// apiServer is kubevisor-api's manager of startAPIServer with the API server it runs against.
+type apiServer struct {
+	env *envtest.Env
+	cfg Config
+}
+
+// startAPIServer is startAPI, with its metrics served on a free port (cfg.MetricsAddr).
+func startAPIServer(t *testing.T) *apiServer {
 	t.Helper()
 	// The webhook port is held from before the API server starts until just before the manager
 	// listens on it: envtest's own pick is free only when it picks it, and another test
@@ -59,7 +76,7 @@ func startAPI(t *testing.T) (client.Client, string) {
 	cfg.Host, cfg.Port = wio.LocalServingHost, wio.LocalServingPort
 	cfg.CertDir = t.TempDir()
 	cfg.CertExtraNames = []string{wio.LocalServingHost}
-	cfg.MetricsAddr, cfg.HealthAddr = "0", envtest.FreeAddr(t)
+	cfg.MetricsAddr, cfg.HealthAddr = envtest.FreeAddr(t), envtest.FreeAddr(t)
 	cfg.SkipNameValidation = true
 	mgr, err := NewManager(leastPrivileged(t, env), cfg)
 	if err != nil {
@@ -96,7 +113,7 @@ func startAPI(t *testing.T) (client.Client, string) {
 			t.Fatalf("%s: %s", path, resp.Status)
 		}
 	}
-	return c, cfg.CertDir
+	return &apiServer{env: env, cfg: cfg}
 }
 
 // leastPrivileged returns a config for a user granted only the roles in
@@ -158,8 +175,38 @@ func causeAt(err error, fieldPath, detail string) bool {
 }
 
 func TestAdmissionThroughAPIServer(t *testing.T) {
-	c, certDir := startAPI(t)
+	api := startAPIServer(t)
+	c, certDir := api.env.Client, api.cfg.CertDir
 	ctx := context.Background()
+
+	// The webhook server and the metrics present the serving certificate of the certificate
+	// directory, with TLS 1.2 or later.
+	bundle, err := os.ReadFile(filepath.Join(certDir, certs.BundleFile))
+	if err != nil {
+		t.Fatal(err)
+	}
+	roots := x509.NewCertPool()
+	roots.AppendCertsFromPEM(bundle)
+	webhookAddr := net.JoinHostPort(api.cfg.Host, strconv.Itoa(api.cfg.Port))
+	t.Run("the webhook server refuses TLS 1.1", func(t *testing.T) {
+		tlstest.RefusesTLS11(t, webhookAddr, &tls.Config{RootCAs: roots})
+	})
+	t.Run("the metrics refuse TLS 1.1", func(t *testing.T) {
+		tlstest.RefusesTLS11(t, api.cfg.MetricsAddr, &tls.Config{RootCAs: roots})
+	})
+	t.Run("the metrics are served to a scraper's token only", func(t *testing.T) {
+		// kubevisor-api runs with its generated roles only: they must let it review tokens.
+		if code, body, err := envtest.GetMetrics(api.cfg.MetricsAddr, "", roots); err != nil || code != http.StatusUnauthorized {
+			t.Fatalf("no token: %d %v %.200s, want 401", code, err, body)
+		}
+		if code, body, err := envtest.GetMetrics(api.cfg.MetricsAddr, api.env.ServiceAccountToken(t, "monitoring", "stranger"), roots); err != nil || code != http.StatusForbidden {
+			t.Fatalf("a ServiceAccount without the reader role: %d %v %.200s, want 403", code, err, body)
+		}
+		code, body, err := envtest.GetMetrics(api.cfg.MetricsAddr, api.env.MetricsReaderToken(t, "monitoring", "prometheus"), roots)
+		if err != nil || code != http.StatusOK || !strings.Contains(body, "controller_runtime_webhook_requests_total") {
+			t.Fatalf("a scraper's token: %d %v %.200s, want 200 with the webhook metrics", code, err, body)
+		}
+	})
 
 	t.Run("the webhook configurations carry kubevisor-api's CA, not envtest's", func(t *testing.T) {
 		bundle, err := os.ReadFile(filepath.Join(certDir, certs.BundleFile))

@@ -5,6 +5,7 @@ package webhook
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"flag"
 	"fmt"
@@ -20,7 +21,6 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/config"
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
 	"sigs.k8s.io/controller-runtime/pkg/manager"
-	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 	crwebhook "sigs.k8s.io/controller-runtime/pkg/webhook"
 
 	"github.com/kubevisor/kubevisor/controlplane/certs"
@@ -28,6 +28,7 @@ import (
 	"github.com/kubevisor/kubevisor/controlplane/nodecerts"
 	subresourcesv1alpha1 "github.com/kubevisor/kubevisor/core/api/subresources/v1alpha1"
 	"github.com/kubevisor/kubevisor/core/api/v1alpha1"
+	"github.com/kubevisor/kubevisor/core/metricsauth"
 	"github.com/kubevisor/kubevisor/core/nodeapi"
 )
 
@@ -90,7 +91,9 @@ type Config struct {
 	// NodeCertMaxLifetime bounds a node certificate's lifetime (nodeapi.NodeCertMaxLifetime).
 	NodeCertMaxLifetime time.Duration
 	// MetricsAddr and HealthAddr are where Prometheus metrics and /healthz, /readyz are served
-	// ("0" disables).
+	// ("0" disables). The metrics are HTTPS with the serving certificate of CertDir (self-signed
+	// when it is not there at start), to bearer tokens the API server authenticates and allows
+	// get on /metrics (core/metricsauth); the probes are plain HTTP, for the kubelet.
 	MetricsAddr, HealthAddr string
 	// MachineType replaces DefaultMachineType when set.
 	MachineType string
@@ -148,8 +151,8 @@ func (c *Config) AddFlags(fs *flag.FlagSet) {
 	fs.StringVar(&c.HandlerCertSecret, "handler-cert-secret", c.HandlerCertSecret, "Secret in the service namespace that gets the handlers' serving certificate (empty: none)")
 	fs.BoolVar(&c.NodeCertSigner, "node-cert-signer", c.NodeCertSigner, "approve and sign the handlers' node certificate requests (signer "+nodeapi.NodeSignerName+") with the managed CA")
 	fs.DurationVar(&c.NodeCertMaxLifetime, "node-cert-max-lifetime", c.NodeCertMaxLifetime, "longest lifetime of a node certificate (a request's expirationSeconds is honoured up to it)")
-	fs.StringVar(&c.MetricsAddr, "metrics-bind-address", c.MetricsAddr, "address of the metrics endpoint (0 disables)")
-	fs.StringVar(&c.HealthAddr, "health-probe-bind-address", c.HealthAddr, "address of /healthz and /readyz (0 disables)")
+	fs.StringVar(&c.MetricsAddr, "metrics-bind-address", c.MetricsAddr, "address of /metrics: HTTPS with the --cert-dir certificate, for bearer tokens allowed get on /metrics (0 disables)")
+	fs.StringVar(&c.HealthAddr, "health-probe-bind-address", c.HealthAddr, "address of /healthz and /readyz, plain HTTP (0 disables)")
 	fs.Func("default-eviction-strategy", "eviction `strategy` of VMIs that set none: None (default), LiveMigrate, LiveMigrateIfPossible or External; give kubevisor-controller the same", func(s string) error {
 		v, err := evacuation.ParseStrategy(s)
 		c.DefaultEvictionStrategy = v
@@ -247,7 +250,7 @@ func NewManager(cfg *rest.Config, c Config) (manager.Manager, error) {
 		Scheme:                 Scheme(),
 		Cache:                  cacheOpts,
 		Controller:             config.Controller{SkipNameValidation: &c.SkipNameValidation},
-		Metrics:                metricsserver.Options{BindAddress: c.MetricsAddr},
+		Metrics:                metricsauth.Options(c.MetricsAddr, c.CertDir),
 		HealthProbeBindAddress: c.HealthAddr,
 		WebhookServer: crwebhook.NewServer(crwebhook.Options{
 			Host:     c.Host,
@@ -255,6 +258,7 @@ func NewManager(cfg *rest.Config, c Config) (manager.Manager, error) {
 			CertDir:  c.CertDir,
 			CertName: certs.CertFile,
 			KeyName:  certs.KeyFile,
+			TLSOpts:  []func(*tls.Config){metricsauth.MinTLS12},
 		}),
 	})
 	if err != nil {

@@ -17,7 +17,6 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
 	ctrlmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
-	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	"github.com/kubevisor/kubevisor/core/api/v1alpha1"
 	"github.com/kubevisor/kubevisor/core/handler"
@@ -25,6 +24,7 @@ import (
 	"github.com/kubevisor/kubevisor/core/handler/nodecert"
 	"github.com/kubevisor/kubevisor/core/handler/streams"
 	"github.com/kubevisor/kubevisor/core/liveconfig"
+	"github.com/kubevisor/kubevisor/core/metricsauth"
 	"github.com/kubevisor/kubevisor/core/plugin"
 )
 
@@ -63,7 +63,9 @@ type ServeConfig struct {
 	// (NodeLabeler.CPUManagerStateFile). Empty: the label is left to the admin.
 	CPUManagerStateFile string
 	// MetricsAddr and HealthAddr are the listen addresses of /metrics and /healthz, /readyz
-	// ("0" disables).
+	// ("0" disables). /metrics is HTTPS with a self-signed certificate, served to bearer tokens
+	// the API server authenticates and allows get on /metrics (core/metricsauth); the probes
+	// are plain HTTP, for the kubelet.
 	MetricsAddr, HealthAddr string
 	Logger                  hclog.Logger
 	// StopDrivers stops the driver plugins when Serve returns (tests); by default they keep
@@ -104,7 +106,7 @@ func Serve(ctx context.Context, c ServeConfig) (err error) {
 	utilruntime.Must(v1alpha1.AddToScheme(scheme))
 	mgr, err := ctrl.NewManager(c.Rest, ctrl.Options{
 		Scheme: scheme, Cache: CacheOptions(c.Agent.NodeName), Logger: c.Log,
-		Metrics:                metricsserver.Options{BindAddress: c.MetricsAddr},
+		Metrics:                metricsauth.Options(c.MetricsAddr, ""),
 		HealthProbeBindAddress: c.HealthAddr,
 	})
 	if err != nil {
