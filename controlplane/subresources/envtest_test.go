@@ -23,12 +23,14 @@ import (
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	crenvtest "sigs.k8s.io/controller-runtime/pkg/envtest"
+	"sigs.k8s.io/yaml"
 
 	"github.com/kubevisor/kubevisor/controlplane/certs"
 	subv1 "github.com/kubevisor/kubevisor/core/api/subresources/v1alpha1"
 	"github.com/kubevisor/kubevisor/core/api/v1alpha1"
 	"github.com/kubevisor/kubevisor/internal/envtest"
 	"github.com/kubevisor/kubevisor/internal/testenv"
+	"github.com/kubevisor/kubevisor/internal/tlstest"
 )
 
 // kubeconfigFile writes cfg (certificate credentials) as a kubeconfig file.
@@ -348,5 +350,31 @@ func TestServerAgainstAPIServer(t *testing.T) {
 		if code, _ := f.do(t, nil, http.MethodGet, VersionPath, ""); code != http.StatusUnauthorized {
 			t.Fatalf("anonymous version: %d, want 401", code)
 		}
+	})
+	// The generic server's own /metrics sits behind the same delegated authentication and
+	// authorization: the scrapers' generated role is what opens it.
+	t.Run("metrics need a user allowed get on /metrics", func(t *testing.T) {
+		data, err := os.ReadFile(filepath.Join(envtest.RepoRoot(), "manifests", "rbac", "metrics-reader", "role.yaml"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		var reader rbacv1.ClusterRole
+		if err := yaml.Unmarshal(data, &reader); err != nil {
+			t.Fatal(err)
+		}
+		scraper := f.user(t, "scraper", reader.Rules...)
+		for _, tc := range []struct {
+			who  string
+			as   *rest.Config
+			want int
+		}{{"anonymous", nil, http.StatusUnauthorized}, {"viewer", viewer, http.StatusForbidden}, {"scraper", scraper, http.StatusOK}} {
+			code, body := f.do(t, tc.as, http.MethodGet, "/metrics", "")
+			if code != tc.want || strings.Contains(body, "# HELP") != (tc.want == http.StatusOK) {
+				t.Errorf("/metrics as %s: %d %.200s, want %d", tc.who, code, body, tc.want)
+			}
+		}
+	})
+	t.Run("TLS 1.1 is refused", func(t *testing.T) {
+		tlstest.RefusesTLS11(t, strings.TrimPrefix(f.base, "https://"), &tls.Config{RootCAs: f.ca})
 	})
 }
