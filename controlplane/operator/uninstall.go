@@ -141,10 +141,8 @@ func (r *Reconciler) deleteWorkloads(ctx context.Context) error {
 }
 
 // nodeLabel reports whether a node label is one the node handlers publish: a driver's
-// capability, or the node's schedulable and CPU manager marks.
-func nodeLabel(k string) bool {
-	return strings.HasPrefix(k, v1alpha1.CapabilityLabelPrefix) || k == v1alpha1.SchedulableNodeLabel || k == v1alpha1.CPUManagerNodeLabel
-}
+// capability, or the node's schedulable, CPU manager and SELinux marks.
+func nodeLabel(k string) bool { return v1alpha1.IsHandlerNodeLabel(k) }
 
 // unlabelNodes removes the node handlers' labels from every node.
 func (r *Reconciler) unlabelNodes(ctx context.Context) error {

@@ -22,6 +22,7 @@ import (
 	hypervisorv1 "github.com/kubevisor/kubevisor/core/driver/hypervisor/v1"
 	"github.com/kubevisor/kubevisor/core/keyedmutex"
 	"github.com/kubevisor/kubevisor/core/liveconfig"
+	"github.com/kubevisor/kubevisor/core/mcs"
 	"github.com/kubevisor/kubevisor/core/plugin"
 )
 
@@ -54,6 +55,10 @@ type Options struct {
 	PluginMinBackoff, PluginMaxBackoff time.Duration
 	// Now is the clock of status timestamps. Default: time.Now.
 	Now func() time.Time
+	// SELinux labels the files made for a VMI with its sandbox's SELinux level
+	// (SandboxSpec.SELinuxLevel), and its mode is the node label v1alpha1.SELinuxNodeLabel.
+	// Default: mcs.NodeLabeler(), this machine's (labels nothing where SELinux is disabled).
+	SELinux *mcs.Labeler
 }
 
 // Handler runs VMIs on one node through the configured driver plugins. It is safe for
@@ -138,6 +143,12 @@ func New(ctx context.Context, cfg Config, opts Options) (*Handler, error) {
 	if opts.Now == nil {
 		opts.Now = time.Now
 	}
+	if opts.SELinux == nil {
+		opts.SELinux = mcs.NodeLabeler()
+	}
+	if opts.SELinux.Mode == "" {
+		opts.SELinux.Mode = mcs.ModeDisabled
+	}
 	for _, dir := range []string{cfg.StateDir, filepath.Join(cfg.StateDir, "vmis"), cfg.RunDir, cfg.VolumeDir} {
 		if err := os.MkdirAll(dir, 0o700); err != nil {
 			return nil, fmt.Errorf("new handler: %w", err)
@@ -165,6 +176,11 @@ func New(ctx context.Context, cfg Config, opts Options) (*Handler, error) {
 		agentKick:    make(chan struct{}, 1),
 	}
 	h.ctx, h.cancel = context.WithCancel(context.Background())
+	if opts.SELinux.Enabled() {
+		h.log.Info("SELinux: the files of each VMI are labelled with its sandbox's level", "selinux", opts.SELinux.Mode)
+	} else {
+		h.log.Info("SELinux: disabled; the files of VMIs are not labelled", "selinux", opts.SELinux.Mode)
+	}
 	h.loadDrivers(ctx)
 
 	states, err := h.states.loadAll()
@@ -346,7 +362,8 @@ func (h *Handler) DriverPluginStatus(name string) plugin.PluginStatus {
 }
 
 // NodeLabels returns the node labels of the configured drivers' current fingerprints (see
-// package-level NodeLabels).
+// package-level NodeLabels), and v1alpha1.SELinuxNodeLabel with the node's SELinux mode
+// (Options.SELinux): enforcing, permissive or disabled.
 func (h *Handler) NodeLabels() map[string]string {
 	h.mu.Lock()
 	var fps []DriverFingerprint
@@ -359,6 +376,7 @@ func (h *Handler) NodeLabels() map[string]string {
 	}
 	h.mu.Unlock()
 	labels, problems := NodeLabels(fps)
+	labels[v1alpha1.SELinuxNodeLabel] = string(h.opts.SELinux.Mode)
 	h.mu.Lock()
 	fresh := newProblems(h.labelProblems, problems)
 	h.labelProblems = problems

@@ -16,6 +16,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
+	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/kubevisor/kubevisor/core/api/v1alpha1"
 	"github.com/kubevisor/kubevisor/core/domain/assemble"
@@ -26,6 +27,7 @@ import (
 	hypervisorv1 "github.com/kubevisor/kubevisor/core/driver/hypervisor/v1"
 	networkv1 "github.com/kubevisor/kubevisor/core/driver/network/v1"
 	storagev1 "github.com/kubevisor/kubevisor/core/driver/storage/v1"
+	"github.com/kubevisor/kubevisor/core/mcs"
 )
 
 // The subdirectories of Sandbox.Dir the handler uses.
@@ -682,6 +684,61 @@ func (r *syncRun) createVM(ctx context.Context) error {
 		handle = &hypervisorv1.Handle{Id: id, Driver: r.d.names.Hypervisor}
 	}
 	return r.record(func(st *vmiState) { st.Handle = marshalProto(handle) })
+}
+
+// noSELinux says there is nothing to label: the sandbox has no SELinux level, or the node has
+// SELinux disabled.
+func (r *syncRun) noSELinux() bool {
+	return r.sandbox.SELinuxLevel == "" || !r.h.opts.SELinux.Enabled()
+}
+
+// labelFiles labels what the node made for the VMI in its sandbox directory with the sandbox's
+// SELinux level, so that the VM process, which runs at that level, can open it and no other
+// VMI's process can: the directory itself (not what is beneath: the launcher's own directory,
+// and mounts of claims and containerDisk images, which the runtime labels as the pod's), the
+// storage driver's work directory (overlays, emptyDisk images, cloud-init media) and the run
+// directory (what hypervisor Create made there; the VM process's sockets are made at its level).
+func (r *syncRun) labelFiles(context.Context) error {
+	level, err := mcs.ParseLevel(r.sandbox.SELinuxLevel)
+	if err != nil {
+		return failed(ReasonSELinuxLabelFailed, fmt.Errorf("the sandbox's %w", err))
+	}
+	for _, p := range []struct {
+		path    string
+		recurse bool
+	}{{r.sandbox.Dir, false}, {r.st.WorkDir, true}, {r.st.RunDir, true}} {
+		if p.path == "" {
+			continue
+		}
+		if err := r.h.opts.SELinux.Label(level, p.path, p.recurse); err != nil {
+			return failed(ReasonSELinuxLabelFailed, err)
+		}
+	}
+	return nil
+}
+
+// LabelFiles labels path, and with recurse everything beneath it, which the program around the
+// handler made for VMI uid in its sandbox directory (in a cluster the console log and the guest
+// probe socket), with the sandbox's SELinux level, as the sync labels the files it makes. It
+// does nothing where the node has SELinux disabled, or the VMI has no level on this node.
+func (h *Handler) LabelFiles(uid types.UID, path string, recurse bool) error {
+	if !h.opts.SELinux.Enabled() {
+		return nil
+	}
+	h.mu.Lock()
+	var s string
+	if e := h.vmis[uid]; e != nil && e.state != nil {
+		s = e.state.Sandbox.SELinuxLevel
+	}
+	h.mu.Unlock()
+	if s == "" {
+		return nil
+	}
+	level, err := mcs.ParseLevel(s)
+	if err != nil {
+		return fmt.Errorf("the sandbox's %w", err)
+	}
+	return h.opts.SELinux.Label(level, path, recurse)
 }
 
 // startVM is hypervisor Start. From then on the handler never starts the VM again (Started).

@@ -83,6 +83,11 @@ type SandboxSpec struct {
 	// CPUs than that then mean they are not exclusive, and the VMI fails rather than run
 	// pinned to shared CPUs.
 	ExactCPUs bool `json:"exactCpus,omitempty"`
+	// SELinuxLevel, when set, is the SELinux MCS level the sandbox's processes run at (in a
+	// cluster, the launcher pod's securityContext.seLinuxOptions.level: package core/mcs). Where
+	// the node has SELinux enabled the handler labels the files it and the drivers make for the
+	// VMI in Dir with it (the directory, the run and work directories), before the VM starts.
+	SELinuxLevel string `json:"selinuxLevel,omitempty"`
 }
 
 // sandboxSettle is how long the end of a VM whose sandbox holds its process waits for the

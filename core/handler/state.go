@@ -30,6 +30,8 @@ const (
 	stepDomain     = "domain"
 	stepHypervisor = "hypervisor"
 	stepStart      = "start"
+	// stepSELinux labels files and has no undo, so it is never recorded.
+	stepSELinux = "selinux"
 )
 
 const stateVersion = 1

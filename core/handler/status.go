@@ -41,6 +41,9 @@ const (
 	ReasonCreateFailed = "HypervisorCreateFailed"
 	// ReasonStartFailed: the hypervisor driver's Start failed.
 	ReasonStartFailed = "HypervisorStartFailed"
+	// ReasonSELinuxLabelFailed: the VMI's files could not be labelled with its sandbox's SELinux
+	// level (or the level is not one), on a node with SELinux enabled.
+	ReasonSELinuxLabelFailed = "SELinuxLabelFailed"
 	// ReasonInternal: the handler itself failed (writing the VMI's state on the node, making
 	// its run directory), not the VMI nor a driver.
 	ReasonInternal = "InternalError"

@@ -39,6 +39,9 @@ var syncSteps = []step{
 	{name: stepDevices, reason: ReasonDeviceFailed, skip: (*syncRun).noDevices, do: (*syncRun).allocateDevices},
 	{name: stepDomain, reason: ReasonDomainFailed, do: (*syncRun).buildDomain},
 	{name: stepHypervisor, reason: ReasonCreateFailed, do: (*syncRun).createVM, undo: (*Handler).removeVM},
+	// After Create, whose driver may make files in the run directory, before the VM process
+	// opens any. The labels go with the files.
+	{name: stepSELinux, reason: ReasonSELinuxLabelFailed, skip: (*syncRun).noSELinux, do: (*syncRun).labelFiles},
 	{name: stepStart, reason: ReasonStartFailed, do: (*syncRun).startVM},
 }
 

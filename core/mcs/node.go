@@ -3,6 +3,8 @@ package mcs
 import (
 	"errors"
 	"fmt"
+	"io/fs"
+	"os"
 
 	"github.com/opencontainers/selinux/go-selinux"
 	"github.com/opencontainers/selinux/go-selinux/label"
@@ -73,6 +75,9 @@ func (l *Labeler) Label(level Level, path string, recurse bool) error {
 	}
 	if l.FileLabel == nil || l.Chcon == nil {
 		return fmt.Errorf("label %s at %s: the labeler has no FileLabel or Chcon", path, level)
+	}
+	if _, err := os.Lstat(path); errors.Is(err, fs.ErrNotExist) {
+		return nil
 	}
 	fl, err := l.FileLabel(level)
 	if err != nil {

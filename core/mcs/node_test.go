@@ -4,6 +4,7 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -59,35 +60,40 @@ func fakeLabeler(mode Mode, calls *[]chconCall, chconErr error) *Labeler {
 }
 
 // TestLabelEnabled: where SELinux is enabled (enforcing or permissive), Label sets the
-// container file context at the VMI's level, through Chcon.
+// container file context at the VMI's level, through Chcon; a path that does not exist is left
+// alone.
 func TestLabelEnabled(t *testing.T) {
 	level, _ := NewLevel(12, 700)
+	dir := t.TempDir()
+	volumes := filepath.Join(dir, "volumes")
+	if err := os.Mkdir(volumes, 0o700); err != nil {
+		t.Fatal(err)
+	}
 	for _, mode := range []Mode{ModeEnforcing, ModePermissive} {
 		var calls []chconCall
 		l := fakeLabeler(mode, &calls, nil)
-		if err := l.Label(level, "/run/kubevisor/vmi/u/volumes", true); err != nil {
-			t.Fatal(err)
-		}
-		if err := l.Label(level, "/run/kubevisor/vmi/u", false); err != nil {
-			t.Fatal(err)
+		for _, c := range []chconCall{{path: volumes, recurse: true}, {path: dir}, {path: filepath.Join(dir, "run"), recurse: true}} {
+			if err := l.Label(level, c.path, c.recurse); err != nil {
+				t.Fatal(err)
+			}
 		}
 		want := []chconCall{
-			{"/run/kubevisor/vmi/u/volumes", "system_u:object_r:container_file_t:s0:c12,c700", true},
-			{"/run/kubevisor/vmi/u", "system_u:object_r:container_file_t:s0:c12,c700", false},
+			{volumes, "system_u:object_r:container_file_t:s0:c12,c700", true},
+			{dir, "system_u:object_r:container_file_t:s0:c12,c700", false},
 		}
-		if len(calls) != len(want) || calls[0] != want[0] || calls[1] != want[1] {
+		if !slices.Equal(calls, want) {
 			t.Errorf("%s: Chcon calls %+v, want %+v", mode, calls, want)
 		}
 	}
 	var calls []chconCall
-	if err := fakeLabeler(ModeDisabled, &calls, nil).Label(level, "/x", true); err != nil || len(calls) > 0 {
+	if err := fakeLabeler(ModeDisabled, &calls, nil).Label(level, dir, true); err != nil || len(calls) > 0 {
 		t.Errorf("disabled: %v, calls %v", err, calls)
 	}
-	if err := fakeLabeler(ModeEnforcing, &calls, nil).Label(Level{}, "/x", true); err == nil {
+	if err := fakeLabeler(ModeEnforcing, &calls, nil).Label(Level{}, dir, true); err == nil {
 		t.Error("labelled at no level")
 	}
-	err := fakeLabeler(ModeEnforcing, &calls, errors.New("operation not supported")).Label(level, "/x", true)
-	if err == nil || !strings.Contains(err.Error(), "/x") || !strings.Contains(err.Error(), "operation not supported") {
+	err := fakeLabeler(ModeEnforcing, &calls, errors.New("operation not supported")).Label(level, dir, true)
+	if err == nil || !strings.Contains(err.Error(), dir) || !strings.Contains(err.Error(), "operation not supported") {
 		t.Errorf("a failed Chcon: %v", err)
 	}
 }

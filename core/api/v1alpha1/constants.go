@@ -16,6 +16,8 @@ limitations under the License.
 
 package v1alpha1
 
+import "strings"
+
 // Prefixes of the labels, annotations and resource names Kubevisor owns.
 const (
 	// LabelPrefix starts every label and annotation key that Kubevisor sets on objects.
@@ -65,7 +67,19 @@ const (
 	// it) from the kubelet's CPU manager state file, or leaves it to the admin when it is
 	// given none; see core/handler/cluster.NodeLabeler.
 	CPUManagerNodeLabel = LabelPrefix + "cpumanager"
+	// SELinuxNodeLabel is set by a node's handler to the node's SELinux mode: "enforcing",
+	// "permissive", or "disabled" (where launcher pods' SELinux levels are ignored and the
+	// handler labels no file). See core/mcs.
+	SELinuxNodeLabel = LabelPrefix + "selinux"
 )
+
+// IsHandlerNodeLabel says whether a node label is one the node handlers own and publish: a
+// driver's capability (CapabilityLabelPrefix), SchedulableNodeLabel, CPUManagerNodeLabel and
+// SELinuxNodeLabel. The handler leaves every other label alone; an uninstall removes these.
+func IsHandlerNodeLabel(key string) bool {
+	return strings.HasPrefix(key, CapabilityLabelPrefix) || key == SchedulableNodeLabel ||
+		key == CPUManagerNodeLabel || key == SELinuxNodeLabel
+}
 
 // Annotations Kubevisor reads or sets.
 const (

@@ -209,6 +209,8 @@ func (a *Agent) statusChanged(uid types.UID) {
 func (a *Agent) setup(mgr ctrl.Manager) error {
 	a.consoles = newConsoleLogs(a.h, a.cfg.HostStateDir, a.log.WithName("console"))
 	a.probes = newGuestProbes(a.h, a.cfg.HostStateDir, a.log.WithName("guest-probe"))
+	// Both are the VMI's files in its directory, which the pod reads at its SELinux level.
+	a.consoles.label, a.probes.label = a.h.LabelFiles, a.h.LabelFiles
 	if err := mgr.Add(runnable(func(ctx context.Context) error {
 		<-ctx.Done()
 		a.consoles.close()

@@ -29,6 +29,9 @@ type consoleLogs struct {
 	max   int64
 	retry time.Duration
 	log   logr.Logger
+	// label, when set, labels a new log file of a VMI with the VMI's SELinux level
+	// (handler.Handler.LabelFiles), before guest-console-log sees it.
+	label func(uid types.UID, path string, recurse bool) error
 
 	mu      sync.Mutex
 	running map[types.UID]context.CancelFunc
@@ -81,6 +84,9 @@ func (c *consoleLogs) follow(ctx context.Context, uid types.UID) {
 	path := layout.ConsoleLog(c.root, uid)
 	for ctx.Err() == nil {
 		w := &rotatingFile{path: path, max: c.max}
+		if c.label != nil {
+			w.label = func(p string) error { return c.label(uid, p, false) }
+		}
 		err := c.src.Console(ctx, uid, nil, w)
 		w.close()
 		if ctx.Err() != nil {
@@ -99,8 +105,10 @@ func (c *consoleLogs) follow(ctx context.Context, uid types.UID) {
 type rotatingFile struct {
 	path string
 	max  int64
-	f    *os.File
-	n    int64
+	// label, when set, labels each new file before it takes path's name.
+	label func(path string) error
+	f     *os.File
+	n     int64
 }
 
 func (r *rotatingFile) Write(p []byte) (int, error) {
@@ -120,6 +128,12 @@ func (r *rotatingFile) rotate() error {
 	f, err := os.OpenFile(tmp, os.O_CREATE|os.O_TRUNC|os.O_WRONLY, 0o644)
 	if err != nil {
 		return err
+	}
+	if r.label != nil {
+		if err := r.label(tmp); err != nil {
+			f.Close()
+			return err
+		}
 	}
 	if err := os.Rename(tmp, r.path); err != nil {
 		f.Close()

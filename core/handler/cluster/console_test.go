@@ -38,6 +38,15 @@ func TestConsoleLogs(t *testing.T) {
 	src := &scriptedConsole{attaches: make(chan int, 3)}
 	c := newConsoleLogs(src, root, testr.New(t))
 	c.max, c.retry = 16, 200*time.Millisecond
+	// Every new file is labelled (with the VMI's SELinux level) before it takes the log's name.
+	var labelled syncbuf.Buffer
+	c.label = func(u types.UID, p string, recurse bool) error {
+		if _, err := os.Stat(p); err != nil || u != uid || recurse {
+			t.Errorf("labelled %s of %s (recurse %v): %v", p, u, recurse, err)
+		}
+		_, _ = labelled.Write([]byte(p + "\n"))
+		return nil
+	}
 	path := layout.ConsoleLog(root, uid)
 
 	// Follow the file as the guest-console-log container would.
@@ -61,6 +70,9 @@ func TestConsoleLogs(t *testing.T) {
 	// Each boot's 11+7 bytes pass the 16-byte cap: the file was rotated, never grown past it.
 	if fi, err := os.Stat(path); err != nil || fi.Size() > 16 {
 		t.Errorf("console log %v, %v: want at most 16 bytes", fi, err)
+	}
+	if files := strings.Fields(labelled.String()); len(files) < 2 || files[0] != path+".new" {
+		t.Errorf("labelled %v, want every rotation's %s.new", files, path)
 	}
 	c.stop(uid)
 	c.close()

@@ -35,6 +35,9 @@ type guestProbes struct {
 	h    guestProber
 	root string // host state dir
 	log  logr.Logger
+	// label, when set, labels a VMI's socket directory and socket with the VMI's SELinux level
+	// (handler.Handler.LabelFiles), for kubevisor-probe in the pod to reach.
+	label func(uid types.UID, path string, recurse bool) error
 
 	mu      sync.Mutex
 	servers map[types.UID]*guestprobe.Server
@@ -108,6 +111,12 @@ func (g *guestProbes) ensure(uid types.UID, checks probeChecks) error {
 	})
 	if err != nil {
 		return err
+	}
+	if g.label != nil {
+		if err := g.label(uid, layout.GuestProbeDir(g.root, uid), true); err != nil {
+			_ = s.Close()
+			return fmt.Errorf("guest probe socket: %w", err)
+		}
 	}
 	g.servers[uid] = s
 	return nil

@@ -30,8 +30,9 @@ type LabelSource interface {
 }
 
 // DesiredLabels are the labels the handler owns on its node: the drivers' capability labels
-// and, when a hypervisor driver is healthy or degraded, SchedulableNodeLabel = "true". The
-// labeler adds CPUManagerNodeLabel (cpuManagerLabels).
+// (with SELinuxNodeLabel, the node's SELinux mode, from handler.Handler.NodeLabels) and, when a
+// hypervisor driver is healthy or degraded, SchedulableNodeLabel = "true". The labeler adds
+// CPUManagerNodeLabel (cpuManagerLabels).
 func DesiredLabels(capabilities map[string]string) map[string]string {
 	out := maps.Clone(capabilities)
 	if out == nil {
@@ -47,11 +48,8 @@ func DesiredLabels(capabilities map[string]string) map[string]string {
 }
 
 // owned says whether the handler manages a node label: every capability label, the
-// schedulable label and the CPU manager label.
-func owned(key string) bool {
-	return strings.HasPrefix(key, v1alpha1.CapabilityLabelPrefix) || key == v1alpha1.SchedulableNodeLabel ||
-		key == v1alpha1.CPUManagerNodeLabel
-}
+// schedulable, CPU manager and SELinux labels (v1alpha1.IsHandlerNodeLabel).
+func owned(key string) bool { return v1alpha1.IsHandlerNodeLabel(key) }
 
 // NodeLabelPatch returns the JSON merge patch that turns a node's labels into desired for the
 // labels the handler owns (it sets what differs and removes owned labels that are no longer

@@ -74,6 +74,18 @@ func TestNodeLabelPatch(t *testing.T) {
 			desired: map[string]string{qmpHealth: "unhealthy"},
 			want:    map[string]any{qmpHealth: "unhealthy", qmpAccel: nil, v1alpha1.SchedulableNodeLabel: nil},
 		},
+		{
+			name:    "the node's SELinux mode is the handler's label",
+			current: map[string]string{v1alpha1.SELinuxNodeLabel: "permissive", qmpHealth: "healthy"},
+			desired: map[string]string{v1alpha1.SELinuxNodeLabel: "disabled", qmpHealth: "healthy"},
+			want:    map[string]any{v1alpha1.SELinuxNodeLabel: "disabled"},
+		},
+		{
+			name:    "and removed when the handler no longer says it",
+			current: map[string]string{v1alpha1.SELinuxNodeLabel: "enforcing", qmpHealth: "healthy"},
+			desired: map[string]string{qmpHealth: "healthy"},
+			want:    map[string]any{v1alpha1.SELinuxNodeLabel: nil},
+		},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			patch, changed, err := NodeLabelPatch(tt.current, tt.desired)

@@ -6,12 +6,15 @@ import (
 	"path/filepath"
 	"sync"
 
+	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/kubevisor/kubevisor/core/api/v1alpha1"
 	"github.com/kubevisor/kubevisor/core/handler"
 	"github.com/kubevisor/kubevisor/core/launcher"
 	"github.com/kubevisor/kubevisor/core/layout"
+	"github.com/kubevisor/kubevisor/core/mcs"
 	"github.com/kubevisor/kubevisor/internal/procfs"
 )
 
@@ -75,6 +78,10 @@ func (s *podSandbox) Open(ctx context.Context) (handler.SandboxSpec, error) {
 			return handler.SandboxSpec{}, fmt.Errorf("launcher pod's devices: %w", err)
 		}
 	}
+	level, err := s.a.selinuxLevel(ctx, s.vmi)
+	if err != nil {
+		return handler.SandboxSpec{}, err
+	}
 	if err := s.a.disks.MountAll(ctx, s.vmi); err != nil {
 		return handler.SandboxSpec{}, err
 	}
@@ -98,7 +105,34 @@ func (s *podSandbox) Open(ctx context.Context) (handler.SandboxSpec, error) {
 		// (controlplane/launcherpod); the domain spec names it only for such a VMI. Set
 		// whatever the VMI, since s.vmi may be the stub of a VMI known from its state alone.
 		HugepagesDir: layout.HugepagesDir,
+		// The handler labels the VMI's files with it where the node has SELinux enabled.
+		SELinuxLevel: level,
 	}, nil
+}
+
+// selinuxLevel is the SELinux level the VMI's launcher pods run at (mcs.PodLevel): a VMI's pods
+// all have one, its status.selinuxLevel, which a migration's target pod keeps. Read from its
+// pods on this node (the record, which a migration's target is before the VMI's status names
+// it), else from the VMI's status; "" for a VMI made before levels were.
+func (a *Agent) selinuxLevel(ctx context.Context, vmi *v1alpha1.VirtualMachineInstance) (string, error) {
+	var pods corev1.PodList
+	if err := a.client.List(ctx, &pods, client.InNamespace(vmi.Namespace),
+		client.MatchingLabels{v1alpha1.CreatedByLabel: string(vmi.UID)}); err != nil {
+		return "", fmt.Errorf("list launcher pods: %w", err)
+	}
+	for i := range pods.Items {
+		if pods.Items[i].Spec.NodeName != a.cfg.NodeName {
+			continue
+		}
+		l, ok, err := mcs.PodLevel(&pods.Items[i])
+		if err != nil {
+			return "", fmt.Errorf("launcher pod's SELinux level: %w", err)
+		}
+		if ok {
+			return l.String(), nil
+		}
+	}
+	return vmi.Status.SELinuxLevel, nil
 }
 
 // Exited implements handler.Sandbox: closed once the agent saw the launcher pod end (end).
