@@ -249,12 +249,13 @@ func (d *Driver) config() Config {
 }
 
 // hostInfo waits for the probe's latest result (starting it with the defaults when Configure
-// has not).
+// has not), which VM operations refuse on: a transient problem is probed again first
+// (HostProbe.Settled).
 func (d *Driver) hostInfo(ctx context.Context) (*qmp.HostInfo, error) {
 	d.mu.Lock()
 	opts, _ := d.cfg.probeOptions()
 	d.mu.Unlock()
-	return d.probe.Info(ctx, opts)
+	return d.probe.Settled(ctx, opts, qmp.ProbeSettleWait)
 }
 
 // Fingerprint implements driver.Driver: QEMU's health and accelerator as the probe found them

@@ -237,12 +237,13 @@ func (d *Driver) Configure(_ context.Context, req *basev1.ConfigureRequest) erro
 }
 
 // hostInfo waits for the probe's latest result (starting it with the defaults when Configure
-// has not).
+// has not), which VM operations refuse on: a transient problem is probed again first
+// (HostProbe.Settled).
 func (d *Driver) hostInfo(ctx context.Context) (*HostInfo, error) {
 	d.mu.Lock()
 	opts, _ := d.cfg.probeOptions()
 	d.mu.Unlock()
-	return d.probe.Info(ctx, opts)
+	return d.probe.Settled(ctx, opts, ProbeSettleWait)
 }
 
 // Fingerprint implements driver.Driver: health and attributes once the probe is done (which

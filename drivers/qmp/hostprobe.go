@@ -6,6 +6,7 @@ import (
 	"sync"
 	"time"
 
+	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 )
 
@@ -16,6 +17,8 @@ const (
 	ProbeRetryMin           = 10 * time.Second
 	ProbeRetryMax           = 5 * time.Minute
 	ProbeRetryTimeoutFactor = 4
+	// ProbeSettleWait bounds how long Settled waits for a result that is not transient.
+	ProbeSettleWait = time.Minute
 )
 
 // HostProbe is a driver's view of the host's QEMU: the probe of its options (Start), run in
@@ -40,6 +43,7 @@ type HostProbe struct {
 	gen     int           // counts Start calls with new options; a retry of an older one stops
 	info    *HostInfo     // latest result of opts, nil until the first
 	changed chan struct{} // closed (and replaced) when info changes
+	kick    chan struct{} // wakes a retry's wait early (Settled); buffered, made by Start
 }
 
 // Start probes with opts in the background, unless the probe already runs (or ran) with the
@@ -57,7 +61,8 @@ func (p *HostProbe) startLocked(opts ProbeOptions) {
 	p.started, p.opts, p.info = true, opts, nil
 	p.gen++
 	p.notifyLocked()
-	go p.run(p.gen, opts)
+	p.kick = make(chan struct{}, 1)
+	go p.run(p.gen, opts, p.kick)
 }
 
 // notifyLocked wakes every waiter on changed.
@@ -79,8 +84,9 @@ func (p *HostProbe) Set(info *HostInfo) {
 	p.notifyLocked()
 }
 
-// run probes with opts for generation gen, again while the result is transient.
-func (p *HostProbe) run(gen int, opts ProbeOptions) {
+// run probes with opts for generation gen, again while the result is transient: after its
+// wait, or earlier when kick is sent to.
+func (p *HostProbe) run(gen int, opts ProbeOptions, kick <-chan struct{}) {
 	wait, lo := p.RetryMin, p.RetryMax
 	if wait <= 0 {
 		wait = ProbeRetryMin
@@ -110,7 +116,12 @@ func (p *HostProbe) run(gen int, opts ProbeOptions) {
 		if !h.Transient {
 			return
 		}
-		time.Sleep(wait)
+		t := time.NewTimer(wait)
+		select {
+		case <-t.C:
+		case <-kick:
+			t.Stop()
+		}
 		wait = min(2*wait, lo)
 		try.Timeout = min(2*max(try.Timeout, base), ProbeRetryTimeoutFactor*base)
 	}
@@ -126,6 +137,38 @@ func (p *HostProbe) Info(ctx context.Context, defaults ProbeOptions) (*HostInfo,
 	})
 	if got == nil {
 		return nil, status.FromContextError(ctx.Err()).Err()
+	}
+	return got, nil
+}
+
+// Settled is Info for an operation that refuses when QEMU is not usable (a VM's Create or
+// Start): while the latest result finds a problem but is transient, it has the probe run again
+// now (with its longer timeout) rather than at its next retry, and waits, up to maxWait or
+// until ctx is done, for a result that is not transient or finds no problem. It returns the
+// latest result then. On a node busy enough that the first test guest timed out, a VM is
+// then refused only when a longer probe fails too.
+func (p *HostProbe) Settled(ctx context.Context, defaults ProbeOptions, maxWait time.Duration) (*HostInfo, error) {
+	wctx, cancel := context.WithTimeout(ctx, maxWait)
+	defer cancel()
+	var got *HostInfo
+	_ = p.Watch(wctx, defaults, func(h *HostInfo) error {
+		got = h
+		if !h.Transient || h.Problem == "" {
+			return errGot
+		}
+		p.mu.Lock()
+		select {
+		case p.kick <- struct{}{}:
+		default:
+		}
+		p.mu.Unlock()
+		return nil
+	})
+	if got == nil {
+		if ctx.Err() != nil {
+			return nil, status.FromContextError(ctx.Err()).Err()
+		}
+		return nil, status.Errorf(codes.Unavailable, "the host's QEMU probe gave no result within %s", maxWait)
 	}
 	return got, nil
 }

@@ -310,3 +310,67 @@ func TestHostProbeRetriesTransient(t *testing.T) {
 		t.Errorf("Info after the final result: %+v, %v", info, err)
 	}
 }
+
+// TestHostProbeSettled: a VM operation on a transient problem has the probe run again at once,
+// with the longer timeout, rather than at its next retry (an hour away here), and gets the
+// final result; one that stays transient gets the latest result after its wait.
+func TestHostProbeSettled(t *testing.T) {
+	fake := &fakeQEMU{kvm: "silent", tcg: "slow", version: "7.2.22"}
+	var mu sync.Mutex
+	var timeouts []time.Duration
+	recovers := true
+	runner := RunnerFunc(func(ctx context.Context, name string, args ...string) ([]byte, error) {
+		if hasArgs(args, "-accel", "tcg") {
+			d, _ := ctx.Deadline()
+			mu.Lock()
+			timeouts = append(timeouts, time.Until(d).Round(10*time.Millisecond))
+			if len(timeouts) == 2 && recovers {
+				fake.mu.Lock()
+				fake.tcg = "ok"
+				fake.mu.Unlock()
+			}
+			mu.Unlock()
+		}
+		return fake.Run(ctx, name, args...)
+	})
+	newProbe := func() *HostProbe {
+		return &HostProbe{
+			Prober:   &Prober{Runner: runner, LookPath: func(string) (string, error) { return "/q", nil }, OpenDevice: func(string) error { return nil }, TempDir: t.TempDir()},
+			RetryMin: time.Hour, RetryMax: time.Hour,
+		}
+	}
+	opts := ProbeOptions{Timeout: 100 * time.Millisecond}
+
+	hp := newProbe()
+	if first, err := hp.Info(context.Background(), opts); err != nil || first.Problem == "" || !first.Transient {
+		t.Fatalf("first result %+v, %v: want a transient problem", first, err)
+	}
+	start := time.Now()
+	h, err := hp.Settled(context.Background(), opts, 30*time.Second)
+	if err != nil || h.Transient || h.Problem != "" || !h.TCG {
+		t.Fatalf("Settled = %+v, %v: want the final result, TCG usable", h, err)
+	}
+	if took := time.Since(start); took > 20*time.Second {
+		t.Errorf("Settled took %s: it waited for the retry rather than asking for one", took)
+	}
+	mu.Lock()
+	if len(timeouts) != 2 || timeouts[1] <= timeouts[0] {
+		t.Errorf("test boot timeouts %v: want two, the second longer", timeouts)
+	}
+	timeouts, recovers = nil, false
+	fake.mu.Lock()
+	fake.tcg = "slow"
+	fake.mu.Unlock()
+	mu.Unlock()
+
+	hp = newProbe()
+	h, err = hp.Settled(context.Background(), opts, 2*time.Second)
+	if err != nil || !h.Transient || h.Problem == "" {
+		t.Fatalf("Settled on a node that stays slow = %+v, %v: want its latest transient problem", h, err)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if len(timeouts) < 2 {
+		t.Errorf("%d TCG boots while Settled waited: want the probe run again", len(timeouts))
+	}
+}
