@@ -83,7 +83,7 @@ test: deps-qemu deps-libvirt deps-iso deps-net deps-proc deps-tools guest cni-pl
 	$(GO) test -race -count=1 -timeout 30m $$($(GO) list ./... | grep -v '/conformance/driver$$')
 	$(GO) test -race -count=1 -timeout 30m ./conformance/driver
 	for ex in $(EXAMPLES); do (cd $$ex && $(GO) test -count=1 ./...); done
-	$(MAKE) --no-print-directory demo
+	$(MAKE) --no-print-directory demo DEMO_VM_CLASSES=libvirt DEMO_HV_CLASSES=
 
 .PHONY: unit
 unit: deps-libvirt ## The fast inner loop: go test -short ./..., which needs no root, QEMU, network namespace, test guest or API server (those tests skip).
@@ -95,29 +95,34 @@ unit: deps-libvirt ## The fast inner loop: go test -short ./..., which needs no 
 run: deps-qemu deps-net build guest cni-plugins ## Boot the demo VMI without a cluster: the node handler in standalone mode (Ctrl-C stops it).
 	$(BIN)/kubevisor-handler run -f $(DEMO_VMI)
 
-# The HypervisorClasses the install creates for the two hypervisor drivers: make demo runs the
-# conformance kit with each (kubevisor-conformance --class), finding the drivers in bin/.
-QMP_CLASS     := manifests/install/drivers/qmp/hypervisorclass.yaml
-LIBVIRT_CLASS := manifests/install/drivers/libvirt/hypervisorclass.yaml
+# make demo runs the conformance kit with the HypervisorClasses the install creates for the
+# hypervisor drivers (manifests/install/drivers/<class>/hypervisorclass.yaml, passed as
+# kubevisor-conformance --class), finding the drivers in bin/.
 # make demo leaves out the kit's Migrate checks (DEMO_SKIP= runs them): make test runs them
 # against both drivers' plugin binaries already, through the node agent's migration proxies
 # (core/handler/migrationproxy, qmp) and a relay (drivers/libvirt), and the cluster e2e suite
 # moves VMs of both classes between two nodes.
 DEMO_SKIP     ?= Migrate
+# The classes make demo boots the VM suite and runs the hypervisor kit with, through the
+# drivers' plugin binaries. make test runs the libvirt class's VM suite only: the qmp VM suite
+# runs in conformance/driver (TestVMRealDrivers in-process, the cli's TestVMAgainstRealPlugins
+# through its plugins), and both hypervisor kits in drivers/qmp and drivers/libvirt
+# (TestConformance), with go-plugin's serving covered by the cli tests.
+DEMO_VM_CLASSES ?= qmp libvirt
+DEMO_HV_CLASSES ?= qmp libvirt
 
 .PHONY: demo
 demo: deps-qemu deps-libvirt build guest ## Boot the test guest through the qmp and local driver plugins, then the libvirt and local ones, each hypervisor by its install's HypervisorClass (launchers with the class's capabilities only), and run the conformance kit against every in-tree driver.
 	@mkdir -p $(OUT)
-	@echo "==> a real VM: test guest booted under QEMU by the qmp and local driver plugins, launchers as in the qmp class's pods (kubevisor-conformance vm --class)"
-	@$(BIN)/kubevisor-conformance vm --class $(QMP_CLASS) --storage $(BIN)/kubevisor-driver-local \
-	    --guest-dir $(GUEST) --skip '$(DEMO_SKIP)' --junit $(OUT)/conformance-vm.xml
-	@echo "==> a real VM: test guest booted by the libvirt and local driver plugins (a libvirt daemon per VM), launchers as in the libvirt class's pods"
-	@$(BIN)/kubevisor-conformance vm --class $(LIBVIRT_CLASS) --storage $(BIN)/kubevisor-driver-local \
-	    --guest-dir $(GUEST) --skip '$(DEMO_SKIP)' --junit $(OUT)/conformance-vm-libvirt.xml
-	@echo "==> conformance: qmp hypervisor driver of the qmp class (bin/kubevisor-driver-qmp)"
-	@$(BIN)/kubevisor-conformance driver --class $(QMP_CLASS) --junit $(OUT)/conformance-qmp.xml
-	@echo "==> conformance: libvirt hypervisor driver of the libvirt class (bin/kubevisor-driver-libvirt)"
-	@$(BIN)/kubevisor-conformance driver --class $(LIBVIRT_CLASS) --junit $(OUT)/conformance-libvirt.xml
+	@for c in $(DEMO_VM_CLASSES); do \
+	  echo "==> a real VM: test guest booted by the $$c and local driver plugins, launchers as in the $$c class's pods (kubevisor-conformance vm --class)"; \
+	  $(BIN)/kubevisor-conformance vm --class manifests/install/drivers/$$c/hypervisorclass.yaml --storage $(BIN)/kubevisor-driver-local \
+	    --guest-dir $(GUEST) --skip '$(DEMO_SKIP)' --junit $(OUT)/conformance-vm-$$c.xml; \
+	done
+	@for c in $(DEMO_HV_CLASSES); do \
+	  echo "==> conformance: $$c hypervisor driver of the $$c class (bin/kubevisor-driver-$$c)"; \
+	  $(BIN)/kubevisor-conformance driver --class manifests/install/drivers/$$c/hypervisorclass.yaml --junit $(OUT)/conformance-$$c.xml; \
+	done
 	@echo "==> conformance: local storage driver (bin/kubevisor-driver-local)"
 	@$(BIN)/kubevisor-conformance driver --plugin $(BIN)/kubevisor-driver-local --kind storage \
 	    --junit $(OUT)/conformance-local.xml
