@@ -80,10 +80,17 @@ test: deps-qemu deps-libvirt deps-iso deps-net deps-proc deps-tools guest cni-pl
 	@# The conformance kit boots the guest most (each check a VM or two, under the race
 	@# detector): run on its own, after the rest, it does not starve the other packages' QEMU
 	@# tests of CPU on a 2-core machine (their console waits timed out beside it).
-	$(GO) test -race -count=1 -timeout 30m $$($(GO) list ./... | grep -v '/conformance/driver$$')
+	@# The packages that take longest start first (SLOW_TEST_PKGS), so that the run does not end
+	@# on one of them alone while the other core idles.
+	$(GO) test -race -count=1 -timeout 30m $$($(GO) list $(SLOW_TEST_PKGS)) \
+	    $$($(GO) list ./... | grep -v '/conformance/driver$$' | grep -vxF "$$($(GO) list $(SLOW_TEST_PKGS))")
 	$(GO) test -race -count=1 -timeout 30m ./conformance/driver
 	for ex in $(EXAMPLES); do (cd $$ex && $(GO) test -count=1 ./...); done
 	$(MAKE) --no-print-directory demo DEMO_VM_CLASSES=libvirt DEMO_HV_CLASSES=
+
+# make test's longest packages, longest first (each a few minutes: QEMU guests, envtest).
+SLOW_TEST_PKGS := ./drivers/libvirt ./drivers/qmp ./core/handler ./core/handler/cluster ./controlplane/operator \
+                  ./core/handler/migrationproxy ./core/handler/standalone ./conformance/driver/cli ./drivers/network
 
 .PHONY: unit
 unit: deps-libvirt ## The fast inner loop: go test -short ./..., which needs no root, QEMU, network namespace, test guest or API server (those tests skip).
