@@ -5,6 +5,7 @@ import (
 	"path/filepath"
 	"reflect"
 	"regexp"
+	"slices"
 	"strings"
 	"testing"
 
@@ -42,7 +43,7 @@ func checkManifest(t *testing.T, data []byte, asYAML bool) {
 		t.Fatalf("%s %q: accepted %+v", file, data, m)
 	}
 	again := m
-	again.Args = append([]string(nil), m.Args...)
+	again.Args = slices.Clone(m.Args) // an empty list stays empty, not nil
 	if err := again.normalize(); err != nil || !reflect.DeepEqual(again, m) {
 		t.Fatalf("%s %q: %+v checked again: %+v, %v", file, data, m, again, err)
 	}
