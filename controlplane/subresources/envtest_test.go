@@ -127,15 +127,7 @@ func startServer(t *testing.T) *apiFixture {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- srv.Start(ctx) }()
-	t.Cleanup(func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("server: %v", err)
-		}
-	})
+	envtest.Run(t, "server", srv.Start)
 	bundle, err := os.ReadFile(filepath.Join(dir, certs.BundleFile))
 	if err != nil {
 		t.Fatal(err)

@@ -1,7 +1,6 @@
 package metricsauth_test
 
 import (
-	"context"
 	"crypto/tls"
 	"io"
 	"net"
@@ -33,15 +32,7 @@ func serve(t *testing.T, cfg *rest.Config) string {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- srv.Start(ctx) }()
-	t.Cleanup(func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("metrics server: %v", err)
-		}
-	})
+	envtest.Run(t, "metrics server", srv.Start)
 	deadline := time.Now().Add(30 * time.Second)
 	for {
 		c, err := net.DialTimeout("tcp", addr, time.Second)
@@ -49,13 +40,8 @@ func serve(t *testing.T, cfg *rest.Config) string {
 			c.Close()
 			return addr
 		}
-		select {
-		case err := <-done:
-			t.Fatalf("metrics server ended: %v", err)
-		default:
-		}
 		if time.Now().After(deadline) {
-			t.Fatalf("metrics server not listening on %s: %v", addr, err)
+			t.Fatalf("metrics server not listening on %s: %v (an error of its start follows)", addr, err)
 		}
 		time.Sleep(50 * time.Millisecond)
 	}

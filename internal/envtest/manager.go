@@ -35,13 +35,21 @@ func StartManager(t testing.TB, cfg *rest.Config, setup func(ctrl.Manager) error
 // manager stops first.
 func RunManager(t testing.TB, mgr ctrl.Manager) {
 	t.Helper()
+	Run(t, "manager", mgr.Start)
+}
+
+// Run runs start (a server's or a manager's Start) in the background until the test ends; then
+// it cancels start's context, waits for it to return, and reports an error it returned as
+// what's.
+func Run(t testing.TB, what string, start func(context.Context) error) {
+	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
-	go func() { done <- mgr.Start(ctx) }()
+	go func() { done <- start(ctx) }()
 	t.Cleanup(func() {
 		cancel()
 		if err := <-done; err != nil {
-			t.Errorf("manager: %v", err)
+			t.Errorf("%s: %v", what, err)
 		}
 	})
 }
