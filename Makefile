@@ -247,7 +247,11 @@ e2e: deps-runtime deps-tools deps-qemu deps-libvirt $(E2E_CLUSTER) ## Cluster co
 	@if [ -S /run/kubevisor-cluster/containerd/containerd.sock ]; then hack/cluster/load-images.sh $(OUT)/images/e2e-httpget.tar $(OUT)/images/e2e-signal.tar; fi
 	$(GO) test -tags e2e -count=1 -timeout 60m ./conformance/e2e -args -kubeconfig $(E2E_KUBECONFIG) -vmctl $(BIN)/vmctl \
 	    -hypervisor-class '$(E2E_HYPERVISOR_CLASS)' -two-classes '$(E2E_TWO_CLASSES)' -upgrade-tag '$(E2E_UPGRADE_TAG)' -upgrade-pairs $(or $(UPGRADE_PAIRS),1) \
-	    -ginkgo.label-filter '$(E2E_LABELS)' -ginkgo.junit-report $(abspath $(E2E_JUNIT)) -ginkgo.v
+	    -local-cluster '$(if $(KUBECONFIG),,$(CURDIR)/hack/cluster)' -ginkgo.label-filter '$(E2E_LABELS)' -ginkgo.junit-report $(abspath $(E2E_JUNIT)) -ginkgo.v
+
+.PHONY: e2e-faults
+e2e-faults: $(CLUSTER_DEPS) deps-qemu local-cluster ## Local cluster: the fault matrix (label Disruptive): with a VM of each of two classes running and two VMI creations in flight, the handler pod deleted, each driver plugin SIGKILLed, the API server and etcd, the kubelet and containerd restarted (hack/cluster/restart.sh); VMs lost, restarted, duplicate launcher pods and time to converge per case, as a table in the log.
+	$(MAKE) --no-print-directory e2e E2E_LABELS=Disruptive E2E_JUNIT=$(OUT)/e2e-junit-faults.xml
 
 .PHONY: e2e-upgrade
 e2e-upgrade: UPGRADE_TAG = $(or $(E2E_UPGRADE_TAG),upgrade)

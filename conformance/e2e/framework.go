@@ -65,6 +65,10 @@ type Config struct {
 	UpgradeTag string
 	// UpgradePairs is how many VMs of each of two classes the upgrade spec runs (default 1).
 	UpgradePairs int
+	// LocalCluster is the local cluster's scripts directory (hack/cluster) when the cluster
+	// under test is the local one on this machine: the fault matrix's cases that restart the
+	// node's processes run them. "": another cluster.
+	LocalCluster string
 }
 
 // Cfg is the suite's configuration.

@@ -1,0 +1,380 @@
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"os/exec"
+	"path/filepath"
+	"sort"
+	"strings"
+	"sync"
+	"text/tabwriter"
+	"time"
+
+	. "github.com/onsi/ginkgo/v2"
+	. "github.com/onsi/gomega"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/yaml"
+
+	"github.com/kubevisor/kubevisor/conformance/e2e/guest"
+	"github.com/kubevisor/kubevisor/core/api/v1alpha1"
+	"github.com/kubevisor/kubevisor/internal/testenv"
+)
+
+// The fault matrix (label Disruptive): each case does one thing to the cluster while two VMs
+// run (one of each of two classes, on one node) and two VMI creations are in flight (created
+// just before, not waited for), then waits until everything is right again and counts:
+//
+//   - lost: a running VM whose VMI is gone, another one, or not Running at the end;
+//   - restarted: a running VM whose guest booted again (its boot id, read on its console);
+//   - duplicates: VMIs that had two live launcher pods at a moment of the case (polled);
+//   - converge: from the fault to every VMI, the in-flight ones too, Running and Ready with one
+//     launcher pod, and the node's handler pod Ready.
+//
+// Cases that act on the node's processes (the API server, the kubelet, containerd) need the
+// local cluster's scripts (-local-cluster, which make e2e sets for the local cluster); against
+// another cluster they are reported as not run, and fail under CI=true.
+
+// faultCase is one row of the matrix.
+type faultCase struct {
+	name string
+	// local: the case runs hack/cluster scripts on this machine.
+	local bool
+	// inject does the fault to node and returns once it is over (the component is back).
+	inject func(ctx context.Context, f *Framework, node string)
+}
+
+// faultRow is what one case measured.
+type faultRow struct {
+	name                         string
+	lost, restarted, duplicates  int
+	converge                     time.Duration
+	notRun                       string   // why the case did not run
+	problems                     []string // what the case found wrong
+	inFlight, inFlightNotRunning int
+}
+
+// faultCases are the matrix's cases, in the order they run.
+func faultCases() []faultCase {
+	cases := []faultCase{{
+		name: "handler pod deleted",
+		inject: func(ctx context.Context, f *Framework, node string) {
+			old := f.handlerPodOn(ctx, node)
+			Expect(f.Client.Delete(ctx, &old)).To(Succeed())
+			Eventually(func(g Gomega) {
+				p := f.handlerPodOn(ctx, node)
+				g.Expect(p.UID).NotTo(Equal(old.UID), "the handler pod is the old one")
+				g.Expect(podReady(p)).To(BeTrue(), "handler pod %s is not Ready", p.Name)
+			}).WithContext(ctx).WithTimeout(3 * time.Minute).WithPolling(time.Second).Should(Succeed())
+		},
+	}}
+	for _, d := range []string{"qmp", "libvirt", "cni", "local", "hostdev"} {
+		cases = append(cases, faultCase{
+			name: "driver plugin " + d + " SIGKILLed",
+			inject: func(ctx context.Context, f *Framework, node string) {
+				k := f.killPlugin(ctx, f.handlerPodOn(ctx, node), d)
+				GinkgoWriter.Printf("%s in %s:\n%s", k.container, k.handlerPod, k.raw)
+			},
+		})
+	}
+	for _, c := range []struct {
+		name       string
+		components []string
+	}{
+		{"kube-apiserver and etcd restarted", []string{"etcd", "kube-apiserver"}},
+		{"kubelet restarted", []string{"kubelet"}},
+		{"containerd restarted", []string{"containerd"}},
+	} {
+		cases = append(cases, faultCase{
+			name:  c.name,
+			local: true,
+			inject: func(ctx context.Context, f *Framework, node string) {
+				localCluster(ctx, "restart.sh", c.components...)
+			},
+		})
+	}
+	return cases
+}
+
+// localCluster runs script of the local cluster's scripts (Cfg.LocalCluster) with args.
+func localCluster(ctx context.Context, script string, args ...string) {
+	GinkgoHelper()
+	cmd := exec.CommandContext(ctx, filepath.Join(Cfg.LocalCluster, script), args...)
+	cmd.Dir = filepath.Join(Cfg.LocalCluster, "..", "..")
+	out, err := cmd.CombinedOutput()
+	GinkgoWriter.Printf("%s %s:\n%s", script, strings.Join(args, " "), out)
+	Expect(err).NotTo(HaveOccurred(), "%s %s", script, strings.Join(args, " "))
+}
+
+// podReady says whether pod's Ready condition is True.
+func podReady(p corev1.Pod) bool {
+	for _, c := range p.Status.Conditions {
+		if c.Type == corev1.PodReady {
+			return c.Status == corev1.ConditionTrue
+		}
+	}
+	return false
+}
+
+var _ = Describe("Fault matrix", Label("Disruptive", "TwoClasses"), func() {
+	f := NewFramework()
+
+	It("loses no VM, restarts none and makes no second launcher pod when the handler pod is deleted, each driver plugin is SIGKILLed, and the API server and etcd, the kubelet or containerd restart, with VMs running and VMI creations in flight", func(ctx SpecContext) {
+		guests := f.bootOneOfEach(ctx, "fault", true)
+		node := guests[0].vmi.Status.NodeName
+		var rows []faultRow
+		for _, c := range faultCases() {
+			if c.local && Cfg.LocalCluster == "" {
+				rows = append(rows, faultRow{name: c.name, notRun: "needs the local cluster (-local-cluster)"})
+				continue
+			}
+			rows = append(rows, f.runFault(ctx, c, guests, node))
+		}
+		GinkgoWriter.Printf("fault matrix:\n%s", faultTable(rows))
+		for _, r := range rows {
+			if r.notRun != "" {
+				Expect(testenv.CI()).To(BeFalse(), "CI=true, and case %q did not run: %s", r.name, r.notRun)
+				continue
+			}
+			Expect(r.problems).To(BeEmpty(), "case %q", r.name)
+		}
+	})
+})
+
+// runFault runs case c with guests running on node and returns what it measured. A guest the
+// case lost or restarted is taken as it is afterwards, for the next case.
+func (f *Framework) runFault(ctx context.Context, c faultCase, guests []*guestRun, node string) faultRow {
+	GinkgoHelper()
+	By("fault: " + c.name)
+	row := faultRow{name: c.name}
+	var n corev1.Node
+	Expect(f.Client.Get(ctx, types.NamespacedName{Name: node}, &n)).To(Succeed())
+
+	// Two VMI creations in flight: made just before the fault, not waited for.
+	slug := strings.NewReplacer(" ", "-", "_", "-").Replace(strings.ToLower(c.name))
+	var flight []string
+	for i := range 2 {
+		name := fmt.Sprintf("flight%d-%s", i, slug)
+		if len(name) > 50 {
+			name = name[:50]
+		}
+		name = strings.TrimRight(name, "-")
+		spec := guestSpecOf(guest.Options{UserData: name})
+		spec.NodeSelector = map[string]string{corev1.LabelHostname: n.Labels[corev1.LabelHostname]}
+		b, err := yaml.Marshal(spec)
+		Expect(err).NotTo(HaveOccurred())
+		f.Apply(ctx, "apiVersion: kubevisor.io/v1alpha1\nkind: VirtualMachineInstance\nmetadata:\n  name: "+name+"\nspec:\n"+indent(string(b), 2))
+		flight = append(flight, name)
+	}
+	row.inFlight = len(flight)
+
+	dups := f.watchLaunchers(ctx)
+	start := time.Now()
+	c.inject(ctx, f, node)
+
+	names := append([]string(nil), flight...)
+	for _, g := range guests {
+		names = append(names, g.name)
+	}
+	converged := f.waitConverged(ctx, names, node, 6*time.Minute)
+	row.converge = time.Since(start)
+	row.duplicates = len(dups.Stop())
+	if !converged {
+		row.problems = append(row.problems, fmt.Sprintf("not converged in %s", row.converge.Round(time.Second)))
+	}
+	if row.duplicates > 0 {
+		row.problems = append(row.problems, fmt.Sprintf("VMIs with two live launcher pods: %v", dups.Stop()))
+	}
+
+	for _, g := range guests {
+		vmi := f.VMI(ctx, g.name)
+		switch {
+		case vmi == nil || vmi.UID != g.vmi.UID || vmi.Status.Phase != v1alpha1.Running:
+			row.lost++
+			row.problems = append(row.problems, fmt.Sprintf("VM %s lost its VMI", g.name))
+			f.refreshGuest(ctx, g)
+		case f.bootID(ctx, g.name) != g.bootID:
+			row.restarted++
+			row.problems = append(row.problems, fmt.Sprintf("VM %s: the guest booted again", g.name))
+			f.refreshGuest(ctx, g)
+		}
+	}
+	for _, name := range flight {
+		if vmi := f.VMI(ctx, name); vmi == nil || vmi.Status.Phase != v1alpha1.Running {
+			row.inFlightNotRunning++
+		}
+	}
+	if row.inFlightNotRunning > 0 {
+		row.problems = append(row.problems, fmt.Sprintf("%d of the %d VMIs created in flight not Running", row.inFlightNotRunning, row.inFlight))
+	}
+	for _, name := range flight {
+		Expect(client.IgnoreNotFound(f.Client.Delete(ctx, &v1alpha1.VirtualMachineInstance{ObjectMeta: metav1.ObjectMeta{Namespace: f.Namespace, Name: name}}))).To(Succeed())
+	}
+	for _, name := range flight {
+		f.WaitGone(ctx, name)
+	}
+	GinkgoWriter.Printf("fault %q: lost %d, restarted %d, duplicate launcher pods %d, converged in %s\n",
+		c.name, row.lost, row.restarted, row.duplicates, row.converge.Round(100*time.Millisecond))
+	return row
+}
+
+// refreshGuest takes g as it runs now (its VM's current VMI, launcher pod and boot), so that the
+// next case measures from there.
+func (f *Framework) refreshGuest(ctx context.Context, g *guestRun) {
+	GinkgoHelper()
+	g.vmi = f.WaitRunning(ctx, g.name)
+	f.WaitReady(ctx, g.vmi)
+	g.vmi = f.waitReadyCondition(ctx, g.name)
+	pods := f.LauncherPods(ctx, g.vmi.UID)
+	Expect(pods).To(HaveLen(1))
+	g.launcher = pods[0]
+	g.bootID = f.bootID(ctx, g.name)
+}
+
+// waitConverged waits, up to timeout, until every VMI of names is Running with its Ready
+// condition True and exactly one launcher pod not being deleted, and node's handler pod is
+// Ready. API errors (the API server restarting) are waited through.
+func (f *Framework) waitConverged(ctx context.Context, names []string, node string, timeout time.Duration) bool {
+	GinkgoHelper()
+	deadline := time.Now().Add(timeout)
+	for time.Now().Before(deadline) {
+		if f.converged(ctx, names, node) == "" {
+			return true
+		}
+		select {
+		case <-ctx.Done():
+			return false
+		case <-time.After(time.Second):
+		}
+	}
+	GinkgoWriter.Printf("not converged: %s\n", f.converged(ctx, names, node))
+	return false
+}
+
+// converged says what is not right yet ("" when everything is).
+func (f *Framework) converged(ctx context.Context, names []string, node string) string {
+	var pods corev1.PodList
+	if err := f.Client.List(ctx, &pods, client.InNamespace(handlerNamespace)); err != nil {
+		return "list handler pods: " + err.Error()
+	}
+	handlerReady := false
+	for _, p := range pods.Items {
+		if p.Spec.NodeName == node && p.DeletionTimestamp == nil && strings.HasPrefix(p.Name, "kubevisor-handler") && podReady(p) {
+			handlerReady = true
+		}
+	}
+	if !handlerReady {
+		return "no Ready handler pod on " + node
+	}
+	for _, name := range names {
+		var vmi v1alpha1.VirtualMachineInstance
+		if err := f.Client.Get(ctx, types.NamespacedName{Namespace: f.Namespace, Name: name}, &vmi); err != nil {
+			return "VMI " + name + ": " + err.Error()
+		}
+		if vmi.Status.Phase != v1alpha1.Running {
+			return fmt.Sprintf("VMI %s is %s", name, vmi.Status.Phase)
+		}
+		ready := v1alpha1.InstanceCondition(vmi.Status.Conditions, v1alpha1.VirtualMachineInstanceReady)
+		if ready == nil || ready.Status != corev1.ConditionTrue {
+			return "VMI " + name + " is not Ready"
+		}
+		var lp corev1.PodList
+		if err := f.Client.List(ctx, &lp, client.InNamespace(f.Namespace), client.MatchingLabels{v1alpha1.CreatedByLabel: string(vmi.UID)}); err != nil {
+			return "list launcher pods: " + err.Error()
+		}
+		if live := liveLaunchers(lp.Items)[string(vmi.UID)]; live != 1 {
+			return fmt.Sprintf("VMI %s has %d live launcher pods", name, live)
+		}
+	}
+	return ""
+}
+
+// liveLaunchers counts, by VMI UID, the launcher pods that are not being deleted and have not
+// ended.
+func liveLaunchers(pods []corev1.Pod) map[string]int {
+	n := map[string]int{}
+	for _, p := range pods {
+		uid := p.Labels[v1alpha1.CreatedByLabel]
+		if uid == "" || p.DeletionTimestamp != nil || p.Status.Phase == corev1.PodSucceeded || p.Status.Phase == corev1.PodFailed {
+			continue
+		}
+		n[uid]++
+	}
+	return n
+}
+
+// launcherWatch polls the spec namespace's launcher pods and records the VMIs that had more
+// than one live launcher pod at a poll.
+type launcherWatch struct {
+	mu     sync.Mutex
+	dups   map[string]bool
+	cancel context.CancelFunc
+	done   chan struct{}
+}
+
+// watchLaunchers starts a launcherWatch (every 500 ms; a failed list, while the API server
+// restarts, is skipped); Stop ends it.
+func (f *Framework) watchLaunchers(ctx context.Context) *launcherWatch {
+	ctx, cancel := context.WithCancel(ctx)
+	w := &launcherWatch{dups: map[string]bool{}, cancel: cancel, done: make(chan struct{})}
+	go func() {
+		defer close(w.done)
+		for {
+			var pods corev1.PodList
+			if err := f.Client.List(ctx, &pods, client.InNamespace(f.Namespace), client.HasLabels{v1alpha1.CreatedByLabel}); err == nil {
+				w.mu.Lock()
+				for uid, n := range liveLaunchers(pods.Items) {
+					if n > 1 {
+						w.dups[uid] = true
+					}
+				}
+				w.mu.Unlock()
+			}
+			select {
+			case <-ctx.Done():
+				return
+			case <-time.After(500 * time.Millisecond):
+			}
+		}
+	}()
+	return w
+}
+
+// Stop ends the watch and returns the UIDs of the VMIs seen with two live launcher pods, sorted.
+func (w *launcherWatch) Stop() []string {
+	w.cancel()
+	<-w.done
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	var out []string
+	for uid := range w.dups {
+		out = append(out, uid)
+	}
+	sort.Strings(out)
+	return out
+}
+
+// faultTable is the matrix as a table: case, VMs lost, restarted, duplicate launcher pods, time
+// to converge, and what was wrong.
+func faultTable(rows []faultRow) string {
+	var b strings.Builder
+	tw := tabwriter.NewWriter(&b, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "case\tlost\trestarted\tduplicate pods\tin flight not running\tconverged in\tproblems")
+	for _, r := range rows {
+		if r.notRun != "" {
+			fmt.Fprintf(tw, "%s\t-\t-\t-\t-\t-\tnot run: %s\n", r.name, r.notRun)
+			continue
+		}
+		problems := "none"
+		if len(r.problems) > 0 {
+			problems = strings.Join(r.problems, "; ")
+		}
+		fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%d/%d\t%s\t%s\n", r.name, r.lost, r.restarted, r.duplicates,
+			r.inFlightNotRunning, r.inFlight, r.converge.Round(100*time.Millisecond), problems)
+	}
+	_ = tw.Flush()
+	return b.String()
+}
