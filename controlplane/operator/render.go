@@ -732,10 +732,15 @@ func handlerFlags(v1alpha1.KubevisorConfiguration) map[string]string {
 }
 
 // applyPlacement adds p to a workload's pod template: its node selector and tolerations added
-// to the template's, its affinity replacing the template's.
+// to the template's, its affinity replacing the template's; and its replicas to a Deployment.
 func applyPlacement(o *unstructured.Unstructured, p *v1alpha1.ComponentPlacement) error {
 	if p == nil {
 		return nil
+	}
+	if p.Replicas != nil && o.GetKind() == "Deployment" {
+		if err := unstructured.SetNestedField(o.Object, int64(*p.Replicas), "spec", "replicas"); err != nil {
+			return err
+		}
 	}
 	pod := []string{"spec", "template", "spec"}
 	if len(p.NodeSelector) > 0 {

@@ -489,9 +489,21 @@ func TestRenderPlacement(t *testing.T) {
 	spec.Infra = &v1alpha1.ComponentPlacement{
 		NodeSelector: map[string]string{"node-role.kubernetes.io/control-plane": ""},
 		Tolerations:  []corev1.Toleration{{Key: "node-role.kubernetes.io/control-plane", Operator: corev1.TolerationOpExists, Effect: corev1.TaintEffectNoSchedule}},
+		Replicas:     ptr.To[int32](2),
 	}
 	spec.Workloads = &v1alpha1.ComponentPlacement{NodeSelector: map[string]string{"kubevisor.io/vms": "true"}}
 	r := mustRender(t, spec)
+	for _, name := range []string{ControllerDeployment, APIDeployment} {
+		if n, _, _ := unstructured.NestedInt64(find(r, "Deployment", name).Object, "spec", "replicas"); n != 2 {
+			t.Errorf("%s replicas %d, want infra's 2", name, n)
+		}
+	}
+	if _, found, _ := unstructured.NestedFieldNoCopy(find(r, "DaemonSet", HandlerDaemonSet).Object, "spec", "replicas"); found {
+		t.Errorf("the handler DaemonSet got replicas")
+	}
+	if n, _, _ := unstructured.NestedInt64(find(mustRender(t, specOf("qmp", "cni", "local")), "Deployment", ControllerDeployment).Object, "spec", "replicas"); n != 1 {
+		t.Errorf("controller replicas without infra: %d, want the install's 1", n)
+	}
 	var ctl, ds struct {
 		Spec struct {
 			Template corev1.PodTemplateSpec `json:"template"`

@@ -45,6 +45,7 @@ type Kubevisor struct {
 }
 
 // KubevisorSpec is the wanted installation.
+// +kubebuilder:validation:XValidation:rule="!has(self.workloads) || !has(self.workloads.replicas)",message="workloads.replicas: the node agent is a DaemonSet, one pod per node"
 type KubevisorSpec struct {
 	// Drivers is the driver set: the in-tree drivers of this release by name (qmp, libvirt,
 	// cni, local, hostdev, fake), each with its handler configuration. A hypervisor driver
@@ -74,7 +75,8 @@ type KubevisorSpec struct {
 	// kubevisor-api makes and renews before they expire.
 	// +optional
 	CertificateRotateStrategy *CertificateRotateStrategy `json:"certificateRotateStrategy,omitempty"`
-	// Infra places the control plane (kubevisor-controller and kubevisor-api).
+	// Infra places the control plane (kubevisor-controller and kubevisor-api), and sets how
+	// many pods each runs.
 	// +optional
 	Infra *ComponentPlacement `json:"infra,omitempty"`
 	// Workloads places the node agent (the kubevisor-handler DaemonSet), so the nodes where
@@ -270,6 +272,13 @@ type ComponentPlacement struct {
 	// Affinity replaces the pods' affinity.
 	// +optional
 	Affinity *corev1.Affinity `json:"affinity,omitempty"`
+	// Replicas is how many pods each of the placed Deployments runs: of kubevisor-controller
+	// one leads and the others wait to take over, kubevisor-api's all serve. Default: one each.
+	// Infra only (the node agent is a DaemonSet).
+	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=10
+	// +optional
+	Replicas *int32 `json:"replicas,omitempty"`
 }
 
 // KubevisorStatus is what the operator observed and did.
