@@ -13,6 +13,8 @@ import (
 
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
+	appsv1 "k8s.io/api/apps/v1"
+	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -43,6 +45,8 @@ type faultCase struct {
 	name string
 	// local: the case runs hack/cluster scripts on this machine.
 	local bool
+	// prepare, when set, readies the cluster for the case before the VMI creations start.
+	prepare func(ctx context.Context, f *Framework)
 	// inject does the fault to node and returns once it is over (the component is back).
 	inject func(ctx context.Context, f *Framework, node string)
 }
@@ -71,6 +75,27 @@ func faultCases() []faultCase {
 			}).WithContext(ctx).WithTimeout(3 * time.Minute).WithPolling(time.Second).Should(Succeed())
 		},
 	}}
+	cases = append(cases, faultCase{
+		name: "controller leader killed, two replicas",
+		prepare: func(ctx context.Context, f *Framework) {
+			f.patchKubevisor(ctx, `{"spec":{"infra":{"replicas":2}}}`)
+			DeferCleanup(func(ctx SpecContext) { f.patchKubevisor(ctx, `{"spec":{"infra":{"replicas":null}}}`) })
+			Eventually(func(g Gomega) {
+				var d appsv1.Deployment
+				g.Expect(f.Client.Get(ctx, types.NamespacedName{Namespace: handlerNamespace, Name: controllerDeployment}, &d)).To(Succeed())
+				g.Expect(d.Status.ReadyReplicas).To(BeNumerically(">=", 2), "kubevisor-controller replicas ready")
+				g.Expect(d.Status.UpdatedReplicas).To(Equal(d.Status.Replicas))
+			}).WithContext(ctx).WithTimeout(3 * time.Minute).WithPolling(time.Second).Should(Succeed())
+		},
+		inject: func(ctx context.Context, f *Framework, node string) {
+			leader := f.controllerLeader(ctx)
+			By("SIGKILL of the leader " + leader + " (its pod deleted with no grace)")
+			pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: handlerNamespace, Name: leader}}
+			Expect(f.Client.Delete(ctx, pod, client.GracePeriodSeconds(0))).To(Succeed())
+			Eventually(func() string { return f.controllerLeader(ctx) }).WithContext(ctx).
+				WithTimeout(2*time.Minute).WithPolling(time.Second).ShouldNot(Or(BeEmpty(), Equal(leader)), "a new leader")
+		},
+	})
 	for _, d := range []string{"qmp", "libvirt", "cni", "local", "hostdev"} {
 		cases = append(cases, faultCase{
 			name: "driver plugin " + d + " SIGKILLed",
@@ -99,6 +124,20 @@ func faultCases() []faultCase {
 	return cases
 }
 
+// controllerDeployment is kubevisor-controller's Deployment; its Lease has the same name.
+const controllerDeployment = "kubevisor-controller"
+
+// controllerLeader is the pod name of kubevisor-controller's leader, from its Lease's holder
+// (controller-runtime's identity: <pod name>_<uuid>); "" when none holds it.
+func (f *Framework) controllerLeader(ctx context.Context) string {
+	var l coordinationv1.Lease
+	if err := f.Client.Get(ctx, types.NamespacedName{Namespace: handlerNamespace, Name: controllerDeployment}, &l); err != nil || l.Spec.HolderIdentity == nil {
+		return ""
+	}
+	name, _, _ := strings.Cut(*l.Spec.HolderIdentity, "_")
+	return name
+}
+
 // localCluster runs script of the local cluster's scripts (Cfg.LocalCluster) with args.
 func localCluster(ctx context.Context, script string, args ...string) {
 	GinkgoHelper()
@@ -122,7 +161,7 @@ func podReady(p corev1.Pod) bool {
 var _ = Describe("Fault matrix", Label("Disruptive", "TwoClasses"), func() {
 	f := NewFramework()
 
-	It("loses no VM, restarts none and makes no second launcher pod when the handler pod is deleted, each driver plugin is SIGKILLed, and the API server and etcd, the kubelet or containerd restart, with VMs running and VMI creations in flight", func(ctx SpecContext) {
+	It("loses no VM, restarts none and makes no second launcher pod when the handler pod is deleted, the controller's leader is killed with a second replica waiting, each driver plugin is SIGKILLed, and the API server and etcd, the kubelet or containerd restart, with VMs running and VMI creations in flight", func(ctx SpecContext) {
 		guests := f.bootOneOfEach(ctx, "fault", true)
 		node := guests[0].vmi.Status.NodeName
 		var rows []faultRow
@@ -152,6 +191,9 @@ func (f *Framework) runFault(ctx context.Context, c faultCase, guests []*guestRu
 	row := faultRow{name: c.name}
 	var n corev1.Node
 	Expect(f.Client.Get(ctx, types.NamespacedName{Name: node}, &n)).To(Succeed())
+	if c.prepare != nil {
+		c.prepare(ctx, f)
+	}
 
 	// Two VMI creations in flight: made just before the fault, not waited for.
 	slug := strings.NewReplacer(" ", "-", "_", "-").Replace(strings.ToLower(c.name))
