@@ -7,6 +7,7 @@ import (
 
 	admissionv1 "k8s.io/api/admission/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/validation/field"
 	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -45,6 +46,9 @@ type Admission struct {
 	Reader client.Reader
 	// MachineType replaces DefaultMachineType when set.
 	MachineType string
+	// CheckPodSecurity refuses what its namespace's Pod Security level would not run
+	// (podsecurity.go).
+	CheckPodSecurity bool
 }
 
 // SetupWithManager registers the mutating and validating webhooks of VirtualMachineInstance,
@@ -52,15 +56,15 @@ type Admission struct {
 // VirtualMachineInstanceMigration with mgr's webhook server.
 func (a *Admission) SetupWithManager(mgr manager.Manager) error {
 	if err := builder.WebhookManagedBy(mgr, &v1alpha1.VirtualMachineInstance{}).
-		WithDefaulter(vmiDefaulter{a}).WithValidator(vmiValidator{}).Complete(); err != nil {
+		WithDefaulter(vmiDefaulter{a}).WithValidator(vmiValidator{a}).Complete(); err != nil {
 		return fmt.Errorf("virtualmachineinstance webhooks: %w", err)
 	}
 	if err := builder.WebhookManagedBy(mgr, &v1alpha1.VirtualMachine{}).
-		WithDefaulter(vmDefaulter{a}).WithValidator(vmValidator{}).Complete(); err != nil {
+		WithDefaulter(vmDefaulter{a}).WithValidator(vmValidator{a}).Complete(); err != nil {
 		return fmt.Errorf("virtualmachine webhooks: %w", err)
 	}
 	if err := builder.WebhookManagedBy(mgr, &v1alpha1.VirtualMachineInstanceReplicaSet{}).
-		WithDefaulter(vmirsDefaulter{a}).WithValidator(vmirsValidator{}).Complete(); err != nil {
+		WithDefaulter(vmirsDefaulter{a}).WithValidator(vmirsValidator{a}).Complete(); err != nil {
 		return fmt.Errorf("virtualmachineinstancereplicaset webhooks: %w", err)
 	}
 	if err := builder.WebhookManagedBy(mgr, &v1alpha1.VirtualMachineInstanceMigration{}).
@@ -189,13 +193,42 @@ func validated(ctx context.Context, kind, name string, errs field.ErrorList) err
 	return invalid(kind, name, append(unknown, errs...))
 }
 
-type vmiValidator struct{}
-
-func (vmiValidator) ValidateCreate(ctx context.Context, vmi *v1alpha1.VirtualMachineInstance) (admission.Warnings, error) {
-	return nil, validated(ctx, vmiKind, vmi.Name, Validate(&vmi.Spec, specPath))
+// validatedRunnable is validated, and when errs is empty, the Pod Security check of spec (the
+// VMI's, or the template's that the object makes VMIs of; nil: none) in the object's namespace.
+func (a *Admission) validatedRunnable(ctx context.Context, kind string, meta metav1.ObjectMeta, spec *v1alpha1.VirtualMachineInstanceSpec, errs field.ErrorList) error {
+	if len(errs) == 0 && spec != nil {
+		ns := meta.Namespace
+		if req, err := admission.RequestFromContext(ctx); ns == "" && err == nil {
+			ns = req.Namespace
+		}
+		path := specPath
+		if kind != vmiKind {
+			path = specPath.Child("template", "spec")
+		}
+		ps, err := a.podSecurity(ctx, ns, meta.Name, spec, path)
+		if err != nil {
+			return err
+		}
+		errs = ps
+	}
+	return validated(ctx, kind, meta.Name, errs)
 }
 
-func (vmiValidator) ValidateUpdate(ctx context.Context, oldVMI, vmi *v1alpha1.VirtualMachineInstance) (admission.Warnings, error) {
+// templateSpec is the VMI spec of a template, nil when there is none.
+func templateSpec(t *v1alpha1.VirtualMachineInstanceTemplateSpec) *v1alpha1.VirtualMachineInstanceSpec {
+	if t == nil {
+		return nil
+	}
+	return &t.Spec
+}
+
+type vmiValidator struct{ a *Admission }
+
+func (v vmiValidator) ValidateCreate(ctx context.Context, vmi *v1alpha1.VirtualMachineInstance) (admission.Warnings, error) {
+	return nil, v.a.validatedRunnable(ctx, vmiKind, vmi.ObjectMeta, &vmi.Spec, Validate(&vmi.Spec, specPath))
+}
+
+func (v vmiValidator) ValidateUpdate(ctx context.Context, oldVMI, vmi *v1alpha1.VirtualMachineInstance) (admission.Warnings, error) {
 	return nil, validated(ctx, vmiKind, vmi.Name, ValidateVMISpecUpdate(&vmi.Spec, &oldVMI.Spec, specPath))
 }
 
@@ -203,30 +236,30 @@ func (vmiValidator) ValidateDelete(context.Context, *v1alpha1.VirtualMachineInst
 	return nil, nil
 }
 
-type vmValidator struct{}
+type vmValidator struct{ a *Admission }
 
-func (vmValidator) ValidateCreate(ctx context.Context, vm *v1alpha1.VirtualMachine) (admission.Warnings, error) {
-	return nil, validated(ctx, vmKind, vm.Name, ValidateVirtualMachineSpec(&vm.Spec, specPath))
+func (v vmValidator) ValidateCreate(ctx context.Context, vm *v1alpha1.VirtualMachine) (admission.Warnings, error) {
+	return nil, v.a.validatedRunnable(ctx, vmKind, vm.ObjectMeta, templateSpec(vm.Spec.Template), ValidateVirtualMachineSpec(&vm.Spec, specPath))
 }
 
 // ValidateUpdate validates the whole spec again: a VM's template may change (the next VMI gets
 // it), as in KubeVirt.
-func (vmValidator) ValidateUpdate(ctx context.Context, _, vm *v1alpha1.VirtualMachine) (admission.Warnings, error) {
-	return nil, validated(ctx, vmKind, vm.Name, ValidateVirtualMachineSpec(&vm.Spec, specPath))
+func (v vmValidator) ValidateUpdate(ctx context.Context, _, vm *v1alpha1.VirtualMachine) (admission.Warnings, error) {
+	return nil, v.a.validatedRunnable(ctx, vmKind, vm.ObjectMeta, templateSpec(vm.Spec.Template), ValidateVirtualMachineSpec(&vm.Spec, specPath))
 }
 
 func (vmValidator) ValidateDelete(context.Context, *v1alpha1.VirtualMachine) (admission.Warnings, error) {
 	return nil, nil
 }
 
-type vmirsValidator struct{}
+type vmirsValidator struct{ a *Admission }
 
-func (vmirsValidator) ValidateCreate(ctx context.Context, rs *v1alpha1.VirtualMachineInstanceReplicaSet) (admission.Warnings, error) {
-	return nil, validated(ctx, vmirsKind, rs.Name, ValidateReplicaSetSpec(&rs.Spec, specPath))
+func (v vmirsValidator) ValidateCreate(ctx context.Context, rs *v1alpha1.VirtualMachineInstanceReplicaSet) (admission.Warnings, error) {
+	return nil, v.a.validatedRunnable(ctx, vmirsKind, rs.ObjectMeta, templateSpec(rs.Spec.Template), ValidateReplicaSetSpec(&rs.Spec, specPath))
 }
 
-func (vmirsValidator) ValidateUpdate(ctx context.Context, _, rs *v1alpha1.VirtualMachineInstanceReplicaSet) (admission.Warnings, error) {
-	return nil, validated(ctx, vmirsKind, rs.Name, ValidateReplicaSetSpec(&rs.Spec, specPath))
+func (v vmirsValidator) ValidateUpdate(ctx context.Context, _, rs *v1alpha1.VirtualMachineInstanceReplicaSet) (admission.Warnings, error) {
+	return nil, v.a.validatedRunnable(ctx, vmirsKind, rs.ObjectMeta, templateSpec(rs.Spec.Template), ValidateReplicaSetSpec(&rs.Spec, specPath))
 }
 
 func (vmirsValidator) ValidateDelete(context.Context, *v1alpha1.VirtualMachineInstanceReplicaSet) (admission.Warnings, error) {

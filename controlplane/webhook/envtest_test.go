@@ -6,6 +6,7 @@ import (
 	"crypto/tls"
 	"crypto/x509"
 	"errors"
+	"fmt"
 	"net"
 	"net/http"
 	"os"
@@ -267,6 +268,44 @@ func TestAdmissionThroughAPIServer(t *testing.T) {
 		})
 		if err == nil || !strings.Contains(err.Error(), "parameters") || !strings.Contains(err.Error(), "no hypervisor driver of this release takes class parameters") {
 			t.Fatalf("want the class refused at parameters, got %v", err)
+		}
+	})
+
+	t.Run("what the namespace's Pod Security level would not run is refused, naming the level and why", func(t *testing.T) {
+		for _, level := range []string{"restricted", "baseline", "privileged"} {
+			ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "ps-" + level, Labels: map[string]string{"pod-security.kubernetes.io/enforce": level}}}
+			if err := c.Create(ctx, ns); err != nil {
+				t.Fatal(err)
+			}
+		}
+		in := func(ns string, o client.Object) client.Object { o.SetNamespace(ns); return o }
+		for _, tc := range []struct {
+			ns   string
+			obj  client.Object
+			path string
+			want []string // "" accepted
+		}{
+			{"ps-restricted", in("ps-restricted", vmi("a", minimalSpec())), "spec",
+				[]string{`Pod Security "restricted:latest"`, "HypervisorClass qemu", `restricted volume type "hostPath"`, "runAsNonRoot != true"}},
+			{"ps-baseline", in("ps-baseline", vmi("a", minimalSpec())), "spec", []string{`Pod Security "baseline:latest"`, "hostPath volumes"}},
+			{"ps-privileged", in("ps-privileged", vmi("a", minimalSpec())), "", nil},
+			{"ps-restricted", &v1alpha1.VirtualMachine{ObjectMeta: metav1.ObjectMeta{Name: "vm", Namespace: "ps-restricted"},
+				Spec: v1alpha1.VirtualMachineSpec{Running: ptr.To(false), Template: &v1alpha1.VirtualMachineInstanceTemplateSpec{Spec: *minimalSpec()}}},
+				"spec.template.spec", []string{`Pod Security "restricted:latest"`, `restricted volume type "hostPath"`}},
+		} {
+			err := c.Create(ctx, tc.obj, client.DryRunAll)
+			kind := fmt.Sprintf("%T in %s", tc.obj, tc.ns)
+			if tc.want == nil {
+				if err != nil {
+					t.Errorf("%s: %v, want it admitted", kind, err)
+				}
+				continue
+			}
+			for _, w := range tc.want {
+				if !causeAt(err, tc.path, w) {
+					t.Errorf("%s: %v, want Invalid at %s holding %q", kind, err, tc.path, w)
+				}
+			}
 		}
 	})
 

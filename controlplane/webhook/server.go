@@ -97,6 +97,9 @@ type Config struct {
 	MetricsAddr, HealthAddr string
 	// MachineType replaces DefaultMachineType when set.
 	MachineType string
+	// CheckPodSecurity refuses VMIs (and VMs and replica sets by their template) whose launcher
+	// pod their namespace's enforced Pod Security level refuses (podsecurity.go).
+	CheckPodSecurity bool
 	// DefaultEvictionStrategy is the eviction strategy of VMIs that set none ("" is None), for
 	// the eviction webhook; kubevisor-controller must be given the same.
 	DefaultEvictionStrategy v1alpha1.EvictionStrategy
@@ -123,6 +126,7 @@ func DefaultConfig() Config {
 		HandlerCertSecret:    nodeapi.HandlerCertSecret,
 		NodeCertSigner:       true,
 		NodeCertMaxLifetime:  nodeapi.NodeCertMaxLifetime,
+		CheckPodSecurity:     true,
 		MetricsAddr:          ":8080",
 		HealthAddr:           ":8081",
 	}
@@ -159,6 +163,7 @@ func (c *Config) AddFlags(fs *flag.FlagSet) {
 		return err
 	})
 	fs.StringVar(&c.MachineType, "default-machine-type", c.MachineType, "machine type of VMIs that name none (empty: "+DefaultMachineType+")")
+	fs.BoolVar(&c.CheckPodSecurity, "check-pod-security", c.CheckPodSecurity, "refuse VMIs, VMs and replica sets whose launcher pod their namespace's enforced Pod Security level (pod-security.kubernetes.io/enforce) refuses; false where the cluster's Pod Security admission exempts kubevisor-controller")
 }
 
 func (c Config) certOptions() certs.Options {
@@ -266,7 +271,7 @@ func NewManager(cfg *rest.Config, c Config) (manager.Manager, error) {
 	}
 	// Reads of HypervisorClasses go straight to the API server: a cache would make the
 	// process watch every class for a lookup done once per create.
-	a := &Admission{Reader: mgr.GetAPIReader(), MachineType: c.MachineType}
+	a := &Admission{Reader: mgr.GetAPIReader(), MachineType: c.MachineType, CheckPodSecurity: c.CheckPodSecurity}
 	if err := a.SetupWithManager(mgr); err != nil {
 		return nil, err
 	}
