@@ -192,7 +192,8 @@ func Unfinished(m *v1alpha1.VirtualMachineInstanceMigration) bool {
 // protects it (Protected). A marked VMI that no longer runs on the marked node (it moved, or
 // finished) is unmarked. A marked VMI still there, with strategy LiveMigrate (or
 // LiveMigrateIfPossible), gets one migration at a time: none while one of its migrations is
-// unfinished or one completed and the VMI is being moved to its target, none while the
+// unfinished or one completed and the VMI is being moved to its target (as its status says, or
+// as the migration says while the VMI's status lags), none while the
 // parallel limits are reached, and after a failed evacuation
 // migration the next waits RetryBackoff, doubled for each failure in a row since the last
 // success, at most MaxRetryBackoff.
@@ -231,10 +232,21 @@ func Decide(obs Observation) Decision {
 	}
 	// Failures in a row: evacuation migrations that failed since the VMI's last success.
 	lastSuccess := time.Time{}
+	var succeeded *v1alpha1.VirtualMachineInstanceMigration
 	for i := range obs.Migrations {
 		m := &obs.Migrations[i]
 		if m.Status.Phase == v1alpha1.MigrationSucceeded && m.CreationTimestamp.After(lastSuccess) {
-			lastSuccess = m.CreationTimestamp.Time
+			lastSuccess, succeeded = m.CreationTimestamp.Time, m
+		}
+	}
+	// The VMI's latest successful migration moved it off the node, yet the VMI still says it
+	// runs there: its status lags the migration's (the VMI controller has not written it yet, or
+	// this controller's cache of VMIs is behind its cache of migrations). It is leaving: look
+	// again shortly rather than start another migration.
+	if succeeded != nil {
+		if s := succeeded.Status.MigrationState; s != nil && s.SourceNode == node {
+			d.Wait, d.WaitReason = statusLagWait, fmt.Sprintf("migration %s moved the VMI off node %s; its status does not say so yet", succeeded.Name, node)
+			return d
 		}
 	}
 	for i := range obs.Migrations {
@@ -280,6 +292,10 @@ func Decide(obs Observation) Decision {
 // throttleWait is when to look again at a VMI held back by a parallel limit (a migration
 // finishing also brings it back).
 const throttleWait = 5 * time.Second
+
+// statusLagWait is when to look again at a VMI whose status lags its successful migration (the
+// VMI's update also brings it back).
+const statusLagWait = 2 * time.Second
 
 // endOf is when migration m ended: its Failed phase's transition, else its creation.
 func endOf(m *v1alpha1.VirtualMachineInstanceMigration) time.Time {

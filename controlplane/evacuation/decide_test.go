@@ -1,6 +1,7 @@
 package evacuation
 
 import (
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -163,6 +164,16 @@ func TestDecide(t *testing.T) {
 		{name: "earlier succeeded: create", obs: obs(func(o *Observation) {
 			o.Migrations = []v1alpha1.VirtualMachineInstanceMigration{mig("a", v1alpha1.MigrationSucceeded, now.Add(-time.Hour), true)}
 		}), want: Decision{CreateMigration: true}},
+		{name: "earlier succeeded onto the node: create", obs: obs(func(o *Observation) {
+			m := mig("a", v1alpha1.MigrationSucceeded, now.Add(-time.Hour), false)
+			m.Status.MigrationState = &v1alpha1.VirtualMachineInstanceMigrationState{SourceNode: "node-0", TargetNode: "node-1", Completed: true}
+			o.Migrations = []v1alpha1.VirtualMachineInstanceMigration{m}
+		}), want: Decision{CreateMigration: true}},
+		{name: "succeeded off the node, the VMI's status not there yet: wait", obs: obs(func(o *Observation) {
+			m := mig("a", v1alpha1.MigrationSucceeded, now.Add(-time.Minute), true)
+			m.Status.MigrationState = &v1alpha1.VirtualMachineInstanceMigrationState{SourceNode: "node-1", TargetNode: "node-2", Completed: true}
+			o.Migrations = []v1alpha1.VirtualMachineInstanceMigration{mig("b", v1alpha1.MigrationFailed, now.Add(-2*time.Minute), true), m}
+		}), want: Decision{}, wait: true},
 		{name: "failed 5s ago: wait out the backoff", obs: obs(func(o *Observation) {
 			o.Migrations = []v1alpha1.VirtualMachineInstanceMigration{mig("a", v1alpha1.MigrationFailed, now.Add(-6*time.Second), true)}
 		}), wait: true},
@@ -224,7 +235,15 @@ func TestDecide(t *testing.T) {
 		})
 	}
 	// The backoff doubles per failure in a row: three failures wait 40s after the last.
-	d := Decide(cases[6].obs) // failed three times
+	i := slices.IndexFunc(cases, func(c struct {
+		name string
+		obs  Observation
+		want Decision
+		wait bool
+	}) bool {
+		return strings.HasPrefix(c.name, "failed three times")
+	})
+	d := Decide(cases[i].obs)
 	if want := 40*time.Second - 30*time.Second; d.Wait != want {
 		t.Errorf("three failures: wait %s, want %s", d.Wait, want)
 	}

@@ -147,6 +147,8 @@ func TestController(t *testing.T) {
 					st.MigrationState = &v1alpha1.VirtualMachineInstanceMigrationState{MigrationUID: got[i].UID, SourceNode: "node-1", TargetNode: "node-2", Completed: true}
 				})
 				got[i].Status.Phase = v1alpha1.MigrationSucceeded
+				// As the migration controller writes it: the nodes it moved the VMI between.
+				got[i].Status.MigrationState = &v1alpha1.VirtualMachineInstanceMigrationState{SourceNode: "node-1", TargetNode: "node-2", Completed: true}
 				if err := c.Status().Update(ctx, &got[i]); err != nil {
 					t.Fatal(err)
 				}
