@@ -268,12 +268,7 @@ func (f *Framework) runFault(ctx context.Context, c faultCase, guests []*guestRu
 func (f *Framework) refreshGuest(ctx context.Context, g *guestRun) {
 	GinkgoHelper()
 	g.vmi = f.WaitRunning(ctx, g.name)
-	f.WaitReady(ctx, g.vmi)
-	g.vmi = f.waitReadyCondition(ctx, g.name)
-	pods := f.LauncherPods(ctx, g.vmi.UID)
-	Expect(pods).To(HaveLen(1))
-	g.launcher = pods[0]
-	g.bootID = f.bootID(ctx, g.name)
+	f.takeGuest(ctx, g)
 }
 
 // waitConverged waits, up to timeout, until every VMI of names is Running with its Ready

@@ -403,12 +403,7 @@ func (f *Framework) bootOneOfEach(ctx context.Context, prefix string, asVM bool)
 	Expect(guests[1].vmi.Status.NodeName).To(Equal(guests[0].vmi.Status.NodeName))
 	for _, g := range guests {
 		Expect(g.vmi.Status.HypervisorDriver).To(Equal(g.class.Driver), "VMI %s", g.name)
-		f.WaitReady(ctx, g.vmi)
-		g.vmi = f.waitReadyCondition(ctx, g.name)
-		pods := f.LauncherPods(ctx, g.vmi.UID)
-		Expect(pods).To(HaveLen(1))
-		g.launcher = pods[0]
-		g.bootID = f.bootID(ctx, g.name)
+		f.takeGuest(ctx, g)
 		c := f.OpenConsole(ctx, g.name)
 		c.Send("\r")
 		c.Send(heartbeatCommand)
@@ -417,6 +412,18 @@ func (f *Framework) bootOneOfEach(ctx context.Context, prefix string, asVM bool)
 		c.Close()
 	}
 	return guests
+}
+
+// takeGuest waits until g's VMI (g.vmi, Running) is Ready, and takes it as it is then: the VMI,
+// its one launcher pod and its guest's boot id.
+func (f *Framework) takeGuest(ctx context.Context, g *guestRun) {
+	GinkgoHelper()
+	f.WaitReady(ctx, g.vmi)
+	g.vmi = f.waitReadyCondition(ctx, g.name)
+	pods := f.LauncherPods(ctx, g.vmi.UID)
+	Expect(pods).To(HaveLen(1))
+	g.launcher = pods[0]
+	g.bootID = f.bootID(ctx, g.name)
 }
 
 // waitReadyCondition waits until VMI name's Ready condition is True and returns the VMI.
