@@ -246,12 +246,16 @@ e2e: deps-runtime deps-tools deps-qemu deps-libvirt $(E2E_CLUSTER) ## Cluster co
 	$(GO) run ./hack/images --out $(OUT)/images -name e2e-signal -bins $(BIN)/e2e-signal custom
 	@if [ -S /run/kubevisor-cluster/containerd/containerd.sock ]; then hack/cluster/load-images.sh $(OUT)/images/e2e-httpget.tar $(OUT)/images/e2e-signal.tar; fi
 	$(GO) test -tags e2e -count=1 -timeout 60m ./conformance/e2e -args -kubeconfig $(E2E_KUBECONFIG) -vmctl $(BIN)/vmctl \
-	    -hypervisor-class '$(E2E_HYPERVISOR_CLASS)' -two-classes '$(E2E_TWO_CLASSES)' -upgrade-tag '$(E2E_UPGRADE_TAG)' -upgrade-pairs $(or $(UPGRADE_PAIRS),1) \
+	    -hypervisor-class '$(E2E_HYPERVISOR_CLASS)' -two-classes '$(E2E_TWO_CLASSES)' -upgrade-tag '$(E2E_UPGRADE_TAG)' -upgrade-pairs $(or $(UPGRADE_PAIRS),1) -soak-duration $(or $(SOAK_DURATION),10m) \
 	    -local-cluster '$(if $(KUBECONFIG),,$(CURDIR)/hack/cluster)' -ginkgo.label-filter '$(E2E_LABELS)' -ginkgo.junit-report $(abspath $(E2E_JUNIT)) -ginkgo.v
 
 .PHONY: e2e-faults
 e2e-faults: $(CLUSTER_DEPS) deps-qemu local-cluster ## Local cluster: the fault matrix (label Disruptive): with a VM of each of two classes running and two VMI creations in flight, the handler pod deleted, the controller leader killed with a second replica (infra.replicas 2), each driver plugin SIGKILLed, the API server and etcd, the kubelet and containerd restarted (hack/cluster/restart.sh); VMs lost, restarted, duplicate launcher pods and time to converge per case, as a table in the log.
 	$(MAKE) --no-print-directory e2e E2E_LABELS=Disruptive E2E_JUNIT=$(OUT)/e2e-junit-faults.xml
+
+.PHONY: e2e-soak
+e2e-soak: $(CLUSTER_DEPS) deps-qemu local-cluster ## Local cluster: the soak (label Soak): for SOAK_DURATION (default 10m) VMIs created and deleted in a loop on this machine's node, one real guest at a time beside batches of 5 simulated ones (the class fake, added to the driver set for the spec), then the node's census against before (pods, network namespaces, links, packet filter rules, mounts, per-VMI and run directories, driver state files, QEMU/launcher/shim/plugin processes, the handler's goroutines, threads and fds); a leak fails it.
+	$(MAKE) --no-print-directory e2e E2E_LABELS=Soak E2E_JUNIT=$(OUT)/e2e-junit-soak.xml
 
 .PHONY: e2e-upgrade
 e2e-upgrade: UPGRADE_TAG = $(or $(E2E_UPGRADE_TAG),upgrade)

@@ -26,6 +26,7 @@ func init() {
 	flag.IntVar(&Cfg.UpgradePairs, "upgrade-pairs", 1, "VMs of each of two classes the upgrade spec runs")
 	flag.StringVar(&Cfg.LocalCluster, "local-cluster", "",
 		"the local cluster's scripts directory (hack/cluster), when the cluster under test is the local one: the fault matrix (label Disruptive) restarts its components with them")
+	flag.DurationVar(&Cfg.SoakDuration, "soak-duration", Cfg.SoakDuration, "how long the soak (label Soak) creates and deletes VMIs")
 	flag.StringVar(&Cfg.TwoClasses, "two-classes", os.Getenv("E2E_TWO_CLASSES"),
 		"the two HypervisorClasses of the TwoClasses spec, a,b (default $E2E_TWO_CLASSES); set, the spec fails when one is missing, unset it takes the cluster's first two and is skipped when there are fewer")
 }

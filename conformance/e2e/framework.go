@@ -69,16 +69,19 @@ type Config struct {
 	// under test is the local one on this machine: the fault matrix's cases that restart the
 	// node's processes run them. "": another cluster.
 	LocalCluster string
+	// SoakDuration is how long the soak (label Soak) creates and deletes VMIs.
+	SoakDuration time.Duration
 }
 
 // Cfg is the suite's configuration.
 var Cfg = Config{
-	Kubectl:     "kubectl",
-	Vmctl:       "vmctl",
-	GuestImage:  guest.DefaultImage,
-	ClientImage: "kubevisor/e2e-httpget:dev",
-	SignalImage: "kubevisor/e2e-signal:dev",
-	BootTimeout: 5 * time.Minute,
+	Kubectl:      "kubectl",
+	Vmctl:        "vmctl",
+	GuestImage:   guest.DefaultImage,
+	ClientImage:  "kubevisor/e2e-httpget:dev",
+	SignalImage:  "kubevisor/e2e-signal:dev",
+	BootTimeout:  5 * time.Minute,
+	SoakDuration: 10 * time.Minute,
 }
 
 // ReadyMarker is what the test guest prints on its serial console when it is up
