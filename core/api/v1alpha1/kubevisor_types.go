@@ -222,6 +222,16 @@ type KubevisorConfiguration struct {
 	// LogVerbosity of each component.
 	// +optional
 	LogVerbosity *LogVerbosity `json:"logVerbosity,omitempty"`
+	// FeatureGates turn on features that are off by default, by KubeVirt's names (its
+	// developerConfiguration.featureGates): HostDisk (volumes[].hostDisk) and HostDevices
+	// (domain.devices.hostDevices). KubeVirt's graduated GPU, LiveMigration and NUMA are accepted
+	// and change nothing (always on); any other name is refused. Live: kubevisor-api admits by
+	// the new list without a restart, and running VMIs are not touched (core/featuregate).
+	// +listType=set
+	// +kubebuilder:validation:MaxItems=32
+	// +kubebuilder:validation:items:MaxLength=63
+	// +optional
+	FeatureGates []string `json:"featureGates,omitempty"`
 }
 
 // KubevisorMigrations is KubevisorConfiguration.Migrations (KubeVirt's
