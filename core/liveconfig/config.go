@@ -2,7 +2,8 @@
 // document in one ConfigMap (kubevisor-system/kubevisor-config) that kubevisor-operator renders
 // from the Kubevisor object's live fields, a watcher of that ConfigMap, and appliers that hand
 // each valid version to what a component can change without a restart: migration defaults and
-// limits, log verbosity, and the permitted host devices of the nodes' hostdev driver.
+// limits, log verbosity, the permitted host devices of the nodes' hostdev driver, and the
+// feature gates kubevisor-api admits by.
 //
 // A component's flags stay its base: a field the ConfigMap leaves out, or a ConfigMap that is
 // absent or deleted, means the flag's value (installs without the operator run on flags only).
@@ -17,6 +18,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/kubevisor/kubevisor/core/api/v1alpha1"
+	"github.com/kubevisor/kubevisor/core/featuregate"
 )
 
 // Where the live configuration is: the ConfigMap Name in Namespace, the document under Key.
@@ -55,6 +57,11 @@ type Config struct {
 	// kubevisor-deviceplugins containers give them to their running hostdev driver
 	// (HostDevices), which lists and advertises the new resources. An empty value permits none.
 	PermittedHostDevices *v1alpha1.PermittedHostDevices `json:"permittedHostDevices,omitempty"`
+	// FeatureGates are the enabled feature gates (package core/featuregate) that kubevisor-api
+	// admits by, in place of its --feature-gates; absent (nil) means the flag's, and an empty
+	// list enables none. The operator always writes it, [] when the Kubevisor lists none, so
+	// that the Kubevisor is the truth.
+	FeatureGates []string `json:"featureGates,omitzero"`
 }
 
 // LogVerbosity is Config.LogVerbosity.
@@ -133,6 +140,7 @@ func (c Config) Validate(p *field.Path) field.ErrorList {
 		}
 	}
 	errs = append(errs, c.PermittedHostDevices.Validate(p.Child("permittedHostDevices"))...)
+	errs = append(errs, featuregate.Validate(c.FeatureGates, p.Child("featureGates"))...)
 	return errs
 }
 

@@ -42,6 +42,10 @@ func TestParse(t *testing.T) {
 		{"no resource name", map[string]string{Key: head + "permittedHostDevices:\n  pciHostDevices:\n  - {pciVendorSelector: '10de:1eb8'}\n"}, "data[config.yaml].permittedHostDevices.pciHostDevices[0].resourceName: Required value"},
 		{"another domain", map[string]string{Key: head + "permittedHostDevices:\n  pciHostDevices:\n  - {pciVendorSelector: '10de:1eb8', resourceName: nvidia.com/T4}\n"}, `data[config.yaml].permittedHostDevices.pciHostDevices[0].resourceName: Invalid value: "nvidia.com/T4": the device plugins serve devices.kubevisor.io/<name> only`},
 		{"KubeVirt's mediated devices", map[string]string{Key: head + "permittedHostDevices:\n  mediatedDevices: []\n"}, `unknown field "permittedHostDevices.mediatedDevices"`},
+		{"feature gates", map[string]string{Key: head + "featureGates: [HostDisk, HostDevices, LiveMigration]\n"}, ""},
+		{"no feature gates: none enabled", map[string]string{Key: head + "featureGates: []\n"}, ""},
+		{"an unknown feature gate (a hand edit)", map[string]string{Key: head + "featureGates: [HostDisk, Snapshot]\n"}, `data[config.yaml].featureGates[1]: Unsupported value: "Snapshot": supported values: "GPU", "HostDevices", "HostDisk", "LiveMigration", "NUMA"`},
+		{"a feature gate twice", map[string]string{Key: head + "featureGates: [HostDisk, HostDisk]\n"}, `data[config.yaml].featureGates[1]: Duplicate value: "HostDisk"`},
 		{"KubeVirt's external provider", map[string]string{Key: head + "permittedHostDevices:\n  pciHostDevices:\n  - {pciVendorSelector: '10de:1eb8', resourceName: gpu, externalResourceProvider: true}\n"}, `unknown field "permittedHostDevices.pciHostDevices[0].externalResourceProvider"`},
 	} {
 		t.Run(c.name, func(t *testing.T) {
