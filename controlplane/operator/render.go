@@ -22,6 +22,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/kubevisor/kubevisor/core/api/v1alpha1"
+	"github.com/kubevisor/kubevisor/core/featuregate"
 	"github.com/kubevisor/kubevisor/core/liveconfig"
 )
 
@@ -264,6 +265,7 @@ func (r Renderer) Render(spec *v1alpha1.KubevisorSpec) (*Rendered, field.ErrorLi
 	}
 	errs = append(errs, validateCerts(spec.CertificateRotateStrategy)...)
 	errs = append(errs, liveconfig.ValidateMigrations(spec.Configuration.Migrations, field.NewPath("spec", "configuration", "migrations"))...)
+	errs = append(errs, featuregate.Validate(spec.Configuration.FeatureGates, field.NewPath("spec", "configuration", "featureGates"))...)
 	errs = append(errs, validateWorkloadUpdate(spec.WorkloadUpdateStrategy)...)
 	if len(errs) > 0 {
 		return nil, errs
@@ -640,13 +642,16 @@ func apiFlags(c v1alpha1.KubevisorConfiguration) map[string]string {
 }
 
 // liveConfigMap is the live configuration (core/liveconfig) of spec: the ConfigMap the
-// components watch, holding configuration.migrations and logVerbosity, and the hostdev
-// driver's permittedHostDevices (permitted, from spec.drivers[hostdev].config). It is rendered
-// for every spec, empty fields and all, so that a field removed from the spec returns the
-// components to their flags (the nodes to their driverConfig.hostdev).
+// components watch, holding configuration.migrations, logVerbosity and featureGates, and the
+// hostdev driver's permittedHostDevices (permitted, from spec.drivers[hostdev].config). It is
+// rendered for every spec, empty fields and all, so that a field removed from the spec returns
+// the components to their flags (the nodes to their driverConfig.hostdev). featureGates is
+// always written, [] when the spec lists none: the Kubevisor is the truth of the gates, not
+// kubevisor-api's --feature-gates.
 func liveConfigMap(spec *v1alpha1.KubevisorSpec, permitted *v1alpha1.PermittedHostDevices) (*unstructured.Unstructured, error) {
 	c := liveconfig.New()
 	c.PermittedHostDevices = permitted
+	c.FeatureGates = append([]string{}, spec.Configuration.FeatureGates...)
 	if m := spec.Configuration.Migrations; m != nil {
 		c.Migrations = m.DeepCopy()
 	}

@@ -199,6 +199,11 @@ func TestRenderBadSpec(t *testing.T) {
 			s.Drivers[3].Config = &apiextensionsv1.JSON{Raw: []byte(`{"permittedHostDevices":{"mediatedDevices":[]}}`)}
 			return s
 		}(), `spec.drivers[3].config.permittedHostDevices: Invalid value: "{\"mediatedDevices\":[]}": unknown field "mediatedDevices"`},
+		{"an unknown feature gate", func() *v1alpha1.KubevisorSpec {
+			s := specOf("qmp", "cni", "local")
+			s.Configuration.FeatureGates = []string{"HostDisk", "LiveMigration", "Snapshot"}
+			return s
+		}(), `spec.configuration.featureGates[2]: Unsupported value: "Snapshot": supported values: "GPU", "HostDevices", "HostDisk", "LiveMigration", "NUMA"`},
 		{"config not an object", func() *v1alpha1.KubevisorSpec {
 			s := specOf("qmp", "cni", "local")
 			s.Drivers[1].Config = &apiextensionsv1.JSON{Raw: []byte(`[1]`)}
@@ -395,6 +400,8 @@ func TestRenderLiveFieldsKeepTemplates(t *testing.T) {
 	b.Configuration.Migrations = &v1alpha1.KubevisorMigrations{MigrationConfiguration: v1alpha1.MigrationConfiguration{
 		ProgressTimeout: ptr.To[int64](300), AllowAutoConverge: ptr.To(true)}, ParallelOutboundMigrationsPerNode: ptr.To[int32](1)}
 	b.Configuration.LogVerbosity = &v1alpha1.LogVerbosity{API: ptr.To[int32](6), Handler: "trace"}
+	a.Configuration.FeatureGates = []string{"HostDisk", "LiveMigration"}
+	b.Configuration.FeatureGates = []string{"HostDevices"}
 	ra, rb, rn := mustRender(t, a), mustRender(t, b), mustRender(t, specOf("qmp", "cni", "local"))
 	for _, w := range []struct{ kind, name string }{{"Deployment", ControllerDeployment}, {"Deployment", APIDeployment}, {"DaemonSet", HandlerDaemonSet}} {
 		ja, _ := json.Marshal(find(ra, w.kind, w.name).Object)
@@ -414,6 +421,14 @@ func TestRenderLiveFieldsKeepTemplates(t *testing.T) {
 	}
 	if cn.Migrations != nil || cn.LogVerbosity != nil {
 		t.Errorf("live configuration without live fields: %+v, want none (the flags)", cn)
+	}
+	// The feature gates are always written, [] when the spec lists none: the Kubevisor, not
+	// kubevisor-api's --feature-gates, says which gates are on.
+	if !slices.Equal(ca.FeatureGates, []string{"HostDisk", "LiveMigration"}) || !slices.Equal(cb.FeatureGates, []string{"HostDevices"}) {
+		t.Errorf("live feature gates %q and %q, want the specs'", ca.FeatureGates, cb.FeatureGates)
+	}
+	if cn.FeatureGates == nil || len(cn.FeatureGates) != 0 {
+		t.Errorf("live feature gates of a spec without them: %#v, want [] (none enabled, not the flag's)", cn.FeatureGates)
 	}
 
 	// hostdev's permitted host devices: live, in the ConfigMap, not the handler configuration.
