@@ -16,6 +16,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
 
 	"github.com/kubevisor/kubevisor/core/api/v1alpha1"
+	"github.com/kubevisor/kubevisor/core/featuregate"
 )
 
 // The webhook configurations and webhooks, as controller-gen writes them into manifests/webhook.
@@ -49,6 +50,9 @@ type Admission struct {
 	// CheckPodSecurity refuses what its namespace's Pod Security level would not run
 	// (podsecurity.go).
 	CheckPodSecurity bool
+	// FeatureGates are the enabled feature gates, read at each request (the live
+	// configuration swaps them while the process runs); nil enables no gated feature.
+	FeatureGates *featuregate.Live
 }
 
 // SetupWithManager registers the mutating and validating webhooks of VirtualMachineInstance,
@@ -214,6 +218,15 @@ func (a *Admission) validatedRunnable(ctx context.Context, kind string, meta met
 	return validated(ctx, kind, meta.Name, errs)
 }
 
+// gated refuses each field of spec (found at path) whose feature gate is not enabled now
+// (featuregate.Check); old is the spec before an update, whose gated fields stay admissible
+// (nil on create).
+func (a *Admission) gated(spec, old *v1alpha1.VirtualMachineInstanceSpec, path *field.Path) field.ErrorList {
+	return featuregate.Check(spec, old, path, a.FeatureGates.Load())
+}
+
+var templateSpecPath = specPath.Child("template", "spec")
+
 // templateSpec is the VMI spec of a template, nil when there is none.
 func templateSpec(t *v1alpha1.VirtualMachineInstanceTemplateSpec) *v1alpha1.VirtualMachineInstanceSpec {
 	if t == nil {
@@ -225,8 +238,12 @@ func templateSpec(t *v1alpha1.VirtualMachineInstanceTemplateSpec) *v1alpha1.Virt
 type vmiValidator struct{ a *Admission }
 
 func (v vmiValidator) ValidateCreate(ctx context.Context, vmi *v1alpha1.VirtualMachineInstance) (admission.Warnings, error) {
-	return nil, v.a.validatedRunnable(ctx, vmiKind, vmi.ObjectMeta, &vmi.Spec, Validate(&vmi.Spec, specPath))
+	errs := append(Validate(&vmi.Spec, specPath), v.a.gated(&vmi.Spec, nil, specPath)...)
+	return nil, v.a.validatedRunnable(ctx, vmiKind, vmi.ObjectMeta, &vmi.Spec, errs)
 }
+
+// ValidateUpdate needs no feature gate: a VMI's spec is immutable, so an update adds no gated
+// field.
 
 func (v vmiValidator) ValidateUpdate(ctx context.Context, oldVMI, vmi *v1alpha1.VirtualMachineInstance) (admission.Warnings, error) {
 	return nil, validated(ctx, vmiKind, vmi.Name, ValidateVMISpecUpdate(&vmi.Spec, &oldVMI.Spec, specPath))
@@ -239,13 +256,19 @@ func (vmiValidator) ValidateDelete(context.Context, *v1alpha1.VirtualMachineInst
 type vmValidator struct{ a *Admission }
 
 func (v vmValidator) ValidateCreate(ctx context.Context, vm *v1alpha1.VirtualMachine) (admission.Warnings, error) {
-	return nil, v.a.validatedRunnable(ctx, vmKind, vm.ObjectMeta, templateSpec(vm.Spec.Template), ValidateVirtualMachineSpec(&vm.Spec, specPath))
+	errs := append(ValidateVirtualMachineSpec(&vm.Spec, specPath), v.a.gated(templateSpec(vm.Spec.Template), nil, templateSpecPath)...)
+	return nil, v.a.validatedRunnable(ctx, vmKind, vm.ObjectMeta, templateSpec(vm.Spec.Template), errs)
 }
 
 // ValidateUpdate validates the whole spec again: a VM's template may change (the next VMI gets
-// it), as in KubeVirt.
-func (v vmValidator) ValidateUpdate(ctx context.Context, _, vm *v1alpha1.VirtualMachine) (admission.Warnings, error) {
-	return nil, v.a.validatedRunnable(ctx, vmKind, vm.ObjectMeta, templateSpec(vm.Spec.Template), ValidateVirtualMachineSpec(&vm.Spec, specPath))
+// it), as in KubeVirt. Feature gates refuse only what the update adds to the template: a VM
+// that kept its hostDisk after the gate was turned off can still be stopped, relabelled and
+// deleted (KubeVirt refuses any update of it then); its next VMI is refused at its own
+// admission.
+func (v vmValidator) ValidateUpdate(ctx context.Context, oldVM, vm *v1alpha1.VirtualMachine) (admission.Warnings, error) {
+	errs := append(ValidateVirtualMachineSpec(&vm.Spec, specPath),
+		v.a.gated(templateSpec(vm.Spec.Template), templateSpec(oldVM.Spec.Template), templateSpecPath)...)
+	return nil, v.a.validatedRunnable(ctx, vmKind, vm.ObjectMeta, templateSpec(vm.Spec.Template), errs)
 }
 
 func (vmValidator) ValidateDelete(context.Context, *v1alpha1.VirtualMachine) (admission.Warnings, error) {
@@ -255,11 +278,15 @@ func (vmValidator) ValidateDelete(context.Context, *v1alpha1.VirtualMachine) (ad
 type vmirsValidator struct{ a *Admission }
 
 func (v vmirsValidator) ValidateCreate(ctx context.Context, rs *v1alpha1.VirtualMachineInstanceReplicaSet) (admission.Warnings, error) {
-	return nil, v.a.validatedRunnable(ctx, vmirsKind, rs.ObjectMeta, templateSpec(rs.Spec.Template), ValidateReplicaSetSpec(&rs.Spec, specPath))
+	errs := append(ValidateReplicaSetSpec(&rs.Spec, specPath), v.a.gated(templateSpec(rs.Spec.Template), nil, templateSpecPath)...)
+	return nil, v.a.validatedRunnable(ctx, vmirsKind, rs.ObjectMeta, templateSpec(rs.Spec.Template), errs)
 }
 
-func (v vmirsValidator) ValidateUpdate(ctx context.Context, _, rs *v1alpha1.VirtualMachineInstanceReplicaSet) (admission.Warnings, error) {
-	return nil, v.a.validatedRunnable(ctx, vmirsKind, rs.ObjectMeta, templateSpec(rs.Spec.Template), ValidateReplicaSetSpec(&rs.Spec, specPath))
+// ValidateUpdate gates what the update adds to the template, as the VM's.
+func (v vmirsValidator) ValidateUpdate(ctx context.Context, oldRS, rs *v1alpha1.VirtualMachineInstanceReplicaSet) (admission.Warnings, error) {
+	errs := append(ValidateReplicaSetSpec(&rs.Spec, specPath),
+		v.a.gated(templateSpec(rs.Spec.Template), templateSpec(oldRS.Spec.Template), templateSpecPath)...)
+	return nil, v.a.validatedRunnable(ctx, vmirsKind, rs.ObjectMeta, templateSpec(rs.Spec.Template), errs)
 }
 
 func (vmirsValidator) ValidateDelete(context.Context, *v1alpha1.VirtualMachineInstanceReplicaSet) (admission.Warnings, error) {

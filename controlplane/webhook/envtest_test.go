@@ -35,7 +35,9 @@ import (
 
 	"github.com/kubevisor/kubevisor/controlplane/certs"
 	"github.com/kubevisor/kubevisor/core/api/v1alpha1"
+	"github.com/kubevisor/kubevisor/core/featuregate"
 	"github.com/kubevisor/kubevisor/core/kubevirtcompat"
+	"github.com/kubevisor/kubevisor/core/liveconfig"
 	"github.com/kubevisor/kubevisor/internal/envtest"
 	"github.com/kubevisor/kubevisor/internal/tlstest"
 )
@@ -79,6 +81,11 @@ func startAPIServer(t *testing.T) *apiServer {
 	cfg.CertExtraNames = []string{wio.LocalServingHost}
 	cfg.MetricsAddr, cfg.HealthAddr = envtest.FreeAddr(t), envtest.FreeAddr(t)
 	cfg.SkipNameValidation = true
+	// The gates the specs' hostDisk volumes need, in a holder the feature gate spec swaps live.
+	if cfg.FeatureGates, err = featuregate.NewSet(featuregate.HostDisk, featuregate.HostDevices); err != nil {
+		t.Fatal(err)
+	}
+	cfg.LiveFeatureGates = featuregate.NewLive(cfg.FeatureGates)
 	mgr, err := NewManager(leastPrivileged(t, env), cfg)
 	if err != nil {
 		t.Fatal(err)
@@ -368,6 +375,26 @@ volumes: [{name: root, hostDisk: {path: /dev/sdb, type: Disk}}]
 		err = c.Create(ctx, u, client.FieldValidation(metav1.FieldValidationStrict))
 		if !causeAt(err, "spec.domain.devices.disks[0].lun.reservation", "not supported by Kubevisor: SCSI persistent reservations go through qemu-pr-helper") {
 			t.Fatalf("got %v", err)
+		}
+	})
+
+	t.Run("feature gates: a live configuration without HostDisk refuses a hostDisk, with it admits, no restart", func(t *testing.T) {
+		// The applier kubevisor-api's live configuration watcher runs, on the manager's holder.
+		apply := liveconfig.FeatureGates(api.cfg.LiveFeatureGates, api.cfg.FeatureGates, logr.Discard())
+		defer apply(liveconfig.New()) // the flag's again: HostDisk and HostDevices
+		s := minimalSpec()
+		s.Volumes[0].VolumeSource = v1alpha1.VolumeSource{HostDisk: &v1alpha1.HostDisk{Path: "/var/lib/images/root.img", Type: v1alpha1.HostDiskExists}}
+		live := liveconfig.New()
+		live.FeatureGates = []string{featuregate.HostDevices, featuregate.LiveMigration}
+		apply(live)
+		err := c.Create(ctx, vmi("gated-hostdisk", s), client.DryRunAll)
+		if !causeAt(err, "spec.volumes[0].hostDisk", "feature gate HostDisk is not enabled (add it to the Kubevisor's spec.configuration.featureGates)") {
+			t.Fatalf("HostDisk off: got %v", err)
+		}
+		live.FeatureGates = append(live.FeatureGates, featuregate.HostDisk)
+		apply(live)
+		if err := c.Create(ctx, vmi("gated-hostdisk", s), client.DryRunAll); err != nil {
+			t.Fatalf("HostDisk on: %v", err)
 		}
 	})
 

@@ -9,6 +9,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"strings"
 	"time"
 
 	"k8s.io/apimachinery/pkg/runtime"
@@ -28,6 +29,7 @@ import (
 	"github.com/kubevisor/kubevisor/controlplane/nodecerts"
 	subresourcesv1alpha1 "github.com/kubevisor/kubevisor/core/api/subresources/v1alpha1"
 	"github.com/kubevisor/kubevisor/core/api/v1alpha1"
+	"github.com/kubevisor/kubevisor/core/featuregate"
 	"github.com/kubevisor/kubevisor/core/metricsauth"
 	"github.com/kubevisor/kubevisor/core/nodeapi"
 )
@@ -103,6 +105,13 @@ type Config struct {
 	// DefaultEvictionStrategy is the eviction strategy of VMIs that set none ("" is None), for
 	// the eviction webhook; kubevisor-controller must be given the same.
 	DefaultEvictionStrategy v1alpha1.EvictionStrategy
+	// FeatureGates are the enabled feature gates (--feature-gates, package core/featuregate):
+	// admission's base, all gated features off when empty.
+	FeatureGates featuregate.Set
+	// LiveFeatureGates, when set, is what admission reads at each request in place of
+	// FeatureGates: cmd/kubevisor-api gives it to the live configuration's applier
+	// (liveconfig.FeatureGates), which swaps it without a restart.
+	LiveFeatureGates *featuregate.Live
 	// SkipNameValidation lets several managers run in one process (tests): controller names
 	// (nodecerts) are otherwise unique per process.
 	SkipNameValidation bool
@@ -163,6 +172,12 @@ func (c *Config) AddFlags(fs *flag.FlagSet) {
 		return err
 	})
 	fs.StringVar(&c.MachineType, "default-machine-type", c.MachineType, "machine type of VMIs that name none (empty: "+DefaultMachineType+")")
+	fs.Func("feature-gates", "enabled feature `gates`, comma-separated: "+strings.Join(featuregate.Names(), ", ")+
+		" (empty: every gated feature off); the live configuration's featureGates replace them while it has the field", func(s string) error {
+		v, err := featuregate.ParseFlag(s)
+		c.FeatureGates = v
+		return err
+	})
 	fs.BoolVar(&c.CheckPodSecurity, "check-pod-security", c.CheckPodSecurity, "refuse VMIs, VMs and replica sets whose launcher pod their namespace's enforced Pod Security level (pod-security.kubernetes.io/enforce) refuses; false where the cluster's Pod Security admission exempts kubevisor-controller")
 }
 
@@ -271,7 +286,11 @@ func NewManager(cfg *rest.Config, c Config) (manager.Manager, error) {
 	}
 	// Reads of HypervisorClasses go straight to the API server: a cache would make the
 	// process watch every class for a lookup done once per create.
-	a := &Admission{Reader: mgr.GetAPIReader(), MachineType: c.MachineType, CheckPodSecurity: c.CheckPodSecurity}
+	gates := c.LiveFeatureGates
+	if gates == nil {
+		gates = featuregate.NewLive(c.FeatureGates)
+	}
+	a := &Admission{Reader: mgr.GetAPIReader(), MachineType: c.MachineType, CheckPodSecurity: c.CheckPodSecurity, FeatureGates: gates}
 	if err := a.SetupWithManager(mgr); err != nil {
 		return nil, err
 	}

@@ -41,7 +41,6 @@ func TestFeatureGatesField(t *testing.T) {
 	}
 }
 
-
 // TestFeatureGatesApplier: each configuration swaps the set admission reads, the flag's when
 // the field or the ConfigMap is absent.
 func TestFeatureGatesApplier(t *testing.T) {
