@@ -18,6 +18,7 @@ import (
 
 	"github.com/kubevisor/kubevisor/controlplane/subresources"
 	"github.com/kubevisor/kubevisor/controlplane/webhook"
+	"github.com/kubevisor/kubevisor/core/featuregate"
 	"github.com/kubevisor/kubevisor/core/liveconfig"
 )
 
@@ -31,7 +32,7 @@ func main() {
 	logCfg.AddFlags(flag.CommandLine)
 	live := liveconfig.Watcher{}
 	flag.StringVar(&live.Namespace, "live-config-namespace", liveconfig.Namespace, "`namespace` of the live configuration ConfigMap")
-	flag.StringVar(&live.Name, "live-config-name", liveconfig.Name, "`name` of the live configuration ConfigMap (core/liveconfig), whose api log verbosity replaces -v while it exists; \"\" turns it off")
+	flag.StringVar(&live.Name, "live-config-name", liveconfig.Name, "`name` of the live configuration ConfigMap (core/liveconfig), whose api log verbosity replaces -v and whose featureGates replace --feature-gates while it exists; \"\" turns it off")
 	flag.Parse()
 	if flag.NArg() > 0 {
 		fmt.Fprintf(os.Stderr, "kubevisor-api: unexpected arguments %q\n", flag.Args())
@@ -41,11 +42,17 @@ func main() {
 	// The subresource server shares the webhook's certificate directory.
 	sub.CertDir = cfg.CertDir
 
+	// Admission reads the feature gates from this holder at each request: --feature-gates until
+	// the live configuration's featureGates replace them, without a restart.
+	cfg.LiveFeatureGates = featuregate.NewLive(cfg.FeatureGates)
 	var w *liveconfig.Watcher
 	if live.Name != "" {
 		log := ctrl.Log.WithName("liveconfig")
 		live.Log = log
-		live.Appliers = []liveconfig.Applier{liveconfig.Verbosity(logCfg.Verbosity(), liveconfig.APIVerbosity, log)}
+		live.Appliers = []liveconfig.Applier{
+			liveconfig.Verbosity(logCfg.Verbosity(), liveconfig.APIVerbosity, log),
+			liveconfig.FeatureGates(cfg.LiveFeatureGates, cfg.FeatureGates, log),
+		}
 		w = &live
 	}
 	if err := run(cfg, sub, w); err != nil {
