@@ -365,6 +365,10 @@ install_operator() {
     echo "  name: ${KV}"
     echo "spec:"
     [[ -n "${tag}" ]] && echo "  imageTag: ${tag}"
+    # The gated features the repository's e2e suite uses (hostDisk volumes and hostDevices in
+    # conformance/e2e/driverimages.go); off by default, as in KubeVirt (docs/operator.md).
+    echo "  configuration:"
+    echo "    featureGates: [HostDisk, HostDevices]"
     echo "  drivers:"
     for c in "${components[@]}"; do
       if [[ "${c}" =~ ^([^:]+):([^=]+)=(.+)$ ]]; then
