@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"fmt"
 	"strings"
+
+	"github.com/kubevisor/kubevisor/core/featuregate"
 )
 
 // DocPath is where Markdown's output is kept, relative to the repository root.
@@ -46,7 +48,27 @@ func Markdown(fields []Field, version string) []byte {
 		}
 		fmt.Fprintf(&b, "| `%s` | %s | %s | %s |\n", f.Path, status, cell(reason), cell(alt))
 	}
+	featureGates(&b)
 	return b.Bytes()
+}
+
+// featureGates writes the section on KubeVirt's feature gates, from core/featuregate's table.
+func featureGates(b *bytes.Buffer) {
+	b.WriteString("\n## Feature gates\n\n")
+	b.WriteString("KubeVirt's `spec.configuration.developerConfiguration.featureGates` of its `KubeVirt` object is\n")
+	b.WriteString("`spec.configuration.featureGates` of the `Kubevisor` object (docs/operator.md), with KubeVirt's names.\n")
+	b.WriteString("A gated feature's fields are refused at admission, with their path, unless its gate is listed; a\n")
+	b.WriteString("gate KubeVirt has graduated whose feature Kubevisor has is accepted and changes nothing; any other\n")
+	b.WriteString("name is refused by the operator, with its path. KubeVirt's `disabledFeatureGates` (which turns off a\n")
+	b.WriteString("Beta gate) has no counterpart: no Kubevisor gate can be turned off.\n\n")
+	b.WriteString("| Gate | Kubevisor | Governs |\n|---|---|---|\n")
+	for _, g := range featuregate.Gates() {
+		state := "gated: off unless listed"
+		if g.State == featuregate.GA {
+			state = "always on (GA in KubeVirt); accepted, changes nothing"
+		}
+		fmt.Fprintf(b, "| `%s` | %s | %s |\n", g.Name, state, cell(g.Feature))
+	}
 }
 
 // cell escapes s for a Markdown table cell.
