@@ -425,3 +425,77 @@ func faultTable(rows []faultRow) string {
 	_ = tw.Flush()
 	return b.String()
 }
+
+// nodeCutFor is how long the node-cut case keeps node 2 from the API server: past the node
+// lifecycle controller's grace period (40 s), so the Node goes NotReady (Unknown) and its pods
+// not Ready, and short of the pods' default toleration of unreachable (300 s), so nothing is
+// evicted.
+const nodeCutFor = 60 * time.Second
+
+// nodeCutCase cuts node 2 of the local cluster from the API server for nodeCutFor
+// (hack/cluster/partition.sh) and heals it.
+func nodeCutCase() faultCase {
+	return faultCase{
+		name:  fmt.Sprintf("node cut from the API server for %s", nodeCutFor),
+		local: true,
+		inject: func(ctx context.Context, f *Framework, node string) {
+			localCluster(ctx, "partition.sh", "cut")
+			healed := false
+			DeferCleanup(func(ctx SpecContext) {
+				if !healed {
+					localCluster(ctx, "partition.sh", "heal")
+				}
+			})
+			cut := time.Now()
+			notReady := time.Duration(0)
+			for time.Since(cut) < nodeCutFor {
+				var n corev1.Node
+				if notReady == 0 && f.Client.Get(ctx, types.NamespacedName{Name: node}, &n) == nil && !nodeReady(n) {
+					notReady = time.Since(cut)
+				}
+				select {
+				case <-ctx.Done():
+					return
+				case <-time.After(time.Second):
+				}
+			}
+			localCluster(ctx, "partition.sh", "heal")
+			healed = true
+			if notReady > 0 {
+				GinkgoWriter.Printf("node %s not Ready %s after the cut\n", node, notReady.Round(time.Second))
+			} else {
+				GinkgoWriter.Printf("node %s stayed Ready through the cut\n", node)
+			}
+		},
+	}
+}
+
+// nodeReady says whether n's Ready condition is True.
+func nodeReady(n corev1.Node) bool {
+	for _, c := range n.Status.Conditions {
+		if c.Type == corev1.NodeReady {
+			return c.Status == corev1.ConditionTrue
+		}
+	}
+	return false
+}
+
+var _ = Describe("Fault matrix, node cut", Label("Disruptive", "RequiresTwoNodes", "TwoClasses"), func() {
+	f := NewFramework()
+
+	It("loses no VM, restarts none and makes no second launcher pod when the node is cut from the API server for 60 s, with VMs running and VMI creations in flight", func(ctx SpecContext) {
+		if Cfg.LocalCluster == "" {
+			Expect(testenv.CI()).To(BeFalse(), "CI=true, and the node cut needs the local cluster (-local-cluster)")
+			Skip("the node cut needs the local cluster (-local-cluster)")
+		}
+		_, second := f.RequireTwoNodes(ctx)
+		var n corev1.Node
+		Expect(f.Client.Get(ctx, types.NamespacedName{Name: second}, &n)).To(Succeed())
+		// The local cluster's node 2 is the one partition.sh cuts: named <node 1>-2.
+		Expect(second).To(HaveSuffix("-2"), "node 2 of the local cluster")
+		guests := f.bootOneOfEachOn(ctx, "cut", true, n.Labels[corev1.LabelHostname])
+		row := f.runFault(ctx, nodeCutCase(), guests, second)
+		GinkgoWriter.Printf("fault matrix:\n%s", faultTable([]faultRow{row}))
+		Expect(row.problems).To(BeEmpty(), "case %q", row.name)
+	})
+})

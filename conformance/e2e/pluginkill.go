@@ -365,6 +365,13 @@ const maxGap = 5 * time.Second
 // read and its heartbeat printing on its console.
 func (f *Framework) bootOneOfEach(ctx context.Context, prefix string, asVM bool) []*guestRun {
 	GinkgoHelper()
+	return f.bootOneOfEachOn(ctx, prefix, asVM, "")
+}
+
+// bootOneOfEachOn is bootOneOfEach on the node of hostname label node ("": where the first
+// guest is scheduled).
+func (f *Framework) bootOneOfEachOn(ctx context.Context, prefix string, asVM bool, node string) []*guestRun {
+	GinkgoHelper()
 	var list v1alpha1.HypervisorClassList
 	Expect(f.Client.List(ctx, &list)).To(Succeed())
 	classA, classB, skip, err := pickTwoClasses(list.Items, Cfg.TwoClasses)
@@ -377,7 +384,6 @@ func (f *Framework) bootOneOfEach(ctx context.Context, prefix string, asVM bool)
 
 	By("a guest of each class runs on one node, booted, its heartbeat printing")
 	var guests []*guestRun
-	node := ""
 	for _, class := range []*v1alpha1.HypervisorClass{classA, classB} {
 		g := &guestRun{name: prefix + "-" + class.Name, class: class}
 		spec := guestSpecOf(guest.Options{UserData: g.name, HypervisorClass: class.Name})
