@@ -3,12 +3,14 @@ package e2e
 import (
 	"context"
 	"fmt"
+	"os"
 	"os/exec"
 	"path/filepath"
 	"regexp"
 	"sort"
 	"strings"
 	"sync"
+	"syscall"
 	"text/tabwriter"
 	"time"
 
@@ -171,7 +173,7 @@ func podReady(p corev1.Pod) bool {
 var _ = Describe("Fault matrix", Label("Disruptive", "TwoClasses"), func() {
 	f := NewFramework()
 
-	It("loses no VM, restarts none and makes no second launcher pod when the handler pod is deleted, the controller's leader is killed with a second replica waiting, each driver plugin is SIGKILLed, and the API server and etcd, the kubelet or containerd restart, with VMs running and VMI creations in flight", func(ctx SpecContext) {
+	It("loses no VM, restarts none and makes no second launcher pod when the handler pod is deleted, the controller's leader is killed with a second replica waiting, each driver plugin is SIGKILLed, and the API server and etcd, the kubelet or containerd restart, with VMs running and VMI creations in flight; with the disk under the per-VMI directories full, new VMIs say so in their status and the running ones go on", func(ctx SpecContext) {
 		guests := f.bootOneOfEach(ctx, "fault", true)
 		node := guests[0].vmi.Status.NodeName
 		var rows []faultRow
@@ -181,6 +183,11 @@ var _ = Describe("Fault matrix", Label("Disruptive", "TwoClasses"), func() {
 				continue
 			}
 			rows = append(rows, f.runFault(ctx, c, guests, node))
+		}
+		if Cfg.LocalCluster == "" {
+			rows = append(rows, faultRow{name: "disk under the per-VMI directories full", notRun: "needs the local cluster (-local-cluster)"})
+		} else {
+			rows = append(rows, f.runDiskFull(ctx, guests, node))
 		}
 		GinkgoWriter.Printf("fault matrix:\n%s", faultTable(rows))
 		for _, r := range rows {
@@ -499,3 +506,156 @@ var _ = Describe("Fault matrix, node cut", Label("Disruptive", "RequiresTwoNodes
 		Expect(row.problems).To(BeEmpty(), "case %q", row.name)
 	})
 })
+
+// nodeStateDir is the node's host state directory, which holds the per-VMI directories
+// (--host-state-dir): on the local cluster a file system of its own (hack/cluster/up.sh), which
+// the full-disk case fills.
+const nodeStateDir = "/run/kubevisor"
+
+// noSpace is what a VMI's status says when the node's file system under its directory is full.
+const noSpace = "no space left on device"
+
+// runDiskFull is the full-disk case: with guests running on node (this machine, the local
+// cluster's first node), the file system under the per-VMI directories is filled, two VMIs are
+// created for node, and each must say in its status that the disk is full (a condition's message
+// naming ENOSPC) without running, while the running guests go on (the same VMI, launcher pod and
+// boot). Then the space is freed, the two are deleted, and a new VMI must run. converge is from
+// the space freed to that VMI Running.
+func (f *Framework) runDiskFull(ctx context.Context, guests []*guestRun, node string) faultRow {
+	GinkgoHelper()
+	const name = "disk under the per-VMI directories full"
+	By("fault: " + name)
+	row := faultRow{name: name}
+	hostname, err := os.Hostname()
+	Expect(err).NotTo(HaveOccurred())
+	if node != hostname {
+		row.notRun = fmt.Sprintf("the guests run on %s, not on this machine's node %s", node, hostname)
+		return row
+	}
+	if why := ownFileSystem(nodeStateDir); why != "" {
+		row.notRun = why
+		return row
+	}
+	fill := filepath.Join(nodeStateDir, "e2e-disk-full")
+	filled := fillFileSystem(fill)
+	DeferCleanup(func() { _ = os.Remove(fill) })
+	GinkgoWriter.Printf("%s filled: %d MiB in %s\n", nodeStateDir, filled>>20, fill)
+
+	dups := f.watchLaunchers(ctx)
+	var n corev1.Node
+	Expect(f.Client.Get(ctx, types.NamespacedName{Name: node}, &n)).To(Succeed())
+	var refused []string
+	for i := range 2 {
+		vmiName := fmt.Sprintf("full%d", i)
+		spec := guestSpecOf(guest.Options{UserData: vmiName})
+		spec.NodeSelector = map[string]string{corev1.LabelHostname: n.Labels[corev1.LabelHostname]}
+		Expect(f.Client.Create(ctx, &v1alpha1.VirtualMachineInstance{ObjectMeta: metav1.ObjectMeta{Namespace: f.Namespace, Name: vmiName}, Spec: spec})).To(Succeed())
+		refused = append(refused, vmiName)
+	}
+	for _, vmiName := range refused {
+		var said string
+		Eventually(func(g Gomega) {
+			vmi := f.VMI(ctx, vmiName)
+			g.Expect(vmi).NotTo(BeNil())
+			g.Expect(vmi.Status.Phase).NotTo(Equal(v1alpha1.Running), "VMI %s runs on a full disk", vmiName)
+			said = statusSaying(vmi, noSpace)
+			g.Expect(said).NotTo(BeEmpty(), "VMI %s's status does not say the disk is full: %+v", vmiName, vmi.Status)
+		}).WithContext(ctx).WithTimeout(3 * time.Minute).WithPolling(time.Second).Should(Succeed())
+		GinkgoWriter.Printf("VMI %s on the full disk: %s\n", vmiName, said)
+		if vmi := f.VMI(ctx, vmiName); vmi != nil && vmi.Status.Phase == v1alpha1.Running {
+			row.problems = append(row.problems, "VMI "+vmiName+" runs on a full disk")
+		}
+	}
+	for _, g := range guests {
+		vmi := f.VMI(ctx, g.name)
+		switch {
+		case vmi == nil || vmi.UID != g.vmi.UID || vmi.Status.Phase != v1alpha1.Running:
+			row.lost++
+			row.problems = append(row.problems, fmt.Sprintf("VM %s lost its VMI on the full disk", g.name))
+		case f.bootID(ctx, g.name) != g.bootID:
+			row.restarted++
+			row.problems = append(row.problems, fmt.Sprintf("VM %s: the guest booted again on the full disk", g.name))
+		}
+	}
+
+	By("the space freed: a new VMI runs")
+	Expect(os.Remove(fill)).To(Succeed())
+	freed := time.Now()
+	for _, vmiName := range refused {
+		Expect(client.IgnoreNotFound(f.Client.Delete(ctx, &v1alpha1.VirtualMachineInstance{ObjectMeta: metav1.ObjectMeta{Namespace: f.Namespace, Name: vmiName}}))).To(Succeed())
+	}
+	for _, vmiName := range refused {
+		f.WaitGone(ctx, vmiName)
+	}
+	after := "full-after"
+	spec := guestSpecOf(guest.Options{UserData: after})
+	spec.NodeSelector = map[string]string{corev1.LabelHostname: n.Labels[corev1.LabelHostname]}
+	Expect(f.Client.Create(ctx, &v1alpha1.VirtualMachineInstance{ObjectMeta: metav1.ObjectMeta{Namespace: f.Namespace, Name: after}, Spec: spec})).To(Succeed())
+	names := []string{after}
+	for _, g := range guests {
+		names = append(names, g.name)
+	}
+	if !f.waitConverged(ctx, names, node, 6*time.Minute) {
+		row.problems = append(row.problems, "not converged once the space was freed")
+	}
+	row.converge = time.Since(freed)
+	row.duplicates = len(dups.Stop())
+	if row.duplicates > 0 {
+		row.problems = append(row.problems, fmt.Sprintf("VMIs with two live launcher pods: %v", dups.Stop()))
+	}
+	Expect(f.Client.Delete(ctx, &v1alpha1.VirtualMachineInstance{ObjectMeta: metav1.ObjectMeta{Namespace: f.Namespace, Name: after}})).To(Succeed())
+	f.WaitGone(ctx, after)
+	GinkgoWriter.Printf("fault %q: lost %d, restarted %d, duplicate launcher pods %d, a new VMI ran %s after the space was freed\n",
+		name, row.lost, row.restarted, row.duplicates, row.converge.Round(100*time.Millisecond))
+	return row
+}
+
+// ownFileSystem says why dir is not a file system of its own ("" when it is): the full-disk
+// case fills it, and must not fill the machine's.
+func ownFileSystem(dir string) string {
+	var d, parent syscall.Stat_t
+	if err := syscall.Stat(dir, &d); err != nil {
+		return err.Error()
+	}
+	if err := syscall.Stat(filepath.Dir(dir), &parent); err != nil {
+		return err.Error()
+	}
+	if d.Dev == parent.Dev {
+		return dir + " is not a file system of its own (the local cluster's up.sh mounts one)"
+	}
+	return ""
+}
+
+// fillFileSystem allocates what is free in file's file system to file, and returns how much.
+func fillFileSystem(file string) int64 {
+	GinkgoHelper()
+	var st syscall.Statfs_t
+	Expect(syscall.Statfs(filepath.Dir(file), &st)).To(Succeed())
+	free := int64(st.Bavail) * st.Bsize
+	fd, err := os.OpenFile(file, os.O_CREATE|os.O_WRONLY|os.O_TRUNC, 0o600)
+	Expect(err).NotTo(HaveOccurred())
+	defer fd.Close()
+	Expect(syscall.Fallocate(int(fd.Fd()), 0, 0, free)).To(Succeed(), "fallocate %d bytes", free)
+	// What is freed meanwhile (a log rotated) is taken too, a block at a time.
+	block := make([]byte, st.Bsize)
+	for {
+		if _, err := fd.WriteAt(block, free); err != nil {
+			break
+		}
+		free += st.Bsize
+	}
+	Expect(syscall.Statfs(filepath.Dir(file), &st)).To(Succeed())
+	Expect(st.Bavail).To(BeZero(), "%s still has %d blocks free", filepath.Dir(file), st.Bavail)
+	return free
+}
+
+// statusSaying is the first of the VMI's status messages (its conditions', its reason) that
+// contains s, as "<type>: <message>"; "" when none does.
+func statusSaying(vmi *v1alpha1.VirtualMachineInstance, s string) string {
+	for _, c := range vmi.Status.Conditions {
+		if strings.Contains(c.Message, s) {
+			return string(c.Type) + "=" + string(c.Status) + " " + c.Reason + ": " + c.Message
+		}
+	}
+	return ""
+}

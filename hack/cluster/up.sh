@@ -369,13 +369,17 @@ fi
 # --- shared host state directory ------------------------------------------------------------
 # Kubevisor's node handler mounts containerDisk images under /run/kubevisor with Bidirectional
 # propagation for launcher pods to see (HostToContainer). The runtime accepts that only on a
-# shared mount; this machine's / is private (no systemd), so make the directory a shared mount
-# of its own. down.sh unmounts it.
+# shared mount; this machine's / is private (no systemd), so the directory is a shared mount of
+# its own: a tmpfs of RUN_KUBEVISOR_SIZE (default 2g), so that the per-VMI directories have a
+# file system of their own, which the fault matrix fills (a full disk under the VMIs) without
+# touching the machine's /run. down.sh unmounts it (what it held goes with it, as /run's does at
+# a reboot: the handler makes it again).
+RUN_KUBEVISOR_SIZE="${RUN_KUBEVISOR_SIZE:-2g}"
 mkdir -p /run/kubevisor
 if ! findmnt -n -o PROPAGATION --mountpoint /run/kubevisor 2>/dev/null | grep -q shared; then
-  mount --bind /run/kubevisor /run/kubevisor
+  mount -t tmpfs -o "size=${RUN_KUBEVISOR_SIZE},mode=0755" kubevisor-run /run/kubevisor
   mount --make-rshared /run/kubevisor
-  log "/run/kubevisor: a shared mount (for Kubevisor's containerDisk volumes)"
+  log "/run/kubevisor: a shared tmpfs of ${RUN_KUBEVISOR_SIZE} (for Kubevisor's containerDisk volumes and per-VMI directories)"
 fi
 
 # --- kubelet --------------------------------------------------------------------------------
