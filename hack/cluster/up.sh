@@ -376,11 +376,13 @@ fi
 # a reboot: the handler makes it again).
 RUN_KUBEVISOR_SIZE="${RUN_KUBEVISOR_SIZE:-2g}"
 mkdir -p /run/kubevisor
-if ! findmnt -n -o PROPAGATION --mountpoint /run/kubevisor 2>/dev/null | grep -q shared; then
+if ! findmnt -n --mountpoint /run/kubevisor >/dev/null 2>&1; then
   mount -t tmpfs -o "size=${RUN_KUBEVISOR_SIZE},mode=0755" kubevisor-run /run/kubevisor
-  mount --make-rshared /run/kubevisor
   log "/run/kubevisor: a shared tmpfs of ${RUN_KUBEVISOR_SIZE} (for Kubevisor's containerDisk volumes and per-VMI directories)"
+elif [[ "$(findmnt -n -o FSTYPE --mountpoint /run/kubevisor)" != tmpfs ]]; then
+  log "/run/kubevisor is mounted, not as a tmpfs of its own (left by an older up.sh?): kept; the fault matrix's full-disk case needs make down and up"
 fi
+findmnt -n -o PROPAGATION --mountpoint /run/kubevisor | grep -q shared || mount --make-rshared /run/kubevisor
 
 # --- kubelet --------------------------------------------------------------------------------
 # cgroup v1 (hybrid) host with swap: failCgroupV1/failSwapOn off; cgroupfs (no systemd);
