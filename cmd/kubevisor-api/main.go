@@ -82,6 +82,12 @@ func run(cfg webhook.Config, sub subresources.Config, live *liveconfig.Watcher) 
 		if err := mgr.Add(live); err != nil {
 			return err
 		}
+		// Not ready (no admission, no subresources through the Service) until the live
+		// configuration is read: admission's feature gates come from it, and the flags alone
+		// would refuse what the Kubevisor allows for the moment after a start.
+		if err := mgr.AddReadyzCheck("live-config", live.Ready); err != nil {
+			return err
+		}
 	}
 	return mgr.Start(ctrl.SetupSignalHandler())
 }

@@ -2,7 +2,9 @@ package liveconfig
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"net/http"
 	"sync"
 
 	"github.com/go-logr/logr"
@@ -50,6 +52,23 @@ type Watcher struct {
 	mu      sync.Mutex
 	current Config
 	applied bool
+	synced  bool
+}
+
+// ErrNotRead is Ready's answer until the watcher has read the ConfigMap once.
+var ErrNotRead = errors.New("the live configuration has not been read yet")
+
+// Ready is a readiness check (healthz.Checker): nil once the first list of the ConfigMap is
+// done and what it found is applied (or refused, or, when there is none, the flags), so that a
+// component that acts on the live configuration (kubevisor-api's feature gates) does not serve
+// on its flags alone for the moment after it starts.
+func (w *Watcher) Ready(*http.Request) error {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if !w.synced {
+		return ErrNotRead
+	}
+	return nil
 }
 
 // NeedLeaderElection is false: every replica of a component takes the configuration (a
@@ -94,6 +113,9 @@ func (w *Watcher) Start(ctx context.Context) error {
 		w.Log.Info("no live configuration: the flags apply", "configMap", ns+"/"+name)
 		w.apply(New())
 	}
+	w.mu.Lock()
+	w.synced = true
+	w.mu.Unlock()
 	<-ctx.Done()
 	return nil
 }

@@ -75,6 +75,9 @@ func TestWatcher(t *testing.T) {
 		liveconfig.Verbosity(verbosity, liveconfig.ControllerVerbosity, funcr.New(func(p, a string) { t.Log(p, a) }, funcr.Options{})),
 		func(c liveconfig.Config) { mu.Lock(); last, n = c, n+1; mu.Unlock() },
 	}}
+	if err := w.Ready(nil); err != liveconfig.ErrNotRead {
+		t.Errorf("Ready before Start: %v, want ErrNotRead", err)
+	}
 	wctx, cancel := context.WithCancel(ctx)
 	done := make(chan error, 1)
 	go func() { done <- w.Start(wctx) }()
@@ -93,6 +96,7 @@ func TestWatcher(t *testing.T) {
 	}
 
 	eventually("the flags applied without a ConfigMap", func() bool { _, n := applied(); return n == 1 })
+	eventually("ready once the first list is applied", func() bool { return w.Ready(nil) == nil })
 	if verbosity.String() != "2" {
 		t.Errorf("without a ConfigMap: verbosity %s, want the flag's 2", verbosity)
 	}
