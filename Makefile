@@ -42,8 +42,9 @@ E2E_CLUSTER    := $(if $(KUBECONFIG),,local-cluster)
 # (E2E_UPGRADE_LABELS), never in make e2e's default.
 E2E_NODES      := $(or $(NODES),$(if $(KUBECONFIG),1,$(shell cat $(OUT)/cluster/nodes 2>/dev/null)),1)
 E2E_LABELS     ?= Conformance$(if $(filter 2,$(E2E_NODES)), || (RequiresTwoNodes && !Upgrade))
-# make e2e-upgrade's specs: the one-node ones, or on two nodes the two-node one (LiveMigrate).
-E2E_UPGRADE_LABELS ?= Upgrade && $(if $(filter 2,$(E2E_NODES)),,!)RequiresTwoNodes
+# make e2e-upgrade's specs: the one-node ones and the feature gates' (both edit the Kubevisor),
+# or on two nodes the two-node one (LiveMigrate).
+E2E_UPGRADE_LABELS ?= (Upgrade || FeatureGates) && $(if $(filter 2,$(E2E_NODES)),,!)RequiresTwoNodes
 # The HypervisorClass of the e2e specs' VMIs ("": the default class), and the two classes of its
 # TwoClasses spec (a,b: the spec fails when one is missing; "": the cluster's first two, skipped
 # when there are fewer).
@@ -259,7 +260,7 @@ e2e-soak: $(CLUSTER_DEPS) deps-qemu local-cluster ## Local cluster: the soak (la
 
 .PHONY: e2e-upgrade
 e2e-upgrade: UPGRADE_TAG = $(or $(E2E_UPGRADE_TAG),upgrade)
-e2e-upgrade: deps-runtime deps-tools deps-qemu local-cluster ## Local cluster: this tree's component images built again under the tag UPGRADE_TAG (default upgrade) and imported into every node, then the Upgrade specs (E2E_UPGRADE_LABELS): UPGRADE_PAIRS (default 1) VMs of each of two classes running, the Kubevisor's imageTag set to it, the operator rolls every component (VMs undisturbed, web servers polled, status followed; figures in the log), and back; workloadUpdateStrategy Evict; an imageTag no node has; a driver-only upgrade. With two nodes (NODES=2) instead: workloadUpdateStrategy LiveMigrate, the VMIs moved to the other node's new launcher.
+e2e-upgrade: deps-runtime deps-tools deps-qemu local-cluster ## Local cluster: this tree's component images built again under the tag UPGRADE_TAG (default upgrade) and imported into every node, then the Upgrade specs (E2E_UPGRADE_LABELS): UPGRADE_PAIRS (default 1) VMs of each of two classes running, the Kubevisor's imageTag set to it, the operator rolls every component (VMs undisturbed, web servers polled, status followed; figures in the log), and back; workloadUpdateStrategy Evict; an imageTag no node has; a driver-only upgrade; feature gates taken live (HostDisk removed from the Kubevisor refuses a hostDisk VMI, restored admits it). With two nodes (NODES=2) instead: workloadUpdateStrategy LiveMigrate, the VMIs moved to the other node's new launcher.
 	$(MAKE) --no-print-directory images
 	$(GO) build -o $(BIN)/vmctl ./cmd/vmctl
 	$(GO) run ./hack/images --bin-dir $(BIN) --out $(OUT)/images-upgrade --tag $(UPGRADE_TAG) components
