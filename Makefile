@@ -41,7 +41,7 @@ E2E_CLUSTER    := $(if $(KUBECONFIG),,local-cluster)
 # CI=true. The Upgrade specs need the images make e2e-upgrade builds: they run there
 # (E2E_UPGRADE_LABELS), never in make e2e's default.
 E2E_NODES      := $(or $(NODES),$(if $(KUBECONFIG),1,$(shell cat $(OUT)/cluster/nodes 2>/dev/null)),1)
-E2E_LABELS     ?= Conformance$(if $(filter 2,$(E2E_NODES)), || (RequiresTwoNodes && !Upgrade))
+E2E_LABELS     ?= Conformance$(if $(filter 2,$(E2E_NODES)), || (RequiresTwoNodes && !Upgrade && !Disruptive))
 # make e2e-upgrade's specs: the one-node ones and the feature gates' (both edit the Kubevisor),
 # or on two nodes the two-node one (LiveMigrate).
 E2E_UPGRADE_LABELS ?= (Upgrade || FeatureGates) && $(if $(filter 2,$(E2E_NODES)),,!)RequiresTwoNodes
