@@ -248,19 +248,7 @@ func (f *Framework) runFault(ctx context.Context, c faultCase, guests []*guestRu
 		row.problems = append(row.problems, fmt.Sprintf("VMIs with two live launcher pods: %v", dups.Stop()))
 	}
 
-	for _, g := range guests {
-		vmi := f.VMI(ctx, g.name)
-		switch {
-		case vmi == nil || vmi.UID != g.vmi.UID || vmi.Status.Phase != v1alpha1.Running:
-			row.lost++
-			row.problems = append(row.problems, fmt.Sprintf("VM %s lost its VMI", g.name))
-			f.refreshGuest(ctx, g)
-		case f.bootID(ctx, g.name) != g.bootID:
-			row.restarted++
-			row.problems = append(row.problems, fmt.Sprintf("VM %s: the guest booted again", g.name))
-			f.refreshGuest(ctx, g)
-		}
-	}
+	f.countGuests(ctx, guests, &row, "")
 	for _, name := range flight {
 		if vmi := f.VMI(ctx, name); vmi == nil || vmi.Status.Phase != v1alpha1.Running {
 			row.inFlightNotRunning++
@@ -278,6 +266,26 @@ func (f *Framework) runFault(ctx context.Context, c faultCase, guests []*guestRu
 	GinkgoWriter.Printf("fault %q: lost %d, restarted %d, duplicate launcher pods %d, converged in %s\n",
 		c.name, row.lost, row.restarted, row.duplicates, row.converge.Round(100*time.Millisecond))
 	return row
+}
+
+// countGuests counts in row the guests lost (their VMI gone, another one, or not Running) or
+// restarted (another boot id) since they were taken; where ends the problems' lines. A guest lost
+// or restarted is taken again as it runs now, so that the next case measures from there.
+func (f *Framework) countGuests(ctx context.Context, guests []*guestRun, row *faultRow, where string) {
+	GinkgoHelper()
+	for _, g := range guests {
+		vmi := f.VMI(ctx, g.name)
+		switch {
+		case vmi == nil || vmi.UID != g.vmi.UID || vmi.Status.Phase != v1alpha1.Running:
+			row.lost++
+			row.problems = append(row.problems, fmt.Sprintf("VM %s lost its VMI%s", g.name, where))
+			f.refreshGuest(ctx, g)
+		case f.bootID(ctx, g.name) != g.bootID:
+			row.restarted++
+			row.problems = append(row.problems, fmt.Sprintf("VM %s: the guest booted again%s", g.name, where))
+			f.refreshGuest(ctx, g)
+		}
+	}
 }
 
 // refreshGuest takes g as it runs now (its VM's current VMI, launcher pod and boot), so that the
@@ -566,17 +574,7 @@ func (f *Framework) runDiskFull(ctx context.Context, guests []*guestRun, node st
 			row.problems = append(row.problems, "VMI "+vmiName+" runs on a full disk")
 		}
 	}
-	for _, g := range guests {
-		vmi := f.VMI(ctx, g.name)
-		switch {
-		case vmi == nil || vmi.UID != g.vmi.UID || vmi.Status.Phase != v1alpha1.Running:
-			row.lost++
-			row.problems = append(row.problems, fmt.Sprintf("VM %s lost its VMI on the full disk", g.name))
-		case f.bootID(ctx, g.name) != g.bootID:
-			row.restarted++
-			row.problems = append(row.problems, fmt.Sprintf("VM %s: the guest booted again on the full disk", g.name))
-		}
-	}
+	f.countGuests(ctx, guests, &row, " on the full disk")
 
 	By("the space freed: a new VMI runs")
 	Expect(os.Remove(fill)).To(Succeed())
