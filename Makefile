@@ -251,7 +251,7 @@ e2e: deps-runtime deps-tools deps-qemu deps-libvirt $(E2E_CLUSTER) ## Cluster co
 	    -local-cluster '$(if $(KUBECONFIG),,$(CURDIR)/hack/cluster)' -ginkgo.label-filter '$(E2E_LABELS)' -ginkgo.junit-report $(abspath $(E2E_JUNIT)) -ginkgo.v
 
 .PHONY: e2e-faults
-e2e-faults: $(CLUSTER_DEPS) deps-qemu local-cluster ## Local cluster: the fault matrix (label Disruptive): with a VM of each of two classes running and two VMI creations in flight, the handler pod deleted, the controller leader killed with a second replica (infra.replicas 2), each driver plugin SIGKILLed, the API server and etcd, the kubelet and containerd restarted (hack/cluster/restart.sh); with two nodes (NODES=2) instead node 2 cut from the API server for 60 s (hack/cluster/partition.sh); VMs lost, restarted, duplicate launcher pods and time to converge per case, as a table in the log.
+e2e-faults: $(CLUSTER_DEPS) deps-qemu local-cluster ## Local cluster: the fault matrix (label Disruptive): with a VM of each of two classes running and two VMI creations in flight, the handler pod deleted, the controller leader killed with a second replica (infra.replicas 2), each driver plugin SIGKILLed, the API server and etcd, the kubelet and containerd restarted (hack/cluster/restart.sh), then the file system under the per-VMI directories full (new VMIs say ENOSPC, running ones go on); with two nodes (NODES=2) instead node 2 cut from the API server for 60 s (hack/cluster/partition.sh); VMs lost, restarted, duplicate launcher pods and time to converge per case, as a table in the log.
 	$(MAKE) --no-print-directory e2e E2E_LABELS='Disruptive && $(if $(filter 2,$(E2E_NODES)),,!)RequiresTwoNodes' E2E_JUNIT=$(OUT)/e2e-junit-faults$(if $(filter 2,$(E2E_NODES)),-two-nodes).xml
 
 .PHONY: e2e-soak
