@@ -118,7 +118,7 @@ const (
 	// DiskMountDir is where claims are mounted in the launcher container, one directory per volume.
 	DiskMountDir = layout.ClaimsDir
 	// VMIDirVolumeName is the name of the pod volume of the per-VMI directory.
-	VMIDirVolumeName = "kubevisor-vmi-dir"
+	VMIDirVolumeName = layout.VMIDirVolume
 	// HugepagesVolumeName is the name of the pod volume of the guest memory's huge pages.
 	HugepagesVolumeName = "kubevisor-hugepages"
 	// SecretVolumePrefix starts the names of the pod's Secret volumes (SecretVolumeName).
@@ -126,14 +126,15 @@ const (
 	// NamePrefix starts the name of every launcher pod.
 	NamePrefix = "kubevisor-launcher-"
 
-	// ContainerDiskBinVolumeName is the hostPath of the node's layout.BinDir, which holds
-	// kubevisor-containerdisk, mounted read-only at ContainerDiskBinDir.
+	// ContainerDiskBinVolumeName is an emptyDir into which the init container
+	// ContainerDiskInstallContainer copies kubevisor-containerdisk from the launcher image,
+	// mounted read-only at ContainerDiskBinDir in the containerDisk containers.
 	ContainerDiskBinVolumeName = "kubevisor-containerdisk-bin"
 	// ContainerDiskBinDir is where the containerDisk containers find kubevisor-containerdisk.
 	ContainerDiskBinDir = "/kubevisor-containerdisk"
-	// ContainerDiskVolumeName is the hostPath of ContainerDiskDir, mounted at the same path in
-	// the containerDisk containers.
-	ContainerDiskVolumeName = "kubevisor-containerdisks"
+	// ContainerDiskInstallContainer is the init container that copies kubevisor-containerdisk
+	// into ContainerDiskBinVolumeName.
+	ContainerDiskInstallContainer = "install-containerdisk"
 	// ContainerDiskContainerPrefix starts the name of a containerDisk volume's container.
 	ContainerDiskContainerPrefix = "volume-"
 )
@@ -316,7 +317,7 @@ func Build(vmi *v1alpha1.VirtualMachineInstance, class *v1alpha1.HypervisorClass
 		return nil, err
 	}
 	helpers := helperResources(resources)
-	diskContainers, diskVolumes, err := buildContainerDisks(vmi, cfg, volumes, helpers)
+	diskInit, diskContainers, diskVolumes, err := buildContainerDisks(vmi, class, cfg, volumes, mounts[0], helpers)
 	if err != nil {
 		return nil, err
 	}
@@ -327,7 +328,7 @@ func Build(vmi *v1alpha1.VirtualMachineInstance, class *v1alpha1.HypervisorClass
 		mounts[0].MountPropagation = ptr.To(corev1.MountPropagationHostToContainer)
 	}
 
-	podSecurity, err := podSecurityContext(vmi)
+	podSecurity, err := podSecurityContext(vmi, unprivileged(class))
 	if err != nil {
 		return nil, err
 	}
@@ -380,6 +381,7 @@ func Build(vmi *v1alpha1.VirtualMachineInstance, class *v1alpha1.HypervisorClass
 			Tolerations:       mergeTolerations(vmi, class),
 			SecurityContext:   podSecurity,
 			Volumes:           volumes,
+			InitContainers:    diskInit,
 			Containers: append([]corev1.Container{{
 				Name:            layout.ComputeContainer,
 				Image:           cfg.LauncherImage,
@@ -402,19 +404,33 @@ func Build(vmi *v1alpha1.VirtualMachineInstance, class *v1alpha1.HypervisorClass
 					SeccompProfile: computeSeccomp(cfg.ComputeSeccomp),
 				},
 				TerminationMessagePolicy: corev1.TerminationMessageFallbackToLogsOnError,
-			}}, helperContainers(vmi, cfg, mounts[0], helpers, diskContainers)...),
+			}}, helperContainers(vmi, class, cfg, mounts[0], helpers, diskContainers)...),
 		},
 	}
 	return pod, nil
 }
 
-// podSecurityContext is the pod's security context: the runtime's default seccomp profile, and
-// the VMI's SELinux level (status.selinuxLevel) when it has one. Of the SELinux options only the
-// level is set: the user, role and type are the runtime's (Pod Security's restricted profile
-// allows no user or role, and only the container types), and where a node has SELinux disabled
-// the runtime ignores the level.
-func podSecurityContext(vmi *v1alpha1.VirtualMachineInstance) (*corev1.PodSecurityContext, error) {
+// unprivileged says whether the class's launcher pods run as layout.LauncherUID: every class
+// but those whose VM manager needs capabilities (HypervisorClass.LauncherCapabilities, which a
+// process that is not root does not get from the runtime), whose pods run as root without
+// other capabilities. Only an unprivileged pod passes Pod Security's restricted level.
+func unprivileged(class *v1alpha1.HypervisorClass) bool { return len(class.LauncherCapabilities) == 0 }
+
+// podSecurityContext is the pod's security context: the runtime's default seccomp profile, the
+// VMI's SELinux level (status.selinuxLevel) when it has one, and for an unprivileged pod its
+// user and group (layout.LauncherUID, LauncherGID, also the fsGroup, which makes the per-VMI
+// directory and the claims theirs). Of the SELinux options only the level is set: the user,
+// role and type are the runtime's (Pod Security's restricted profile allows no user or role,
+// and only the container types), and where a node has SELinux disabled the runtime ignores the
+// level.
+func podSecurityContext(vmi *v1alpha1.VirtualMachineInstance, unprivileged bool) (*corev1.PodSecurityContext, error) {
 	sc := &corev1.PodSecurityContext{SeccompProfile: &corev1.SeccompProfile{Type: corev1.SeccompProfileTypeRuntimeDefault}}
+	if unprivileged {
+		sc.RunAsNonRoot = ptr.To(true)
+		sc.RunAsUser = ptr.To[int64](layout.LauncherUID)
+		sc.RunAsGroup = ptr.To[int64](layout.LauncherGID)
+		sc.FSGroup = ptr.To[int64](layout.LauncherGID)
+	}
 	if s := vmi.Status.SELinuxLevel; s != "" {
 		l, err := mcs.ParseLevel(s)
 		if err != nil {
@@ -436,11 +452,11 @@ func computeSeccomp(t corev1.SeccompProfileType) *corev1.SeccompProfile {
 // helperContainers are the pod's containers beside compute: guest-console-log when the VMI's
 // serial console is logged (VirtualMachineInstanceSpec.SerialConsoleLogged), then the
 // containerDisk containers.
-func helperContainers(vmi *v1alpha1.VirtualMachineInstance, cfg Config, vmiDir corev1.VolumeMount, res corev1.ResourceRequirements, disks []corev1.Container) []corev1.Container {
+func helperContainers(vmi *v1alpha1.VirtualMachineInstance, class *v1alpha1.HypervisorClass, cfg Config, vmiDir corev1.VolumeMount, res corev1.ResourceRequirements, disks []corev1.Container) []corev1.Container {
 	if !vmi.Spec.SerialConsoleLogged() {
 		return disks
 	}
-	return append([]corev1.Container{consoleLogContainer(vmi, cfg, vmiDir, res)}, disks...)
+	return append([]corev1.Container{consoleLogContainer(vmi, class, cfg, vmiDir, res)}, disks...)
 }
 
 // consoleLogContainer follows the guest's serial console log, which the node handler writes
@@ -448,7 +464,7 @@ func helperContainers(vmi *v1alpha1.VirtualMachineInstance, cfg Config, vmiDir c
 // (as KubeVirt's container of the same name), with kubevisor-console-log from the launcher
 // image. vmiDir is the compute container's mount of the VMI directory; this container mounts it
 // read-only.
-func consoleLogContainer(vmi *v1alpha1.VirtualMachineInstance, cfg Config, vmiDir corev1.VolumeMount, res corev1.ResourceRequirements) corev1.Container {
+func consoleLogContainer(vmi *v1alpha1.VirtualMachineInstance, class *v1alpha1.HypervisorClass, cfg Config, vmiDir corev1.VolumeMount, res corev1.ResourceRequirements) corev1.Container {
 	vmiDir.ReadOnly = true
 	vmiDir.MountPropagation = nil
 	return corev1.Container{
@@ -459,7 +475,7 @@ func consoleLogContainer(vmi *v1alpha1.VirtualMachineInstance, cfg Config, vmiDi
 		Args:                     []string{"--file", layout.ConsoleLog(cfg.HostStateDir, vmi.UID)},
 		Resources:                res,
 		VolumeMounts:             []corev1.VolumeMount{vmiDir},
-		SecurityContext:          security(),
+		SecurityContext:          security(unprivileged(class)),
 		TerminationMessagePolicy: corev1.TerminationMessageFallbackToLogsOnError,
 	}
 }
@@ -752,10 +768,8 @@ func hasClaims(vmi *v1alpha1.VirtualMachineInstance) bool {
 func buildVolumes(vmi *v1alpha1.VirtualMachineInstance, cfg Config) ([]corev1.Volume, []corev1.VolumeMount, error) {
 	dir := layout.VMIDir(cfg.HostStateDir, vmi.UID)
 	volumes := []corev1.Volume{{
-		Name: VMIDirVolumeName,
-		VolumeSource: corev1.VolumeSource{HostPath: &corev1.HostPathVolumeSource{
-			Path: dir, Type: ptr.To(corev1.HostPathDirectoryOrCreate),
-		}},
+		Name:         VMIDirVolumeName,
+		VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}},
 	}}
 	mounts := []corev1.VolumeMount{{
 		Name: VMIDirVolumeName, MountPath: dir,
@@ -846,13 +860,17 @@ func SecretVolumeName(secret string) string {
 	return SecretVolumePrefix + hex.EncodeToString(sum[:])[:12]
 }
 
-// security is the security context of the launcher pod's small helper containers.
-func security() *corev1.SecurityContext {
-	// Root, as the launcher: the socket directory is the kubelet's, made 0755 for root.
-	// Nothing else: the binary only serves a socket.
+// security is the security context of the launcher pod's small helper containers: the
+// launcher's user (root in a pod that is not unprivileged), nothing else: they only serve a
+// socket, follow a file or copy one.
+func security(unprivileged bool) *corev1.SecurityContext {
+	uid := int64(0)
+	if unprivileged {
+		uid = layout.LauncherUID
+	}
 	return &corev1.SecurityContext{
-		RunAsUser:                ptr.To[int64](0),
-		RunAsNonRoot:             ptr.To(false),
+		RunAsUser:                ptr.To(uid),
+		RunAsNonRoot:             ptr.To(unprivileged),
 		Privileged:               ptr.To(false),
 		AllowPrivilegeEscalation: ptr.To(false),
 		ReadOnlyRootFilesystem:   ptr.To(true),
@@ -863,10 +881,12 @@ func security() *corev1.SecurityContext {
 // buildContainerDisks returns a container per containerDisk volume and the pod volumes they use
 // (nothing for a VMI without containerDisk volumes); taken are the pod's other volumes, whose
 // names must not clash.
-func buildContainerDisks(vmi *v1alpha1.VirtualMachineInstance, cfg Config, taken []corev1.Volume, res corev1.ResourceRequirements) (containers []corev1.Container, volumes []corev1.Volume, err error) {
+func buildContainerDisks(vmi *v1alpha1.VirtualMachineInstance, class *v1alpha1.HypervisorClass, cfg Config, taken []corev1.Volume, vmiDir corev1.VolumeMount, res corev1.ResourceRequirements) (initContainers, containers []corev1.Container, volumes []corev1.Volume, err error) {
 	binMount := corev1.VolumeMount{Name: ContainerDiskBinVolumeName, MountPath: ContainerDiskBinDir, ReadOnly: true}
-	diskDir := layout.ContainerDiskDir(cfg.HostStateDir, vmi.UID)
-	dirMount := corev1.VolumeMount{Name: ContainerDiskVolumeName, MountPath: diskDir}
+	// The per-VMI directory, where kubevisor-containerdisk serves its socket (ContainerDiskDir);
+	// the handler's mounts there are for the compute container alone.
+	dirMount := vmiDir
+	dirMount.MountPropagation = nil
 	names := map[string]string{} // container → volume
 	for _, v := range vmi.Spec.Volumes {
 		cd := v.ContainerDisk
@@ -875,7 +895,7 @@ func buildContainerDisks(vmi *v1alpha1.VirtualMachineInstance, cfg Config, taken
 		}
 		name := ContainerDiskContainer(v.Name)
 		if other, ok := names[name]; ok {
-			return nil, nil, fmt.Errorf("volumes %s and %s: their containerDisk containers would have the same name %s", other, v.Name, name)
+			return nil, nil, nil, fmt.Errorf("volumes %s and %s: their containerDisk containers would have the same name %s", other, v.Name, name)
 		}
 		names[name] = v.Name
 		pull := cd.ImagePullPolicy
@@ -890,27 +910,30 @@ func buildContainerDisks(vmi *v1alpha1.VirtualMachineInstance, cfg Config, taken
 			Args:                     []string{"--socket", layout.ContainerDiskSocket(cfg.HostStateDir, vmi.UID, v.Name)},
 			Resources:                *res.DeepCopy(),
 			VolumeMounts:             []corev1.VolumeMount{binMount, dirMount},
-			SecurityContext:          security(),
+			SecurityContext:          security(unprivileged(class)),
 			TerminationMessagePolicy: corev1.TerminationMessageFallbackToLogsOnError,
 		})
 	}
 	if len(containers) == 0 {
-		return nil, nil, nil
+		return nil, nil, nil, nil
 	}
 	for _, v := range taken {
-		if v.Name == ContainerDiskBinVolumeName || v.Name == ContainerDiskVolumeName {
-			return nil, nil, fmt.Errorf("volume %s: its name is taken by another volume of the launcher pod", v.Name)
+		if v.Name == ContainerDiskBinVolumeName {
+			return nil, nil, nil, fmt.Errorf("volume %s: its name is taken by another volume of the launcher pod", v.Name)
 		}
 	}
-	volumes = []corev1.Volume{
-		{Name: ContainerDiskBinVolumeName, VolumeSource: corev1.VolumeSource{HostPath: &corev1.HostPathVolumeSource{
-			Path: layout.BinDir(cfg.HostStateDir), Type: ptr.To(corev1.HostPathDirectory),
-		}}},
-		{Name: ContainerDiskVolumeName, VolumeSource: corev1.VolumeSource{HostPath: &corev1.HostPathVolumeSource{
-			Path: diskDir, Type: ptr.To(corev1.HostPathDirectoryOrCreate),
-		}}},
+	volumes = []corev1.Volume{{Name: ContainerDiskBinVolumeName, VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}}}
+	install := corev1.Container{
+		Name:                     ContainerDiskInstallContainer,
+		Image:                    cfg.LauncherImage,
+		ImagePullPolicy:          cfg.ImagePullPolicy,
+		Command:                  []string{layout.ContainerDiskCommand, "--copy-to", ContainerDiskBinDir},
+		Resources:                *res.DeepCopy(),
+		VolumeMounts:             []corev1.VolumeMount{{Name: ContainerDiskBinVolumeName, MountPath: ContainerDiskBinDir}},
+		SecurityContext:          security(unprivileged(class)),
+		TerminationMessagePolicy: corev1.TerminationMessageFallbackToLogsOnError,
 	}
-	return containers, volumes, nil
+	return []corev1.Container{install}, containers, volumes, nil
 }
 
 // KubeletProbe is the compute container's probe for a VMI's probe, nil for none; timings are

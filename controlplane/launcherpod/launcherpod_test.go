@@ -86,10 +86,16 @@ func TestBuildMinimal(t *testing.T) {
 					NodeSelectorTerms: []corev1.NodeSelectorTerm{{MatchExpressions: []corev1.NodeSelectorRequirement{driverUp}}},
 				},
 			}},
-			SecurityContext: &corev1.PodSecurityContext{SeccompProfile: &corev1.SeccompProfile{Type: corev1.SeccompProfileTypeRuntimeDefault}},
+			// Unprivileged: a class without launcher capabilities runs as 107, which Pod
+			// Security's restricted level admits.
+			SecurityContext: &corev1.PodSecurityContext{
+				SeccompProfile: &corev1.SeccompProfile{Type: corev1.SeccompProfileTypeRuntimeDefault},
+				RunAsNonRoot:   ptr.To(true), RunAsUser: ptr.To[int64](107), RunAsGroup: ptr.To[int64](107), FSGroup: ptr.To[int64](107),
+			},
+			// The per-VMI directory is an emptyDir, which the handler binds onto dir on the node.
 			Volumes: []corev1.Volume{{
 				Name:         VMIDirVolumeName,
-				VolumeSource: corev1.VolumeSource{HostPath: &corev1.HostPathVolumeSource{Path: dir, Type: ptr.To(corev1.HostPathDirectoryOrCreate)}},
+				VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}},
 			}},
 			Containers: []corev1.Container{{
 				Name:            "compute",
@@ -126,8 +132,8 @@ func TestBuildMinimal(t *testing.T) {
 				},
 				VolumeMounts: []corev1.VolumeMount{{Name: VMIDirVolumeName, MountPath: dir, ReadOnly: true}},
 				SecurityContext: &corev1.SecurityContext{
-					RunAsUser:                ptr.To[int64](0),
-					RunAsNonRoot:             ptr.To(false),
+					RunAsUser:                ptr.To[int64](107),
+					RunAsNonRoot:             ptr.To(true),
 					Privileged:               ptr.To(false),
 					AllowPrivilegeEscalation: ptr.To(false),
 					ReadOnlyRootFilesystem:   ptr.To(true),
@@ -445,8 +451,8 @@ func TestBuild(t *testing.T) {
 			cfg:  &Config{LauncherImage: "img", HostStateDir: "/srv/kv"},
 			check: func(t *testing.T, pod *corev1.Pod) {
 				dir := "/srv/kv/vmi/" + string(testUID)
-				if p := pod.Spec.Volumes[0].HostPath.Path; p != dir {
-					t.Errorf("hostPath = %s, want %s", p, dir)
+				if pod.Spec.Volumes[0].EmptyDir == nil {
+					t.Errorf("per-VMI directory volume = %+v, want an emptyDir", pod.Spec.Volumes[0])
 				}
 				if m := pod.Spec.Containers[0].VolumeMounts[0].MountPath; m != dir {
 					t.Errorf("mount = %s, want %s", m, dir)
@@ -500,7 +506,7 @@ func TestBuild(t *testing.T) {
 			},
 		},
 		{
-			name: "containerDisk volumes: a container each running the image and the node's kubevisor-containerdisk (read-only hostPath), the socket directory, no init container; HostToContainer on the per-VMI directory",
+			name: "containerDisk volumes: a container each running the image and kubevisor-containerdisk, copied from the launcher image by an init container into an emptyDir; HostToContainer on the per-VMI directory",
 			vmi: testVMI(func(v *v1alpha1.VirtualMachineInstance) {
 				v.Spec.Volumes = []v1alpha1.Volume{
 					{Name: "root", VolumeSource: v1alpha1.VolumeSource{ContainerDisk: &v1alpha1.ContainerDiskSource{Image: "kubevisor/test-guest:latest"}}},
@@ -517,14 +523,13 @@ func TestBuild(t *testing.T) {
 				}
 				wantVolumes := []corev1.Volume{
 					pod.Spec.Volumes[0],
-					{Name: ContainerDiskBinVolumeName, VolumeSource: corev1.VolumeSource{HostPath: &corev1.HostPathVolumeSource{Path: "/var/run/kubevisor/bin", Type: ptr.To(corev1.HostPathDirectory)}}},
-					{Name: ContainerDiskVolumeName, VolumeSource: corev1.VolumeSource{HostPath: &corev1.HostPathVolumeSource{Path: cdDir, Type: ptr.To(corev1.HostPathDirectoryOrCreate)}}},
+					{Name: ContainerDiskBinVolumeName, VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}},
 				}
 				if !equality.Semantic.DeepEqual(pod.Spec.Volumes, wantVolumes) {
 					t.Errorf("volumes = %+v\nwant %+v", pod.Spec.Volumes, wantVolumes)
 				}
 				security := &corev1.SecurityContext{
-					RunAsUser: ptr.To[int64](0), RunAsNonRoot: ptr.To(false), Privileged: ptr.To(false),
+					RunAsUser: ptr.To[int64](107), RunAsNonRoot: ptr.To(true), Privileged: ptr.To(false),
 					AllowPrivilegeEscalation: ptr.To(false), ReadOnlyRootFilesystem: ptr.To(true),
 					Capabilities: &corev1.Capabilities{Drop: []corev1.Capability{"ALL"}},
 				}
@@ -532,8 +537,16 @@ func TestBuild(t *testing.T) {
 					Requests: corev1.ResourceList{corev1.ResourceCPU: q("10m"), corev1.ResourceMemory: q("16Mi")},
 					Limits:   corev1.ResourceList{corev1.ResourceMemory: q("16Mi")},
 				}
-				if len(pod.Spec.InitContainers) != 0 {
-					t.Errorf("init containers = %+v, want none: the node provides kubevisor-containerdisk", pod.Spec.InitContainers)
+				wantInit := []corev1.Container{{
+					Name: ContainerDiskInstallContainer, Image: "kubevisor/launcher:test", ImagePullPolicy: corev1.PullIfNotPresent,
+					Command:                  []string{"kubevisor-containerdisk", "--copy-to", "/kubevisor-containerdisk"},
+					Resources:                small,
+					VolumeMounts:             []corev1.VolumeMount{{Name: ContainerDiskBinVolumeName, MountPath: "/kubevisor-containerdisk"}},
+					SecurityContext:          security,
+					TerminationMessagePolicy: corev1.TerminationMessageFallbackToLogsOnError,
+				}}
+				if !equality.Semantic.DeepEqual(pod.Spec.InitContainers, wantInit) {
+					t.Errorf("init containers = %+v\nwant %+v", pod.Spec.InitContainers, wantInit)
 				}
 				disk := func(name, image string, pull corev1.PullPolicy, volume string) corev1.Container {
 					return corev1.Container{
@@ -543,7 +556,7 @@ func TestBuild(t *testing.T) {
 						Resources: small,
 						VolumeMounts: []corev1.VolumeMount{
 							{Name: ContainerDiskBinVolumeName, MountPath: "/kubevisor-containerdisk", ReadOnly: true},
-							{Name: ContainerDiskVolumeName, MountPath: cdDir},
+							{Name: VMIDirVolumeName, MountPath: dir},
 						},
 						SecurityContext:          security,
 						TerminationMessagePolicy: corev1.TerminationMessageFallbackToLogsOnError,
@@ -585,11 +598,11 @@ func TestBuild(t *testing.T) {
 			vmi: testVMI(func(v *v1alpha1.VirtualMachineInstance) {
 				v.Spec.Volumes = []v1alpha1.Volume{
 					{Name: "root", VolumeSource: v1alpha1.VolumeSource{ContainerDisk: &v1alpha1.ContainerDiskSource{Image: "img"}}},
-					{Name: ContainerDiskVolumeName, VolumeSource: v1alpha1.VolumeSource{PersistentVolumeClaim: &v1alpha1.PersistentVolumeClaimVolumeSource{
+					{Name: ContainerDiskBinVolumeName, VolumeSource: v1alpha1.VolumeSource{PersistentVolumeClaim: &v1alpha1.PersistentVolumeClaimVolumeSource{
 						PersistentVolumeClaimVolumeSource: corev1.PersistentVolumeClaimVolumeSource{ClaimName: "c"}}}},
 				}
 			}),
-			wantErr: "volume kubevisor-containerdisks: its name is taken",
+			wantErr: "volume kubevisor-containerdisk-bin: its name is taken",
 		},
 		{
 			name: "a VMI volume named like the per-VMI directory's volume",
@@ -1317,6 +1330,7 @@ func TestSELinuxLevel(t *testing.T) {
 	want := &corev1.PodSecurityContext{
 		SeccompProfile: &corev1.SeccompProfile{Type: corev1.SeccompProfileTypeRuntimeDefault},
 		SELinuxOptions: &corev1.SELinuxOptions{Level: "s0:c17,c903"},
+		RunAsNonRoot:   ptr.To(true), RunAsUser: ptr.To[int64](107), RunAsGroup: ptr.To[int64](107), FSGroup: ptr.To[int64](107),
 	}
 	if !equality.Semantic.DeepEqual(pod.Spec.SecurityContext, want) {
 		t.Errorf("pod security context %+v, want %+v", pod.Spec.SecurityContext, want)

@@ -88,6 +88,18 @@ type SandboxSpec struct {
 	// the node has SELinux enabled the handler labels the files it and the drivers make for the
 	// VMI in Dir with it (the directory, the run and work directories), before the VM starts.
 	SELinuxLevel string `json:"selinuxLevel,omitempty"`
+	// Owner, when set, is the user and group the sandbox's processes run as, when not root (in
+	// a cluster, an unprivileged launcher pod's: layout.LauncherUID). The handler gives the
+	// files it and the drivers make for the VMI in Dir to them (the directory, the run and work
+	// directories), before the VM starts, so that the VM process can open and make what it
+	// must there.
+	Owner *FileOwner `json:"owner,omitempty"`
+}
+
+// FileOwner is a user and group by number.
+type FileOwner struct {
+	UID int `json:"uid"`
+	GID int `json:"gid"`
 }
 
 // sandboxSettle is how long the end of a VM whose sandbox holds its process waits for the

@@ -32,6 +32,8 @@ const (
 	stepStart      = "start"
 	// stepSELinux labels files and has no undo, so it is never recorded.
 	stepSELinux = "selinux"
+	// stepOwner gives files to the sandbox's user and has no undo, so it is never recorded.
+	stepOwner = "owner"
 )
 
 const stateVersion = 1

@@ -44,6 +44,9 @@ const (
 	// ReasonSELinuxLabelFailed: the VMI's files could not be labelled with its sandbox's SELinux
 	// level (or the level is not one), on a node with SELinux enabled.
 	ReasonSELinuxLabelFailed = "SELinuxLabelFailed"
+	// ReasonOwnerFailed: the VMI's files could not be given to its sandbox's user
+	// (SandboxSpec.Owner).
+	ReasonOwnerFailed = "FileOwnerFailed"
 	// ReasonInternal: the handler itself failed (writing the VMI's state on the node, making
 	// its run directory), not the VMI nor a driver.
 	ReasonInternal = "InternalError"

@@ -42,6 +42,7 @@ var syncSteps = []step{
 	// After Create, whose driver may make files in the run directory, before the VM process
 	// opens any. The labels go with the files.
 	{name: stepSELinux, reason: ReasonSELinuxLabelFailed, skip: (*syncRun).noSELinux, do: (*syncRun).labelFiles},
+	{name: stepOwner, reason: ReasonOwnerFailed, skip: (*syncRun).noOwner, do: (*syncRun).ownFiles},
 	{name: stepStart, reason: ReasonStartFailed, do: (*syncRun).startVM},
 }
 

@@ -59,6 +59,26 @@ const (
 	GuestProbeCommand = "kubevisor-probe"
 )
 
+// The user and group an unprivileged launcher pod runs as (every container of it): the VM
+// process with them. 107 is KubeVirt's ("qemu"), so that disk images and claims made for
+// KubeVirt's non-root launchers (owned by 107, or fsGroup 107) serve here unchanged. The node
+// handler makes the files it makes for such a VMI in its per-VMI directory theirs.
+const (
+	LauncherUID = 107
+	LauncherGID = 107
+)
+
+// VMIDirVolume is the launcher pod's volume of its per-VMI directory: an emptyDir, which the
+// pod's containers mount at VMIDir and the node handler binds from the kubelet's directory of
+// it (KubeletEmptyDir) onto VMIDir on the node, so that both see one directory at one path.
+const VMIDirVolume = "kubevisor-vmi-dir"
+
+// KubeletEmptyDir is where the kubelet whose root directory is kubeletRoot keeps the emptyDir
+// volume named volume of the pod with UID podUID.
+func KubeletEmptyDir(kubeletRoot string, podUID types.UID, volume string) string {
+	return path.Join(kubeletRoot, "pods", string(podUID), "volumes", "kubernetes.io~empty-dir", volume)
+}
+
 // DefaultGracePeriod is the graceful shutdown time of a VMI that sets no
 // terminationGracePeriodSeconds (a pod's default, and KubeVirt's), and kubevisor-launcher's
 // when it is given no --grace-period. VirtualMachineInstanceSpec.GracePeriod in

@@ -339,6 +339,11 @@ disabled_plugins = ["io.containerd.snapshotter.v1.aufs", "io.containerd.snapshot
   netns_mounts_under_state_dir = true
   enable_selinux = false
   disable_apparmor = true
+  # Devices given to a container (the device plugins' /dev/kvm, /dev/net/tun, /dev/vhost-net)
+  # are owned by its runAsUser and runAsGroup, as they must be for an unprivileged launcher's
+  # VM process to open them (these machines' /dev/kvm is 0600 root). KubeVirt asks the same of
+  # its nodes.
+  device_ownership_from_security_context = true
   [plugins."io.containerd.grpc.v1.cri".containerd]
     snapshotter = "overlayfs"
     default_runtime_name = "runc"
@@ -383,6 +388,15 @@ elif [[ "$(findmnt -n -o FSTYPE --mountpoint /run/kubevisor)" != tmpfs ]]; then
   log "/run/kubevisor is mounted, not as a tmpfs of its own (left by an older up.sh?): kept; the fault matrix's full-disk case needs make down and up"
 fi
 findmnt -n -o PROPAGATION --mountpoint /run/kubevisor | grep -q shared || mount --make-rshared /run/kubevisor
+
+# The kubelet's root directory: launcher pods' per-VMI directories are emptyDirs there, which
+# the handler binds onto /run/kubevisor/vmi/<uid> from its Bidirectional mount of the pods
+# directory, and the launcher container receives the handler's mounts in it (HostToContainer).
+# The runtime accepts both only on a shared mount, which / is not here: the directory is a
+# shared bind mount of itself (down.sh unmounts it).
+mkdir -p "${KUBELET_ROOT}"
+findmnt -n --mountpoint "${KUBELET_ROOT}" >/dev/null 2>&1 || mount --bind "${KUBELET_ROOT}" "${KUBELET_ROOT}"
+findmnt -n -o PROPAGATION --mountpoint "${KUBELET_ROOT}" | grep -q shared || mount --make-rshared "${KUBELET_ROOT}"
 
 # --- kubelet --------------------------------------------------------------------------------
 # cgroup v1 (hybrid) host with swap: failCgroupV1/failSwapOn off; cgroupfs (no systemd);

@@ -76,7 +76,7 @@ var components = []component{
 		cni: true, qemu: true, hostBins: []string{"qemu-img", "swtpm_setup", "swtpm_ioctl"}, static: []string{"kubevisor-containerdisk", "kubevisor-plugin-install"}},
 	// The launcher image carries libvirtd too: the libvirt driver runs a daemon per VMI in the
 	// launcher pod, which forks QEMU there.
-	{name: "kubevisor-launcher", bins: []string{"kubevisor-launcher"}, qemu: true, libvirt: true, static: []string{"kubevisor-console-log", "kubevisor-probe"}},
+	{name: "kubevisor-launcher", bins: []string{"kubevisor-launcher"}, qemu: true, libvirt: true, static: []string{"kubevisor-console-log", "kubevisor-probe", "kubevisor-containerdisk"}},
 }
 
 type options struct {

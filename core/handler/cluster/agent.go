@@ -51,6 +51,9 @@ type AgentConfig struct {
 	// PodResourcesSocket is the kubelet's pod-resources API, asked which devices of a VMI's
 	// gpus[] and hostDevices[] its launcher pod got. Default: DefaultPodResourcesSocket.
 	PodResourcesSocket string
+	// KubeletRoot is the kubelet's root directory (--root-dir), where the per-VMI directory of
+	// a launcher pod is (an emptyDir: vmidir.go). Default: DefaultKubeletRoot.
+	KubeletRoot string
 	// Controller are the options of the agent's controller. MaxConcurrentReconciles 0 means
 	// DefaultWorkers.
 	Controller controller.Options
@@ -75,6 +78,9 @@ func (c AgentConfig) withDefaults() (AgentConfig, error) {
 	}
 	if c.PodResourcesSocket == "" {
 		c.PodResourcesSocket = DefaultPodResourcesSocket
+	}
+	if c.KubeletRoot == "" {
+		c.KubeletRoot = DefaultKubeletRoot
 	}
 	if c.Controller.MaxConcurrentReconciles <= 0 {
 		c.Controller.MaxConcurrentReconciles = DefaultWorkers
@@ -209,8 +215,15 @@ func (a *Agent) statusChanged(uid types.UID) {
 func (a *Agent) setup(mgr ctrl.Manager) error {
 	a.consoles = newConsoleLogs(a.h, a.cfg.HostStateDir, a.log.WithName("console"))
 	a.probes = newGuestProbes(a.h, a.cfg.HostStateDir, a.log.WithName("guest-probe"))
-	// Both are the VMI's files in its directory, which the pod reads at its SELinux level.
-	a.consoles.label, a.probes.label = a.h.LabelFiles, a.h.LabelFiles
+	// Both are the VMI's files in its directory, which the pod reads at its SELinux level and,
+	// when it is unprivileged, as its user.
+	mark := func(uid types.UID, p string, recurse bool) error {
+		if err := a.h.LabelFiles(uid, p, recurse); err != nil {
+			return err
+		}
+		return a.h.OwnFiles(uid, p, recurse)
+	}
+	a.consoles.label, a.probes.label = mark, mark
 	if err := mgr.Add(runnable(func(ctx context.Context) error {
 		<-ctx.Done()
 		a.consoles.close()
@@ -484,7 +497,10 @@ func (a *Agent) stopUnknown(ctx context.Context, uid types.UID, name types.Names
 // its claims and persistent state) and removes the mount points: before the directory is
 // removed, which must never reach into a claim's data. The VM must be gone.
 func (a *Agent) releaseMounts(uid types.UID) error {
-	return errors.Join(a.disks.Release(uid), a.claims.Release(uid))
+	if err := errors.Join(a.disks.Release(uid), a.claims.Release(uid)); err != nil {
+		return err
+	}
+	return a.unbindVMIDir(uid)
 }
 
 // orphanDirAge is how old a VMI directory without VMI, launcher pod or handler state must be

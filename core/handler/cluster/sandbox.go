@@ -53,6 +53,12 @@ func (a *Agent) sandbox(vmi *v1alpha1.VirtualMachineInstance) *podSandbox {
 // Open implements handler.Sandbox.
 func (s *podSandbox) Open(ctx context.Context) (handler.SandboxSpec, error) {
 	cfg := s.a.cfg
+	// The per-VMI directory is the launcher pod's: bound from the kubelet's directory of it
+	// first, the launcher's socket is there.
+	owner, err := s.a.bindVMIDir(ctx, s.vmi)
+	if err != nil {
+		return handler.SandboxSpec{}, err
+	}
 	socket := filepath.Join(layout.LauncherDir(cfg.HostStateDir, s.vmi.UID), launcher.SocketName)
 	dctx, cancel := context.WithTimeout(ctx, cfg.DialTimeout)
 	defer cancel()
@@ -107,6 +113,7 @@ func (s *podSandbox) Open(ctx context.Context) (handler.SandboxSpec, error) {
 		HugepagesDir: layout.HugepagesDir,
 		// The handler labels the VMI's files with it where the node has SELinux enabled.
 		SELinuxLevel: level,
+		Owner:        owner,
 	}, nil
 }
 
