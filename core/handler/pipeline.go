@@ -491,6 +491,9 @@ func (h *Handler) releaseStorage(ctx context.Context, st *vmiState) error {
 // request is recorded before the call, for Teardown, and the result after it, for the status.
 func (r *syncRun) setupNetwork(ctx context.Context) error {
 	req := &networkv1.SetupRequest{VmiId: string(r.vmi.UID), NetnsPath: r.sandbox.NetNSPath, Interfaces: r.p.interfaces, Hostname: r.vmi.GuestHostname()}
+	if o := r.sandbox.Owner; o != nil {
+		req.SandboxUser = &networkv1.SandboxUser{Uid: uint32(o.UID), Gid: uint32(o.GID)}
+	}
 	if err := r.record(func(st *vmiState) { st.Network = marshalProto(req) }); err != nil {
 		return err
 	}

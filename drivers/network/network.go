@@ -92,7 +92,8 @@ type Config struct {
 	// PodInterface is the sandbox's interface on the pod network. Default: eth0.
 	PodInterface string `json:"podInterface,omitempty"`
 	// TapOwner and TapGroup own the taps Setup makes: a process of that user (or group) may
-	// open them without CAP_NET_ADMIN. Default: 0 (root), as KubeVirt's is qemu (107).
+	// open them without CAP_NET_ADMIN. Default: 0 (root). A Setup request's sandbox_user (an
+	// unprivileged launcher's, 107 as KubeVirt's qemu) takes their place for its taps.
 	TapOwner uint32 `json:"tapOwner,omitempty"`
 	TapGroup uint32 `json:"tapGroup,omitempty"`
 }

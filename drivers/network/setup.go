@@ -54,6 +54,10 @@ func (d *Driver) Setup(ctx context.Context, req *networkv1.SetupRequest) (*netwo
 		return nil, err
 	}
 	defer s.end()
+	if u := req.GetSandboxUser(); u != nil {
+		// The VM process is not root: its taps are its user's, for it to open.
+		s.cfg.TapOwner, s.cfg.TapGroup = u.GetUid(), u.GetGid()
+	}
 	// The host name and the DHCP options are what the DHCP servers send: a Setup that changes
 	// them changes the servers' answers, and they are kept for a server made again.
 	changed := s.st.Hostname != req.GetHostname()

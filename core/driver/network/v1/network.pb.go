@@ -335,7 +335,13 @@ type SetupRequest struct {
 	Interfaces []*Interface `protobuf:"bytes,3,rep,name=interfaces,proto3" json:"interfaces,omitempty"`
 	// hostname is the guest's host name (a DNS label: the VMI's spec.hostname, else its name made
 	// one). A driver that answers the guest's DHCP SHOULD send it (DHCPv4 option 12); empty: none.
-	Hostname      string `protobuf:"bytes,4,opt,name=hostname,proto3" json:"hostname,omitempty"`
+	Hostname string `protobuf:"bytes,4,opt,name=hostname,proto3" json:"hostname,omitempty"`
+	// sandbox_user, when set, is the user and group the sandbox's VM process runs as when that is
+	// not root (an unprivileged launcher pod's). A driver that makes taps MUST make them that
+	// user's and group's (TUNSETOWNER, TUNSETGROUP), so that the process opens them without
+	// CAP_NET_ADMIN; unset, they are root's. Added in v1 without a version change: a driver
+	// that does not know it makes root's taps, which such a process fails to open with EPERM.
+	SandboxUser   *SandboxUser `protobuf:"bytes,5,opt,name=sandbox_user,json=sandboxUser,proto3" json:"sandbox_user,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -398,6 +404,66 @@ func (x *SetupRequest) GetHostname() string {
 	return ""
 }
 
+func (x *SetupRequest) GetSandboxUser() *SandboxUser {
+	if x != nil {
+		return x.SandboxUser
+	}
+	return nil
+}
+
+// SandboxUser is a user and group by number.
+type SandboxUser struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Uid           uint32                 `protobuf:"varint,1,opt,name=uid,proto3" json:"uid,omitempty"`
+	Gid           uint32                 `protobuf:"varint,2,opt,name=gid,proto3" json:"gid,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SandboxUser) Reset() {
+	*x = SandboxUser{}
+	mi := &file_core_driver_network_v1_network_proto_msgTypes[5]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SandboxUser) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SandboxUser) ProtoMessage() {}
+
+func (x *SandboxUser) ProtoReflect() protoreflect.Message {
+	mi := &file_core_driver_network_v1_network_proto_msgTypes[5]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SandboxUser.ProtoReflect.Descriptor instead.
+func (*SandboxUser) Descriptor() ([]byte, []int) {
+	return file_core_driver_network_v1_network_proto_rawDescGZIP(), []int{5}
+}
+
+func (x *SandboxUser) GetUid() uint32 {
+	if x != nil {
+		return x.Uid
+	}
+	return 0
+}
+
+func (x *SandboxUser) GetGid() uint32 {
+	if x != nil {
+		return x.Gid
+	}
+	return 0
+}
+
 // InterfaceResult is what Setup made for one interface.
 type InterfaceResult struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -421,7 +487,7 @@ type InterfaceResult struct {
 
 func (x *InterfaceResult) Reset() {
 	*x = InterfaceResult{}
-	mi := &file_core_driver_network_v1_network_proto_msgTypes[5]
+	mi := &file_core_driver_network_v1_network_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -433,7 +499,7 @@ func (x *InterfaceResult) String() string {
 func (*InterfaceResult) ProtoMessage() {}
 
 func (x *InterfaceResult) ProtoReflect() protoreflect.Message {
-	mi := &file_core_driver_network_v1_network_proto_msgTypes[5]
+	mi := &file_core_driver_network_v1_network_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -446,7 +512,7 @@ func (x *InterfaceResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use InterfaceResult.ProtoReflect.Descriptor instead.
 func (*InterfaceResult) Descriptor() ([]byte, []int) {
-	return file_core_driver_network_v1_network_proto_rawDescGZIP(), []int{5}
+	return file_core_driver_network_v1_network_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *InterfaceResult) GetName() string {
@@ -507,7 +573,7 @@ type SetupResponse struct {
 
 func (x *SetupResponse) Reset() {
 	*x = SetupResponse{}
-	mi := &file_core_driver_network_v1_network_proto_msgTypes[6]
+	mi := &file_core_driver_network_v1_network_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -519,7 +585,7 @@ func (x *SetupResponse) String() string {
 func (*SetupResponse) ProtoMessage() {}
 
 func (x *SetupResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_core_driver_network_v1_network_proto_msgTypes[6]
+	mi := &file_core_driver_network_v1_network_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -532,7 +598,7 @@ func (x *SetupResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetupResponse.ProtoReflect.Descriptor instead.
 func (*SetupResponse) Descriptor() ([]byte, []int) {
-	return file_core_driver_network_v1_network_proto_rawDescGZIP(), []int{6}
+	return file_core_driver_network_v1_network_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *SetupResponse) GetInterfaces() []*InterfaceResult {
@@ -553,7 +619,7 @@ type CheckRequest struct {
 
 func (x *CheckRequest) Reset() {
 	*x = CheckRequest{}
-	mi := &file_core_driver_network_v1_network_proto_msgTypes[7]
+	mi := &file_core_driver_network_v1_network_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -565,7 +631,7 @@ func (x *CheckRequest) String() string {
 func (*CheckRequest) ProtoMessage() {}
 
 func (x *CheckRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_core_driver_network_v1_network_proto_msgTypes[7]
+	mi := &file_core_driver_network_v1_network_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -578,7 +644,7 @@ func (x *CheckRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CheckRequest.ProtoReflect.Descriptor instead.
 func (*CheckRequest) Descriptor() ([]byte, []int) {
-	return file_core_driver_network_v1_network_proto_rawDescGZIP(), []int{7}
+	return file_core_driver_network_v1_network_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *CheckRequest) GetVmiId() string {
@@ -611,7 +677,7 @@ type CheckResponse struct {
 
 func (x *CheckResponse) Reset() {
 	*x = CheckResponse{}
-	mi := &file_core_driver_network_v1_network_proto_msgTypes[8]
+	mi := &file_core_driver_network_v1_network_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -623,7 +689,7 @@ func (x *CheckResponse) String() string {
 func (*CheckResponse) ProtoMessage() {}
 
 func (x *CheckResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_core_driver_network_v1_network_proto_msgTypes[8]
+	mi := &file_core_driver_network_v1_network_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -636,7 +702,7 @@ func (x *CheckResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CheckResponse.ProtoReflect.Descriptor instead.
 func (*CheckResponse) Descriptor() ([]byte, []int) {
-	return file_core_driver_network_v1_network_proto_rawDescGZIP(), []int{8}
+	return file_core_driver_network_v1_network_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *CheckResponse) GetInterfaces() []*InterfaceResult {
@@ -657,7 +723,7 @@ type TeardownRequest struct {
 
 func (x *TeardownRequest) Reset() {
 	*x = TeardownRequest{}
-	mi := &file_core_driver_network_v1_network_proto_msgTypes[9]
+	mi := &file_core_driver_network_v1_network_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -669,7 +735,7 @@ func (x *TeardownRequest) String() string {
 func (*TeardownRequest) ProtoMessage() {}
 
 func (x *TeardownRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_core_driver_network_v1_network_proto_msgTypes[9]
+	mi := &file_core_driver_network_v1_network_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -682,7 +748,7 @@ func (x *TeardownRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TeardownRequest.ProtoReflect.Descriptor instead.
 func (*TeardownRequest) Descriptor() ([]byte, []int) {
-	return file_core_driver_network_v1_network_proto_rawDescGZIP(), []int{9}
+	return file_core_driver_network_v1_network_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *TeardownRequest) GetVmiId() string {
@@ -714,7 +780,7 @@ type TeardownResponse struct {
 
 func (x *TeardownResponse) Reset() {
 	*x = TeardownResponse{}
-	mi := &file_core_driver_network_v1_network_proto_msgTypes[10]
+	mi := &file_core_driver_network_v1_network_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -726,7 +792,7 @@ func (x *TeardownResponse) String() string {
 func (*TeardownResponse) ProtoMessage() {}
 
 func (x *TeardownResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_core_driver_network_v1_network_proto_msgTypes[10]
+	mi := &file_core_driver_network_v1_network_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -739,7 +805,7 @@ func (x *TeardownResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TeardownResponse.ProtoReflect.Descriptor instead.
 func (*TeardownResponse) Descriptor() ([]byte, []int) {
-	return file_core_driver_network_v1_network_proto_rawDescGZIP(), []int{10}
+	return file_core_driver_network_v1_network_proto_rawDescGZIP(), []int{11}
 }
 
 var File_core_driver_network_v1_network_proto protoreflect.FileDescriptor
@@ -767,7 +833,7 @@ const file_core_driver_network_v1_network_proto_rawDesc = "" +
 	"\x04Port\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x1a\n" +
 	"\bprotocol\x18\x02 \x01(\tR\bprotocol\x12\x12\n" +
-	"\x04port\x18\x03 \x01(\x05R\x04port\"\xa8\x01\n" +
+	"\x04port\x18\x03 \x01(\x05R\x04port\"\xf5\x01\n" +
 	"\fSetupRequest\x12\x15\n" +
 	"\x06vmi_id\x18\x01 \x01(\tR\x05vmiId\x12\x1d\n" +
 	"\n" +
@@ -775,7 +841,11 @@ const file_core_driver_network_v1_network_proto_rawDesc = "" +
 	"\n" +
 	"interfaces\x18\x03 \x03(\v2&.kubevisor.driver.network.v1.InterfaceR\n" +
 	"interfaces\x12\x1a\n" +
-	"\bhostname\x18\x04 \x01(\tR\bhostname\"\xdd\x01\n" +
+	"\bhostname\x18\x04 \x01(\tR\bhostname\x12K\n" +
+	"\fsandbox_user\x18\x05 \x01(\v2(.kubevisor.driver.network.v1.SandboxUserR\vsandboxUser\"1\n" +
+	"\vSandboxUser\x12\x10\n" +
+	"\x03uid\x18\x01 \x01(\rR\x03uid\x12\x10\n" +
+	"\x03gid\x18\x02 \x01(\rR\x03gid\"\xdd\x01\n" +
 	"\x0fInterfaceResult\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x19\n" +
 	"\btap_name\x18\x02 \x01(\tR\atapName\x12\x10\n" +
@@ -824,40 +894,42 @@ func file_core_driver_network_v1_network_proto_rawDescGZIP() []byte {
 	return file_core_driver_network_v1_network_proto_rawDescData
 }
 
-var file_core_driver_network_v1_network_proto_msgTypes = make([]protoimpl.MessageInfo, 11)
+var file_core_driver_network_v1_network_proto_msgTypes = make([]protoimpl.MessageInfo, 12)
 var file_core_driver_network_v1_network_proto_goTypes = []any{
 	(*Interface)(nil),         // 0: kubevisor.driver.network.v1.Interface
 	(*DHCPOptions)(nil),       // 1: kubevisor.driver.network.v1.DHCPOptions
 	(*DHCPPrivateOption)(nil), // 2: kubevisor.driver.network.v1.DHCPPrivateOption
 	(*Port)(nil),              // 3: kubevisor.driver.network.v1.Port
 	(*SetupRequest)(nil),      // 4: kubevisor.driver.network.v1.SetupRequest
-	(*InterfaceResult)(nil),   // 5: kubevisor.driver.network.v1.InterfaceResult
-	(*SetupResponse)(nil),     // 6: kubevisor.driver.network.v1.SetupResponse
-	(*CheckRequest)(nil),      // 7: kubevisor.driver.network.v1.CheckRequest
-	(*CheckResponse)(nil),     // 8: kubevisor.driver.network.v1.CheckResponse
-	(*TeardownRequest)(nil),   // 9: kubevisor.driver.network.v1.TeardownRequest
-	(*TeardownResponse)(nil),  // 10: kubevisor.driver.network.v1.TeardownResponse
+	(*SandboxUser)(nil),       // 5: kubevisor.driver.network.v1.SandboxUser
+	(*InterfaceResult)(nil),   // 6: kubevisor.driver.network.v1.InterfaceResult
+	(*SetupResponse)(nil),     // 7: kubevisor.driver.network.v1.SetupResponse
+	(*CheckRequest)(nil),      // 8: kubevisor.driver.network.v1.CheckRequest
+	(*CheckResponse)(nil),     // 9: kubevisor.driver.network.v1.CheckResponse
+	(*TeardownRequest)(nil),   // 10: kubevisor.driver.network.v1.TeardownRequest
+	(*TeardownResponse)(nil),  // 11: kubevisor.driver.network.v1.TeardownResponse
 }
 var file_core_driver_network_v1_network_proto_depIdxs = []int32{
 	3,  // 0: kubevisor.driver.network.v1.Interface.ports:type_name -> kubevisor.driver.network.v1.Port
 	1,  // 1: kubevisor.driver.network.v1.Interface.dhcp_options:type_name -> kubevisor.driver.network.v1.DHCPOptions
 	2,  // 2: kubevisor.driver.network.v1.DHCPOptions.private_options:type_name -> kubevisor.driver.network.v1.DHCPPrivateOption
 	0,  // 3: kubevisor.driver.network.v1.SetupRequest.interfaces:type_name -> kubevisor.driver.network.v1.Interface
-	5,  // 4: kubevisor.driver.network.v1.SetupResponse.interfaces:type_name -> kubevisor.driver.network.v1.InterfaceResult
-	0,  // 5: kubevisor.driver.network.v1.CheckRequest.interfaces:type_name -> kubevisor.driver.network.v1.Interface
-	5,  // 6: kubevisor.driver.network.v1.CheckResponse.interfaces:type_name -> kubevisor.driver.network.v1.InterfaceResult
-	0,  // 7: kubevisor.driver.network.v1.TeardownRequest.interfaces:type_name -> kubevisor.driver.network.v1.Interface
-	4,  // 8: kubevisor.driver.network.v1.Network.Setup:input_type -> kubevisor.driver.network.v1.SetupRequest
-	7,  // 9: kubevisor.driver.network.v1.Network.Check:input_type -> kubevisor.driver.network.v1.CheckRequest
-	9,  // 10: kubevisor.driver.network.v1.Network.Teardown:input_type -> kubevisor.driver.network.v1.TeardownRequest
-	6,  // 11: kubevisor.driver.network.v1.Network.Setup:output_type -> kubevisor.driver.network.v1.SetupResponse
-	8,  // 12: kubevisor.driver.network.v1.Network.Check:output_type -> kubevisor.driver.network.v1.CheckResponse
-	10, // 13: kubevisor.driver.network.v1.Network.Teardown:output_type -> kubevisor.driver.network.v1.TeardownResponse
-	11, // [11:14] is the sub-list for method output_type
-	8,  // [8:11] is the sub-list for method input_type
-	8,  // [8:8] is the sub-list for extension type_name
-	8,  // [8:8] is the sub-list for extension extendee
-	0,  // [0:8] is the sub-list for field type_name
+	5,  // 4: kubevisor.driver.network.v1.SetupRequest.sandbox_user:type_name -> kubevisor.driver.network.v1.SandboxUser
+	6,  // 5: kubevisor.driver.network.v1.SetupResponse.interfaces:type_name -> kubevisor.driver.network.v1.InterfaceResult
+	0,  // 6: kubevisor.driver.network.v1.CheckRequest.interfaces:type_name -> kubevisor.driver.network.v1.Interface
+	6,  // 7: kubevisor.driver.network.v1.CheckResponse.interfaces:type_name -> kubevisor.driver.network.v1.InterfaceResult
+	0,  // 8: kubevisor.driver.network.v1.TeardownRequest.interfaces:type_name -> kubevisor.driver.network.v1.Interface
+	4,  // 9: kubevisor.driver.network.v1.Network.Setup:input_type -> kubevisor.driver.network.v1.SetupRequest
+	8,  // 10: kubevisor.driver.network.v1.Network.Check:input_type -> kubevisor.driver.network.v1.CheckRequest
+	10, // 11: kubevisor.driver.network.v1.Network.Teardown:input_type -> kubevisor.driver.network.v1.TeardownRequest
+	7,  // 12: kubevisor.driver.network.v1.Network.Setup:output_type -> kubevisor.driver.network.v1.SetupResponse
+	9,  // 13: kubevisor.driver.network.v1.Network.Check:output_type -> kubevisor.driver.network.v1.CheckResponse
+	11, // 14: kubevisor.driver.network.v1.Network.Teardown:output_type -> kubevisor.driver.network.v1.TeardownResponse
+	12, // [12:15] is the sub-list for method output_type
+	9,  // [9:12] is the sub-list for method input_type
+	9,  // [9:9] is the sub-list for extension type_name
+	9,  // [9:9] is the sub-list for extension extendee
+	0,  // [0:9] is the sub-list for field type_name
 }
 
 func init() { file_core_driver_network_v1_network_proto_init() }
@@ -871,7 +943,7 @@ func file_core_driver_network_v1_network_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_core_driver_network_v1_network_proto_rawDesc), len(file_core_driver_network_v1_network_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   11,
+			NumMessages:   12,
 			NumExtensions: 0,
 			NumServices:   1,
 		},
