@@ -27,6 +27,7 @@ import (
 	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/tools/clientcmd"
+	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/kubevisor/kubevisor/conformance/e2e/guest"
@@ -98,14 +99,30 @@ type Framework struct {
 	Namespace string
 }
 
+// FrameworkOption shapes the namespace NewFramework makes.
+type FrameworkOption func(labels map[string]string)
+
+// EnforcePodSecurity has the namespace enforce Pod Security's level (restricted, baseline) at
+// the cluster's latest version, as pod-security.kubernetes.io/enforce does.
+func EnforcePodSecurity(level string) FrameworkOption {
+	return func(labels map[string]string) {
+		labels["pod-security.kubernetes.io/enforce"] = level
+		labels["pod-security.kubernetes.io/enforce-version"] = "latest"
+	}
+}
+
 // NewFramework makes a namespace for the spec it is called in and removes it afterwards.
-func NewFramework() *Framework {
+func NewFramework(opts ...FrameworkOption) *Framework {
 	f := &Framework{}
 	BeforeEach(func(ctx SpecContext) {
 		c, err := newClient(Cfg.Kubeconfig)
 		Expect(err).NotTo(HaveOccurred())
 		f.Client = c
-		ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{GenerateName: "kv-e2e-", Labels: map[string]string{"kubevisor.io/e2e": "true"}}}
+		labels := map[string]string{"kubevisor.io/e2e": "true"}
+		for _, o := range opts {
+			o(labels)
+		}
+		ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{GenerateName: "kv-e2e-", Labels: labels}}
 		Expect(c.Create(ctx, ns)).To(Succeed())
 		f.Namespace = ns.Name
 		DeferCleanup(func(ctx SpecContext) {
@@ -239,9 +256,18 @@ func (f *Framework) HTTPFromPodOn(ctx context.Context, node, url string) string 
 		Spec: corev1.PodSpec{
 			NodeName:      node,
 			RestartPolicy: corev1.RestartPolicyNever,
+			// What Pod Security's restricted level asks, so that it runs in any namespace.
+			SecurityContext: &corev1.PodSecurityContext{
+				RunAsNonRoot: ptr.To(true), RunAsUser: ptr.To[int64](65534),
+				SeccompProfile: &corev1.SeccompProfile{Type: corev1.SeccompProfileTypeRuntimeDefault},
+			},
 			Containers: []corev1.Container{{
 				Name: "get", Image: Cfg.ClientImage, ImagePullPolicy: corev1.PullIfNotPresent,
 				Command: []string{"/usr/local/bin/e2e-httpget", "--retry-for", "60s", url},
+				SecurityContext: &corev1.SecurityContext{
+					AllowPrivilegeEscalation: ptr.To(false),
+					Capabilities:             &corev1.Capabilities{Drop: []corev1.Capability{"ALL"}},
+				},
 			}},
 		},
 	}

@@ -73,10 +73,11 @@ func vmManifest(name, runStrategy, userData string) string {
 		"\nspec:\n  runStrategy: " + runStrategy + "\n" + indent(template(name, userData), 2)
 }
 
-var _ = Describe("VirtualMachine", Label("Conformance"), func() {
-	f := NewFramework()
+var _ = Describe("VirtualMachine", Label("Conformance", "PodSecurity"), func() {
+	// In a namespace that enforces Pod Security's restricted level: the launcher pod passes it.
+	f := NewFramework(EnforcePodSecurity("restricted"))
 
-	It("runs from kubectl apply, answers HTTP from another pod, stops, starts and is deleted cleanly", func(ctx SpecContext) {
+	It("runs from kubectl apply in a namespace enforcing Pod Security restricted, answers HTTP from another pod, stops, starts and is deleted cleanly", func(ctx SpecContext) {
 		const name = "guest"
 		marker := "e2e-user-data-" + string(types.UID(f.Namespace))
 		By("kubectl apply of a VM with runStrategy Always")
@@ -85,6 +86,25 @@ var _ = Describe("VirtualMachine", Label("Conformance"), func() {
 		By("the VMI runs on a node, with an IP in its status")
 		vmi := f.WaitRunning(ctx, name)
 		Expect(vmi.Status.NodeName).NotTo(BeEmpty())
+
+		By("its launcher pod runs as 107, not root, which the namespace's restricted level admitted")
+		pods := f.LauncherPods(ctx, vmi.UID)
+		Expect(pods).To(HaveLen(1))
+		sc := pods[0].Spec.SecurityContext
+		Expect(sc).NotTo(BeNil())
+		Expect(sc.RunAsNonRoot).To(HaveValue(BeTrue()))
+		Expect(sc.RunAsUser).To(HaveValue(BeEquivalentTo(107)))
+		for _, v := range pods[0].Spec.Volumes {
+			Expect(v.HostPath).To(BeNil(), "volume %s of the launcher pod", v.Name)
+		}
+
+		By("a VMI with a hostDisk, whose launcher pod needs a hostPath, is refused there, saying why")
+		out, err := f.Kubectl(ctx, "apiVersion: kubevisor.io/v1alpha1\nkind: VirtualMachineInstance\nmetadata:\n  name: hostdisk\nspec:\n"+
+			indent("domain:\n  memory:\n    guest: 64Mi\n  devices:\n    disks:\n    - name: host\n      disk: {bus: virtio}\n"+
+				"volumes:\n- name: host\n  hostDisk:\n    path: /var/lib/kubevisor-e2e/disk.img\n    type: DiskOrCreate\n    capacity: 64Mi\n", 2),
+			"apply", "-f", "-")
+		Expect(err).To(HaveOccurred(), out)
+		Expect(out).To(And(ContainSubstring("restricted"), ContainSubstring("hostPath")), out)
 		Expect(GuestIP(vmi)).NotTo(BeEmpty(), "interfaces: %+v", vmi.Status.Interfaces)
 		Eventually(func(g Gomega) {
 			g.Expect(f.VM(ctx, name).Status.Ready).To(BeTrue())
@@ -99,7 +119,7 @@ var _ = Describe("VirtualMachine", Label("Conformance"), func() {
 		Expect(f.HTTPFromPod(ctx, "http://"+GuestIP(vmi)+"/")).To(ContainSubstring(guest.WebAnswer))
 
 		By("runStrategy Halted: the VMI goes, the VM is stopped")
-		_, err := f.Kubectl(ctx, "", "patch", "vm", name, "--type=merge", "-p", `{"spec":{"runStrategy":"Halted"}}`)
+		_, err = f.Kubectl(ctx, "", "patch", "vm", name, "--type=merge", "-p", `{"spec":{"runStrategy":"Halted"}}`)
 		Expect(err).NotTo(HaveOccurred())
 		f.WaitGone(ctx, name)
 		Eventually(func() v1alpha1.VirtualMachinePrintableStatus {

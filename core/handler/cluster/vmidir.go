@@ -9,6 +9,7 @@ import (
 	"golang.org/x/sys/unix"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/kubevisor/kubevisor/core/api/v1alpha1"
 	"github.com/kubevisor/kubevisor/core/handler"
@@ -38,7 +39,7 @@ const DefaultKubeletRoot = "/var/lib/kubelet"
 // who the pod's processes run as (nil for root). A pod whose directory is a hostPath (made by
 // an earlier release) needs no bind.
 func (a *Agent) bindVMIDir(ctx context.Context, vmi *v1alpha1.VirtualMachineInstance) (*handler.FileOwner, error) {
-	pod, err := a.launcherPod(ctx, vmi)
+	pod, err := a.vmiDirPod(ctx, vmi)
 	if err != nil {
 		return nil, err
 	}
@@ -65,6 +66,35 @@ func (a *Agent) bindVMIDir(ctx context.Context, vmi *v1alpha1.VirtualMachineInst
 		return nil, fmt.Errorf("bind launcher pod %s's per-VMI directory %s onto %s: %w", pod.Name, src, target, err)
 	}
 	return owner, nil
+}
+
+// vmiDirPod is the launcher pod whose per-VMI directory the VMI's is on this node: its
+// launcher pod (launcherPod), else, for a live migration's target, the target pod the VMI's
+// migration state names, else the newest of its pods here that has not ended.
+func (a *Agent) vmiDirPod(ctx context.Context, vmi *v1alpha1.VirtualMachineInstance) (*corev1.Pod, error) {
+	pod, err := a.launcherPod(ctx, vmi)
+	if err != nil || pod != nil {
+		return pod, err
+	}
+	var pods corev1.PodList
+	if err := a.client.List(ctx, &pods, client.InNamespace(vmi.Namespace),
+		client.MatchingLabels{v1alpha1.CreatedByLabel: string(vmi.UID)}); err != nil {
+		return nil, fmt.Errorf("list launcher pods: %w", err)
+	}
+	var found *corev1.Pod
+	for i := range pods.Items {
+		p := &pods.Items[i]
+		if p.Spec.NodeName != a.cfg.NodeName || p.Status.Phase == corev1.PodSucceeded || p.Status.Phase == corev1.PodFailed {
+			continue
+		}
+		if ms := vmi.Status.MigrationState; ms != nil && ms.TargetNode == a.cfg.NodeName && ms.TargetPod == p.Name {
+			return p, nil
+		}
+		if found == nil || p.CreationTimestamp.After(found.CreationTimestamp.Time) {
+			found = p
+		}
+	}
+	return found, nil
 }
 
 // unbindVMIDir removes the bind of VMI uid's directory (none: nothing to do), and the empty
