@@ -285,19 +285,36 @@ func TestAdmissionThroughAPIServer(t *testing.T) {
 				t.Fatal(err)
 			}
 		}
+		// A class whose launcher keeps capabilities (libvirt's SETUID and SETGID) runs its pods
+		// as root: baseline admits them, restricted does not.
+		if err := c.Create(ctx, &v1alpha1.HypervisorClass{ObjectMeta: metav1.ObjectMeta{Name: "with-caps"}, Driver: "qmp",
+			LauncherCapabilities: []corev1.Capability{"SETUID", "SETGID"}}); err != nil {
+			t.Fatal(err)
+		}
 		in := func(ns string, o client.Object) client.Object { o.SetNamespace(ns); return o }
+		withCaps := minimalSpec()
+		withCaps.HypervisorClassName = "with-caps"
+		hostDisk := minimalSpec()
+		hostDisk.Volumes[0].VolumeSource = v1alpha1.VolumeSource{HostDisk: &v1alpha1.HostDisk{Path: "/var/lib/images/root.img", Type: v1alpha1.HostDiskExists}}
 		for _, tc := range []struct {
 			ns   string
 			obj  client.Object
 			path string
 			want []string // "" accepted
 		}{
-			{"ps-restricted", in("ps-restricted", vmi("a", minimalSpec())), "spec",
-				[]string{`Pod Security "restricted:latest"`, "HypervisorClass qemu", `restricted volume type "hostPath"`, "runAsNonRoot != true"}},
-			{"ps-baseline", in("ps-baseline", vmi("a", minimalSpec())), "spec", []string{`Pod Security "baseline:latest"`, "hostPath volumes"}},
+			// The default class's launcher pods are unprivileged: every level admits them.
+			{"ps-restricted", in("ps-restricted", vmi("a", minimalSpec())), "", nil},
+			{"ps-baseline", in("ps-baseline", vmi("a", minimalSpec())), "", nil},
 			{"ps-privileged", in("ps-privileged", vmi("a", minimalSpec())), "", nil},
+			{"ps-restricted", in("ps-restricted", vmi("caps", withCaps)), "spec",
+				[]string{`Pod Security "restricted:latest"`, "HypervisorClass with-caps", "runAsNonRoot != true", "unrestricted capabilities"}},
+			{"ps-baseline", in("ps-baseline", vmi("caps", withCaps)), "", nil},
+			// A hostDisk needs a hostPath volume, which neither level admits.
+			{"ps-restricted", in("ps-restricted", vmi("hd", hostDisk)), "spec",
+				[]string{`Pod Security "restricted:latest"`, `restricted volume type "hostPath"`}},
+			{"ps-baseline", in("ps-baseline", vmi("hd", hostDisk)), "spec", []string{`Pod Security "baseline:latest"`, "hostPath volumes"}},
 			{"ps-restricted", &v1alpha1.VirtualMachine{ObjectMeta: metav1.ObjectMeta{Name: "vm", Namespace: "ps-restricted"},
-				Spec: v1alpha1.VirtualMachineSpec{Running: ptr.To(false), Template: &v1alpha1.VirtualMachineInstanceTemplateSpec{Spec: *minimalSpec()}}},
+				Spec: v1alpha1.VirtualMachineSpec{Running: ptr.To(false), Template: &v1alpha1.VirtualMachineInstanceTemplateSpec{Spec: *hostDisk}}},
 				"spec.template.spec", []string{`Pod Security "restricted:latest"`, `restricted volume type "hostPath"`}},
 		} {
 			err := c.Create(ctx, tc.obj, client.DryRunAll)
