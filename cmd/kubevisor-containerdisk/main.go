@@ -1,9 +1,9 @@
 // Command kubevisor-containerdisk is the command of a launcher pod's containerDisk containers:
 // it serves a unix socket (--socket) until SIGTERM, so that the node handler finds the container
 // and, through it, the image's disk (package core/handler/cluster/containerdisk). With --copy-to
-// it copies itself into a directory and exits: the handler DaemonSet's init container installs
-// it in the node's layout.BinDir so. It is a
-// static binary with no dependency beyond the standard library and core/layout.
+// it copies itself into a directory and exits: the launcher pod's init container
+// install-containerdisk, from the launcher image, puts it so in an emptyDir that the
+// containerDisk containers run it from. It is a static binary with no dependency beyond the standard library and core/layout.
 package main
 
 import (

@@ -7,22 +7,24 @@
 // # The per-VMI directory
 //
 // Each VMI has a directory on its node, <HostStateDir>/vmi/<VMI UID> (layout.VMIDir), shared by
-// the node handler (which runs the drivers on the host) and the launcher pod. The pod mounts it
-// as a hostPath at the same path, so that a path the handler or a storage driver writes there (a
-// prepared disk, a cloud-init ISO) means the same file inside the pod. Files appear in the pod as
-// they are written. Mounts made on the node after the pod started appear only with
-// HostToContainer propagation, which the runtime refuses unless the node's mount is shared or
-// a slave: the launcher container has it only when the VMI has containerDisk volumes, whose
-// disks the handler mounts there (see Volumes), or claims, which the handler mounts there from
-// the launcher container's own mounts (layout.ClaimMount, layout.StateMount).
+// the node handler (which runs the drivers on the host) and the launcher pod. It is the pod's
+// emptyDir layout.VMIDirVolume, mounted at that path in the pod's containers; the node handler
+// binds the kubelet's directory of it onto the same path on the node before it dials the
+// launcher (core/handler/cluster, vmidir.go), so that a path the handler or a storage driver
+// writes there (a prepared disk, a cloud-init ISO) means the same file inside the pod. An
+// emptyDir, unlike the hostPath of earlier releases, is a volume Pod Security's baseline and
+// restricted levels admit. Files appear in the pod as they are written. Mounts the handler
+// makes in it after the pod started appear only with HostToContainer propagation, which the
+// runtime refuses unless the kubelet's root is on a shared or slave mount: the launcher
+// container has it only when the VMI has containerDisk volumes, whose disks the handler mounts
+// there (see Volumes), or claims, which the handler mounts there from the launcher container's
+// own mounts (layout.ClaimMount, layout.StateMount).
 //
 // kubevisor-launcher serves its sockets in layout.LauncherDir, a subdirectory of it, not in the
-// directory itself: the kubelet creates a DirectoryOrCreate hostPath with mode 0755, and the
-// launcher refuses to serve in a directory that group or others can reach (whoever reaches its
-// socket runs programs in the sandbox). The launcher creates that directory 0700 itself; the
-// handler dials launcher.sock in it. (Serving in the VMI directory itself would need the handler
-// to create it 0700 before the kubelet mounts it, a race the kubelet wins.) docs/architecture.md
-// lists every file of the directory.
+// directory itself: the kubelet makes an emptyDir 0777, and the launcher refuses to serve in a
+// directory that group or others can reach (whoever reaches its socket runs programs in the
+// sandbox). The launcher creates that directory 0700 itself; the handler dials launcher.sock in
+// it. docs/architecture.md lists every file of the directory.
 //
 // # Volumes
 //
@@ -50,27 +52,32 @@
 // A containerDisk is pulled by the kubelet, as KubeVirt's are: the pod has a container per
 // containerDisk volume whose image is the volume's (so the image is pulled, cached and
 // garbage-collected like any other, with the pod's pull secrets) and whose command is
-// kubevisor-containerdisk, a static binary the node provides (the disk image holds nothing but
-// /disk/): the handler DaemonSet's init container installs it in layout.BinDir, which these
-// containers mount read-only. (An init container copying it from the launcher image into an
-// emptyDir, as KubeVirt does, put the copy and a second container start on the critical path
-// of every start: 1.4 s of 6.6 s here.) It serves a socket in
-// layout.ContainerDiskDir until the pod ends; the node handler finds the container's process
-// through it, and bind-mounts the image's disk read-only into that directory, where the
-// launcher container sees it (HostToContainer) and the storage driver makes the VM's overlay
-// over it.
-// These containers share that directory only (a hostPath of their own), not the per-VMI
-// directory.
+// kubevisor-containerdisk, a static binary of the launcher image (the disk image holds nothing
+// but /disk/), which the init container ContainerDiskInstallContainer copies into an emptyDir
+// that these containers mount read-only, as KubeVirt does. (Earlier releases ran it from a
+// hostPath of the node, which no namespace enforcing baseline admits.) It serves a socket in
+// layout.ContainerDiskDir, in the per-VMI directory, until the pod ends; the node handler finds
+// the container's process through it, and bind-mounts the image's disk read-only into that
+// directory, where the launcher container sees it (HostToContainer) and the storage driver
+// makes the VM's overlay over it.
 //
 // # Security
 //
 // The launcher container is not privileged, shares no host namespace, drops every capability and
 // cannot gain privileges: it only starts the VM process the driver asks for. Its seccomp profile
 // is the runtime's default plus userfaultfd, which QEMU needs for post-copy migration (package
-// core/seccomp; Config.ComputeSeccomp); the other containers have the runtime's default. Host devices reach
-// it only through the device plugin resources the class lists (HypervisorClass.DeviceResources).
-// It runs as the image's user (root in the container, without capabilities) because the kubelet
-// creates the per-VMI directory as root, and the launcher must own its directory in it.
+// core/seccomp; Config.ComputeSeccomp); the other containers have the runtime's default. Host
+// devices reach it only through the device plugin resources the class lists
+// (HypervisorClass.DeviceResources); the runtime makes them the container's user's (containerd's
+// device_ownership_from_security_context, which nodes must enable, as KubeVirt's).
+//
+// The pod of a class without launcher capabilities (qmp's) is unprivileged: every container runs
+// as layout.LauncherUID and LauncherGID (107, KubeVirt's qemu), with runAsNonRoot, which with the
+// rest is all Pod Security's restricted level asks. The handler makes the files it makes for such
+// a VMI the launcher's, and its taps (the network contract's sandbox_user). A class whose VM
+// manager needs capabilities (libvirt's daemon: SETUID, SETGID) has its pods run as root with
+// those capabilities only, since a process that is not root does not get them: baseline admits
+// such a pod, restricted does not, and the webhook says so (controlplane/webhook).
 //
 // The pod's securityContext.seLinuxOptions.level is the VMI's status.selinuxLevel, an SELinux
 // MCS level no other VMI's pods have (the VMI controller allocates it before it builds the pod:

@@ -193,6 +193,24 @@ func TestBuild(t *testing.T) {
 						t.Errorf("container %s adds capabilities %v: only compute keeps the class's", c.Name, c.SecurityContext.Capabilities.Add)
 					}
 				}
+				// Root, which a process needs to be given capabilities: not unprivileged.
+				if sc := pod.Spec.SecurityContext; sc.RunAsUser != nil || sc.RunAsNonRoot != nil || sc.FSGroup != nil {
+					t.Errorf("pod security context %+v of a class with capabilities, want no user (root's)", sc)
+				}
+			},
+		},
+		{
+			name: "containerDisk containers of a class with capabilities run as root, the pod's user",
+			vmi: testVMI(func(v *v1alpha1.VirtualMachineInstance) {
+				v.Spec.Volumes = []v1alpha1.Volume{{Name: "root", VolumeSource: v1alpha1.VolumeSource{ContainerDisk: &v1alpha1.ContainerDiskSource{Image: "img"}}}}
+			}),
+			class: testClass(func(c *v1alpha1.HypervisorClass) { c.LauncherCapabilities = []corev1.Capability{"SETUID", "SETGID"} }),
+			check: func(t *testing.T, pod *corev1.Pod) {
+				for _, c := range append(slices.Clone(pod.Spec.InitContainers), pod.Spec.Containers[1:]...) {
+					if sc := c.SecurityContext; *sc.RunAsUser != 0 || *sc.RunAsNonRoot {
+						t.Errorf("container %s runs as %d (runAsNonRoot %v), want root", c.Name, *sc.RunAsUser, *sc.RunAsNonRoot)
+					}
+				}
 			},
 		},
 		{

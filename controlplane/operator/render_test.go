@@ -559,10 +559,10 @@ func TestRenderDriverImages(t *testing.T) {
 	for _, c := range inits {
 		names = append(names, c.(map[string]any)["name"].(string))
 	}
-	if want := []string{"install-containerdisk", "install-seccomp", "plugin-dir", "driver-sim", "driver-hostpath", "driver-vbox"}; !slices.Equal(names, want) {
+	if want := []string{"install-seccomp", "plugin-dir", "driver-sim", "driver-hostpath", "driver-vbox"}; !slices.Equal(names, want) {
 		t.Errorf("init containers %v, want %v", names, want)
 	}
-	if img := inits[3].(map[string]any)["image"]; img != "kubevisor-examples/sim-device:dev" {
+	if img := inits[2].(map[string]any)["image"]; img != "kubevisor-examples/sim-device:dev" {
 		t.Errorf("driver-sim image %v", img)
 	}
 	_, files := handlerConfig(t, r)

@@ -97,15 +97,15 @@ func root(hostStateDir string) string {
 func VMIsDir(hostStateDir string) string { return path.Join(root(hostStateDir), "vmi") }
 
 // VMIDir is the directory of one VMI on the node (<hostStateDir>/vmi/<uid>): the launcher pod's
-// hostPath volume, mounted at the same path in the pod, so that a path written there means the
-// same file on the node and in the pod. The kubelet creates it 0755.
+// emptyDir VMIDirVolume, mounted at the same path in the pod and bound there on the node by the
+// node handler, so that a path written there means the same file on the node and in the pod.
 func VMIDir(hostStateDir string, uid types.UID) string {
 	return path.Join(VMIsDir(hostStateDir), string(uid))
 }
 
 // LauncherDir is the directory kubevisor-launcher serves its sockets in (--dir): a subdirectory
 // of VMIDir that the launcher creates 0700 itself, since it refuses a directory others can reach
-// and the kubelet makes hostPath directories 0755.
+// and the kubelet makes emptyDir directories 0777.
 func LauncherDir(hostStateDir string, uid types.UID) string {
 	return path.Join(VMIDir(hostStateDir, uid), LauncherDirName)
 }
@@ -113,13 +113,6 @@ func LauncherDir(hostStateDir string, uid types.UID) string {
 // ConsoleLog is the file of the guest's serial console in VMIDir.
 func ConsoleLog(hostStateDir string, uid types.UID) string {
 	return path.Join(VMIDir(hostStateDir, uid), ConsoleLogName)
-}
-
-// BinDir is the node directory of the programs launcher pods run from the node rather than from
-// an image: kubevisor-containerdisk (ContainerDiskCommand), which the handler DaemonSet's init
-// container installs there and the containerDisk containers run from a read-only hostPath.
-func BinDir(hostStateDir string) string {
-	return path.Join(root(hostStateDir), "bin")
 }
 
 // GuestProbeDir is the directory the node handler serves GuestProbeSocket in, for the VMIs with

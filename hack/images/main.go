@@ -17,9 +17,8 @@
 // skipped with a note. The launcher image also carries the host's QEMU with its libraries,
 // firmware and TCG module, and kubevisor-console-log (its guest-console-log container) and
 // kubevisor-probe (the compute container's exec probe for a VMI's exec or guestAgentPing probe)
-// built static; the handler image carries kubevisor-containerdisk built static, which its init
-// container installs on the node for the containerDisk containers, whose images hold only the
-// disk. The
+// and kubevisor-containerdisk (which its init container copies for the containerDisk
+// containers, whose images hold only the disk) built static. The
 // test guest's containerDisk is built by hack/guest (make guest) and imported as it is. Each image goes to <out>/<name>.tar, tagged <repo>/<name>:<tag>.
 package main
 
@@ -68,14 +67,13 @@ var components = []component{
 	// The handler image carries QEMU too: the qmp driver probes it (version, machines,
 	// accelerators) for its fingerprint, though VMs run in the launcher pods; and swtpm's tools,
 	// which the libvirt driver looks for to say its nodes' VMs can have a TPM.
-	// kubevisor-containerdisk: its init container installs it on the node for the launcher
-	// pods' containerDisk containers (layout.BinDir). kubevisor-plugin-install: its init
-	// container prepares the plugin directory and hands itself to the driver images' init
+	// kubevisor-plugin-install: its init container prepares the plugin directory and hands itself to the driver images' init
 	// containers (manifests/install/drivers), which run it from a shared volume.
 	{name: "kubevisor-handler", bins: []string{"kubevisor-handler", "kubevisor-driver-*", "kubevisor-deviceplugins"},
-		cni: true, qemu: true, hostBins: []string{"qemu-img", "swtpm_setup", "swtpm_ioctl"}, static: []string{"kubevisor-containerdisk", "kubevisor-plugin-install"}},
+		cni: true, qemu: true, hostBins: []string{"qemu-img", "swtpm_setup", "swtpm_ioctl"}, static: []string{"kubevisor-plugin-install"}},
 	// The launcher image carries libvirtd too: the libvirt driver runs a daemon per VMI in the
-	// launcher pod, which forks QEMU there.
+	// launcher pod, which forks QEMU there. Its init container install-containerdisk copies
+	// kubevisor-containerdisk into an emptyDir for the pod's containerDisk containers.
 	{name: "kubevisor-launcher", bins: []string{"kubevisor-launcher"}, qemu: true, libvirt: true, static: []string{"kubevisor-console-log", "kubevisor-probe", "kubevisor-containerdisk"}},
 }
 

@@ -94,9 +94,9 @@ func (s *Server) Close() error {
 
 // CopySelf copies the running executable to dir/layout.ContainerDiskCommand (mode 0555, made
 // under a temporary name and renamed, so that a container starting meanwhile runs the old copy
-// or the new, never half of one), making dir when it is missing. The handler DaemonSet's init
-// container installs the binary so into layout.BinDir, from where the containerDisk
-// containers, whose images hold nothing but a disk, run it.
+// or the new, never half of one), making dir when it is missing. The launcher pod's init
+// container copies the binary so from the launcher image into an emptyDir, from where the
+// containerDisk containers, whose images hold nothing but a disk, run it.
 func CopySelf(dir string) error {
 	exe, err := os.Executable()
 	if err != nil {
