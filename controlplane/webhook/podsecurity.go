@@ -94,7 +94,16 @@ func launcherPodForbidden(level psaapi.LevelVersion, namespace string, class *v1
 		}
 		why = append(why, r)
 	}
+	// The least level that runs it: baseline does what restricted refuses of a class whose
+	// launcher keeps capabilities; a hostPath (hostDisk) needs privileged.
+	least := psaapi.LevelPrivileged
+	if level.Level == psaapi.LevelRestricted {
+		baseline := psaapi.LevelVersion{Level: psaapi.LevelBaseline, Version: level.Version}
+		if policy.AggregateCheckResults(podSecurityEvaluator.EvaluatePod(baseline, &pod.ObjectMeta, &pod.Spec)).Allowed {
+			least = psaapi.LevelBaseline
+		}
+	}
 	return field.ErrorList{field.Forbidden(path, fmt.Sprintf(
-		"namespace %s enforces Pod Security %q, which refuses the launcher pod of this VMI (HypervisorClass %s, driver %s): %s; run it in a namespace that enforces privileged",
-		namespace, level.String(), class.Name, class.Driver, strings.Join(why, ", ")))}
+		"namespace %s enforces Pod Security %q, which refuses the launcher pod of this VMI (HypervisorClass %s, driver %s): %s; run it in a namespace that enforces %s",
+		namespace, level.String(), class.Name, class.Driver, strings.Join(why, ", "), least))}
 }
