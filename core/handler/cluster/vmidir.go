@@ -37,14 +37,15 @@ const DefaultKubeletRoot = "/var/lib/kubelet"
 
 // bindVMIDir binds the launcher pod's per-VMI directory onto layout.VMIDir, once, and says
 // who the pod's processes run as (nil for root). A pod whose directory is a hostPath (made by
-// an earlier release) needs no bind.
+// an earlier release) needs no bind; with no pod there is nothing to bind.
 func (a *Agent) bindVMIDir(ctx context.Context, vmi *v1alpha1.VirtualMachineInstance) (*handler.FileOwner, error) {
 	pod, err := a.vmiDirPod(ctx, vmi)
 	if err != nil {
 		return nil, err
 	}
 	if pod == nil {
-		return nil, fmt.Errorf("no launcher pod of VMI %s/%s on this node yet", vmi.Namespace, vmi.Name)
+		// None in the cache (yet, or any more): the dial of the launcher says what is wrong.
+		return nil, nil
 	}
 	owner := podOwner(pod)
 	if !emptyDirVMIDir(pod) {
