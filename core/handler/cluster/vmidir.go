@@ -52,21 +52,29 @@ func (a *Agent) bindVMIDir(ctx context.Context, vmi *v1alpha1.VirtualMachineInst
 		return owner, nil
 	}
 	src := layout.KubeletEmptyDir(a.cfg.KubeletRoot, pod.UID, layout.VMIDirVolume)
-	target := layout.VMIDir(a.cfg.HostStateDir, vmi.UID)
-	same, err := samePath(src, target)
-	if err != nil {
-		return nil, fmt.Errorf("launcher pod %s: its per-VMI directory: %w", pod.Name, err)
-	}
-	if same {
-		return owner, nil // bound already (by this agent before a restart, say)
-	}
-	if err := os.MkdirAll(target, 0o700); err != nil {
-		return nil, fmt.Errorf("per-VMI directory: %w", err)
-	}
-	if err := unix.Mount(src, target, "", unix.MS_BIND, ""); err != nil {
-		return nil, fmt.Errorf("bind launcher pod %s's per-VMI directory %s onto %s: %w", pod.Name, src, target, err)
+	if err := bindDir(src, layout.VMIDir(a.cfg.HostStateDir, vmi.UID)); err != nil {
+		return nil, fmt.Errorf("launcher pod %s: %w", pod.Name, err)
 	}
 	return owner, nil
+}
+
+// bindDir binds directory src onto target (made when missing), unless it is there already (by
+// this agent before a restart, say).
+func bindDir(src, target string) error {
+	same, err := samePath(src, target)
+	if err != nil {
+		return fmt.Errorf("its per-VMI directory %s: %w", src, err)
+	}
+	if same {
+		return nil
+	}
+	if err := os.MkdirAll(target, 0o700); err != nil {
+		return fmt.Errorf("per-VMI directory: %w", err)
+	}
+	if err := unix.Mount(src, target, "", unix.MS_BIND, ""); err != nil {
+		return fmt.Errorf("bind its per-VMI directory %s onto %s: %w", src, target, err)
+	}
+	return nil
 }
 
 // vmiDirPod is the launcher pod whose per-VMI directory the VMI's is on this node: its
@@ -101,7 +109,11 @@ func (a *Agent) vmiDirPod(ctx context.Context, vmi *v1alpha1.VirtualMachineInsta
 // unbindVMIDir removes the bind of VMI uid's directory (none: nothing to do), and the empty
 // directory it was on.
 func (a *Agent) unbindVMIDir(uid types.UID) error {
-	target := layout.VMIDir(a.cfg.HostStateDir, uid)
+	return unbindDir(layout.VMIDir(a.cfg.HostStateDir, uid))
+}
+
+// unbindDir removes every mount on target (none: nothing to do).
+func unbindDir(target string) error {
 	for {
 		err := unix.Unmount(target, unix.MNT_DETACH)
 		if errors.Is(err, unix.EINVAL) || errors.Is(err, unix.ENOENT) {
