@@ -515,10 +515,11 @@ var _ = Describe("Fault matrix, node cut", Label("Disruptive", "RequiresTwoNodes
 	})
 })
 
-// nodeStateDir is the node's host state directory, which holds the per-VMI directories
-// (--host-state-dir): on the local cluster a file system of its own (hack/cluster/up.sh), which
-// the full-disk case fills.
-const nodeStateDir = "/run/kubevisor"
+// kubeletPodsDir is the kubelet's pods directory on the local cluster's first node, which holds
+// the launcher pods' per-VMI directories (emptyDirs, bound by the handler onto
+// /run/kubevisor/vmi/<uid>): the file system the full-disk case fills (hack/cluster/up.sh
+// mounts one of its own there, KUBELET_PODS_SIZE).
+const kubeletPodsDir = "/var/lib/kubelet/pods"
 
 // noSpace is what a VMI's status says when the node's file system under its directory is full.
 const noSpace = "no space left on device"
@@ -540,14 +541,17 @@ func (f *Framework) runDiskFull(ctx context.Context, guests []*guestRun, node st
 		row.notRun = fmt.Sprintf("the guests run on %s, not on this machine's node %s", node, hostname)
 		return row
 	}
-	if why := ownFileSystem(nodeStateDir); why != "" {
+	if why := ownFileSystem(kubeletPodsDir); why != "" {
 		row.notRun = why
 		return row
 	}
-	fill := filepath.Join(nodeStateDir, "e2e-disk-full")
+	// In a running guest's per-VMI directory, which is on that file system: a file of the
+	// kubelet's pods directory itself would be taken for a pod's.
+	Expect(guests).NotTo(BeEmpty())
+	fill := filepath.Join("/run/kubevisor/vmi", string(guests[0].vmi.UID), "e2e-disk-full")
 	filled := fillFileSystem(fill)
 	DeferCleanup(func() { _ = os.Remove(fill) })
-	GinkgoWriter.Printf("%s filled: %d MiB in %s\n", nodeStateDir, filled>>20, fill)
+	GinkgoWriter.Printf("%s filled: %d MiB in %s\n", kubeletPodsDir, filled>>20, fill)
 
 	dups := f.watchLaunchers(ctx)
 	var n corev1.Node

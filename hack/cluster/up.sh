@@ -397,6 +397,21 @@ findmnt -n -o PROPAGATION --mountpoint /run/kubevisor | grep -q shared || mount 
 mkdir -p "${KUBELET_ROOT}"
 findmnt -n --mountpoint "${KUBELET_ROOT}" >/dev/null 2>&1 || mount --bind "${KUBELET_ROOT}" "${KUBELET_ROOT}"
 findmnt -n -o PROPAGATION --mountpoint "${KUBELET_ROOT}" | grep -q shared || mount --make-rshared "${KUBELET_ROOT}"
+# Its pods directory, which holds the pods' emptyDirs and so the per-VMI directories (the VMs'
+# overlays, cloud-init media, sockets), is a tmpfs of KUBELET_PODS_SIZE (default 4g): a file
+# system of their own, which the fault matrix fills (a full disk under the VMIs) without
+# touching the machine's root. Pods already there (a kubelet that ran without it) are kept.
+KUBELET_PODS_SIZE="${KUBELET_PODS_SIZE:-4g}"
+mkdir -p "${KUBELET_ROOT}/pods"
+if ! findmnt -n --mountpoint "${KUBELET_ROOT}/pods" >/dev/null 2>&1; then
+  if [[ -z "$(ls -A "${KUBELET_ROOT}/pods")" ]]; then
+    mount -t tmpfs -o "size=${KUBELET_PODS_SIZE},mode=0750" kubevisor-kubelet-pods "${KUBELET_ROOT}/pods"
+    mount --make-shared "${KUBELET_ROOT}/pods"
+    log "${KUBELET_ROOT}/pods: a shared tmpfs of ${KUBELET_PODS_SIZE} (the pods' volumes, the per-VMI directories among them)"
+  else
+    log "${KUBELET_ROOT}/pods holds pods of a kubelet that ran without a file system of its own there: kept; the fault matrix's full-disk case needs make down and up"
+  fi
+fi
 
 # --- kubelet --------------------------------------------------------------------------------
 # cgroup v1 (hybrid) host with swap: failCgroupV1/failSwapOn off; cgroupfs (no systemd);
