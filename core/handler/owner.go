@@ -19,9 +19,10 @@ func (r *syncRun) noOwner() bool { return r.sandbox.Owner == nil }
 // (SandboxSpec.Owner), as labelFiles labels it: the directory itself (not what is beneath: the
 // launcher's own directory, the containerDisk containers' sockets), the storage driver's work
 // directory (overlays, emptyDisk images, cloud-init media) and the run directory (what
-// hypervisor Create made there; the VM process makes its sockets there). Mounts beneath them
-// (a claim, a containerDisk image, read-only) are not entered: their owners are the claim's
-// and the image's.
+// hypervisor Create made there; the VM process makes its sockets there), and the VM's
+// persistent state directory. Mounts beneath them (a claim, a containerDisk image, read-only)
+// are not entered: their owners are the claim's and the image's, but for the disks the VM
+// writes, which are its user's.
 func (r *syncRun) ownFiles(context.Context) error {
 	o := r.sandbox.Owner
 	for _, p := range []struct {
@@ -33,6 +34,22 @@ func (r *syncRun) ownFiles(context.Context) error {
 		}
 		if err := chownTree(p.path, o.UID, o.GID, p.recurse); err != nil {
 			return failed(ReasonOwnerFailed, err)
+		}
+	}
+	// The VM's persistent state (its TPM's, its EFI variables), which only it writes.
+	if d := r.spec.GetPersistentStateDir(); d != "" {
+		if err := chownTree(d, o.UID, o.GID, true); err != nil {
+			return failed(ReasonOwnerFailed, err)
+		}
+	}
+	// Every disk the VM writes, wherever it is (a claim's disk.img, a hostDisk image), as
+	// KubeVirt gives them to its qemu user; a file on a read-only mount is left as it is.
+	for _, d := range r.spec.GetDisks() {
+		if d.GetReadOnly() || d.GetPath() == "" {
+			continue
+		}
+		if err := os.Lchown(d.GetPath(), o.UID, o.GID); err != nil && !errors.Is(err, unix.EROFS) && !errors.Is(err, fs.ErrNotExist) {
+			return failed(ReasonOwnerFailed, fmt.Errorf("give disk %s (%s) to %d:%d: %w", d.GetName(), d.GetPath(), o.UID, o.GID, err))
 		}
 	}
 	return nil
