@@ -57,8 +57,12 @@ func (r podResolver) PersistentState(ctx context.Context, vmi *v1alpha1.VirtualM
 	return p, nil
 }
 
-// launcherPid dials the VMI's launcher and returns its pid, as the handler sees it.
+// launcherPid dials the VMI's launcher and returns its pid, as the handler sees it: in the
+// per-VMI directory, bound first (vmidir.go), since the resolver may run before the sandbox opens.
 func (r podResolver) launcherPid(ctx context.Context, vmi *v1alpha1.VirtualMachineInstance) (int, error) {
+	if _, err := r.a.bindVMIDir(ctx, vmi); err != nil {
+		return 0, err
+	}
 	socket := path.Join(layout.LauncherDir(r.a.cfg.HostStateDir, vmi.UID), launcher.SocketName)
 	dctx, cancel := context.WithTimeout(ctx, r.a.cfg.DialTimeout)
 	defer cancel()
