@@ -56,6 +56,9 @@ func prepareVars(spec *domainv1.DomainSpec, template, vars string) error {
 		if err := os.MkdirAll(filepath.Dir(vars), 0o700); err != nil {
 			return status.Errorf(codes.FailedPrecondition, "firmware.efi.persistent: %v", err)
 		}
+		if err := ownLikeParent(filepath.Dir(vars)); err != nil {
+			return status.Errorf(codes.FailedPrecondition, "firmware.efi.persistent: %v", err)
+		}
 		if err := checkVarsTemplate(vars, varsTemplateKind(spec)); err != nil {
 			return err
 		}
@@ -69,6 +72,10 @@ func prepareVars(spec *domainv1.DomainSpec, template, vars string) error {
 	tmp := vars + ".tmp"
 	_ = os.Remove(tmp)
 	if err := copyFile(template, tmp); err != nil {
+		return status.Errorf(codes.FailedPrecondition, "copy UEFI variables: %v", err)
+	}
+	if err := ownLikeParent(tmp); err != nil {
+		_ = os.Remove(tmp)
 		return status.Errorf(codes.FailedPrecondition, "copy UEFI variables: %v", err)
 	}
 	if err := os.Rename(tmp, vars); err != nil {

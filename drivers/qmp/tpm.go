@@ -151,6 +151,9 @@ func (d *Driver) tpmCompanion(ctx context.Context, v *vm, t *TPMCmd) (*launcher.
 	if err := os.MkdirAll(v.paths.TPMState, 0o700); err != nil {
 		return nil, nil, status.Errorf(codes.FailedPrecondition, "tpm state directory: %v", err)
 	}
+	if err := ownLikeParent(v.paths.TPMState); err != nil {
+		return nil, nil, status.Errorf(codes.FailedPrecondition, "tpm state directory: %v", err)
+	}
 	qemuEnd, swtpmEnd, err := tpmSocketpair()
 	if err != nil {
 		return nil, nil, status.Errorf(codes.Internal, "tpm: %v", err)

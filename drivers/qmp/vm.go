@@ -13,6 +13,7 @@ import (
 	"regexp"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/digitalocean/go-qemu/qmp"
@@ -1266,4 +1267,24 @@ func setLinksDown(ctx context.Context, mon Monitor, spec *domainv1.DomainSpec) e
 		}
 	}
 	return nil
+}
+
+// ownLikeParent gives path, which the driver just made, to the owner of its directory. The run
+// directory and the persistent state directory are the VM process's user's (the node handler
+// gives them to an unprivileged launcher's user before Start: core/handler SandboxSpec.Owner),
+// so what the driver makes in them at Start for QEMU or swtpm to open (the TPM's state
+// directory, the EFI variable store) is that user's too; under root's directories it stays
+// root's.
+func ownLikeParent(path string) error {
+	var dir, st syscall.Stat_t
+	if err := syscall.Stat(filepath.Dir(path), &dir); err != nil {
+		return err
+	}
+	if err := syscall.Lstat(path, &st); err != nil {
+		return err
+	}
+	if st.Uid == dir.Uid && st.Gid == dir.Gid {
+		return nil
+	}
+	return os.Lchown(path, int(dir.Uid), int(dir.Gid))
 }
