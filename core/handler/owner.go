@@ -7,6 +7,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"strings"
 
 	"golang.org/x/sys/unix"
 	"k8s.io/apimachinery/pkg/types"
@@ -48,8 +49,17 @@ func (r *syncRun) ownFiles(context.Context) error {
 		if d.GetReadOnly() || d.GetPath() == "" {
 			continue
 		}
-		if err := os.Lchown(d.GetPath(), o.UID, o.GID); err != nil && !errors.Is(err, unix.EROFS) && !errors.Is(err, fs.ErrNotExist) {
-			return failed(ReasonOwnerFailed, fmt.Errorf("give disk %s (%s) to %d:%d: %w", d.GetName(), d.GetPath(), o.UID, o.GID, err))
+		paths := []string{d.GetPath()}
+		if dir := filepath.Dir(d.GetPath()); r.sandbox.Dir != "" && strings.HasPrefix(dir, r.sandbox.Dir+"/") {
+			// A claim's disk.img: the claim's directory too, which the provisioner may have
+			// made for root alone (the runtime applies the pod's fsGroup only to volumes that
+			// support it).
+			paths = append(paths, dir)
+		}
+		for _, p := range paths {
+			if err := os.Lchown(p, o.UID, o.GID); err != nil && !errors.Is(err, unix.EROFS) && !errors.Is(err, fs.ErrNotExist) {
+				return failed(ReasonOwnerFailed, fmt.Errorf("give disk %s (%s) to %d:%d: %w", d.GetName(), p, o.UID, o.GID, err))
+			}
 		}
 	}
 	return nil
