@@ -255,8 +255,11 @@ func TestController(t *testing.T) {
 		for _, v := range pod.Spec.Volumes {
 			volumes[v.Name] = v
 		}
-		if v := volumes[launcherpod.VMIDirVolumeName]; v.HostPath == nil || v.HostPath.Path != dir || ptr.Deref(v.HostPath.Type, "") != corev1.HostPathDirectoryOrCreate {
-			t.Errorf("per-VMI directory volume = %+v, want hostPath %s DirectoryOrCreate", v, dir)
+		if v := volumes[launcherpod.VMIDirVolumeName]; v.EmptyDir == nil {
+			t.Errorf("per-VMI directory volume = %+v, want an emptyDir (the handler binds it at %s)", v, dir)
+		}
+		if m := c.VolumeMounts[0]; m.Name != launcherpod.VMIDirVolumeName || m.MountPath != dir {
+			t.Errorf("compute's first mount = %+v, want %s at %s", m, launcherpod.VMIDirVolumeName, dir)
 		}
 		if v := volumes["data"]; v.PersistentVolumeClaim == nil || v.PersistentVolumeClaim.ClaimName != "web-data" {
 			t.Errorf("claim volume = %+v, want claim web-data", v)

@@ -6,6 +6,7 @@ import (
 	"syscall"
 	"testing"
 
+	"github.com/kubevisor/kubevisor/internal/testenv"
 	"k8s.io/apimachinery/pkg/types"
 )
 
@@ -26,9 +27,7 @@ func ownerOf(t *testing.T, path string) (int, int) {
 // the network driver is asked for taps of 107; OwnFiles gives what the program around the
 // handler makes, for that VMI only. A sandbox without an owner leaves everything root's.
 func TestOwnerGivesFiles(t *testing.T) {
-	if os.Geteuid() != 0 {
-		t.Skip("giving files to another user needs root")
-	}
+	testenv.Root(t, "giving files to another user")
 	e := newEnv(t, fakeSet, fakeManifests(t))
 	owned, dir := sandboxWithLevel(t, e, "uid-107", "")
 	owned.Owner = &FileOwner{UID: 107, GID: 108}

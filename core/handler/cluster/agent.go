@@ -388,19 +388,31 @@ func grace(vmi *v1alpha1.VirtualMachineInstance) time.Duration {
 	return vmi.Spec.GracePeriod()
 }
 
-// launcherPod returns the VMI's launcher pod on this node, nil when there is none.
-func (a *Agent) launcherPod(ctx context.Context, vmi *v1alpha1.VirtualMachineInstance) (*corev1.Pod, error) {
+// nodePods returns the VMI's launcher pods on this node.
+func (a *Agent) nodePods(ctx context.Context, vmi *v1alpha1.VirtualMachineInstance) ([]corev1.Pod, error) {
 	var pods corev1.PodList
 	if err := a.client.List(ctx, &pods, client.InNamespace(vmi.Namespace),
 		client.MatchingLabels{v1alpha1.CreatedByLabel: string(vmi.UID)}); err != nil {
 		return nil, fmt.Errorf("list launcher pods: %w", err)
 	}
-	var found *corev1.Pod
-	for i := range pods.Items {
-		p := &pods.Items[i]
-		if p.Spec.NodeName != a.cfg.NodeName {
-			continue // another node's
+	here := pods.Items[:0]
+	for _, p := range pods.Items {
+		if p.Spec.NodeName == a.cfg.NodeName {
+			here = append(here, p)
 		}
+	}
+	return here, nil
+}
+
+// launcherPod returns the VMI's launcher pod on this node, nil when there is none.
+func (a *Agent) launcherPod(ctx context.Context, vmi *v1alpha1.VirtualMachineInstance) (*corev1.Pod, error) {
+	pods, err := a.nodePods(ctx, vmi)
+	if err != nil {
+		return nil, err
+	}
+	var found *corev1.Pod
+	for i := range pods {
+		p := &pods[i]
 		if p.Name == vmi.Status.LauncherPodName || migratedTo(vmi, a.cfg.NodeName, p.Name) {
 			return p, nil
 		}

@@ -8,6 +8,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client/fake"
 	"strings"
 	"sync"
 	"syscall"
@@ -342,7 +343,8 @@ func TestPodResolverPersistentState(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	a := &Agent{cfg: cfg, claims: podClaims{root: host, log: testr.New(t), warnOnce: new(sync.Once)},
+	// No launcher pod in the cache: the directory is the test's, as an earlier release's hostPath.
+	a := &Agent{cfg: cfg, client: fake.NewClientBuilder().Build(), claims: podClaims{root: host, log: testr.New(t), warnOnce: new(sync.Once)},
 		disks: containerDisks{root: host, timeout: time.Second, log: testr.New(t), warnOnce: new(sync.Once)}}
 	r := podResolver{a: a}
 	vmi := &v1alpha1.VirtualMachineInstance{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "vm", UID: uid}}

@@ -6,9 +6,7 @@ import (
 	"path/filepath"
 	"sync"
 
-	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
-	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/kubevisor/kubevisor/core/api/v1alpha1"
 	"github.com/kubevisor/kubevisor/core/handler"
@@ -122,16 +120,12 @@ func (s *podSandbox) Open(ctx context.Context) (handler.SandboxSpec, error) {
 // pods on this node (the record, which a migration's target is before the VMI's status names
 // it), else from the VMI's status; "" for a VMI made before levels were.
 func (a *Agent) selinuxLevel(ctx context.Context, vmi *v1alpha1.VirtualMachineInstance) (string, error) {
-	var pods corev1.PodList
-	if err := a.client.List(ctx, &pods, client.InNamespace(vmi.Namespace),
-		client.MatchingLabels{v1alpha1.CreatedByLabel: string(vmi.UID)}); err != nil {
-		return "", fmt.Errorf("list launcher pods: %w", err)
+	pods, err := a.nodePods(ctx, vmi)
+	if err != nil {
+		return "", err
 	}
-	for i := range pods.Items {
-		if pods.Items[i].Spec.NodeName != a.cfg.NodeName {
-			continue
-		}
-		l, ok, err := mcs.PodLevel(&pods.Items[i])
+	for i := range pods {
+		l, ok, err := mcs.PodLevel(&pods[i])
 		if err != nil {
 			return "", fmt.Errorf("launcher pod's SELinux level: %w", err)
 		}

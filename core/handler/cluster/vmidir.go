@@ -9,7 +9,6 @@ import (
 	"golang.org/x/sys/unix"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
-	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/kubevisor/kubevisor/core/api/v1alpha1"
 	"github.com/kubevisor/kubevisor/core/handler"
@@ -85,15 +84,14 @@ func (a *Agent) vmiDirPod(ctx context.Context, vmi *v1alpha1.VirtualMachineInsta
 	if err != nil || pod != nil {
 		return pod, err
 	}
-	var pods corev1.PodList
-	if err := a.client.List(ctx, &pods, client.InNamespace(vmi.Namespace),
-		client.MatchingLabels{v1alpha1.CreatedByLabel: string(vmi.UID)}); err != nil {
-		return nil, fmt.Errorf("list launcher pods: %w", err)
+	pods, err := a.nodePods(ctx, vmi)
+	if err != nil {
+		return nil, err
 	}
 	var found *corev1.Pod
-	for i := range pods.Items {
-		p := &pods.Items[i]
-		if p.Spec.NodeName != a.cfg.NodeName || p.Status.Phase == corev1.PodSucceeded || p.Status.Phase == corev1.PodFailed {
+	for i := range pods {
+		p := &pods[i]
+		if p.Status.Phase == corev1.PodSucceeded || p.Status.Phase == corev1.PodFailed {
 			continue
 		}
 		if ms := vmi.Status.MigrationState; ms != nil && ms.TargetNode == a.cfg.NodeName && ms.TargetPod == p.Name {

@@ -11,6 +11,7 @@ import (
 
 	"github.com/kubevisor/kubevisor/core/handler"
 	"github.com/kubevisor/kubevisor/core/layout"
+	"github.com/kubevisor/kubevisor/internal/testenv"
 )
 
 // mountsAt counts the mounts on target in this process's mount namespace.
@@ -33,9 +34,7 @@ func mountsAt(t *testing.T, target string) int {
 // as after a restart, adds no mount), a file written on either side is the other's, the unbind
 // leaves no mount and may run again, and a missing source is an error naming it.
 func TestBindDir(t *testing.T) {
-	if os.Geteuid() != 0 {
-		t.Skip("bind mounts need root")
-	}
+	testenv.Root(t, "bind mounts")
 	root := t.TempDir()
 	src := layout.KubeletEmptyDir(filepath.Join(root, "kubelet"), "pod-uid", layout.VMIDirVolume)
 	if err := os.MkdirAll(src, 0o777); err != nil {
