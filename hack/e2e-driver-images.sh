@@ -78,6 +78,9 @@ spec Device
 for d in "${DISK_DIR}" $([[ -d "${NODE2_DISK_DIR%/*}" ]] && echo "${NODE2_DISK_DIR}"); do
   mkdir -p "${d}"
   chmod 0700 "${d}"
+  # The qmp class's launcher pods run as 107 (KubeVirt's qemu): a hostDisk's directory must be
+  # reachable by that user, as with KubeVirt (the handler gives it the writable image itself).
+  chown 107:107 "${d}"
   cp --sparse=always "${OUT}/guest/disk.raw" "${d}/disk.raw"
 done
 install "qmp,cni,hostdev,hostpath:storage=kubevisor-examples/hostpath-storage:dev"
