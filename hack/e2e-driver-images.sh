@@ -49,17 +49,19 @@ work="$(mktemp -d "${TMPDIR:-/tmp}/kubevisor-e2e-driver-images.XXXXXX")"
 restore() {
   local rc=$?
   log "installing DRIVERS=${DRIVERS} again"
-  kubectl delete vmi --all --all-namespaces --wait --timeout=2m >/dev/null 2>&1 || true
+  kubectl delete vm,vmi --all --all-namespaces --wait --timeout=2m >/dev/null 2>&1 || true
   hack/install.sh install --drivers "${DRIVERS}" >/dev/null || rc=1
   rm -rf "${work}" "${DISK_DIR}" "${NODE2_DISK_DIR}"
   exit "${rc}"
 }
 trap restore EXIT
 
-# install DRIVERS: with no VMI left of the previous case (its storage driver releases its disks).
+# install DRIVERS: with no VM or VMI left of the previous case (its storage driver releases its
+# disks). VMs go too: a VM that runs Always (make up's demo) would make a new VMI at once, whose
+# disks a storage driver the next install drops could then never release.
 install() {
-  log "install --drivers $1"
-  kubectl delete vmi --all --all-namespaces --wait --timeout=2m >/dev/null
+  log "install --drivers $1 (every VM and VMI deleted first)"
+  kubectl delete vm,vmi --all --all-namespaces --wait --timeout=2m >/dev/null
   hack/install.sh install --drivers "$1" >/dev/null
 }
 

@@ -241,6 +241,13 @@ func (c podClaims) mountedAs(uid types.UID, name string, src *os.File, readOnly 
 // /proc/self/fd/<fd>).
 func (c podClaims) unmount(uid types.UID, name string) error {
 	rel := filepath.Join(layout.ClaimsDirName, name)
+	// And the copies mount propagation made of it (podmount.go, unmountAll), once it is gone.
+	copies := propagatedCopies(filepath.Join(layout.VMIDir(c.root, uid), rel))
+	defer func() {
+		for _, p := range copies {
+			_ = unmountHere(p)
+		}
+	}()
 	for range 32 {
 		f, err := c.openBeneath(uid, rel)
 		switch {

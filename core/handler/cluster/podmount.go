@@ -6,6 +6,7 @@ import (
 	"os"
 	"path"
 	"runtime"
+	"slices"
 	"strings"
 
 	"golang.org/x/sys/unix"
@@ -149,9 +150,57 @@ func bindFrom(pid int, src *os.File, target string) error {
 	return nil
 }
 
-// unmountAll unmounts whatever is mounted on target, however many times. A symlink at target
-// is not followed.
+// unmountAll unmounts whatever is mounted on target, however many times, and then the copies
+// mount propagation made of those mounts elsewhere in this mount namespace. The per-VMI
+// directory is bound from the kubelet's pods directory (vmidir.go), both shared, so a mount
+// in it is also mounted on the same file under the agent's view of the pods directory; a
+// mount point that is still one anywhere in the namespace cannot be removed (EBUSY). A copy
+// is a mount of the same file of the same file system (mountinfo's device and root) on a
+// mount point of the same name. A symlink at target is not followed.
 func unmountAll(target string) error {
+	copies := propagatedCopies(target)
+	if err := unmountHere(target); err != nil {
+		return err
+	}
+	for _, c := range copies {
+		if err := unmountHere(c); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// propagatedCopies lists the other mount points of what is mounted on target (see unmountAll).
+func propagatedCopies(target string) []string {
+	raw, err := os.ReadFile("/proc/self/mountinfo")
+	if err != nil {
+		return nil
+	}
+	type src struct{ dev, root string }
+	var entries [][3]string // dev, root, mount point
+	mounted := map[src]bool{}
+	for line := range strings.SplitSeq(string(raw), "\n") {
+		f := strings.Fields(line)
+		if len(f) < 5 {
+			continue
+		}
+		e := [3]string{f[2], f[3], unescapeMountinfo(f[4])}
+		entries = append(entries, e)
+		if e[2] == target {
+			mounted[src{e[0], e[1]}] = true
+		}
+	}
+	var out []string
+	for _, e := range entries {
+		if mounted[src{e[0], e[1]}] && e[2] != target && path.Base(e[2]) == path.Base(target) && !slices.Contains(out, e[2]) {
+			out = append(out, e[2])
+		}
+	}
+	return out
+}
+
+// unmountHere unmounts whatever is mounted on target, however many times.
+func unmountHere(target string) error {
 	for range 32 {
 		err := unix.Unmount(target, unix.MNT_DETACH|unix.UMOUNT_NOFOLLOW)
 		switch {

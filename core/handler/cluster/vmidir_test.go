@@ -6,6 +6,7 @@ import (
 	"strings"
 	"testing"
 
+	"golang.org/x/sys/unix"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/utils/ptr"
 
@@ -100,5 +101,59 @@ func TestPodOwner(t *testing.T) {
 	if emptyDirVMIDir(&corev1.Pod{Spec: corev1.PodSpec{Volumes: []corev1.Volume{{Name: layout.VMIDirVolume,
 		VolumeSource: corev1.VolumeSource{HostPath: &corev1.HostPathVolumeSource{Path: "/run/kubevisor/vmi/x"}}}}}}) {
 		t.Error("a hostPath per-VMI directory (an earlier release's pod) taken for an emptyDir")
+	}
+}
+
+// TestUnmountPropagatedCopies: a mount made in the per-VMI directory, which is bound from the
+// kubelet's shared pods directory, is mounted on the same file there too; after unmountAll
+// neither is, and the mount point can be removed. (Here the kernel takes the copy away with the
+// original; in the handler's mount namespace on a node it did not, and the removal failed with
+// EBUSY: that case is the e2e's, a containerDisk VMI deleted.)
+func TestUnmountPropagatedCopies(t *testing.T) {
+	testenv.Root(t, "mounts")
+	root := t.TempDir()
+	pods := filepath.Join(root, "pods")
+	if err := os.MkdirAll(pods, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := unix.Mount("pods", pods, "tmpfs", 0, "size=1m"); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = unix.Unmount(pods, unix.MNT_DETACH) })
+	if err := unix.Mount("", pods, "", unix.MS_SHARED, ""); err != nil {
+		t.Fatal(err)
+	}
+	src := filepath.Join(pods, "uid", "vmi-dir")
+	if err := os.MkdirAll(filepath.Join(src, "containerdisks"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	vmiDir := filepath.Join(root, "run", "vmi", "uid")
+	if err := bindDir(src, vmiDir); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = unbindDir(vmiDir) })
+	img := filepath.Join(root, "disk.img")
+	if err := os.WriteFile(img, []byte("disk"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	target := filepath.Join(vmiDir, "containerdisks", "root.img")
+	if err := os.WriteFile(target, nil, 0o444); err != nil {
+		t.Fatal(err)
+	}
+	if err := unix.Mount(img, target, "", unix.MS_BIND, ""); err != nil {
+		t.Fatal(err)
+	}
+	copyAt := filepath.Join(src, "containerdisks", "root.img")
+	if n := mountsAt(t, copyAt); n != 1 {
+		t.Fatalf("%d mounts on %s, want the propagated copy", n, copyAt)
+	}
+	if err := unmountAll(target); err != nil {
+		t.Fatal(err)
+	}
+	if n := mountsAt(t, target) + mountsAt(t, copyAt); n != 0 {
+		t.Errorf("%d mounts left on %s and %s", n, target, copyAt)
+	}
+	if err := os.Remove(target); err != nil {
+		t.Errorf("remove the mount point: %v", err)
 	}
 }
