@@ -106,7 +106,7 @@ func SetupWithManager(mgr ctrl.Manager, opts Options) error {
 // +kubebuilder:rbac:groups=kubevisor.io,resources=virtualmachineinstances,verbs=get;list;watch
 // +kubebuilder:rbac:groups=kubevisor.io,resources=virtualmachineinstances/status,verbs=patch
 // +kubebuilder:rbac:groups=kubevisor.io,resources=virtualmachineinstancemigrations,verbs=get;list;watch;create
-// +kubebuilder:rbac:groups=policy,resources=poddisruptionbudgets,verbs=get;list;watch;create;delete
+// +kubebuilder:rbac:groups=policy,resources=poddisruptionbudgets,verbs=get;list;watch;create;patch;delete
 // +kubebuilder:rbac:groups=events.k8s.io,resources=events,verbs=create;patch
 
 // Reconcile observes one VMI, decides (Decide) and acts.
@@ -146,14 +146,17 @@ func (r *reconciler) observe(ctx context.Context, vmi *v1alpha1.VirtualMachineIn
 		pdb = nil
 	}
 	obs.PDBExists = pdb != nil
-	if vmi.Status.EvacuationNodeName == "" {
-		return obs, pdb, nil
+	if pdb != nil && pdb.Spec.MinAvailable != nil {
+		obs.PDBMinAvailable = pdb.Spec.MinAvailable.IntValue()
 	}
 	var mine v1alpha1.VirtualMachineInstanceMigrationList
 	if err := r.client.List(ctx, &mine, client.InNamespace(vmi.Namespace), client.MatchingFields{indexVMIName: vmi.Name}); err != nil {
 		return obs, pdb, fmt.Errorf("list migrations of the VMI: %w", err)
 	}
 	obs.Migrations = mine.Items
+	if vmi.Status.EvacuationNodeName == "" {
+		return obs, pdb, nil
+	}
 	var all v1alpha1.VirtualMachineInstanceMigrationList
 	if err := r.client.List(ctx, &all); err != nil {
 		return obs, pdb, fmt.Errorf("list migrations: %w", err)
@@ -187,7 +190,7 @@ func (r *reconciler) sourceNode(ctx context.Context, m *v1alpha1.VirtualMachineI
 func (r *reconciler) act(ctx context.Context, vmi *v1alpha1.VirtualMachineInstance, pdb *policyv1.PodDisruptionBudget, d Decision) error {
 	log := ctrl.LoggerFrom(ctx)
 	if d.EnsurePDB {
-		budget := NewPDB(vmi)
+		budget := NewPDB(vmi, d.PDBMinAvailable)
 		switch err := r.client.Create(ctx, budget); {
 		case apierrors.IsAlreadyExists(err):
 		case err != nil:
@@ -196,6 +199,15 @@ func (r *reconciler) act(ctx context.Context, vmi *v1alpha1.VirtualMachineInstan
 			r.recorder.Eventf(vmi, budget, corev1.EventTypeNormal, ReasonDisruptionBudgetCreated, "CreatePodDisruptionBudget",
 				"created PodDisruptionBudget %s (evictionStrategy %s)", budget.Name, Strategy(vmi, r.opts.DefaultStrategy))
 		}
+	}
+	if d.UpdatePDB && pdb != nil {
+		base := pdb.DeepCopy()
+		minAvailable := intstr.FromInt(d.PDBMinAvailable)
+		pdb.Spec.MinAvailable = &minAvailable
+		if err := r.client.Patch(ctx, pdb, client.MergeFromWithOptions(base, client.MergeFromWithOptimisticLock{})); err != nil {
+			return fmt.Errorf("set minAvailable %d on PodDisruptionBudget %s: %w", d.PDBMinAvailable, pdb.Name, err)
+		}
+		log.V(1).Info("PodDisruptionBudget updated", "vmi", client.ObjectKeyFromObject(vmi), "minAvailable", d.PDBMinAvailable)
 	}
 	if d.DeletePDB && pdb != nil {
 		uid := pdb.UID
@@ -252,13 +264,14 @@ func applyMark(ctx context.Context, c client.Client, vmi *v1alpha1.VirtualMachin
 	return nil
 }
 
-// NewPDB builds vmi's PodDisruptionBudget: minAvailable 1 over the pods labelled
-// created-by the VMI's UID (its launcher pod, and a migration's target pod, which carries the
-// same label), controlled by the VMI. During a migration it counts both pods, so neither is
-// held by it alone: an unready target pod may be evicted (the budget is healthy with the
-// source), and deletions, which the migration and VMI controllers use, ignore budgets.
-func NewPDB(vmi *v1alpha1.VirtualMachineInstance) *policyv1.PodDisruptionBudget {
-	one := intstr.FromInt32(1)
+// NewPDB builds vmi's PodDisruptionBudget: minAvailable over the pods labelled created-by the
+// VMI's UID (its launcher pod, and a migration's target pod, which carries the same label),
+// controlled by the VMI; minAvailable is PDBMinAvailable's (2 during a migration, so that
+// neither of its pods can be evicted: a drain waits for the migration to end, and its retried
+// eviction of the source pod then finds the pod deleted). Deletions, which the migration and VMI
+// controllers use, ignore budgets.
+func NewPDB(vmi *v1alpha1.VirtualMachineInstance, minAvailable int) *policyv1.PodDisruptionBudget {
+	minAvail := intstr.FromInt(minAvailable)
 	return &policyv1.PodDisruptionBudget{
 		ObjectMeta: metav1.ObjectMeta{
 			Name:            PDBName(vmi),
@@ -267,7 +280,7 @@ func NewPDB(vmi *v1alpha1.VirtualMachineInstance) *policyv1.PodDisruptionBudget 
 			OwnerReferences: []metav1.OwnerReference{*metav1.NewControllerRef(vmi, v1alpha1.VirtualMachineInstanceGroupVersionKind)},
 		},
 		Spec: policyv1.PodDisruptionBudgetSpec{
-			MinAvailable: &one,
+			MinAvailable: &minAvail,
 			Selector:     &metav1.LabelSelector{MatchLabels: map[string]string{v1alpha1.CreatedByLabel: string(vmi.UID)}},
 		},
 	}

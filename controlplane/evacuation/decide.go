@@ -152,15 +152,17 @@ type Observation struct {
 	VMI *v1alpha1.VirtualMachineInstance
 	// DefaultStrategy is the cluster's default eviction strategy.
 	DefaultStrategy v1alpha1.EvictionStrategy
-	// Migrations are the VMI's migrations (spec.vmiName is its name).
+	// Migrations are the VMI's migrations (spec.vmiName is its name), marked or not.
 	Migrations []v1alpha1.VirtualMachineInstanceMigration
 	// Unfinished is how many migrations of the cluster have not finished, and UnfinishedFromNode
 	// how many of those move a VMI off the evacuated node.
 	Unfinished, UnfinishedFromNode int
 	// PerCluster and PerNode are the limits on parallel migrations (the migration controller's).
 	PerCluster, PerNode int
-	// PDBExists says the VMI's PodDisruptionBudget exists.
-	PDBExists bool
+	// PDBExists says the VMI's PodDisruptionBudget exists, and PDBMinAvailable is its
+	// minAvailable.
+	PDBExists       bool
+	PDBMinAvailable int
 	// Now is the time of the observation, and RetryBackoff, MaxRetryBackoff the delay after a
 	// failed evacuation migration (doubling per failure, capped).
 	Now                           time.Time
@@ -177,8 +179,26 @@ type Decision struct {
 	// limit on parallel migrations); WaitReason says why.
 	Wait       time.Duration
 	WaitReason string
-	// EnsurePDB creates the VMI's PodDisruptionBudget, DeletePDB removes it.
-	EnsurePDB, DeletePDB bool
+	// EnsurePDB creates the VMI's PodDisruptionBudget, UpdatePDB sets the minAvailable of the
+	// one there, both to PDBMinAvailable; DeletePDB removes it.
+	EnsurePDB, UpdatePDB, DeletePDB bool
+	PDBMinAvailable                 int
+}
+
+// PDBMinAvailable is the minAvailable of a protected VMI's PodDisruptionBudget: 1 (its launcher
+// pod), or 2 while a migration of the VMI is unfinished. The budget selects the migration's
+// target pod too (it carries the VMI's created-by label), so at 1 it would let an eviction take
+// the source pod, whose VM is being migrated, once the target is ready; at 2 neither pod of a
+// migration can be evicted, and the budget holds whether or not the eviction webhook is reached
+// (its failurePolicy is Ignore). A migration's pods are deleted by the controllers, which
+// budgets do not hold back.
+func PDBMinAvailable(migrations []v1alpha1.VirtualMachineInstanceMigration) int {
+	for i := range migrations {
+		if Unfinished(&migrations[i]) {
+			return 2
+		}
+	}
+	return 1
 }
 
 // Unfinished reports whether m has neither succeeded nor failed.
@@ -189,7 +209,7 @@ func Unfinished(m *v1alpha1.VirtualMachineInstanceMigration) bool {
 // Decide returns what to do for obs.VMI. It is pure.
 //
 // The PodDisruptionBudget exists while the VMI is not final nor being deleted and its strategy
-// protects it (Protected). A marked VMI that no longer runs on the marked node (it moved, or
+// protects it (Protected), with minAvailable PDBMinAvailable of its migrations. A marked VMI that no longer runs on the marked node (it moved, or
 // finished) is unmarked. A marked VMI still there, with strategy LiveMigrate (or
 // LiveMigrateIfPossible), gets one migration at a time: none while one of its migrations is
 // unfinished or one completed and the VMI is being moved to its target (as its status says, or
@@ -202,8 +222,13 @@ func Decide(obs Observation) Decision {
 	var d Decision
 	live := vmi.DeletionTimestamp == nil && !vmi.Status.Phase.IsFinal()
 	want := live && Protected(vmi, obs.DefaultStrategy)
+	minAvailable := PDBMinAvailable(obs.Migrations)
 	d.EnsurePDB = want && !obs.PDBExists
+	d.UpdatePDB = want && obs.PDBExists && obs.PDBMinAvailable != minAvailable
 	d.DeletePDB = !want && obs.PDBExists
+	if d.EnsurePDB || d.UpdatePDB {
+		d.PDBMinAvailable = minAvailable
+	}
 
 	node := vmi.Status.EvacuationNodeName
 	if node == "" {

@@ -142,7 +142,7 @@ func TestDecide(t *testing.T) {
 		return vmi
 	}
 	obs := func(mut func(*Observation)) Observation {
-		o := Observation{VMI: live(), Now: now, PerCluster: 5, PerNode: 2, PDBExists: true}
+		o := Observation{VMI: live(), Now: now, PerCluster: 5, PerNode: 2, PDBExists: true, PDBMinAvailable: 1}
 		if mut != nil {
 			mut(&o)
 		}
@@ -155,12 +155,30 @@ func TestDecide(t *testing.T) {
 		wait bool
 	}{
 		{name: "marked, nothing running: create", obs: obs(nil), want: Decision{CreateMigration: true}},
-		{name: "one unfinished: none", obs: obs(func(o *Observation) {
+		{name: "one unfinished: none, the budget raised to 2", obs: obs(func(o *Observation) {
 			o.Migrations = []v1alpha1.VirtualMachineInstanceMigration{mig("a", v1alpha1.MigrationRunning, now.Add(-time.Minute), true)}
+		}), want: Decision{UpdatePDB: true, PDBMinAvailable: 2}},
+		{name: "one unfinished, budget at 2 already: none", obs: obs(func(o *Observation) {
+			o.Migrations = []v1alpha1.VirtualMachineInstanceMigration{mig("a", v1alpha1.MigrationRunning, now.Add(-time.Minute), true)}
+			o.PDBMinAvailable = 2
 		}), want: Decision{}},
 		{name: "a user's unfinished migration counts too", obs: obs(func(o *Observation) {
 			o.Migrations = []v1alpha1.VirtualMachineInstanceMigration{mig("a", v1alpha1.MigrationPhaseUnset, now, false)}
-		}), want: Decision{}},
+		}), want: Decision{UpdatePDB: true, PDBMinAvailable: 2}},
+		{name: "not marked, a user's migration running: budget raised to 2", obs: obs(func(o *Observation) {
+			o.VMI.Status.EvacuationNodeName = ""
+			o.Migrations = []v1alpha1.VirtualMachineInstanceMigration{mig("a", v1alpha1.MigrationScheduling, now, false)}
+		}), want: Decision{UpdatePDB: true, PDBMinAvailable: 2}},
+		{name: "not marked, the migration over: budget back to 1", obs: obs(func(o *Observation) {
+			o.VMI.Status.EvacuationNodeName = ""
+			o.PDBMinAvailable = 2
+			o.Migrations = []v1alpha1.VirtualMachineInstanceMigration{mig("a", v1alpha1.MigrationSucceeded, now, false)}
+		}), want: Decision{UpdatePDB: true, PDBMinAvailable: 1}},
+		{name: "no budget, a migration running: created at 2", obs: obs(func(o *Observation) {
+			o.VMI.Status.EvacuationNodeName = ""
+			o.PDBExists, o.PDBMinAvailable = false, 0
+			o.Migrations = []v1alpha1.VirtualMachineInstanceMigration{mig("a", v1alpha1.MigrationRunning, now, false)}
+		}), want: Decision{EnsurePDB: true, PDBMinAvailable: 2}},
 		{name: "earlier succeeded: create", obs: obs(func(o *Observation) {
 			o.Migrations = []v1alpha1.VirtualMachineInstanceMigration{mig("a", v1alpha1.MigrationSucceeded, now.Add(-time.Hour), true)}
 		}), want: Decision{CreateMigration: true}},
@@ -205,7 +223,7 @@ func TestDecide(t *testing.T) {
 		{name: "LiveMigrate without budget: create it", obs: obs(func(o *Observation) {
 			o.PDBExists = false
 			o.VMI.Status.EvacuationNodeName = ""
-		}), want: Decision{EnsurePDB: true}},
+		}), want: Decision{EnsurePDB: true, PDBMinAvailable: 1}},
 		{name: "strategy None with budget: delete it", obs: obs(func(o *Observation) {
 			o.VMI.Spec.EvictionStrategy = ptr.To(v1alpha1.EvictionStrategyNone)
 			o.VMI.Status.EvacuationNodeName = ""
@@ -215,7 +233,7 @@ func TestDecide(t *testing.T) {
 			o.DefaultStrategy = v1alpha1.EvictionStrategyLiveMigrate
 			o.PDBExists = false
 			o.VMI.Status.EvacuationNodeName = ""
-		}), want: Decision{EnsurePDB: true}},
+		}), want: Decision{EnsurePDB: true, PDBMinAvailable: 1}},
 		{name: "IfPossible, not migratable: no budget", obs: obs(func(o *Observation) {
 			o.VMI = testVMI(v1alpha1.EvictionStrategyLiveMigrateIfPossible, corev1.ConditionFalse)
 		}), want: Decision{DeletePDB: true}},
@@ -251,8 +269,8 @@ func TestDecide(t *testing.T) {
 
 func TestPDBAndMigration(t *testing.T) {
 	vmi := testVMI(v1alpha1.EvictionStrategyLiveMigrate, corev1.ConditionTrue)
-	pdb := NewPDB(vmi)
-	if pdb.Name != "kubevisor-eviction-vm1" || pdb.Spec.MinAvailable.IntValue() != 1 ||
+	pdb := NewPDB(vmi, 2)
+	if pdb.Name != "kubevisor-eviction-vm1" || pdb.Spec.MinAvailable.IntValue() != 2 ||
 		pdb.Spec.Selector.MatchLabels[v1alpha1.CreatedByLabel] != "u1" || !metav1.IsControlledBy(pdb, vmi) {
 		t.Errorf("NewPDB = %+v", pdb)
 	}

@@ -236,6 +236,59 @@ func TestController(t *testing.T) {
 		}
 	})
 
+	t.Run("during a migration the budget holds both pods: minAvailable 2, back to 1 after", func(t *testing.T) {
+		vmi := newVMI(t, "moving", ptr.To(v1alpha1.EvictionStrategyLiveMigrate))
+		minAvailable := func(want int) *policyv1.PodDisruptionBudget {
+			t.Helper()
+			var pdb *policyv1.PodDisruptionBudget
+			waitFor(t, fmt.Sprintf("the budget at minAvailable %d", want), func() (bool, error) {
+				var err error
+				pdb, err = getPDB(vmi)
+				return err == nil && pdb.Spec.MinAvailable.IntValue() == want, client.IgnoreNotFound(err)
+			})
+			return pdb
+		}
+		minAvailable(1)
+		// A user's migration (no mark): its target pod will carry the VMI's created-by label.
+		m := &v1alpha1.VirtualMachineInstanceMigration{ObjectMeta: metav1.ObjectMeta{Name: "moving-mig", Namespace: "default"},
+			Spec: v1alpha1.VirtualMachineInstanceMigrationSpec{VMIName: vmi.Name}}
+		if err := c.Create(ctx, m); err != nil {
+			t.Fatal(err)
+		}
+		pdb := minAvailable(2)
+		// Source and target pod both running and ready, as the disruption controller then
+		// counts them: at 2 no eviction is allowed, so an eviction of the source pod that does
+		// not reach the webhook (failurePolicy Ignore) is refused by the budget.
+		for _, name := range []string{"launcher-moving", "launcher-moving-target"} {
+			p := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "default", Labels: map[string]string{v1alpha1.CreatedByLabel: string(vmi.UID)}},
+				Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "c", Image: "none"}}}}
+			if err := c.Create(ctx, p); err != nil {
+				t.Fatal(err)
+			}
+			p.Status.Phase = corev1.PodRunning
+			p.Status.Conditions = []corev1.PodCondition{{Type: corev1.PodReady, Status: corev1.ConditionTrue}}
+			if err := c.Status().Update(ctx, p); err != nil {
+				t.Fatal(err)
+			}
+		}
+		pdb.Status = policyv1.PodDisruptionBudgetStatus{ObservedGeneration: pdb.Generation, DisruptionsAllowed: 0,
+			CurrentHealthy: 2, DesiredHealthy: 2, ExpectedPods: 2}
+		if err := c.Status().Update(ctx, pdb); err != nil {
+			t.Fatal(err)
+		}
+		source := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "launcher-moving", Namespace: "default"}}
+		err := c.SubResource("eviction").Create(ctx, source, &policyv1.Eviction{ObjectMeta: metav1.ObjectMeta{Name: source.Name, Namespace: source.Namespace}})
+		if !apierrors.IsTooManyRequests(err) {
+			t.Errorf("eviction of the migration's source pod: %v, want 429 for the budget", err)
+		}
+
+		m.Status.Phase = v1alpha1.MigrationSucceeded
+		if err := c.Status().Update(ctx, m); err != nil {
+			t.Fatal(err)
+		}
+		minAvailable(1)
+	})
+
 	t.Run("strategy None: no budget, a mark makes no migration and is removed", func(t *testing.T) {
 		vmi := newVMI(t, "none", nil)
 		if err := Mark(ctx, c, vmi, "node-0"); err != nil {

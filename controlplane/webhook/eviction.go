@@ -24,7 +24,8 @@ const EvictionPath = "/validate-v1-pod-eviction"
 // is Ignore: with Fail, kubevisor-api down (or being drained itself) would refuse every
 // eviction of every pod in the cluster, and a drain of the node that runs it could never
 // finish. A launcher pod is not left unguarded meanwhile: a VMI whose strategy protects it has
-// a PodDisruptionBudget (minAvailable 1, the evacuation controller's), so its eviction is
+// a PodDisruptionBudget (the evacuation controller's: minAvailable 1, 2 during a migration, so
+// that neither of a migration's pods can go), so its eviction is
 // refused by the API server as well, 429; only the migration waits until the webhook is back
 // and the drain's retry reaches it.
 //
@@ -57,10 +58,14 @@ func (e *Eviction) Handle(ctx context.Context, req admission.Request) admission.
 		return admission.Allowed("")
 	}
 	pod := &corev1.Pod{}
-	if err := e.Reader.Get(ctx, client.ObjectKey{Namespace: req.Namespace, Name: req.Name}, pod); err != nil {
-		// Without the pod the API server refuses the eviction itself (not found), or the
-		// budget of a protected VMI does.
+	switch err := e.Reader.Get(ctx, client.ObjectKey{Namespace: req.Namespace, Name: req.Name}, pod); {
+	case apierrors.IsNotFound(err):
+		// The API server refuses the eviction of a pod that is not there itself.
 		return admission.Allowed("")
+	case err != nil:
+		// A pod not read may be a launcher pod whose VMI is being migrated: refused, and
+		// retried by the evicting client, rather than left to the budget alone.
+		return tooManyRequests(fmt.Sprintf("read pod %s/%s: %v", req.Namespace, req.Name, err))
 	}
 	uid, name := pod.Labels[v1alpha1.CreatedByLabel], pod.Labels[v1alpha1.VirtualMachineInstanceNameLabel]
 	if uid == "" || name == "" {
