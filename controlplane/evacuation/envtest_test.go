@@ -90,6 +90,22 @@ func TestController(t *testing.T) {
 		})
 		return vmi
 	}
+	// runningPod creates a pod and makes it Running and Ready: the eviction API ignores budgets
+	// for Pending pods, and lets an unready pod go while the budget is healthy.
+	runningPod := func(t *testing.T, name string, labels map[string]string) *corev1.Pod {
+		t.Helper()
+		p := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "default", Labels: labels},
+			Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "c", Image: "none"}}}}
+		if err := c.Create(ctx, p); err != nil {
+			t.Fatal(err)
+		}
+		p.Status.Phase = corev1.PodRunning
+		p.Status.Conditions = []corev1.PodCondition{{Type: corev1.PodReady, Status: corev1.ConditionTrue}}
+		if err := c.Status().Update(ctx, p); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
 	getPDB := func(vmi *v1alpha1.VirtualMachineInstance) (*policyv1.PodDisruptionBudget, error) {
 		pdb := &policyv1.PodDisruptionBudget{}
 		return pdb, c.Get(ctx, client.ObjectKey{Namespace: vmi.Namespace, Name: PDBName(vmi)}, pdb)
@@ -190,23 +206,8 @@ func TestController(t *testing.T) {
 			pdb, err = getPDB(vmi)
 			return err == nil, client.IgnoreNotFound(err)
 		})
-		pod := func(name string, labels map[string]string) *corev1.Pod {
-			p := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "default", Labels: labels},
-				Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "c", Image: "none"}}}}
-			if err := c.Create(ctx, p); err != nil {
-				t.Fatal(err)
-			}
-			// Running and Ready: the eviction API ignores budgets for Pending pods, and lets an
-			// unready pod go while the budget is healthy.
-			p.Status.Phase = corev1.PodRunning
-			p.Status.Conditions = []corev1.PodCondition{{Type: corev1.PodReady, Status: corev1.ConditionTrue}}
-			if err := c.Status().Update(ctx, p); err != nil {
-				t.Fatal(err)
-			}
-			return p
-		}
-		launcher := pod("launcher-pdb", map[string]string{v1alpha1.CreatedByLabel: string(vmi.UID)})
-		other := pod("other", map[string]string{"app": "other"})
+		launcher := runningPod(t, "launcher-pdb", map[string]string{v1alpha1.CreatedByLabel: string(vmi.UID)})
+		other := runningPod(t, "other", map[string]string{"app": "other"})
 		// No kube-controller-manager here: play its disruption controller, which counts the
 		// one healthy launcher pod against minAvailable 1.
 		pdb.Status = policyv1.PodDisruptionBudgetStatus{ObservedGeneration: pdb.Generation, DisruptionsAllowed: 0,
@@ -259,24 +260,14 @@ func TestController(t *testing.T) {
 		// Source and target pod both running and ready, as the disruption controller then
 		// counts them: at 2 no eviction is allowed, so an eviction of the source pod that does
 		// not reach the webhook (failurePolicy Ignore) is refused by the budget.
-		for _, name := range []string{"launcher-moving", "launcher-moving-target"} {
-			p := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "default", Labels: map[string]string{v1alpha1.CreatedByLabel: string(vmi.UID)}},
-				Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "c", Image: "none"}}}}
-			if err := c.Create(ctx, p); err != nil {
-				t.Fatal(err)
-			}
-			p.Status.Phase = corev1.PodRunning
-			p.Status.Conditions = []corev1.PodCondition{{Type: corev1.PodReady, Status: corev1.ConditionTrue}}
-			if err := c.Status().Update(ctx, p); err != nil {
-				t.Fatal(err)
-			}
-		}
+		mine := map[string]string{v1alpha1.CreatedByLabel: string(vmi.UID)}
+		source := runningPod(t, "launcher-moving", mine)
+		runningPod(t, "launcher-moving-target", mine)
 		pdb.Status = policyv1.PodDisruptionBudgetStatus{ObservedGeneration: pdb.Generation, DisruptionsAllowed: 0,
 			CurrentHealthy: 2, DesiredHealthy: 2, ExpectedPods: 2}
 		if err := c.Status().Update(ctx, pdb); err != nil {
 			t.Fatal(err)
 		}
-		source := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "launcher-moving", Namespace: "default"}}
 		err := c.SubResource("eviction").Create(ctx, source, &policyv1.Eviction{ObjectMeta: metav1.ObjectMeta{Name: source.Name, Namespace: source.Namespace}})
 		if !apierrors.IsTooManyRequests(err) {
 			t.Errorf("eviction of the migration's source pod: %v, want 429 for the budget", err)
